@@ -1,0 +1,187 @@
+"""The storage Backend: a revisioned key-value store in etcd's terms.
+
+Every write gets a new, strictly increasing *revision* (etcd's ``mod_revision``); the apiserver
+exposes it as ``metadata.resourceVersion``. A key remembers the revision that created it
+(``create_revision``). Writes are conditional on the revision the writer last read, which is
+how the apiserver's optimistic concurrency (409 Conflict) and GuaranteedUpdate work:
+
+* ``create`` fails with :class:`KeyExists` if the key is live;
+* ``update`` / ``delete`` fail with :class:`RevisionMismatch` unless the key's current
+  ``mod_revision`` equals the expected one (0 means "whatever it is now");
+* ``txn`` applies several such operations all-or-nothing (a Service and its IP allocation
+  commit together); each operation gets its own consecutive revision.
+
+History is kept until :meth:`Backend.compact`; reading or watching below the compacted
+revision raises :class:`Compacted`, which the apiserver answers with 410 Expired.
+
+Watches are "after revision N": they deliver, in revision order, every event with
+revision > N for keys under a prefix, then live events as they commit.
+
+Implementations: ``memory`` (tests), ``sqlite`` (kine-like log; the embedded default).
+``contract.py`` is the suite both must pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Literal, Protocol, Sequence
+
+
+class StorageError(Exception):
+    """Base of every error a Backend raises; the registry translates these, nothing else."""
+
+
+class KeyExists(StorageError):
+    def __init__(self, key: str):
+        super().__init__(f"key exists: {key}")
+        self.key = key
+
+
+class KeyNotFound(StorageError):
+    def __init__(self, key: str):
+        super().__init__(f"key not found: {key}")
+        self.key = key
+
+
+class RevisionMismatch(StorageError):
+    """The key's current mod_revision is not the expected one (someone else wrote first)."""
+
+    def __init__(self, key: str, expected: int, actual: int):
+        super().__init__(f"revision mismatch on {key}: expected {expected}, actual {actual}")
+        self.key = key
+        self.expected = expected
+        self.actual = actual
+
+
+class Compacted(StorageError):
+    """The requested revision is older than the oldest kept (etcd ErrCompacted)."""
+
+    def __init__(self, requested: int, compact_revision: int):
+        super().__init__(f"required revision {requested} has been compacted (compacted at {compact_revision})")
+        self.requested = requested
+        self.compact_revision = compact_revision
+
+
+class FutureRevision(StorageError):
+    def __init__(self, requested: int, current: int):
+        super().__init__(f"required revision {requested} is a future revision (current {current})")
+        self.requested = requested
+        self.current = current
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValue:
+    key: str
+    value: bytes
+    create_revision: int
+    mod_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One committed change. For DELETE, ``kv.value`` is the value the key had before deletion
+    and ``kv.mod_revision`` is the revision of the delete itself."""
+
+    type: Literal["PUT", "DELETE"]
+    kv: KeyValue
+    prev_kv: KeyValue | None = None
+
+    @property
+    def is_create(self) -> bool:
+        return self.type == "PUT" and self.kv.create_revision == self.kv.mod_revision
+
+
+@dataclass(frozen=True, slots=True)
+class ListResult:
+    kvs: list[KeyValue]
+    revision: int  # the revision the list was read at
+    more: bool = False  # True when limit cut the result short
+    remaining: int = 0  # how many more keys match after the last returned one
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    key: str
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    key: str
+    value: bytes
+    expected_revision: int = 0  # 0: unconditional (key must exist)
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    key: str
+    expected_revision: int = 0  # 0: unconditional (key must exist)
+
+
+Op = Create | Update | Delete
+
+
+@dataclass(frozen=True, slots=True)
+class TxnResult:
+    """Per operation, in order: the resulting KeyValue (for Delete, the deleted value with the
+    delete's revision as mod_revision)."""
+
+    results: list[KeyValue] = field(default_factory=list)
+
+    @property
+    def revision(self) -> int:
+        return self.results[-1].mod_revision if self.results else 0
+
+
+class Watch(Protocol):
+    """An open watch. Iterate to receive batches of events; close() to stop.
+
+    Iteration ends when the watch is closed (by close() or by the backend dropping a slow
+    consumer); a consumer that needs to continue re-watches from its last revision."""
+
+    def __aiter__(self) -> AsyncIterator[list[Event]]: ...
+
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    """All methods except watch iteration are synchronous and thread-safe: the embedded
+    stores answer in microseconds, and the apiserver calls them from the event loop."""
+
+    def current_revision(self) -> int: ...
+
+    def compact_revision(self) -> int: ...
+
+    def get(self, key: str, revision: int = 0) -> KeyValue | None:
+        """The key's value at ``revision`` (0: now); None if absent then."""
+        ...
+
+    def list(self, prefix: str, *, revision: int = 0, limit: int = 0, start_key: str = "") -> ListResult:
+        """Live keys starting with ``prefix`` and >= ``start_key``, in key order, as of
+        ``revision`` (0: now). ``limit`` 0 means no limit."""
+        ...
+
+    def count(self, prefix: str) -> int: ...
+
+    def create(self, key: str, value: bytes) -> KeyValue: ...
+
+    def update(self, key: str, value: bytes, expected_revision: int = 0) -> KeyValue: ...
+
+    def delete(self, key: str, expected_revision: int = 0) -> KeyValue:
+        """Returns the deleted value, with the delete's revision as mod_revision."""
+        ...
+
+    def txn(self, ops: Sequence[Op]) -> TxnResult:
+        """All ops or none. Raises the first failing op's error."""
+        ...
+
+    def watch(self, prefix: str, after_revision: int) -> Watch:
+        """Events with revision > after_revision under prefix. Raises Compacted if
+        after_revision < compact_revision(), FutureRevision if > current (tolerated: 0 means now)."""
+        ...
+
+    def compact(self, revision: int) -> None:
+        """Forget history at and below ``revision`` (current values are kept)."""
+        ...
+
+    def close(self) -> None: ...
