@@ -185,3 +185,34 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+# The rules above as pure functions, shared by the embedded implementations.
+
+
+def resolve_revision(requested: int, current: int, compacted: int) -> int:
+    """The revision a read or watch at ``requested`` (0: now) sees. Reading at the compact
+    revision itself is allowed (each key's value as of then is kept), below it is not."""
+    if requested == 0:
+        return current
+    if requested > current:
+        raise FutureRevision(requested, current)
+    if requested < compacted:
+        raise Compacted(requested, compacted)
+    return requested
+
+
+def apply_op(op: Op, current: KeyValue | None, revision: int) -> Event:
+    """The event ``op`` commits at ``revision`` when the key's live value is ``current`` (None:
+    absent or deleted). Raises KeyExists / KeyNotFound / RevisionMismatch when its condition fails."""
+    if isinstance(op, Create):
+        if current is not None:
+            raise KeyExists(op.key)
+        return Event("PUT", KeyValue(op.key, op.value, revision, revision))
+    if current is None:
+        raise KeyNotFound(op.key)
+    if op.expected_revision and op.expected_revision != current.mod_revision:
+        raise RevisionMismatch(op.key, op.expected_revision, current.mod_revision)
+    if isinstance(op, Update):
+        return Event("PUT", KeyValue(op.key, op.value, current.create_revision, revision), current)
+    return Event("DELETE", KeyValue(op.key, current.value, current.create_revision, revision), current)

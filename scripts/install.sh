@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs everything kubesvc needs on a fresh Debian machine (run as root): the kernel tools the
+# node proxy drives, and the Python package with its test dependencies.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+for tool in ip:iproute2 nft:nftables iptables:iptables conntrack:conntrack; do
+  command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+command -v kubectl >/dev/null 2>&1 || echo "note: kubectl is not installed; the API tests need it" >&2
+
+python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+command -v pyenv >/dev/null 2>&1 && pyenv rehash || true

@@ -1,0 +1,3 @@
+from kubesvc.cli import main
+
+main()

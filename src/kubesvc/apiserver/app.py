@@ -1,0 +1,230 @@
+"""The apiserver's aiohttp application: URL grammar, authentication, error translation.
+
+Resource URLs follow the Kubernetes REST layout:
+
+    /api/v1/namespaces/{ns}/{resource}[/{name}[/{subresource}]]     namespaced
+    /api/v1/{resource}[/{name}[/{subresource}]]                     cluster-scoped, or all namespaces
+    /apis/{group}/{version}/...                                      the same for named groups
+
+Non-resource paths: /version (minor "32": the kubectl dispatcher picks its binary by it),
+/healthz /livez /readyz, discovery (/api, /apis, /api/v1, /apis/g[/v], legacy or aggregated by
+Accept), /openapi/v3[/…], /metrics. Every request but /version and the health checks needs
+the bearer token; every error is a Kubernetes Status with the HTTP code equal to its ``code``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+
+from kubesvc.api import errors
+from kubesvc.api.errors import StatusError
+from kubesvc.api.scheme import all_kinds
+from kubesvc.apiserver import auth, codec, handlers
+from kubesvc.apiserver.discovery import Discovery, wants_aggregated
+from kubesvc.apiserver.openapi import OpenAPI
+from kubesvc.apiserver.registry.store import Registry
+from kubesvc.apiserver.watch import watch_objects
+from kubesvc.util.clock import Clock
+
+log = logging.getLogger("kubesvc.apiserver")
+
+VERSION_INFO = {
+    "major": "1",
+    "minor": "32",
+    "gitVersion": "v1.32.4-kubesvc",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean",
+    "buildDate": "2026-01-01T00:00:00Z",
+    "goVersion": "go1.23.0",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+_HEALTH_CHECKS = ("ping", "log", "etcd", "poststarthook/start-apiextensions-informers")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("apiserver_request", "Counter of apiserver requests broken out for each verb, group, version, resource and HTTP response code.",
+                                ["verb", "group", "version", "resource", "subresource", "code"], registry=self.registry)
+        self.latency = Histogram("apiserver_request_duration_seconds", "Response latency distribution in seconds for each verb, group, version and resource.",
+                                 ["verb", "group", "version", "resource", "subresource"], registry=self.registry,
+                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0))
+
+
+def error_response(exc: StatusError) -> web.Response:
+    return handlers.json_response(exc.status(), exc.code)
+
+
+def _resolve(request: web.Request, registry: Registry) -> tuple[handlers.Target, str] | None:
+    """Map a resource path to (target, group-version) or None when it is not a resource path."""
+    parts = [p for p in request.path.split("/") if p]
+    if len(parts) >= 2 and parts[0] == "api" and parts[1] == "v1":
+        group, version, rest = "", "v1", parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    if not rest:
+        return None
+    namespace: str | None = None
+    if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
+        namespace, rest = rest[1], rest[2:]
+    resource, name = rest[0], rest[1] if len(rest) > 1 else None
+    subresource = rest[2] if len(rest) > 2 else ""
+    if len(rest) > 3:
+        raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
+    store = registry.store(group, resource)
+    if store is None or store.info.version != version:
+        raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
+    info = store.info
+    if namespace is not None and not info.namespaced:
+        raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
+    if subresource and subresource not in info.subresources and not (info.kind == "Namespace" and subresource == "finalize"):
+        raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
+    if info.namespaced and name is not None and namespace is None:
+        raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
+    return handlers.Target(store, namespace, name, subresource), f"{group}/{version}" if group else version
+
+
+async def resource_handler(request: web.Request) -> web.StreamResponse:
+    registry: Registry = request.app["registry"]
+    resolved = _resolve(request, registry)
+    if resolved is None:
+        return await non_resource_handler(request)
+    target, _gv = resolved
+    method = request.method
+    collection = target.name is None
+    if method == "GET":
+        if codec.bool_param(request.query, "watch"):
+            return await watch_objects(request, target)
+        if not codec.accepts_json(request.headers.get("Accept")):
+            raise errors.not_acceptable("only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf")
+        return await (handlers.list_objects(request, target) if collection else handlers.get_object(request, target))
+    if collection:
+        if target.subresource:
+            raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+        if method == "POST":
+            if target.info.namespaced and target.namespace is None:
+                raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+            return await handlers.create_object(request, target)
+        if method == "DELETE":
+            return await handlers.delete_collection(request, target)
+    else:
+        if method == "PUT":
+            return await handlers.update_object(request, target)
+        if method == "PATCH" and target.subresource != "finalize":
+            return await handlers.patch_object(request, target)
+        if method == "DELETE" and not target.subresource:
+            return await handlers.delete_object(request, target)
+    raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+
+
+async def non_resource_handler(request: web.Request) -> web.StreamResponse:
+    path = request.path.rstrip("/") or "/"
+    app = request.app
+    if request.method != "GET":
+        raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
+    if path == "/version":
+        return handlers.json_response(VERSION_INFO)
+    if path in ("/healthz", "/livez", "/readyz"):
+        if "verbose" in request.query:
+            lines = [f"[+]{check} ok" for check in _HEALTH_CHECKS]
+            return web.Response(text="\n".join(lines) + f"\n{path[1:]} check passed\n", content_type="text/plain")
+        return web.Response(text="ok", content_type="text/plain")
+    if path.startswith(("/healthz/", "/livez/", "/readyz/")):
+        return web.Response(text="ok", content_type="text/plain")
+    if path == "/metrics":
+        return web.Response(body=generate_latest(app["metrics"].registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    discovery: Discovery = app["discovery"]
+    aggregated_type = wants_aggregated(request.headers.get("Accept", ""))
+    if path == "/api":
+        if aggregated_type:
+            return web.Response(body=codec.to_json(discovery.aggregated(core=True)), headers={"Content-Type": aggregated_type})
+        return handlers.json_response(discovery.api_versions())
+    if path == "/apis":
+        if aggregated_type:
+            return web.Response(body=codec.to_json(discovery.aggregated(core=False)), headers={"Content-Type": aggregated_type})
+        return handlers.json_response(discovery.api_group_list())
+    if path == "/api/v1":
+        return handlers.json_response(discovery.api_resource_list("", "v1"))
+    parts = path.split("/")[1:]
+    if parts[0] == "apis" and len(parts) in (2, 3):
+        body = discovery.api_group(parts[1]) if len(parts) == 2 else discovery.api_resource_list(parts[1], parts[2])
+        if body is not None:
+            return handlers.json_response(body)
+    openapi: OpenAPI = app["openapi"]
+    if path == "/openapi/v3":
+        return handlers.json_response(openapi.index())
+    if path.startswith("/openapi/v3/"):
+        doc = openapi.document(path[len("/openapi/v3/"):])
+        if doc is not None:
+            return web.Response(body=doc, content_type="application/json",
+                                headers={"ETag": f'"{openapi.etag(path[len("/openapi/v3/"):])}"', "Cache-Control": "public, immutable"})
+    raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
+
+
+@web.middleware
+async def status_middleware(request: web.Request, handler) -> web.StreamResponse:
+    """Authentication, Status errors for everything, request metrics."""
+    started = time.monotonic()
+    code = 500
+    try:
+        if request.path not in auth.PUBLIC_PATHS and not auth.token_valid(request.headers.get("Authorization"), request.app["token"]):
+            raise errors.unauthorized()
+        response = await handler(request)
+        code = response.status
+        return response
+    except StatusError as exc:
+        code = exc.code
+        return error_response(exc)
+    except web.HTTPRequestEntityTooLarge:
+        code = 413
+        return error_response(errors.too_large())
+    except web.HTTPException as exc:
+        code = exc.status
+        return error_response(StatusError(exc.status, exc.reason.replace(" ", ""), exc.text or exc.reason))
+    except Exception as exc:  # the last line of defence: a bug is a 500 Status, never a traceback to the client
+        log.exception("internal error serving %s %s", request.method, request.path)
+        code = 500
+        return error_response(errors.internal(f"{type(exc).__name__}: {exc}"))
+    finally:
+        _observe(request, code, time.monotonic() - started)
+
+
+def _observe(request: web.Request, code: int, seconds: float) -> None:
+    parts = [p for p in request.path.split("/") if p]
+    group, version, resource, sub = "", "", "", ""
+    if parts[:1] == ["api"] and len(parts) > 2:
+        version, rest = parts[1], parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) > 3:
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        rest = []
+    if rest:
+        if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
+            rest = rest[2:]
+        resource = rest[0]
+        sub = rest[2] if len(rest) > 2 else ""
+    verb = request.method if not request.query.get("watch") else "WATCH"
+    metrics: Metrics = request.app["metrics"]
+    metrics.requests.labels(verb, group, version, resource, sub, str(code)).inc()
+    metrics.latency.labels(verb, group, version, resource, sub).observe(seconds)
+
+
+def build_app(registry: Registry, token: str, clock: Clock, server_address: str) -> web.Application:
+    app = web.Application(middlewares=[status_middleware], client_max_size=codec.MAX_BODY_BYTES + 1)
+    app["registry"] = registry
+    app["token"] = token
+    app["clock"] = clock
+    app["metrics"] = Metrics()
+    kinds = all_kinds()
+    app["discovery"] = Discovery(kinds, server_address)
+    app["openapi"] = OpenAPI()
+    app.router.add_route("*", "/{tail:.*}", resource_handler)
+    return app

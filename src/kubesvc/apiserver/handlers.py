@@ -1,0 +1,247 @@
+"""Resource handlers: decode the request, call the registry, encode the answer.
+
+One handler per verb (get, list, watch, create, update, patch, delete, deletecollection), all
+kinds alike; kind-specific behaviour lives in registry strategies. What each verb must return
+to satisfy kubectl 1.32 and the Python client is in api-compat.md §2.4 (F1–F12).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from kubesvc.api import errors
+from kubesvc.api.decode import decode_object
+from kubesvc.api.errors import StatusError
+from kubesvc.api.managedfields import ApplyConflict, apply as server_side_apply
+from kubesvc.api.patch import PatchError, apply_patch
+from kubesvc.api.scheme import KindInfo
+from kubesvc.api.selectors import parse_field_selector, parse_label_selector
+from kubesvc.apiserver import codec
+from kubesvc.apiserver.registry.store import ListOptions, Store, parse_resource_version
+from kubesvc.apiserver.tables import to_table
+from kubesvc.util.clock import rfc3339
+
+
+@dataclass
+class Target:
+    """What a resource URL names."""
+
+    store: Store
+    namespace: str | None  # None: all namespaces (lists) or cluster-scoped
+    name: str | None
+    subresource: str = ""
+
+    @property
+    def info(self) -> KindInfo:
+        return self.store.info
+
+
+def json_response(body: object, status: int = 200, headers: dict | None = None) -> web.Response:
+    return web.Response(body=codec.to_json(body), status=status, content_type="application/json", headers=headers)
+
+
+def _warning_headers(warnings: list[str]) -> dict | None:
+    if not warnings:
+        return None
+    # one Warning header per text; aiohttp takes a multidict via CIMultiDict, keep it simple: join
+    return {"Warning": ", ".join(f'299 - "{w.replace(chr(34), chr(92) + chr(34))}"' for w in warnings)}
+
+
+def list_options(query, info: KindInfo) -> ListOptions:
+    label_text, field_text = query.get("labelSelector", ""), query.get("fieldSelector", "")
+    return ListOptions(
+        label_selector=parse_label_selector(label_text) if label_text else None,
+        field_selector=parse_field_selector(field_text, info.field_labels) if field_text else None,
+        limit=codec.int_param(query, "limit", 0) or 0,
+        continue_token=query.get("continue", ""),
+        resource_version=parse_resource_version(query.get("resourceVersion")),
+        resource_version_match=query.get("resourceVersionMatch", ""),
+    )
+
+
+def render(request: web.Request, info: KindInfo, obj: dict, status: int = 200, headers: dict | None = None) -> web.Response:
+    accept = request.headers.get("Accept")
+    if codec.wants_table(accept):
+        table = to_table(info, [obj], include_object=codec.include_object_mode(request.query), now=request.app["clock"].now(),
+                         list_meta={"resourceVersion": obj.get("metadata", {}).get("resourceVersion", "")})
+        return json_response(table, status, headers)
+    return json_response(obj, status, headers)
+
+
+def _decode_write_body(request_body: bytes, request: web.Request, info: KindInfo, validation: str) -> tuple[dict, list[str]]:
+    data = codec.decode_body(request_body, request.headers.get("Content-Type"), info)
+    return decode_object(data, info.schema, kind_label=info.kind, api_version=info.api_version, validation=validation)
+
+
+def _check_name_and_namespace(target: Target, obj: dict) -> None:
+    meta = obj.get("metadata")
+    if meta is None:
+        return
+    if not isinstance(meta, dict):
+        raise errors.bad_request(f'{target.info.kind} in version "{target.info.version}" cannot be handled as a {target.info.kind}: metadata must be an object')
+    body_ns = meta.get("namespace")
+    if target.info.namespaced and body_ns not in (None, "") and body_ns != target.namespace:
+        raise errors.bad_request("the namespace of the provided object does not match the namespace sent on the request")
+    if target.name is not None and meta.get("name") not in (None, "") and meta.get("name") != target.name:
+        raise errors.bad_request(f"the name of the object ({meta.get('name')}) does not match the name on the URL ({target.name})")
+
+
+# ---- verbs -----------------------------------------------------------------------------------
+
+
+async def get_object(request: web.Request, target: Target) -> web.Response:
+    obj = target.store.get(target.namespace, target.name)
+    return render(request, target.info, obj)
+
+
+async def list_objects(request: web.Request, target: Target) -> web.Response:
+    info = target.info
+    opts = list_options(request.query, info)
+    items, list_meta = target.store.list(target.namespace, opts)
+    if codec.wants_table(request.headers.get("Accept")):
+        table = to_table(info, items, include_object=codec.include_object_mode(request.query), now=request.app["clock"].now(), list_meta=list_meta)
+        return json_response(table)
+    return json_response({"kind": info.list_kind, "apiVersion": info.api_version, "metadata": list_meta, "items": items})
+
+
+async def create_object(request: web.Request, target: Target) -> web.Response:
+    info = target.info
+    opts = codec.write_options(request.query, request.headers.get("User-Agent"))
+    obj, warnings = _decode_write_body(await request.read(), request, info, opts.field_validation)
+    _check_name_and_namespace(target, obj)
+    created = target.store.create(target.namespace, obj, field_manager=opts.field_manager, dry_run=opts.dry_run)
+    return render(request, info, created, 201, _warning_headers(warnings))
+
+
+async def update_object(request: web.Request, target: Target) -> web.Response:
+    info = target.info
+    opts = codec.write_options(request.query, request.headers.get("User-Agent"))
+    obj, warnings = _decode_write_body(await request.read(), request, info, opts.field_validation)
+    _check_name_and_namespace(target, obj)
+    result, created = target.store.update(target.namespace, target.name, obj, field_manager=opts.field_manager,
+                                          subresource=target.subresource, dry_run=opts.dry_run)
+    return render(request, info, result, 201 if created else 200, _warning_headers(warnings))
+
+
+async def patch_object(request: web.Request, target: Target) -> web.Response:
+    info = target.info
+    opts = codec.write_options(request.query, request.headers.get("User-Agent"))
+    content_type = codec.media_type(request.headers.get("Content-Type"))
+    body = await request.read()
+    if len(body) > codec.MAX_BODY_BYTES:
+        raise errors.too_large()
+    if content_type == "application/apply-patch+yaml":
+        return await _server_side_apply(request, target, opts, body)
+    if content_type not in codec.PATCH_TYPES:
+        raise errors.unsupported_media_type(content_type)
+    warnings: list[str] = []
+
+    def mutate(current: dict) -> dict:
+        try:
+            patched = apply_patch(content_type, current, body, info.schema)
+        except PatchError as exc:
+            raise StatusError(exc.code, exc.reason, str(exc)) from None
+        if not isinstance(patched, dict):
+            raise errors.bad_request("the patch result is not a JSON object")
+        patched = codec.check_kind(patched, info)
+        decoded, found = decode_object(patched, info.schema, kind_label=info.kind, api_version=info.api_version, validation=opts.field_validation)
+        warnings[:] = found
+        return decoded
+
+    result = target.store.guaranteed_update(target.namespace, target.name, mutate, field_manager=opts.field_manager,
+                                            subresource=target.subresource, dry_run=opts.dry_run)
+    return render(request, info, result, 200, _warning_headers(warnings))
+
+
+async def _server_side_apply(request: web.Request, target: Target, opts: codec.WriteOptions, body: bytes) -> web.Response:
+    info = target.info
+    if not request.query.get("fieldManager"):
+        raise errors.invalid("PatchOptions", "", [errors.required("fieldManager", "is required for apply patch")], "meta.k8s.io")
+    config = codec.check_kind(codec.parse_yaml(body), info)
+    config, warnings = decode_object(config, info.schema, kind_label=info.kind, api_version=info.api_version, validation=opts.field_validation)
+    _check_name_and_namespace(target, config)
+    store = target.store
+    now = rfc3339(request.app["clock"].now())
+
+    def applied(live: dict | None) -> dict:
+        try:
+            return server_side_apply(live, config, manager=opts.field_manager, force=opts.force, schema=info.schema,
+                                     api_version=info.api_version, now=now)
+        except ApplyConflict as exc:
+            status = exc.status()
+            raise StatusError(status["code"], status["reason"], status["message"], status.get("details")) from None
+
+    for _attempt in range(3):
+        try:
+            current = store.get(target.namespace, target.name)
+        except StatusError as exc:
+            if exc.code != 404 or target.subresource:
+                raise
+            new = applied(None)
+            new.setdefault("metadata", {})["name"] = target.name
+            try:
+                created = store.create(target.namespace, new, field_manager=opts.field_manager, dry_run=opts.dry_run, managed=False)
+            except StatusError as create_error:
+                if create_error.code == 409 and create_error.reason == "AlreadyExists":
+                    continue  # someone created it meanwhile: apply to theirs
+                raise
+            return render(request, info, created, 201, _warning_headers(warnings))
+        del current
+        result = store.guaranteed_update(target.namespace, target.name, applied, field_manager=opts.field_manager,
+                                         subresource=target.subresource, dry_run=opts.dry_run, track=False)
+        return render(request, info, result, 200, _warning_headers(warnings))
+    raise errors.conflict(info.resource, target.name or "", info.group)
+
+
+async def delete_options(request: web.Request) -> dict:
+    body = await request.read()
+    options: dict = {}
+    if body.strip():
+        data = codec.parse_json(body, "DeleteOptions")
+        if not isinstance(data, dict):
+            raise errors.bad_request("DeleteOptions must be a JSON object")
+        options = data
+    query = request.query
+    if "propagationPolicy" in query:
+        options["propagationPolicy"] = query["propagationPolicy"]
+    grace = codec.int_param(query, "gracePeriodSeconds")
+    if grace is not None:
+        options["gracePeriodSeconds"] = grace
+    policy = options.get("propagationPolicy")
+    if policy not in (None, "Orphan", "Background", "Foreground"):
+        raise errors.invalid("DeleteOptions", "", [errors.not_supported("propagationPolicy", policy, ["Foreground", "Background", "Orphan", "nil"])], "meta.k8s.io")
+    grace_value = options.get("gracePeriodSeconds")
+    if grace_value is not None and (not isinstance(grace_value, int) or isinstance(grace_value, bool)):
+        raise errors.bad_request("DeleteOptions.gracePeriodSeconds must be an integer")
+    if options.get("preconditions") is not None and not isinstance(options["preconditions"], dict):
+        raise errors.bad_request("DeleteOptions.preconditions must be an object")
+    return options
+
+
+async def delete_object(request: web.Request, target: Target) -> web.Response:
+    info = target.info
+    options = await delete_options(request)
+    dry_run = codec.write_options(request.query, request.headers.get("User-Agent")).dry_run or options.get("dryRun") == ["All"]
+    obj, deleted_now = target.store.delete(target.namespace, target.name, options, dry_run=dry_run)
+    if info.kind == "Namespace" and not dry_run:
+        request.app["namespace_finalizer"].kick()
+    if info.delete_returns_object or not deleted_now:
+        return json_response(obj, 200 if deleted_now else 200)
+    details = {"name": target.name}
+    if info.group:
+        details["group"] = info.group
+    details["kind"] = info.resource
+    details["uid"] = obj["metadata"].get("uid", "")
+    return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
+
+
+async def delete_collection(request: web.Request, target: Target) -> web.Response:
+    info = target.info
+    opts = list_options(request.query, info)
+    options = await delete_options(request)
+    dry_run = codec.write_options(request.query, request.headers.get("User-Agent")).dry_run
+    deleted = target.store.delete_collection(target.namespace, opts, options, dry_run=dry_run)
+    return json_response({"kind": info.list_kind, "apiVersion": info.api_version,
+                          "metadata": {"resourceVersion": str(target.store.backend.current_revision())}, "items": deleted})

@@ -1,0 +1,503 @@
+"""The generic REST store: Kubernetes object semantics on top of a revisioned key-value Backend.
+
+This is k8s.io/apiserver's ``registry/generic/registry.Store`` + ``storage/etcd3`` in one:
+
+* ``resourceVersion`` is the storage revision of the object's last write; it is not stored in
+  the value but filled in on every read (upstream's APIObjectVersioner does the same).
+* create: generateName, uid, creationTimestamp, defaults, validation, managedFields, then one
+  storage transaction (the object plus the strategy's extra operations, e.g. an allocation).
+* update and patch share one ``GuaranteedUpdate`` loop: read, apply the change to the current
+  object, and write at the read revision; a lost race re-reads and re-applies unless the client
+  pinned a resourceVersion (then 409 Conflict). A write that changes nothing is not written
+  (same resourceVersion, no watch event): ``kubectl patch`` then prints "patched (no change)".
+* delete honours preconditions, finalizers (mark with deletionTimestamp; the last finalizer's
+  removal deletes) and graceful deletion (Pods on a node).
+* list pages with an opaque ``continue`` token bound to the first page's revision, exactly like
+  etcd3's ``{"v":"meta.k8s.io/v1","rv":N,"start":"<next key>"}``.
+* watch streams ADDED/MODIFIED/DELETED from a revision, translating selector transitions into
+  ADDED/DELETED as the watch cache does.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import random
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import AsyncIterator, Callable
+
+import msgspec
+
+from kubesvc.api import errors
+from kubesvc.api.errors import StatusError
+from kubesvc.api.managedfields import track_update
+from kubesvc.api.scheme import KindInfo
+from kubesvc.api.selectors import FieldSelector, LabelSelector
+from kubesvc.apiserver.registry.strategy import Strategy, strategy_for
+from kubesvc.storage import base as storage
+from kubesvc.util.clock import Clock, rfc3339
+
+_json_encode = msgspec.json.Encoder().encode
+_json_decode = msgspec.json.Decoder().decode
+
+# upstream names.SimpleNameGenerator: 5 chars from an alphabet without vowels and lookalikes
+_GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_SYSTEM_METADATA = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
+
+
+def encode(obj: dict) -> bytes:
+    meta = obj.get("metadata") or {}
+    if "resourceVersion" in meta:
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}
+    return _json_encode(obj)
+
+
+def decode(kv: storage.KeyValue, revision: int | None = None) -> dict:
+    obj = _json_decode(kv.value)
+    obj.setdefault("metadata", {})["resourceVersion"] = str(revision if revision is not None else kv.mod_revision)
+    return obj
+
+
+def parse_resource_version(text: str | None) -> int | None:
+    """None for unset; 400 for something that is not a non-negative integer."""
+    if text in (None, ""):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise errors.bad_request(f'invalid resource version "{text}"')
+    return value
+
+
+def _same_object(a: dict, b: dict) -> bool:
+    return encode(a) == encode(b)
+
+
+@dataclass
+class ListOptions:
+    label_selector: LabelSelector | None = None
+    field_selector: FieldSelector | None = None
+    limit: int = 0
+    continue_token: str = ""
+    resource_version: int | None = None
+    resource_version_match: str = ""
+
+    def matches(self, obj: dict) -> bool:
+        if self.label_selector is not None and not self.label_selector.matches((obj.get("metadata") or {}).get("labels") or {}):
+            return False
+        if self.field_selector is not None and not self.field_selector.matches(obj):
+            return False
+        return True
+
+    @property
+    def filtered(self) -> bool:
+        return self.label_selector is not None or self.field_selector is not None
+
+
+_CONTINUE_TOO_OLD = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new list "
+    "without the continue parameter, or use the continue token in this response to retrieve the remainder of the "
+    "results. Continuing with the provided token results in an inconsistent list - objects that were created, "
+    "modified, or deleted between the time the first chunk was returned and now may show up in the list."
+)
+
+
+def encode_continue(revision: int, start_key: str) -> str:
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": revision, "start": start_key}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_continue(token: str, key_prefix: str) -> tuple[int, str]:
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        data = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        revision, start = int(data["rv"]), str(data["start"])
+        if data.get("v") != "meta.k8s.io/v1" or revision <= 0 or "\x00" in start[:-1]:
+            raise ValueError
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, json.JSONDecodeError):
+        raise errors.bad_request(f"continue key is not valid: {token[:100]}") from None
+    return revision, key_prefix + start
+
+
+class Store:
+    def __init__(self, info: KindInfo, backend: storage.Backend, clock: Clock, registry: "Registry", strategy: Strategy | None = None):
+        self.info = info
+        self.backend = backend
+        self.clock = clock
+        self.registry = registry
+        self.strategy = strategy or strategy_for(info)
+
+    # ---- helpers -----------------------------------------------------------------------------
+    def _key(self, namespace: str | None, name: str) -> str:
+        return self.info.key(namespace, name)
+
+    def _not_found(self, name: str) -> StatusError:
+        return errors.not_found(self.info.resource, name, self.info.group)
+
+    def _now(self) -> str:
+        return rfc3339(self.clock.now())
+
+    def _get_kv(self, namespace: str | None, name: str) -> storage.KeyValue:
+        kv = self.backend.get(self._key(namespace, name))
+        if kv is None:
+            raise self._not_found(name)
+        return kv
+
+    def _invalid(self, name: str, field_errors) -> StatusError:
+        return errors.invalid(self.info.kind, name, field_errors, self.info.group)
+
+    # ---- read --------------------------------------------------------------------------------
+    def get(self, namespace: str | None, name: str) -> dict:
+        return decode(self._get_kv(namespace, name))
+
+    def list(self, namespace: str | None, opts: ListOptions) -> tuple[list[dict], dict]:
+        prefix = self.info.key_prefix(namespace)
+        revision = 0
+        start_key = prefix
+        if opts.continue_token:
+            revision, start_key = decode_continue(opts.continue_token, prefix)
+        elif opts.resource_version and opts.resource_version_match == "Exact":
+            revision = opts.resource_version
+        name = opts.field_selector.exact_name() if opts.field_selector is not None else None
+        try:
+            if name is not None and "/" not in name:
+                return self._list_one(namespace, name, opts, revision)
+            return self._list_range(prefix, start_key, opts, revision)
+        except storage.Compacted:
+            if opts.continue_token:
+                raise errors.gone(_CONTINUE_TOO_OLD) from None
+            raise errors.gone(f"too old resource version: {opts.resource_version} ({self.backend.compact_revision()})") from None
+        except storage.FutureRevision as exc:
+            raise StatusError(504, "Timeout", f"Too large resource version: {exc.requested}, current: {exc.current}") from None
+
+    def _list_one(self, namespace, name, opts: ListOptions, revision: int) -> tuple[list[dict], dict]:
+        at = revision or self.backend.current_revision()
+        items = []
+        if self.info.namespaced and namespace is None:
+            result = self.backend.list(self.info.key_prefix(), revision=at)
+            items = [decode(kv) for kv in result.kvs if kv.key.rsplit("/", 1)[-1] == name]
+        else:
+            kv = self.backend.get(self._key(namespace, name), revision=at)
+            items = [decode(kv)] if kv else []
+        return [o for o in items if opts.matches(o)], {"resourceVersion": str(at)}
+
+    def _list_range(self, prefix: str, start_key: str, opts: ListOptions, revision: int) -> tuple[list[dict], dict]:
+        """One page. Without selectors the backend's limit is the page; with selectors, fetch
+        batches until the page is full (as etcd3's store does), so the token may point past
+        non-matching keys."""
+        limit = max(0, opts.limit)
+        if not opts.filtered:
+            result = self.backend.list(prefix, revision=revision, limit=limit, start_key=start_key)
+            meta: dict = {"resourceVersion": str(result.revision)}
+            if result.more and result.kvs:
+                meta["continue"] = encode_continue(result.revision, result.kvs[-1].key[len(prefix):] + "\x00")
+                meta["remainingItemCount"] = result.remaining
+            return [decode(kv) for kv in result.kvs], meta
+        items: list[dict] = []
+        at, next_start = revision, start_key
+        batch = max(limit * 2, 256) if limit else 0
+        while True:
+            result = self.backend.list(prefix, revision=at, limit=batch, start_key=next_start)
+            at = result.revision
+            for kv in result.kvs:
+                obj = decode(kv)
+                if opts.matches(obj):
+                    items.append(obj)
+                    if limit and len(items) == limit:
+                        next_start = kv.key + "\x00"
+                        break
+            else:
+                if result.more and result.kvs:
+                    next_start = result.kvs[-1].key + "\x00"
+                    continue
+                return items, {"resourceVersion": str(at)}
+            break
+        meta = {"resourceVersion": str(at)}
+        if self.backend.list(prefix, revision=at, limit=1, start_key=next_start).kvs:
+            meta["continue"] = encode_continue(at, next_start[len(prefix):])
+        return items, meta
+
+    # ---- create ------------------------------------------------------------------------------
+    def _check_namespace(self, namespace: str | None) -> None:
+        if not self.info.namespaced:
+            return
+        ns_kv = self.backend.get(f"/registry/namespaces/{namespace}")
+        if ns_kv is None:
+            raise errors.not_found("namespaces", namespace or "")
+        ns = _json_decode(ns_kv.value)
+        if (ns.get("metadata") or {}).get("deletionTimestamp") or (ns.get("status") or {}).get("phase") == "Terminating":
+            raise errors.forbidden(self.info.resource, (ns.get("metadata") or {}).get("name", ""), self.info.group,
+                                   f"unable to create new content in namespace {namespace} because it is being terminated")
+
+    def prepare_new(self, namespace: str | None, obj: dict, *, field_manager: str, managed: bool = True) -> dict:
+        """Everything a create does before the write: the object as it would be stored."""
+        obj = copy.deepcopy(obj)
+        obj["apiVersion"], obj["kind"] = self.info.api_version, self.info.kind
+        meta = obj.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise self._invalid("", [errors.invalid_value("metadata", meta, "must be an object")])
+        if meta.get("resourceVersion"):
+            raise errors.bad_request("resourceVersion should not be set on objects to be created")
+        if self.info.namespaced:
+            meta["namespace"] = namespace
+        else:
+            meta.pop("namespace", None)
+        if not meta.get("name") and isinstance(meta.get("generateName"), str) and meta["generateName"]:
+            meta["name"] = meta["generateName"] + "".join(random.choice(_GENERATE_ALPHABET) for _ in range(5))
+        for system_field in _SYSTEM_METADATA:
+            meta.pop(system_field, None)
+        meta.pop("selfLink", None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = self._now()
+        if self.strategy.bumps_generation:
+            meta["generation"] = 1
+        self.strategy.prepare_for_create(obj)
+        self.strategy.default(obj)
+        field_errors = self.strategy.validate(obj)
+        if field_errors:
+            raise self._invalid(meta.get("name") or "", field_errors)
+        if managed:
+            track_update(None, obj, manager=field_manager, schema=self.info.schema, api_version=self.info.api_version, now=self._now())
+        return obj
+
+    def create(self, namespace: str | None, obj: dict, *, field_manager: str, dry_run: bool = False, managed: bool = True) -> dict:
+        self._check_namespace(namespace)
+        for _attempt in range(8):
+            new = self.prepare_new(namespace, obj, field_manager=field_manager, managed=managed)
+            if dry_run:
+                if self.backend.get(self._key(namespace, new["metadata"]["name"])) is not None:
+                    raise errors.already_exists(self.info.resource, new["metadata"]["name"], self.info.group)
+                return new
+            key = self._key(namespace, new["metadata"]["name"])
+            ops = [*self.strategy.create_ops(new), storage.Create(key, encode(new))]
+            try:
+                result = self.backend.txn(ops)
+            except storage.KeyExists as exc:
+                if exc.key == key and not (obj.get("metadata") or {}).get("name") and (obj.get("metadata") or {}).get("generateName"):
+                    continue  # generated name collided: try another
+                raise errors.already_exists(self.info.resource, new["metadata"]["name"], self.info.group) from None
+            new["metadata"]["resourceVersion"] = str(result.revision)
+            return new
+        raise errors.StatusError(504, "AlreadyExists", "failed to generate a unique name")
+
+    # ---- update ------------------------------------------------------------------------------
+    def guaranteed_update(
+        self,
+        namespace: str | None,
+        name: str,
+        mutate: Callable[[dict], dict],
+        *,
+        field_manager: str,
+        subresource: str = "",
+        dry_run: bool = False,
+        precondition_rv: int | None = None,
+        track: bool = True,
+    ) -> dict:
+        """Read, ``mutate(current) -> desired``, write at the read revision; retry lost races.
+
+        ``mutate`` receives a private copy of the current object (with its resourceVersion) and
+        may raise StatusError. A desired object whose resourceVersion differs from the current
+        one is a 409 (the client's precondition)."""
+        while True:
+            kv = self._get_kv(namespace, name)
+            old = decode(kv)
+            desired = mutate(copy.deepcopy(old))
+            wanted_rv = (desired.get("metadata") or {}).get("resourceVersion") if isinstance(desired.get("metadata"), dict) else None
+            if precondition_rv is not None and precondition_rv != kv.mod_revision:
+                raise errors.conflict(self.info.resource, name, self.info.group)
+            if wanted_rv not in (None, "") and str(wanted_rv) != str(kv.mod_revision):
+                raise errors.conflict(self.info.resource, name, self.info.group)
+            new = self._prepare_update(old, desired, field_manager=field_manager, subresource=subresource, track=track)
+            if _same_object(new, old):
+                return old
+            if dry_run:
+                return new
+            meta = new["metadata"]
+            key = self._key(namespace, name)
+            try:
+                if meta.get("deletionTimestamp") and not self.strategy.deletion_blocked(new) and not self.strategy.graceful_delete_seconds(new, {}):
+                    result = self.backend.txn([*self.strategy.delete_ops(old), storage.Delete(key, kv.mod_revision)])
+                else:
+                    result = self.backend.txn([*self.strategy.update_ops(new, old), storage.Update(key, encode(new), kv.mod_revision)])
+            except storage.RevisionMismatch as exc:
+                if exc.key != key or wanted_rv not in (None, ""):
+                    if exc.key == key:
+                        raise errors.conflict(self.info.resource, name, self.info.group) from None
+                continue
+            except storage.KeyNotFound:
+                raise self._not_found(name) from None
+            meta["resourceVersion"] = str(result.revision)
+            return new
+
+    def _prepare_update(self, old: dict, desired: dict, *, field_manager: str, subresource: str, track: bool) -> dict:
+        if not isinstance(desired.get("metadata"), dict):
+            raise self._invalid(old["metadata"]["name"], [errors.invalid_value("metadata", desired.get("metadata"), "must be an object")])
+        new = desired
+        new["apiVersion"], new["kind"] = self.info.api_version, self.info.kind
+        meta, old_meta = new["metadata"], old["metadata"]
+        for system_field in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "name", "namespace"):
+            if system_field in old_meta:
+                meta[system_field] = old_meta[system_field]
+            else:
+                meta.pop(system_field, None)
+        meta["resourceVersion"] = old_meta["resourceVersion"]
+        if subresource == "status":
+            self.strategy.prepare_for_status_update(new, old)
+        elif subresource == "finalize":
+            self.strategy.prepare_for_finalize(new, old)
+        else:
+            self.strategy.prepare_for_update(new, old)
+        self.strategy.default(new)
+        if self.strategy.bumps_generation and new.get("spec") != old.get("spec"):
+            meta["generation"] = int(old_meta.get("generation", 1)) + 1
+        field_errors = self.strategy.validate_update(new, old)
+        if field_errors:
+            raise self._invalid(old_meta["name"], field_errors)
+        if track:
+            track_update(old, new, manager=field_manager, schema=self.info.schema, api_version=self.info.api_version, now=self._now(), subresource=subresource)
+        return new
+
+    def update(self, namespace: str | None, name: str, obj: dict, *, field_manager: str, subresource: str = "", dry_run: bool = False) -> tuple[dict, bool]:
+        """PUT: returns (object, created)."""
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        body_rv = parse_resource_version(str(meta.get("resourceVersion"))) if meta.get("resourceVersion") not in (None, "") else None
+        if self.backend.get(self._key(namespace, name)) is None:
+            if self.strategy.allow_create_on_update and not subresource:
+                self._check_namespace(namespace)
+                if body_rv:
+                    raise self._not_found(name)
+                return self.create(namespace, obj, field_manager=field_manager, dry_run=dry_run), True
+            raise self._not_found(name)
+
+        def replace(current: dict) -> dict:
+            desired = copy.deepcopy(obj)
+            desired_meta = desired.setdefault("metadata", {})
+            if isinstance(desired_meta, dict) and body_rv is None:
+                desired_meta["resourceVersion"] = current["metadata"]["resourceVersion"]
+            return desired
+
+        return self.guaranteed_update(namespace, name, replace, field_manager=field_manager, subresource=subresource, dry_run=dry_run), False
+
+    # ---- delete ------------------------------------------------------------------------------
+    def delete(self, namespace: str | None, name: str, options: dict, *, dry_run: bool = False) -> tuple[dict, bool]:
+        """Returns (object, deleted_now). Marks instead of deleting when finalizers or a grace
+        period keep the object around."""
+        preconditions = options.get("preconditions") or {}
+        while True:
+            kv = self._get_kv(namespace, name)
+            obj = decode(kv)
+            meta = obj["metadata"]
+            if preconditions.get("uid") and preconditions["uid"] != meta.get("uid"):
+                raise errors.conflict(self.info.resource, name, self.info.group,
+                                      f"Precondition failed: UID in precondition: {preconditions['uid']}, UID in object meta: {meta.get('uid')}")
+            if preconditions.get("resourceVersion") and str(preconditions["resourceVersion"]) != meta["resourceVersion"]:
+                raise errors.conflict(self.info.resource, name, self.info.group,
+                                      f"Precondition failed: ResourceVersion in precondition: {preconditions['resourceVersion']}, ResourceVersion in object meta: {meta['resourceVersion']}")
+            grace = self.strategy.graceful_delete_seconds(obj, options)
+            if self.strategy.deletion_blocked(obj) or grace:
+                if meta.get("deletionTimestamp") and (not grace or meta.get("deletionGracePeriodSeconds", grace) <= grace):
+                    return obj, False
+                new = copy.deepcopy(obj)
+                new["metadata"]["deletionTimestamp"] = rfc3339(self.clock.now() + timedelta(seconds=grace))
+                new["metadata"]["deletionGracePeriodSeconds"] = grace
+                self.strategy.mark_deleting(new)
+                if dry_run:
+                    return new, False
+                try:
+                    result = self.backend.update(kv.key, encode(new), kv.mod_revision)
+                except storage.RevisionMismatch:
+                    continue
+                new["metadata"]["resourceVersion"] = str(result.mod_revision)
+                return new, False
+            if dry_run:
+                return obj, True
+            try:
+                result = self.backend.txn([*self.strategy.delete_ops(obj), storage.Delete(kv.key, kv.mod_revision)])
+            except storage.RevisionMismatch:
+                continue
+            except storage.KeyNotFound:
+                raise self._not_found(name) from None
+            obj["metadata"]["resourceVersion"] = str(result.revision)
+            return obj, True
+
+    def delete_collection(self, namespace: str | None, opts: ListOptions, options: dict, *, dry_run: bool = False) -> list[dict]:
+        items, _ = self.list(namespace, ListOptions(opts.label_selector, opts.field_selector))
+        deleted = []
+        for item in items:
+            try:
+                obj, _ = self.delete(item["metadata"].get("namespace"), item["metadata"]["name"], options, dry_run=dry_run)
+            except StatusError as exc:
+                if exc.code == 404:
+                    continue
+                raise
+            deleted.append(obj)
+        return deleted
+
+    # ---- watch -------------------------------------------------------------------------------
+    async def watch(self, namespace: str | None, opts: ListOptions, *, send_initial: bool) -> AsyncIterator[tuple[str, dict]]:
+        """(type, object) pairs. Raises errors.gone (410) when the revision is compacted."""
+        prefix = self.info.key_prefix(namespace)
+        after = opts.resource_version or 0
+        if send_initial:
+            result = self.backend.list(prefix)
+            after = result.revision
+            for kv in result.kvs:
+                obj = decode(kv)
+                if opts.matches(obj):
+                    yield "ADDED", obj
+        elif after == 0:
+            after = self.backend.current_revision()
+        try:
+            stream = self.backend.watch(prefix, after)
+        except storage.Compacted:
+            raise errors.gone(f"too old resource version: {after} ({self.backend.compact_revision()})") from None
+        except storage.FutureRevision as exc:
+            raise StatusError(504, "Timeout", f"Too large resource version: {exc.requested}, current: {exc.current}") from None
+        try:
+            async for batch in stream:
+                for event in batch:
+                    translated = self._translate(event, opts)
+                    if translated is not None:
+                        yield translated
+        finally:
+            stream.close()
+
+    def _translate(self, event: storage.Event, opts: ListOptions) -> tuple[str, dict] | None:
+        revision = event.kv.mod_revision
+        if event.type == "DELETE":
+            obj = decode(event.kv, revision)
+            return ("DELETED", obj) if opts.matches(obj) else None
+        obj = decode(event.kv)
+        now_matches = opts.matches(obj)
+        if event.prev_kv is None or event.is_create:
+            return ("ADDED", obj) if now_matches else None
+        if not opts.filtered:
+            return "MODIFIED", obj
+        prev = decode(event.prev_kv, revision)
+        was_matching = opts.matches(prev)
+        if now_matches:
+            return ("MODIFIED" if was_matching else "ADDED"), obj
+        return ("DELETED", prev) if was_matching else None
+
+
+class Registry:
+    """Every served kind's Store, over one Backend."""
+
+    def __init__(self, kinds: list[KindInfo], backend: storage.Backend, clock: Clock, strategies: dict[str, Strategy] | None = None):
+        self.backend = backend
+        self.clock = clock
+        self.stores: dict[tuple[str, str], Store] = {}
+        for info in kinds:
+            strategy = (strategies or {}).get(info.kind)
+            self.stores[(info.group, info.resource)] = Store(info, backend, clock, self, strategy)
+
+    def store(self, group: str, resource: str) -> Store | None:
+        return self.stores.get((group, resource))
+
+    def namespaced_stores(self) -> list[Store]:
+        return [s for s in self.stores.values() if s.info.namespaced]

@@ -1,0 +1,170 @@
+"""Running the apiserver: storage, credentials, bootstrap objects, background loops, HTTPS.
+
+Background loops, each the in-process stand-in for an upstream component:
+
+* the compactor (kube-apiserver's ``--etcd-compaction-interval``): keeps the newest
+  ``--compaction-retain-revisions`` revisions; watches and lists below get 410 Expired;
+* the namespace finalizer (kube-controller-manager's namespace controller): a namespace marked
+  for deletion has its content deleted, then its ``kubernetes`` finalizer removed, and goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+
+from kubesvc.api.errors import StatusError
+from kubesvc.api.scheme import all_kinds
+from kubesvc.apiserver import auth
+from kubesvc.apiserver.app import build_app
+from kubesvc.apiserver.registry.store import ListOptions, Registry
+from kubesvc.storage import compact_to_window, open_backend
+from kubesvc.util.clock import Clock, RealClock
+
+log = logging.getLogger("kubesvc.apiserver")
+
+BOOTSTRAP_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+FIELD_MANAGER = "kube-apiserver"
+
+
+@dataclass
+class ServerConfig:
+    data_dir: Path
+    storage_backend: str = "sqlite"
+    bind_address: str = "127.0.0.1"
+    secure_port: int = 6443
+    service_cluster_ip_range: str = "10.96.0.0/12"
+    service_node_port_range: str = "30000-32767"
+    feature_gates: dict[str, bool] = field(default_factory=dict)
+    compaction_interval: float = 300.0
+    compaction_retain_revisions: int = 10000
+
+
+class NamespaceFinalizer:
+    """Deletes the content of terminating namespaces, then the namespaces themselves."""
+
+    def __init__(self, registry: Registry, interval: float = 2.0):
+        self.registry = registry
+        self.interval = interval
+        self._wake = asyncio.Event()
+
+    def kick(self) -> None:
+        self._wake.set()
+
+    def sweep(self) -> None:
+        namespaces = self.registry.store("", "namespaces")
+        items, _ = namespaces.list(None, ListOptions())
+        for ns in items:
+            meta = ns["metadata"]
+            if not meta.get("deletionTimestamp"):
+                continue
+            name = meta["name"]
+            remaining = 0
+            for store in self.registry.namespaced_stores():
+                store.delete_collection(name, ListOptions(), {"gracePeriodSeconds": 0})
+                remaining += len(store.list(name, ListOptions(limit=1))[0])
+            if remaining:
+                continue
+
+            def drop_kubernetes_finalizer(current: dict) -> dict:
+                spec = current.setdefault("spec", {})
+                spec["finalizers"] = [f for f in spec.get("finalizers") or [] if f != "kubernetes"]
+                return current
+
+            with contextlib.suppress(StatusError):
+                namespaces.guaranteed_update(None, name, drop_kubernetes_finalizer, field_manager=FIELD_MANAGER, subresource="finalize")
+
+    async def run(self) -> None:
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.interval)
+            self._wake.clear()
+            try:
+                self.sweep()
+            except Exception:  # keep the loop alive; the next sweep retries
+                log.exception("namespace finalizer sweep failed")
+
+
+def bootstrap(registry: Registry) -> None:
+    namespaces = registry.store("", "namespaces")
+    for name in BOOTSTRAP_NAMESPACES:
+        with contextlib.suppress(StatusError):
+            namespaces.create(None, {"metadata": {"name": name}}, field_manager=FIELD_MANAGER)
+
+
+def _listening_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+class APIServer:
+    """The whole apiserver as one object: ``await start()``, then ``await stop()``."""
+
+    def __init__(self, config: ServerConfig, clock: Clock | None = None):
+        self.config = config
+        self.clock = clock or RealClock()
+        self.backend = None
+        self.registry: Registry | None = None
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+        self.kubeconfig = config.data_dir / "kubeconfig"
+        self._tasks: list[asyncio.Task] = []
+
+    @property
+    def url(self) -> str:
+        host = self.config.bind_address
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return f"https://{'[' + host + ']' if ':' in host else host}:{self.port}"
+
+    async def start(self) -> None:
+        config = self.config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.backend = open_backend(config.storage_backend, str(config.data_dir))
+        self.registry = Registry(all_kinds(), self.backend, self.clock)
+        bootstrap(self.registry)
+        creds = auth.ensure_credentials(config.data_dir, config.bind_address)
+        sock = _listening_socket(config.bind_address, config.secure_port)
+        self.port = sock.getsockname()[1]
+        finalizer = NamespaceFinalizer(self.registry)
+        app = build_app(self.registry, creds.token, self.clock, f"{config.bind_address}:{self.port}")
+        app["namespace_finalizer"] = finalizer
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(creds.serving_cert, creds.serving_key)
+        self.runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self.runner.setup()
+        site = web.SockSite(self.runner, sock, ssl_context=tls, shutdown_timeout=1.0)
+        await site.start()
+        auth.write_kubeconfig(self.kubeconfig, self.url, creds)
+        self._tasks = [asyncio.create_task(finalizer.run()), asyncio.create_task(self._compactor())]
+
+    async def _compactor(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.compaction_interval)
+            try:
+                compact_to_window(self.backend, self.config.compaction_retain_revisions)
+            except Exception:
+                log.exception("compaction failed")
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.runner is not None:
+            await self.runner.cleanup()
+        if self.backend is not None:
+            self.backend.close()

@@ -1,0 +1,111 @@
+"""Streaming watch: ``GET …?watch=true``, one JSON event per line, flushed per event.
+
+Behaviour clients depend on (api-compat.md §3.3, G9):
+
+* resourceVersion unset or "0": a synthetic ADDED for every current object, then live events;
+  N: only events after N; below the compaction point: HTTP 200 and one ERROR event carrying a
+  410 Expired Status, then the stream ends (kubectl prints it; reflectors relist).
+* ``allowWatchBookmarks=true``: BOOKMARK events carrying only kind, apiVersion and
+  ``metadata.resourceVersion`` (the last revision this watch has delivered, so resuming from
+  it loses nothing). As upstream's cacher does, one is sent shortly before the deadline and
+  then at most once a minute.
+* ``timeoutSeconds``: the stream ends then (kubectl get -w exits, Python stops); without it,
+  upstream's 30–60 minutes.
+* A client that went away is noticed within seconds (the transport closes), so idle watches do
+  not pile up.
+* With the Table Accept header (``kubectl get -w``), every event's object is a one-row Table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from aiohttp import web
+
+from kubesvc.api.errors import StatusError
+from kubesvc.apiserver import codec
+from kubesvc.apiserver.handlers import Target, list_options
+from kubesvc.apiserver.tables import to_table
+
+BOOKMARK_INTERVAL = 60.0
+BOOKMARK_BEFORE_DEADLINE = 2.0
+DISCONNECT_POLL = 2.0
+
+
+async def watch_objects(request: web.Request, target: Target) -> web.StreamResponse:
+    info, query = target.info, request.query
+    opts = list_options(query, info)
+    if target.name is not None:
+        from kubesvc.api.selectors import parse_field_selector
+
+        opts.field_selector = parse_field_selector(f"metadata.name={target.name}", info.field_labels)
+    timeout = codec.watch_timeout(query)
+    bookmarks = codec.bool_param(query, "allowWatchBookmarks")
+    as_table = codec.wants_table(request.headers.get("Accept"))
+    include_object = codec.include_object_mode(query) if as_table else "Object"
+    send_initial = opts.resource_version in (None, 0)
+    clock = request.app["clock"]
+
+    response = web.StreamResponse(status=200, headers={"Content-Type": "application/json", "Cache-Control": "no-cache"})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    next_bookmark = min(loop.time() + BOOKMARK_INTERVAL, deadline - BOOKMARK_BEFORE_DEADLINE)
+    last_rv = str(opts.resource_version or target.store.backend.current_revision())
+    queue: asyncio.Queue = asyncio.Queue()
+    first_table = True
+
+    async def pump() -> None:
+        try:
+            async for event in target.store.watch(target.namespace, opts, send_initial=send_initial):
+                await queue.put(event)
+        except StatusError as exc:
+            await queue.put(("ERROR", exc.status()))
+        finally:
+            await queue.put(None)
+
+    def encode_event(event_type: str, obj: dict) -> bytes:
+        nonlocal first_table
+        if as_table and event_type not in ("ERROR", "BOOKMARK"):
+            obj = to_table(info, [obj], include_object=include_object, now=clock.now(),
+                           list_meta={"resourceVersion": obj["metadata"].get("resourceVersion", "")}, columns=first_table)
+            first_table = False
+        return codec.to_json({"type": event_type, "object": obj}) + b"\n"
+
+    pump_task = asyncio.create_task(pump())
+    try:
+        while True:
+            now = loop.time()
+            if now >= deadline:
+                break
+            wake = min(deadline, next_bookmark if bookmarks else deadline, now + DISCONNECT_POLL)
+            try:
+                item = await asyncio.wait_for(queue.get(), timeout=max(0.0, wake - now))
+            except asyncio.TimeoutError:
+                if request.transport is None or request.transport.is_closing():
+                    break
+                if bookmarks and loop.time() >= next_bookmark:
+                    await response.write(encode_event("BOOKMARK", {"kind": info.kind, "apiVersion": info.api_version,
+                                                                   "metadata": {"resourceVersion": last_rv}}))
+                    next_bookmark = min(loop.time() + BOOKMARK_INTERVAL, deadline - BOOKMARK_BEFORE_DEADLINE)
+                    if next_bookmark <= loop.time():
+                        next_bookmark = deadline + 1
+                continue
+            if item is None:
+                break
+            event_type, obj = item
+            if event_type != "ERROR":
+                last_rv = obj["metadata"].get("resourceVersion", last_rv)
+            await response.write(encode_event(event_type, obj))
+    except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
+        pass
+    finally:
+        pump_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await pump_task
+    with contextlib.suppress(ConnectionResetError, ConnectionError, RuntimeError):
+        await response.write_eof()
+    return response

@@ -1,0 +1,185 @@
+"""The ``kubesvc`` command: one binary, one subcommand per component (as kube-apiserver,
+kube-controller-manager and kube-proxy are separate binaries upstream), plus ``up``.
+
+Flags keep upstream names. Bad flags or a failed start print one line and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from kubesvc.apiserver.server import APIServer, ServerConfig
+
+# Feature gates this server knows, with upstream's defaults for 1.32/1.33.
+KNOWN_FEATURE_GATES = {
+    "ServiceIPStaticSubrange": True,
+    "MultiCIDRServiceAllocator": True,
+    "DisableAllocatorDualWrite": False,
+    "ServiceTrafficDistribution": True,
+    "TopologyAwareHints": True,
+    "AllAlpha": False,
+    "AllBeta": False,
+}
+
+
+def parse_feature_gates(text: str) -> dict[str, bool]:
+    gates: dict[str, bool] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"missing bool value for {name}")
+        if name not in KNOWN_FEATURE_GATES:
+            raise click.BadParameter(f"unrecognized feature gate: {name}")
+        if value.lower() not in ("true", "false"):
+            raise click.BadParameter(f"invalid value of {name}={value}, err: strconv.ParseBool: parsing {value!r}: invalid syntax")
+        gates[name] = value.lower() == "true"
+    return gates
+
+
+def _feature_gates(ctx, param, value: str) -> dict[str, bool]:
+    return parse_feature_gates(value or "")
+
+
+def _cidrs(ctx, param, value: str) -> str:
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if not 1 <= len(parts) <= 2:
+        raise click.BadParameter("specify one CIDR, or two of different IP families")
+    families = set()
+    for part in parts:
+        try:
+            families.add(ipaddress.ip_network(part, strict=True).version)
+        except ValueError as exc:
+            raise click.BadParameter(f"{part}: {exc}") from None
+    if len(families) != len(parts):
+        raise click.BadParameter("the two CIDRs must be of different IP families")
+    return value
+
+
+def _port_range(ctx, param, value: str) -> str:
+    base, sep, size = value.partition("-")
+    try:
+        low, high = int(base), int(size) if sep else int(base)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a port range like 30000-32767") from None
+    if not (1 <= low <= high <= 65535):
+        raise click.BadParameter(f"{value!r} is not a port range within 1-65535")
+    return value
+
+
+def _setup_logging(verbosity: int) -> None:
+    level = logging.DEBUG if verbosity >= 4 else logging.INFO if verbosity >= 1 else logging.WARNING
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def _install_uvloop() -> None:
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+async def _serve_until_signalled(server: APIServer, announce) -> None:
+    await server.start()
+    announce(server)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+def _run_apiserver(config: ServerConfig, announce) -> None:
+    _install_uvloop()
+    try:
+        asyncio.run(_serve_until_signalled(APIServer(config), announce))
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve on {config.bind_address}:{config.secure_port}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def apiserver_options(default_data_dir: str | None):
+    def decorate(fn):
+        options = [
+            click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=default_data_dir, required=default_data_dir is None,
+                         help="Directory for the SQLite store, credentials and the kubeconfig."),
+            click.option("--storage-backend", type=click.Choice(["sqlite", "memory"]), default="sqlite", show_default=True),
+            click.option("--bind-address", default="127.0.0.1", show_default=True),
+            click.option("--secure-port", type=click.IntRange(0, 65535), default=6443, show_default=True, help="0 picks a free port."),
+            click.option("--service-cluster-ip-range", default="10.96.0.0/12", show_default=True, callback=_cidrs),
+            click.option("--service-node-port-range", default="30000-32767", show_default=True, callback=_port_range),
+            click.option("--feature-gates", default="", callback=_feature_gates, help="Comma-separated Name=true|false pairs."),
+            click.option("--etcd-compaction-interval", "compaction_interval", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
+                         help="Seconds between compactions."),
+            click.option("--compaction-retain-revisions", type=click.IntRange(min=1), default=10000, show_default=True,
+                         help="Revisions of history kept for watches and consistent lists."),
+            click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity."),
+        ]
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+
+    return decorate
+
+
+def _config(data_dir, storage_backend, bind_address, secure_port, service_cluster_ip_range, service_node_port_range, feature_gates,
+            compaction_interval, compaction_retain_revisions) -> ServerConfig:
+    return ServerConfig(
+        data_dir=data_dir.resolve(),
+        storage_backend=storage_backend,
+        bind_address=bind_address,
+        secure_port=secure_port,
+        service_cluster_ip_range=service_cluster_ip_range,
+        service_node_port_range=service_node_port_range,
+        feature_gates=feature_gates,
+        compaction_interval=compaction_interval,
+        compaction_retain_revisions=compaction_retain_revisions,
+    )
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="kubesvc")
+def main() -> None:
+    """kubesvc: Kubernetes Service networking (apiserver, controllers, node proxy)."""
+
+
+@main.command()
+@apiserver_options(default_data_dir=None)
+def apiserver(verbosity: int, **flags) -> None:
+    """Run the Kubernetes-compatible API server."""
+    _setup_logging(verbosity)
+
+    def announce(server: APIServer) -> None:
+        click.echo(f"kubesvc apiserver listening on {server.url}; kubeconfig: {server.kubeconfig}", err=False)
+        sys.stdout.flush()
+
+    _run_apiserver(_config(**flags), announce)
+
+
+@main.command()
+@apiserver_options(default_data_dir=".kubesvc")
+def up(verbosity: int, **flags) -> None:
+    """Run the whole system on this machine (for now: the API server on SQLite)."""
+    _setup_logging(verbosity)
+
+    def announce(server: APIServer) -> None:
+        click.echo(f"kubesvc is up at {server.url}; kubeconfig: {server.kubeconfig}")
+        click.echo(f"  try: kubectl --kubeconfig {server.kubeconfig} get namespaces    (Ctrl-C stops)")
+        sys.stdout.flush()
+
+    _run_apiserver(_config(**flags), announce)
+
+
+if __name__ == "__main__":
+    main()

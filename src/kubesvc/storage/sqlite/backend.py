@@ -1,0 +1,246 @@
+"""SQLite Backend: kine's append-only log table, owned by one process.
+
+kine (k3s-io/kine) serves the etcd API from SQL by storing the whole history as a log. Every
+write INSERTs one row, and the row's ``id`` is the revision:
+
+    id               the revision of this write (etcd mod_revision, k8s resourceVersion)
+    name             the key, e.g. /registry/services/specs/default/web
+    created          1 if this row creates the key (then create_revision = id)
+    deleted          1 if this row is a tombstone; its value is the value that was deleted
+    create_revision  id of the row that created the key
+    prev_revision    id of the key's previous row (its tombstone on re-create, 0 on first create)
+    value            the new value
+    old_value        the previous value (the watch event's prev_kv)
+
+A key's state at revision N is its newest row with ``id <= N``: ``ORDER BY id DESC LIMIT 1`` on
+the (name, id) index. A list takes ``MAX(id) ... GROUP BY name`` over a name range and drops
+tombstones. The UNIQUE (name, prev_revision) index is the optimistic-concurrency guard: two
+writers that read the same row cannot both append after it. Here every write checks its condition
+inside ``BEGIN IMMEDIATE`` on the single connection, so the guard is a second line of defence,
+and a violation is reported as the conflict it is (KeyExists / RevisionMismatch).
+
+The differences from kine are consequences of one process owning the file. Ids are assigned
+by this process, in order and without gaps, so there are no gap-filler rows and no poll loop:
+commits feed the in-memory watch ring directly (see watch.py). ``name`` is declared TEXT, not
+kine's INTEGER, so a key like "10" is not turned into a number. The compact revision lives in a
+``kine_meta`` row rather than in a ``compact_rev_key`` log row, which would take up a revision.
+AUTOINCREMENT keeps the last id in ``sqlite_sequence`` even after compaction deletes that row,
+so the current revision survives a restart.
+
+Compacting to C deletes, in one transaction, each row superseded by a row in
+(previous C, C] and each tombstone in that range; this is kine's compaction, made incremental.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from kubesvc.storage.base import (
+    Create,
+    Delete,
+    Event,
+    FutureRevision,
+    KeyExists,
+    KeyValue,
+    ListResult,
+    Op,
+    RevisionMismatch,
+    TxnResult,
+    Update,
+    apply_op,
+    resolve_revision,
+)
+from kubesvc.storage.watch import QueuedWatch, WatchHub
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS kine (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    created INTEGER NOT NULL,
+    deleted INTEGER NOT NULL,
+    create_revision INTEGER NOT NULL,
+    prev_revision INTEGER NOT NULL,
+    value BLOB,
+    old_value BLOB
+);
+CREATE INDEX IF NOT EXISTS kine_name_index ON kine (name);
+CREATE INDEX IF NOT EXISTS kine_name_id_index ON kine (name, id);
+CREATE INDEX IF NOT EXISTS kine_id_deleted_index ON kine (id, deleted);
+CREATE INDEX IF NOT EXISTS kine_prev_revision_index ON kine (prev_revision);
+CREATE UNIQUE INDEX IF NOT EXISTS kine_name_prev_revision_uindex ON kine (name, prev_revision);
+CREATE TABLE IF NOT EXISTS kine_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+"""
+
+_COLUMNS = "id, name, created, deleted, create_revision, prev_revision, value, old_value"
+
+_INSERT = f"INSERT INTO kine ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+
+_NEWEST_ROW = "SELECT id, deleted, create_revision, value FROM kine WHERE name = ? AND id <= ? ORDER BY id DESC LIMIT 1"
+
+# The newest row of each name in [start, end) as of a revision; tombstones are filtered by the caller.
+_NEWEST_IN_RANGE = """
+    FROM kine AS kv
+    JOIN (SELECT MAX(id) AS id FROM kine WHERE name >= ? AND name < ? AND id <= ? GROUP BY name) AS newest
+      ON kv.id = newest.id
+    WHERE kv.deleted = 0"""
+
+_LIST = f"SELECT kv.name, kv.value, kv.create_revision, kv.id {_NEWEST_IN_RANGE} ORDER BY kv.name LIMIT ?"
+
+_COUNT = f"SELECT COUNT(*) {_NEWEST_IN_RANGE}"
+
+_EVENTS_AFTER = f"SELECT {_COLUMNS} FROM kine WHERE id > ? AND name >= ? AND name < ? ORDER BY id"
+
+_COMPACT = """
+DELETE FROM kine WHERE id IN (
+    SELECT prev_revision FROM kine WHERE id > :after AND id <= :upto AND prev_revision != 0
+    UNION
+    SELECT id FROM kine WHERE id > :after AND id <= :upto AND deleted != 0)"""
+
+_SAVE_COMPACT_REVISION = """
+INSERT INTO kine_meta (name, value) VALUES ('compact_revision', ?)
+ON CONFLICT (name) DO UPDATE SET value = excluded.value"""
+
+_MAX_KEY = "\U0010ffff"
+
+
+class SQLiteBackend:
+    def __init__(self, path: str, *, watch_ring_size: int = 10_000, watch_queue_size: int = 10_000):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.executescript(_SCHEMA)
+        self._lock = threading.Lock()  # guards the connection; held for a whole write and its publish
+        self._revision = self._scalar("SELECT seq FROM sqlite_sequence WHERE name = 'kine'")
+        self._compacted = self._scalar("SELECT value FROM kine_meta WHERE name = 'compact_revision'")
+        self._hub = WatchHub(self._revision, ring_size=watch_ring_size, queue_size=watch_queue_size)
+
+    def current_revision(self) -> int:
+        return self._revision
+
+    def compact_revision(self) -> int:
+        return self._compacted
+
+    def get(self, key: str, revision: int = 0) -> KeyValue | None:
+        with self._lock:
+            at = resolve_revision(revision, self._revision, self._compacted)
+            return self._newest(key, at)[1]
+
+    def list(self, prefix: str, *, revision: int = 0, limit: int = 0, start_key: str = "") -> ListResult:
+        end = _prefix_end(prefix)
+        with self._lock:
+            at = resolve_revision(revision, self._revision, self._compacted)
+            rows = self._conn.execute(_LIST, (max(prefix, start_key), end, at, limit + 1 if limit else -1)).fetchall()
+            remaining = 0
+            if limit and len(rows) > limit:
+                rows = rows[:limit]
+                remaining = self._count(rows[-1][0] + "\0", end, at)
+        kvs = [KeyValue(name, value, create_revision, mod_revision) for name, value, create_revision, mod_revision in rows]
+        return ListResult(kvs, at, more=remaining > 0, remaining=remaining)
+
+    def count(self, prefix: str) -> int:
+        with self._lock:
+            return self._count(prefix, _prefix_end(prefix), self._revision)
+
+    def create(self, key: str, value: bytes) -> KeyValue:
+        return self.txn([Create(key, value)]).results[0]
+
+    def update(self, key: str, value: bytes, expected_revision: int = 0) -> KeyValue:
+        return self.txn([Update(key, value, expected_revision)]).results[0]
+
+    def delete(self, key: str, expected_revision: int = 0) -> KeyValue:
+        return self.txn([Delete(key, expected_revision)]).results[0]
+
+    def txn(self, ops: Sequence[Op]) -> TxnResult:
+        with self._lock:
+            with self._transaction():
+                events = [self._append(op, self._revision + offset) for offset, op in enumerate(ops, 1)]
+            self._revision += len(events)
+            self._hub.publish(events)
+        return TxnResult([event.kv for event in events])
+
+    def watch(self, prefix: str, after_revision: int) -> QueuedWatch:
+        with self._lock:
+            after = resolve_revision(after_revision, self._revision, self._compacted)
+            return self._hub.subscribe(prefix, after, self._events_after)
+
+    def compact(self, revision: int) -> None:
+        """Compacting at or below the compact revision is a no-op."""
+        with self._lock:
+            if revision <= self._compacted:
+                return
+            if revision > self._revision:
+                raise FutureRevision(revision, self._revision)
+            with self._transaction():
+                self._conn.execute(_COMPACT, {"after": self._compacted, "upto": revision})
+                self._conn.execute(_SAVE_COMPACT_REVISION, (revision,))
+            self._compacted = revision
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def close(self) -> None:
+        self._hub.close()
+        with self._lock:
+            self._conn.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """All or nothing: BEGIN IMMEDIATE takes the write lock up front; any error rolls back."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            self._conn.execute("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+
+    def _append(self, op: Op, revision: int) -> Event:
+        """Check ``op`` against the key's newest row and append its row at ``revision``."""
+        newest_id, current = self._newest(op.key, revision - 1)
+        event = apply_op(op, current, revision)
+        kv, prev = event.kv, event.prev_kv
+        row = (revision, kv.key, event.is_create, event.type == "DELETE", kv.create_revision, newest_id,
+               kv.value, prev.value if prev else None)
+        try:
+            self._conn.execute(_INSERT, row)
+        except sqlite3.IntegrityError as err:
+            if "kine.name, kine.prev_revision" not in str(err):
+                raise
+            if isinstance(op, Create):
+                raise KeyExists(op.key) from err
+            raise RevisionMismatch(op.key, op.expected_revision, newest_id) from err
+        return event
+
+    def _newest(self, key: str, revision: int) -> tuple[int, KeyValue | None]:
+        """The id of the key's newest row as of ``revision`` (0: none), and its live value
+        (None if there is no row or it is a tombstone)."""
+        row = self._conn.execute(_NEWEST_ROW, (key, revision)).fetchone()
+        if row is None:
+            return 0, None
+        row_id, deleted, create_revision, value = row
+        return row_id, None if deleted else KeyValue(key, value, create_revision, row_id)
+
+    def _count(self, start: str, end: str, revision: int) -> int:
+        return self._conn.execute(_COUNT, (start, end, revision)).fetchone()[0]
+
+    def _events_after(self, prefix: str, revision: int) -> list[Event]:
+        return [_event(row) for row in self._conn.execute(_EVENTS_AFTER, (revision, prefix, _prefix_end(prefix)))]
+
+    def _scalar(self, sql: str) -> int:
+        row = self._conn.execute(sql).fetchone()
+        return row[0] if row else 0
+
+
+def _event(row: tuple) -> Event:
+    row_id, name, created, deleted, create_revision, prev_revision, value, old_value = row
+    prev = None if created else KeyValue(name, old_value, create_revision, prev_revision)
+    return Event("DELETE" if deleted else "PUT", KeyValue(name, value, create_revision, row_id), prev)
+
+
+def _prefix_end(prefix: str) -> str:
+    """The least key above every key that starts with ``prefix`` (etcd's range_end for a prefix)."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1) if prefix else _MAX_KEY
