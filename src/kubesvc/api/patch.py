@@ -43,16 +43,17 @@ Without ``$setElementOrder``, merged lists are ordered as upstream orders them
 (``normalizeElementOrder``): the patch's elements in patch order, with the live-only elements
 slotted in where they stood relative to them. New elements therefore come *first*.
 
-Knowing departures from upstream, each because upstream is lenient or leaky where a
-Python store should not be:
+Deliberate departures from upstream, each because upstream is lenient, leaky or stricter than
+it needs to be:
 * JSON Patch ``replace`` of a missing object member and ``test`` of a missing location fail,
   as RFC 6902 says. evanphx v4 turns the first into an ``add`` and lets the second pass when the
   test value is ``null``. Negative array indices (``/ports/-1``) are accepted, as upstream does.
-* Strategic merge patch values that land where nothing existed are merged into an empty value,
-  not copied in. So nested ``null``s and directives never reach storage (upstream copies them
-  verbatim). ``$patch: delete`` on a map removes the key, where upstream leaves ``{}`` that Go's
-  ``omitempty`` then drops. ``$deleteFromPrimitiveList`` on a missing list changes nothing; upstream
-  would store the deletion list as the value.
+* Strategic merge patch values that land where nothing existed, or that replace a value whole,
+  are merged into an empty value, not copied in. So nested ``null``s and directives never reach
+  storage (upstream copies them verbatim). ``$patch: delete`` on a map removes the key, where
+  upstream leaves ``{}`` that Go's ``omitempty`` then drops. ``$deleteFromPrimitiveList`` on a
+  missing list changes nothing; upstream would store the deletion list as the value.
+  ``$patch: merge`` is accepted as the default it names; upstream rejects it.
 * Patch-content errors that upstream leaves unclassified, and so answers with a 500 (an unknown
   ``$patch`` value, a list element without its merge key, an element order that contradicts
   ``$setElementOrder``), are a 422 ``Invalid`` here, because they are the client's mistake.
@@ -120,7 +121,8 @@ def _reject_constant(name: str) -> None:
 
 def _undecodable(value: Any, go_type: str) -> PatchError:
     """The 400 for a patch document of the wrong JSON type, worded as Go's decoder words it."""
-    return _bad_request(f"error decoding patch: json: cannot unmarshal {_json_kind(value)} into Go value of type {go_type}")
+    return _bad_request(f"error decoding patch: json: cannot unmarshal {_json_kind(value)} "
+                        f"into Go value of type {go_type}")
 
 
 def _json_kind(value: Any) -> str:
@@ -343,8 +345,9 @@ def _op_copy(doc: Any, operation: dict) -> Any:
 
 def _op_test(doc: Any, operation: dict) -> Any:
     path = _member(operation, "path", "test")
+    expected = _member(operation, "value", "test")
     actual = _get(doc, path)
-    if actual is _ABSENT or not _json_equal(actual, _member(operation, "value", "test")):
+    if actual is _ABSENT or not _json_equal(actual, expected):
         raise _invalid(f"testing value {path} failed: test failed")
     return doc
 
@@ -431,9 +434,8 @@ def _retain_keys(original: dict, patch: dict) -> None:
     if not isinstance(retained, list):
         raise _bad_request("invalid patch format of retainKeys")
     for key, value in patch.items():
-        if value is None or key == _RETAIN_KEYS or key.startswith((_SET_ELEMENT_ORDER, _DELETE_FROM_PRIMITIVE_LIST)):
-            continue
-        if key not in retained:
+        directive = key == _RETAIN_KEYS or key.startswith((_SET_ELEMENT_ORDER, _DELETE_FROM_PRIMITIVE_LIST))
+        if value is not None and not directive and key not in retained:
             raise _bad_request("invalid patch format of retainKeys")
     for key in [key for key in original if key not in retained]:
         del original[key]
@@ -456,15 +458,14 @@ def _set_element_orders(original: dict, patch: dict, schema: Type | None) -> set
         if not directive.startswith(_SET_ELEMENT_ORDER):
             continue
         field = _directive_field(directive, _SET_ELEMENT_ORDER, "invalid patch format of setElementOrder list")
-        change = patch.get(field, [])
-        if change is None or (field not in original and field not in patch):
+        change, live = patch.get(field, []), original.get(field)
+        if change is None or (field not in patch and not isinstance(live, list)):
             continue  # the list is being deleted, or there is no list to order
         if not isinstance(order, list) or not isinstance(change, list):
             raise _bad_request("invalid patch format of setElementOrder list")
         list_schema = child(schema, field)
         key = list_schema.patch_merge_key if isinstance(list_schema, ListOf) else ""
         _check_order(change, order, key)
-        live = original.get(field)
         live = live if isinstance(live, list) else []
         merged = _merge_value(live, change, list_schema) if field in patch else live
         original[field] = _ordered(merged, order, live, key)

@@ -27,7 +27,9 @@ Two more constructors cover selectors that arrive as objects rather than strings
 
 A **field selector** (k8s.io/apimachinery/pkg/fields/selector.go) is a comma-separated AND
 of ``field=value``, ``field==value`` or ``field!=value`` terms; ``\\``, ``,`` and ``=`` in a
-value are escaped with a backslash. Only a per-kind list of fields may be used: every kind
+value are escaped with a backslash. Values compare as text; an absent field compares as its
+Go zero value ("" for strings, "false" for booleans, "0" for numbers), since upstream selects
+on Go structs where nothing is absent. Only a per-kind list of fields may be used: every kind
 accepts ``metadata.name`` and ``metadata.namespace``, some add more (Services:
 ``spec.clusterIP``, ``spec.type``; Events: ``involvedObject.*``, ...). An unknown field is a
 400 with upstream's text: kinds that register their own field-label conversion upstream
@@ -45,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from kubesvc.api.errors import StatusError, bad_request
+from kubesvc.api.schema import Scalar, Type, child
 
 
 class Operator(enum.StrEnum):
@@ -206,33 +209,28 @@ class Requirement:
         return self.key + spelled.get(self.operator, str(self.operator)) + values
 
 
-def new_requirement(key: str, operator: Operator, values: Iterable[str], path: str = "") -> Requirement:
-    """labels.NewRequirement: validate and build; raises 400 with upstream's aggregated text.
-
-    ``path`` prefixes the field paths in messages (upstream's field.Path option); empty means
-    none, which upstream renders as ``key`` / ``values[0]``.
-    """
+def new_requirement(key: str, operator: Operator, values: Iterable[str]) -> Requirement:
+    """labels.NewRequirement: validate and build; raises 400 with upstream's aggregated text
+    (field paths ``key``, ``values``, ``values[i]``, ``values[i][key]``, as upstream names them)."""
     values = tuple(values)
-    key_path = f"{path}.key" if path else "key"
-    values_path = f"{path}.values" if path else "values"
     problems: list[str] = []
     if key_errors := _qualified_name_errors(key):
-        problems.append(_invalid(key_path, _go_quote(key), "; ".join(key_errors)))
+        problems.append(_invalid("key", _go_quote(key), "; ".join(key_errors)))
     if operator in (Operator.IN, Operator.NOT_IN) and not values:
-        problems.append(_invalid(values_path, _go_string_slice(values), "for 'in', 'notin' operators, values set can't be empty"))
+        problems.append(_invalid("values", _go_string_slice(values), "for 'in', 'notin' operators, values set can't be empty"))
     elif operator in (Operator.EQUALS, Operator.DOUBLE_EQUALS, Operator.NOT_EQUALS) and len(values) != 1:
-        problems.append(_invalid(values_path, _go_string_slice(values), "exact-match compatibility requires one single value"))
+        problems.append(_invalid("values", _go_string_slice(values), "exact-match compatibility requires one single value"))
     elif operator in (Operator.EXISTS, Operator.DOES_NOT_EXIST) and values:
-        problems.append(_invalid(values_path, _go_string_slice(values), "values set must be empty for exists and does not exist"))
+        problems.append(_invalid("values", _go_string_slice(values), "values set must be empty for exists and does not exist"))
     elif operator in (Operator.GREATER_THAN, Operator.LESS_THAN):
         if len(values) != 1:
-            problems.append(_invalid(values_path, _go_string_slice(values), "for 'Gt', 'Lt' operators, exactly one value is required"))
+            problems.append(_invalid("values", _go_string_slice(values), "for 'Gt', 'Lt' operators, exactly one value is required"))
         for i, value in enumerate(values):
             if _parse_int64(value) is None:
-                problems.append(_invalid(f"{values_path}[{i}]", _go_quote(value), "for 'Gt', 'Lt' operators, the value must be an integer"))
+                problems.append(_invalid(f"values[{i}]", _go_quote(value), "for 'Gt', 'Lt' operators, the value must be an integer"))
     for i, value in enumerate(values):
         if value_errors := _label_value_errors(value):
-            problems.append(_invalid(f"{values_path}[{i}][{key}]", _go_quote(value), "; ".join(value_errors)))
+            problems.append(_invalid(f"values[{i}][{key}]", _go_quote(value), "; ".join(value_errors)))
     if problems:
         raise bad_request(_aggregate(problems))
     return Requirement(key, operator, values)
@@ -488,28 +486,45 @@ _TERM_OPERATORS = ("!=", "==", "=")  # "==" before "=" so the second "=" is not 
 
 @dataclass(frozen=True)
 class FieldTerm:
-    """``field=value`` or, with ``negated``, ``field!=value``; ``path`` locates the field."""
+    """``field=value`` or, with ``negated``, ``field!=value``; ``path`` locates the field and
+    ``missing`` is the text an absent field compares as."""
 
     field: str
     value: str
     negated: bool
     path: tuple[str, ...]
+    missing: str = ""
 
     def matches(self, obj: Mapping[str, Any]) -> bool:
-        return (_field_text(obj, self.path) == self.value) != self.negated
+        return (_field_text(obj, self.path, self.missing) == self.value) != self.negated
 
 
-def _field_text(obj: Mapping[str, Any], path: tuple[str, ...]) -> str:
-    """The field's value as upstream's field sets hold it: missing -> "", bool -> "true"."""
+def _field_text(obj: Mapping[str, Any], path: tuple[str, ...], missing: str) -> str:
+    """The field's value as upstream's field sets hold it: bools as "true"/"false", numbers
+    in decimal, anything else (objects, lists) as ""."""
     value: Any = obj
     for step in path:
-        if not isinstance(value, Mapping):
-            return ""
-        value = value.get(step)
+        if not isinstance(value, Mapping) or step not in value:
+            return missing
+        value = value[step]
+    if value is None:
+        return missing
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float, str)):
         return str(value)
+    return ""
+
+
+def _missing_text(schema: Type | None, path: tuple[str, ...]) -> str:
+    """What upstream's Go structs hold for an absent field: the zero value of its type, so an
+    absent ``spec.unschedulable`` selects as "false" and an absent integer as "0"."""
+    for step in path:
+        schema = child(schema, step)
+    if isinstance(schema, Scalar) and schema.kind == "boolean":
+        return "false"
+    if isinstance(schema, Scalar) and schema.kind in ("integer", "number"):
+        return "0"
     return ""
 
 
@@ -572,11 +587,13 @@ def _unescape_value(value: str) -> str:
     return "".join(out)
 
 
-def parse_field_selector(text: str, allowed: Mapping[str, tuple[str, ...]]) -> FieldSelector:
+def parse_field_selector(text: str, allowed: Mapping[str, tuple[str, ...]], schema: Type | None = None) -> FieldSelector:
     """fields.ParseSelector followed by the kind's field-label conversion.
 
     ``allowed`` maps the kind's extra selectable fields to JSON paths; ``metadata.name`` and
-    ``metadata.namespace`` are always selectable. Raises 400 BadRequest.
+    ``metadata.namespace`` are always selectable. With the kind's ``schema``, an absent field
+    compares as its type's zero value (see :func:`_missing_text`); without it, as "".
+    Raises 400 BadRequest.
     """
     parsed: list[tuple[str, str, bool]] = []
     for part in sorted(_split_terms(text) if text else []):
@@ -594,5 +611,6 @@ def parse_field_selector(text: str, allowed: Mapping[str, tuple[str, ...]]) -> F
             if allowed:
                 raise bad_request(f"field label not supported: {field}")
             raise bad_request(f'{_go_quote(field)} is not a known field selector: only "metadata.name", "metadata.namespace"')
-        terms.append(FieldTerm(field, value, negated, tuple(selectable[field])))
+        path = tuple(selectable[field])
+        terms.append(FieldTerm(field, value, negated, path, _missing_text(schema, path)))
     return FieldSelector(tuple(terms))

@@ -145,11 +145,11 @@ async def non_resource_handler(request: web.Request) -> web.StreamResponse:
     aggregated_type = wants_aggregated(request.headers.get("Accept", ""))
     if path == "/api":
         if aggregated_type:
-            return web.Response(body=codec.to_json(discovery.aggregated(core=True)), headers={"Content-Type": aggregated_type})
+            return web.Response(body=codec.to_json(discovery.aggregated(core=True, content_type=aggregated_type)), headers={"Content-Type": aggregated_type})
         return handlers.json_response(discovery.api_versions())
     if path == "/apis":
         if aggregated_type:
-            return web.Response(body=codec.to_json(discovery.aggregated(core=False)), headers={"Content-Type": aggregated_type})
+            return web.Response(body=codec.to_json(discovery.aggregated(core=False, content_type=aggregated_type)), headers={"Content-Type": aggregated_type})
         return handlers.json_response(discovery.api_group_list())
     if path == "/api/v1":
         return handlers.json_response(discovery.api_resource_list("", "v1"))

@@ -50,9 +50,19 @@ def parse_json(body: bytes, what: str = "request body") -> object:
         raise errors.bad_request(f"error decoding {what}: {exc}") from None
 
 
+class _JSONCompatibleLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """YAML as Kubernetes reads it (sigs.k8s.io/yaml converts to JSON): timestamps stay strings."""
+
+
+_JSONCompatibleLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in _JSONCompatibleLoader.yaml_implicit_resolvers.items()
+}
+
+
 def parse_yaml(body: bytes) -> object:
     try:
-        return yaml.load(body, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        return yaml.load(body, Loader=_JSONCompatibleLoader)
     except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
         raise errors.bad_request(f"error converting YAML to JSON: {str(exc).splitlines()[0]}") from None
 

@@ -53,7 +53,7 @@ def list_options(query, info: KindInfo) -> ListOptions:
     label_text, field_text = query.get("labelSelector", ""), query.get("fieldSelector", "")
     return ListOptions(
         label_selector=parse_label_selector(label_text) if label_text else None,
-        field_selector=parse_field_selector(field_text, info.field_labels) if field_text else None,
+        field_selector=parse_field_selector(field_text, info.field_labels, info.schema) if field_text else None,
         limit=codec.int_param(query, "limit", 0) or 0,
         continue_token=query.get("continue", ""),
         resource_version=parse_resource_version(query.get("resourceVersion")),

@@ -24,6 +24,7 @@ import contextlib
 from aiohttp import web
 
 from kubesvc.api.errors import StatusError
+from kubesvc.api.selectors import parse_field_selector
 from kubesvc.apiserver import codec
 from kubesvc.apiserver.handlers import Target, list_options
 from kubesvc.apiserver.tables import to_table
@@ -37,9 +38,7 @@ async def watch_objects(request: web.Request, target: Target) -> web.StreamRespo
     info, query = target.info, request.query
     opts = list_options(query, info)
     if target.name is not None:
-        from kubesvc.api.selectors import parse_field_selector
-
-        opts.field_selector = parse_field_selector(f"metadata.name={target.name}", info.field_labels)
+        opts.field_selector = parse_field_selector(f"metadata.name={target.name}", info.field_labels, info.schema)
     timeout = codec.watch_timeout(query)
     bookmarks = codec.bool_param(query, "allowWatchBookmarks")
     as_table = codec.wants_table(request.headers.get("Accept"))

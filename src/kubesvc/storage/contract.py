@@ -86,6 +86,12 @@ async def ended(events: AsyncIterator[list[Event]]) -> bool:
     raise AssertionError(f"watch delivered {batch} instead of ending")
 
 
+def started(backend: Backend) -> int:
+    """Make one write outside the watched prefix and return its revision, so that a watch
+    "after" it is not a watch "after 0", which means "from now"."""
+    return backend.create("/registry/started", b"").mod_revision
+
+
 def shape(event: Event) -> tuple:
     return event.type, event.kv.key, event.kv.value, event.kv.mod_revision
 
@@ -263,7 +269,7 @@ async def txn_is_all_or_nothing(make: Factory) -> None:
     existing = backend.create(key("x"), b"x")
     before = backend.current_revision()
     failing = {
-        RevisionMismatch: [Create(key("a"), b"a"), Update(key("x"), b"x2", expected_revision=existing.mod_revision + 9)],
+        RevisionMismatch: [Create(key("a"), b"a"), Update(key("x"), b"x2", existing.mod_revision + 9)],
         KeyExists: [Create(key("a"), b"a"), Delete(key("x")), Create(key("x"), b"x2"), Create(key("x"), b"x3")],
         KeyNotFound: [Update(key("x"), b"x2"), Delete(key("missing"))],
     }
@@ -400,7 +406,7 @@ async def watch_filters_by_prefix(make: Factory) -> None:
 async def watch_events_carry_previous_and_deleted_values(make: Factory) -> None:
     """The same events, whether they arrive live, from the ring or from the backend's history."""
     backend = make(watch_ring_size=2)
-    start = backend.current_revision()
+    start = started(backend)
     live = aiter(backend.watch(SERVICES, start))
     v1 = backend.create(key("a"), b"v1")
     v2 = backend.update(key("a"), b"v2")
@@ -421,7 +427,7 @@ async def watch_events_carry_previous_and_deleted_values(make: Factory) -> None:
 @check
 async def watch_catch_up_reaches_past_the_ring(make: Factory) -> None:
     backend = make(watch_ring_size=3)
-    start = backend.current_revision()
+    start = started(backend)
     written = [backend.create(key(f"k{i}"), b"v") for i in range(8)]
     events = aiter(backend.watch(SERVICES, start))
     assert [e.kv for e in await receive(events, 8)] == written

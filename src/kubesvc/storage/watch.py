@@ -46,7 +46,7 @@ class QueuedWatch:
     Leaving the ``async for`` early closes the watch."""
 
     def __init__(self, hub: WatchHub, prefix: str, queue_size: int, backlog: list[Event]):
-        self.prefix = prefix
+        self._prefix = prefix
         self._hub = hub
         self._queue_size = queue_size
         self._batches: deque[list[Event]] = deque([backlog] if backlog else [])
@@ -57,7 +57,7 @@ class QueuedWatch:
     def offer(self, events: list[Event]) -> bool:
         """Queue the events under this watch's prefix. Returns False if the watch is closed,
         which includes being closed now because the consumer is ``queue_size`` batches behind."""
-        batch = [event for event in events if event.kv.key.startswith(self.prefix)]
+        batch = [event for event in events if event.kv.key.startswith(self._prefix)]
         if batch and not self._closed:
             if len(self._batches) >= self._queue_size:
                 self._closed = True

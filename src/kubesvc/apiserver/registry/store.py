@@ -226,7 +226,7 @@ class Store:
     def _check_namespace(self, namespace: str | None) -> None:
         if not self.info.namespaced:
             return
-        ns_kv = self.backend.get(f"/registry/namespaces/{namespace}")
+        ns_kv = self.backend.get(self.registry.store("", "namespaces").info.key(None, namespace or ""))
         if ns_kv is None:
             raise errors.not_found("namespaces", namespace or "")
         ns = _json_decode(ns_kv.value)

@@ -81,16 +81,20 @@ _INSERT = f"INSERT INTO kine ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 
 _NEWEST_ROW = "SELECT id, deleted, create_revision, value FROM kine WHERE name = ? AND id <= ? ORDER BY id DESC LIMIT 1"
 
-# The newest row of each name in [start, end) as of a revision; tombstones are filtered by the caller.
-_NEWEST_IN_RANGE = """
-    FROM kine AS kv
-    JOIN (SELECT MAX(id) AS id FROM kine WHERE name >= ? AND name < ? AND id <= ? GROUP BY name) AS newest
-      ON kv.id = newest.id
-    WHERE kv.deleted = 0"""
+# A list streams the newest row of each name in [start, end) as of a revision, in name order, so
+# LIMIT ends the scan early. This relies on SQLite's bare columns: with a single MAX() aggregate,
+# the other columns, including the one HAVING tests, come from the row that has the MAX.
+_LIST = """
+SELECT name, value, create_revision, MAX(id) FROM kine
+WHERE name >= ? AND name < ? AND id <= ?
+GROUP BY name HAVING deleted = 0 ORDER BY name LIMIT ?"""
 
-_LIST = f"SELECT kv.name, kv.value, kv.create_revision, kv.id {_NEWEST_IN_RANGE} ORDER BY kv.name LIMIT ?"
-
-_COUNT = f"SELECT COUNT(*) {_NEWEST_IN_RANGE}"
+# A count joins on the newest ids instead, which the (name) and (id, deleted) indexes cover.
+_COUNT = """
+SELECT COUNT(*) FROM kine AS kv
+JOIN (SELECT MAX(id) AS id FROM kine WHERE name >= ? AND name < ? AND id <= ? GROUP BY name) AS newest
+  ON kv.id = newest.id
+WHERE kv.deleted = 0"""
 
 _EVENTS_AFTER = f"SELECT {_COLUMNS} FROM kine WHERE id > ? AND name >= ? AND name < ? ORDER BY id"
 
@@ -104,10 +108,13 @@ _SAVE_COMPACT_REVISION = """
 INSERT INTO kine_meta (name, value) VALUES ('compact_revision', ?)
 ON CONFLICT (name) DO UPDATE SET value = excluded.value"""
 
-_MAX_KEY = "\U0010ffff"
+_MAX_KEY = "\U0010ffff"  # the range end of the empty prefix: the highest code point sorts above any key
 
 
 class SQLiteBackend:
+    """Thread-safe: one connection behind one lock, so reads and writes take turns (SQLite
+    answers in microseconds, a list of 10k keys in tens of milliseconds)."""
+
     def __init__(self, path: str, *, watch_ring_size: int = 10_000, watch_queue_size: int = 10_000):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
@@ -139,7 +146,7 @@ class SQLiteBackend:
             if limit and len(rows) > limit:
                 rows = rows[:limit]
                 remaining = self._count(rows[-1][0] + "\0", end, at)
-        kvs = [KeyValue(name, value, create_revision, mod_revision) for name, value, create_revision, mod_revision in rows]
+        kvs = [KeyValue(*row) for row in rows]  # name, value, create_revision, mod_revision
         return ListResult(kvs, at, more=remaining > 0, remaining=remaining)
 
     def count(self, prefix: str) -> int:

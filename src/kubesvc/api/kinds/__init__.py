@@ -1,0 +1,10 @@
+"""Every served kind, one module per API group; importing this package registers them all.
+
+``kubesvc.api.scheme.all_kinds()`` imports it, so the kind table is complete before anything
+routes, discovers, documents or stores a kind. Each group module declares its schemas (see
+``kubesvc.api.schema``) and calls ``register(KindInfo(...))`` with the discovery facts upstream
+serves: resource names, scope, short names, categories, subresources and selectable fields.
+"""
+
+# Import order is registration order, which is discovery order: the core group first, as upstream.
+from kubesvc.api.kinds import core, discovery, networking, coordination  # noqa: F401, I001

@@ -1,0 +1,303 @@
+"""Decoding the protobuf request bodies that kubectl's typed clients send.
+
+``kubectl create namespace X`` and ``kubectl create service clusterip|nodeport|...`` POST
+``Content-Type: application/vnd.kubernetes.protobuf`` and never retry with JSON, so the server
+must read them (api-compat.md G7). The body is Kubernetes' protobuf envelope
+(k8s.io/apimachinery/pkg/runtime/serializer/protobuf):
+
+* the 4 magic bytes ``k8s\\x00``, then
+* a ``runtime.Unknown`` message (apimachinery pkg/runtime/generated.proto):
+  ``1: TypeMeta{1: apiVersion, 2: kind}``, ``2: raw`` (the object's own protobuf bytes),
+  ``3: contentEncoding``, ``4: contentType``.
+
+The object is ordinary proto2 wire format: each field is a varint key ``number << 3 | wire
+type`` followed by a varint (type 0), 8 bytes (1), a varint length and that many bytes (2:
+strings, nested messages, map entries), or 4 bytes (5). Maps are repeated entry messages
+``{1: key, 2: value}``; ``IntOrString`` is ``{1: type (0 int, 1 string), 2: intVal, 3:
+strVal}``. The Go marshaller writes every non-pointer field, zero or not.
+
+This module is a small wire decoder plus field tables for the two kinds those commands create,
+v1 Namespace and v1 Service, with the field numbers of k8s.io/api core/v1/generated.proto and
+apimachinery meta/v1/generated.proto. The result is the dict the object would be as JSON:
+fields in Go struct order, and zero values dropped the way Go's ``omitempty`` drops them,
+except for Go pointer fields (``allocateLoadBalancerNodePorts: false`` is a choice, not a
+default). Two small liberties: a zero ``targetPort`` is dropped, not printed as ``0``, so
+defaulting treats it as absent (it sets it to ``port`` either way); and ``status`` and the
+server-owned metadata (timestamps, managedFields) are skipped, since a create ignores them.
+
+Other kinds answer 415 UnsupportedMediaType, pointing at the JSON route; anything malformed
+is a 400 BadRequest. No other exception escapes :func:`decode_kubernetes_protobuf`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+from kubesvc.api.errors import StatusError, bad_request
+
+MAGIC = b"k8s\x00"
+PROTOBUF_CONTENT_TYPE = "application/vnd.kubernetes.protobuf"
+
+
+class _Kind(enum.Enum):
+    STRING = "string"
+    BYTES = "bytes"
+    INT32 = "int32"
+    INT64 = "int64"
+    BOOL = "bool"
+    MESSAGE = "message"
+    STRING_MAP = "map<string,string>"
+    INT_OR_STRING = "IntOrString"
+
+
+_VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
+_WIRE_TYPE_OF = {
+    _Kind.STRING: _LENGTH_DELIMITED,
+    _Kind.BYTES: _LENGTH_DELIMITED,
+    _Kind.MESSAGE: _LENGTH_DELIMITED,
+    _Kind.STRING_MAP: _LENGTH_DELIMITED,
+    _Kind.INT_OR_STRING: _LENGTH_DELIMITED,
+    _Kind.INT32: _VARINT,
+    _Kind.INT64: _VARINT,
+    _Kind.BOOL: _VARINT,
+}
+
+
+@dataclass(frozen=True)
+class _Field:
+    json_name: str
+    kind: _Kind
+    repeated: bool = False
+    message: Mapping[int, _Field] | None = None
+    pointer: bool = False  # a Go pointer field: present on the wire means set, even to zero
+
+
+Message = Mapping[int, _Field]  # field number -> field, in Go struct (= JSON) order
+
+
+def _string(name: str, **kw: Any) -> _Field:
+    return _Field(name, _Kind.STRING, **kw)
+
+
+def _message(name: str, table: Message, **kw: Any) -> _Field:
+    return _Field(name, _Kind.MESSAGE, message=table, **kw)
+
+
+# ---- field tables -----------------------------------------------------------------------
+
+_TYPE_META: Message = {1: _string("apiVersion"), 2: _string("kind")}  # runtime.TypeMeta
+_UNKNOWN: Message = {  # runtime.Unknown, the envelope
+    1: _message("typeMeta", _TYPE_META),
+    2: _Field("raw", _Kind.BYTES),
+    3: _string("contentEncoding"),
+    4: _string("contentType"),
+}
+
+_OWNER_REFERENCE: Message = {
+    5: _string("apiVersion"),
+    1: _string("kind"),
+    3: _string("name"),
+    4: _string("uid"),
+    6: _Field("controller", _Kind.BOOL, pointer=True),
+    7: _Field("blockOwnerDeletion", _Kind.BOOL, pointer=True),
+}
+_OBJECT_META: Message = {
+    1: _string("name"),
+    2: _string("generateName"),
+    3: _string("namespace"),
+    5: _string("uid"),
+    6: _string("resourceVersion"),
+    7: _Field("generation", _Kind.INT64),
+    11: _Field("labels", _Kind.STRING_MAP),
+    12: _Field("annotations", _Kind.STRING_MAP),
+    13: _message("ownerReferences", _OWNER_REFERENCE, repeated=True),
+    14: _string("finalizers", repeated=True),
+}
+
+_NAMESPACE_SPEC: Message = {1: _string("finalizers", repeated=True)}
+_NAMESPACE: Message = {1: _message("metadata", _OBJECT_META), 2: _message("spec", _NAMESPACE_SPEC)}
+
+_SERVICE_PORT: Message = {
+    1: _string("name"),
+    2: _string("protocol"),
+    6: _string("appProtocol", pointer=True),
+    3: _Field("port", _Kind.INT32),
+    4: _Field("targetPort", _Kind.INT_OR_STRING),
+    5: _Field("nodePort", _Kind.INT32),
+}
+_CLIENT_IP_CONFIG: Message = {1: _Field("timeoutSeconds", _Kind.INT32, pointer=True)}
+_SESSION_AFFINITY_CONFIG: Message = {1: _message("clientIP", _CLIENT_IP_CONFIG, pointer=True)}
+_SERVICE_SPEC: Message = {
+    1: _message("ports", _SERVICE_PORT, repeated=True),
+    2: _Field("selector", _Kind.STRING_MAP),
+    3: _string("clusterIP"),
+    18: _string("clusterIPs", repeated=True),
+    4: _string("type"),
+    5: _string("externalIPs", repeated=True),
+    7: _string("sessionAffinity"),
+    8: _string("loadBalancerIP"),
+    9: _string("loadBalancerSourceRanges", repeated=True),
+    10: _string("externalName"),
+    11: _string("externalTrafficPolicy"),
+    12: _Field("healthCheckNodePort", _Kind.INT32),
+    13: _Field("publishNotReadyAddresses", _Kind.BOOL),
+    14: _message("sessionAffinityConfig", _SESSION_AFFINITY_CONFIG, pointer=True),
+    19: _string("ipFamilies", repeated=True),
+    17: _string("ipFamilyPolicy", pointer=True),
+    20: _Field("allocateLoadBalancerNodePorts", _Kind.BOOL, pointer=True),
+    21: _string("loadBalancerClass", pointer=True),
+    22: _string("internalTrafficPolicy", pointer=True),
+    23: _string("trafficDistribution", pointer=True),
+}
+_SERVICE: Message = {1: _message("metadata", _OBJECT_META), 2: _message("spec", _SERVICE_SPEC)}
+
+SUPPORTED_KINDS: dict[tuple[str, str], Message] = {("v1", "Namespace"): _NAMESPACE, ("v1", "Service"): _SERVICE}
+
+
+# ---- the wire format ------------------------------------------------------------------------
+
+
+class _Malformed(Exception):
+    pass
+
+
+class _Reader:
+    def __init__(self, data: bytes):
+        self.data = data
+        self.pos = 0
+
+    def varint(self) -> int:
+        value = 0
+        for shift in range(0, 70, 7):
+            if self.pos >= len(self.data):
+                raise _Malformed(f"truncated varint at byte {self.pos}")
+            byte = self.data[self.pos]
+            self.pos += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value & 0xFFFFFFFFFFFFFFFF
+        raise _Malformed(f"varint longer than 10 bytes ending at byte {self.pos}")
+
+    def take(self, length: int) -> bytes:
+        if length > len(self.data) - self.pos:
+            raise _Malformed(f"field of {length} bytes at byte {self.pos} runs past the end ({len(self.data)} bytes)")
+        chunk = self.data[self.pos : self.pos + length]
+        self.pos += length
+        return chunk
+
+    def fields(self) -> Iterator[tuple[int, int, int | bytes | None]]:
+        """(number, wire type, value): an int for varints, bytes for length-delimited
+        fields, None for the fixed-width ones (no field here uses them; they are skipped)."""
+        while self.pos < len(self.data):
+            key = self.varint()
+            number, wire_type = key >> 3, key & 7
+            if not 1 <= number <= 2**29 - 1:
+                raise _Malformed(f"invalid field number {number}")
+            if wire_type == _VARINT:
+                yield number, wire_type, self.varint()
+            elif wire_type == _LENGTH_DELIMITED:
+                yield number, wire_type, self.take(self.varint())
+            elif wire_type in (_FIXED64, _FIXED32):
+                self.take(8 if wire_type == _FIXED64 else 4)
+                yield number, wire_type, None
+            else:
+                raise _Malformed(f"unsupported wire type {wire_type} for field {number}")
+
+
+def _signed(value: int, bits: int) -> int:
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+def _int_or_string(data: bytes) -> int | str:
+    decoded = _decode_fields(data, {1: _Field("type", _Kind.INT64), 2: _Field("intVal", _Kind.INT32), 3: _string("strVal")})
+    return decoded.get("strVal", "") if decoded.get("type") == 1 else decoded.get("intVal", 0)
+
+
+def _map_entry(data: bytes) -> tuple[str, str]:
+    entry = _decode_fields(data, {1: _string("key"), 2: _string("value")})
+    return entry.get("key", ""), entry.get("value", "")
+
+
+def _scalar(field: _Field, value: int | bytes) -> Any:
+    if isinstance(value, int):
+        if field.kind is _Kind.BOOL:
+            return value != 0
+        return _signed(value, 32 if field.kind is _Kind.INT32 else 64)
+    if field.kind is _Kind.STRING:
+        return value.decode("utf-8", "replace")  # Go keeps the bytes; its JSON encoder replaces bad UTF-8
+    if field.kind is _Kind.MESSAGE:
+        return _decode_message(value, field.message or {})
+    if field.kind is _Kind.INT_OR_STRING:
+        return _int_or_string(value)
+    return value
+
+
+def _decode_fields(data: bytes, table: Message) -> dict[str, Any]:
+    """Every known field's value as read (last one wins; repeated and maps collect)."""
+    decoded: dict[str, Any] = {}
+    for number, wire_type, value in _Reader(data).fields():
+        field = table.get(number)
+        if field is None:
+            continue  # an unknown field: skipped, as protobuf readers do
+        if wire_type != _WIRE_TYPE_OF[field.kind]:
+            raise _Malformed(f"field {field.json_name} ({number}) has wire type {wire_type}, want {_WIRE_TYPE_OF[field.kind]}")
+        if field.kind is _Kind.STRING_MAP:
+            key, item = _map_entry(value)  # type: ignore[arg-type]
+            decoded.setdefault(field.json_name, {})[key] = item
+        elif field.repeated:
+            decoded.setdefault(field.json_name, []).append(_scalar(field, value))
+        else:
+            decoded[field.json_name] = _scalar(field, value)
+    return decoded
+
+
+def _is_zero(value: Any) -> bool:
+    return value in ("", 0, False)
+
+
+def _decode_message(data: bytes, table: Message) -> dict[str, Any]:
+    """The message as its JSON object: Go struct order, omitempty zero values left out."""
+    decoded = _decode_fields(data, table)
+    result = {}
+    for field in table.values():
+        if field.json_name not in decoded:
+            continue
+        value = decoded[field.json_name]
+        if not field.pointer and not field.repeated and _is_zero(value):
+            continue
+        result[field.json_name] = value
+    return result
+
+
+# ---- the request body ---------------------------------------------------------------------
+
+
+def _unsupported(what: str) -> StatusError:
+    return StatusError(
+        415,
+        "UnsupportedMediaType",
+        f"this server decodes {PROTOBUF_CONTENT_TYPE} request bodies only for v1 Namespace and v1 Service; "
+        f"got {what}. Send the object as JSON instead, for example: "
+        "kubectl create <kind> <name> ... --dry-run=client -o yaml | kubectl apply -f -",
+    )
+
+
+def decode_kubernetes_protobuf(body: bytes) -> dict:
+    """The JSON-shaped object in a protobuf request body. Raises 400 or 415 StatusErrors only."""
+    if not body.startswith(MAGIC):
+        raise bad_request(f"provided data does not appear to be a protobuf message, expected prefix [{' '.join(str(b) for b in MAGIC)}]")
+    try:
+        envelope = _decode_fields(body[len(MAGIC) :], _UNKNOWN)
+        type_meta = envelope.get("typeMeta", {})
+        api_version, kind = type_meta.get("apiVersion", ""), type_meta.get("kind", "")
+        table = SUPPORTED_KINDS.get((api_version, kind))
+        if table is None:
+            raise _unsupported(f'apiVersion "{api_version}", kind "{kind}"')
+        if envelope.get("contentEncoding") or envelope.get("contentType", "") not in ("", PROTOBUF_CONTENT_TYPE):
+            raise _unsupported(f'an envelope with contentEncoding "{envelope.get("contentEncoding", "")}" and contentType "{envelope.get("contentType", "")}"')
+        return {"apiVersion": api_version, "kind": kind, **_decode_message(envelope.get("raw", b""), table)}
+    except _Malformed as e:
+        raise bad_request(f"the protobuf request body is malformed: {e}") from None
