@@ -31,6 +31,7 @@ class Fuzzer:
     def __init__(self, server):
         self.base = server.url
         self.session = requests.Session()
+        self.session.trust_env = False  # REQUESTS_CA_BUNDLE would override our CA
         self.session.verify = str(server.ca_file)
         self.session.headers["Authorization"] = f"Bearer {server.token}"
         self.ns = f"fuzz-{uuid.uuid4().hex[:6]}"

@@ -177,8 +177,8 @@ def patch_allocated_values(svc: Any, old: Any) -> None:
         return
     types = (spec.get("type"), old_spec.get("type"))
     if "ExternalName" not in types:
-        if not spec.get("clusterIP"):
-            spec["clusterIP"] = old_spec.get("clusterIP", "")
+        if not spec.get("clusterIP") and old_spec.get("clusterIP"):
+            spec["clusterIP"] = old_spec["clusterIP"]
         if not spec.get("clusterIPs") and old_spec.get("clusterIPs"):
             spec["clusterIPs"] = old_spec["clusterIPs"]
     if all(t in ("NodePort", "LoadBalancer") for t in types):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 from kubesvc.api import errors
 from kubesvc.api.decode import decode_object
@@ -38,15 +39,33 @@ class Target:
         return self.store.info
 
 
-def json_response(body: object, status: int = 200, headers: dict | None = None) -> web.Response:
+def json_response(body: object, status: int = 200, headers: CIMultiDict | dict | None = None) -> web.Response:
     return web.Response(body=codec.to_json(body), status=status, content_type="application/json", headers=headers)
 
 
-def _warning_headers(warnings: list[str]) -> dict | None:
+def _header_safe(text: str) -> str:
+    """Warning text as an HTTP header value: printable ASCII only, the rest escaped as Go's %q."""
+    out = []
+    for ch in text:
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif " " <= ch <= "~":
+            out.append(ch)
+        elif ord(ch) <= 0xFF:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
+    return "".join(out)
+
+
+def _warning_headers(warnings: list[str]) -> CIMultiDict | None:
+    """One RFC 7234 ``Warning: 299 - "text"`` header per warning, as kube-apiserver sends."""
     if not warnings:
         return None
-    # one Warning header per text; aiohttp takes a multidict via CIMultiDict, keep it simple: join
-    return {"Warning": ", ".join(f'299 - "{w.replace(chr(34), chr(92) + chr(34))}"' for w in warnings)}
+    headers: CIMultiDict = CIMultiDict()
+    for text in warnings:
+        headers.add("Warning", f'299 - "{_header_safe(text)}"')
+    return headers
 
 
 def list_options(query, info: KindInfo) -> ListOptions:
@@ -61,7 +80,7 @@ def list_options(query, info: KindInfo) -> ListOptions:
     )
 
 
-def render(request: web.Request, info: KindInfo, obj: dict, status: int = 200, headers: dict | None = None) -> web.Response:
+def render(request: web.Request, info: KindInfo, obj: dict, status: int = 200, headers: CIMultiDict | dict | None = None) -> web.Response:
     accept = request.headers.get("Accept")
     if codec.wants_table(accept):
         table = to_table(info, [obj], include_object=codec.include_object_mode(request.query), now=request.app["clock"].now(),

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import ipaddress
 import logging
 import socket
 import ssl
@@ -25,6 +27,7 @@ from kubesvc.api.scheme import all_kinds
 from kubesvc.apiserver import auth
 from kubesvc.apiserver.app import build_app
 from kubesvc.apiserver.registry.store import ListOptions, Registry
+from kubesvc.apiserver.registry.strategy import ServiceStrategy
 from kubesvc.storage import compact_to_window, open_backend
 from kubesvc.util.clock import Clock, RealClock
 
@@ -45,6 +48,10 @@ class ServerConfig:
     feature_gates: dict[str, bool] = field(default_factory=dict)
     compaction_interval: float = 300.0
     compaction_retain_revisions: int = 10000
+
+
+def ip_family_of_cidr(cidr: str) -> str:
+    return "IPv6" if ipaddress.ip_network(cidr.strip(), strict=False).version == 6 else "IPv4"
 
 
 class NamespaceFinalizer:
@@ -133,7 +140,9 @@ class APIServer:
         config = self.config
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.backend = open_backend(config.storage_backend, str(config.data_dir))
-        self.registry = Registry(all_kinds(), self.backend, self.clock)
+        families = [ip_family_of_cidr(cidr) for cidr in config.service_cluster_ip_range.split(",")]
+        self.registry = Registry(all_kinds(), self.backend, self.clock,
+                                 {"Service": functools.partial(ServiceStrategy, cluster_families=families)})
         bootstrap(self.registry)
         creds = auth.ensure_credentials(config.data_dir, config.bind_address)
         sock = _listening_socket(config.bind_address, config.secure_port)

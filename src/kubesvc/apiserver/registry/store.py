@@ -27,7 +27,7 @@ import random
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Callable, Mapping
 
 import msgspec
 
@@ -125,12 +125,12 @@ def decode_continue(token: str, key_prefix: str) -> tuple[int, str]:
 
 
 class Store:
-    def __init__(self, info: KindInfo, backend: storage.Backend, clock: Clock, registry: "Registry", strategy: Strategy | None = None):
+    def __init__(self, info: KindInfo, backend: storage.Backend, clock: Clock, registry: "Registry", strategy: Strategy):
         self.info = info
         self.backend = backend
         self.clock = clock
         self.registry = registry
-        self.strategy = strategy or strategy_for(info)
+        self.strategy = strategy
 
     # ---- helpers -----------------------------------------------------------------------------
     def _key(self, namespace: str | None, name: str) -> str:
@@ -488,13 +488,13 @@ class Store:
 class Registry:
     """Every served kind's Store, over one Backend."""
 
-    def __init__(self, kinds: list[KindInfo], backend: storage.Backend, clock: Clock, strategies: dict[str, Strategy] | None = None):
+    def __init__(self, kinds: list[KindInfo], backend: storage.Backend, clock: Clock,
+                 strategies: Mapping[str, Callable[[KindInfo], Strategy]] | None = None):
         self.backend = backend
         self.clock = clock
         self.stores: dict[tuple[str, str], Store] = {}
         for info in kinds:
-            strategy = (strategies or {}).get(info.kind)
-            self.stores[(info.group, info.resource)] = Store(info, backend, clock, self, strategy)
+            self.stores[(info.group, info.resource)] = Store(info, backend, clock, self, strategy_for(info, strategies))
 
     def store(self, group: str, resource: str) -> Store | None:
         return self.stores.get((group, resource))

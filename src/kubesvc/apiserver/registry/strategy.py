@@ -16,7 +16,7 @@ kind-specific parts, as upstream's ``RESTCreateStrategy`` / ``RESTUpdateStrategy
 from __future__ import annotations
 
 import copy
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
 
 from kubesvc.api import defaults, validation
 from kubesvc.api.errors import FieldError
@@ -28,7 +28,6 @@ class Strategy:
     allow_create_on_update = False
     # "status" subresource semantics: main-resource writes cannot change status
     status_subresource = False
-    reset_status_on_create = False
     # metadata.generation counts spec changes (upstream: EndpointSlices; core kinds have none)
     bumps_generation = False
 
@@ -38,8 +37,7 @@ class Strategy:
 
     # ---- create ------------------------------------------------------------------------------
     def prepare_for_create(self, obj: dict) -> None:
-        if self.reset_status_on_create and "status" in obj:
-            obj["status"] = {}
+        defaults.prepare_for_create(self.info.kind, obj)
 
     def default(self, obj: dict) -> None:
         defaults.apply_defaults(self.info.kind, obj)
@@ -94,15 +92,31 @@ class Strategy:
 
 
 class ServiceStrategy(Strategy):
-    reset_status_on_create = True
+    """Service specifics before allocation: clusterIP/clusterIPs normalisation, keeping
+    allocated values a PUT omits, and ipFamilies/ipFamilyPolicy for the cluster's families
+    (upstream does the last in the allocator's initIPFamilyFields, after validation)."""
+
+    def __init__(self, info: KindInfo, cluster_families: Sequence[str] = ("IPv4",)):
+        super().__init__(info)
+        self.cluster_families = list(cluster_families)
+
+    def prepare_for_create(self, obj: dict) -> None:
+        super().prepare_for_create(obj)
+        defaults.normalize_cluster_ips(obj)
+
+    def prepare_for_update(self, new: dict, old: dict) -> None:
+        super().prepare_for_update(new, old)
+        defaults.patch_allocated_values(new, old)
+        defaults.normalize_cluster_ips(new, old)
+
+    def validate(self, obj: dict) -> list[FieldError]:
+        return super().validate(obj) or defaults.default_service_ip_families(obj, self.cluster_families)
+
+    def validate_update(self, new: dict, old: dict) -> list[FieldError]:
+        return super().validate_update(new, old) or defaults.default_service_ip_families(new, self.cluster_families, old)
 
 
 class PodStrategy(Strategy):
-    reset_status_on_create = True
-
-    def prepare_for_create(self, obj: dict) -> None:
-        obj["status"] = {"phase": "Pending"}
-
     def graceful_delete_seconds(self, obj: dict, options: dict) -> int:
         """Upstream podStrategy.CheckGracefulDelete: an unscheduled or terminal Pod goes at once;
         otherwise the grace period from DeleteOptions, else the spec's (default 30 s)."""
@@ -120,9 +134,6 @@ class PodStrategy(Strategy):
 
 
 class NamespaceStrategy(Strategy):
-    def prepare_for_create(self, obj: dict) -> None:
-        obj["status"] = {"phase": "Active"}
-
     def prepare_for_update(self, new: dict, old: dict) -> None:
         # spec.finalizers change only through /finalize; status only through /status
         new["spec"] = copy.deepcopy(old.get("spec", {}))
@@ -162,5 +173,6 @@ STRATEGIES: dict[str, type[Strategy]] = {
 }
 
 
-def strategy_for(info: KindInfo) -> Strategy:
-    return STRATEGIES.get(info.kind, Strategy)(info)
+def strategy_for(info: KindInfo, overrides: Mapping[str, Callable[[KindInfo], Strategy]] | None = None) -> Strategy:
+    factory = (overrides or {}).get(info.kind) or STRATEGIES.get(info.kind, Strategy)
+    return factory(info)
