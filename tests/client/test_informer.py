@@ -258,6 +258,17 @@ async def test_late_handler_gets_the_cache_replayed_as_adds():
         assert sorted(late.kinds()) == [("add", "a"), ("add", "b")]
 
 
+async def test_removed_handler_hears_nothing_more():
+    api = ScriptedApi(listings=[(10, [_obj("a")])], watches=[[("ADDED", _obj("b", 11))]])
+    informer = _informer(api)
+    seen: list[str] = []
+    handle = informer.add_event_handler(on_add=lambda obj: seen.append(obj["metadata"]["name"]))
+    informer.remove_event_handler(handle)
+    async with running(informer):
+        await eventually(lambda: len(informer.indexer) == 2)
+    assert seen == []
+
+
 async def test_resync_redelivers_every_object_as_an_update():
     api = ScriptedApi(listings=[(10, [_obj("a", 5)])])
     informer = _informer(api, resync_period=0.05)
@@ -319,6 +330,22 @@ def _endpoints(name: str, **labels: str) -> dict:
     return {"metadata": {"name": name, "labels": labels}}
 
 
+async def _compacted_past(endpoints, namespace: str, version: str, timeout: float = 10.0) -> None:
+    """Wait until a watch from ``version`` gets 410 (the compactor has run past it)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < deadline:
+        try:
+            async with contextlib.aclosing(endpoints.watch(namespace, resource_version=version, timeout_seconds=1)) as events:
+                async for _ in events:
+                    break
+        except ApiError as err:
+            if is_gone(err):
+                return
+            raise
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"resourceVersion {version} was not compacted within {timeout}s")
+
+
 class CountingClient:
     """A RestClient whose resource API counts list and watch calls, and can hold new watches
     back (``gate``) so that the cluster moves on while the informer is not watching."""
@@ -330,6 +357,7 @@ class CountingClient:
         self.watch_errors: list[Exception] = []
         self.gate = asyncio.Event()
         self.gate.set()
+        self.held_at_gate = 0
 
     def resource(self, resource):
         self.api = self.client.resource(resource)
@@ -340,7 +368,9 @@ class CountingClient:
         return await self.api.list(**kwargs)
 
     async def watch(self, **kwargs):
+        self.held_at_gate += 1
         await self.gate.wait()
+        self.held_at_gate -= 1
         self.watched_from.append(kwargs["resource_version"])
         try:
             async with contextlib.aclosing(self.api.watch(**kwargs)) as events:
@@ -429,7 +459,8 @@ async def test_relists_after_410_and_delivers_what_changed_meanwhile(fresh_apise
         async with running(informer):
             await eventually(lambda: len(counting.watched_from) >= 1, message="the first watch")
             counting.gate.clear()  # the next re-watch waits, holding its soon-old version
-            await asyncio.sleep(1.5)  # the open watch ends; the informer is now waiting at the gate
+            await eventually(lambda: counting.held_at_gate == 1, message="the open watch to end")
+            held_version = informer.last_sync_resource_version
             recorder.events.clear()
             await endpoints.patch("change", {"metadata": {"labels": {"v": "2"}}}, namespace)
             await endpoints.delete("remove", namespace)
@@ -437,7 +468,7 @@ async def test_relists_after_410_and_delivers_what_changed_meanwhile(fresh_apise
             for i in range(8):  # born and gone while nobody watched: never reported
                 await endpoints.create(_endpoints(f"tmp{i}"), namespace)
                 await endpoints.delete(f"tmp{i}", namespace)
-            await asyncio.sleep(1.5)  # compaction passes the informer's version
+            await _compacted_past(endpoints, namespace, held_version)
             counting.gate.set()
             await eventually(lambda: len(recorder.events) == 3, message="relist differences")
             await asyncio.sleep(0.3)

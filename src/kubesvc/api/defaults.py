@@ -14,12 +14,13 @@ at different moments:
    ``PrepareForCreate`` resets status (Pod: ``Pending`` with its QoS class; Namespace:
    ``Active`` and the ``kubernetes`` finalizer; Service: empty load-balancer status).
    These must not run on update: the namespace controller removes that finalizer on purpose.
-3. **Allocation-time Service defaults**, which need the cluster's configuration:
-   ``normalize_cluster_ips`` (strategy ``NormalizeClusterIPs``: keep clusterIP and
-   clusterIPs in step), ``patch_allocated_values`` (``patchAllocatedValues``: a PUT that
-   omits allocated values keeps them) and ``default_service_ip_families``
-   (``pkg/registry/core/service/storage/alloc.go`` ``initIPFamilyFields``). The allocator
-   calls them in that order, then assigns IPs and ports, then validates.
+3. **Allocation-time Service defaults**, run by the Service registry's begin-create/update
+   hooks in this order (``pkg/registry/core/service/storage/storage.go``):
+   ``patch_allocated_values`` on update (``patchAllocatedValues``: a PUT that omits what the
+   server allocated keeps it), ``normalize_cluster_ips`` (strategy ``NormalizeClusterIPs``:
+   keep clusterIP and clusterIPs in step) and ``default_service_ip_families`` (``alloc.go``
+   ``initIPFamilyFields``, which needs the cluster's IP families). Then IPs and ports are
+   allocated, and only then is the Service validated.
 
 All functions mutate in place and never raise on malformed input: a field of the wrong JSON
 type is left alone for validation to report.

@@ -59,6 +59,7 @@ from kubesvc.api.validation_meta import (
     name_is_dns1035_label,
     name_is_dns_label,
     name_is_dns_subdomain,
+    nbytes,
     parse_cidr_sloppy,
     parse_ip_sloppy,
     path_segment_name,
@@ -1202,15 +1203,27 @@ def _taints(errs: Errs, taints: list) -> Errs:
 
 
 def _validate_node_update(new: Any, old: Any, namespaced: bool) -> Errs:
+    """nodeStrategy.ValidateUpdate: ValidateNode plus ValidateNodeUpdate (whose taint check
+    would only repeat ValidateNode's)."""
+    return _validate_node(new, namespaced) + _node_update_rules(new, old)
+
+
+def _validate_node_status_update(new: Any, old: Any, namespaced: bool) -> Errs:
+    errs = _node_update_rules(new, old)
+    errs += _taints(errs, read_list(errs, read_map(errs, new, "spec", ""), "taints", "spec"))
+    return errs
+
+
+def _node_update_rules(new: Any, old: Any) -> Errs:
     errs = validate_object_meta_update(new, old)
-    new_spec, old_spec = read_map(errs, new, "spec", ""), read_map([], old, "spec", "")
-    addresses = read_list(errs, read_map(errs, new, "status", ""), "addresses", "status")
+    new_spec, old_spec = read_map([], new, "spec", ""), read_map([], old, "spec", "")
+    addresses = read_list([], read_map([], new, "status", ""), "addresses", "status")
     seen: list = []
     for i, address in enumerate(addresses):
         if address in seen:
             errs.append(duplicate(index("status.addresses", i), address))
         seen.append(address)
-    old_cidrs, new_cidrs = read_str_list([], old_spec, "podCIDRs", ""), read_str_list(errs, new_spec, "podCIDRs", "spec")
+    old_cidrs, new_cidrs = read_str_list([], old_spec, "podCIDRs", ""), read_str_list([], new_spec, "podCIDRs", "spec")
     podcidr_msg = 'node updates may not change podCIDR except from "" to valid'
     if old_cidrs:
         if len(old_cidrs) != len(new_cidrs):
@@ -1218,9 +1231,8 @@ def _validate_node_update(new: Any, old: Any, namespaced: bool) -> Errs:
         else:
             errs += [forbidden_field("spec.podCIDRs", podcidr_msg) for a, b in zip(old_cidrs, new_cidrs) if a != b]
     old_provider = read_str([], old_spec, "providerID", "")
-    if old_provider and old_provider != read_str(errs, new_spec, "providerID", "spec"):
+    if old_provider and old_provider != read_str([], new_spec, "providerID", "spec"):
         errs.append(forbidden_field("spec.providerID", 'node updates may not change providerID except from "" to valid'))
-    errs += _taints(errs, read_list(errs, new_spec, "taints", "spec"))
     if read_str([], new_spec, "externalID", "") != read_str([], old_spec, "externalID", ""):
         errs.append(forbidden_field("spec.externalID", "may not be updated"))
     return errs
@@ -1239,7 +1251,7 @@ def _validate_namespace(obj: Any, namespaced: bool) -> Errs:
 
 
 def _validate_namespace_update(new: Any, old: Any, namespaced: bool) -> Errs:
-    return validate_object_meta_update(new, old)
+    return _validate_namespace(new, namespaced) + validate_object_meta_update(new, old)
 
 
 def _validate_namespace_status_update(new: Any, old: Any, namespaced: bool) -> Errs:
@@ -1334,9 +1346,9 @@ def _legacy_event(obj: Any) -> Errs:
             value = read_str(errs, obj, field, "")
             if not value:
                 errs.append(required(field))
-            if len(value) > limit:
+            if nbytes(value) > limit:
                 errs.append(invalid_value(field, "", f"can have at most {limit} characters"))
-        if len(read_str(errs, obj, "message", "")) > _NOTE_LIMIT:
+        if nbytes(read_str(errs, obj, "message", "")) > _NOTE_LIMIT:
             errs.append(invalid_value("message", "", f"can have at most {_NOTE_LIMIT} characters"))
     errs += each_invalid("namespace", namespace, is_dns1123_subdomain(namespace))
     return errs
@@ -1485,7 +1497,7 @@ def _validate_ip_address(obj: Any, namespaced: bool) -> Errs:
 
 
 def _validate_ip_address_update(new: Any, old: Any, namespaced: bool) -> Errs:
-    errs = validate_object_meta_update(new, old)
+    errs = _validate_ip_address(new, namespaced) + validate_object_meta_update(new, old)
     new_parent = read_map([], new, "spec", "").get("parentRef")
     if new_parent != read_map([], old, "spec", "").get("parentRef"):
         errs.append(invalid_value("spec.parentRef", _ptr(new_parent), "field is immutable"))
@@ -1515,10 +1527,9 @@ def _service_cidr_spec(cidrs: list[str], spec: dict) -> Errs:
 
 def _validate_service_cidr_update(new: Any, old: Any, namespaced: bool) -> Errs:
     """CIDRs are immutable, except that a single-stack ServiceCIDR may gain its second family
-    (kubernetes/kubernetes#131261)."""
-    errs = validate_object_meta_update(new, old)
-    new_spec = read_map(errs, new, "spec", "")
-    new_cidrs = read_str_list(errs, new_spec, "cidrs", "spec")
+    (kubernetes/kubernetes#131261); the added CIDR is checked by the create rules."""
+    errs = _validate_service_cidr(new, namespaced) + validate_object_meta_update(new, old)
+    new_cidrs = read_str_list([], read_map([], new, "spec", ""), "cidrs", "spec")
     old_cidrs = read_str_list([], read_map([], old, "spec", ""), "cidrs", "spec")
     immutable = "field is immutable"
     if len(old_cidrs) == len(new_cidrs):
@@ -1526,7 +1537,6 @@ def _validate_service_cidr_update(new: Any, old: Any, namespaced: bool) -> Errs:
     elif len(old_cidrs) == 1 and len(new_cidrs) == 2:
         if new_cidrs[0] != old_cidrs[0]:
             errs.append(invalid_value("spec.cidrs[0]", new_cidrs[0], immutable))
-        errs += _service_cidr_spec(new_cidrs, new_spec)
     else:
         errs.append(invalid_value("spec.cidrs", new_cidrs, immutable))
     return errs
@@ -1589,7 +1599,7 @@ def _meta_only_update(new: Any, old: Any, namespaced: bool) -> Errs:
 _KINDS: dict[str, _Rules] = {
     "Service": _Rules(_validate_service, _validate_service_update, _validate_service_status_update),
     "Pod": _Rules(_validate_pod_create, _validate_pod_update, _validate_pod_status_update),
-    "Node": _Rules(_validate_node, _validate_node_update, _validate_node_update),
+    "Node": _Rules(_validate_node, _validate_node_update, _validate_node_status_update),
     "Namespace": _Rules(_validate_namespace, _validate_namespace_update, _validate_namespace_status_update),
     "Endpoints": _Rules(_validate_endpoints, _validate_endpoints_update),
     "Event": _Rules(_validate_event, _validate_event_update),

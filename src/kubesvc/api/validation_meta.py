@@ -33,7 +33,7 @@ import json
 import re
 from typing import Any, Callable, Iterator
 
-from kubesvc.api.errors import FieldError, duplicate, forbidden_field, invalid_value, required, too_long
+from kubesvc.api.errors import FieldError, forbidden_field, invalid_value, required, too_long
 
 Errs = list[FieldError]
 NameFn = Callable[[str, bool], list[str]]

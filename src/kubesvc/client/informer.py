@@ -133,6 +133,9 @@ class Informer:
                 self._call(on_add, obj)
         return handler
 
+    def remove_event_handler(self, handler: EventHandler) -> None:
+        self._handlers.remove(handler)
+
     def has_synced(self) -> bool:
         """True once the first list has been stored and delivered to the handlers."""
         return self._synced.is_set()
@@ -182,11 +185,13 @@ class Informer:
             try:
                 await self._list_and_watch()
             except ClientError as err:
+                delay = self._backoff.next_delay()
                 level = logging.INFO if is_gone(err) else logging.WARNING
-                log.log(level, "%s: %s; relisting", self._describe(), err)
+                log.log(level, "%s: %s; relisting in %.1fs", self._describe(), err, delay)
             except Exception:
-                log.exception("%s: unexpected failure; relisting", self._describe())
-            await asyncio.sleep(self._backoff.next_delay())
+                delay = self._backoff.next_delay()
+                log.exception("%s: unexpected failure; relisting in %.1fs", self._describe(), delay)
+            await asyncio.sleep(delay)
 
     async def _list_and_watch(self) -> None:
         version = await self._relist()

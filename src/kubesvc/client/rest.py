@@ -205,6 +205,7 @@ class RestClient:
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
+            # No connection cap: every open watch holds a connection for minutes.
             connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else False, limit=0)
             self._session = aiohttp.ClientSession(headers=self._headers, connector=connector)
         return self._session
