@@ -80,7 +80,7 @@ def decode_body(body: bytes, content_type: str | None, info: KindInfo) -> dict:
     elif kind_type in ("application/yaml", "application/x-yaml", "text/yaml"):
         data = parse_yaml(body)
     else:
-        raise StatusError(415, "UnsupportedMediaType", f'the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf')
+        raise StatusError(415, "UnsupportedMediaType", 'the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf')
     return check_kind(data, info)
 
 

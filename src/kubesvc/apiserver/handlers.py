@@ -193,24 +193,21 @@ async def _server_side_apply(request: web.Request, target: Target, opts: codec.W
             raise StatusError(status["code"], status["reason"], status["message"], status.get("details")) from None
 
     for _attempt in range(3):
+        if store.backend.get(info.key(target.namespace, target.name)) is not None:
+            result = store.guaranteed_update(target.namespace, target.name, applied, field_manager=opts.field_manager,
+                                             subresource=target.subresource, dry_run=opts.dry_run, track=False)
+            return render(request, info, result, 200, _warning_headers(warnings))
+        if target.subresource:
+            raise errors.not_found(info.resource, target.name or "", info.group)
+        new = applied(None)
+        new.setdefault("metadata", {})["name"] = target.name
         try:
-            current = store.get(target.namespace, target.name)
-        except StatusError as exc:
-            if exc.code != 404 or target.subresource:
-                raise
-            new = applied(None)
-            new.setdefault("metadata", {})["name"] = target.name
-            try:
-                created = store.create(target.namespace, new, field_manager=opts.field_manager, dry_run=opts.dry_run, managed=False)
-            except StatusError as create_error:
-                if create_error.code == 409 and create_error.reason == "AlreadyExists":
-                    continue  # someone created it meanwhile: apply to theirs
-                raise
-            return render(request, info, created, 201, _warning_headers(warnings))
-        del current
-        result = store.guaranteed_update(target.namespace, target.name, applied, field_manager=opts.field_manager,
-                                         subresource=target.subresource, dry_run=opts.dry_run, track=False)
-        return render(request, info, result, 200, _warning_headers(warnings))
+            created = store.create(target.namespace, new, field_manager=opts.field_manager, dry_run=opts.dry_run, managed=False)
+        except StatusError as create_error:
+            if create_error.code == 409 and create_error.reason == "AlreadyExists":
+                continue  # created meanwhile by someone else: apply to theirs
+            raise
+        return render(request, info, created, 201, _warning_headers(warnings))
     raise errors.conflict(info.resource, target.name or "", info.group)
 
 
@@ -247,7 +244,8 @@ async def delete_object(request: web.Request, target: Target) -> web.Response:
     if info.kind == "Namespace" and not dry_run:
         request.app["namespace_finalizer"].kick()
     if info.delete_returns_object or not deleted_now:
-        return json_response(obj, 200 if deleted_now else 200)
+        # upstream answers 200 with the object also when deletion is only marked (finalizers, grace)
+        return json_response(obj)
     details = {"name": target.name}
     if info.group:
         details["group"] = info.group

@@ -23,15 +23,13 @@ from itertools import islice
 from typing import Iterator, Sequence
 
 from kubesvc.storage.base import (
-    Create,
-    Delete,
+    SingleOps,
     Event,
     FutureRevision,
     KeyValue,
     ListResult,
     Op,
     TxnResult,
-    Update,
     apply_op,
     resolve_revision,
 )
@@ -62,7 +60,7 @@ class _Versions:
         del self.revisions[:keep_from], self.values[:keep_from]
 
 
-class MemoryBackend:
+class MemoryBackend(SingleOps):
     def __init__(self, *, watch_ring_size: int = 10_000, watch_queue_size: int = 10_000):
         self._lock = threading.Lock()
         self._revision = 0
@@ -95,15 +93,6 @@ class MemoryBackend:
     def count(self, prefix: str) -> int:
         with self._lock:
             return sum(1 for _ in self._live(prefix, prefix, self._revision))
-
-    def create(self, key: str, value: bytes) -> KeyValue:
-        return self.txn([Create(key, value)]).results[0]
-
-    def update(self, key: str, value: bytes, expected_revision: int = 0) -> KeyValue:
-        return self.txn([Update(key, value, expected_revision)]).results[0]
-
-    def delete(self, key: str, expected_revision: int = 0) -> KeyValue:
-        return self.txn([Delete(key, expected_revision)]).results[0]
 
     def txn(self, ops: Sequence[Op]) -> TxnResult:
         with self._lock:

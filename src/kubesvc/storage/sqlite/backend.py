@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from kubesvc.storage.base import (
+    SingleOps,
     Create,
-    Delete,
     Event,
     FutureRevision,
     KeyExists,
@@ -50,7 +50,6 @@ from kubesvc.storage.base import (
     Op,
     RevisionMismatch,
     TxnResult,
-    Update,
     apply_op,
     resolve_revision,
 )
@@ -111,7 +110,7 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value"""
 _MAX_KEY = "\U0010ffff"  # the range end of the empty prefix: the highest code point sorts above any key
 
 
-class SQLiteBackend:
+class SQLiteBackend(SingleOps):
     """Thread-safe: one connection behind one lock, so reads and writes take turns (SQLite
     answers in microseconds, a list of 10k keys in tens of milliseconds)."""
 
@@ -152,15 +151,6 @@ class SQLiteBackend:
     def count(self, prefix: str) -> int:
         with self._lock:
             return self._count(prefix, _prefix_end(prefix), self._revision)
-
-    def create(self, key: str, value: bytes) -> KeyValue:
-        return self.txn([Create(key, value)]).results[0]
-
-    def update(self, key: str, value: bytes, expected_revision: int = 0) -> KeyValue:
-        return self.txn([Update(key, value, expected_revision)]).results[0]
-
-    def delete(self, key: str, expected_revision: int = 0) -> KeyValue:
-        return self.txn([Delete(key, expected_revision)]).results[0]
 
     def txn(self, ops: Sequence[Op]) -> TxnResult:
         with self._lock:
