@@ -142,3 +142,16 @@ def test_endpointslice_create_list_watch(apiserver, ns):
     assert created.metadata.generation == 1
     events = list(watch.Watch().stream(disc.list_namespaced_endpoint_slice, ns, resource_version=rv, timeout_seconds=1))
     assert [(e["type"], e["object"].metadata.name) for e in events] == [("ADDED", "s1")]
+
+
+def test_bookmark_of_a_quiet_watch_carries_the_current_revision(core, ns):
+    other = f"{ns}-other"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=other)))
+    rv = core.list_namespaced_service(ns).metadata.resource_version
+    latest = None
+    for name in ("a", "b", "c"):
+        latest = core.create_namespaced_service(other, service(name)).metadata.resource_version
+    events = list(watch.Watch().stream(core.list_namespaced_service, ns, resource_version=rv, timeout_seconds=3, allow_watch_bookmarks=True))
+    bookmarks = [e["object"]["metadata"]["resourceVersion"] for e in events if e["type"] == "BOOKMARK"]
+    assert [e["type"] for e in events] == ["BOOKMARK"]
+    assert int(bookmarks[0]) >= int(latest) > int(rv)

@@ -6,9 +6,10 @@ Behaviour clients depend on (api-compat.md §3.3, G9):
   N: only events after N; below the compaction point: HTTP 200 and one ERROR event carrying a
   410 Expired Status, then the stream ends (kubectl prints it; reflectors relist).
 * ``allowWatchBookmarks=true``: BOOKMARK events carrying only kind, apiVersion and
-  ``metadata.resourceVersion`` (the last revision this watch has delivered, so resuming from
-  it loses nothing). As upstream's cacher does, one is sent shortly before the deadline and
-  then at most once a minute.
+  ``metadata.resourceVersion``: the store's revision, delivered in-band after every event up
+  to it (etcd's progress notification), so a quiet watch still moves forward and resuming
+  from a bookmark loses nothing. As upstream's cacher does, one is sent shortly before the
+  deadline and then at most once a minute.
 * ``timeoutSeconds``: the stream ends then (kubectl get -w exits, Python stops); without it,
   upstream's 30–60 minutes.
 * A client that went away is noticed within seconds (the transport closes), so idle watches do
@@ -53,18 +54,8 @@ async def watch_objects(request: web.Request, target: Target) -> web.StreamRespo
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     next_bookmark = min(loop.time() + BOOKMARK_INTERVAL, deadline - BOOKMARK_BEFORE_DEADLINE)
-    last_rv = str(opts.resource_version or target.store.backend.current_revision())
     queue: asyncio.Queue = asyncio.Queue()
     first_table = True
-
-    async def pump() -> None:
-        try:
-            async for event in target.store.watch(target.namespace, opts, send_initial=send_initial):
-                await queue.put(event)
-        except StatusError as exc:
-            await queue.put(("ERROR", exc.status()))
-        finally:
-            await queue.put(None)
 
     def encode_event(event_type: str, obj: dict) -> bytes:
         nonlocal first_table
@@ -73,6 +64,20 @@ async def watch_objects(request: web.Request, target: Target) -> web.StreamRespo
                            list_meta={"resourceVersion": obj["metadata"].get("resourceVersion", "")}, columns=first_table)
             first_table = False
         return codec.to_json({"type": event_type, "object": obj}) + b"\n"
+
+    try:
+        objects = target.store.watch(target.namespace, opts, send_initial=send_initial)
+    except StatusError as exc:
+        await response.write(encode_event("ERROR", exc.status()))
+        await response.write_eof()
+        return response
+
+    async def pump() -> None:
+        try:
+            async for event in objects:
+                await queue.put(event)
+        finally:
+            await queue.put(None)
 
     pump_task = asyncio.create_task(pump())
     try:
@@ -87,21 +92,18 @@ async def watch_objects(request: web.Request, target: Target) -> web.StreamRespo
                 if request.transport is None or request.transport.is_closing():
                     break
                 if bookmarks and loop.time() >= next_bookmark:
-                    await response.write(encode_event("BOOKMARK", {"kind": info.kind, "apiVersion": info.api_version,
-                                                                   "metadata": {"resourceVersion": last_rv}}))
+                    objects.request_progress()
                     next_bookmark = min(loop.time() + BOOKMARK_INTERVAL, deadline - BOOKMARK_BEFORE_DEADLINE)
                     if next_bookmark <= loop.time():
                         next_bookmark = deadline + 1
                 continue
             if item is None:
                 break
-            event_type, obj = item
-            if event_type != "ERROR":
-                last_rv = obj["metadata"].get("resourceVersion", last_rv)
-            await response.write(encode_event(event_type, obj))
+            await response.write(encode_event(*item))
     except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
         pass
     finally:
+        objects.close()
         pump_task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await pump_task

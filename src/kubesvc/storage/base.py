@@ -80,9 +80,11 @@ class KeyValue:
 @dataclass(frozen=True, slots=True)
 class Event:
     """One committed change. For DELETE, ``kv.value`` is the value the key had before deletion
-    and ``kv.mod_revision`` is the revision of the delete itself."""
+    and ``kv.mod_revision`` is the revision of the delete itself. PROGRESS (etcd's progress
+    notification) is no change: every event up to ``kv.mod_revision`` under the watch's prefix
+    has been delivered before it."""
 
-    type: Literal["PUT", "DELETE"]
+    type: Literal["PUT", "DELETE", "PROGRESS"]
     kv: KeyValue
     prev_kv: KeyValue | None = None
 
@@ -142,6 +144,10 @@ class Watch(Protocol):
     def __aiter__(self) -> AsyncIterator[list[Event]]: ...
 
     def close(self) -> None: ...
+
+    def request_progress(self) -> None:
+        """Queue a PROGRESS event carrying the newest revision already queued to this watch."""
+        ...
 
 
 class Backend(Protocol):

@@ -403,6 +403,19 @@ async def watch_filters_by_prefix(make: Factory) -> None:
 
 
 @check
+async def progress_follows_the_events_it_covers_and_reports_other_prefixes_writes(make: Factory) -> None:
+    backend = make()
+    watch = backend.watch(SERVICES, started(backend))
+    events = aiter(watch)
+    web = backend.create(key("default/web"), b"v1")
+    elsewhere = backend.create("/registry/endpoints/default/web", b"x")
+    watch.request_progress()
+    received = await receive(events, 2)
+    assert [(e.type, e.kv.mod_revision) for e in received] == [("PUT", web.mod_revision), ("PROGRESS", elsewhere.mod_revision)]
+    watch.close()
+
+
+@check
 async def watch_events_carry_previous_and_deleted_values(make: Factory) -> None:
     """The same events, whether they arrive live, from the ring or from the backend's history."""
     backend = make(watch_ring_size=2)

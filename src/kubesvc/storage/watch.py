@@ -35,7 +35,7 @@ from collections import deque
 from itertools import takewhile
 from typing import AsyncIterator, Callable
 
-from kubesvc.storage.base import Event
+from kubesvc.storage.base import Event, KeyValue
 
 ReadHistory = Callable[[str, int], list[Event]]
 
@@ -71,6 +71,15 @@ class QueuedWatch:
         if not self._closed:
             self._closed = True
             self._hub.discard(self)
+            self._wake()
+
+    def request_progress(self) -> None:
+        self._hub.progress(self)
+
+    def queue_progress(self, revision: int) -> None:
+        """Called by the hub under its lock, so the marker lands after every event it covers."""
+        if not self._closed:
+            self._batches.append([Event("PROGRESS", KeyValue("", b"", 0, revision))])
             self._wake()
 
     async def __aiter__(self) -> AsyncIterator[list[Event]]:
@@ -113,6 +122,7 @@ class WatchHub:
         self._ring: deque[Event] = deque()
         self._ring_size = max(ring_size, 1)
         self._ring_after = revision  # the ring holds every event with a revision above this
+        self._revision = revision  # the newest published revision
         self._queue_size = queue_size
         self._watches: set[QueuedWatch] = set()
 
@@ -125,7 +135,12 @@ class WatchHub:
                 if len(self._ring) == self._ring_size:
                     self._ring_after = self._ring.popleft().kv.mod_revision
                 self._ring.append(event)
+            self._revision = events[-1].kv.mod_revision
             self._watches = {watch for watch in self._watches if watch.offer(events)}
+
+    def progress(self, watch: QueuedWatch) -> None:
+        with self._lock:
+            watch.queue_progress(self._revision)
 
     def subscribe(self, prefix: str, after_revision: int, read_history: ReadHistory) -> QueuedWatch:
         """A watch of events after ``after_revision`` under ``prefix``, starting with catch-up.

@@ -439,36 +439,61 @@ class Store:
         return deleted
 
     # ---- watch -------------------------------------------------------------------------------
-    async def watch(self, namespace: str | None, opts: ListOptions, *, send_initial: bool) -> AsyncIterator[tuple[str, dict]]:
-        """(type, object) pairs. Raises errors.gone (410) when the revision is compacted."""
-        prefix = self.info.key_prefix(namespace)
+    def watch(self, namespace: str | None, opts: ListOptions, *, send_initial: bool) -> "ObjectWatch":
+        """Open a watch now (410 Expired is raised here, before anything streams)."""
+        return ObjectWatch(self, namespace, opts, send_initial)
+
+
+class ObjectWatch:
+    """A watch of one kind's objects: (type, object) pairs, types ADDED / MODIFIED / DELETED /
+    BOOKMARK. With ``send_initial`` it first lists (synthetic ADDEDs) and watches after that
+    list's revision, so nothing falls between. Selector transitions become ADDED/DELETED as in
+    the watch cache. ``request_progress()`` makes a BOOKMARK follow every event already due."""
+
+    def __init__(self, store: Store, namespace: str | None, opts: ListOptions, send_initial: bool):
+        self.store, self.opts = store, opts
+        backend = store.backend
+        prefix = store.info.key_prefix(namespace)
+        self._initial: list[storage.KeyValue] = []
         after = opts.resource_version or 0
         if send_initial:
-            result = self.backend.list(prefix)
-            after = result.revision
-            for kv in result.kvs:
-                obj = decode(kv)
-                if opts.matches(obj):
-                    yield "ADDED", obj
+            listed = backend.list(prefix)
+            self._initial, after = listed.kvs, listed.revision
         elif after == 0:
-            after = self.backend.current_revision()
+            after = backend.current_revision()
         try:
-            stream = self.backend.watch(prefix, after)
+            self._stream = backend.watch(prefix, after)
         except storage.Compacted:
-            raise errors.gone(f"too old resource version: {after} ({self.backend.compact_revision()})") from None
+            raise errors.gone(f"too old resource version: {after} ({backend.compact_revision()})") from None
         except storage.FutureRevision as exc:
             raise StatusError(504, "Timeout", f"Too large resource version: {exc.requested}, current: {exc.current}") from None
+
+    def request_progress(self) -> None:
+        self._stream.request_progress()
+
+    def close(self) -> None:
+        self._stream.close()
+
+    async def __aiter__(self) -> AsyncIterator[tuple[str, dict]]:
         try:
-            async for batch in stream:
+            for kv in self._initial:
+                obj = decode(kv)
+                if self.opts.matches(obj):
+                    yield "ADDED", obj
+            self._initial = []
+            async for batch in self._stream:
                 for event in batch:
-                    translated = self._translate(event, opts)
+                    translated = self._translate(event)
                     if translated is not None:
                         yield translated
         finally:
-            stream.close()
+            self._stream.close()
 
-    def _translate(self, event: storage.Event, opts: ListOptions) -> tuple[str, dict] | None:
-        revision = event.kv.mod_revision
+    def _translate(self, event: storage.Event) -> tuple[str, dict] | None:
+        opts, revision = self.opts, event.kv.mod_revision
+        if event.type == "PROGRESS":
+            info = self.store.info
+            return "BOOKMARK", {"kind": info.kind, "apiVersion": info.api_version, "metadata": {"resourceVersion": str(revision)}}
         if event.type == "DELETE":
             obj = decode(event.kv, revision)
             return ("DELETED", obj) if opts.matches(obj) else None
