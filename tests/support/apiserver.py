@@ -25,6 +25,7 @@ class RunningAPIServer:
     kubeconfig: Path
     data_dir: Path
     cache_dir: Path
+    log: object = None
 
     @property
     def token(self) -> str:
@@ -49,6 +50,9 @@ class RunningAPIServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        for stream in (self.process.stdout, self.log):
+            if stream is not None:
+                stream.close()
 
 
 def start_apiserver(data_dir: Path, *extra: str, port: int = 0, timeout: float = 30) -> RunningAPIServer:
@@ -66,6 +70,9 @@ def start_apiserver(data_dir: Path, *extra: str, port: int = 0, timeout: float =
         match = _READY.search(line)
         if match:
             cache_dir = data_dir / "kubectl-cache"
-            return RunningAPIServer(process, match.group(1), Path(match.group(2)), data_dir, cache_dir)
+            return RunningAPIServer(process, match.group(1), Path(match.group(2)), data_dir, cache_dir, log)
     process.kill()
+    process.wait()
+    process.stdout.close()
+    log.close()
     raise RuntimeError(f"apiserver did not start: {line!r}; log: {(data_dir / 'apiserver.log').read_text()[-3000:]}")
