@@ -317,3 +317,12 @@ def test_delete_namespace_deletes_its_objects(apiserver):
     assert apiserver.kubectl("get", "namespace", name, check=False).returncode == 1
     missing = apiserver.kubectl("apply", "-n", name, "-f", "-", input=WEB, check=False)
     assert missing.returncode == 1 and f'namespaces "{name}" not found' in missing.stderr
+
+
+def test_metrics_count_requests_by_resource_and_code(apiserver, ns):
+    apiserver.kubectl("get", "svc", "-n", ns)
+    apiserver.kubectl("get", "svc", "missing", "-n", ns, check=False)
+    metrics = apiserver.kubectl("get", "--raw", "/metrics").stdout
+    lines = [line for line in metrics.splitlines() if line.startswith("apiserver_request_total{") and 'resource="services"' in line]
+    assert any('verb="GET"' in line and 'code="200"' in line for line in lines), lines
+    assert any('verb="GET"' in line and 'code="404"' in line for line in lines), lines

@@ -61,8 +61,8 @@ def error_response(exc: StatusError) -> web.Response:
     return handlers.json_response(exc.status(), exc.code)
 
 
-def _resolve(request: web.Request, registry: Registry) -> tuple[handlers.Target, str] | None:
-    """Map a resource path to (target, group-version) or None when it is not a resource path."""
+def _resolve(request: web.Request, registry: Registry) -> handlers.Target | None:
+    """Map a resource path to its target, or None when it is not a resource path."""
     parts = [p for p in request.path.split("/") if p]
     if len(parts) >= 2 and parts[0] == "api" and parts[1] == "v1":
         group, version, rest = "", "v1", parts[2:]
@@ -89,15 +89,15 @@ def _resolve(request: web.Request, registry: Registry) -> tuple[handlers.Target,
         raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
     if info.namespaced and name is not None and namespace is None:
         raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
-    return handlers.Target(store, namespace, name, subresource), f"{group}/{version}" if group else version
+    return handlers.Target(store, namespace, name, subresource)
 
 
 async def resource_handler(request: web.Request) -> web.StreamResponse:
     registry: Registry = request.app["registry"]
-    resolved = _resolve(request, registry)
-    if resolved is None:
+    target = _resolve(request, registry)
+    if target is None:
         return await non_resource_handler(request)
-    target, _gv = resolved
+    request["metric_labels"] = (target.info.group, target.info.version, target.info.resource, target.subresource)
     method = request.method
     collection = target.name is None
     if method == "GET":
@@ -198,20 +198,8 @@ async def status_middleware(request: web.Request, handler) -> web.StreamResponse
 
 
 def _observe(request: web.Request, code: int, seconds: float) -> None:
-    parts = [p for p in request.path.split("/") if p]
-    group, version, resource, sub = "", "", "", ""
-    if parts[:1] == ["api"] and len(parts) > 2:
-        version, rest = parts[1], parts[2:]
-    elif parts[:1] == ["apis"] and len(parts) > 3:
-        group, version, rest = parts[1], parts[2], parts[3:]
-    else:
-        rest = []
-    if rest:
-        if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
-            rest = rest[2:]
-        resource = rest[0]
-        sub = rest[2] if len(rest) > 2 else ""
-    verb = request.method if not request.query.get("watch") else "WATCH"
+    group, version, resource, sub = request.get("metric_labels", ("", "", "", ""))
+    verb = "WATCH" if request.query.get("watch") in ("true", "1") else request.method
     metrics: Metrics = request.app["metrics"]
     metrics.requests.labels(verb, group, version, resource, sub, str(code)).inc()
     metrics.latency.labels(verb, group, version, resource, sub).observe(seconds)

@@ -193,22 +193,6 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-class SingleOps:
-    """create/update/delete as one-op transactions, for backends whose txn is the primitive."""
-
-    def txn(self, ops: Sequence[Op]) -> TxnResult:
-        raise NotImplementedError
-
-    def create(self, key: str, value: bytes) -> KeyValue:
-        return self.txn([Create(key, value)]).results[0]
-
-    def update(self, key: str, value: bytes, expected_revision: int = 0) -> KeyValue:
-        return self.txn([Update(key, value, expected_revision)]).results[0]
-
-    def delete(self, key: str, expected_revision: int = 0) -> KeyValue:
-        return self.txn([Delete(key, expected_revision)]).results[0]
-
-
 # The rules above as pure functions, shared by the embedded implementations.
 
 

@@ -23,9 +23,7 @@ from itertools import islice
 from typing import Iterator, Sequence
 
 from kubesvc.storage.base import (
-    SingleOps,
     Event,
-    FutureRevision,
     KeyValue,
     ListResult,
     Op,
@@ -33,7 +31,8 @@ from kubesvc.storage.base import (
     apply_op,
     resolve_revision,
 )
-from kubesvc.storage.watch import QueuedWatch, WatchHub
+from kubesvc.storage.embedded import EmbeddedBackend
+from kubesvc.storage.watch import WatchHub
 
 
 @dataclass(slots=True)
@@ -60,7 +59,7 @@ class _Versions:
         del self.revisions[:keep_from], self.values[:keep_from]
 
 
-class MemoryBackend(SingleOps):
+class MemoryBackend(EmbeddedBackend):
     def __init__(self, *, watch_ring_size: int = 10_000, watch_queue_size: int = 10_000):
         self._lock = threading.Lock()
         self._revision = 0
@@ -102,23 +101,11 @@ class MemoryBackend(SingleOps):
             self._hub.publish(events)
         return TxnResult([event.kv for event in events])
 
-    def watch(self, prefix: str, after_revision: int) -> QueuedWatch:
-        with self._lock:
-            after = resolve_revision(after_revision, self._revision, self._compacted)
-            return self._hub.subscribe(prefix, after, self._events_after)
-
-    def compact(self, revision: int) -> None:
-        """Compacting at or below the compact revision is a no-op."""
-        with self._lock:
-            if revision <= self._compacted:
-                return
-            if revision > self._revision:
-                raise FutureRevision(revision, self._revision)
-            dropped = self._log[: revision - self._compacted]
-            del self._log[: revision - self._compacted]
-            for key in {event.kv.key for event in dropped}:
-                self._compact_key(key, revision)
-            self._compacted = revision
+    def _forget(self, revision: int) -> None:
+        dropped = self._log[: revision - self._compacted]
+        del self._log[: revision - self._compacted]
+        for key in {event.kv.key for event in dropped}:
+            self._compact_key(key, revision)
 
     def close(self) -> None:
         self._hub.close()

@@ -40,10 +40,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from kubesvc.storage.base import (
-    SingleOps,
     Create,
     Event,
-    FutureRevision,
     KeyExists,
     KeyValue,
     ListResult,
@@ -53,7 +51,8 @@ from kubesvc.storage.base import (
     apply_op,
     resolve_revision,
 )
-from kubesvc.storage.watch import QueuedWatch, WatchHub
+from kubesvc.storage.embedded import EmbeddedBackend
+from kubesvc.storage.watch import WatchHub
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kine (
@@ -110,7 +109,7 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value"""
 _MAX_KEY = "\U0010ffff"  # the range end of the empty prefix: the highest code point sorts above any key
 
 
-class SQLiteBackend(SingleOps):
+class SQLiteBackend(EmbeddedBackend):
     """Thread-safe: one connection behind one lock, so reads and writes take turns (SQLite
     answers in microseconds, a list of 10k keys in tens of milliseconds)."""
 
@@ -160,23 +159,11 @@ class SQLiteBackend(SingleOps):
             self._hub.publish(events)
         return TxnResult([event.kv for event in events])
 
-    def watch(self, prefix: str, after_revision: int) -> QueuedWatch:
-        with self._lock:
-            after = resolve_revision(after_revision, self._revision, self._compacted)
-            return self._hub.subscribe(prefix, after, self._events_after)
-
-    def compact(self, revision: int) -> None:
-        """Compacting at or below the compact revision is a no-op."""
-        with self._lock:
-            if revision <= self._compacted:
-                return
-            if revision > self._revision:
-                raise FutureRevision(revision, self._revision)
-            with self._transaction():
-                self._conn.execute(_COMPACT, {"after": self._compacted, "upto": revision})
-                self._conn.execute(_SAVE_COMPACT_REVISION, (revision,))
-            self._compacted = revision
-            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    def _forget(self, revision: int) -> None:
+        with self._transaction():
+            self._conn.execute(_COMPACT, {"after": self._compacted, "upto": revision})
+            self._conn.execute(_SAVE_COMPACT_REVISION, (revision,))
+        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def close(self) -> None:
         self._hub.close()
