@@ -8,15 +8,14 @@ from kubesvc.api.errors import StatusError
 from kubesvc.api.scheme import all_kinds
 from kubesvc.api.selectors import parse_label_selector
 from kubesvc.apiserver.registry.store import ListOptions, Registry
-from kubesvc.apiserver.server import bootstrap
+from kubesvc.apiserver.server import build_control_plane
 from kubesvc.storage.memory import MemoryBackend
 from kubesvc.util.clock import FakeClock
 
 
 @pytest.fixture
 def registry():
-    reg = Registry(all_kinds(), MemoryBackend(), FakeClock())
-    bootstrap(reg)
+    reg, _ = build_control_plane(MemoryBackend(), FakeClock(), ["10.96.0.0/16"])
     return reg
 
 

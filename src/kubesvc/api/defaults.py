@@ -211,7 +211,7 @@ def default_service_ip_families(svc: Any, cluster_families: list[str], old: Any 
     if not isinstance(spec, dict) or spec.get("type") == "ExternalName":
         return []
     old_spec = old.get("spec") if isinstance(old, dict) and isinstance(old.get("spec"), dict) else None
-    if old_spec is not None and _unchanged_prefer_dual_stack(spec, old_spec):
+    if old_spec is not None and unchanged_prefer_dual_stack(spec, old_spec):
         return []
     headless_selectorless = spec.get("clusterIP") == "None" and not spec.get("selector")
     if spec.get("ipFamilyPolicy") is None:
@@ -258,11 +258,55 @@ def default_service_ip_families(svc: Any, cluster_families: list[str], old: Any 
     return []
 
 
+def drop_type_dependent_fields(svc: Any, old: Any) -> None:
+    """dropTypeDependentFields (upstream service strategy, PrepareForUpdate): after a type
+    change, wipe what the new type does not use and the allocator released, but only where
+    the user did not also change the field (a changed value must still fail validation)."""
+    spec = svc.get("spec") if isinstance(svc, dict) else None
+    old_spec = old.get("spec") if isinstance(old, dict) else None
+    if not isinstance(spec, dict) or not isinstance(old_spec, dict):
+        return
+    new_type, old_type = spec.get("type"), old_spec.get("type")
+    if old_type != "ExternalName" and new_type == "ExternalName":
+        if (spec.get("clusterIPs") or []) == (old_spec.get("clusterIPs") or []):
+            spec.pop("clusterIP", None)
+            spec.pop("clusterIPs", None)
+        for key in ("ipFamilies", "ipFamilyPolicy"):
+            if spec.get(key) == old_spec.get(key):
+                spec.pop(key, None)
+    node_port_types = ("NodePort", "LoadBalancer")
+    if old_type in node_port_types and new_type not in node_port_types:
+        ports, old_ports = _dicts(spec, "ports"), _dicts(old_spec, "ports")
+        if [p.get("nodePort") for p in ports] == [p.get("nodePort") for p in old_ports]:
+            for port in ports:
+                port.pop("nodePort", None)
+    if _needs_health_check(old_spec) and not _needs_health_check(spec):
+        if spec.get("healthCheckNodePort") == old_spec.get("healthCheckNodePort"):
+            spec.pop("healthCheckNodePort", None)
+    if old_type == "LoadBalancer" and new_type != "LoadBalancer":
+        for key in ("allocateLoadBalancerNodePorts", "loadBalancerClass"):
+            if key in spec and spec.get(key) == old_spec.get(key):
+                spec.pop(key, None)
+        if isinstance(svc.get("status"), dict):
+            svc["status"]["loadBalancer"] = {}
+    if _externally_accessible(old_spec) and not _externally_accessible(spec):
+        if spec.get("externalTrafficPolicy") == old_spec.get("externalTrafficPolicy"):
+            spec.pop("externalTrafficPolicy", None)
+
+
+def _needs_health_check(spec: dict) -> bool:
+    return spec.get("type") == "LoadBalancer" and spec.get("externalTrafficPolicy") == "Local"
+
+
+def _externally_accessible(spec: dict) -> bool:
+    return spec.get("type") in ("NodePort", "LoadBalancer") or (spec.get("type") == "ClusterIP" and bool(spec.get("externalIPs")))
+
+
 def _other_family(family: str) -> str:
     return "IPv6" if family == "IPv4" else "IPv4"
 
 
-def _unchanged_prefer_dual_stack(spec: dict, old_spec: dict) -> bool:
+def unchanged_prefer_dual_stack(spec: dict, old_spec: dict) -> bool:
     """isMatchingPreferDualStackClusterIPFields: a PreferDualStack Service is not upgraded or
     downgraded just because the cluster's dual-stackness changed."""
     return (

@@ -48,8 +48,8 @@ _HEALTH_CHECKS = ("ping", "log", "etcd", "poststarthook/start-apiextensions-info
 
 
 class Metrics:
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
         self.requests = Counter("apiserver_request", "Counter of apiserver requests broken out for each verb, group, version, resource and HTTP response code.",
                                 ["verb", "group", "version", "resource", "subresource", "code"], registry=self.registry)
         self.latency = Histogram("apiserver_request_duration_seconds", "Response latency distribution in seconds for each verb, group, version and resource.",
@@ -205,12 +205,12 @@ def _observe(request: web.Request, code: int, seconds: float) -> None:
     metrics.latency.labels(verb, group, version, resource, sub).observe(seconds)
 
 
-def build_app(registry: Registry, token: str, clock: Clock, server_address: str) -> web.Application:
+def build_app(registry: Registry, token: str, clock: Clock, server_address: str, metrics_registry: CollectorRegistry | None = None) -> web.Application:
     app = web.Application(middlewares=[status_middleware], client_max_size=codec.MAX_BODY_BYTES + 1)
     app["registry"] = registry
     app["token"] = token
     app["clock"] = clock
-    app["metrics"] = Metrics()
+    app["metrics"] = Metrics(metrics_registry)
     kinds = all_kinds()
     app["discovery"] = Discovery(kinds, server_address)
     app["openapi"] = OpenAPI()

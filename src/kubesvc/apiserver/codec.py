@@ -9,6 +9,7 @@ is YAML). Responses are always JSON; a ``Table`` when the Accept header asks for
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 
@@ -62,9 +63,20 @@ _JSONCompatibleLoader.yaml_implicit_resolvers = {
 
 def parse_yaml(body: bytes) -> object:
     try:
-        return yaml.load(body, Loader=_JSONCompatibleLoader)
+        return _json_keys(yaml.load(body, Loader=_JSONCompatibleLoader))
     except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
         raise errors.bad_request(f"error converting YAML to JSON: {str(exc).splitlines()[0]}") from None
+
+
+def _json_keys(value: object) -> object:
+    """sigs.k8s.io/yaml's JSON conversion: mapping keys become strings (``null``, ``true``,
+    ``1``), as JSON has no other kind of key."""
+    if isinstance(value, dict):
+        return {(k if isinstance(k, str) else json.dumps(k) if k is None or isinstance(k, (bool, int, float)) else str(k)): _json_keys(v)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_keys(v) for v in value]
+    return value
 
 
 def decode_body(body: bytes, content_type: str | None, info: KindInfo) -> dict:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import ipaddress
 import logging
 import socket
 import ssl
@@ -27,7 +25,12 @@ from kubesvc.api.scheme import all_kinds
 from kubesvc.apiserver import auth
 from kubesvc.apiserver.app import build_app
 from kubesvc.apiserver.registry.store import ListOptions, Registry
-from kubesvc.apiserver.registry.strategy import ServiceStrategy
+from kubesvc.apiserver.allocator.metrics import AllocatorMetrics
+from kubesvc.apiserver.allocator.service import ServiceAllocators
+from kubesvc.apiserver.allocator.servicecidr import ensure_default_service_cidr
+from kubesvc.apiserver.kubernetes_service import KubernetesService
+from kubesvc.apiserver.registry.strategy import allocation_strategies
+from prometheus_client import CollectorRegistry
 from kubesvc.storage import compact_to_window, open_backend
 from kubesvc.util.clock import Clock, RealClock
 
@@ -48,10 +51,7 @@ class ServerConfig:
     feature_gates: dict[str, bool] = field(default_factory=dict)
     compaction_interval: float = 300.0
     compaction_retain_revisions: int = 10000
-
-
-def ip_family_of_cidr(cidr: str) -> str:
-    return "IPv6" if ipaddress.ip_network(cidr.strip(), strict=False).version == 6 else "IPv4"
+    repair_services_interval: float = 180.0
 
 
 class NamespaceFinalizer:
@@ -106,6 +106,18 @@ def bootstrap(registry: Registry) -> None:
             namespaces.create(None, {"metadata": {"name": name}}, field_manager=FIELD_MANAGER)
 
 
+def build_control_plane(backend, clock: Clock, cidrs: list[str], node_port_range: str = "30000-32767", *,
+                        static_subrange: bool = True, metrics_registry: CollectorRegistry | None = None) -> tuple[Registry, ServiceAllocators]:
+    """The registry with its allocators, bootstrap objects in place and the index loaded."""
+    allocators = ServiceAllocators(cidrs, node_port_range, static_subrange=static_subrange, metrics=AllocatorMetrics(metrics_registry))
+    registry = Registry(all_kinds(), backend, clock, allocation_strategies(allocators))
+    allocators.attach(registry)
+    bootstrap(registry)
+    ensure_default_service_cidr(registry, cidrs)
+    allocators.load()
+    return registry, allocators
+
+
 def _listening_socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -140,15 +152,17 @@ class APIServer:
         config = self.config
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.backend = open_backend(config.storage_backend, str(config.data_dir))
-        families = [ip_family_of_cidr(cidr) for cidr in config.service_cluster_ip_range.split(",")]
-        self.registry = Registry(all_kinds(), self.backend, self.clock,
-                                 {"Service": functools.partial(ServiceStrategy, cluster_families=families)})
-        bootstrap(self.registry)
+        metrics_registry = CollectorRegistry()
+        cidrs = [c.strip() for c in config.service_cluster_ip_range.split(",") if c.strip()]
+        self.registry, self.allocators = build_control_plane(
+            self.backend, self.clock, cidrs, config.service_node_port_range,
+            static_subrange=config.feature_gates.get("ServiceIPStaticSubrange", True), metrics_registry=metrics_registry)
         creds = auth.ensure_credentials(config.data_dir, config.bind_address)
         sock = _listening_socket(config.bind_address, config.secure_port)
         self.port = sock.getsockname()[1]
+        KubernetesService(self.registry, self.allocators, self.port).ensure()
         finalizer = NamespaceFinalizer(self.registry)
-        app = build_app(self.registry, creds.token, self.clock, f"{config.bind_address}:{self.port}")
+        app = build_app(self.registry, creds.token, self.clock, f"{config.bind_address}:{self.port}", metrics_registry)
         app["namespace_finalizer"] = finalizer
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         tls.load_cert_chain(creds.serving_cert, creds.serving_key)

@@ -37,6 +37,7 @@ from kubesvc.api.managedfields import track_update
 from kubesvc.api.scheme import KindInfo
 from kubesvc.api.selectors import FieldSelector, LabelSelector
 from kubesvc.apiserver.registry.strategy import Strategy, strategy_for
+from kubesvc.apiserver.registry.txn import Txn
 from kubesvc.storage import base as storage
 from kubesvc.util.clock import Clock, rfc3339
 
@@ -45,6 +46,8 @@ _json_decode = msgspec.json.Decoder().decode
 
 # upstream names.SimpleNameGenerator: 5 chars from an alphabet without vowels and lookalikes
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+# a create retries when a generated name or an allocator's choice collides in the store
+_MAX_ATTEMPTS = 8
 _SYSTEM_METADATA = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
 
 
@@ -235,7 +238,13 @@ class Store:
                                    f"unable to create new content in namespace {namespace} because it is being terminated")
 
     def prepare_new(self, namespace: str | None, obj: dict, *, field_manager: str, managed: bool = True) -> dict:
-        """Everything a create does before the write: the object as it would be stored."""
+        """Everything a create does before the write: the object as it would be stored (no
+        side effects: allocations are only checked, as for a dry run)."""
+        new, txn = self._prepare_new(namespace, obj, field_manager=field_manager, managed=managed, dry_run=True)
+        txn.revert()
+        return new
+
+    def _prepare_new(self, namespace: str | None, obj: dict, *, field_manager: str, managed: bool, dry_run: bool) -> tuple[dict, Txn]:
         obj = copy.deepcopy(obj)
         obj["apiVersion"], obj["kind"] = self.info.api_version, self.info.kind
         meta = obj.setdefault("metadata", {})
@@ -258,32 +267,55 @@ class Store:
             meta["generation"] = 1
         self.strategy.prepare_for_create(obj)
         self.strategy.default(obj)
-        field_errors = self.strategy.validate(obj)
-        if field_errors:
-            raise self._invalid(meta.get("name") or "", field_errors)
-        if managed:
-            track_update(None, obj, manager=field_manager, schema=self.info.schema, api_version=self.info.api_version, now=self._now())
-        return obj
+        txn = self.strategy.begin_create(obj, dry_run)
+        try:
+            field_errors = self.strategy.validate(obj)
+            if field_errors:
+                raise self._invalid(meta.get("name") or "", field_errors)
+            if managed:
+                track_update(None, obj, manager=field_manager, schema=self.info.schema, api_version=self.info.api_version, now=self._now())
+        except BaseException:
+            txn.revert()
+            raise
+        return obj, txn
 
     def create(self, namespace: str | None, obj: dict, *, field_manager: str, dry_run: bool = False, managed: bool = True) -> dict:
         self._check_namespace(namespace)
-        for _attempt in range(8):
-            new = self.prepare_new(namespace, obj, field_manager=field_manager, managed=managed)
+        for _attempt in range(_MAX_ATTEMPTS):
+            new, txn = self._prepare_new(namespace, obj, field_manager=field_manager, managed=managed, dry_run=dry_run)
+            key = self._key(namespace, new["metadata"]["name"])
             if dry_run:
-                if self.backend.get(self._key(namespace, new["metadata"]["name"])) is not None:
+                txn.revert()
+                if self.backend.get(key) is not None:
                     raise errors.already_exists(self.info.resource, new["metadata"]["name"], self.info.group)
                 return new
-            key = self._key(namespace, new["metadata"]["name"])
-            ops = [*self.strategy.create_ops(new), storage.Create(key, encode(new))]
             try:
-                result = self.backend.txn(ops)
+                result = self.backend.txn([*txn.ops, storage.Create(key, encode(new))])
             except storage.KeyExists as exc:
-                if exc.key == key and not (obj.get("metadata") or {}).get("name") and (obj.get("metadata") or {}).get("generateName"):
-                    continue  # generated name collided: try another
-                raise errors.already_exists(self.info.resource, new["metadata"]["name"], self.info.group) from None
+                failure = self._create_conflict(exc.key, key, obj, new, txn)
+                txn.revert()
+                if failure is None:
+                    continue
+                raise failure from None
+            except BaseException:
+                txn.revert()
+                raise
+            txn.commit()
             new["metadata"]["resourceVersion"] = str(result.revision)
             return new
         raise errors.StatusError(504, "AlreadyExists", "failed to generate a unique name")
+
+    def _create_conflict(self, conflict_key: str, key: str, obj: dict, new: dict, txn: Txn) -> StatusError | None:
+        """The error for a create whose transaction hit an existing key; None means retry
+        (a generated name or an allocator's choice collided)."""
+        if conflict_key == key:
+            meta = obj.get("metadata") or {}
+            if not meta.get("name") and meta.get("generateName"):
+                return None
+            return errors.already_exists(self.info.resource, new["metadata"]["name"], self.info.group)
+        if txn.owns(conflict_key):
+            return txn.conflict(conflict_key)
+        return errors.internal(f"storage key {conflict_key} already exists")
 
     # ---- update ------------------------------------------------------------------------------
     def guaranteed_update(
@@ -312,29 +344,44 @@ class Store:
                 raise errors.conflict(self.info.resource, name, self.info.group)
             if wanted_rv not in (None, "") and str(wanted_rv) != str(kv.mod_revision):
                 raise errors.conflict(self.info.resource, name, self.info.group)
-            new = self._prepare_update(old, desired, field_manager=field_manager, subresource=subresource, track=track)
-            if _same_object(new, old):
-                return old
-            if dry_run:
-                return new
+            new, txn = self._prepare_update(old, desired, field_manager=field_manager, subresource=subresource, track=track, dry_run=dry_run)
+            if dry_run or _same_object(new, old):
+                txn.revert()
+                return new if dry_run and not _same_object(new, old) else old
             meta = new["metadata"]
             key = self._key(namespace, name)
+            if meta.get("deletionTimestamp") and not self.strategy.deletion_blocked(new) and not self.strategy.graceful_delete_seconds(new, {}):
+                txn.revert()
+                txn = self.strategy.begin_delete(old)
+                write: storage.Op = storage.Delete(key, kv.mod_revision)
+            else:
+                write = storage.Update(key, encode(new), kv.mod_revision)
             try:
-                if meta.get("deletionTimestamp") and not self.strategy.deletion_blocked(new) and not self.strategy.graceful_delete_seconds(new, {}):
-                    result = self.backend.txn([*self.strategy.delete_ops(old), storage.Delete(key, kv.mod_revision)])
-                else:
-                    result = self.backend.txn([*self.strategy.update_ops(new, old), storage.Update(key, encode(new), kv.mod_revision)])
+                result = self.backend.txn([*txn.ops, write])
             except storage.RevisionMismatch as exc:
-                if exc.key != key or wanted_rv not in (None, ""):
-                    if exc.key == key:
-                        raise errors.conflict(self.info.resource, name, self.info.group) from None
+                txn.revert()
+                if exc.key == key and wanted_rv not in (None, ""):
+                    raise errors.conflict(self.info.resource, name, self.info.group) from None
                 continue
-            except storage.KeyNotFound:
-                raise self._not_found(name) from None
+            except storage.KeyExists as exc:
+                txn.revert()
+                failure = txn.conflict(exc.key) if txn.owns(exc.key) else errors.internal(f"storage key {exc.key} already exists")
+                if failure is None:
+                    continue
+                raise failure from None
+            except storage.KeyNotFound as exc:
+                txn.revert()
+                if exc.key == key:
+                    raise self._not_found(name) from None
+                continue
+            except BaseException:
+                txn.revert()
+                raise
+            txn.commit()
             meta["resourceVersion"] = str(result.revision)
             return new
 
-    def _prepare_update(self, old: dict, desired: dict, *, field_manager: str, subresource: str, track: bool) -> dict:
+    def _prepare_update(self, old: dict, desired: dict, *, field_manager: str, subresource: str, track: bool, dry_run: bool) -> tuple[dict, Txn]:
         if not isinstance(desired.get("metadata"), dict):
             raise self._invalid(old["metadata"]["name"], [errors.invalid_value("metadata", desired.get("metadata"), "must be an object")])
         new = desired
@@ -355,12 +402,17 @@ class Store:
         self.strategy.default(new)
         if self.strategy.bumps_generation and new.get("spec") != old.get("spec"):
             meta["generation"] = int(old_meta.get("generation", 1)) + 1
-        field_errors = self.strategy.validate_update(new, old)
-        if field_errors:
-            raise self._invalid(old_meta["name"], field_errors)
-        if track:
-            track_update(old, new, manager=field_manager, schema=self.info.schema, api_version=self.info.api_version, now=self._now(), subresource=subresource)
-        return new
+        txn = self.strategy.begin_update(new, old, dry_run, subresource)
+        try:
+            field_errors = self.strategy.validate_update(new, old)
+            if field_errors:
+                raise self._invalid(old_meta["name"], field_errors)
+            if track:
+                track_update(old, new, manager=field_manager, schema=self.info.schema, api_version=self.info.api_version, now=self._now(), subresource=subresource)
+        except BaseException:
+            txn.revert()
+            raise
+        return new, txn
 
     def update(self, namespace: str | None, name: str, obj: dict, *, field_manager: str, subresource: str = "", dry_run: bool = False) -> tuple[dict, bool]:
         """PUT: returns (object, created)."""
@@ -416,12 +468,21 @@ class Store:
                 return new, False
             if dry_run:
                 return obj, True
+            txn = self.strategy.begin_delete(obj)
             try:
-                result = self.backend.txn([*self.strategy.delete_ops(obj), storage.Delete(kv.key, kv.mod_revision)])
+                result = self.backend.txn([*txn.ops, storage.Delete(kv.key, kv.mod_revision)])
             except storage.RevisionMismatch:
+                txn.revert()
                 continue
-            except storage.KeyNotFound:
-                raise self._not_found(name) from None
+            except storage.KeyNotFound as exc:
+                txn.revert()
+                if exc.key == kv.key:
+                    raise self._not_found(name) from None
+                continue
+            except BaseException:
+                txn.revert()
+                raise
+            txn.commit()
             obj["metadata"]["resourceVersion"] = str(result.revision)
             return obj, True
 

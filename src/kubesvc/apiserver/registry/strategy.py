@@ -9,19 +9,24 @@ kind-specific parts, as upstream's ``RESTCreateStrategy`` / ``RESTUpdateStrategy
   status subresource) and what a status update keeps (everything but ``status``),
 * whether PUT may create (upstream ``AllowCreateOnUpdate``: Endpoints, Leases, Nodes, Events),
 * graceful deletion (a Pod bound to a node is only marked; its kubelet deletes it),
-* extra storage operations committed in the same transaction as the object (the seam the
-  ClusterIP/NodePort allocators use, so an allocation and its Service commit together).
+* what a write does besides storing the object (``begin_create`` / ``begin_update`` /
+  ``begin_delete`` return a :class:`Txn`): the ClusterIP/NodePort allocators add their
+  records to the object's storage transaction, so an allocation and its Service commit
+  together; the allocators' index learns of IPAddress and ServiceCIDR writes on commit.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping
 
-from kubesvc.api import defaults, validation
+from kubesvc.api import defaults, validation, validation_meta
 from kubesvc.api.errors import FieldError
 from kubesvc.api.scheme import KindInfo
-from kubesvc.storage.base import Op
+from kubesvc.apiserver.registry.txn import Txn
+
+if TYPE_CHECKING:
+    from kubesvc.apiserver.allocator.service import ServiceAllocators
 
 
 class Strategy:
@@ -80,25 +85,26 @@ class Strategy:
         """Seconds the object should linger marked for deletion before removal; 0 = now."""
         return 0
 
-    # ---- allocation seam ---------------------------------------------------------------------
-    def create_ops(self, obj: dict) -> Sequence[Op]:
-        return ()
+    # ---- side effects committed with the write ------------------------------------------------
+    # Called after defaulting and before validation (upstream's BeginCreate/BeginUpdate hooks
+    # run before BeforeCreate/BeforeUpdate), for the main resource and every subresource.
+    def begin_create(self, obj: dict, dry_run: bool) -> Txn:
+        return Txn()
 
-    def update_ops(self, new: dict, old: dict) -> Sequence[Op]:
-        return ()
+    def begin_update(self, new: dict, old: dict, dry_run: bool, subresource: str) -> Txn:
+        return Txn()
 
-    def delete_ops(self, obj: dict) -> Sequence[Op]:
-        return ()
+    def begin_delete(self, obj: dict) -> Txn:
+        return Txn()
 
 
 class ServiceStrategy(Strategy):
-    """Service specifics before allocation: clusterIP/clusterIPs normalisation, keeping
-    allocated values a PUT omits, and ipFamilies/ipFamilyPolicy for the cluster's families
-    (upstream does the last in the allocator's initIPFamilyFields, after validation)."""
+    """clusterIP/clusterIPs normalisation, keeping allocated values a PUT omits, and the
+    allocators (ipFamilies/ipFamilyPolicy are settled there, as upstream's initIPFamilyFields)."""
 
-    def __init__(self, info: KindInfo, cluster_families: Sequence[str] = ("IPv4",)):
+    def __init__(self, info: KindInfo, allocators: "ServiceAllocators"):
         super().__init__(info)
-        self.cluster_families = list(cluster_families)
+        self.allocators = allocators
 
     def prepare_for_create(self, obj: dict) -> None:
         super().prepare_for_create(obj)
@@ -109,11 +115,70 @@ class ServiceStrategy(Strategy):
         defaults.patch_allocated_values(new, old)
         defaults.normalize_cluster_ips(new, old)
 
-    def validate(self, obj: dict) -> list[FieldError]:
-        return super().validate(obj) or defaults.default_service_ip_families(obj, self.cluster_families)
+    def begin_create(self, obj: dict, dry_run: bool) -> Txn:
+        if validation_meta.validate_object_meta(obj, namespaced=True, name_fn=validation_meta.name_is_dns1035_label):
+            return Txn()  # nothing to allocate for: validation reports the bad metadata
+        return self.allocators.begin_create(obj, dry_run)
 
-    def validate_update(self, new: dict, old: dict) -> list[FieldError]:
-        return super().validate_update(new, old) or defaults.default_service_ip_families(new, self.cluster_families, old)
+    def begin_update(self, new: dict, old: dict, dry_run: bool, subresource: str) -> Txn:
+        if subresource:
+            return Txn()
+        return self.allocators.begin_update(new, old, dry_run)
+
+    def begin_delete(self, obj: dict) -> Txn:
+        return self.allocators.begin_delete(obj)
+
+
+class IPAddressStrategy(Strategy):
+    """IPAddress writes through the API (users, the repair loop) keep the allocators' index
+    exact: an IPAddress created by hand takes its IP out of the pool."""
+
+    def __init__(self, info: KindInfo, allocators: "ServiceAllocators"):
+        super().__init__(info)
+        self.allocators = allocators
+
+    def begin_create(self, obj: dict, dry_run: bool) -> Txn:
+        return self._mark(obj, True, dry_run)
+
+    def begin_delete(self, obj: dict) -> Txn:
+        return self._mark(obj, False, False)
+
+    def _mark(self, obj: dict, taken: bool, dry_run: bool) -> Txn:
+        txn = Txn()
+        if not dry_run:
+            name = (obj.get("metadata") or {}).get("name") or ""
+            txn.on_commit(lambda: self.allocators.mark_ip(name, taken))
+        return txn
+
+
+class ServiceCIDRStrategy(Strategy):
+    """Any committed ServiceCIDR change (spec, Ready condition, deletion) re-reads the usable
+    ranges, so a new ServiceCIDR serves the very next Service create."""
+
+    def __init__(self, info: KindInfo, allocators: "ServiceAllocators", on_change: Callable[[], None] = lambda: None):
+        super().__init__(info)
+        self.allocators = allocators
+        self.on_change = on_change
+
+    def prepare_for_create(self, obj: dict) -> None:
+        super().prepare_for_create(obj)
+        obj.pop("status", None)
+
+    def begin_create(self, obj: dict, dry_run: bool) -> Txn:
+        return self._resync(dry_run)
+
+    def begin_update(self, new: dict, old: dict, dry_run: bool, subresource: str) -> Txn:
+        return self._resync(dry_run)
+
+    def begin_delete(self, obj: dict) -> Txn:
+        return self._resync(False)
+
+    def _resync(self, dry_run: bool) -> Txn:
+        txn = Txn()
+        if not dry_run:
+            txn.on_commit(self.allocators.sync_cidrs)
+            txn.on_commit(self.on_change)
+        return txn
 
 
 class PodStrategy(Strategy):
@@ -162,7 +227,6 @@ class EndpointSliceStrategy(Strategy):
 
 
 STRATEGIES: dict[str, type[Strategy]] = {
-    "Service": ServiceStrategy,
     "Pod": PodStrategy,
     "Namespace": NamespaceStrategy,
     "Endpoints": CreateOnUpdateStrategy,
@@ -171,6 +235,15 @@ STRATEGIES: dict[str, type[Strategy]] = {
     "Event": CreateOnUpdateStrategy,
     "EndpointSlice": EndpointSliceStrategy,
 }
+
+
+def allocation_strategies(allocators: "ServiceAllocators", on_service_cidr_change: Callable[[], None] = lambda: None) -> dict[str, Callable[[KindInfo], Strategy]]:
+    """Strategy overrides wiring Services, IPAddresses and ServiceCIDRs to the allocators."""
+    return {
+        "Service": lambda info: ServiceStrategy(info, allocators),
+        "IPAddress": lambda info: IPAddressStrategy(info, allocators),
+        "ServiceCIDR": lambda info: ServiceCIDRStrategy(info, allocators, on_service_cidr_change),
+    }
 
 
 def strategy_for(info: KindInfo, overrides: Mapping[str, Callable[[KindInfo], Strategy]] | None = None) -> Strategy:
