@@ -16,6 +16,7 @@ from pathlib import Path
 
 import click
 
+from kubesvc.apiserver.allocator.ranges import PortRange, check_service_cidr_flag
 from kubesvc.apiserver.server import APIServer, ServerConfig
 
 # Feature gates this server knows, with upstream's defaults for 1.32/1.33.
@@ -58,18 +59,20 @@ def _cidrs(ctx, param, value: str) -> str:
             families.add(ipaddress.ip_network(part, strict=True).version)
         except ValueError as exc:
             raise click.BadParameter(f"{part}: {exc}") from None
+        problem = check_service_cidr_flag(part)
+        if problem:
+            raise click.BadParameter(problem)
     if len(families) != len(parts):
         raise click.BadParameter("the two CIDRs must be of different IP families")
     return value
 
 
 def _port_range(ctx, param, value: str) -> str:
-    base, sep, size = value.partition("-")
     try:
-        low, high = int(base), int(size) if sep else int(base)
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a port range like 30000-32767") from None
-    if not (1 <= low <= high <= 65535):
+        port_range = PortRange.parse(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if port_range.base < 1:
         raise click.BadParameter(f"{value!r} is not a port range within 1-65535")
     return value
 
@@ -124,6 +127,8 @@ def apiserver_options(default_data_dir: str | None):
                          help="Seconds between compactions."),
             click.option("--compaction-retain-revisions", type=click.IntRange(min=1), default=10000, show_default=True,
                          help="Revisions of history kept for watches and consistent lists."),
+            click.option("--repair-services-interval", type=click.FloatRange(min=0.1), default=180.0, show_default=True,
+                         help="Seconds between passes of the ClusterIP and NodePort repair loops (upstream's RepairServicesInterval)."),
             click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity."),
         ]
         for option in reversed(options):
@@ -134,7 +139,7 @@ def apiserver_options(default_data_dir: str | None):
 
 
 def _config(data_dir, storage_backend, bind_address, secure_port, service_cluster_ip_range, service_node_port_range, feature_gates,
-            compaction_interval, compaction_retain_revisions) -> ServerConfig:
+            compaction_interval, compaction_retain_revisions, repair_services_interval) -> ServerConfig:
     return ServerConfig(
         data_dir=data_dir.resolve(),
         storage_backend=storage_backend,
@@ -145,6 +150,7 @@ def _config(data_dir, storage_backend, bind_address, secure_port, service_cluste
         feature_gates=feature_gates,
         compaction_interval=compaction_interval,
         compaction_retain_revisions=compaction_retain_revisions,
+        repair_services_interval=repair_services_interval,
     )
 
 

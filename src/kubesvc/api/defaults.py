@@ -268,7 +268,9 @@ def drop_type_dependent_fields(svc: Any, old: Any) -> None:
         return
     new_type, old_type = spec.get("type"), old_spec.get("type")
     if old_type != "ExternalName" and new_type == "ExternalName":
-        if (spec.get("clusterIPs") or []) == (old_spec.get("clusterIPs") or []):
+        # sameClusterIPs: the singular and the plural both unchanged
+        if (spec.get("clusterIP") or "") == (old_spec.get("clusterIP") or "") and \
+                (spec.get("clusterIPs") or []) == (old_spec.get("clusterIPs") or []):
             spec.pop("clusterIP", None)
             spec.pop("clusterIPs", None)
         for key in ("ipFamilies", "ipFamilyPolicy"):
@@ -276,8 +278,11 @@ def drop_type_dependent_fields(svc: Any, old: Any) -> None:
                 spec.pop(key, None)
     node_port_types = ("NodePort", "LoadBalancer")
     if old_type in node_port_types and new_type not in node_port_types:
+        # sameNodePorts: ports may be added, removed or changed as long as no net-new
+        # nodePort value appears (the old set is a superset of the new one)
         ports, old_ports = _dicts(spec, "ports"), _dicts(old_spec, "ports")
-        if [p.get("nodePort") for p in ports] == [p.get("nodePort") for p in old_ports]:
+        old_numbers = {p.get("nodePort") for p in old_ports if p.get("nodePort")}
+        if all(p.get("nodePort") in old_numbers for p in ports if p.get("nodePort")):
             for port in ports:
                 port.pop("nodePort", None)
     if _needs_health_check(old_spec) and not _needs_health_check(spec):

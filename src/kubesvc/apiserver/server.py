@@ -26,6 +26,7 @@ from kubesvc.apiserver import auth
 from kubesvc.apiserver.app import build_app
 from kubesvc.apiserver.registry.store import ListOptions, Registry
 from kubesvc.apiserver.allocator.metrics import AllocatorMetrics
+from kubesvc.apiserver.allocator.repair import Repair
 from kubesvc.apiserver.allocator.service import ServiceAllocators
 from kubesvc.apiserver.allocator.servicecidr import ensure_default_service_cidr
 from kubesvc.apiserver.kubernetes_service import KubernetesService
@@ -108,12 +109,15 @@ def bootstrap(registry: Registry) -> None:
 
 def build_control_plane(backend, clock: Clock, cidrs: list[str], node_port_range: str = "30000-32767", *,
                         static_subrange: bool = True, metrics_registry: CollectorRegistry | None = None) -> tuple[Registry, ServiceAllocators]:
-    """The registry with its allocators, bootstrap objects in place and the index loaded."""
+    """The registry with its allocators, bootstrap objects in place (namespaces, the default
+    ServiceCIDR) and the allocators' index loaded. ``allocators.service_cidr_controller`` is
+    the controller for ServiceCIDRs, woken by every ServiceCIDR change and IP release."""
     allocators = ServiceAllocators(cidrs, node_port_range, static_subrange=static_subrange, metrics=AllocatorMetrics(metrics_registry))
-    registry = Registry(all_kinds(), backend, clock, allocation_strategies(allocators))
+    registry = Registry(all_kinds(), backend, clock, allocation_strategies(allocators, allocators.kick_service_cidrs))
     allocators.attach(registry)
     bootstrap(registry)
-    ensure_default_service_cidr(registry, cidrs)
+    controller = ensure_default_service_cidr(registry, cidrs)
+    allocators.service_cidr_controller = controller
     allocators.load()
     return registry, allocators
 
@@ -161,6 +165,7 @@ class APIServer:
         sock = _listening_socket(config.bind_address, config.secure_port)
         self.port = sock.getsockname()[1]
         KubernetesService(self.registry, self.allocators, self.port).ensure()
+        repair = Repair(self.registry, self.allocators, self.clock)
         finalizer = NamespaceFinalizer(self.registry)
         app = build_app(self.registry, creds.token, self.clock, f"{config.bind_address}:{self.port}", metrics_registry)
         app["namespace_finalizer"] = finalizer
@@ -171,7 +176,12 @@ class APIServer:
         site = web.SockSite(self.runner, sock, ssl_context=tls, shutdown_timeout=1.0)
         await site.start()
         auth.write_kubeconfig(self.kubeconfig, self.url, creds)
-        self._tasks = [asyncio.create_task(finalizer.run()), asyncio.create_task(self._compactor())]
+        self._tasks = [
+            asyncio.create_task(finalizer.run()),
+            asyncio.create_task(self._compactor()),
+            asyncio.create_task(self.allocators.service_cidr_controller.run()),
+            asyncio.create_task(repair.run(config.repair_services_interval)),
+        ]
 
     async def _compactor(self) -> None:
         while True:

@@ -43,6 +43,23 @@ class NotInRange(AllocationError):
         super().__init__(f"provided IP {ip} is not in the valid range")
 
 
+class MismatchedNetwork(AllocationError):
+    """MetaAllocator.getAllocator: no (ready) ServiceCIDR contains the IP."""
+
+    def __init__(self) -> None:
+        super().__init__("the provided network does not match the current range")
+
+
+def _prefix_contains(network, ip: str) -> bool:
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    if address.version != network.version or address not in network or address == network.network_address:
+        return False
+    return address.version == 6 or address != network.broadcast_address
+
+
 def canonical_ip(ip: str) -> str | None:
     try:
         return str(ipaddress.ip_address(ip))
@@ -114,7 +131,13 @@ class IPFamilyAllocator:
         """The range a user-chosen IP would be taken from, or the allocator error."""
         r = self.range_for(ip)
         if r is None:
-            raise NotInRange(ip)
+            # upstream's MetaAllocator answers ErrMismatchedNetwork when no ServiceCIDR prefix
+            # contains the IP (servicecidr.PrefixContainsIP: not the network address, not the
+            # IPv4 broadcast); ErrNotInRange remains for an IPv6 address inside a prefix but
+            # past the 65535 slots the bitmap index covers
+            if any(_prefix_contains(c.range.network, ip) for c in self.ranges):
+                raise NotInRange(ip)
+            raise MismatchedNetwork()
         if ip in self.taken:
             raise AlreadyAllocated()
         return r

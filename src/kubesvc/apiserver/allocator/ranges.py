@@ -89,8 +89,11 @@ class IPRange:
         return self.ip_at(0)
 
 
-def check_service_cidr_flag(cidr: str) -> str | None:
-    """kube-apiserver's checks on one ``--service-cluster-ip-range`` value; the message or None."""
+def check_service_cidr_flag(cidr: str, flag: str = "--service-cluster-ip-range") -> str | None:
+    """kube-apiserver's checks on one ``--service-cluster-ip-range`` value; the message or None.
+    ``flag`` names the value in the "too large" message as upstream's validateMaxCIDRRange does
+    (``--service-cluster-ip-range`` for the primary, ``--service-cluster-ip-range[1]`` for the
+    secondary)."""
     try:
         network = ipaddress.ip_network(cidr.strip(), strict=False)
     except ValueError:
@@ -100,7 +103,7 @@ def check_service_cidr_flag(cidr: str) -> str | None:
     host_bits = network.max_prefixlen - network.prefixlen
     if host_bits > MAX_CIDR_BITS:
         bits = network.max_prefixlen
-        return f"specified {network} is too large; for {bits}-bit addresses, the mask must be >= {bits - MAX_CIDR_BITS}"
+        return f"specified {flag} is too large; for {bits}-bit addresses, the mask must be >= {bits - MAX_CIDR_BITS}"
     return None
 
 
@@ -114,6 +117,8 @@ class PortRange:
         """``30000-32767``, ``30000+2767`` or a single port (utilnet.ParsePortRange)."""
         text = text.strip()
         try:
+            if "+" in text and "-" in text:
+                raise ValueError
             if "+" in text:
                 low, extra = text.split("+", 1)
                 base, high = int(low), int(low) + int(extra)
@@ -124,8 +129,12 @@ class PortRange:
                 base = high = int(text)
         except ValueError:
             raise ValueError(f"unable to parse port range: {text}") from None
-        if not (0 <= base <= high <= 65535):
+        if base < 0:
             raise ValueError(f"unable to parse port range: {text}")
+        if base > 65535 or high > 65535:
+            raise ValueError(f"the port range cannot be greater than 65535: {text}")
+        if high < base:
+            raise ValueError(f"end port cannot be less than start port: {text}")
         return cls(base, high - base + 1)
 
     def __str__(self) -> str:

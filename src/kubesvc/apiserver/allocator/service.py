@@ -26,9 +26,11 @@ allocate a serviceIP: range is full``.
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import time
+import uuid
 from typing import Any, Callable
 
 from kubesvc.api import defaults
@@ -41,6 +43,7 @@ from kubesvc.apiserver.allocator.portalloc import PortAllocator
 from kubesvc.apiserver.allocator.ranges import IPRange, PortRange
 from kubesvc.apiserver.registry.txn import Txn
 from kubesvc.storage import base as storage
+from kubesvc.util.clock import rfc3339
 
 EXTERNAL_NAME = "ExternalName"
 NODE_PORT_TYPES = ("NodePort", "LoadBalancer")
@@ -99,6 +102,8 @@ class ServiceAllocators:
         self.metrics.watch_allocators(self)
         self.backend: storage.Backend | None = None
         self._ip_address_store = None
+        self._ip_address_template: dict | None = None
+        self.service_cidr_controller = None  # set by build_control_plane
 
     # ---- wiring and the index ----------------------------------------------------------------
     def attach(self, registry) -> None:
@@ -145,6 +150,10 @@ class ServiceAllocators:
                     if r.family == family:
                         ranges.append((c["metadata"]["name"], r))
             allocator.set_ranges(ranges)
+
+    def kick_service_cidrs(self) -> None:
+        if self.service_cidr_controller is not None:
+            self.service_cidr_controller.kick()
 
     def mark_ip(self, ip: str, taken: bool) -> None:
         allocator = self.families.get(ip_family(ip))
@@ -203,9 +212,24 @@ class ServiceAllocators:
 
     # ---- store records -----------------------------------------------------------------------
     def ip_address_value(self, ip: str, namespace: str, name: str) -> bytes:
+        """The stored IPAddress, as the IPAddress store would create it. Every one has the same
+        shape, so the store's pipeline (defaults, validation, managedFields) runs once for a
+        template and each allocation only fills in name, uid, family label and timestamps."""
         from kubesvc.apiserver.registry.store import encode  # the registry imports us
 
-        obj = self._ip_address_store.prepare_new(None, records.ip_address_object(ip, namespace, name), field_manager="kube-apiserver")
+        template = self._ip_address_template
+        if template is None:
+            template = self._ip_address_template = self._ip_address_store.prepare_new(
+                None, records.ip_address_object(ip, namespace, name), field_manager="kube-apiserver")
+        obj = copy.deepcopy(template)
+        meta = obj["metadata"]
+        meta["name"] = ip
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = rfc3339(self._ip_address_store.clock.now())
+        meta["labels"][records.LABEL_IP_FAMILY] = ip_family(ip)
+        for entry in meta.get("managedFields") or []:
+            entry["time"] = meta["creationTimestamp"]
+        obj["spec"]["parentRef"] = records.service_ref(namespace, name)
         return encode(obj)
 
 
@@ -308,6 +332,7 @@ class _Request:
         if not self._release_record(key, lambda kv: records.ip_address_owner(json.loads(kv.value))):
             return
         self.txn.on_commit(lambda: self.allocators.mark_ip(chosen, False))
+        self.txn.on_commit(self.allocators.kick_service_cidrs)  # a ServiceCIDR waiting to go may now go
 
     # ---- NodePorts ---------------------------------------------------------------------------
     def init_node_ports(self, spec: dict) -> None:

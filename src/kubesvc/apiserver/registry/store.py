@@ -460,11 +460,18 @@ class Store:
                 self.strategy.mark_deleting(new)
                 if dry_run:
                     return new, False
+                # marking is an update: hooks see it (a ServiceCIDR being deleted stops serving)
+                txn = self.strategy.begin_update(new, obj, False, "")
                 try:
-                    result = self.backend.update(kv.key, encode(new), kv.mod_revision)
+                    result = self.backend.txn([*txn.ops, storage.Update(kv.key, encode(new), kv.mod_revision)])
                 except storage.RevisionMismatch:
+                    txn.revert()
                     continue
-                new["metadata"]["resourceVersion"] = str(result.mod_revision)
+                except BaseException:
+                    txn.revert()
+                    raise
+                txn.commit()
+                new["metadata"]["resourceVersion"] = str(result.revision)
                 return new, False
             if dry_run:
                 return obj, True

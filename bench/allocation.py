@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Service ClusterIP / NodePort allocation latency against the KEP-1880 SLO, in process.
+
+Builds the control plane (registry + allocators, SQLite by default) in a temp dir. For each
+size N it fills N ClusterIP Services through ``Store.create`` (the fill rate is printed),
+then measures the latency of allocating ``--samples`` more with N held:
+
+  (a) end to end: ``Store.create`` of a Service (allocation + defaulting + validation + one
+      storage transaction holding the Service and its IPAddress record); each sample Service
+      is deleted again, untimed, so the level stays at N;
+  (b) the allocator's decision alone: ``allocate_next()`` on the IP family's bitmap (the
+      random-start scan) followed by an untimed ``unmark``;
+
+and the duration of one repair pass (``Repair.run_once()``) with its report. The same is
+done for NodePort/LoadBalancer Services at ``--nodeport-size`` (the default port range has
+only 2768 ports). Latencies are printed with their share of the SLO: 99.9 % of ClusterIP
+allocations under 500 ms (KEP-1880 ``allocation_duration_seconds``).
+
+    python3 bench/allocation.py                      # 10k, 50k, 100k in 10.96.0.0/12
+    python3 bench/allocation.py --sizes 2000 --samples 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import ipaddress
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+from kubesvc.apiserver.server import build_control_plane  # noqa: E402
+from kubesvc.storage import open_backend  # noqa: E402
+from kubesvc.util.clock import RealClock  # noqa: E402
+
+SLO_SECONDS = 0.5  # KEP-1880: 99.9 % of ClusterIP allocations per day < 500 ms
+QUANTILES = ((0.5, "p50"), (0.99, "p99"), (0.999, "p99.9"))
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def fmt_seconds(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+def fmt_share(seconds: float) -> str:
+    share = seconds / SLO_SECONDS * 100
+    return f"{share:.4f}%" if share < 0.01 else f"{share:.2f}%" if share < 10 else f"{share:.0f}%"
+
+
+def latency_line(label: str, values: list[float]) -> str:
+    parts = [f"{name} {fmt_seconds(percentile(values, q))}" for q, name in QUANTILES]
+    p999 = percentile(values, 0.999)
+    return (f"  {label}: " + "   ".join(parts) + f"   max {fmt_seconds(max(values))}"
+            f"   (p99.9 = {fmt_share(p999)} of the 500 ms SLO, {SLO_SECONDS / p999:,.0f}x under)")
+
+
+def service(name: str, kind: str = "ClusterIP") -> dict:
+    spec: dict = {"selector": {"app": name}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}
+    if kind != "ClusterIP":
+        spec["type"] = kind
+    return {"metadata": {"name": name, "labels": {"bench": "allocation"}}, "spec": spec}
+
+
+def disk_usage(data_dir: str) -> int:
+    return sum(p.stat().st_size for p in Path(data_dir).glob("state.db*") if p.is_file())
+
+
+def rss_bytes() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def load_repair():
+    try:
+        from kubesvc.apiserver.allocator.repair import Repair
+    except ImportError:
+        return None
+    return Repair
+
+
+def describe_report(report) -> str:
+    """The repair pass's report: leaks, duplicates and repairs it found, per allocator."""
+    if report is None:
+        return "no report"
+    if hasattr(report, "ip_errors") and hasattr(report, "port_errors"):
+        def counts(errors: dict) -> str:
+            shown = {"leak": 0, "duplicate": 0, "repair": 0, **errors}
+            return " ".join(f"{k}={v}" for k, v in shown.items())
+        return (f"clean={report.clean}   ClusterIP: {counts(report.ip_errors)}   NodePort: {counts(report.port_errors)}   "
+                f"pending leaks={report.ip_leaks_pending + report.port_leaks_pending} skipped={report.skipped} "
+                f"events={len(report.events)}")
+    return repr(report)
+
+
+def run_repair(Repair, registry, allocators, clock) -> str:
+    if Repair is None:
+        return "  repair: not available"
+    gc.collect()
+    repair = Repair(registry, allocators, clock)
+    started = time.perf_counter()
+    report = repair.run_once()
+    elapsed = time.perf_counter() - started
+    return f"  repair pass (Repair.run_once): {fmt_seconds(elapsed)}\n    report: {describe_report(report)}"
+
+
+class Bench:
+    def __init__(self, args, data_dir: str):
+        self.args = args
+        self.data_dir = data_dir
+        self.clock = RealClock()
+        self.backend = open_backend(args.backend, data_dir)
+        self.registry, self.allocators = build_control_plane(self.backend, self.clock, [args.cidr], args.port_range)
+        self.services = self.registry.store("", "services")
+        self.family = self.allocators.cluster_families[0]
+        self.Repair = load_repair()
+
+    def close(self) -> None:
+        self.backend.close()
+
+    # ---- filling -----------------------------------------------------------------------------
+    def fill(self, prefix: str, start: int, stop: int, kinds: tuple[str, ...]) -> str:
+        """Create Services ``prefix-<start>`` .. ``prefix-<stop-1>``, types taken in turn from kinds."""
+        count = stop - start
+        started = time.perf_counter()
+        for i in range(start, stop):
+            self.services.create("default", service(f"{prefix}-{i:06d}", kinds[i % len(kinds)]), field_manager="bench")
+        elapsed = time.perf_counter() - started
+        rate = count / elapsed if elapsed > 0 else float("inf")
+        disk = f"   store {disk_usage(self.data_dir) / 2**20:.0f} MiB on disk" if self.args.backend == "sqlite" else ""
+        return (f"  fill {count} Services via Store.create in {elapsed:.1f} s = {rate:,.0f} creates/s"
+                f"{disk}   RSS {rss_bytes() / 2**20:.0f} MiB")
+
+    # ---- measuring ---------------------------------------------------------------------------
+    def end_to_end(self, prefix: str, kind: str, samples: int) -> list[float]:
+        latencies = []
+        for i in range(samples):
+            name = f"{prefix}-{i:06d}"
+            body = service(name, kind)
+            started = time.perf_counter()
+            created = self.services.create("default", body, field_manager="bench")
+            latencies.append(time.perf_counter() - started)
+            assert created["spec"].get("clusterIP"), created
+            if kind != "ClusterIP":
+                assert created["spec"]["ports"][0].get("nodePort"), created
+            self.services.delete("default", name, {})
+        return latencies
+
+    def ip_decision(self, samples: int) -> list[float]:
+        allocator = self.allocators.families[self.family]
+        latencies = []
+        for _ in range(samples):
+            started = time.perf_counter()
+            ip, _range = allocator.allocate_next()
+            latencies.append(time.perf_counter() - started)
+            allocator.unmark(ip)
+        return latencies
+
+    def port_decision(self, samples: int) -> list[float]:
+        allocator = self.allocators.ports
+        latencies = []
+        for _ in range(samples):
+            started = time.perf_counter()
+            port = allocator.allocate_next()
+            latencies.append(time.perf_counter() - started)
+            allocator.unmark(port)
+        return latencies
+
+    def measure(self, label: str, kind: str, samples: int, decision) -> None:
+        gc.collect()
+        e2e = self.end_to_end(f"{label}-sample", kind, samples)
+        print(latency_line(f"Store.create ({self.args.backend}), {samples} samples", e2e), flush=True)
+        gc.collect()
+        alone = decision(samples)
+        print(latency_line(f"allocator decision alone, {samples} samples", alone), flush=True)
+        print(run_repair(self.Repair, self.registry, self.allocators, self.clock), flush=True)
+
+
+def default_sizes(cidr: str) -> list[int]:
+    sizes = [10000, 50000]
+    if ipaddress.ip_network(cidr, strict=False).num_addresses >= 2**20:  # a /12 or wider
+        sizes.append(100000)
+    return sizes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", help="comma-separated Service counts to hold while measuring "
+                        "(default 10000,50000 and 100000 when the range is a /12 or wider)")
+    parser.add_argument("--samples", type=int, default=2000, help="allocations measured at each size")
+    parser.add_argument("--backend", choices=["sqlite", "memory"], default="sqlite")
+    parser.add_argument("--cidr", default="10.96.0.0/12", help="service cluster IP range")
+    parser.add_argument("--port-range", default="30000-32767", help="service node port range")
+    parser.add_argument("--nodeport-size", type=int, default=2000,
+                        help="NodePort/LoadBalancer Services to hold for the NodePort line (0 to skip)")
+    args = parser.parse_args()
+    sizes = sorted({int(s) for s in args.sizes.split(",")}) if args.sizes else default_sizes(args.cidr)
+
+    with tempfile.TemporaryDirectory(prefix="kubesvc-bench-alloc-") as tmp:
+        bench = Bench(args, tmp)
+        try:
+            capacity = bench.allocators.families[bench.family].ranges[0].range.slots
+            print(f"backend={args.backend} cidr={args.cidr} ({capacity:,} allocatable IPs) "
+                  f"samples={args.samples} python={sys.version.split()[0]} cpus={os.cpu_count()}")
+            filled = 0
+            for size in sizes:
+                if size + 1 > capacity:
+                    print(f"N={size}: skipped, the range holds only {capacity:,} IPs")
+                    continue
+                print(f"N={size:,} ClusterIP Services allocated", flush=True)
+                print(bench.fill("svc", filled, size, ("ClusterIP",)), flush=True)
+                filled = size
+                bench.measure(f"ip{size}", "ClusterIP", args.samples, bench.ip_decision)
+
+            if args.nodeport_size:
+                ports = bench.allocators.ports
+                if args.nodeport_size + 1 > ports.bitmap.size:
+                    parser.error(f"--nodeport-size {args.nodeport_size}: the range holds only {ports.bitmap.size} ports")
+                print(f"NodePort: N={args.nodeport_size:,} NodePort/LoadBalancer Services allocated "
+                      f"(range {args.port_range}, {ports.bitmap.size} ports; "
+                      f"on top of the {filled:,} ClusterIP Services above)", flush=True)
+                print(bench.fill("np", 0, args.nodeport_size, ("NodePort", "LoadBalancer")), flush=True)
+                bench.measure(f"np{args.nodeport_size}", "NodePort", args.samples, bench.port_decision)
+        finally:
+            bench.close()
+
+
+if __name__ == "__main__":
+    main()

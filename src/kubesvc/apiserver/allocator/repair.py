@@ -1,0 +1,741 @@
+"""The repair loops: upstream's ClusterIP repair for the IPAddress allocator
+(pkg/registry/core/service/ipallocator/controller/repairip.go) and the NodePort repair
+(pkg/registry/core/service/portallocator/controller/repair.go), over our store records.
+
+Both compare what Services claim with what the store has allocated, and fix what a crash, an
+operator writing storage by hand or a bug left inconsistent. They are built in three layers:
+
+* :func:`take_snapshot`: Services, IPAddresses, ServiceCIDRs and NodePort records, all read
+  at one storage revision, so the comparison never mixes two moments;
+* :func:`plan_ip_repair` and :func:`plan_port_repair`: pure decisions over that snapshot,
+  returning :class:`Finding` s (an event to record, a metric type, and maybe one store
+  operation);
+* :class:`Repair`: applies a plan. Each finding is re-checked against the store just before
+  it is acted on (the snapshot may be a few milliseconds old): a Service deleted or changed
+  since, or an allocation record rewritten since, drops the finding; a 404/409 from a
+  concurrent writer is not an error. IPAddresses are created and deleted through the
+  IPAddress Store (so the allocator index hooks run), NodePort records are written on the
+  backend, conditional on the revision read. The allocators' index is then reloaded.
+
+ClusterIPs (repairip.go's Service loop, then its IPAddress loop):
+
+====================  ==========================================================  ===========
+Service's IP          what happens                                                 metric type
+====================  ==========================================================  ===========
+not an IP             ``ClusterIPNotValid``                                       invalid
+in no ServiceCIDR     ``ClusterIPOutOfRange``                                     outOfRange
+no IPAddress          ``ClusterIPNotAllocated`` "... is not allocated; repairing", repair
+                      the IPAddress is created
+IPAddress of another  ``ClusterIPAlreadyAllocated`` on this Service, nothing       duplicate
+Service claiming it   changed
+IPAddress whose       ``ClusterIPNotAllocated`` "... has a wrong reference;        repair
+parent is not a       repairing", the IPAddress is recreated for this Service
+claiming Service
+wrong labels          recreated, no event                                         repair
+====================  ==========================================================  ===========
+
+An IPAddress labelled ``managed-by: ipallocator.k8s.io`` that no Service accounts for is
+deleted (metric type leak) with an event on the IPAddress: ``IPAddressNotAllocated`` when its
+parentRef is not a Service, or when the Service does not exist and the IPAddress is older
+than the grace period (60 s: a Service create may still be in flight);
+``IPAddressWrongReference`` when the Service exists but does not list the IP.
+
+NodePorts: every Service's nodePorts (the same number with different protocols counts once,
+with the same protocol twice) and the healthCheckNodePort of a LoadBalancer Service with
+``externalTrafficPolicy: Local``: ``PortOutOfRange``, ``PortNotAllocated`` (the record is
+created), ``PortAlreadyAllocated`` (on every claimant but the holder); a record owned by a
+Service that does not use the port while another does is given to that one. A record no
+Service uses is a leak: kept on the first and second consecutive detection, deleted on the
+third ("the node port %d appears to have leaked: cleaning up", no event).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
+
+from kubesvc.api.errors import StatusError
+from kubesvc.api.validation_meta import ip_family, parse_ip_sloppy
+from kubesvc.apiserver.allocator import records
+from kubesvc.apiserver.allocator.ranges import IPRange, PortRange
+from kubesvc.apiserver.events import EventRecorder
+from kubesvc.storage import base as storage
+from kubesvc.util.clock import Clock, parse_rfc3339
+
+if TYPE_CHECKING:
+    from kubesvc.apiserver.allocator.service import ServiceAllocators
+    from kubesvc.apiserver.registry.store import Registry
+
+log = logging.getLogger("kubesvc.apiserver.repair")
+
+IP_CONTROLLER = "ipallocator-repair-controller"
+PORT_CONTROLLER = "portallocator-repair-controller"
+FIELD_MANAGER = "kube-apiserver"
+SERVICE_PREFIX = "/registry/services/specs/"
+SERVICE_CIDR_PREFIX = "/registry/servicecidrs/"
+NUM_REPAIRS_BEFORE_LEAK_CLEANUP = 3
+LEAK_GRACE_SECONDS = 60.0
+
+# event actions (events/v1 ``action``)
+CLUSTER_IP_ALLOCATION = "ClusterIPAllocation"
+CLUSTER_IP_VALIDATION = "ClusterIPValidation"
+IP_ADDRESS_ALLOCATION = "IPAddressAllocation"
+PORT_ALLOCATION = "PortAllocation"
+
+_decode = msgspec.json.Decoder().decode
+
+ServiceKey = tuple[str, str]  # (namespace, name)
+
+
+# ---- the snapshot ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodePortRecord:
+    owner: ServiceKey | None  # None: the value does not parse
+    revision: int  # mod_revision of the record
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the repair decisions look at, as of one storage revision. Objects carry
+    ``metadata.resourceVersion`` (their mod_revision), as the Store returns them."""
+
+    revision: int
+    services: dict[ServiceKey, dict]  # in key order (namespace, then name)
+    ip_addresses: dict[str, dict]  # IPAddress name -> object
+    service_cidrs: list[dict]
+    node_ports: dict[int, NodePortRecord]
+
+
+def _decode_kv(kv: storage.KeyValue) -> dict | None:
+    try:
+        obj = _decode(kv.value)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        log.warning("repair: cannot decode %s; ignoring it", kv.key)
+        return None
+    if not isinstance(obj, dict):
+        return None
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        meta = obj["metadata"] = {}
+    meta["resourceVersion"] = str(kv.mod_revision)
+    return obj
+
+
+def take_snapshot(backend: storage.Backend, revision: int = 0) -> Snapshot:
+    """Read the four collections at one revision (0: the current one)."""
+    at = revision or backend.current_revision()
+    services: dict[ServiceKey, dict] = {}
+    for kv in backend.list(SERVICE_PREFIX, revision=at).kvs:
+        namespace, _, name = kv.key[len(SERVICE_PREFIX):].partition("/")
+        obj = _decode_kv(kv)
+        if obj is not None and name:
+            services[(namespace, name)] = obj
+    ip_addresses: dict[str, dict] = {}
+    for kv in backend.list(records.IP_ADDRESS_PREFIX, revision=at).kvs:
+        obj = _decode_kv(kv)
+        if obj is not None:
+            ip_addresses[kv.key[len(records.IP_ADDRESS_PREFIX):]] = obj
+    cidrs = [obj for kv in backend.list(SERVICE_CIDR_PREFIX, revision=at).kvs if (obj := _decode_kv(kv)) is not None]
+    node_ports: dict[int, NodePortRecord] = {}
+    for kv in backend.list(records.NODE_PORT_PREFIX, revision=at).kvs:
+        try:
+            port = int(kv.key[len(records.NODE_PORT_PREFIX):])
+        except ValueError:
+            continue
+        node_ports[port] = NodePortRecord(records.node_port_owner(kv.value), kv.mod_revision)
+    return Snapshot(at, services, ip_addresses, cidrs, node_ports)
+
+
+# ---- what a Service claims ------------------------------------------------------------------
+
+
+def _dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _spec(svc: dict) -> dict:
+    return _dict(svc.get("spec"))
+
+
+def canonical_ip(value: Any) -> str | None:
+    parsed = parse_ip_sloppy(value) if isinstance(value, str) else None
+    return str(parsed) if parsed is not None else None
+
+
+def service_cluster_ips(svc: dict) -> list[str]:
+    """The raw clusterIPs the IP repair checks; [] for ExternalName and headless Services
+    (upstream's ``IsServiceIPSet``: clusterIP neither "" nor "None")."""
+    spec = _spec(svc)
+    if spec.get("type") == "ExternalName":
+        return []
+    ips = spec.get("clusterIPs")
+    if not isinstance(ips, list) or not ips:
+        ips = [spec.get("clusterIP")] if spec.get("clusterIP") else []
+    if not ips or ips[0] in ("", "None", None):
+        return []
+    return [ip if isinstance(ip, str) else str(ip) for ip in ips]
+
+
+def claimed_ips(svc: dict | None) -> set[str]:
+    """The canonical IPs a Service holds (what an IPAddress's parent must list)."""
+    if svc is None:
+        return set()
+    return {ip for raw in service_cluster_ips(svc) if (ip := canonical_ip(raw)) is not None}
+
+
+def collect_service_node_ports(svc: dict) -> list[int]:
+    """upstream collectServiceNodePorts: every non-zero nodePort; the same nodePort with a
+    *different* protocol counts once, with the *same* protocol it is listed again (a
+    duplicate); plus the healthCheckNodePort (as TCP) when the Service needs one."""
+    spec = _spec(svc)
+    ports: list[int] = []
+    seen: dict[int, set[str]] = {}
+    for port in spec.get("ports") or []:
+        if not isinstance(port, dict):
+            continue
+        node_port = port.get("nodePort")
+        if not isinstance(node_port, int) or isinstance(node_port, bool) or node_port == 0:
+            continue
+        protocol = port.get("protocol") or "TCP"
+        protocols = seen.get(node_port)
+        if protocols is None:
+            seen[node_port] = {protocol}
+            ports.append(node_port)
+        elif protocol in protocols:
+            ports.append(node_port)
+        else:
+            protocols.add(protocol)
+    health = spec.get("healthCheckNodePort")
+    if (isinstance(health, int) and not isinstance(health, bool) and health
+            and spec.get("type") == "LoadBalancer" and spec.get("externalTrafficPolicy") == "Local"):
+        protocols = seen.get(health)
+        if protocols is None or "TCP" in protocols:
+            ports.append(health)
+    return ports
+
+
+# ---- findings and plans ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IPOp:
+    """One IPAddress write. ``create``: the IPAddress for ``service``; ``recreate``: delete the
+    IPAddress seen at ``revision`` and create it for ``service``; ``delete``: delete the
+    IPAddress seen at ``revision`` (``service`` is its parent, if it names a Service)."""
+
+    verb: Literal["create", "recreate", "delete"]
+    ip: str
+    service: ServiceKey | None
+    revision: int = 0
+
+
+@dataclass(frozen=True)
+class PortOp:
+    """One NodePort record write: ``create`` it for ``owner``, ``update`` (give the record seen
+    at ``revision`` to ``owner``) or ``delete`` the record seen at ``revision``."""
+
+    verb: Literal["create", "update", "delete"]
+    port: int
+    owner: ServiceKey | None
+    revision: int = 0
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One inconsistency. ``subject`` is what the event is about: ``("service", ns, name)`` or
+    ``("ipaddress", name)``. ``claim`` is the value the subject Service must still hold at act
+    time (a raw clusterIP, or a port) for the finding to stand. ``reason`` None: no event."""
+
+    type: str  # metric type: repair, duplicate, outOfRange, invalid, leak
+    subject: tuple
+    reason: str | None = None
+    message: str | None = None
+    action: str = ""
+    claim: Any = None
+    op: IPOp | PortOp | None = None
+    log: str = ""
+
+
+@dataclass
+class IPRepairPlan:
+    revision: int
+    findings: list[Finding] = field(default_factory=list)
+    pending_leaks: list[str] = field(default_factory=list)  # orphans still within the grace period
+
+
+@dataclass
+class PortRepairPlan:
+    revision: int
+    findings: list[Finding] = field(default_factory=list)
+    leak_counters: dict[int, int] = field(default_factory=dict)  # the counters for the next pass
+    pending_leaks: list[int] = field(default_factory=list)  # leaked ports kept this pass
+
+
+def _parent_ref(obj: dict) -> dict | None:
+    ref = _dict(obj.get("spec")).get("parentRef")
+    return ref if isinstance(ref, dict) else None
+
+
+def _is_service_ref(ref: dict | None) -> bool:
+    return ref is not None and (ref.get("group") or "") == "" and ref.get("resource") == "services"
+
+
+def _ref_key(ref: dict) -> ServiceKey:
+    return (ref.get("namespace") or "", ref.get("name") or "")
+
+
+def _labels(obj: dict) -> dict:
+    return _dict(_dict(obj.get("metadata")).get("labels"))
+
+
+def _managed_by_allocator(obj: dict) -> bool:
+    return _labels(obj).get(records.LABEL_MANAGED_BY) == records.IPALLOCATOR_MANAGER
+
+
+def _labels_ok(name: str, obj: dict) -> bool:
+    """verifyIPAddressLabels: the family label matches the name, and managed-by is ours."""
+    family = "IPv6" if ip_family(name) == "IPv6" else "IPv4"
+    return _labels(obj).get(records.LABEL_IP_FAMILY) == family and _managed_by_allocator(obj)
+
+
+def _go_parent_ref(ref: dict | None) -> str:
+    """How Go's ``%v`` prints a *ParentReference: ``&{group resource namespace name}``."""
+    if ref is None:
+        return "<nil>"
+    return "&{" + " ".join(str(ref.get(k) or "") for k in ("group", "resource", "namespace", "name")) + "}"
+
+
+def service_cidr_ranges(cidrs: list[dict]) -> list[IPRange]:
+    """The usable ranges of every ServiceCIDR object (whatever its state, as upstream's
+    ``servicecidr.ContainsIP`` over the lister)."""
+    ranges = []
+    for obj in cidrs:
+        for cidr in _dict(obj.get("spec")).get("cidrs") or []:
+            try:
+                ranges.append(IPRange.parse(cidr))
+            except (ValueError, TypeError):
+                continue
+    return ranges
+
+
+def _age_seconds(obj: dict, now: datetime) -> float:
+    created = _dict(obj.get("metadata")).get("creationTimestamp")
+    try:
+        return (now - parse_rfc3339(created)).total_seconds()
+    except (TypeError, ValueError, AttributeError):
+        return float("inf")  # upstream assumes it is set; a zero time is ancient
+
+
+def plan_ip_repair(snapshot: Snapshot, now: datetime, grace: float = LEAK_GRACE_SECONDS) -> IPRepairPlan:
+    """repairip.go's two loops over one snapshot: every Service's ClusterIPs against the
+    IPAddresses, then every allocator-managed IPAddress against the Services."""
+    plan = IPRepairPlan(snapshot.revision)
+    ranges = service_cidr_ranges(snapshot.service_cidrs)
+    claims = {key: claimed_ips(svc) for key, svc in snapshot.services.items()}
+    ips = snapshot.ip_addresses
+    # IPs the Service loop settled (found right, or (re)created for a Service): the
+    # IPAddress loop leaves them alone, and a later claimant sees the planned owner
+    settled: dict[str, ServiceKey] = {}
+
+    def in_range(ip: str) -> bool:
+        return any(r.slot_of(ip) is not None for r in ranges)
+
+    for key, svc in snapshot.services.items():
+        namespace, name = key
+        subject = ("service", namespace, name)
+        for raw in service_cluster_ips(svc):
+            ip = canonical_ip(raw)
+            if ip is None:
+                plan.findings.append(Finding(
+                    "invalid", subject, "ClusterIPNotValid", f"Cluster IP {raw} is not a valid IP; please recreate Service",
+                    CLUSTER_IP_VALIDATION, claim=raw,
+                    log=f"the ClusterIP {raw} for Service {namespace}/{name} is not a valid IP; please recreate Service"))
+                continue
+            family = ip_family(ip)
+            if not in_range(ip):
+                plan.findings.append(Finding(
+                    "outOfRange", subject, "ClusterIPOutOfRange",
+                    f"Cluster IP [{family}]: {ip} is not within any configured Service CIDR; please recreate service",
+                    CLUSTER_IP_ALLOCATION, claim=raw,
+                    log=f"the ClusterIP [{family}]: {ip} for Service {namespace}/{name} is not within any service CIDR; please recreate"))
+                continue
+            duplicate = Finding(
+                "duplicate", subject, "ClusterIPAlreadyAllocated",
+                f"Cluster IP [{family}]:{ip} was assigned to multiple services; please recreate service",
+                CLUSTER_IP_ALLOCATION, claim=raw,
+                log=f"the cluster IP [{family}]:{ip} for service {namespace}/{name} was assigned to other services; please recreate")
+            if ip in settled:
+                if settled[ip] != key:
+                    plan.findings.append(duplicate)
+                continue
+            obj = ips.get(ip)
+            if obj is None:
+                plan.findings.append(Finding(
+                    "repair", subject, "ClusterIPNotAllocated", f"Cluster IP [{family}]: {ip} is not allocated; repairing",
+                    CLUSTER_IP_ALLOCATION, claim=raw, op=IPOp("create", ip, key),
+                    log=f"the ClusterIP [{family}]: {ip} for Service {namespace}/{name} is not allocated; repairing"))
+                settled[ip] = key
+                continue
+            revision = int(obj["metadata"]["resourceVersion"])
+            ref = _parent_ref(obj)
+            wrong_reference = Finding(
+                "repair", subject, "ClusterIPNotAllocated",
+                f"the ClusterIP [{family}]: {ip} for Service {namespace}/{name} has a wrong reference; repairing",
+                CLUSTER_IP_ALLOCATION, claim=raw, op=IPOp("recreate", ip, key, revision),
+                log=f"the ClusterIP [{family}]: {ip} for Service {namespace}/{name} has a wrong reference; repairing")
+            if not _is_service_ref(ref):
+                plan.findings.append(wrong_reference)
+                settled[ip] = key
+                continue
+            owner = _ref_key(ref)
+            if owner != key:
+                if ip in claims.get(owner, ()):
+                    plan.findings.append(duplicate)
+                    settled[ip] = owner
+                else:
+                    plan.findings.append(wrong_reference)
+                    settled[ip] = key
+                continue
+            settled[ip] = key
+            if not _labels_ok(ip, obj):
+                plan.findings.append(Finding("repair", subject, claim=raw, op=IPOp("recreate", ip, key, revision),
+                                             log=f"the IPAddress {ip} for Service {namespace}/{name} has wrong labels; recreating"))
+
+    for name, obj in ips.items():
+        if name in settled or not _managed_by_allocator(obj):
+            continue
+        subject = ("ipaddress", name)
+        revision = int(obj["metadata"]["resourceVersion"])
+        ref = _parent_ref(obj)
+        if not _is_service_ref(ref):
+            message = f"IPAddress {name} appears to have been modified, not referencing a Service {_go_parent_ref(ref)}: cleaning up"
+            plan.findings.append(Finding("leak", subject, "IPAddressNotAllocated", message, IP_ADDRESS_ALLOCATION,
+                                         op=IPOp("delete", name, None, revision), log=message))
+            continue
+        owner = _ref_key(ref)
+        if owner not in snapshot.services:
+            if _age_seconds(obj, now) > grace:
+                plan.findings.append(Finding(
+                    "leak", subject, "IPAddressNotAllocated",
+                    f"IPAddress: {name} for Service {owner[0]}/{owner[1]} appears to have leaked: cleaning up",
+                    IP_ADDRESS_ALLOCATION, op=IPOp("delete", name, owner, revision),
+                    log=f"IPAddress {name} appears to have leaked: cleaning up"))
+            else:
+                plan.pending_leaks.append(name)
+            continue
+        if canonical_ip(name) not in claims[owner]:
+            plan.findings.append(Finding(
+                "leak", subject, "IPAddressWrongReference",
+                f"IPAddress: {name} for Service {owner[0]}/{owner[1]} has a wrong reference; cleaning up",
+                IP_ADDRESS_ALLOCATION, op=IPOp("delete", name, owner, revision),
+                log=f"the IPAddress: {name} for Service {owner[0]}/{owner[1]} has a wrong reference {_go_parent_ref(ref)}; cleaning up"))
+    return plan
+
+
+def plan_port_repair(snapshot: Snapshot, port_range: PortRange, leak_counters: dict[int, int] | None = None) -> PortRepairPlan:
+    """portallocator/controller/repair.go over one snapshot. ``leak_counters`` is the previous
+    pass's :attr:`PortRepairPlan.leak_counters` (not modified)."""
+    previous = leak_counters or {}
+    plan = PortRepairPlan(snapshot.revision)
+    claimants: dict[int, list[ServiceKey]] = {}
+    for key, svc in snapshot.services.items():
+        for port in collect_service_node_ports(svc):
+            claimants.setdefault(port, []).append(key)
+
+    for port in sorted(claimants):
+        keys = claimants[port]
+        if port_range.slot_of(port) is None:
+            for namespace, name in keys:
+                plan.findings.append(Finding(
+                    "outOfRange", ("service", namespace, name), "PortOutOfRange",
+                    f"Port {port} is not within the port range {port_range}; please recreate service", PORT_ALLOCATION, claim=port,
+                    log=f"the port {port} for service {name}/{namespace} is not within the port range {port_range}; please recreate"))
+            continue
+        record = snapshot.node_ports.get(port)
+        owner = record.owner if record is not None else None
+        holder = owner if owner in keys else keys[0]
+        if record is None:
+            plan.findings.append(Finding(
+                "repair", ("service", *holder), "PortNotAllocated", f"Port {port} is not allocated; repairing", PORT_ALLOCATION,
+                claim=port, op=PortOp("create", port, holder),
+                log=f"the node port {port} for service {holder[1]}/{holder[0]} is not allocated; repairing"))
+        elif owner != holder:
+            plan.findings.append(Finding(
+                "repair", ("service", *holder), claim=port, op=PortOp("update", port, holder, record.revision),
+                log=f"the node port {port} is recorded for {owner}, used by service {holder[0]}/{holder[1]}; giving it to the latter"))
+        holder_seen = False
+        for namespace, name in keys:
+            if (namespace, name) == holder and not holder_seen:
+                holder_seen = True
+                continue
+            plan.findings.append(Finding(
+                "duplicate", ("service", namespace, name), "PortAlreadyAllocated",
+                f"Port {port} was assigned to multiple services; please recreate service", PORT_ALLOCATION, claim=port,
+                log=f"the node port {port} for service {name}/{namespace} was assigned to multiple services; please recreate"))
+
+    for port, record in sorted(snapshot.node_ports.items()):
+        if port in claimants:
+            continue
+        count = previous.get(port)
+        if count is None:
+            log.debug("the node port %d may have leaked: flagging for later clean up", port)
+            count = NUM_REPAIRS_BEFORE_LEAK_CLEANUP - 1
+        if count > 0:
+            plan.leak_counters[port] = count - 1  # pretend it is still in use until count expires
+            plan.pending_leaks.append(port)
+        else:
+            plan.findings.append(Finding("leak", ("nodeport", port), op=PortOp("delete", port, record.owner, record.revision),
+                                         log=f"the node port {port} appears to have leaked: cleaning up"))
+    return plan
+
+
+# ---- the shell ------------------------------------------------------------------------------
+
+
+@dataclass
+class RepairReport:
+    """What one pass did. ``ip_errors`` / ``port_errors`` count the findings acted on (or
+    reported) by metric type, as the ``*_repair_*_errors_total{type}`` metrics do; findings
+    that no longer held at act time are counted in ``skipped`` only."""
+
+    revision: int = 0
+    ip_errors: dict[str, int] = field(default_factory=dict)
+    port_errors: dict[str, int] = field(default_factory=dict)
+    ip_leaks_pending: int = 0  # orphan IPAddresses kept because they are younger than the grace period
+    port_leaks_pending: int = 0  # leaked NodePort records kept until their third detection
+    skipped: int = 0
+    events: list[tuple[str, str]] = field(default_factory=list)  # (reason, message) recorded
+
+    @property
+    def clean(self) -> bool:
+        return not (self.ip_errors or self.port_errors or self.ip_leaks_pending or self.port_leaks_pending or self.skipped)
+
+    def ip(self, type_: str) -> int:
+        return self.ip_errors.get(type_, 0)
+
+    def port(self, type_: str) -> int:
+        return self.port_errors.get(type_, 0)
+
+
+class _DistinctClock:
+    """The clock, but never the same instant twice: EventRecorder names an Event
+    ``<object>.<nanoseconds>``, so two events about one object at one instant (one Service
+    with a ClusterIP and a NodePort problem, under a FakeClock or within a microsecond)
+    would collide and the second would be lost."""
+
+    def __init__(self, clock: Clock):
+        self.clock = clock
+        self._last: datetime | None = None
+
+    def now(self) -> datetime:
+        now = self.clock.now()
+        if self._last is not None and now <= self._last:
+            now = self._last + timedelta(microseconds=1)
+        self._last = now
+        return now
+
+    def monotonic(self) -> float:
+        return self.clock.monotonic()
+
+
+class Repair:
+    """Both repair loops over one Registry and its allocators."""
+
+    def __init__(self, registry: "Registry", allocators: "ServiceAllocators", clock: Clock, *,
+                 leak_grace_seconds: float = LEAK_GRACE_SECONDS):
+        self.registry = registry
+        self.allocators = allocators
+        self.clock = clock
+        self.leak_grace_seconds = leak_grace_seconds
+        self.backend = registry.backend
+        self.metrics = allocators.metrics
+        self.ip_addresses = registry.store("networking.k8s.io", "ipaddresses")
+        self.services = registry.store("", "services")
+        event_clock = _DistinctClock(clock)
+        self.ip_events = EventRecorder(registry, event_clock, IP_CONTROLLER, CLUSTER_IP_ALLOCATION)
+        self.port_events = EventRecorder(registry, event_clock, PORT_CONTROLLER, PORT_ALLOCATION)
+        self.port_leaks: dict[int, int] = {}
+
+    # ---- one pass ----------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        return take_snapshot(self.backend)
+
+    def plan(self, snapshot: Snapshot, now: datetime | None = None) -> tuple[IPRepairPlan, PortRepairPlan]:
+        ip_plan = plan_ip_repair(snapshot, now or self.clock.now(), self.leak_grace_seconds)
+        port_plan = plan_port_repair(snapshot, self.allocators.ports.range, self.port_leaks)
+        return ip_plan, port_plan
+
+    def run_once(self) -> RepairReport:
+        """Snapshot, decide, act, reload the index. Raises the first failure after counting it
+        in the reconcile_errors metric of the loop it belongs to (both for the snapshot)."""
+        try:
+            snapshot = self.snapshot()
+            plans = self.plan(snapshot)
+        except Exception:
+            self.metrics.ip_repair_reconcile_errors.inc()
+            self.metrics.port_repair_reconcile_errors.inc()
+            raise
+        return self.apply(*plans)
+
+    def apply(self, ip_plan: IPRepairPlan, port_plan: PortRepairPlan) -> RepairReport:
+        report = RepairReport(ip_plan.revision)
+        failure: BaseException | None = None
+        try:
+            self._apply_ips(ip_plan, report)
+        except Exception as exc:
+            self.metrics.ip_repair_reconcile_errors.inc()
+            failure = exc
+        try:
+            self._apply_ports(port_plan, report)
+        except Exception as exc:
+            self.metrics.port_repair_reconcile_errors.inc()
+            failure = failure or exc
+        self.allocators.load()
+        if failure is not None:
+            raise failure
+        return report
+
+    async def run(self, interval: float) -> None:
+        """A pass now, then every ``interval`` seconds. Reading and deciding happen in a worker
+        thread (the backend is thread-safe, the decisions pure); acting and reloading the
+        index on the event loop, where every other allocator write happens."""
+        while True:
+            try:
+                try:
+                    now = self.clock.now()
+                    counters = dict(self.port_leaks)
+                    snapshot = await asyncio.to_thread(self.snapshot)
+                    ip_plan, port_plan = await asyncio.to_thread(self._plan_with, snapshot, now, counters)
+                except Exception:
+                    self.metrics.ip_repair_reconcile_errors.inc()
+                    self.metrics.port_repair_reconcile_errors.inc()
+                    raise
+                report = self.apply(ip_plan, port_plan)
+                if not report.clean:
+                    log.info("repair pass at revision %d: ClusterIPs %s, NodePorts %s, %d pending leaks, %d skipped",
+                             report.revision, report.ip_errors, report.port_errors,
+                             report.ip_leaks_pending + report.port_leaks_pending, report.skipped)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("repair pass failed; retrying in %.1fs", interval)
+            await asyncio.sleep(interval)
+
+    def _plan_with(self, snapshot: Snapshot, now: datetime, counters: dict[int, int]) -> tuple[IPRepairPlan, PortRepairPlan]:
+        return (plan_ip_repair(snapshot, now, self.leak_grace_seconds),
+                plan_port_repair(snapshot, self.allocators.ports.range, counters))
+
+    # ---- acting ------------------------------------------------------------------------------
+    def _service_now(self, key: ServiceKey) -> dict | None:
+        kv = self.backend.get(self.services.info.key(key[0], key[1]))
+        if kv is None:
+            return None
+        return _decode_kv(kv)
+
+    def _ip_address_now(self, name: str) -> storage.KeyValue | None:
+        return self.backend.get(records.ip_address_key(name))
+
+    def _record(self, recorder: EventRecorder, finding: Finding, obj: dict | None, report: RepairReport) -> None:
+        if finding.log:
+            log.warning("%s", finding.log)
+        if finding.reason is None or obj is None:
+            return
+        recorder.event(obj, "Warning", finding.reason, finding.message or "", action=finding.action)
+        report.events.append((finding.reason, finding.message or ""))
+
+    def _count(self, counts: dict[str, int], type_: str) -> None:
+        counts[type_] = counts.get(type_, 0) + 1
+
+    def _apply_ips(self, plan: IPRepairPlan, report: RepairReport) -> None:
+        report.ip_leaks_pending = len(plan.pending_leaks)
+        for finding in plan.findings:
+            obj = self._ip_finding_holds(finding)
+            if obj is None or not self._apply_ip_op(finding.op):
+                report.skipped += 1
+                continue
+            self._record(self.ip_events, finding, obj, report)
+            self._count(report.ip_errors, finding.type)
+            self.metrics.ip_repair_errors.labels(finding.type).inc()
+
+    def _ip_finding_holds(self, finding: Finding) -> dict | None:
+        """The current object the finding's event is about, if the finding still stands."""
+        op = finding.op
+        if finding.subject[0] == "service":
+            svc = self._service_now(finding.subject[1:])
+            if svc is None or finding.claim not in service_cluster_ips(svc):
+                return None
+            if isinstance(op, IPOp) and op.verb == "recreate" and not self._ip_address_at(op.ip, op.revision):
+                return None
+            return svc
+        assert isinstance(op, IPOp)
+        kv = self._ip_address_now(op.ip)
+        if kv is None or kv.mod_revision != op.revision:
+            return None
+        if op.service is not None and canonical_ip(op.ip) in claimed_ips(self._service_now(op.service)):
+            return None  # the parent holds it now
+        return _decode_kv(kv)
+
+    def _ip_address_at(self, name: str, revision: int) -> bool:
+        kv = self._ip_address_now(name)
+        return kv is not None and kv.mod_revision == revision
+
+    def _apply_ip_op(self, op: IPOp | PortOp | None) -> bool:
+        """Perform the write; False when a concurrent change got there first (404/409)."""
+        if op is None:
+            return True
+        assert isinstance(op, IPOp)
+        try:
+            if op.verb in ("recreate", "delete"):
+                self.ip_addresses.delete(None, op.ip, {"preconditions": {"resourceVersion": str(op.revision)}})
+            if op.verb in ("create", "recreate"):
+                namespace, name = op.service
+                self.ip_addresses.create(None, records.ip_address_object(op.ip, namespace, name), field_manager=FIELD_MANAGER)
+        except StatusError as exc:
+            if exc.code in (404, 409):
+                log.info("repair: IPAddress %s changed concurrently (%s); leaving it to the next pass", op.ip, exc.message)
+                return False
+            raise
+        return True
+
+    def _apply_ports(self, plan: PortRepairPlan, report: RepairReport) -> None:
+        self.port_leaks = dict(plan.leak_counters)
+        report.port_leaks_pending = len(plan.pending_leaks)
+        for finding in plan.findings:
+            obj: dict | None = {}
+            if finding.subject[0] == "service":
+                obj = self._service_now(finding.subject[1:])
+                if obj is None or finding.claim not in collect_service_node_ports(obj):
+                    report.skipped += 1
+                    continue
+            if not self._apply_port_op(finding.op):
+                report.skipped += 1
+                continue
+            self._record(self.port_events, finding, obj, report)
+            self._count(report.port_errors, finding.type)
+            self.metrics.port_repair_errors.labels(finding.type).inc()
+
+    def _apply_port_op(self, op: IPOp | PortOp | None) -> bool:
+        if op is None:
+            return True
+        assert isinstance(op, PortOp)
+        key = records.node_port_key(op.port)
+        try:
+            if op.verb == "create":
+                self.backend.create(key, records.node_port_record(*op.owner))
+            elif op.verb == "update":
+                self.backend.update(key, records.node_port_record(*op.owner), op.revision)
+            else:
+                if op.owner is not None and op.port in collect_service_node_ports(self._service_now(op.owner) or {}):
+                    return False  # its owner uses it now
+                self.backend.delete(key, op.revision)
+        except (storage.KeyExists, storage.KeyNotFound, storage.RevisionMismatch) as exc:
+            log.info("repair: NodePort record %d changed concurrently (%s); leaving it to the next pass", op.port, exc)
+            return False
+        return True
