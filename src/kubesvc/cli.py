@@ -54,12 +54,12 @@ def _cidrs(ctx, param, value: str) -> str:
     if not 1 <= len(parts) <= 2:
         raise click.BadParameter("specify one CIDR, or two of different IP families")
     families = set()
-    for part in parts:
+    for i, part in enumerate(parts):
         try:
             families.add(ipaddress.ip_network(part, strict=True).version)
         except ValueError as exc:
             raise click.BadParameter(f"{part}: {exc}") from None
-        problem = check_service_cidr_flag(part)
+        problem = check_service_cidr_flag(part, flag="--service-cluster-ip-range" + ("[1]" if i else ""))
         if problem:
             raise click.BadParameter(problem)
     if len(families) != len(parts):

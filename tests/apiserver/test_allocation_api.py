@@ -190,9 +190,6 @@ def test_slash24_upper_band_first_then_lower_band_then_range_is_full(fresh_apise
     assert again[0][0] == 201 and again[0][1]["spec"]["clusterIP"] == upper_ips[7]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "apimachinery's NewInternalError always sets details.causes=[{message: err.Error()}]; the server's 500 "
-    "'range is full' Status has no details at all"))
 def test_range_full_status_carries_its_cause_like_upstream(fresh_apiserver):
     server = fresh_apiserver("--service-cluster-ip-range", "10.96.0.0/29")  # 6 usable IPs, kubernetes holds one
     ns = new_namespace(server)
@@ -473,9 +470,6 @@ def test_type_change_to_external_name_clearing_cluster_ip_the_legacy_way(server1
     assert ip not in ip_addresses(server16)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "after a patch that clears clusterIP ('\"clusterIP\":\"\"') the stored Service keeps \"clusterIP\": \"\"; "
-    "upstream's v1.ServiceSpec has clusterIP omitempty, so GET never shows an empty clusterIP"))
 def test_cleared_cluster_ip_is_omitted_like_upstream(server16):
     ns = new_namespace(server16)
     server16.kubectl("create", "service", "clusterip", "old", "--tcp=80:8080", "-n", ns)

@@ -154,6 +154,8 @@ def normalize_cluster_ips(svc: Any, old: Any = None) -> None:
     if not isinstance(spec, dict):
         return
     ip, ips = spec.get("clusterIP") or "", spec.get("clusterIPs") or []
+    if spec.get("clusterIP") == "":
+        del spec["clusterIP"]  # omitempty: an empty clusterIP is not stored or shown
     old_spec = old.get("spec") if isinstance(old, dict) else None
     if not isinstance(old_spec, dict):
         if ip and not ips:

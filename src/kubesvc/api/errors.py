@@ -98,7 +98,8 @@ def unsupported_media_type(content_type: str) -> StatusError:
 
 
 def internal(message: str) -> StatusError:
-    return StatusError(500, "InternalError", f"Internal error occurred: {message}")
+    """NewInternalError: the cause's text is also the one entry of ``details.causes``."""
+    return StatusError(500, "InternalError", f"Internal error occurred: {message}", {"causes": [{"message": message}]})
 
 
 def forbidden(resource: str, name: str, group: str, why: str) -> StatusError:

@@ -493,7 +493,7 @@ def test_leak_counter_resets_when_the_port_is_used_again(cluster):
 
 
 def test_plan_port_repair_counts_down_without_mutating_its_input():
-    snapshot = Snapshot(1, {}, {}, [], {30050: NodePortRecord(("default", "ghost"), 1)})
+    snapshot = Snapshot(1, {}, {}, [CIDR], {30050: NodePortRecord(("default", "ghost"), 1)})
     counters: dict[int, int] = {}
     seen = []
     for _ in range(3):

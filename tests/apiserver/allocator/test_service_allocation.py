@@ -312,9 +312,15 @@ INIT_IP_FIELDS = [
     ("families [IPv4,IPv6]", DUAL, {"ipFamilies": ["IPv4", "IPv6"], "ipFamilyPolicy": "RequireDualStack"},
      "RequireDualStack", ["IPv4", "IPv6"], None),
     ("clusterIPs [v6]", DUAL, {"clusterIP": V6, "clusterIPs": [V6]}, "SingleStack", ["IPv6"], [V6]),
-    ("clusterIPs [v4,v6]", DUAL, {"clusterIP": V4, "clusterIPs": [V4, V6]}, "RequireDualStack", ["IPv4", "IPv6"], [V4, V6]),
-    ("clusterIPs [v6,v4] families [IPv6]", DUAL, {"clusterIP": V6, "clusterIPs": [V6, V4], "ipFamilies": ["IPv6"]},
+    ("clusterIPs [v4,v6] RequireDualStack", DUAL, {"clusterIP": V4, "clusterIPs": [V4, V6], "ipFamilyPolicy": "RequireDualStack"},
+     "RequireDualStack", ["IPv4", "IPv6"], [V4, V6]),
+    ("clusterIPs [v4,v6] PreferDualStack", DUAL, {"clusterIP": V4, "clusterIPs": [V4, V6], "ipFamilyPolicy": "PreferDualStack"},
+     "PreferDualStack", ["IPv4", "IPv6"], [V4, V6]),
+    ("clusterIPs [v6,v4] families [IPv6]", DUAL, {"clusterIP": V6, "clusterIPs": [V6, V4], "ipFamilies": ["IPv6"],
+                                                  "ipFamilyPolicy": "RequireDualStack"},
      "RequireDualStack", ["IPv6", "IPv4"], [V6, V4]),
+    ("clusterIPs [v6] PreferDualStack", DUAL, {"clusterIP": V6, "clusterIPs": [V6], "ipFamilyPolicy": "PreferDualStack"},
+     "PreferDualStack", ["IPv6", "IPv4"], None),
     ("headless with selector", DUAL, {"clusterIP": "None", "selector": {"app": "x"}}, "SingleStack", ["IPv4"], ["None"]),
     ("headless selector-less", DUAL, {"clusterIP": "None"}, "RequireDualStack", ["IPv4", "IPv6"], ["None"]),
     ("single-stack: unset", [V4_16], {}, "SingleStack", ["IPv4"], None),
@@ -345,8 +351,22 @@ def test_create_init_ip_fields(cidrs, fields, policy, families, cluster_ips):
     assert set(cluster.ip_addresses()) == set(svc["clusterIPs"])
 
 
+MULTIPLE_IPS = ("must be 'RequireDualStack' or 'PreferDualStack' when multiple cluster IPs are specified")
+
 INIT_IP_FIELD_ERRORS = [
     # (id, cluster cidrs, spec fields, exact message or a required fragment)
+    #
+    # NB: reference §1.6 rule 1 says an unset policy with two clusterIPs (or families) defaults
+    # to RequireDualStack; upstream's code it cites (alloc.go@b0d609f0 initIPFamilyFields)
+    # defaults an unset policy on create to SingleStack (RequireDualStack only for headless
+    # selector-less) and then rejects two IPs / two families. These rows follow the code.
+    ("clusterIPs [v4,v6] with policy unset", DUAL, {"clusterIP": V4, "clusterIPs": [V4, V6]},
+     f'Service "foo" is invalid: spec.ipFamilyPolicy: Invalid value: "SingleStack": {MULTIPLE_IPS}'),
+    ("clusterIPs [v6,v4] families [IPv6] with policy unset", DUAL, {"clusterIP": V6, "clusterIPs": [V6, V4], "ipFamilies": ["IPv6"]},
+     f'Service "foo" is invalid: spec.ipFamilyPolicy: Invalid value: "SingleStack": {MULTIPLE_IPS}'),
+    ("families [IPv4,IPv6] with policy unset", DUAL, {"ipFamilies": ["IPv4", "IPv6"]},
+     'Service "foo" is invalid: spec.ipFamilyPolicy: Invalid value: "SingleStack": '
+     "must be 'RequireDualStack' or 'PreferDualStack' when multiple IP families are specified"),
     ("RequireDualStack on a single-stack cluster", [V4_16], {"ipFamilyPolicy": "RequireDualStack"},
      'Service "foo" is invalid: spec.ipFamilyPolicy: Invalid value: "RequireDualStack": this cluster is not configured for dual-stack services'),
     ("SingleStack with two clusterIPs", DUAL, {"ipFamilyPolicy": "SingleStack", "clusterIP": V4, "clusterIPs": [V4, V6]},
@@ -358,8 +378,12 @@ INIT_IP_FIELD_ERRORS = [
     ("clusterIPs [v4] families [IPv6,IPv4]", DUAL, {"clusterIP": V4, "clusterIPs": [V4], "ipFamilies": ["IPv6", "IPv4"],
                                                     "ipFamilyPolicy": "RequireDualStack"},
      "expected an IPv6 value as indicated by `ipFamilies[0]`"),
-    ("IPv6 family on an IPv4 cluster", [V4_16], {"ipFamilies": ["IPv6"]}, "not configured on this cluster"),
-    ("IPv6 clusterIP on an IPv4 cluster", [V4_16], {"clusterIP": V6, "clusterIPs": [V6]}, "not configured on this cluster"),
+    ("IPv6 family on an IPv4 cluster", [V4_16], {"ipFamilies": ["IPv6"]},
+     'Service "foo" is invalid: spec.ipFamilies[0]: Invalid value: "IPv6": not configured on this cluster'),
+    ("IPv6 clusterIP on an IPv4 cluster", [V4_16], {"clusterIP": V6, "clusterIPs": [V6]},
+     f'Service "foo" is invalid: spec.clusterIPs[0]: Invalid value: ["{V6}"]: IPv6 is not configured on this cluster'),
+    ("PreferDualStack IPv6 family on an IPv4 cluster", [V4_16], {"ipFamilies": ["IPv6"], "ipFamilyPolicy": "PreferDualStack"},
+     'Service "foo" is invalid: spec.ipFamilies[0]: Invalid value: "IPv6": not configured on this cluster'),
 ]
 
 
@@ -373,6 +397,17 @@ def test_create_init_ip_fields_errors(cidrs, fields, message):
         assert message in error.message
     assert cluster.ip_addresses() == {}
     assert cluster.service_names() == set()
+
+
+def test_dual_stack_secondary_taken_releases_the_primary():
+    cluster = Cluster(DUAL)
+    cluster.create("first", {"clusterIP": V6, "clusterIPs": [V6], "ipFamilies": ["IPv6"], "ports": [{"port": 80}]})
+    error = raises(422, cluster.create, "foo", {"clusterIP": V4, "clusterIPs": [V4, V6], "ipFamilyPolicy": "RequireDualStack",
+                                                "ports": [{"port": 80}]})
+    assert error.message == (f'Service "foo" is invalid: spec.clusterIPs: Invalid value: ["{V4}","{V6}"]: '
+                             f"failed to allocate IP {V6}: provided IP is already allocated")
+    assert set(cluster.ip_addresses()) == {V6}
+    assert cluster.create("v4", single(V4))["spec"]["clusterIP"] == V4
 
 
 def test_upgrade_to_prefer_dual_stack_then_downgrade_releases_the_secondary():
@@ -456,7 +491,7 @@ def test_cluster_ip_to_external_name_releases_and_wipes():
         assert key not in spec, key
     assert cluster.ip_addresses() == {}
     # both addresses are free again
-    again = cluster.create("again", {"clusterIP": ips[0], "clusterIPs": ips, "ports": [{"port": 80}]})
+    again = cluster.create("again", {"clusterIP": ips[0], "clusterIPs": ips, "ipFamilyPolicy": "RequireDualStack", "ports": [{"port": 80}]})
     assert again["spec"]["clusterIPs"] == ips
 
 
@@ -841,7 +876,6 @@ def test_stale_index_planted_ip_is_skipped_for_a_free_one():
     taken = {cluster.create(f"s{i}")["spec"]["clusterIP"] for i in range(4)}
     free = sorted(ip_set("10.96.0.1", "10.96.0.6") - taken, key=ip_int)
     cluster.plant_ip_address(free[0])
-    cluster.plant_ip_address(free[1]) if False else None
     got = cluster.create("next")["spec"]["clusterIP"]
     # whichever the allocator tried first, the planted one is never handed out
     assert got == free[1]
@@ -881,13 +915,49 @@ def test_stale_index_last_free_node_port_planted_gives_range_full():
     cluster.assert_consistent()
 
 
+class Spinning(Exception):
+    pass
+
+
+def limit_storage_transactions(cluster: Cluster, limit: int) -> None:
+    """Fail fast instead of hanging if a write retries without end."""
+    txn, calls = cluster.backend.txn, []
+
+    def limited(ops):
+        calls.append(1)
+        if len(calls) > limit:
+            raise Spinning(f"more than {limit} storage transactions")
+        return txn(ops)
+
+    cluster.backend.txn = limited
+
+
 def test_stale_index_during_dual_stack_upgrade():
-    # every IPv6 address planted behind the index: the upgrade retries, then reports full
+    # every IPv6 address planted behind the index: the upgrade retries (at most once per
+    # address), then reports full
     cluster = Cluster(["10.96.0.0/24", "fd00:10:96::/125"])  # 7 IPv6 slots, offset 0
     v4 = cluster.create("s")["spec"]["clusterIP"]
     for ip in ip_set("fd00:10:96::1", "fd00:10:96::7"):
         cluster.plant_ip_address(ip)
+    limit_storage_transactions(cluster, 50)
     error = raises(500, cluster.mutate, "s", lambda o: o["spec"].update(ipFamilyPolicy="PreferDualStack"))
     assert error.message == FULL
     assert cluster.get("s")["spec"]["clusterIPs"] == [v4]
     assert all(o["spec"]["parentRef"]["name"] == "ghost" for ip, o in cluster.ip_addresses().items() if ip != v4)
+
+
+def test_stale_index_whole_ip_range_planted_gives_range_full():
+    cluster = Cluster(["10.96.0.0/28"])  # 14 slots, offset 0: 14 conflicts before the index knows
+    for ip in ip_set("10.96.0.1", "10.96.0.14"):
+        cluster.plant_ip_address(ip)
+    error = raises(500, cluster.create, "late")
+    assert error.message == FULL
+
+
+def test_stale_index_whole_node_port_range_planted_gives_range_full():
+    cluster = Cluster([V4_16], node_ports="30000-30015")
+    for port in range(30000, 30016):
+        cluster.plant_node_port(port)
+    error = raises(500, cluster.create, "late", node_port_spec())
+    assert error.message == PORTS_FULL
+    assert cluster.ip_addresses() == {}

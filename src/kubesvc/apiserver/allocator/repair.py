@@ -53,14 +53,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal
 
 import msgspec
 
 from kubesvc.api.errors import StatusError
-from kubesvc.api.validation_meta import ip_family, parse_ip_sloppy
+from kubesvc.api.validation_meta import parse_ip_sloppy
 from kubesvc.apiserver.allocator import records
 from kubesvc.apiserver.allocator.ranges import IPRange, PortRange
 from kubesvc.apiserver.events import EventRecorder
@@ -92,6 +94,195 @@ _decode = msgspec.json.Decoder().decode
 ServiceKey = tuple[str, str]  # (namespace, name)
 
 
+# ---- what a Service claims, what an IPAddress says ------------------------------------------
+
+
+class ServiceView(msgspec.Struct, frozen=True, gc=False):
+    """What the repair needs of a Service: the raw clusterIPs it holds (empty for
+    ExternalName and headless Services) and its nodePorts as ``collect_service_node_ports``."""
+
+    cluster_ips: tuple[str, ...] = ()
+    node_ports: tuple[int, ...] = ()
+    revision: int = 0
+
+
+class IPAddressView(msgspec.Struct, frozen=True, gc=False):
+    """What the repair needs of an IPAddress."""
+
+    revision: int = 0
+    family_label: str = ""
+    managed: bool = False  # labelled managed-by ipallocator.k8s.io
+    parent: tuple[str, str, str, str] | None = None  # (group, resource, namespace, name)
+    created: str = ""  # creationTimestamp
+
+
+# The stored JSON, only the fields read (msgspec skips the rest, managedFields included,
+# without building them: decoding 100k Services this way is several times cheaper than
+# building dicts, and gc=False keeps them out of the cyclic GC's way).
+class _Port(msgspec.Struct, gc=False):
+    nodePort: int | None = None
+    protocol: str | None = None
+
+
+class _ServiceSpec(msgspec.Struct, gc=False):
+    type: str | None = None
+    clusterIP: str | None = None
+    clusterIPs: list[str] | None = None
+    ports: list[_Port] | None = None
+    healthCheckNodePort: int | None = None
+    externalTrafficPolicy: str | None = None
+
+
+class _Service(msgspec.Struct, gc=False):
+    spec: _ServiceSpec | None = None
+
+
+class _Meta(msgspec.Struct, gc=False):
+    labels: dict[str, str] | None = None
+    creationTimestamp: str | None = None
+
+
+class _ParentRef(msgspec.Struct, gc=False):
+    group: str | None = None
+    resource: str | None = None
+    namespace: str | None = None
+    name: str | None = None
+
+
+class _IPAddressSpec(msgspec.Struct, gc=False):
+    parentRef: _ParentRef | None = None
+
+
+class _IPAddress(msgspec.Struct, gc=False):
+    metadata: _Meta | None = None
+    spec: _IPAddressSpec | None = None
+
+
+_decode_service = msgspec.json.Decoder(_Service).decode
+_decode_ip_address = msgspec.json.Decoder(_IPAddress).decode
+
+
+def _dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _cluster_ips(type_: str, cluster_ip: str, cluster_ips: list | None) -> tuple[str, ...]:
+    """upstream's ``IsServiceIPSet`` (clusterIP neither "" nor "None"), then every clusterIP."""
+    if type_ == "ExternalName":
+        return ()
+    ips = cluster_ips if isinstance(cluster_ips, list) and cluster_ips else ([cluster_ip] if cluster_ip else [])
+    if not ips or ips[0] in ("", "None", None):
+        return ()
+    return tuple(ip if isinstance(ip, str) else str(ip) for ip in ips)
+
+
+def _node_ports(ports: list[tuple[int, str]], health: int, type_: str, traffic_policy: str) -> tuple[int, ...]:
+    """upstream collectServiceNodePorts: every non-zero nodePort; the same nodePort with a
+    *different* protocol counts once, with the *same* protocol it is listed again (a
+    duplicate); plus the healthCheckNodePort (as TCP) when the Service needs one."""
+    found: list[int] = []
+    seen: dict[int, set[str]] = {}
+    for node_port, protocol in ports:
+        if not node_port:
+            continue
+        protocols = seen.get(node_port)
+        if protocols is None:
+            seen[node_port] = {protocol}
+            found.append(node_port)
+        elif protocol in protocols:
+            found.append(node_port)
+        else:
+            protocols.add(protocol)
+    if health and type_ == "LoadBalancer" and traffic_policy == "Local":
+        protocols = seen.get(health)
+        if protocols is None or "TCP" in protocols:
+            found.append(health)
+    return tuple(found)
+
+
+def view_service(svc: dict, revision: int = 0) -> ServiceView:
+    """The view of a Service object (any JSON: wrong types count as absent)."""
+    spec = _dict(svc.get("spec"))
+    ports = [(_int(p.get("nodePort")), _str(p.get("protocol")) or "TCP") for p in spec.get("ports") or [] if isinstance(p, dict)]
+    type_ = _str(spec.get("type"))
+    return ServiceView(_cluster_ips(type_, _str(spec.get("clusterIP")), spec.get("clusterIPs")),
+                       _node_ports(ports, _int(spec.get("healthCheckNodePort")), type_, _str(spec.get("externalTrafficPolicy"))),
+                       revision)
+
+
+def _view_stored_service(raw: _Service, revision: int) -> ServiceView:
+    spec = raw.spec or _ServiceSpec()
+    ports = [(p.nodePort or 0, p.protocol or "TCP") for p in spec.ports or ()]
+    type_ = spec.type or ""
+    return ServiceView(_cluster_ips(type_, spec.clusterIP or "", spec.clusterIPs),
+                       _node_ports(ports, spec.healthCheckNodePort or 0, type_, spec.externalTrafficPolicy or ""),
+                       revision)
+
+
+def view_ip_address(obj: dict, revision: int = 0) -> IPAddressView:
+    meta = _dict(obj.get("metadata"))
+    labels = _dict(meta.get("labels"))
+    ref = _dict(obj.get("spec")).get("parentRef")
+    parent = tuple(_str(ref.get(k)) for k in ("group", "resource", "namespace", "name")) if isinstance(ref, dict) else None
+    return IPAddressView(revision, _str(labels.get(records.LABEL_IP_FAMILY)),
+                         labels.get(records.LABEL_MANAGED_BY) == records.IPALLOCATOR_MANAGER, parent, _str(meta.get("creationTimestamp")))
+
+
+def _view_stored_ip_address(raw: _IPAddress, revision: int) -> IPAddressView:
+    meta = raw.metadata or _Meta()
+    labels = meta.labels or {}
+    ref = raw.spec.parentRef if raw.spec is not None else None
+    parent = (ref.group or "", ref.resource or "", ref.namespace or "", ref.name or "") if ref is not None else None
+    return IPAddressView(revision, labels.get(records.LABEL_IP_FAMILY, ""),
+                         labels.get(records.LABEL_MANAGED_BY) == records.IPALLOCATOR_MANAGER, parent, meta.creationTimestamp or "")
+
+
+def service_cluster_ips(svc: dict) -> list[str]:
+    """The raw clusterIPs the IP repair checks; [] for ExternalName and headless Services."""
+    return list(view_service(svc).cluster_ips)
+
+
+def collect_service_node_ports(svc: dict) -> list[int]:
+    """The nodePorts the port repair counts for a Service (see :func:`_node_ports`)."""
+    return list(view_service(svc).node_ports)
+
+
+_IPV4 = re.compile(r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\Z")
+
+
+def ip_info(raw: str) -> tuple[str, int, int] | None:
+    """(canonical form, version, integer value) of an IP string (netutils.ParseIPSloppy), or
+    None. Canonical dotted quads, nearly every IP there is, skip the ipaddress module."""
+    if not isinstance(raw, str):
+        return None
+    if _IPV4.match(raw):
+        return raw, 4, int.from_bytes(socket.inet_aton(raw), "big")
+    parsed = parse_ip_sloppy(raw)
+    if parsed is None:
+        return None
+    return str(parsed), parsed.version, int(parsed)
+
+
+def canonical_ip(raw: Any) -> str | None:
+    info = ip_info(raw)
+    return info[0] if info is not None else None
+
+
+def claimed_ips(view: ServiceView | None) -> set[str]:
+    """The canonical IPs a Service holds (what an IPAddress's parent must list)."""
+    if view is None:
+        return set()
+    return {ip for raw in view.cluster_ips if (ip := canonical_ip(raw)) is not None}
+
+
 # ---- the snapshot ---------------------------------------------------------------------------
 
 
@@ -103,17 +294,76 @@ class NodePortRecord:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Everything the repair decisions look at, as of one storage revision. Objects carry
-    ``metadata.resourceVersion`` (their mod_revision), as the Store returns them."""
+    """Everything the repair decisions look at, as of one storage revision."""
 
     revision: int
-    services: dict[ServiceKey, dict]  # in key order (namespace, then name)
-    ip_addresses: dict[str, dict]  # IPAddress name -> object
-    service_cidrs: list[dict]
+    services: dict[ServiceKey, ServiceView]  # in key order (namespace, then name)
+    ip_addresses: dict[str, IPAddressView]  # IPAddress name -> view
+    service_cidrs: list[str]  # every ServiceCIDR object's spec.cidrs
     node_ports: dict[int, NodePortRecord]
 
 
+# The snapshot reads from a worker thread in pages, so that no single list holds the
+# backend's lock (and the event loop's writes) for long.
+_PAGE = 20_000
+
+
+def _list(backend: storage.Backend, prefix: str, revision: int, page: int = _PAGE) -> Iterator[storage.KeyValue]:
+    """Every key under ``prefix`` at ``revision`` (0: now), ``page`` keys at a time (0: all)."""
+    revision = revision or backend.current_revision()
+    start = prefix
+    while True:
+        result = backend.list(prefix, revision=revision, limit=page, start_key=start)
+        yield from result.kvs
+        if not result.more or not result.kvs:
+            return
+        start = result.kvs[-1].key + "\x00"
+
+
+def _decode_stored(kv: storage.KeyValue, typed: Callable[[bytes], Any], stored_view: Callable[[Any, int], Any],
+                   dict_view: Callable[[dict, int], Any]) -> Any:
+    try:
+        return stored_view(typed(kv.value), kv.mod_revision)
+    except msgspec.ValidationError:
+        pass  # a field of an unexpected type: read it leniently
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        log.warning("repair: cannot decode %s; ignoring it", kv.key)
+        return None
+    obj = _decode(kv.value)
+    return dict_view(obj, kv.mod_revision) if isinstance(obj, dict) else None
+
+
+def take_snapshot(backend: storage.Backend, revision: int = 0) -> Snapshot:
+    """Read the four collections at one revision (0: the current one)."""
+    at = revision or backend.current_revision()
+    services: dict[ServiceKey, ServiceView] = {}
+    for kv in _list(backend, SERVICE_PREFIX, at):
+        namespace, _, name = kv.key[len(SERVICE_PREFIX):].partition("/")
+        view = _decode_stored(kv, _decode_service, _view_stored_service, view_service)
+        if view is not None and name:
+            services[(namespace, name)] = view
+    ip_addresses: dict[str, IPAddressView] = {}
+    for kv in _list(backend, records.IP_ADDRESS_PREFIX, at):
+        view = _decode_stored(kv, _decode_ip_address, _view_stored_ip_address, view_ip_address)
+        if view is not None:
+            ip_addresses[kv.key[len(records.IP_ADDRESS_PREFIX):]] = view
+    cidrs: list[str] = []
+    for kv in _list(backend, SERVICE_CIDR_PREFIX, at):
+        obj = _decode_kv(kv)
+        if obj is not None:
+            cidrs += [c for c in _dict(obj.get("spec")).get("cidrs") or [] if isinstance(c, str)]
+    node_ports: dict[int, NodePortRecord] = {}
+    for kv in _list(backend, records.NODE_PORT_PREFIX, at):
+        try:
+            port = int(kv.key[len(records.NODE_PORT_PREFIX):])
+        except ValueError:
+            continue
+        node_ports[port] = NodePortRecord(records.node_port_owner(kv.value), kv.mod_revision)
+    return Snapshot(at, services, ip_addresses, cidrs, node_ports)
+
+
 def _decode_kv(kv: storage.KeyValue) -> dict | None:
+    """The whole object, with its resourceVersion (for events and act-time checks)."""
     try:
         obj = _decode(kv.value)
     except (msgspec.DecodeError, UnicodeDecodeError):
@@ -126,99 +376,6 @@ def _decode_kv(kv: storage.KeyValue) -> dict | None:
         meta = obj["metadata"] = {}
     meta["resourceVersion"] = str(kv.mod_revision)
     return obj
-
-
-def take_snapshot(backend: storage.Backend, revision: int = 0) -> Snapshot:
-    """Read the four collections at one revision (0: the current one)."""
-    at = revision or backend.current_revision()
-    services: dict[ServiceKey, dict] = {}
-    for kv in backend.list(SERVICE_PREFIX, revision=at).kvs:
-        namespace, _, name = kv.key[len(SERVICE_PREFIX):].partition("/")
-        obj = _decode_kv(kv)
-        if obj is not None and name:
-            services[(namespace, name)] = obj
-    ip_addresses: dict[str, dict] = {}
-    for kv in backend.list(records.IP_ADDRESS_PREFIX, revision=at).kvs:
-        obj = _decode_kv(kv)
-        if obj is not None:
-            ip_addresses[kv.key[len(records.IP_ADDRESS_PREFIX):]] = obj
-    cidrs = [obj for kv in backend.list(SERVICE_CIDR_PREFIX, revision=at).kvs if (obj := _decode_kv(kv)) is not None]
-    node_ports: dict[int, NodePortRecord] = {}
-    for kv in backend.list(records.NODE_PORT_PREFIX, revision=at).kvs:
-        try:
-            port = int(kv.key[len(records.NODE_PORT_PREFIX):])
-        except ValueError:
-            continue
-        node_ports[port] = NodePortRecord(records.node_port_owner(kv.value), kv.mod_revision)
-    return Snapshot(at, services, ip_addresses, cidrs, node_ports)
-
-
-# ---- what a Service claims ------------------------------------------------------------------
-
-
-def _dict(value: Any) -> dict:
-    return value if isinstance(value, dict) else {}
-
-
-def _spec(svc: dict) -> dict:
-    return _dict(svc.get("spec"))
-
-
-def canonical_ip(value: Any) -> str | None:
-    parsed = parse_ip_sloppy(value) if isinstance(value, str) else None
-    return str(parsed) if parsed is not None else None
-
-
-def service_cluster_ips(svc: dict) -> list[str]:
-    """The raw clusterIPs the IP repair checks; [] for ExternalName and headless Services
-    (upstream's ``IsServiceIPSet``: clusterIP neither "" nor "None")."""
-    spec = _spec(svc)
-    if spec.get("type") == "ExternalName":
-        return []
-    ips = spec.get("clusterIPs")
-    if not isinstance(ips, list) or not ips:
-        ips = [spec.get("clusterIP")] if spec.get("clusterIP") else []
-    if not ips or ips[0] in ("", "None", None):
-        return []
-    return [ip if isinstance(ip, str) else str(ip) for ip in ips]
-
-
-def claimed_ips(svc: dict | None) -> set[str]:
-    """The canonical IPs a Service holds (what an IPAddress's parent must list)."""
-    if svc is None:
-        return set()
-    return {ip for raw in service_cluster_ips(svc) if (ip := canonical_ip(raw)) is not None}
-
-
-def collect_service_node_ports(svc: dict) -> list[int]:
-    """upstream collectServiceNodePorts: every non-zero nodePort; the same nodePort with a
-    *different* protocol counts once, with the *same* protocol it is listed again (a
-    duplicate); plus the healthCheckNodePort (as TCP) when the Service needs one."""
-    spec = _spec(svc)
-    ports: list[int] = []
-    seen: dict[int, set[str]] = {}
-    for port in spec.get("ports") or []:
-        if not isinstance(port, dict):
-            continue
-        node_port = port.get("nodePort")
-        if not isinstance(node_port, int) or isinstance(node_port, bool) or node_port == 0:
-            continue
-        protocol = port.get("protocol") or "TCP"
-        protocols = seen.get(node_port)
-        if protocols is None:
-            seen[node_port] = {protocol}
-            ports.append(node_port)
-        elif protocol in protocols:
-            ports.append(node_port)
-        else:
-            protocols.add(protocol)
-    health = spec.get("healthCheckNodePort")
-    if (isinstance(health, int) and not isinstance(health, bool) and health
-            and spec.get("type") == "LoadBalancer" and spec.get("externalTrafficPolicy") == "Local"):
-        protocols = seen.get(health)
-        if protocols is None or "TCP" in protocols:
-            ports.append(health)
-    return ports
 
 
 # ---- findings and plans ---------------------------------------------------------------------
@@ -278,55 +435,32 @@ class PortRepairPlan:
     pending_leaks: list[int] = field(default_factory=list)  # leaked ports kept this pass
 
 
-def _parent_ref(obj: dict) -> dict | None:
-    ref = _dict(obj.get("spec")).get("parentRef")
-    return ref if isinstance(ref, dict) else None
+def _is_service_ref(parent: tuple[str, str, str, str] | None) -> bool:
+    return parent is not None and parent[0] == "" and parent[1] == "services"
 
 
-def _is_service_ref(ref: dict | None) -> bool:
-    return ref is not None and (ref.get("group") or "") == "" and ref.get("resource") == "services"
-
-
-def _ref_key(ref: dict) -> ServiceKey:
-    return (ref.get("namespace") or "", ref.get("name") or "")
-
-
-def _labels(obj: dict) -> dict:
-    return _dict(_dict(obj.get("metadata")).get("labels"))
-
-
-def _managed_by_allocator(obj: dict) -> bool:
-    return _labels(obj).get(records.LABEL_MANAGED_BY) == records.IPALLOCATOR_MANAGER
-
-
-def _labels_ok(name: str, obj: dict) -> bool:
-    """verifyIPAddressLabels: the family label matches the name, and managed-by is ours."""
-    family = "IPv6" if ip_family(name) == "IPv6" else "IPv4"
-    return _labels(obj).get(records.LABEL_IP_FAMILY) == family and _managed_by_allocator(obj)
-
-
-def _go_parent_ref(ref: dict | None) -> str:
+def _go_parent_ref(parent: tuple[str, str, str, str] | None) -> str:
     """How Go's ``%v`` prints a *ParentReference: ``&{group resource namespace name}``."""
-    if ref is None:
-        return "<nil>"
-    return "&{" + " ".join(str(ref.get(k) or "") for k in ("group", "resource", "namespace", "name")) + "}"
+    return "<nil>" if parent is None else "&{" + " ".join(parent) + "}"
 
 
-def service_cidr_ranges(cidrs: list[dict]) -> list[IPRange]:
-    """The usable ranges of every ServiceCIDR object (whatever its state, as upstream's
-    ``servicecidr.ContainsIP`` over the lister)."""
-    ranges = []
-    for obj in cidrs:
-        for cidr in _dict(obj.get("spec")).get("cidrs") or []:
-            try:
-                ranges.append(IPRange.parse(cidr))
-            except (ValueError, TypeError):
-                continue
-    return ranges
+def service_cidr_ranges(cidrs: list[str]) -> list[tuple[int, int, int]]:
+    """(version, first, last) integer bounds of every CIDR's usable addresses: exactly the
+    addresses ``IPRange.parse(cidr).slot_of`` accepts, as integers so that 100k checks
+    need no parsing."""
+    bounds = []
+    for cidr in cidrs:
+        try:
+            r = IPRange.parse(cidr)
+        except (ValueError, TypeError):
+            continue
+        network = int(r.network.network_address)
+        if r.slots > 0:
+            bounds.append((r.network.version, network + 1, network + r.slots))
+    return bounds
 
 
-def _age_seconds(obj: dict, now: datetime) -> float:
-    created = _dict(obj.get("metadata")).get("creationTimestamp")
+def _age_seconds(created: str, now: datetime) -> float:
     try:
         return (now - parse_rfc3339(created)).total_seconds()
     except (TypeError, ValueError, AttributeError):
@@ -338,105 +472,109 @@ def plan_ip_repair(snapshot: Snapshot, now: datetime, grace: float = LEAK_GRACE_
     IPAddresses, then every allocator-managed IPAddress against the Services."""
     plan = IPRepairPlan(snapshot.revision)
     ranges = service_cidr_ranges(snapshot.service_cidrs)
-    claims = {key: claimed_ips(svc) for key, svc in snapshot.services.items()}
+    infos: dict[str, tuple[str, int, int] | None] = {}
+
+    def info(raw: str) -> tuple[str, int, int] | None:
+        if raw not in infos:
+            infos[raw] = ip_info(raw)
+        return infos[raw]
+
+    claims: dict[ServiceKey, tuple[str, ...]] = {}
+    for key, svc in snapshot.services.items():
+        if svc.cluster_ips:
+            claims[key] = tuple(i[0] for raw in svc.cluster_ips if (i := info(raw)) is not None)
     ips = snapshot.ip_addresses
     # IPs the Service loop settled (found right, or (re)created for a Service): the
     # IPAddress loop leaves them alone, and a later claimant sees the planned owner
     settled: dict[str, ServiceKey] = {}
 
-    def in_range(ip: str) -> bool:
-        return any(r.slot_of(ip) is not None for r in ranges)
-
     for key, svc in snapshot.services.items():
+        if not svc.cluster_ips:
+            continue
         namespace, name = key
         subject = ("service", namespace, name)
-        for raw in service_cluster_ips(svc):
-            ip = canonical_ip(raw)
-            if ip is None:
+        for raw in svc.cluster_ips:
+            parsed = info(raw)
+            if parsed is None:
                 plan.findings.append(Finding(
                     "invalid", subject, "ClusterIPNotValid", f"Cluster IP {raw} is not a valid IP; please recreate Service",
                     CLUSTER_IP_VALIDATION, claim=raw,
                     log=f"the ClusterIP {raw} for Service {namespace}/{name} is not a valid IP; please recreate Service"))
                 continue
-            family = ip_family(ip)
-            if not in_range(ip):
+            ip, version, value = parsed
+            family = "IPv6" if version == 6 else "IPv4"
+            if not any(v == version and first <= value <= last for v, first, last in ranges):
                 plan.findings.append(Finding(
                     "outOfRange", subject, "ClusterIPOutOfRange",
                     f"Cluster IP [{family}]: {ip} is not within any configured Service CIDR; please recreate service",
                     CLUSTER_IP_ALLOCATION, claim=raw,
                     log=f"the ClusterIP [{family}]: {ip} for Service {namespace}/{name} is not within any service CIDR; please recreate"))
                 continue
-            duplicate = Finding(
-                "duplicate", subject, "ClusterIPAlreadyAllocated",
-                f"Cluster IP [{family}]:{ip} was assigned to multiple services; please recreate service",
-                CLUSTER_IP_ALLOCATION, claim=raw,
-                log=f"the cluster IP [{family}]:{ip} for service {namespace}/{name} was assigned to other services; please recreate")
-            if ip in settled:
-                if settled[ip] != key:
-                    plan.findings.append(duplicate)
-                continue
-            obj = ips.get(ip)
-            if obj is None:
-                plan.findings.append(Finding(
-                    "repair", subject, "ClusterIPNotAllocated", f"Cluster IP [{family}]: {ip} is not allocated; repairing",
-                    CLUSTER_IP_ALLOCATION, claim=raw, op=IPOp("create", ip, key),
-                    log=f"the ClusterIP [{family}]: {ip} for Service {namespace}/{name} is not allocated; repairing"))
-                settled[ip] = key
-                continue
-            revision = int(obj["metadata"]["resourceVersion"])
-            ref = _parent_ref(obj)
-            wrong_reference = Finding(
-                "repair", subject, "ClusterIPNotAllocated",
-                f"the ClusterIP [{family}]: {ip} for Service {namespace}/{name} has a wrong reference; repairing",
-                CLUSTER_IP_ALLOCATION, claim=raw, op=IPOp("recreate", ip, key, revision),
-                log=f"the ClusterIP [{family}]: {ip} for Service {namespace}/{name} has a wrong reference; repairing")
-            if not _is_service_ref(ref):
-                plan.findings.append(wrong_reference)
-                settled[ip] = key
-                continue
-            owner = _ref_key(ref)
-            if owner != key:
-                if ip in claims.get(owner, ()):
-                    plan.findings.append(duplicate)
-                    settled[ip] = owner
-                else:
-                    plan.findings.append(wrong_reference)
+            owner = settled.get(ip)
+            if owner is not None or ip not in ips:
+                if owner is None:
+                    plan.findings.append(Finding(
+                        "repair", subject, "ClusterIPNotAllocated", f"Cluster IP [{family}]: {ip} is not allocated; repairing",
+                        CLUSTER_IP_ALLOCATION, claim=raw, op=IPOp("create", ip, key),
+                        log=f"the ClusterIP [{family}]: {ip} for Service {namespace}/{name} is not allocated; repairing"))
                     settled[ip] = key
+                elif owner != key:
+                    plan.findings.append(_ip_duplicate(subject, family, ip, raw))
+                continue
+            address = ips[ip]
+            parent = address.parent
+            if _is_service_ref(parent) and (parent[2], parent[3]) != key and ip in claims.get((parent[2], parent[3]), ()):
+                plan.findings.append(_ip_duplicate(subject, family, ip, raw))
+                settled[ip] = (parent[2], parent[3])
                 continue
             settled[ip] = key
-            if not _labels_ok(ip, obj):
-                plan.findings.append(Finding("repair", subject, claim=raw, op=IPOp("recreate", ip, key, revision),
+            if not _is_service_ref(parent) or (parent[2], parent[3]) != key:
+                plan.findings.append(Finding(
+                    "repair", subject, "ClusterIPNotAllocated",
+                    f"the ClusterIP [{family}]: {ip} for Service {namespace}/{name} has a wrong reference; repairing",
+                    CLUSTER_IP_ALLOCATION, claim=raw, op=IPOp("recreate", ip, key, address.revision),
+                    log=f"the ClusterIP [{family}]: {ip} for Service {namespace}/{name} has a wrong reference; repairing"))
+            elif address.family_label != family or not address.managed:
+                plan.findings.append(Finding("repair", subject, claim=raw, op=IPOp("recreate", ip, key, address.revision),
                                              log=f"the IPAddress {ip} for Service {namespace}/{name} has wrong labels; recreating"))
 
-    for name, obj in ips.items():
-        if name in settled or not _managed_by_allocator(obj):
+    for name, address in ips.items():
+        if name in settled or not address.managed:
             continue
         subject = ("ipaddress", name)
-        revision = int(obj["metadata"]["resourceVersion"])
-        ref = _parent_ref(obj)
-        if not _is_service_ref(ref):
-            message = f"IPAddress {name} appears to have been modified, not referencing a Service {_go_parent_ref(ref)}: cleaning up"
+        parent = address.parent
+        if not _is_service_ref(parent):
+            message = f"IPAddress {name} appears to have been modified, not referencing a Service {_go_parent_ref(parent)}: cleaning up"
             plan.findings.append(Finding("leak", subject, "IPAddressNotAllocated", message, IP_ADDRESS_ALLOCATION,
-                                         op=IPOp("delete", name, None, revision), log=message))
+                                         op=IPOp("delete", name, None, address.revision), log=message))
             continue
-        owner = _ref_key(ref)
+        owner = (parent[2], parent[3])
         if owner not in snapshot.services:
-            if _age_seconds(obj, now) > grace:
+            if _age_seconds(address.created, now) > grace:
                 plan.findings.append(Finding(
                     "leak", subject, "IPAddressNotAllocated",
                     f"IPAddress: {name} for Service {owner[0]}/{owner[1]} appears to have leaked: cleaning up",
-                    IP_ADDRESS_ALLOCATION, op=IPOp("delete", name, owner, revision),
+                    IP_ADDRESS_ALLOCATION, op=IPOp("delete", name, owner, address.revision),
                     log=f"IPAddress {name} appears to have leaked: cleaning up"))
             else:
                 plan.pending_leaks.append(name)
             continue
-        if canonical_ip(name) not in claims[owner]:
+        parsed = info(name)
+        if parsed is None or parsed[0] not in claims.get(owner, ()):
             plan.findings.append(Finding(
                 "leak", subject, "IPAddressWrongReference",
                 f"IPAddress: {name} for Service {owner[0]}/{owner[1]} has a wrong reference; cleaning up",
-                IP_ADDRESS_ALLOCATION, op=IPOp("delete", name, owner, revision),
-                log=f"the IPAddress: {name} for Service {owner[0]}/{owner[1]} has a wrong reference {_go_parent_ref(ref)}; cleaning up"))
+                IP_ADDRESS_ALLOCATION, op=IPOp("delete", name, owner, address.revision),
+                log=f"the IPAddress: {name} for Service {owner[0]}/{owner[1]} has a wrong reference {_go_parent_ref(parent)}; cleaning up"))
     return plan
+
+
+def _ip_duplicate(subject: tuple, family: str, ip: str, raw: str) -> Finding:
+    return Finding(
+        "duplicate", subject, "ClusterIPAlreadyAllocated",
+        f"Cluster IP [{family}]:{ip} was assigned to multiple services; please recreate service",
+        CLUSTER_IP_ALLOCATION, claim=raw,
+        log=f"the cluster IP [{family}]:{ip} for service {subject[1]}/{subject[2]} was assigned to other services; please recreate")
 
 
 def plan_port_repair(snapshot: Snapshot, port_range: PortRange, leak_counters: dict[int, int] | None = None) -> PortRepairPlan:
@@ -446,7 +584,7 @@ def plan_port_repair(snapshot: Snapshot, port_range: PortRange, leak_counters: d
     plan = PortRepairPlan(snapshot.revision)
     claimants: dict[int, list[ServiceKey]] = {}
     for key, svc in snapshot.services.items():
-        for port in collect_service_node_ports(svc):
+        for port in svc.node_ports:
             claimants.setdefault(port, []).append(key)
 
     for port in sorted(claimants):
@@ -597,10 +735,44 @@ class Repair:
         except Exception as exc:
             self.metrics.port_repair_reconcile_errors.inc()
             failure = failure or exc
-        self.allocators.load()
+        self.reload_index()
         if failure is not None:
             raise failure
         return report
+
+    def reload_index(self) -> bool:
+        """Make the allocators' index equal the store. A full ``load()`` parses every
+        allocated IP (seconds for 100k, on the event loop), so first compare the store's
+        keys with the index, which only lists keys; True when a reload was needed."""
+        self.allocators.sync_cidrs()
+        if self._index_matches_store():
+            return False
+        log.info("repair: the allocators' index differs from the store; reloading it")
+        self.allocators.load()
+        return True
+
+    def _index_matches_store(self) -> bool:
+        families = self.allocators.families
+        stored: dict[str, set[str]] = {family: set() for family in families}
+        skip = len(records.IP_ADDRESS_PREFIX)
+        for kv in _list(self.backend, records.IP_ADDRESS_PREFIX, 0, page=0):
+            ip = kv.key[skip:]
+            family = stored.get("IPv6" if ":" in ip else "IPv4")
+            if family is not None:
+                family.add(ip)
+        if any(stored[family] != allocator.taken for family, allocator in families.items()):
+            return False
+        ports = self.allocators.ports
+        stored_ports = set()
+        skip = len(records.NODE_PORT_PREFIX)
+        for kv in _list(self.backend, records.NODE_PORT_PREFIX, 0, page=0):
+            try:
+                port = int(kv.key[skip:])
+            except ValueError:
+                continue
+            if ports.range.slot_of(port) is not None:
+                stored_ports.add(port)
+        return stored_ports == set(ports.ports())
 
     async def run(self, interval: float) -> None:
         """A pass now, then every ``interval`` seconds. Reading and deciding happen in a worker
@@ -678,7 +850,8 @@ class Repair:
         kv = self._ip_address_now(op.ip)
         if kv is None or kv.mod_revision != op.revision:
             return None
-        if op.service is not None and canonical_ip(op.ip) in claimed_ips(self._service_now(op.service)):
+        parent = self._service_now(op.service) if op.service is not None else None
+        if parent is not None and canonical_ip(op.ip) in claimed_ips(view_service(parent)):
             return None  # the parent holds it now
         return _decode_kv(kv)
 

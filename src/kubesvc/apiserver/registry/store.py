@@ -46,8 +46,8 @@ _json_decode = msgspec.json.Decoder().decode
 
 # upstream names.SimpleNameGenerator: 5 chars from an alphabet without vowels and lookalikes
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-# a create retries when a generated name or an allocator's choice collides in the store
-_MAX_ATTEMPTS = 8
+# a create whose generated name exists tries another, this many times at most
+_MAX_NAME_ATTEMPTS = 8
 _SYSTEM_METADATA = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
 
 
@@ -281,7 +281,10 @@ class Store:
 
     def create(self, namespace: str | None, obj: dict, *, field_manager: str, dry_run: bool = False, managed: bool = True) -> dict:
         self._check_namespace(namespace)
-        for _attempt in range(_MAX_ATTEMPTS):
+        name_collisions = 0
+        # an allocator's stale choice retries with the choice marked taken, so those retries
+        # end at the latest with "range is full"; only generated names have an attempt limit
+        while name_collisions < _MAX_NAME_ATTEMPTS:
             new, txn = self._prepare_new(namespace, obj, field_manager=field_manager, managed=managed, dry_run=dry_run)
             key = self._key(namespace, new["metadata"]["name"])
             if dry_run:
@@ -295,6 +298,7 @@ class Store:
                 failure = self._create_conflict(exc.key, key, obj, new, txn)
                 txn.revert()
                 if failure is None:
+                    name_collisions += exc.key == key
                     continue
                 raise failure from None
             except BaseException:
@@ -364,8 +368,8 @@ class Store:
                     raise errors.conflict(self.info.resource, name, self.info.group) from None
                 continue
             except storage.KeyExists as exc:
-                txn.revert()
                 failure = txn.conflict(exc.key) if txn.owns(exc.key) else errors.internal(f"storage key {exc.key} already exists")
+                txn.revert()
                 if failure is None:
                     continue
                 raise failure from None
