@@ -199,7 +199,7 @@ NORMALIZE_CASES = [
     ("create-both-kept", {"clusterIP": "10.0.0.1", "clusterIPs": ["10.0.0.2"]}, None, {"clusterIP": "10.0.0.1", "clusterIPs": ["10.0.0.2"]}),
     ("update-plural-omitted", {"clusterIP": "10.0.0.1"}, {"clusterIP": "10.0.0.1", "clusterIPs": ["10.0.0.1", "2000::1"]},
      {"clusterIP": "10.0.0.1", "clusterIPs": ["10.0.0.1", "2000::1"]}),
-    ("update-singular-cleared", {"clusterIP": "", "clusterIPs": ["10.0.0.1"]}, {"clusterIP": "10.0.0.1", "clusterIPs": ["10.0.0.1"]}, {"clusterIP": ""}),
+    ("update-singular-cleared", {"clusterIP": "", "clusterIPs": ["10.0.0.1"]}, {"clusterIP": "10.0.0.1", "clusterIPs": ["10.0.0.1"]}, {}),  # both cleared; an empty clusterIP is omitted (omitempty)
     ("update-singular-changed", {"clusterIP": "10.0.0.2", "clusterIPs": ["10.0.0.1"]}, {"clusterIP": "10.0.0.1", "clusterIPs": ["10.0.0.1"]},
      {"clusterIP": "10.0.0.2", "clusterIPs": ["10.0.0.2"]}),
 ]

@@ -120,7 +120,8 @@ GATEWAY_REF = {"group": "gateway.networking.k8s.io", "resource": "gateways", "na
 def test_healthy_cluster_is_clean(cluster):
     cluster.create("plain", {"ports": [{"port": 80}]})
     cluster.create("chosen", cluster_ip("10.96.0.10"))
-    cluster.create("np", {"type": "NodePort", "ports": [{"name": "dns", "port": 53, "protocol": "UDP"}, {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]})
+    cluster.create("np", {"type": "NodePort", "ports": [{"name": "dns", "port": 53, "protocol": "UDP"},
+                                                        {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]})
     cluster.create("lb", {"type": "LoadBalancer", "externalTrafficPolicy": "Local", "ports": [{"port": 443}]})
     cluster.create("headless", {"clusterIP": "None", "ports": [{"port": 80}]})
     cluster.create("ext", {"type": "ExternalName", "externalName": "example.com"})
@@ -129,6 +130,7 @@ def test_healthy_cluster_is_clean(cluster):
         report = cluster.repair.run_once()
         assert report.clean, report
     assert cluster.events() == []
+    assert cluster.repair.reload_index() is False  # the index already equals the store
     assert cluster.metric("kube_apiserver_clusterip_repair_reconcile_errors_total") == 0
     lb = cluster.registry.store("", "services").get("default", "lb")["spec"]
     assert cluster.port_owner(lb["healthCheckNodePort"]) == ("default", "lb")
@@ -256,7 +258,8 @@ IP_CASES = [
      {"leak": 1}, {"10.96.0.50": None}),
     ("ipaddress-not-for-a-service", _modified,
      [(IPA, "10.96.0.51", "IPAddressNotAllocated",
-       "IPAddress 10.96.0.51 appears to have been modified, not referencing a Service &{gateway.networking.k8s.io gateways default gw}: cleaning up")],
+       "IPAddress 10.96.0.51 appears to have been modified, not referencing a Service "
+       "&{gateway.networking.k8s.io gateways default gw}: cleaning up")],
      {"leak": 1}, {"10.96.0.51": None}),
     ("ipaddress-parent-not-listing-it", _parent_not_listing,
      [(IPA, "10.96.0.52", "IPAddressWrongReference", "IPAddress: 10.96.0.52 for Service default/a has a wrong reference; cleaning up")],
@@ -539,6 +542,17 @@ def test_stale_finding_is_dropped_when_the_service_went_away(cluster):
     assert cluster.ip_owner("10.96.0.10") is None
 
 
+def test_stale_finding_is_dropped_when_the_service_changed(cluster):
+    cluster.create("a", node_port(30010))
+    cluster.put_raw_service("b", raw_spec(["10.97.0.5"], [{"port": 80, "protocol": "TCP", "nodePort": 30010}], "NodePort"))
+    plans = cluster.repair.plan(cluster.repair.snapshot())
+    assert [f.reason for f in plans[0].findings + plans[1].findings] == ["ClusterIPOutOfRange", "PortAlreadyAllocated"]
+    cluster.edit_raw("/registry/services/specs/default/b", lambda o: o["spec"].update(clusterIP="10.96.0.30", clusterIPs=["10.96.0.30"]))
+    cluster.edit_raw("/registry/services/specs/default/b", lambda o: o["spec"]["ports"][0].update(nodePort=30011))
+    report = cluster.repair.apply(*plans)
+    assert report.skipped == 2 and report.ip_errors == report.port_errors == {} and cluster.events() == []
+
+
 def test_concurrent_fix_is_not_an_error(cluster):
     _missing_ip_address(cluster)
     plans = cluster.repair.plan(cluster.repair.snapshot())
@@ -577,13 +591,25 @@ def test_snapshot_reads_one_revision(cluster):
     assert plan_ip_repair(old, cluster.clock.now()).findings == []
 
 
-def test_index_equals_store_after_a_pass(cluster):
-    """Keys written behind the allocator's back are in its index after the pass."""
+def test_index_equals_store_after_a_pass(cluster, monkeypatch):
+    """Keys written behind the allocator's back are in its index after the pass; the
+    repair's own writes keep the index exact without a full reload."""
     cluster.put_raw_ip_address("10.96.0.53", records.service_ref("default", "ghost"), labels={})
     cluster.backend.create(records.node_port_key(30050), records.node_port_record("default", "ghost"))
     cluster.repair.run_once()
     assert "10.96.0.53" in cluster.allocators.families["IPv4"].taken
     assert cluster.allocators.ports.has(30050)
+    loads = []
+    real_load = cluster.allocators.load
+    monkeypatch.setattr(cluster.allocators, "load", lambda: (loads.append(1), real_load()))
+    cluster.create("a", node_port(30010, clusterIP="10.96.0.10"))
+    cluster.backend.delete(records.ip_address_key("10.96.0.10"))
+    cluster.backend.delete(records.node_port_key(30010))
+    cluster.repair.run_once()
+    cluster.repair.run_once()
+    cluster.repair.run_once()  # the leaked port 30050 goes now
+    assert loads == [] and not cluster.allocators.ports.has(30050)
+    assert cluster.allocators.ports.has(30010) and "10.96.0.10" in cluster.allocators.families["IPv4"].taken
 
 
 # ---- the loop -------------------------------------------------------------------------------
@@ -619,6 +645,7 @@ async def test_run_survives_a_failing_pass(cluster):
 
 async def test_run_makes_its_first_pass_at_once(cluster):
     _missing_record(cluster)
+    cluster.put_raw_ip_address("10.96.0.53", records.service_ref("default", "ghost"), labels={})
     task = asyncio.create_task(cluster.repair.run(3600))
     try:
         for _ in range(500):
@@ -630,3 +657,4 @@ async def test_run_makes_its_first_pass_at_once(cluster):
         with pytest.raises(asyncio.CancelledError):
             await task
     assert cluster.port_owner(30010) == ("default", "a")
+    assert "10.96.0.53" in cluster.allocators.families["IPv4"].taken  # the index was reloaded

@@ -6,7 +6,9 @@ Both compare what Services claim with what the store has allocated, and fix what
 operator writing storage by hand or a bug left inconsistent. They are built in three layers:
 
 * :func:`take_snapshot`: Services, IPAddresses, ServiceCIDRs and NodePort records, all read
-  at one storage revision, so the comparison never mixes two moments;
+  at one storage revision, so the comparison never mixes two moments. Only the fields the
+  decisions need are decoded (:class:`ServiceView`, :class:`IPAddressView`): 100k Services
+  take about a second;
 * :func:`plan_ip_repair` and :func:`plan_port_repair`: pure decisions over that snapshot,
   returning :class:`Finding` s (an event to record, a metric type, and maybe one store
   operation);
@@ -15,7 +17,12 @@ operator writing storage by hand or a bug left inconsistent. They are built in t
   since, or an allocation record rewritten since, drops the finding; a 404/409 from a
   concurrent writer is not an error. IPAddresses are created and deleted through the
   IPAddress Store (so the allocator index hooks run), NodePort records are written on the
-  backend, conditional on the revision read. The allocators' index is then reloaded.
+  backend, conditional on the revision read. Then the allocators' index is compared with
+  the store's keys and reloaded (``load()``) only if they differ, e.g. after keys were
+  written behind the apiserver's back; the repair's own writes keep it exact.
+
+:meth:`Repair.run` reads, decides and compares in a worker thread and acts on the event
+loop, so a pass over 100k Services stalls the loop for milliseconds, not seconds.
 
 ClusterIPs (repairip.go's Service loop, then its IPAddress loop):
 
@@ -40,13 +47,25 @@ parentRef is not a Service, or when the Service does not exist and the IPAddress
 than the grace period (60 s: a Service create may still be in flight);
 ``IPAddressWrongReference`` when the Service exists but does not list the IP.
 
+Events are Warnings on the Service (action ``ClusterIPAllocation``; ``ClusterIPValidation``
+for ``ClusterIPNotValid``, as upstream) or on the IPAddress (``IPAddressAllocation``).
+
+Where this differs from upstream: ``ClusterIPNotValid`` shows the raw value (upstream prints
+the unparsed IP, ``<nil>``); an IPAddress whose parent exists but does not list the IP is
+recreated for the Service that does list it in the same pass (upstream deletes it in the
+IPAddress loop and recreates it on the next sync); a duplicate IPAddress with wrong labels is
+left alone (upstream recreates it for the second claimant, taking it from the first).
+
 NodePorts: every Service's nodePorts (the same number with different protocols counts once,
 with the same protocol twice) and the healthCheckNodePort of a LoadBalancer Service with
-``externalTrafficPolicy: Local``: ``PortOutOfRange``, ``PortNotAllocated`` (the record is
+``externalTrafficPolicy: Local`` (upstream counts it whenever set; validation allows it only
+then, and only then does a Service delete release it): ``PortOutOfRange``, ``PortNotAllocated`` (the record is
 created), ``PortAlreadyAllocated`` (on every claimant but the holder); a record owned by a
 Service that does not use the port while another does is given to that one. A record no
 Service uses is a leak: kept on the first and second consecutive detection, deleted on the
-third ("the node port %d appears to have leaked: cleaning up", no event).
+third ("the node port %d appears to have leaked: cleaning up", no event). Upstream has one
+bitmap and no owners: there the second Service in list order gets ``PortAlreadyAllocated``;
+here every claimant but the record's owner does.
 """
 
 from __future__ import annotations
@@ -637,6 +656,15 @@ def plan_port_repair(snapshot: Snapshot, port_range: PortRange, leak_counters: d
 # ---- the shell ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class IndexState:
+    """A copy of the allocators' index and the store revision it was taken at."""
+
+    revision: int
+    ips: dict[str, frozenset[str]]  # family -> allocated IPs
+    ports: frozenset[int]
+
+
 @dataclass
 class RepairReport:
     """What one pass did. ``ip_errors`` / ``port_errors`` count the findings acted on (or
@@ -722,7 +750,9 @@ class Repair:
             raise
         return self.apply(*plans)
 
-    def apply(self, ip_plan: IPRepairPlan, port_plan: PortRepairPlan) -> RepairReport:
+    def apply(self, ip_plan: IPRepairPlan, port_plan: PortRepairPlan, *, reload_index: bool = True) -> RepairReport:
+        """Act on the plans; then (unless told not to) make the allocators' index equal
+        the store."""
         report = RepairReport(ip_plan.revision)
         failure: BaseException | None = None
         try:
@@ -735,7 +765,8 @@ class Repair:
         except Exception as exc:
             self.metrics.port_repair_reconcile_errors.inc()
             failure = failure or exc
-        self.reload_index()
+        if reload_index:
+            self.reload_index()
         if failure is not None:
             raise failure
         return report
@@ -743,36 +774,47 @@ class Repair:
     def reload_index(self) -> bool:
         """Make the allocators' index equal the store. A full ``load()`` parses every
         allocated IP (seconds for 100k, on the event loop), so first compare the store's
-        keys with the index, which only lists keys; True when a reload was needed."""
+        keys with the index; True when a reload was needed."""
         self.allocators.sync_cidrs()
-        if self._index_matches_store():
+        if self.store_matches_index(self.index_state()):
             return False
-        log.info("repair: the allocators' index differs from the store; reloading it")
-        self.allocators.load()
+        self._reload()
         return True
 
-    def _index_matches_store(self) -> bool:
-        families = self.allocators.families
-        stored: dict[str, set[str]] = {family: set() for family in families}
+    def _reload(self) -> None:
+        log.info("repair: the allocators' index differs from the store; reloading it")
+        self.allocators.load()
+
+    def index_state(self) -> IndexState:
+        """The index as of now, with the store revision it should match (call on the loop)."""
+        return IndexState(self.backend.current_revision(),
+                          {family: frozenset(allocator.taken) for family, allocator in self.allocators.families.items()},
+                          frozenset(self.allocators.ports.ports()))
+
+    def store_matches_index(self, state: IndexState) -> bool:
+        """Whether the store's IPAddress and NodePort keys at ``state.revision`` are the
+        index's (reads the backend only: safe in a worker thread)."""
+        stored: dict[str, set[str]] = {family: set() for family in state.ips}
         skip = len(records.IP_ADDRESS_PREFIX)
-        for kv in _list(self.backend, records.IP_ADDRESS_PREFIX, 0, page=0):
-            ip = kv.key[skip:]
-            family = stored.get("IPv6" if ":" in ip else "IPv4")
-            if family is not None:
-                family.add(ip)
-        if any(stored[family] != allocator.taken for family, allocator in families.items()):
-            return False
-        ports = self.allocators.ports
+        port_range = self.allocators.ports.range
         stored_ports = set()
-        skip = len(records.NODE_PORT_PREFIX)
-        for kv in _list(self.backend, records.NODE_PORT_PREFIX, 0, page=0):
-            try:
-                port = int(kv.key[skip:])
-            except ValueError:
-                continue
-            if ports.range.slot_of(port) is not None:
-                stored_ports.add(port)
-        return stored_ports == set(ports.ports())
+        try:
+            for kv in _list(self.backend, records.IP_ADDRESS_PREFIX, state.revision):
+                ip = kv.key[skip:]
+                family = stored.get("IPv6" if ":" in ip else "IPv4")
+                if family is not None:
+                    family.add(ip)
+            skip = len(records.NODE_PORT_PREFIX)
+            for kv in _list(self.backend, records.NODE_PORT_PREFIX, state.revision):
+                try:
+                    port = int(kv.key[skip:])
+                except ValueError:
+                    continue
+                if port_range.slot_of(port) is not None:
+                    stored_ports.add(port)
+        except storage.Compacted:
+            return False
+        return stored_ports == state.ports and all(stored[family] == ips for family, ips in state.ips.items())
 
     async def run(self, interval: float) -> None:
         """A pass now, then every ``interval`` seconds. Reading and deciding happen in a worker
@@ -789,7 +831,10 @@ class Repair:
                     self.metrics.ip_repair_reconcile_errors.inc()
                     self.metrics.port_repair_reconcile_errors.inc()
                     raise
-                report = self.apply(ip_plan, port_plan)
+                report = self.apply(ip_plan, port_plan, reload_index=False)
+                self.allocators.sync_cidrs()
+                if not await asyncio.to_thread(self.store_matches_index, self.index_state()):
+                    self._reload()
                 if not report.clean:
                     log.info("repair pass at revision %d: ClusterIPs %s, NodePorts %s, %d pending leaks, %d skipped",
                              report.revision, report.ip_errors, report.port_errors,
@@ -895,6 +940,8 @@ class Repair:
             self.metrics.port_repair_errors.labels(finding.type).inc()
 
     def _apply_port_op(self, op: IPOp | PortOp | None) -> bool:
+        """Write the record on the backend (and tell the index, as a Service write's commit
+        would); False when a concurrent change got there first."""
         if op is None:
             return True
         assert isinstance(op, PortOp)
@@ -902,12 +949,14 @@ class Repair:
         try:
             if op.verb == "create":
                 self.backend.create(key, records.node_port_record(*op.owner))
+                self.allocators.ports.mark(op.port)
             elif op.verb == "update":
                 self.backend.update(key, records.node_port_record(*op.owner), op.revision)
             else:
                 if op.owner is not None and op.port in collect_service_node_ports(self._service_now(op.owner) or {}):
                     return False  # its owner uses it now
                 self.backend.delete(key, op.revision)
+                self.allocators.ports.unmark(op.port)
         except (storage.KeyExists, storage.KeyNotFound, storage.RevisionMismatch) as exc:
             log.info("repair: NodePort record %d changed concurrently (%s); leaving it to the next pass", op.port, exc)
             return False
