@@ -65,9 +65,9 @@ class EventRecorder:
             except StatusError as exc:
                 if exc.code != 404:
                     raise
-        name = f"{ref['name']}.{int(now.timestamp() * 1e9):x}"
+        stamp = int(now.timestamp() * 1e9)
         event = {
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": {"name": "", "namespace": namespace},
             "involvedObject": ref,
             "reason": reason,
             "message": message,
@@ -81,5 +81,15 @@ class EventRecorder:
         }
         if action:
             event["action"] = action
-        self.events.create(namespace, event, field_manager=FIELD_MANAGER)
-        self._recorded[key] = name
+        for attempt in range(8):
+            # <object>.<hex nanoseconds>, as client-go names Events; two Events about one object
+            # in the same nanosecond (a fake clock, a fast loop) take the next nanosecond
+            name = event["metadata"]["name"] = f"{ref['name']}.{stamp + attempt:x}"
+            try:
+                self.events.create(namespace, event, field_manager=FIELD_MANAGER)
+            except StatusError as exc:
+                if exc.code == 409:
+                    continue
+                raise
+            self._recorded[key] = name
+            return

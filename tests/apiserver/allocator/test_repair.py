@@ -292,9 +292,11 @@ def test_cluster_ip_repair(cluster, breaks, events, counts, after):
 def test_cluster_ip_events_carry_component_and_action(cluster):
     _duplicate(cluster)
     _orphan(cluster)
+    cluster.put_raw_service("bad", raw_spec(["nope"]))
     cluster.repair.run_once()
     items, _ = cluster.registry.store("", "events").list(None, ListOptions())
     by_reason = {e["reason"]: e for e in items}
+    assert by_reason["ClusterIPNotValid"]["action"] == "ClusterIPValidation"  # as upstream
     dup = by_reason["ClusterIPAlreadyAllocated"]
     assert (dup["type"], dup["source"]["component"], dup["action"]) == ("Warning", "ipallocator-repair-controller", "ClusterIPAllocation")
     assert dup["metadata"]["namespace"] == "default" and dup["involvedObject"]["uid"] == "uid-b"
