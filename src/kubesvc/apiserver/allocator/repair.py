@@ -75,7 +75,7 @@ import logging
 import re
 import socket
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal
 
 import msgspec
@@ -690,27 +690,6 @@ class RepairReport:
         return self.port_errors.get(type_, 0)
 
 
-class _DistinctClock:
-    """The clock, but never the same instant twice: EventRecorder names an Event
-    ``<object>.<nanoseconds>``, so two events about one object at one instant (one Service
-    with a ClusterIP and a NodePort problem, under a FakeClock or within a microsecond)
-    would collide and the second would be lost."""
-
-    def __init__(self, clock: Clock):
-        self.clock = clock
-        self._last: datetime | None = None
-
-    def now(self) -> datetime:
-        now = self.clock.now()
-        if self._last is not None and now <= self._last:
-            now = self._last + timedelta(microseconds=1)
-        self._last = now
-        return now
-
-    def monotonic(self) -> float:
-        return self.clock.monotonic()
-
-
 class Repair:
     """Both repair loops over one Registry and its allocators."""
 
@@ -724,9 +703,8 @@ class Repair:
         self.metrics = allocators.metrics
         self.ip_addresses = registry.store("networking.k8s.io", "ipaddresses")
         self.services = registry.store("", "services")
-        event_clock = _DistinctClock(clock)
-        self.ip_events = EventRecorder(registry, event_clock, IP_CONTROLLER, CLUSTER_IP_ALLOCATION)
-        self.port_events = EventRecorder(registry, event_clock, PORT_CONTROLLER, PORT_ALLOCATION)
+        self.ip_events = EventRecorder(registry, clock, IP_CONTROLLER, CLUSTER_IP_ALLOCATION)
+        self.port_events = EventRecorder(registry, clock, PORT_CONTROLLER, PORT_ALLOCATION)
         self.port_leaks: dict[int, int] = {}
 
     # ---- one pass ----------------------------------------------------------------------------
