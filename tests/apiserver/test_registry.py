@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kubesvc.api.errors import StatusError
-from kubesvc.api.scheme import all_kinds
 from kubesvc.api.selectors import parse_label_selector
-from kubesvc.apiserver.registry.store import ListOptions, Registry
+from kubesvc.apiserver.registry.store import ListOptions
 from kubesvc.apiserver.server import build_control_plane
 from kubesvc.storage.memory import MemoryBackend
 from kubesvc.util.clock import FakeClock

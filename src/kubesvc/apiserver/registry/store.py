@@ -360,30 +360,38 @@ class Store:
                 write: storage.Op = storage.Delete(key, kv.mod_revision)
             else:
                 write = storage.Update(key, encode(new), kv.mod_revision)
-            try:
-                result = self.backend.txn([*txn.ops, write])
-            except storage.RevisionMismatch as exc:
-                txn.revert()
-                if exc.key == key and wanted_rv not in (None, ""):
-                    raise errors.conflict(self.info.resource, name, self.info.group) from None
+            result = self._write(txn, write, name)
+            if result is None:
                 continue
-            except storage.KeyExists as exc:
-                failure = txn.conflict(exc.key) if txn.owns(exc.key) else errors.internal(f"storage key {exc.key} already exists")
-                txn.revert()
-                if failure is None:
-                    continue
-                raise failure from None
-            except storage.KeyNotFound as exc:
-                txn.revert()
-                if exc.key == key:
-                    raise self._not_found(name) from None
-                continue
-            except BaseException:
-                txn.revert()
-                raise
-            txn.commit()
             meta["resourceVersion"] = str(result.revision)
             return new
+
+    def _write(self, txn: Txn, write: storage.Op, name: str) -> storage.TxnResult | None:
+        """One transaction: the strategy's operations and the object's own write, then the
+        Txn's commit hooks. None means a lost race: re-read and try again (a precondition the
+        client pinned is checked on the re-read). A vanished object is a 404; an allocation
+        record that already exists is the allocator's to judge (retry, or its error)."""
+        try:
+            result = self.backend.txn([*txn.ops, write])
+        except storage.RevisionMismatch:
+            txn.revert()
+            return None
+        except storage.KeyNotFound as exc:
+            txn.revert()
+            if exc.key == write.key:
+                raise self._not_found(name) from None
+            return None
+        except storage.KeyExists as exc:
+            failure = txn.conflict(exc.key) if txn.owns(exc.key) else errors.internal(f"storage key {exc.key} already exists")
+            txn.revert()
+            if failure is None:
+                return None
+            raise failure from None
+        except BaseException:
+            txn.revert()
+            raise
+        txn.commit()
+        return result
 
     def _prepare_update(self, old: dict, desired: dict, *, field_manager: str, subresource: str, track: bool, dry_run: bool) -> tuple[dict, Txn]:
         if not isinstance(desired.get("metadata"), dict):
@@ -466,34 +474,16 @@ class Store:
                     return new, False
                 # marking is an update: hooks see it (a ServiceCIDR being deleted stops serving)
                 txn = self.strategy.begin_update(new, obj, False, "")
-                try:
-                    result = self.backend.txn([*txn.ops, storage.Update(kv.key, encode(new), kv.mod_revision)])
-                except storage.RevisionMismatch:
-                    txn.revert()
+                result = self._write(txn, storage.Update(kv.key, encode(new), kv.mod_revision), name)
+                if result is None:
                     continue
-                except BaseException:
-                    txn.revert()
-                    raise
-                txn.commit()
                 new["metadata"]["resourceVersion"] = str(result.revision)
                 return new, False
             if dry_run:
                 return obj, True
-            txn = self.strategy.begin_delete(obj)
-            try:
-                result = self.backend.txn([*txn.ops, storage.Delete(kv.key, kv.mod_revision)])
-            except storage.RevisionMismatch:
-                txn.revert()
+            result = self._write(self.strategy.begin_delete(obj), storage.Delete(kv.key, kv.mod_revision), name)
+            if result is None:
                 continue
-            except storage.KeyNotFound as exc:
-                txn.revert()
-                if exc.key == kv.key:
-                    raise self._not_found(name) from None
-                continue
-            except BaseException:
-                txn.revert()
-                raise
-            txn.commit()
             obj["metadata"]["resourceVersion"] = str(result.revision)
             return obj, True
 
