@@ -22,6 +22,7 @@ from kubesvc.apiserver.server import APIServer, ServerConfig
 # Feature gates this server knows, with upstream's defaults for 1.32/1.33.
 KNOWN_FEATURE_GATES = {
     "ServiceIPStaticSubrange": True,
+    "ServiceNodePortStaticSubrange": True,
     "MultiCIDRServiceAllocator": True,
     "DisableAllocatorDualWrite": False,
     "ServiceTrafficDistribution": True,

@@ -190,6 +190,22 @@ def test_slash24_upper_band_first_then_lower_band_then_range_is_full(fresh_apise
     assert again[0][0] == 201 and again[0][1]["spec"]["clusterIP"] == upper_ips[7]
 
 
+def test_static_subrange_feature_gate_off_makes_one_shared_pool(fresh_apiserver):
+    """ServiceIPStaticSubrange=false: a /27 (offset 16 with the gate on) is one pool, so
+    dynamic IPs come from anywhere. With the gate on the first 14 dynamic Services would all
+    be in .17-.30; off, all 14 landing there has probability below 1e-4 (each random start
+    is in the upper half less than half the time)."""
+    server = fresh_apiserver("--service-cluster-ip-range", "10.96.0.0/27", "--feature-gates", "ServiceIPStaticSubrange=false")
+    ns = new_namespace(server)
+    ips = []
+    for i in range(14):
+        [(status, body)] = create_services(server, ns, [service(f"s{i}")])
+        assert status == 201
+        ips.append(body["spec"]["clusterIP"])
+    assert not set(ips) <= ipv4_range("10.96.0.17", "10.96.0.30")
+    assert set(ips) & ipv4_range("10.96.0.2", "10.96.0.16")
+
+
 def test_range_full_status_carries_its_cause_like_upstream(fresh_apiserver):
     server = fresh_apiserver("--service-cluster-ip-range", "10.96.0.0/29")  # 6 usable IPs, kubernetes holds one
     ns = new_namespace(server)

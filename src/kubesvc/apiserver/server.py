@@ -108,11 +108,13 @@ def bootstrap(registry: Registry) -> None:
 
 
 def build_control_plane(backend, clock: Clock, cidrs: list[str], node_port_range: str = "30000-32767", *,
-                        static_subrange: bool = True, metrics_registry: CollectorRegistry | None = None) -> tuple[Registry, ServiceAllocators]:
+                        static_subrange: bool = True, node_port_static_subrange: bool = True,
+                        metrics_registry: CollectorRegistry | None = None) -> tuple[Registry, ServiceAllocators]:
     """The registry with its allocators, bootstrap objects in place (namespaces, the default
     ServiceCIDR) and the allocators' index loaded. ``allocators.service_cidr_controller`` is
     the controller for ServiceCIDRs, woken by every ServiceCIDR change and IP release."""
-    allocators = ServiceAllocators(cidrs, node_port_range, static_subrange=static_subrange, metrics=AllocatorMetrics(metrics_registry))
+    allocators = ServiceAllocators(cidrs, node_port_range, static_subrange=static_subrange, node_port_static_subrange=node_port_static_subrange,
+                                   metrics=AllocatorMetrics(metrics_registry))
     registry = Registry(all_kinds(), backend, clock, allocation_strategies(allocators, allocators.kick_service_cidrs))
     allocators.attach(registry)
     bootstrap(registry)
@@ -160,7 +162,8 @@ class APIServer:
         cidrs = [c.strip() for c in config.service_cluster_ip_range.split(",") if c.strip()]
         self.registry, self.allocators = build_control_plane(
             self.backend, self.clock, cidrs, config.service_node_port_range,
-            static_subrange=config.feature_gates.get("ServiceIPStaticSubrange", True), metrics_registry=metrics_registry)
+            static_subrange=config.feature_gates.get("ServiceIPStaticSubrange", True),
+            node_port_static_subrange=config.feature_gates.get("ServiceNodePortStaticSubrange", True), metrics_registry=metrics_registry)
         creds = auth.ensure_credentials(config.data_dir, config.bind_address)
         sock = _listening_socket(config.bind_address, config.secure_port)
         self.port = sock.getsockname()[1]

@@ -89,7 +89,8 @@ class ServiceAllocators:
     the NodePort allocator, plus the metrics they report."""
 
     def __init__(self, cluster_cidrs: list[str], node_port_range: str = "30000-32767", *,
-                 static_subrange: bool = True, metrics: AllocatorMetrics | None = None, rng: random.Random | None = None):
+                 static_subrange: bool = True, node_port_static_subrange: bool = True,
+                 metrics: AllocatorMetrics | None = None, rng: random.Random | None = None):
         self.rng = rng or random.Random()
         self.static_subrange = static_subrange
         self.flag_ranges = [IPRange.parse(c, static_subrange) for c in cluster_cidrs]
@@ -97,7 +98,7 @@ class ServiceAllocators:
         self.families = {r.family: IPFamilyAllocator(r.family, self.rng) for r in self.flag_ranges}
         for r in self.flag_ranges:
             self.families[r.family].set_ranges([(DEFAULT_SERVICE_CIDR, r)])
-        self.ports = PortAllocator(PortRange.parse(node_port_range), static_subrange, self.rng)
+        self.ports = PortAllocator(PortRange.parse(node_port_range), node_port_static_subrange, self.rng)
         self.metrics = metrics or AllocatorMetrics()
         self.metrics.watch_allocators(self)
         self.backend: storage.Backend | None = None
