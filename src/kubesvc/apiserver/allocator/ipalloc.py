@@ -112,8 +112,12 @@ class IPFamilyAllocator:
             self._set(ip, False)
 
     def _set(self, ip: str, on: bool) -> None:
+        try:
+            address = int(ipaddress.ip_address(ip))
+        except ValueError:
+            return
         for r in self.ranges:
-            slot = r.range.slot_of(ip)
+            slot = r.range.slot_of_int(address)
             if slot is not None:
                 if on:
                     r.bitmap.allocate(slot)

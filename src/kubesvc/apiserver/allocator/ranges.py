@@ -76,9 +76,13 @@ class IPRange:
             address = ipaddress.ip_address(ip)
         except ValueError:
             return None
-        if address.version != self.network.version or address not in self.network:
+        if address.version != self.network.version:
             return None
-        slot = int(address) - int(self.network.network_address) - 1
+        return self.slot_of_int(int(address))
+
+    def slot_of_int(self, address: int) -> int | None:
+        """``slot_of`` for an address of this range's family given as an integer."""
+        slot = address - int(self.network.network_address) - 1
         return slot if 0 <= slot < self.slots else None
 
     def ip_at(self, slot: int) -> str:

@@ -121,8 +121,9 @@ class ServiceAllocators:
         by_family: dict[str, set[str]] = {f: set() for f in self.families}
         for kv in self.backend.list(records.IP_ADDRESS_PREFIX).kvs:
             ip = kv.key[len(records.IP_ADDRESS_PREFIX):]
-            if ip_family(ip) in by_family:
-                by_family[ip_family(ip)].add(ip)
+            family = "IPv6" if ":" in ip else "IPv4"  # IPAddress names are canonical IPs
+            if family in by_family:
+                by_family[family].add(ip)
         for family, ips in by_family.items():
             self.families[family].reset(ips)
         ports = set()
