@@ -118,7 +118,7 @@ def build_control_plane(backend, clock: Clock, cidrs: list[str], node_port_range
     registry = Registry(all_kinds(), backend, clock, allocation_strategies(allocators, allocators.kick_service_cidrs))
     allocators.attach(registry)
     bootstrap(registry)
-    controller = ensure_default_service_cidr(registry, cidrs)
+    controller = ensure_default_service_cidr(registry, [r.cidr for r in allocators.flag_ranges])
     allocators.service_cidr_controller = controller
     allocators.load()
     return registry, allocators

@@ -28,7 +28,11 @@ class Cluster:
     def __init__(self, cidrs: list[str], controller_cidrs: list[str] | None = None):
         self.clock = FakeClock()
         self.registry, self.allocators = build_control_plane(MemoryBackend(), self.clock, cidrs)
-        self.controller = ServiceCIDRController(self.registry, self.clock, controller_cidrs or cidrs)
+        # the controller the apiserver runs (woken by ServiceCIDR writes and IP releases);
+        # a second one only to see what a different flag configuration does
+        self.controller = self.allocators.service_cidr_controller
+        if controller_cidrs is not None:
+            self.controller = ServiceCIDRController(self.registry, self.clock, controller_cidrs)
         self.cidrs = self.registry.store("networking.k8s.io", "servicecidrs")
         self.services = self.registry.store("", "services")
 
@@ -74,6 +78,7 @@ def test_default_service_cidr_mirrors_flags_and_is_ready():
     # the startup pass (ensure_default_service_cidr) already marks it Ready
     assert ready(startup)["status"] == "True" and ready(startup)["message"] == "Kubernetes default Service CIDR is ready"
 
+    cluster.clock.advance(5)
     assert cluster.controller.sync() is None
     default = cluster.cidr("kubernetes")
     condition = ready(default)
@@ -99,7 +104,8 @@ def test_default_service_cidr_is_recreated_with_flag_cidrs_canonicalised():
     cluster.cidrs.guaranteed_update(None, "kubernetes", lambda o: {**o, "metadata": {**o["metadata"], "finalizers": []}}, field_manager="test")
     cluster.cidrs.delete(None, "kubernetes", {})
     assert gone(cluster, "kubernetes")
-    ServiceCIDRController(cluster.registry, cluster.clock, ["10.96.0.5/28"]).sync()
+    _, restarted = build_control_plane(cluster.registry.backend, cluster.clock, ["10.96.0.5/28"])  # an apiserver restart
+    restarted.service_cidr_controller.sync()
     recreated = cluster.cidr("kubernetes")
     assert recreated["spec"]["cidrs"] == ["10.96.0.0/28"]
     assert ready(recreated)["status"] == "True" and recreated["metadata"]["finalizers"] == [FINALIZER]
@@ -303,6 +309,35 @@ async def test_run_reacts_to_kick_and_survives_errors():
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+async def test_running_controller_frees_a_deleted_service_cidr_once_its_last_ip_goes():
+    """No manual sync or kick: the loop the apiserver runs is woken by the ServiceCIDR delete
+    and by the release of its last IP, and wakes itself when the grace period ends."""
+    cluster = Cluster(["10.96.0.0/28"])
+    fill_default(cluster)
+    cluster.add_cidr("user", "10.97.0.0/28")
+    task = asyncio.create_task(cluster.controller.run(interval=3600))
+    try:
+        await wait_for(lambda: cluster.cidr("user")["metadata"].get("finalizers") == [FINALIZER])
+        cluster.service("overflow")
+        cluster.cidrs.delete(None, "user", {})
+        await wait_for(lambda: (ready(cluster.cidr("user")) or {}).get("reason") == "Terminating")
+        cluster.services.delete("default", "overflow", {})
+        cluster.clock.advance(10)
+        await wait_for(lambda: gone(cluster, "user"))
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def wait_for(condition, seconds: float = 2.0) -> None:
+    for _ in range(int(seconds / 0.005)):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    assert condition()
 
 
 # ---- the pure decisions ------------------------------------------------------------------------

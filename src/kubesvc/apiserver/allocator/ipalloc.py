@@ -21,7 +21,7 @@ import random
 from dataclasses import dataclass, field
 
 from kubesvc.apiserver.allocator.bitmap import BandedBitmap
-from kubesvc.apiserver.allocator.ranges import IPRange
+from kubesvc.apiserver.allocator.ranges import IPRange, prefix_contains_ip
 
 
 class AllocationError(Exception):
@@ -50,19 +50,9 @@ class MismatchedNetwork(AllocationError):
         super().__init__("the provided network does not match the current range")
 
 
-def _prefix_contains(network, ip: str) -> bool:
+def _address(ip: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     try:
-        address = ipaddress.ip_address(ip)
-    except ValueError:
-        return False
-    if address.version != network.version or address not in network or address == network.network_address:
-        return False
-    return address.version == 6 or address != network.broadcast_address
-
-
-def canonical_ip(ip: str) -> str | None:
-    try:
-        return str(ipaddress.ip_address(ip))
+        return ipaddress.ip_address(ip)
     except ValueError:
         return None
 
@@ -112,12 +102,11 @@ class IPFamilyAllocator:
             self._set(ip, False)
 
     def _set(self, ip: str, on: bool) -> None:
-        try:
-            address = int(ipaddress.ip_address(ip))
-        except ValueError:
+        address = _address(ip)
+        if address is None:
             return
         for r in self.ranges:
-            slot = r.range.slot_of_int(address)
+            slot = r.range.slot_of_int(int(address))
             if slot is not None:
                 if on:
                     r.bitmap.allocate(slot)
@@ -139,7 +128,8 @@ class IPFamilyAllocator:
             # contains the IP (servicecidr.PrefixContainsIP: not the network address, not the
             # IPv4 broadcast); ErrNotInRange remains for an IPv6 address inside a prefix but
             # past the 65535 slots the bitmap index covers
-            if any(_prefix_contains(c.range.network, ip) for c in self.ranges):
+            address = _address(ip)
+            if address is not None and any(prefix_contains_ip(c.range.network, address) for c in self.ranges):
                 raise NotInRange(ip)
             raise MismatchedNetwork()
         if ip in self.taken:

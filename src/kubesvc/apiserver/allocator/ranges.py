@@ -93,6 +93,15 @@ class IPRange:
         return self.ip_at(0)
 
 
+def prefix_contains_ip(network: ipaddress.IPv4Network | ipaddress.IPv6Network, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Upstream's servicecidr.PrefixContainsIP: in the prefix, not its network address and,
+    for IPv4, not its broadcast address (a ServiceCIDR never allocates those). Unlike
+    ``IPRange.slot_of`` it ignores our bitmap's size cap."""
+    if address.version != network.version or address not in network or address == network.network_address:
+        return False
+    return address.version == 6 or address != network.broadcast_address
+
+
 def check_service_cidr_flag(cidr: str, flag: str = "--service-cluster-ip-range") -> str | None:
     """kube-apiserver's checks on one ``--service-cluster-ip-range`` value; the message or None.
     ``flag`` names the value in the "too large" message as upstream's validateMaxCIDRRange does

@@ -45,9 +45,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
+import json
 import logging
-import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable, Sequence
@@ -55,6 +56,7 @@ from typing import Iterable, Sequence
 from kubesvc.api.errors import StatusError
 from kubesvc.api.validation_meta import parse_cidr_sloppy, parse_ip_sloppy
 from kubesvc.apiserver.allocator import records
+from kubesvc.apiserver.allocator.ranges import prefix_contains_ip
 from kubesvc.apiserver.allocator.service import DEFAULT_SERVICE_CIDR
 from kubesvc.apiserver.events import EventRecorder
 from kubesvc.apiserver.registry.store import ListOptions, Registry
@@ -86,15 +88,6 @@ def go_list(values: Iterable[str]) -> str:
     return "[" + " ".join(values) + "]"
 
 
-def canonical_cidrs(cidrs: Iterable[str]) -> list[str]:
-    """The flag CIDRs as upstream holds them (``net.IPNet.String()``: host bits masked)."""
-    out = []
-    for cidr in cidrs:
-        net = parse_cidr_sloppy(cidr.strip())
-        out.append(str(net) if net is not None else cidr.strip())
-    return out
-
-
 def _meta(obj: dict) -> dict:
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
@@ -110,8 +103,12 @@ def _cidrs(obj: dict) -> list[str]:
     return [c for c in cidrs if isinstance(c, str)] if isinstance(cidrs, list) else []
 
 
+# a pass looks at every ServiceCIDR's networks once per IPAddress: parse each CIDR once
+_parse_cidr = functools.lru_cache(maxsize=1024)(parse_cidr_sloppy)
+
+
 def _networks(obj: dict) -> list[Network]:
-    return [net for net in (parse_cidr_sloppy(c) for c in _cidrs(obj)) if net is not None]
+    return [net for net in (_parse_cidr(c) for c in _cidrs(obj)) if net is not None]
 
 
 def is_deleting(obj: dict) -> bool:
@@ -149,16 +146,6 @@ def with_condition(obj: dict, condition: dict) -> dict:
     conditions = [c for c in status.get("conditions") or [] if not (isinstance(c, dict) and c.get("type") == condition["type"])]
     obj["status"] = {**status, "conditions": [*conditions, condition]}
     return obj
-
-
-def prefix_contains_ip(net: Network, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """Upstream's PrefixContainsIP: in the prefix, not its network address and, for IPv4, not
-    its broadcast address (a ServiceCIDR never allocates those)."""
-    if ip.version != net.version or ip not in net:
-        return False
-    if ip == net.network_address:
-        return False
-    return not (ip.version == 4 and ip == net.broadcast_address)
 
 
 def containing_address(all_cidrs: Sequence[dict], ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> list[str]:
@@ -236,13 +223,14 @@ def can_delete(obj: dict, all_cidrs: Sequence[dict], ipaddresses: Iterable[dict]
     if has_parent(obj, all_cidrs):
         return True
     name = _name(obj)
-    families = {f"IPv{net.version}" for net in _networks(obj)}
+    networks = _networks(obj)
+    families = {f"IPv{net.version}" for net in networks}
     for ip_obj in ipaddresses:
         labels = _meta(ip_obj).get("labels") or {}
         if labels.get(records.LABEL_MANAGED_BY) != records.IPALLOCATOR_MANAGER or labels.get(records.LABEL_IP_FAMILY) not in families:
             continue
         address = parse_ip_sloppy(_name(ip_obj))
-        if address is None:
+        if address is None or not any(prefix_contains_ip(net, address) for net in networks):
             continue
         if containing_address(all_cidrs, address) == [name]:
             return False
@@ -254,8 +242,7 @@ def needs_ip_addresses(obj: dict, all_cidrs: Sequence[dict]) -> bool:
     return is_deleting(obj) and not has_parent(obj, all_cidrs)
 
 
-def plan_service_cidr(obj: dict, all_cidrs: Sequence[dict], ipaddresses: Iterable[dict], now: datetime,
-                      grace_seconds: float = DELETION_GRACE_SECONDS) -> ServiceCIDRPlan:
+def plan_service_cidr(obj: dict, all_cidrs: Sequence[dict], ipaddresses: Iterable[dict], now: datetime) -> ServiceCIDRPlan:
     """Upstream servicecidrs Controller.sync for one ServiceCIDR."""
     if not is_deleting(obj):
         return ServiceCIDRPlan(add_finalizer=not has_finalizer(obj), condition=ready_condition(obj, "True", "", READY_MESSAGE, now))
@@ -266,9 +253,9 @@ def plan_service_cidr(obj: dict, all_cidrs: Sequence[dict], ipaddresses: Iterabl
     try:
         elapsed = (now - parse_rfc3339(_meta(obj)["deletionTimestamp"])).total_seconds()
     except (ValueError, TypeError):
-        elapsed = grace_seconds
-    if elapsed < grace_seconds:
-        return ServiceCIDRPlan(wait_seconds=grace_seconds - elapsed)
+        elapsed = DELETION_GRACE_SECONDS
+    if elapsed < DELETION_GRACE_SECONDS:
+        return ServiceCIDRPlan(wait_seconds=DELETION_GRACE_SECONDS - elapsed)
     return ServiceCIDRPlan(remove_finalizer=True)
 
 
@@ -278,34 +265,26 @@ class ServiceCIDRController:
     """Both controllers in one loop: the default ``kubernetes`` ServiceCIDR first, then every
     ServiceCIDR's finalizer, Ready condition and deletion."""
 
-    def __init__(self, registry: Registry, clock: Clock, flag_cidrs: Sequence[str], *, deletion_grace_seconds: float = DELETION_GRACE_SECONDS):
+    def __init__(self, registry: Registry, clock: Clock, flag_cidrs: Sequence[str]):
+        """``flag_cidrs`` as upstream holds them (``net.IPNet.String()``: host bits masked)."""
         self.registry = registry
         self.clock = clock
-        self.flag_cidrs = canonical_cidrs(flag_cidrs)
-        self.deletion_grace_seconds = deletion_grace_seconds
+        self.flag_cidrs = list(flag_cidrs)
         self.store = registry.store("networking.k8s.io", "servicecidrs")
-        self.ip_addresses = registry.store("networking.k8s.io", "ipaddresses")
+        self.backend = registry.backend
         self.default_events = EventRecorder(registry, clock, FIELD_MANAGER)
         self.events = EventRecorder(registry, clock, CONTROLLER_FIELD_MANAGER)
         self._reported: set[str] = set()  # once-keys of the default controller's warnings
         self._wake = asyncio.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: int | None = None
 
     # ---- waking -------------------------------------------------------------------------------
     def kick(self) -> None:
-        """Ask for a pass soon. Cheap and safe from a commit hook, in or out of the loop's thread."""
-        loop = self._loop
-        if loop is None or threading.get_ident() == self._loop_thread:
-            self._wake.set()
-        elif not loop.is_closed():
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._wake.set)
+        """Ask for a pass soon (cheap: commit hooks call it, on the event loop)."""
+        self._wake.set()
 
     async def run(self, interval: float = 10.0) -> None:
         """Sync now, then whenever kicked, every ``interval`` seconds, and when a deleting
         ServiceCIDR's grace period runs out. A failed pass is logged; the next one retries."""
-        self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
         while True:
             self._wake.clear()
             due: float | None = None
@@ -326,13 +305,11 @@ class ServiceCIDRController:
         except StatusError as exc:  # upstream these are two controllers: one failing does not stop the other
             log.warning("default ServiceCIDR: %s", exc.message)
         items, _ = self.store.list(None, ListOptions())
-        ips: list[dict] | None = None
         due: float | None = None
         now = self.clock.now()
         for obj in items:
-            if ips is None and needs_ip_addresses(obj, items):
-                ips, _ = self.ip_addresses.list(None, ListOptions())
-            plan = plan_service_cidr(obj, items, ips or [], now, self.deletion_grace_seconds)
+            ips = self._ip_addresses_in(obj) if needs_ip_addresses(obj, items) else []
+            plan = plan_service_cidr(obj, items, ips, now)
             try:
                 self._apply(obj, plan)
             except StatusError as exc:
@@ -341,6 +318,17 @@ class ServiceCIDRController:
             if plan.wait_seconds is not None:
                 due = plan.wait_seconds if due is None else min(due, plan.wait_seconds)
         return due
+
+    def _ip_addresses_in(self, obj: dict) -> list[dict]:
+        """The IPAddresses inside ``obj``'s CIDRs: chosen by key (the name is the IP), so only
+        those few are decoded."""
+        networks = _networks(obj)
+        found = []
+        for kv in self.backend.list(records.IP_ADDRESS_PREFIX).kvs:
+            address = parse_ip_sloppy(kv.key[len(records.IP_ADDRESS_PREFIX):])
+            if address is not None and any(prefix_contains_ip(net, address) for net in networks):
+                found.append(json.loads(kv.value))
+        return found
 
     def sync_default(self) -> None:
         """The default ServiceCIDR controller's pass (upstream runs it until it succeeds before
