@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+from kubesvc.apiserver.allocator.repair import Repair  # noqa: E402
 from kubesvc.apiserver.server import build_control_plane  # noqa: E402
 from kubesvc.storage import open_backend  # noqa: E402
 from kubesvc.util.clock import RealClock  # noqa: E402
@@ -88,49 +89,34 @@ def rss_bytes() -> int:
     return 0
 
 
-def load_repair():
-    try:
-        from kubesvc.apiserver.allocator.repair import Repair
-    except ImportError:
-        return None
-    return Repair
-
-
 def describe_report(report) -> str:
     """The repair pass's report: leaks, duplicates and repairs it found, per allocator."""
-    if report is None:
-        return "no report"
-    if hasattr(report, "ip_errors") and hasattr(report, "port_errors"):
-        def counts(errors: dict) -> str:
-            shown = {"leak": 0, "duplicate": 0, "repair": 0, **errors}
-            return " ".join(f"{k}={v}" for k, v in shown.items())
-        return (f"clean={report.clean}   ClusterIP: {counts(report.ip_errors)}   NodePort: {counts(report.port_errors)}   "
-                f"pending leaks={report.ip_leaks_pending + report.port_leaks_pending} skipped={report.skipped} "
-                f"events={len(report.events)}")
-    return repr(report)
+    def counts(errors: dict) -> str:
+        shown = {"leak": 0, "duplicate": 0, "repair": 0, **errors}
+        return " ".join(f"{k}={v}" for k, v in shown.items())
+    return (f"clean={report.clean}   ClusterIP: {counts(report.ip_errors)}   NodePort: {counts(report.port_errors)}   "
+            f"pending leaks={report.ip_leaks_pending + report.port_leaks_pending} skipped={report.skipped} "
+            f"events={len(report.events)}")
 
 
-def run_repair(Repair, registry, allocators, clock) -> str:
-    if Repair is None:
-        return "  repair: not available"
+def run_repair(registry, allocators, clock) -> str:
     gc.collect()
     repair = Repair(registry, allocators, clock)
     started = time.perf_counter()
     report = repair.run_once()
     elapsed = time.perf_counter() - started
     lines = [f"  repair pass (Repair.run_once): {fmt_seconds(elapsed)}   report: {describe_report(report)}"]
-    if all(hasattr(repair, m) for m in ("snapshot", "plan", "apply")):
-        # A second pass, step by step (what run_once does): where the time goes.
-        gc.collect()
-        t0 = time.perf_counter()
-        snapshot = repair.snapshot()
-        t1 = time.perf_counter()
-        plans = repair.plan(snapshot)
-        t2 = time.perf_counter()
-        repair.apply(*plans)
-        t3 = time.perf_counter()
-        lines.append(f"    second pass, by step: snapshot (read + decode) {fmt_seconds(t1 - t0)}   plan {fmt_seconds(t2 - t1)}   "
-                     f"apply + index reload {fmt_seconds(t3 - t2)}   total {fmt_seconds(t3 - t0)}")
+    # a second pass, step by step (what run_once does): where the time goes
+    gc.collect()
+    t0 = time.perf_counter()
+    snapshot = repair.snapshot()
+    t1 = time.perf_counter()
+    plans = repair.plan(snapshot)
+    t2 = time.perf_counter()
+    repair.apply(*plans)
+    t3 = time.perf_counter()
+    lines.append(f"    second pass, by step: snapshot (read + decode) {fmt_seconds(t1 - t0)}   plan {fmt_seconds(t2 - t1)}   "
+                 f"apply + index reload {fmt_seconds(t3 - t2)}   total {fmt_seconds(t3 - t0)}")
     return "\n".join(lines)
 
 
@@ -143,7 +129,6 @@ class Bench:
         self.registry, self.allocators = build_control_plane(self.backend, self.clock, [args.cidr], args.port_range)
         self.services = self.registry.store("", "services")
         self.family = self.allocators.cluster_families[0]
-        self.Repair = load_repair()
 
     def close(self) -> None:
         self.backend.close()
@@ -203,7 +188,7 @@ class Bench:
         gc.collect()
         alone = decision(samples)
         print(latency_line(f"allocator decision alone, {samples} samples", alone), flush=True)
-        print(run_repair(self.Repair, self.registry, self.allocators, self.clock), flush=True)
+        print(run_repair(self.registry, self.allocators, self.clock), flush=True)
 
 
 def default_sizes(cidr: str) -> list[int]:

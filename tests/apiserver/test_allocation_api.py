@@ -419,6 +419,40 @@ def test_dual_stack_families_and_policies(fresh_apiserver, server16):
                                      "this cluster is not configured for dual-stack services")
 
 
+# ---- 4b. a ServiceCIDR added and deleted at run time ---------------------------------------------
+
+def test_service_cidr_extends_the_range_and_its_deletion_waits_for_its_ips(fresh_apiserver):
+    server = fresh_apiserver("--service-cluster-ip-range", "10.96.0.0/28")  # 14 IPs, kubernetes holds one
+    ns = new_namespace(server)
+    user_cidr = {"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR", "metadata": {"name": "user"},
+                 "spec": {"cidrs": ["10.97.0.0/28"]}}
+    server.kubectl("create", "-f", "-", input=json.dumps(user_cidr))
+    server.kubectl("wait", "--for=condition=Ready", "servicecidr/user", "--timeout=10s")
+    assert get_json(server, "servicecidr", "user")["metadata"]["finalizers"] == ["networking.k8s.io/service-cidr-finalizer"]
+
+    # the default range first (13 free), then the new one
+    filled = create_services(server, ns, [service(f"s{i}") for i in range(13)])
+    assert all(status == 201 for status, _ in filled)
+    assert {body["spec"]["clusterIP"] for _, body in filled} == ipv4_range("10.96.0.2", "10.96.0.14")
+    [(status, overflow)] = create_services(server, ns, [service("overflow")])
+    assert status == 201 and overflow["spec"]["clusterIP"] in ipv4_range("10.97.0.1", "10.97.0.14")
+    assert parent(ip_addresses(server)[overflow["spec"]["clusterIP"]]) == ("", "services", ns, "overflow")
+
+    # deleting it while an IP is in use: it stays, Terminating, and serves no more Services
+    server.kubectl("delete", "servicecidr", "user", "--wait=false")
+    server.kubectl("wait", "--for=condition=Ready=false", "servicecidr/user", "--timeout=10s")
+    condition = next(c for c in get_json(server, "servicecidr", "user")["status"]["conditions"] if c["type"] == "Ready")
+    assert (condition["reason"], condition["message"]) == (
+        "Terminating", "There are still IPAddresses referencing the ServiceCIDR, please remove them or create a new ServiceCIDR")
+    [(status, body)] = create_services(server, ns, [service("after")])
+    assert (status, body["message"]) == (500, RANGE_FULL)
+
+    # once the Service holding its IP goes, so does the ServiceCIDR (after its 10 s grace)
+    server.kubectl("delete", "svc", "overflow", "-n", ns)
+    server.kubectl("wait", "--for=delete", "servicecidr/user", "--timeout=30s")
+    assert "user" not in {c["metadata"]["name"] for c in get_json(server, "servicecidrs")["items"]}
+
+
 # ---- 5. type changes with kubectl patch ---------------------------------------------------------
 
 def test_type_changes_allocate_and_release(server16):

@@ -9,6 +9,7 @@ left, the pass's report and metrics, and whether a new Service can take the valu
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 from dataclasses import dataclass
 from datetime import timedelta
@@ -17,7 +18,7 @@ from typing import Callable
 import pytest
 
 from kubesvc.api.errors import StatusError
-from kubesvc.apiserver.allocator import records
+from kubesvc.apiserver.allocator import records, repair as repair_module
 from kubesvc.apiserver.allocator.repair import (
     NodePortRecord,
     Repair,
@@ -25,9 +26,10 @@ from kubesvc.apiserver.allocator.repair import (
     collect_service_node_ports,
     plan_ip_repair,
     plan_port_repair,
+    service_cidr_ranges,
     take_snapshot,
 )
-from kubesvc.apiserver.allocator.ranges import PortRange
+from kubesvc.apiserver.allocator.ranges import PortRange, prefix_contains_ip
 from kubesvc.apiserver.registry.store import ListOptions
 from kubesvc.apiserver.server import build_control_plane
 from kubesvc.storage.memory import MemoryBackend
@@ -320,6 +322,7 @@ def test_missing_ipaddress_is_held_again_after_repair(cluster):
     _missing_ip_address(cluster)
     cluster.allocators.load()
     cluster.repair.run_once()
+    assert "10.96.0.10" in cluster.allocators.families["IPv4"].taken
     with pytest.raises(StatusError) as err:
         cluster.create("thief", cluster_ip("10.96.0.10"))
     assert err.value.code == 422 and "provided IP is already allocated" in err.value.message
@@ -340,6 +343,30 @@ def test_ip_in_a_second_service_cidr_is_in_range(cluster):
     assert cluster.ip_owner("10.97.0.5") == ("default", "b")
 
 
+def test_ip_past_the_bitmap_of_a_wide_service_cidr_is_in_range(cluster):
+    """A ServiceCIDR contains its whole prefix (upstream's servicecidr.ContainsIP), not only
+    the first 65535 addresses of an IPv6 /64 the allocator's bitmap covers."""
+    cluster.registry.store("networking.k8s.io", "servicecidrs").create(
+        None, {"metadata": {"name": "v6"}, "spec": {"cidrs": ["fd00::/64"]}}, field_manager="test")
+    cluster.put_raw_service("b", {**raw_spec(["fd00::1:0"]), "ipFamilies": ["IPv6"]})
+    report = cluster.repair.run_once()
+    assert [reason for reason, _ in report.events] == ["ClusterIPNotAllocated"]
+    assert cluster.ip_owner("fd00::1:0") == ("default", "b")
+
+
+@pytest.mark.parametrize("cidr", ["10.96.0.0/24", "10.96.0.0/31", "10.96.0.1/32", "fd00::/64", "fd00::/127", "fd00::1/128"])
+def test_service_cidr_bounds_are_prefix_contains_ip(cidr):
+    network = ipaddress.ip_network(cidr)
+    bounds = service_cidr_ranges([cidr])
+    for delta in (-1, 0, 1, 2, 255, 256, 65535, 65536, 2**64 - 1, 2**64):
+        try:
+            address = network.network_address + delta
+        except ipaddress.AddressValueError:
+            continue
+        in_bounds = any(v == address.version and first <= int(address) <= last for v, first, last in bounds)
+        assert in_bounds == prefix_contains_ip(network, address), address
+
+
 @pytest.mark.parametrize("grace", [60.0, 10.0])
 def test_orphan_ipaddress_waits_for_the_grace_period(cluster, grace):
     repair = Repair(cluster.registry, cluster.allocators, cluster.clock, leak_grace_seconds=grace)
@@ -348,8 +375,9 @@ def test_orphan_ipaddress_waits_for_the_grace_period(cluster, grace):
         None, records.ip_address_object("10.96.0.60", "default", "ghost"), field_manager="test")
     report = repair.run_once()
     assert report.ip_leaks_pending == 1 and report.ip_errors == {} and cluster.events() == []
-    with pytest.raises(StatusError):
+    with pytest.raises(StatusError) as err:
         cluster.create("new", cluster_ip("10.96.0.60"))
+    assert err.value.code == 422 and "provided IP is already allocated" in err.value.message
     cluster.clock.advance(grace)
     assert repair.run_once().ip_leaks_pending == 1  # not older than the grace period yet
     assert cluster.ip_owner("10.96.0.60") == ("default", "ghost")
@@ -458,6 +486,7 @@ def test_missing_record_is_held_again_after_repair(cluster):
     _missing_record(cluster)
     cluster.allocators.load()
     cluster.repair.run_once()
+    assert cluster.allocators.ports.has(30010)
     with pytest.raises(StatusError) as err:
         cluster.create("thief", node_port(30010))
     assert err.value.code == 422 and "provided port is already allocated" in err.value.message
@@ -583,6 +612,18 @@ def test_orphan_ipaddress_claimed_since_the_snapshot_is_kept(cluster):
     assert report.skipped == 1 and cluster.ip_owner("10.96.0.50") == ("default", "ghost")
 
 
+def test_leaked_port_claimed_since_the_snapshot_is_kept(cluster):
+    cluster.backend.create(records.node_port_key(30050), records.node_port_record("default", "ghost"))
+    cluster.repair.run_once()
+    cluster.repair.run_once()
+    plans = cluster.repair.plan(cluster.repair.snapshot())
+    assert [f.op.verb for f in plans[1].findings] == ["delete"]
+    cluster.put_raw_service("ghost", raw_spec(["10.96.0.20"], [{"port": 80, "protocol": "TCP", "nodePort": 30050}], "NodePort"))
+    report = cluster.repair.apply(*plans)
+    assert report.skipped == 1 and report.port_errors == {} and cluster.port_owner(30050) == ("default", "ghost")
+    assert cluster.allocators.ports.has(30050)
+
+
 def test_snapshot_reads_one_revision(cluster):
     cluster.create("a", cluster_ip("10.96.0.10"))
     revision = cluster.backend.current_revision()
@@ -593,6 +634,19 @@ def test_snapshot_reads_one_revision(cluster):
     assert plan_ip_repair(old, cluster.clock.now()).findings == []
 
 
+def test_snapshot_reads_in_pages(cluster, monkeypatch):
+    for i in range(5):
+        cluster.create(f"s{i}", node_port(30010 + i, clusterIP=f"10.96.0.{10 + i}"))
+    revision = cluster.backend.current_revision()
+    monkeypatch.setattr(repair_module, "_PAGE", 2)
+    cluster.create("late", cluster_ip("10.96.0.20"))  # after the revision read: not seen
+    snapshot = take_snapshot(cluster.backend, revision)
+    assert list(snapshot.services) == [("default", f"s{i}") for i in range(5)]
+    assert sorted(snapshot.ip_addresses) == [f"10.96.0.{10 + i}" for i in range(5)]
+    assert sorted(snapshot.node_ports) == [30010 + i for i in range(5)]
+    assert cluster.repair.run_once().clean
+
+
 def test_index_equals_store_after_a_pass(cluster, monkeypatch):
     """Keys written behind the allocator's back are in its index after the pass; the
     repair's own writes keep the index exact without a full reload."""
@@ -601,12 +655,13 @@ def test_index_equals_store_after_a_pass(cluster, monkeypatch):
     cluster.repair.run_once()
     assert "10.96.0.53" in cluster.allocators.families["IPv4"].taken
     assert cluster.allocators.ports.has(30050)
-    loads = []
-    real_load = cluster.allocators.load
-    monkeypatch.setattr(cluster.allocators, "load", lambda: (loads.append(1), real_load()))
     cluster.create("a", node_port(30010, clusterIP="10.96.0.10"))
     cluster.backend.delete(records.ip_address_key("10.96.0.10"))
     cluster.backend.delete(records.node_port_key(30010))
+    cluster.allocators.load()  # the index forgets them: the repair's writes must tell it
+    loads = []
+    real_load = cluster.allocators.load
+    monkeypatch.setattr(cluster.allocators, "load", lambda: (loads.append(1), real_load()))
     cluster.repair.run_once()
     cluster.repair.run_once()
     cluster.repair.run_once()  # the leaked port 30050 goes now

@@ -17,18 +17,47 @@ NodePort ranges (``--service-node-port-range``, default 30000-32767): the static
 
 Flag checks match kube-apiserver: at least 8 addresses, and at most 20 host bits while the
 bitmap allocator is in use (IPv4 /12, IPv6 /108).
+
+IP strings are read as netutils.ParseIPSloppy does (:func:`ip_info`, :func:`canonical_ip`).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
+import socket
 from dataclasses import dataclass
+from typing import Any
+
+from kubesvc.api.validation_meta import parse_ip_sloppy
 
 IPV6_MAX_SLOTS = 65535
 IPV4_MAX_SLOTS = (1 << 24) - 1
 MIN_RANGE_ADDRESSES = 8
 MAX_CIDR_BITS = 20
 DEFAULT_NODE_PORT_RANGE = "30000-32767"
+
+
+_IPV4 = re.compile(r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\Z")
+
+
+def ip_info(raw: Any) -> tuple[str, int, int] | None:
+    """(canonical form, version, integer value) of an IP string (netutils.ParseIPSloppy), or
+    None. Canonical dotted quads, nearly every IP there is, skip the ipaddress module."""
+    if not isinstance(raw, str):
+        return None
+    if _IPV4.match(raw):
+        return raw, 4, int.from_bytes(socket.inet_aton(raw), "big")
+    parsed = parse_ip_sloppy(raw)
+    if parsed is None:
+        return None
+    return str(parsed), parsed.version, int(parsed)
+
+
+def canonical_ip(raw: Any) -> str | None:
+    """The canonical form of an IP string (what names its IPAddress), or None."""
+    info = ip_info(raw)
+    return info[0] if info is not None else None
 
 
 def ip_range_offset(range_size: int, static_subrange: bool = True) -> int:

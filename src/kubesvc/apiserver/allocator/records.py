@@ -31,6 +31,19 @@ def node_port_key(port: int) -> str:
     return f"{NODE_PORT_PREFIX}{port}"
 
 
+def ip_of_key(key: str) -> str:
+    """The IP an IPAddress key names (IPAddress names are canonical IPs)."""
+    return key[len(IP_ADDRESS_PREFIX):]
+
+
+def port_of_key(key: str) -> int | None:
+    """The port a NodePort record's key names, or None when it names none."""
+    try:
+        return int(key[len(NODE_PORT_PREFIX):])
+    except ValueError:
+        return None
+
+
 def service_ref(namespace: str, name: str) -> dict:
     return {"group": "", "resource": "services", "namespace": namespace, "name": name}
 

@@ -12,14 +12,16 @@ operator writing storage by hand or a bug left inconsistent. They are built in t
 * :func:`plan_ip_repair` and :func:`plan_port_repair`: pure decisions over that snapshot,
   returning :class:`Finding` s (an event to record, a metric type, and maybe one store
   operation);
-* :class:`Repair`: applies a plan. Each finding is re-checked against the store just before
-  it is acted on (the snapshot may be a few milliseconds old): a Service deleted or changed
-  since, or an allocation record rewritten since, drops the finding; a 404/409 from a
-  concurrent writer is not an error. IPAddresses are created and deleted through the
-  IPAddress Store (so the allocator index hooks run), NodePort records are written on the
-  backend, conditional on the revision read. Then the allocators' index is compared with
-  the store's keys and reloaded (``load()``) only if they differ, e.g. after keys were
-  written behind the apiserver's back; the repair's own writes keep it exact.
+* :class:`Repair`: applies a plan. The snapshot may be a few milliseconds old, so a finding
+  about a Service is dropped when the Service, read again (once per pass), no longer holds
+  the value, and a leaked allocation is kept when its owner holds it now. The writes are
+  conditional: IPAddresses are created and deleted through the IPAddress Store (so the
+  allocator index hooks run) with the resourceVersion read as a precondition, NodePort
+  records are written on the backend at the revision read; an allocation record created,
+  rewritten or deleted since makes the write fail (a 404/409), which drops the finding and
+  is not an error. Then the allocators' index is compared with the store's keys and reloaded
+  (``load()``) only if they differ, e.g. after keys were written behind the apiserver's
+  back; the repair's own writes keep it exact.
 
 :meth:`Repair.run` reads, decides and compares in a worker thread and acts on the event
 loop, so a pass over 100k Services stalls the loop for milliseconds, not seconds.
@@ -40,6 +42,10 @@ parent is not a       repairing", the IPAddress is recreated for this Service
 claiming Service
 wrong labels          recreated, no event                                         repair
 ====================  ==========================================================  ===========
+
+"In a ServiceCIDR" is upstream's servicecidr.ContainsIP over every ServiceCIDR object: the
+whole prefix but its network address (and the IPv4 broadcast address), whatever part of it
+the allocator's bitmap covers.
 
 An IPAddress labelled ``managed-by: ipallocator.k8s.io`` that no Service accounts for is
 deleted (metric type leak) with an event on the IPAddress: ``IPAddressNotAllocated`` when its
@@ -71,20 +77,21 @@ here every claimant but the record's owner does.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
-import re
-import socket
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal
 
 import msgspec
 
+from kubesvc.api import scheme
 from kubesvc.api.errors import StatusError
-from kubesvc.api.validation_meta import parse_ip_sloppy
 from kubesvc.apiserver.allocator import records
-from kubesvc.apiserver.allocator.ranges import IPRange, PortRange
+from kubesvc.apiserver.allocator.ranges import PortRange, canonical_ip, ip_info
+from kubesvc.apiserver.allocator.service import EXTERNAL_NAME, is_headless, needs_health_check
 from kubesvc.apiserver.events import EventRecorder
+from kubesvc.apiserver.registry.store import decode
 from kubesvc.storage import base as storage
 from kubesvc.util.clock import Clock, parse_rfc3339
 
@@ -97,8 +104,6 @@ log = logging.getLogger("kubesvc.apiserver.repair")
 IP_CONTROLLER = "ipallocator-repair-controller"
 PORT_CONTROLLER = "portallocator-repair-controller"
 FIELD_MANAGER = "kube-apiserver"
-SERVICE_PREFIX = "/registry/services/specs/"
-SERVICE_CIDR_PREFIX = "/registry/servicecidrs/"
 NUM_REPAIRS_BEFORE_LEAK_CLEANUP = 3
 LEAK_GRACE_SECONDS = 60.0
 
@@ -122,7 +127,6 @@ class ServiceView(msgspec.Struct, frozen=True, gc=False):
 
     cluster_ips: tuple[str, ...] = ()
     node_ports: tuple[int, ...] = ()
-    revision: int = 0
 
 
 class IPAddressView(msgspec.Struct, frozen=True, gc=False):
@@ -193,20 +197,19 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _cluster_ips(type_: str, cluster_ip: str, cluster_ips: list | None) -> tuple[str, ...]:
+def _cluster_ips(cluster_ip: str, cluster_ips: list | None) -> tuple[str, ...]:
     """upstream's ``IsServiceIPSet`` (clusterIP neither "" nor "None"), then every clusterIP."""
-    if type_ == "ExternalName":
-        return ()
-    ips = cluster_ips if isinstance(cluster_ips, list) and cluster_ips else ([cluster_ip] if cluster_ip else [])
+    ips = cluster_ips or ([cluster_ip] if cluster_ip else [])
     if not ips or ips[0] in ("", "None", None):
         return ()
     return tuple(ip if isinstance(ip, str) else str(ip) for ip in ips)
 
 
-def _node_ports(ports: list[tuple[int, str]], health: int, type_: str, traffic_policy: str) -> tuple[int, ...]:
-    """upstream collectServiceNodePorts: every non-zero nodePort; the same nodePort with a
-    *different* protocol counts once, with the *same* protocol it is listed again (a
-    duplicate); plus the healthCheckNodePort (as TCP) when the Service needs one."""
+def _node_ports(ports: list[tuple[int, str]], health: int) -> tuple[int, ...]:
+    """upstream collectServiceNodePorts: every non-zero (nodePort, protocol); the same nodePort
+    with a *different* protocol counts once, with the *same* protocol it is listed again (a
+    duplicate); plus ``health`` (as TCP), the healthCheckNodePort of a Service that needs
+    one (0: none)."""
     found: list[int] = []
     seen: dict[int, set[str]] = {}
     for node_port, protocol in ports:
@@ -220,30 +223,30 @@ def _node_ports(ports: list[tuple[int, str]], health: int, type_: str, traffic_p
             found.append(node_port)
         else:
             protocols.add(protocol)
-    if health and type_ == "LoadBalancer" and traffic_policy == "Local":
+    if health:
         protocols = seen.get(health)
         if protocols is None or "TCP" in protocols:
             found.append(health)
     return tuple(found)
 
 
-def view_service(svc: dict, revision: int = 0) -> ServiceView:
+def view_service(svc: dict) -> ServiceView:
     """The view of a Service object (any JSON: wrong types count as absent)."""
     spec = _dict(svc.get("spec"))
+    if not isinstance(spec.get("clusterIPs"), (list, type(None))):
+        spec = {**spec, "clusterIPs": None}
     ports = [(_int(p.get("nodePort")), _str(p.get("protocol")) or "TCP") for p in spec.get("ports") or [] if isinstance(p, dict)]
-    type_ = _str(spec.get("type"))
-    return ServiceView(_cluster_ips(type_, _str(spec.get("clusterIP")), spec.get("clusterIPs")),
-                       _node_ports(ports, _int(spec.get("healthCheckNodePort")), type_, _str(spec.get("externalTrafficPolicy"))),
-                       revision)
+    has_ips = spec.get("type") != EXTERNAL_NAME and not is_headless(spec)
+    return ServiceView(_cluster_ips(_str(spec.get("clusterIP")), spec.get("clusterIPs")) if has_ips else (),
+                       _node_ports(ports, _int(spec.get("healthCheckNodePort")) if needs_health_check(spec) else 0))
 
 
-def _view_stored_service(raw: _Service, revision: int) -> ServiceView:
+def _view_stored_service(raw: _Service) -> ServiceView:
     spec = raw.spec or _ServiceSpec()
     ports = [(p.nodePort or 0, p.protocol or "TCP") for p in spec.ports or ()]
-    type_ = spec.type or ""
-    return ServiceView(_cluster_ips(type_, spec.clusterIP or "", spec.clusterIPs),
-                       _node_ports(ports, spec.healthCheckNodePort or 0, type_, spec.externalTrafficPolicy or ""),
-                       revision)
+    health = (spec.healthCheckNodePort or 0) if spec.type == "LoadBalancer" and spec.externalTrafficPolicy == "Local" else 0
+    return ServiceView(_cluster_ips(spec.clusterIP or "", spec.clusterIPs) if spec.type != EXTERNAL_NAME else (),
+                       _node_ports(ports, health))
 
 
 def view_ip_address(obj: dict, revision: int = 0) -> IPAddressView:
@@ -264,41 +267,13 @@ def _view_stored_ip_address(raw: _IPAddress, revision: int) -> IPAddressView:
                          labels.get(records.LABEL_MANAGED_BY) == records.IPALLOCATOR_MANAGER, parent, meta.creationTimestamp or "")
 
 
-def service_cluster_ips(svc: dict) -> list[str]:
-    """The raw clusterIPs the IP repair checks; [] for ExternalName and headless Services."""
-    return list(view_service(svc).cluster_ips)
-
-
 def collect_service_node_ports(svc: dict) -> list[int]:
     """The nodePorts the port repair counts for a Service (see :func:`_node_ports`)."""
     return list(view_service(svc).node_ports)
 
 
-_IPV4 = re.compile(r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\Z")
-
-
-def ip_info(raw: str) -> tuple[str, int, int] | None:
-    """(canonical form, version, integer value) of an IP string (netutils.ParseIPSloppy), or
-    None. Canonical dotted quads, nearly every IP there is, skip the ipaddress module."""
-    if not isinstance(raw, str):
-        return None
-    if _IPV4.match(raw):
-        return raw, 4, int.from_bytes(socket.inet_aton(raw), "big")
-    parsed = parse_ip_sloppy(raw)
-    if parsed is None:
-        return None
-    return str(parsed), parsed.version, int(parsed)
-
-
-def canonical_ip(raw: Any) -> str | None:
-    info = ip_info(raw)
-    return info[0] if info is not None else None
-
-
-def claimed_ips(view: ServiceView | None) -> set[str]:
+def claimed_ips(view: ServiceView) -> set[str]:
     """The canonical IPs a Service holds (what an IPAddress's parent must list)."""
-    if view is None:
-        return set()
     return {ip for raw in view.cluster_ips if (ip := canonical_ip(raw)) is not None}
 
 
@@ -325,76 +300,71 @@ class Snapshot:
 # The snapshot reads from a worker thread in pages, so that no single list holds the
 # backend's lock (and the event loop's writes) for long.
 _PAGE = 20_000
+_SERVICE_PREFIX = scheme.by_resource("", "v1", "services").key_prefix()
+_SERVICE_CIDR_PREFIX = scheme.by_resource("networking.k8s.io", "v1", "servicecidrs").key_prefix()
 
 
-def _list(backend: storage.Backend, prefix: str, revision: int, page: int = _PAGE) -> Iterator[storage.KeyValue]:
-    """Every key under ``prefix`` at ``revision`` (0: now), ``page`` keys at a time (0: all)."""
-    revision = revision or backend.current_revision()
+def _list(backend: storage.Backend, prefix: str, revision: int) -> Iterator[storage.KeyValue]:
+    """Every key under ``prefix`` at ``revision``, ``_PAGE`` keys at a time."""
     start = prefix
     while True:
-        result = backend.list(prefix, revision=revision, limit=page, start_key=start)
+        result = backend.list(prefix, revision=revision, limit=_PAGE, start_key=start)
         yield from result.kvs
         if not result.more or not result.kvs:
             return
         start = result.kvs[-1].key + "\x00"
 
 
-def _decode_stored(kv: storage.KeyValue, typed: Callable[[bytes], Any], stored_view: Callable[[Any, int], Any],
-                   dict_view: Callable[[dict, int], Any]) -> Any:
+def _decode_stored(kv: storage.KeyValue, typed: Callable[[bytes], Any], stored_view: Callable[..., Any],
+                   dict_view: Callable[..., Any], *args: Any) -> Any:
+    """``stored_view(typed(value), *args)``; ``dict_view(object, *args)`` when a field has an
+    unexpected type; None when the value is not JSON."""
     try:
-        return stored_view(typed(kv.value), kv.mod_revision)
+        return stored_view(typed(kv.value), *args)
     except msgspec.ValidationError:
         pass  # a field of an unexpected type: read it leniently
     except (msgspec.DecodeError, UnicodeDecodeError):
         log.warning("repair: cannot decode %s; ignoring it", kv.key)
         return None
     obj = _decode(kv.value)
-    return dict_view(obj, kv.mod_revision) if isinstance(obj, dict) else None
+    return dict_view(obj, *args) if isinstance(obj, dict) else None
 
 
 def take_snapshot(backend: storage.Backend, revision: int = 0) -> Snapshot:
     """Read the four collections at one revision (0: the current one)."""
     at = revision or backend.current_revision()
     services: dict[ServiceKey, ServiceView] = {}
-    for kv in _list(backend, SERVICE_PREFIX, at):
-        namespace, _, name = kv.key[len(SERVICE_PREFIX):].partition("/")
+    for kv in _list(backend, _SERVICE_PREFIX, at):
+        namespace, _, name = kv.key[len(_SERVICE_PREFIX):].partition("/")
         view = _decode_stored(kv, _decode_service, _view_stored_service, view_service)
         if view is not None and name:
             services[(namespace, name)] = view
     ip_addresses: dict[str, IPAddressView] = {}
     for kv in _list(backend, records.IP_ADDRESS_PREFIX, at):
-        view = _decode_stored(kv, _decode_ip_address, _view_stored_ip_address, view_ip_address)
+        view = _decode_stored(kv, _decode_ip_address, _view_stored_ip_address, view_ip_address, kv.mod_revision)
         if view is not None:
-            ip_addresses[kv.key[len(records.IP_ADDRESS_PREFIX):]] = view
+            ip_addresses[records.ip_of_key(kv.key)] = view
     cidrs: list[str] = []
-    for kv in _list(backend, SERVICE_CIDR_PREFIX, at):
+    for kv in _list(backend, _SERVICE_CIDR_PREFIX, at):
         obj = _decode_kv(kv)
         if obj is not None:
             cidrs += [c for c in _dict(obj.get("spec")).get("cidrs") or [] if isinstance(c, str)]
     node_ports: dict[int, NodePortRecord] = {}
     for kv in _list(backend, records.NODE_PORT_PREFIX, at):
-        try:
-            port = int(kv.key[len(records.NODE_PORT_PREFIX):])
-        except ValueError:
-            continue
-        node_ports[port] = NodePortRecord(records.node_port_owner(kv.value), kv.mod_revision)
+        port = records.port_of_key(kv.key)
+        if port is not None:
+            node_ports[port] = NodePortRecord(records.node_port_owner(kv.value), kv.mod_revision)
     return Snapshot(at, services, ip_addresses, cidrs, node_ports)
 
 
 def _decode_kv(kv: storage.KeyValue) -> dict | None:
-    """The whole object, with its resourceVersion (for events and act-time checks)."""
+    """The whole object, with its resourceVersion (for events and act-time checks), as the
+    store decodes it; None when it is not a JSON object with an object as metadata."""
     try:
-        obj = _decode(kv.value)
-    except (msgspec.DecodeError, UnicodeDecodeError):
+        return decode(kv)
+    except (ValueError, TypeError, AttributeError):  # not JSON, not an object, odd metadata
         log.warning("repair: cannot decode %s; ignoring it", kv.key)
         return None
-    if not isinstance(obj, dict):
-        return None
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict):
-        meta = obj["metadata"] = {}
-    meta["resourceVersion"] = str(kv.mod_revision)
-    return obj
 
 
 # ---- findings and plans ---------------------------------------------------------------------
@@ -448,10 +418,9 @@ class IPRepairPlan:
 
 @dataclass
 class PortRepairPlan:
-    revision: int
     findings: list[Finding] = field(default_factory=list)
-    leak_counters: dict[int, int] = field(default_factory=dict)  # the counters for the next pass
-    pending_leaks: list[int] = field(default_factory=list)  # leaked ports kept this pass
+    # the counters for the next pass: one per leaked port kept this pass
+    leak_counters: dict[int, int] = field(default_factory=dict)
 
 
 def _is_service_ref(parent: tuple[str, str, str, str] | None) -> bool:
@@ -464,18 +433,20 @@ def _go_parent_ref(parent: tuple[str, str, str, str] | None) -> str:
 
 
 def service_cidr_ranges(cidrs: list[str]) -> list[tuple[int, int, int]]:
-    """(version, first, last) integer bounds of every CIDR's usable addresses: exactly the
-    addresses ``IPRange.parse(cidr).slot_of`` accepts, as integers so that 100k checks
-    need no parsing."""
+    """(version, first, last) integer bounds of the addresses each CIDR contains: exactly those
+    ``ranges.prefix_contains_ip`` accepts (upstream's servicecidr.ContainsIP: the whole
+    prefix, not the allocator's capped bitmap), as integers so that 100k checks need no
+    parsing."""
     bounds = []
     for cidr in cidrs:
         try:
-            r = IPRange.parse(cidr)
-        except (ValueError, TypeError):
+            network = ipaddress.ip_network(cidr.strip(), strict=False)
+        except ValueError:
             continue
-        network = int(r.network.network_address)
-        if r.slots > 0:
-            bounds.append((r.network.version, network + 1, network + r.slots))
+        first = int(network.network_address) + 1
+        last = int(network.broadcast_address) - (1 if network.version == 4 else 0)
+        if first <= last:
+            bounds.append((network.version, first, last))
     return bounds
 
 
@@ -600,7 +571,7 @@ def plan_port_repair(snapshot: Snapshot, port_range: PortRange, leak_counters: d
     """portallocator/controller/repair.go over one snapshot. ``leak_counters`` is the previous
     pass's :attr:`PortRepairPlan.leak_counters` (not modified)."""
     previous = leak_counters or {}
-    plan = PortRepairPlan(snapshot.revision)
+    plan = PortRepairPlan()
     claimants: dict[int, list[ServiceKey]] = {}
     for key, svc in snapshot.services.items():
         for port in svc.node_ports:
@@ -646,7 +617,6 @@ def plan_port_repair(snapshot: Snapshot, port_range: PortRange, leak_counters: d
             count = NUM_REPAIRS_BEFORE_LEAK_CLEANUP - 1
         if count > 0:
             plan.leak_counters[port] = count - 1  # pretend it is still in use until count expires
-            plan.pending_leaks.append(port)
         else:
             plan.findings.append(Finding("leak", ("nodeport", port), op=PortOp("delete", port, record.owner, record.revision),
                                          log=f"the node port {port} appears to have leaked: cleaning up"))
@@ -683,11 +653,9 @@ class RepairReport:
     def clean(self) -> bool:
         return not (self.ip_errors or self.port_errors or self.ip_leaks_pending or self.port_leaks_pending or self.skipped)
 
-    def ip(self, type_: str) -> int:
-        return self.ip_errors.get(type_, 0)
 
-    def port(self, type_: str) -> int:
-        return self.port_errors.get(type_, 0)
+# a Service as stored now and its view, or None when it is gone
+CurrentService = tuple[dict, ServiceView] | None
 
 
 class Repair:
@@ -703,43 +671,46 @@ class Repair:
         self.metrics = allocators.metrics
         self.ip_addresses = registry.store("networking.k8s.io", "ipaddresses")
         self.services = registry.store("", "services")
-        self.ip_events = EventRecorder(registry, clock, IP_CONTROLLER, CLUSTER_IP_ALLOCATION)
-        self.port_events = EventRecorder(registry, clock, PORT_CONTROLLER, PORT_ALLOCATION)
-        self.port_leaks: dict[int, int] = {}
+        self.ip_events = EventRecorder(registry, clock, IP_CONTROLLER)
+        self.port_events = EventRecorder(registry, clock, PORT_CONTROLLER)
+        self.port_leaks: dict[int, int] = {}  # the last applied pass's PortRepairPlan.leak_counters
 
     # ---- one pass ----------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         return take_snapshot(self.backend)
 
-    def plan(self, snapshot: Snapshot, now: datetime | None = None) -> tuple[IPRepairPlan, PortRepairPlan]:
-        ip_plan = plan_ip_repair(snapshot, now or self.clock.now(), self.leak_grace_seconds)
-        port_plan = plan_port_repair(snapshot, self.allocators.ports.range, self.port_leaks)
-        return ip_plan, port_plan
+    def plan(self, snapshot: Snapshot) -> tuple[IPRepairPlan, PortRepairPlan]:
+        """Both loops' decisions over ``snapshot`` (pure: safe in a worker thread)."""
+        return (plan_ip_repair(snapshot, self.clock.now(), self.leak_grace_seconds),
+                plan_port_repair(snapshot, self.allocators.ports.range, self.port_leaks))
 
-    def run_once(self) -> RepairReport:
-        """Snapshot, decide, act, reload the index. Raises the first failure after counting it
-        in the reconcile_errors metric of the loop it belongs to (both for the snapshot)."""
+    def _snapshot_and_plan(self) -> tuple[IPRepairPlan, PortRepairPlan]:
+        """A failure counts in both loops' reconcile_errors metric."""
         try:
-            snapshot = self.snapshot()
-            plans = self.plan(snapshot)
+            return self.plan(self.snapshot())
         except Exception:
             self.metrics.ip_repair_reconcile_errors.inc()
             self.metrics.port_repair_reconcile_errors.inc()
             raise
-        return self.apply(*plans)
+
+    def run_once(self) -> RepairReport:
+        """Snapshot, decide, act, reload the index. Raises the first failure after counting it
+        in the reconcile_errors metric of the loop it belongs to (both for the snapshot)."""
+        return self.apply(*self._snapshot_and_plan())
 
     def apply(self, ip_plan: IPRepairPlan, port_plan: PortRepairPlan, *, reload_index: bool = True) -> RepairReport:
         """Act on the plans; then (unless told not to) make the allocators' index equal
         the store."""
         report = RepairReport(ip_plan.revision)
+        services: dict[ServiceKey, CurrentService] = {}  # each Service is read once per pass
         failure: BaseException | None = None
         try:
-            self._apply_ips(ip_plan, report)
+            self._apply_ips(ip_plan, report, services)
         except Exception as exc:
             self.metrics.ip_repair_reconcile_errors.inc()
             failure = exc
         try:
-            self._apply_ports(port_plan, report)
+            self._apply_ports(port_plan, report, services)
         except Exception as exc:
             self.metrics.port_repair_reconcile_errors.inc()
             failure = failure or exc
@@ -753,15 +724,17 @@ class Repair:
         """Make the allocators' index equal the store. A full ``load()`` parses every
         allocated IP (seconds for 100k, on the event loop), so first compare the store's
         keys with the index; True when a reload was needed."""
-        self.allocators.sync_cidrs()
-        if self.store_matches_index(self.index_state()):
-            return False
-        self._reload()
-        return True
+        return self._settle_index(self.store_matches_index(self.index_state()))
 
-    def _reload(self) -> None:
+    def _settle_index(self, matches: bool) -> bool:
+        """Refresh the ServiceCIDR ranges if the index matches the store, else reload it all
+        (``load()`` refreshes the ranges too); True when reloaded."""
+        if matches:
+            self.allocators.sync_cidrs()
+            return False
         log.info("repair: the allocators' index differs from the store; reloading it")
         self.allocators.load()
+        return True
 
     def index_state(self) -> IndexState:
         """The index as of now, with the store revision it should match (call on the loop)."""
@@ -773,22 +746,17 @@ class Repair:
         """Whether the store's IPAddress and NodePort keys at ``state.revision`` are the
         index's (reads the backend only: safe in a worker thread)."""
         stored: dict[str, set[str]] = {family: set() for family in state.ips}
-        skip = len(records.IP_ADDRESS_PREFIX)
         port_range = self.allocators.ports.range
         stored_ports = set()
         try:
             for kv in _list(self.backend, records.IP_ADDRESS_PREFIX, state.revision):
-                ip = kv.key[skip:]
+                ip = records.ip_of_key(kv.key)
                 family = stored.get("IPv6" if ":" in ip else "IPv4")
                 if family is not None:
                     family.add(ip)
-            skip = len(records.NODE_PORT_PREFIX)
             for kv in _list(self.backend, records.NODE_PORT_PREFIX, state.revision):
-                try:
-                    port = int(kv.key[skip:])
-                except ValueError:
-                    continue
-                if port_range.slot_of(port) is not None:
+                port = records.port_of_key(kv.key)
+                if port is not None and port_range.slot_of(port) is not None:
                     stored_ports.add(port)
         except storage.Compacted:
             return False
@@ -796,23 +764,14 @@ class Repair:
 
     async def run(self, interval: float) -> None:
         """A pass now, then every ``interval`` seconds. Reading and deciding happen in a worker
-        thread (the backend is thread-safe, the decisions pure); acting and reloading the
-        index on the event loop, where every other allocator write happens."""
+        thread (the backend is thread-safe, the decisions pure), and so does comparing the
+        index with the store; acting and reloading the index happen on the event loop, where
+        every other allocator write happens."""
         while True:
             try:
-                try:
-                    now = self.clock.now()
-                    counters = dict(self.port_leaks)
-                    snapshot = await asyncio.to_thread(self.snapshot)
-                    ip_plan, port_plan = await asyncio.to_thread(self._plan_with, snapshot, now, counters)
-                except Exception:
-                    self.metrics.ip_repair_reconcile_errors.inc()
-                    self.metrics.port_repair_reconcile_errors.inc()
-                    raise
-                report = self.apply(ip_plan, port_plan, reload_index=False)
-                self.allocators.sync_cidrs()
-                if not await asyncio.to_thread(self.store_matches_index, self.index_state()):
-                    self._reload()
+                plans = await asyncio.to_thread(self._snapshot_and_plan)
+                report = self.apply(*plans, reload_index=False)
+                self._settle_index(await asyncio.to_thread(self.store_matches_index, self.index_state()))
                 if not report.clean:
                     log.info("repair pass at revision %d: ClusterIPs %s, NodePorts %s, %d pending leaks, %d skipped",
                              report.revision, report.ip_errors, report.port_errors,
@@ -823,19 +782,14 @@ class Repair:
                 log.exception("repair pass failed; retrying in %.1fs", interval)
             await asyncio.sleep(interval)
 
-    def _plan_with(self, snapshot: Snapshot, now: datetime, counters: dict[int, int]) -> tuple[IPRepairPlan, PortRepairPlan]:
-        return (plan_ip_repair(snapshot, now, self.leak_grace_seconds),
-                plan_port_repair(snapshot, self.allocators.ports.range, counters))
-
     # ---- acting ------------------------------------------------------------------------------
-    def _service_now(self, key: ServiceKey) -> dict | None:
-        kv = self.backend.get(self.services.info.key(key[0], key[1]))
-        if kv is None:
-            return None
-        return _decode_kv(kv)
-
-    def _ip_address_now(self, name: str) -> storage.KeyValue | None:
-        return self.backend.get(records.ip_address_key(name))
+    def _service_now(self, key: ServiceKey, services: dict[ServiceKey, CurrentService]) -> CurrentService:
+        """The Service as stored now and its view, read once per pass (``services``)."""
+        if key not in services:
+            kv = self.backend.get(self.services.info.key(*key))
+            obj = _decode_kv(kv) if kv is not None else None
+            services[key] = (obj, view_service(obj)) if obj is not None else None
+        return services[key]
 
     def _record(self, recorder: EventRecorder, finding: Finding, obj: dict | None, report: RepairReport) -> None:
         if finding.log:
@@ -848,10 +802,10 @@ class Repair:
     def _count(self, counts: dict[str, int], type_: str) -> None:
         counts[type_] = counts.get(type_, 0) + 1
 
-    def _apply_ips(self, plan: IPRepairPlan, report: RepairReport) -> None:
+    def _apply_ips(self, plan: IPRepairPlan, report: RepairReport, services: dict[ServiceKey, CurrentService]) -> None:
         report.ip_leaks_pending = len(plan.pending_leaks)
         for finding in plan.findings:
-            obj = self._ip_finding_holds(finding)
+            obj = self._ip_finding_holds(finding, services)
             if obj is None or not self._apply_ip_op(finding.op):
                 report.skipped += 1
                 continue
@@ -859,28 +813,19 @@ class Repair:
             self._count(report.ip_errors, finding.type)
             self.metrics.ip_repair_errors.labels(finding.type).inc()
 
-    def _ip_finding_holds(self, finding: Finding) -> dict | None:
-        """The current object the finding's event is about, if the finding still stands."""
-        op = finding.op
+    def _ip_finding_holds(self, finding: Finding, services: dict[ServiceKey, CurrentService]) -> dict | None:
+        """The current object the finding's event is about, if the finding still stands (an
+        IPAddress changed since is left to the write's resourceVersion precondition)."""
         if finding.subject[0] == "service":
-            svc = self._service_now(finding.subject[1:])
-            if svc is None or finding.claim not in service_cluster_ips(svc):
-                return None
-            if isinstance(op, IPOp) and op.verb == "recreate" and not self._ip_address_at(op.ip, op.revision):
-                return None
-            return svc
+            current = self._service_now(finding.subject[1:], services)
+            return current[0] if current is not None and finding.claim in current[1].cluster_ips else None
+        op = finding.op
         assert isinstance(op, IPOp)
-        kv = self._ip_address_now(op.ip)
-        if kv is None or kv.mod_revision != op.revision:
-            return None
-        parent = self._service_now(op.service) if op.service is not None else None
-        if parent is not None and canonical_ip(op.ip) in claimed_ips(view_service(parent)):
+        parent = self._service_now(op.service, services) if op.service is not None else None
+        if parent is not None and canonical_ip(op.ip) in claimed_ips(parent[1]):
             return None  # the parent holds it now
-        return _decode_kv(kv)
-
-    def _ip_address_at(self, name: str, revision: int) -> bool:
-        kv = self._ip_address_now(name)
-        return kv is not None and kv.mod_revision == revision
+        kv = self.backend.get(records.ip_address_key(op.ip))
+        return _decode_kv(kv) if kv is not None else None
 
     def _apply_ip_op(self, op: IPOp | PortOp | None) -> bool:
         """Perform the write; False when a concurrent change got there first (404/409)."""
@@ -900,24 +845,25 @@ class Repair:
             raise
         return True
 
-    def _apply_ports(self, plan: PortRepairPlan, report: RepairReport) -> None:
-        self.port_leaks = dict(plan.leak_counters)
-        report.port_leaks_pending = len(plan.pending_leaks)
+    def _apply_ports(self, plan: PortRepairPlan, report: RepairReport, services: dict[ServiceKey, CurrentService]) -> None:
+        self.port_leaks = plan.leak_counters
+        report.port_leaks_pending = len(plan.leak_counters)
         for finding in plan.findings:
             obj: dict | None = {}
             if finding.subject[0] == "service":
-                obj = self._service_now(finding.subject[1:])
-                if obj is None or finding.claim not in collect_service_node_ports(obj):
+                current = self._service_now(finding.subject[1:], services)
+                if current is None or finding.claim not in current[1].node_ports:
                     report.skipped += 1
                     continue
-            if not self._apply_port_op(finding.op):
+                obj = current[0]
+            if not self._apply_port_op(finding.op, services):
                 report.skipped += 1
                 continue
             self._record(self.port_events, finding, obj, report)
             self._count(report.port_errors, finding.type)
             self.metrics.port_repair_errors.labels(finding.type).inc()
 
-    def _apply_port_op(self, op: IPOp | PortOp | None) -> bool:
+    def _apply_port_op(self, op: IPOp | PortOp | None, services: dict[ServiceKey, CurrentService]) -> bool:
         """Write the record on the backend (and tell the index, as a Service write's commit
         would); False when a concurrent change got there first."""
         if op is None:
@@ -931,7 +877,8 @@ class Repair:
             elif op.verb == "update":
                 self.backend.update(key, records.node_port_record(*op.owner), op.revision)
             else:
-                if op.owner is not None and op.port in collect_service_node_ports(self._service_now(op.owner) or {}):
+                owner = self._service_now(op.owner, services) if op.owner is not None else None
+                if owner is not None and op.port in owner[1].node_ports:
                     return False  # its owner uses it now
                 self.backend.delete(key, op.revision)
                 self.allocators.ports.unmark(op.port)

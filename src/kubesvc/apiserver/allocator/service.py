@@ -35,12 +35,12 @@ from typing import Any, Callable
 
 from kubesvc.api import defaults
 from kubesvc.api.errors import StatusError, internal, invalid, invalid_value
-from kubesvc.api.validation_meta import ip_family, parse_ip_sloppy
+from kubesvc.api.validation_meta import ip_family
 from kubesvc.apiserver.allocator import records
 from kubesvc.apiserver.allocator.ipalloc import AllocationError, AlreadyAllocated, IPFamilyAllocator
 from kubesvc.apiserver.allocator.metrics import AllocatorMetrics
 from kubesvc.apiserver.allocator.portalloc import PortAllocator
-from kubesvc.apiserver.allocator.ranges import IPRange, PortRange
+from kubesvc.apiserver.allocator.ranges import IPRange, PortRange, canonical_ip
 from kubesvc.apiserver.registry.txn import Txn
 from kubesvc.storage import base as storage
 from kubesvc.util.clock import rfc3339
@@ -79,11 +79,6 @@ def collect_node_ports(spec: dict) -> list[int]:
     return [p["nodePort"] for p in _ports(spec) if isinstance(p.get("nodePort"), int) and p["nodePort"]]
 
 
-def canonical(ip: str) -> str | None:
-    parsed = parse_ip_sloppy(ip) if isinstance(ip, str) else None
-    return str(parsed) if parsed is not None else None
-
-
 class ServiceAllocators:
     """The apiserver's allocators: one IP allocator per configured family (primary first) and
     the NodePort allocator, plus the metrics they report."""
@@ -120,19 +115,14 @@ class ServiceAllocators:
         self.sync_cidrs()
         by_family: dict[str, set[str]] = {f: set() for f in self.families}
         for kv in self.backend.list(records.IP_ADDRESS_PREFIX).kvs:
-            ip = kv.key[len(records.IP_ADDRESS_PREFIX):]
+            ip = records.ip_of_key(kv.key)
             family = "IPv6" if ":" in ip else "IPv4"  # IPAddress names are canonical IPs
             if family in by_family:
                 by_family[family].add(ip)
         for family, ips in by_family.items():
             self.families[family].reset(ips)
-        ports = set()
-        for kv in self.backend.list(records.NODE_PORT_PREFIX).kvs:
-            try:
-                ports.add(int(kv.key[len(records.NODE_PORT_PREFIX):]))
-            except ValueError:
-                continue
-        self.ports.reset(ports)
+        ports = (records.port_of_key(kv.key) for kv in self.backend.list(records.NODE_PORT_PREFIX).kvs)
+        self.ports.reset({port for port in ports if port is not None})
 
     def sync_cidrs(self) -> None:
         """Usable ranges per family from the ServiceCIDR objects: not being deleted, Ready
@@ -303,7 +293,7 @@ class _Request:
         started = time.perf_counter()
         try:
             if ip:
-                chosen = canonical(ip) or ip
+                chosen = canonical_ip(ip) or ip
                 taken = allocator.check(chosen) if self.dry_run else allocator.allocate(chosen)
             else:
                 chosen, taken = allocator.next_free() if self.dry_run else allocator.allocate_next()
@@ -327,7 +317,7 @@ class _Request:
         return invalid("Service", self.name, [invalid_value("spec.clusterIPs", value, f"failed to allocate IP {ip}: {exc}")])
 
     def release_ip(self, ip: str) -> None:
-        chosen = canonical(ip)
+        chosen = canonical_ip(ip)
         if chosen is None:
             return
         key = records.ip_address_key(chosen)
