@@ -14,23 +14,12 @@ from __future__ import annotations
 import logging
 
 from kubesvc.api.errors import StatusError
+from kubesvc.api.events import event_name, event_namespace, new_event, object_reference, repeat_key
 from kubesvc.apiserver.registry.store import Registry
 from kubesvc.util.clock import Clock, rfc3339
 
 log = logging.getLogger("kubesvc.apiserver.events")
 FIELD_MANAGER = "kube-apiserver"
-
-
-def object_reference(obj: dict) -> dict:
-    meta = obj.get("metadata") or {}
-    ref = {"kind": obj.get("kind", ""), "apiVersion": obj.get("apiVersion", ""), "name": meta.get("name", "")}
-    if meta.get("namespace"):
-        ref["namespace"] = meta["namespace"]
-    if meta.get("uid"):
-        ref["uid"] = meta["uid"]
-    if meta.get("resourceVersion"):
-        ref["resourceVersion"] = meta["resourceVersion"]
-    return ref
 
 
 class EventRecorder:
@@ -50,9 +39,9 @@ class EventRecorder:
 
     def _record(self, obj: dict, type_: str, reason: str, message: str, action: str) -> None:
         ref = object_reference(obj)
-        namespace = ref.get("namespace") or "default"
+        namespace = event_namespace(ref)
         now = self.clock.now()
-        key = (ref.get("uid") or ref["name"], type_, reason, message)
+        key = repeat_key(ref, type_, reason, message)
         existing = self._recorded.get(key)
         if existing is not None:
             def bump(current: dict) -> dict:
@@ -65,26 +54,9 @@ class EventRecorder:
             except StatusError as exc:
                 if exc.code != 404:
                     raise
-        stamp = int(now.timestamp() * 1e9)
-        event = {
-            "metadata": {"name": "", "namespace": namespace},
-            "involvedObject": ref,
-            "reason": reason,
-            "message": message,
-            "source": {"component": self.component},
-            "firstTimestamp": rfc3339(now),
-            "lastTimestamp": rfc3339(now),
-            "count": 1,
-            "type": type_,
-            "reportingComponent": self.component,
-            "reportingInstance": "",
-        }
-        if action:
-            event["action"] = action
+        event = new_event(ref, type_, reason, message, component=self.component, action=action, now=now)
         for attempt in range(8):
-            # <object>.<hex nanoseconds>, as client-go names Events; two Events about one object
-            # in the same nanosecond (a fake clock, a fast loop) take the next nanosecond
-            name = event["metadata"]["name"] = f"{ref['name']}.{stamp + attempt:x}"
+            name = event["metadata"]["name"] = event_name(ref, now, attempt)
             try:
                 self.events.create(namespace, event, field_manager=FIELD_MANAGER)
             except StatusError as exc:

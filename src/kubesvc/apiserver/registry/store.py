@@ -412,7 +412,7 @@ class Store:
         else:
             self.strategy.prepare_for_update(new, old)
         self.strategy.default(new)
-        if self.strategy.bumps_generation and new.get("spec") != old.get("spec"):
+        if self.strategy.bumps_generation and self.strategy.generation_changed(new, old):
             meta["generation"] = int(old_meta.get("generation", 1)) + 1
         txn = self.strategy.begin_update(new, old, dry_run, subresource)
         try:

@@ -67,6 +67,10 @@ class Strategy:
         else:
             new["status"] = status
 
+    def generation_changed(self, new: dict, old: dict) -> bool:
+        """Whether an update is a new generation (only asked when ``bumps_generation``)."""
+        return new.get("spec") != old.get("spec")
+
     def prepare_for_finalize(self, new: dict, old: dict) -> None:
         raise NotImplementedError  # only namespaces have /finalize; routing never gets here
 
@@ -211,6 +215,10 @@ class NamespaceStrategy(Strategy):
     def mark_deleting(self, obj: dict) -> None:
         obj.setdefault("status", {})["phase"] = "Terminating"
 
+    def generation_changed(self, new: dict, old: dict) -> bool:
+        """Whether an update is a new generation (only asked when ``bumps_generation``)."""
+        return new.get("spec") != old.get("spec")
+
     def prepare_for_finalize(self, new: dict, old: dict) -> None:
         finalizers = (new.get("spec") or {}).get("finalizers")
         new.clear()
@@ -223,7 +231,17 @@ class CreateOnUpdateStrategy(Strategy):
 
 
 class EndpointSliceStrategy(Strategy):
+    """EndpointSlices have no spec: everything outside metadata, and the labels, count as the
+    generation (upstream ``endpointslice`` strategy ``PrepareForUpdate``). The EndpointSlice
+    controller relies on it to tell its own writes from a stale cache."""
+
     bumps_generation = True
+
+    def generation_changed(self, new: dict, old: dict) -> bool:
+        def body(obj: dict) -> dict:
+            return {k: v for k, v in obj.items() if k not in ("metadata", "apiVersion", "kind")}
+
+        return body(new) != body(old) or (new["metadata"].get("labels") or {}) != (old["metadata"].get("labels") or {})
 
 
 STRATEGIES: dict[str, type[Strategy]] = {

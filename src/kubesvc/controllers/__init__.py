@@ -1,0 +1,1 @@
+"""kube-controller-manager's Service networking controllers, as API clients (``kubesvc controller-manager``)."""
