@@ -11,7 +11,12 @@ This is k8s.io/apiserver's ``registry/generic/registry.Store`` + ``storage/etcd3
   pinned a resourceVersion (then 409 Conflict). A write that changes nothing is not written
   (same resourceVersion, no watch event): ``kubectl patch`` then prints "patched (no change)".
 * delete honours preconditions, finalizers (mark with deletionTimestamp; the last finalizer's
-  removal deletes) and graceful deletion (Pods on a node).
+  removal deletes), graceful deletion (Pods on a node) and ``DeleteOptions.propagationPolicy``:
+  ``Orphan`` (or the deprecated ``orphanDependents: true``) puts the ``orphan`` finalizer on the
+  object, ``Foreground`` the ``foregroundDeletion`` finalizer, ``Background`` neither; without a
+  policy the object keeps the ones it has. The garbage collector (controllers/gc) acts on those
+  finalizers and removes them, which completes the deletion (upstream
+  ``deletionFinalizersForGarbageCollection`` and ``updateForGracefulDeletionAndFinalizers``).
 * list pages with an opaque ``continue`` token bound to the first page's revision, exactly like
   etcd3's ``{"v":"meta.k8s.io/v1","rv":N,"start":"<next key>"}``.
 * watch streams ADDED/MODIFIED/DELETED from a revision, translating selector transitions into
@@ -26,7 +31,7 @@ import json
 import random
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import AsyncIterator, Callable, Mapping
 
 import msgspec
@@ -39,7 +44,7 @@ from kubesvc.api.selectors import FieldSelector, LabelSelector
 from kubesvc.apiserver.registry.strategy import Strategy, strategy_for
 from kubesvc.apiserver.registry.txn import Txn
 from kubesvc.storage import base as storage
-from kubesvc.util.clock import Clock, rfc3339
+from kubesvc.util.clock import Clock, parse_rfc3339, rfc3339
 
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode
@@ -125,6 +130,145 @@ def decode_continue(token: str, key_prefix: str) -> tuple[int, str]:
     except (ValueError, KeyError, TypeError, UnicodeDecodeError, json.JSONDecodeError):
         raise errors.bad_request(f"continue key is not valid: {token[:100]}") from None
     return revision, key_prefix + start
+
+
+# ---- deletion: graceful deletion and the garbage collector's finalizers ---------------------
+FINALIZER_ORPHAN = "orphan"  # metav1.FinalizerOrphanDependents
+FINALIZER_FOREGROUND = "foregroundDeletion"  # metav1.FinalizerDeleteDependents
+
+
+def should_orphan_dependents(finalizers: list[str], options: Mapping, default_policy: str = "") -> bool:
+    """Upstream shouldOrphanDependents: the options decide (orphanDependents, then
+    propagationPolicy), else a GC finalizer the object already has, else the kind's default."""
+    if default_policy == "Unsupported":
+        return False
+    if options.get("orphanDependents") is not None:
+        return bool(options["orphanDependents"])
+    policy = options.get("propagationPolicy")
+    if policy in ("Orphan", "Background", "Foreground"):
+        return policy == "Orphan"
+    for finalizer in finalizers:
+        if finalizer == FINALIZER_ORPHAN:
+            return True
+        if finalizer == FINALIZER_FOREGROUND:
+            return False
+    return default_policy == "OrphanDependents"
+
+
+def should_delete_dependents(finalizers: list[str], options: Mapping, default_policy: str = "") -> bool:
+    """Upstream shouldDeleteDependents: foreground deletion, by the same precedence (a set
+    orphanDependents, true or false, always means not foreground)."""
+    if default_policy == "Unsupported":
+        return False
+    if options.get("orphanDependents") is not None:
+        return False
+    policy = options.get("propagationPolicy")
+    if policy in ("Orphan", "Background", "Foreground"):
+        return policy == "Foreground"
+    for finalizer in finalizers:
+        if finalizer == FINALIZER_FOREGROUND:
+            return True
+        if finalizer == FINALIZER_ORPHAN:
+            return False
+    return False
+
+
+def deletion_finalizers_for_gc(finalizers: list[str], options: Mapping, default_policy: str = "") -> tuple[bool, list[str]]:
+    """Upstream deletionFinalizersForGarbageCollection: (changed, finalizers). Both GC
+    finalizers are removed and added back as the policy asks; other finalizers keep their
+    order. ``changed`` compares as sets, so a mere reordering is no change."""
+    orphan = should_orphan_dependents(finalizers, options, default_policy)
+    foreground = should_delete_dependents(finalizers, options, default_policy)
+    new = [f for f in finalizers if f not in (FINALIZER_ORPHAN, FINALIZER_FOREGROUND)]
+    if orphan:
+        new.append(FINALIZER_ORPHAN)
+    if foreground:
+        new.append(FINALIZER_FOREGROUND)
+    if set(new) == set(finalizers):
+        return False, list(finalizers)
+    return True, new
+
+
+@dataclass(frozen=True)
+class DeletePlan:
+    """What one DELETE does: ``keep`` (graceful deletion already pending: answer with the
+    object as it is), ``mark`` (store ``obj``: deletionTimestamp, grace period, finalizers),
+    or ``delete`` (remove it now)."""
+
+    action: str
+    obj: dict
+
+
+def _mark_as_deleting(meta: dict, now: datetime) -> None:
+    """Upstream markAsDeleting: deletionTimestamp now (unless already earlier), grace 0, and a
+    generation bump on the first mark."""
+    existing = meta.get("deletionTimestamp")
+    if not existing and int(meta.get("generation") or 0) > 0:
+        meta["generation"] = int(meta["generation"]) + 1
+    if not existing or parse_rfc3339(existing) > now:
+        meta["deletionTimestamp"] = rfc3339(now)
+    meta["deletionGracePeriodSeconds"] = 0
+
+
+def plan_delete(obj: dict, options: Mapping, strategy: Strategy, now: datetime) -> DeletePlan:
+    """Upstream Store.Delete with rest.BeforeDelete and updateForGracefulDeletionAndFinalizers.
+
+    1. Graceful deletion (Pods): the first DELETE sets deletionTimestamp = now + grace and
+       deletionGracePeriodSeconds; a later one may only shorten the grace period, otherwise
+       it changes nothing (not even finalizers) and answers with the object.
+    2. The propagation policy sets the GC finalizers (:func:`deletion_finalizers_for_gc`);
+       an object already marked for deletion gets them updated by a later DELETE.
+    3. With finalizers left (or a grace period running) the object is marked and stored;
+       without, it goes now.
+    """
+    options = dict(options)
+    grace_option = options.get("gracePeriodSeconds")
+    if isinstance(grace_option, int) and grace_option < 0:
+        grace_option = options["gracePeriodSeconds"] = 1  # upstream: negative means 1 s
+    new = copy.deepcopy(obj)
+    meta = new["metadata"]
+    graceful = False
+    if strategy.graceful_deletion:
+        if meta.get("deletionTimestamp"):
+            current = meta.get("deletionGracePeriodSeconds")
+            if current:  # a grace period is running: it may only get shorter
+                if grace_option is None or grace_option >= current:
+                    return DeletePlan("keep", obj)
+                started = parse_rfc3339(meta["deletionTimestamp"]) - timedelta(seconds=current)
+                meta["deletionTimestamp"] = rfc3339(started + timedelta(seconds=grace_option))
+                meta["deletionGracePeriodSeconds"] = grace_option
+                graceful = True
+        else:
+            period = strategy.graceful_delete_seconds(obj, options)
+            meta["deletionTimestamp"] = rfc3339(now + timedelta(seconds=period))
+            meta["deletionGracePeriodSeconds"] = period
+            if int(meta.get("generation") or 0) > 0:
+                meta["generation"] = int(meta["generation"]) + 1
+            graceful = True
+    changed, finalizers = deletion_finalizers_for_gc(list(meta.get("finalizers") or []), options, strategy.gc_policy)
+    if changed:
+        if finalizers:
+            meta["finalizers"] = finalizers
+        else:
+            meta.pop("finalizers", None)
+    pending_finalizers = strategy.deletion_blocked(new)
+    if not graceful:
+        if not pending_finalizers:
+            return DeletePlan("delete", obj)
+        _mark_as_deleting(meta, now)
+    elif not pending_finalizers and not meta.get("deletionGracePeriodSeconds"):
+        return DeletePlan("delete", obj)
+    strategy.mark_deleting(new)
+    return DeletePlan("mark", new)
+
+
+def _delete_during_update(old: dict, new: dict, strategy: Strategy) -> bool:
+    """Upstream shouldDeleteDuringUpdate: an update of an object marked for deletion with a
+    zero grace period that leaves no finalizers deletes it (the garbage collector removing
+    ``orphan`` / ``foregroundDeletion`` completes the deletion this way). A Pod still in its
+    grace period stays until its kubelet deletes it."""
+    meta, old_meta = new["metadata"], old["metadata"]
+    return bool(meta.get("deletionTimestamp")) and not strategy.deletion_blocked(new) and not old_meta.get("deletionGracePeriodSeconds")
 
 
 class Store:
@@ -234,8 +378,11 @@ class Store:
             raise errors.not_found("namespaces", namespace or "")
         ns = _json_decode(ns_kv.value)
         if (ns.get("metadata") or {}).get("deletionTimestamp") or (ns.get("status") or {}).get("phase") == "Terminating":
-            raise errors.forbidden(self.info.resource, (ns.get("metadata") or {}).get("name", ""), self.info.group,
-                                   f"unable to create new content in namespace {namespace} because it is being terminated")
+            # upstream's NamespaceLifecycle admission: the cause lets controllers give up quietly
+            why = f"unable to create new content in namespace {namespace} because it is being terminated"
+            error = errors.forbidden(self.info.resource, (ns.get("metadata") or {}).get("name", ""), self.info.group, why)
+            error.details["causes"] = [{"reason": "NamespaceTerminating", "message": why, "field": "metadata.namespace"}]
+            raise error
 
     def prepare_new(self, namespace: str | None, obj: dict, *, field_manager: str, managed: bool = True) -> dict:
         """Everything a create does before the write: the object as it would be stored (no
@@ -354,7 +501,7 @@ class Store:
                 return new if dry_run and not _same_object(new, old) else old
             meta = new["metadata"]
             key = self._key(namespace, name)
-            if meta.get("deletionTimestamp") and not self.strategy.deletion_blocked(new) and not self.strategy.graceful_delete_seconds(new, {}):
+            if _delete_during_update(old, new, self.strategy):
                 txn.revert()
                 txn = self.strategy.begin_delete(old)
                 write: storage.Op = storage.Delete(key, kv.mod_revision)
@@ -400,6 +547,8 @@ class Store:
         new["apiVersion"], new["kind"] = self.info.api_version, self.info.kind
         meta, old_meta = new["metadata"], old["metadata"]
         for system_field in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "name", "namespace"):
+            if system_field == "uid" and meta.get("uid"):
+                continue  # upstream BeforeUpdate keeps a given uid: a different one is "field is immutable"
             if system_field in old_meta:
                 meta[system_field] = old_meta[system_field]
             else:
@@ -449,8 +598,9 @@ class Store:
 
     # ---- delete ------------------------------------------------------------------------------
     def delete(self, namespace: str | None, name: str, options: dict, *, dry_run: bool = False) -> tuple[dict, bool]:
-        """Returns (object, deleted_now). Marks instead of deleting when finalizers or a grace
-        period keep the object around."""
+        """Returns (object, deleted_now). Marks instead of deleting when finalizers (including
+        the garbage collector's, from the propagation policy) or a grace period keep the object
+        around; see :func:`plan_delete`."""
         preconditions = options.get("preconditions") or {}
         while True:
             kv = self._get_kv(namespace, name)
@@ -462,15 +612,12 @@ class Store:
             if preconditions.get("resourceVersion") and str(preconditions["resourceVersion"]) != meta["resourceVersion"]:
                 raise errors.conflict(self.info.resource, name, self.info.group,
                                       f"Precondition failed: ResourceVersion in precondition: {preconditions['resourceVersion']}, ResourceVersion in object meta: {meta['resourceVersion']}")
-            grace = self.strategy.graceful_delete_seconds(obj, options)
-            if self.strategy.deletion_blocked(obj) or grace:
-                if meta.get("deletionTimestamp") and (not grace or meta.get("deletionGracePeriodSeconds", grace) <= grace):
-                    return obj, False
-                new = copy.deepcopy(obj)
-                new["metadata"]["deletionTimestamp"] = rfc3339(self.clock.now() + timedelta(seconds=grace))
-                new["metadata"]["deletionGracePeriodSeconds"] = grace
-                self.strategy.mark_deleting(new)
-                if dry_run:
+            plan = plan_delete(obj, options, self.strategy, self.clock.now())
+            if plan.action == "keep":
+                return obj, False
+            if plan.action == "mark":
+                new = plan.obj
+                if dry_run or _same_object(new, obj):
                     return new, False
                 # marking is an update: hooks see it (a ServiceCIDR being deleted stops serving)
                 txn = self.strategy.begin_update(new, obj, False, "")

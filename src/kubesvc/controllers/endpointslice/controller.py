@@ -1,0 +1,223 @@
+"""The EndpointSlice controller (kube-controller-manager's ``endpointslice`` controller,
+``pkg/controller/endpointslice/endpointslice_controller.go``): the thin shell around
+``reconciler.reconcile``.
+
+Events only enqueue a Service key; a worker syncs it:
+
+* Service added, changed or deleted: enqueue at once.
+* Pod added, changed (readiness, IPs, deletion, labels...) or deleted: enqueue every Service
+  it belongs (or belonged) to after ``--endpointslice-updates-batch-period`` (default 0), so a
+  burst of Pod changes becomes one sync per Service.
+* Node added, deleted or re-zoned: the Services of the Pods on it (zones and "Node not found"
+  are read from Nodes).
+* EndpointSlice changes by someone else (a generation we did not write, a deletion we did not
+  make, a change of the managed-by label): resync after at least 1 s.
+
+A sync reads only caches: the Service, its Pods (selector in its namespace), its slices
+(service-name label, managed by this controller, not being deleted). If the slice cache is
+older than our own last writes (``tracker``), the sync is retried later instead of creating
+duplicates. It then performs the plan: creates (not while the Service is being deleted, and
+not in a terminating namespace), updates, deletes, each stamped with the trigger time.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kubesvc.client.cache import split_key
+from kubesvc.client.rest import ENDPOINTSLICES, ApiError, RestClient
+from kubesvc.client.workqueue import WorkQueue
+from kubesvc.controllers.endpointslice.metrics import EndpointSliceMetrics
+from kubesvc.controllers.endpointslice.reconciler import CONTROLLER_NAME, Plan, reconcile
+from kubesvc.controllers.endpointslice.tracker import EndpointSliceTracker
+from kubesvc.controllers.endpointslice.triggertime import TriggerTimeTracker
+from kubesvc.controllers.endpointslice.util import (
+    LABEL_MANAGED_BY,
+    LABEL_SERVICE_NAME,
+    LABEL_TOPOLOGY_ZONE,
+    is_terminating,
+    pod_service_keys,
+    selector_matches,
+    selects,
+    services_to_update_on_pod_change,
+    set_trigger_time,
+    topology_hints_annotation_enabled,
+    wants_prefer_close,
+)
+from kubesvc.controllers.informers import POD_NODE_INDEX, SLICE_SERVICE_INDEX, SharedInformers
+from kubesvc.controllers.runtime import EventRecorder, run_workers
+from kubesvc.util.clock import Clock, RealClock
+
+log = logging.getLogger("kubesvc.controllers.endpointslice")
+
+ENDPOINT_SLICE_CHANGE_MIN_SYNC_DELAY = 1.0  # seconds (endpointSliceChangeMinSyncDelay)
+MAX_RETRIES = 15
+DEFAULT_MAX_ENDPOINTS_PER_SLICE = 100
+
+
+class StaleInformerCache(Exception):
+    """The slice cache has not caught up with our own writes yet."""
+
+
+class EndpointSliceController:
+    def __init__(self, client: RestClient, informers: SharedInformers, *, max_endpoints_per_slice: int = DEFAULT_MAX_ENDPOINTS_PER_SLICE,
+                 batch_period: float = 0.0, workers: int = 5, metrics: EndpointSliceMetrics | None = None,
+                 recorder: EventRecorder | None = None, clock: Clock | None = None):
+        self.max_endpoints_per_slice = max_endpoints_per_slice
+        self.batch_period = batch_period
+        self.workers = workers
+        self.clock = clock or RealClock()
+        self.metrics = metrics or EndpointSliceMetrics(max_endpoints_per_slice)
+        self.recorder = recorder or EventRecorder(client, "endpoint-slice-controller", self.clock)
+        self.queue = WorkQueue(clock=self.clock)
+        self.tracker = EndpointSliceTracker()
+        self.trigger_times = TriggerTimeTracker()
+        self._slices_api = client.resource(ENDPOINTSLICES)
+        self._services = informers.services
+        self._pods = informers.pods
+        self._nodes = informers.nodes
+        self._slices = informers.endpoint_slices
+        self._services.add_event_handler(self._enqueue_service, lambda old, new: self._enqueue_service(new), self._enqueue_service)
+        self._pods.add_event_handler(self._on_pod_add, self._on_pod_update, self._on_pod_add)
+        self._nodes.add_event_handler(self._on_node_change, self._on_node_update, self._on_node_change)
+        self._slices.add_event_handler(self._on_slice_add, self._on_slice_update, self._on_slice_delete)
+
+    async def run(self) -> None:
+        await run_workers("endpointslice", self.queue, self.sync_service, self.workers, MAX_RETRIES)
+
+    # ---- event handlers: record and return -------------------------------------------------
+
+    def _enqueue_service(self, service: dict) -> None:
+        meta = service["metadata"]
+        self.queue.add(f"{meta.get('namespace', '')}/{meta['name']}")
+
+    def _services_in(self, namespace: str) -> list[dict]:
+        return self._services.indexer.by_index("namespace", namespace)
+
+    def _on_pod_add(self, pod: dict) -> None:
+        for key in pod_service_keys(self._services_in(pod["metadata"].get("namespace", "")), pod):
+            self.queue.add_after(key, self.batch_period)
+
+    def _on_pod_update(self, old: dict, new: dict) -> None:
+        for key in services_to_update_on_pod_change(self._services_in(new["metadata"].get("namespace", "")), old, new):
+            self.queue.add_after(key, self.batch_period)
+
+    def _on_node_change(self, node: dict) -> None:
+        for pod in self._pods.indexer.by_index(POD_NODE_INDEX, node["metadata"]["name"]):
+            self._on_pod_add(pod)
+
+    def _on_node_update(self, old: dict, new: dict) -> None:
+        def zone(node: dict) -> str | None:
+            return (node["metadata"].get("labels") or {}).get(LABEL_TOPOLOGY_ZONE)
+
+        if zone(old) != zone(new):
+            self._on_node_change(new)
+
+    def _managed(self, slice_: dict) -> bool:
+        return (slice_["metadata"].get("labels") or {}).get(LABEL_MANAGED_BY) == CONTROLLER_NAME
+
+    def _enqueue_for_slice(self, slice_: dict) -> None:
+        service_name = (slice_["metadata"].get("labels") or {}).get(LABEL_SERVICE_NAME)
+        if service_name:
+            key = f"{slice_['metadata'].get('namespace', '')}/{service_name}"
+            self.queue.add_after(key, ENDPOINT_SLICE_CHANGE_MIN_SYNC_DELAY + self.batch_period)
+
+    def _on_slice_add(self, slice_: dict) -> None:
+        if self._managed(slice_) and self.tracker.should_sync(slice_):
+            self._enqueue_for_slice(slice_)
+
+    def _on_slice_update(self, old: dict, new: dict) -> None:
+        if self._managed(old) != self._managed(new) or (self._managed(new) and self.tracker.should_sync(new)):
+            self._enqueue_for_slice(new)
+
+    def _on_slice_delete(self, slice_: dict) -> None:
+        if self._managed(slice_) and self.tracker.has(slice_) and not self.tracker.handle_deletion(slice_):
+            self._enqueue_for_slice(slice_)
+
+    # ---- the sync ----------------------------------------------------------------------------
+
+    async def sync_service(self, key: str) -> None:
+        try:
+            await self._sync(key)
+        except StaleInformerCache:
+            self.metrics.syncs.labels("stale").inc()
+            raise
+        except Exception:
+            self.metrics.syncs.labels("error").inc()
+            raise
+        self.metrics.syncs.labels("success").inc()
+
+    async def _sync(self, key: str) -> None:
+        namespace, name = split_key(key)
+        service = self._services.indexer.get_by_key(key)
+        if service is None:
+            self.trigger_times.delete_service(namespace, name)
+            self.tracker.delete_service(key)
+            self.metrics.delete_service(key)
+            return
+        if not selects(service):
+            return
+        selector = service["spec"]["selector"]
+        pods = [p for p in self._pods.indexer.by_index("namespace", namespace) if selector_matches(selector, p["metadata"].get("labels"))]
+        slices = [s for s in self._slices.indexer.by_index(SLICE_SERVICE_INDEX, key) if self._managed(s) and not is_terminating(s)]
+        if self.tracker.stale_slices(key, slices):
+            raise StaleInformerCache("EndpointSlice informer cache is out of date")
+        trigger_time = self.trigger_times.compute(service, pods)
+        plan = reconcile(service, pods, slices, _NodeLookup(self._nodes), max_endpoints_per_slice=self.max_endpoints_per_slice)
+        try:
+            await self._apply(service, plan, trigger_time)
+        except ApiError as exc:
+            self.recorder.event(service, "Warning", "FailedToUpdateEndpointSlices",
+                                f"Error updating Endpoint Slices for Service {namespace}/{name}: {exc.message}")
+            raise
+        if plan.errors:
+            raise RuntimeError("; ".join(plan.errors))
+
+    async def _apply(self, service: dict, plan: Plan, trigger_time) -> None:
+        """``finalize``: creates, then updates, then deletes; the first failure stops the rest
+        (the retried sync recomputes them)."""
+        self.metrics.endpoints_added.observe(plan.added)
+        self.metrics.endpoints_removed.observe(plan.removed)
+        key = f"{service['metadata'].get('namespace', '')}/{service['metadata']['name']}"
+        traffic_distribution = service["spec"].get("trafficDistribution", "") if wants_prefer_close(service) else ""
+        self.metrics.update_service(key, plan.port_groups, traffic_distribution)
+        if not is_terminating(service):
+            for slice_ in plan.creates:
+                set_trigger_time(slice_, trigger_time)
+                try:
+                    created = await self._slices_api.create(slice_)
+                except ApiError as exc:
+                    if _namespace_terminating(exc):
+                        return
+                    raise
+                self.tracker.update(created)
+                self.metrics.changes.labels("create").inc()
+        for slice_ in plan.updates:
+            set_trigger_time(slice_, trigger_time)
+            self.tracker.update(await self._slices_api.update(slice_))
+            self.metrics.changes.labels("update").inc()
+        for slice_ in plan.deletes:
+            try:
+                await self._slices_api.delete(slice_["metadata"]["name"], slice_["metadata"].get("namespace"))
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+            self.tracker.expect_deletion(slice_)
+            self.metrics.changes.labels("delete").inc()
+        topology = "Auto" if topology_hints_annotation_enabled(service) else "Disabled"
+        self.metrics.changed_per_sync.labels(topology, traffic_distribution).observe(plan.writes)
+
+
+class _NodeLookup:
+    """Nodes by name straight from the informer's cache (no copy per sync)."""
+
+    def __init__(self, informer):
+        self._indexer = informer.indexer
+
+    def get(self, name: str, default=None):
+        return self._indexer.get_by_key(name) if name else default
+
+
+def _namespace_terminating(exc: ApiError) -> bool:
+    causes = ((exc.body or {}).get("details") or {}).get("causes") or [] if isinstance(exc.body, dict) else []
+    return any(cause.get("reason") == "NamespaceTerminating" for cause in causes)

@@ -1,0 +1,84 @@
+"""One informer per resource, shared by every controller in the process (client-go's
+``SharedInformerFactory``): the Pods are listed and watched once, however many controllers
+look at them. Indexes the controllers ask for on every sync are built in:
+
+* every namespaced resource: ``namespace``;
+* Pods: ``node`` (``spec.nodeName``), to find the Pods a Node change affects;
+* EndpointSlices: ``service`` (``namespace/<kubernetes.io/service-name label>``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from kubesvc.client.cache import IndexFunc, index_by_label
+from kubesvc.client.informer import Informer
+from kubesvc.client.rest import ENDPOINTS, ENDPOINTSLICES, NODES, PODS, SERVICES, Resource, RestClient
+from kubesvc.controllers.endpointslice.util import LABEL_SERVICE_NAME
+
+POD_NODE_INDEX = "node"
+SLICE_SERVICE_INDEX = "service"
+
+
+def index_pod_by_node(pod: dict) -> list[str]:
+    node = (pod.get("spec") or {}).get("nodeName")
+    return [node] if node else []
+
+
+_EXTRA_INDEXES: dict[Resource, dict[str, IndexFunc]] = {
+    PODS: {POD_NODE_INDEX: index_pod_by_node},
+    ENDPOINTSLICES: {SLICE_SERVICE_INDEX: index_by_label(LABEL_SERVICE_NAME)},
+}
+
+
+class SharedInformers:
+    def __init__(self, client: RestClient, resync_period: float | None = None):
+        self._client = client
+        self._resync_period = resync_period
+        self._informers: dict[Resource, Informer] = {}
+        self._tasks: list[asyncio.Task] = []
+
+    def informer(self, resource: Resource) -> Informer:
+        if resource not in self._informers:
+            informer = Informer(self._client, resource, resync_period=self._resync_period)
+            informer.indexer.add_indexers(_EXTRA_INDEXES.get(resource, {}))
+            self._informers[resource] = informer
+            if self._tasks:  # asked for after start(): start it too
+                self._tasks.append(asyncio.create_task(informer.run()))
+        return self._informers[resource]
+
+    @property
+    def services(self) -> Informer:
+        return self.informer(SERVICES)
+
+    @property
+    def pods(self) -> Informer:
+        return self.informer(PODS)
+
+    @property
+    def nodes(self) -> Informer:
+        return self.informer(NODES)
+
+    @property
+    def endpoint_slices(self) -> Informer:
+        return self.informer(ENDPOINTSLICES)
+
+    @property
+    def endpoints(self) -> Informer:
+        return self.informer(ENDPOINTS)
+
+    def start(self) -> None:
+        for informer in self._informers.values():
+            self._tasks.append(asyncio.create_task(informer.run()))
+
+    async def wait_for_sync(self, timeout: float | None = None) -> bool:
+        results = await asyncio.gather(*(i.wait_for_sync(timeout) for i in self._informers.values()))
+        return all(results)
+
+    async def stop(self) -> None:
+        for informer in self._informers.values():
+            informer.stop()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
