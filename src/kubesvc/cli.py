@@ -18,6 +18,7 @@ import click
 
 from kubesvc.apiserver.allocator.ranges import PortRange, check_service_cidr_flag
 from kubesvc.apiserver.server import APIServer, ServerConfig
+from kubesvc.util.duration import parse_duration
 
 # Feature gates this server knows, with upstream's defaults for 1.32/1.33.
 KNOWN_FEATURE_GATES = {
@@ -186,6 +187,112 @@ def up(verbosity: int, **flags) -> None:
         sys.stdout.flush()
 
     _run_apiserver(_config(**flags), announce)
+
+
+def _duration(ctx, param, value: str) -> float:
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if seconds < 0:
+        raise click.BadParameter(f"{value} must not be negative")
+    return seconds
+
+
+def _max_endpoints_per_slice(ctx, param, value: int) -> int:
+    if value > 1000:
+        raise click.BadParameter(f"max-endpoints-per-slice must not be more than 1000, but got {value}")
+    if value < 1:
+        raise click.BadParameter(f"max-endpoints-per-slice must be at least 1, but got {value}")
+    return value
+
+
+def _mirroring_max_endpoints(ctx, param, value: int) -> int:
+    if value > 1000:
+        raise click.BadParameter(f"mirroring-max-endpoints-per-subset must not be more than 1000, but got {value}")
+    if value < 1:
+        raise click.BadParameter(f"mirroring-max-endpoints-per-subset must be at least 1, but got {value}")
+    return value
+
+
+def _controllers(ctx, param, value: str) -> set[str]:
+    from kubesvc.controllers.manager import enabled_controllers
+
+    try:
+        return enabled_controllers(value.split(","))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@main.command("controller-manager")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), required=True, help="Path to a kubeconfig file for the API server.")
+@click.option("--controllers", default="*", show_default=True, callback=_controllers,
+              help="Controllers to enable: '*' for all, 'foo' to enable, '-foo' to disable "
+                   "(endpointslice-controller, endpointslice-mirroring-controller, endpoints-controller, garbage-collector-controller).")
+@click.option("--concurrent-service-endpoint-syncs", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Services synced concurrently by the EndpointSlice controller.")
+@click.option("--concurrent-endpoint-syncs", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Services synced concurrently by the Endpoints controller.")
+@click.option("--mirroring-concurrent-service-endpoint-syncs", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--concurrent-gc-syncs", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--max-endpoints-per-slice", type=int, default=100, show_default=True, callback=_max_endpoints_per_slice)
+@click.option("--endpointslice-updates-batch-period", default="0s", show_default=True, callback=_duration,
+              help="Batches Pod changes into one EndpointSlice sync per Service within this period.")
+@click.option("--endpoint-updates-batch-period", default="0s", show_default=True, callback=_duration,
+              help="Batches Pod changes into one Endpoints sync per Service within this period.")
+@click.option("--mirroring-max-endpoints-per-subset", type=int, default=1000, show_default=True, callback=_mirroring_max_endpoints)
+@click.option("--mirroring-endpointslice-updates-batch-period", default="0s", show_default=True, callback=_duration)
+@click.option("--enable-garbage-collector", type=click.BOOL, is_flag=False, flag_value=True, default=True, show_default=True)
+@click.option("--leader-elect", type=click.BOOL, is_flag=False, flag_value=True, default=True, show_default=True,
+              help="Run controllers only while holding the leader Lease.")
+@click.option("--leader-elect-lease-duration", default="15s", show_default=True, callback=_duration)
+@click.option("--leader-elect-renew-deadline", default="10s", show_default=True, callback=_duration)
+@click.option("--leader-elect-retry-period", default="2s", show_default=True, callback=_duration)
+@click.option("--leader-elect-resource-name", default="kube-controller-manager", show_default=True)
+@click.option("--leader-elect-resource-namespace", default="kube-system", show_default=True)
+@click.option("--bind-address", default="0.0.0.0", show_default=True)
+@click.option("--secure-port", type=click.IntRange(0, 65535), default=10257, show_default=True, help="HTTPS port for /healthz and /metrics; 0 disables.")
+@click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
+def controller_manager(kubeconfig: str, verbosity: int, **flags) -> None:
+    """Run the EndpointSlice, mirroring, Endpoints and garbage-collector controllers."""
+    _setup_logging(verbosity)
+    from kubesvc.client.kubeconfig import ConfigError, load_kubeconfig
+    from kubesvc.controllers.manager import ManagerConfig
+
+    try:
+        client_config = load_kubeconfig(kubeconfig)
+    except (ConfigError, OSError) as exc:
+        raise click.ClickException(f"invalid kubeconfig: {exc}") from None
+    config = ManagerConfig(**flags)
+    _install_uvloop()
+    try:
+        asyncio.run(_run_controller_manager(client_config, config))
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve on {config.bind_address}:{config.secure_port}: {exc.strerror or exc}") from None
+
+
+async def _run_controller_manager(client_config, config) -> None:
+    from kubesvc.client.rest import RestClient
+    from kubesvc.controllers.manager import ControllerManager, LeaderElectionLost
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with RestClient(client_config, field_manager="kube-controller-manager", user_agent="kubesvc-controller-manager") as client:
+        manager = ControllerManager(client, config)
+        running = asyncio.create_task(manager.run())
+        stopping = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if running in done:
+            stopping.cancel()
+            try:
+                running.result()
+            except LeaderElectionLost as exc:
+                raise click.ClickException(str(exc)) from None
+            return
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
 
 
 if __name__ == "__main__":

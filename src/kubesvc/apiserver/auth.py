@@ -14,6 +14,8 @@ import hmac
 import ipaddress
 import os
 import secrets
+import ssl
+import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -77,11 +79,12 @@ def _serving_sans(bind_address: str) -> list[x509.GeneralName]:
     return names
 
 
-def _new_serving(ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, sans: list[x509.GeneralName], now: datetime):
+def _new_serving(ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, sans: list[x509.GeneralName], now: datetime,
+                 common_name: str = "kube-apiserver"):
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
         .issuer_name(ca.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -146,3 +149,18 @@ def token_valid(authorization: str | None, token: str) -> bool:
     if scheme.lower() != "bearer":
         return False
     return hmac.compare_digest(presented.strip().encode(), token.encode())
+
+
+def ephemeral_serving_context(common_name: str, bind_address: str) -> ssl.SSLContext:
+    """A TLS server context with a throw-away certificate, made in memory at start, as
+    kube-controller-manager does for its secure port when no ``--cert-dir`` certificate is given."""
+    now = datetime.now(timezone.utc)
+    ca, ca_key = _new_ca(now)
+    cert, key = _new_serving(ca, ca_key, _serving_sans(bind_address), now, common_name=common_name)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    with tempfile.TemporaryDirectory() as tmp:
+        cert_path, key_path = Path(tmp) / "tls.crt", Path(tmp) / "tls.key"
+        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM) + ca.public_bytes(serialization.Encoding.PEM))
+        _write_private(key_path, _key_pem(key))
+        context.load_cert_chain(cert_path, key_path)
+    return context

@@ -1,0 +1,218 @@
+"""``kubesvc controller-manager``: kube-controller-manager's Service networking controllers in one
+process, as an API client.
+
+* **Controllers** (``--controllers``, default ``*``; ``-name`` disables one; upstream's names
+  and their older short aliases):
+  ``endpointslice-controller`` (slices for selector Services),
+  ``endpointslice-mirroring-controller`` (slices for custom Endpoints),
+  ``endpoints-controller`` (legacy Endpoints for selector Services),
+  ``garbage-collector-controller`` (ownerReferences; off with ``--enable-garbage-collector=false``).
+* **Shared informers**: Services, Pods, Nodes, EndpointSlices and Endpoints are listed and
+  watched once for all controllers; controllers start working only after every cache synced.
+* **Leader election** (``--leader-elect``, default true): a ``coordination.k8s.io`` Lease
+  ``kube-system/kube-controller-manager``; only its holder runs controllers, so two managers
+  never both write. Losing the lease stops the controllers and ends the process with an
+  error, as upstream does (its supervisor restarts it as a fresh candidate).
+* **Serving** (``--bind-address``, ``--secure-port`` 10257, 0 disables): HTTPS with a throw-away
+  certificate, ``/healthz``, ``/readyz``, ``/livez`` and ``/metrics`` (every controller's metrics).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from kubesvc.apiserver.auth import ephemeral_serving_context
+from kubesvc.client.rest import RestClient
+from kubesvc.controllers.endpointslice.controller import EndpointSliceController
+from kubesvc.controllers.endpointslice.metrics import EndpointSliceMetrics
+from kubesvc.controllers.informers import SharedInformers
+from kubesvc.util.clock import Clock, RealClock
+
+log = logging.getLogger("kubesvc.controllers.manager")
+
+ENDPOINTSLICE = "endpointslice-controller"
+MIRRORING = "endpointslice-mirroring-controller"
+ENDPOINTS = "endpoints-controller"
+GARBAGE_COLLECTOR = "garbage-collector-controller"
+KNOWN_CONTROLLERS = (ENDPOINTSLICE, MIRRORING, ENDPOINTS, GARBAGE_COLLECTOR)
+ALIASES = {"endpointslice": ENDPOINTSLICE, "endpointslicemirroring": MIRRORING, "endpoint": ENDPOINTS,
+           "endpoints": ENDPOINTS, "garbagecollector": GARBAGE_COLLECTOR}
+
+
+class LeaderElectionLost(Exception):
+    pass
+
+
+def enabled_controllers(spec: list[str]) -> set[str]:
+    """``--controllers``: ``*`` is every controller on by default, ``name`` turns one on,
+    ``-name`` off (upstream's IsControllerEnabled). Unknown names are an error."""
+    wanted: set[str] = set()
+    disabled: set[str] = set()
+    star = False
+    for item in (s.strip() for s in spec):
+        if not item:
+            continue
+        if item == "*":
+            star = True
+            continue
+        negated = item.startswith("-")
+        name = ALIASES.get(item.lstrip("-"), item.lstrip("-"))
+        if name not in KNOWN_CONTROLLERS:
+            raise ValueError(f'"{item.lstrip("-")}" is not in the list of known controllers')
+        (disabled if negated else wanted).add(name)
+    if star:
+        wanted |= set(KNOWN_CONTROLLERS)
+    return wanted - disabled
+
+
+@dataclass
+class ManagerConfig:
+    controllers: set[str] = field(default_factory=lambda: set(KNOWN_CONTROLLERS))
+    concurrent_service_endpoint_syncs: int = 5
+    concurrent_endpoint_syncs: int = 5
+    mirroring_concurrent_service_endpoint_syncs: int = 5
+    concurrent_gc_syncs: int = 20
+    max_endpoints_per_slice: int = 100
+    endpointslice_updates_batch_period: float = 0.0
+    endpoint_updates_batch_period: float = 0.0
+    mirroring_max_endpoints_per_subset: int = 1000
+    mirroring_endpointslice_updates_batch_period: float = 0.0
+    enable_garbage_collector: bool = True
+    leader_elect: bool = True
+    leader_elect_lease_duration: float = 15.0
+    leader_elect_renew_deadline: float = 10.0
+    leader_elect_retry_period: float = 2.0
+    leader_elect_resource_name: str = "kube-controller-manager"
+    leader_elect_resource_namespace: str = "kube-system"
+    identity: str = ""
+    bind_address: str = "0.0.0.0"
+    secure_port: int = 10257
+
+
+class ControllerManager:
+    def __init__(self, client: RestClient, config: ManagerConfig, clock: Clock | None = None):
+        self.client = client
+        self.config = config
+        self.clock = clock or RealClock()
+        self.metrics_registry = CollectorRegistry()
+        self.endpointslice_metrics = EndpointSliceMetrics(config.max_endpoints_per_slice, self.metrics_registry)
+        self.leading = asyncio.Event()
+        self.controllers: dict[str, object] = {}
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    async def run(self) -> None:
+        """Serve health and metrics, then (once leader) run the controllers until cancelled.
+        Raises LeaderElectionLost when the lease is lost."""
+        await self.serve()
+        try:
+            if not self.config.leader_elect:
+                await self.run_controllers()
+                return
+            from kubesvc.client.leaderelection import LeaderElector, default_identity
+
+            elector = LeaderElector(
+                self.client,
+                namespace=self.config.leader_elect_resource_namespace,
+                name=self.config.leader_elect_resource_name,
+                identity=self.config.identity or default_identity(),
+                lease_duration=self.config.leader_elect_lease_duration,
+                renew_deadline=self.config.leader_elect_renew_deadline,
+                retry_period=self.config.leader_elect_retry_period,
+                clock=self.clock,
+            )
+            await elector.run(self.run_controllers)
+            raise LeaderElectionLost("leaderelection lost")
+        finally:
+            await self.stop_serving()
+
+    async def run_controllers(self) -> None:
+        self.leading.set()
+        informers = SharedInformers(self.client)
+        runs = self._build(informers)
+        informers.start()
+        try:
+            if not await informers.wait_for_sync(timeout=None):
+                return
+            log.info("caches synced; starting controllers: %s", ", ".join(sorted(self.controllers)))
+            async with asyncio.TaskGroup() as group:
+                for run in runs:
+                    group.create_task(run())
+        finally:
+            self.leading.clear()
+            await informers.stop()
+
+    def _build(self, informers: SharedInformers) -> list:
+        config, enabled = self.config, self.config.controllers
+        runs = []
+        if ENDPOINTSLICE in enabled:
+            controller = EndpointSliceController(
+                self.client, informers, max_endpoints_per_slice=config.max_endpoints_per_slice,
+                batch_period=config.endpointslice_updates_batch_period, workers=config.concurrent_service_endpoint_syncs,
+                metrics=self.endpointslice_metrics, clock=self.clock)
+            self.controllers[ENDPOINTSLICE] = controller
+            runs.append(controller.run)
+        if MIRRORING in enabled:
+            from kubesvc.controllers.mirroring.controller import EndpointSliceMirroringController
+            from kubesvc.controllers.mirroring.metrics import MirroringMetrics
+
+            controller = EndpointSliceMirroringController(
+                self.client, informers, max_endpoints_per_subset=config.mirroring_max_endpoints_per_subset,
+                batch_period=config.mirroring_endpointslice_updates_batch_period,
+                workers=config.mirroring_concurrent_service_endpoint_syncs,
+                metrics=MirroringMetrics(registry=self.metrics_registry), clock=self.clock)
+            self.controllers[MIRRORING] = controller
+            runs.append(controller.run)
+        if ENDPOINTS in enabled:
+            from kubesvc.controllers.endpoints.controller import EndpointsController
+
+            controller = EndpointsController(self.client, informers, batch_period=config.endpoint_updates_batch_period,
+                                             workers=config.concurrent_endpoint_syncs, clock=self.clock)
+            self.controllers[ENDPOINTS] = controller
+            runs.append(controller.run)
+        if GARBAGE_COLLECTOR in enabled and config.enable_garbage_collector:
+            from kubesvc.controllers.gc.controller import GarbageCollector
+
+            controller = GarbageCollector(self.client, workers=config.concurrent_gc_syncs)
+            self.controllers[GARBAGE_COLLECTOR] = controller
+            runs.append(controller.run)
+        return runs
+
+    # ---- serving -----------------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        if self.config.secure_port == 0:
+            return
+        app = web.Application()
+        app.router.add_get("/healthz", self._ok)
+        app.router.add_get("/livez", self._ok)
+        app.router.add_get("/readyz", self._ok)
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        family = socket.AF_INET6 if ":" in self.config.bind_address else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.config.bind_address, self.config.secure_port))
+        sock.listen(128)
+        sock.setblocking(False)
+        self.port = sock.getsockname()[1]
+        tls = ephemeral_serving_context("kube-controller-manager", self.config.bind_address)
+        await web.SockSite(self._runner, sock, ssl_context=tls, shutdown_timeout=1.0).start()
+
+    async def stop_serving(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _ok(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.metrics_registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
