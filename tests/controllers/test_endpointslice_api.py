@@ -45,12 +45,14 @@ def by_pod(slices: list[dict]) -> dict[str, dict]:
 
 
 async def test_250_ready_pods_give_slices_of_100_100_50_and_track_readiness_and_termination(apiserver):
-    async with api_client(apiserver) as client, endpointslice_controller(apiserver) as manager:
+    async with api_client(apiserver) as client:
         await ensure_node(client, "node-a", zone="zone-1")
         ns = await new_namespace(client)
-        # the Pods exist before the Service: one sync sees all 250 (Pods trickling in one by one
-        # fill slices as they come, and nothing rebalances them afterwards)
+        # the controller's cache holds all 250 Pods before the Service appears, so one sync sees
+        # them all (Pods trickling in fill slices as they come, and nothing rebalances later)
         pods = await create_pods(client, ns, 250, {"app": "web"})
+    async with api_client(apiserver) as client, endpointslice_controller(apiserver) as manager:
+        await asyncio.wait_for(manager.caches_synced.wait(), 30)
         service = await create_service(client, ns, "web", {"app": "web"}, type="ClusterIP")
 
         async def converged():

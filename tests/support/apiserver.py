@@ -76,3 +76,32 @@ def start_apiserver(data_dir: Path, *extra: str, port: int = 0, timeout: float =
     process.stdout.close()
     log.close()
     raise RuntimeError(f"apiserver did not start: {line!r}; log: {(data_dir / 'apiserver.log').read_text()[-3000:]}")
+
+
+@dataclass
+class RunningProcess:
+    """A kubesvc component started as a user would, with its log in a file."""
+
+    process: subprocess.Popen
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def start_controller_manager(server: RunningAPIServer, log_path: Path, *extra: str) -> RunningProcess:
+    """``kubesvc controller-manager`` against ``server``; stop() it (SIGTERM) or kill it (SIGKILL)."""
+    cmd = [sys.executable, "-m", "kubesvc", "controller-manager", f"--kubeconfig={server.kubeconfig}", "--v=2", *extra]
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(cmd, stdout=log, stderr=log)
+    return RunningProcess(process, log_path)

@@ -32,6 +32,8 @@ from kubesvc.client.rest import RestClient
 from kubesvc.controllers.endpointslice.controller import EndpointSliceController
 from kubesvc.controllers.endpointslice.metrics import EndpointSliceMetrics
 from kubesvc.controllers.informers import SharedInformers
+from kubesvc.controllers.mirroring.controller import EndpointSliceMirroringController
+from kubesvc.controllers.mirroring.metrics import EndpointSliceMirroringMetrics
 from kubesvc.util.clock import Clock, RealClock
 
 log = logging.getLogger("kubesvc.controllers.manager")
@@ -101,8 +103,11 @@ class ControllerManager:
         self.config = config
         self.clock = clock or RealClock()
         self.metrics_registry = CollectorRegistry()
+        # built once: controllers are rebuilt each time leadership is won, metrics live on
         self.endpointslice_metrics = EndpointSliceMetrics(config.max_endpoints_per_slice, self.metrics_registry)
+        self.mirroring_metrics = EndpointSliceMirroringMetrics(config.mirroring_max_endpoints_per_subset, self.metrics_registry)
         self.leading = asyncio.Event()
+        self.caches_synced = asyncio.Event()
         self.controllers: dict[str, object] = {}
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
@@ -141,11 +146,13 @@ class ControllerManager:
             if not await informers.wait_for_sync(timeout=None):
                 return
             log.info("caches synced; starting controllers: %s", ", ".join(sorted(self.controllers)))
+            self.caches_synced.set()
             async with asyncio.TaskGroup() as group:
                 for run in runs:
                     group.create_task(run())
         finally:
             self.leading.clear()
+            self.caches_synced.clear()
             await informers.stop()
 
     def _build(self, informers: SharedInformers) -> list:
@@ -159,14 +166,11 @@ class ControllerManager:
             self.controllers[ENDPOINTSLICE] = controller
             runs.append(controller.run)
         if MIRRORING in enabled:
-            from kubesvc.controllers.mirroring.controller import EndpointSliceMirroringController
-            from kubesvc.controllers.mirroring.metrics import MirroringMetrics
-
             controller = EndpointSliceMirroringController(
                 self.client, informers, max_endpoints_per_subset=config.mirroring_max_endpoints_per_subset,
                 batch_period=config.mirroring_endpointslice_updates_batch_period,
                 workers=config.mirroring_concurrent_service_endpoint_syncs,
-                metrics=MirroringMetrics(registry=self.metrics_registry), clock=self.clock)
+                metrics=self.mirroring_metrics, clock=self.clock)
             self.controllers[MIRRORING] = controller
             runs.append(controller.run)
         if ENDPOINTS in enabled:

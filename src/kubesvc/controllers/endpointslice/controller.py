@@ -160,7 +160,7 @@ class EndpointSliceController:
         selector = service["spec"]["selector"]
         pods = [p for p in self._pods.indexer.by_index("namespace", namespace) if selector_matches(selector, p["metadata"].get("labels"))]
         slices = [s for s in self._slices.indexer.by_index(SLICE_SERVICE_INDEX, key) if self._managed(s) and not is_terminating(s)]
-        if self.tracker.stale_slices(key, slices):
+        if self.tracker.stale_slices(key, slices, service["metadata"].get("uid")):
             raise StaleInformerCache("EndpointSlice informer cache is out of date")
         trigger_time = self.trigger_times.compute(service, pods)
         plan = reconcile(service, pods, slices, _NodeLookup(self._nodes), max_endpoints_per_slice=self.max_endpoints_per_slice)

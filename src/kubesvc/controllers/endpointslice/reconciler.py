@@ -291,7 +291,7 @@ def _copy_with(slice_: dict, **changes) -> dict:
 
 
 def _same_placeholder(existing: dict, placeholder: dict) -> bool:
-    """``placeholderSliceCompare``: namespace, labels, owners, address type, ports and
+    """``placeholderSliceCompare``: namespace, labels, owners' UIDs, address type, ports and
     endpoints (nil and empty alike); names and timestamps do not matter."""
     a, b = existing["metadata"], placeholder["metadata"]
     return (a.get("namespace") == b.get("namespace")
@@ -302,8 +302,9 @@ def _same_placeholder(existing: dict, placeholder: dict) -> bool:
             and (existing.get("endpoints") or []) == (placeholder.get("endpoints") or []))
 
 
-def _owner_refs(meta: dict) -> list[dict]:
-    return [{k: v for k, v in ref.items() if v not in (None, False)} for ref in meta.get("ownerReferences") or ()]
+def _owner_refs(meta: dict) -> list[str]:
+    """Owners compared by UID only (kubernetes/kubernetes#141593)."""
+    return [ref.get("uid", "") for ref in meta.get("ownerReferences") or ()]
 
 
 def _reconcile_hints(service: dict, existing: list[dict], creates: list[dict], updates: list[dict], deletes: list[dict]) -> None:

@@ -35,6 +35,7 @@ def _generation(slice_: dict) -> int:
 class EndpointSliceTracker:
     def __init__(self) -> None:
         self._by_service: dict[str, dict[str, int]] = {}
+        self._service_uids: dict[str, str] = {}
 
     def has(self, slice_: dict) -> bool:
         return slice_["metadata"].get("uid") in self._by_service.get(_service_key(slice_), {})
@@ -43,7 +44,13 @@ class EndpointSliceTracker:
         tracked = self._by_service.get(_service_key(slice_), {}).get(slice_["metadata"].get("uid"))
         return tracked is None or _generation(slice_) > tracked
 
-    def stale_slices(self, service_key: str, slices: Iterable[dict]) -> bool:
+    def stale_slices(self, service_key: str, slices: Iterable[dict], service_uid: str | None = None) -> bool:
+        """``service_uid``: a Service recreated under the same name starts afresh (what we
+        wrote for its predecessor says nothing about it; kubernetes/kubernetes#141593)."""
+        if service_uid is not None and self._service_uids.get(service_key, service_uid) != service_uid:
+            self.delete_service(service_key)
+        if service_uid is not None:
+            self._service_uids[service_key] = service_uid
         tracked = self._by_service.get(service_key)
         if not tracked:
             return False
@@ -72,3 +79,4 @@ class EndpointSliceTracker:
 
     def delete_service(self, service_key: str) -> None:
         self._by_service.pop(service_key, None)
+        self._service_uids.pop(service_key, None)

@@ -23,11 +23,10 @@ Objects are the API's JSON as dicts; nothing here does I/O.
 from __future__ import annotations
 
 import copy
-import ipaddress
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timezone
 
-from kubesvc.api.validation_meta import name_is_dns_subdomain
+from kubesvc.api.validation_meta import name_is_dns_subdomain, parse_ip_sloppy
 from kubesvc.util.clock import parse_rfc3339
 
 LABEL_SERVICE_NAME = "kubernetes.io/service-name"
@@ -142,14 +141,15 @@ def port_map_key(ports: Iterable[dict] | None) -> PortMapKey:
 # ---- endpoints -------------------------------------------------------------------------------
 
 def address_family(address: str) -> str:
-    return IPV6 if ":" in address else IPV4
+    """IPv4 or IPv6 as Go's ParseIPSloppy sees it (an IPv4-mapped IPv6 address is IPv4)."""
+    ip = parse_ip_sloppy(address)
+    return IPV6 if (ip.version == 6 if ip is not None else ":" in address) else IPV4
 
 
 def canonical_address(address: str) -> str:
-    try:
-        return str(ipaddress.ip_address(address))
-    except ValueError:
-        return address
+    """Parsed and re-stringified (``010.001.002.003`` is ``10.1.2.3``), as upstream writes it."""
+    ip = parse_ip_sloppy(address)
+    return str(ip) if ip is not None else address
 
 
 def address_types_for_service(service: dict) -> list[str]:
@@ -293,6 +293,8 @@ def set_trigger_time(obj: dict, trigger_time: datetime | None) -> None:
 
 def format_rfc3339_nano(moment: datetime) -> str:
     """Go's ``time.RFC3339Nano`` in UTC: fractional seconds without trailing zeros."""
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(timezone.utc)
     text = moment.strftime("%Y-%m-%dT%H:%M:%S")
     if moment.microsecond:
         text += "." + f"{moment.microsecond:06d}".rstrip("0")
@@ -370,8 +372,7 @@ def pod_endpoints_changed(old: dict, new: dict) -> tuple[bool, bool]:
         or old_spec.get("hostname") != new_spec.get("hostname") or old_spec.get("subdomain") != new_spec.get("subdomain")
     changed = old["metadata"].get("deletionTimestamp") != new["metadata"].get("deletionTimestamp") \
         or is_pod_ready(old) != is_pod_ready(new) or pod_ips(old) != pod_ips(new) \
-        or (old.get("status") or {}).get("phase") != (new.get("status") or {}).get("phase") \
-        or old_spec.get("nodeName") != new_spec.get("nodeName")
+        or (old.get("status") or {}).get("phase") != (new.get("status") or {}).get("phase")
     return changed, membership
 
 
