@@ -91,23 +91,34 @@ def _install_uvloop() -> None:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
-async def _serve_until_signalled(server: APIServer, announce) -> None:
+async def _serve_until_signalled(server: APIServer, announce, companions=None) -> None:
+    """Serve until SIGINT/SIGTERM; ``companions(server)`` (if given) is a coroutine run
+    alongside (the in-process controller-manager of ``kubesvc up``) and cancelled at the end."""
     await server.start()
     announce(server)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    companion = asyncio.create_task(companions(server)) if companions else None
     try:
-        await stop.wait()
+        waiters = {asyncio.create_task(stop.wait())} | ({companion} if companion else set())
+        done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending - {companion}:
+            task.cancel()
+        if companion in done:
+            companion.result()  # a companion that died takes the system down with its error
     finally:
+        if companion is not None and not companion.done():
+            companion.cancel()
+            await asyncio.gather(companion, return_exceptions=True)
         await server.stop()
 
 
-def _run_apiserver(config: ServerConfig, announce) -> None:
+def _run_apiserver(config: ServerConfig, announce, companions=None) -> None:
     _install_uvloop()
     try:
-        asyncio.run(_serve_until_signalled(APIServer(config), announce))
+        asyncio.run(_serve_until_signalled(APIServer(config), announce, companions))
     except OSError as exc:
         raise click.ClickException(f"cannot serve on {config.bind_address}:{config.secure_port}: {exc.strerror or exc}") from None
     except ValueError as exc:
@@ -178,7 +189,7 @@ def apiserver(verbosity: int, **flags) -> None:
 @main.command()
 @apiserver_options(default_data_dir=".kubesvc")
 def up(verbosity: int, **flags) -> None:
-    """Run the whole system on this machine (for now: the API server on SQLite)."""
+    """Run the whole system on this machine (for now: the API server on SQLite and the controller-manager)."""
     _setup_logging(verbosity)
 
     def announce(server: APIServer) -> None:
@@ -186,7 +197,19 @@ def up(verbosity: int, **flags) -> None:
         click.echo(f"  try: kubectl --kubeconfig {server.kubeconfig} get namespaces    (Ctrl-C stops)")
         sys.stdout.flush()
 
-    _run_apiserver(_config(**flags), announce)
+    _run_apiserver(_config(**flags), announce, _in_process_controller_manager)
+
+
+async def _in_process_controller_manager(server: APIServer) -> None:
+    """``kubesvc up``'s controller-manager: the same code as ``kubesvc controller-manager``,
+    talking to the apiserver over its API; alone on the machine, so no leader election, and no
+    serving port of its own."""
+    from kubesvc.client.kubeconfig import load_kubeconfig
+    from kubesvc.client.rest import RestClient
+    from kubesvc.controllers.manager import ControllerManager, ManagerConfig
+
+    async with RestClient(load_kubeconfig(server.kubeconfig), field_manager="kube-controller-manager") as client:
+        await ControllerManager(client, ManagerConfig(leader_elect=False, secure_port=0)).run()
 
 
 def _duration(ctx, param, value: str) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import socket
 import ssl
@@ -203,3 +204,35 @@ def _replay(service: dict, pod_sets: list[list[dict]]) -> tuple[int, int]:
         for deleted in plan.deletes:
             slices.pop(deleted["metadata"]["name"], None)
     return len(slices), writes
+
+
+async def test_kubesvc_up_runs_the_controllers(tmp_path):
+    """`kubesvc up` (the README's first command) keeps slices and Endpoints for a Service."""
+    from tests.support.apiserver import start_apiserver
+
+    server = start_apiserver(tmp_path / "up", command="up")
+    try:
+        manifest = """
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+"""
+        server.kubectl("apply", "-f", "-", input=manifest)
+        async with api_client(server) as client:
+            await ensure_node(client, "node-a")
+            await create_pods(client, "default", 2, {"app": "web"})
+
+            async def endpoints_ready():
+                eps = json.loads(server.kubectl("get", "endpoints", "web", "-o", "json", check=False).stdout or "{}")
+                addresses = [a["ip"] for subset in eps.get("subsets") or () for a in subset.get("addresses") or ()]
+                return sorted(addresses) == [pod_ip(0), pod_ip(1)]
+
+            await eventually(lambda: _endpoints_at(client, "default", "web", 2), 30, "slices of the Service")
+            await eventually(endpoints_ready, 30, "legacy Endpoints")
+        described = server.kubectl("describe", "svc", "web").stdout
+        assert f"{pod_ip(0)}:8080" in described and f"{pod_ip(1)}:8080" in described
+    finally:
+        server.stop()

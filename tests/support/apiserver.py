@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-_READY = re.compile(r"listening on (https://\S+); kubeconfig: (\S+)")
+_READY = re.compile(r"(?:listening on|is up at) (https://\S+); kubeconfig: (\S+)")
 
 
 @dataclass
@@ -55,9 +55,10 @@ class RunningAPIServer:
                 stream.close()
 
 
-def start_apiserver(data_dir: Path, *extra: str, port: int = 0, timeout: float = 30) -> RunningAPIServer:
+def start_apiserver(data_dir: Path, *extra: str, port: int = 0, timeout: float = 30, command: str = "apiserver") -> RunningAPIServer:
+    """``kubesvc apiserver`` (or ``command="up"``: the whole system) on a free port."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "kubesvc", "apiserver", f"--data-dir={data_dir}", f"--secure-port={port}", *extra]
+    cmd = [sys.executable, "-m", "kubesvc", command, f"--data-dir={data_dir}", f"--secure-port={port}", *extra]
     log = open(data_dir / "apiserver.log", "ab")
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
     deadline = time.monotonic() + timeout

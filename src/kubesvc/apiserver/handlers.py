@@ -211,6 +211,16 @@ async def _server_side_apply(request: web.Request, target: Target, opts: codec.W
     raise errors.conflict(info.resource, target.name or "", info.group)
 
 
+def _bool_query(query, name: str) -> bool:
+    """A boolean query parameter as Go's strconv.ParseBool reads it."""
+    text = query[name]
+    if text in ("1", "t", "T", "true", "TRUE", "True"):
+        return True
+    if text in ("0", "f", "F", "false", "FALSE", "False"):
+        return False
+    raise errors.bad_request(f'invalid value for {name}: "{text}": must be a boolean')
+
+
 async def delete_options(request: web.Request) -> dict:
     body = await request.read()
     options: dict = {}
@@ -222,10 +232,18 @@ async def delete_options(request: web.Request) -> dict:
     query = request.query
     if "propagationPolicy" in query:
         options["propagationPolicy"] = query["propagationPolicy"]
+    if "orphanDependents" in query:
+        options["orphanDependents"] = _bool_query(query, "orphanDependents")
     grace = codec.int_param(query, "gracePeriodSeconds")
     if grace is not None:
         options["gracePeriodSeconds"] = grace
     policy = options.get("propagationPolicy")
+    orphan = options.get("orphanDependents")
+    if orphan is not None and not isinstance(orphan, bool):
+        raise errors.bad_request("DeleteOptions.orphanDependents must be a boolean")
+    # upstream ValidateDeleteOptions
+    if orphan is not None and policy is not None:
+        raise errors.invalid("DeleteOptions", "", [errors.invalid_value("propagationPolicy", policy, "orphanDependents and deletionPropagation cannot be both set")], "meta.k8s.io")
     if policy not in (None, "Orphan", "Background", "Foreground"):
         raise errors.invalid("DeleteOptions", "", [errors.not_supported("propagationPolicy", policy, ["Foreground", "Background", "Orphan", "nil"])], "meta.k8s.io")
     grace_value = options.get("gracePeriodSeconds")

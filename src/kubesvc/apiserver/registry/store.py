@@ -82,6 +82,14 @@ def parse_resource_version(text: str | None) -> int | None:
     return value
 
 
+def _omit_empty_lists(meta: dict) -> None:
+    """ObjectMeta's lists are ``omitempty`` upstream: an empty ownerReferences or finalizers
+    list (e.g. after a patch deleted the last element) is not stored or shown."""
+    for name in ("ownerReferences", "finalizers"):
+        if meta.get(name) == []:
+            del meta[name]
+
+
 def _same_object(a: dict, b: dict) -> bool:
     return encode(a) == encode(b)
 
@@ -414,6 +422,7 @@ class Store:
             meta["generation"] = 1
         self.strategy.prepare_for_create(obj)
         self.strategy.default(obj)
+        _omit_empty_lists(meta)
         txn = self.strategy.begin_create(obj, dry_run)
         try:
             field_errors = self.strategy.validate(obj)
@@ -561,6 +570,7 @@ class Store:
         else:
             self.strategy.prepare_for_update(new, old)
         self.strategy.default(new)
+        _omit_empty_lists(new["metadata"])
         if self.strategy.bumps_generation and self.strategy.generation_changed(new, old):
             meta["generation"] = int(old_meta.get("generation", 1)) + 1
         txn = self.strategy.begin_update(new, old, dry_run, subresource)

@@ -9,6 +9,9 @@ kind-specific parts, as upstream's ``RESTCreateStrategy`` / ``RESTUpdateStrategy
   status subresource) and what a status update keeps (everything but ``status``),
 * whether PUT may create (upstream ``AllowCreateOnUpdate``: Endpoints, Leases, Nodes, Events),
 * graceful deletion (a Pod bound to a node is only marked; its kubelet deletes it),
+* the default garbage-collection policy a DELETE without one gets (upstream
+  ``GarbageCollectionDeleteStrategy``): none for most kinds, ``Unsupported`` for Events, which
+  then never get the ``orphan`` / ``foregroundDeletion`` finalizers,
 * what a write does besides storing the object (``begin_create`` / ``begin_update`` /
   ``begin_delete`` return a :class:`Txn`): the ClusterIP/NodePort allocators add their
   records to the object's storage transaction, so an allocation and its Service commit
@@ -35,6 +38,11 @@ class Strategy:
     status_subresource = False
     # metadata.generation counts spec changes (upstream: EndpointSlices; core kinds have none)
     bumps_generation = False
+    # upstream RESTGracefulDeleteStrategy: a DELETE may only mark the object, for a grace period
+    graceful_deletion = False
+    # upstream DefaultGarbageCollectionPolicy: "" (none: Background), "OrphanDependents",
+    # "DeleteDependents" or "Unsupported" (never set the garbage collector's finalizers)
+    gc_policy = ""
 
     def __init__(self, info: KindInfo):
         self.info = info
@@ -86,7 +94,8 @@ class Strategy:
         """Extra changes when an object is marked for deletion instead of removed."""
 
     def graceful_delete_seconds(self, obj: dict, options: dict) -> int:
-        """Seconds the object should linger marked for deletion before removal; 0 = now."""
+        """Seconds the object should linger marked for deletion before removal; 0 = now.
+        Only asked when ``graceful_deletion`` (upstream ``CheckGracefulDelete``)."""
         return 0
 
     # ---- side effects committed with the write ------------------------------------------------
@@ -186,6 +195,8 @@ class ServiceCIDRStrategy(Strategy):
 
 
 class PodStrategy(Strategy):
+    graceful_deletion = True
+
     def graceful_delete_seconds(self, obj: dict, options: dict) -> int:
         """Upstream podStrategy.CheckGracefulDelete: an unscheduled or terminal Pod goes at once;
         otherwise the grace period from DeleteOptions, else the spec's (default 30 s)."""
@@ -230,6 +241,13 @@ class CreateOnUpdateStrategy(Strategy):
     allow_create_on_update = True
 
 
+class EventStrategy(CreateOnUpdateStrategy):
+    """Events are never garbage-collection owners (upstream eventStrategy returns
+    ``rest.Unsupported``); the garbage collector does not watch them either."""
+
+    gc_policy = "Unsupported"
+
+
 class EndpointSliceStrategy(Strategy):
     """EndpointSlices have no spec: everything outside metadata, and the labels, count as the
     generation (upstream ``endpointslice`` strategy ``PrepareForUpdate``). The EndpointSlice
@@ -250,7 +268,7 @@ STRATEGIES: dict[str, type[Strategy]] = {
     "Endpoints": CreateOnUpdateStrategy,
     "Lease": CreateOnUpdateStrategy,
     "Node": CreateOnUpdateStrategy,
-    "Event": CreateOnUpdateStrategy,
+    "Event": EventStrategy,
     "EndpointSlice": EndpointSliceStrategy,
 }
 
