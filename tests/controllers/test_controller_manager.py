@@ -83,7 +83,7 @@ async def test_two_managers_one_leader_and_takeover(fresh_apiserver, tmp_path):
     server = fresh_apiserver()
     ports = [free_port(), free_port()]
     flags = ("--leader-elect-lease-duration=3s", "--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=500ms",
-             "--controllers=endpointslice-controller")
+             "--controllers=endpointslice-controller,garbage-collector-controller")
     managers = [start_controller_manager(server, tmp_path / f"cm{i}.log", f"--secure-port={ports[i]}", "--bind-address=127.0.0.1", *flags)
                 for i in range(2)]
     try:

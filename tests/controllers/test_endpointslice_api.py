@@ -46,11 +46,11 @@ def by_pod(slices: list[dict]) -> dict[str, dict]:
 
 async def test_250_ready_pods_give_slices_of_100_100_50_and_track_readiness_and_termination(apiserver):
     async with api_client(apiserver) as client:
-        await ensure_node(client, "node-a", zone="zone-1")
+        await ensure_node(client, "zoned-node", zone="zone-1")
         ns = await new_namespace(client)
         # the controller's cache holds all 250 Pods before the Service appears, so one sync sees
         # them all (Pods trickling in fill slices as they come, and nothing rebalances later)
-        pods = await create_pods(client, ns, 250, {"app": "web"})
+        pods = await create_pods(client, ns, 250, {"app": "web"}, node="zoned-node")
     async with api_client(apiserver) as client, endpointslice_controller(apiserver) as manager:
         await asyncio.wait_for(manager.caches_synced.wait(), 30)
         service = await create_service(client, ns, "web", {"app": "web"}, type="ClusterIP")
@@ -74,7 +74,7 @@ async def test_250_ready_pods_give_slices_of_100_100_50_and_track_readiness_and_
         first = endpoints["pod-0"]
         assert first["addresses"] == [pods[0]["status"]["podIP"]]
         assert first["conditions"] == {"ready": True, "serving": True, "terminating": False}
-        assert first["nodeName"] == "node-a" and first["zone"] == "zone-1"
+        assert first["nodeName"] == "zoned-node" and first["zone"] == "zone-1"
         assert first["targetRef"] == {"kind": "Pod", "namespace": ns, "name": "pod-0", "uid": pods[0]["metadata"]["uid"]}
 
         # 10 Pods of one slice become not ready: only that slice is written

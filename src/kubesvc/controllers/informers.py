@@ -14,7 +14,8 @@ import asyncio
 from kubesvc.client.cache import IndexFunc, index_by_label
 from kubesvc.client.informer import Informer
 from kubesvc.client.rest import ENDPOINTS, ENDPOINTSLICES, NODES, PODS, SERVICES, Resource, RestClient
-from kubesvc.controllers.endpointslice.util import LABEL_SERVICE_NAME
+from kubesvc.client.workqueue import WorkQueue
+from kubesvc.controllers.endpointslice.util import LABEL_SERVICE_NAME, pod_service_keys, services_to_update_on_pod_change
 
 POD_NODE_INDEX = "node"
 SLICE_SERVICE_INDEX = "service"
@@ -82,3 +83,27 @@ class SharedInformers:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+
+
+class ServicesOfPods:
+    """Pod events -> the keys of the Services selecting the Pod, added to a queue after the
+    batch period (the EndpointSlice and Endpoints controllers' Pod handlers, upstream
+    ``addPod``/``updatePod``/``deletePod``)."""
+
+    def __init__(self, services: Informer, queue: WorkQueue, batch_period: float):
+        self._services, self._queue, self._batch_period = services, queue, batch_period
+
+    def _in_namespace(self, pod: dict) -> list[dict]:
+        return self._services.indexer.by_index("namespace", pod["metadata"].get("namespace", ""))
+
+    def on_add(self, pod: dict) -> None:
+        """Also the delete handler: the Pod's Services must drop it."""
+        for key in pod_service_keys(self._in_namespace(pod), pod):
+            self._queue.add_after(key, self._batch_period)
+
+    def on_update(self, old: dict, new: dict) -> None:
+        for key in services_to_update_on_pod_change(self._in_namespace(new), old, new):
+            self._queue.add_after(key, self._batch_period)
+
+    def attach(self, pods: Informer) -> None:
+        pods.add_event_handler(self.on_add, self.on_update, self.on_add)

@@ -167,7 +167,7 @@ def test_leftover_scan_enqueues_all_but_leader_records(setup):
 def test_pod_events_wait_for_the_batch_period_service_events_do_not(setup):
     api, informers, events, controller = setup
     informers.services.indexer.upsert(SERVICE)
-    controller._on_pod_add(pod("p1", "10.1.0.1"))
+    controller._pod_events.on_add(pod("p1", "10.1.0.1"))
     assert len(controller.queue) == 0  # waiting out --endpoint-updates-batch-period
     controller._enqueue_service(SERVICE)
     assert len(controller.queue) == 1

@@ -48,12 +48,10 @@ from kubesvc.client.workqueue import WorkQueue
 from kubesvc.controllers.endpoints.desired import is_leader_election_record, plan_endpoints
 from kubesvc.controllers.endpointslice.triggertime import TriggerTimeTracker
 from kubesvc.controllers.endpointslice.util import (
-    pod_service_keys,
     selector_matches,
     selects,
-    services_to_update_on_pod_change,
 )
-from kubesvc.controllers.informers import SharedInformers
+from kubesvc.controllers.informers import ServicesOfPods, SharedInformers
 from kubesvc.controllers.runtime import EventRecorder, run_workers
 from kubesvc.util.clock import Clock, RealClock
 
@@ -83,7 +81,8 @@ class EndpointsController:
         self._pods = informers.pods
         self._endpoints = informers.endpoints
         self._services.add_event_handler(self._enqueue_service, lambda old, new: self._enqueue_service(new), self._enqueue_service)
-        self._pods.add_event_handler(self._on_pod_add, self._on_pod_update, self._on_pod_add)
+        self._pod_events = ServicesOfPods(self._services, self.queue, batch_period)
+        self._pod_events.attach(self._pods)
         self._endpoints.add_event_handler(self._on_endpoints_add, None, self._on_endpoints_delete)
 
     async def run(self) -> None:
@@ -96,17 +95,6 @@ class EndpointsController:
 
     def _enqueue_service(self, service: dict) -> None:
         self.queue.add(object_key(service))
-
-    def _services_in(self, namespace: str) -> list[dict]:
-        return self._services.indexer.by_index("namespace", namespace)
-
-    def _on_pod_add(self, pod: dict) -> None:
-        for key in pod_service_keys(self._services_in(pod["metadata"].get("namespace", "")), pod):
-            self.queue.add_after(key, self.batch_period)
-
-    def _on_pod_update(self, old: dict, new: dict) -> None:
-        for key in services_to_update_on_pod_change(self._services_in(new["metadata"].get("namespace", "")), old, new):
-            self.queue.add_after(key, self.batch_period)
 
     def _on_endpoints_add(self, endpoints: dict) -> None:
         key = object_key(endpoints)

@@ -36,15 +36,13 @@ from kubesvc.controllers.endpointslice.util import (
     LABEL_SERVICE_NAME,
     LABEL_TOPOLOGY_ZONE,
     is_terminating,
-    pod_service_keys,
     selector_matches,
     selects,
-    services_to_update_on_pod_change,
     set_trigger_time,
     topology_hints_annotation_enabled,
     wants_prefer_close,
 )
-from kubesvc.controllers.informers import POD_NODE_INDEX, SLICE_SERVICE_INDEX, SharedInformers
+from kubesvc.controllers.informers import POD_NODE_INDEX, SLICE_SERVICE_INDEX, ServicesOfPods, SharedInformers
 from kubesvc.controllers.runtime import EventRecorder, run_workers
 from kubesvc.util.clock import Clock, RealClock
 
@@ -78,7 +76,8 @@ class EndpointSliceController:
         self._nodes = informers.nodes
         self._slices = informers.endpoint_slices
         self._services.add_event_handler(self._enqueue_service, lambda old, new: self._enqueue_service(new), self._enqueue_service)
-        self._pods.add_event_handler(self._on_pod_add, self._on_pod_update, self._on_pod_add)
+        self._pod_events = ServicesOfPods(self._services, self.queue, batch_period)
+        self._pod_events.attach(self._pods)
         self._nodes.add_event_handler(self._on_node_change, self._on_node_update, self._on_node_change)
         self._slices.add_event_handler(self._on_slice_add, self._on_slice_update, self._on_slice_delete)
 
@@ -91,20 +90,9 @@ class EndpointSliceController:
         meta = service["metadata"]
         self.queue.add(f"{meta.get('namespace', '')}/{meta['name']}")
 
-    def _services_in(self, namespace: str) -> list[dict]:
-        return self._services.indexer.by_index("namespace", namespace)
-
-    def _on_pod_add(self, pod: dict) -> None:
-        for key in pod_service_keys(self._services_in(pod["metadata"].get("namespace", "")), pod):
-            self.queue.add_after(key, self.batch_period)
-
-    def _on_pod_update(self, old: dict, new: dict) -> None:
-        for key in services_to_update_on_pod_change(self._services_in(new["metadata"].get("namespace", "")), old, new):
-            self.queue.add_after(key, self.batch_period)
-
     def _on_node_change(self, node: dict) -> None:
         for pod in self._pods.indexer.by_index(POD_NODE_INDEX, node["metadata"]["name"]):
-            self._on_pod_add(pod)
+            self._pod_events.on_add(pod)
 
     def _on_node_update(self, old: dict, new: dict) -> None:
         def zone(node: dict) -> str | None:

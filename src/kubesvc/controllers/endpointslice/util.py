@@ -23,6 +23,7 @@ Objects are the API's JSON as dicts; nothing here does I/O.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Iterable
 from datetime import datetime, timezone
 
@@ -140,16 +141,23 @@ def port_map_key(ports: Iterable[dict] | None) -> PortMapKey:
 
 # ---- endpoints -------------------------------------------------------------------------------
 
-def address_family(address: str) -> str:
-    """IPv4 or IPv6 as Go's ParseIPSloppy sees it (an IPv4-mapped IPv6 address is IPv4)."""
+@functools.lru_cache(maxsize=1 << 16)
+def _parsed_address(address: str) -> tuple[str, str]:
+    """(family, canonical text) as Go's ParseIPSloppy sees the address (an IPv4-mapped IPv6
+    address is IPv4; ``010.001.002.003`` is ``10.1.2.3``); cached: every sync of a Service
+    re-derives every endpoint, and the same Pod IPs come back each time."""
     ip = parse_ip_sloppy(address)
-    return IPV6 if (ip.version == 6 if ip is not None else ":" in address) else IPV4
+    if ip is None:
+        return (IPV6 if ":" in address else IPV4), address
+    return (IPV6 if ip.version == 6 else IPV4), str(ip)
+
+
+def address_family(address: str) -> str:
+    return _parsed_address(address)[0]
 
 
 def canonical_address(address: str) -> str:
-    """Parsed and re-stringified (``010.001.002.003`` is ``10.1.2.3``), as upstream writes it."""
-    ip = parse_ip_sloppy(address)
-    return str(ip) if ip is not None else address
+    return _parsed_address(address)[1]
 
 
 def address_types_for_service(service: dict) -> list[str]:

@@ -59,6 +59,7 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from kubesvc.controllers.endpointslice.reconciler import PortGroupStats
 from kubesvc.controllers.endpointslice.util import (
     ANNOTATION_TRIGGER_TIME,
     IPV4,
@@ -92,14 +93,6 @@ class Event:
     type: str
     reason: str
     message: str
-
-
-@dataclass
-class PortGroupStats:
-    """Per slice key: endpoints desired and slices there will be (the metrics cache's input)."""
-
-    endpoints: int
-    slices: int
 
 
 @dataclass
