@@ -222,20 +222,18 @@ def _duration(ctx, param, value: str) -> float:
     return seconds
 
 
-def _max_endpoints_per_slice(ctx, param, value: int) -> int:
-    if value > 1000:
-        raise click.BadParameter(f"max-endpoints-per-slice must not be more than 1000, but got {value}")
-    if value < 1:
-        raise click.BadParameter(f"max-endpoints-per-slice must be at least 1, but got {value}")
-    return value
+def _bounded(low: int, high: int):
+    """kube-controller-manager's range checks, with its messages."""
 
+    def check(ctx, param, value: int) -> int:
+        name = param.name.replace("_", "-")
+        if value < low:
+            raise click.BadParameter(f"{name} must not be less than {low}, but got {value}")
+        if value > high:
+            raise click.BadParameter(f"{name} must not be more than {high}, but got {value}")
+        return value
 
-def _mirroring_max_endpoints(ctx, param, value: int) -> int:
-    if value > 1000:
-        raise click.BadParameter(f"mirroring-max-endpoints-per-subset must not be more than 1000, but got {value}")
-    if value < 1:
-        raise click.BadParameter(f"mirroring-max-endpoints-per-subset must be at least 1, but got {value}")
-    return value
+    return check
 
 
 def _controllers(ctx, param, value: str) -> set[str]:
@@ -252,18 +250,18 @@ def _controllers(ctx, param, value: str) -> set[str]:
 @click.option("--controllers", default="*", show_default=True, callback=_controllers,
               help="Controllers to enable: '*' for all, 'foo' to enable, '-foo' to disable "
                    "(endpointslice-controller, endpointslice-mirroring-controller, endpoints-controller, garbage-collector-controller).")
-@click.option("--concurrent-service-endpoint-syncs", type=click.IntRange(min=1), default=5, show_default=True,
+@click.option("--concurrent-service-endpoint-syncs", type=int, default=5, show_default=True, callback=_bounded(1, 50),
               help="Services synced concurrently by the EndpointSlice controller.")
 @click.option("--concurrent-endpoint-syncs", type=click.IntRange(min=1), default=5, show_default=True,
               help="Services synced concurrently by the Endpoints controller.")
-@click.option("--mirroring-concurrent-service-endpoint-syncs", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--mirroring-concurrent-service-endpoint-syncs", type=int, default=5, show_default=True, callback=_bounded(1, 50))
 @click.option("--concurrent-gc-syncs", type=click.IntRange(min=1), default=20, show_default=True)
-@click.option("--max-endpoints-per-slice", type=int, default=100, show_default=True, callback=_max_endpoints_per_slice)
+@click.option("--max-endpoints-per-slice", type=int, default=100, show_default=True, callback=_bounded(1, 1000))
 @click.option("--endpointslice-updates-batch-period", default="0s", show_default=True, callback=_duration,
               help="Batches Pod changes into one EndpointSlice sync per Service within this period.")
 @click.option("--endpoint-updates-batch-period", default="0s", show_default=True, callback=_duration,
               help="Batches Pod changes into one Endpoints sync per Service within this period.")
-@click.option("--mirroring-max-endpoints-per-subset", type=int, default=1000, show_default=True, callback=_mirroring_max_endpoints)
+@click.option("--mirroring-max-endpoints-per-subset", type=int, default=1000, show_default=True, callback=_bounded(1, 1000))
 @click.option("--mirroring-endpointslice-updates-batch-period", default="0s", show_default=True, callback=_duration)
 @click.option("--enable-garbage-collector", type=click.BOOL, is_flag=False, flag_value=True, default=True, show_default=True)
 @click.option("--leader-elect", type=click.BOOL, is_flag=False, flag_value=True, default=True, show_default=True,
@@ -280,8 +278,13 @@ def controller_manager(kubeconfig: str, verbosity: int, **flags) -> None:
     """Run the EndpointSlice, mirroring, Endpoints and garbage-collector controllers."""
     _setup_logging(verbosity)
     from kubesvc.client.kubeconfig import ConfigError, load_kubeconfig
+    from kubesvc.client.leaderelection import validate_timing
     from kubesvc.controllers.manager import ManagerConfig
 
+    try:
+        validate_timing(flags["leader_elect_lease_duration"], flags["leader_elect_renew_deadline"], flags["leader_elect_retry_period"])
+    except ValueError as exc:
+        raise click.UsageError(f"invalid leader election flags: {exc}") from None
     try:
         client_config = load_kubeconfig(kubeconfig)
     except (ConfigError, OSError) as exc:
@@ -296,6 +299,7 @@ def controller_manager(kubeconfig: str, verbosity: int, **flags) -> None:
 
 async def _run_controller_manager(client_config, config) -> None:
     from kubesvc.client.rest import RestClient
+    from kubesvc.client.leaderelection import LeadershipLost
     from kubesvc.controllers.manager import ControllerManager, LeaderElectionLost
 
     stop = asyncio.Event()
@@ -311,8 +315,8 @@ async def _run_controller_manager(client_config, config) -> None:
             stopping.cancel()
             try:
                 running.result()
-            except LeaderElectionLost as exc:
-                raise click.ClickException(str(exc)) from None
+            except (LeaderElectionLost, LeadershipLost) as exc:
+                raise click.ClickException(f"leaderelection lost: {exc}") from None
             return
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)

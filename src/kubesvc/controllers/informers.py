@@ -10,6 +10,7 @@ look at them. Indexes the controllers ask for on every sync are built in:
 from __future__ import annotations
 
 import asyncio
+import random
 
 from kubesvc.client.cache import IndexFunc, index_by_label
 from kubesvc.client.informer import Informer
@@ -32,10 +33,17 @@ _EXTRA_INDEXES: dict[Resource, dict[str, IndexFunc]] = {
 }
 
 
+def default_resync_period() -> float:
+    """kube-controller-manager's ``--min-resync-period`` (12 h) times a random factor in [1, 2):
+    every cached object is handed to the handlers again, so work dropped after too many
+    failed retries is eventually redone."""
+    return 12 * 3600 * (1 + random.random())
+
+
 class SharedInformers:
     def __init__(self, client: RestClient, resync_period: float | None = None):
         self._client = client
-        self._resync_period = resync_period
+        self._resync_period = resync_period if resync_period is not None else default_resync_period()
         self._informers: dict[Resource, Informer] = {}
         self._tasks: list[asyncio.Task] = []
 
@@ -102,7 +110,7 @@ class ServicesOfPods:
             self._queue.add_after(key, self._batch_period)
 
     def on_update(self, old: dict, new: dict) -> None:
-        for key in services_to_update_on_pod_change(self._in_namespace(new), old, new):
+        for key in services_to_update_on_pod_change(lambda: self._in_namespace(new), old, new):
             self._queue.add_after(key, self._batch_period)
 
     def attach(self, pods: Informer) -> None:

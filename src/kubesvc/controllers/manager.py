@@ -25,7 +25,7 @@ import socket
 from dataclasses import dataclass, field
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, disable_created_metrics, generate_latest
 
 from kubesvc.apiserver.auth import ephemeral_serving_context
 from kubesvc.client.rest import RestClient
@@ -219,4 +219,28 @@ class ControllerManager:
         return web.Response(text="ok")
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(self.metrics_registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=render_metrics(self.metrics_registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+# Counters kube-controller-manager exposes without a ``_total`` suffix (component-base names
+# them ``changes``/``syncs`` and the Go client adds nothing); prometheus_client always adds it.
+UNSUFFIXED_COUNTERS = ("endpoint_slice_controller_changes", "endpoint_slice_controller_syncs",
+                       "endpoint_slice_mirroring_controller_changes")
+
+
+def render_metrics(registry: CollectorRegistry) -> bytes:
+    """The text exposition, with upstream's names for the counters above (no ``_total``). The
+    ``_created`` series prometheus_client adds (the Go client has none) are switched off."""
+    disable_created_metrics()
+    lines = []
+    for line in generate_latest(registry).decode().splitlines():
+        body = line[7:] if line.startswith(("# HELP ", "# TYPE ")) else line
+        name = body.split("{", 1)[0].split(" ", 1)[0]
+        for counter in UNSUFFIXED_COUNTERS:
+            if name == counter + "_created":
+                break
+            if name == counter + "_total":
+                line = line.replace(counter + "_total", counter, 1)
+        else:
+            lines.append(line)
+    return ("\n".join(lines) + "\n").encode()

@@ -26,7 +26,7 @@ import logging
 
 from kubesvc.client.cache import split_key
 from kubesvc.client.rest import ENDPOINTSLICES, ApiError, RestClient
-from kubesvc.client.workqueue import WorkQueue
+from kubesvc.client.workqueue import ItemExponentialBackoff, WorkQueue
 from kubesvc.controllers.endpointslice.metrics import EndpointSliceMetrics
 from kubesvc.controllers.endpointslice.reconciler import CONTROLLER_NAME, Plan, reconcile
 from kubesvc.controllers.endpointslice.tracker import EndpointSliceTracker
@@ -57,6 +57,10 @@ class StaleInformerCache(Exception):
     """The slice cache has not caught up with our own writes yet."""
 
 
+class SliceWriteFailed(Exception):
+    """A slice write (or a Pod's missing Node) failed; the sync is retried."""
+
+
 class EndpointSliceController:
     def __init__(self, client: RestClient, informers: SharedInformers, *, max_endpoints_per_slice: int = DEFAULT_MAX_ENDPOINTS_PER_SLICE,
                  batch_period: float = 0.0, workers: int = 5, metrics: EndpointSliceMetrics | None = None,
@@ -67,7 +71,8 @@ class EndpointSliceController:
         self.clock = clock or RealClock()
         self.metrics = metrics or EndpointSliceMetrics(max_endpoints_per_slice)
         self.recorder = recorder or EventRecorder(client, "endpoint-slice-controller", self.clock)
-        self.queue = WorkQueue(clock=self.clock)
+        # upstream: defaultSyncBackOff 1 s doubling to maxSyncBackOff 1000 s per Service
+        self.queue = WorkQueue(ItemExponentialBackoff(1.0, 1000.0), clock=self.clock)
         self.tracker = EndpointSliceTracker()
         self.trigger_times = TriggerTimeTracker()
         self._slices_api = client.resource(ENDPOINTSLICES)
@@ -108,14 +113,23 @@ class EndpointSliceController:
         service_name = (slice_["metadata"].get("labels") or {}).get(LABEL_SERVICE_NAME)
         if service_name:
             key = f"{slice_['metadata'].get('namespace', '')}/{service_name}"
-            self.queue.add_after(key, ENDPOINT_SLICE_CHANGE_MIN_SYNC_DELAY + self.batch_period)
+            self.queue.add_after(key, max(ENDPOINT_SLICE_CHANGE_MIN_SYNC_DELAY, self.batch_period))
 
     def _on_slice_add(self, slice_: dict) -> None:
         if self._managed(slice_) and self.tracker.should_sync(slice_):
             self._enqueue_for_slice(slice_)
 
     def _on_slice_update(self, old: dict, new: dict) -> None:
-        if self._managed(old) != self._managed(new) or (self._managed(new) and self.tracker.should_sync(new)):
+        def service_name(slice_: dict) -> str | None:
+            return (slice_["metadata"].get("labels") or {}).get(LABEL_SERVICE_NAME)
+
+        if service_name(old) != service_name(new):
+            # moved to another Service: both need a sync, and the old one must stop waiting
+            # for a slice it will never see again
+            self.tracker.handle_deletion(old)
+            self._enqueue_for_slice(old)
+            self._enqueue_for_slice(new)
+        elif self._managed(old) != self._managed(new) or (self._managed(new) and self.tracker.should_sync(new)):
             self._enqueue_for_slice(new)
 
     def _on_slice_delete(self, slice_: dict) -> None:
@@ -152,14 +166,16 @@ class EndpointSliceController:
             raise StaleInformerCache("EndpointSlice informer cache is out of date")
         trigger_time = self.trigger_times.compute(service, pods)
         plan = reconcile(service, pods, slices, _NodeLookup(self._nodes), max_endpoints_per_slice=self.max_endpoints_per_slice)
+        errors = list(plan.errors)
         try:
             await self._apply(service, plan, trigger_time)
-        except ApiError as exc:
+        except SliceWriteFailed as exc:
+            errors.append(str(exc))
+        if errors:
+            message = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
             self.recorder.event(service, "Warning", "FailedToUpdateEndpointSlices",
-                                f"Error updating Endpoint Slices for Service {namespace}/{name}: {exc.message}")
-            raise
-        if plan.errors:
-            raise RuntimeError("; ".join(plan.errors))
+                                f"Error updating Endpoint Slices for Service {namespace}/{name}: {message}")
+            raise SliceWriteFailed(message)
 
     async def _apply(self, service: dict, plan: Plan, trigger_time) -> None:
         """``finalize``: creates, then updates, then deletes; the first failure stops the rest
@@ -169,6 +185,7 @@ class EndpointSliceController:
         key = f"{service['metadata'].get('namespace', '')}/{service['metadata']['name']}"
         traffic_distribution = service["spec"].get("trafficDistribution", "") if wants_prefer_close(service) else ""
         self.metrics.update_service(key, plan.port_groups, traffic_distribution)
+        where = f"for Service {key}"
         if not is_terminating(service):
             for slice_ in plan.creates:
                 set_trigger_time(slice_, trigger_time)
@@ -177,19 +194,21 @@ class EndpointSliceController:
                 except ApiError as exc:
                     if _namespace_terminating(exc):
                         return
-                    raise
+                    raise SliceWriteFailed(f"failed to create EndpointSlice {where}: {exc}") from exc
                 self.tracker.update(created)
                 self.metrics.changes.labels("create").inc()
         for slice_ in plan.updates:
             set_trigger_time(slice_, trigger_time)
-            self.tracker.update(await self._slices_api.update(slice_))
+            try:
+                self.tracker.update(await self._slices_api.update(slice_))
+            except ApiError as exc:
+                raise SliceWriteFailed(f"failed to update {slice_['metadata']['name']} EndpointSlice {where}: {exc}") from exc
             self.metrics.changes.labels("update").inc()
         for slice_ in plan.deletes:
             try:
                 await self._slices_api.delete(slice_["metadata"]["name"], slice_["metadata"].get("namespace"))
             except ApiError as exc:
-                if exc.status != 404:
-                    raise
+                raise SliceWriteFailed(f"failed to delete {slice_['metadata']['name']} EndpointSlice {where}: {exc}") from exc
             self.tracker.expect_deletion(slice_)
             self.metrics.changes.labels("delete").inc()
         topology = "Auto" if topology_hints_annotation_enabled(service) else "Disabled"

@@ -24,6 +24,10 @@ EXPONENTIAL_2_2_15 = tuple(2.0 * 2**i for i in range(15))
 
 
 def desired_slices(endpoints: int, max_endpoints_per_slice: int) -> int:
+    """Per port group (``numDesiredSlices``): none for no endpoints; the Service's floor of one
+    (its placeholder) is applied to the sum."""
+    if endpoints == 0:
+        return 0
     if endpoints <= max_endpoints_per_slice:
         return 1
     return -(-endpoints // max_endpoints_per_slice)

@@ -328,10 +328,7 @@ def _recycle(service: dict, creates: list[dict], updates: list[dict], deletes: l
         if doomed.get("addressType") == create.get("addressType") and _service_owns(doomed, service):
             recycled = copy.deepcopy(create)
             recycled["metadata"].pop("generateName", None)
-            recycled["metadata"]["name"] = doomed["metadata"]["name"]
-            for kept in ("resourceVersion", "uid", "creationTimestamp", "generation", "annotations"):
-                if kept in doomed["metadata"]:
-                    recycled["metadata"][kept] = copy.deepcopy(doomed["metadata"][kept])
+            recycled["metadata"]["name"] = doomed["metadata"]["name"]  # a fresh object under the old name, as upstream
             creates.pop()
             updates.append(recycled)
             del deletes[i]

@@ -75,6 +75,8 @@ class EndpointSliceTracker:
         if tracked is None:
             return True
         generation = tracked.pop(slice_["metadata"].get("uid"), None)
+        if not tracked:
+            del self._by_service[_service_key(slice_)]
         return generation is None or generation == DELETION_EXPECTED
 
     def delete_service(self, service_key: str) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 
 from kubesvc.api.validation_meta import name_is_dns_subdomain, parse_ip_sloppy
@@ -384,15 +384,17 @@ def pod_endpoints_changed(old: dict, new: dict) -> tuple[bool, bool]:
     return changed, membership
 
 
-def services_to_update_on_pod_change(services: list[dict], old: dict, new: dict) -> set[str]:
+def services_to_update_on_pod_change(services: list[dict] | Callable[[], list[dict]], old: dict, new: dict) -> set[str]:
     """``GetServicesToUpdateOnPodChange``: nothing for a resync (same resourceVersion) or an
     irrelevant change; on a label change, the Services it joined or left (all of both sets if
-    the endpoint changed too)."""
+    the endpoint changed too). ``services`` may be a callable, called only when needed."""
     if old["metadata"].get("resourceVersion") == new["metadata"].get("resourceVersion"):
         return set()
     changed, membership = pod_endpoints_changed(old, new)
     if not changed and not membership:
         return set()
+    if callable(services):
+        services = services()
     now = pod_service_keys(services, new)
     if not membership:
         return now
