@@ -1,14 +1,15 @@
 import pytest
 
-from tests.support.apiserver import start_apiserver
+from kubesvc.client.rest import DEFAULT_FIELD_MANAGER
+from tests.support.apiserver import running_apiserver, start_apiserver
+from tests.support.cluster import api_client, temporary_namespace
 
 
 @pytest.fixture(scope="session")
 def apiserver(tmp_path_factory):
     """One real apiserver (SQLite) shared by the API tests; tests use their own namespaces."""
-    server = start_apiserver(tmp_path_factory.mktemp("apiserver"))
-    yield server
-    server.stop()
+    with running_apiserver(tmp_path_factory.mktemp("apiserver")) as server:
+        yield server
 
 
 @pytest.fixture
@@ -24,3 +25,17 @@ def fresh_apiserver(tmp_path):
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture
+async def client(apiserver):
+    """A RestClient (with RestClient's own default field manager) on the shared apiserver."""
+    async with api_client(apiserver, DEFAULT_FIELD_MANAGER) as c:
+        yield c
+
+
+@pytest.fixture
+async def namespace(client):
+    """A namespace of the test's own on the shared apiserver, deleted after the test."""
+    async with temporary_namespace(client) as name:
+        yield name

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-import uuid
 from collections import deque
 
 import pytest
@@ -18,7 +18,8 @@ import pytest
 from kubesvc.client.cache import NAMESPACE_INDEX, Indexer, index_by_label, index_by_namespace, object_key, split_key
 from kubesvc.client.informer import Backoff, Informer
 from kubesvc.client.kubeconfig import load_kubeconfig
-from kubesvc.client.rest import ENDPOINTS, NAMESPACES, SERVICES, ApiError, ConnectionFailed, RestClient, is_gone
+from kubesvc.client.rest import DEFAULT_FIELD_MANAGER, ENDPOINTS, SERVICES, ApiError, ConnectionFailed, RestClient, is_gone
+from tests.support import cluster
 
 FAST_BACKOFF = dict(initial=0.01, cap=0.05)
 
@@ -30,12 +31,8 @@ def _obj(name: str, rv: int | str = 1, namespace: str | None = "ns", **labels: s
     return {"metadata": meta}
 
 
-async def eventually(predicate, timeout: float = 10.0, message: str = "condition") -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {message}")
-        await asyncio.sleep(0.02)
+# the shared poll, with this module's shorter default wait and finer steps
+eventually = functools.partial(cluster.eventually, timeout=10.0, interval=0.02)
 
 
 class Recorder:
@@ -306,26 +303,6 @@ async def test_wait_for_sync_times_out():
 # -- Informer against the real apiserver -----------------------------------------------------
 
 
-@pytest.fixture
-async def client(apiserver):
-    async with RestClient(load_kubeconfig(apiserver.kubeconfig)) as c:
-        yield c
-
-
-async def _new_namespace(client: RestClient) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    await client.resource(NAMESPACES).create({"metadata": {"name": name}})
-    return name
-
-
-@pytest.fixture
-async def namespace(client):
-    name = await _new_namespace(client)
-    yield name
-    with contextlib.suppress(ApiError):
-        await client.resource(NAMESPACES).delete(name)
-
-
 def _endpoints(name: str, **labels: str) -> dict:
     return {"metadata": {"name": name, "labels": labels}}
 
@@ -448,8 +425,8 @@ async def test_rewatches_from_the_last_version_when_the_server_ends_the_watch(cl
 
 async def test_relists_after_410_and_delivers_what_changed_meanwhile(fresh_apiserver):
     server = fresh_apiserver("--etcd-compaction-interval=0.5", "--compaction-retain-revisions=5")
-    async with RestClient(load_kubeconfig(server.kubeconfig)) as client:
-        namespace = await _new_namespace(client)
+    async with cluster.api_client(server, DEFAULT_FIELD_MANAGER) as client:
+        namespace = await cluster.new_namespace(client)
         endpoints = client.resource(ENDPOINTS)
         for name in ("keep", "change", "remove"):
             await endpoints.create(_endpoints(name, v="1"), namespace)
@@ -486,7 +463,7 @@ async def test_recovers_after_the_server_restarts(fresh_apiserver, tmp_path):
     port = int(server.url.rsplit(":", 1)[1])
     config = load_kubeconfig(server.kubeconfig)
     async with RestClient(config, timeout=5) as client:
-        namespace = await _new_namespace(client)
+        namespace = await cluster.new_namespace(client)
         await client.resource(ENDPOINTS).create(_endpoints("a"), namespace)
         informer = Informer(client, ENDPOINTS, namespace=namespace, backoff=Backoff(initial=0.1, cap=0.5))
         recorder = Recorder().attach(informer)

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
+import functools
 import json
 import re
 import socket
@@ -31,6 +32,7 @@ from kubesvc.client.leaderelection import (
 )
 from kubesvc.client.rest import LEASES, ApiError, RestClient
 from kubesvc.util.clock import FakeClock, rfc3339_micro
+from tests.support import cluster
 
 # -- timing checks -----------------------------------------------------------------------------
 
@@ -257,12 +259,8 @@ RETRY = 0.2
 TIMING = dict(lease_duration=LEASE, renew_deadline=RENEW, retry_period=RETRY)
 
 
-async def eventually(predicate, timeout: float = 10.0, message: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {message}")
-        await asyncio.sleep(0.01)
+# the shared poll, with this module's shorter default wait and finer steps
+eventually = functools.partial(cluster.eventually, timeout=10.0, interval=0.01)
 
 
 class Lead:
@@ -392,18 +390,27 @@ def lease_name():
 
 async def kubectl_lease(apiserver, name: str) -> dict:
     # Off the event loop: the electors must keep renewing while kubectl runs.
-    result = await asyncio.to_thread(apiserver.kubectl, "get", "lease", "-n", "kube-system", name, "-o", "json")
+    result = await cluster.kubectl(apiserver, "get", "lease", "-n", "kube-system", name, "-o", "json")
     return json.loads(result.stdout)
 
 
-async def test_two_candidates_one_leader_and_hand_over_on_release(apiserver, clients, tasks, lease_name):
-    a = LeaderElector(clients(), name=lease_name, identity="cand-a", **TIMING)
-    b = LeaderElector(clients(), name=lease_name, identity="cand-b", **TIMING)
+@contextlib.asynccontextmanager
+async def a_leading_b_waiting(tasks, client_a: RestClient, client_b: RestClient, lease_name: str):
+    """Candidates cand-a and cand-b for one lease, watched by a Sampler for the block: a runs
+    first and is waited for to lead, then b runs. Yields (a, b, lead_a, lead_b, run_a, run_b,
+    sampler)."""
+    a = LeaderElector(client_a, name=lease_name, identity="cand-a", **TIMING)
+    b = LeaderElector(client_b, name=lease_name, identity="cand-b", **TIMING)
     lead_a, lead_b = Lead(), Lead()
     with Sampler([a, b], [lead_a, lead_b]) as sampler:
         run_a = tasks(a.run(lead_a))
         await eventually(lambda: lead_a.active, message="a leads")
         run_b = tasks(b.run(lead_b))
+        yield a, b, lead_a, lead_b, run_a, run_b, sampler
+
+
+async def test_two_candidates_one_leader_and_hand_over_on_release(apiserver, clients, tasks, lease_name):
+    async with a_leading_b_waiting(tasks, clients(), clients(), lease_name) as (a, b, lead_a, lead_b, run_a, run_b, sampler):
         await asyncio.sleep(LEASE + 0.5)  # well past a lease duration: a keeps renewing, b waits
         assert a.is_leader() and not b.is_leader() and not lead_b.active
         assert b.leader_identity == "cand-a"
@@ -440,13 +447,8 @@ async def test_partitioned_leader_stops_and_the_other_waits_a_lease_duration(api
     partition = Partition(host, int(port))
     relay_port = await partition.start()
     try:
-        a = LeaderElector(clients(dataclasses.replace(config, server=f"https://{host}:{relay_port}")), name=lease_name, identity="cand-a", **TIMING)
-        b = LeaderElector(clients(), name=lease_name, identity="cand-b", **TIMING)
-        lead_a, lead_b = Lead(), Lead()
-        with Sampler([a, b], [lead_a, lead_b]) as sampler:
-            run_a = tasks(a.run(lead_a))
-            await eventually(lambda: lead_a.active, message="a leads")
-            run_b = tasks(b.run(lead_b))
+        relayed = clients(dataclasses.replace(config, server=f"https://{host}:{relay_port}"))
+        async with a_leading_b_waiting(tasks, relayed, clients(), lease_name) as (a, b, lead_a, lead_b, run_a, run_b, sampler):
             await asyncio.sleep(1.0)
 
             partition.cut = True

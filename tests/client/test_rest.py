@@ -1,13 +1,13 @@
 """RestClient against the real apiserver: verbs, paging, selectors, watch, errors.
 
-Each test works in its own namespace, made through the client itself.
+Each test works in its own namespace, made through the client itself (the ``client`` and
+``namespace`` fixtures of tests/conftest.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 import uuid
 
@@ -29,21 +29,7 @@ from kubesvc.client.rest import (
     is_gone,
     is_not_found,
 )
-
-
-@pytest.fixture
-async def client(apiserver):
-    async with RestClient(load_kubeconfig(apiserver.kubeconfig)) as c:
-        yield c
-
-
-@pytest.fixture
-async def namespace(client):
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    await client.resource(NAMESPACES).create({"metadata": {"name": name}})
-    yield name
-    with contextlib.suppress(ApiError):
-        await client.resource(NAMESPACES).delete(name)
+from tests.support.apiserver import free_port
 
 
 def _service(name: str, port: int = 80, **labels: str) -> dict:
@@ -107,14 +93,8 @@ async def test_namespaced_object_calls_need_a_namespace():
             await c.resource(SERVICES).create(_service("web"))
 
 
-def _unused_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_refused_connection_is_connection_failed():
-    async with RestClient(ClientConfig(server=f"http://127.0.0.1:{_unused_port()}")) as c:
+    async with RestClient(ClientConfig(server=f"http://127.0.0.1:{free_port()}")) as c:
         with pytest.raises(ConnectionFailed, match="GET http://127.0.0.1:.*/api/v1/nodes"):
             await c.resource(NODES).list()
         with pytest.raises(ConnectionFailed, match="watch"):

@@ -13,7 +13,7 @@ import json
 
 from kubesvc.client.rest import ENDPOINTSLICES, PODS, SERVICES
 from kubesvc.controllers.manager import ENDPOINTSLICE, ControllerManager, ManagerConfig
-from tests.support.cluster import api_client, create_pods, create_service, ensure_node, eventually, new_namespace, set_pod_status
+from tests.support.cluster import api_client, create_pods, create_service, ensure_node, eventually, new_namespace, running_task, set_pod_status
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
@@ -22,13 +22,8 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 async def endpointslice_controller(server, **config):
     async with api_client(server, "kube-controller-manager") as client:
         manager = ControllerManager(client, ManagerConfig(controllers={ENDPOINTSLICE}, leader_elect=False, secure_port=0, **config))
-        task = asyncio.create_task(manager.run_controllers())
-        try:
+        async with running_task(manager.run_controllers()):
             yield manager
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 async def slices_of(client, namespace: str, service: str) -> list[dict]:

@@ -6,9 +6,11 @@ kubectl binary (with its own discovery cache dir, so no state leaks between serv
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -77,6 +79,30 @@ def start_apiserver(data_dir: Path, *extra: str, port: int = 0, timeout: float =
     process.stdout.close()
     log.close()
     raise RuntimeError(f"apiserver did not start: {line!r}; log: {(data_dir / 'apiserver.log').read_text()[-3000:]}")
+
+
+@contextlib.contextmanager
+def running_apiserver(data_dir: Path, *extra: str, **options):
+    """``start_apiserver`` for the block, stopped after it."""
+    server = start_apiserver(data_dir, *extra, **options)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports on 127.0.0.1 that nothing listens on (as of now): all are
+    held open until all are chosen, so the kernel cannot hand out one twice."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
 
 
 @dataclass

@@ -9,116 +9,38 @@ namespace. Pods are plain API objects: their status (IP, phase, Ready) is writte
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import uuid
 
 import pytest
 
-from kubesvc.client.kubeconfig import load_kubeconfig
-from kubesvc.client.rest import ENDPOINTS, EVENTS, NAMESPACES, PODS, SERVICES, ApiError, RestClient, is_conflict
+from kubesvc.client.rest import ENDPOINTS, EVENTS, PODS, RestClient
 from kubesvc.controllers.endpoints import EndpointsController
 from kubesvc.controllers.endpoints.desired import ANNOTATION_LEADER, ANNOTATION_OVER_CAPACITY
-from kubesvc.controllers.informers import SharedInformers
+from tests.support.cluster import create_pod, create_pods, create_service, eventually, get_or_none, kubectl, pod_ip, running_controller, set_pod_status
 
 
-@pytest.fixture
-async def client(apiserver):
-    async with RestClient(load_kubeconfig(apiserver.kubeconfig)) as c:
-        yield c
-
-
-@pytest.fixture
-async def namespace(client):
-    name = f"ep-{uuid.uuid4().hex[:8]}"
-    await client.resource(NAMESPACES).create({"metadata": {"name": name}})
-    yield name
-    with contextlib.suppress(ApiError):
-        await client.resource(NAMESPACES).delete(name)
-
-
-@contextlib.asynccontextmanager
-async def running_controller(client: RestClient, **options):
-    informers = SharedInformers(client)
-    controller = EndpointsController(client, informers, **options)
-    informers.start()
-    task = asyncio.create_task(controller.run())
-    try:
-        assert await informers.wait_for_sync(10), "informers did not sync"
-        yield controller
-    finally:
-        controller.queue.shutdown()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await controller.recorder.flush()
-        await informers.stop()
+def endpoints_controller(client: RestClient):
+    return running_controller(client, EndpointsController, sync_timeout=10)
 
 
 @pytest.fixture
 async def controller(client):
-    async with running_controller(client) as c:
+    async with endpoints_controller(client) as c:
         yield c
 
 
-async def eventually(probe, timeout: float = 20.0, message: str = "condition"):
-    """Await ``probe()`` until it returns something truthy; return that."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    last = None
-    while asyncio.get_running_loop().time() < deadline:
-        last = await probe()
-        if last:
-            return last
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {message}; last: {last!r}")
-
-
-async def kubectl(apiserver, *args: str, check: bool = True):
-    """kubectl in a thread, so the controller keeps running meanwhile."""
-    return await asyncio.to_thread(apiserver.kubectl, *args, check=check)
-
-
-async def get_endpoints(client: RestClient, namespace: str, name: str) -> dict | None:
-    try:
-        return await client.resource(ENDPOINTS).get(name, namespace)
-    except ApiError as exc:
-        if exc.status == 404:
-            return None
-        raise
+def get_endpoints(client: RestClient, namespace: str, name: str):
+    return get_or_none(client, ENDPOINTS, name, namespace)
 
 
 def ips(endpoints: dict | None, field: str = "addresses") -> list[str]:
     return sorted(a["ip"] for s in (endpoints or {}).get("subsets") or () for a in s.get(field) or ())
 
 
-async def create_service(client: RestClient, namespace: str, name: str = "web", **spec) -> dict:
-    body = {"metadata": {"name": name, "namespace": namespace, "labels": {"tier": "frontend"}},
-            "spec": {"selector": {"app": name}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}], **spec}}
-    return await client.resource(SERVICES).create(body)
-
-
-async def create_pod(client: RestClient, namespace: str, name: str, ip: str, ready: bool, app: str = "web", node: str | None = None) -> dict:
-    spec = {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10", "ports": [{"name": "http", "containerPort": 8080}]}]}
-    if node:
-        spec["nodeName"] = node
-    pod = await client.resource(PODS).create({"metadata": {"name": name, "namespace": namespace, "labels": {"app": app}}, "spec": spec})
-    pod["status"] = {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
-                     "conditions": [{"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
-    return await client.resource(PODS).update_status(pod, namespace)
-
-
-async def set_ready(client: RestClient, namespace: str, name: str, ready: bool) -> None:
-    pods = client.resource(PODS)
-    for _ in range(10):
-        pod = await pods.get(name, namespace)
-        pod["status"]["conditions"] = [{"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": "2026-01-02T00:00:00Z"}]
-        try:
-            await pods.update_status(pod, namespace)
-            return
-        except ApiError as exc:
-            if not is_conflict(exc):
-                raise
-    raise AssertionError(f"could not update {name}")
+async def create_web_service(client: RestClient, namespace: str, name: str = "web", **spec) -> dict:
+    """A Service labelled tier=frontend, selecting app=<name>, its port aimed at the Pods' named port."""
+    return await create_service(client, namespace, name, {"app": name}, labels={"tier": "frontend"},
+                                ports=[{"name": "http", "port": 80, "targetPort": "http"}], **spec)
 
 
 async def describe(apiserver, namespace: str, name: str) -> tuple[list[str], list[str]]:
@@ -134,10 +56,10 @@ async def describe(apiserver, namespace: str, name: str) -> tuple[list[str], lis
 
 
 async def test_endpoints_follow_pod_readiness_and_deletion(apiserver, client, namespace, controller):
-    await create_service(client, namespace)
-    await create_pod(client, namespace, "web-0", "10.244.0.10", ready=True, node="node-a")
-    await create_pod(client, namespace, "web-1", "10.244.0.11", ready=False, node="node-a")
-    await create_pod(client, namespace, "other", "10.244.0.99", ready=True, app="other")
+    await create_web_service(client, namespace)
+    web0 = await create_pod(client, namespace, "web-0", {"app": "web"}, "10.244.0.10", node="node-a")
+    web1 = await create_pod(client, namespace, "web-1", {"app": "web"}, "10.244.0.11", node="node-a", ready=False)
+    await create_pod(client, namespace, "other", {"app": "other"}, "10.244.0.99", node=None)
 
     await eventually(lambda: _has(client, namespace, ready=["10.244.0.10"], not_ready=["10.244.0.11"]), message="first endpoints")
     endpoints = json.loads((await kubectl(apiserver, "get", "endpoints", "web", "-n", namespace, "-o", "json")).stdout)
@@ -154,11 +76,11 @@ async def test_endpoints_follow_pod_readiness_and_deletion(apiserver, client, na
     assert "10.244.0.10:8080" in table and "10.244.0.11" not in table  # the table lists ready addresses
     assert await describe(apiserver, namespace, "web") == (["10.244.0.10"], ["10.244.0.11"])
 
-    await set_ready(client, namespace, "web-1", True)
+    await set_pod_status(client, web1, ready=True)
     await eventually(lambda: _has(client, namespace, ready=["10.244.0.10", "10.244.0.11"], not_ready=[]), message="web-1 ready")
     assert await describe(apiserver, namespace, "web") == (["10.244.0.10", "10.244.0.11"], [])
 
-    await set_ready(client, namespace, "web-0", False)
+    await set_pod_status(client, web0, ready=False)
     await eventually(lambda: _has(client, namespace, ready=["10.244.0.11"], not_ready=["10.244.0.10"]), message="web-0 not ready")
     assert await describe(apiserver, namespace, "web") == (["10.244.0.11"], ["10.244.0.10"])
 
@@ -184,22 +106,16 @@ async def _absent(client, namespace, name):
 
 
 async def test_publish_not_ready_addresses_and_headless(apiserver, client, namespace, controller):
-    await create_service(client, namespace, "peers", clusterIP="None", publishNotReadyAddresses=True)
-    await create_pod(client, namespace, "peer-0", "10.244.1.10", ready=False, app="peers")
+    await create_web_service(client, namespace, "peers", clusterIP="None", publishNotReadyAddresses=True)
+    await create_pod(client, namespace, "peer-0", {"app": "peers"}, "10.244.1.10", node=None, ready=False)
     await eventually(lambda: _has(client, namespace, ["10.244.1.10"], [], name="peers"), message="unready pod published")
     endpoints = json.loads((await kubectl(apiserver, "get", "endpoints", "peers", "-n", namespace, "-o", "json")).stdout)
     assert endpoints["metadata"]["labels"] == {"tier": "frontend", "service.kubernetes.io/headless": ""}
 
 
 async def test_over_capacity_truncates_to_1000_and_annotates(apiserver, client, namespace, controller):
-    await create_service(client, namespace, "big")
-    semaphore = asyncio.Semaphore(64)
-
-    async def pod(i: int) -> None:
-        async with semaphore:
-            await create_pod(client, namespace, f"big-{i}", f"10.250.{i // 250}.{i % 250 + 1}", ready=True, app="big")
-
-    await asyncio.gather(*(pod(i) for i in range(1001)))
+    await create_web_service(client, namespace, "big")
+    await create_pods(client, namespace, 1001, {"app": "big"}, prefix="big", concurrency=64, node=None)
 
     async def truncated():
         endpoints = await get_endpoints(client, namespace, "big")
@@ -215,15 +131,15 @@ async def test_over_capacity_truncates_to_1000_and_annotates(apiserver, client, 
     async def at_cap():
         endpoints = await get_endpoints(client, namespace, "big")
         return (endpoints is not None and ANNOTATION_OVER_CAPACITY not in (endpoints["metadata"].get("annotations") or {})
-                and "10.250.0.1" not in ips(endpoints) and len(ips(endpoints)) == 1000)
+                and pod_ip(0) not in ips(endpoints) and len(ips(endpoints)) == 1000)
     await eventually(at_cap, timeout=60, message="annotation removed at capacity")
     result = (await kubectl(apiserver, "get", "endpoints", "big", "-n", namespace, "-o", "jsonpath={.metadata.annotations}")).stdout
     assert "over-capacity" not in result
 
 
 async def test_deleted_endpoints_are_recreated(apiserver, client, namespace, controller):
-    await create_service(client, namespace)
-    await create_pod(client, namespace, "web-0", "10.244.2.10", ready=True)
+    await create_web_service(client, namespace)
+    await create_pod(client, namespace, "web-0", {"app": "web"}, "10.244.2.10", node=None)
     await eventually(lambda: _has(client, namespace, ["10.244.2.10"], []), message="endpoints")
     await kubectl(apiserver, "delete", "endpoints", "web", "-n", namespace)
     await eventually(lambda: _has(client, namespace, ["10.244.2.10"], []), message="endpoints recreated")
@@ -237,7 +153,7 @@ async def test_leftover_endpoints_deleted_at_start_but_not_leader_records(apiser
     await create_service(client, namespace, "manual", selector=None)  # no selector: hand-written Endpoints
     await endpoints.create({"metadata": {"name": "manual", "namespace": namespace},
                             "subsets": [{"addresses": [{"ip": "10.9.9.8"}], "ports": [{"name": "http", "port": 1}]}]})
-    async with running_controller(client):
+    async with endpoints_controller(client):
         await eventually(lambda: _absent(client, namespace, "orphan"), message="orphan deleted")
         await asyncio.sleep(0.3)
         names = (await kubectl(apiserver, "get", "endpoints", "-n", namespace, "-o", "name")).stdout.split()
@@ -247,9 +163,9 @@ async def test_leftover_endpoints_deleted_at_start_but_not_leader_records(apiser
 
 async def test_failed_writes_are_reported_as_events(apiserver, client, namespace, controller):
     """A loopback Pod IP is not a valid endpoint address: the apiserver refuses the write."""
-    await create_pod(client, namespace, "web-0", "127.0.0.1", ready=True)
+    await create_pod(client, namespace, "web-0", {"app": "web"}, "127.0.0.1", node=None)
     await eventually(lambda: _cached_ip(controller, namespace, "web-0", "127.0.0.1"), message="pod in the controller's cache")
-    await create_service(client, namespace)
+    await create_web_service(client, namespace)
 
     async def events(reason: str):
         listed = await client.resource(EVENTS).list(namespace)
@@ -263,10 +179,10 @@ async def test_failed_writes_are_reported_as_events(apiserver, client, namespace
 
     # the bad Pod goes, a good one comes: the create succeeds on retry
     await client.resource(PODS).delete("web-0", namespace)
-    await create_pod(client, namespace, "web-1", "10.244.3.11", ready=True)
+    await create_pod(client, namespace, "web-1", {"app": "web"}, "10.244.3.11", node=None)
     await eventually(lambda: _has(client, namespace, ["10.244.3.11"], []), message="endpoints created")
 
-    await create_pod(client, namespace, "web-2", "127.0.0.2", ready=True)
+    await create_pod(client, namespace, "web-2", {"app": "web"}, "127.0.0.2", node=None)
     event = (await eventually(lambda: events("FailedToUpdateEndpoint"), message="FailedToUpdateEndpoint event"))[0]
     assert event["message"].startswith(f"Failed to update endpoint {namespace}/web: ")
     table = (await kubectl(apiserver, "get", "events", "-n", namespace)).stdout

@@ -17,7 +17,7 @@ import copy
 
 import pytest
 
-from kubesvc.controllers.endpointslice.reconciler import CONTROLLER_NAME, new_slice
+from kubesvc.controllers.endpointslice.reconciler import CONTROLLER_NAME, Plan, new_slice
 from kubesvc.controllers.endpointslice.util import LABEL_HEADLESS, LABEL_MANAGED_BY, LABEL_SERVICE_NAME, controller_ref
 from tests.controllers.endpointslice.builders import (
     Cluster,
@@ -245,24 +245,25 @@ def test_reconcile_many_pods():
     assert port_group_totals(plan) == (250, 3)
 
 
-def _quarter_slices(svc: dict, pods: list[dict]) -> list[dict]:
-    """Upstream's two preexisting slices: pods 1, 5, 9, ... and pods 3, 7, 11, ..."""
+def _reconcile_over_quarter_slices(count: int, existing_lengths: list[int]) -> tuple[list[dict], Cluster, Plan]:
+    """``count`` Pods over upstream's two preexisting slices (pods 1, 5, 9, ... and pods 3, 7,
+    11, ..., of ``existing_lengths`` endpoints), reconciled: (those slices, the cluster, the plan)."""
+    svc = new_service()
+    pods = many_pods(count)
     slice1, slice2 = new_empty_slice(1, svc), new_empty_slice(2, svc)
     slice1["endpoints"] = endpoints_for(pods[1:len(pods) - 4:4], svc)
     slice2["endpoints"] = endpoints_for(pods[3:len(pods) - 4:4], svc)
-    return [slice1, slice2]
+    existing = [slice1, slice2]
+    assert lengths(existing) == existing_lengths
+    cluster = Cluster(existing)
+    return existing, cluster, cluster.reconcile(svc, pods)
 
 
 def test_reconcile_endpoint_slices_some_preexisting():
     """TestReconcileEndpointSlicesSomePreexisting: 62 + 61 present, 127 to add: one create of 100,
     the other 27 into the slice that ends closest to full (62 -> 89): 1 update + 1 create instead
     of 2 updates + 1 create."""
-    svc = new_service()
-    pods = many_pods(250)
-    existing = _quarter_slices(svc, pods)
-    assert lengths(existing) == [61, 62]
-    cluster = Cluster(existing)
-    plan = cluster.reconcile(svc, pods)
+    _, cluster, plan = _reconcile_over_quarter_slices(250, [61, 62])
     assert counts(plan) == (1, 1, 0)
     assert [len(s["endpoints"]) for s in plan.creates] == [100]
     assert [(s["metadata"]["name"], len(s["endpoints"])) for s in plan.updates] == [("foo-1", 89)]
@@ -274,12 +275,7 @@ def test_reconcile_endpoint_slices_some_preexisting():
 def test_reconcile_endpoint_slices_some_preexisting_worse_allocation():
     """TestReconcileEndpointSlicesSomePreexistingWorseAllocation: 74 + 74 present, 152 to add: two
     creates (100, 52) rather than 2 updates + 1 create; the existing slices are untouched."""
-    svc = new_service()
-    pods = many_pods(300)
-    existing = _quarter_slices(svc, pods)
-    assert lengths(existing) == [74, 74]
-    cluster = Cluster(existing)
-    plan = cluster.reconcile(svc, pods)
+    existing, cluster, plan = _reconcile_over_quarter_slices(300, [74, 74])
     assert counts(plan) == (2, 0, 0)
     assert lengths(plan.creates) == [52, 100]
     assert cluster.lengths() == [52, 74, 74, 100]
@@ -372,14 +368,19 @@ def test_reconcile_endpoint_slices_recycling():
     assert port_group_totals(plan) == (300, 3)
 
 
-def test_reconcile_endpoint_slices_update_packing():
+@pytest.mark.parametrize("smaller_first", [False, True], ids=["fuller slice listed first", "smaller slice listed first"])
+def test_reconcile_endpoint_slices_update_packing(smaller_first):
     """TestReconcileEndpointSlicesUpdatePacking: both slices change (Pods flipped not ready), and
-    the 15 new endpoints go to the fuller of the slices already being updated: [95, 20]."""
+    the 15 new endpoints go to the fuller of the slices already being updated: [95, 20]. With the
+    smaller slice listed first too: the slices being updated are filled fullest first, whatever
+    order they come in."""
     svc = new_service()
+    fuller, smaller = [new_pod(i) for i in range(80)], [new_pod(i) for i in range(100, 120)]
+    first, second = (smaller, fuller) if smaller_first else (fuller, smaller)
     slice1, slice2 = new_empty_slice(1, svc), new_empty_slice(2, svc)
-    pods = [new_pod(i) for i in range(80)] + [new_pod(i) for i in range(100, 120)]
-    slice1["endpoints"] = endpoints_for(pods[:80], svc)
-    slice2["endpoints"] = endpoints_for(pods[80:], svc)
+    pods = first + second
+    slice1["endpoints"] = endpoints_for(first, svc)
+    slice2["endpoints"] = endpoints_for(second, svc)
     cluster = Cluster([slice1, slice2])
     for i, pod in enumerate(pods):
         if i % 10 == 0:
@@ -387,27 +388,10 @@ def test_reconcile_endpoint_slices_update_packing():
     pods += [new_pod(i) for i in range(200, 215)]
     plan = cluster.reconcile(svc, pods)
     assert counts(plan) == (0, 2, 0)
-    assert {s["metadata"]["name"]: len(s["endpoints"]) for s in plan.updates} == {"foo-1": 95, "foo-2": 20}
+    want = {"foo-1": 20, "foo-2": 95} if smaller_first else {"foo-1": 95, "foo-2": 20}
+    assert {s["metadata"]["name"]: len(s["endpoints"]) for s in plan.updates} == want
     assert (plan.added, plan.removed) == (15, 0)
     assert port_group_totals(plan) == (115, 2)
-
-
-def test_reconcile_endpoint_slices_update_packing_fullest_first():
-    """TestReconcileEndpointSlicesUpdatePacking with the smaller slice listed first: the slices
-    being updated are filled fullest first, whatever order they come in."""
-    svc = new_service()
-    small, big = new_empty_slice(1, svc), new_empty_slice(2, svc)
-    pods = [new_pod(i) for i in range(100, 120)] + [new_pod(i) for i in range(80)]
-    small["endpoints"] = endpoints_for(pods[:20], svc)
-    big["endpoints"] = endpoints_for(pods[20:], svc)
-    cluster = Cluster([small, big])
-    for i, pod in enumerate(pods):
-        if i % 10 == 0:
-            set_ready(pod, False)
-    pods += [new_pod(i) for i in range(200, 215)]
-    plan = cluster.reconcile(svc, pods)
-    assert counts(plan) == (0, 2, 0)
-    assert {s["metadata"]["name"]: len(s["endpoints"]) for s in plan.updates} == {"foo-1": 20, "foo-2": 95}
 
 
 @pytest.mark.parametrize("sizes, new, want", [

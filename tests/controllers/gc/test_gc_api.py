@@ -20,66 +20,37 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from kubesvc.client.kubeconfig import load_kubeconfig
-from kubesvc.client.rest import ENDPOINTS, ENDPOINTSLICES, NAMESPACES, SERVICES, ApiError, RestClient, is_not_found
+from kubesvc.client.rest import ENDPOINTS, ENDPOINTSLICES, SERVICES, RestClient
 from kubesvc.controllers.gc import GarbageCollector
-from tests.support.apiserver import start_apiserver
+from tests.support.apiserver import running_apiserver
+from tests.support.cluster import api_client, create_service, eventually, get_or_none, kubectl, new_namespace, running_task
 
 HOLD = "kubesvc.test/hold"  # a finalizer of the test's own, to keep a dependent around
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    running = start_apiserver(tmp_path_factory.mktemp("gc-apiserver"))
-    yield running
-    running.stop()
+    with running_apiserver(tmp_path_factory.mktemp("gc-apiserver")) as running:
+        yield running
 
 
 @pytest.fixture
 async def api(server):
-    async with RestClient(load_kubeconfig(server.kubeconfig), field_manager="gc-test") as c:
+    async with api_client(server, "gc-test") as c:
         yield c
 
 
 @pytest.fixture
 async def ns(api):
-    name = f"gc-{uuid.uuid4().hex[:8]}"
-    await api.resource(NAMESPACES).create({"metadata": {"name": name}})
-    return name
+    return await new_namespace(api, "gc")
 
 
 @contextlib.asynccontextmanager
 async def garbage_collector(api: RestClient):
     gc = GarbageCollector(api, workers=4)
-    task = asyncio.create_task(gc.run())
-    try:
+    async with running_task(gc.run()):
         assert await gc.wait_for_sync(20), "garbage collector did not sync"
         yield gc
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-async def eventually(check, timeout: float = 20.0, what: str = "condition"):
-    """Poll ``await check()`` until it returns a truthy value; return that value."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
-async def read(api: RestClient, resource, name: str, ns: str) -> dict | None:
-    try:
-        return await api.resource(resource).get(name, ns)
-    except ApiError as err:
-        if is_not_found(err):
-            return None
-        raise
 
 
 def owner_ref(owner: dict, **extra) -> dict:
@@ -91,8 +62,8 @@ def controller_ref(owner: dict) -> dict:
     return owner_ref(owner, controller=True, blockOwnerDeletion=True)
 
 
-async def create_service(api: RestClient, ns: str, name: str = "web") -> dict:
-    return await api.resource(SERVICES).create({"metadata": {"name": name}, "spec": {"selector": {"app": name}, "ports": [{"port": 80}]}}, ns)
+async def owner_service(api: RestClient, ns: str, name: str = "web") -> dict:
+    return await create_service(api, ns, name, {"app": name})
 
 
 async def create_slice(api: RestClient, ns: str, name: str, refs: list[dict], finalizers=()) -> dict:
@@ -111,7 +82,7 @@ async def create_endpoints(api: RestClient, ns: str, name: str, refs: list[dict]
 async def service_with_dependents(api: RestClient, ns: str, *, held_slice: bool = False) -> dict:
     """Service "web", EndpointSlices web-a and web-b (web-b optionally held by a finalizer of
     the test's own) and Endpoints "web", all owned by the Service."""
-    svc = await create_service(api, ns)
+    svc = await owner_service(api, ns)
     ref = controller_ref(svc)
     await create_slice(api, ns, "web-a", [ref])
     await create_slice(api, ns, "web-b", [ref], finalizers=[HOLD] if held_slice else ())
@@ -123,11 +94,7 @@ DEPENDENTS = ((ENDPOINTSLICES, "web-a"), (ENDPOINTSLICES, "web-b"), (ENDPOINTS, 
 
 
 async def all_gone(api: RestClient, ns: str, objects) -> bool:
-    return all([await read(api, resource, name, ns) is None for resource, name in objects])
-
-
-def kubectl(server, *args: str):
-    return asyncio.to_thread(server.kubectl, *args)
+    return all([await get_or_none(api, resource, name, ns) is None for resource, name in objects])
 
 
 def python_client(server) -> k8s.CoreV1Api:
@@ -142,8 +109,8 @@ async def test_kubectl_cascade_background_deletes_the_service_then_its_dependent
     async with garbage_collector(api):
         result = await kubectl(server, "delete", "svc", "web", "-n", ns, "--cascade=background")
         assert result.stdout.strip() == 'service "web" deleted'
-        assert await read(api, SERVICES, "web", ns) is None  # gone at once
-        await eventually(lambda: all_gone(api, ns, DEPENDENTS), what="dependents deleted")
+        assert await get_or_none(api, SERVICES, "web", ns) is None  # gone at once
+        await eventually(lambda: all_gone(api, ns, DEPENDENTS), message="dependents deleted")
 
 
 async def test_kubectl_cascade_foreground_keeps_the_service_until_its_dependents_are_gone(server, api, ns):
@@ -151,11 +118,11 @@ async def test_kubectl_cascade_foreground_keeps_the_service_until_its_dependents
     async with garbage_collector(api):
         deleting = asyncio.ensure_future(kubectl(server, "delete", "svc", "web", "-n", ns, "--cascade=foreground"))
         # the free dependents go; the held one is marked, and the Service waits for it
-        await eventually(lambda: all_gone(api, ns, [(ENDPOINTSLICES, "web-a"), (ENDPOINTS, "web")]), what="free dependents deleted")
-        held = await eventually(lambda: _marked(api, ENDPOINTSLICES, "web-b", ns), what="held slice marked")
+        await eventually(lambda: all_gone(api, ns, [(ENDPOINTSLICES, "web-a"), (ENDPOINTS, "web")]), message="free dependents deleted")
+        held = await eventually(lambda: _marked(api, ENDPOINTSLICES, "web-b", ns), message="held slice marked")
         assert held["metadata"]["finalizers"] == [HOLD]
         await asyncio.sleep(0.5)  # time enough for a wrong garbage collector to let the Service go
-        svc = await read(api, SERVICES, "web", ns)
+        svc = await get_or_none(api, SERVICES, "web", ns)
         assert svc is not None and svc["metadata"]["deletionTimestamp"]
         assert svc["metadata"]["finalizers"] == ["foregroundDeletion"]
         shown = (await kubectl(server, "get", "svc", "web", "-n", ns, "-o", "jsonpath={.metadata.finalizers}")).stdout
@@ -165,34 +132,34 @@ async def test_kubectl_cascade_foreground_keeps_the_service_until_its_dependents
         await api.resource(ENDPOINTSLICES).patch("web-b", {"metadata": {"finalizers": None}}, ns)
         result = await asyncio.wait_for(deleting, 30)
         assert result.stdout.strip() == 'service "web" deleted'
-        assert await read(api, SERVICES, "web", ns) is None
+        assert await get_or_none(api, SERVICES, "web", ns) is None
         assert await all_gone(api, ns, DEPENDENTS)
 
 
 async def test_foreground_deletion_goes_down_the_whole_tree_first(server, api, ns):
     """A dependent with dependents of its own is deleted in the foreground too: the Service
     waits for its slice, which waits for the object it owns."""
-    svc = await create_service(api, ns)
+    svc = await owner_service(api, ns)
     middle = await create_slice(api, ns, "web-a", [controller_ref(svc)])
     leaf_ref = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "name": "web-a", "uid": middle["metadata"]["uid"],
                 "controller": True, "blockOwnerDeletion": True}
     await api.resource(ENDPOINTS).create({"metadata": {"name": "leaf", "ownerReferences": [leaf_ref], "finalizers": [HOLD]}}, ns)
     async with garbage_collector(api):
         await kubectl(server, "delete", "svc", "web", "-n", ns, "--cascade=foreground", "--wait=false")
-        await eventually(lambda: _marked(api, ENDPOINTS, "leaf", ns), what="leaf marked")
-        middle_now = await eventually(lambda: _marked(api, ENDPOINTSLICES, "web-a", ns), what="slice marked")
+        await eventually(lambda: _marked(api, ENDPOINTS, "leaf", ns), message="leaf marked")
+        middle_now = await eventually(lambda: _marked(api, ENDPOINTSLICES, "web-a", ns), message="slice marked")
         assert middle_now["metadata"]["finalizers"] == ["foregroundDeletion"]
         await asyncio.sleep(0.5)
-        assert (await read(api, SERVICES, "web", ns))["metadata"]["finalizers"] == ["foregroundDeletion"]
-        assert await read(api, ENDPOINTSLICES, "web-a", ns) is not None
+        assert (await get_or_none(api, SERVICES, "web", ns))["metadata"]["finalizers"] == ["foregroundDeletion"]
+        assert await get_or_none(api, ENDPOINTSLICES, "web-a", ns) is not None
 
         await api.resource(ENDPOINTS).patch("leaf", {"metadata": {"finalizers": None}}, ns)
         await eventually(lambda: all_gone(api, ns, [(SERVICES, "web"), (ENDPOINTSLICES, "web-a"), (ENDPOINTS, "leaf")]),
-                         what="the whole tree deleted")
+                         message="the whole tree deleted")
 
 
 async def _marked(api, resource, name, ns):
-    obj = await read(api, resource, name, ns)
+    obj = await get_or_none(api, resource, name, ns)
     return obj if obj is not None and obj["metadata"].get("deletionTimestamp") else None
 
 
@@ -201,14 +168,14 @@ async def test_kubectl_cascade_orphan_keeps_the_dependents_without_the_owner_ref
     async with garbage_collector(api):
         result = await kubectl(server, "delete", "svc", "web", "-n", ns, "--cascade=orphan")
         assert result.stdout.strip() == 'service "web" deleted'
-        assert await read(api, SERVICES, "web", ns) is None
+        assert await get_or_none(api, SERVICES, "web", ns) is None
         for resource, name in DEPENDENTS:
-            dependent = await read(api, resource, name, ns)
+            dependent = await get_or_none(api, resource, name, ns)
             assert dependent is not None, name
             assert "ownerReferences" not in dependent["metadata"], dependent["metadata"]
         await asyncio.sleep(0.5)  # and they stay: nothing collects orphans
         for resource, name in DEPENDENTS:
-            assert await read(api, resource, name, ns) is not None, name
+            assert await get_or_none(api, resource, name, ns) is not None, name
 
 
 # ---- the Python client with a DeleteOptions body --------------------------------------------
@@ -223,17 +190,17 @@ async def test_python_client_delete_options_body(server, api, ns, policy):
         expected_finalizer = {"Background": None, "Foreground": ["foregroundDeletion"], "Orphan": ["orphan"]}[policy]
         assert answer.metadata.finalizers == expected_finalizer
         assert (answer.metadata.deletion_timestamp is not None) == (policy != "Background")
-        await eventually(lambda: _is_gone(api, SERVICES, "web", ns), what="service deleted")
+        await eventually(lambda: _is_gone(api, SERVICES, "web", ns), message="service deleted")
         if policy == "Orphan":
             for resource, name in DEPENDENTS:
-                dependent = await read(api, resource, name, ns)
+                dependent = await get_or_none(api, resource, name, ns)
                 assert dependent is not None and "ownerReferences" not in dependent["metadata"]
         else:
-            await eventually(lambda: all_gone(api, ns, DEPENDENTS), what="dependents deleted")
+            await eventually(lambda: all_gone(api, ns, DEPENDENTS), message="dependents deleted")
 
 
 async def _is_gone(api, resource, name, ns) -> bool:
-    return await read(api, resource, name, ns) is None
+    return await get_or_none(api, resource, name, ns) is None
 
 
 # ---- dangling, shared and stale owner references ---------------------------------------------
@@ -244,40 +211,40 @@ async def test_dependent_of_an_owner_that_never_existed_is_deleted(server, api, 
     ghost_node = {"apiVersion": "v1", "kind": "Node", "name": "ghost-node", "uid": str(uuid.uuid4())}
     await create_endpoints(api, ns, "orphaned", [ghost_service])
     await create_slice(api, ns, "on-a-ghost-node", [ghost_node])  # a cluster-scoped owner
-    svc = await create_service(api, ns, "real")
+    svc = await owner_service(api, ns, "real")
     await create_endpoints(api, ns, "real", [controller_ref(svc)])
     async with garbage_collector(api):
         await eventually(lambda: all_gone(api, ns, [(ENDPOINTS, "orphaned"), (ENDPOINTSLICES, "on-a-ghost-node")]),
-                         what="dependents of absent owners deleted")
-        assert await read(api, ENDPOINTS, "real", ns) is not None
+                         message="dependents of absent owners deleted")
+        assert await get_or_none(api, ENDPOINTS, "real", ns) is not None
 
 
 async def test_dependent_with_two_owners_loses_only_the_deleted_owners_reference(server, api, ns):
-    first, second = await create_service(api, ns, "first"), await create_service(api, ns, "second")
+    first, second = await owner_service(api, ns, "first"), await owner_service(api, ns, "second")
     await create_slice(api, ns, "shared", [controller_ref(first), owner_ref(second)])
     async with garbage_collector(api):
         await kubectl(server, "delete", "svc", "first", "-n", ns)
 
         async def only_second():
-            shared = await read(api, ENDPOINTSLICES, "shared", ns)
+            shared = await get_or_none(api, ENDPOINTSLICES, "shared", ns)
             assert shared is not None, "the shared slice must survive"
             return shared["metadata"].get("ownerReferences") == [owner_ref(second)]
 
-        await eventually(only_second, what="first owner's reference removed")
+        await eventually(only_second, message="first owner's reference removed")
         await asyncio.sleep(0.5)
-        assert await read(api, ENDPOINTSLICES, "shared", ns) is not None
+        assert await get_or_none(api, ENDPOINTSLICES, "shared", ns) is not None
 
 
 async def test_a_recreated_owner_with_the_same_name_does_not_keep_the_old_dependents(server, api, ns):
-    old = await create_service(api, ns)
+    old = await owner_service(api, ns)
     await create_endpoints(api, ns, "web", [controller_ref(old)])
     await create_slice(api, ns, "web-old", [controller_ref(old)])
     # no garbage collector yet: the Service is deleted and made again under the same name
     await kubectl(server, "delete", "svc", "web", "-n", ns)
-    new = await create_service(api, ns)
+    new = await owner_service(api, ns)
     assert new["metadata"]["uid"] != old["metadata"]["uid"]
     await create_slice(api, ns, "web-new", [controller_ref(new)])
     async with garbage_collector(api):
-        await eventually(lambda: all_gone(api, ns, [(ENDPOINTS, "web"), (ENDPOINTSLICES, "web-old")]), what="old dependents deleted")
-        assert await read(api, ENDPOINTSLICES, "web-new", ns) is not None
-        assert (await read(api, SERVICES, "web", ns))["metadata"]["uid"] == new["metadata"]["uid"]
+        await eventually(lambda: all_gone(api, ns, [(ENDPOINTS, "web"), (ENDPOINTSLICES, "web-old")]), message="old dependents deleted")
+        assert await get_or_none(api, ENDPOINTSLICES, "web-new", ns) is not None
+        assert (await get_or_none(api, SERVICES, "web", ns))["metadata"]["uid"] == new["metadata"]["uid"]

@@ -7,15 +7,12 @@ so the controller keeps working while the test waits for it.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import uuid
 
-from kubesvc.client.kubeconfig import load_kubeconfig
-from kubesvc.client.rest import ENDPOINTS, NAMESPACES, SERVICES, RestClient
-from kubesvc.controllers.informers import SharedInformers
+from kubesvc.client.rest import ENDPOINTS, RestClient
 from kubesvc.controllers.mirroring.controller import EndpointSliceMirroringController
+from tests.support.cluster import api_client, create_service, eventually, kubectl, new_namespace, running_controller
 
 SERVICE_NAME = "kubernetes.io/service-name"
 MANAGED_BY = "endpointslice.kubernetes.io/managed-by"
@@ -23,62 +20,20 @@ MIRRORING = "endpointslicemirroring-controller.k8s.io"
 
 
 @contextlib.asynccontextmanager
-async def running_controller(server, **options):
-    async with RestClient(load_kubeconfig(server.kubeconfig), field_manager="endpointslicemirroring-controller") as client:
-        informers = SharedInformers(client)
-        controller = EndpointSliceMirroringController(client, informers, **options)
-        informers.start()
-        assert await informers.wait_for_sync(15), "informers did not sync"
-        task = asyncio.create_task(controller.run())
-        try:
-            yield controller
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            await controller.recorder.flush()
-            await informers.stop()
-
-
-@contextlib.asynccontextmanager
-async def user_client(server):
-    async with RestClient(load_kubeconfig(server.kubeconfig), field_manager="test") as client:
-        yield client
-
-
-async def kubectl(server, *args: str, input: str | None = None) -> str:
-    result = await asyncio.to_thread(server.kubectl, *args, input=input)
-    return result.stdout
+async def mirroring_controller(server):
+    """The controller on a client of its own, with the controller-manager's field manager."""
+    async with api_client(server, "endpointslicemirroring-controller") as client, \
+            running_controller(client, EndpointSliceMirroringController) as controller:
+        yield controller
 
 
 async def mirrored_slices(server, namespace: str, name: str) -> list[dict]:
-    out = await kubectl(server, "get", "endpointslices", "-n", namespace, "-l", f"{SERVICE_NAME}={name}", "-o", "json")
+    out = (await kubectl(server, "get", "endpointslices", "-n", namespace, "-l", f"{SERVICE_NAME}={name}", "-o", "json")).stdout
     return json.loads(out)["items"]
 
 
-async def eventually(probe, timeout: float = 20.0, message: str = "condition"):
-    """Await ``probe()`` until it returns something truthy; return that."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {message}")
-        await asyncio.sleep(0.1)
-
-
-async def new_namespace(client: RestClient) -> str:
-    name = f"mirror-{uuid.uuid4().hex[:8]}"
-    await client.resource(NAMESPACES).create({"metadata": {"name": name}})
-    return name
-
-
 async def create_selectorless_service(client: RestClient, namespace: str, name: str) -> dict:
-    return await client.resource(SERVICES).create({
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"ports": [{"name": "sql", "port": 5432, "targetPort": 5432, "protocol": "TCP"}]},
-    })
+    return await create_service(client, namespace, name, None, ports=[{"name": "sql", "port": 5432, "targetPort": 5432, "protocol": "TCP"}])
 
 
 def endpoint_ips(slices: list[dict]) -> dict[str, bool]:
@@ -86,8 +41,8 @@ def endpoint_ips(slices: list[dict]) -> dict[str, bool]:
 
 
 async def test_custom_endpoints_are_mirrored_updated_and_cleaned_up(apiserver):
-    async with user_client(apiserver) as client, running_controller(apiserver):
-        ns = await new_namespace(client)
+    async with api_client(apiserver) as client, mirroring_controller(apiserver):
+        ns = await new_namespace(client, "mirror")
         await create_selectorless_service(client, ns, "db")
         endpoints = await client.resource(ENDPOINTS).create({
             "metadata": {"name": "db", "namespace": ns, "labels": {"team": "storage"},
@@ -166,8 +121,8 @@ async def _none_left(server, ns: str, name: str) -> bool:
 
 
 async def test_endpoints_with_1001_addresses_mirror_1000_and_warn(apiserver):
-    async with user_client(apiserver) as client, running_controller(apiserver) as controller:
-        ns = await new_namespace(client)
+    async with api_client(apiserver) as client, mirroring_controller(apiserver) as controller:
+        ns = await new_namespace(client, "mirror")
         await create_selectorless_service(client, ns, "big")
         addresses = [{"ip": f"10.0.{i // 255}.{i % 255}"} for i in range(1001)]
         await client.resource(ENDPOINTS).create({
@@ -183,7 +138,7 @@ async def test_endpoints_with_1001_addresses_mirror_1000_and_warn(apiserver):
 
         async def warning():
             await controller.recorder.flush()
-            events = json.loads(await kubectl(apiserver, "get", "events", "-n", ns, "-o", "json"))["items"]
+            events = json.loads((await kubectl(apiserver, "get", "events", "-n", ns, "-o", "json")).stdout)["items"]
             return [e for e in events if e["reason"] == "TooManyAddressesToMirror"]
 
         (event,) = await eventually(warning, message="the TooManyAddressesToMirror event")
@@ -191,7 +146,7 @@ async def test_endpoints_with_1001_addresses_mirror_1000_and_warn(apiserver):
         assert event["message"] == "A max of 1000 addresses can be mirrored to EndpointSlices per Endpoints subset. 1 addresses were skipped"
         assert event["involvedObject"]["kind"] == "Endpoints" and event["involvedObject"]["name"] == "big"
         assert event["source"]["component"] == "endpoint-slice-mirroring-controller"
-        table = await kubectl(apiserver, "get", "events", "-n", ns)
+        table = (await kubectl(apiserver, "get", "events", "-n", ns)).stdout
         assert "TooManyAddressesToMirror" in table and "endpoints/big" in table
         registry = controller.metrics.registry
         assert registry.get_sample_value("endpoint_slice_mirroring_controller_addresses_skipped_per_sync_sum") >= 1

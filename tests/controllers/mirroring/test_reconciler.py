@@ -208,9 +208,10 @@ def observed_metrics(plan: Plan, max_per_subset: int) -> Metrics:
 # ---- TestReconcile ---------------------------------------------------------------------------
 
 HTTP, HTTPS_UDP = port("http", 80), port("https", 443, "UDP")
+PORTS_3000 = [port("http", 3000), port("https", 3001, "UDP")]  # the second subset's ports
 TWO_SUBSETS = [
     subset([HTTP, HTTPS_UDP], [addr("10.0.0.1", "pod-1", "node-1"), addr("10.0.0.2", "pod-2", "node-2")]),
-    subset([port("http", 3000), port("https", 3001, "UDP")],
+    subset(PORTS_3000,
            [addr("10.0.1.1", "pod-11", "node-1"), addr("10.0.1.2", "pod-12", "node-2"), addr("10.0.1.3", "pod-13", "node-3")]),
 ]
 ONE_ADDRESS = [subset([HTTP], [addr("10.0.0.1", "pod-1")])]
@@ -284,26 +285,26 @@ RECONCILE_CASES = {
         num_slices=2, actions=1, metrics=Metrics(desired_slices=2, actual_slices=2, desired_endpoints=5, added=3, created=1)),
     "Endpoints with 2 subsets, multiple ports, and dual stack addresses": Case(
         [subset([HTTP, HTTPS_UDP], [addr("2001:db8:2222:3333:4444:5555:6666:7777", "pod-1", "node-1"), addr("10.0.0.2", "pod-2", "node-2")]),
-         subset([port("http", 3000), port("https", 3001, "UDP")],
+         subset(PORTS_3000,
                 [addr("10.0.1.1", "pod-11", "node-1"), addr("10.0.1.2", "pod-12", "node-2"),
                  addr("2001:db8:3333:4444:5555:6666:7777:8888", "pod-13", "node-3")])],
         num_slices=4, actions=4, metrics=Metrics(desired_slices=4, actual_slices=4, desired_endpoints=5, added=5, created=4)),
     "Endpoints with 2 subsets, multiple ports, ipv6 only addresses": Case(
         [subset([HTTP, HTTPS_UDP], [addr("2001:db8:1111:3333:4444:5555:6666:7777", "pod-1", "node-1"),
                                     addr("2001:db8:2222:3333:4444:5555:6666:7777", "pod-2", "node-2")]),
-         subset([port("http", 3000), port("https", 3001, "UDP")],
+         subset(PORTS_3000,
                 [addr("2001:db8:3333:3333:4444:5555:6666:7777", "pod-11", "node-1"), addr("2001:db8:4444:3333:4444:5555:6666:7777", "pod-12", "node-2"),
                  addr("2001:db8:5555:3333:4444:5555:6666:7777", "pod-13", "node-3")])],
         num_slices=2, actions=2, metrics=Metrics(desired_slices=2, actual_slices=2, desired_endpoints=5, added=5, created=2)),
     "Endpoints with 2 subsets, multiple ports, some invalid addresses": Case(
         [subset([HTTP, HTTPS_UDP], [addr("2001:db8:1111:3333:4444:5555:6666:7777", "pod-1", "node-1"), addr("this-is-not-an-ip", "pod-2", "node-2")]),
-         subset([port("http", 3000), port("https", 3001, "UDP")],
+         subset(PORTS_3000,
                 [addr("this-is-also-not-an-ip", "pod-11", "node-1"), addr("2001:db8:4444:3333:4444:5555:6666:7777", "pod-12", "node-2"),
                  addr("2001:db8:5555:3333:4444:5555:6666:7777", "pod-13", "node-3")])],
         num_slices=2, actions=2, metrics=Metrics(desired_slices=2, actual_slices=2, desired_endpoints=3, added=3, skipped=2, created=2)),
     "Endpoints with 2 subsets, multiple ports, all invalid addresses": Case(
         [subset([HTTP, HTTPS_UDP], [addr("this-is-not-an-ip1", "pod-1", "node-1"), addr("this-is-not-an-ip12", "pod-2", "node-2")]),
-         subset([port("http", 3000), port("https", 3001, "UDP")],
+         subset(PORTS_3000,
                 [addr("this-is-not-an-ip11", "pod-11", "node-1"), addr("this-is-not-an-ip12", "pod-12", "node-2"),
                  addr("this-is-not-an-ip3", "pod-13", "node-3")])],
         metrics=Metrics(skipped=5)),
