@@ -28,6 +28,12 @@ def scrape(port: int) -> str:
         return response.read().decode()
 
 
+def _serving(port: int) -> bool:
+    with contextlib.suppress(OSError):
+        return bool(scrape(port))
+    return False
+
+
 def metric(text: str, name: str) -> float:
     for line in text.splitlines():
         if line.startswith(name + " ") or line.startswith(name + "{"):
@@ -83,6 +89,8 @@ async def test_two_managers_one_leader_and_takeover(fresh_apiserver, tmp_path):
     try:
         async with api_client(server) as client:
             await ensure_node(client, "node-a")
+            for port in ports:  # both are up (serving before, and whether or not, they lead)
+                await eventually(lambda: _serving(port), 30, f"/metrics on {port}")
 
             async def holder():
                 with contextlib.suppress(Exception):
