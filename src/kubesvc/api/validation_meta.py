@@ -503,7 +503,11 @@ def validate_labels(labels: dict[str, str], path: str) -> Errs:
 # ---- ObjectMeta (apimachinery pkg/api/validation/objectmeta.go, 1.32) --------------------------
 
 TOTAL_ANNOTATION_SIZE_LIMIT = 256 * 1024
-_STANDARD_FINALIZERS = {"kubernetes", "orphan", "foregroundDeletion"}
+# metav1.FinalizerOrphanDependents / FinalizerDeleteDependents: the garbage collector's finalizers,
+# set by the apiserver from DeleteOptions.propagationPolicy
+FINALIZER_ORPHAN = "orphan"
+FINALIZER_FOREGROUND = "foregroundDeletion"
+_STANDARD_FINALIZERS = {"kubernetes", FINALIZER_ORPHAN, FINALIZER_FOREGROUND}
 _FIELD_MANAGER_MAX = 128
 _SUBRESOURCE_MAX = 256
 

@@ -17,20 +17,8 @@ job is to make that safe and cheap:
 * **Shutdown.** ``shutdown()`` wakes every worker; ``get()`` then raises ``ShutDown`` once
   the queue is empty, and further adds are ignored.
 
-A worker loop::
-
-    while True:
-        try:
-            key = await queue.get()
-        except ShutDown:
-            return
-        try:
-            await sync(key)
-            queue.forget(key)
-        except Exception:
-            queue.add_rate_limited(key)
-        finally:
-            queue.done(key)
+The worker loop that drives it (get, sync, forget or ``add_rate_limited``, ``done``) is
+``kubesvc.controllers.runtime.run_workers``.
 
 Time comes from an injected ``Clock`` (deadlines are on ``clock.monotonic()``), so tests can
 move time forward without sleeping.

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import socket
 from dataclasses import dataclass, field
 
@@ -222,6 +223,8 @@ class ControllerManager:
         return web.Response(body=render_metrics(self.metrics_registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
+disable_created_metrics()  # the Go client has no ``_created`` series; neither do we
+
 # Counters kube-controller-manager exposes without a ``_total`` suffix (component-base names
 # them ``changes``/``syncs`` and the Go client adds nothing); prometheus_client always adds it.
 UNSUFFIXED_COUNTERS = ("endpoint_slice_controller_changes", "endpoint_slice_controller_syncs",
@@ -229,18 +232,8 @@ UNSUFFIXED_COUNTERS = ("endpoint_slice_controller_changes", "endpoint_slice_cont
 
 
 def render_metrics(registry: CollectorRegistry) -> bytes:
-    """The text exposition, with upstream's names for the counters above (no ``_total``). The
-    ``_created`` series prometheus_client adds (the Go client has none) are switched off."""
-    disable_created_metrics()
-    lines = []
-    for line in generate_latest(registry).decode().splitlines():
-        body = line[7:] if line.startswith(("# HELP ", "# TYPE ")) else line
-        name = body.split("{", 1)[0].split(" ", 1)[0]
-        for counter in UNSUFFIXED_COUNTERS:
-            if name == counter + "_created":
-                break
-            if name == counter + "_total":
-                line = line.replace(counter + "_total", counter, 1)
-        else:
-            lines.append(line)
-    return ("\n".join(lines) + "\n").encode()
+    """The text exposition, with upstream's names for the counters above (no ``_total``)."""
+    text = generate_latest(registry).decode()
+    for counter in UNSUFFIXED_COUNTERS:
+        text = re.sub(rf"\b{counter}_total\b", counter, text)
+    return text.encode()

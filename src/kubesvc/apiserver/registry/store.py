@@ -41,6 +41,7 @@ from kubesvc.api.errors import StatusError
 from kubesvc.api.managedfields import track_update
 from kubesvc.api.scheme import KindInfo
 from kubesvc.api.selectors import FieldSelector, LabelSelector
+from kubesvc.api.validation_meta import FINALIZER_FOREGROUND, FINALIZER_ORPHAN
 from kubesvc.apiserver.registry.strategy import Strategy, strategy_for
 from kubesvc.apiserver.registry.txn import Txn
 from kubesvc.storage import base as storage
@@ -141,8 +142,6 @@ def decode_continue(token: str, key_prefix: str) -> tuple[int, str]:
 
 
 # ---- deletion: graceful deletion and the garbage collector's finalizers ---------------------
-FINALIZER_ORPHAN = "orphan"  # metav1.FinalizerOrphanDependents
-FINALIZER_FOREGROUND = "foregroundDeletion"  # metav1.FinalizerDeleteDependents
 
 
 def should_orphan_dependents(finalizers: list[str], options: Mapping, default_policy: str = "") -> bool:

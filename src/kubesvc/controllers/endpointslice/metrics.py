@@ -33,10 +33,37 @@ def desired_slices(endpoints: int, max_endpoints_per_slice: int) -> int:
     return -(-endpoints // max_endpoints_per_slice)
 
 
+class SliceGauges:
+    """endpoints_desired / num_endpoint_slices / desired_endpoint_slices over all owners (Services,
+    or mirrored Endpoints), kept by deltas: one owner's sync costs O(its port groups), never a
+    sum over the cluster (upstream ``metrics.Cache``). ``placeholder``: an owner always wants at
+    least one slice (the EndpointSlice controller's placeholder; the mirroring controller has none)."""
+
+    def __init__(self, endpoints_desired: Gauge, num_slices: Gauge, desired_slices_gauge: Gauge, max_per_slice: int, *, placeholder: bool):
+        self._gauges = (endpoints_desired, num_slices, desired_slices_gauge)
+        self.max_per_slice = max_per_slice
+        self._placeholder = placeholder
+        self._totals: dict[str, tuple[int, int, int]] = {}  # owner key -> (endpoints, slices, desired slices)
+
+    def update(self, key: str, port_groups: dict[object, PortGroupStats]) -> None:
+        groups = port_groups.values()
+        desired = sum(desired_slices(g.endpoints, self.max_per_slice) for g in groups)
+        self._apply(key, (sum(g.endpoints for g in groups), sum(g.slices for g in groups), max(desired, 1) if self._placeholder else desired))
+
+    def delete(self, key: str) -> None:
+        self._apply(key, (0, 0, 0))
+        self._totals.pop(key, None)
+
+    def _apply(self, key: str, totals: tuple[int, int, int]) -> None:
+        old = self._totals.get(key, (0, 0, 0))
+        self._totals[key] = totals
+        for gauge, now, before in zip(self._gauges, totals, old):
+            gauge.inc(now - before)
+
+
 class EndpointSliceMetrics:
     def __init__(self, max_endpoints_per_slice: int, registry: CollectorRegistry | None = None):
         self.registry = r = registry or CollectorRegistry()
-        self.max_endpoints_per_slice = max_endpoints_per_slice
         self.endpoints_added = Histogram(SUBSYSTEM + "endpoints_added_per_sync", "Number of endpoints added on each Service sync",
                                          buckets=EXPONENTIAL_2_2_15, registry=r)
         self.endpoints_removed = Histogram(SUBSYSTEM + "endpoints_removed_per_sync", "Number of endpoints removed on each Service sync",
@@ -51,28 +78,18 @@ class EndpointSliceMetrics:
         self.syncs = Counter(SUBSYSTEM + "syncs", "Number of EndpointSlice syncs", ["result"], registry=r)
         self.by_traffic_distribution = Gauge(SUBSYSTEM + "services_count_by_traffic_distribution",
                                              "Number of Services using some specific trafficDistribution", ["traffic_distribution"], registry=r)
-        self._services: dict[str, tuple[int, int, int]] = {}  # key -> (endpoints, slices, desired slices)
+        self.gauges = SliceGauges(self.endpoints_desired, self.num_endpoint_slices, self.desired_endpoint_slices,
+                                  max_endpoints_per_slice, placeholder=True)
         self._traffic_distribution: dict[str, str] = {}
 
     def update_service(self, key: str, port_groups: dict[object, PortGroupStats], traffic_distribution: str) -> None:
-        endpoints = sum(g.endpoints for g in port_groups.values())
-        slices = sum(g.slices for g in port_groups.values())
-        desired = sum(desired_slices(g.endpoints, self.max_endpoints_per_slice) for g in port_groups.values()) or 1
-        self._apply(key, (endpoints, slices, desired))
+        self.gauges.update(key, port_groups)
         self._set_traffic_distribution(key, traffic_distribution)
 
     def delete_service(self, key: str) -> None:
-        self._apply(key, (0, 0, 0))
-        self._services.pop(key, None)
+        self.gauges.delete(key)
         self._set_traffic_distribution(key, "")
         self._traffic_distribution.pop(key, None)
-
-    def _apply(self, key: str, totals: tuple[int, int, int]) -> None:
-        old = self._services.get(key, (0, 0, 0))
-        self._services[key] = totals
-        self.endpoints_desired.inc(totals[0] - old[0])
-        self.num_endpoint_slices.inc(totals[1] - old[1])
-        self.desired_endpoint_slices.inc(totals[2] - old[2])
 
     def _set_traffic_distribution(self, key: str, value: str) -> None:
         old = self._traffic_distribution.get(key, "")

@@ -37,8 +37,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Iterable
 
-FINALIZER_ORPHAN = "orphan"
-FINALIZER_FOREGROUND = "foregroundDeletion"
+from kubesvc.api.validation_meta import FINALIZER_FOREGROUND, FINALIZER_ORPHAN
 
 ADD, UPDATE, DELETE = "add", "update", "delete"
 

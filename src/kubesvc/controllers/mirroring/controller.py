@@ -96,7 +96,7 @@ class EndpointSliceMirroringController:
         self.workers = workers
         self.clock = clock or RealClock()
         self.metrics = metrics or EndpointSliceMirroringMetrics(max_endpoints_per_subset)
-        self.metrics.max_endpoints_per_subset = max_endpoints_per_subset  # upstream: metrics.NewCache(max)
+        self.metrics.gauges.max_per_slice = max_endpoints_per_subset  # upstream: metrics.NewCache(max)
         self.recorder = recorder or EventRecorder(client, EVENT_COMPONENT, self.clock)
         self.queue = WorkQueue(ItemExponentialBackoff(DEFAULT_SYNC_BACKOFF, MAX_SYNC_BACKOFF), clock=self.clock)
         self.tracker = EndpointSliceTracker()

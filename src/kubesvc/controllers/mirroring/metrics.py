@@ -22,21 +22,16 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from kubesvc.controllers.endpointslice.metrics import EXPONENTIAL_2_2_15, SliceGauges
 from kubesvc.controllers.mirroring.reconciler import Plan, PortGroupStats
 
 SUBSYSTEM = "endpoint_slice_mirroring_controller_"
-EXPONENTIAL_2_2_15 = tuple(2.0 * 2**i for i in range(15))
 EXPONENTIAL_0001_2_15 = tuple(0.001 * 2**i for i in range(15))
-
-
-def desired_slices(endpoints: int, max_endpoints_per_subset: int) -> int:
-    return -(-endpoints // max_endpoints_per_subset)
 
 
 class EndpointSliceMirroringMetrics:
     def __init__(self, max_endpoints_per_subset: int = 1000, registry: CollectorRegistry | None = None):
         self.registry = r = registry or CollectorRegistry()
-        self.max_endpoints_per_subset = max_endpoints_per_subset
         self.endpoints_added = Histogram(SUBSYSTEM + "endpoints_added_per_sync", "Number of endpoints added on each Endpoints sync",
                                          buckets=EXPONENTIAL_2_2_15, registry=r)
         self.endpoints_updated = Histogram(SUBSYSTEM + "endpoints_updated_per_sync", "Number of endpoints updated on each Endpoints sync",
@@ -53,7 +48,8 @@ class EndpointSliceMirroringMetrics:
         self.desired_endpoint_slices = Gauge(SUBSYSTEM + "desired_endpoint_slices",
                                              "Number of EndpointSlices that would exist with perfect endpoint allocation", registry=r)
         self.changes = Counter(SUBSYSTEM + "changes", "Number of EndpointSlice changes", ["operation"], registry=r)
-        self._endpoints: dict[str, dict[object, PortGroupStats]] = {}
+        self.gauges = SliceGauges(self.endpoints_desired, self.num_endpoint_slices, self.desired_endpoint_slices,
+                                  max_endpoints_per_subset, placeholder=False)
 
     def observe_reconcile(self, key: str, plan: Plan) -> None:
         """One reconcile of Endpoints ``key``: the per-sync histograms and its share of the
@@ -66,17 +62,7 @@ class EndpointSliceMirroringMetrics:
 
     def update_endpoints(self, key: str, port_groups: dict[object, PortGroupStats]) -> None:
         """``UpdateEndpointPortCache``: this Endpoints' share of the gauges is now ``port_groups``."""
-        self._endpoints[key] = dict(port_groups)
-        self._publish()
+        self.gauges.update(key, port_groups)
 
     def delete_endpoints(self, key: str) -> None:
-        if self._endpoints.pop(key, None) is not None:
-            self._publish()
-
-    def _publish(self) -> None:
-        groups = [g for per_endpoints in self._endpoints.values() for g in per_endpoints.values()]
-        self.endpoints_desired.set(sum(g.endpoints for g in groups))
-        self.num_endpoint_slices.set(sum(g.slices for g in groups))
-        self.desired_endpoint_slices.set(sum(desired_slices(g.endpoints, self.max_endpoints_per_subset) for g in groups))
-
-
+        self.gauges.delete(key)
