@@ -1,0 +1,5 @@
+"""The only code that touches the host: nft, iptables-restore/-save, conntrack, netlink.
+
+Everything above this package builds kernel input as values; these modules run it once and
+translate failures into ``exec.CommandFailed`` carrying argv, exit code, output and input.
+"""
