@@ -1,0 +1,217 @@
+"""``kubesvc proxy``: kube-proxy's process (upstream ``cmd/kube-proxy/app/server.go``).
+
+Start-up, in upstream's order:
+
+1. The node name (``--hostname-override``, else the host name) and the node's IPs: from the
+   Node object's addresses (InternalIP, then ExternalIP), waiting briefly for it, else
+   ``--bind-address``, else 127.0.0.1 with a warning.
+2. Clean up what other modes left behind (nftables mode removes iptables chains, iptables
+   mode removes the nftables table), so switching modes never leaves two sets of rules.
+3. One proxier per IP family the kernel supports (dual-stack, as ``metaproxier``).
+4. Informers: Services and EndpointSlices with kube-proxy's label selector
+   (``!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless``), our own Node
+   (``metadata.name=<node>``) and ServiceCIDRs; every event goes to every family's proxier.
+5. Servers: health (``--healthz-bind-address``, ``/healthz`` ``/livez``) and metrics
+   (``--metrics-bind-address``: ``/metrics``, ``/healthz``, ``/proxyMode``, ``/configz``).
+6. The sync loops, until SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, disable_created_metrics, generate_latest
+
+from kubesvc.client.informer import Informer
+from kubesvc.client.rest import ENDPOINTSLICES, NODES, SERVICECIDRS, SERVICES, RestClient
+from kubesvc.controllers.runtime import EventRecorder
+from kubesvc.proxy.config import ProxySettings, options_for_family
+from kubesvc.proxy.healthcheck import ProxyHealthServer, ServiceHealthServer
+from kubesvc.proxy.backend import ProxyOptions
+from kubesvc.proxy.metrics import ProxyMetrics
+from kubesvc.proxy.nodeportaddresses import NodePortAddresses, node_ips_from_node
+from kubesvc.kernel.netlink import local_addresses
+from kubesvc.proxy.proxier import Proxier
+from kubesvc.proxy.types import IPV4, IPV6
+
+log = logging.getLogger("kubesvc.proxy")
+
+PROXY_LABEL_SELECTOR = "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless"
+NODE_IP_WAIT = 10.0
+
+disable_created_metrics()
+
+
+def make_backend(mode: str, options: ProxyOptions, metrics: ProxyMetrics, sync_period: float = 30.0):
+    if mode == "nftables":
+        from kubesvc.proxy.nftables.proxier import NftablesBackend
+        return NftablesBackend(options, metrics)
+    if mode == "iptables":
+        from kubesvc.proxy.iptables.proxier import IptablesBackend
+        return IptablesBackend(options, metrics, canary_period=sync_period)
+    raise ValueError(f"proxy mode {mode!r} is not implemented")
+
+
+def cleanup_leftovers(modes: tuple[str, ...] = ("nftables", "iptables")) -> list[str]:
+    """Remove every table, chain and rule the given modes ever made (``--cleanup``); returns
+    the errors (empty: clean)."""
+    errors: list[str] = []
+    for mode in modes:
+        try:
+            if mode == "nftables":
+                from kubesvc.proxy.nftables.proxier import cleanup_leftovers as clean_nft
+                clean_nft()
+            elif mode == "iptables":
+                from kubesvc.proxy.iptables.proxier import cleanup_leftovers as clean_ipt
+                for family in (IPV4, IPV6):
+                    clean_ipt(family)
+        except Exception as err:  # each mode is cleaned even if another fails
+            errors.append(f"{mode}: {err}")
+    return errors
+
+
+class ProxyServer:
+    def __init__(self, client: RestClient, settings: ProxySettings):
+        self.client = client
+        self.settings = settings
+        self.node_name = settings.hostname
+        self.metrics = ProxyMetrics()
+        self.health = ProxyHealthServer(settings.healthz_bind_address, 2 * settings.sync_period, self.metrics)
+        self.recorder = EventRecorder(client, "kube-proxy")
+        self.proxiers: list[Proxier] = []
+        self.informers: list[Informer] = []
+        self._tasks: list[asyncio.Task] = []
+        self._runners: list[web.AppRunner] = []
+        self.metrics_port: int | None = None
+        self._node: dict | None = None
+
+    async def _node_ips(self) -> list[str]:
+        nodes = self.client.resource(NODES)
+        deadline = asyncio.get_running_loop().time() + NODE_IP_WAIT
+        while True:
+            try:
+                self._node = await nodes.get(self.node_name)
+                ips = node_ips_from_node(self._node)
+                if ips:
+                    return ips
+            except Exception as err:
+                log.debug("node %s not readable yet: %s", self.node_name, err)
+            if asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.5)
+        if self.settings.bind_address and self.settings.bind_address not in ("0.0.0.0", "::"):
+            return [self.settings.bind_address]
+        log.warning("Can't determine this node's IP, assuming loopback; if this is incorrect, please set the --bind-address flag")
+        return ["127.0.0.1"]
+
+    async def start(self) -> None:
+        mode = self.settings.mode
+        others = tuple(m for m in ("nftables", "iptables") if m != mode)
+        for err in cleanup_leftovers(others):
+            log.warning("cleanup of %s", err)
+        node_ips = await self._node_ips()
+        for family in (IPV4, IPV6):
+            node_ip = next((ip for ip in node_ips if (":" in ip) == (family == IPV6)), "")
+            addresses = NodePortAddresses(self.settings.nodeport_addresses, family, [node_ip] if node_ip else [])
+            nodeport_ips = (lambda a=addresses, f=family: None if a.match_all else tuple(a.node_ips(local_addresses(f))))
+            service_health = ServiceHealthServer(self.node_name, addresses, self.health, self._health_failed)
+            options = options_for_family(self.settings, family, self._node)
+            proxier = Proxier(make_backend(mode, options, self.metrics, self.settings.sync_period), options, self.metrics, min_sync_period=self.settings.min_sync_period, sync_period=self.settings.sync_period,
+                              health=self.health, service_health=service_health if family == IPV4 else None,
+                              nodeport_ips=nodeport_ips, node_ip=node_ip)
+            self.proxiers.append(proxier)
+        self._start_informers()
+        await self._serve()
+        for proxier in self.proxiers:
+            self._tasks.append(asyncio.create_task(proxier.run()))
+
+    def _health_failed(self, service: str, message: str) -> None:
+        namespace, _, name = service.partition("/")
+        ref = {"apiVersion": "v1", "kind": "Service", "metadata": {"namespace": namespace, "name": name}}
+        self.recorder.event(ref, "Warning", "FailedToStartServiceHealthcheck", message, action="Listen")
+
+    def _start_informers(self) -> None:
+        resync = self.settings.config_sync_period
+        services = Informer(self.client, SERVICES, label_selector=PROXY_LABEL_SELECTOR, resync_period=resync)
+        slices = Informer(self.client, ENDPOINTSLICES, label_selector=PROXY_LABEL_SELECTOR, resync_period=resync)
+        nodes = Informer(self.client, NODES, field_selector=f"metadata.name={self.node_name}", resync_period=resync)
+        cidrs = Informer(self.client, SERVICECIDRS, resync_period=resync)
+        for proxier in self.proxiers:
+            services.add_event_handler(proxier.on_service_add, proxier.on_service_update, proxier.on_service_delete)
+            slices.add_event_handler(proxier.on_endpoint_slice_add, proxier.on_endpoint_slice_update, proxier.on_endpoint_slice_delete)
+        nodes.add_event_handler(self._on_node, lambda old, new: self._on_node(new), lambda node: self._on_node(None))
+        cidrs.add_event_handler(lambda _: self._on_cidrs(cidrs), lambda _o, _n: self._on_cidrs(cidrs), lambda _: self._on_cidrs(cidrs))
+        self.informers = [services, slices, nodes, cidrs]
+        for informer in self.informers:
+            self._tasks.append(asyncio.create_task(informer.run()))
+        self._tasks.append(asyncio.create_task(self._mark_synced(services, "on_services_synced")))
+        self._tasks.append(asyncio.create_task(self._mark_synced(slices, "on_endpoint_slices_synced")))
+
+    async def _mark_synced(self, informer: Informer, callback: str) -> None:
+        await informer.wait_for_sync()
+        for proxier in self.proxiers:
+            getattr(proxier, callback)()
+
+    def _on_node(self, node: dict | None) -> None:
+        self.health.sync_node(node)
+        for proxier in self.proxiers:
+            proxier.on_node(node)
+
+    def _on_cidrs(self, informer: Informer) -> None:
+        cidrs = [cidr for obj in informer.indexer.list() for cidr in (obj.get("spec") or {}).get("cidrs") or []
+                 if not (obj.get("metadata") or {}).get("deletionTimestamp")]
+        for proxier in self.proxiers:
+            proxier.on_service_cidrs(cidrs)
+
+    # ---- HTTP servers ---------------------------------------------------------------------------
+
+    async def _listen(self, app: web.Application, address: str) -> int:
+        host, _, port = address.rpartition(":")
+        host = host.strip("[]") or "0.0.0.0"
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, int(port)))
+        sock.listen(128)
+        sock.setblocking(False)
+        await web.SockSite(runner, sock, shutdown_timeout=0.5).start()
+        self._runners.append(runner)
+        return sock.getsockname()[1]
+
+    async def _serve(self) -> None:
+        if self.settings.healthz_bind_address:
+            await self._listen(self.health.application(), self.settings.healthz_bind_address)
+        if self.settings.metrics_bind_address:
+            app = web.Application()
+            app.router.add_get("/metrics", self._metrics)
+            app.router.add_get("/proxyMode", self._proxy_mode)
+            app.router.add_get("/configz", self._configz)
+            app.router.add_get("/healthz", self.health.healthz_handler)
+            self.metrics_port = await self._listen(app, self.settings.metrics_bind_address)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _proxy_mode(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.settings.mode)
+
+    async def _configz(self, request: web.Request) -> web.Response:
+        return web.Response(text=json.dumps({"kubeproxy.config.k8s.io": self.settings.configz()}), content_type="application/json")
+
+    async def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for proxier in self.proxiers:
+            if proxier.service_health is not None:
+                await proxier.service_health.sync_services({})
+        for runner in self._runners:
+            await runner.cleanup()
+        await self.recorder.flush()
