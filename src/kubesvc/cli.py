@@ -322,5 +322,13 @@ async def _run_controller_manager(client_config, config) -> None:
         await asyncio.gather(running, return_exceptions=True)
 
 
+def _register_proxy() -> None:
+    from kubesvc.proxy.command import proxy_command
+
+    main.add_command(proxy_command)
+
+
+_register_proxy()
+
 if __name__ == "__main__":
     main()

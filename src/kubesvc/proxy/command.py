@@ -1,0 +1,158 @@
+"""``kubesvc proxy``: kube-proxy's command line (upstream ``cmd/kube-proxy/app/options.go``).
+
+Flags keep upstream's names and meanings; ``--config`` (a ``KubeProxyConfiguration`` file) wins
+over every other flag except ``--hostname-override``, as upstream. Bad flags, a bad file or a
+failed start print one line and exit non-zero. ``--cleanup`` removes every table, chain and rule
+any mode of the proxy made, then exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+import click
+
+from kubesvc.proxy.config import ConfigError, ProxyFlags, check_ip_flag, check_ip_port_flag, complete, resolve
+from kubesvc.util.duration import parse_duration
+
+log = logging.getLogger("kubesvc.proxy")
+
+
+def _duration(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _ip(ctx, param, value):
+    if value is not None and (problem := check_ip_flag(value)):
+        raise click.BadParameter(problem)
+    return value
+
+
+def _ip_port(ctx, param, value):
+    if value is not None and (problem := check_ip_port_flag(value)):
+        raise click.BadParameter(problem)
+    return value
+
+
+def _list(ctx, param, value):
+    if value is None:
+        return None
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _feature_gates(ctx, param, value):
+    if value is None:
+        return None
+    from kubesvc.proxy.config import PROXY_FEATURE_GATES
+
+    gates: dict[str, bool] = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        name, sep, raw = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"missing bool value for {name}")
+        if name not in PROXY_FEATURE_GATES:
+            raise click.BadParameter(f"unrecognized feature gate: {name}")
+        if raw.lower() not in ("true", "false"):
+            raise click.BadParameter(f"invalid value of {name}={raw}, err: strconv.ParseBool: parsing {raw!r}: invalid syntax")
+        gates[name] = raw.lower() == "true"
+    return gates
+
+
+def _bool_option(*names: str, help: str):
+    return click.option(*names, type=click.BOOL, is_flag=False, flag_value=True, default=None, help=help)
+
+
+@click.command("proxy")
+@click.option("--config", default="", help="The path to the configuration file (KubeProxyConfiguration).")
+@click.option("--kubeconfig", default=None, help="Path to kubeconfig file with authorization information.")
+@click.option("--proxy-mode", default=None, help="Which proxy mode to use: 'nftables' (default where available), 'iptables', 'ipvs' or 'userspace'.")
+@click.option("--hostname-override", default="", help="If non-empty, will be used as the name of the Node that kube-proxy is running on.")
+@click.option("--cluster-cidr", default=None, help="The CIDR range of the pods in the cluster (for --detect-local-mode=ClusterCIDR).")
+@click.option("--detect-local-mode", default=None, help="Mode to use to detect local traffic: ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix.")
+@click.option("--pod-bridge-interface", default=None, help="A bridge interface name (for --detect-local-mode=BridgeInterface).")
+@click.option("--pod-interface-name-prefix", default=None, help="An interface name prefix (for --detect-local-mode=InterfaceNamePrefix).")
+@click.option("--nodeport-addresses", default=None, callback=_list,
+              help="CIDRs or 'primary': the addresses that accept NodePort connections (nftables default: primary).")
+@_bool_option("--masquerade-all", help="SNAT all traffic sent via Service cluster IPs.")
+@click.option("--iptables-masquerade-bit", type=int, default=None, help="The bit of the fwmark space to mark packets requiring SNAT (0-31).")
+@_bool_option("--iptables-localhost-nodeports", help="Allow NodePort connections to 127.0.0.1 (iptables mode, IPv4).")
+@click.option("--iptables-sync-period", default=None, callback=_duration, help="Retry and interference-check interval (e.g. '30s').")
+@click.option("--iptables-min-sync-period", default=None, callback=_duration, help="Minimum period between rule syncs (e.g. '1s').")
+@click.option("--ipvs-sync-period", default=None, callback=_duration)
+@click.option("--ipvs-min-sync-period", default=None, callback=_duration)
+@click.option("--ipvs-scheduler", default=None)
+@click.option("--ipvs-exclude-cidrs", default=None, callback=_list)
+@_bool_option("--ipvs-strict-arp", help="Enable strict ARP (arp_ignore=1, arp_announce=2).")
+@click.option("--bind-address", default=None, callback=_ip, help="Overrides kube-proxy's idea of the primary node IP.")
+@_bool_option("--bind-address-hard-fail", help="Treat failure to bind to a port as fatal.")
+@click.option("--healthz-bind-address", default=None, callback=_ip_port, help="ip:port of the health check server (default 0.0.0.0:10256).")
+@click.option("--metrics-bind-address", default=None, callback=_ip_port, help="ip:port of the metrics server (default 127.0.0.1:10249).")
+@click.option("--config-sync-period", default=None, callback=_duration, help="How often configuration from the apiserver is refreshed.")
+@click.option("--feature-gates", default=None, callback=_feature_gates, help="Comma-separated Name=true|false pairs.")
+@click.option("--oom-score-adj", type=int, default=None)
+@click.option("--conntrack-max-per-core", type=int, default=None)
+@click.option("--conntrack-min", type=int, default=None)
+@click.option("--cleanup", is_flag=True, default=False, help="Remove every rule this proxy ever made, then exit.")
+@click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
+def proxy_command(cleanup: bool, verbosity: int, **options) -> None:
+    """Run the node proxy (kube-proxy): Service virtual IPs in the kernel."""
+    logging.basicConfig(level=logging.DEBUG if verbosity >= 4 else logging.INFO if verbosity >= 1 else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if cleanup:
+        from kubesvc.proxy.server import cleanup_leftovers
+
+        errors = cleanup_leftovers()
+        if errors:
+            raise click.ClickException("cleanup failed: " + "; ".join(errors))
+        return
+    flags = ProxyFlags(**options)
+    try:
+        settings = resolve(complete(flags))
+    except ConfigError as err:
+        raise click.ClickException(str(err)) from None
+    if settings.mode not in ("nftables", "iptables"):
+        raise click.ClickException(f"proxy mode {settings.mode!r} is not available yet; use nftables or iptables")
+    if not settings.kubeconfig:
+        raise click.ClickException("no --kubeconfig (or clientConnection.kubeconfig) given: in-cluster configuration is not supported")
+    from kubesvc.client.kubeconfig import ConfigError as KubeconfigError, load_kubeconfig
+
+    try:
+        client_config = load_kubeconfig(settings.kubeconfig)
+    except (KubeconfigError, OSError) as exc:
+        raise click.ClickException(f"invalid kubeconfig: {exc}") from None
+    try:
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    except ImportError:
+        pass
+    try:
+        asyncio.run(_run(client_config, settings))
+    except OSError as exc:
+        raise click.ClickException(f"cannot start the proxy: {exc.strerror or exc}") from None
+
+
+async def _run(client_config, settings) -> None:
+    from kubesvc.client.rest import RestClient
+    from kubesvc.proxy.server import ProxyServer
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with RestClient(client_config, field_manager="kube-proxy", user_agent="kubesvc-proxy") as client:
+        server = ProxyServer(client, settings)
+        try:
+            await server.start()
+            log.info("kube-proxy running in %s mode for node %s", settings.mode, settings.hostname)
+            await stop.wait()
+        finally:
+            await server.stop()

@@ -1,0 +1,166 @@
+"""The shared proxier: what each sync hands the mode, and what it does after.
+
+A recording backend stands in for the kernel mode (the kernel modes have their own tests and
+the data-plane tests in tests/kernel run the whole chain)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kubesvc.proxy import proxier as proxier_module
+from kubesvc.proxy.backend import ProxyOptions, SyncFailed, SyncRequest, SyncResult
+from kubesvc.proxy.healthcheck import ProxyHealthServer
+from kubesvc.proxy.metrics import ProxyMetrics
+from kubesvc.proxy.proxier import Proxier
+from kubesvc.proxy.types import ServicePortName
+
+
+class RecordingBackend:
+    mode = "recording"
+
+    def __init__(self):
+        self.requests: list[SyncRequest] = []
+        self.fail_next = False
+
+    async def sync(self, request: SyncRequest) -> SyncResult:
+        self.requests.append(request)
+        if self.fail_next:
+            self.fail_next = False
+            raise SyncFailed("kernel said no")
+        return SyncResult(full=request.full)
+
+    async def start(self, request_full_sync) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+
+def service(name: str, ip: str, protocol: str = "TCP") -> dict:
+    return {"metadata": {"namespace": "ns", "name": name, "resourceVersion": "1"},
+            "spec": {"type": "ClusterIP", "clusterIP": ip, "clusterIPs": [ip],
+                     "ports": [{"name": "p", "port": 53 if protocol == "UDP" else 80, "protocol": protocol}]}}
+
+
+def endpoint_slice(service_name: str, ips: list[str], protocol: str = "TCP", name: str = "") -> dict:
+    return {"metadata": {"namespace": "ns", "name": name or f"{service_name}-1", "labels": {"kubernetes.io/service-name": service_name}},
+            "addressType": "IPv4", "ports": [{"name": "p", "port": 5353 if protocol == "UDP" else 8080, "protocol": protocol}],
+            "endpoints": [{"addresses": [ip], "conditions": {"ready": True}} for ip in ips]}
+
+
+@pytest.fixture
+def deleted_flows(monkeypatch):
+    calls: list[list[str]] = []
+
+    async def delete_flows(args, family=4):
+        calls.append(args)
+        return 1
+
+    monkeypatch.setattr(proxier_module.kernel_conntrack, "delete_flows", delete_flows)
+    return calls
+
+
+def new_proxier(backend, health=None) -> Proxier:
+    return Proxier(backend, ProxyOptions(node_name="node-a"), ProxyMetrics(), min_sync_period=0, health=health)
+
+
+def metric(proxier: Proxier, name: str, **labels) -> float:
+    return proxier.metrics.registry.get_sample_value(name, labels or None) or 0.0
+
+
+async def test_nothing_is_synced_until_both_informers_synced():
+    backend = RecordingBackend()
+    proxier = new_proxier(backend)
+    proxier.on_service_add(service("a", "10.96.0.1"))
+    proxier.on_services_synced()
+    await proxier.sync_proxy_rules()
+    assert backend.requests == []
+    proxier.on_endpoint_slices_synced()
+    await proxier.sync_proxy_rules()
+    assert len(backend.requests) == 1
+
+
+async def test_first_sync_is_full_then_partial_with_only_the_changed_services(deleted_flows):
+    backend = RecordingBackend()
+    proxier = new_proxier(backend)
+    proxier.on_services_synced()
+    proxier.on_endpoint_slices_synced()
+    for name, ip in (("a", "10.96.0.1"), ("b", "10.96.0.2")):
+        proxier.on_service_add(service(name, ip))
+        proxier.on_endpoint_slice_add(endpoint_slice(name, ["10.244.0.1"]))
+    await proxier.sync_proxy_rules()
+    first = backend.requests[-1]
+    assert first.full
+    assert set(first.service_ports) == {ServicePortName("ns", "a", "p", "TCP"), ServicePortName("ns", "b", "p", "TCP")}
+    proxier.on_endpoint_slice_update({}, endpoint_slice("b", ["10.244.0.1", "10.244.0.2"]))
+    await proxier.sync_proxy_rules()
+    second = backend.requests[-1]
+    assert not second.full
+    assert second.changed_services == {"ns/b"}
+    assert [str(ep) for ep in second.endpoints[ServicePortName("ns", "b", "p", "TCP")]] == ["10.244.0.1:8080", "10.244.0.2:8080"]
+    assert metric(proxier, "kubeproxy_sync_full_proxy_rules_duration_seconds_count", ip_family="IPv4") == 1
+    assert metric(proxier, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count", ip_family="IPv4") == 1
+    assert metric(proxier, "kubeproxy_sync_proxy_rules_endpoint_changes_total") == 3
+    assert metric(proxier, "kubeproxy_sync_proxy_rules_service_changes_total") == 2
+
+
+async def test_a_failed_sync_makes_the_next_one_full():
+    backend = RecordingBackend()
+    proxier = new_proxier(backend)
+    proxier.on_services_synced()
+    proxier.on_endpoint_slices_synced()
+    await proxier.sync_proxy_rules()
+    proxier.on_service_add(service("a", "10.96.0.1"))
+    backend.fail_next = True
+    with pytest.raises(SyncFailed):
+        await proxier.sync_proxy_rules()
+    assert not backend.requests[-1].full
+    await proxier.sync_proxy_rules()
+    assert backend.requests[-1].full
+
+
+async def test_request_full_sync_and_topology_label_changes_force_full():
+    backend = RecordingBackend()
+    proxier = new_proxier(backend)
+    proxier.on_services_synced()
+    proxier.on_endpoint_slices_synced()
+    await proxier.sync_proxy_rules()
+    await proxier.sync_proxy_rules()
+    assert not backend.requests[-1].full
+    proxier.request_full_sync()
+    await proxier.sync_proxy_rules()
+    assert backend.requests[-1].full
+    proxier.on_node({"metadata": {"name": "node-a", "labels": {"topology.kubernetes.io/zone": "z1"}}})
+    await proxier.sync_proxy_rules()
+    assert backend.requests[-1].full
+    assert backend.requests[-1].node_labels == {"topology.kubernetes.io/zone": "z1"}
+    proxier.on_node({"metadata": {"name": "node-a", "labels": {"topology.kubernetes.io/zone": "z1", "other": "x"}}})
+    await proxier.sync_proxy_rules()
+    assert not backend.requests[-1].full
+
+
+async def test_udp_endpoint_replacement_deletes_conntrack_entries_to_the_old_backend(deleted_flows):
+    backend = RecordingBackend()
+    proxier = new_proxier(backend)
+    proxier.on_services_synced()
+    proxier.on_endpoint_slices_synced()
+    proxier.on_service_add(service("dns", "10.96.0.10", "UDP"))
+    proxier.on_endpoint_slice_add(endpoint_slice("dns", ["10.244.0.5"], "UDP"))
+    await proxier.sync_proxy_rules()
+    assert ["-p", "udp", "--orig-dst", "10.96.0.10", "--orig-port-dst", "53"] in deleted_flows  # first endpoint
+    deleted_flows.clear()
+    proxier.on_endpoint_slice_update({}, endpoint_slice("dns", ["10.244.0.6"], "UDP"))
+    await proxier.sync_proxy_rules()
+    assert deleted_flows == [["-p", "udp", "--orig-dst", "10.96.0.10", "--orig-port-dst", "53", "--dst-nat", "10.244.0.5"]]
+    assert metric(proxier, "kubeproxy_conntrack_reconciler_deleted_entries_total", ip_family="IPv4") == 2
+
+
+async def test_health_follows_queued_and_applied_syncs():
+    backend = RecordingBackend()
+    health = ProxyHealthServer(health_timeout=60)
+    proxier = new_proxier(backend, health)
+    proxier.on_services_synced()
+    proxier.on_endpoint_slices_synced()
+    await proxier.sync_proxy_rules()
+    assert health.health().healthy
+    assert metric(proxier, "kubeproxy_sync_proxy_rules_last_timestamp_seconds", ip_family="IPv4") > 0
