@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-SERVER_IP = "10.250.0.1"  # on a dummy link inside the namespace; every endpoint's port lands here
+SERVER_IP = "10.250.0.1"  # on a port-less bridge (no dummy driver here) inside the namespace; every endpoint's port lands here
 SERVER_PORT = 8080
 
 
@@ -55,7 +55,7 @@ def in_namespace(argv: list[str]) -> int:
 
 def setup_links(endpoints_per_service: int) -> None:
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-    subprocess.run(["ip", "link", "add", "bench0", "type", "dummy"], check=True)
+    subprocess.run(["ip", "link", "add", "bench0", "type", "bridge"], check=True)
     subprocess.run(["ip", "link", "set", "bench0", "up"], check=True)
     subprocess.run(["ip", "addr", "add", f"{SERVER_IP}/16", "dev", "bench0"], check=True)
 

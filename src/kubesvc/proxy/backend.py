@@ -33,8 +33,9 @@ class ProxyOptions:
 
     @property
     def masquerade_mark(self) -> str:
-        """``fmt.Sprintf("%#08x", 1<<bit)``: ``0x004000`` for the default bit 14."""
-        return f"{1 << self.masquerade_bit:#08x}"
+        """``fmt.Sprintf("%#08x", 1<<bit)``: Go pads the digits, not the prefix, so the default
+        bit 14 is ``0x00004000``."""
+        return f"0x{1 << self.masquerade_bit:08x}"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,295 @@
+"""The iptables mode's kernel shell (upstream ``pkg/proxy/iptables/proxier.go`` around
+``syncProxyRules``, ``pkg/util/iptables.Monitor`` and ``cleanup.go``).
+
+Per sync (``IptablesBackend.sync``):
+
+1. full syncs only: make sure the jumps from the built-in hooks into our chains exist
+   (``iptables -C``, else ``-I``); they cannot be part of the restore, which would have to
+   rewrite the hooks that other software also uses;
+2. list the nat chains (``iptables-save -t nat``) to find stale per-Service chains — in
+   large-cluster mode at most once per sync period, as the save can take seconds there;
+3. build the input (pure ``rules.build_restore``) and run ``iptables-restore --noflush
+   --counters`` once, for filter and nat together.
+
+Any failure counts ``sync_proxy_rules_iptables_restore_failures_total`` (and the partial
+counter for a partial sync), makes the next sync full, and raises ``SyncFailed``.
+
+The canary monitor notices when someone else flushed the tables (firewalld reload, ``iptables
+-F -X`` in every table): it keeps an empty ``KUBE-PROXY-CANARY`` chain in mangle, nat and
+filter. mangle is polled, because kube-proxy writes nothing there, so the canary vanishing
+means an outside flush; then it waits up to 5 s for the nat and filter canaries to vanish too
+(a flush script working through the tables), asks for a full sync, and plants new canaries.
+
+nfacct counters are not created (no nfacct client here), so the rules carry no ``-m nfacct``
+matches, as upstream does when creating a counter fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import re
+import time
+from collections.abc import Callable
+
+from kubesvc.kernel.exec import CommandFailed
+from kubesvc.kernel.iptables import PREPEND, Iptables, IptablesSync, has_random_fully, read_sysctl, write_sysctl
+from kubesvc.proxy.backend import ProxyOptions, SyncFailed, SyncRequest, SyncResult
+from kubesvc.proxy.iptables.rules import (CLEANUP_ONLY_JUMP_CHAINS, JUMP_CHAINS, KUBE_PROXY_CANARY, KUBELET_JUMP_CHAINS,
+                                          TABLE_FILTER, TABLE_MANGLE, TABLE_NAT, Features, build_restore, chains_in_save,
+                                          cleanup_input, effective_localhost_nodeports, is_large_cluster)
+from kubesvc.proxy.metrics import ProxyMetrics
+from kubesvc.proxy.types import FAMILY_NAMES, IPV4
+
+log = logging.getLogger("kubesvc.proxy.iptables")
+
+CANARY_TABLES = (TABLE_MANGLE, TABLE_NAT, TABLE_FILTER)
+FLUSH_TIMEOUT = 5.0  # upstream iptablesFlushTimeout
+FLUSH_POLL = 0.1  # upstream iptablesFlushPollTime
+SYSCTL_ROUTE_LOCALNET = "net/ipv4/conf/all/route_localnet"
+SYSCTL_TCP_BE_LIBERAL = "net/netfilter/nf_conntrack_tcp_be_liberal"
+
+
+class IptablesBackend:
+    """``backend.Backend`` for one family (``iptables`` or ``ip6tables``)."""
+
+    mode = "iptables"
+
+    def __init__(self, options: ProxyOptions, metrics: ProxyMetrics | None = None, *, canary_period: float = 30.0,
+                 sync_period: float | None = None, netns: str | None = None, ipt: Iptables | None = None,
+                 features: Features | None = None, flush_timeout: float = FLUSH_TIMEOUT, flush_poll: float = FLUSH_POLL,
+                 clock: Callable[[], float] = time.monotonic):
+        """``canary_period``: how often the canary is polled (upstream: ``syncPeriod``);
+        ``sync_period`` (default: ``canary_period``): the stale-chain listing interval in
+        large-cluster mode. ``features``: None = probe the host on the first sync."""
+        self.options = options
+        self.family = options.family
+        self.family_name = FAMILY_NAMES[self.family]
+        self.metrics = metrics
+        self.netns = netns
+        self.ipt = ipt or Iptables(self.family, netns=netns)
+        self.canary_period = canary_period
+        self.sync_period = canary_period if sync_period is None else sync_period
+        self.features = features
+        self.flush_timeout = flush_timeout
+        self.flush_poll = flush_poll
+        self.clock = clock
+        self.need_full_sync = True
+        self.last_stale_cleanup = float("-inf")
+        self.last_restore: str | None = None
+        self._route_localnet_set = False
+        self._monitor_task: asyncio.Task | None = None
+
+    # ---- sync --------------------------------------------------------------------------------
+
+    async def sync(self, request: SyncRequest) -> SyncResult:
+        # A backend that has not synced successfully yet (or failed last time) cannot trust the
+        # kernel state: upgrade to full whatever the request says.
+        full = request.full or self.need_full_sync
+        started = self.clock()
+        build_seconds = 0.0
+        try:
+            if self.features is None:
+                self.features = await self._probe_features()
+            if full:
+                await self._ensure_jumps()
+            if not self._route_localnet_set and effective_localhost_nodeports(self.options, request.nodeport_ips):
+                await self._set_route_localnet()
+            existing = None
+            now = self.clock()
+            if not is_large_cluster(request) or now - self.last_stale_cleanup > self.sync_period:
+                try:
+                    existing = chains_in_save(await self.ipt.save(TABLE_NAT))
+                    self.last_stale_cleanup = now
+                except CommandFailed as err:
+                    log.error("Failed to execute iptables-save: stale chains will not be deleted: %s", err)
+            built = self.clock()
+            data = build_restore(request, self.options, full=full, existing_nat_chains=existing, features=self.features)
+            build_seconds = self.clock() - built
+            self._set_rule_gauges(data.filter_rules, data.nat_rules_written, data.nat_rules_total)
+            self.last_restore = data.text
+            await self.ipt.restore(data.text)
+        except CommandFailed as err:
+            self.need_full_sync = True
+            if self.metrics is not None:
+                self.metrics.iptables_restore_failures.labels(self.family_name).inc()
+                if not full:
+                    self.metrics.iptables_partial_restore_failures.labels(self.family_name).inc()
+            log.error("%s sync of %s iptables rules failed: %s%s", "full" if full else "partial", self.family_name, err,
+                      _failed_lines(err))
+            raise SyncFailed(str(err)) from err
+        except BaseException:
+            self.need_full_sync = True
+            raise
+        self.need_full_sync = False
+        return SyncResult(full=full, no_local_internal=data.no_local_internal, no_local_external=data.no_local_external,
+                          build_seconds=build_seconds, kernel_seconds=max(0.0, self.clock() - started - build_seconds),
+                          written={TABLE_FILTER: data.filter_rules, TABLE_NAT: data.nat_rules_written})
+
+    def _set_rule_gauges(self, filter_rules: int, nat_written: int, nat_total: int) -> None:
+        if self.metrics is None:
+            return
+        fam = self.family_name
+        self.metrics.iptables_total.labels(TABLE_FILTER, fam).set(filter_rules)
+        self.metrics.iptables_last.labels(TABLE_FILTER, fam).set(filter_rules)
+        self.metrics.iptables_total.labels(TABLE_NAT, fam).set(nat_total)
+        self.metrics.iptables_last.labels(TABLE_NAT, fam).set(nat_written)
+
+    async def _ensure_jumps(self) -> None:
+        for jump in (*JUMP_CHAINS, *KUBELET_JUMP_CHAINS):
+            await self.ipt.ensure_chain(jump.table, jump.dst)
+            await self.ipt.ensure_rule(PREPEND, jump.table, jump.src, *jump.args)
+
+    async def _probe_features(self) -> Features:
+        try:
+            random_fully = has_random_fully(await self.ipt.version())
+        except CommandFailed as err:
+            log.warning("cannot tell the iptables version, assuming --random-fully works: %s", err)
+            random_fully = True
+        liberal = await read_sysctl(SYSCTL_TCP_BE_LIBERAL, netns=self.netns)
+        if liberal not in (None, "0"):
+            log.info("nf_conntrack_tcp_be_liberal set, not installing DROP rules for INVALID packets")
+        return Features(random_fully=random_fully, conntrack_tcp_be_liberal=liberal not in (None, "0"))
+
+    async def _set_route_localnet(self) -> None:
+        # NodePorts on 127.0.0.1 need route_localnet (the KUBE-FIREWALL rule closes the hole).
+        try:
+            await write_sysctl(SYSCTL_ROUTE_LOCALNET, "1", netns=self.netns)
+            self._route_localnet_set = True
+        except CommandFailed as err:
+            log.warning("cannot set %s=1, NodePorts on localhost will not work: %s", SYSCTL_ROUTE_LOCALNET, err)
+
+    # ---- canary monitor ------------------------------------------------------------------------
+
+    async def start(self, request_full_sync: Callable[[], None]) -> None:
+        if self._monitor_task is None or self._monitor_task.done():
+            self._monitor_task = asyncio.create_task(self._monitor(request_full_sync), name=f"iptables-canary-{self.family_name}")
+
+    async def stop(self) -> None:
+        task, self._monitor_task = self._monitor_task, None
+        if task is None:
+            return
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        for table in CANARY_TABLES:
+            try:
+                if await self.ipt.chain_exists(table, KUBE_PROXY_CANARY):
+                    await self.ipt.delete_chain(table, KUBE_PROXY_CANARY)
+            except CommandFailed as err:
+                log.debug("could not delete canary in %s: %s", table, err)
+
+    async def _monitor(self, reload: Callable[[], object]) -> None:
+        while True:
+            try:
+                await self._plant_canaries()
+                await self._wait_for_flush()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # keep watching whatever happened
+                log.exception("iptables canary monitor failed")
+                await asyncio.sleep(self.canary_period)
+                continue
+            log.info("Reloading after iptables flush")
+            self.need_full_sync = True
+            result = reload()
+            if inspect.isawaitable(result):
+                await result
+
+    async def _plant_canaries(self) -> None:
+        while True:  # upstream PollImmediateUntil(interval, EnsureChain in every table)
+            try:
+                for table in CANARY_TABLES:
+                    await self.ipt.ensure_chain(table, KUBE_PROXY_CANARY)
+                return
+            except CommandFailed as err:
+                log.error("Could not set up iptables canary: %s", err)
+            await asyncio.sleep(self.canary_period)
+
+    async def _wait_for_flush(self) -> None:
+        first, *others = CANARY_TABLES
+        while True:  # upstream PollUntil(interval, mangle canary gone)
+            await asyncio.sleep(self.canary_period)
+            try:
+                if await self.ipt.chain_exists(first, KUBE_PROXY_CANARY):
+                    continue
+            except CommandFailed as err:  # resource problem: cannot tell
+                log.error("Could not check for iptables canary: %s", err)
+                continue
+            break
+        log.info("IPTables canary deleted (table %s)", first)
+        deadline = self.clock() + self.flush_timeout
+        while True:  # wait for the flush to reach the other tables before reloading
+            try:
+                remaining = [t for t in others if await self.ipt.chain_exists(t, KUBE_PROXY_CANARY)]
+            except CommandFailed:
+                remaining = others
+            if not remaining:
+                return
+            if self.clock() >= deadline:
+                log.info("Inconsistent iptables state detected.")
+                return
+            await asyncio.sleep(self.flush_poll)
+
+
+def _failed_lines(err: CommandFailed) -> str:
+    """The input lines around the one ``iptables-restore`` complained about (upstream
+    ``ExtractLines``), for the log."""
+    m = re.search(r"line:? (\d+)", err.stderr or "")
+    if not m or not err.input_text:
+        return ""
+    lines = err.input_text.split("\n")
+    number = int(m.group(1))
+    shown = range(max(1, number - 3), min(len(lines), number + 3) + 1)
+    return "\n" + "\n".join(f"{i:6d}{'>' if i == number else ' '} {lines[i - 1]}" for i in shown)
+
+
+class CleanupFailed(Exception):
+    def __init__(self, family: int, errors: list[str]):
+        self.errors = errors
+        super().__init__(f"iptables cleanup ({FAMILY_NAMES[family]}): " + "; ".join(errors))
+
+
+def cleanup_leftovers(family: int = IPV4, *, netns: str | None = None, metrics: ProxyMetrics | None = None,
+                      ipt: IptablesSync | None = None) -> None:
+    """Remove everything the iptables mode made for ``family`` (upstream ``CleanupLeftovers``):
+    the jumps from the built-in hooks, every ``KUBE-`` chain of ours in nat and filter including
+    all per-Service chains, and the mangle canary. kubelet's ``KUBE-FIREWALL`` and its jumps stay.
+    A family whose iptables does not work is skipped. Every step runs; if any failed,
+    ``CleanupFailed`` lists them. Blocking (runs from ``--cleanup`` and from startup)."""
+    ipt = ipt or IptablesSync(family, netns=netns)
+    if not ipt.available():
+        log.info("%s iptables not available, nothing to clean up", FAMILY_NAMES[family])
+        return
+    errors: list[str] = []
+    for jump in (*JUMP_CHAINS, *CLEANUP_ONLY_JUMP_CHAINS):
+        try:
+            ipt.delete_rule(jump.table, jump.src, *jump.args)
+        except CommandFailed as err:
+            errors.append(f"removing jump {jump.src} -> {jump.dst}: {err}")
+    for table in (TABLE_NAT, TABLE_FILTER):
+        try:
+            text = cleanup_input(table, chains_in_save(ipt.save(table)))
+        except CommandFailed as err:
+            errors.append(f"iptables-save -t {table}: {err}")
+            continue
+        if text is None:
+            continue
+        try:
+            ipt.restore(text, table=table)
+        except CommandFailed as err:
+            errors.append(f"iptables-restore -T {table}: {err}")
+            if metrics is not None:
+                metrics.iptables_restore_failures.labels(FAMILY_NAMES[family]).inc()
+    try:
+        if ipt.chain_exists(TABLE_MANGLE, KUBE_PROXY_CANARY):
+            ipt.delete_chain(TABLE_MANGLE, KUBE_PROXY_CANARY)
+    except CommandFailed:
+        pass  # upstream ignores this one
+    if errors:
+        for error in errors:
+            log.error("iptables cleanup: %s", error)
+        raise CleanupFailed(family, errors)
