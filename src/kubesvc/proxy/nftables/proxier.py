@@ -1,0 +1,144 @@
+"""nftables mode, the thin half: one ``nft -f -`` per sync, stale chains deleted later, and
+failures counted and turned into ``SyncFailed`` (upstream ``syncProxyRules`` around the rule
+building, and ``CleanupLeftovers``).
+
+Per sync:
+
+1. Chains that went stale more than a second ago are deleted in their own transaction (a
+   failure counts ``sync_proxy_rules_nftables_cleanup_failures_total`` and makes this sync
+   full, so the chains are listed and retried).
+2. A full sync first reads the table back (chain and set names, and every element of our
+   sets and maps) into a ``rules.KernelSnapshot``.
+3. ``rules.build_sync`` renders the transaction and updates the bookkeeping; ``nft`` applies
+   it. A rejected transaction counts ``sync_proxy_rules_nftables_sync_failures_total``,
+   invalidates the bookkeeping (next sync full) and raises ``SyncFailed``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from kubesvc.kernel.exec import CommandFailed
+from kubesvc.kernel.nftables import NFTables
+from kubesvc.proxy.backend import ProxyOptions, SyncFailed, SyncRequest, SyncResult
+from kubesvc.proxy.metrics import ProxyMetrics
+from kubesvc.proxy.nftables import rules
+from kubesvc.proxy.types import FAMILY_NAMES, IPV4, IPV6
+
+log = logging.getLogger("kubesvc.proxy.nftables")
+
+STALE_CHAIN_DELAY = 1.0  # seconds between flushing a stale chain and deleting it
+
+
+class NftablesBackend:
+    mode = "nftables"
+
+    def __init__(self, options: ProxyOptions, metrics: ProxyMetrics | None = None, *, nft: NFTables | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.options = options
+        self.metrics = metrics or ProxyMetrics()
+        self.nft = nft or NFTables(options.family)
+        self.clock = clock
+        self.state = rules.NftState()
+        self.family_name = FAMILY_NAMES[options.family]
+
+    async def start(self, request_full_sync: Callable[[], None]) -> None:
+        """Nothing to watch: every full sync re-creates the fixed part and reconciles elements."""
+
+    async def stop(self) -> None:
+        return None
+
+    async def sync(self, request: SyncRequest) -> SyncResult:
+        started = time.perf_counter()
+        kernel_seconds = 0.0
+        state = self.state
+        now = self.clock()
+
+        due = state.due_stale_chains(now - STALE_CHAIN_DELAY)
+        if due:
+            t0 = time.perf_counter()
+            try:
+                await self.nft.run(rules.delete_chains_text(self.options.family, due))
+                state.stale_chains_deleted(due)
+            except CommandFailed as err:
+                log.error("unable to delete stale nftables chains; the next sync is full: %s", err)
+                self.metrics.nftables_cleanup_failures.labels(self.family_name).inc()
+                state.stale_chains.clear()
+                state.invalidate()
+            kernel_seconds += time.perf_counter() - t0
+
+        snapshot = None
+        if rules.sync_is_full(request, self.options, state):
+            t0 = time.perf_counter()
+            try:
+                snapshot = await self._snapshot()
+            except CommandFailed as err:
+                self._failed(err, "listing the nftables table failed")
+            kernel_seconds += time.perf_counter() - t0
+
+        try:
+            plan = rules.build_sync(request, self.options, state, snapshot, now)
+        except Exception as err:  # e.g. slot space exhausted: a full sync rebuilds everything
+            self._failed(err, "building the nftables transaction failed")
+        t0 = time.perf_counter()
+        try:
+            await self.nft.run(plan.text)
+        except CommandFailed as err:
+            kernel_seconds += time.perf_counter() - t0
+            self._failed(err, "nftables sync failed")
+        kernel_seconds += time.perf_counter() - t0
+
+        objects = state.objects()
+        for kind, count in plan.written.items():
+            self.metrics.nftables_objects_last.labels(kind, self.family_name).set(count)
+        for kind, count in objects.items():
+            self.metrics.nftables_objects_total.labels(kind, self.family_name).set(count)
+        total = time.perf_counter() - started
+        return SyncResult(full=plan.full, no_local_internal=plan.no_local_internal, no_local_external=plan.no_local_external,
+                          build_seconds=total - kernel_seconds, kernel_seconds=kernel_seconds, written=dict(plan.written))
+
+    def _failed(self, err: Exception, what: str):
+        self.metrics.nftables_sync_failures.labels(self.family_name).inc()
+        self.state.stale_chains.clear()  # those flushes did not happen; the next full sync re-finds them
+        self.state.invalidate()
+        log.error("%s: %s", what, err)
+        raise SyncFailed(f"{what}: {err}") from err
+
+    async def _snapshot(self) -> rules.KernelSnapshot:
+        chains = await self.nft.list_chains()
+        if not chains:  # no table (or an empty one): nothing to read back
+            return rules.KernelSnapshot()
+        try:
+            containers = await self.nft.list_all_elements()
+            elements: dict[str, dict[str, str] | None] = {n: c for n, c in containers.items() if n in rules.CONTAINERS}
+            sets = list(containers)
+        except (CommandFailed, ValueError) as err:  # unreadable: flush and refill every container
+            log.warning("could not read the nftables sets and maps back (%s); they are refilled", err)
+            sets = await self.nft.list_sets()
+            elements = {n: None for n in rules.CONTAINERS if n in sets}
+        return rules.KernelSnapshot(chains=chains, sets=sets, elements=elements)
+
+
+class CleanupFailed(Exception):
+    pass
+
+
+def cleanup_leftovers(netns: str | None = None) -> list[str]:
+    """Delete table ``kube-proxy`` in ``ip`` and ``ip6`` (``--cleanup``; switching to another
+    mode); a missing table is fine. Returns the families whose table was deleted; raises
+    ``CleanupFailed`` (after trying both) if ``nft`` failed otherwise."""
+    deleted: list[str] = []
+    errors: list[str] = []
+    for family in (IPV4, IPV6):
+        nft = NFTables(family, netns=netns)
+        try:
+            if nft.delete_table_sync():
+                deleted.append(nft.family_name)
+        except CommandFailed as err:
+            log.error("error cleaning up nftables rules: %s", err)
+            errors.append(str(err))
+    if errors:
+        raise CleanupFailed("; ".join(errors))
+    return deleted

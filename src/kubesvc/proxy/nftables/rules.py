@@ -1,0 +1,902 @@
+"""nftables mode, the pure half: desired state + what the kernel holds → one ``nft -f``
+transaction, and the bookkeeping that lets the next sync touch only what changed.
+
+How a packet meets a Service (table ``ip kube-proxy``; ``ip6`` for the IPv6 proxier)
+====================================================================================
+
+Upstream's fixed layout (``pkg/proxy/nftables/proxier.go``, ``setupNFTables``), unchanged::
+
+  filter-prerouting-pre-dnat / filter-output-pre-dnat (filter, -110): ct state new → firewall-check
+      firewall-check: daddr . proto . dport vmap @firewall-ips → firewall-<svc>: saddr != {ranges} drop
+  nat-prerouting / nat-output (nat, -100) → services:
+      daddr . proto . dport vmap @service-ips          (ClusterIP → service-/local-, extIP/LB → external-)
+      NodePort: (fib daddr type local, not loopback | daddr @nodeport-ips) proto . dport vmap @service-nodeports
+  filter-input / filter-forward / filter-output (filter, 0), ct state new:
+      service-endpoints-check: daddr . proto . dport vmap @no-endpoint-services  (goto reject-chain | drop)
+      nodeport-endpoints-check (input): the same for @no-endpoint-nodeports
+      cluster-ips-check (forward, output): daddr @cluster-ips reject; daddr {service CIDRs} drop
+  nat-postrouting (nat, 100) → masquerading: marked packets get ``masquerade fully-random``
+
+A Service lookup is one concatenated-key vmap lookup whatever the number of Services.
+
+Our own per-Service layout (why it differs from upstream)
+---------------------------------------------------------
+Upstream gives every endpoint a chain (``endpoint-…``: hairpin mark, affinity update, DNAT) and
+every service chain an anonymous ``numgen`` vmap onto them. At 5k Services × 50 endpoints that
+is 250k chains: ``nft`` needs 222 s and 2.4 GB for the transaction. Worse for partial syncs:
+``nft`` reads every chain and set of the family into its cache before adding one rule or
+element (~1.7 ms per 1000 chains, ~3.5 ms per 1000 sets, anonymous ones included), so a
+one-endpoint change at 10k Services must not face 10k anonymous maps. Hence:
+
+* **No endpoint chains, no per-Service sets.** A policy chain (``service-…`` for Cluster,
+  ``local-…`` for Local) with one endpoint DNATs directly (``meta l4proto tcp dnat to
+  10.0.0.1:80``); with N ≥ 2 it holds one rule ``meta l4proto tcp dnat ip addr . port to numgen
+  random mod N offset S map @endpoints-XX``: shared maps from *slot* numbers to ``address .
+  port``, where each chain owns a block of slots [S, S+capacity) in the map its name hashes to
+  (``endpoint_map``; power-of-two blocks, reused while the count fits). Changing an endpoint
+  rewrites one chain and a few map elements. The maps are sharded (256) because the kernel
+  checks each element of a map against each rule bound to it: one map used by 5k chains with
+  250k slots took 22 s to load, 256 shards take well under a second. (Anonymous per-rule maps,
+  as upstream, would be just as fast to load but each is a set in ``nft``'s cache.)
+* **Hairpin** (a Pod reaching itself through its Service must be masqueraded, or it answers
+  itself directly): upstream marks in each endpoint chain ``ip saddr <ep> jump
+  mark-for-masquerade``. Here ``masquerading`` starts with ``ct status dnat ip saddr . ip daddr
+  @hairpin-endpoints jump mark-for-masquerade``: the set holds ``ip . ip`` for every endpoint
+  address, so a DNATed packet whose source equals its new destination is masqueraded.
+  (nftables cannot compare two packet fields directly; the pair set does it in one lookup.)
+* **ClientIP affinity** keeps upstream's per-endpoint sets ``affinity-<endpoint>`` (type addr,
+  flags dynamic,timeout, timeout = stickyMaxAgeSeconds), but without endpoint chains: the
+  policy chain has per endpoint ``ip saddr @affinity-X update @affinity-X { ip saddr } meta
+  l4proto tcp dnat to <ep>`` (a sticky client, refreshed as upstream's ``update`` does), then the
+  random choice written as rules ``numgen random mod (N-i) 0 update @affinity-X_i { ip saddr }
+  … dnat to <ep_i>`` (rule i wins with probability 1/(N-i) among the rest: uniform overall),
+  the last rule unconditional. A removed endpoint's rule and set disappear together, so a
+  client stuck to it simply picks again. (nft 1.0.6 cannot look up a concatenation that
+  contains constants, e.g. ``ip saddr . 10.0.0.1 . 80 @set``, which rules out one set per
+  Service keyed by client and endpoint.)
+
+Partial syncs (upstream NFT "partial sync")
+-------------------------------------------
+A full sync re-creates every fixed chain, rule and container and reconciles every element of
+every set/map against the kernel's actual content (listed by the caller into a
+``KernelSnapshot``). Then ``NftState`` remembers, per Service, what it rendered: its chains
+with their rules, its elements, its affinity sets, its slot blocks, its no-local counts. A
+partial sync renders only ``request.changed_services`` (unchanged ones are not even
+categorized), flushes and rewrites their chains, and adds/deletes only the elements whose
+owners changed. Elements are owned by Services (two ports of one Service share their
+ClusterIP element; a Pod IP behind two Services shares a hairpin element) and leave the kernel
+when their last owner does. Chains no Service uses any more are flushed now and deleted by the
+caller in a later, separate transaction (kernels before 6.2 need a moment to notice a chain is
+no longer referenced by a map element); stale affinity sets are deleted at once.
+
+``build_sync`` updates the ``NftState`` it is given into the state after the transaction; if
+the transaction fails the caller must ``invalidate()`` it, which makes the next sync full.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from kubesvc.proxy.backend import ProxyOptions, SyncRequest
+from kubesvc.proxy.nftables.naming import (
+    AFFINITY_PREFIX,
+    CLUSTER_POLICY_PREFIX,
+    EXTERNAL_PREFIX,
+    FIREWALL_PREFIX,
+    LOCAL_POLICY_PREFIX,
+    endpoint_name_base,
+    is_affinity_set_name,
+    is_service_chain_name,
+    service_port_chain_name_base,
+)
+from kubesvc.proxy.topology import categorize_endpoints
+from kubesvc.proxy.types import IPV6, Endpoint, ServicePort, ServicePortName
+
+TABLE = "kube-proxy"
+TABLE_COMMENT = "rules for kube-proxy"
+
+# base chains: name, type, hook, priority (dstnat-10, filter, dstnat, srcnat)
+BASE_CHAINS: tuple[tuple[str, str, str, int], ...] = (
+    ("filter-prerouting-pre-dnat", "filter", "prerouting", -110),
+    ("filter-output-pre-dnat", "filter", "output", -110),
+    ("filter-input", "filter", "input", 0),
+    ("filter-forward", "filter", "forward", 0),
+    ("filter-output", "filter", "output", 0),
+    ("nat-prerouting", "nat", "prerouting", -100),
+    ("nat-output", "nat", "output", -100),
+    ("nat-postrouting", "nat", "postrouting", 100),
+)
+
+SERVICES_CHAIN = "services"
+SERVICE_ENDPOINTS_CHECK_CHAIN = "service-endpoints-check"
+NODEPORT_ENDPOINTS_CHECK_CHAIN = "nodeport-endpoints-check"
+FIREWALL_CHECK_CHAIN = "firewall-check"
+REJECT_CHAIN = "reject-chain"
+CLUSTER_IPS_CHECK_CHAIN = "cluster-ips-check"
+MARK_MASQ_CHAIN = "mark-for-masquerade"
+MASQUERADING_CHAIN = "masquerading"
+
+# (source base chain, match, destination): upstream nftablesJumpChains
+JUMP_CHAINS: tuple[tuple[str, str, str], ...] = (
+    ("filter-input", "ct state new", NODEPORT_ENDPOINTS_CHECK_CHAIN),
+    ("filter-input", "ct state new", SERVICE_ENDPOINTS_CHECK_CHAIN),
+    ("filter-forward", "ct state new", SERVICE_ENDPOINTS_CHECK_CHAIN),
+    ("filter-output", "ct state new", SERVICE_ENDPOINTS_CHECK_CHAIN),
+    ("filter-prerouting-pre-dnat", "ct state new", FIREWALL_CHECK_CHAIN),
+    ("filter-output-pre-dnat", "ct state new", FIREWALL_CHECK_CHAIN),
+    ("nat-output", "", SERVICES_CHAIN),
+    ("nat-prerouting", "", SERVICES_CHAIN),
+    ("nat-postrouting", "", MASQUERADING_CHAIN),
+    ("filter-forward", "ct state new", CLUSTER_IPS_CHECK_CHAIN),
+    ("filter-output", "ct state new", CLUSTER_IPS_CHECK_CHAIN),
+)
+
+FIXED_CHAINS: tuple[str, ...] = (
+    NODEPORT_ENDPOINTS_CHECK_CHAIN, SERVICE_ENDPOINTS_CHECK_CHAIN, FIREWALL_CHECK_CHAIN, SERVICES_CHAIN,
+    MASQUERADING_CHAIN, CLUSTER_IPS_CHECK_CHAIN, MARK_MASQ_CHAIN, REJECT_CHAIN,
+)
+ALL_FIXED_CHAINS = frozenset(name for name, *_ in BASE_CHAINS) | frozenset(FIXED_CHAINS)
+
+# sets and maps
+CLUSTER_IPS = "cluster-ips"
+NODEPORT_IPS = "nodeport-ips"
+SERVICE_IPS = "service-ips"
+SERVICE_NODEPORTS = "service-nodeports"
+NO_ENDPOINT_SERVICES = "no-endpoint-services"
+NO_ENDPOINT_NODEPORTS = "no-endpoint-nodeports"
+FIREWALL_IPS = "firewall-ips"
+HAIRPIN_ENDPOINTS = "hairpin-endpoints"  # ours: endpoint address . same address
+
+# ours: slot → endpoint address . port, in shards. The kernel checks every element of a map
+# against every rule bound to it (on each new element and each new binding), so one map used
+# by every service chain is quadratic: 22 s for 250k slots × 5k chains. A chain's shard is
+# fixed by its name; 256 shards make that cost negligible while adding ~1 ms to nft's cache.
+ENDPOINT_MAP_SHARDS = 256
+ENDPOINT_MAP_PREFIX = "endpoints-"
+
+
+def endpoint_map(chain: str) -> str:
+    return f"{ENDPOINT_MAP_PREFIX}{zlib.crc32(chain.encode()) % ENDPOINT_MAP_SHARDS:02x}"
+
+
+ENDPOINT_MAPS = tuple(f"{ENDPOINT_MAP_PREFIX}{k:02x}" for k in range(ENDPOINT_MAP_SHARDS))
+
+# containers whose elements are reconciled (kind "set" / "map"), in transaction order
+CONTAINERS: dict[str, str] = {
+    CLUSTER_IPS: "set",
+    SERVICE_IPS: "map",
+    SERVICE_NODEPORTS: "map",
+    NO_ENDPOINT_SERVICES: "map",
+    NO_ENDPOINT_NODEPORTS: "map",
+    FIREWALL_IPS: "map",
+    HAIRPIN_ENDPOINTS: "set",
+    **{name: "map" for name in ENDPOINT_MAPS},
+}
+FIXED_SETS = frozenset(CONTAINERS) | {NODEPORT_IPS}
+
+SLOT_SPACE = 1 << 32  # numgen yields u32
+
+
+@dataclass(slots=True)
+class ServiceRender:
+    """What one Service (all its ports) put into the table."""
+
+    chains: dict[str, list[str]] = field(default_factory=dict)  # chain → rule bodies
+    elements: dict[str, dict[str, str]] = field(default_factory=dict)  # container → key → value
+    comments: dict[tuple[str, str], str] = field(default_factory=dict)  # (container, key) → comment
+    affinity_sets: dict[str, int] = field(default_factory=dict)  # set → timeout seconds
+    slots: dict[str, tuple[int, int]] = field(default_factory=dict)  # chain → (base, capacity)
+    no_local_internal: int = 0
+    no_local_external: int = 0
+
+
+class SlotAllocator:
+    """Blocks of slots of one endpoint map: power-of-two capacities, one free list per size."""
+
+    def __init__(self) -> None:
+        self.next = 0
+        self.free: dict[int, list[int]] = {}
+
+    @staticmethod
+    def capacity(n: int) -> int:
+        return max(2, 1 << (n - 1).bit_length())
+
+    def alloc(self, n: int) -> tuple[int, int]:
+        cap = self.capacity(n)
+        free = self.free.get(cap)
+        if free:
+            return free.pop(), cap
+        base = self.next
+        if base + cap > SLOT_SPACE:
+            raise OverflowError("endpoint map slot space exhausted; a full sync compacts it")
+        self.next = base + cap
+        return base, cap
+
+    def release(self, base: int, cap: int) -> None:
+        self.free.setdefault(cap, []).append(base)
+
+
+@dataclass
+class KernelSnapshot:
+    """What a full sync found in the kernel. ``elements[name]`` is None when that container
+    exists but could not be read (it is then flushed and refilled); a missing container has
+    no entry (or an empty dict)."""
+
+    chains: list[str] = field(default_factory=list)
+    sets: list[str] = field(default_factory=list)
+    elements: dict[str, dict[str, str] | None] = field(default_factory=dict)
+
+
+@dataclass
+class NftState:
+    """Bookkeeping between syncs; see the module docstring."""
+
+    synced: bool = False  # a full sync succeeded and nothing failed since
+    base_chains_recreated: bool = False
+    services: dict[str, ServiceRender] = field(default_factory=dict)
+    kernel: dict[str, dict[str, str]] = field(default_factory=lambda: {c: {} for c in CONTAINERS})
+    owners: dict[str, dict[str, object]] = field(default_factory=lambda: {c: {} for c in CONTAINERS})
+    chains: set[str] = field(default_factory=set)  # service chains in the kernel (active and stale)
+    chain_rules: dict[str, int] = field(default_factory=dict)  # active service chain → rule count
+    stale_chains: dict[str, float] = field(default_factory=dict)  # flushed, to delete later: since when
+    affinity_sets: set[str] = field(default_factory=set)
+    allocators: dict[str, SlotAllocator] = field(default_factory=dict)  # endpoint map → its slots
+    fixed_inputs: tuple = ()
+    fixed_chains: int = 0
+    fixed_rules: int = 0
+    service_rules: int = 0
+    no_local_internal: int = 0
+    no_local_external: int = 0
+
+    def invalidate(self) -> None:
+        """The transaction failed: nothing of this state can be trusted; the next sync is full."""
+        self.synced = False
+
+    def due_stale_chains(self, older_than: float) -> list[str]:
+        return sorted(c for c, since in self.stale_chains.items() if since < older_than)
+
+    def stale_chains_deleted(self, chains: Iterable[str]) -> None:
+        for chain in chains:
+            self.stale_chains.pop(chain, None)
+            self.chains.discard(chain)
+
+    def objects(self) -> dict[str, int]:
+        return {
+            "chains": self.fixed_chains + len(self.chains),
+            "rules": self.fixed_rules + self.service_rules,
+            "elements": sum(len(v) for v in self.kernel.values()),
+        }
+
+
+@dataclass
+class SyncPlan:
+    text: str
+    full: bool
+    written: dict[str, int]
+    no_local_internal: int
+    no_local_external: int
+
+
+def fixed_inputs(request: SyncRequest, options: ProxyOptions) -> tuple:
+    """Inputs that shape the fixed part (or every Service): a change makes the sync full."""
+    return (request.nodeport_ips, tuple(request.service_cidrs), request.node_ip, tuple(sorted(request.node_labels.items())),
+            options)
+
+
+def sync_is_full(request: SyncRequest, options: ProxyOptions, state: NftState) -> bool:
+    return request.full or not state.synced or state.fixed_inputs != fixed_inputs(request, options)
+
+
+# -- rendering one Service ----------------------------------------------------------------------
+
+
+class _Ctx:
+    """Per-sync constants for rendering."""
+
+    def __init__(self, request: SyncRequest, options: ProxyOptions, allocators: dict[str, SlotAllocator]):
+        v6 = options.family == IPV6
+        self.ipx = "ip6" if v6 else "ip"
+        self.v6 = v6
+        self.options = options
+        self.request = request
+        self.allocators = allocators
+        self.masquerade_all = options.masquerade_all
+        detector = options.local_detector
+        self.if_local = detector.nft_if_local() if detector.implemented else ""
+        self.if_not_local = detector.nft_if_not_local() if detector.implemented else ""
+        self.node_ip = ipaddress.ip_address(request.node_ip) if request.node_ip else None
+        self.node_labels = request.node_labels
+        self.node_name = options.node_name
+        self.prefer_same_node = options.prefer_same_node
+
+    def allocator(self, endpoint_map: str) -> SlotAllocator:
+        a = self.allocators.get(endpoint_map)
+        if a is None:
+            a = self.allocators[endpoint_map] = SlotAllocator()
+        return a
+
+    def dnat_target(self, ep: Endpoint) -> str:
+        return f"[{ep.ip}]:{ep.port}" if self.v6 else f"{ep.ip}:{ep.port}"
+
+
+def render_service(ports: list[ServicePort], endpoints: Mapping[ServicePortName, tuple[Endpoint, ...]], ctx: _Ctx,
+                   old: ServiceRender | None) -> ServiceRender:
+    out = ServiceRender()
+    for sp in ports:
+        _render_port(sp, endpoints.get(sp.name, ()), ctx, out, old)
+    return out
+
+
+def _add(out: ServiceRender, container: str, key: str, value: str = "", comment: str = "") -> None:
+    elems = out.elements.get(container)
+    if elems is None:
+        elems = out.elements[container] = {}
+    elems[key] = value
+    if comment:
+        out.comments[(container, key)] = comment
+
+
+def _render_port(sp: ServicePort, eps: tuple[Endpoint, ...], ctx: _Ctx, out: ServiceRender, old: ServiceRender | None) -> None:
+    spn = sp.name
+    proto = sp.protocol.lower()
+    base = service_port_chain_name_base(spn, proto)
+    cluster_chain = CLUSTER_POLICY_PREFIX + base
+    local_chain = LOCAL_POLICY_PREFIX + base
+    external_chain = EXTERNAL_PREFIX + base
+    firewall_chain = FIREWALL_PREFIX + base
+    name_str = str(spn)
+    ipx = ctx.ipx
+
+    cat = categorize_endpoints(eps, sp, ctx.node_name, ctx.node_labels, prefer_same_node=ctx.prefer_same_node)
+    cluster_eps, local_eps, has_endpoints = cat.cluster, cat.local, cat.has_any
+
+    uses_cluster_chain = bool(cluster_eps) and sp.uses_cluster_endpoints
+    uses_local_chain = bool(local_eps) and sp.uses_local_endpoints
+
+    internal_chain, has_internal = cluster_chain, has_endpoints
+    if sp.internal_policy_local:
+        internal_chain = local_chain
+        has_internal = has_internal and bool(local_eps)
+    external_policy_chain, has_external = cluster_chain, has_endpoints
+    if sp.external_policy_local:
+        external_policy_chain = local_chain
+        has_external = has_external and bool(local_eps)
+    uses_external_chain = has_endpoints and sp.externally_accessible
+
+    internal_verdict = external_verdict = ""
+    if not has_endpoints:
+        internal_verdict = external_verdict = f"goto {REJECT_CHAIN}"
+    else:
+        if not has_internal:
+            internal_verdict = "drop"
+            out.no_local_internal += 1
+        if not has_external:
+            external_verdict = "drop"
+            out.no_local_external += 1
+
+    port = sp.port
+    key_tail = f" . {proto} . {port}"
+    cip = sp.cluster_ip
+    _add(out, CLUSTER_IPS, cip)
+    if has_internal:
+        _add(out, SERVICE_IPS, cip + key_tail, f"goto {internal_chain}")
+    else:
+        _add(out, NO_ENDPOINT_SERVICES, cip + key_tail, internal_verdict, name_str)
+
+    for ext_ip in sp.external_ips:
+        if has_endpoints:
+            _add(out, SERVICE_IPS, ext_ip + key_tail, f"goto {external_chain}")
+        if not has_external:
+            _add(out, NO_ENDPOINT_SERVICES, ext_ip + key_tail, external_verdict, name_str)
+
+    uses_firewall = bool(sp.load_balancer_vips) and bool(sp.load_balancer_source_ranges)
+    for vip in sp.load_balancer_vips:
+        if has_endpoints:
+            _add(out, SERVICE_IPS, vip + key_tail, f"goto {external_chain}")
+        if uses_firewall:
+            _add(out, FIREWALL_IPS, vip + key_tail, f"goto {firewall_chain}")
+    if not has_external:
+        for vip in sp.load_balancer_vips:
+            _add(out, NO_ENDPOINT_SERVICES, vip + key_tail, external_verdict, name_str)
+
+    if sp.node_port:
+        np_key = f"{proto} . {sp.node_port}"
+        if has_endpoints:
+            _add(out, SERVICE_NODEPORTS, np_key, f"goto {external_chain}")
+        if not has_external:
+            _add(out, NO_ENDPOINT_NODEPORTS, np_key, external_verdict, name_str)
+
+    chains = out.chains
+    # Chains are created in this order; a chain's rules are complete before the next.
+    if uses_cluster_chain:
+        chains.setdefault(cluster_chain, [])
+    if uses_local_chain:
+        chains.setdefault(local_chain, [])
+    if uses_external_chain:
+        chains.setdefault(external_chain, [])
+    if uses_firewall:
+        chains.setdefault(firewall_chain, [])
+
+    if has_internal:
+        if ctx.masquerade_all:
+            chains[internal_chain].append(f"{ipx} daddr {cip} {proto} dport {port} jump {MARK_MASQ_CHAIN}")
+        elif ctx.if_not_local:
+            chains[internal_chain].append(f"{ipx} daddr {cip} {proto} dport {port} {ctx.if_not_local} jump {MARK_MASQ_CHAIN}")
+
+    if uses_external_chain:
+        rules = chains[external_chain]
+        if not sp.external_policy_local:
+            rules.append(f"jump {MARK_MASQ_CHAIN}")
+        else:
+            if ctx.if_local:
+                rules.append(f'{ctx.if_local} goto {cluster_chain} comment "short-circuit pod traffic"')
+            rules.append(f'fib saddr type local jump {MARK_MASQ_CHAIN} comment "masquerade local traffic"')
+            rules.append(f'fib saddr type local goto {cluster_chain} comment "short-circuit local traffic"')
+        if has_external:
+            rules.append(f"goto {external_policy_chain}")
+
+    if uses_firewall:
+        sources = [str(ipaddress.ip_network(r, strict=False)) for r in sp.load_balancer_source_ranges]
+        if ctx.node_ip is not None and any(ctx.node_ip in ipaddress.ip_network(s) for s in sources):
+            sources.extend(sp.load_balancer_vips)
+        chains[firewall_chain].append(f"{ipx} saddr != {{ {', '.join(sources)} }} drop")
+
+    affinity = sp.client_ip_affinity
+    ep_sets: dict[str, str] = {}
+    if affinity:
+        for ep in cat.all_reachable:
+            name = AFFINITY_PREFIX + endpoint_name_base(spn, proto, ep.ip, ep.port)
+            ep_sets[ep.endpoint] = name
+            out.affinity_sets[name] = sp.sticky_max_age_seconds
+
+    if uses_cluster_chain:
+        _endpoint_rules(chains[cluster_chain], cluster_chain, cluster_eps, proto, ep_sets, ctx, out, old)
+    if uses_local_chain:
+        _endpoint_rules(chains[local_chain], local_chain, local_eps, proto, ep_sets, ctx, out, old)
+
+    hairpin = out.elements.get(HAIRPIN_ENDPOINTS)
+    if hairpin is None:
+        hairpin = out.elements[HAIRPIN_ENDPOINTS] = {}
+    for ep in cat.all_reachable:
+        hairpin[f"{ep.ip} . {ep.ip}"] = ""
+
+
+def _endpoint_rules(rules: list[str], chain: str, eps: tuple[Endpoint, ...], proto: str, ep_sets: dict[str, str],
+                    ctx: _Ctx, out: ServiceRender, old: ServiceRender | None) -> None:
+    n = len(eps)
+    if ep_sets:
+        ipx = ctx.ipx
+        for ep in eps:
+            s = ep_sets[ep.endpoint]
+            rules.append(f"{ipx} saddr @{s} update @{s} {{ {ipx} saddr }} meta l4proto {proto} dnat to {ctx.dnat_target(ep)}")
+        for i, ep in enumerate(eps):
+            s = ep_sets[ep.endpoint]
+            pick = f"numgen random mod {n - i} 0 " if i < n - 1 else ""
+            rules.append(f"{pick}update @{s} {{ {ipx} saddr }} meta l4proto {proto} dnat to {ctx.dnat_target(ep)}")
+        return
+    if n == 1:
+        rules.append(f"meta l4proto {proto} dnat to {ctx.dnat_target(eps[0])}")
+        return
+    emap = endpoint_map(chain)
+    block = old.slots.get(chain) if old is not None else None
+    if block is not None and n <= block[1] <= 2 * SlotAllocator.capacity(n):
+        base = block[0]
+        out.slots[chain] = block
+    else:
+        base, cap = ctx.allocator(emap).alloc(n)
+        out.slots[chain] = (base, cap)
+    rules.append(f"meta l4proto {proto} dnat {ctx.ipx} addr . port to numgen random mod {n} offset {base} map @{emap}")
+    slots = out.elements.get(emap)
+    if slots is None:
+        slots = out.elements[emap] = {}
+    for i, ep in enumerate(eps):
+        slots[str(base + i)] = f"{ep.ip} . {ep.port}"
+
+
+# -- the transaction ----------------------------------------------------------------------------
+
+
+class _Tx:
+    """The transaction in phases, so that every reference is valid when the kernel checks it:
+    element deletions, chain creation/flushes, set deletions, set creation, rules, element
+    additions."""
+
+    def __init__(self, family: str):
+        self.prefix = f"{family} {TABLE}"
+        self.del_elements: dict[str, list[str]] = {}
+        self.chains: list[str] = []
+        self.del_sets: list[str] = []
+        self.add_sets: list[str] = []
+        self.rules: list[str] = []
+        self.add_elements: dict[str, list[str]] = {}
+        self.n_chains = 0
+        self.n_rules = 0
+        self.n_elements = 0
+
+    def chain(self, name: str, spec: str = "") -> None:
+        p = self.prefix
+        self.chains.append(f"add chain {p} {name}{spec}\nflush chain {p} {name}")
+        self.n_chains += 1
+
+    def rule(self, chain: str, body: str) -> None:
+        self.rules.append(f"add rule {self.prefix} {chain} {body}")
+        self.n_rules += 1
+
+    def chain_rules(self, chain: str, bodies: list[str]) -> None:
+        if bodies:
+            head = f"add rule {self.prefix} {chain} "
+            self.rules.append(head + f"\n{head}".join(bodies))
+            self.n_rules += len(bodies)
+
+    def text(self) -> str:
+        p = self.prefix
+        parts: list[str] = []
+        for name, keys in self.del_elements.items():
+            if keys:
+                parts.append(f"delete element {p} {name} {{ {', '.join(keys)} }}")
+        parts.extend(self.chains)
+        parts.extend(self.del_sets)
+        parts.extend(self.add_sets)
+        parts.extend(self.rules)
+        for name, elems in self.add_elements.items():
+            if elems:
+                parts.append(f"add element {p} {name} {{ {', '.join(elems)} }}")
+        parts.append("")
+        return "\n".join(parts)
+
+
+def _element_text(key: str, value: str, comment: str) -> str:
+    if comment:
+        key = f'{key} comment "{comment}"'
+    return f"{key} : {value}" if value else key
+
+
+def _fixed_part(tx: _Tx, request: SyncRequest, options: ProxyOptions, state: NftState, snapshot: KernelSnapshot) -> None:
+    v6 = options.family == IPV6
+    ipx, addr_type = ("ip6", "ipv6_addr") if v6 else ("ip", "ipv4_addr")
+    no_localhost = "ip6 daddr != ::1" if v6 else "ip daddr != 127.0.0.0/8"
+    p = tx.prefix
+    mark = options.masquerade_mark
+    chains_before = tx.n_chains
+
+    tx.chains.append(f'add table {p} {{ comment "{TABLE_COMMENT}" ; }}')
+    if not state.base_chains_recreated:
+        # Once per process: re-create base chains so a changed hook/priority takes effect.
+        for name, *_ in BASE_CHAINS:
+            tx.chains.append(f"add chain {p} {name}\ndelete chain {p} {name}")
+    for name, ctype, hook, prio in BASE_CHAINS:
+        tx.chain(name, f" {{ type {ctype} hook {hook} priority {prio} ; }}")
+    for name in FIXED_CHAINS:
+        if name == REJECT_CHAIN:
+            tx.chain(name, ' { comment "helper for @no-endpoint-services / @no-endpoint-nodeports" ; }')
+        else:
+            tx.chain(name)
+    # Someone else's (or an older version's) chains that are not service chains: make them inert.
+    for name in snapshot.chains:
+        if name not in ALL_FIXED_CHAINS and not is_service_chain_name(name):
+            tx.chains.append(f"flush chain {p} {name}")
+    state.fixed_chains = tx.n_chains - chains_before
+
+    rules_before = tx.n_rules
+    for src, match, dst in JUMP_CHAINS:
+        tx.rule(src, f"{match} jump {dst}" if match else f"jump {dst}")
+    tx.rule(MARK_MASQ_CHAIN, f"mark set mark or {mark}")
+    tx.rule(MASQUERADING_CHAIN, f"ct status dnat {ipx} saddr . {ipx} daddr @{HAIRPIN_ENDPOINTS} jump {MARK_MASQ_CHAIN}")
+    tx.rule(MASQUERADING_CHAIN, f"mark and {mark} == 0 return")
+    tx.rule(MASQUERADING_CHAIN, f"mark set mark xor {mark}")
+    tx.rule(MASQUERADING_CHAIN, "masquerade fully-random")
+
+    tx.chains.append(f'add set {p} {CLUSTER_IPS} {{ type {addr_type} ; comment "Active ClusterIPs" ; }}')
+    tx.rule(CLUSTER_IPS_CHECK_CHAIN, f'{ipx} daddr @{CLUSTER_IPS} reject comment "Reject traffic to invalid ports of ClusterIPs"')
+    if request.service_cidrs:
+        tx.rule(CLUSTER_IPS_CHECK_CHAIN, f'{ipx} daddr {{ {", ".join(request.service_cidrs)} }} drop comment "Drop traffic to unallocated ClusterIPs"')
+
+    tx.chains.append(f'add set {p} {NODEPORT_IPS} {{ type {addr_type} ; comment "IPs that accept NodePort traffic" ; }}')
+    match_all = request.nodeport_ips is None
+    if match_all:
+        tx.del_sets.append(f"delete set {p} {NODEPORT_IPS}")
+    else:
+        tx.chains.append(f"flush set {p} {NODEPORT_IPS}")
+        ips = []
+        for ip in request.nodeport_ips:
+            if ipaddress.ip_address(ip).is_loopback:
+                continue  # localhost NodePorts are not supported in nftables mode
+            ips.append(ip)
+        if ips:
+            tx.rules.append(f"add element {p} {NODEPORT_IPS} {{ {', '.join(ips)} }}")
+
+    tx.chains.append(f'add map {p} {NO_ENDPOINT_SERVICES} {{ type {addr_type} . inet_proto . inet_service : verdict ; '
+                     f'comment "vmap to drop or reject packets to services with no endpoints" ; }}')
+    tx.chains.append(f'add map {p} {NO_ENDPOINT_NODEPORTS} {{ type inet_proto . inet_service : verdict ; '
+                     f'comment "vmap to drop or reject packets to service nodeports with no endpoints" ; }}')
+    tx.rule(REJECT_CHAIN, "reject")
+    tx.rule(SERVICE_ENDPOINTS_CHECK_CHAIN, f"{ipx} daddr . meta l4proto . th dport vmap @{NO_ENDPOINT_SERVICES}")
+    if match_all:
+        tx.rule(NODEPORT_ENDPOINTS_CHECK_CHAIN, f"{no_localhost} meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS}")
+    else:
+        tx.rule(NODEPORT_ENDPOINTS_CHECK_CHAIN, f"{ipx} daddr @{NODEPORT_IPS} meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS}")
+
+    tx.chains.append(f'add map {p} {FIREWALL_IPS} {{ type {addr_type} . inet_proto . inet_service : verdict ; '
+                     f'comment "destinations that are subject to LoadBalancerSourceRanges" ; }}')
+    tx.rule(FIREWALL_CHECK_CHAIN, f"{ipx} daddr . meta l4proto . th dport vmap @{FIREWALL_IPS}")
+
+    tx.chains.append(f'add map {p} {SERVICE_IPS} {{ type {addr_type} . inet_proto . inet_service : verdict ; '
+                     f'comment "ClusterIP, ExternalIP and LoadBalancer IP traffic" ; }}')
+    tx.chains.append(f'add map {p} {SERVICE_NODEPORTS} {{ type inet_proto . inet_service : verdict ; comment "NodePort traffic" ; }}')
+    tx.rule(SERVICES_CHAIN, f"{ipx} daddr . meta l4proto . th dport vmap @{SERVICE_IPS}")
+    if match_all:
+        tx.rule(SERVICES_CHAIN, f"fib daddr type local {no_localhost} meta l4proto . th dport vmap @{SERVICE_NODEPORTS}")
+    else:
+        tx.rule(SERVICES_CHAIN, f"{ipx} daddr @{NODEPORT_IPS} meta l4proto . th dport vmap @{SERVICE_NODEPORTS}")
+
+    for name in ENDPOINT_MAPS:
+        tx.chains.append(f"add map {p} {name} {{ typeof numgen random mod 1 : {ipx} daddr . tcp dport ; }}")
+    tx.chains.append(f'add set {p} {HAIRPIN_ENDPOINTS} {{ type {addr_type} . {addr_type} ; '
+                     f'comment "every endpoint address twice: DNATed traffic from an endpoint to itself is masqueraded" ; }}')
+    state.fixed_rules = tx.n_rules - rules_before
+
+    # Containers that exist but could not be read are refilled from scratch.
+    for name, content in snapshot.elements.items():
+        if content is None and name in CONTAINERS:
+            tx.chains.append(f"flush {CONTAINERS[name]} {p} {name}")
+
+
+def build_sync(request: SyncRequest, options: ProxyOptions, state: NftState, snapshot: KernelSnapshot | None,
+               now: float) -> SyncPlan:
+    """The transaction for ``request``; ``state`` becomes the state after it (see module doc).
+    ``snapshot`` is required when ``sync_is_full``."""
+    full = sync_is_full(request, options, state)
+    tx = _Tx("ip6" if options.family == IPV6 else "ip")
+    if full:
+        if snapshot is None:
+            raise ValueError("a full sync needs a KernelSnapshot")
+        _reset_for_full(state, snapshot, now)
+        _fixed_part(tx, request, options, state, snapshot)
+        state.base_chains_recreated = True
+        state.fixed_inputs = fixed_inputs(request, options)
+
+    ctx = _Ctx(request, options, state.allocators)
+    # Service ports of the Services to render, grouped by Service.
+    if full:
+        wanted = None
+    else:
+        wanted = request.changed_services
+    ports_by_service: dict[str, list[ServicePort]] = {}
+    for spn, sp in request.service_ports.items():
+        svc = f"{spn.namespace}/{spn.name}"
+        if wanted is None or svc in wanted:
+            lst = ports_by_service.get(svc)
+            if lst is None:
+                ports_by_service[svc] = [sp]
+            else:
+                lst.append(sp)
+
+    services = state.services
+    touched: dict[str, set[str]] | None = None if full else {c: set() for c in CONTAINERS}
+    names = sorted(ports_by_service) if full else sorted(set(ports_by_service) | (set(wanted) & set(services)))
+    old_chains: set[str] = set()
+    old_sets: set[str] = set()
+    new_chains: set[str] = set()
+    new_sets: dict[str, int] = {}
+    for svc in names:
+        old = services.pop(svc, None)
+        ports = ports_by_service.get(svc)
+        if ports:
+            ports.sort(key=lambda sp: (sp.name.port, sp.name.protocol))
+            new = render_service(ports, request.endpoints, ctx, old)
+            services[svc] = new
+        else:
+            new = None
+        if old is not None:
+            _release_slots(state.allocators, old, new)
+            old_chains.update(old.chains)
+            old_sets.update(old.affinity_sets)
+            state.no_local_internal -= old.no_local_internal
+            state.no_local_external -= old.no_local_external
+            state.service_rules -= sum(len(r) for r in old.chains.values())
+            if touched is not None:
+                _unclaim(state, svc, old, touched)
+        if new is not None:
+            new_chains.update(new.chains)
+            new_sets.update(new.affinity_sets)
+            state.no_local_internal += new.no_local_internal
+            state.no_local_external += new.no_local_external
+            state.service_rules += sum(len(r) for r in new.chains.values())
+            if touched is not None:
+                _claim(state, svc, new, touched)
+            for chain, bodies in new.chains.items():
+                if full or chain not in state.chains:
+                    tx.chain(chain)
+                else:  # exists: flushing alone spares nft a chain lookup
+                    tx.chains.append(f"flush chain {tx.prefix} {chain}")
+                    tx.n_chains += 1
+                tx.chain_rules(chain, bodies)
+                state.chain_rules[chain] = len(bodies)
+
+    if full:
+        _claim_all(state)
+        _reconcile_all(state, tx)
+    else:
+        _reconcile(state, touched, tx)
+
+    # Chains: active ones leave the stale list; ones nobody renders any more become stale.
+    state.chains |= new_chains
+    for chain in new_chains:
+        state.stale_chains.pop(chain, None)
+    if full:
+        stale = {c for c in state.chains if c not in new_chains}
+    else:
+        stale = {c for c in old_chains if c not in new_chains}
+    p = tx.prefix
+    for chain in sorted(stale):
+        state.chain_rules.pop(chain, None)
+        if chain not in state.stale_chains:
+            tx.chains.append(f"flush chain {p} {chain}")
+            state.stale_chains[chain] = now
+
+    # Affinity sets: stale ones go at once (their rules were flushed above), new ones are added.
+    if full:
+        gone_sets = {s for s in state.affinity_sets if s not in new_sets}
+    else:
+        gone_sets = {s for s in old_sets if s not in new_sets}
+    addr_type = "ipv6_addr" if options.family == IPV6 else "ipv4_addr"
+    for name in sorted(gone_sets):
+        if name in state.affinity_sets:
+            tx.del_sets.append(f"delete set {p} {name}")
+            state.affinity_sets.discard(name)
+    for name, timeout in new_sets.items():
+        tx.add_sets.append(f"add set {p} {name} {{ type {addr_type} ; flags dynamic,timeout ; timeout {timeout}s ; }}")
+        state.affinity_sets.add(name)
+
+    state.synced = True
+    return SyncPlan(
+        text=tx.text(), full=full,
+        written={"chains": tx.n_chains, "rules": tx.n_rules, "elements": tx.n_elements},
+        no_local_internal=state.no_local_internal, no_local_external=state.no_local_external,
+    )
+
+
+def _reset_for_full(state: NftState, snapshot: KernelSnapshot, now: float) -> None:
+    state.services = {}
+    state.owners = {c: {} for c in CONTAINERS}
+    state.kernel = {c: dict(snapshot.elements.get(c) or {}) for c in CONTAINERS}
+    state.allocators = {}
+    state.chains = {c for c in snapshot.chains if is_service_chain_name(c)}
+    state.chain_rules = {}
+    state.stale_chains = {c: t for c, t in state.stale_chains.items() if c in state.chains}
+    state.affinity_sets = {s for s in snapshot.sets if is_affinity_set_name(s)}
+    state.service_rules = 0
+    state.no_local_internal = state.no_local_external = 0
+
+
+def _release_slots(allocators: dict[str, SlotAllocator], old: ServiceRender, new: ServiceRender | None) -> None:
+    for chain, block in old.slots.items():
+        if new is None or new.slots.get(chain) != block:
+            allocators[endpoint_map(chain)].release(*block)
+
+
+# -- element ownership and reconciliation ------------------------------------------------------
+
+
+def _claim(state: NftState, svc: str, render: ServiceRender, touched: dict[str, set[str]]) -> None:
+    for container, elems in render.elements.items():
+        owners = state.owners[container]
+        t = touched[container]
+        for key in elems:
+            o = owners.get(key)
+            if o is None:
+                owners[key] = svc
+            elif o != svc:
+                if isinstance(o, set):
+                    o.add(svc)
+                else:
+                    owners[key] = {o, svc}
+            t.add(key)
+
+
+def _unclaim(state: NftState, svc: str, render: ServiceRender, touched: dict[str, set[str]]) -> None:
+    for container, elems in render.elements.items():
+        owners = state.owners[container]
+        t = touched[container]
+        for key in elems:
+            o = owners.get(key)
+            if o == svc:
+                del owners[key]
+            elif isinstance(o, set):
+                o.discard(svc)
+                if len(o) == 1:
+                    owners[key] = next(iter(o))
+            t.add(key)
+
+
+def _claim_all(state: NftState) -> None:
+    for svc, render in state.services.items():
+        for container, elems in render.elements.items():
+            owners = state.owners[container]
+            for key in elems:
+                o = owners.get(key)
+                if o is None:
+                    owners[key] = svc
+                elif isinstance(o, set):
+                    o.add(svc)
+                else:
+                    owners[key] = {o, svc}
+
+
+def _desired(state: NftState, container: str, key: str, o: object) -> tuple[str, str]:
+    svc = o if isinstance(o, str) else min(o)  # type: ignore[type-var]
+    render = state.services[svc]
+    return render.elements[container][key], render.comments.get((container, key), "")
+
+
+def _reconcile(state: NftState, touched: dict[str, set[str]], tx: _Tx) -> None:
+    for container, keys in touched.items():
+        if not keys:
+            continue
+        owners = state.owners[container]
+        kernel = state.kernel[container]
+        dels: list[str] = []
+        adds: list[str] = []
+        for key in sorted(keys):
+            o = owners.get(key)
+            have = kernel.get(key)
+            if o is None:
+                if have is not None:
+                    dels.append(key)
+                    del kernel[key]
+                continue
+            value, comment = _desired(state, container, key, o)
+            if have == value:
+                continue
+            if have is not None:
+                dels.append(key)
+            adds.append(_element_text(key, value, comment))
+            kernel[key] = value
+        _queue(tx, container, dels, adds)
+
+
+def _reconcile_all(state: NftState, tx: _Tx) -> None:
+    for container in CONTAINERS:
+        owners = state.owners[container]
+        kernel = state.kernel[container]
+        dels = [key for key in kernel if key not in owners]
+        for key in dels:
+            del kernel[key]
+        adds: list[str] = []
+        services = state.services
+        for key, o in owners.items():
+            if type(o) is str:
+                render = services[o]
+                value = render.elements[container][key]
+                comment = render.comments.get((container, key), "") if render.comments else ""
+            else:
+                value, comment = _desired(state, container, key, o)
+            have = kernel.get(key)
+            if have == value:
+                continue
+            if have is not None:
+                dels.append(key)
+            if comment:
+                adds.append(f'{key} comment "{comment}" : {value}' if value else f'{key} comment "{comment}"')
+            else:
+                adds.append(f"{key} : {value}" if value else key)
+            kernel[key] = value
+        _queue(tx, container, dels, adds)
+
+
+def _queue(tx: _Tx, container: str, dels: list[str], adds: list[str]) -> None:
+    if dels:
+        tx.del_elements.setdefault(container, []).extend(dels)
+        tx.n_elements += len(dels)
+    if adds:
+        tx.add_elements.setdefault(container, []).extend(adds)
+        tx.n_elements += len(adds)
+
+
+def delete_chains_text(family: int, chains: Iterable[str]) -> str:
+    """The separate transaction that deletes stale (already flushed) chains."""
+    fam = "ip6" if family == IPV6 else "ip"
+    return "".join(f"delete chain {fam} {TABLE} {c}\n" for c in chains)

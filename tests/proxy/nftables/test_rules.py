@@ -1,0 +1,326 @@
+"""Pure tests of the nftables transaction builder (``proxy/nftables/rules.py``) and naming:
+what a sync writes, per case, and how partial syncs and the bookkeeping behave."""
+
+from __future__ import annotations
+
+import pytest
+
+from kubesvc.proxy.nftables import rules
+from kubesvc.proxy.nftables.naming import endpoint_name_base, hash_and_truncate, service_port_chain_name_base
+from kubesvc.proxy.types import ServicePortName
+from tests.proxy.nftables.builders import V6, ep, options, request, svc_port
+
+SVC = "service-ULMVA6XW-ns1/svc1/tcp/p80"
+EXT = "external-ULMVA6XW-ns1/svc1/tcp/p80"
+LOCAL = "local-ULMVA6XW-ns1/svc1/tcp/p80"
+FW = "firewall-ULMVA6XW-ns1/svc1/tcp/p80"
+
+
+def build(ports, opts=None, state=None, snapshot=None, now=0.0, **kw):
+    state = state or rules.NftState()
+    plan = rules.build_sync(request(ports, **kw), opts or options(), state, snapshot or rules.KernelSnapshot(), now)
+    return plan, state
+
+
+def lines(plan) -> list[str]:
+    return plan.text.splitlines()
+
+
+def own_text(plan, opts=None, **kw) -> str:
+    """The lines a full sync wrote beyond what it writes with no Services at all."""
+    baseline = set(lines(build([], opts=opts, **kw)[0]))
+    return "\n".join(x for x in lines(plan) if x not in baseline)
+
+
+# -- naming -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spn,protocol,expected", [
+    (ServicePortName("ns1", "svc1", "p80", "TCP"), "tcp", "ULMVA6XW-ns1/svc1/tcp/p80"),
+    (ServicePortName("ns2", "svc2", "p80", "TCP"), "tcp", "42NFTM6N-ns2/svc2/tcp/p80"),
+], ids=["ns1-svc1", "ns2-svc2"])
+def test_service_chain_name_base_matches_upstream(spn, protocol, expected):
+    assert service_port_chain_name_base(spn, protocol) == expected
+
+
+def test_long_names_are_truncated_with_hash_kept():
+    name = hash_and_truncate("n" * 63 + "/" + "s" * 63 + "/tcp/" + "p" * 63 + "__" + "f" * 39 + "/65535")
+    assert len(name) == 240 and name.endswith("...") and name[8] == "-"
+
+
+def test_endpoint_name_base_uses_dots_for_ipv6():
+    base = endpoint_name_base(ServicePortName("ns1", "svc1", "p80"), "tcp", "fd00::1", 80)
+    assert base.endswith("-ns1/svc1/tcp/p80__fd00..1/80") and ":" not in base
+
+
+# -- fixed part ---------------------------------------------------------------------------------
+
+def test_fixed_part_has_upstream_base_chains_jumps_and_masquerading():
+    opts = options(masquerade_bit=15)
+    mark = opts.masquerade_mark
+    assert int(mark, 16) == 1 << 15
+    plan, _ = build([], opts=opts, service_cidrs=("172.30.0.0/16", "172.31.0.0/16"))
+    text = plan.text
+    for name, ctype, hook, prio in rules.BASE_CHAINS:
+        assert f"add chain ip kube-proxy {name} {{ type {ctype} hook {hook} priority {prio} ; }}" in text
+    assert 'add table ip kube-proxy { comment "rules for kube-proxy" ; }' in text
+    assert "add chain ip kube-proxy filter-input\ndelete chain ip kube-proxy filter-input" in text  # first sync only
+    for src, match, dst in rules.JUMP_CHAINS:
+        assert f"add rule ip kube-proxy {src} {match + ' ' if match else ''}jump {dst}" in text
+    assert f"add rule ip kube-proxy mark-for-masquerade mark set mark or {mark}" in text
+    assert f"add rule ip kube-proxy masquerading mark and {mark} == 0 return" in text
+    assert "add rule ip kube-proxy masquerading masquerade fully-random" in text
+    assert ("add rule ip kube-proxy masquerading ct status dnat ip saddr . ip daddr @hairpin-endpoints jump mark-for-masquerade"
+            in text)
+    assert 'ip daddr { 172.30.0.0/16, 172.31.0.0/16 } drop comment "Drop traffic to unallocated ClusterIPs"' in text
+    assert 'ip daddr @cluster-ips reject comment "Reject traffic to invalid ports of ClusterIPs"' in text
+    assert "add rule ip kube-proxy reject-chain reject" in text
+
+
+@pytest.mark.parametrize("nodeport_ips,services_rule,check_rule,nodeport_set", [
+    (None, "fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports",
+     "ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @no-endpoint-nodeports", "delete set ip kube-proxy nodeport-ips"),
+    (("192.168.0.2", "127.0.0.1"), "ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports",
+     "ip daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports", "add element ip kube-proxy nodeport-ips { 192.168.0.2 }"),
+], ids=["match-all", "node-ips-loopback-skipped"])
+def test_nodeport_addresses(nodeport_ips, services_rule, check_rule, nodeport_set):
+    plan, _ = build([], nodeport_ips=nodeport_ips)
+    assert f"add rule ip kube-proxy services {services_rule}" in plan.text
+    assert f"add rule ip kube-proxy nodeport-endpoints-check {check_rule}" in plan.text
+    assert nodeport_set in plan.text
+
+
+def test_second_full_sync_does_not_recreate_base_chains():
+    _, state = build([])
+    plan, _ = build([], state=state)
+    assert "delete chain ip kube-proxy filter-input" not in plan.text
+
+
+# -- one Service port, per case -----------------------------------------------------------------
+
+CIP = "172.30.0.41"
+TWO = (ep("10.180.0.1", 8080), ep("10.180.0.2", 8080))
+
+CASES = [
+    ("cluster-ip-two-endpoints", svc_port("ns1/svc1", CIP), TWO, {}, [
+        "add element ip kube-proxy service-ips { 172.30.0.41 . tcp . 80 : goto " + SVC + " }",
+        f"add rule ip kube-proxy {SVC} ip daddr 172.30.0.41 tcp dport 80 ip saddr != 10.0.0.0/8 jump mark-for-masquerade",
+        f"add rule ip kube-proxy {SVC} meta l4proto tcp dnat ip addr . port to numgen random mod 2 offset 0 map @",
+        "0 : 10.180.0.1 . 8080, 1 : 10.180.0.2 . 8080",
+        "add element ip kube-proxy hairpin-endpoints { 10.180.0.1 . 10.180.0.1, 10.180.0.2 . 10.180.0.2 }",
+        "add element ip kube-proxy cluster-ips { 172.30.0.41 }",
+    ], [EXT, "no-endpoint-services {"]),
+    ("single-endpoint-direct-dnat", svc_port("ns1/svc1", CIP), TWO[:1], {}, [
+        f"add rule ip kube-proxy {SVC} meta l4proto tcp dnat to 10.180.0.1:8080",
+    ], ["numgen"]),
+    ("no-endpoints-reject", svc_port("ns1/svc1", CIP), (), {}, [
+        'add element ip kube-proxy no-endpoint-services { 172.30.0.41 . tcp . 80 comment "ns1/svc1:p80" : goto reject-chain }',
+    ], [SVC, "service-ips {"]),
+    ("internal-local-no-local-drop", svc_port("ns1/svc1", CIP, internal_policy_local=True), TWO, {}, [
+        'add element ip kube-proxy no-endpoint-services { 172.30.0.41 . tcp . 80 comment "ns1/svc1:p80" : drop }',
+    ], [SVC, LOCAL]),
+    ("internal-local-with-local", svc_port("ns1/svc1", CIP, internal_policy_local=True), (ep("10.180.0.1", 80, local=True),), {}, [
+        f"goto {LOCAL}", f"add rule ip kube-proxy {LOCAL} ip daddr 172.30.0.41 tcp dport 80 ip saddr != 10.0.0.0/8 jump mark-for-masquerade",
+    ], [f"chain ip kube-proxy {SVC}"]),
+    ("masquerade-all", svc_port("ns1/svc1", CIP), TWO, {"masquerade_all": True}, [
+        f"add rule ip kube-proxy {SVC} ip daddr 172.30.0.41 tcp dport 80 jump mark-for-masquerade",
+    ], ["saddr != 10.0.0.0/8"]),
+    ("no-detector-no-masquerade-rule", svc_port("ns1/svc1", CIP), TWO, {"cidr": ""}, [], ["jump mark-for-masquerade\n"]),
+    ("nodeport-cluster", svc_port("ns1/svc1", CIP, node_port=3001), TWO, {}, [
+        f"add element ip kube-proxy service-nodeports {{ tcp . 3001 : goto {EXT} }}",
+        f"add rule ip kube-proxy {EXT} jump mark-for-masquerade\nadd rule ip kube-proxy {EXT} goto {SVC}",
+    ], ["no-endpoint-nodeports {"]),
+    ("nodeport-local-with-local", svc_port("ns1/svc1", CIP, node_port=3001, external_policy_local=True),
+     (ep("10.180.0.1", 80, local=True), ep("10.180.0.2", 80)), {}, [
+        f'add rule ip kube-proxy {EXT} ip saddr 10.0.0.0/8 goto {SVC} comment "short-circuit pod traffic"',
+        f'add rule ip kube-proxy {EXT} fib saddr type local jump mark-for-masquerade comment "masquerade local traffic"',
+        f'add rule ip kube-proxy {EXT} fib saddr type local goto {SVC} comment "short-circuit local traffic"',
+        f"add rule ip kube-proxy {EXT} goto {LOCAL}",
+        f"add rule ip kube-proxy {LOCAL} meta l4proto tcp dnat to 10.180.0.1:80",
+    ], []),
+    ("nodeport-local-without-local-drop", svc_port("ns1/svc1", CIP, node_port=3001, external_policy_local=True), TWO, {}, [
+        'add element ip kube-proxy no-endpoint-nodeports { tcp . 3001 comment "ns1/svc1:p80" : drop }',
+        f"add element ip kube-proxy service-nodeports {{ tcp . 3001 : goto {EXT} }}",
+    ], [f"goto {LOCAL}"]),
+    ("nodeport-no-endpoints-reject", svc_port("ns1/svc1", CIP, node_port=3001), (), {}, [
+        'add element ip kube-proxy no-endpoint-nodeports { tcp . 3001 comment "ns1/svc1:p80" : goto reject-chain }',
+    ], [EXT]),
+    ("external-ip", svc_port("ns1/svc1", CIP, external_ips=("192.168.99.11",)), TWO, {}, [
+        f"192.168.99.11 . tcp . 80 : goto {EXT}",
+    ], []),
+    ("lb-source-ranges", svc_port("ns1/svc1", CIP, load_balancer_vips=("1.2.3.4",), load_balancer_source_ranges=("203.0.113.0/25",)), TWO, {}, [
+        f"add element ip kube-proxy firewall-ips {{ 1.2.3.4 . tcp . 80 : goto {FW} }}",
+        f"add rule ip kube-proxy {FW} ip saddr != {{ 203.0.113.0/25 }} drop",
+        f"1.2.3.4 . tcp . 80 : goto {EXT}",
+    ], []),
+    ("lb-source-ranges-containing-node-ip", svc_port("ns1/svc1", CIP, load_balancer_vips=("1.2.3.4",),
+                                                      load_balancer_source_ranges=("192.168.0.0/24",)), TWO, {"node_ip": "192.168.0.2"}, [
+        f"add rule ip kube-proxy {FW} ip saddr != {{ 192.168.0.0/24, 1.2.3.4 }} drop",
+    ], []),
+    ("udp-port", svc_port("ns1/dns", CIP, 53, port_name="dns", protocol="UDP"), (ep("10.180.0.1", 53),), {}, [
+        "172.30.0.41 . udp . 53 : goto service-", "meta l4proto udp dnat to 10.180.0.1:53",
+    ], []),
+]
+
+
+@pytest.mark.parametrize("sp,eps,kw,present,absent", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_service_port(sp, eps, kw, present, absent):
+    opt_kw = {k: v for k, v in kw.items() if k in ("masquerade_all", "cidr")}
+    req_kw = {k: v for k, v in kw.items() if k == "node_ip"}
+    opts = options(**opt_kw)
+    plan, _ = build([(sp, eps)], opts=opts, **req_kw)
+    own = own_text(plan, opts, **req_kw)
+    for text in present:
+        assert text in own, text
+    for text in absent:
+        assert text not in own, text
+
+
+def test_no_local_counts():
+    plan, _ = build([
+        (svc_port("ns/a", "172.30.0.1", internal_policy_local=True), TWO),
+        (svc_port("ns/b", "172.30.0.2", node_port=3001, external_policy_local=True), TWO),
+        (svc_port("ns/c", "172.30.0.3", node_port=3002, external_policy_local=True), ()),  # none at all: reject, not counted
+    ])
+    assert (plan.no_local_internal, plan.no_local_external) == (1, 1)
+
+
+def test_client_ip_affinity_rules_and_sets():
+    sp = svc_port("ns1/svc1", CIP, client_ip_affinity=True, sticky_max_age_seconds=300)
+    plan, state = build([(sp, TWO)])
+    s1 = "affinity-" + endpoint_name_base(sp.name, "tcp", "10.180.0.1", 8080)
+    s2 = "affinity-" + endpoint_name_base(sp.name, "tcp", "10.180.0.2", 8080)
+    assert f"add set ip kube-proxy {s1} {{ type ipv4_addr ; flags dynamic,timeout ; timeout 300s ; }}" in plan.text
+    rule_lines = [x for x in lines(plan) if x.startswith(f"add rule ip kube-proxy {SVC}")]
+    assert rule_lines[1:] == [
+        f"add rule ip kube-proxy {SVC} ip saddr @{s1} update @{s1} {{ ip saddr }} meta l4proto tcp dnat to 10.180.0.1:8080",
+        f"add rule ip kube-proxy {SVC} ip saddr @{s2} update @{s2} {{ ip saddr }} meta l4proto tcp dnat to 10.180.0.2:8080",
+        f"add rule ip kube-proxy {SVC} numgen random mod 2 0 update @{s1} {{ ip saddr }} meta l4proto tcp dnat to 10.180.0.1:8080",
+        f"add rule ip kube-proxy {SVC} update @{s2} {{ ip saddr }} meta l4proto tcp dnat to 10.180.0.2:8080",
+    ]
+    # the endpoint goes: its set is deleted (after the chain was flushed), the other stays
+    plan2, _ = build([(sp, TWO[1:])], state=state, full=False, changed={"ns1/svc1"})
+    text = plan2.text
+    assert text.index(f"flush chain ip kube-proxy {SVC}") < text.index(f"delete set ip kube-proxy {s1}")
+    assert f"delete set ip kube-proxy {s2}" not in text
+
+
+def test_ipv6_syntax():
+    sp = svc_port("ns1/svc1", "fd00:30::41")
+    plan, _ = build([(sp, (ep("fd00:1::1", 80), ep("fd00:1::2", 80)))], opts=options("fd00:1::/64", family=V6),
+                    service_cidrs=("fd00:30::/112",))
+    text = plan.text
+    assert "add table ip6 kube-proxy" in text
+    assert "ip6 daddr fd00:30::41 tcp dport 80 ip6 saddr != fd00:1::/64 jump mark-for-masquerade" in text
+    assert "meta l4proto tcp dnat ip6 addr . port to numgen random mod 2 offset 0 map @" in text
+    assert "typeof numgen random mod 1 : ip6 daddr . tcp dport" in text
+    assert "fd00:1::1 . fd00:1::1" in text and "type ipv6_addr . ipv6_addr" in text
+    assert "ip6 daddr { fd00:30::/112 } drop" in text
+
+
+# -- partial syncs and bookkeeping --------------------------------------------------------------
+
+def two_services(eps_a=TWO, eps_b=TWO[:1]):
+    return [(svc_port("ns1/svc1", CIP), eps_a), (svc_port("ns2/svc2", "172.30.0.42"), eps_b)]
+
+
+def test_partial_sync_touches_only_changed_service():
+    _, state = build(two_services())
+    plan, _ = build(two_services(eps_a=TWO[:1]), state=state, full=False, changed={"ns1/svc1"})
+    assert not plan.full
+    assert "svc2" not in plan.text
+    assert "add table" not in plan.text
+    # one chain rewritten (masquerade rule + direct DNAT); two slots and one hairpin element deleted
+    assert plan.written == {"chains": 1, "rules": 2, "elements": 3}
+    assert "delete element ip kube-proxy hairpin-endpoints { 10.180.0.2 . 10.180.0.2 }" in plan.text
+
+
+def test_unchanged_partial_sync_writes_nothing():
+    _, state = build(two_services())
+    plan, _ = build(two_services(), state=state, full=False, changed=set())
+    assert plan.text.strip() == "" and plan.written == {"chains": 0, "rules": 0, "elements": 0}
+
+
+def test_removed_service_elements_deleted_chain_flushed_and_marked_stale():
+    _, state = build(two_services())
+    plan, state = build(two_services()[:1], state=state, full=False, changed={"ns2/svc2"}, now=5.0)
+    chain = "service-" + service_port_chain_name_base(ServicePortName("ns2", "svc2", "p80"), "tcp")
+    assert f"flush chain ip kube-proxy {chain}" in plan.text
+    assert f"add chain ip kube-proxy {chain}" not in plan.text
+    assert "delete element ip kube-proxy service-ips { 172.30.0.42 . tcp . 80 }" in plan.text
+    assert "delete element ip kube-proxy cluster-ips { 172.30.0.42 }" in plan.text
+    assert state.stale_chains == {chain: 5.0}
+    assert state.due_stale_chains(5.5 - 1.0) == [] and state.due_stale_chains(6.5 - 1.0) == [chain]
+    assert rules.delete_chains_text(4, [chain]) == f"delete chain ip kube-proxy {chain}\n"
+    # the Service comes back before the chain was deleted: no longer stale
+    _, state = build(two_services(), state=state, full=False, changed={"ns2/svc2"})
+    assert state.stale_chains == {}
+
+
+def test_shared_hairpin_element_stays_until_its_last_owner_goes():
+    shared = (ep("10.180.0.9", 8080),)
+    _, state = build(two_services(eps_a=shared, eps_b=shared))
+    plan, state = build(two_services(eps_a=TWO, eps_b=shared), state=state, full=False, changed={"ns1/svc1"})
+    assert "10.180.0.9 . 10.180.0.9" not in plan.text
+    plan, state = build(two_services(eps_a=TWO, eps_b=TWO[:1]), state=state, full=False, changed={"ns2/svc2"})
+    assert "delete element ip kube-proxy hairpin-endpoints { 10.180.0.9 . 10.180.0.9 }" in plan.text
+
+
+def test_slot_block_reused_when_endpoint_count_stays_within_it():
+    four = tuple(ep(f"10.180.0.{i}", 80) for i in range(1, 5))
+    _, state = build([(svc_port("ns1/svc1", CIP), four), (svc_port("ns2/svc2", "172.30.0.42"), TWO)])
+    block = state.services["ns1/svc1"].slots[SVC]
+    _, state = build([(svc_port("ns1/svc1", CIP), four[:3]), (svc_port("ns2/svc2", "172.30.0.42"), TWO)],
+                     state=state, full=False, changed={"ns1/svc1"})
+    assert state.services["ns1/svc1"].slots[SVC] == block
+    five = four + (ep("10.180.0.5", 80),)
+    plan, state = build([(svc_port("ns1/svc1", CIP), five), (svc_port("ns2/svc2", "172.30.0.42"), TWO)],
+                        state=state, full=False, changed={"ns1/svc1"})
+    new_block = state.services["ns1/svc1"].slots[SVC]
+    assert new_block != block and new_block[1] == 8
+    assert f"offset {new_block[0]} map @{rules.endpoint_map(SVC)}" in plan.text
+
+
+@pytest.mark.parametrize("change", ["nodeport_ips", "service_cidrs", "node_ip"], ids=lambda c: c)
+def test_fixed_input_change_makes_sync_full(change):
+    _, state = build(two_services())
+    kw = {"nodeport_ips": ("192.168.0.2",), "service_cidrs": ("172.30.0.0/16",), "node_ip": "192.168.0.2"}[change]
+    plan, _ = build(two_services(), state=state, full=False, changed=set(), **{change: kw})
+    assert plan.full and "add table" in plan.text
+
+
+def test_full_sync_reconciles_against_snapshot():
+    _, state = build(two_services())
+    kernel = {c: dict(v) for c, v in state.kernel.items()}
+    kernel[rules.CLUSTER_IPS]["172.30.9.9"] = ""  # someone else's element
+    del kernel[rules.SERVICE_IPS][f"{CIP} . tcp . 80"]  # lost
+    kernel[rules.NO_ENDPOINT_SERVICES] = None  # unreadable
+    snapshot = rules.KernelSnapshot(chains=["services", "old-base-chain", SVC, "service-XXXXXXXX-gone/x/tcp/p"],
+                                    sets=["affinity-old"], elements=kernel)
+    plan, state = build(two_services(), state=rules.NftState(), snapshot=snapshot, now=7.0)
+    text = plan.text
+    assert "delete element ip kube-proxy cluster-ips { 172.30.9.9 }" in text
+    assert f"add element ip kube-proxy service-ips {{ {CIP} . tcp . 80 : goto {SVC} }}" in text
+    assert "flush map ip kube-proxy no-endpoint-services" in text
+    assert "hairpin-endpoints" not in text.split("add rule")[-1]  # present elements are not re-added
+    assert "flush chain ip kube-proxy old-base-chain" in text
+    assert state.stale_chains == {"service-XXXXXXXX-gone/x/tcp/p": 7.0}
+    assert "delete set ip kube-proxy affinity-old" in text
+
+
+def test_transaction_phases_are_ordered():
+    _, state = build(two_services())
+    plan, _ = build(two_services(eps_a=(), eps_b=TWO), state=state, full=False, changed={"ns1/svc1", "ns2/svc2"})
+    kinds = [x.split(" ")[0] + " " + x.split(" ")[1] for x in lines(plan)]
+    order = ["delete element", "add chain", "flush chain", "add rule", "add element"]
+    positions = [max(i for i, k in enumerate(kinds) if k == o) for o in order if o in kinds]
+    assert positions == sorted(positions)
+
+
+def test_objects_totals():
+    plan, state = build(two_services())
+    objects = state.objects()
+    assert objects["chains"] == len(rules.BASE_CHAINS) + len(rules.FIXED_CHAINS) + 2
+    # cluster-ips 2, service-ips 2, hairpin 2 (10.180.0.1 is shared), slots 2
+    assert objects["elements"] == 8
+    assert objects["rules"] == state.fixed_rules + 4
+    assert plan.written["chains"] == objects["chains"]
