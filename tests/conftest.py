@@ -39,3 +39,13 @@ async def namespace(client):
     """A namespace of the test's own on the shared apiserver, deleted after the test."""
     async with temporary_namespace(client) as name:
         yield name
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A skipped kernel test is a failure: CI must prove the data plane on the real kernel."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter else []
+    kernel = [r.nodeid for r in skipped if "kernel" in r.nodeid]
+    if kernel:
+        reporter.write_line(f"ERROR: {len(kernel)} kernel test(s) were skipped, e.g. {kernel[0]}", red=True)
+        session.exitstatus = 1

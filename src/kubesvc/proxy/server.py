@@ -49,7 +49,7 @@ disable_created_metrics()
 def make_backend(mode: str, options: ProxyOptions, metrics: ProxyMetrics, sync_period: float = 30.0):
     if mode == "nftables":
         from kubesvc.proxy.nftables.proxier import NftablesBackend
-        return NftablesBackend(options, metrics)
+        return NftablesBackend(options, metrics, check_period=sync_period)
     if mode == "iptables":
         from kubesvc.proxy.iptables.proxier import IptablesBackend
         return IptablesBackend(options, metrics, canary_period=sync_period)

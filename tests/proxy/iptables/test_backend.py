@@ -315,7 +315,8 @@ def test_cleanup_input():
     assert cleanup_input("nat", {"KUBE-SERVICES", "KUBE-SEP-B", "KUBE-SVC-A", "KUBE-FIREWALL", "KUBE-PROXY-CANARY"}) == (
         "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-PROXY-CANARY - [0:0]\n:KUBE-SEP-B - [0:0]\n:KUBE-SVC-A - [0:0]\n"
         "-X KUBE-SERVICES\n-X KUBE-PROXY-CANARY\n-X KUBE-SEP-B\n-X KUBE-SVC-A\nCOMMIT\n")
-    assert cleanup_input("filter", {"KUBE-FORWARD", "KUBE-FIREWALL", "KUBE-SVC-A"}) == "*filter\n:KUBE-FORWARD - [0:0]\n-X KUBE-FORWARD\nCOMMIT\n"
+    assert cleanup_input("filter", {"KUBE-FORWARD", "KUBE-FIREWALL", "KUBE-SVC-A"}) == (
+        "*filter\n:KUBE-FORWARD - [0:0]\n:KUBE-FIREWALL - [0:0]\n-X KUBE-FORWARD\n-X KUBE-FIREWALL\nCOMMIT\n")
 
 
 def test_jump_rule_args_match_upstream():

@@ -324,3 +324,20 @@ def test_objects_totals():
     assert objects["elements"] == 8
     assert objects["rules"] == state.fixed_rules + 4
     assert plan.written["chains"] == objects["chains"]
+
+
+@pytest.mark.parametrize("protocol", ["UDP", "SCTP"])
+def test_non_tcp_endpoints_use_their_own_protocols_endpoint_maps(protocol):
+    """nft 1.0.6 cannot reuse a map with ``th dport`` data from the kernel; each protocol has
+    its own shards, and a UDP Service moving between endpoint counts keeps working."""
+    proto = protocol.lower()
+    dns = svc_port("ns1/dns", "172.30.0.10", 53, port_name="dns", protocol=protocol)
+    plan, state = build([(dns, (ep("10.180.0.1", 5353), ep("10.180.0.2", 5353)))])
+    (chain,) = state.services["ns1/dns"].slots
+    emap = rules.endpoint_map(chain, proto)
+    assert emap.startswith(f"endpoints-{proto}-")
+    assert f"typeof numgen random mod 1 : ip daddr . {proto} dport" in plan.text
+    assert f"meta l4proto {proto} dnat ip addr . port to numgen random mod 2 offset 0 map @{emap}" in plan.text
+    plan, state = build([(dns, (ep("10.180.0.3", 5353), ep("10.180.0.4", 5353), ep("10.180.0.5", 5353)))],
+                        state=state, full=False, changed={"ns1/dns"})
+    assert f"map @{emap}" in plan.text

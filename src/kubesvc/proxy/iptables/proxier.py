@@ -257,7 +257,8 @@ def cleanup_leftovers(family: int = IPV4, *, netns: str | None = None, metrics: 
                       ipt: IptablesSync | None = None) -> None:
     """Remove everything the iptables mode made for ``family`` (upstream ``CleanupLeftovers``):
     the jumps from the built-in hooks, every ``KUBE-`` chain of ours in nat and filter including
-    all per-Service chains, and the mangle canary. kubelet's ``KUBE-FIREWALL`` and its jumps stay.
+    all per-Service chains, the mangle canary, and ``KUBE-FIREWALL`` with its jumps (upstream
+    leaves that to kubelet; no kubelet writes iptables here).
     A family whose iptables does not work is skipped. Every step runs; if any failed,
     ``CleanupFailed`` lists them. Blocking (runs from ``--cleanup`` and from startup)."""
     ipt = ipt or IptablesSync(family, netns=netns)
@@ -265,7 +266,7 @@ def cleanup_leftovers(family: int = IPV4, *, netns: str | None = None, metrics: 
         log.info("%s iptables not available, nothing to clean up", FAMILY_NAMES[family])
         return
     errors: list[str] = []
-    for jump in (*JUMP_CHAINS, *CLEANUP_ONLY_JUMP_CHAINS):
+    for jump in (*JUMP_CHAINS, *CLEANUP_ONLY_JUMP_CHAINS, *KUBELET_JUMP_CHAINS):
         try:
             ipt.delete_rule(jump.table, jump.src, *jump.args)
         except CommandFailed as err:

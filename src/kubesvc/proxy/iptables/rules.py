@@ -465,9 +465,12 @@ def chains_in_save(save_output: str) -> set[str]:
     return chains
 
 
+# Upstream leaves kubelet's KUBE-FIREWALL alone; here no kubelet writes iptables (the agent
+# does not), so the chain is ours and ``--cleanup`` must leave the kernel as it found it.
 _CLEANUP_CHAINS = {
     TABLE_NAT: (KUBE_SERVICES, KUBE_NODEPORTS, KUBE_POSTROUTING, KUBE_MARK_MASQ, KUBE_PROXY_CANARY),
-    TABLE_FILTER: (KUBE_SERVICES, KUBE_EXTERNAL_SERVICES, KUBE_FORWARD, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL, KUBE_PROXY_CANARY),
+    TABLE_FILTER: (KUBE_SERVICES, KUBE_EXTERNAL_SERVICES, KUBE_FORWARD, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL, KUBE_PROXY_CANARY,
+                   KUBE_FIREWALL),
 }
 
 

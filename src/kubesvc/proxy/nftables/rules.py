@@ -111,6 +111,8 @@ BASE_CHAINS: tuple[tuple[str, str, str, int], ...] = (
 )
 
 SERVICES_CHAIN = "services"
+# Chains every sync leaves non-empty; the interference monitor checks them (proxier.py).
+WATCHED_CHAINS = ("nat-prerouting", SERVICES_CHAIN)
 SERVICE_ENDPOINTS_CHECK_CHAIN = "service-endpoints-check"
 NODEPORT_ENDPOINTS_CHECK_CHAIN = "nodeport-endpoints-check"
 FIREWALL_CHECK_CHAIN = "firewall-check"
@@ -154,15 +156,25 @@ HAIRPIN_ENDPOINTS = "hairpin-endpoints"  # ours: endpoint address . same address
 # against every rule bound to it (on each new element and each new binding), so one map used
 # by every service chain is quadratic: 22 s for 250k slots × 5k chains. A chain's shard is
 # fixed by its name; 256 shards make that cost negligible while adding ~1 ms to nft's cache.
-ENDPOINT_MAP_SHARDS = 256
+# The maps are per protocol because nft 1.0.6 cannot use a map declared with ``th dport``
+# data once it is in the kernel ("conflicting protocols specified: tcp vs. th"); TCP, the
+# common case, gets 256 shards, UDP and SCTP 16 each.
+ENDPOINT_MAP_SHARDS = {"tcp": 256, "udp": 16, "sctp": 16}
 ENDPOINT_MAP_PREFIX = "endpoints-"
 
 
-def endpoint_map(chain: str) -> str:
-    return f"{ENDPOINT_MAP_PREFIX}{zlib.crc32(chain.encode()) % ENDPOINT_MAP_SHARDS:02x}"
+def _endpoint_map_name(proto: str, shard: int) -> str:
+    return f"{ENDPOINT_MAP_PREFIX}{shard:02x}" if proto == "tcp" else f"{ENDPOINT_MAP_PREFIX}{proto}-{shard:02x}"
 
 
-ENDPOINT_MAPS = tuple(f"{ENDPOINT_MAP_PREFIX}{k:02x}" for k in range(ENDPOINT_MAP_SHARDS))
+def endpoint_map(chain: str, proto: str = "tcp") -> str:
+    """The map holding ``chain``'s endpoint slots: fixed by the chain's name."""
+    return _endpoint_map_name(proto, zlib.crc32(chain.encode()) % ENDPOINT_MAP_SHARDS[proto])
+
+
+# every endpoint map, with its protocol
+ENDPOINT_MAP_PROTOCOLS = {_endpoint_map_name(proto, k): proto for proto, shards in ENDPOINT_MAP_SHARDS.items() for k in range(shards)}
+ENDPOINT_MAPS = tuple(ENDPOINT_MAP_PROTOCOLS)
 
 # containers whose elements are reconciled (kind "set" / "map"), in transaction order
 CONTAINERS: dict[str, str] = {
@@ -188,7 +200,7 @@ class ServiceRender:
     elements: dict[str, dict[str, str]] = field(default_factory=dict)  # container → key → value
     comments: dict[tuple[str, str], str] = field(default_factory=dict)  # (container, key) → comment
     affinity_sets: dict[str, int] = field(default_factory=dict)  # set → timeout seconds
-    slots: dict[str, tuple[int, int]] = field(default_factory=dict)  # chain → (base, capacity)
+    slots: dict[str, tuple[int, int, str]] = field(default_factory=dict)  # chain → (base, capacity, endpoint map)
     no_local_internal: int = 0
     no_local_external: int = 0
 
@@ -480,14 +492,14 @@ def _endpoint_rules(rules: list[str], chain: str, eps: tuple[Endpoint, ...], pro
     if n == 1:
         rules.append(f"meta l4proto {proto} dnat to {ctx.dnat_target(eps[0])}")
         return
-    emap = endpoint_map(chain)
+    emap = endpoint_map(chain, proto)
     block = old.slots.get(chain) if old is not None else None
-    if block is not None and n <= block[1] <= 2 * SlotAllocator.capacity(n):
+    if block is not None and block[2] == emap and n <= block[1] <= 2 * SlotAllocator.capacity(n):
         base = block[0]
         out.slots[chain] = block
     else:
         base, cap = ctx.allocator(emap).alloc(n)
-        out.slots[chain] = (base, cap)
+        out.slots[chain] = (base, cap, emap)
     rules.append(f"meta l4proto {proto} dnat {ctx.ipx} addr . port to numgen random mod {n} offset {base} map @{emap}")
     slots = out.elements.get(emap)
     if slots is None:
@@ -632,8 +644,8 @@ def _fixed_part(tx: _Tx, request: SyncRequest, options: ProxyOptions, state: Nft
     else:
         tx.rule(SERVICES_CHAIN, f"{ipx} daddr @{NODEPORT_IPS} meta l4proto . th dport vmap @{SERVICE_NODEPORTS}")
 
-    for name in ENDPOINT_MAPS:
-        tx.chains.append(f"add map {p} {name} {{ typeof numgen random mod 1 : {ipx} daddr . tcp dport ; }}")
+    for name, proto in ENDPOINT_MAP_PROTOCOLS.items():
+        tx.chains.append(f"add map {p} {name} {{ typeof numgen random mod 1 : {ipx} daddr . {proto} dport ; }}")
     tx.chains.append(f'add set {p} {HAIRPIN_ENDPOINTS} {{ type {addr_type} . {addr_type} ; '
                      f'comment "every endpoint address twice: DNATed traffic from an endpoint to itself is masqueraded" ; }}')
     state.fixed_rules = tx.n_rules - rules_before
@@ -773,9 +785,9 @@ def _reset_for_full(state: NftState, snapshot: KernelSnapshot, now: float) -> No
 
 
 def _release_slots(allocators: dict[str, SlotAllocator], old: ServiceRender, new: ServiceRender | None) -> None:
-    for chain, block in old.slots.items():
-        if new is None or new.slots.get(chain) != block:
-            allocators[endpoint_map(chain)].release(*block)
+    for chain, (base, cap, emap) in old.slots.items():
+        if new is None or new.slots.get(chain) != (base, cap, emap):
+            allocators[emap].release(base, cap)
 
 
 # -- element ownership and reconciliation ------------------------------------------------------

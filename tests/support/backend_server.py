@@ -1,0 +1,69 @@
+"""A Pod's workload for kernel tests: answers every TCP connection and every UDP datagram with
+``"<name> <source ip it saw>\\n"``, so a test learns both where a connection landed and whether
+the proxy masqueraded it.
+
+    python -m tests.support.backend_server --name web-0 --tcp 8080 --udp 8080
+
+Run inside a Pod's network namespace (``ip netns exec``); prints ``ready`` on stdout once both
+sockets listen, then serves until killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import sys
+
+
+class _Udp(asyncio.DatagramProtocol):
+    def __init__(self, name: str):
+        self.name = name
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def datagram_received(self, data: bytes, addr) -> None:
+        assert self.transport is not None
+        self.transport.sendto(f"{self.name} {addr[0]}\n".encode(), addr)
+
+
+async def serve(name: str, tcp_ports: list[int], udp_ports: list[int], host: str) -> None:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        try:
+            writer.write(f"{name} {peer[0]}\n".encode())
+            await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+
+    loop = asyncio.get_running_loop()
+    servers = [await asyncio.start_server(answer, host, port, backlog=1024, reuse_address=True) for port in tcp_ports]
+    for port in udp_ports:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        await loop.create_datagram_endpoint(lambda: _Udp(name), sock=sock)
+    print("ready", flush=True)
+    await asyncio.gather(*(server.serve_forever() for server in servers)) if servers else await asyncio.Event().wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--tcp", type=int, action="append", default=[], help="TCP port (repeatable)")
+    parser.add_argument("--udp", type=int, action="append", default=[], help="UDP port (repeatable)")
+    parser.add_argument("--host", default="0.0.0.0")
+    args = parser.parse_args(argv)
+    try:
+        asyncio.run(serve(args.name, args.tcp, args.udp, args.host))
+    except KeyboardInterrupt:
+        pass
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
