@@ -58,6 +58,9 @@ def setup_links(endpoints_per_service: int) -> None:
     subprocess.run(["ip", "link", "add", "bench0", "type", "bridge"], check=True)
     subprocess.run(["ip", "link", "set", "bench0", "up"], check=True)
     subprocess.run(["ip", "addr", "add", f"{SERVER_IP}/16", "dev", "bench0"], check=True)
+    # A node has a default route; here the Service range must be routable for the first lookup
+    # (before DNAT) to succeed.
+    subprocess.run(["ip", "route", "add", "10.0.0.0/8", "dev", "bench0"], check=True)
 
 
 def serve(stop: threading.Event) -> None:

@@ -341,3 +341,12 @@ def test_non_tcp_endpoints_use_their_own_protocols_endpoint_maps(protocol):
     plan, state = build([(dns, (ep("10.180.0.3", 5353), ep("10.180.0.4", 5353), ep("10.180.0.5", 5353)))],
                         state=state, full=False, changed={"ns1/dns"})
     assert f"map @{emap}" in plan.text
+
+
+def test_endpoint_replaced_within_the_slot_block_changes_only_elements():
+    _, state = build(two_services())
+    replaced = (ep("10.180.0.1", 8080), ep("10.180.0.9", 8080))
+    plan, _ = build(two_services(eps_a=replaced), state=state, full=False, changed={"ns1/svc1"})
+    assert "flush chain" not in plan.text and "add rule" not in plan.text
+    assert "10.180.0.9 . 8080" in plan.text  # the new endpoint's slot
+    assert plan.written["chains"] == 0 and plan.written["rules"] == 0

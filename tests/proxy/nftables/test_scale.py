@@ -56,7 +56,7 @@ async def measure(n: int, e: int, netns: str | None) -> dict[str, float]:
         timings.append(time.perf_counter() - started)
         kernel.append(partial.kernel_seconds)
         python.append(partial.build_seconds)
-        assert not partial.full and partial.written["chains"] == 1
+        assert not partial.full and partial.written["chains"] <= 1  # 0 when the endpoint fits the slot block
     partial_total, partial_kernel, partial_python = (sorted(x)[2] for x in (timings, kernel, python))
     return {"full": full_total, "full_kernel": full.kernel_seconds, "partial": partial_total,
             "partial_kernel": partial_kernel, "partial_python": partial_python}
