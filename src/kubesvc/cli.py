@@ -33,13 +33,14 @@ KNOWN_FEATURE_GATES = {
 }
 
 
-def parse_feature_gates(text: str) -> dict[str, bool]:
+def parse_feature_gates(text: str, known: dict[str, bool] = KNOWN_FEATURE_GATES) -> dict[str, bool]:
+    """``--feature-gates`` as component-base parses it, with its error messages."""
     gates: dict[str, bool] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, sep, value = item.partition("=")
         if not sep:
             raise click.BadParameter(f"missing bool value for {name}")
-        if name not in KNOWN_FEATURE_GATES:
+        if name not in known:
             raise click.BadParameter(f"unrecognized feature gate: {name}")
         if value.lower() not in ("true", "false"):
             raise click.BadParameter(f"invalid value of {name}={value}, err: strconv.ParseBool: parsing {value!r}: invalid syntax")

@@ -51,19 +51,10 @@ def _list(ctx, param, value):
 def _feature_gates(ctx, param, value):
     if value is None:
         return None
+    from kubesvc.cli import parse_feature_gates
     from kubesvc.proxy.config import PROXY_FEATURE_GATES
 
-    gates: dict[str, bool] = {}
-    for item in filter(None, (part.strip() for part in value.split(","))):
-        name, sep, raw = item.partition("=")
-        if not sep:
-            raise click.BadParameter(f"missing bool value for {name}")
-        if name not in PROXY_FEATURE_GATES:
-            raise click.BadParameter(f"unrecognized feature gate: {name}")
-        if raw.lower() not in ("true", "false"):
-            raise click.BadParameter(f"invalid value of {name}={raw}, err: strconv.ParseBool: parsing {raw!r}: invalid syntax")
-        gates[name] = raw.lower() == "true"
-    return gates
+    return parse_feature_gates(value, PROXY_FEATURE_GATES)
 
 
 def _bool_option(*names: str, help: str):
