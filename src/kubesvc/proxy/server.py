@@ -52,7 +52,10 @@ def make_backend(mode: str, options: ProxyOptions, metrics: ProxyMetrics, sync_p
         return NftablesBackend(options, metrics, check_period=sync_period)
     if mode == "iptables":
         from kubesvc.proxy.iptables.proxier import IptablesBackend
-        return IptablesBackend(options, metrics, canary_period=sync_period)
+        # Upstream polls the canaries every syncPeriod and then waits up to 5 s for the other
+        # tables' canaries, so a flush can take syncPeriod + 5 s to repair; halving both keeps
+        # the repair within syncPeriod.
+        return IptablesBackend(options, metrics, canary_period=sync_period / 2, flush_timeout=min(5.0, sync_period / 2))
     raise ValueError(f"proxy mode {mode!r} is not implemented")
 
 
