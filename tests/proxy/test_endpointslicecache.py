@@ -587,7 +587,7 @@ BOOKKEEPING = {
     "delete of a slice never applied is no change": ([], [(A1, False, True), (A1, True, False)], 0, set()),
     "metadata-only update is no change": ([A1], [(A1_RELABELLED, False, False)], 0, set()),
     "reordered endpoints: recorded, but the endpoints map is the same": ([A_TWO], [(A_TWO_REVERSED, False, True)], 1, set()),
-    "pending counts slices": ([], [(A1, False, True), (B1, False, True), (A2, False, True)], 2, {"ns/svc"}),
+    "pending counts Services with changes": ([], [(A1, False, True), (B1, False, True), (A2, False, True)], 1, {"ns/svc"}),
     "delete of an applied slice": ([A1, B1], [(A1, True, True), (A1, True, False)], 1, {"ns/svc"}),
 }
 
