@@ -7,10 +7,7 @@ Flags keep upstream names. Bad flags or a failed start print one line and exit n
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
-import logging
-import signal
 import sys
 from pathlib import Path
 
@@ -19,6 +16,7 @@ import click
 from kubesvc.apiserver.allocator.ranges import PortRange, check_service_cidr_flag
 from kubesvc.apiserver.server import APIServer, ServerConfig
 from kubesvc.util.duration import parse_duration
+from kubesvc.util.process import install_uvloop, setup_logging, stop_on_signals
 
 # Feature gates this server knows, with upstream's defaults for 1.32/1.33.
 KNOWN_FEATURE_GATES = {
@@ -80,27 +78,12 @@ def _port_range(ctx, param, value: str) -> str:
     return value
 
 
-def _setup_logging(verbosity: int) -> None:
-    level = logging.DEBUG if verbosity >= 4 else logging.INFO if verbosity >= 1 else logging.WARNING
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-
-
-def _install_uvloop() -> None:
-    with contextlib.suppress(ImportError):
-        import uvloop
-
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-
-
 async def _serve_until_signalled(server: APIServer, announce, companions=None) -> None:
     """Serve until SIGINT/SIGTERM; ``companions(server)`` (if given) is a coroutine run
     alongside (the in-process controller-manager of ``kubesvc up``) and cancelled at the end."""
     await server.start()
     announce(server)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     companion = asyncio.create_task(companions(server)) if companions else None
     try:
         waiters = {asyncio.create_task(stop.wait())} | ({companion} if companion else set())
@@ -117,7 +100,7 @@ async def _serve_until_signalled(server: APIServer, announce, companions=None) -
 
 
 def _run_apiserver(config: ServerConfig, announce, companions=None) -> None:
-    _install_uvloop()
+    install_uvloop()
     try:
         asyncio.run(_serve_until_signalled(APIServer(config), announce, companions))
     except OSError as exc:
@@ -178,7 +161,7 @@ def main() -> None:
 @apiserver_options(default_data_dir=None)
 def apiserver(verbosity: int, **flags) -> None:
     """Run the Kubernetes-compatible API server."""
-    _setup_logging(verbosity)
+    setup_logging(verbosity)
 
     def announce(server: APIServer) -> None:
         click.echo(f"kubesvc apiserver listening on {server.url}; kubeconfig: {server.kubeconfig}", err=False)
@@ -191,7 +174,7 @@ def apiserver(verbosity: int, **flags) -> None:
 @apiserver_options(default_data_dir=".kubesvc")
 def up(verbosity: int, **flags) -> None:
     """Run the whole system on this machine (for now: the API server on SQLite and the controller-manager)."""
-    _setup_logging(verbosity)
+    setup_logging(verbosity)
 
     def announce(server: APIServer) -> None:
         click.echo(f"kubesvc is up at {server.url}; kubeconfig: {server.kubeconfig}")
@@ -277,7 +260,7 @@ def _controllers(ctx, param, value: str) -> set[str]:
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
 def controller_manager(kubeconfig: str, verbosity: int, **flags) -> None:
     """Run the EndpointSlice, mirroring, Endpoints and garbage-collector controllers."""
-    _setup_logging(verbosity)
+    setup_logging(verbosity)
     from kubesvc.client.kubeconfig import ConfigError, load_kubeconfig
     from kubesvc.client.leaderelection import validate_timing
     from kubesvc.controllers.manager import ManagerConfig
@@ -291,7 +274,7 @@ def controller_manager(kubeconfig: str, verbosity: int, **flags) -> None:
     except (ConfigError, OSError) as exc:
         raise click.ClickException(f"invalid kubeconfig: {exc}") from None
     config = ManagerConfig(**flags)
-    _install_uvloop()
+    install_uvloop()
     try:
         asyncio.run(_run_controller_manager(client_config, config))
     except OSError as exc:
@@ -303,10 +286,7 @@ async def _run_controller_manager(client_config, config) -> None:
     from kubesvc.client.leaderelection import LeadershipLost
     from kubesvc.controllers.manager import ControllerManager, LeaderElectionLost
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     async with RestClient(client_config, field_manager="kube-controller-manager", user_agent="kubesvc-controller-manager") as client:
         manager = ControllerManager(client, config)
         running = asyncio.create_task(manager.run())

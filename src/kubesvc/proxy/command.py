@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
-import sys
 
 import click
 
 from kubesvc.proxy.config import ConfigError, ProxyFlags, check_ip_flag, check_ip_port_flag, complete, resolve
 from kubesvc.util.duration import parse_duration
+from kubesvc.util.process import install_uvloop, setup_logging, stop_on_signals
 
 log = logging.getLogger("kubesvc.proxy")
 
@@ -95,8 +94,7 @@ def _bool_option(*names: str, help: str):
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
 def proxy_command(cleanup: bool, verbosity: int, **options) -> None:
     """Run the node proxy (kube-proxy): Service virtual IPs in the kernel."""
-    logging.basicConfig(level=logging.DEBUG if verbosity >= 4 else logging.INFO if verbosity >= 1 else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    setup_logging(verbosity)
     if cleanup:
         from kubesvc.proxy.server import cleanup_leftovers
 
@@ -119,12 +117,7 @@ def proxy_command(cleanup: bool, verbosity: int, **options) -> None:
         client_config = load_kubeconfig(settings.kubeconfig)
     except (KubeconfigError, OSError) as exc:
         raise click.ClickException(f"invalid kubeconfig: {exc}") from None
-    try:
-        import uvloop
-
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    except ImportError:
-        pass
+    install_uvloop()
     try:
         asyncio.run(_run(client_config, settings))
     except OSError as exc:
@@ -135,10 +128,7 @@ async def _run(client_config, settings) -> None:
     from kubesvc.client.rest import RestClient
     from kubesvc.proxy.server import ProxyServer
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     async with RestClient(client_config, field_manager="kube-proxy", user_agent="kubesvc-proxy") as client:
         server = ProxyServer(client, settings)
         try:
