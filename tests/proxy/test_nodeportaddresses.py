@@ -7,13 +7,8 @@ import json
 import pytest
 
 from kubesvc.kernel.netlink import local_addresses, parse_ip_addr_json
-from kubesvc.proxy.nodeportaddresses import (
-    NodePortAddresses,
-    detect_node_ips,
-    node_ips_from_node,
-    parse_cidr_sloppy,
-    parse_ip_sloppy,
-)
+from kubesvc.api.validation_meta import parse_cidr_sloppy, parse_ip_sloppy
+from kubesvc.proxy.nodeportaddresses import NodePortAddresses, detect_node_ips, node_ips_from_node
 from kubesvc.proxy.types import IPV4, IPV6
 
 ETH0_LO_V4 = ["10.20.30.51", "127.0.0.1"]

@@ -13,6 +13,7 @@ from kubesvc.proxy.healthcheck import ProxyHealthServer
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.proxier import Proxier
 from kubesvc.proxy.types import ServicePortName
+from kubesvc.util.clock import FakeClock
 
 
 class RecordingBackend:
@@ -157,10 +158,50 @@ async def test_udp_endpoint_replacement_deletes_conntrack_entries_to_the_old_bac
 
 async def test_health_follows_queued_and_applied_syncs():
     backend = RecordingBackend()
-    health = ProxyHealthServer(health_timeout=60)
+    clock = FakeClock()
+    health = ProxyHealthServer(health_timeout=60, clock=clock)
     proxier = new_proxier(backend, health)
     proxier.on_services_synced()
     proxier.on_endpoint_slices_synced()
     await proxier.sync_proxy_rules()
-    assert health.health().healthy
+    assert "IPv4" in health.health().status and health.health().healthy
     assert metric(proxier, "kubeproxy_sync_proxy_rules_last_timestamp_seconds", ip_family="IPv4") > 0
+    proxier.on_service_add(service("a", "10.96.0.1"))  # queued, and then never applied
+    clock.advance(61)
+    assert not health.health().healthy
+    await proxier.sync_proxy_rules()
+    assert health.health().healthy
+
+
+async def test_prefer_same_node_gate_reaches_the_endpoints():
+    backend = RecordingBackend()
+    proxier = Proxier(backend, ProxyOptions(node_name="node-a", prefer_same_node=True), ProxyMetrics(), min_sync_period=0)
+    proxier.on_services_synced()
+    proxier.on_endpoint_slices_synced()
+    proxier.on_service_add(service("a", "10.96.0.1"))
+    hinted = endpoint_slice("a", ["10.244.0.1"])
+    hinted["endpoints"][0]["hints"] = {"forNodes": [{"name": "node-a"}], "forZones": [{"name": "z1"}]}
+    proxier.on_endpoint_slice_add(hinted)
+    await proxier.sync_proxy_rules()
+    (endpoint,) = backend.requests[-1].endpoints[ServicePortName("ns", "a", "p", "TCP")]
+    assert endpoint.node_hints == frozenset({"node-a"})
+
+
+async def test_a_failed_address_lookup_keeps_the_changes_for_the_next_sync():
+    backend = RecordingBackend()
+    failures = [OSError("ip -j addr failed")]
+
+    async def nodeport_ips():
+        if failures:
+            raise failures.pop()
+        return ("192.168.0.10",)
+
+    proxier = Proxier(backend, ProxyOptions(node_name="node-a"), ProxyMetrics(), min_sync_period=0, nodeport_ips=nodeport_ips)
+    proxier.on_services_synced()
+    proxier.on_endpoint_slices_synced()
+    proxier.on_service_add(service("a", "10.96.0.1"))
+    with pytest.raises(OSError):
+        await proxier.sync_proxy_rules()
+    await proxier.sync_proxy_rules()
+    assert ServicePortName("ns", "a", "p", "TCP") in backend.requests[-1].service_ports
+    assert backend.requests[-1].nodeport_ips == ("192.168.0.10",)

@@ -57,13 +57,8 @@ import yaml
 
 from kubesvc.proxy.backend import ProxyOptions
 from kubesvc.proxy.localdetector import DETECT_LOCAL_MODES, new_local_detector
-from kubesvc.proxy.nodeportaddresses import (
-    NODE_PORT_ADDRESSES_PRIMARY,
-    NodePortAddresses,
-    node_ips_from_node,
-    parse_cidr_sloppy,
-    parse_ip_sloppy,
-)
+from kubesvc.api.validation_meta import go_quote, parse_cidr_sloppy, parse_ip_sloppy
+from kubesvc.proxy.nodeportaddresses import NODE_PORT_ADDRESSES_PRIMARY, NodePortAddresses, node_ips_from_node
 from kubesvc.proxy.types import IPV4
 from kubesvc.util.duration import parse_duration
 
@@ -142,11 +137,6 @@ def format_go_duration(seconds: float) -> str:
         hours, minutes = divmod(minutes, 60)
         text = (f"{hours}h" if hours else "") + f"{minutes}m" + text
     return sign + text
-
-
-def go_quote(text: str) -> str:
-    """Go's ``%q`` (the same as JSON for the strings that occur in configurations)."""
-    return json.dumps(text, ensure_ascii=False)
 
 
 def split_host_port(text: str) -> tuple[str, str]:

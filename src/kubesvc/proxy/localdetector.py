@@ -19,9 +19,9 @@ and no pod short-circuit in external chains (upstream's no-op detector).
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 
+from kubesvc.api.validation_meta import parse_cidr_sloppy
 from kubesvc.proxy.types import IPV6
 
 CLUSTER_CIDR, NODE_CIDR, BRIDGE_INTERFACE, INTERFACE_NAME_PREFIX = "ClusterCIDR", "NodeCIDR", "BridgeInterface", "InterfaceNamePrefix"
@@ -75,17 +75,15 @@ def new_local_detector(mode: str, family: int, cluster_cidrs: list[str], node_po
     """The detector for one family; CIDRs of the other family are ignored."""
     def of_family(cidrs: list[str]) -> str:
         for cidr in cidrs:
-            net = ipaddress.ip_network(cidr.strip(), strict=False)
-            if net.version == family:
+            net = parse_cidr_sloppy(cidr.strip())  # validation accepts Go's sloppy forms (010.0.0.0/8)
+            if net is not None and net.version == family:
                 return str(net)
         return ""
 
     if mode in ("", CLUSTER_CIDR):
-        cidr = of_family(cluster_cidrs)
-        return LocalDetector(cidr=cidr, family=family) if cidr else LocalDetector(family=family)
+        return LocalDetector(cidr=of_family(cluster_cidrs), family=family)
     if mode == NODE_CIDR:
-        cidr = of_family(node_pod_cidrs)
-        return LocalDetector(cidr=cidr, family=family) if cidr else LocalDetector(family=family)
+        return LocalDetector(cidr=of_family(node_pod_cidrs), family=family)
     if mode == BRIDGE_INTERFACE:
         return LocalDetector(interface=bridge_interface, family=family)
     if mode == INTERFACE_NAME_PREFIX:

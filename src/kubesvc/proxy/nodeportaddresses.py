@@ -28,6 +28,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping
 
+from kubesvc.api.validation_meta import parse_cidr_sloppy, parse_ip_sloppy
 from kubesvc.proxy.types import IPV4, IPV6
 
 IPV4_ZERO_CIDR, IPV6_ZERO_CIDR = "0.0.0.0/0", "::/0"
@@ -37,50 +38,6 @@ IPV4_LOOPBACK_START = ipaddress.IPv4Address("127.0.0.0")
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-def parse_ip_sloppy(text: str) -> IPAddress | None:
-    """``netutils.ParseIPSloppy``: the address, or None; IPv4-mapped IPv6 comes back as IPv4."""
-    if not isinstance(text, str) or not text or "%" in text or text.strip() != text:
-        return None
-    if ":" not in text:
-        parts = text.split(".")
-        if len(parts) != 4 or not all(part.isdigit() and part.isascii() and int(part) <= 255 for part in parts):
-            return None
-        return ipaddress.IPv4Address(".".join(str(int(part)) for part in parts))
-    try:
-        address = ipaddress.IPv6Address(text)
-    except ValueError:
-        return None
-    return address.ipv4_mapped or address
-
-
-def parse_cidr_sloppy(text: str) -> IPNetwork | None:
-    """``netutils.ParseCIDRSloppy``: ``ip/prefix`` (host bits allowed, masked off), or None."""
-    if not isinstance(text, str):
-        return None
-    address_text, slash, prefix_text = text.partition("/")
-    if not slash or not prefix_text.isdigit() or not prefix_text.isascii() or len(prefix_text) > 3:
-        return None
-    if ":" in address_text:  # keep IPv6 CIDRs IPv6 even when the address is IPv4-mapped
-        try:
-            address: IPAddress = ipaddress.IPv6Address(address_text)
-        except ValueError:
-            return None
-    else:
-        parsed = parse_ip_sloppy(address_text)
-        if parsed is None:
-            return None
-        address = parsed
-    prefix = int(prefix_text)
-    if prefix > address.max_prefixlen:
-        return None
-    return ipaddress.ip_network(f"{address}/{prefix}", strict=False)
-
-
-def family_of_ip(text: str) -> int | None:
-    address = parse_ip_sloppy(text)
-    return None if address is None else address.version
 
 
 def family_of_cidr(text: str) -> int | None:

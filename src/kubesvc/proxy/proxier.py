@@ -20,20 +20,19 @@ burst of changes lands in one kernel transaction; a failed sync is retried after
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
 from kubesvc.kernel import conntrack as kernel_conntrack
 from kubesvc.kernel.exec import CommandFailed
-from kubesvc.proxy.backend import Backend, ProxyOptions, SyncFailed, SyncRequest, SyncResult
+from kubesvc.proxy.backend import Backend, ProxyOptions, SyncRequest, SyncResult
 from kubesvc.proxy.conntrack import stale_flow_filters
 from kubesvc.proxy.endpointslicecache import EndpointsChangeTracker, apply_endpoint_changes, local_ready_endpoints
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.runner import BoundedFrequencyRunner
-from kubesvc.proxy.servicechangetracker import ServiceChangeTracker, apply_service_changes
+from kubesvc.proxy.servicechangetracker import ServiceChangeTracker, apply_service_changes, health_check_node_ports
 from kubesvc.proxy.topology import LABEL_TOPOLOGY_ZONE
 from kubesvc.proxy.types import FAMILY_NAMES, EndpointsMap, ServicePortMap
 
@@ -49,8 +48,8 @@ class Proxier:
 
     def __init__(self, backend: Backend, options: ProxyOptions, metrics: ProxyMetrics, *,
                  min_sync_period: float = 1.0, sync_period: float = 30.0, full_sync_period: float = FULL_SYNC_PERIOD,
-                 health=None, service_health=None, nodeport_ips: Callable[[], tuple[str, ...] | None] | None = None,
-                 node_ip: str = "", clean_conntrack: bool = True):
+                 health=None, service_health=None, nodeport_ips: Callable[[], Awaitable[tuple[str, ...] | None]] | None = None,
+                 node_ip: str = "", clean_conntrack: bool = True, report_pending: bool = True):
         self.backend = backend
         self.options = options
         self.family = options.family
@@ -58,11 +57,13 @@ class Proxier:
         self.metrics = metrics
         self.health = health
         self.service_health = service_health
-        self._nodeport_ips = nodeport_ips or (lambda: None)
+        self._nodeport_ips = nodeport_ips or _match_all_addresses
+        # The pending-change gauges are unlabelled: in dual-stack only one family reports them.
+        self.report_pending = report_pending
         self.node_ip = node_ip
         self.clean_conntrack = clean_conntrack
         self.service_changes = ServiceChangeTracker(self.family)
-        self.endpoint_changes = EndpointsChangeTracker(self.family, options.node_name)
+        self.endpoint_changes = EndpointsChangeTracker(self.family, options.node_name, prefer_same_node=options.prefer_same_node)
         self.service_ports: ServicePortMap = {}
         self.endpoints: EndpointsMap = {}
         self.node_labels: dict[str, str] = {}
@@ -84,7 +85,7 @@ class Proxier:
         if self.service_changes.update(old, new):
             self.metrics.service_changes_total.inc()
             self.sync()
-        self.metrics.service_changes_pending.set(self.service_changes.pending())
+        self._report_pending()
 
     def on_service_delete(self, service: dict) -> None:
         self.on_service_update(service, None)
@@ -106,7 +107,12 @@ class Proxier:
         if self.endpoint_changes.endpoint_slice_update(endpoint_slice, removed):
             self.metrics.endpoint_changes_total.inc()
             self.sync()
-        self.metrics.endpoint_changes_pending.set(self.endpoint_changes.pending())
+        self._report_pending()
+
+    def _report_pending(self) -> None:
+        if self.report_pending:
+            self.metrics.service_changes_pending.set(self.service_changes.pending())
+            self.metrics.endpoint_changes_pending.set(self.endpoint_changes.pending())
 
     def on_endpoint_slices_synced(self) -> None:
         self.endpoint_slices_synced = True
@@ -151,28 +157,24 @@ class Proxier:
             return
         started = time.monotonic()
         full = self.need_full_sync or started - self.last_full_sync > self.full_sync_period
+        nodeport_ips = await self._nodeport_ips()  # before the checkout: a failure here loses no change
         service_result = apply_service_changes(self.service_ports, self.service_changes.checkout())
         endpoint_result = apply_endpoint_changes(self.endpoints, self.endpoint_changes.checkout())
-        self.metrics.service_changes_pending.set(self.service_changes.pending())
-        self.metrics.endpoint_changes_pending.set(self.endpoint_changes.pending())
+        self._report_pending()
         request = SyncRequest(
             full=full,
             service_ports=self.service_ports,
             endpoints=self.endpoints,
             changed_services=frozenset(service_result.updated_services | endpoint_result.updated_services),
             node_labels=self.node_labels,
-            nodeport_ips=self._nodeport_ips(),
+            nodeport_ips=nodeport_ips,
             node_ip=self.node_ip,
             service_cidrs=self.service_cidrs,
         )
         try:
             result = await self.backend.sync(request)
-        except SyncFailed:
+        except Exception:  # logged by the runner, which retries after syncPeriod
             self.need_full_sync = True
-            raise
-        except Exception:
-            self.need_full_sync = True
-            log.exception("sync of %s proxy rules failed", self.family_name)
             raise
         finished = time.monotonic()
         self.need_full_sync = False
@@ -203,13 +205,11 @@ class Proxier:
                   family, elapsed, result.build_seconds, result.kernel_seconds)
 
     async def _sync_service_health(self) -> None:
-        ports = {}
-        for port in self.service_ports.values():
-            if port.health_check_node_port:
-                ports[port.name.service] = port.health_check_node_port
+        ports = health_check_node_ports(self.service_ports)
         await self.service_health.sync_services(ports)
-        counts = local_ready_endpoints(self.endpoints)
-        self.service_health.sync_endpoints({service: counts.get(service, 0) for service in ports})
+        if ports:
+            counts = local_ready_endpoints({name: eps for name, eps in self.endpoints.items() if name.service in ports})
+            self.service_health.sync_endpoints({service: counts.get(service, 0) for service in ports})
 
     async def _clean_conntrack(self, service_result, endpoint_result) -> None:
         filters = stale_flow_filters(self.service_ports, endpoint_result.stale_udp_endpoints,
@@ -239,5 +239,5 @@ class Proxier:
             await self.backend.stop()
 
 
-async def run_all(proxiers: list[Proxier]) -> None:
-    await asyncio.gather(*(p.run() for p in proxiers))
+async def _match_all_addresses() -> None:
+    return None

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, disable_created_metrics, generate_latest
@@ -30,11 +29,11 @@ from kubesvc.client.informer import Informer
 from kubesvc.client.rest import ENDPOINTSLICES, NODES, SERVICECIDRS, SERVICES, RestClient
 from kubesvc.controllers.runtime import EventRecorder
 from kubesvc.proxy.config import ProxySettings, options_for_family
-from kubesvc.proxy.healthcheck import ProxyHealthServer, ServiceHealthServer
+from kubesvc.proxy.healthcheck import ProxyHealthServer, ServiceHealthServer, listen_socket
 from kubesvc.proxy.backend import ProxyOptions
 from kubesvc.proxy.metrics import ProxyMetrics
-from kubesvc.proxy.nodeportaddresses import NodePortAddresses, node_ips_from_node
-from kubesvc.kernel.netlink import local_addresses
+from kubesvc.proxy.nodeportaddresses import NodePortAddresses, detect_node_ips, node_ips_from_node
+from kubesvc.kernel.netlink import local_addresses_async
 from kubesvc.proxy.proxier import Proxier
 from kubesvc.proxy.types import IPV4, IPV6
 
@@ -77,13 +76,23 @@ def cleanup_leftovers(modes: tuple[str, ...] = ("nftables", "iptables")) -> list
     return errors
 
 
+def _nodeport_ips_of(addresses: NodePortAddresses, family: int):
+    """The node's current addresses accepting NodePorts, read at each sync (addresses change);
+    None when every local address does."""
+    async def nodeport_ips() -> tuple[str, ...] | None:
+        if addresses.match_all:
+            return None
+        return tuple(addresses.node_ips(await local_addresses_async(family)))
+    return nodeport_ips
+
+
 class ProxyServer:
     def __init__(self, client: RestClient, settings: ProxySettings):
         self.client = client
         self.settings = settings
         self.node_name = settings.hostname
         self.metrics = ProxyMetrics()
-        self.health = ProxyHealthServer(settings.healthz_bind_address, 2 * settings.sync_period, self.metrics)
+        self.health = ProxyHealthServer(settings.healthz_bind_address, settings.health_timeout, self.metrics)
         self.recorder = EventRecorder(client, "kube-proxy")
         self.proxiers: list[Proxier] = []
         self.informers: list[Informer] = []
@@ -92,41 +101,41 @@ class ProxyServer:
         self.metrics_port: int | None = None
         self._node: dict | None = None
 
-    async def _node_ips(self) -> list[str]:
+    async def _wait_for_node(self) -> dict | None:
+        """Our Node object, if it shows up within ``NODE_IP_WAIT`` with addresses."""
         nodes = self.client.resource(NODES)
         deadline = asyncio.get_running_loop().time() + NODE_IP_WAIT
         while True:
             try:
-                self._node = await nodes.get(self.node_name)
-                ips = node_ips_from_node(self._node)
-                if ips:
-                    return ips
+                node = await nodes.get(self.node_name)
+                if node_ips_from_node(node):
+                    return node
             except Exception as err:
                 log.debug("node %s not readable yet: %s", self.node_name, err)
             if asyncio.get_running_loop().time() > deadline:
-                break
+                return None
             await asyncio.sleep(0.5)
-        if self.settings.bind_address and self.settings.bind_address not in ("0.0.0.0", "::"):
-            return [self.settings.bind_address]
-        log.warning("Can't determine this node's IP, assuming loopback; if this is incorrect, please set the --bind-address flag")
-        return ["127.0.0.1"]
 
     async def start(self) -> None:
         mode = self.settings.mode
         others = tuple(m for m in ("nftables", "iptables") if m != mode)
         for err in cleanup_leftovers(others):
             log.warning("cleanup of %s", err)
-        node_ips = await self._node_ips()
+        self._node = node = await self._wait_for_node()
+        primary, node_ips = detect_node_ips(node_ips_from_node(node), self.settings.bind_address)
+        if node is None and primary == IPV4 and node_ips[IPV4] == "127.0.0.1":
+            log.warning("Can't determine this node's IP, assuming loopback; if this is incorrect, please set the --bind-address flag")
         for family in (IPV4, IPV6):
-            node_ip = next((ip for ip in node_ips if (":" in ip) == (family == IPV6)), "")
-            addresses = NodePortAddresses(self.settings.nodeport_addresses, family, [node_ip] if node_ip else [])
-            nodeport_ips = (lambda a=addresses, f=family: None if a.match_all else tuple(a.node_ips(local_addresses(f))))
-            service_health = ServiceHealthServer(self.node_name, addresses, self.health, self._health_failed)
-            options = options_for_family(self.settings, family, self._node)
-            proxier = Proxier(make_backend(mode, options, self.metrics, self.settings.sync_period), options, self.metrics, min_sync_period=self.settings.min_sync_period, sync_period=self.settings.sync_period,
-                              health=self.health, service_health=service_health if family == IPV4 else None,
-                              nodeport_ips=nodeport_ips, node_ip=node_ip)
-            self.proxiers.append(proxier)
+            addresses = NodePortAddresses(self.settings.nodeport_addresses, family, [node_ips[family]])
+            service_health = None
+            if family == primary:  # one set of health-check listeners, on the primary family's addresses
+                service_health = ServiceHealthServer(self.node_name, addresses, self.health, self._health_failed)
+            options = options_for_family(self.settings, family, node)
+            backend = make_backend(mode, options, self.metrics, self.settings.sync_period)
+            self.proxiers.append(Proxier(
+                backend, options, self.metrics, min_sync_period=self.settings.min_sync_period,
+                sync_period=self.settings.sync_period, health=self.health, service_health=service_health,
+                nodeport_ips=_nodeport_ips_of(addresses, family), node_ip=node_ips[family], report_pending=family == primary))
         self._start_informers()
         await self._serve()
         for proxier in self.proxiers:
@@ -172,30 +181,22 @@ class ProxyServer:
 
     # ---- HTTP servers ---------------------------------------------------------------------------
 
-    async def _listen(self, app: web.Application, address: str) -> int:
-        host, _, port = address.rpartition(":")
-        host = host.strip("[]") or "0.0.0.0"
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, int(port)))
-        sock.listen(128)
-        sock.setblocking(False)
-        await web.SockSite(runner, sock, shutdown_timeout=0.5).start()
-        self._runners.append(runner)
-        return sock.getsockname()[1]
-
     async def _serve(self) -> None:
         if self.settings.healthz_bind_address:
-            await self._listen(self.health.application(), self.settings.healthz_bind_address)
+            await self.health.start(self.settings.healthz_bind_address)
         if self.settings.metrics_bind_address:
             app = web.Application()
             app.router.add_get("/metrics", self._metrics)
             app.router.add_get("/proxyMode", self._proxy_mode)
             app.router.add_get("/configz", self._configz)
             app.router.add_get("/healthz", self.health.healthz_handler)
-            self.metrics_port = await self._listen(app, self.settings.metrics_bind_address)
+            host, _, port = self.settings.metrics_bind_address.rpartition(":")
+            sock = listen_socket(host.strip("[]"), int(port))
+            runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            await runner.setup()
+            await web.SockSite(runner, sock, shutdown_timeout=0.5).start()
+            self._runners.append(runner)
+            self.metrics_port = sock.getsockname()[1]
 
     async def _metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -215,6 +216,7 @@ class ProxyServer:
         for proxier in self.proxiers:
             if proxier.service_health is not None:
                 await proxier.service_health.sync_services({})
+        await self.health.stop()
         for runner in self._runners:
             await runner.cleanup()
         await self.recorder.flush()
