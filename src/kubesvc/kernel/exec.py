@@ -4,7 +4,9 @@ argv, exit code, stdout, stderr and the input we fed, so a rejected transaction 
 from the log alone.
 
 Both a blocking and an asyncio form exist: syncs run the tool from the event loop
-(``run``), while ``--cleanup`` and tests use ``run_sync``.
+(``run``), while ``--cleanup`` and tests use ``run_sync``. ``in_netns`` builds the
+``ip netns exec <netns>`` prefix every kernel module uses to run a tool in a named network
+namespace. ``CleanupFailed`` is what every mode's ``cleanup_leftovers`` raises.
 """
 
 from __future__ import annotations
@@ -13,6 +15,20 @@ import asyncio
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+
+def in_netns(netns: str | None, argv: Sequence[str]) -> list[str]:
+    """``argv`` run inside network namespace ``netns`` (``ip netns exec``); unchanged for None."""
+    return ["ip", "netns", "exec", netns, *argv] if netns else list(argv)
+
+
+class CleanupFailed(Exception):
+    """A mode's ``cleanup_leftovers`` could not remove everything; the message lists each failure."""
+
+    def __init__(self, mode: str, errors: Sequence[str]):
+        self.mode = mode
+        self.errors = list(errors)
+        super().__init__(f"{mode} cleanup: " + "; ".join(self.errors))
 
 
 @dataclass

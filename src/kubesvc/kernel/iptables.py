@@ -9,17 +9,16 @@ Exit status 1 from ``-N``/``-C``/``-S``/``-X`` means "already exists" / "not fou
 is a resource problem (the xtables lock timed out) and is reported as a failure.
 
 Two front ends share the argv building: ``Iptables`` (asyncio, for syncs) and
-``IptablesSync`` (blocking, for ``--cleanup`` and tests). ``netns`` prefixes every command with
-``ip netns exec <netns>``.
+``IptablesSync`` (blocking, for ``--cleanup`` and tests). ``netns`` runs every command inside
+that network namespace (``exec.in_netns``).
 """
 
 from __future__ import annotations
 
 import re
 
-from kubesvc.kernel.exec import CommandFailed, CommandResult, run, run_sync
-
-IPV4, IPV6 = 4, 6
+from kubesvc.kernel.exec import CommandFailed, CommandResult, in_netns, run, run_sync
+from kubesvc.proxy.types import IPV4, IPV6
 APPEND, PREPEND = "-A", "-I"
 RESOURCE_PROBLEM = 4  # iptables exit status: lock timeout / resource problem
 
@@ -39,12 +38,11 @@ class _Commands:
         self.wait = wait
         base = "ip6tables" if family == IPV6 else "iptables"
         self.binary, self.restore_binary, self.save_binary = base, base + "-restore", base + "-save"
-        self._prefix: tuple[str, ...] = ("ip", "netns", "exec", netns) if netns else ()
         # Until the version is known, assume a modern iptables (both accept --wait).
         self.nft = True
 
     def _argv(self, binary: str, *args: str) -> list[str]:
-        return [*self._prefix, binary, *args]
+        return in_netns(self.netns, (binary, *args))
 
     def _wait(self) -> tuple[str, ...]:
         # iptables-nft ignores (and warns about) --wait-interval; legacy honours it.
@@ -113,9 +111,6 @@ class Iptables(_Commands):
     async def delete_chain(self, table: str, chain: str) -> None:
         await run(self._cmd(table, "-X", chain))
 
-    async def flush_chain(self, table: str, chain: str) -> None:
-        await run(self._cmd(table, "-F", chain))
-
     async def rule_exists(self, table: str, chain: str, *args: str) -> bool:
         return _exists(await run(self._cmd(table, "-C", chain, *args), check=False))
 
@@ -125,13 +120,6 @@ class Iptables(_Commands):
             return True
         await run(self._cmd(table, position, chain, *args))
         return False
-
-    async def delete_rule(self, table: str, chain: str, *args: str) -> bool:
-        """Delete the rule if present; True if it was there."""
-        if not await self.rule_exists(table, chain, *args):
-            return False
-        await run(self._cmd(table, "-D", chain, *args))
-        return True
 
 
 class IptablesSync(_Commands):
@@ -158,30 +146,14 @@ class IptablesSync(_Commands):
     def chain_exists(self, table: str, chain: str) -> bool:
         return _exists(run_sync(self._cmd(table, "-S", chain), check=False))
 
-    def ensure_chain(self, table: str, chain: str) -> bool:
-        result = run_sync(self._cmd(table, "-N", chain), check=False)
-        if result.returncode == 0:
-            return False
-        if self.chain_exists(table, chain):
-            return True
-        raise CommandFailed(result.argv, result.returncode, result.stdout, result.stderr)
-
     def delete_chain(self, table: str, chain: str) -> None:
         run_sync(self._cmd(table, "-X", chain))
-
-    def flush_chain(self, table: str, chain: str) -> None:
-        run_sync(self._cmd(table, "-F", chain))
 
     def rule_exists(self, table: str, chain: str, *args: str) -> bool:
         return _exists(run_sync(self._cmd(table, "-C", chain, *args), check=False))
 
-    def ensure_rule(self, position: str, table: str, chain: str, *args: str) -> bool:
-        if self.rule_exists(table, chain, *args):
-            return True
-        run_sync(self._cmd(table, position, chain, *args))
-        return False
-
     def delete_rule(self, table: str, chain: str, *args: str) -> bool:
+        """Delete the rule if present; True if it was there."""
         if not self.rule_exists(table, chain, *args):
             return False
         run_sync(self._cmd(table, "-D", chain, *args))
@@ -194,15 +166,9 @@ def sysctl_path(name: str) -> str:
 
 async def read_sysctl(name: str, *, netns: str | None = None) -> str | None:
     """A per-namespace sysctl (``net/netfilter/nf_conntrack_tcp_be_liberal``), None if unreadable."""
-    argv = ["cat", sysctl_path(name)]
-    if netns:
-        argv = ["ip", "netns", "exec", netns, *argv]
-    result = await run(argv, check=False)
+    result = await run(in_netns(netns, ("cat", sysctl_path(name))), check=False)
     return result.stdout.strip() if result.returncode == 0 else None
 
 
 async def write_sysctl(name: str, value: str, *, netns: str | None = None) -> None:
-    argv: list[str] = ["sysctl", "-q", "-w", f"{name.replace('/', '.')}={value}"]
-    if netns:
-        argv = ["ip", "netns", "exec", netns, *argv]
-    await run(argv)
+    await run(in_netns(netns, ("sysctl", "-q", "-w", f"{name.replace('/', '.')}={value}")))

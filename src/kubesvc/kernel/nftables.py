@@ -1,10 +1,12 @@
 """Driving the ``nft`` binary for one table (what upstream does through knftables).
 
 * ``run(text)`` feeds a whole transaction to ``nft -f -``: the kernel applies all of it or none.
-* ``list_chains()`` / ``list_sets()`` name what the table holds (``nft -j -t``, terse: without
-  set contents), ``list_elements(name)`` reads one set or map back as ``{key: value}`` in the
-  same text form the rule builder writes (``"10.0.0.1 . tcp . 80" -> "goto service-..."``).
-* ``delete_table()`` removes the table; a missing table is not an error.
+* ``list_table()`` reads the whole table back in one ``nft -j list table`` (chains, sets and
+  maps with their elements; ``terse=True`` leaves the elements out), and ``table_contents``
+  turns that into chain names, set/map names and per-container ``{key: value}`` in the same
+  text form the rule builder writes (``"10.0.0.1 . tcp . 80" -> "goto service-..."``).
+* ``chain_rule_count(chain)`` counts one chain's rules (the interference monitor).
+* ``delete_table_sync()`` removes the table; a missing table is not an error.
 
 Cost model worth knowing: before applying anything that adds a rule or an element, ``nft``
 reads every chain and set of the family from the kernel into its cache, so each call costs
@@ -12,7 +14,7 @@ about 1.7 ms per 1000 chains plus 3.5 ms per 1000 sets on top of ~4 ms start-up,
 size of the transaction. The rule layout keeps sets few for that reason (see
 ``proxy/nftables/rules.py``).
 
-``netns`` runs every command inside a named network namespace (``ip netns exec``): tests use
+``netns`` runs every command inside a named network namespace (``exec.in_netns``): tests use
 it so nothing ever touches the host's own ruleset.
 
 In-process transactions: without ``netns`` (the proxy itself, possibly started as a whole under
@@ -25,8 +27,8 @@ process start per call. The text goes through a memfd read by
 ``nft -f -`` and exit code 1. Each call uses a fresh context (20 µs): nft 1.0.6 cannot reuse
 its cache across calls anyway, since our own commit bumps the ruleset generation it checks.
 Calls are serialized process-wide (libnftables is not documented as thread-safe); the asyncio
-form runs in a worker thread so the event loop is not blocked. Listings and ``delete_table``
-still use the binary. ``KUBESVC_NFT_IN_PROCESS=0`` (or ``in_process=False``) forces the binary;
+form runs in a worker thread so the event loop is not blocked. Listings and
+``delete_table_sync`` still use the binary. ``KUBESVC_NFT_IN_PROCESS=0`` (or ``in_process=False``) forces the binary;
 without the library the binary is used silently.
 """
 
@@ -40,7 +42,7 @@ import os
 import threading
 from collections.abc import Sequence
 
-from kubesvc.kernel.exec import CommandFailed, run, run_sync
+from kubesvc.kernel.exec import CommandFailed, in_netns, run, run_sync
 from kubesvc.proxy.types import IPV4, IPV6
 
 KUBE_PROXY_TABLE = "kube-proxy"
@@ -67,7 +69,7 @@ class NFTables:
         self.family_name = family_name(family)
         self.table = table
         self.netns = netns
-        self._prefix: tuple[str, ...] = (("ip", "netns", "exec", netns) if netns else ()) + (nft,)
+        self.nft = nft
         if in_process is None:
             in_process = (netns is None and nft == "nft" and os.environ.get("KUBESVC_NFT_IN_PROCESS", "1") != "0"
                           and libnftables() is not None)
@@ -79,7 +81,7 @@ class NFTables:
         self.in_process = in_process
 
     def argv(self, *args: str) -> list[str]:
-        return [*self._prefix, *args]
+        return in_netns(self.netns, (self.nft, *args))
 
     # -- transactions ---------------------------------------------------------------------
 
@@ -100,39 +102,15 @@ class NFTables:
     async def _json(self, *args: str) -> list[dict]:
         return _objects((await run(self.argv("-j", *args))).stdout)
 
-    async def list_chains(self) -> list[str]:
-        """Chain names of our table; empty when the table does not exist."""
-        objs = await self._json("-t", "list", "chains", self.family_name)
-        return [o["chain"]["name"] for o in objs if "chain" in o and o["chain"].get("table") == self.table]
-
-    async def list_sets(self) -> list[str]:
-        """Set and map names of our table (without their contents)."""
-        names: list[str] = []
-        for what, key in (("sets", "set"), ("maps", "map")):
-            objs = await self._json("-t", "list", what, self.family_name)
-            names.extend(o[key]["name"] for o in objs if key in o and o[key].get("table") == self.table)
-        return names
-
-    async def list_all_elements(self) -> dict[str, dict[str, str]]:
-        """Every set and map of our table with its elements (two ``nft`` calls in all; dynamic
-        sets such as affinity sets are included)."""
-        out: dict[str, dict[str, str]] = {}
-        for what, key in (("sets", "set"), ("maps", "map")):
-            for obj in await self._json("list", what, self.family_name):
-                body = obj.get(key)
-                if body is not None and body.get("table") == self.table:
-                    out[body["name"]] = parse_elements(body.get("elem", ()))
-        return out
-
-    async def list_elements(self, kind: str, name: str) -> dict[str, str]:
-        """Elements of set/map ``name`` as ``{key: value}`` (value ``""`` for a set).
-        Raises ``CommandFailed`` (``is_not_found``) when it does not exist."""
-        objs = await self._json("list", kind, self.family_name, self.table, name)
-        for obj in objs:
-            body = obj.get(kind)
-            if body is not None:
-                return parse_elements(body.get("elem", ()))
-        return {}
+    async def list_table(self, *, terse: bool = False) -> list[dict]:
+        """Every object of our table (``nft -j list table``: the table, its chains, and its sets
+        and maps with their elements unless ``terse``); [] when the table does not exist."""
+        try:
+            return await self._json(*(("-t",) if terse else ()), "list", "table", self.family_name, self.table)
+        except CommandFailed as err:
+            if is_not_found(err):
+                return []
+            raise
 
     async def chain_rule_count(self, chain: str) -> int | None:
         """How many rules chain ``chain`` of our table has; None if it (or the table) is gone."""
@@ -150,15 +128,6 @@ class NFTables:
         """Delete the table; False if it did not exist."""
         try:
             run_sync(self.argv("delete", "table", self.family_name, self.table))
-        except CommandFailed as err:
-            if is_not_found(err):
-                return False
-            raise
-        return True
-
-    async def delete_table(self) -> bool:
-        try:
-            await run(self.argv("delete", "table", self.family_name, self.table))
         except CommandFailed as err:
             if is_not_found(err):
                 return False
@@ -274,6 +243,27 @@ def _text(value) -> str:
                 return verdict
         raise ValueError(f"unexpected nft JSON value: {value!r}")
     return str(value)
+
+
+def table_contents(objs: Sequence[dict]) -> tuple[list[str], list[str], dict[str, dict[str, str] | None]]:
+    """``list_table`` output → (chain names, set and map names, ``{container: {key: value}}``).
+    A container whose elements cannot be parsed maps to None (its content is unknown)."""
+    chains: list[str] = []
+    sets: list[str] = []
+    elements: dict[str, dict[str, str] | None] = {}
+    for obj in objs:
+        if "chain" in obj:
+            chains.append(obj["chain"]["name"])
+            continue
+        body = obj.get("set") or obj.get("map")
+        if body is None:
+            continue
+        sets.append(body["name"])
+        try:
+            elements[body["name"]] = parse_elements(body.get("elem", ()))
+        except (ValueError, KeyError, TypeError, IndexError):
+            elements[body["name"]] = None
+    return chains, sets, elements
 
 
 def parse_elements(elems: Sequence) -> dict[str, str]:

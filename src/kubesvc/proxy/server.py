@@ -28,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, disable_created_metrics, gene
 from kubesvc.client.informer import Informer
 from kubesvc.client.rest import ENDPOINTSLICES, NODES, SERVICECIDRS, SERVICES, RestClient
 from kubesvc.controllers.runtime import EventRecorder
+from kubesvc.kernel.exec import CleanupFailed, CommandFailed
 from kubesvc.proxy.config import ProxySettings, options_for_family
 from kubesvc.proxy.healthcheck import ProxyHealthServer, ServiceHealthServer, listen_socket
 from kubesvc.proxy.backend import ProxyOptions
@@ -59,20 +60,18 @@ def make_backend(mode: str, options: ProxyOptions, metrics: ProxyMetrics, sync_p
 
 
 def cleanup_leftovers(modes: tuple[str, ...] = ("nftables", "iptables")) -> list[str]:
-    """Remove every table, chain and rule the given modes ever made (``--cleanup``); returns
-    the errors (empty: clean)."""
+    """Remove every table, chain and rule the given modes ever made, in both families
+    (``--cleanup``); returns the errors (empty: clean). Each mode is cleaned even if another fails."""
+    from kubesvc.proxy.iptables.proxier import cleanup_leftovers as clean_iptables
+    from kubesvc.proxy.nftables.proxier import cleanup_leftovers as clean_nftables
+
+    cleaners = {"nftables": clean_nftables, "iptables": clean_iptables}
     errors: list[str] = []
     for mode in modes:
         try:
-            if mode == "nftables":
-                from kubesvc.proxy.nftables.proxier import cleanup_leftovers as clean_nft
-                clean_nft()
-            elif mode == "iptables":
-                from kubesvc.proxy.iptables.proxier import cleanup_leftovers as clean_ipt
-                for family in (IPV4, IPV6):
-                    clean_ipt(family)
-        except Exception as err:  # each mode is cleaned even if another fails
-            errors.append(f"{mode}: {err}")
+            cleaners[mode]()
+        except (CleanupFailed, CommandFailed) as err:
+            errors.append(str(err))
     return errors
 
 
@@ -119,7 +118,7 @@ class ProxyServer:
     async def start(self) -> None:
         mode = self.settings.mode
         others = tuple(m for m in ("nftables", "iptables") if m != mode)
-        for err in cleanup_leftovers(others):
+        for err in await asyncio.to_thread(cleanup_leftovers, others):  # blocking tools; keep the loop free
             log.warning("cleanup of %s", err)
         self._node = node = await self._wait_for_node()
         primary, node_ips = detect_node_ips(node_ips_from_node(node), self.settings.bind_address)

@@ -517,17 +517,11 @@ class FakeIptablesAsync(FakeIptables):
     async def delete_chain(self, table, chain):
         self.delete_chain_sync(table, chain)
 
-    async def flush_chain(self, table, chain):
-        self.flush_chain_sync(table, chain)
-
     async def rule_exists(self, table, chain, *args):
         return self.rule_exists_sync(table, chain, *args)
 
     async def ensure_rule(self, position, table, chain, *args):
         return self.ensure_rule_sync(position, table, chain, *args)
-
-    async def delete_rule(self, table, chain, *args):
-        return self.delete_rule_sync(table, chain, *args)
 
 
 class FakeIptablesSync(FakeIptables):
@@ -545,17 +539,11 @@ class FakeIptablesSync(FakeIptables):
     def chain_exists(self, table, chain):
         return self.chain_exists_sync(table, chain)
 
-    def ensure_chain(self, table, chain):
-        return self.ensure_chain_sync(table, chain)
-
     def delete_chain(self, table, chain):
         self.delete_chain_sync(table, chain)
 
     def rule_exists(self, table, chain, *args):
         return self.rule_exists_sync(table, chain, *args)
-
-    def ensure_rule(self, position, table, chain, *args):
-        return self.ensure_rule_sync(position, table, chain, *args)
 
     def delete_rule(self, table, chain, *args):
         return self.delete_rule_sync(table, chain, *args)

@@ -1,4 +1,4 @@
-"""``IptablesBackend`` and ``cleanup_leftovers`` on the fake kernel: jump rules, full vs partial,
+"""``IptablesBackend`` and ``cleanup_family`` (``cleanup_leftovers`` per family) on the fake kernel: jump rules, full vs partial,
 failures and their metrics, stale chains, the canary monitor, cleanup."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from kubesvc.kernel.exec import CommandFailed
+from kubesvc.kernel.exec import CleanupFailed, CommandFailed
 from kubesvc.proxy.backend import SyncFailed
-from kubesvc.proxy.iptables.proxier import CANARY_TABLES, CleanupFailed, cleanup_leftovers
+from kubesvc.proxy.iptables.proxier import CANARY_TABLES, cleanup_family
 from kubesvc.proxy.iptables.rules import JUMP_CHAINS, KUBE_PROXY_CANARY, build_restore, cleanup_input
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.types import IPV6
@@ -81,9 +81,9 @@ async def test_partial_sync_writes_only_changed_services_but_counts_all():
     total = sample(metrics, "sync_proxy_rules_iptables_total", table="nat", ip_family="IPv4")
     c.set_endpoints(spn("ns1", "svc1"), ep("10.180.0.9"))
     result = await backend.sync(c.request())
-    assert "KUBE-SVC-XPGD46QRK7WJZT7O" in backend.last_restore
-    assert "KUBE-SVC-GNZBNJ2PO5MGZ6GT -" not in backend.last_restore  # svc2's chains not written
-    assert "-A KUBE-SERVICES -m comment --comment \"ns2/svc2:p80 cluster IP\"" in backend.last_restore
+    assert "KUBE-SVC-XPGD46QRK7WJZT7O" in backend.ipt.restores[-1]
+    assert "KUBE-SVC-GNZBNJ2PO5MGZ6GT -" not in backend.ipt.restores[-1]  # svc2's chains not written
+    assert "-A KUBE-SERVICES -m comment --comment \"ns2/svc2:p80 cluster IP\"" in backend.ipt.restores[-1]
     assert sample(metrics, "sync_proxy_rules_iptables_total", table="nat", ip_family="IPv4") == total
     assert sample(metrics, "sync_proxy_rules_iptables_last", table="nat", ip_family="IPv4") == result.written["nat"] < total
     assert result.written["filter"] == sample(metrics, "sync_proxy_rules_iptables_last", table="filter", ip_family="IPv4")
@@ -131,7 +131,7 @@ async def test_failed_save_skips_stale_cleanup_only():
     ipt.save = broken
     c.set_endpoints(spn("ns1", "svc1"), ep("10.180.0.9"))
     await backend.sync(c.request())
-    assert "-X " not in backend.last_restore
+    assert "-X " not in backend.ipt.restores[-1]
     assert ipt.chain_exists_sync("nat", "KUBE-SEP-SXIVWICOYRO3J4NJ")  # stale, kept for now
 
 
@@ -140,7 +140,7 @@ async def test_ipv6_backend():
     c = Cluster(node_ip="2001:db8::1").add(port("ns1", "svc1", cluster_ip="fd00:172:30::41", node_port=3001))
     c.set_endpoints(spn("ns1", "svc1"), ep("fd00:10:180::1"))
     await backend.sync(c.request())
-    text = backend.last_restore
+    text = backend.ipt.restores[-1]
     assert "KUBE-FIREWALL" not in text  # localhost NodePorts are IPv4 only
     assert "-m addrtype --dst-type LOCAL ! -d ::1/128 -j KUBE-NODEPORTS" in text
     assert "-s fd00:10:180::1 -j KUBE-MARK-MASQ" in text
@@ -237,7 +237,7 @@ async def test_canary_only_mangle_gone_reloads_after_flush_timeout():
     backend.flush_poll = 0.01
     requests = []
 
-    async def request_full_sync():  # an async callback is awaited
+    def request_full_sync():
         requests.append(time.monotonic())
     await backend.start(request_full_sync)
     try:
@@ -271,7 +271,7 @@ async def test_canary_monitor_keeps_trying_when_iptables_fails():
 
 # ---- cleanup ---------------------------------------------------------------------------------------
 
-async def test_cleanup_leftovers_removes_ours_and_keeps_the_rest():
+async def test_cleanup_family_removes_ours_and_keeps_the_rest():
     backend, ipt = fake_backend()
     # someone else's rules, and kubelet's KUBE-FIREWALL
     ipt.ensure_chain_sync("filter", "USER-CHAIN")
@@ -286,26 +286,26 @@ async def test_cleanup_leftovers_removes_ours_and_keeps_the_rest():
         ipt.ensure_chain_sync(table, KUBE_PROXY_CANARY)
     sync_ipt = FakeIptablesSync()
     share_state(ipt, sync_ipt)
-    cleanup_leftovers(ipt=sync_ipt)
+    cleanup_family(ipt=sync_ipt)
     after = ipt.save_sync()
     # all that remains of ours is the kubelet duplicate (chain, rule, jumps), which is not ours to delete
     kubelet = {"-A INPUT -j KUBE-FIREWALL", "-A OUTPUT -j KUBE-FIREWALL", ":KUBE-FIREWALL - [0:0]"}
     assert {line for line in after.splitlines() if not line.startswith("-A KUBE-FIREWALL ")} - kubelet == set(before.splitlines())
     assert not any("KUBE-SVC" in line or "KUBE-SEP" in line or KUBE_PROXY_CANARY in line for line in after.splitlines())
-    cleanup_leftovers(ipt=sync_ipt)  # idempotent
+    cleanup_family(ipt=sync_ipt)  # idempotent
 
 
 def test_cleanup_reports_failures_after_trying_everything():
     ipt = FakeIptablesSync()
     metrics = ProxyMetrics()
-    ipt.restore_sync(cleanup_free_input := "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-A - [0:0]\n-A KUBE-SVC-A -j ACCEPT\nCOMMIT\n")
-    assert cleanup_free_input
+    ipt.restore_sync("*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-A - [0:0]\n-A KUBE-SVC-A -j ACCEPT\nCOMMIT\n")
     # a foreign chain still jumps to one of ours: deleting KUBE-SVC-A fails
     ipt.ensure_chain_sync("nat", "FOREIGN")
     ipt.ensure_rule_sync("-A", "nat", "FOREIGN", "-j", "KUBE-SVC-A")
     ipt.ensure_chain_sync("mangle", KUBE_PROXY_CANARY)
-    with pytest.raises(CleanupFailed, match="iptables-restore -T nat"):
-        cleanup_leftovers(ipt=ipt, metrics=metrics)
+    with pytest.raises(CleanupFailed, match="iptables-restore -T nat") as info:
+        cleanup_family(ipt=ipt, metrics=metrics)
+    assert info.value.mode == "iptables" and len(info.value.errors) == 1
     assert sample(metrics, "sync_proxy_rules_iptables_restore_failures_total", ip_family="IPv4") == 1
     assert not ipt.chain_exists_sync("mangle", KUBE_PROXY_CANARY)  # later steps still ran
 

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from kubesvc.kernel.iptables import Iptables
 from kubesvc.proxy.backend import ProxyOptions, SyncFailed
 from kubesvc.proxy.iptables.naming import endpoint_chain, service_chain
 from kubesvc.proxy.iptables.proxier import IptablesBackend, cleanup_leftovers
@@ -49,7 +50,20 @@ def topo():
 def backend_for(topo: Topology, family: int = IPV4, metrics: ProxyMetrics | None = None, **kwargs) -> IptablesBackend:
     cidr = "10.244.0.0/16" if family == IPV4 else "fd00:244::/64"
     options = ProxyOptions(family=family, node_name=TEST_NODE_NAME, local_detector=LocalDetector(cidr=cidr, family=family))
-    return IptablesBackend(options, metrics or ProxyMetrics(), netns=topo.node, **kwargs)
+    return IptablesBackend(options, metrics or ProxyMetrics(), netns=topo.node, ipt=RecordingIptables(family, netns=topo.node),
+                           **kwargs)
+
+
+class RecordingIptables(Iptables):
+    """The real ``Iptables``, keeping every restore input it fed (``restores[-1]``: the last)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.restores: list[str] = []
+
+    async def restore(self, text: str, **kwargs) -> None:
+        self.restores.append(text)
+        await super().restore(text, **kwargs)
 
 
 def web_cluster() -> Cluster:
@@ -130,7 +144,7 @@ async def test_partial_sync_rewrites_only_the_changed_service(topo):
     c.set_endpoints(spn("ns2", "api", "http"), ep(EPS[3], 8080))
     result = await backend.sync(c.request())
     assert not result.full
-    assert f":{web_svc} " not in backend.last_restore
+    assert f":{web_svc} " not in backend.ipt.restores[-1]
     assert topo.answers(topo.client, "172.30.0.42", 80, count=3) == [f"{EPS[3]}:8080"] * 3
     assert set(topo.answers(topo.client, "172.30.0.41", 80, count=30)) == WEB  # untouched, still working
 
@@ -282,9 +296,9 @@ async def test_cleanup_leftovers_restores_the_tables(topo):
         await backend4._monitor_task
     assert "KUBE-SVC-" in in_ns(node, "iptables-save").stdout
 
-    cleanup_leftovers(IPV4, netns=node)
-    cleanup_leftovers(IPV6, netns=node)
+    assert cleanup_leftovers(netns=node) is None  # both families
     assert normalized_save(in_ns(node, "iptables-save").stdout) == before4
     assert normalized_save(in_ns(node, "ip6tables-save").stdout) == before6
-    cleanup_leftovers(IPV4, netns=node)  # nothing left to do, no error
+    cleanup_leftovers(netns=node)  # nothing left to do, no error
     assert normalized_save(in_ns(node, "iptables-save").stdout) == before4
+    assert normalized_save(in_ns(node, "ip6tables-save").stdout) == before6

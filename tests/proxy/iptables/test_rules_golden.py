@@ -173,9 +173,9 @@ async def test_overall_iptables_rules():
     metrics = ProxyMetrics()
     backend, ipt = fake_backend(metrics=metrics)
     await backend.sync(overall_cluster().request())
-    assert_rules_equal(OVERALL_EXPECTED, backend.last_restore)
-    assert gauge(metrics, "sync_proxy_rules_iptables_total", table="nat", ip_family="IPv4") == count_rules(backend.last_restore, "nat")
-    assert gauge(metrics, "sync_proxy_rules_iptables_total", table="filter", ip_family="IPv4") == count_rules(backend.last_restore, "filter")
+    assert_rules_equal(OVERALL_EXPECTED, backend.ipt.restores[-1])
+    assert gauge(metrics, "sync_proxy_rules_iptables_total", table="nat", ip_family="IPv4") == count_rules(backend.ipt.restores[-1], "nat")
+    assert gauge(metrics, "sync_proxy_rules_iptables_total", table="filter", ip_family="IPv4") == count_rules(backend.ipt.restores[-1], "filter")
 
 
 def test_overall_rules_pure():
@@ -242,7 +242,7 @@ async def test_bad_ips_output():
                            external_ips=["192.168.99.22"], source_ranges=["203.0.113.0/25"]))
     c.set_endpoints(spn("ns1", "svc1"), ep("10.180.0.1"))
     await backend.sync(c.request())
-    assert_rules_equal(BAD_IPS_EXPECTED, backend.last_restore)
+    assert_rules_equal(BAD_IPS_EXPECTED, backend.ipt.restores[-1])
 
 
 # ---- TestSyncProxyRulesRepeated ------------------------------------------------------------------
@@ -492,7 +492,7 @@ async def test_sync_proxy_rules_repeated():
 
     async def step(name: str, *, consistent: bool = False, total_delta: int | None = None):
         result = await backend.sync(c.request())
-        assert_rules_equal(REPEATED_STEPS[name], backend.last_restore, check_consistency=consistent)
+        assert_rules_equal(REPEATED_STEPS[name], backend.ipt.restores[-1], check_consistency=consistent)
         assert nat_last() == count_rules(expected_text(REPEATED_STEPS[name]), "nat"), name
         return result
 
@@ -576,7 +576,7 @@ async def test_masquerade_rule(random_fully):
         -A KUBE-POSTROUTING -j MARK --xor-mark 0x4000
         -A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE{" --random-fully" if random_fully else ""}
         """)
-    assert chain_rules(backend.last_restore, "nat", "KUBE-POSTROUTING") == expected
+    assert chain_rules(backend.ipt.restores[-1], "nat", "KUBE-POSTROUTING") == expected
 
 
 FORWARD_RULES = """
@@ -593,7 +593,7 @@ FORWARD_RULES = """
 async def test_drop_invalid_rule(liberal, nfacct, drop_rule):
     backend, _ = fake_backend(features=Features(random_fully=False, conntrack_tcp_be_liberal=liberal, nfacct_ct_state_invalid=nfacct))
     await backend.sync(Cluster().request())
-    assert chain_rules(backend.last_restore, "filter", "KUBE-FORWARD") == drop_rule + expected_text(FORWARD_RULES)
+    assert chain_rules(backend.ipt.restores[-1], "filter", "KUBE-FORWARD") == drop_rule + expected_text(FORWARD_RULES)
 
 
 # ---- TestNodePorts -----------------------------------------------------------------------------
@@ -646,7 +646,7 @@ async def test_node_ports(name, family, localhost, nodeport_ips, allow_alt, expe
 
     expected = ('-A KUBE-FIREWALL -m comment --comment "block incoming localnet connections" -d 127.0.0.0/8 ! -s 127.0.0.0/8 '
                 "-m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP\n") if expect_firewall else ""
-    assert chain_rules(backend.last_restore, "filter", "KUBE-FIREWALL") == expected
+    assert chain_rules(backend.ipt.restores[-1], "filter", "KUBE-FIREWALL") == expected
 
 
 # ---- TestSyncProxyRulesLargeClusterMode ----------------------------------------------------------
@@ -678,14 +678,14 @@ async def test_sync_proxy_rules_large_cluster_mode():
     await backend.sync(c.request())
     expected_endpoints = 2 * half
 
-    first, endpoints, comments = count_endpoints_and_comments(backend.last_restore, "10.0.0.0")
+    first, endpoints, comments = count_endpoints_and_comments(backend.ipt.restores[-1], "10.0.0.0")
     assert first == "-A KUBE-SEP-DKGQUZGBKLTPAR56 -m comment --comment ns1/svc1:p80 -m tcp -p tcp -j DNAT --to-destination 10.0.0.0:80"
     assert endpoints == expected_endpoints
     assert comments == endpoints
 
     c.set_endpoints(spn("ns3", "svc3", "p8081"), ep("203.0.113.4", 8081), ep("203.0.113.8", 8081), ep("203.0.113.12", 8081))
     await backend.sync(c.request())
-    first, endpoints, comments = count_endpoints_and_comments(backend.last_restore, "203.0.113.4")
+    first, endpoints, comments = count_endpoints_and_comments(backend.ipt.restores[-1], "203.0.113.4")
     assert first == "-A KUBE-SEP-RUVVH7YV3PHQBDOS -m tcp -p tcp -j DNAT --to-destination 203.0.113.4:8081"
     # only svc3 was written: a partial sync does not become full on crossing the threshold
     assert (endpoints, comments) == (3, 0)
@@ -693,7 +693,7 @@ async def test_sync_proxy_rules_large_cluster_mode():
     # a full resync rewrites the older services without comments too
     await backend.sync(c.request(full=True))
     expected_endpoints += 3
-    first, endpoints, comments = count_endpoints_and_comments(backend.last_restore, "10.0.0.0")
+    first, endpoints, comments = count_endpoints_and_comments(backend.ipt.restores[-1], "10.0.0.0")
     assert first == "-A KUBE-SEP-DKGQUZGBKLTPAR56 -m tcp -p tcp -j DNAT --to-destination 10.0.0.0:80"
     assert (endpoints, comments) == (expected_endpoints, 0)
 
@@ -701,7 +701,7 @@ async def test_sync_proxy_rules_large_cluster_mode():
     c.add(port("ns4", "svc4", "p8082", 8082, cluster_ip="172.30.0.44"))
     c.set_endpoints(spn("ns4", "svc4", "p8082"), ep("10.4.0.1", 8082))
     await backend.sync(c.request())
-    svc4, endpoints, _ = count_endpoints_and_comments(backend.last_restore, "10.4.0.1")
+    svc4, endpoints, _ = count_endpoints_and_comments(backend.ipt.restores[-1], "10.4.0.1")
     assert svc4 == "-A KUBE-SEP-SU5STNODRYEWJAUF -m tcp -p tcp -j DNAT --to-destination 10.4.0.1:8082"
     assert endpoints == 1
 
@@ -710,20 +710,20 @@ async def test_sync_proxy_rules_large_cluster_mode():
     c.delete_service("ns4", "svc4")
     c.set_endpoints(spn("ns4", "svc4", "p8082"))
     await backend.sync(c.request())
-    svc4, endpoints, _ = count_endpoints_and_comments(backend.last_restore, "10.4.0.1")
+    svc4, endpoints, _ = count_endpoints_and_comments(backend.ipt.restores[-1], "10.4.0.1")
     assert (svc4, endpoints) == ("", 0)
-    assert "-X " not in backend.last_restore
+    assert "-X " not in backend.ipt.restores[-1]
 
     # ... but once a sync period has passed
     backend.last_stale_cleanup = now[0] - backend.sync_period - 0.001
     await backend.sync(c.request())
-    svc4, endpoints, _ = count_endpoints_and_comments(backend.last_restore, "10.4.0.1")
+    svc4, endpoints, _ = count_endpoints_and_comments(backend.ipt.restores[-1], "10.4.0.1")
     assert (svc4, endpoints) == ("", 0)
-    assert "-X KUBE-SVC-EBDQOQU5SJFXRIL3" in backend.last_restore
-    assert "-X KUBE-SEP-SU5STNODRYEWJAUF" in backend.last_restore
+    assert "-X KUBE-SVC-EBDQOQU5SJFXRIL3" in backend.ipt.restores[-1]
+    assert "-X KUBE-SEP-SU5STNODRYEWJAUF" in backend.ipt.restores[-1]
 
     await backend.sync(c.request(full=True))
-    _, endpoints, _ = count_endpoints_and_comments(backend.last_restore, "10.0.0.0")
+    _, endpoints, _ = count_endpoints_and_comments(backend.ipt.restores[-1], "10.0.0.0")
     assert endpoints == expected_endpoints
 
 

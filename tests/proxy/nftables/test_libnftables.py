@@ -22,8 +22,20 @@ from kubesvc.kernel import nftables
 from kubesvc.kernel.nftables import NFTables
 from tests.proxy.nftables.netns import kernel_tests_possible
 
-HAVE_LIB = nftables.libnftables() is not None
-needs_lib = pytest.mark.skipif(not HAVE_LIB, reason="libnftables.so.1 not installed (the nft binary is used)")
+
+
+def _require_lib() -> None:
+    """libnftables is part of the supported setup: its absence fails these tests, never skips them."""
+    if nftables.libnftables() is None:
+        pytest.fail("libnftables.so.1 is not installed", pytrace=False)
+
+
+@pytest.fixture
+def needs_lib_fixture():
+    _require_lib()
+
+
+needs_lib = pytest.mark.usefixtures("needs_lib_fixture")
 
 
 @needs_lib

@@ -18,7 +18,10 @@ FW = "firewall-ULMVA6XW-ns1/svc1/tcp/p80"
 
 def build(ports, opts=None, state=None, snapshot=None, now=0.0, **kw):
     state = state or rules.NftState()
-    plan = rules.build_sync(request(ports, **kw), opts or options(), state, snapshot or rules.KernelSnapshot(), now)
+    req, opts = request(ports, **kw), opts or options()
+    full = rules.sync_is_full(req, opts, state)
+    plan = rules.build_sync(req, opts, state, snapshot or rules.KernelSnapshot(), now, full=full)
+    assert plan.full == full
     return plan, state
 
 
@@ -47,6 +50,11 @@ def test_long_names_are_truncated_with_hash_kept():
     assert len(name) == 240 and name.endswith("...") and name[8] == "-"
 
 
+def test_endpoint_name_base_matches_upstream():
+    base = endpoint_name_base(ServicePortName("ns1", "svc1", "p80"), "tcp", "10.180.0.1", 80)
+    assert base == "5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80"
+
+
 def test_endpoint_name_base_uses_dots_for_ipv6():
     base = endpoint_name_base(ServicePortName("ns1", "svc1", "p80"), "tcp", "fd00::1", 80)
     assert base.endswith("-ns1/svc1/tcp/p80__fd00..1/80") and ":" not in base
@@ -54,20 +62,52 @@ def test_endpoint_name_base_uses_dots_for_ipv6():
 
 # -- fixed part ---------------------------------------------------------------------------------
 
+# upstream pkg/proxy/nftables/proxier.go nftablesBaseChains: name, type, hook, priority
+UPSTREAM_BASE_CHAINS = [
+    ("filter-prerouting-pre-dnat", "filter", "prerouting", -110),
+    ("filter-output-pre-dnat", "filter", "output", -110),
+    ("filter-input", "filter", "input", 0),
+    ("filter-forward", "filter", "forward", 0),
+    ("filter-output", "filter", "output", 0),
+    ("nat-prerouting", "nat", "prerouting", -100),
+    ("nat-output", "nat", "output", -100),
+    ("nat-postrouting", "nat", "postrouting", 100),
+]
+
+# upstream nftablesJumpChains, as rules
+UPSTREAM_JUMPS = [
+    "filter-input ct state new jump nodeport-endpoints-check",
+    "filter-input ct state new jump service-endpoints-check",
+    "filter-forward ct state new jump service-endpoints-check",
+    "filter-output ct state new jump service-endpoints-check",
+    "filter-prerouting-pre-dnat ct state new jump firewall-check",
+    "filter-output-pre-dnat ct state new jump firewall-check",
+    "nat-output jump services",
+    "nat-prerouting jump services",
+    "nat-postrouting jump masquerading",
+    "filter-forward ct state new jump cluster-ips-check",
+    "filter-output ct state new jump cluster-ips-check",
+]
+
+
 def test_fixed_part_has_upstream_base_chains_jumps_and_masquerading():
     opts = options(masquerade_bit=15)
     mark = opts.masquerade_mark
-    assert int(mark, 16) == 1 << 15
+    assert mark == "0x00008000"
+    assert options().masquerade_mark == "0x00004000"  # the default bit 14
     plan, _ = build([], opts=opts, service_cidrs=("172.30.0.0/16", "172.31.0.0/16"))
     text = plan.text
-    for name, ctype, hook, prio in rules.BASE_CHAINS:
-        assert f"add chain ip kube-proxy {name} {{ type {ctype} hook {hook} priority {prio} ; }}" in text
+    base = [x for x in lines(plan) if " hook " in x]
+    assert base == [f"add chain ip kube-proxy {name} {{ type {ctype} hook {hook} priority {prio} ; }}"
+                    for name, ctype, hook, prio in UPSTREAM_BASE_CHAINS]
     assert 'add table ip kube-proxy { comment "rules for kube-proxy" ; }' in text
     assert "add chain ip kube-proxy filter-input\ndelete chain ip kube-proxy filter-input" in text  # first sync only
-    for src, match, dst in rules.JUMP_CHAINS:
-        assert f"add rule ip kube-proxy {src} {match + ' ' if match else ''}jump {dst}" in text
-    assert f"add rule ip kube-proxy mark-for-masquerade mark set mark or {mark}" in text
-    assert f"add rule ip kube-proxy masquerading mark and {mark} == 0 return" in text
+    jumps = [x.removeprefix("add rule ip kube-proxy ") for x in lines(plan) if " jump " in x and x.split()[4] in
+             {name for name, *_ in UPSTREAM_BASE_CHAINS}]
+    assert jumps == UPSTREAM_JUMPS
+    assert "add rule ip kube-proxy mark-for-masquerade mark set mark or 0x00008000" in text
+    assert "add rule ip kube-proxy masquerading mark and 0x00008000 == 0 return" in text
+    assert "add rule ip kube-proxy masquerading mark set mark xor 0x00008000" in text
     assert "add rule ip kube-proxy masquerading masquerade fully-random" in text
     assert ("add rule ip kube-proxy masquerading ct status dnat ip saddr . ip daddr @hairpin-endpoints jump mark-for-masquerade"
             in text)
@@ -189,6 +229,7 @@ def test_client_ip_affinity_rules_and_sets():
     plan, state = build([(sp, TWO)])
     s1 = "affinity-" + endpoint_name_base(sp.name, "tcp", "10.180.0.1", 8080)
     s2 = "affinity-" + endpoint_name_base(sp.name, "tcp", "10.180.0.2", 8080)
+    assert s1.startswith("affinity-") and s1.endswith("-ns1/svc1/tcp/p80__10.180.0.1/8080")
     assert f"add set ip kube-proxy {s1} {{ type ipv4_addr ; flags dynamic,timeout ; timeout 300s ; }}" in plan.text
     rule_lines = [x for x in lines(plan) if x.startswith(f"add rule ip kube-proxy {SVC}")]
     assert rule_lines[1:] == [
@@ -311,18 +352,29 @@ def test_transaction_phases_are_ordered():
     _, state = build(two_services())
     plan, _ = build(two_services(eps_a=(), eps_b=TWO), state=state, full=False, changed={"ns1/svc1", "ns2/svc2"})
     kinds = [x.split(" ")[0] + " " + x.split(" ")[1] for x in lines(plan)]
-    order = ["delete element", "add chain", "flush chain", "add rule", "add element"]
-    positions = [max(i for i, k in enumerate(kinds) if k == o) for o in order if o in kinds]
-    assert positions == sorted(positions)
+    # element deletions, then chains (created or flushed), then rules, then element additions
+    phases = [{"delete element"}, {"add chain", "flush chain"}, {"add rule"}, {"add element"}]
+    spans = []
+    for phase in phases:
+        at = [i for i, k in enumerate(kinds) if k in phase]
+        assert at, (phase, kinds)  # every phase is exercised
+        spans.append((min(at), max(at)))
+    for later in range(1, len(spans)):
+        for earlier in range(later):
+            assert spans[later][0] > spans[earlier][1], (phases[earlier], phases[later], kinds)
 
 
 def test_objects_totals():
     plan, state = build(two_services())
     objects = state.objects()
-    assert objects["chains"] == len(rules.BASE_CHAINS) + len(rules.FIXED_CHAINS) + 2
+    # 8 base chains, 8 fixed chains (services, masquerading, ...), one chain per Service
+    assert objects["chains"] == 8 + 8 + 2
     # cluster-ips 2, service-ips 2, hairpin 2 (10.180.0.1 is shared), slots 2
     assert objects["elements"] == 8
-    assert objects["rules"] == state.fixed_rules + 4
+    fixed_rules = sum(1 for x in lines(build([])[0]) if x.startswith("add rule "))
+    # svc1: masquerade rule + numgen DNAT; svc2: masquerade rule + direct DNAT
+    assert objects["rules"] == fixed_rules + 4
+    assert objects["rules"] == sum(1 for x in lines(plan) if x.startswith("add rule "))
     assert plan.written["chains"] == objects["chains"]
 
 

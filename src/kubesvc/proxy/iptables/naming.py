@@ -61,18 +61,6 @@ def service_chain(name: ServicePortName) -> str:
     return service_chains(name).svc
 
 
-def local_service_chain(name: ServicePortName) -> str:
-    return service_chains(name).svl
-
-
-def external_chain(name: ServicePortName) -> str:
-    return service_chains(name).ext
-
-
-def firewall_chain(name: ServicePortName) -> str:
-    return service_chains(name).fw
-
-
 @lru_cache(maxsize=_CACHE_SIZE)
 def endpoint_chain(name: ServicePortName, endpoint: str) -> str:
     """``KUBE-SEP-`` chain of one endpoint (``"ip:port"`` or ``"[ip6]:port"``)."""

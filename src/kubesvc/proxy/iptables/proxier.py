@@ -27,20 +27,19 @@ matches, as upstream does when creating a counter fails.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import re
 import time
 from collections.abc import Callable
 
-from kubesvc.kernel.exec import CommandFailed
+from kubesvc.kernel.exec import CleanupFailed, CommandFailed
 from kubesvc.kernel.iptables import PREPEND, Iptables, IptablesSync, has_random_fully, read_sysctl, write_sysctl
 from kubesvc.proxy.backend import ProxyOptions, SyncFailed, SyncRequest, SyncResult
 from kubesvc.proxy.iptables.rules import (CLEANUP_ONLY_JUMP_CHAINS, JUMP_CHAINS, KUBE_PROXY_CANARY, KUBELET_JUMP_CHAINS,
                                           TABLE_FILTER, TABLE_MANGLE, TABLE_NAT, Features, build_restore, chains_in_save,
                                           cleanup_input, effective_localhost_nodeports, is_large_cluster)
 from kubesvc.proxy.metrics import ProxyMetrics
-from kubesvc.proxy.types import FAMILY_NAMES, IPV4
+from kubesvc.proxy.types import FAMILY_NAMES, IPV4, IPV6
 
 log = logging.getLogger("kubesvc.proxy.iptables")
 
@@ -77,7 +76,6 @@ class IptablesBackend:
         self.clock = clock
         self.need_full_sync = True
         self.last_stale_cleanup = float("-inf")
-        self.last_restore: str | None = None
         self._route_localnet_set = False
         self._monitor_task: asyncio.Task | None = None
 
@@ -94,21 +92,23 @@ class IptablesBackend:
                 self.features = await self._probe_features()
             if full:
                 await self._ensure_jumps()
-            if not self._route_localnet_set and effective_localhost_nodeports(self.options, request.nodeport_ips):
+            localhost_nodeports = effective_localhost_nodeports(self.options, request.nodeport_ips)
+            large = is_large_cluster(request)
+            if not self._route_localnet_set and localhost_nodeports:
                 await self._set_route_localnet()
             existing = None
             now = self.clock()
-            if not is_large_cluster(request) or now - self.last_stale_cleanup > self.sync_period:
+            if not large or now - self.last_stale_cleanup > self.sync_period:
                 try:
                     existing = chains_in_save(await self.ipt.save(TABLE_NAT))
                     self.last_stale_cleanup = now
                 except CommandFailed as err:
                     log.error("Failed to execute iptables-save: stale chains will not be deleted: %s", err)
             built = self.clock()
-            data = build_restore(request, self.options, full=full, existing_nat_chains=existing, features=self.features)
+            data = build_restore(request, self.options, full=full, existing_nat_chains=existing, features=self.features,
+                                 large=large, localhost_nodeports=localhost_nodeports)
             build_seconds = self.clock() - built
             self._set_rule_gauges(data.filter_rules, data.nat_rules_written, data.nat_rules_total)
-            self.last_restore = data.text
             await self.ipt.restore(data.text)
         except CommandFailed as err:
             self.need_full_sync = True
@@ -182,7 +182,7 @@ class IptablesBackend:
             except CommandFailed as err:
                 log.debug("could not delete canary in %s: %s", table, err)
 
-    async def _monitor(self, reload: Callable[[], object]) -> None:
+    async def _monitor(self, reload: Callable[[], None]) -> None:
         while True:
             try:
                 await self._plant_canaries()
@@ -195,9 +195,7 @@ class IptablesBackend:
                 continue
             log.info("Reloading after iptables flush")
             self.need_full_sync = True
-            result = reload()
-            if inspect.isawaitable(result):
-                await result
+            reload()
 
     async def _plant_canaries(self) -> None:
         while True:  # upstream PollImmediateUntil(interval, EnsureChain in every table)
@@ -247,15 +245,23 @@ def _failed_lines(err: CommandFailed) -> str:
     return "\n" + "\n".join(f"{i:6d}{'>' if i == number else ' '} {lines[i - 1]}" for i in shown)
 
 
-class CleanupFailed(Exception):
-    def __init__(self, family: int, errors: list[str]):
-        self.errors = errors
-        super().__init__(f"iptables cleanup ({FAMILY_NAMES[family]}): " + "; ".join(errors))
+def cleanup_leftovers(netns: str | None = None) -> None:
+    """Remove everything the iptables mode made, for IPv4 and IPv6 (upstream
+    ``CleanupLeftovers``; ``--cleanup``, switching to another mode). Both families are tried;
+    raises one ``CleanupFailed`` listing every failure of either."""
+    errors: list[str] = []
+    for family in (IPV4, IPV6):
+        try:
+            cleanup_family(family, netns=netns)
+        except CleanupFailed as err:
+            errors.extend(err.errors)
+    if errors:
+        raise CleanupFailed("iptables", errors)
 
 
-def cleanup_leftovers(family: int = IPV4, *, netns: str | None = None, metrics: ProxyMetrics | None = None,
-                      ipt: IptablesSync | None = None) -> None:
-    """Remove everything the iptables mode made for ``family`` (upstream ``CleanupLeftovers``):
+def cleanup_family(family: int = IPV4, *, netns: str | None = None, metrics: ProxyMetrics | None = None,
+                   ipt: IptablesSync | None = None) -> None:
+    """Remove everything the iptables mode made for ``family``:
     the jumps from the built-in hooks, every ``KUBE-`` chain of ours in nat and filter including
     all per-Service chains, the mangle canary, and ``KUBE-FIREWALL`` with its jumps (upstream
     leaves that to kubelet; no kubelet writes iptables here).
@@ -293,4 +299,4 @@ def cleanup_leftovers(family: int = IPV4, *, netns: str | None = None, metrics: 
     if errors:
         for error in errors:
             log.error("iptables cleanup: %s", error)
-        raise CleanupFailed(family, errors)
+        raise CleanupFailed("iptables", [f"{FAMILY_NAMES[family]}: {error}" for error in errors])

@@ -193,17 +193,24 @@ def _cidr_contains(cidr: str, ip: str) -> bool:
 
 
 def build_restore(request: SyncRequest, options: ProxyOptions, *, full: bool | None = None,
-                  existing_nat_chains: Iterable[str] | None = None, features: Features = Features()) -> RestoreData:
+                  existing_nat_chains: Iterable[str] | None = None, features: Features = Features(),
+                  large: bool | None = None, localhost_nodeports: bool | None = None) -> RestoreData:
     """The restore input for one sync.
 
     ``full`` defaults to ``request.full``. ``existing_nat_chains`` are the chain names
     ``iptables-save -t nat`` reported (``None``: skip stale-chain deletion this time).
+    ``large`` (``is_large_cluster``) and ``localhost_nodeports``
+    (``effective_localhost_nodeports``) are computed here unless the caller, which needs them
+    too, passes what it computed for this sync.
     """
     full = request.full if full is None else full
+    if large is None:
+        large = is_large_cluster(request)
+    if localhost_nodeports is None:
+        localhost_nodeports = effective_localhost_nodeports(options, request.nodeport_ips)
     family = options.family
     ipv6 = family == IPV6
     mark = options.masquerade_mark
-    localhost_nodeports = effective_localhost_nodeports(options, request.nodeport_ips)
     localhost_nfacct = localhost_nodeports and features.nfacct_localhost_nodeports
     masquerade_all = options.masquerade_all
     detector = options.local_detector
@@ -216,7 +223,6 @@ def build_restore(request: SyncRequest, options: ProxyOptions, *, full: bool | N
     changed = request.changed_services
     ports = request.service_ports
     endpoints_map = request.endpoints
-    large = is_large_cluster(request)
 
     filter_chains = [f":{c} - [0:0]" for c in FILTER_TOP_CHAINS]
     filter_rules: list[str] = []
@@ -241,7 +247,7 @@ def build_restore(request: SyncRequest, options: ProxyOptions, *, full: bool | N
     skipped_rule_count = 0
     no_local_internal = no_local_external = 0
 
-    for name in sorted(ports, key=_sort_key):
+    for name in sorted(ports):  # ServicePortName orders by namespace, name, port, protocol
         sp = ports[name]
         proto = sp.protocol.lower()
         n = str(name)
@@ -431,10 +437,6 @@ def build_restore(request: SyncRequest, options: ProxyOptions, *, full: bool | N
         no_local_internal=no_local_internal, no_local_external=no_local_external,
         active_nat_chains=active,
     )
-
-
-def _sort_key(name):
-    return (name.namespace, name.name, name.port, name.protocol)
 
 
 def _endpoint_dispatch(rules: list[str], name, n: str, sp, chain: str, endpoints, large: bool) -> None:

@@ -7,8 +7,9 @@ Per sync:
 1. Chains that went stale more than a second ago are deleted in their own transaction (a
    failure counts ``sync_proxy_rules_nftables_cleanup_failures_total`` and makes this sync
    full, so the chains are listed and retried).
-2. A full sync first reads the table back (chain and set names, and every element of our
-   sets and maps) into a ``rules.KernelSnapshot``.
+2. A full sync first reads the table back with one ``nft -j list table`` (chain and set
+   names, and every element of our sets and maps) into a ``rules.KernelSnapshot``; a
+   container that cannot be read back is flushed and refilled.
 3. ``rules.build_sync`` renders the transaction and updates the bookkeeping; ``nft`` applies
    it. A rejected transaction counts ``sync_proxy_rules_nftables_sync_failures_total``,
    invalidates the bookkeeping (next sync full) and raises ``SyncFailed``.
@@ -29,8 +30,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from kubesvc.kernel.exec import CommandFailed
-from kubesvc.kernel.nftables import NFTables
+from kubesvc.kernel.exec import CleanupFailed, CommandFailed
+from kubesvc.kernel.nftables import NFTables, table_contents
 from kubesvc.proxy.backend import ProxyOptions, SyncFailed, SyncRequest, SyncResult
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.nftables import rules
@@ -101,12 +102,12 @@ class NftablesBackend:
             except CommandFailed as err:
                 log.error("unable to delete stale nftables chains; the next sync is full: %s", err)
                 self.metrics.nftables_cleanup_failures.labels(self.family_name).inc()
-                state.stale_chains.clear()
                 state.invalidate()
             kernel_seconds += time.perf_counter() - t0
 
         snapshot = None
-        if rules.sync_is_full(request, self.options, state):
+        full = rules.sync_is_full(request, self.options, state)
+        if full:
             t0 = time.perf_counter()
             try:
                 snapshot = await self._snapshot()
@@ -115,7 +116,7 @@ class NftablesBackend:
             kernel_seconds += time.perf_counter() - t0
 
         try:
-            plan = rules.build_sync(request, self.options, state, snapshot, now)
+            plan = rules.build_sync(request, self.options, state, snapshot, now, full=full)
         except Exception as err:  # e.g. slot space exhausted: a full sync rebuilds everything
             self._failed(err, "building the nftables transaction failed")
         t0 = time.perf_counter()
@@ -137,44 +138,36 @@ class NftablesBackend:
 
     def _failed(self, err: Exception, what: str):
         self.metrics.nftables_sync_failures.labels(self.family_name).inc()
-        self.state.stale_chains.clear()  # those flushes did not happen; the next full sync re-finds them
         self.state.invalidate()
         log.error("%s: %s", what, err)
         raise SyncFailed(f"{what}: {err}") from err
 
     async def _snapshot(self) -> rules.KernelSnapshot:
-        chains = await self.nft.list_chains()
-        if not chains:  # no table (or an empty one): nothing to read back
-            return rules.KernelSnapshot()
+        """Our table as the kernel holds it, from one ``nft -j list table``; empty when the
+        table does not exist. Containers that cannot be read back are flushed and refilled
+        (``elements[name] = None``), also when the whole listing with elements fails."""
         try:
-            containers = await self.nft.list_all_elements()
-            elements: dict[str, dict[str, str] | None] = {n: c for n, c in containers.items() if n in rules.CONTAINERS}
-            sets = list(containers)
-        except (CommandFailed, ValueError) as err:  # unreadable: flush and refill every container
+            chains, sets, elements = table_contents(await self.nft.list_table())
+        except (CommandFailed, ValueError) as err:  # unreadable: names only, refill every container
             log.warning("could not read the nftables sets and maps back (%s); they are refilled", err)
-            sets = await self.nft.list_sets()
-            elements = {n: None for n in rules.CONTAINERS if n in sets}
-        return rules.KernelSnapshot(chains=chains, sets=sets, elements=elements)
+            chains, sets, _ = table_contents(await self.nft.list_table(terse=True))
+            elements = dict.fromkeys(sets)
+        return rules.KernelSnapshot(chains=chains, sets=sets,
+                                    elements={n: c for n, c in elements.items() if n in rules.CONTAINERS})
 
 
-class CleanupFailed(Exception):
-    pass
-
-
-def cleanup_leftovers(netns: str | None = None) -> list[str]:
+def cleanup_leftovers(netns: str | None = None) -> None:
     """Delete table ``kube-proxy`` in ``ip`` and ``ip6`` (``--cleanup``; switching to another
-    mode); a missing table is fine. Returns the families whose table was deleted; raises
-    ``CleanupFailed`` (after trying both) if ``nft`` failed otherwise."""
-    deleted: list[str] = []
+    mode); a missing table is fine. Raises ``CleanupFailed`` (after trying both families) if
+    ``nft`` failed otherwise."""
     errors: list[str] = []
     for family in (IPV4, IPV6):
         nft = NFTables(family, netns=netns)
         try:
             if nft.delete_table_sync():
-                deleted.append(nft.family_name)
+                log.info("deleted the %s kube-proxy nftables table", nft.family_name)
         except CommandFailed as err:
             log.error("error cleaning up nftables rules: %s", err)
             errors.append(str(err))
     if errors:
-        raise CleanupFailed("; ".join(errors))
-    return deleted
+        raise CleanupFailed("nftables", errors)

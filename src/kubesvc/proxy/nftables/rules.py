@@ -187,7 +187,6 @@ CONTAINERS: dict[str, str] = {
     HAIRPIN_ENDPOINTS: "set",
     **{name: "map" for name in ENDPOINT_MAPS},
 }
-FIXED_SETS = frozenset(CONTAINERS) | {NODEPORT_IPS}
 
 SLOT_SPACE = 1 << 32  # numgen yields u32
 
@@ -252,7 +251,6 @@ class NftState:
     kernel: dict[str, dict[str, str]] = field(default_factory=lambda: {c: {} for c in CONTAINERS})
     owners: dict[str, dict[str, object]] = field(default_factory=lambda: {c: {} for c in CONTAINERS})
     chains: set[str] = field(default_factory=set)  # service chains in the kernel (active and stale)
-    chain_rules: dict[str, int] = field(default_factory=dict)  # active service chain → rule count
     stale_chains: dict[str, float] = field(default_factory=dict)  # flushed, to delete later: since when
     affinity_sets: set[str] = field(default_factory=set)
     allocators: dict[str, SlotAllocator] = field(default_factory=dict)  # endpoint map → its slots
@@ -264,8 +262,11 @@ class NftState:
     no_local_external: int = 0
 
     def invalidate(self) -> None:
-        """The transaction failed: nothing of this state can be trusted; the next sync is full."""
+        """The transaction failed: nothing of this state can be trusted; the next sync is full.
+        Pending stale chains are forgotten too (their flushes may not have happened); the full
+        sync finds them again among the table's chains."""
         self.synced = False
+        self.stale_chains.clear()
 
     def due_stale_chains(self, older_than: float) -> list[str]:
         return sorted(c for c, since in self.stale_chains.items() if since < older_than)
@@ -329,9 +330,6 @@ class _Ctx:
         if a is None:
             a = self.allocators[endpoint_map] = SlotAllocator()
         return a
-
-    def dnat_target(self, ep: Endpoint) -> str:
-        return f"[{ep.ip}]:{ep.port}" if self.v6 else f"{ep.ip}:{ep.port}"
 
 
 def render_service(ports: list[ServicePort], endpoints: Mapping[ServicePortName, tuple[Endpoint, ...]], ctx: _Ctx,
@@ -483,14 +481,14 @@ def _endpoint_rules(rules: list[str], chain: str, eps: tuple[Endpoint, ...], pro
         ipx = ctx.ipx
         for ep in eps:
             s = ep_sets[ep.endpoint]
-            rules.append(f"{ipx} saddr @{s} update @{s} {{ {ipx} saddr }} meta l4proto {proto} dnat to {ctx.dnat_target(ep)}")
+            rules.append(f"{ipx} saddr @{s} update @{s} {{ {ipx} saddr }} meta l4proto {proto} dnat to {ep.endpoint}")
         for i, ep in enumerate(eps):
             s = ep_sets[ep.endpoint]
             pick = f"numgen random mod {n - i} 0 " if i < n - 1 else ""
-            rules.append(f"{pick}update @{s} {{ {ipx} saddr }} meta l4proto {proto} dnat to {ctx.dnat_target(ep)}")
+            rules.append(f"{pick}update @{s} {{ {ipx} saddr }} meta l4proto {proto} dnat to {ep.endpoint}")
         return
     if n == 1:
-        rules.append(f"meta l4proto {proto} dnat to {ctx.dnat_target(eps[0])}")
+        rules.append(f"meta l4proto {proto} dnat to {eps[0].endpoint}")
         return
     emap = endpoint_map(chain, proto)
     block = old.slots.get(chain) if old is not None else None
@@ -657,10 +655,10 @@ def _fixed_part(tx: _Tx, request: SyncRequest, options: ProxyOptions, state: Nft
 
 
 def build_sync(request: SyncRequest, options: ProxyOptions, state: NftState, snapshot: KernelSnapshot | None,
-               now: float) -> SyncPlan:
+               now: float, *, full: bool) -> SyncPlan:
     """The transaction for ``request``; ``state`` becomes the state after it (see module doc).
-    ``snapshot`` is required when ``sync_is_full``."""
-    full = sync_is_full(request, options, state)
+    ``full`` is ``sync_is_full(request, options, state)``, computed once by the caller, who
+    also needs it to decide whether to read the ``snapshot`` (required when full)."""
     tx = _Tx("ip6" if options.family == IPV6 else "ip")
     if full:
         if snapshot is None:
@@ -678,7 +676,7 @@ def build_sync(request: SyncRequest, options: ProxyOptions, state: NftState, sna
         wanted = request.changed_services
     ports_by_service: dict[str, list[ServicePort]] = {}
     for spn, sp in request.service_ports.items():
-        svc = f"{spn.namespace}/{spn.name}"
+        svc = spn.service
         if wanted is None or svc in wanted:
             lst = ports_by_service.get(svc)
             if lst is None:
@@ -731,7 +729,6 @@ def build_sync(request: SyncRequest, options: ProxyOptions, state: NftState, sna
                     tx.chains.append(f"flush chain {tx.prefix} {chain}")
                     tx.n_chains += 1
                 tx.chain_rules(chain, bodies)
-                state.chain_rules[chain] = len(bodies)
 
     if full:
         _claim_all(state)
@@ -749,7 +746,6 @@ def build_sync(request: SyncRequest, options: ProxyOptions, state: NftState, sna
         stale = {c for c in old_chains if c not in new_chains}
     p = tx.prefix
     for chain in sorted(stale):
-        state.chain_rules.pop(chain, None)
         if chain not in state.stale_chains:
             tx.chains.append(f"flush chain {p} {chain}")
             state.stale_chains[chain] = now
@@ -782,7 +778,6 @@ def _reset_for_full(state: NftState, snapshot: KernelSnapshot, now: float) -> No
     state.kernel = {c: dict(snapshot.elements.get(c) or {}) for c in CONTAINERS}
     state.allocators = {}
     state.chains = {c for c in snapshot.chains if is_service_chain_name(c)}
-    state.chain_rules = {}
     state.stale_chains = {c: t for c, t in state.stale_chains.items() if c in state.chains}
     state.affinity_sets = {s for s in snapshot.sets if is_affinity_set_name(s)}
     state.service_rules = 0
@@ -883,23 +878,14 @@ def _reconcile_all(state: NftState, tx: _Tx) -> None:
         for key in dels:
             del kernel[key]
         adds: list[str] = []
-        services = state.services
         for key, o in owners.items():
-            if type(o) is str:
-                render = services[o]
-                value = render.elements[container][key]
-                comment = render.comments.get((container, key), "") if render.comments else ""
-            else:
-                value, comment = _desired(state, container, key, o)
+            value, comment = _desired(state, container, key, o)
             have = kernel.get(key)
             if have == value:
                 continue
             if have is not None:
                 dels.append(key)
-            if comment:
-                adds.append(f'{key} comment "{comment}" : {value}' if value else f'{key} comment "{comment}"')
-            else:
-                adds.append(f"{key} : {value}" if value else key)
+            adds.append(_element_text(key, value, comment))
             kernel[key] = value
         _queue(tx, container, dels, adds)
 
