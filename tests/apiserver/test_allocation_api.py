@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+from pathlib import Path
 import re
 import ssl
 import time
@@ -228,8 +229,8 @@ def test_kube_dns_static_ip_after_many_dynamic_creates_and_conflicts(server16):
     static_band = ipv4_range("10.96.0.1", "10.96.1.0")
     assert not set(dynamic) & static_band
 
-    result = server16.kubectl("apply", "-f", "/work/main/examples/kube-dns-service.yaml")
-    assert result.stdout.strip() == "service/kube-dns created"
+    result = server16.kubectl("apply", "-f", str(Path(__file__).resolve().parents[2] / "examples/kube-dns.yaml"))
+    assert result.stdout.splitlines() == ["service/kube-dns created", "pod/dns-stand-in created"]
     dns = get_json(server16, "svc", "kube-dns", "-n", "kube-system")
     assert dns["spec"]["clusterIP"] == "10.96.0.10" and dns["spec"]["clusterIPs"] == ["10.96.0.10"]
     assert [p["name"] for p in dns["spec"]["ports"]] == ["dns", "dns-tcp"]

@@ -7,6 +7,7 @@ one server without seeing each other's objects.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import subprocess
 import time
 import uuid
@@ -90,7 +91,7 @@ def test_apply_create_then_configure_with_smp(apiserver, ns):
 
 
 def test_seed_kube_dns_service_reads_back_with_upstream_defaults(apiserver, ns):
-    manifest = yaml.safe_load(open("examples/kube-dns-service.yaml"))
+    manifest = next(yaml.safe_load_all(open(Path(__file__).resolve().parents[2] / "examples/kube-dns.yaml")))
     manifest["metadata"]["namespace"] = ns
     manifest["spec"].pop("clusterIP")  # the IP itself is the allocation issue's
     apiserver.kubectl("apply", "-f", "-", input=json.dumps(manifest))

@@ -1,0 +1,191 @@
+"""The agent: one per node, wiring the Node heartbeat, the pod network, the log server and a
+worker per Pod bound to the node (upstream kubelet's ``syncLoop`` over a Pod source filtered by
+``spec.nodeName``).
+
+* Pods come from an informer on ``fieldSelector=spec.nodeName=<node>``; Services from an
+  informer on every namespace (the environment variables need them, and upstream refuses to
+  start a container before the Service informer has synced once).
+* A Pod gets a worker the first time it is seen alive; a ``deletionTimestamp`` starts its
+  graceful termination; a Pod that disappears from the API (force deletion) is killed at once.
+* At start, namespaces of Pods that no longer exist (left by a crash) are removed; a Pod whose
+  namespace survives is restarted in it, keeping its address.
+* Stopping the agent stops every container (there is no runtime to keep them), reports them
+  terminated and the Node not ready, and removes every namespace, link and address it made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubesvc.agent import podnet
+from kubesvc.agent.kubeletserver import KubeletServer, PodLogInfo
+from kubesvc.agent.node import NodeHeartbeat, NodeIdentity
+from kubesvc.agent.podworker import PodWorker, WorkerContext
+from kubesvc.agent.runtime import kill_processes_in
+from kubesvc.client.informer import Informer
+from kubesvc.client.rest import PODS, SERVICES, ApiError, ClientError, RestClient, is_not_found
+from kubesvc.controllers.runtime import EventRecorder
+from kubesvc.util.clock import Clock, RealClock
+
+log = logging.getLogger("kubesvc.agent")
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass
+class AgentConfig:
+    node_name: str
+    pod_cidrs: list[str]
+    node_ips: list[str]
+    data_dir: Path
+    zone: str = ""
+    kubelet_bind_address: str = "0.0.0.0"
+    kubelet_port: int = 10250
+    bridge: str = "cbr0"
+    netns_prefix: str = "kubesvc-"
+    backoff_base: float = 10.0
+    backoff_max: float = 300.0
+    shutdown_grace: float = 5.0
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def network(self) -> podnet.NodeNetwork:
+        return podnet.NodeNetwork(pod_cidrs=list(self.pod_cidrs), bridge=self.bridge, netns_prefix=self.netns_prefix,
+                                  state_dir=self.data_dir / "network")
+
+
+class Agent:
+    def __init__(self, client: RestClient, config: AgentConfig, *, token: str, clock: Clock | None = None):
+        self.client = client
+        self.config = config
+        self.clock = clock or RealClock()
+        self.network = config.network
+        self.pods_api = client.resource(PODS)
+        self.recorder = EventRecorder(client, "kubelet")
+        self.kubelet = KubeletServer(config.kubelet_bind_address, config.kubelet_port, token, config.data_dir / "pods", self._pod_log_info)
+        self.heartbeat: NodeHeartbeat | None = None
+        self.pods = Informer(client, PODS, field_selector=f"spec.nodeName={config.node_name}")
+        self.services = Informer(client, SERVICES)
+        self.workers: dict[str, PodWorker] = {}
+        self._done: set[str] = set()  # UIDs whose worker finished: never run again
+        self._tasks: list[asyncio.Task] = []
+        self._stopping = False
+
+    # -- life
+
+    async def start(self) -> None:
+        await podnet.ensure_node_network(self.network)
+        await self.kubelet.start()
+        identity = NodeIdentity(self.config.node_name, list(self.config.node_ips), list(self.config.pod_cidrs), self.config.zone,
+                                self.kubelet.port, dict(self.config.extra_labels))
+        self.heartbeat = NodeHeartbeat(self.client, identity, clock=self.clock)
+        await self.heartbeat.register()
+        self._tasks.append(asyncio.create_task(self.heartbeat.run()))
+        self._tasks += [asyncio.create_task(self.services.run()), asyncio.create_task(self.pods.run())]
+        await self.services.wait_for_sync()
+        await self.pods.wait_for_sync()
+        await self._collect_orphans()
+        self.pods.add_event_handler(self._on_pod, lambda old, new: self._on_pod(new), self._on_pod_gone)
+        log.info("agent for node %s running (pod CIDRs %s, log server on port %d)", self.config.node_name,
+                 ",".join(self.config.pod_cidrs), self.kubelet.port)
+
+    async def stop(self, *, remove_network: bool = True) -> list[str]:
+        """Stop every Pod, report the node not ready, remove what we made; returns cleanup errors."""
+        self._stopping = True
+        self.pods.stop()
+        self.services.stop()
+        workers = list(self.workers.values())
+        await asyncio.gather(*(w.shutdown(self.config.shutdown_grace, delete=False) for w in workers), return_exceptions=True)
+        if self.heartbeat is not None:
+            try:
+                await self.heartbeat.report_status(force=True, ready=False, ready_message="kubesvc agent stopped")
+            except (ClientError, OSError) as err:
+                log.warning("cannot report node %s not ready: %s", self.config.node_name, err)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.kubelet.stop()
+        await self.recorder.flush()
+        return await podnet.teardown_node_network(self.network) if remove_network else []
+
+    # -- Pods
+
+    def _context(self) -> WorkerContext:
+        return WorkerContext(
+            node_name=self.config.node_name, host_ips=list(self.config.node_ips), network=self.network,
+            log_root=self.config.data_dir / "pods", pods=self.pods_api, recorder=self.recorder, services=self.services.indexer.list,
+            clock=self.clock, backoff_base=self.config.backoff_base, backoff_max=self.config.backoff_max)
+
+    def _on_pod(self, pod: dict) -> None:
+        if self._stopping:
+            return
+        meta = pod["metadata"]
+        uid = meta["uid"]
+        worker = self.workers.get(uid)
+        if worker is not None:
+            worker.update(pod)
+            return
+        if uid in self._done:
+            return
+        phase = (pod.get("status") or {}).get("phase")
+        if meta.get("deletionTimestamp"):
+            # nothing of it runs here (a terminal Pod, or one whose agent restarted): done at once
+            self._done.add(uid)
+            self._spawn(self._delete_now(pod))
+            return
+        if phase in TERMINAL_PHASES:
+            return
+        counts = {s.get("name"): int(s.get("restartCount") or 0) for s in (pod.get("status") or {}).get("containerStatuses") or []}
+        worker = PodWorker(self._context(), pod, restart_counts=counts)
+        self.workers[uid] = worker
+        worker.start()
+        self._spawn(self._forget_when_finished(worker))
+
+    def _on_pod_gone(self, pod: dict) -> None:
+        worker = self.workers.get(pod["metadata"]["uid"])
+        if worker is not None:
+            worker.kill_now()
+
+    async def _forget_when_finished(self, worker: PodWorker) -> None:
+        await worker.finished.wait()
+        self._done.add(worker.uid)
+        self.workers.pop(worker.uid, None)
+
+    async def _delete_now(self, pod: dict) -> None:
+        meta = pod["metadata"]
+        try:
+            await podnet.remove_pod(self.network, meta["uid"])
+            body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
+            await self.client.request("DELETE", PODS.path(meta.get("namespace"), meta["name"]), body=body)
+        except ApiError as err:
+            if not is_not_found(err) and err.status != 409:
+                log.warning("cannot delete pod %s/%s: %s", meta.get("namespace"), meta["name"], err)
+        except (ClientError, OSError) as err:
+            log.warning("cannot delete pod %s/%s: %s", meta.get("namespace"), meta["name"], err)
+
+    async def _collect_orphans(self) -> None:
+        """Namespaces left by a crash for Pods that are gone; the processes in those that stay are
+        stopped, since the worker starts its containers afresh."""
+        alive = {pod["metadata"]["uid"] for pod in self.pods.indexer.list()}
+        for uid, pod_network in podnet.existing_pods(self.network).items():
+            await kill_processes_in(pod_network.netns)
+            if uid not in alive:
+                log.info("removing the network namespace of vanished pod %s", uid)
+                await podnet.remove_pod(self.network, uid)
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    def _pod_log_info(self, namespace: str, name: str) -> PodLogInfo | None:
+        for worker in self.workers.values():
+            meta = worker.pod["metadata"]
+            if meta.get("namespace") == namespace and meta["name"] == name:
+                containers = [s.name for s in worker.init_slots + worker.slots]
+                return PodLogInfo(uid=worker.uid, restart_counts={c: worker.restart_count(c) for c in containers},
+                                  running=worker.container_running)
+        return None

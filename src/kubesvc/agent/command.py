@@ -1,0 +1,136 @@
+"""``kubesvc agent``: the node agent's command line, with kubelet's flag names where kubelet has
+the flag (``--kubeconfig``, ``--hostname-override`` spelled ``--node-name`` as the issue asks,
+``--node-ip``, ``--pod-cidr``, ``--address``, ``--port``). Bad flags or a failed start print one
+line and exit non-zero; SIGINT/SIGTERM stop every Pod and remove every namespace and link the
+agent made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+from pathlib import Path
+
+import click
+
+from kubesvc.util.process import install_uvloop, setup_logging, stop_on_signals
+
+log = logging.getLogger("kubesvc.agent")
+
+
+def parse_pod_cidrs(value: str) -> list[str]:
+    """One CIDR, or two of different families (kubelet's ``--pod-cidr`` takes one; dual-stack
+    nodes get ``podCIDRs`` from the node IPAM controller upstream)."""
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if not 1 <= len(parts) <= 2:
+        raise ValueError("specify one CIDR, or two of different IP families")
+    networks = []
+    for part in parts:
+        try:
+            networks.append(ipaddress.ip_network(part, strict=True))
+        except ValueError as exc:
+            raise ValueError(f"invalid CIDR address: {part}: {exc}") from None
+    if len({n.version for n in networks}) != len(networks):
+        raise ValueError("the two CIDRs must be of different IP families")
+    for net in networks:
+        if net.num_addresses < 4:
+            raise ValueError(f"{net} is too small for Pods (it needs a gateway and at least one Pod address)")
+    return [str(n) for n in networks]
+
+
+def parse_node_ips(value: str) -> list[str]:
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    try:
+        ips = [str(ipaddress.ip_address(p)) for p in parts]
+    except ValueError as exc:
+        raise ValueError(f"invalid --node-ip: {exc}") from None
+    if len(ips) > 2 or len({ipaddress.ip_address(i).version for i in ips}) != len(ips):
+        raise ValueError("--node-ip takes one IP, or two of different families")
+    return ips
+
+
+def detect_node_ip(pod_cidrs: list[str]) -> str | None:
+    """kubelet's default node IP: the first global IPv4 address of the machine outside the Pod range."""
+    from kubesvc.kernel.netlink import local_addresses
+
+    pods = [ipaddress.ip_network(c) for c in pod_cidrs]
+    for text in local_addresses(4):
+        ip = ipaddress.ip_address(text)
+        if ip.is_loopback or ip.is_link_local or any(ip in net for net in pods):
+            continue
+        return text
+    return None
+
+
+def _checked(parser):
+    def callback(ctx, param, value):
+        if value is None:
+            return None
+        try:
+            return parser(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return callback
+
+
+@click.command("agent")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), required=True, help="Path to a kubeconfig file for the API server.")
+@click.option("--node-name", default=None, help="The Node's name (default: the hostname, lower-cased).")
+@click.option("--pod-cidr", required=True, callback=_checked(parse_pod_cidrs),
+              help="The node's Pod address range (one CIDR, or an IPv4 and an IPv6 one, comma-separated).")
+@click.option("--node-ip", default=None, callback=_checked(parse_node_ips),
+              help="The node's IP (or an IPv4,IPv6 pair); default: the first global IPv4 address.")
+@click.option("--zone", default="", help="The topology.kubernetes.io/zone label of the Node.")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("/var/lib/kubesvc-agent"), show_default=True,
+              help="IP allocations, network state and container logs.")
+@click.option("--address", default="0.0.0.0", show_default=True, help="The address the log server (kubelet API) listens on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=10250, show_default=True, help="The log server's port (0 picks a free one).")
+@click.option("--bridge", default="cbr0", show_default=True, help="The node bridge the Pods' veths join.")
+@click.option("--netns-prefix", default="kubesvc-", show_default=True, help="Prefix of the Pods' network namespace names.")
+@click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
+def agent_command(kubeconfig: str, node_name: str | None, pod_cidr: list[str], node_ip: list[str] | None, zone: str, data_dir: Path,
+                  address: str, port: int, bridge: str, netns_prefix: str, verbosity: int) -> None:
+    """Run the node agent: register the Node and run its Pods as processes in network namespaces."""
+    setup_logging(verbosity)
+    from kubesvc.agent.agent import AgentConfig
+    from kubesvc.agent.node import default_node_name
+    from kubesvc.client.kubeconfig import ConfigError, load_kubeconfig
+
+    try:
+        client_config = load_kubeconfig(kubeconfig)
+    except (ConfigError, OSError) as exc:
+        raise click.ClickException(f"invalid kubeconfig: {exc}") from None
+    node_ips = node_ip or [ip for ip in [detect_node_ip(pod_cidr)] if ip]
+    if not node_ips:
+        raise click.ClickException("no global IPv4 address on this machine: give the node's address with --node-ip")
+    config = AgentConfig(node_name=node_name or default_node_name(), pod_cidrs=pod_cidr, node_ips=node_ips, data_dir=data_dir.resolve(),
+                         zone=zone, kubelet_bind_address=address, kubelet_port=port, bridge=bridge, netns_prefix=netns_prefix)
+    install_uvloop()
+    try:
+        asyncio.run(_run(client_config, config))
+    except OSError as exc:
+        raise click.ClickException(f"cannot start the agent: {exc.strerror or exc}") from None
+
+
+async def run_agent_until(client, config, token: str, stop: asyncio.Event) -> list[str]:
+    """Start an agent, run it until ``stop`` is set, stop it; returns cleanup errors."""
+    from kubesvc.agent.agent import Agent
+
+    agent = Agent(client, config, token=token)
+    try:
+        await agent.start()
+        await stop.wait()
+    finally:
+        errors = await agent.stop()
+    return errors
+
+
+async def _run(client_config, config) -> None:
+    from kubesvc.client.rest import RestClient
+
+    stop = stop_on_signals()
+    async with RestClient(client_config, field_manager="kubelet", user_agent="kubesvc-agent") as client:
+        errors = await run_agent_until(client, config, client_config.token or "", stop)
+    if errors:
+        raise click.ClickException("cleanup failed: " + "; ".join(errors))

@@ -1,0 +1,221 @@
+"""What the agent reports in a Pod's ``status``: a pure function of what it knows about the
+Pod's containers (upstream ``kubelet_pods.go`` ``generateAPIPodStatus``, ``getPhase``, and
+``pkg/kubelet/status/generate.go`` for the conditions).
+
+* **Container states**: exactly one of ``waiting`` (reason ``ContainerCreating``,
+  ``PodInitializing``, ``CrashLoopBackOff``, ``CreateContainerConfigError``, ...), ``running``
+  (``startedAt``) or ``terminated`` (``exitCode``, ``reason`` ``Completed``/``Error``/
+  ``StartError``), plus ``lastState`` (the previous run's termination) and ``restartCount``.
+  ``started`` follows the startup probe, ``ready`` the readiness probe.
+* **Phase** (``getPhase``): Pending while a container waits without ever having run; Running
+  once every container has started at least once and one still runs or will be restarted;
+  Succeeded/Failed when all terminated for good (by restartPolicy).
+* **Conditions**: ``PodReadyToStartContainers`` (the sandbox: our network namespace),
+  ``Initialized`` (init containers done), ``ContainersReady`` and ``Ready`` (every container
+  ready; reason ``ContainersNotReady`` with the unready names, or ``PodCompleted``), and the
+  scheduler's ``PodScheduled`` kept as it is. A condition's ``lastTransitionTime`` changes only
+  when its status does, so the EndpointSlice controller and ``kubectl`` see real transitions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from kubesvc.util.clock import rfc3339
+
+RUNTIME = "kubesvc"
+
+
+@dataclass
+class Termination:
+    exit_code: int
+    reason: str  # Completed | Error | StartError | OOMKilled ...
+    started_at: datetime | None
+    finished_at: datetime
+    message: str = ""
+    signal: int | None = None
+    container_id: str = ""
+
+    def to_dict(self) -> dict:
+        out: dict = {"exitCode": self.exit_code, "reason": self.reason, "finishedAt": rfc3339(self.finished_at)}
+        if self.started_at is not None:
+            out["startedAt"] = rfc3339(self.started_at)
+        if self.signal:
+            out["signal"] = self.signal
+        if self.message:
+            out["message"] = self.message
+        if self.container_id:
+            out["containerID"] = self.container_id
+        return out
+
+
+@dataclass
+class ContainerRecord:
+    """What the agent knows about one container (the runtime's ``ContainerStatus``)."""
+
+    name: str
+    image: str
+    waiting_reason: str = "ContainerCreating"  # when neither running nor terminated
+    waiting_message: str = ""
+    running_since: datetime | None = None
+    terminated: Termination | None = None  # the current run's end, while not restarted
+    last_termination: Termination | None = None
+    restart_count: int = 0
+    container_id: str = ""
+    ready: bool = False
+    started: bool = False
+
+    @property
+    def running(self) -> bool:
+        return self.running_since is not None and self.terminated is None
+
+    @property
+    def has_run(self) -> bool:
+        return self.running_since is not None or self.terminated is not None or self.last_termination is not None
+
+    def state(self) -> dict:
+        if self.terminated is not None:
+            return {"terminated": self.terminated.to_dict()}
+        if self.running_since is not None:
+            return {"running": {"startedAt": rfc3339(self.running_since)}}
+        waiting = {"reason": self.waiting_reason}
+        if self.waiting_message:
+            waiting["message"] = self.waiting_message
+        return {"waiting": waiting}
+
+    def to_dict(self) -> dict:
+        out = {
+            "name": self.name,
+            "state": self.state(),
+            "lastState": {"terminated": self.last_termination.to_dict()} if self.last_termination else {},
+            "ready": self.ready,
+            "restartCount": self.restart_count,
+            "image": self.image,
+            "imageID": "",
+            "started": self.started,
+        }
+        if self.container_id:
+            out["containerID"] = self.container_id
+        return out
+
+
+def pod_phase(restart_policy: str, init: list[ContainerRecord], containers: list[ContainerRecord], *, initialized: bool) -> str:
+    """Upstream ``getPhase``: Pending / Running / Succeeded / Failed from the container states."""
+    if not initialized:
+        failed_for_good = any(r.terminated is not None and r.terminated.exit_code != 0 for r in init) and restart_policy == "Never"
+        return "Failed" if failed_for_good else "Pending"
+    waiting = running = stopped = succeeded = 0
+    for record in containers:
+        if record.running:
+            running += 1
+        elif record.terminated is not None:
+            stopped += 1
+            succeeded += record.terminated.exit_code == 0
+        elif record.last_termination is not None:
+            stopped += 1  # waiting to restart after a previous run
+        else:
+            waiting += 1
+    if waiting:
+        return "Pending"
+    if running:
+        return "Running"
+    if not stopped:
+        return "Pending"
+    if restart_policy == "Always":
+        return "Running"
+    if restart_policy == "OnFailure":
+        return "Succeeded" if stopped == succeeded and all(r.terminated is not None for r in containers) else "Running"
+    return "Succeeded" if stopped == succeeded else "Failed"
+
+
+def _condition(type_: str, status: bool, now: datetime, previous: dict[str, dict], reason: str = "", message: str = "") -> dict:
+    text = "True" if status else "False"
+    old = previous.get(type_)
+    transition = old.get("lastTransitionTime") if old and old.get("status") == text and old.get("lastTransitionTime") else rfc3339(now)
+    condition = {"type": type_, "status": text, "lastProbeTime": None, "lastTransitionTime": transition}
+    if reason:
+        condition["reason"] = reason
+    if message:
+        condition["message"] = message
+    return condition
+
+
+@dataclass
+class PodRuntimeState:
+    """Everything the status is computed from."""
+
+    restart_policy: str
+    sandbox_ready: bool
+    initialized: bool
+    init_containers: list[ContainerRecord] = field(default_factory=list)
+    containers: list[ContainerRecord] = field(default_factory=list)
+    pod_ips: list[str] = field(default_factory=list)
+    host_ip: str = ""
+    host_ips: list[str] = field(default_factory=list)
+    start_time: datetime | None = None
+    readiness_gates_ok: bool = True
+    message: str = ""
+    reason: str = ""
+
+
+def generate_pod_status(state: PodRuntimeState, old_status: dict, now: datetime) -> dict:
+    """The Pod's whole ``status`` (upstream ``generateAPIPodStatus``); ``old_status`` only
+    supplies the scheduler's PodScheduled condition and unchanged transition times."""
+    previous = {c.get("type"): c for c in old_status.get("conditions") or [] if isinstance(c, dict)}
+    phase = pod_phase(state.restart_policy, state.init_containers, state.containers, initialized=state.initialized)
+    terminal = phase in ("Succeeded", "Failed")
+    unready = [r.name for r in state.containers if not r.ready]
+    if terminal:
+        ready_reason, ready_message = "PodCompleted", ""
+    elif unready:
+        ready_reason, ready_message = "ContainersNotReady", f"containers with unready status: [{' '.join(unready)}]"
+    else:
+        ready_reason, ready_message = "", ""
+    containers_ready = not unready and not terminal
+    pending_init = [r.name for r in state.init_containers if not (r.terminated and r.terminated.exit_code == 0)]
+    conditions = [
+        _condition("PodReadyToStartContainers", state.sandbox_ready, now, previous),
+        _condition("Initialized", state.initialized, now, previous,
+                   *(("", "") if state.initialized or not pending_init else
+                     ("ContainersNotInitialized", f"containers with incomplete status: [{' '.join(pending_init)}]"))),
+        _condition("Ready", containers_ready and state.readiness_gates_ok, now, previous,
+                   *(("", "") if containers_ready and state.readiness_gates_ok else (ready_reason or "ReadinessGatesNotReady", ready_message))),
+        _condition("ContainersReady", containers_ready, now, previous, *(("", "") if containers_ready else (ready_reason, ready_message))),
+    ]
+    if "PodScheduled" in previous:
+        conditions.append(previous["PodScheduled"])
+    status: dict = {"phase": phase, "conditions": conditions}
+    if state.host_ip:
+        status["hostIP"] = state.host_ip
+        status["hostIPs"] = [{"ip": ip} for ip in (state.host_ips or [state.host_ip])]
+    if state.pod_ips:
+        status["podIP"] = state.pod_ips[0]
+        status["podIPs"] = [{"ip": ip} for ip in state.pod_ips]
+    if state.start_time is not None:
+        status["startTime"] = rfc3339(state.start_time)
+    if state.init_containers:
+        status["initContainerStatuses"] = [r.to_dict() for r in state.init_containers]
+    status["containerStatuses"] = [r.to_dict() for r in state.containers]
+    status["qosClass"] = old_status.get("qosClass") or "BestEffort"
+    if state.reason:
+        status["reason"] = state.reason
+    if state.message:
+        status["message"] = state.message
+    return status
+
+
+def merge_patch_for(old: object, new: object) -> object:
+    """The RFC 7386 merge patch turning ``old`` into ``new`` (keys that went away become null;
+    lists are replaced whole), so one PATCH changes exactly what changed."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    patch: dict = {}
+    for key in old.keys() - new.keys():
+        patch[key] = None
+    for key, value in new.items():
+        if key not in old:
+            patch[key] = value
+        elif old[key] != value:
+            patch[key] = merge_patch_for(old[key], value) if isinstance(value, dict) and isinstance(old[key], dict) else value
+    return patch

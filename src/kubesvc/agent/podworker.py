@@ -1,0 +1,531 @@
+"""One Pod's life on the node (upstream ``pod_workers.go`` + ``kuberuntime_manager.go``
+``SyncPod``/``KillPod``, reduced to processes).
+
+1. **Sandbox**: the Pod's network namespace, veth and address (``podnet.add_pod``); the
+   ``PodReadyToStartContainers`` condition and ``status.podIP(s)`` follow.
+2. **Init containers** run one after another, each to a zero exit; then every container starts.
+3. **Each container** is supervised: its environment (the Service variables, ``env``,
+   ``fieldRef``s) is computed when it starts; it is restarted by ``restartPolicy`` with the
+   kubelet's crash-loop back-off (immediately, then 10 s doubling to 5 min); its probes run
+   while it runs: a startup probe gates the others, readiness sets ``ready``, a failed
+   liveness or startup probe kills it for a restart.
+4. **Status**: every change marks the Pod dirty; one writer sends a merge patch of the new
+   ``status`` (computed by ``podstatus``) to the ``status`` subresource.
+5. **Termination** (the Pod got a ``deletionTimestamp``): readiness probes keep running (the
+   endpoint stays ``serving`` while it drains, ``terminating`` because of the timestamp),
+   ``preStop`` hooks run, SIGTERM, SIGKILL at the end of the grace period, then the sandbox
+   goes and the Pod object is deleted for good (grace 0, UID precondition), as the kubelet's
+   status manager does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from kubesvc.agent import envvars, podnet
+from kubesvc.agent.logs import container_log_path
+from kubesvc.agent.podstatus import ContainerRecord, PodRuntimeState, Termination, generate_pod_status, merge_patch_for
+from kubesvc.agent.probes import ProbeResult, ProbeSpec, ProbeTracker, run_probe
+from kubesvc.agent.runtime import ContainerProcess, StartError
+from kubesvc.client.rest import ApiError, ClientError, is_not_found
+from kubesvc.controllers.runtime import EventRecorder
+from kubesvc.util.clock import Clock
+
+log = logging.getLogger("kubesvc.agent")
+
+STOPPED_FOR_GOOD = object()
+
+
+@dataclass
+class WorkerContext:
+    """What every Pod worker shares: the node, its network, the API and the Services."""
+
+    node_name: str
+    host_ips: list[str]
+    network: podnet.NodeNetwork
+    log_root: Path
+    pods: object  # ResourceClient for pods
+    recorder: EventRecorder
+    services: Callable[[], list[dict]]
+    clock: Clock
+    backoff_base: float = 10.0
+    backoff_max: float = 300.0
+    delete_after_termination: bool = True
+
+
+def pod_key(pod: dict) -> str:
+    meta = pod["metadata"]
+    return f"{meta.get('namespace', '')}/{meta['name']}"
+
+
+def _describe(pod: dict) -> str:
+    meta = pod["metadata"]
+    return f"{meta['name']}_{meta.get('namespace', '')}({meta.get('uid', '')})"
+
+
+@dataclass
+class ContainerSlot:
+    """A container of the Pod and what the agent knows of it."""
+
+    spec: dict
+    record: ContainerRecord
+    init: bool = False
+    process: ContainerProcess | None = None
+    kill_reason: str = ""  # why the agent is stopping the current run (liveness, startup)
+    stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
+    trackers: dict[str, ProbeTracker] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.spec["name"]
+
+
+class PodWorker:
+    def __init__(self, ctx: WorkerContext, pod: dict, *, restart_counts: dict[str, int] | None = None):
+        self.ctx = ctx
+        self.pod = pod
+        self.uid = pod["metadata"]["uid"]
+        spec = pod.get("spec") or {}
+        counts = restart_counts or {}
+        self.init_slots = [ContainerSlot(c, ContainerRecord(c["name"], c.get("image", ""), waiting_reason="PodInitializing",
+                                                            restart_count=counts.get(c["name"], 0)), init=True)
+                           for c in spec.get("initContainers") or []]
+        waiting = "PodInitializing" if self.init_slots else "ContainerCreating"
+        self.slots = [ContainerSlot(c, ContainerRecord(c["name"], c.get("image", ""), waiting_reason=waiting,
+                                                       restart_count=counts.get(c["name"], 0)))
+                      for c in spec.get("containers") or []]
+        self.network: podnet.PodNetwork | None = None
+        self.initialized = not self.init_slots
+        self.start_time: datetime | None = None
+        self.terminating = False
+        self.grace: float = 30.0
+        self.finished = asyncio.Event()  # sandbox gone and Pod deleted (or given up on)
+        self.force_kill = asyncio.Event()
+        self._dirty = asyncio.Event()
+        self._status_reported: dict = dict(pod.get("status") or {})
+        self._tasks: list[asyncio.Task] = []
+        self._main: asyncio.Task | None = None
+        self._writer: asyncio.Task | None = None
+        self._terminate = asyncio.Event()
+        self._message = ""
+
+    # -- surface used by the Agent
+
+    def start(self) -> None:
+        self._writer = asyncio.create_task(self._write_status_forever())
+        self._main = asyncio.create_task(self._run())
+
+    def update(self, pod: dict) -> None:
+        """A newer version of the Pod from the informer."""
+        self.pod = pod
+        meta = pod["metadata"]
+        if meta.get("deletionTimestamp") and not self.terminating:
+            self.request_termination(float(meta.get("deletionGracePeriodSeconds", 30) or 0))
+
+    def request_termination(self, grace: float) -> None:
+        self.grace = grace
+        self._terminate.set()
+
+    def kill_now(self) -> None:
+        """The Pod object is gone (force deletion): SIGKILL without waiting."""
+        self.force_kill.set()
+        self.request_termination(0)
+
+    def restart_count(self, container: str) -> int:
+        for slot in self.init_slots + self.slots:
+            if slot.name == container:
+                return slot.record.restart_count
+        return 0
+
+    def container_running(self, container: str) -> bool:
+        return any(slot.name == container and slot.record.running for slot in self.init_slots + self.slots)
+
+    async def shutdown(self, grace: float, *, delete: bool) -> None:
+        """Stop everything (the agent is stopping); the Pod object stays unless ``delete``."""
+        self.ctx = _with(self.ctx, delete_after_termination=delete)
+        self.request_termination(grace)
+        await self.finished.wait()
+
+    # -- the Pod's life
+
+    def _event(self, type_: str, reason: str, message: str, slot: ContainerSlot | None = None) -> None:
+        self.ctx.recorder.event(self.pod, type_, reason, message)
+
+    def _mark_dirty(self) -> None:
+        self._dirty.set()
+
+    async def _run(self) -> None:
+        try:
+            running = asyncio.create_task(self._run_pod())
+            terminate = asyncio.create_task(self._terminate.wait())
+            await asyncio.wait({running, terminate}, return_when=asyncio.FIRST_COMPLETED)
+            if not self._terminate.is_set():
+                await self._terminate.wait()  # terminal phase reached: wait for deletion
+            self.terminating = True
+            await self._kill_all(self.grace)
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+            await self._finish()
+        except Exception:
+            log.exception("pod %s: worker failed", _describe(self.pod))
+        finally:
+            self.finished.set()
+
+    async def _run_pod(self) -> None:
+        self.start_time = self.ctx.clock.now()
+        try:
+            self.network = await podnet.add_pod(self.ctx.network, self.uid)
+        except Exception as err:  # a sandbox failure is reported, and retried by the next start
+            self._message = f"Failed to create pod sandbox: {err}"
+            self._event("Warning", "FailedCreatePodSandBox", self._message)
+            self._mark_dirty()
+            raise
+        self._mark_dirty()
+        for slot in self.init_slots:
+            if await self._supervise(slot) is STOPPED_FOR_GOOD:
+                return  # failed for good under restartPolicy Never: the Pod failed
+        self.initialized = True
+        for slot in self.slots:
+            slot.record.waiting_reason = "ContainerCreating"
+        self._mark_dirty()
+        await asyncio.gather(*(self._supervise(slot) for slot in self.slots))
+        if self.network is not None and not self.terminating:
+            await self._remove_sandbox()  # terminal Pod: upstream tears the sandbox down too
+
+    async def _supervise(self, slot: ContainerSlot):
+        """Run one container until it is done for good (by restartPolicy) or the Pod terminates;
+        returns STOPPED_FOR_GOOD when an init container failed for good."""
+        policy = (self.pod.get("spec") or {}).get("restartPolicy", "Always")
+        backoff = 0.0
+        while not self.terminating:
+            exit_ = await self._run_once(slot)
+            if self.terminating:
+                return None
+            code = exit_.exit_code if exit_ else 1
+            if slot.init and code == 0:
+                return None
+            restart = policy == "Always" or (policy == "OnFailure" and code != 0) or (slot.init and policy != "Never")
+            if slot.init and policy == "Always" and code == 0:
+                restart = False
+            if exit_ is not None and exit_.config_error:
+                restart = True  # upstream retries a container it could not configure, whatever the policy
+            if not restart:
+                return STOPPED_FOR_GOOD if slot.init else None
+            if backoff:
+                record = slot.record
+                if record.terminated is not None:
+                    record.last_termination, record.terminated = record.terminated, None
+                    record.waiting_reason = "CrashLoopBackOff"
+                record.waiting_message = f"back-off {_duration(backoff)} restarting failed container={slot.name} pod={_describe(self.pod)}"
+                self._event("Warning", "BackOff", f"Back-off restarting failed container {slot.name} in pod {_describe(self.pod)}")
+                self._mark_dirty()
+                try:
+                    await asyncio.wait_for(self._terminate.wait(), backoff)
+                    return None
+                except asyncio.TimeoutError:
+                    pass
+            backoff = min(self.ctx.backoff_max, backoff * 2 if backoff else self.ctx.backoff_base)
+            if exit_ is not None and exit_.ran_for > 2 * self.ctx.backoff_max:
+                backoff = 0.0  # upstream resets the back-off after a long healthy run
+        return None
+
+    async def _run_once(self, slot: ContainerSlot) -> "_RunResult | None":
+        record = slot.record
+        if record.terminated is not None or record.has_run:
+            if record.terminated is not None:
+                record.last_termination = record.terminated
+                record.terminated = None
+            if record.running_since is not None or record.last_termination is not None:
+                record.restart_count += 1
+        record.running_since = None
+        record.ready = record.started = False
+        slot.kill_reason = ""
+        slot.stop_requested = asyncio.Event()
+        try:
+            env = dict(self._environment(slot.spec))
+            argv = envvars.container_argv(slot.spec, env)
+        except envvars.EnvError as err:
+            record.waiting_reason, record.waiting_message = "CreateContainerConfigError", str(err)
+            self._event("Warning", "Failed", f"Error: {err}")
+            self._mark_dirty()
+            return _RunResult(1, 0.0, config_error=True)
+        slot.env = env
+        assert self.network is not None
+        meta = self.pod["metadata"]
+        log_path = container_log_path(self.ctx.log_root, meta.get("namespace", ""), meta["name"], self.uid, slot.name, record.restart_count)
+        process = ContainerProcess(argv, env, slot.spec.get("workingDir"), self.network.netns, log_path)
+        if record.restart_count == 0:
+            self._event("Normal", "Pulled", f'Container image "{record.image}" not pulled: kubesvc runs the container\'s command as a process '
+                                            f"in the Pod's network namespace")
+        self._event("Normal", "Created", f"Created container {slot.name}")
+        started_at = self.ctx.clock.now()
+        try:
+            await process.start()
+        except StartError as err:
+            record.terminated = Termination(128, "StartError", started_at, self.ctx.clock.now(), message=str(err),
+                                            container_id=process.container_id)
+            record.container_id = process.container_id
+            self._event("Warning", "Failed", f"Error: {err}")
+            self._mark_dirty()
+            return _RunResult(128, 0.0)
+        slot.process = process
+        if self.terminating:
+            slot.stop_requested.set()  # the Pod began terminating while this container started
+        record.container_id = process.container_id
+        record.running_since = started_at
+        record.waiting_message = ""
+        self._event("Normal", "Started", f"Started container {slot.name}")
+        probes = self._start_probes(slot)
+        self._mark_dirty()
+        waiter = asyncio.create_task(process.wait())
+        stop = asyncio.create_task(slot.stop_requested.wait())
+        try:
+            await asyncio.wait({waiter, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not waiter.done():
+                exit_ = await process.stop(self._grace_for_kill(slot))
+                waiter.cancel()
+            else:
+                exit_ = waiter.result()
+        except asyncio.CancelledError:
+            process.signal(signal.SIGKILL)  # never leave a process behind a cancelled worker
+            raise
+        finally:
+            stop.cancel()
+            for task in probes:
+                task.cancel()
+            await asyncio.gather(*probes, return_exceptions=True)
+        finished = self.ctx.clock.now()
+        record.terminated = Termination(exit_.code, exit_.reason, started_at, finished, signal=exit_.signal, container_id=process.container_id)
+        record.ready = record.started = False
+        slot.process = None
+        self._mark_dirty()
+        return _RunResult(exit_.code, (finished - started_at).total_seconds())
+
+    def _grace_for_kill(self, slot: ContainerSlot) -> float:
+        if self.terminating:
+            return self.grace
+        probe_grace = None
+        for kind in ("livenessProbe", "startupProbe"):
+            probe = slot.spec.get(kind) or {}
+            if probe.get("terminationGracePeriodSeconds") is not None:
+                probe_grace = probe["terminationGracePeriodSeconds"]
+        if probe_grace is not None:
+            return float(probe_grace)
+        return float((self.pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+
+    def _environment(self, container: dict) -> list[tuple[str, str]]:
+        pod_ips = list(self.network.ips) if self.network else []
+        services = envvars.services_for_pod(self.ctx.services(), self.pod)
+        env = envvars.container_environment(self.pod, container, services, host_ip=self.ctx.host_ips[0] if self.ctx.host_ips else "",
+                                            host_ips=list(self.ctx.host_ips), pod_ips=pod_ips)
+        names = {name for name, _ in env}
+        if "HOSTNAME" not in names:  # container runtimes set the Pod's hostname; we can only say it
+            env.append(("HOSTNAME", (self.pod.get("spec") or {}).get("hostname") or self.pod["metadata"]["name"]))
+        return env
+
+    # -- probes
+
+    def _start_probes(self, slot: ContainerSlot) -> list[asyncio.Task]:
+        tasks = []
+        slot.trackers = {}
+        for kind in ("startup", "liveness", "readiness"):
+            probe = slot.spec.get(f"{kind}Probe")
+            if probe:
+                slot.trackers[kind] = ProbeTracker(kind, ProbeSpec.from_dict(probe))
+        if "startup" not in slot.trackers:
+            slot.record.started = True
+        if "readiness" not in slot.trackers:
+            slot.record.ready = slot.record.started
+        for kind, tracker in slot.trackers.items():
+            tasks.append(asyncio.create_task(self._probe_loop(slot, kind, tracker)))
+        return tasks
+
+    async def _probe_loop(self, slot: ContainerSlot, kind: str, tracker: ProbeTracker) -> None:
+        spec = tracker.spec
+        await asyncio.sleep(spec.initial_delay_seconds)
+        while True:
+            if kind == "startup" and slot.record.started:
+                return
+            if kind != "startup" and not slot.record.started:
+                await asyncio.sleep(min(spec.period_seconds, 1.0))
+                continue
+            if kind != "readiness" and self.terminating:
+                return
+            try:
+                result, output = await run_probe(spec, pod_ip=self.network.ips[0] if self.network else "", container=slot.spec,
+                                                 env=slot.env, netns=self.network.netns if self.network else None)
+            except Exception as err:  # a probe that cannot run is a failed probe
+                result, output = ProbeResult.FAILURE, str(err)
+            changed = tracker.observe(result)
+            if result == ProbeResult.FAILURE:
+                self._event("Warning", "Unhealthy", f"{kind.capitalize()} probe failed: {output}".rstrip())
+            if changed:
+                self._apply_probe(slot, kind, tracker)
+            await asyncio.sleep(spec.period_seconds)
+
+    def _apply_probe(self, slot: ContainerSlot, kind: str, tracker: ProbeTracker) -> None:
+        record = slot.record
+        if kind == "readiness":
+            record.ready = tracker.result == ProbeResult.SUCCESS and record.running
+        elif kind == "startup":
+            if tracker.result == ProbeResult.SUCCESS:
+                record.started = True
+                if "readiness" not in slot.trackers:
+                    record.ready = True
+            elif tracker.result == ProbeResult.FAILURE:
+                self._kill_for_restart(slot, f"Container {slot.name} failed startup probe, will be restarted")
+        elif kind == "liveness" and tracker.result == ProbeResult.FAILURE:
+            self._kill_for_restart(slot, f"Container {slot.name} failed liveness probe, will be restarted")
+        self._mark_dirty()
+
+    def _kill_for_restart(self, slot: ContainerSlot, message: str) -> None:
+        self._event("Normal", "Killing", message)
+        slot.kill_reason = message
+        slot.stop_requested.set()
+
+    # -- termination
+
+    async def _kill_all(self, grace: float) -> None:
+        slots = [s for s in self.init_slots + self.slots if s.process is not None]
+        await asyncio.gather(*(self._kill_container(slot, grace) for slot in slots))
+
+    async def _kill_container(self, slot: ContainerSlot, grace: float) -> None:
+        process = slot.process
+        if process is None:
+            return
+        self._event("Normal", "Killing", f"Stopping container {slot.name}")
+        deadline = self.ctx.clock.monotonic() + grace
+        pre_stop = ((slot.spec.get("lifecycle") or {}).get("preStop")) or {}
+        if pre_stop and not self.force_kill.is_set():
+            try:
+                await asyncio.wait_for(self._run_pre_stop(slot, pre_stop), timeout=max(grace, 0.0))
+            except asyncio.TimeoutError:
+                pass
+        remaining = max(0.0, deadline - self.ctx.clock.monotonic())
+        if self.force_kill.is_set():
+            remaining = 0.0
+        stopper = asyncio.create_task(process.stop(remaining))
+        forced = asyncio.create_task(self.force_kill.wait())
+        await asyncio.wait({stopper, forced}, return_when=asyncio.FIRST_COMPLETED)
+        if not stopper.done():
+            process.signal(signal.SIGKILL)
+        forced.cancel()
+        await asyncio.gather(stopper, return_exceptions=True)
+        slot.stop_requested.set()
+
+    async def _run_pre_stop(self, slot: ContainerSlot, hook: dict) -> None:
+        """The ``preStop`` handler (exec, httpGet, tcpSocket or sleep), like a probe without thresholds."""
+        if "sleep" in hook:
+            await asyncio.sleep(float((hook["sleep"] or {}).get("seconds", 0)))
+            return
+        spec = ProbeSpec.from_dict({**hook, "timeoutSeconds": max(1, int(self.grace))})
+        result, output = await run_probe(spec, pod_ip=self.network.ips[0] if self.network else "", container=slot.spec, env=slot.env,
+                                         netns=self.network.netns if self.network else None)
+        if result != ProbeResult.SUCCESS:
+            self._event("Warning", "FailedPreStopHook", f"PreStopHook failed: {output}".rstrip())
+
+    async def _remove_sandbox(self) -> None:
+        if self.network is None:
+            return
+        try:
+            await podnet.remove_pod(self.ctx.network, self.uid)
+        except Exception as err:
+            log.warning("pod %s: cannot remove its network: %s", _describe(self.pod), err)
+        self._mark_dirty()
+
+    async def _finish(self) -> None:
+        for slot in self.init_slots + self.slots:
+            slot.record.ready = False
+        await self._remove_sandbox()
+        self._mark_dirty()
+        await self._flush_status()
+        if self._writer is not None:
+            self._writer.cancel()
+            await asyncio.gather(self._writer, return_exceptions=True)
+        if self.ctx.delete_after_termination:
+            await self._delete_pod()
+
+    async def _delete_pod(self) -> None:
+        meta = self.pod["metadata"]
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0, "preconditions": {"uid": self.uid}}
+        try:
+            await self.ctx.pods.client.request("DELETE", self.ctx.pods.resource.path(meta.get("namespace"), meta["name"]), body=body)
+        except ApiError as err:
+            if not is_not_found(err) and err.status != 409:
+                log.warning("pod %s: cannot delete: %s", _describe(self.pod), err)
+        except ClientError as err:
+            log.warning("pod %s: cannot delete: %s", _describe(self.pod), err)
+
+    # -- status
+
+    def runtime_state(self) -> PodRuntimeState:
+        spec = self.pod.get("spec") or {}
+        gates = [g.get("conditionType") for g in spec.get("readinessGates") or []]
+        conditions = {c.get("type"): c.get("status") for c in (self.pod.get("status") or {}).get("conditions") or []}
+        return PodRuntimeState(
+            restart_policy=spec.get("restartPolicy", "Always"),
+            sandbox_ready=self.network is not None and not self.finished.is_set(),
+            initialized=self.initialized,
+            init_containers=[s.record for s in self.init_slots],
+            containers=[s.record for s in self.slots],
+            pod_ips=list(self.network.ips) if self.network else [p.get("ip") for p in (self._status_reported.get("podIPs") or [])],
+            host_ip=self.ctx.host_ips[0] if self.ctx.host_ips else "",
+            host_ips=list(self.ctx.host_ips),
+            start_time=self.start_time,
+            readiness_gates_ok=all(conditions.get(g) == "True" for g in gates),
+            message=self._message,
+        )
+
+    async def _write_status_forever(self) -> None:
+        while True:
+            await self._dirty.wait()
+            await self._flush_status()
+
+    async def _flush_status(self) -> None:
+        self._dirty.clear()
+        status = generate_pod_status(self.runtime_state(), self.pod.get("status") or {}, self.ctx.clock.now())
+        patch = merge_patch_for(self._status_reported, status)
+        if not patch:
+            return
+        meta = self.pod["metadata"]
+        try:
+            updated = await self.ctx.pods.patch(meta["name"], {"status": patch}, meta.get("namespace"),
+                                                subresource="status")
+            self._status_reported = updated.get("status") or status
+            self.pod = {**self.pod, "status": self._status_reported}
+        except ApiError as err:
+            if is_not_found(err):
+                return
+            log.warning("pod %s: status update failed: %s", _describe(self.pod), err)
+            await asyncio.sleep(1.0)
+            self._dirty.set()
+        except ClientError as err:
+            log.warning("pod %s: status update failed: %s", _describe(self.pod), err)
+            await asyncio.sleep(1.0)
+            self._dirty.set()
+
+
+@dataclass
+class _RunResult:
+    exit_code: int
+    ran_for: float
+    config_error: bool = False
+
+
+def _with(ctx: WorkerContext, **changes) -> WorkerContext:
+    from dataclasses import replace
+
+    return replace(ctx, **changes)
+
+
+def _duration(seconds: float) -> str:
+    """Go's time.Duration text for whole seconds/minutes (``10s``, ``5m0s``)."""
+    whole = int(seconds)
+    return f"{whole // 60}m{whole % 60}s" if whole >= 60 else f"{whole}s"

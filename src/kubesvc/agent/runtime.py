@@ -1,0 +1,138 @@
+"""Containers as processes: kubesvc's stand-in for a container runtime.
+
+A container is its ``command``/``args`` run as a host process inside the Pod's network
+namespace (``ip netns exec`` enters it and execs the command, so the PID we hold is the
+container's), in a session of its own so a signal reaches every process it started, with the
+container's environment and ``workingDir``; stdout and stderr are copied line by line into the
+kubelet-format log file that ``kubectl logs`` reads. There is no image, no filesystem and no
+user isolation: ``image`` is only reported back.
+
+Stopping follows the container runtime's ``StopContainer(timeout)``: SIGTERM to the process
+group, then SIGKILL when the grace period ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import signal
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubesvc.agent.logs import ContainerLogFile, pump
+from kubesvc.kernel.exec import in_netns, run
+
+log = logging.getLogger("kubesvc.agent")
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class StartError(Exception):
+    """The process could not be started (upstream: the runtime's ``StartError``, exit 128)."""
+
+
+def find_executable(argv0: str, env: Mapping[str, str], cwd: str | None) -> str | None:
+    """Where ``argv0`` resolves in the container's PATH (or relative to its working directory)."""
+    if "/" in argv0:
+        path = Path(cwd or ".") / argv0 if not argv0.startswith("/") else Path(argv0)
+        return str(path) if os.access(path, os.X_OK) and path.is_file() else None
+    return shutil.which(argv0, path=env.get("PATH", DEFAULT_PATH))
+
+
+@dataclass
+class Exit:
+    code: int
+    signal: int | None
+
+    @property
+    def reason(self) -> str:
+        return "Completed" if self.code == 0 else "Error"
+
+
+class ContainerProcess:
+    """One run of one container."""
+
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None, netns: str | None, log_path: Path):
+        self.argv = list(argv)
+        self.env = dict(env)
+        self.cwd = cwd or "/"
+        self.netns = netns
+        self.log_path = log_path
+        self.container_id = f"kubesvc://{uuid.uuid4().hex}"
+        self._process: asyncio.subprocess.Process | None = None
+        self._pumps: list[asyncio.Task] = []
+        self._log: ContainerLogFile | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    async def start(self) -> None:
+        if not self.argv:
+            raise StartError("no command")
+        if not os.path.isdir(self.cwd):
+            raise StartError(f'failed to create containerd task: chdir to cwd ("{self.cwd}") set in config.json failed: no such file or directory')
+        if find_executable(self.argv[0], self.env, self.cwd) is None:
+            raise StartError(f'exec: "{self.argv[0]}": executable file not found in $PATH')
+        env = {"PATH": DEFAULT_PATH, **self.env}
+        self._log = ContainerLogFile(self.log_path)
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                *in_netns(self.netns, self.argv), env=env, cwd=self.cwd, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        except OSError as exc:
+            self._log.close()
+            raise StartError(str(exc)) from None
+        self._pumps = [asyncio.create_task(pump(self._process.stdout, "stdout", self._log)),
+                       asyncio.create_task(pump(self._process.stderr, "stderr", self._log))]
+
+    async def wait(self) -> Exit:
+        assert self._process is not None
+        code = await self._process.wait()
+        # the pipes close when the last process holding them exits; a daemonized child may keep
+        # them open, so don't wait for ever
+        await asyncio.wait(self._pumps, timeout=1.0)
+        for task in self._pumps:
+            task.cancel()
+        if self._log is not None:
+            self._log.close()
+        if code < 0:
+            return Exit(128 - code, -code)  # shells report a signal death as 128+N
+        return Exit(code, None)
+
+    def signal(self, sig: int) -> None:
+        """``sig`` to the container's whole process group (its children too, even after the
+        main process has exited)."""
+        if self._process is None:
+            return
+        try:
+            os.killpg(self._process.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    async def stop(self, grace: float) -> Exit:
+        """SIGTERM, then SIGKILL after ``grace`` seconds (the runtime's StopContainer)."""
+        assert self._process is not None
+        if self._process.returncode is None:
+            self.signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(asyncio.shield(self._process.wait()), timeout=max(grace, 0.0))
+            except asyncio.TimeoutError:
+                self.signal(signal.SIGKILL)
+        else:
+            self.signal(signal.SIGKILL)  # leftovers of the group
+        return await self.wait()
+
+
+async def kill_processes_in(netns: str) -> None:
+    """SIGKILL every process inside network namespace ``netns`` (left by an agent that died)."""
+    result = await run(["ip", "netns", "pids", netns], check=False)
+    for pid in result.stdout.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass

@@ -1,0 +1,233 @@
+"""``kubesvc up`` and ``kubesvc down``: the whole system on this machine, in one process.
+
+``up`` starts, in order: the apiserver (SQLite under ``--data-dir``), the controller-manager,
+the agent (this machine is the node: a Pod bridge, Pods in namespaces) and the proxy
+(nftables where ``nft`` works, else iptables), each talking to the apiserver over its API as
+they would across machines. The machine is programmed as a node, so ClusterIPs answer from
+the host itself. When the host has no route that covers the Service range (a namespace with
+no uplink, as the tests use), the range is routed onto the Pod bridge so that a connection to
+a ClusterIP gets past routing to the proxy's DNAT; with a default route nothing is added.
+
+What ``up`` makes outside the data directory (namespaces, links, kernel rules, that route) is
+recorded in ``<data-dir>/up.json``. Ctrl-C stops the components and removes all of it;
+``kubesvc down --data-dir`` removes it after a crash (stopping a ``up`` still running first).
+The API objects stay in the store: the next ``up`` runs the same Pods again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubesvc.kernel.exec import CommandFailed, run_sync
+
+log = logging.getLogger("kubesvc.up")
+
+STATE_FILE = "up.json"
+AGENT_DIR = "agent"
+
+
+@dataclass
+class UpOptions:
+    node_name: str
+    pod_cidrs: list[str]
+    service_cidrs: list[str]
+    node_ips: list[str] | None = None
+    proxy_mode: str = ""
+    kubelet_port: int = 10250
+
+
+def _state_path(data_dir: Path) -> Path:
+    return data_dir / STATE_FILE
+
+
+def _write_state(data_dir: Path, state: dict) -> None:
+    path = _state_path(data_dir)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=2))
+    os.replace(tmp, path)
+
+
+def read_state(data_dir: Path) -> dict | None:
+    try:
+        return json.loads(_state_path(data_dir).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+# -- the Service range route -------------------------------------------------------------------
+
+
+def routable(ip: str) -> bool:
+    """Whether the host has a route to ``ip`` (``ip route get`` succeeds)."""
+    return run_sync(["ip", "route", "get", ip], check=False).returncode == 0
+
+
+def ensure_service_routes(service_cidrs: list[str], bridge: str) -> list[str]:
+    """Route each Service range that nothing routes yet onto ``bridge``; returns what was added."""
+    added = []
+    for cidr in service_cidrs:
+        first = str(ipaddress.ip_network(cidr).network_address + 1)
+        if not routable(first):
+            run_sync(["ip", "route", "add", cidr, "dev", bridge])
+            added.append(cidr)
+    return added
+
+
+def remove_service_routes(cidrs: list[str]) -> list[str]:
+    errors = []
+    for cidr in cidrs:
+        result = run_sync(["ip", "route", "del", cidr], check=False)
+        if result.returncode != 0 and "No such process" not in result.stderr:
+            errors.append(f"ip route del {cidr}: {result.stderr.strip()}")
+    return errors
+
+
+# -- up ------------------------------------------------------------------------------------------
+
+
+class System:
+    """The controller-manager, agent and proxy of ``kubesvc up``, around a running apiserver."""
+
+    def __init__(self, server, options: UpOptions):
+        self.server = server
+        self.options = options
+        self.data_dir: Path = server.config.data_dir
+        self.clients: list = []
+        self.agent = None
+        self.proxy = None
+        self.controller_manager: asyncio.Task | None = None
+        self.state: dict = {"pid": os.getpid(), "agent_state_dir": str(self.data_dir / AGENT_DIR / "network"), "service_routes": []}
+
+    async def _client(self, client_config, field_manager: str, user_agent: str):
+        from kubesvc.client.rest import RestClient
+
+        client = RestClient(client_config, field_manager=field_manager, user_agent=user_agent)
+        self.clients.append(client)
+        return client
+
+    async def start(self) -> None:
+        from kubesvc.agent.agent import Agent, AgentConfig
+        from kubesvc.client.kubeconfig import load_kubeconfig
+        from kubesvc.controllers.manager import ControllerManager, ManagerConfig
+        from kubesvc.proxy.config import ProxyFlags, complete, resolve
+        from kubesvc.proxy.server import ProxyServer
+
+        options = self.options
+        client_config = load_kubeconfig(self.server.kubeconfig)
+        _write_state(self.data_dir, self.state)  # before anything is made: down must find it after a crash
+        cm_client = await self._client(client_config, "kube-controller-manager", "kubesvc-controller-manager")
+        self.controller_manager = asyncio.create_task(ControllerManager(cm_client, ManagerConfig(leader_elect=False, secure_port=0)).run())
+
+        agent_config = AgentConfig(node_name=options.node_name, pod_cidrs=options.pod_cidrs, node_ips=options.node_ips or [],
+                                   data_dir=self.data_dir / AGENT_DIR, kubelet_port=options.kubelet_port, shutdown_grace=2.0)
+        if not agent_config.node_ips:  # no address of our own (no uplink): the node is its Pod gateway
+            agent_config.node_ips = [str(ipaddress.ip_network(options.pod_cidrs[0]).network_address + 1)]
+        self.agent = Agent(await self._client(client_config, "kubelet", "kubesvc-agent"), agent_config, token=client_config.token or "")
+        await self.agent.start()
+        self.state["service_routes"] = ensure_service_routes(options.service_cidrs, agent_config.bridge)
+        _write_state(self.data_dir, self.state)
+
+        flags = ProxyFlags(kubeconfig=str(self.server.kubeconfig), hostname_override=options.node_name,
+                           proxy_mode=options.proxy_mode or None, cluster_cidr=",".join(options.pod_cidrs),
+                           bind_address=agent_config.node_ips[0])
+        settings = resolve(complete(flags))
+        self.state["proxy_mode"] = settings.mode
+        _write_state(self.data_dir, self.state)
+        self.proxy = ProxyServer(await self._client(client_config, "kube-proxy", "kubesvc-proxy"), settings)
+        await self.proxy.start()
+
+    async def stop(self) -> list[str]:
+        """Stop everything and remove what ``up`` made; returns what could not be removed."""
+        from kubesvc.proxy.server import cleanup_leftovers
+
+        errors: list[str] = []
+        if self.proxy is not None:
+            await self.proxy.stop()
+        errors += await asyncio.to_thread(cleanup_leftovers)
+        if self.agent is not None:
+            errors += await self.agent.stop()
+        if self.controller_manager is not None:
+            self.controller_manager.cancel()
+            await asyncio.gather(self.controller_manager, return_exceptions=True)
+        errors += remove_service_routes(self.state.get("service_routes") or [])
+        for client in self.clients:
+            await client.close()
+        if not errors:
+            _state_path(self.data_dir).unlink(missing_ok=True)
+        return errors
+
+
+async def run_up(server, options: UpOptions, announce, stop: asyncio.Event) -> list[str]:
+    """Serve until ``stop`` (or a component dies); returns cleanup errors."""
+    await server.start()
+    system = System(server, options)
+    try:
+        await system.start()
+        announce(server, system)
+        waiters = {asyncio.create_task(stop.wait())}
+        if system.controller_manager is not None:
+            waiters.add(system.controller_manager)
+        done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            if task is not system.controller_manager:
+                task.cancel()
+        if system.controller_manager in done:
+            system.controller_manager.result()  # a controller-manager that died takes the system down
+    finally:
+        errors = await system.stop()
+        await server.stop()
+    return errors
+
+
+# -- down ----------------------------------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def down(data_dir: Path, *, wait: float = 30.0) -> list[str]:
+    """Undo a ``kubesvc up`` of ``data_dir``: stop it if it still runs, then remove every
+    namespace, link, rule and route it recorded. Returns errors (empty: clean)."""
+    from kubesvc.agent import podnet
+    from kubesvc.proxy.server import cleanup_leftovers
+
+    state = read_state(data_dir)
+    if state is None:
+        return []
+    pid = int(state.get("pid") or 0)
+    if pid and pid != os.getpid() and _alive(pid):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + wait
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        state = read_state(data_dir)
+        if state is None:
+            return []  # it cleaned up after itself
+    errors = list(cleanup_leftovers())
+    state_dir = state.get("agent_state_dir")
+    if state_dir:
+        try:
+            errors += podnet.teardown_sync(Path(state_dir))
+        except (CommandFailed, OSError) as err:
+            errors.append(str(err))
+    errors += remove_service_routes(state.get("service_routes") or [])
+    if not errors:
+        _state_path(data_dir).unlink(missing_ok=True)
+    return errors
