@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs everything kubesvc needs on a fresh Debian machine (run as root): the kernel tools the
-# node proxy drives, and the Python package with its test dependencies.
+# node proxy and agent drive (curl for the README walkthrough), and the Python package with its
+# test dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for tool in ip:iproute2 nft:nftables iptables:iptables conntrack:conntrack sysctl:procps; do
+for tool in ip:iproute2 nft:nftables iptables:iptables conntrack:conntrack sysctl:procps curl:curl nsenter:util-linux; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then

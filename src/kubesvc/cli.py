@@ -78,31 +78,19 @@ def _port_range(ctx, param, value: str) -> str:
     return value
 
 
-async def _serve_until_signalled(server: APIServer, announce, companions=None) -> None:
-    """Serve until SIGINT/SIGTERM; ``companions(server)`` (if given) is a coroutine run
-    alongside (the in-process controller-manager of ``kubesvc up``) and cancelled at the end."""
+async def _serve_until_signalled(server: APIServer, announce) -> None:
     await server.start()
     announce(server)
-    stop = stop_on_signals()
-    companion = asyncio.create_task(companions(server)) if companions else None
     try:
-        waiters = {asyncio.create_task(stop.wait())} | ({companion} if companion else set())
-        done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending - {companion}:
-            task.cancel()
-        if companion in done:
-            companion.result()  # a companion that died takes the system down with its error
+        await stop_on_signals().wait()
     finally:
-        if companion is not None and not companion.done():
-            companion.cancel()
-            await asyncio.gather(companion, return_exceptions=True)
         await server.stop()
 
 
-def _run_apiserver(config: ServerConfig, announce, companions=None) -> None:
+def _run_apiserver(config: ServerConfig, announce) -> None:
     install_uvloop()
     try:
-        asyncio.run(_serve_until_signalled(APIServer(config), announce, companions))
+        asyncio.run(_serve_until_signalled(APIServer(config), announce))
     except OSError as exc:
         raise click.ClickException(f"cannot serve on {config.bind_address}:{config.secure_port}: {exc.strerror or exc}") from None
     except ValueError as exc:
@@ -172,28 +160,70 @@ def apiserver(verbosity: int, **flags) -> None:
 
 @main.command()
 @apiserver_options(default_data_dir=".kubesvc")
-def up(verbosity: int, **flags) -> None:
-    """Run the whole system on this machine (for now: the API server on SQLite and the controller-manager)."""
+@click.option("--node-name", default=None, help="This machine's Node name (default: the hostname, lower-cased).")
+@click.option("--pod-cidr", default="10.244.0.0/24", show_default=True, help="The Pod address range of this node.")
+@click.option("--node-ip", default=None, help="This node's IP (default: the first global IPv4 address, else the Pod gateway).")
+@click.option("--proxy-mode", type=click.Choice(["nftables", "iptables"]), default=None,
+              help="The proxy's mode (default: nftables where available, else iptables).")
+@click.option("--kubelet-port", type=click.IntRange(0, 65535), default=10250, show_default=True,
+              help="The agent's log server port (kubectl logs); 0 picks a free one.")
+def up(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: str | None, proxy_mode: str | None, kubelet_port: int, **flags) -> None:
+    """Run the whole system on this machine: apiserver (SQLite), controller-manager, node agent and proxy.
+    Ctrl-C stops it and removes every namespace, link and kernel rule it made."""
     setup_logging(verbosity)
+    from kubesvc.agent.command import detect_node_ip, parse_node_ips, parse_pod_cidrs
+    from kubesvc.agent.node import default_node_name
+    from kubesvc.up import UpOptions, read_state
 
-    def announce(server: APIServer) -> None:
+    try:
+        pod_cidrs = parse_pod_cidrs(pod_cidr)
+        node_ips = parse_node_ips(node_ip) if node_ip else [ip for ip in [detect_node_ip(pod_cidrs)] if ip]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    config = _config(**flags)
+    previous = read_state(config.data_dir)
+    if previous is not None:
+        raise click.ClickException(f"{config.data_dir} holds the state of a kubesvc up (pid {previous.get('pid')}) that did not clean up; "
+                                   f"run: kubesvc down --data-dir {flags['data_dir']}")
+    options = UpOptions(node_name=node_name or default_node_name(), pod_cidrs=pod_cidrs,
+                        service_cidrs=[c.strip() for c in config.service_cluster_ip_range.split(",") if c.strip()],
+                        node_ips=node_ips, proxy_mode=proxy_mode or "", kubelet_port=kubelet_port)
+
+    def announce(server: APIServer, system) -> None:
         click.echo(f"kubesvc is up at {server.url}; kubeconfig: {server.kubeconfig}")
-        click.echo(f"  try: kubectl --kubeconfig {server.kubeconfig} get namespaces    (Ctrl-C stops)")
+        click.echo(f"  node {options.node_name}: Pods in {','.join(pod_cidrs)}, proxy in {system.proxy.settings.mode} mode")
+        click.echo(f"  try: export KUBECONFIG={server.kubeconfig}; kubectl get nodes    (Ctrl-C stops and cleans up)")
         sys.stdout.flush()
 
-    _run_apiserver(_config(**flags), announce, _in_process_controller_manager)
+    install_uvloop()
+    try:
+        errors = asyncio.run(_up(config, options, announce))
+    except OSError as exc:
+        raise click.ClickException(f"cannot start: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    if errors:
+        raise click.ClickException("cleanup failed (run kubesvc down to retry): " + "; ".join(errors))
 
 
-async def _in_process_controller_manager(server: APIServer) -> None:
-    """``kubesvc up``'s controller-manager: the same code as ``kubesvc controller-manager``,
-    talking to the apiserver over its API; alone on the machine, so no leader election, and no
-    serving port of its own."""
-    from kubesvc.client.kubeconfig import load_kubeconfig
-    from kubesvc.client.rest import RestClient
-    from kubesvc.controllers.manager import ControllerManager, ManagerConfig
+async def _up(config: ServerConfig, options, announce) -> list[str]:
+    from kubesvc.up import run_up
 
-    async with RestClient(load_kubeconfig(server.kubeconfig), field_manager="kube-controller-manager") as client:
-        await ControllerManager(client, ManagerConfig(leader_elect=False, secure_port=0)).run()
+    return await run_up(APIServer(config), options, announce, stop_on_signals())
+
+
+@main.command()
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=".kubesvc", show_default=True,
+              help="The data directory of the kubesvc up to undo.")
+def down(data_dir: Path) -> None:
+    """Remove every namespace, link, kernel rule and route a kubesvc up made (after a crash, or to stop one)."""
+    setup_logging(0)
+    from kubesvc.up import down as undo
+
+    errors = undo(data_dir.resolve())
+    if errors:
+        raise click.ClickException("cleanup failed: " + "; ".join(errors))
+    click.echo(f"kubesvc down: nothing of {data_dir} left running")
 
 
 def _duration(ctx, param, value: str) -> float:
@@ -233,7 +263,8 @@ def _controllers(ctx, param, value: str) -> set[str]:
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), required=True, help="Path to a kubeconfig file for the API server.")
 @click.option("--controllers", default="*", show_default=True, callback=_controllers,
               help="Controllers to enable: '*' for all, 'foo' to enable, '-foo' to disable "
-                   "(endpointslice-controller, endpointslice-mirroring-controller, endpoints-controller, garbage-collector-controller).")
+                   "(endpointslice-controller, endpointslice-mirroring-controller, endpoints-controller, garbage-collector-controller, "
+                   "pod-scheduler).")
 @click.option("--concurrent-service-endpoint-syncs", type=int, default=5, show_default=True, callback=_bounded(1, 50),
               help="Services synced concurrently by the EndpointSlice controller.")
 @click.option("--concurrent-endpoint-syncs", type=click.IntRange(min=1), default=5, show_default=True,
@@ -303,13 +334,15 @@ async def _run_controller_manager(client_config, config) -> None:
         await asyncio.gather(running, return_exceptions=True)
 
 
-def _register_proxy() -> None:
+def _register_node_commands() -> None:
+    from kubesvc.agent.command import agent_command
     from kubesvc.proxy.command import proxy_command
 
     main.add_command(proxy_command)
+    main.add_command(agent_command)
 
 
-_register_proxy()
+_register_node_commands()
 
 if __name__ == "__main__":
     main()

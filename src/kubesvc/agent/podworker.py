@@ -31,7 +31,7 @@ from pathlib import Path
 from kubesvc.agent import envvars, podnet
 from kubesvc.agent.logs import container_log_path
 from kubesvc.agent.podstatus import ContainerRecord, PodRuntimeState, Termination, generate_pod_status, merge_patch_for
-from kubesvc.agent.probes import ProbeResult, ProbeSpec, ProbeTracker, run_probe
+from kubesvc.agent.probes import ProbeResult, ProbeSpec, ProbeTracker, probe_event, run_check, run_probe, worker_result
 from kubesvc.agent.runtime import ContainerProcess, StartError
 from kubesvc.client.rest import ApiError, ClientError, is_not_found
 from kubesvc.controllers.runtime import EventRecorder
@@ -350,23 +350,20 @@ class PodWorker:
     async def _probe_loop(self, slot: ContainerSlot, kind: str, tracker: ProbeTracker) -> None:
         spec = tracker.spec
         await asyncio.sleep(spec.initial_delay_seconds)
-        while True:
+        while not tracker.on_hold:
             if kind == "startup" and slot.record.started:
                 return
             if kind != "startup" and not slot.record.started:
                 await asyncio.sleep(min(spec.period_seconds, 1.0))
                 continue
-            if kind != "readiness" and self.terminating:
-                return
-            try:
-                result, output = await run_probe(spec, pod_ip=self.network.ips[0] if self.network else "", container=slot.spec,
-                                                 env=slot.env, netns=self.network.netns if self.network else None)
-            except Exception as err:  # a probe that cannot run is a failed probe
-                result, output = ProbeResult.FAILURE, str(err)
-            changed = tracker.observe(result)
-            if result == ProbeResult.FAILURE:
-                self._event("Warning", "Unhealthy", f"{kind.capitalize()} probe failed: {output}".rstrip())
-            if changed:
+            if self.terminating and tracker.pod_deletion_requested():
+                return  # liveness and startup stop on graceful deletion; readiness keeps draining
+            assert self.network is not None
+            outcome = await run_check(spec, pod_ip=self.network.ips[0], container=slot.spec, env=slot.env, netns=self.network.netns)
+            event = probe_event(kind, outcome)
+            if event is not None:
+                self._event("Warning", *event)
+            if tracker.observe(worker_result(outcome)):
                 self._apply_probe(slot, kind, tracker)
             await asyncio.sleep(spec.period_seconds)
 

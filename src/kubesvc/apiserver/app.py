@@ -6,6 +6,10 @@ Resource URLs follow the Kubernetes REST layout:
     /api/v1/{resource}[/{name}[/{subresource}]]                     cluster-scoped, or all namespaces
     /apis/{group}/{version}/...                                      the same for named groups
 
+Subresources are views of the object (``status``, ``finalize``) or actions with a handler of
+their own (``pods/binding``, ``pods/log``, and the legacy ``bindings`` collection; see
+``subresources.py``).
+
 Non-resource paths: /version (minor "32": the kubectl dispatcher picks its binary by it),
 /healthz /livez /readyz, discovery (/api, /apis, /api/v1, /apis/g[/v], legacy or aggregated by
 Accept), /openapi/v3[/…], /metrics. Every request but /version and the health checks needs
@@ -26,7 +30,9 @@ from kubesvc.api.scheme import all_kinds
 from kubesvc.apiserver import auth, codec, handlers
 from kubesvc.apiserver.discovery import Discovery, wants_aggregated
 from kubesvc.apiserver.openapi import OpenAPI
+from kubesvc.apiserver.kubeletclient import KubeletClient
 from kubesvc.apiserver.registry.store import Registry
+from kubesvc.apiserver.subresources import POD_BINDING, POD_LOG, action, legacy_action
 from kubesvc.apiserver.watch import watch_objects
 from kubesvc.util.clock import Clock
 
@@ -45,6 +51,9 @@ VERSION_INFO = {
 }
 
 _HEALTH_CHECKS = ("ping", "log", "etcd", "poststarthook/start-apiextensions-informers")
+
+# The Pod's action subresources: the one HTTP method each answers, and its handler
+ACTION_HANDLERS = {POD_BINDING: ("POST", handlers.create_binding), POD_LOG: ("GET", handlers.read_pod_log)}
 
 
 class Metrics:
@@ -79,13 +88,19 @@ def _resolve(request: web.Request, registry: Registry) -> handlers.Target | None
     subresource = rest[2] if len(rest) > 2 else ""
     if len(rest) > 3:
         raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
+    legacy = legacy_action(group, resource) if version == "v1" else None
+    if legacy is not None:  # POST /api/v1/namespaces/{ns}/bindings: pods/binding, the Pod named in the body
+        store = registry.store(group, legacy.parent)
+        if store is None or namespace is None or name is not None:
+            raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
+        return handlers.Target(store, namespace, None, legacy.name)
     store = registry.store(group, resource)
     if store is None or store.info.version != version:
         raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
     info = store.info
     if namespace is not None and not info.namespaced:
         raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
-    if subresource and subresource not in info.subresources and not (info.kind == "Namespace" and subresource == "finalize"):
+    if subresource and subresource not in info.subresources and action(info, subresource) is None:
         raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
     if info.namespaced and name is not None and namespace is None:
         raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
@@ -99,6 +114,12 @@ async def resource_handler(request: web.Request) -> web.StreamResponse:
         return await non_resource_handler(request)
     request["metric_labels"] = (target.info.group, target.info.version, target.info.resource, target.subresource)
     method = request.method
+    subresource_action = action(target.info, target.subresource) if target.subresource else None
+    if subresource_action is not None:
+        verb_method, handler = ACTION_HANDLERS[subresource_action]
+        if method != verb_method:
+            raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+        return await handler(request, target)
     collection = target.name is None
     if method == "GET":
         if codec.bool_param(request.query, "watch"):
@@ -214,5 +235,7 @@ def build_app(registry: Registry, token: str, clock: Clock, server_address: str,
     kinds = all_kinds()
     app["discovery"] = Discovery(kinds, server_address)
     app["openapi"] = OpenAPI()
+    app["kubelet_client"] = KubeletClient(token)
+    app.on_cleanup.append(lambda app: app["kubelet_client"].close())
     app.router.add_route("*", "/{tail:.*}", resource_handler)
     return app

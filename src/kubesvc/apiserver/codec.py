@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import dataclass
 
 import msgspec
@@ -164,6 +165,29 @@ def int_param(query, name: str, default: int | None = None, minimum: int = 0) ->
 
 def bool_param(query, name: str) -> bool:
     return query.get(name, "").lower() in ("true", "1")
+
+
+def parameter_bool(query, name: str) -> bool:
+    """A bool query parameter as the parameter codec reads one into an options struct
+    (``Convert_Slice_string_To_bool``): absent, "0" or "false" (any case) is false, anything
+    else, even empty, is true."""
+    if name not in query:
+        return False
+    return not (query[name] == "0" or query[name].lower() == "false")
+
+
+def parameter_int(query, name: str) -> int | None:
+    """An int64 query parameter as the parameter codec reads one (``strconv.ParseInt``): None
+    when absent or empty, ValueError with Go's words when it is not a 64-bit integer."""
+    text = query.get(name, "")
+    if text == "":
+        return None
+    if not re.fullmatch(r"[+-]?[0-9]+", text):
+        raise ValueError(f'strconv.ParseInt: parsing "{text}": invalid syntax')
+    value = int(text)
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f'strconv.ParseInt: parsing "{text}": value out of range')
+    return value
 
 
 def watch_timeout(query) -> float:

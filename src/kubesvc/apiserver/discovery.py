@@ -7,8 +7,9 @@ Two generations of documents are served (k8s.io/apiserver/pkg/endpoints/discover
   ``GET /apis/<group>`` an ``APIGroup``, and ``GET /api/v1`` or ``GET /apis/<group>/<version>``
   an ``APIResourceList`` naming each resource with its kind, scope, verbs, short names
   (``svc``), categories (``all``, for ``kubectl get all``) and a ``storageVersionHash``.
-  Subresources appear as their own entries (``services/status``). The Python
-  ``DynamicClient`` only uses these.
+  Subresources appear as their own entries (``services/status``; the Pod's action
+  subresources ``pods/binding`` and ``pods/log`` with their own kind and verbs, and the legacy
+  ``bindings`` collection, see ``subresources.py``). The Python ``DynamicClient`` only uses these.
 * **Aggregated discovery** (apidiscovery.k8s.io/v2): ``GET /api`` and ``GET /apis`` answer with
   every resource of every version in one ``APIGroupDiscoveryList``, but only when the
   ``Accept`` header asks for it, and the response must carry exactly the media type asked for
@@ -32,6 +33,7 @@ import re
 from typing import Iterable
 
 from kubesvc.api.scheme import KindInfo
+from kubesvc.apiserver.subresources import ActionSubresource, actions_of
 
 AGGREGATED_CONTENT_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 AGGREGATED_CONTENT_TYPE_V2BETA1 = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
@@ -151,6 +153,10 @@ class Discovery:
             resources.append(entry)
             for sub in info.subresources:
                 resources.append({"name": f"{info.resource}/{sub}", "singularName": "", "namespaced": info.namespaced, "kind": info.kind, "verbs": _subresource_verbs(sub)})
+            for action in actions_of(info):
+                resources.append({"name": f"{info.resource}/{action.name}", "singularName": "", "namespaced": info.namespaced, "kind": action.kind, "verbs": list(action.verbs)})
+                if action.legacy_resource:  # no storageVersionHash: nothing is stored under it
+                    resources.append({"name": action.legacy_resource, "singularName": action.legacy_singular, "namespaced": info.namespaced, "kind": action.kind, "verbs": list(action.verbs)})
         resources.sort(key=lambda r: r["name"])
         return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": infos[0].api_version, "resources": resources}
 
@@ -174,7 +180,7 @@ class Discovery:
         # Go encodes the empty ObjectMeta with "creationTimestamp": null; the core group has no name
         metadata = {"name": group, "creationTimestamp": None} if group else {"creationTimestamp": None}
         versions = [
-            {"version": version, "resources": [_resource_discovery(info) for info in infos], "freshness": "Current"}
+            {"version": version, "resources": _version_resources(infos), "freshness": "Current"}
             for version, infos in self._kinds[group].items()
         ]
         return {"metadata": metadata, "versions": versions}
@@ -182,6 +188,22 @@ class Discovery:
 
 def _subresource_verbs(subresource: str) -> list[str]:
     return SUBRESOURCE_VERBS.get(subresource, SUBRESOURCE_VERBS["status"])
+
+
+def _version_resources(infos: list[KindInfo]) -> list[dict]:
+    resources = [_resource_discovery(info) for info in infos]
+    resources += [_legacy_action_discovery(info, action) for info in infos for action in actions_of(info) if action.legacy_resource]
+    return sorted(resources, key=lambda r: r["resource"])
+
+
+def _legacy_action_discovery(info: KindInfo, action: ActionSubresource) -> dict:
+    return {
+        "resource": action.legacy_resource,
+        "responseKind": {"group": info.group, "version": info.version, "kind": action.kind},
+        "scope": "Namespaced" if info.namespaced else "Cluster",
+        "singularResource": action.legacy_singular,
+        "verbs": list(action.verbs),
+    }
 
 
 def _resource_discovery(info: KindInfo) -> dict:
@@ -197,8 +219,9 @@ def _resource_discovery(info: KindInfo) -> dict:
         entry["shortNames"] = list(info.short_names)
     if info.categories:
         entry["categories"] = list(info.categories)
-    if info.subresources:
-        entry["subresources"] = [
-            {"subresource": sub, "responseKind": response_kind, "verbs": _subresource_verbs(sub)} for sub in sorted(info.subresources)
-        ]
+    subresources = [{"subresource": sub, "responseKind": response_kind, "verbs": _subresource_verbs(sub)} for sub in info.subresources]
+    subresources += [{"subresource": action.name, "responseKind": {**response_kind, "kind": action.kind}, "verbs": list(action.verbs)}
+                     for action in actions_of(info)]
+    if subresources:
+        entry["subresources"] = sorted(subresources, key=lambda s: s["subresource"])
     return entry

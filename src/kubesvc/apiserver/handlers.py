@@ -2,7 +2,8 @@
 
 One handler per verb (get, list, watch, create, update, patch, delete, deletecollection), all
 kinds alike; kind-specific behaviour lives in registry strategies. What each verb must return
-to satisfy kubectl 1.32 and the Python client is in api-compat.md §2.4 (F1–F12).
+to satisfy kubectl 1.32 and the Python client is in api-compat.md §2.4 (F1–F12). The Pod's
+action subresources (``subresources.py``) have a handler each: ``binding`` and ``log``.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from multidict import CIMultiDict
 from kubesvc.api import errors
 from kubesvc.api.decode import decode_object
 from kubesvc.api.errors import StatusError
+from kubesvc.api.kinds.core import BINDING_INFO
 from kubesvc.api.managedfields import ApplyConflict, apply as server_side_apply
 from kubesvc.api.patch import PatchError, apply_patch
 from kubesvc.api.scheme import KindInfo
 from kubesvc.api.selectors import parse_field_selector, parse_label_selector
 from kubesvc.apiserver import codec
+from kubesvc.apiserver.registry.pod import PodLogOptions, bind_pod, log_location
 from kubesvc.apiserver.registry.store import ListOptions, Store, parse_resource_version
 from kubesvc.apiserver.tables import to_table
 from kubesvc.util.clock import rfc3339
@@ -280,3 +283,26 @@ async def delete_collection(request: web.Request, target: Target) -> web.Respons
     deleted = target.store.delete_collection(target.namespace, opts, options, dry_run=dry_run)
     return json_response({"kind": info.list_kind, "apiVersion": info.api_version,
                           "metadata": {"resourceVersion": str(target.store.backend.current_revision())}, "items": deleted})
+
+
+# ---- the Pod's action subresources -----------------------------------------------------------
+
+SUCCESS_CREATED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+
+async def create_binding(request: web.Request, target: Target) -> web.Response:
+    """``POST pods/NAME/binding``, or ``POST bindings`` (the Pod named by the Binding)."""
+    opts = codec.write_options(request.query, request.headers.get("User-Agent"))
+    binding, warnings = _decode_write_body(await request.read(), request, BINDING_INFO, opts.field_validation)
+    _check_name_and_namespace(Target(target.store, target.namespace, None), binding)
+    name = target.name if target.name is not None else (binding.get("metadata") or {}).get("name", "")
+    bind_pod(target.store, target.namespace or "", name, binding, dry_run=opts.dry_run)
+    return json_response(SUCCESS_CREATED, 201, _warning_headers(warnings))
+
+
+async def read_pod_log(request: web.Request, target: Target) -> web.StreamResponse:
+    """``GET pods/NAME/log``: the container's log, streamed from its node agent."""
+    location = log_location(target.store, target.namespace or "", target.name or "", PodLogOptions.from_query(request.query))
+    if location is None:
+        return web.Response(status=204)  # not on a node yet: no log, no content (upstream StreamObject)
+    return await request.app["kubelet_client"].stream(request, location, resource="pods/log", name=target.name or "")

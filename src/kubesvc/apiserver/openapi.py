@@ -28,6 +28,7 @@ from typing import Iterable
 from kubesvc.api.kinds.meta import DELETE_OPTIONS, STATUS, list_schema
 from kubesvc.api.scheme import KindInfo, all_kinds
 from kubesvc.api.schema import Any_, Field, ListOf, MapOf, Obj, Scalar, Type
+from kubesvc.apiserver.subresources import ActionSubresource, actions_of
 
 REF_PREFIX = "#/components/schemas/"
 PATCH_CONTENT_TYPES = (
@@ -273,6 +274,23 @@ _LIST_PARAMETERS = sorted(_SELECTION_PARAMETERS + _WATCH_PARAMETERS, key=lambda 
 _DELETE_COLLECTION_PARAMETERS = sorted(_SELECTION_PARAMETERS + _DELETE_PARAMETERS,
                                        key=lambda parameter: parameter["name"])
 
+# pods/log's query (core/v1 PodLogOptions)
+_ACTION_QUERY_PARAMETERS = {"log": [
+    _query("container", "string", "The container for which to stream logs. Defaults to only container if there is "
+                                  "one container in the pod."),
+    _query("follow", "boolean", "Follow the log stream of the pod. Defaults to false."),
+    _query("insecureSkipTLSVerifyBackend", "boolean", "insecureSkipTLSVerifyBackend indicates that the apiserver "
+                                                      "should not confirm the validity of the serving certificate of "
+                                                      "the backend it is connecting to."),
+    _query("limitBytes", "integer", "If set, the number of bytes to read from the server before terminating the log "
+                                    "output."),
+    _query("previous", "boolean", "Return previous terminated container logs. Defaults to false."),
+    _query("sinceSeconds", "integer", "A relative time in seconds before the current time from which to show logs."),
+    _query("tailLines", "integer", "If set, the number of lines from the end of the logs to show."),
+    _query("timestamps", "boolean", "If true, add an RFC3339 or RFC3339Nano timestamp at the beginning of every line "
+                                    "of log output. Defaults to false."),
+]}
+
 _STATUS_TEXT = {"200": "OK", "201": "Created", "202": "Accepted"}
 # What each subresource supports: status is read and written like the object, finalize only PUT.
 _SUBRESOURCE_VERBS = {"status": ("get", "put", "patch"), "finalize": ("put",)}
@@ -295,6 +313,7 @@ class _ResourcePaths:
 
     def __init__(self, info: KindInfo, components: ComponentSchemas):
         self.info = info
+        self.components = components
         self.object_ref = components.ref(info.schema)
         self.list_ref = components.ref(list_schema(info.schema))
         self.status_ref = components.ref(STATUS)
@@ -329,7 +348,38 @@ class _ResourcePaths:
             paths[f"{root}/{info.resource}"] = {"parameters": [_PRETTY], "get": self._list(f"{info.kind}ForAllNamespaces")}
         for subresource in info.subresources:
             paths[f"{collection}/{{name}}/{subresource}"] = self._subresource(subresource, scope_parameters)
+        for action in actions_of(info):
+            item_parameters = [_path_parameter("name", f"name of the {action.kind}")] + scope_parameters
+            if action.body is not None:
+                paths[f"{collection}/{{name}}/{action.name}"] = self._create_action(action, action.body, item_parameters,
+                                                                                   info.kind + action.kind)
+                if action.legacy_resource:
+                    paths[f"{root}/namespaces/{{namespace}}/{action.legacy_resource}"] = self._create_action(
+                        action, action.body, scope_parameters, action.kind, f"create {self.article} {action.kind}")
+            else:
+                paths[f"{collection}/{{name}}/{action.name}"] = self._read_action(action, item_parameters)
         return paths
+
+    def _create_action(self, action: ActionSubresource, body: KindInfo, parameters: list[dict], name: str,
+                       description: str = "") -> dict:
+        """POST of a kind that is not stored (a Binding), answered with that kind."""
+        ref = self.components.ref(body.schema)
+        operation = self._operation(f"create{self.prefix}{self.scope}{name}", "post",
+                                    description or f"create {action.name} of {self.article} {self.info.kind}",
+                                    [_DRY_RUN, _FIELD_MANAGER, _FIELD_VALIDATION], ref, ("200", "201", "202"),
+                                    {"content": {"*/*": {"schema": {"$ref": ref}}}, "required": True})
+        operation["x-kubernetes-group-version-kind"] = {"group": body.group, "kind": body.kind, "version": body.version}
+        return {"parameters": parameters + [_PRETTY], "post": operation}
+
+    def _read_action(self, action: ActionSubresource, parameters: list[dict]) -> dict:
+        """GET of a stream (a container log): a plain string, not an object."""
+        operation = self._operation(f"read{self.prefix}{self.scope}{self.info.kind}{action.name.capitalize()}", "get",
+                                    f"read {action.name} of the specified {self.info.kind}", [], "", ("200",))
+        text = {"schema": {"type": "string"}}
+        operation["responses"]["200"]["content"] = {media: text for media in (
+            "application/json", "application/vnd.kubernetes.protobuf", "application/yaml", "text/plain")}
+        query = _ACTION_QUERY_PARAMETERS.get(action.name, [])
+        return {"parameters": sorted(parameters + [_PRETTY] + query, key=lambda p: p["name"]), "get": operation}
 
     def _item(self, scope_parameters: list[dict]) -> dict:
         kind = self.info.kind

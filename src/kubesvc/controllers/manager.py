@@ -6,7 +6,9 @@ process, as an API client.
   ``endpointslice-controller`` (slices for selector Services),
   ``endpointslice-mirroring-controller`` (slices for custom Endpoints),
   ``endpoints-controller`` (legacy Endpoints for selector Services),
-  ``garbage-collector-controller`` (ownerReferences; off with ``--enable-garbage-collector=false``).
+  ``garbage-collector-controller`` (ownerReferences; off with ``--enable-garbage-collector=false``),
+  ``pod-scheduler`` (binds unscheduled Pods to Ready Nodes, spreading them; kube-scheduler's
+  job, kept small).
 * **Shared informers**: Services, Pods, Nodes, EndpointSlices and Endpoints are listed and
   watched once for all controllers; controllers start working only after every cache synced.
 * **Leader election** (``--leader-elect``, default true): a ``coordination.k8s.io`` Lease
@@ -43,9 +45,10 @@ ENDPOINTSLICE = "endpointslice-controller"
 MIRRORING = "endpointslice-mirroring-controller"
 ENDPOINTS = "endpoints-controller"
 GARBAGE_COLLECTOR = "garbage-collector-controller"
-KNOWN_CONTROLLERS = (ENDPOINTSLICE, MIRRORING, ENDPOINTS, GARBAGE_COLLECTOR)
+SCHEDULER = "pod-scheduler"
+KNOWN_CONTROLLERS = (ENDPOINTSLICE, MIRRORING, ENDPOINTS, GARBAGE_COLLECTOR, SCHEDULER)
 ALIASES = {"endpointslice": ENDPOINTSLICE, "endpointslicemirroring": MIRRORING, "endpoint": ENDPOINTS,
-           "endpoints": ENDPOINTS, "garbagecollector": GARBAGE_COLLECTOR}
+           "endpoints": ENDPOINTS, "garbagecollector": GARBAGE_COLLECTOR, "scheduler": SCHEDULER}
 
 
 class LeaderElectionLost(Exception):
@@ -186,6 +189,12 @@ class ControllerManager:
 
             controller = GarbageCollector(self.client, workers=config.concurrent_gc_syncs)
             self.controllers[GARBAGE_COLLECTOR] = controller
+            runs.append(controller.run)
+        if SCHEDULER in enabled:
+            from kubesvc.controllers.scheduler.controller import Scheduler
+
+            controller = Scheduler(self.client, informers, clock=self.clock)
+            self.controllers[SCHEDULER] = controller
             runs.append(controller.run)
         return runs
 

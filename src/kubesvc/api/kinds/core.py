@@ -11,7 +11,8 @@ decides whether it receives Service traffic) and, in ``status``, its IPs and con
 (``Ready``). A **Node** reports its addresses and conditions; ``spec.podCIDR(s)`` is its Pod
 address range. **Endpoints** is the legacy one-object-per-Service list of ready and not-ready
 addresses (EndpointSlice replaced it). **Event** is core/v1's record of something that happened
-to an ``involvedObject``; ``kubectl describe`` finds them by field selector.
+to an ``involvedObject``; ``kubectl describe`` finds them by field selector. A **Binding** is
+never stored: a scheduler POSTs one to a Pod's ``binding`` subresource to set its node.
 
 Fields follow k8s.io/api/core/v1/types.go: JSON names, int32/int64, and the
 ``patchStrategy``/``patchMergeKey`` and ``+listType``/``+listMapKey`` markers, which decide how
@@ -951,6 +952,18 @@ EVENT = kind_schema(
     required=("metadata", "involvedObject"),
 )
 
+# ---- Binding ---------------------------------------------------------------------------------
+
+BINDING = kind_schema(
+    CORE + "Binding", ("", "v1", "Binding"),
+    "Binding ties one object to another; for example, a pod is bound to a node by a scheduler. Deprecated in 1.7, "
+    "please use the bindings subresource of pods instead.",
+    {
+        "target": F(OBJECT_REFERENCE, "The target object that you want to bind to the standard object."),
+    },
+    required=("target",),
+)
+
 # ---- registration ----------------------------------------------------------------------------
 
 register(KindInfo(
@@ -1004,3 +1017,9 @@ register(KindInfo(
         "type": ("type",),
     },
 ))
+
+# A Binding is never stored, listed or watched: it is only POSTed, to ``pods/{name}/binding``
+# or to the legacy ``bindings`` collection, and sets the Pod's ``spec.nodeName`` (upstream
+# BindingREST). So it is described here for decoding and OpenAPI but not registered as a
+# served kind with a store of its own.
+BINDING_INFO = KindInfo("", "v1", "Binding", "bindings", "binding", namespaced=True, schema=BINDING)

@@ -305,6 +305,16 @@ class Store:
     def _invalid(self, name: str, field_errors) -> StatusError:
         return errors.invalid(self.info.kind, name, field_errors, self.info.group)
 
+    def _check_preconditions(self, name: str, meta: dict, preconditions: Mapping) -> None:
+        """Upstream storage.Preconditions: a uid or resourceVersion the client pinned must be the
+        stored object's, else 409 Conflict (InterpretUpdateError/InterpretDeleteError)."""
+        if preconditions.get("uid") and preconditions["uid"] != meta.get("uid"):
+            raise errors.conflict(self.info.resource, name, self.info.group,
+                                  f"Precondition failed: UID in precondition: {preconditions['uid']}, UID in object meta: {meta.get('uid')}")
+        if preconditions.get("resourceVersion") and str(preconditions["resourceVersion"]) != meta["resourceVersion"]:
+            raise errors.conflict(self.info.resource, name, self.info.group,
+                                  f"Precondition failed: ResourceVersion in precondition: {preconditions['resourceVersion']}, ResourceVersion in object meta: {meta['resourceVersion']}")
+
     # ---- read --------------------------------------------------------------------------------
     def get(self, namespace: str | None, name: str) -> dict:
         return decode(self._get_kv(namespace, name))
@@ -521,6 +531,26 @@ class Store:
             meta["resourceVersion"] = str(result.revision)
             return new
 
+    def update_in_storage(self, namespace: str | None, name: str, mutate: Callable[[dict], dict], *,
+                          preconditions: Mapping | None = None, dry_run: bool = False) -> dict:
+        """Upstream ``Storage.GuaranteedUpdate`` on its own, as subresource REST code calls it
+        (BindingREST): read, check ``preconditions`` (uid, resourceVersion), ``mutate(current)``,
+        write at the read revision, and retry a lost race. No strategy, no validation, no
+        managedFields: the mutation is the whole rule (a Pod update could never set
+        ``spec.nodeName``). ``mutate`` may raise to refuse."""
+        while True:
+            kv = self._get_kv(namespace, name)
+            current = decode(kv)
+            self._check_preconditions(name, current["metadata"], preconditions or {})
+            new = mutate(copy.deepcopy(current))
+            if dry_run or _same_object(new, current):
+                return new
+            result = self._write(Txn(), storage.Update(kv.key, encode(new), kv.mod_revision), name)
+            if result is None:
+                continue
+            new["metadata"]["resourceVersion"] = str(result.revision)
+            return new
+
     def _write(self, txn: Txn, write: storage.Op, name: str) -> storage.TxnResult | None:
         """One transaction: the strategy's operations and the object's own write, then the
         Txn's commit hooks. None means a lost race: re-read and try again (a precondition the
@@ -615,12 +645,7 @@ class Store:
             kv = self._get_kv(namespace, name)
             obj = decode(kv)
             meta = obj["metadata"]
-            if preconditions.get("uid") and preconditions["uid"] != meta.get("uid"):
-                raise errors.conflict(self.info.resource, name, self.info.group,
-                                      f"Precondition failed: UID in precondition: {preconditions['uid']}, UID in object meta: {meta.get('uid')}")
-            if preconditions.get("resourceVersion") and str(preconditions["resourceVersion"]) != meta["resourceVersion"]:
-                raise errors.conflict(self.info.resource, name, self.info.group,
-                                      f"Precondition failed: ResourceVersion in precondition: {preconditions['resourceVersion']}, ResourceVersion in object meta: {meta['resourceVersion']}")
+            self._check_preconditions(name, meta, preconditions)
             plan = plan_delete(obj, options, self.strategy, self.clock.now())
             if plan.action == "keep":
                 return obj, False

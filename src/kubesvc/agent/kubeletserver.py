@@ -1,0 +1,124 @@
+"""The node agent's HTTP server: what the apiserver calls on a node (upstream
+pkg/kubelet/server/server.go, the ``/containerLogs`` and ``/healthz`` handlers).
+
+``kubectl logs`` goes to the apiserver, which finds the Pod's node, reads the port from the
+Node's ``status.daemonEndpoints.kubeletEndpoint.Port`` and asks the agent::
+
+    GET /containerLogs/{namespace}/{pod}/{container}?follow=true&tailLines=10&...
+    Authorization: Bearer <the apiserver's token>
+
+The agent answers with the container's log as text, streamed (see ``logs.py`` for the file
+format and the options). The current instance's log is ``<restart count>.log``;
+``previous=true`` asks for the one before (``<restart count - 1>.log``). Errors, with
+kubelet's words, as plain text the apiserver hands on:
+
+* 401 without the token; 404 ``pod "P" does not exist`` / ``container "C" not found in pod "P"``;
+* 400 ``previous terminated container "C" in pod "P" not found``, or ``container "C" in pod
+  "P" is waiting to start: ContainerCreating`` when it has no log yet;
+* 400/422 for options that do not decode / do not validate (kubelet's terse JSON-ish text).
+
+``/healthz`` answers ``ok`` to anyone, like kubelet's healthz port.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from aiohttp import web
+
+from kubesvc.agent.logs import InvalidLogOptions, LogOptions, container_log_path, read_logs
+from kubesvc.apiserver.auth import token_valid
+from kubesvc.apiserver.codec import parameter_bool
+from kubesvc.apiserver.streaming import relay
+from kubesvc.proxy.healthcheck import listen_socket
+from kubesvc.util.clock import Clock, RealClock
+
+
+@dataclass
+class PodLogInfo:
+    """What the server needs to know about a Pod the agent runs."""
+
+    uid: str
+    restart_counts: dict[str, int]  # container -> its current restart count
+    running: Callable[[str], bool]  # is that container running now
+
+
+Resolve = Callable[[str, str], "PodLogInfo | None"]  # (namespace, pod name) -> the Pod, if it runs here
+
+
+def _text(status: int, message: str) -> web.Response:
+    return web.Response(status=status, text=message, content_type="text/plain")
+
+
+class KubeletServer:
+    def __init__(self, bind_address: str, port: int, token: str, log_root: Path, resolve: Resolve,
+                 clock: Clock | None = None):
+        self.bind_address = bind_address
+        self.port = port
+        self._token = token
+        self._log_root = Path(log_root)
+        self._resolve = resolve
+        self._clock = clock or RealClock()
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        """Listen (port 0 picks a free one; ``self.port`` is then the real one)."""
+        app = web.Application()
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", self._container_logs)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        await self._runner.setup()
+        sock = listen_socket(self.bind_address, self.port)  # as kubelet's Go listener: "" / 0.0.0.0 is dual-stack
+        self.port = sock.getsockname()[1]
+        await web.SockSite(self._runner, sock).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return _text(200, "ok")
+
+    async def _container_logs(self, request: web.Request) -> web.StreamResponse:
+        if not token_valid(request.headers.get("Authorization"), self._token):
+            return _text(401, "Unauthorized")
+        namespace, pod_name, container = (request.match_info[k] for k in ("namespace", "pod", "container"))
+        query = dict(request.query)
+        if "tail" in query:  # kubelet's older spelling of tailLines; "all" means no limit
+            tail = query.pop("tail")
+            if tail != "all":
+                query["tailLines"] = tail
+        try:
+            options = LogOptions.from_query(query, self._clock.now())
+        except InvalidLogOptions:
+            return _text(422, '{"message": "Invalid request."}')
+        except ValueError:
+            return _text(400, '{"message": "Unable to decode query."}')
+        previous = parameter_bool(query, "previous")
+        pod = self._resolve(namespace, pod_name)
+        if pod is None:
+            return _text(404, f'pod "{pod_name}" does not exist')
+        if container not in pod.restart_counts:
+            return _text(404, f'container "{container}" not found in pod "{pod_name}"')
+        restart = pod.restart_counts[container] - (1 if previous else 0)
+        path = container_log_path(self._log_root, namespace, pod_name, pod.uid, container, restart)
+        if previous and (restart < 0 or not path.exists()):
+            return _text(400, f'previous terminated container "{container}" in pod "{pod_name}" not found')
+        if not path.exists():
+            return _text(400, f'container "{container}" in pod "{pod_name}" is waiting to start: ContainerCreating')
+
+        def still_running() -> bool:
+            """The same instance of the container is still running (a restart ends a follow)."""
+            if previous:
+                return False
+            now = self._resolve(namespace, pod_name)
+            return now is not None and now.uid == pod.uid and now.restart_counts.get(container) == restart and now.running(container)
+
+        response = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        await relay(request, response, read_logs(path, options, is_running=still_running))
+        return response

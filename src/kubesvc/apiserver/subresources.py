@@ -1,0 +1,53 @@
+"""Subresources that are actions, not views of the stored object.
+
+``status`` and ``finalize`` read and write the object itself through the generic store. Some
+of a Pod's subresources do something else, each with REST logic of its own upstream
+(pkg/registry/core/pod/storage and pkg/registry/core/pod/rest):
+
+* ``pods/binding`` (``BindingREST``): ``POST`` a ``Binding`` to assign the Pod to a Node. Its
+  older spelling, the namespaced ``bindings`` collection (``LegacyBindingREST``), takes the
+  Pod's name from the Binding's ``metadata.name``; it is a resource of its own in discovery,
+  with the one verb ``create``.
+* ``pods/log`` (``LogREST``): ``GET`` streams a container's log from the Pod's node agent.
+
+Discovery, OpenAPI and routing all read this table, so a subresource is described once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kubesvc.api.kinds.core import BINDING_INFO
+from kubesvc.api.scheme import KindInfo
+
+
+@dataclass(frozen=True, eq=False)  # one object per subresource: compared (and hashed) by identity
+class ActionSubresource:
+    group: str
+    parent: str  # the resource it hangs off: "pods"
+    name: str  # "binding"
+    kind: str  # what the request body / answer is, as discovery names it
+    verbs: tuple[str, ...]
+    body: KindInfo | None = None  # the kind a create POSTs
+    legacy_resource: str = ""  # also served as this namespaced collection (POST only)
+    legacy_singular: str = ""
+
+
+POD_BINDING = ActionSubresource("", "pods", "binding", "Binding", ("create",), body=BINDING_INFO,
+                                legacy_resource="bindings", legacy_singular="binding")
+POD_LOG = ActionSubresource("", "pods", "log", "Pod", ("get",))
+ACTION_SUBRESOURCES = (POD_BINDING, POD_LOG)
+
+
+def actions_of(info: KindInfo) -> list[ActionSubresource]:
+    """The action subresources of a served kind (version v1 is the only one they exist in)."""
+    return [a for a in ACTION_SUBRESOURCES if a.group == info.group and a.parent == info.resource and info.version == "v1"]
+
+
+def action(info: KindInfo, subresource: str) -> ActionSubresource | None:
+    return next((a for a in actions_of(info) if a.name == subresource), None)
+
+
+def legacy_action(group: str, resource: str) -> ActionSubresource | None:
+    """The action a legacy collection (``bindings``) stands for."""
+    return next((a for a in ACTION_SUBRESOURCES if a.legacy_resource and a.group == group and a.legacy_resource == resource), None)

@@ -1,0 +1,171 @@
+"""The scheduler's shell: Pods without a node go to one, through the API (a small
+kube-scheduler, pkg/scheduler/schedule_one.go, run inside the controller-manager).
+
+Events only enqueue Pod keys; one worker places one Pod at a time, so each decision sees the
+ones before it:
+
+* a Pod that needs scheduling (``placement.needs_scheduling``) is enqueued when it appears,
+  and again when its spec changes (a toleration added, a gate removed);
+* a Pod no Node could take waits among the *unschedulable* ones, all of which are enqueued
+  again when a Node appears or changes in a way that matters (labels, taints,
+  ``unschedulable``, conditions), and after ``UNSCHEDULABLE_RETRY`` seconds in any case
+  (upstream's ``podMaxInUnschedulablePodsDuration``).
+
+A sync decides with ``placement.pick_node`` over the informer caches, counting the Pods on
+each Node plus the ones this scheduler bound and the cache does not show yet ("assumed"
+Pods), so a burst of Pods still spreads. Then:
+
+* placed: ``POST pods/NAME/binding`` (the Pod's uid as precondition, as upstream's
+  DefaultBinder) and a Normal ``Scheduled`` Event "Successfully assigned NS/POD to NODE";
+  a refused binding is a Warning ``FailedScheduling`` "Binding rejected: ..." and a retry,
+  unless the Pod is gone or was bound by someone else meanwhile;
+* not placed: a Warning ``FailedScheduling`` Event with the reason and the Pod's
+  ``PodScheduled`` condition False, reason ``Unschedulable`` (a status patch only when the
+  condition changes).
+
+Events are reported by ``default-scheduler``, as kube-scheduler's are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from kubesvc.apiserver.registry.pod import POD_SCHEDULED, update_pod_condition
+from kubesvc.client.cache import object_key, split_key
+from kubesvc.client.rest import PODS, ApiError, RestClient, is_not_found
+from kubesvc.client.workqueue import WorkQueue
+from kubesvc.controllers.informers import POD_NODE_INDEX, SharedInformers
+from kubesvc.controllers.runtime import EventRecorder, run_workers
+from kubesvc.controllers.scheduler.placement import DEFAULT_SCHEDULER, is_terminal, needs_scheduling, pick_node
+from kubesvc.util.clock import Clock, RealClock
+
+log = logging.getLogger("kubesvc.controllers.scheduler")
+
+UNSCHEDULABLE_RETRY = 300.0  # seconds an unschedulable Pod waits at most before another try
+MAX_RETRIES = 15
+
+
+def scheduling_view(node: dict) -> tuple:
+    """What of a Node can change where Pods fit (upstream ``nodeSchedulingPropertiesChange``)."""
+    meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
+    conditions = sorted((c.get("type", ""), c.get("status", "")) for c in status.get("conditions") or [])
+    return (bool(spec.get("unschedulable")), sorted((meta.get("labels") or {}).items()),
+            repr(spec.get("taints") or []), conditions)
+
+
+class Scheduler:
+    def __init__(self, client: RestClient, informers: SharedInformers, *, scheduler_name: str = DEFAULT_SCHEDULER,
+                 recorder: EventRecorder | None = None, clock: Clock | None = None):
+        self.client = client
+        self.scheduler_name = scheduler_name
+        self.clock = clock or RealClock()
+        self.recorder = recorder or EventRecorder(client, scheduler_name, self.clock)
+        self.queue = WorkQueue(clock=self.clock)
+        self._pods = informers.pods
+        self._nodes = informers.nodes
+        self._assumed: dict[str, str] = {}  # pod key -> the node we bound it to, until the cache shows it
+        self._unschedulable: set[str] = set()
+        self._pods.add_event_handler(self._on_pod_add, self._on_pod_update, self._on_pod_delete)
+        self._nodes.add_event_handler(self._on_node_add, self._on_node_update, None)
+
+    async def run(self) -> None:
+        await asyncio.gather(self._pods.wait_for_sync(), self._nodes.wait_for_sync())
+        for pod in self._pods.indexer.list():
+            self._on_pod_add(pod)
+        # one worker: each decision must see the Pods placed before it
+        await run_workers("scheduler", self.queue, self.schedule, 1, MAX_RETRIES)
+
+    # ---- event handlers: record and return -------------------------------------------------
+
+    def _wants(self, pod: dict) -> bool:
+        return needs_scheduling(pod, self.scheduler_name)
+
+    def _on_pod_add(self, pod: dict) -> None:
+        if self._wants(pod):
+            self.queue.add(object_key(pod))
+
+    def _on_pod_update(self, old: dict, new: dict) -> None:
+        key = object_key(new)
+        if (new.get("spec") or {}).get("nodeName"):
+            self._assumed.pop(key, None)  # the cache shows the binding now
+            self._unschedulable.discard(key)
+        elif self._wants(new) and (key not in self._unschedulable or old.get("spec") != new.get("spec")):
+            self.queue.add(key)  # not on a status-only change: our own PodScheduled patch comes back as one
+
+    def _on_pod_delete(self, pod: dict) -> None:
+        key = object_key(pod)
+        self._assumed.pop(key, None)
+        self._unschedulable.discard(key)
+
+    def _on_node_add(self, node: dict) -> None:
+        self._retry_unschedulable()
+
+    def _on_node_update(self, old: dict, new: dict) -> None:
+        if scheduling_view(old) != scheduling_view(new):
+            self._retry_unschedulable()
+
+    def _retry_unschedulable(self) -> None:
+        for key in self._unschedulable:
+            self.queue.add(key)
+
+    # ---- the sync ----------------------------------------------------------------------------
+
+    def pod_counts(self) -> dict[str, int]:
+        """Non-terminal Pods per Node: the cache's, plus assumed Pods it does not show yet."""
+        counts = {}
+        for node in self._nodes.indexer.list():
+            name = node["metadata"]["name"]
+            counts[name] = sum(1 for p in self._pods.indexer.by_index(POD_NODE_INDEX, name) if not is_terminal(p))
+        for key, node in self._assumed.items():
+            cached = self._pods.indexer.get_by_key(key)
+            if cached is not None and not (cached.get("spec") or {}).get("nodeName"):
+                counts[node] = counts.get(node, 0) + 1
+        return counts
+
+    async def schedule(self, key: str) -> None:
+        pod = self._pods.indexer.get_by_key(key)
+        if pod is None or not self._wants(pod) or key in self._assumed:
+            return
+        pod = {"kind": "Pod", "apiVersion": "v1", **pod}  # list items may come without their type
+        placement = pick_node(pod, self._nodes.indexer.list(), self.pod_counts())
+        if placement.node is None:
+            log.info("pod %s is unschedulable: %s", key, placement.reason)
+            self._unschedulable.add(key)
+            self.queue.add_after(key, UNSCHEDULABLE_RETRY)
+            self.recorder.event(pod, "Warning", "FailedScheduling", placement.reason, action="Scheduling")
+            await self._mark_unschedulable(pod, placement.reason)
+            return
+        self._unschedulable.discard(key)
+        await self._bind(pod, placement.node)
+
+    async def _bind(self, pod: dict, node: str) -> None:
+        namespace, name = split_key(object_key(pod))
+        binding = {"apiVersion": "v1", "kind": "Binding",
+                   "metadata": {"name": name, "namespace": namespace, "uid": pod["metadata"].get("uid")},
+                   "target": {"kind": "Node", "name": node}}
+        try:
+            await self.client.create(PODS.path(namespace, name, "binding"), binding)
+        except ApiError as exc:
+            if is_not_found(exc) or (exc.status == 409 and "already assigned" in exc.message):
+                return  # gone, or bound by someone else meanwhile: nothing to do
+            self.recorder.event(pod, "Warning", "FailedScheduling", f"Binding rejected: {exc.message}", action="Scheduling")
+            raise
+        self._assumed[object_key(pod)] = node
+        log.info("bound pod %s/%s to %s", namespace, name, node)
+        self.recorder.event(pod, "Normal", "Scheduled", f"Successfully assigned {namespace}/{name} to {node}", action="Binding")
+
+    async def _mark_unschedulable(self, pod: dict, reason: str) -> None:
+        """PodScheduled=False, Unschedulable, as a strategic-merge status patch of that one
+        condition (upstream ``updatePod``), only when it changes."""
+        condition = {"type": POD_SCHEDULED, "status": "False", "reason": "Unschedulable", "message": reason}
+        conditions, changed = update_pod_condition((pod.get("status") or {}).get("conditions") or [], condition, self.clock.now())
+        if not changed:
+            return
+        new = next(c for c in conditions if c["type"] == POD_SCHEDULED)
+        namespace, name = split_key(object_key(pod))
+        try:
+            await self.client.resource(PODS).patch(name, {"status": {"conditions": [new]}}, namespace, "strategic", "status")
+        except ApiError as exc:
+            if not is_not_found(exc):
+                raise

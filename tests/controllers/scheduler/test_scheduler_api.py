@@ -1,0 +1,104 @@
+"""The scheduler against a real apiserver: Pods get bound through ``pods/binding``, spread over
+the Ready Nodes, with kube-scheduler's Events; an unschedulable Pod gets FailedScheduling and
+PodScheduled=False, and is placed once a Node changes to fit it."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from kubesvc.client.rest import EVENTS, NODES, PODS
+from kubesvc.controllers.scheduler.controller import Scheduler
+from tests.support.cluster import api_client, eventually, new_namespace, running_controller
+
+
+async def ready_node(client, name: str, *, labels: dict | None = None, unschedulable: bool = False) -> dict:
+    body = {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}}}
+    if unschedulable:
+        body["spec"] = {"unschedulable": True}
+    created = await client.resource(NODES).create(body)
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    created["status"] = {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": now,
+                                         "lastTransitionTime": now}]}
+    return await client.resource(NODES).update_status(created)
+
+
+async def pending_pod(client, namespace: str, name: str, **spec) -> dict:
+    body = {"metadata": {"name": name, "namespace": namespace}, "spec": {"containers": [{"name": "app", "image": "app"}], **spec}}
+    return await client.resource(PODS).create(body)
+
+
+async def events_of(client, namespace: str, name: str) -> list[dict]:
+    listing = await client.resource(EVENTS).list(namespace, field_selector=f"involvedObject.name={name}")
+    return listing["items"]
+
+
+async def node_of(client, namespace: str, name: str) -> str | None:
+    return ((await client.resource(PODS).get(name, namespace)).get("spec") or {}).get("nodeName")
+
+
+def condition(pod: dict, type_: str) -> dict | None:
+    return next((c for c in (pod.get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
+
+
+async def test_pods_are_bound_spread_over_ready_nodes_with_events(fresh_apiserver):
+    server = fresh_apiserver()
+    async with api_client(server) as client:
+        for name in ("node-a", "node-b"):
+            await ready_node(client, name)
+        await ready_node(client, "node-c", unschedulable=True)
+        await client.resource(NODES).create({"metadata": {"name": "node-d"}})  # no Ready condition: unreachable
+        ns = await new_namespace(client)
+        for i in range(4):
+            await pending_pod(client, ns, f"web-{i}")
+        await pending_pod(client, ns, "other", schedulerName="my-scheduler")
+        async with running_controller(client, Scheduler):
+            async def all_bound():
+                nodes = [await node_of(client, ns, f"web-{i}") for i in range(4)]
+                return nodes if all(nodes) else None
+
+            nodes = await eventually(all_bound, message="all four Pods bound")
+            assert sorted(nodes) == ["node-a", "node-a", "node-b", "node-b"]
+            assert nodes[0] == "node-a"  # the first decision: a tie, broken by name
+            events = await eventually(lambda: events_of(client, ns, "web-0"), message="the Scheduled event")
+        assert await node_of(client, ns, "other") is None  # another scheduler's Pod
+        pod = await client.resource(PODS).get("web-0", ns)
+        assert condition(pod, "PodScheduled")["status"] == "True"
+        [event] = events
+        assert (event["type"], event["reason"], event["message"]) == ("Normal", "Scheduled", f"Successfully assigned {ns}/web-0 to node-a")
+        assert event["source"]["component"] == event["reportingComponent"] == "default-scheduler"
+        assert event["involvedObject"]["kind"] == "Pod" and event["involvedObject"]["uid"] == pod["metadata"]["uid"]
+
+
+async def test_unschedulable_pod_reports_why_and_is_placed_when_a_node_changes(fresh_apiserver):
+    server = fresh_apiserver()
+    async with api_client(server) as client:
+        await ready_node(client, "node-a")
+        await ready_node(client, "node-b")
+        await ready_node(client, "node-c", unschedulable=True)
+        ns = await new_namespace(client)
+        await pending_pod(client, ns, "db", nodeSelector={"disk": "ssd"})
+        async with running_controller(client, Scheduler):
+            reason = "0/3 nodes are available: 1 node(s) were unschedulable, 2 node(s) didn't match Pod's node affinity/selector."
+
+            async def reported():
+                pod = await client.resource(PODS).get("db", ns)
+                scheduled = condition(pod, "PodScheduled")
+                return scheduled if scheduled and scheduled.get("reason") == "Unschedulable" else None
+
+            scheduled = await eventually(reported, message="PodScheduled=False")
+            assert (scheduled["status"], scheduled["message"]) == ("False", reason)
+            [failed] = await events_of(client, ns, "db")
+            assert (failed["type"], failed["reason"], failed["message"]) == ("Warning", "FailedScheduling", reason)
+            assert failed["reportingComponent"] == "default-scheduler"
+
+            await client.resource(NODES).patch("node-b", {"metadata": {"labels": {"disk": "ssd"}}})
+            assert await eventually(lambda: node_of(client, ns, "db"), message="db bound after the label") == "node-b"
+            pod = await client.resource(PODS).get("db", ns)
+            assert condition(pod, "PodScheduled")["status"] == "True"
+            reasons = await eventually(lambda: _reasons(client, ns, "db", 2), message="the Scheduled event")
+            assert reasons == ["FailedScheduling", "Scheduled"]
+
+
+async def _reasons(client, ns, name, count):
+    events = await events_of(client, ns, name)
+    return sorted(e["reason"] for e in events) if len(events) >= count else None
