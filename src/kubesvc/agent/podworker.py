@@ -220,11 +220,11 @@ class PodWorker:
                 return STOPPED_FOR_GOOD if slot.init else None
             if backoff:
                 record = slot.record
-                if record.terminated is not None:
-                    record.last_termination, record.terminated = record.terminated, None
+                if record.terminated is not None:  # a configuration error keeps its own waiting reason
+                    record.last_termination, record.terminated, record.running_since = record.terminated, None, None
                     record.waiting_reason = "CrashLoopBackOff"
-                record.waiting_message = f"back-off {_duration(backoff)} restarting failed container={slot.name} pod={_describe(self.pod)}"
-                self._event("Warning", "BackOff", f"Back-off restarting failed container {slot.name} in pod {_describe(self.pod)}")
+                    record.waiting_message = f"back-off {_duration(backoff)} restarting failed container={slot.name} pod={_describe(self.pod)}"
+                    self._event("Warning", "BackOff", f"Back-off restarting failed container {slot.name} in pod {_describe(self.pod)}")
                 self._mark_dirty()
                 try:
                     await asyncio.wait_for(self._terminate.wait(), backoff)

@@ -1,0 +1,221 @@
+"""The agent's Pod lifecycle as a user sees it through ``kubectl``, on ``kubesvc up`` in a
+namespace of its own: probes that restart or gate containers, the crash-loop back-off,
+restart policies and terminal phases, init containers, configuration errors, graceful and
+forced termination, and the terminating-but-serving endpoint during a drain.
+
+Every expectation (reasons, messages, exit codes) is upstream kubelet's, written by hand.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.up import UpProcess, wait_until
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory):
+    process = UpProcess(tmp_path_factory.mktemp("lifecycle") / "data", role="life")
+    try:
+        yield process.start()
+    finally:
+        process.close()
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    """A host directory the Pods' processes and exec probes share with the test."""
+    return tmp_path
+
+
+def pod_manifest(name: str, containers: list[dict], **spec) -> str:
+    return yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                           "spec": {"containers": containers, "terminationGracePeriodSeconds": 2, **spec}})
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(3)}"
+
+
+def container_status(up: UpProcess, pod: str, init: bool = False) -> dict:
+    statuses = up.get("pod", pod).get("status", {}).get("initContainerStatuses" if init else "containerStatuses") or [{}]
+    return statuses[0]
+
+
+def netns_names(up: UpProcess) -> set[str]:
+    return {line.split()[0] for line in up.run("ip", "netns", "list").stdout.splitlines() if line.strip()}
+
+
+def when(value, predicate):
+    """``value`` if ``predicate(value)`` holds, else None (for wait_until)."""
+    return value if predicate(value) else None
+
+
+def events_of(up: UpProcess, pod: str) -> list[tuple[str, str]]:
+    items = up.get("events", "--field-selector", f"involvedObject.name={pod}")["items"]
+    return [(e["reason"], e["message"]) for e in items]
+
+
+def condition(up: UpProcess, pod: str, type_: str) -> str:
+    for c in up.get("pod", pod).get("status", {}).get("conditions") or []:
+        if c["type"] == type_:
+            return c["status"]
+    return ""
+
+
+def test_liveness_failure_restarts_the_container(up, scratch):
+    alive = scratch / "alive"
+    alive.write_text("yes")
+    name = unique("live")
+    up.kubectl("apply", "-f", "-", input=pod_manifest(name, [{
+        "name": "c", "image": "busybox", "command": ["sleep", "1000"],
+        "livenessProbe": {"exec": {"command": ["test", "-f", str(alive)]}, "periodSeconds": 1, "failureThreshold": 2}}]))
+    wait_until(lambda: container_status(up, name).get("state", {}).get("running"), message="container running")
+    time.sleep(2.5)
+    assert container_status(up, name)["restartCount"] == 0  # a passing probe restarts nothing
+    alive.unlink()
+    status = wait_until(lambda: when(container_status(up, name), lambda s: s.get("restartCount") == 1), timeout=15,
+                        message="one restart after the liveness probe failed")
+    assert status["lastState"]["terminated"]["exitCode"] == 143  # sleep dies of the SIGTERM: 128 + 15
+    messages = [m for _, m in events_of(up, name)]
+    assert f"Container c failed liveness probe, will be restarted" in messages
+    assert any(m.startswith("Liveness probe failed: ") for m in messages)
+
+
+def test_crash_loop_back_off_and_previous_logs(up):
+    name = unique("crash")
+    up.kubectl("apply", "-f", "-", input=pod_manifest(name, [{"name": "c", "image": "busybox", "command": ["sh", "-c", "echo boom; exit 3"]}]))
+    status = wait_until(lambda: when(container_status(up, name), lambda s: s.get("state", {}).get("waiting", {}).get("reason") == "CrashLoopBackOff"),
+                        timeout=15, message="CrashLoopBackOff")
+    uid = up.get("pod", name)["metadata"]["uid"]
+    assert status["state"]["waiting"]["message"] == f"back-off 10s restarting failed container=c pod={name}_default({uid})"
+    assert status["lastState"]["terminated"]["exitCode"] == 3 and status["lastState"]["terminated"]["reason"] == "Error"
+    assert status["restartCount"] == 1
+    assert up.kubectl("logs", name, "--previous").stdout == "boom\n"
+    table = up.kubectl("get", "pod", name, "--no-headers").stdout.split()
+    assert table[2] == "CrashLoopBackOff" and table[3].startswith("1")
+    assert ("BackOff", f"Back-off restarting failed container c in pod {name}_default({uid})") in events_of(up, name)
+
+
+@pytest.mark.parametrize("code,phase,reason,column", [(0, "Succeeded", "Completed", "Completed"), (2, "Failed", "Error", "Error")],
+                         ids=["exit-0-succeeded", "exit-2-failed"])
+def test_restart_policy_never_ends_in_a_terminal_phase(up, code, phase, reason, column):
+    name = unique("once")
+    up.kubectl("apply", "-f", "-", input=pod_manifest(name, [{"name": "c", "image": "busybox", "command": ["sh", "-c", f"exit {code}"]}],
+                                                     restartPolicy="Never"))
+    pod = wait_until(lambda: when(up.get("pod", name), lambda p: p.get("status", {}).get("phase") == phase), message=phase)
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert terminated["exitCode"] == code and terminated["reason"] == reason
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+    assert up.kubectl("get", "pod", name, "--no-headers").stdout.split()[2] == column
+    up.kubectl("delete", "pod", name, "--wait=true", timeout=30)  # a finished Pod goes at once
+
+
+def test_init_containers_run_to_completion_first(up, scratch):
+    order = scratch / "order"
+    name = unique("init")
+    up.kubectl("apply", "-f", "-", input=pod_manifest(
+        name, [{"name": "main", "image": "busybox", "command": ["sh", "-c", f"echo main >> {order}; sleep 1000"]}],
+        initContainers=[{"name": "first", "image": "busybox", "command": ["sh", "-c", f"echo first >> {order}"]},
+                        {"name": "second", "image": "busybox", "command": ["sh", "-c", f"sleep 0.5; echo second >> {order}"]}]))
+    wait_until(lambda: condition(up, name, "Ready") == "True", message="Ready")
+    assert order.read_text().split() == ["first", "second", "main"]
+    init = up.get("pod", name)["status"]["initContainerStatuses"]
+    assert [(s["name"], s["state"]["terminated"]["reason"], s["state"]["terminated"]["exitCode"]) for s in init] == [
+        ("first", "Completed", 0), ("second", "Completed", 0)]
+    assert condition(up, name, "Initialized") == "True"
+
+
+def test_missing_secret_is_a_container_config_error(up):
+    name = unique("cfg")
+    up.kubectl("apply", "-f", "-", input=pod_manifest(name, [{
+        "name": "c", "image": "busybox", "command": ["sleep", "1000"],
+        "env": [{"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}]}]))
+    waiting = wait_until(lambda: container_status(up, name).get("state", {}).get("waiting", {}).get("reason") == "CreateContainerConfigError"
+                         and container_status(up, name)["state"]["waiting"], message="CreateContainerConfigError")
+    assert waiting["message"] == 'secret "db" not found'
+    assert up.get("pod", name)["status"]["phase"] == "Pending"
+    assert up.kubectl("get", "pod", name, "--no-headers").stdout.split()[2] == "CreateContainerConfigError"
+
+
+def test_startup_probe_holds_readiness_until_it_passes(up, scratch):
+    started = scratch / "started"
+    name = unique("startup")
+    up.kubectl("apply", "-f", "-", input=pod_manifest(name, [{
+        "name": "c", "image": "busybox", "command": ["sleep", "1000"],
+        "startupProbe": {"exec": {"command": ["test", "-f", str(started)]}, "periodSeconds": 1, "failureThreshold": 30}}]))
+    wait_until(lambda: container_status(up, name).get("state", {}).get("running"), message="running")
+    time.sleep(2)
+    status = container_status(up, name)
+    assert status["started"] is False and status["ready"] is False
+    assert condition(up, name, "Ready") == "False"
+    started.write_text("")
+    wait_until(lambda: condition(up, name, "Ready") == "True", timeout=10, message="Ready after the startup probe passed")
+    assert container_status(up, name)["started"] is True
+
+
+IGNORE_SIGTERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(1000)"
+
+
+def test_graceful_termination_runs_pre_stop_then_kills_after_the_grace_period(up, scratch):
+    marker = scratch / "prestop"
+    name = unique("grace")
+    up.kubectl("apply", "-f", "-", input=pod_manifest(name, [{
+        "name": "c", "image": "busybox", "command": ["python3", "-c", IGNORE_SIGTERM],
+        "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", f"echo ran > {marker}"]}}}}], terminationGracePeriodSeconds=3))
+    wait_until(lambda: condition(up, name, "Ready") == "True", message="Ready")
+    netns = netns_names(up)
+    began = time.monotonic()
+    up.kubectl("delete", "pod", name, timeout=30)  # waits until the object is gone
+    took = time.monotonic() - began
+    assert 3.0 <= took < 8.0, took  # SIGTERM ignored: SIGKILL at the end of the 3 s grace period
+    assert marker.read_text() == "ran\n"
+    assert up.kubectl("get", "pod", name, check=False).returncode != 0
+    uid_netns = netns - netns_names(up)
+    assert uid_netns, "the Pod's network namespace was removed"
+
+
+def test_force_deletion_kills_at_once(up):
+    name = unique("force")
+    up.kubectl("apply", "-f", "-", input=pod_manifest(name, [{"name": "c", "image": "busybox", "command": ["python3", "-c", IGNORE_SIGTERM]}],
+                                                     terminationGracePeriodSeconds=60))
+    wait_until(lambda: condition(up, name, "Ready") == "True", message="Ready")
+    before = netns_names(up)
+    began = time.monotonic()
+    up.kubectl("delete", "pod", name, "--grace-period=0", "--force")
+    gone = wait_until(lambda: before - netns_names(up), timeout=10, message="namespace removed")
+    assert time.monotonic() - began < 10 and len(gone) == 1
+
+
+def test_endpoint_is_terminating_and_serving_while_the_pod_drains(up):
+    name = unique("drain")
+    label = {"app": name}
+    server = ("import http.server, signal; signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+              "class H(http.server.BaseHTTPRequestHandler):\n"
+              "    def do_GET(self):\n        self.send_response(200); self.end_headers(); self.wfile.write(b'ok')\n"
+              "http.server.HTTPServer(('', 8080), H).serve_forever()\n")
+    manifests = [
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": {"selector": label, "ports": [{"port": 80, "targetPort": 8080}]}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": label},
+         "spec": {"terminationGracePeriodSeconds": 6, "containers": [{
+             "name": "c", "image": "busybox", "command": ["python3", "-c", server],
+             "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1}}]}},
+    ]
+    up.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(manifests))
+
+    def endpoint_conditions():
+        slices = up.get("endpointslices", "-l", f"kubernetes.io/service-name={name}")["items"]
+        endpoints = [e for s in slices for e in s.get("endpoints") or []]
+        return endpoints[0]["conditions"] if endpoints else None
+
+    assert wait_until(endpoint_conditions, message="an endpoint") is not None
+    wait_until(lambda: endpoint_conditions() == {"ready": True, "serving": True, "terminating": False}, message="ready endpoint")
+    up.kubectl("delete", "pod", name, "--wait=false")
+    draining = wait_until(lambda: when(endpoint_conditions(), lambda c: c and c.get("terminating")), timeout=10, message="terminating")
+    assert draining == {"ready": False, "serving": True, "terminating": True}
+    wait_until(lambda: up.kubectl("get", "pod", name, check=False).returncode != 0, timeout=15, message="Pod gone after the grace period")
