@@ -36,33 +36,12 @@ from yarl import URL
 
 from kubesvc.api import errors
 from kubesvc.api.errors import FieldError
+from kubesvc.api.pods import POD_SCHEDULED, update_pod_condition
 from kubesvc.api.validation_meta import go_quote
 from kubesvc.apiserver.codec import parameter_bool, parameter_int
 from kubesvc.apiserver.kubeletclient import kubelet_address, unknown_error
 from kubesvc.apiserver.registry.store import Store
 from kubesvc.util.clock import rfc3339
-
-POD_SCHEDULED = "PodScheduled"
-
-# ---- conditions ------------------------------------------------------------------------------
-
-
-def update_pod_condition(conditions: list[dict], condition: dict, now: datetime) -> tuple[list[dict], bool]:
-    """Upstream ``podutil.UpdatePodCondition``: ``condition`` replaces the one of its type (or
-    is appended), with ``lastTransitionTime`` now unless the status stays the same. Returns
-    (conditions, changed)."""
-    new = {**condition, "lastTransitionTime": rfc3339(now)}
-    for i, old in enumerate(conditions):
-        if old.get("type") != condition["type"]:
-            continue
-        if old.get("status") == new.get("status"):
-            new.pop("lastTransitionTime")
-            if old.get("lastTransitionTime"):
-                new["lastTransitionTime"] = old["lastTransitionTime"]
-        fields = ("status", "reason", "message", "lastProbeTime", "lastTransitionTime")
-        changed = any(old.get(f) != new.get(f) for f in fields)
-        return [*conditions[:i], new, *conditions[i + 1:]], changed
-    return [*conditions, new], True
 
 
 # ---- binding ---------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from kubesvc.apiserver.registry.pod import POD_SCHEDULED, update_pod_condition
+from kubesvc.api.pods import POD_SCHEDULED, update_pod_condition
 from kubesvc.client.cache import object_key, split_key
 from kubesvc.client.rest import PODS, ApiError, RestClient, is_not_found
 from kubesvc.client.workqueue import WorkQueue
