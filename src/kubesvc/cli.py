@@ -195,11 +195,15 @@ def up(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: str | None
         click.echo(f"  try: export KUBECONFIG={server.kubeconfig}; kubectl get nodes    (Ctrl-C stops and cleans up)")
         sys.stdout.flush()
 
+    from kubesvc.agent.command import START_FAILURES
+
     install_uvloop()
     try:
         errors = asyncio.run(_up(config, options, announce))
     except OSError as exc:
         raise click.ClickException(f"cannot start: {exc.strerror or exc}") from None
+    except START_FAILURES as exc:
+        raise click.ClickException(f"cannot start: {exc}") from None
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     if errors:

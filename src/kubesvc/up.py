@@ -70,15 +70,14 @@ def routable(ip: str) -> bool:
     return run_sync(["ip", "route", "get", ip], check=False).returncode == 0
 
 
-def ensure_service_routes(service_cidrs: list[str], bridge: str) -> list[str]:
-    """Route each Service range that nothing routes yet onto ``bridge``; returns what was added."""
-    added = []
+def ensure_service_routes(service_cidrs: list[str], bridge: str, added: list[str]) -> None:
+    """Route each Service range that nothing routes yet onto ``bridge``, appending each to
+    ``added`` as soon as it exists (so a failure half-way still records the first)."""
     for cidr in service_cidrs:
         first = str(ipaddress.ip_network(cidr).network_address + 1)
         if not routable(first):
             run_sync(["ip", "route", "add", cidr, "dev", bridge])
             added.append(cidr)
-    return added
 
 
 def remove_service_routes(cidrs: list[str]) -> list[str]:
@@ -104,7 +103,7 @@ class System:
         self.agent = None
         self.proxy = None
         self.controller_manager: asyncio.Task | None = None
-        self.state: dict = {"pid": os.getpid(), "agent_state_dir": str(self.data_dir / AGENT_DIR / "network"), "service_routes": []}
+        self.state: dict = {"pid": os.getpid(), "pid_started": process_start_time(os.getpid()), "agent_state_dir": str(self.data_dir / AGENT_DIR / "network"), "service_routes": []}
 
     async def _client(self, client_config, field_manager: str, user_agent: str):
         from kubesvc.client.rest import RestClient
@@ -132,8 +131,10 @@ class System:
             agent_config.node_ips = [str(ipaddress.ip_network(options.pod_cidrs[0]).network_address + 1)]
         self.agent = Agent(await self._client(client_config, "kubelet", "kubesvc-agent"), agent_config, token=client_config.token or "")
         await self.agent.start()
-        self.state["service_routes"] = ensure_service_routes(options.service_cidrs, agent_config.bridge)
-        _write_state(self.data_dir, self.state)
+        try:
+            ensure_service_routes(options.service_cidrs, agent_config.bridge, self.state["service_routes"])
+        finally:
+            _write_state(self.data_dir, self.state)
 
         flags = ProxyFlags(kubeconfig=str(self.server.kubeconfig), hostname_override=options.node_name,
                            proxy_mode=options.proxy_mode or None, cluster_cidr=",".join(options.pod_cidrs),
@@ -145,21 +146,29 @@ class System:
         await self.proxy.start()
 
     async def stop(self) -> list[str]:
-        """Stop everything and remove what ``up`` made; returns what could not be removed."""
+        """Stop everything and remove what ``up`` made; returns what could not be removed. Each
+        step runs even if an earlier one failed."""
         from kubesvc.proxy.server import cleanup_leftovers
 
         errors: list[str] = []
+
+        async def step(name: str, coro) -> None:
+            try:
+                errors.extend(await coro or [])
+            except Exception as err:  # noqa: BLE001 - keep cleaning; report at the end
+                errors.append(f"{name}: {err}")
+
         if self.proxy is not None:
-            await self.proxy.stop()
-        errors += await asyncio.to_thread(cleanup_leftovers)
+            await step("proxy", self.proxy.stop())
+        await step("proxy rules", asyncio.to_thread(cleanup_leftovers))
         if self.agent is not None:
-            errors += await self.agent.stop()
+            await step("agent", self.agent.stop())
         if self.controller_manager is not None:
             self.controller_manager.cancel()
             await asyncio.gather(self.controller_manager, return_exceptions=True)
-        errors += remove_service_routes(self.state.get("service_routes") or [])
+        await step("routes", asyncio.to_thread(remove_service_routes, self.state.get("service_routes") or []))
         for client in self.clients:
-            await client.close()
+            await step("client", client.close())
         if not errors:
             _state_path(self.data_dir).unlink(missing_ok=True)
         return errors
@@ -190,6 +199,17 @@ async def run_up(server, options: UpOptions, announce, stop: asyncio.Event) -> l
 # -- down ----------------------------------------------------------------------------------------
 
 
+def process_start_time(pid: int) -> str:
+    """The boot ID and the process's start time (``/proc/PID/stat`` field 22): with the pid,
+    what identifies one process across pid reuse and reboots."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return f"{boot}:{stat.rsplit(')', 1)[1].split()[19]}"
+    except (OSError, IndexError):
+        return ""
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -210,7 +230,8 @@ def down(data_dir: Path, *, wait: float = 30.0) -> list[str]:
     if state is None:
         return []
     pid = int(state.get("pid") or 0)
-    if pid and pid != os.getpid() and _alive(pid):
+    same_process = bool(state.get("pid_started")) and process_start_time(pid) == state.get("pid_started")
+    if pid and pid != os.getpid() and _alive(pid) and same_process:
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + wait
         while _alive(pid) and time.monotonic() < deadline:

@@ -117,3 +117,12 @@ def test_completed_pod_is_not_ready_with_pod_completed():
 ], ids=["same", "scalar", "nested-key-replaced", "list-whole", "removed-key"])
 def test_merge_patch_for(old, new, patch):
     assert merge_patch_for(old, new) == patch
+
+
+def test_conditions_of_other_components_are_kept():
+    old = {"conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "example.com/lb", "status": "True"},
+                          {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}]}
+    status = generate_pod_status(state([running()]), old, T0)
+    kept = {t: c for t, c in conditions(status).items() if t in ("PodScheduled", "example.com/lb", "DisruptionTarget")}
+    assert kept == {"PodScheduled": {"type": "PodScheduled", "status": "True"}, "example.com/lb": {"type": "example.com/lb", "status": "True"},
+                    "DisruptionTarget": {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}}

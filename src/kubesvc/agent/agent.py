@@ -99,14 +99,14 @@ class Agent:
         self.services.stop()
         workers = list(self.workers.values())
         await asyncio.gather(*(w.shutdown(self.config.shutdown_grace, delete=False) for w in workers), return_exceptions=True)
+        for task in self._tasks:  # the heartbeat first: an in-flight beat must not re-report Ready
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.heartbeat is not None:
             try:
                 await self.heartbeat.report_status(force=True, ready=False, ready_message="kubesvc agent stopped")
             except (ClientError, OSError) as err:
                 log.warning("cannot report node %s not ready: %s", self.config.node_name, err)
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.kubelet.stop()
         await self.recorder.flush()
         return await podnet.teardown_node_network(self.network) if remove_network else []

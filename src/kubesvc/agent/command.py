@@ -19,6 +19,19 @@ from kubesvc.util.process import install_uvloop, setup_logging, stop_on_signals
 log = logging.getLogger("kubesvc.agent")
 
 
+def _start_failures() -> tuple[type[Exception], ...]:
+    """What a failed start raises that deserves one line, not a traceback."""
+    from kubesvc.agent.node import PodCIDRMismatch
+    from kubesvc.agent.podnet import PodNetworkError
+    from kubesvc.client.rest import ClientError
+    from kubesvc.kernel.exec import CommandFailed
+
+    return (PodCIDRMismatch, PodNetworkError, ClientError, CommandFailed)
+
+
+START_FAILURES = _start_failures()
+
+
 def parse_pod_cidrs(value: str) -> list[str]:
     """One CIDR, or two of different families (kubelet's ``--pod-cidr`` takes one; dual-stack
     nodes get ``podCIDRs`` from the node IPAM controller upstream)."""
@@ -111,6 +124,8 @@ def agent_command(kubeconfig: str, node_name: str | None, pod_cidr: list[str], n
         asyncio.run(_run(client_config, config))
     except OSError as exc:
         raise click.ClickException(f"cannot start the agent: {exc.strerror or exc}") from None
+    except START_FAILURES as exc:
+        raise click.ClickException(f"cannot start the agent: {exc}") from None
 
 
 async def run_agent_until(client, config, token: str, stop: asyncio.Event) -> list[str]:

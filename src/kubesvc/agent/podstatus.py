@@ -160,8 +160,8 @@ class PodRuntimeState:
 
 
 def generate_pod_status(state: PodRuntimeState, old_status: dict, now: datetime) -> dict:
-    """The Pod's whole ``status`` (upstream ``generateAPIPodStatus``); ``old_status`` only
-    supplies the scheduler's PodScheduled condition and unchanged transition times."""
+    """The Pod's whole ``status`` (upstream ``generateAPIPodStatus``); ``old_status`` supplies
+    the conditions other components own (kept as they are) and unchanged transition times."""
     previous = {c.get("type"): c for c in old_status.get("conditions") or [] if isinstance(c, dict)}
     phase = pod_phase(state.restart_policy, state.init_containers, state.containers, initialized=state.initialized)
     terminal = phase in ("Succeeded", "Failed")
@@ -183,8 +183,9 @@ def generate_pod_status(state: PodRuntimeState, old_status: dict, now: datetime)
                    *(("", "") if containers_ready and state.readiness_gates_ok else (ready_reason or "ReadinessGatesNotReady", ready_message))),
         _condition("ContainersReady", containers_ready, now, previous, *(("", "") if containers_ready else (ready_reason, ready_message))),
     ]
-    if "PodScheduled" in previous:
-        conditions.append(previous["PodScheduled"])
+    ours = {c["type"] for c in conditions}
+    # conditions of others (the scheduler's PodScheduled, readiness gates, DisruptionTarget) are kept
+    conditions += [c for t, c in previous.items() if t not in ours]
     status: dict = {"phase": phase, "conditions": conditions}
     if state.host_ip:
         status["hostIP"] = state.host_ip

@@ -32,7 +32,7 @@ from kubesvc.agent import envvars, podnet
 from kubesvc.agent.logs import container_log_path
 from kubesvc.agent.podstatus import ContainerRecord, PodRuntimeState, Termination, generate_pod_status, merge_patch_for
 from kubesvc.agent.probes import ProbeResult, ProbeSpec, ProbeTracker, probe_event, run_check, run_probe, worker_result
-from kubesvc.agent.runtime import ContainerProcess, StartError
+from kubesvc.agent.runtime import ContainerProcess, StartError, kill_processes_in
 from kubesvc.client.rest import ApiError, ClientError, is_not_found
 from kubesvc.controllers.runtime import EventRecorder
 from kubesvc.util.clock import Clock
@@ -40,6 +40,7 @@ from kubesvc.util.clock import Clock
 log = logging.getLogger("kubesvc.agent")
 
 STOPPED_FOR_GOOD = object()
+MINIMUM_GRACE_AFTER_PRE_STOP = 2.0  # upstream minimumGracePeriodInSeconds
 
 
 @dataclass
@@ -114,6 +115,7 @@ class PodWorker:
         self._main: asyncio.Task | None = None
         self._writer: asyncio.Task | None = None
         self._terminate = asyncio.Event()
+        self._grace_shortened = asyncio.Event()
         self._message = ""
 
     # -- surface used by the Agent
@@ -126,12 +128,16 @@ class PodWorker:
         """A newer version of the Pod from the informer."""
         self.pod = pod
         meta = pod["metadata"]
-        if meta.get("deletionTimestamp") and not self.terminating:
+        if meta.get("deletionTimestamp"):  # a second, shorter DELETE shortens the grace period
             self.request_termination(float(meta.get("deletionGracePeriodSeconds", 30) or 0))
 
     def request_termination(self, grace: float) -> None:
+        if self.terminating and grace >= self.grace:
+            return
         self.grace = grace
+        self.terminating = True  # from now on nothing (re)starts
         self._terminate.set()
+        self._grace_shortened.set()
 
     def kill_now(self) -> None:
         """The Pod object is gone (force deletion): SIGKILL without waiting."""
@@ -168,10 +174,15 @@ class PodWorker:
             await asyncio.wait({running, terminate}, return_when=asyncio.FIRST_COMPLETED)
             if not self._terminate.is_set():
                 await self._terminate.wait()  # terminal phase reached: wait for deletion
-            self.terminating = True
-            await self._kill_all(self.grace)
-            running.cancel()
-            await asyncio.gather(running, return_exceptions=True)
+            await self._kill_all()
+            # supervisors see `terminating` and return; a container caught starting is stopped by
+            # its own supervisor with the grace period. Cancel only as a last resort.
+            done, _ = await asyncio.wait({running}, timeout=self.grace + 10)
+            if not done:
+                running.cancel()
+            results = await asyncio.gather(running, return_exceptions=True)
+            if isinstance(results[0], Exception):
+                log.error("pod %s: %s", _describe(self.pod), results[0], exc_info=results[0])
             await self._finish()
         except Exception:
             log.exception("pod %s: worker failed", _describe(self.pod))
@@ -180,16 +191,24 @@ class PodWorker:
 
     async def _run_pod(self) -> None:
         self.start_time = self.ctx.clock.now()
-        try:
-            self.network = await podnet.add_pod(self.ctx.network, self.uid)
-        except Exception as err:  # a sandbox failure is reported, and retried by the next start
-            self._message = f"Failed to create pod sandbox: {err}"
-            self._event("Warning", "FailedCreatePodSandBox", self._message)
-            self._mark_dirty()
-            raise
+        delay = 1.0
+        while self.network is None:
+            try:
+                self.network = await podnet.add_pod(self.ctx.network, self.uid)
+            except Exception as err:  # reported, then retried with back-off, as the kubelet's sync loop does
+                self._message = f"Failed to create pod sandbox: {err}"
+                self._event("Warning", "FailedCreatePodSandBox", self._message)
+                self._mark_dirty()
+                try:
+                    await asyncio.wait_for(self._terminate.wait(), delay)
+                    return
+                except asyncio.TimeoutError:
+                    delay = min(delay * 2, self.ctx.backoff_max)
+        self._message = ""
         self._mark_dirty()
         for slot in self.init_slots:
             if await self._supervise(slot) is STOPPED_FOR_GOOD:
+                await self._remove_sandbox()
                 return  # failed for good under restartPolicy Never: the Pod failed
         self.initialized = True
         for slot in self.slots:
@@ -205,7 +224,13 @@ class PodWorker:
         policy = (self.pod.get("spec") or {}).get("restartPolicy", "Always")
         backoff = 0.0
         while not self.terminating:
-            exit_ = await self._run_once(slot)
+            try:
+                exit_ = await self._run_once(slot)
+            except (OSError, ValueError) as err:  # e.g. the log file cannot be written: retried like a start error
+                log.warning("pod %s container %s: %s", _describe(self.pod), slot.name, err)
+                slot.record.waiting_reason, slot.record.waiting_message = "RunContainerError", str(err)
+                self._mark_dirty()
+                exit_ = _RunResult(128, 0.0, config_error=True)
             if self.terminating:
                 return None
             code = exit_.exit_code if exit_ else 1
@@ -266,6 +291,8 @@ class PodWorker:
                                             f"in the Pod's network namespace")
         self._event("Normal", "Created", f"Created container {slot.name}")
         started_at = self.ctx.clock.now()
+        if self.terminating:
+            return None
         try:
             await process.start()
         except StartError as err:
@@ -389,32 +416,40 @@ class PodWorker:
 
     # -- termination
 
-    async def _kill_all(self, grace: float) -> None:
+    async def _kill_all(self) -> None:
         slots = [s for s in self.init_slots + self.slots if s.process is not None]
-        await asyncio.gather(*(self._kill_container(slot, grace) for slot in slots))
+        await asyncio.gather(*(self._kill_container(slot) for slot in slots))
 
-    async def _kill_container(self, slot: ContainerSlot, grace: float) -> None:
+    async def _kill_container(self, slot: ContainerSlot) -> None:
+        """KillContainer: preStop, SIGTERM, SIGKILL when the grace period (which a later,
+        shorter DELETE may cut) runs out."""
         process = slot.process
         if process is None:
             return
         self._event("Normal", "Killing", f"Stopping container {slot.name}")
-        deadline = self.ctx.clock.monotonic() + grace
+        began = self.ctx.clock.monotonic()
+        floor = began
         pre_stop = ((slot.spec.get("lifecycle") or {}).get("preStop")) or {}
         if pre_stop and not self.force_kill.is_set():
             try:
-                await asyncio.wait_for(self._run_pre_stop(slot, pre_stop), timeout=max(grace, 0.0))
+                await asyncio.wait_for(self._run_pre_stop(slot, pre_stop), timeout=max(self.grace, 0.0))
             except asyncio.TimeoutError:
                 pass
-        remaining = max(0.0, deadline - self.ctx.clock.monotonic())
-        if self.force_kill.is_set():
-            remaining = 0.0
-        stopper = asyncio.create_task(process.stop(remaining))
-        forced = asyncio.create_task(self.force_kill.wait())
-        await asyncio.wait({stopper, forced}, return_when=asyncio.FIRST_COMPLETED)
-        if not stopper.done():
-            process.signal(signal.SIGKILL)
-        forced.cancel()
-        await asyncio.gather(stopper, return_exceptions=True)
+            # upstream leaves at least 2 s between SIGTERM and SIGKILL after a preStop hook
+            floor = self.ctx.clock.monotonic() + MINIMUM_GRACE_AFTER_PRE_STOP
+        process.signal(signal.SIGTERM)
+        while process.returncode is None and not self.force_kill.is_set():
+            remaining = max(began + self.grace, floor) - self.ctx.clock.monotonic()  # self.grace shrinks on a shorter DELETE
+            if remaining <= 0:
+                break
+            self._grace_shortened.clear()
+            exited = asyncio.create_task(process.wait_exit())
+            changed = asyncio.create_task(self._grace_shortened.wait())
+            forced = asyncio.create_task(self.force_kill.wait())
+            await asyncio.wait({exited, changed, forced}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            for task in (exited, changed, forced):
+                task.cancel()
+        process.signal(signal.SIGKILL)
         slot.stop_requested.set()
 
     async def _run_pre_stop(self, slot: ContainerSlot, hook: dict) -> None:
@@ -432,20 +467,21 @@ class PodWorker:
         if self.network is None:
             return
         try:
+            await kill_processes_in(self.network.netns)  # nothing may outlive the namespace unseen
             await podnet.remove_pod(self.ctx.network, self.uid)
         except Exception as err:
             log.warning("pod %s: cannot remove its network: %s", _describe(self.pod), err)
+        self.network = None  # PodReadyToStartContainers turns False; the last podIPs stay reported
         self._mark_dirty()
 
     async def _finish(self) -> None:
         for slot in self.init_slots + self.slots:
             slot.record.ready = False
         await self._remove_sandbox()
-        self._mark_dirty()
-        await self._flush_status()
-        if self._writer is not None:
+        if self._writer is not None:  # one writer at a time: the final status is written here
             self._writer.cancel()
             await asyncio.gather(self._writer, return_exceptions=True)
+        await self._flush_status()
         if self.ctx.delete_after_termination:
             await self._delete_pod()
 
@@ -493,13 +529,16 @@ class PodWorker:
             return
         meta = self.pod["metadata"]
         try:
-            updated = await self.ctx.pods.patch(meta["name"], {"status": patch}, meta.get("namespace"),
+            # the UID makes the apiserver refuse the write if the name now belongs to a new Pod
+            updated = await self.ctx.pods.patch(meta["name"], {"metadata": {"uid": self.uid}, "status": patch}, meta.get("namespace"),
                                                 subresource="status")
             self._status_reported = updated.get("status") or status
             self.pod = {**self.pod, "status": self._status_reported}
         except ApiError as err:
-            if is_not_found(err):
-                return
+            if is_not_found(err) or 400 <= err.status < 500:
+                if not is_not_found(err):
+                    log.warning("pod %s: status update refused: %s", _describe(self.pod), err)
+                return  # gone, or another Pod now: never retried
             log.warning("pod %s: status update failed: %s", _describe(self.pod), err)
             await asyncio.sleep(1.0)
             self._dirty.set()

@@ -29,6 +29,7 @@ from kubesvc.kernel.exec import in_netns, run
 log = logging.getLogger("kubesvc.agent")
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+IP_COMMAND = shutil.which("ip") or "/usr/sbin/ip"
 
 
 class StartError(Exception):
@@ -71,6 +72,15 @@ class ContainerProcess:
     def pid(self) -> int | None:
         return self._process.pid if self._process else None
 
+    @property
+    def returncode(self) -> int | None:
+        return self._process.returncode if self._process else None
+
+    async def wait_exit(self) -> None:
+        """Until the main process has exited (without collecting logs, unlike ``wait``)."""
+        assert self._process is not None
+        await self._process.wait()
+
     async def start(self) -> None:
         if not self.argv:
             raise StartError("no command")
@@ -80,9 +90,12 @@ class ContainerProcess:
             raise StartError(f'exec: "{self.argv[0]}": executable file not found in $PATH')
         env = {"PATH": DEFAULT_PATH, **self.env}
         self._log = ContainerLogFile(self.log_path)
+        argv = in_netns(self.netns, self.argv)
+        if self.netns:
+            argv[0] = IP_COMMAND  # found in the agent's PATH: the container's PATH is for its own command
         try:
             self._process = await asyncio.create_subprocess_exec(
-                *in_netns(self.netns, self.argv), env=env, cwd=self.cwd, stdin=asyncio.subprocess.DEVNULL,
+                *argv, env=env, cwd=self.cwd, stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
         except OSError as exc:
             self._log.close()
@@ -93,8 +106,9 @@ class ContainerProcess:
     async def wait(self) -> Exit:
         assert self._process is not None
         code = await self._process.wait()
-        # the pipes close when the last process holding them exits; a daemonized child may keep
-        # them open, so don't wait for ever
+        # a container ends with its main process: what it left running in its group goes too
+        # (it would otherwise outlive the Pod's namespace, where nothing could find it)
+        self.signal(signal.SIGKILL)
         await asyncio.wait(self._pumps, timeout=1.0)
         for task in self._pumps:
             task.cancel()
