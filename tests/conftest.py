@@ -43,7 +43,8 @@ async def namespace(client):
 
 # Modules that program the real kernel in namespaces they create.
 KERNEL_TEST_PATHS = ("tests/kernel/", "tests/proxy/nftables/test_kernel.py", "tests/proxy/nftables/test_libnftables.py",
-                     "tests/proxy/nftables/test_scale.py", "tests/proxy/iptables/test_kernel.py", "tests/agent/test_podnet_kernel.py")
+                     "tests/proxy/nftables/test_scale.py", "tests/proxy/iptables/test_kernel.py", "tests/agent/test_podnet_kernel.py",
+                     "tests/kernel/test_up.py", "tests/kernel/test_agent_nodes.py")  # (the last two: also under tests/kernel/, named for the record)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -314,17 +314,20 @@ def test_a_bridge_with_another_address_is_refused(node):
         node.run(podnet.ensure_node_network, node.net())
 
 
-def test_existing_pods_reports_namespaces_without_an_address_for_garbage_collection(node):
+def test_a_namespace_sharing_the_prefix_without_an_address_is_not_ours(node):
+    """Another agent (or another kubesvc up) with the same prefix: never reported, never removed."""
     net = node.net()
     node.run(podnet.ensure_node_network, net)
     uid = new_uid()
     pod = node.run(podnet.add_pod, net, uid)
-    subprocess.run(["ip", "netns", "add", f"{node.prefix}orphan"], check=True)
-
-    found = node.run(podnet.existing_pods, net)
-    assert found == {uid: pod, "orphan": PodNetwork(f"{node.prefix}orphan", [], podnet.host_veth_name("orphan"))}
-    node.run(podnet.remove_pod, net, "orphan")
-    assert f"{node.prefix}orphan" not in netns_names()
+    foreign = f"{node.prefix}foreign"
+    subprocess.run(["ip", "netns", "add", foreign], check=True)
+    try:
+        assert node.run(podnet.existing_pods, net) == {uid: pod}
+        assert node.run(podnet.teardown_node_network, net) == []
+        assert foreign in netns_names() and pod.netns not in netns_names()
+    finally:
+        subprocess.run(["ip", "netns", "del", foreign], check=False)
 
 
 def test_add_pod_and_remove_pod_take_well_under_100ms(node):

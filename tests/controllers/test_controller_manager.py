@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import random
 import signal
 import ssl
@@ -16,7 +15,7 @@ from kubesvc.client.rest import LEASES, PODS
 from kubesvc.controllers.endpointslice import controller as endpointslice_controller_module
 from kubesvc.controllers.endpointslice.reconciler import reconcile
 from tests.controllers.test_endpointslice_api import by_pod, endpoint_counts, endpointslice_controller, slices_of
-from tests.support.apiserver import free_ports, running_apiserver, start_controller_manager
+from tests.support.apiserver import free_ports, start_controller_manager
 from tests.support.cluster import api_client, create_pods, create_service, ensure_node, eventually, new_namespace, pod_ip
 
 
@@ -215,30 +214,3 @@ def _replay(service: dict, pod_sets: list[list[dict]], seed: int) -> tuple[int, 
         for deleted in plan.deletes:
             slices.pop(deleted["metadata"]["name"], None)
     return len(slices), writes
-
-
-async def test_kubesvc_up_runs_the_controllers(tmp_path):
-    """`kubesvc up` (the README's first command) keeps slices and Endpoints for a Service."""
-    with running_apiserver(tmp_path / "up", command="up") as server:
-        manifest = """
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: default}
-spec:
-  selector: {app: web}
-  ports: [{port: 80, targetPort: 8080}]
-"""
-        server.kubectl("apply", "-f", "-", input=manifest)
-        async with api_client(server) as client:
-            await ensure_node(client, "node-a")
-            await create_pods(client, "default", 2, {"app": "web"})
-
-            async def endpoints_ready():
-                eps = json.loads(server.kubectl("get", "endpoints", "web", "-o", "json", check=False).stdout or "{}")
-                addresses = [a["ip"] for subset in eps.get("subsets") or () for a in subset.get("addresses") or ()]
-                return sorted(addresses) == [pod_ip(0), pod_ip(1)]
-
-            await eventually(lambda: _endpoints_at(client, "default", "web", 2), 30, "slices of the Service")
-            await eventually(endpoints_ready, 30, "legacy Endpoints")
-        described = server.kubectl("describe", "svc", "web").stdout
-        assert f"{pod_ip(0)}:8080" in described and f"{pod_ip(1)}:8080" in described

@@ -17,7 +17,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-_READY = re.compile(r"(?:listening on|is up at) (https://\S+); kubeconfig: (\S+)")
+from tests.support.netns import signal_and_wait
+
+_READY = re.compile(r"listening on (https://\S+); kubeconfig: (\S+)")
 
 
 @dataclass
@@ -57,10 +59,11 @@ class RunningAPIServer:
                 stream.close()
 
 
-def start_apiserver(data_dir: Path, *extra: str, port: int = 0, timeout: float = 30, command: str = "apiserver") -> RunningAPIServer:
-    """``kubesvc apiserver`` (or ``command="up"``: the whole system) on a free port."""
+def start_apiserver(data_dir: Path, *extra: str, port: int = 0, timeout: float = 30) -> RunningAPIServer:
+    """``kubesvc apiserver`` on a free port. (``kubesvc up`` programs the network as a node and
+    only ever runs inside a namespace of its own: tests/support/up.py.)"""
     data_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "kubesvc", command, f"--data-dir={data_dir}", f"--secure-port={port}", *extra]
+    cmd = [sys.executable, "-m", "kubesvc", "apiserver", f"--data-dir={data_dir}", f"--secure-port={port}", *extra]
     log = open(data_dir / "apiserver.log", "ab")
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
     deadline = time.monotonic() + timeout
@@ -116,14 +119,7 @@ class RunningProcess:
         return self.log_path.read_text(errors="replace")
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return signal_and_wait(self.process, sig, timeout)
 
 
 def start_controller_manager(server: RunningAPIServer, log_path: Path, *extra: str) -> RunningProcess:

@@ -72,6 +72,21 @@ def missing_prerequisites() -> list[str]:
     return problems
 
 
+def signal_and_wait(process: "subprocess.Popen | None", sig: int, timeout: float) -> int | None:
+    """Send ``sig`` to a still-running ``process`` and wait for its exit (SIGKILL after
+    ``timeout``); its exit code (None: never started)."""
+    if process is None:
+        return None
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
+
+
 # ---------------------------------------------------------------------------------------------
 # entering a namespace from a thread
 
@@ -793,16 +808,7 @@ class ProxyProcess:
 
     def kill(self, sig: int = signal.SIGKILL, timeout: float = 15) -> int | None:
         """Send ``sig`` (default: kill -9) and wait for the exit; the exit code."""
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return signal_and_wait(self.process, sig, timeout)
 
     def stop(self) -> int | None:
         return self.kill(signal.SIGTERM)

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.support.netns import Netns
+from tests.support.netns import Netns, signal_and_wait
 
 STARTED = re.compile(r"kubesvc is up at https://127\.0\.0\.1:(\d+); kubeconfig: (\S+)")
 
@@ -82,13 +82,7 @@ class UpProcess:
         return self.process.wait(timeout=timeout)
 
     def close(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        signal_and_wait(self.process, signal.SIGINT, 30)
         if self.process is not None and self.process.stdout is not None:
             self.process.stdout.close()
         subprocess.run(self.nsenter(sys.executable, "-m", "kubesvc", "down", "--data-dir", str(self.data_dir)), capture_output=True,

@@ -324,7 +324,9 @@ def node_side_lines(bridge: str, pod: PodNetwork, have_netns: bool, have_veth: b
         lines.append(f"netns add {pod.netns}")
     if not have_veth:
         lines.append(f"link add {pod.host_veth} type veth peer name {POD_IFNAME} netns {pod.netns}")
-    return lines + [f"link set {pod.host_veth} master {bridge} up"]
+    # hairpin mode (kubelet's hairpin-veth): with bridge netfilter on, a Pod's connection to a
+    # Service that DNATs back to the Pod itself must leave through the port it came in by
+    return lines + [f"link set {pod.host_veth} master {bridge} up", f"link set {pod.host_veth} type bridge_slave hairpin on"]
 
 
 def pod_side_lines(ips: list[str], gateways: list[str]) -> list[str]:
@@ -361,12 +363,12 @@ def parse_link_names(text: str) -> set[str]:
     return {link["ifname"] for link in json.loads(text or "[]")}
 
 
-def pods_from_state(netns_prefix: str, pod_cidrs: list[str], allocations: Mapping[str, str],
-                    netns_names: Iterable[str]) -> dict[str, PodNetwork]:
-    """Every Pod the state knows: each uid holding an address, and each namespace named with our
-    prefix (with no address: one whose add failed half-way, or whose remove did)."""
+def pods_from_state(netns_prefix: str, pod_cidrs: list[str], allocations: Mapping[str, str]) -> dict[str, PodNetwork]:
+    """Every Pod the state knows: each uid holding an address. ``add_pod`` reserves the address
+    before it makes the namespace and ``remove_pod`` releases it only after the namespace is
+    gone, so every namespace of ours has one; a namespace that merely shares our prefix
+    belongs to another agent (or another ``kubesvc up``) and is never touched."""
     uids = dict.fromkeys(allocations.values())
-    uids.update(dict.fromkeys(name[len(netns_prefix):] for name in netns_names if name.startswith(netns_prefix)))
     return {uid: PodNetwork(netns_prefix + uid, ips_of(uid, allocations, pod_cidrs), host_veth_name(uid))
             for uid in uids if _TOKEN.match(uid)}
 
@@ -558,8 +560,7 @@ async def remove_pod(net: NodeNetwork, pod_uid: str) -> None:
 def existing_pods(net: NodeNetwork) -> dict[str, PodNetwork]:
     """``{uid: PodNetwork}`` for every Pod with an address or a namespace of ours: for an agent
     restart (add_pod them again) and garbage collection (remove_pod those whose Pod is gone)."""
-    names = parse_netns_list(run_sync(["ip", "netns", "list"]).stdout)
-    return pods_from_state(net.netns_prefix, net.pod_cidrs, IPStore(net.ipam_dir).allocations(), names)
+    return pods_from_state(net.netns_prefix, net.pod_cidrs, IPStore(net.ipam_dir).allocations())
 
 
 async def teardown_node_network(net: NodeNetwork) -> list[str]:
@@ -598,7 +599,7 @@ def _teardown(state_dir: Path, here: str | None) -> Generator[Step, CommandResul
         return []
     netns_names = parse_netns_list((yield ["ip", "netns", "list"], None).stdout)
     allocations = IPStore(ipam_dir(state_dir, record.bridge)).allocations()
-    pods = list(pods_from_state(record.netns_prefix, record.pod_cidrs, allocations, netns_names).values())
+    pods = list(pods_from_state(record.netns_prefix, record.pod_cidrs, allocations).values())
     live = [pod.netns for pod in pods if pod.netns in netns_names]
     for name in live:
         for _ in range(2):  # once more for anything forked meanwhile
