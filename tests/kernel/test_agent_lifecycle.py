@@ -10,21 +10,27 @@ from __future__ import annotations
 
 import secrets
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.support.up import UpProcess, wait_until
+from tests.support.agent import netns_names as host_netns_names
+from tests.support.netns import Netns, wait_until as poll
+from tests.support.up import Machine
 
 
 @pytest.fixture(scope="module")
 def up(tmp_path_factory):
-    process = UpProcess(tmp_path_factory.mktemp("lifecycle") / "data", role="life")
+    machine = Machine(Netns.create("life"), tmp_path_factory.mktemp("lifecycle"))
     try:
-        yield process.start()
+        machine.up()
+        yield machine
     finally:
-        process.close()
+        machine.teardown()
+
+
+def wait_until(predicate, timeout: float = 20.0, message: str = "condition"):
+    return poll(predicate, timeout, message)
 
 
 @pytest.fixture
@@ -42,13 +48,13 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(3)}"
 
 
-def container_status(up: UpProcess, pod: str, init: bool = False) -> dict:
+def container_status(up: Machine, pod: str, init: bool = False) -> dict:
     statuses = up.get("pod", pod).get("status", {}).get("initContainerStatuses" if init else "containerStatuses") or [{}]
     return statuses[0]
 
 
-def netns_names(up: UpProcess) -> set[str]:
-    return {line.split()[0] for line in up.run("ip", "netns", "list").stdout.splitlines() if line.strip()}
+def netns_names(up: Machine) -> set[str]:
+    return set(host_netns_names())
 
 
 def when(value, predicate):
@@ -56,12 +62,12 @@ def when(value, predicate):
     return value if predicate(value) else None
 
 
-def events_of(up: UpProcess, pod: str) -> list[tuple[str, str]]:
+def events_of(up: Machine, pod: str) -> list[tuple[str, str]]:
     items = up.get("events", "--field-selector", f"involvedObject.name={pod}")["items"]
     return [(e["reason"], e["message"]) for e in items]
 
 
-def condition(up: UpProcess, pod: str, type_: str) -> str:
+def condition(up: Machine, pod: str, type_: str) -> str:
     for c in up.get("pod", pod).get("status", {}).get("conditions") or []:
         if c["type"] == type_:
             return c["status"]
@@ -83,7 +89,7 @@ def test_liveness_failure_restarts_the_container(up, scratch):
                         message="one restart after the liveness probe failed")
     assert status["lastState"]["terminated"]["exitCode"] == 143  # sleep dies of the SIGTERM: 128 + 15
     messages = [m for _, m in events_of(up, name)]
-    assert f"Container c failed liveness probe, will be restarted" in messages
+    assert "Container c failed liveness probe, will be restarted" in messages
     assert any(m.startswith("Liveness probe failed: ") for m in messages)
 
 

@@ -20,22 +20,15 @@ from kubesvc's code.
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import selectors
-import signal
 import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.support.agent import (RequestLoop, in_netns, is_failure, netns_names, netns_pids, nsenter_argv, remove_netns, request_in,
-                                 requests_in, tally)
+from tests.support.agent import RequestLoop, in_netns, is_failure, netns_pids, request_in, requests_in, tally
 from tests.support.netns import REPO_ROOT, Netns, wait_until
+from tests.support.up import POD_NETNS_PREFIX, Machine, host_pod_namespaces, snapshot
 
 EXAMPLES = REPO_ROOT / "examples"
 BACKENDS = {"backend-1", "backend-2", "backend-3"}
@@ -44,144 +37,10 @@ ALL_PODS = {("default", "backend-1"), ("default", "backend-2"), ("default", "bac
 BACKEND_PORT = 9376  # examples/backend.yaml: containerPort, targetPort
 PROBE_PERIOD = 2.0  # examples/backend.yaml: readinessProbe periodSeconds (failureThreshold 1)
 PROPAGATION = 4.0  # status write -> EndpointSlice -> proxy sync (min sync period 1 s) -> rules
-UP_LINE = re.compile(r"^kubesvc is up at https://127\.0\.0\.1:(\d+); kubeconfig: (\S+)$")
-POD_NETNS_PREFIX = "kubesvc-"  # the agent's Pod namespaces: kubesvc-<pod uid>
 
 
 # ---------------------------------------------------------------------------------------------
 # the machine and the user's commands
-
-
-def snapshot(ns: Netns) -> dict[str, str]:
-    """What a leftover check looks at inside the machine's namespace (comment lines of the
-    iptables dumps carry a timestamp and are dropped)."""
-
-    def no_comments(text: str) -> str:
-        return "\n".join(line for line in text.splitlines() if not line.startswith("#"))
-
-    return {
-        "ip link": ns.ip("link").stdout,
-        "ip route": ns.ip("route").stdout,
-        "ip -6 route": ns.ip("-6", "route").stdout,
-        "nft list tables": ns.run("nft", "list", "tables").stdout,
-        "iptables-save": no_comments(ns.run("iptables-save").stdout),
-        "ip6tables-save": no_comments(ns.run("ip6tables-save").stdout),
-    }
-
-
-def host_pod_namespaces() -> set[str]:
-    return {n for n in netns_names() if n.startswith(POD_NETNS_PREFIX)}
-
-
-class Machine:
-    """The namespace standing in for the user's machine, the ``kubesvc up`` running in it, and
-    the user's kubectl; :meth:`teardown` removes everything, pass or fail."""
-
-    def __init__(self, ns: Netns, tmp: Path):
-        self.ns = ns
-        self.data_dir = tmp / "data"
-        self.cache_dir = tmp / "kubectl-cache"
-        self.log_path = tmp / "up.log"
-        self.process: subprocess.Popen | None = None
-        self.kubeconfig: Path | None = None
-        self.port: int | None = None
-        self.uids: set[str] = set()  # every Pod uid seen: their namespaces are removed in teardown
-
-    # -- kubesvc up / down
-
-    def up(self, timeout: float = 60) -> str:
-        """``python -m kubesvc up --data-dir D --secure-port 0`` inside the machine; its first line."""
-        argv = nsenter_argv(self.ns.name, sys.executable, "-m", "kubesvc", "up", "--data-dir", str(self.data_dir), "--secure-port", "0")
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, cwd=REPO_ROOT)
-        assert self.process.stdout is not None
-        deadline = time.monotonic() + timeout
-        line = b""
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.process.stdout, selectors.EVENT_READ)
-            while time.monotonic() < deadline and self.process.poll() is None:
-                if sel.select(timeout=0.2):
-                    line = self.process.stdout.readline()
-                    break
-        text = line.decode(errors="replace").strip()
-        match = UP_LINE.match(text)
-        assert match, f"kubesvc up did not announce itself (first line {text!r}, exit {self.process.poll()}):\n{self.log()}"
-        self.port, self.kubeconfig = int(match.group(1)), Path(match.group(2))
-        return text
-
-    def log(self, tail: int = 4000) -> str:
-        return self.log_path.read_text(errors="replace")[-tail:] if self.log_path.exists() else ""
-
-    def interrupt(self, timeout: float = 30) -> tuple[int | None, float]:
-        """Ctrl-C (SIGINT) and wait: (exit code or None if still running, seconds taken)."""
-        assert self.process is not None
-        start = time.monotonic()
-        self.process.send_signal(signal.SIGINT)
-        try:
-            code = self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-        return code, time.monotonic() - start
-
-    def kill9(self) -> None:
-        assert self.process is not None
-        self.process.kill()
-        self.process.wait(timeout=30)
-
-    def down(self, timeout: float = 60) -> subprocess.CompletedProcess:
-        argv = nsenter_argv(self.ns.name, sys.executable, "-m", "kubesvc", "down", "--data-dir", str(self.data_dir))
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
-
-    # -- kubectl
-
-    def kubectl(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-        argv = nsenter_argv(self.ns.name, "kubectl", f"--kubeconfig={self.kubeconfig}", f"--cache-dir={self.cache_dir}", *args)
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
-        if check and result.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}\n"
-                                 f"--- kubesvc up log ---\n{self.log()}")
-        return result
-
-    def get(self, *args: str) -> dict:
-        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
-
-    def pods(self) -> dict[tuple[str, str], dict]:
-        items = self.get("pods", "-A")["items"]
-        self.uids |= {p["metadata"]["uid"] for p in items}
-        return {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in items}
-
-    def cluster_ip(self, name: str, namespace: str = "default") -> str:
-        return self.get("service", name, "-n", namespace)["spec"]["clusterIP"]
-
-    def ready_column(self, name: str) -> str:
-        """READY of ``kubectl get pod NAME`` (e.g. ``1/1``)."""
-        lines = self.kubectl("get", "pod", name).stdout.splitlines()
-        header, row = lines[0].split(), lines[1].split()
-        return row[header.index("READY")]
-
-    # -- teardown
-
-    def teardown(self) -> None:
-        """Kill ``up``, run ``kubesvc down``, remove any Pod namespace of ours still there, delete
-        the machine's namespace; each step runs even if one before it failed."""
-        try:
-            if self.process is not None:
-                if self.process.poll() is None:
-                    self.process.kill()
-                self.process.wait(timeout=30)
-                if self.process.stdout is not None:
-                    self.process.stdout.close()
-        finally:
-            try:
-                if self.data_dir.exists():
-                    self.down()
-            finally:
-                try:
-                    for name in netns_names():  # whatever down could not remove
-                        if name.startswith(POD_NETNS_PREFIX) and name[len(POD_NETNS_PREFIX):] in self.uids:
-                            remove_netns(name)
-                finally:
-                    self.ns.close()
 
 
 @pytest.fixture

@@ -1,102 +1,156 @@
-"""``kubesvc up`` inside a throw-away network namespace, driven with the real ``kubectl``.
-
-The process is started with ``nsenter --net`` (not ``ip netns exec``, whose private mount
-namespace would hide the Pod namespaces the agent creates from the host's ``ip netns list``),
-on a free port, with a data directory of its own; ``kubectl`` runs inside the namespace too, so
-ClusterIPs, Pod IPs and the apiserver's loopback are all reachable. ``close()`` stops it with
-SIGINT (the user's Ctrl-C), falls back to ``kubesvc down`` and SIGKILL, and deletes the
-namespace: nothing is left, pass or fail.
+"""``kubesvc up`` inside a throw-away network namespace standing in for the user's machine,
+driven with the real ``kubectl`` (both run with ``nsenter --net``: ``ip netns exec`` would give
+``up`` a private mount namespace, hiding the Pod namespaces its agent creates from the host's
+``ip netns list`` and making leftover checks meaningless). ``teardown()`` removes everything,
+pass or fail: the process, what ``kubesvc down`` can undo, leftover Pod namespaces, the
+machine's namespace.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
+import selectors
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from tests.support.netns import Netns, signal_and_wait
+from tests.support.agent import netns_names, nsenter_argv, remove_netns
+from tests.support.netns import REPO_ROOT, Netns
 
-STARTED = re.compile(r"kubesvc is up at https://127\.0\.0\.1:(\d+); kubeconfig: (\S+)")
+UP_LINE = re.compile(r"^kubesvc is up at https://127\.0\.0\.1:(\d+); kubeconfig: (\S+)$")
+POD_NETNS_PREFIX = "kubesvc-"  # the agent's Pod namespaces: kubesvc-<pod uid>
 
 
-class UpProcess:
-    def __init__(self, data_dir: Path, *extra: str, role: str = "up"):
-        self.data_dir = Path(data_dir)
-        self.extra = extra
-        self.ns = Netns.create(role)
-        self.ns.ip("link", "set", "lo", "up")
+def snapshot(ns: Netns) -> dict[str, str]:
+    """What a leftover check looks at inside the machine's namespace (comment lines of the
+    iptables dumps carry a timestamp and are dropped)."""
+
+    def no_comments(text: str) -> str:
+        return "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+
+    return {
+        "ip link": ns.ip("link").stdout,
+        "ip route": ns.ip("route").stdout,
+        "ip -6 route": ns.ip("-6", "route").stdout,
+        "nft list tables": ns.run("nft", "list", "tables").stdout,
+        "iptables-save": no_comments(ns.run("iptables-save").stdout),
+        "ip6tables-save": no_comments(ns.run("ip6tables-save").stdout),
+    }
+
+
+def host_pod_namespaces() -> set[str]:
+    return {n for n in netns_names() if n.startswith(POD_NETNS_PREFIX)}
+
+
+class Machine:
+    """The namespace standing in for the user's machine, the ``kubesvc up`` running in it, and
+    the user's kubectl; :meth:`teardown` removes everything, pass or fail."""
+
+    def __init__(self, ns: Netns, tmp: Path):
+        self.ns = ns
+        self.data_dir = tmp / "data"
+        self.cache_dir = tmp / "kubectl-cache"
+        self.log_path = tmp / "up.log"
         self.process: subprocess.Popen | None = None
-        self.log_path = self.data_dir.parent / f"{self.data_dir.name}.log"
-        self.kubeconfig = ""
-        self.port = 0
+        self.kubeconfig: Path | None = None
+        self.port: int | None = None
+        self.uids: set[str] = set()  # every Pod uid seen: their namespaces are removed in teardown
 
-    def nsenter(self, *argv: str) -> list[str]:
-        return ["nsenter", f"--net=/run/netns/{self.ns.name}", *argv]
+    # -- kubesvc up / down
 
-    def start(self, timeout: float = 30.0) -> "UpProcess":
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")
-        argv = self.nsenter(sys.executable, "-m", "kubesvc", "up", "--data-dir", str(self.data_dir), "--secure-port", "0", *self.extra)
-        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
-        log.close()
+    def up(self, timeout: float = 60) -> str:
+        """``python -m kubesvc up --data-dir D --secure-port 0`` inside the machine; its first line."""
+        argv = nsenter_argv(self.ns.name, sys.executable, "-m", "kubesvc", "up", "--data-dir", str(self.data_dir), "--secure-port", "0")
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, cwd=REPO_ROOT)
+        assert self.process.stdout is not None
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline()
-            if not line:
-                break
-            match = STARTED.search(line)
-            if match:
-                self.port, self.kubeconfig = int(match.group(1)), match.group(2)
-                return self
-        raise AssertionError(f"kubesvc up did not start:\n{self.log()}")
+        line = b""
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.process.stdout, selectors.EVENT_READ)
+            while time.monotonic() < deadline and self.process.poll() is None:
+                if sel.select(timeout=0.2):
+                    line = self.process.stdout.readline()
+                    break
+        text = line.decode(errors="replace").strip()
+        match = UP_LINE.match(text)
+        assert match, f"kubesvc up did not announce itself (first line {text!r}, exit {self.process.poll()}):\n{self.log()}"
+        self.port, self.kubeconfig = int(match.group(1)), Path(match.group(2))
+        return text
 
     def log(self, tail: int = 4000) -> str:
+        return self.log_path.read_text(errors="replace")[-tail:] if self.log_path.exists() else ""
+
+    def interrupt(self, timeout: float = 30) -> tuple[int | None, float]:
+        """Ctrl-C (SIGINT) and wait: (exit code or None if still running, seconds taken)."""
+        assert self.process is not None
+        start = time.monotonic()
+        self.process.send_signal(signal.SIGINT)
         try:
-            return self.log_path.read_text(errors="replace")[-tail:]
-        except OSError:
-            return ""
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        return code, time.monotonic() - start
+
+    def kill9(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(timeout=30)
+
+    def down(self, timeout: float = 60) -> subprocess.CompletedProcess:
+        argv = nsenter_argv(self.ns.name, sys.executable, "-m", "kubesvc", "down", "--data-dir", str(self.data_dir))
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
+
+    # -- kubectl
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-        result = subprocess.run(self.nsenter("kubectl", "--kubeconfig", self.kubeconfig, *args), input=input, capture_output=True,
-                                text=True, timeout=timeout)
+        argv = nsenter_argv(self.ns.name, "kubectl", f"--kubeconfig={self.kubeconfig}", f"--cache-dir={self.cache_dir}", *args)
+        result = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
         if check and result.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stdout}{result.stderr}")
+            raise AssertionError(f"kubectl {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}\n"
+                                 f"--- kubesvc up log ---\n{self.log()}")
         return result
 
     def get(self, *args: str) -> dict:
-        return json.loads(self.kubectl("get", "-o", "json", *args).stdout)
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
 
-    def run(self, *argv: str, check: bool = False, timeout: float = 30) -> subprocess.CompletedProcess:
-        """A command inside the namespace (curl, python3 -c, ...)."""
-        return subprocess.run(self.nsenter(*argv), capture_output=True, text=True, timeout=timeout, check=check)
+    def pods(self) -> dict[tuple[str, str], dict]:
+        items = self.get("pods", "-A")["items"]
+        self.uids |= {p["metadata"]["uid"] for p in items}
+        return {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in items}
 
-    def stop(self, sig: int = signal.SIGINT, timeout: float = 30.0) -> int:
-        """Send ``sig`` (Ctrl-C by default) and wait for the exit code."""
-        assert self.process is not None
-        self.process.send_signal(sig)
-        return self.process.wait(timeout=timeout)
+    def cluster_ip(self, name: str, namespace: str = "default") -> str:
+        return self.get("service", name, "-n", namespace)["spec"]["clusterIP"]
 
-    def close(self) -> None:
-        signal_and_wait(self.process, signal.SIGINT, 30)
-        if self.process is not None and self.process.stdout is not None:
-            self.process.stdout.close()
-        subprocess.run(self.nsenter(sys.executable, "-m", "kubesvc", "down", "--data-dir", str(self.data_dir)), capture_output=True,
-                       timeout=60, env={**os.environ})
-        self.ns.close()
+    def ready_column(self, name: str) -> str:
+        """READY of ``kubectl get pod NAME`` (e.g. ``1/1``)."""
+        lines = self.kubectl("get", "pod", name).stdout.splitlines()
+        header, row = lines[0].split(), lines[1].split()
+        return row[header.index("READY")]
 
+    # -- teardown
 
-def wait_until(predicate, timeout: float = 20.0, interval: float = 0.2, message: str = "condition"):
-    """Poll ``predicate`` until it returns something truthy; that value, or AssertionError."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {message}; last: {last!r}")
+    def teardown(self) -> None:
+        """Kill ``up``, run ``kubesvc down``, remove any Pod namespace of ours still there, delete
+        the machine's namespace; each step runs even if one before it failed."""
+        try:
+            if self.process is not None:
+                if self.process.poll() is None:
+                    self.process.kill()
+                self.process.wait(timeout=30)
+                if self.process.stdout is not None:
+                    self.process.stdout.close()
+        finally:
+            try:
+                if self.data_dir.exists():
+                    self.down()
+            finally:
+                try:
+                    for name in netns_names():  # whatever down could not remove
+                        if name.startswith(POD_NETNS_PREFIX) and name[len(POD_NETNS_PREFIX):] in self.uids:
+                            remove_netns(name)
+                finally:
+                    self.ns.close()
