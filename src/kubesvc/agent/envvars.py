@@ -53,7 +53,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 
 from kubesvc.api.defaults import _quantity as parse_quantity
-from kubesvc.api.selectors import _go_quote  # Go's %q to the letter (annotation values may hold control characters)
+from kubesvc.api.validation_meta import go_quote  # Go's %q to the letter (annotation values may hold control characters)
 from kubesvc.api.validation_meta import is_qualified_name
 from kubesvc.proxy.healthcheck import join_host_port
 
@@ -235,7 +235,7 @@ def _check_env_from(source: dict) -> None:
 
 def _not_found(kind: str, ref: dict) -> str:
     """The NotFound error of the kubelet's ConfigMap/Secret manager (``configmap "x" not found``)."""
-    return f'{kind} {_go_quote(ref.get("name", ""))} not found'
+    return f'{kind} {go_quote(ref.get("name", ""))} not found'
 
 
 def _value_from(value_from: dict, pod: dict, container: dict, *, host_ip: str, host_ips: list[str], pod_ips: list[str],
@@ -326,7 +326,7 @@ def _extract_field_path(metadata: dict, path: str) -> str:
 
 def _format_map(values: Mapping[str, str]) -> str:
     """``fieldpath.FormatMap``: ``key="value"`` lines, keys sorted."""
-    return "\n".join(f"{key}={_go_quote(values[key])}" for key in sorted(values))
+    return "\n".join(f"{key}={go_quote(values[key])}" for key in sorted(values))
 
 
 def _sort_pod_ips(pod_ips: list[str], node_ip: str) -> list[str]:

@@ -49,7 +49,7 @@ import aiohttp
 
 from kubesvc.agent.envvars import expand
 from kubesvc.agent.runtime import DEFAULT_PATH, find_executable
-from kubesvc.api.selectors import _go_quote as go_quote  # Go's %q to the letter
+from kubesvc.api.validation_meta import go_quote  # Go's %q to the letter
 from kubesvc.kernel.exec import in_netns
 from kubesvc.proxy.healthcheck import join_host_port
 

@@ -48,6 +48,7 @@ from typing import Any, Iterable, Mapping
 
 from kubesvc.api.errors import StatusError, bad_request
 from kubesvc.api.schema import Scalar, Type, child
+from kubesvc.api.validation_meta import go_quote
 
 
 class Operator(enum.StrEnum):
@@ -127,27 +128,9 @@ def _label_value_errors(value: str) -> list[str]:
     return errors
 
 
-def _go_quote(text: str) -> str:
-    """Go's ``%q``: printable characters kept, the rest escaped (strconv.Quote)."""
-    named = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v", '"': '\\"', "\\": "\\\\"}
-    out = []
-    for ch in text:
-        if ch in named:
-            out.append(named[ch])
-        elif ch.isprintable():
-            out.append(ch)
-        elif ord(ch) < 0x80:
-            out.append(f"\\x{ord(ch):02x}")
-        elif ord(ch) <= 0xFFFF:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(f"\\U{ord(ch):08x}")
-    return '"' + "".join(out) + '"'
-
-
 def _go_string_slice(values: Iterable[str]) -> str:
     """Go's ``%#v`` of a []string, as field.Invalid prints a bad value list."""
-    return "[]string{" + ", ".join(_go_quote(v) for v in values) + "}"
+    return "[]string{" + ", ".join(go_quote(v) for v in values) + "}"
 
 
 def _invalid(path: str, shown_value: str, detail: str) -> str:
@@ -215,7 +198,7 @@ def new_requirement(key: str, operator: Operator, values: Iterable[str]) -> Requ
     values = tuple(values)
     problems: list[str] = []
     if key_errors := _qualified_name_errors(key):
-        problems.append(_invalid("key", _go_quote(key), "; ".join(key_errors)))
+        problems.append(_invalid("key", go_quote(key), "; ".join(key_errors)))
     if operator in (Operator.IN, Operator.NOT_IN) and not values:
         problems.append(_invalid("values", _go_string_slice(values), "for 'in', 'notin' operators, values set can't be empty"))
     elif operator in (Operator.EQUALS, Operator.DOUBLE_EQUALS, Operator.NOT_EQUALS) and len(values) != 1:
@@ -227,10 +210,10 @@ def new_requirement(key: str, operator: Operator, values: Iterable[str]) -> Requ
             problems.append(_invalid("values", _go_string_slice(values), "for 'Gt', 'Lt' operators, exactly one value is required"))
         for i, value in enumerate(values):
             if _parse_int64(value) is None:
-                problems.append(_invalid(f"values[{i}]", _go_quote(value), "for 'Gt', 'Lt' operators, the value must be an integer"))
+                problems.append(_invalid(f"values[{i}]", go_quote(value), "for 'Gt', 'Lt' operators, the value must be an integer"))
     for i, value in enumerate(values):
         if value_errors := _label_value_errors(value):
-            problems.append(_invalid(f"values[{i}][{key}]", _go_quote(value), "; ".join(value_errors)))
+            problems.append(_invalid(f"values[{i}][{key}]", go_quote(value), "; ".join(value_errors)))
     if problems:
         raise bad_request(_aggregate(problems))
     return Requirement(key, operator, values)
@@ -290,7 +273,7 @@ def selector_from_label_selector(label_selector: Mapping[str, Any] | None) -> La
     for expression in expressions:
         operator = _EXPRESSION_OPERATORS.get(expression.get("operator", ""))
         if operator is None:
-            raise bad_request(f"{_go_quote(str(expression.get('operator', '')))} is not a valid label selector operator")
+            raise bad_request(f"{go_quote(str(expression.get('operator', '')))} is not a valid label selector operator")
         requirements.append(new_requirement(expression.get("key", ""), operator, expression.get("values") or []))
     return _sorted_by_key(requirements)
 
@@ -415,7 +398,7 @@ class _Parser:
         if token is not _Token.IDENTIFIER:
             raise bad_request(f"found '{literal}', expected: identifier")
         if key_errors := _qualified_name_errors(literal):
-            raise bad_request(_invalid("<nil>", _go_quote(literal), "; ".join(key_errors)))
+            raise bad_request(_invalid("<nil>", go_quote(literal), "; ".join(key_errors)))
         if self.lookahead()[0] in (_Token.END, _Token.COMMA) and operator is None:
             operator = Operator.EXISTS
         return literal, operator
@@ -610,7 +593,7 @@ def parse_field_selector(text: str, allowed: Mapping[str, tuple[str, ...]], sche
         if field not in selectable:
             if allowed:
                 raise bad_request(f"field label not supported: {field}")
-            raise bad_request(f'{_go_quote(field)} is not a known field selector: only "metadata.name", "metadata.namespace"')
+            raise bad_request(f'{go_quote(field)} is not a known field selector: only "metadata.name", "metadata.namespace"')
         path = tuple(selectable[field])
         terms.append(FieldTerm(field, value, negated, path, _missing_text(schema, path)))
     return FieldSelector(tuple(terms))

@@ -29,7 +29,6 @@ IPv4-mapped IPv6 address (``::ffff:1.2.3.4``) *is* IPv4.
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 from typing import Any, Callable, Iterator
 
@@ -133,9 +132,22 @@ def nbytes(value: str) -> int:
     return len(value.encode("utf-8", "surrogatepass"))
 
 
-def go_quote(value: str) -> str:
-    """Go's %q for the plain strings that appear inside messages."""
-    return json.dumps(value, ensure_ascii=False)
+def go_quote(text: str) -> str:
+    """Go's ``%q``: printable characters kept, the rest escaped (strconv.Quote)."""
+    named = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v", '"': '\\"', "\\": "\\\\"}
+    out = []
+    for ch in text:
+        if ch in named:
+            out.append(named[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        elif ord(ch) < 0x80:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) <= 0xFFFF:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    return '"' + "".join(out) + '"'
 
 
 # ---- format checks (apimachinery pkg/util/validation/validation.go, 1.32) ----------------------
