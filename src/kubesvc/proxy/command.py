@@ -9,6 +9,7 @@ any mode of the proxy made, then exits.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 import click
@@ -90,9 +91,11 @@ def _bool_option(*names: str, help: str):
 @click.option("--oom-score-adj", type=int, default=None)
 @click.option("--conntrack-max-per-core", type=int, default=None)
 @click.option("--conntrack-min", type=int, default=None)
+@click.option("--udp-timeout", "udp_timeout", default=None, callback=_duration,
+              help="How long an idle UDP flow is kept open (userspace mode; e.g. '250ms').")
 @click.option("--cleanup", is_flag=True, default=False, help="Remove every rule this proxy ever made, then exit.")
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
-def proxy_command(cleanup: bool, verbosity: int, **options) -> None:
+def proxy_command(cleanup: bool, verbosity: int, udp_timeout: float | None, **options) -> None:
     """Run the node proxy (kube-proxy): Service virtual IPs in the kernel."""
     setup_logging(verbosity)
     if cleanup:
@@ -107,8 +110,12 @@ def proxy_command(cleanup: bool, verbosity: int, **options) -> None:
         settings = resolve(complete(flags))
     except ConfigError as err:
         raise click.ClickException(str(err)) from None
-    if settings.mode not in ("nftables", "iptables"):
+    if settings.mode not in ("nftables", "iptables", "ipvs", "userspace"):  # ipvs falls back to iptables without kernel support
         raise click.ClickException(f"proxy mode {settings.mode!r} is not available yet; use nftables or iptables")
+    if udp_timeout is not None:
+        if udp_timeout <= 0:
+            raise click.ClickException("--udp-timeout must be greater than 0")
+        settings = dataclasses.replace(settings, udp_idle_timeout=udp_timeout)
     if not settings.kubeconfig:
         raise click.ClickException("no --kubeconfig (or clientConnection.kubeconfig) given: in-cluster configuration is not supported")
     from kubesvc.client.kubeconfig import ConfigError as KubeconfigError, load_kubeconfig
@@ -133,7 +140,7 @@ async def _run(client_config, settings) -> None:
         server = ProxyServer(client, settings)
         try:
             await server.start()
-            log.info("kube-proxy running in %s mode for node %s", settings.mode, settings.hostname)
+            log.info("kube-proxy running in %s mode for node %s", server.settings.mode, settings.hostname)  # ipvs may have fallen back
             await stop.wait()
         finally:
             await server.stop()

@@ -1089,6 +1089,7 @@ class ProxySettings:
     oom_score_adj: int = KUBE_PROXY_OOM_SCORE_ADJ
     conntrack: ConntrackSettings = field(default_factory=ConntrackSettings)
     ipvs: IPVSSettings = field(default_factory=IPVSSettings)
+    udp_idle_timeout: float = 0.25  # userspace mode: --udp-timeout (old udpIdleTimeout)
     config: Mapping[str, Any] = field(default_factory=dict, compare=False)  # the v1alpha1 JSON
 
     @property

@@ -46,7 +46,8 @@ NODE_IP_WAIT = 10.0
 disable_created_metrics()
 
 
-def make_backend(mode: str, options: ProxyOptions, metrics: ProxyMetrics, sync_period: float = 30.0):
+def make_backend(mode: str, options: ProxyOptions, metrics: ProxyMetrics, sync_period: float = 30.0, udp_idle_timeout: float = 0.25,
+                 ipvs=None):
     if mode == "nftables":
         from kubesvc.proxy.nftables.proxier import NftablesBackend
         return NftablesBackend(options, metrics, check_period=sync_period)
@@ -56,16 +57,28 @@ def make_backend(mode: str, options: ProxyOptions, metrics: ProxyMetrics, sync_p
         # tables' canaries, so a flush can take syncPeriod + 5 s to repair; halving both keeps
         # the repair within syncPeriod.
         return IptablesBackend(options, metrics, canary_period=sync_period / 2, flush_timeout=min(5.0, sync_period / 2))
+    if mode == "userspace":
+        from kubesvc.proxy.userspace.proxier import UserspaceBackend
+        return UserspaceBackend(options, metrics, udp_idle_timeout=udp_idle_timeout)
+    if mode == "ipvs":  # only reached when IPVS is usable (ProxyServer._ipvs_or_fallback)
+        from kubesvc.proxy.ipvs.proxier import IpvsBackend
+        return IpvsBackend(options, metrics, settings=ipvs, sync_period=sync_period)
     raise ValueError(f"proxy mode {mode!r} is not implemented")
 
 
-def cleanup_leftovers(modes: tuple[str, ...] = ("nftables", "iptables")) -> list[str]:
+MODES_WITH_LEFTOVERS = ("nftables", "iptables", "userspace", "ipvs")  # ipvs: skipped where IPVS is unavailable
+
+
+def cleanup_leftovers(modes: tuple[str, ...] = MODES_WITH_LEFTOVERS) -> list[str]:
     """Remove every table, chain and rule the given modes ever made, in both families
     (``--cleanup``); returns the errors (empty: clean). Each mode is cleaned even if another fails."""
     from kubesvc.proxy.iptables.proxier import cleanup_leftovers as clean_iptables
     from kubesvc.proxy.nftables.proxier import cleanup_leftovers as clean_nftables
+    from kubesvc.proxy.userspace.proxier import cleanup_leftovers as clean_userspace
 
-    cleaners = {"nftables": clean_nftables, "iptables": clean_iptables}
+    from kubesvc.proxy.ipvs.proxier import cleanup_leftovers as clean_ipvs
+
+    cleaners = {"nftables": clean_nftables, "iptables": clean_iptables, "userspace": clean_userspace, "ipvs": clean_ipvs}
     errors: list[str] = []
     for mode in modes:
         try:
@@ -116,8 +129,10 @@ class ProxyServer:
             await asyncio.sleep(0.5)
 
     async def start(self) -> None:
+        if self.settings.mode == "ipvs":
+            await self._ipvs_or_fallback()
         mode = self.settings.mode
-        others = tuple(m for m in ("nftables", "iptables") if m != mode)
+        others = tuple(m for m in MODES_WITH_LEFTOVERS if m != mode)
         for err in await asyncio.to_thread(cleanup_leftovers, others):  # blocking tools; keep the loop free
             log.warning("cleanup of %s", err)
         self._node = node = await self._wait_for_node()
@@ -130,7 +145,8 @@ class ProxyServer:
             if family == primary:  # one set of health-check listeners, on the primary family's addresses
                 service_health = ServiceHealthServer(self.node_name, addresses, self.health, self._health_failed)
             options = options_for_family(self.settings, family, node)
-            backend = make_backend(mode, options, self.metrics, self.settings.sync_period)
+            backend = make_backend(mode, options, self.metrics, self.settings.sync_period, self.settings.udp_idle_timeout,
+                                   ipvs=self.settings.ipvs)
             self.proxiers.append(Proxier(
                 backend, options, self.metrics, min_sync_period=self.settings.min_sync_period,
                 sync_period=self.settings.sync_period, health=self.health, service_health=service_health,
@@ -139,6 +155,17 @@ class ProxyServer:
         await self._serve()
         for proxier in self.proxiers:
             self._tasks.append(asyncio.create_task(proxier.run()))
+
+    async def _ipvs_or_fallback(self) -> None:
+        """ipvs mode on a kernel without IPVS (or without ipset) runs the iptables proxier:
+        ``self.settings`` becomes the settings actually running (``/proxyMode``), their
+        ``configz`` unchanged."""
+        from kubesvc.proxy.ipvs.support import can_use_ipvs, iptables_fallback
+
+        reason = await asyncio.to_thread(can_use_ipvs, self.settings.ipvs.scheduler)
+        if reason:
+            log.warning("Can't use the IPVS proxier: %s; using iptables Proxier", reason)
+            self.settings = iptables_fallback(self.settings)
 
     def _health_failed(self, service: str, message: str) -> None:
         namespace, _, name = service.partition("/")

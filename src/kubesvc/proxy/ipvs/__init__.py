@@ -1,0 +1,4 @@
+"""IPVS mode: ``support`` decides whether the kernel can run it (else iptables runs instead),
+``rules`` computes the desired state (addresses on ``kube-ipvs0``, virtual/real servers, ipsets,
+the static iptables rules), ``plan`` diffs it against the kernel's IPVS table (graceful
+termination), ``kernel`` talks netlink (pyroute2), ``proxier.IpvsBackend`` applies it all."""

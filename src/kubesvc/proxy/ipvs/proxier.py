@@ -1,0 +1,219 @@
+"""The IPVS mode's kernel shell (upstream ``pkg/proxy/ipvs/proxier.go`` ``syncProxyRules`` and
+``cleanup.go``). The decisions are in ``rules`` (desired state) and ``plan`` (the IPVS diff).
+
+Per sync (``IpvsBackend.sync``):
+
+1. once: the sysctls IPVS mode needs (``net/ipv4/vs/conntrack=1``, ``expire_nodest_conn=1``,
+   ``expire_quiescent_template=1``, ``net/ipv4/ip_forward=1``; with ``--ipvs-strict-arp``
+   ``arp_ignore=1``/``arp_announce=2``); full syncs: the jumps from the built-in hooks;
+2. the dummy interface ``kube-ipvs0`` exists (``ip link add ... type dummy``);
+3. build the desired state, bind the addresses missing on ``kube-ipvs0``;
+4. ``ipset restore`` (every set created if missing, flushed and refilled), then
+   ``iptables-restore --noflush`` of the small static rule set (sets before rules: a rule naming
+   a missing set is rejected);
+5. read the kernel's IPVS table, apply the plan (add/edit/delete virtual and real servers,
+   graceful termination at weight 0);
+6. unbind addresses no longer wanted.
+
+Every sync reads the IPVS table back, so drift is repaired; and the backend asks for a full
+sync every ``sync_period`` (upstream's periodic resync), which is also when draining real
+servers without connections are finally deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+from kubesvc.kernel.exec import CleanupFailed, CommandFailed, CommandResult, in_netns, run
+from kubesvc.kernel.iptables import PREPEND, Iptables, IptablesSync, write_sysctl
+from kubesvc.proxy.backend import ProxyOptions, SyncFailed, SyncRequest, SyncResult
+from kubesvc.proxy.config import IPVSSettings
+from kubesvc.proxy.ipvs.kernel import IpvsError
+from kubesvc.proxy.ipvs.plan import plan
+from kubesvc.proxy.ipvs.rules import (ALL_SETS, DUMMY_DEVICE, FILTER_CHAINS, JUMP_CHAINS, NAT_CHAINS, TABLE_FILTER, TABLE_NAT,
+                                      build_state, ipset_restore_input, set_name)
+from kubesvc.proxy.metrics import ProxyMetrics
+from kubesvc.proxy.types import FAMILY_NAMES, IPV4, IPV6
+
+log = logging.getLogger("kubesvc.proxy.ipvs")
+
+Runner = Callable[..., Awaitable[CommandResult]]
+SYSCTLS = (("net/ipv4/vs/conntrack", "1"), ("net/ipv4/vs/expire_nodest_conn", "1"),
+           ("net/ipv4/vs/expire_quiescent_template", "1"), ("net/ipv4/ip_forward", "1"))
+STRICT_ARP = (("net/ipv4/conf/all/arp_ignore", "1"), ("net/ipv4/conf/all/arp_announce", "2"))
+
+
+class IpvsBackend:
+    """``backend.Backend`` for one family."""
+
+    mode = "ipvs"
+
+    def __init__(self, options: ProxyOptions, metrics: ProxyMetrics | None = None, *, settings: IPVSSettings | None = None,
+                 sync_period: float = 30.0, netns: str | None = None, ipvs=None, ipt: Iptables | None = None,
+                 runner: Runner = run, clock: Callable[[], float] = time.monotonic):
+        self.options = options
+        self.family = options.family
+        self.family_name = FAMILY_NAMES[self.family]
+        self.metrics = metrics
+        self.settings = settings or IPVSSettings()
+        self.sync_period = sync_period
+        self.netns = netns
+        self._ipvs = ipvs
+        self.ipt = ipt or Iptables(self.family, netns=netns)
+        self.runner = runner
+        self.clock = clock
+        self.need_full_sync = True
+        self._sysctls_set = False
+        self._resync_task: asyncio.Task | None = None
+
+    @property
+    def ipvs(self):
+        if self._ipvs is None:  # opened lazily: importing this module must not need ip_vs
+            from kubesvc.proxy.ipvs.kernel import NetlinkIpvs
+            self._ipvs = NetlinkIpvs()
+        return self._ipvs
+
+    async def _run(self, *argv: str, input_text: str | None = None, check: bool = True) -> CommandResult:
+        return await self.runner(in_netns(self.netns, argv), input_text, check=check)
+
+    # ---- sync --------------------------------------------------------------------------------
+
+    async def sync(self, request: SyncRequest) -> SyncResult:
+        full = request.full or self.need_full_sync
+        started = self.clock()
+        try:
+            if not self._sysctls_set:
+                await self._set_sysctls()
+            if full:
+                for jump in JUMP_CHAINS:
+                    await self.ipt.ensure_chain(jump.table, jump.dst)
+                    await self.ipt.ensure_rule(PREPEND, jump.table, jump.src, *jump.args)
+            await self._ensure_dummy()
+            bound, others = await self._addresses()
+            node_ips = request.nodeport_ips if request.nodeport_ips is not None else others
+            built = self.clock()
+            state = build_state(request, self.options, scheduler=self.settings.scheduler, node_ips=node_ips)
+            build_seconds = self.clock() - built
+            for address in state.addresses:
+                if address not in bound:
+                    await self._run("ip", "addr", "add", _host_prefix(address), "dev", DUMMY_DEVICE)
+            await self._run("ipset", "restore", input_text=ipset_restore_input(state, self.family))
+            await self.ipt.restore(state.iptables)
+            current = await asyncio.to_thread(self.ipvs.dump, self.family)
+            changes = plan(state.virtual_servers, current, self.settings.exclude_cidrs)
+            for op in changes.ops:
+                await asyncio.to_thread(self.ipvs.apply, op)
+            if changes.draining:
+                log.debug("%d real servers draining at weight 0", len(changes.draining))
+            for address in set(bound) - set(state.addresses):
+                await self._run("ip", "addr", "del", _host_prefix(address), "dev", DUMMY_DEVICE, check=False)
+        except (CommandFailed, IpvsError) as err:
+            self.need_full_sync = True
+            log.error("%s sync of %s IPVS rules failed: %s", "full" if full else "partial", self.family_name, err)
+            raise SyncFailed(str(err)) from err
+        except BaseException:
+            self.need_full_sync = True
+            raise
+        self.need_full_sync = False
+        return SyncResult(full=full, no_local_internal=state.no_local_internal, no_local_external=state.no_local_external,
+                          build_seconds=build_seconds, kernel_seconds=max(0.0, self.clock() - started - build_seconds),
+                          written={"virtual_servers": len(state.virtual_servers), "ipvs_ops": len(changes.ops)})
+
+    async def _set_sysctls(self) -> None:
+        if self.family != IPV4:  # the net/ipv4/vs sysctls cover both families
+            self._sysctls_set = True
+            return
+        for name, value in SYSCTLS + (STRICT_ARP if self.settings.strict_arp else ()):
+            await write_sysctl(name, value, netns=self.netns)
+        self._sysctls_set = True
+
+    async def _ensure_dummy(self) -> None:
+        if (await self._run("ip", "link", "show", DUMMY_DEVICE, check=False)).returncode != 0:
+            await self._run("ip", "link", "add", DUMMY_DEVICE, "type", "dummy")
+
+    async def _addresses(self) -> tuple[set[str], tuple[str, ...]]:
+        """(this family's addresses on kube-ipvs0, the other non-loopback local ones)."""
+        links = json.loads((await self._run("ip", "-j", "addr", "show")).stdout or "[]")
+        bound: set[str] = set()
+        others: list[str] = []
+        family = "inet6" if self.family == IPV6 else "inet"
+        for link in links:
+            for info in link.get("addr_info") or []:
+                if info.get("family") != family or not info.get("local"):
+                    continue
+                if link.get("ifname") == DUMMY_DEVICE:
+                    bound.add(info["local"])
+                elif not ipaddress.ip_address(info["local"]).is_loopback and info.get("scope") != "link":
+                    others.append(info["local"])
+        return bound, tuple(others)
+
+    # ---- periodic resync ---------------------------------------------------------------------
+
+    async def start(self, request_full_sync: Callable[[], None]) -> None:
+        if self._resync_task is None or self._resync_task.done():
+            self._resync_task = asyncio.create_task(self._resync(request_full_sync), name=f"ipvs-resync-{self.family_name}")
+
+    async def _resync(self, request_full_sync: Callable[[], None]) -> None:
+        while True:
+            await asyncio.sleep(self.sync_period)
+            request_full_sync()
+
+    async def stop(self) -> None:
+        task, self._resync_task = self._resync_task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+
+def _host_prefix(address: str) -> str:
+    return f"{address}/128" if ":" in address else f"{address}/32"
+
+
+def cleanup_leftovers(netns: str | None = None, *, ipvs=None, runner: Callable[[Sequence[str]], int] | None = None) -> None:
+    """Remove what IPVS mode made (upstream ``CleanupLeftovers``): every IPVS virtual server,
+    ``kube-ipvs0``, the jumps and chains in both families, then the ipsets (a set in use by a
+    rule cannot be destroyed). Skipped entirely when IPVS is not available here. Blocking."""
+    from kubesvc.kernel.exec import run_sync
+    from kubesvc.proxy.ipvs.support import can_use_ipvs
+
+    if ipvs is None:
+        if can_use_ipvs("") is not None:
+            log.debug("IPVS not available here: nothing to clean up")
+            return
+        from kubesvc.proxy.ipvs.kernel import NetlinkIpvs
+        ipvs = NetlinkIpvs()
+    errors: list[str] = []
+    for family in (IPV4, IPV6):
+        try:
+            ipvs.flush(family)
+        except IpvsError as err:
+            errors.append(f"flushing IPVS ({FAMILY_NAMES[family]}): {err}")
+    run_sync(in_netns(netns, ("ip", "link", "del", DUMMY_DEVICE)), check=False)
+    for family in (IPV4, IPV6):
+        ipt = IptablesSync(family, netns=netns)
+        if not ipt.available():
+            continue
+        for jump in JUMP_CHAINS:
+            try:
+                ipt.delete_rule(jump.table, jump.src, *jump.args)
+            except CommandFailed as err:
+                errors.append(f"removing jump {jump.src} -> {jump.dst}: {err}")
+        for table, chains in ((TABLE_NAT, NAT_CHAINS), (TABLE_FILTER, FILTER_CHAINS)):
+            for chain in chains:
+                if ipt.chain_exists(table, chain):
+                    for op in ("-F", "-X"):
+                        result = run_sync(ipt._cmd(table, op, chain), check=False)
+                        if result.returncode != 0 and op == "-X":
+                            log.debug("chain %s/%s still referenced: %s", table, chain, result.stderr.strip())
+        for info in ALL_SETS:
+            run_sync(in_netns(netns, ("ipset", "destroy", set_name(info, family))), check=False)
+    if errors:
+        raise CleanupFailed("ipvs", errors)

@@ -1,0 +1,175 @@
+"""The userspace mode's shell (upstream ``pkg/proxy/userspace/proxier.go``): listeners, the
+load balancer, and one ``iptables-restore`` per sync.
+
+Per sync (``UserspaceBackend.sync``):
+
+1. plan the portals (pure ``rules.plan_portals``: one per Service port, two when its external
+   traffic policy differs from its internal one) with their endpoints by traffic policy;
+2. open a listener (random port on the wildcard address) for each new portal, close the
+   listeners of portals gone (their relayed TCP connections run to their end); hand each
+   portal's endpoints to the round-robin balancer (connections to surviving endpoints are
+   untouched; UDP flows to removed endpoints end, so their next datagram picks a live one);
+3. full syncs: ensure the jumps from the built-in chains (``iptables -C``, else ``-I``/``-A``);
+4. write every portal chain in one ``iptables-restore --noflush`` (pure ``rules.build_restore``).
+
+Where iptables cannot be used at all (no binary, no nat table, no privilege) the listeners
+still relay: one line is logged and the kernel steps are skipped from then on. A failed
+restore counts ``sync_proxy_rules_iptables_restore_failures_total`` and raises ``SyncFailed``
+(the next sync is full), as in iptables mode.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection
+
+from kubesvc.kernel.exec import CleanupFailed, CommandFailed
+from kubesvc.kernel.iptables import Iptables, IptablesSync
+from kubesvc.proxy.backend import ProxyOptions, SyncFailed, SyncRequest, SyncResult
+from kubesvc.proxy.iptables.rules import TABLE_FILTER, TABLE_NAT, chains_in_save
+from kubesvc.proxy.metrics import ProxyMetrics
+from kubesvc.proxy.types import FAMILY_NAMES, IPV4, IPV6, ServicePortName
+from kubesvc.proxy.userspace.loadbalancer import LoadBalancerRR
+from kubesvc.proxy.userspace.relay import CONNECT_TIMEOUTS, UDP_IDLE_TIMEOUT, Endpoint, TcpListener, UdpListener
+from kubesvc.proxy.userspace.rules import JUMPS, build_restore, cleanup_input, plan_portals
+
+log = logging.getLogger("kubesvc.proxy.userspace")
+
+PortalKey = tuple[ServicePortName, str]
+
+
+class UserspaceBackend:
+    """``backend.Backend`` for one family: listeners on ``0.0.0.0`` (or ``::``)."""
+
+    mode = "userspace"
+
+    def __init__(self, options: ProxyOptions, metrics: ProxyMetrics | None = None, *, netns: str | None = None,
+                 ipt: Iptables | None = None, listen_ip: str | None = None, udp_idle_timeout: float = UDP_IDLE_TIMEOUT,
+                 connect_timeouts: tuple[float, ...] = CONNECT_TIMEOUTS, program_kernel: bool = True,
+                 clock: Callable[[], float] = time.monotonic):
+        """``program_kernel`` False: relay only (no iptables at all, as when it is unusable)."""
+        self.options = options
+        self.family = options.family
+        self.family_name = FAMILY_NAMES[self.family]
+        self.metrics = metrics
+        self.ipt = ipt or Iptables(self.family, netns=netns)
+        self.listen_ip = listen_ip or ("::" if self.family == IPV6 else "0.0.0.0")
+        self.udp_idle_timeout = udp_idle_timeout
+        self.connect_timeouts = connect_timeouts
+        self.kernel_usable: bool | None = None if program_kernel else False
+        self.clock = clock
+        self.balancer: LoadBalancerRR[PortalKey, Endpoint] = LoadBalancerRR(clock)
+        self.listeners: dict[PortalKey, TcpListener | UdpListener] = {}
+        self.need_full_sync = True
+
+    def proxy_port(self, name: ServicePortName, kind: str = "internal") -> int:
+        """The port the listener of ``name``'s portal ``kind`` is bound to (0: none)."""
+        listener = self.listeners.get((name, kind))
+        return listener.port if listener else 0
+
+    def _chooser(self, key: PortalKey):
+        balancer = self.balancer
+
+        def choose(client_ip: str, reset: bool, exclude: Collection[Endpoint]) -> Endpoint:
+            return balancer.next_endpoint(key, client_ip, reset=reset, exclude=exclude)
+        return choose
+
+    async def _open(self, key: PortalKey, protocol: str) -> TcpListener | UdpListener:
+        name = f"{key[0]} ({key[1]})"
+        if protocol == "UDP":
+            return await UdpListener(self._chooser(key), name=name, idle_timeout=self.udp_idle_timeout).start(self.listen_ip)
+        return await TcpListener(self._chooser(key), name=name, timeouts=self.connect_timeouts).start(self.listen_ip)
+
+    async def sync(self, request: SyncRequest) -> SyncResult:
+        full = request.full or self.need_full_sync
+        started = self.clock()
+        plan = plan_portals(request, self.options)
+        problems: list[str] = []
+        for key, portal in plan.portals.items():
+            sp = portal.service_port
+            endpoints = tuple((ep.ip, ep.port) for ep in portal.endpoints)
+            self.balancer.update(key, endpoints, affinity=sp.client_ip_affinity, ttl_seconds=sp.sticky_max_age_seconds)
+            listener = self.listeners.get(key)
+            if listener is None:
+                try:
+                    self.listeners[key] = listener = await self._open(key, sp.protocol)
+                    log.info("Opened %s proxy port %d for %s (%s)", sp.protocol, listener.port, key[0], key[1])
+                except OSError as err:
+                    problems.append(f"cannot open a proxy port for {key[0]}: {err}")
+                    continue
+            if isinstance(listener, UdpListener):
+                listener.drop_flows(set(endpoints))
+        for key in [k for k in self.listeners if k not in plan.portals]:
+            self.listeners.pop(key).close()
+            self.balancer.delete(key)
+            log.info("Closed proxy port for %s (%s)", *key)
+        self.balancer.cleanup_stale_sessions()
+        built = self.clock()
+        ports = {key: listener.port for key, listener in self.listeners.items()}
+        data = build_restore(plan, ports, node_ip=request.node_ip, nodeport_ips=request.nodeport_ips)
+        build_seconds = self.clock() - built
+        if self.kernel_usable is None:
+            self.kernel_usable = await self._probe_kernel()
+        if self.kernel_usable:
+            try:
+                if full:
+                    for position, jump in JUMPS:
+                        await self.ipt.ensure_chain(jump.table, jump.dst)
+                        await self.ipt.ensure_rule(position, jump.table, jump.src, *jump.args)
+                await self.ipt.restore(data.text)
+            except CommandFailed as err:
+                self.need_full_sync = True
+                if self.metrics is not None:
+                    self.metrics.iptables_restore_failures.labels(self.family_name).inc()
+                log.error("%s sync of %s userspace portal rules failed: %s", "full" if full else "partial", self.family_name, err)
+                raise SyncFailed(str(err)) from err
+        if problems:
+            self.need_full_sync = True
+            raise SyncFailed("; ".join(problems))
+        self.need_full_sync = False
+        return SyncResult(full=full, no_local_internal=plan.no_local_internal, no_local_external=plan.no_local_external,
+                          build_seconds=build_seconds, kernel_seconds=max(0.0, self.clock() - started - build_seconds),
+                          written={TABLE_FILTER: data.filter_rules, TABLE_NAT: data.nat_rules})
+
+    async def _probe_kernel(self) -> bool:
+        try:
+            await self.ipt.version()
+            await self.ipt.save(TABLE_NAT)
+        except CommandFailed as err:
+            log.warning("%s iptables unusable (%s): Service portals are not redirected, the proxy ports still relay",
+                        self.family_name, err.first_error_line or err)
+            return False
+        return True
+
+    async def start(self, request_full_sync: Callable[[], None]) -> None:
+        """Nothing runs in the background: the listeners live in the event loop."""
+
+    async def stop(self) -> None:
+        for listener in self.listeners.values():
+            listener.close(connections=True)
+        self.listeners.clear()
+
+
+def cleanup_leftovers(netns: str | None = None) -> None:
+    """Remove the userspace mode's jumps and chains in both families (``--cleanup``, another
+    mode starting); raises one ``CleanupFailed`` listing every failure."""
+    errors: list[str] = []
+    for family in (IPV4, IPV6):
+        ipt = IptablesSync(family, netns=netns)
+        if not ipt.available():
+            continue
+        for _, jump in JUMPS:
+            try:
+                ipt.delete_rule(jump.table, jump.src, *jump.args)
+            except CommandFailed as err:
+                errors.append(f"{FAMILY_NAMES[family]}: removing jump {jump.src} -> {jump.dst}: {err}")
+        for table in (TABLE_NAT, TABLE_FILTER):
+            try:
+                text = cleanup_input(table, chains_in_save(ipt.save(table)))
+                if text is not None:
+                    ipt.restore(text, table=table)
+            except CommandFailed as err:
+                errors.append(f"{FAMILY_NAMES[family]}: {table}: {err}")
+    if errors:
+        raise CleanupFailed("userspace", errors)

@@ -1,0 +1,107 @@
+"""IpvsBackend (src/kubesvc/proxy/ipvs/proxier.py) over stateful fakes: the IPVS table
+(``FakeIpvs``), iptables (``FakeIptablesAsync``) and the host tools (``ip``, ``ipset``). Asserts
+the kernel state after each sync: virtual/real servers, addresses on kube-ipvs0, graceful
+termination across syncs, deletion of a Service."""
+
+from __future__ import annotations
+
+import json
+
+from kubesvc.kernel.exec import CommandResult
+from kubesvc.proxy.backend import ProxyOptions
+from kubesvc.proxy.config import IPVSSettings
+from kubesvc.proxy.ipvs.kernel import FakeIpvs
+from kubesvc.proxy.ipvs.proxier import IpvsBackend
+from kubesvc.proxy.ipvs.rules import VirtualServerKey
+from kubesvc.proxy.types import IPV4
+from tests.proxy.iptables.iptfake import TEST_NODE_NAME, FakeIptablesAsync
+from tests.proxy.iptables.scenario import Cluster, ep, port, spn
+
+NODE_IP = "192.168.0.2"
+
+
+class FakeHost:
+    """``ip`` and ``ipset`` as far as the backend uses them."""
+
+    def __init__(self):
+        self.links = {"lo": ["127.0.0.1"], "eth0": [NODE_IP]}
+        self.ipset_inputs: list[str] = []
+
+    async def __call__(self, argv, input_text=None, *, check=True) -> CommandResult:
+        argv = list(argv)
+        out, code = "", 0
+        if argv[:3] == ["ip", "link", "show"]:
+            code = 0 if argv[3] in self.links else 1
+        elif argv[:3] == ["ip", "link", "add"]:
+            self.links[argv[3]] = []
+        elif argv[:3] == ["ip", "-j", "addr"]:
+            out = json.dumps([{"ifname": name, "addr_info": [{"family": "inet", "local": a, "scope": "global"} for a in addrs]}
+                              for name, addrs in self.links.items()])
+        elif argv[:3] == ["ip", "addr", "add"]:
+            self.links[argv[5]].append(argv[3].split("/")[0])
+        elif argv[:3] == ["ip", "addr", "del"]:
+            self.links[argv[5]].remove(argv[3].split("/")[0])
+        elif argv[:2] == ["ipset", "restore"]:
+            self.ipset_inputs.append(input_text)
+        elif argv[0] == "sysctl":
+            pass
+        else:
+            raise AssertionError(f"unexpected command {argv}")
+        return CommandResult(tuple(argv), code, out, "")
+
+
+def backend(fake_ipvs: FakeIpvs, host: FakeHost, scheduler: str = "") -> IpvsBackend:
+    b = IpvsBackend(ProxyOptions(family=IPV4, node_name=TEST_NODE_NAME), settings=IPVSSettings(scheduler=scheduler),
+                    ipvs=fake_ipvs, ipt=FakeIptablesAsync(), runner=host)
+    b._sysctls_set = True  # write_sysctl runs sysctl directly; not under test here
+    return b
+
+
+VIP = VirtualServerKey("172.30.0.41", "TCP", 80)
+NODEPORT = VirtualServerKey(NODE_IP, "TCP", 3001)
+
+
+async def test_sync_programs_ipvs_addresses_and_drains_removed_endpoints_gracefully():
+    ipvs, host = FakeIpvs(), FakeHost()
+    b = backend(ipvs, host)
+    c = Cluster().add(port("ns1", "svc", cluster_ip="172.30.0.41", node_port=3001))
+    c.set_endpoints(spn("ns1", "svc"), ep("10.180.0.1", 80), ep("10.180.0.2", 80))
+    await b.sync(c.request(full=True))
+    assert set(ipvs.servers) == {VIP, NODEPORT}
+    assert {rs: s.weight for rs, s in ipvs.reals[VIP].items()} == {("10.180.0.1", 80): 1, ("10.180.0.2", 80): 1}
+    assert host.links["kube-ipvs0"] == ["172.30.0.41"]
+    assert "add KUBE-CLUSTER-IP 172.30.0.41,tcp:80" in host.ipset_inputs[-1]
+
+    # 10.180.0.2 goes away while it still has a connection: weight 0, kept
+    ipvs.connections(VIP, ("10.180.0.2", 80), active=1)
+    c.set_endpoints(spn("ns1", "svc"), ep("10.180.0.1", 80))
+    await b.sync(c.request())
+    assert {rs: s.weight for rs, s in ipvs.reals[VIP].items()} == {("10.180.0.1", 80): 1, ("10.180.0.2", 80): 0}
+    assert ("10.180.0.2", 80) not in ipvs.reals[NODEPORT]  # no connections there: deleted at once
+
+    # its connection ends: the next (periodic) sync deletes it
+    ipvs.connections(VIP, ("10.180.0.2", 80), active=0)
+    await b.sync(c.request(full=True))
+    assert set(ipvs.reals[VIP]) == {("10.180.0.1", 80)}
+
+    # someone deletes a virtual server behind our back: repaired by the next sync
+    del ipvs.servers[VIP], ipvs.reals[VIP]
+    await b.sync(c.request())
+    assert VIP in ipvs.servers
+
+    c.delete_service("ns1", "svc")
+    await b.sync(c.request())
+    assert ipvs.servers == {}
+    assert host.links["kube-ipvs0"] == []
+
+
+async def test_scheduler_and_affinity_reach_the_kernel_and_change_in_place():
+    ipvs, host = FakeIpvs(), FakeHost()
+    c = Cluster().add(port("ns1", "svc", cluster_ip="172.30.0.41", affinity_seconds=60))
+    await backend(ipvs, host, "lc").sync(c.request(full=True))
+    server = ipvs.servers[VIP]
+    assert (server.scheduler, server.flags, server.timeout) == ("lc", 1, 60)
+    ipvs.calls.clear()
+    await backend(ipvs, host, "sh").sync(c.request(full=True))
+    assert ipvs.calls == ["edit-service 172.30.0.41:80/TCP"]
+    assert ipvs.servers[VIP].scheduler == "sh"
