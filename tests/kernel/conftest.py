@@ -98,9 +98,14 @@ async def _delete_nodes(server, names: list[str]) -> None:
 
 def pytest_generate_tests(metafunc):
     """Every test using ``kernel_env`` runs once per mode in its module's ``MODES`` (default
-    both), the environment built once per module and mode."""
+    both), the environment built once per module and mode; ``@pytest.mark.modes(...)`` narrows
+    one test to some of them (what the other modes' own modules already prove)."""
     if "kernel_env" in metafunc.fixturenames:
-        metafunc.parametrize("kernel_env", list(getattr(metafunc.module, "MODES", MODES)), indirect=True, scope="module")
+        modes = list(getattr(metafunc.module, "MODES", MODES))
+        marker = metafunc.definition.get_closest_marker("modes")
+        if marker is not None:
+            modes = [mode for mode in modes if mode in marker.args]
+        metafunc.parametrize("kernel_env", modes, indirect=True, scope="module")
 
 
 @pytest.fixture(scope="module")

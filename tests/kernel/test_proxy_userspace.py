@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from tests.kernel.helpers import all_from, assert_all_answered, assert_spread
 
 MODES = ["userspace", "iptables"]
@@ -92,6 +94,7 @@ async def test_a_refusing_endpoint_is_retried_in_userspace_mode_only(kt):
         assert r["refused"] >= 15 and r["answered"] + r["refused"] == 150, f"iptables mode: about 1/3 refused: {r}"
 
 
+@pytest.mark.modes("userspace")  # iptables affinity and its expiry: test_proxy_dataplane.py
 async def test_client_ip_affinity_sticks_and_expires(kt):
     n1, n2 = kt.nodes
     web = {"app": "sticky"}
@@ -120,6 +123,7 @@ async def test_client_ip_affinity_sticks_and_expires(kt):
     assert moves > 0, f"affinity never expired: {rounds}"
 
 
+@pytest.mark.modes("userspace")  # iptables UDP and conntrack cleanup: test_proxy_dataplane.py
 async def test_udp_reaches_endpoints_and_follows_an_endpoint_replacement(kt):
     n1, n2 = kt.nodes
     labels = {"app": "dns"}
