@@ -16,7 +16,7 @@ import click
 from kubesvc.apiserver.allocator.ranges import PortRange, check_service_cidr_flag
 from kubesvc.apiserver.server import APIServer, ServerConfig
 from kubesvc.util.duration import parse_duration
-from kubesvc.util.process import install_uvloop, setup_logging, stop_on_signals
+from kubesvc.util.process import command_kubeconfig, install_uvloop, setup_logging, stop_on_signals
 
 # Feature gates this server knows, with upstream's defaults for 1.32/1.33.
 KNOWN_FEATURE_GATES = {
@@ -296,7 +296,6 @@ def _controllers(ctx, param, value: str) -> set[str]:
 def controller_manager(kubeconfig: str, verbosity: int, **flags) -> None:
     """Run the EndpointSlice, mirroring, Endpoints and garbage-collector controllers."""
     setup_logging(verbosity)
-    from kubesvc.client.kubeconfig import ConfigError, load_kubeconfig
     from kubesvc.client.leaderelection import validate_timing
     from kubesvc.controllers.manager import ManagerConfig
 
@@ -304,10 +303,7 @@ def controller_manager(kubeconfig: str, verbosity: int, **flags) -> None:
         validate_timing(flags["leader_elect_lease_duration"], flags["leader_elect_renew_deadline"], flags["leader_elect_retry_period"])
     except ValueError as exc:
         raise click.UsageError(f"invalid leader election flags: {exc}") from None
-    try:
-        client_config = load_kubeconfig(kubeconfig)
-    except (ConfigError, OSError) as exc:
-        raise click.ClickException(f"invalid kubeconfig: {exc}") from None
+    client_config = command_kubeconfig(kubeconfig)
     config = ManagerConfig(**flags)
     install_uvloop()
     try:

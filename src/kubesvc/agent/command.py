@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from kubesvc.util.process import install_uvloop, setup_logging, stop_on_signals
+from kubesvc.util.process import command_kubeconfig, install_uvloop, setup_logging, stop_on_signals
 
 log = logging.getLogger("kubesvc.agent")
 
@@ -108,12 +108,8 @@ def agent_command(kubeconfig: str, node_name: str | None, pod_cidr: list[str], n
     setup_logging(verbosity)
     from kubesvc.agent.agent import AgentConfig
     from kubesvc.agent.node import default_node_name
-    from kubesvc.client.kubeconfig import ConfigError, load_kubeconfig
 
-    try:
-        client_config = load_kubeconfig(kubeconfig)
-    except (ConfigError, OSError) as exc:
-        raise click.ClickException(f"invalid kubeconfig: {exc}") from None
+    client_config = command_kubeconfig(kubeconfig)
     node_ips = node_ip or [ip for ip in [detect_node_ip(pod_cidr)] if ip]
     if not node_ips:
         raise click.ClickException("no global IPv4 address on this machine: give the node's address with --node-ip")

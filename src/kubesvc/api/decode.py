@@ -144,10 +144,11 @@ def _field_path(chain: Chain) -> str:
     return ".".join(segment for segment in _segments(chain) if type(segment) is str)
 
 
-_JSON_KINDS = {str: "string", bool: "bool", int: "number", float: "number", list: "array", dict: "object"}
+_JSON_KINDS = {str: "string", bool: "bool", int: "number", float: "number", list: "array", dict: "object", type(None): "null"}
 
 
-def _json_kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
+    """encoding/json's name for a decoded JSON value's kind, as its unmarshal errors print it."""
     return _JSON_KINDS.get(type(value)) or type(value).__name__
 
 
@@ -155,7 +156,7 @@ def _number_or_kind(value: Any) -> str:
     """How encoding/json names a value it could not store in an integer: numbers by their text."""
     if type(value) in (int, float):
         return f"number {value!r}"
-    return _json_kind(value)
+    return json_kind(value)
 
 
 # ---- compiling schemas into decoders ---------------------------------------------------------
@@ -188,7 +189,7 @@ def _struct_decoder(obj: Obj) -> Decoder:
 
     def decode_struct(value: Any, chain: Chain, state: _Decoding) -> dict:
         if type(value) is not dict:
-            raise _Mismatch(_json_kind(value), go_type)
+            raise _Mismatch(json_kind(value), go_type)
         out = {}
         for key, item in value.items():
             entry = fields.get(key)
@@ -218,7 +219,7 @@ def _list_decoder(node: ListOf) -> Decoder:
 
     def decode_list(value: Any, chain: Chain, state: _Decoding) -> list:
         if type(value) is not list:
-            raise _Mismatch(_json_kind(value), go_type)
+            raise _Mismatch(json_kind(value), go_type)
         if item_is_container:
             return [zero() if item is None else decode_item(item, (chain, index), state)
                     for index, item in enumerate(value)]
@@ -234,7 +235,7 @@ def _map_decoder(node: MapOf) -> Decoder:
 
     def decode_map(value: Any, chain: Chain, state: _Decoding) -> dict:
         if type(value) is not dict:
-            raise _Mismatch(_json_kind(value), go_type)
+            raise _Mismatch(json_kind(value), go_type)
         if value_is_container:
             return {key: zero() if item is None else decode_value(item, (chain, (key,)), state)
                     for key, item in value.items()}
@@ -296,7 +297,7 @@ def _string_decoder(node: Scalar) -> Decoder:
     def decode_string(value: Any) -> str:
         if type(value) is str:
             return value
-        raise _Mismatch(_json_kind(value), go_type)
+        raise _Mismatch(json_kind(value), go_type)
 
     return decode_string
 
@@ -305,7 +306,7 @@ def _boolean_decoder(node: Scalar) -> Decoder:
     def decode_boolean(value: Any) -> bool:
         if type(value) is bool:
             return value
-        raise _Mismatch(_json_kind(value), "bool")
+        raise _Mismatch(json_kind(value), "bool")
 
     return decode_boolean
 
@@ -314,7 +315,7 @@ def _number_decoder(node: Scalar) -> Decoder:
     def decode_number(value: Any) -> float | int:
         if type(value) in (int, float):
             return value
-        raise _Mismatch(_json_kind(value), "float64")
+        raise _Mismatch(json_kind(value), "float64")
 
     return decode_number
 
@@ -353,7 +354,7 @@ def _time_decoder(node: Scalar) -> Decoder:
 
     def decode_time(value: Any) -> str:
         if type(value) is not str:
-            raise _Mismatch(_json_kind(value), "string", fatal=True)
+            raise _Mismatch(json_kind(value), "string", fatal=True)
         if not _is_plain_rfc3339(value):
             error = go_time_parse_error(value)
             if error:

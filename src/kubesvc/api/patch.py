@@ -67,6 +67,7 @@ import json
 import re
 from typing import Any
 
+from kubesvc.api.decode import json_kind
 from kubesvc.api.errors import StatusError
 from kubesvc.api.schema import ListOf, Type, child
 
@@ -121,20 +122,8 @@ def _reject_constant(name: str) -> None:
 
 def _undecodable(value: Any, go_type: str) -> PatchError:
     """The 400 for a patch document of the wrong JSON type, worded as Go's decoder words it."""
-    return _bad_request(f"error decoding patch: json: cannot unmarshal {_json_kind(value)} "
+    return _bad_request(f"error decoding patch: json: cannot unmarshal {json_kind(value)} "
                         f"into Go value of type {go_type}")
-
-
-def _json_kind(value: Any) -> str:
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "bool"
-    return "null" if value is None else "number"
 
 
 def _json_equal(a: Any, b: Any) -> bool:
@@ -192,7 +181,7 @@ def json_patch(original: dict, operations: list) -> dict:
             raise _invalid(f"Unexpected kind: {kind if isinstance(kind, str) else 'unknown'}")
         doc = apply(doc, operation)
     if not isinstance(doc, dict):
-        raise _invalid(f"the patched document is a JSON {_json_kind(doc)}, not an object")
+        raise _invalid(f"the patched document is a JSON {json_kind(doc)}, not an object")
     return doc
 
 

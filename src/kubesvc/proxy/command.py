@@ -16,7 +16,7 @@ import click
 
 from kubesvc.proxy.config import ConfigError, ProxyFlags, check_ip_flag, check_ip_port_flag, complete, resolve
 from kubesvc.util.duration import parse_duration
-from kubesvc.util.process import install_uvloop, setup_logging, stop_on_signals
+from kubesvc.util.process import command_kubeconfig, install_uvloop, setup_logging, stop_on_signals
 
 log = logging.getLogger("kubesvc.proxy")
 
@@ -118,12 +118,7 @@ def proxy_command(cleanup: bool, verbosity: int, udp_timeout: float | None, **op
         settings = dataclasses.replace(settings, udp_idle_timeout=udp_timeout)
     if not settings.kubeconfig:
         raise click.ClickException("no --kubeconfig (or clientConnection.kubeconfig) given: in-cluster configuration is not supported")
-    from kubesvc.client.kubeconfig import ConfigError as KubeconfigError, load_kubeconfig
-
-    try:
-        client_config = load_kubeconfig(settings.kubeconfig)
-    except (KubeconfigError, OSError) as exc:
-        raise click.ClickException(f"invalid kubeconfig: {exc}") from None
+    client_config = command_kubeconfig(settings.kubeconfig)
     install_uvloop()
     try:
         asyncio.run(_run(client_config, settings))

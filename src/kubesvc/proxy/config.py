@@ -55,6 +55,7 @@ from typing import Any
 
 import yaml
 
+from kubesvc.api.decode import json_kind
 from kubesvc.proxy.backend import ProxyOptions
 from kubesvc.proxy.localdetector import DETECT_LOCAL_MODES, new_local_detector
 from kubesvc.api.validation_meta import go_quote, parse_cidr_sloppy, parse_ip_sloppy
@@ -409,20 +410,6 @@ class _TypeError(Exception):
     """Go's ``json.UnmarshalTypeError`` (a non-strict decoding failure)."""
 
 
-def _json_kind(value) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return "string"
-
-
 def _plain(value):
     """YAML-only values as sigs.k8s.io/yaml turns them into JSON (timestamps become strings)."""
     if isinstance(value, (datetime.date, datetime.datetime)):
@@ -452,7 +439,7 @@ class _Decoder:
         return cls(**values)
 
     def _type_error(self, cls, path: list[str], raw, go_type: str, number_text: str | None = None) -> _TypeError:
-        kind = _json_kind(raw)
+        kind = json_kind(raw)
         if number_text is not None:
             kind = f"number {number_text}"
         return _TypeError(f"json: cannot unmarshal {kind} into Go struct field {_GO_STRUCT_NAMES[cls]}.{'.'.join(path)} of type {go_type}")
@@ -535,7 +522,7 @@ def decode_config(data: Any, *, strict: bool = True) -> KubeProxyConfiguration:
             raise ConfigError(f"failed to decode: Object 'Kind' is missing in '{document}'")
         raise ConfigError(
             "failed to decode: couldn't get version/kind; json parse error: json: cannot unmarshal "
-            f"{_json_kind(data)} into Go value of type struct {{ APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; "
+            f"{json_kind(data)} into Go value of type struct {{ APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; "
             "Kind string \"json:\\\"kind,omitempty\\\"\" }")
     kind, api_version = data.get("kind"), data.get("apiVersion")
     if not kind:
