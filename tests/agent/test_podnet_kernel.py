@@ -10,7 +10,6 @@ per-test prefix ``ks-p<hex>-``; everything is removed after each test, pass or f
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
 import secrets
@@ -28,6 +27,7 @@ import pytest
 
 from kubesvc.agent import podnet
 from kubesvc.agent.podnet import NodeNetwork, PodNetwork, PodNetworkError, RangeExhausted
+from tests.support.agent import netns_names
 from tests.support.netns import Netns, bridge, call_in_netns, socket_in
 
 CIDR = "10.244.1.0/24"
@@ -68,10 +68,6 @@ class Node:
         return {line.split(":")[1].strip().split("@")[0] for line in self.links().splitlines()}
 
 
-def netns_names() -> list[str]:
-    return podnet.parse_netns_list(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout)
-
-
 @pytest.fixture
 def node(tmp_path):
     ns = Netns.create("podnet")
@@ -79,12 +75,12 @@ def node(tmp_path):
     try:
         yield made
     finally:
-        with contextlib.suppress(Exception):
-            made.run(podnet.teardown_sync, made.state_dir)
-        for name in netns_names():  # whatever a failed test left with our prefix
-            if name.startswith(made.prefix):
-                Netns(name).close()
+        errors = made.run(podnet.teardown_sync, made.state_dir)
+        left = [name for name in netns_names() if name.startswith(made.prefix)]
+        for name in left:  # whatever teardown could not remove
+            Netns(name).close()
         ns.close()
+    assert not errors and not left, f"teardown failed: {errors}; left behind: {left}"
 
 
 def new_uid() -> str:

@@ -371,6 +371,10 @@ def test_a_follower_that_hangs_up_is_let_go_on_both_hops(apiserver, core, agent,
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert _lines(process.stdout).get(timeout=20) == "only line\n"
+        deadline = time.monotonic() + 10
+        while len(asked) < 2 and time.monotonic() < deadline:  # following: it keeps asking
+            time.sleep(0.1)
+        assert len(asked) >= 2, "the agent never polled whether the container still runs"
     finally:
         process.kill()
         process.wait()

@@ -14,7 +14,7 @@ import time
 import pytest
 import yaml
 
-from tests.support.agent import netns_names as host_netns_names
+from tests.support.agent import netns_names as host_netns_names, requests_in
 from tests.support.netns import Netns, wait_until as poll
 from tests.support.up import Machine
 
@@ -53,8 +53,16 @@ def container_status(up: Machine, pod: str, init: bool = False) -> dict:
     return statuses[0]
 
 
-def netns_names(up: Machine) -> set[str]:
-    return set(host_netns_names())
+def pod_netns(up: Machine, pod: str) -> str:
+    """The agent's network namespace of ``pod`` (``kubesvc-<uid>``), asserted to exist."""
+    name = "kubesvc-" + up.get("pod", pod)["metadata"]["uid"]
+    assert name in host_netns_names(), f"{pod} has no namespace {name}"
+    return name
+
+
+def not_found(up: Machine, pod: str) -> bool:
+    result = up.kubectl("get", "pod", pod, check=False)
+    return result.returncode != 0 and "NotFound" in result.stderr
 
 
 def when(value, predicate):
@@ -175,15 +183,14 @@ def test_graceful_termination_runs_pre_stop_then_kills_after_the_grace_period(up
         "name": "c", "image": "busybox", "command": ["python3", "-c", IGNORE_SIGTERM],
         "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", f"echo ran > {marker}"]}}}}], terminationGracePeriodSeconds=3))
     wait_until(lambda: condition(up, name, "Ready") == "True", message="Ready")
-    netns = netns_names(up)
+    netns = pod_netns(up, name)
     began = time.monotonic()
     up.kubectl("delete", "pod", name, timeout=30)  # waits until the object is gone
     took = time.monotonic() - began
     assert 3.0 <= took < 8.0, took  # SIGTERM ignored: SIGKILL at the end of the 3 s grace period
     assert marker.read_text() == "ran\n"
-    assert up.kubectl("get", "pod", name, check=False).returncode != 0
-    uid_netns = netns - netns_names(up)
-    assert uid_netns, "the Pod's network namespace was removed"
+    assert not_found(up, name)
+    assert netns not in host_netns_names(), "the Pod's network namespace is left"
 
 
 def test_force_deletion_kills_at_once(up):
@@ -191,11 +198,12 @@ def test_force_deletion_kills_at_once(up):
     up.kubectl("apply", "-f", "-", input=pod_manifest(name, [{"name": "c", "image": "busybox", "command": ["python3", "-c", IGNORE_SIGTERM]}],
                                                      terminationGracePeriodSeconds=60))
     wait_until(lambda: condition(up, name, "Ready") == "True", message="Ready")
-    before = netns_names(up)
+    netns = pod_netns(up, name)
     began = time.monotonic()
     up.kubectl("delete", "pod", name, "--grace-period=0", "--force")
-    gone = wait_until(lambda: before - netns_names(up), timeout=10, message="namespace removed")
-    assert time.monotonic() - began < 10 and len(gone) == 1
+    assert not_found(up, name)
+    wait_until(lambda: netns not in host_netns_names(), timeout=10, message="the Pod's namespace removed")
+    assert time.monotonic() - began < 3.0, "SIGKILL at once, not after the 60 s grace period"
 
 
 def test_endpoint_is_terminating_and_serving_while_the_pod_drains(up):
@@ -219,9 +227,12 @@ def test_endpoint_is_terminating_and_serving_while_the_pod_drains(up):
         endpoints = [e for s in slices for e in s.get("endpoints") or []]
         return endpoints[0]["conditions"] if endpoints else None
 
-    assert wait_until(endpoint_conditions, message="an endpoint") is not None
     wait_until(lambda: endpoint_conditions() == {"ready": True, "serving": True, "terminating": False}, message="ready endpoint")
+    vip = up.get("service", name)["spec"]["clusterIP"]
+    wait_until(lambda: requests_in(up.ns.name, vip, 80, 1) == ["ok"], message="the Service answering")
     up.kubectl("delete", "pod", name, "--wait=false")
     draining = wait_until(lambda: when(endpoint_conditions(), lambda c: c and c.get("terminating")), timeout=10, message="terminating")
     assert draining == {"ready": False, "serving": True, "terminating": True}
-    wait_until(lambda: up.kubectl("get", "pod", name, check=False).returncode != 0, timeout=15, message="Pod gone after the grace period")
+    # the only endpoint is terminating but serving: the proxy keeps using it while it drains
+    assert requests_in(up.ns.name, vip, 80, 5) == ["ok"] * 5
+    wait_until(lambda: not_found(up, name), timeout=15, message="Pod gone after the grace period")

@@ -61,6 +61,7 @@ async def test_pods_are_bound_spread_over_ready_nodes_with_events(fresh_apiserve
             assert nodes[0] == "node-a"  # the first decision: a tie, broken by name
             events = await eventually(lambda: events_of(client, ns, "web-0"), message="the Scheduled event")
         assert await node_of(client, ns, "other") is None  # another scheduler's Pod
+        assert await events_of(client, ns, "other") == []
         pod = await client.resource(PODS).get("web-0", ns)
         assert condition(pod, "PodScheduled")["status"] == "True"
         [event] = events
