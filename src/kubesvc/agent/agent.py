@@ -23,10 +23,9 @@ from pathlib import Path
 from kubesvc.agent import podnet
 from kubesvc.agent.kubeletserver import KubeletServer, PodLogInfo
 from kubesvc.agent.node import NodeHeartbeat, NodeIdentity
-from kubesvc.agent.podworker import PodWorker, WorkerContext
-from kubesvc.agent.runtime import kill_processes_in
+from kubesvc.agent.podworker import PodWorker, WorkerContext, delete_for_good
 from kubesvc.client.informer import Informer
-from kubesvc.client.rest import PODS, SERVICES, ApiError, ClientError, RestClient, is_not_found
+from kubesvc.client.rest import PODS, SERVICES, ClientError, RestClient
 from kubesvc.controllers.runtime import EventRecorder
 from kubesvc.util.clock import Clock, RealClock
 
@@ -155,23 +154,18 @@ class Agent:
         self.workers.pop(worker.uid, None)
 
     async def _delete_now(self, pod: dict) -> None:
-        meta = pod["metadata"]
         try:
-            await podnet.remove_pod(self.network, meta["uid"])
-            body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
-            await self.client.request("DELETE", PODS.path(meta.get("namespace"), meta["name"]), body=body)
-        except ApiError as err:
-            if not is_not_found(err) and err.status != 409:
-                log.warning("cannot delete pod %s/%s: %s", meta.get("namespace"), meta["name"], err)
-        except (ClientError, OSError) as err:
-            log.warning("cannot delete pod %s/%s: %s", meta.get("namespace"), meta["name"], err)
+            await podnet.remove_pod(self.network, pod["metadata"]["uid"])
+        except Exception as err:  # the Pod object goes anyway; the namespace is collected at the next start
+            log.warning("pod %s/%s: cannot remove its network: %s", pod["metadata"].get("namespace"), pod["metadata"]["name"], err)
+        await delete_for_good(self.pods_api, pod)
 
     async def _collect_orphans(self) -> None:
         """Namespaces left by a crash for Pods that are gone; the processes in those that stay are
         stopped, since the worker starts its containers afresh."""
         alive = {pod["metadata"]["uid"] for pod in self.pods.indexer.list()}
         for uid, pod_network in podnet.existing_pods(self.network).items():
-            await kill_processes_in(pod_network.netns)
+            await podnet.kill_processes_in(pod_network.netns)  # the worker starts its containers afresh
             if uid not in alive:
                 log.info("removing the network namespace of vanished pod %s", uid)
                 await podnet.remove_pod(self.network, uid)

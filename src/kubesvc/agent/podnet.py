@@ -548,10 +548,22 @@ async def add_pod(net: NodeNetwork, pod_uid: str) -> PodNetwork:
     return pod
 
 
+async def kill_processes_in(netns: str) -> None:
+    """SIGKILL every process inside network namespace ``netns`` (``ip netns pids``)."""
+    result = await run(["ip", "netns", "pids", netns], check=False)
+    for pid in result.stdout.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
 async def remove_pod(net: NodeNetwork, pod_uid: str) -> None:
-    """Delete the Pod's veth and namespace (whatever still runs inside keeps an anonymous
-    namespace: stop the Pod's processes first) and release its addresses. Idempotent."""
+    """Kill what still runs in the Pod's namespace (it would otherwise live on in an anonymous
+    namespace nothing can find), delete its veth and namespace, release its addresses. Idempotent."""
     pod = net.pod(pod_uid)
+    if _netns_exists(pod.netns):
+        await kill_processes_in(pod.netns)
     await _ip_batch(pod_removal_lines(pod, _netns_exists(pod.netns), pod.host_veth in _links_here()))
     store = IPStore(net.ipam_dir)
     store.release(ips_of(pod_uid, store.allocations(), net.pod_cidrs))

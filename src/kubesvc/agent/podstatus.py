@@ -24,9 +24,6 @@ from datetime import datetime
 
 from kubesvc.util.clock import rfc3339
 
-RUNTIME = "kubesvc"
-
-
 @dataclass
 class Termination:
     exit_code: int

@@ -32,7 +32,7 @@ from kubesvc.agent import envvars, podnet
 from kubesvc.agent.logs import container_log_path
 from kubesvc.agent.podstatus import ContainerRecord, PodRuntimeState, Termination, generate_pod_status, merge_patch_for
 from kubesvc.agent.probes import ProbeResult, ProbeSpec, ProbeTracker, probe_event, run_check, run_probe, worker_result
-from kubesvc.agent.runtime import ContainerProcess, StartError, kill_processes_in
+from kubesvc.agent.runtime import ContainerProcess, StartError
 from kubesvc.client.rest import ApiError, ClientError, is_not_found
 from kubesvc.controllers.runtime import EventRecorder
 from kubesvc.util.clock import Clock
@@ -57,12 +57,6 @@ class WorkerContext:
     clock: Clock
     backoff_base: float = 10.0
     backoff_max: float = 300.0
-    delete_after_termination: bool = True
-
-
-def pod_key(pod: dict) -> str:
-    meta = pod["metadata"]
-    return f"{meta.get('namespace', '')}/{meta['name']}"
 
 
 def _describe(pod: dict) -> str:
@@ -114,6 +108,7 @@ class PodWorker:
         self._tasks: list[asyncio.Task] = []
         self._main: asyncio.Task | None = None
         self._writer: asyncio.Task | None = None
+        self._delete_when_stopped = True  # False when the agent stops: the Pod object stays
         self._terminate = asyncio.Event()
         self._grace_shortened = asyncio.Event()
         self._message = ""
@@ -155,13 +150,13 @@ class PodWorker:
 
     async def shutdown(self, grace: float, *, delete: bool) -> None:
         """Stop everything (the agent is stopping); the Pod object stays unless ``delete``."""
-        self.ctx = _with(self.ctx, delete_after_termination=delete)
+        self._delete_when_stopped = delete
         self.request_termination(grace)
         await self.finished.wait()
 
     # -- the Pod's life
 
-    def _event(self, type_: str, reason: str, message: str, slot: ContainerSlot | None = None) -> None:
+    def _event(self, type_: str, reason: str, message: str) -> None:
         self.ctx.recorder.event(self.pod, type_, reason, message)
 
     def _mark_dirty(self) -> None:
@@ -233,15 +228,9 @@ class PodWorker:
                 exit_ = _RunResult(128, 0.0, config_error=True)
             if self.terminating:
                 return None
-            code = exit_.exit_code if exit_ else 1
-            if slot.init and code == 0:
+            if slot.init and exit_.exit_code == 0:
                 return None
-            restart = policy == "Always" or (policy == "OnFailure" and code != 0) or (slot.init and policy != "Never")
-            if slot.init and policy == "Always" and code == 0:
-                restart = False
-            if exit_ is not None and exit_.config_error:
-                restart = True  # upstream retries a container it could not configure, whatever the policy
-            if not restart:
+            if not should_restart(policy, exit_.exit_code, exit_.config_error):
                 return STOPPED_FOR_GOOD if slot.init else None
             if backoff:
                 record = slot.record
@@ -263,7 +252,7 @@ class PodWorker:
 
     async def _run_once(self, slot: ContainerSlot) -> "_RunResult | None":
         record = slot.record
-        if record.terminated is not None or record.has_run:
+        if record.has_run:
             if record.terminated is not None:
                 record.last_termination = record.terminated
                 record.terminated = None
@@ -383,7 +372,8 @@ class PodWorker:
             if kind != "startup" and not slot.record.started:
                 await asyncio.sleep(min(spec.period_seconds, 1.0))
                 continue
-            if self.terminating and tracker.pod_deletion_requested():
+            if self.terminating and kind != "readiness":
+                tracker.pod_deletion_requested()
                 return  # liveness and startup stop on graceful deletion; readiness keeps draining
             assert self.network is not None
             outcome = await run_check(spec, pod_ip=self.network.ips[0], container=slot.spec, env=slot.env, netns=self.network.netns)
@@ -467,7 +457,6 @@ class PodWorker:
         if self.network is None:
             return
         try:
-            await kill_processes_in(self.network.netns)  # nothing may outlive the namespace unseen
             await podnet.remove_pod(self.ctx.network, self.uid)
         except Exception as err:
             log.warning("pod %s: cannot remove its network: %s", _describe(self.pod), err)
@@ -482,19 +471,8 @@ class PodWorker:
             self._writer.cancel()
             await asyncio.gather(self._writer, return_exceptions=True)
         await self._flush_status()
-        if self.ctx.delete_after_termination:
-            await self._delete_pod()
-
-    async def _delete_pod(self) -> None:
-        meta = self.pod["metadata"]
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0, "preconditions": {"uid": self.uid}}
-        try:
-            await self.ctx.pods.client.request("DELETE", self.ctx.pods.resource.path(meta.get("namespace"), meta["name"]), body=body)
-        except ApiError as err:
-            if not is_not_found(err) and err.status != 409:
-                log.warning("pod %s: cannot delete: %s", _describe(self.pod), err)
-        except ClientError as err:
-            log.warning("pod %s: cannot delete: %s", _describe(self.pod), err)
+        if self._delete_when_stopped:
+            await delete_for_good(self.ctx.pods, self.pod)
 
     # -- status
 
@@ -548,17 +526,30 @@ class PodWorker:
             self._dirty.set()
 
 
+def should_restart(policy: str, exit_code: int, config_error: bool) -> bool:
+    """restartPolicy applied to a run that ended (an init container that succeeded is done
+    before this is asked); a container that could not be configured is always retried."""
+    return config_error or policy == "Always" or (policy == "OnFailure" and exit_code != 0)
+
+
+async def delete_for_good(pods, pod: dict) -> None:
+    """What the kubelet's status manager does once a terminating Pod has stopped: delete it with
+    grace 0, only if it is still this Pod (UID precondition; a new Pod of the same name stays)."""
+    meta = pod["metadata"]
+    try:
+        await pods.delete(meta["name"], meta.get("namespace"), grace_period_seconds=0, preconditions={"uid": meta["uid"]})
+    except ApiError as err:
+        if not is_not_found(err) and err.status != 409:
+            log.warning("pod %s: cannot delete: %s", _describe(pod), err)
+    except ClientError as err:
+        log.warning("pod %s: cannot delete: %s", _describe(pod), err)
+
+
 @dataclass
 class _RunResult:
     exit_code: int
     ran_for: float
     config_error: bool = False
-
-
-def _with(ctx: WorkerContext, **changes) -> WorkerContext:
-    from dataclasses import replace
-
-    return replace(ctx, **changes)
 
 
 def _duration(seconds: float) -> str:

@@ -35,7 +35,6 @@ import asyncio
 import enum
 import os
 import re
-import shutil
 import signal
 import socket
 import ssl
@@ -69,8 +68,6 @@ class ProbeResult(enum.Enum):
     SUCCESS = "Success"
     FAILURE = "Failure"
 
-
-Result = ProbeResult
 
 
 class CheckResult(enum.Enum):
@@ -527,8 +524,6 @@ async def probe_exec(command: Sequence[str], *, env: Mapping[str, str], netns: s
         # The container runtime refuses such an exec outright; the kubelet sees an error.
         return CheckOutcome(CheckResult.UNKNOWN, "", f"exec: {go_quote(command[0])}: executable file not found in $PATH")
     argv = in_netns(netns, command)
-    if netns:
-        argv[0] = shutil.which("ip") or "ip"  # our own ip(8): the container's PATH may not reach it
     try:
         process = await asyncio.create_subprocess_exec(
             *argv, env=env, cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,

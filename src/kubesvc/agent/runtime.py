@@ -24,12 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubesvc.agent.logs import ContainerLogFile, pump
-from kubesvc.kernel.exec import in_netns, run
+from kubesvc.kernel.exec import in_netns
 
 log = logging.getLogger("kubesvc.agent")
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-IP_COMMAND = shutil.which("ip") or "/usr/sbin/ip"
 
 
 class StartError(Exception):
@@ -91,8 +90,6 @@ class ContainerProcess:
         env = {"PATH": DEFAULT_PATH, **self.env}
         self._log = ContainerLogFile(self.log_path)
         argv = in_netns(self.netns, self.argv)
-        if self.netns:
-            argv[0] = IP_COMMAND  # found in the agent's PATH: the container's PATH is for its own command
         try:
             self._process = await asyncio.create_subprocess_exec(
                 *argv, env=env, cwd=self.cwd, stdin=asyncio.subprocess.DEVNULL,
@@ -141,12 +138,3 @@ class ContainerProcess:
             self.signal(signal.SIGKILL)  # leftovers of the group
         return await self.wait()
 
-
-async def kill_processes_in(netns: str) -> None:
-    """SIGKILL every process inside network namespace ``netns`` (left by an agent that died)."""
-    result = await run(["ip", "netns", "pids", netns], check=False)
-    for pid in result.stdout.split():
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass

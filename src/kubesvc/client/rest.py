@@ -264,9 +264,10 @@ class RestClient:
         content_type = PATCH_CONTENT_TYPES.get(patch_type, patch_type)
         return await self.request("PATCH", path, self._write_params(params), body, content_type)
 
-    async def delete(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
-        """The deleted object (Services, Pods, or anything with finalizers) or a Status."""
-        return await self.request("DELETE", path, params)
+    async def delete(self, path: str, params: Mapping[str, Any] | None = None, body: Any = None) -> Any:
+        """The deleted object (Services, Pods, or anything with finalizers) or a Status; ``body``
+        is a DeleteOptions (preconditions)."""
+        return await self.request("DELETE", path, params, body=body)
 
     async def watch(self, path: str, params: Mapping[str, Any] | None = None) -> AsyncIterator[tuple[str, dict]]:
         """Stream ``(type, object)`` events until the server ends the watch.
@@ -379,9 +380,12 @@ class ResourceClient:
         path = self._object_path(name, namespace, subresource)
         return await self.client.patch(path, body, patch_type, {"force": force})
 
-    async def delete(self, name: str, namespace: str | None = None, propagation_policy: str | None = None, grace_period_seconds: int | None = None) -> dict:
+    async def delete(self, name: str, namespace: str | None = None, propagation_policy: str | None = None, grace_period_seconds: int | None = None,
+                     preconditions: Mapping[str, str] | None = None) -> dict:
+        """``preconditions`` (``uid``, ``resourceVersion``): delete only that very object."""
         params = {"propagationPolicy": propagation_policy, "gracePeriodSeconds": grace_period_seconds}
-        return await self.client.delete(self._object_path(name, namespace), params)
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": dict(preconditions)} if preconditions else None
+        return await self.client.delete(self._object_path(name, namespace), params, body)
 
     def watch(self, namespace: str | None = None, label_selector: str | None = None, field_selector: str | None = None, resource_version: str | None = None, timeout_seconds: int | None = None, allow_watch_bookmarks: bool = False) -> AsyncIterator[tuple[str, dict]]:
         params = self._selection(label_selector, field_selector, resourceVersion=resource_version, timeoutSeconds=timeout_seconds, allowWatchBookmarks=allow_watch_bookmarks or None)

@@ -12,14 +12,20 @@ namespace. ``CleanupFailed`` is what every mode's ``cleanup_leftovers`` raises.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 
+# ip(8) as found in our own PATH, once: a command run in a namespace may carry an environment of
+# its own (a container's PATH) that would not find it
+IP = shutil.which("ip") or "ip"
+
+
 def in_netns(netns: str | None, argv: Sequence[str]) -> list[str]:
     """``argv`` run inside network namespace ``netns`` (``ip netns exec``); unchanged for None."""
-    return ["ip", "netns", "exec", netns, *argv] if netns else list(argv)
+    return [IP, "netns", "exec", netns, *argv] if netns else list(argv)
 
 
 class CleanupFailed(Exception):

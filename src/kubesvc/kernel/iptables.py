@@ -149,6 +149,9 @@ class IptablesSync(_Commands):
     def delete_chain(self, table: str, chain: str) -> None:
         run_sync(self._cmd(table, "-X", chain))
 
+    def flush_chain(self, table: str, chain: str) -> None:
+        run_sync(self._cmd(table, "-F", chain))
+
     def rule_exists(self, table: str, chain: str, *args: str) -> bool:
         return _exists(run_sync(self._cmd(table, "-C", chain, *args), check=False))
 

@@ -70,7 +70,7 @@ async def test_sync_programs_ipvs_addresses_and_drains_removed_endpoints_gracefu
     assert set(ipvs.servers) == {VIP, NODEPORT}
     assert {rs: s.weight for rs, s in ipvs.reals[VIP].items()} == {("10.180.0.1", 80): 1, ("10.180.0.2", 80): 1}
     assert host.links["kube-ipvs0"] == ["172.30.0.41"]
-    assert "add KUBE-CLUSTER-IP 172.30.0.41,tcp:80" in host.ipset_inputs[-1]
+    assert "add KUBE-TMP-00 172.30.0.41,tcp:80\nswap KUBE-TMP-00 KUBE-CLUSTER-IP\n" in host.ipset_inputs[-1]
 
     # 10.180.0.2 goes away while it still has a connection: weight 0, kept
     ipvs.connections(VIP, ("10.180.0.2", 80), active=1)

@@ -139,15 +139,20 @@ def test_iptables_rules_golden_cluster_ip_and_nodeport():
     assert state_of(c).iptables == EXPECTED_IPTABLES
 
 
-def test_ipset_restore_input_creates_flushes_and_fills_each_set():
+def test_ipset_restore_input_fills_a_temporary_set_and_swaps_it_in():
     c = Cluster().add(port("ns1", "np", cluster_ip="172.30.0.46", node_port=3003))
     c.set_endpoints(spn("ns1", "np"), ep("10.180.0.1", 80))
     text = ipset_restore_input(state_of(c), IPV4)
     expected = textwrap.dedent("""\
         create KUBE-CLUSTER-IP hash:ip,port family inet hashsize 1024 maxelem 65536 -exist
-        flush KUBE-CLUSTER-IP
-        add KUBE-CLUSTER-IP 172.30.0.46,tcp:80
+        create KUBE-TMP-00 hash:ip,port family inet hashsize 1024 maxelem 65536 -exist
+        flush KUBE-TMP-00
+        add KUBE-TMP-00 172.30.0.46,tcp:80
+        swap KUBE-TMP-00 KUBE-CLUSTER-IP
+        destroy KUBE-TMP-00
         """)
-    assert expected in text
-    assert "create KUBE-NODE-PORT-TCP bitmap:port range 0-65535 -exist\nflush KUBE-NODE-PORT-TCP\nadd KUBE-NODE-PORT-TCP 3003\n" in text
-    assert text.count("create ") == 17
+    assert text.startswith(expected)
+    assert "flush KUBE-CLUSTER-IP" not in text  # a live set is never emptied in place
+    assert "create KUBE-NODE-PORT-TCP bitmap:port range 0-65535 -exist\n" in text
+    assert "add KUBE-TMP-" in text and " 3003\n" in text
+    assert text.count("\nswap ") == 17

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 
 from kubesvc.kernel.exec import CleanupFailed, CommandFailed, CommandResult, in_netns, run
 from kubesvc.kernel.iptables import PREPEND, Iptables, IptablesSync, write_sysctl
@@ -35,8 +36,9 @@ from kubesvc.proxy.backend import ProxyOptions, SyncFailed, SyncRequest, SyncRes
 from kubesvc.proxy.config import IPVSSettings
 from kubesvc.proxy.ipvs.kernel import IpvsError
 from kubesvc.proxy.ipvs.plan import plan
-from kubesvc.proxy.ipvs.rules import (ALL_SETS, DUMMY_DEVICE, FILTER_CHAINS, JUMP_CHAINS, NAT_CHAINS, TABLE_FILTER, TABLE_NAT,
-                                      build_state, ipset_restore_input, set_name)
+from kubesvc.proxy.ipvs.rules import (ALL_SETS, DUMMY_DEVICE, JUMP_CHAINS, KUBE_IPVS_FILTER, KUBE_IPVS_OUT_FILTER, KUBE_LOAD_BALANCER,
+                                      KUBE_NODE_PORT, KUBE_SOURCE_RANGES_FIREWALL, TABLE_FILTER, TABLE_NAT, build_state,
+                                      ipset_restore_input, set_name)
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.types import FAMILY_NAMES, IPV4, IPV6
 
@@ -177,16 +179,28 @@ def _host_prefix(address: str) -> str:
     return f"{address}/128" if ":" in address else f"{address}/32"
 
 
-def cleanup_leftovers(netns: str | None = None, *, ipvs=None, runner: Callable[[Sequence[str]], int] | None = None) -> None:
-    """Remove what IPVS mode made (upstream ``CleanupLeftovers``): every IPVS virtual server,
-    ``kube-ipvs0``, the jumps and chains in both families, then the ipsets (a set in use by a
-    rule cannot be destroyed). Skipped entirely when IPVS is not available here. Blocking."""
+IPVS_ONLY_CHAINS = ((TABLE_NAT, (KUBE_NODE_PORT, KUBE_LOAD_BALANCER)),
+                    (TABLE_FILTER, (KUBE_NODE_PORT, KUBE_SOURCE_RANGES_FIREWALL, KUBE_IPVS_FILTER, KUBE_IPVS_OUT_FILTER)))
+
+
+def ipvs_state_present(netns: str | None = None) -> bool:
+    """Whether IPVS mode can have left anything here: the kernel's IPVS table exists (the module
+    is loaded) or our dummy device does. Loads no module."""
     from kubesvc.kernel.exec import run_sync
-    from kubesvc.proxy.ipvs.support import can_use_ipvs
+
+    return os.path.exists("/proc/net/ip_vs") or run_sync(in_netns(netns, ("ip", "link", "show", DUMMY_DEVICE)), check=False).returncode == 0
+
+
+def cleanup_leftovers(netns: str | None = None, *, ipvs=None) -> None:
+    """Remove what only IPVS mode makes (upstream ``CleanupLeftovers``): every IPVS virtual
+    server, ``kube-ipvs0``, the IPVS-only chains, then the ipsets (a set in use by a rule cannot
+    be destroyed). The chains IPVS shares with iptables mode (KUBE-SERVICES, KUBE-POSTROUTING,
+    KUBE-MARK-MASQ, KUBE-FORWARD and their jumps) are iptables mode's cleanup: removing them here
+    would break a running iptables mode at its start. Skipped where IPVS never ran. Blocking."""
+    from kubesvc.kernel.exec import run_sync
 
     if ipvs is None:
-        if can_use_ipvs("") is not None:
-            log.debug("IPVS not available here: nothing to clean up")
+        if not ipvs_state_present(netns):
             return
         from kubesvc.proxy.ipvs.kernel import NetlinkIpvs
         ipvs = NetlinkIpvs()
@@ -201,18 +215,14 @@ def cleanup_leftovers(netns: str | None = None, *, ipvs=None, runner: Callable[[
         ipt = IptablesSync(family, netns=netns)
         if not ipt.available():
             continue
-        for jump in JUMP_CHAINS:
-            try:
-                ipt.delete_rule(jump.table, jump.src, *jump.args)
-            except CommandFailed as err:
-                errors.append(f"removing jump {jump.src} -> {jump.dst}: {err}")
-        for table, chains in ((TABLE_NAT, NAT_CHAINS), (TABLE_FILTER, FILTER_CHAINS)):
+        for table, chains in IPVS_ONLY_CHAINS:
             for chain in chains:
                 if ipt.chain_exists(table, chain):
-                    for op in ("-F", "-X"):
-                        result = run_sync(ipt._cmd(table, op, chain), check=False)
-                        if result.returncode != 0 and op == "-X":
-                            log.debug("chain %s/%s still referenced: %s", table, chain, result.stderr.strip())
+                    try:
+                        ipt.flush_chain(table, chain)
+                        ipt.delete_chain(table, chain)
+                    except CommandFailed as err:  # still referenced from a KUBE-SERVICES iptables mode will rewrite
+                        log.debug("chain %s/%s not removed: %s", table, chain, err)
         for info in ALL_SETS:
             run_sync(in_netns(netns, ("ipset", "destroy", set_name(info, family))), check=False)
     if errors:

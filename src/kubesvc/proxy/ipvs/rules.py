@@ -343,18 +343,24 @@ def _rule(chain: str, *args: str) -> str:
 
 
 def ipset_restore_input(state: DesiredState, family: int) -> str:
-    """``ipset restore`` input: every set created (``-exist``: keep if there), flushed and
-    refilled. Hash sets get the family; bitmap:port sets the whole port range."""
+    """``ipset restore`` input. Each set is created if missing (``-exist``), but never flushed in
+    place: ``ipset restore`` is not one transaction, and an emptied KUBE-CLUSTER-IP would let
+    KUBE-IPVS-FILTER reject new connections until refilled. The new contents go into a
+    temporary set of the same type that is swapped in, then destroyed. Hash sets get the
+    family; bitmap:port sets the whole port range."""
     inet = "inet6" if family == IPV6 else "inet"
+    prefix = "KUBE-6-TMP" if family == IPV6 else "KUBE-TMP"
     lines: list[str] = []
-    for name in sorted(state.ipsets):
+    for index, name in enumerate(sorted(state.ipsets)):
         info = state.set_types[name]
         if info.type == "bitmap:port":
-            lines.append(f'create {name} {info.type} range 0-65535 -exist')
+            spec = f"{info.type} range 0-65535"
         else:
-            lines.append(f'create {name} {info.type} family {inet} hashsize 1024 maxelem 65536 -exist')
-        lines.append(f"flush {name}")
-        lines.extend(f"add {name} {entry}" for entry in state.ipsets[name])
+            spec = f"{info.type} family {inet} hashsize 1024 maxelem 65536"
+        temporary = f"{prefix}-{index:02d}"  # set names are at most 31 characters
+        lines += [f"create {name} {spec} -exist", f"create {temporary} {spec} -exist", f"flush {temporary}"]
+        lines.extend(f"add {temporary} {entry}" for entry in state.ipsets[name])
+        lines += [f"swap {temporary} {name}", f"destroy {temporary}"]
     return "\n".join(lines) + "\n"
 
 
