@@ -18,3 +18,6 @@ command -v kubectl >/dev/null 2>&1 || echo "note: kubectl is not installed; the 
 
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
 command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
+# qemu, Debian's kernel and an initramfs for the tests that need IPVS, which run in a VM
+# (scripts/vm-ipvs.sh); cached outside the repository, so this is quick once done.
+./scripts/vm-ipvs.sh setup

@@ -1,6 +1,19 @@
 #!/usr/bin/env bash
 # Runs the whole test suite (unit, storage contract, real apiserver with kubectl and the Python
-# client). Slow scale tests are marked and run from bench/, not here.
+# client, the data plane on this kernel, and IPVS mode in a throw-away VM). Slow scale tests
+# are marked and run from bench/, not here.
+#
+# Two pytest workers (pytest-xdist), one test file at a time each: most tests wait on
+# processes, sockets and the kernel rather than compute, and a file's module-scoped
+# environment (apiserver, namespaces, proxies) stays on one worker. With no arguments (the
+# whole suite), the IPVS tests start first in their VM in the background
+# (tests/support/ipvs_vm.py): tests/kernel/test_proxy_ipvs_vm.py collects their result.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec python3 -m pytest -q -m "not slow" -p no:cacheprovider "$@"
+if [ $# -eq 0 ]; then
+  run_dir=$(mktemp -d /tmp/kubesvc-ipvs-vm.XXXXXX)
+  trap 'python3 -m tests.support.ipvs_vm stop "$run_dir"; rm -rf "$run_dir"' EXIT
+  python3 -m tests.support.ipvs_vm start "$run_dir"
+  export KUBESVC_IPVS_VM_RUN="$run_dir"
+fi
+python3 -m pytest -q -m "not slow" -p no:cacheprovider -n 2 --dist loadfile "$@"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.netns import signal_and_wait
+from tests.support.slowdown import scaled
 
 _READY = re.compile(r"listening on (https://\S+); kubeconfig: (\S+)")
 
@@ -66,7 +67,7 @@ def start_apiserver(data_dir: Path, *extra: str, port: int = 0, timeout: float =
     cmd = [sys.executable, "-m", "kubesvc", "apiserver", f"--data-dir={data_dir}", f"--secure-port={port}", *extra]
     log = open(data_dir / "apiserver.log", "ab")
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     assert process.stdout is not None
     line = ""
     while time.monotonic() < deadline:

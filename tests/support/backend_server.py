@@ -2,7 +2,11 @@
 ``"<name> <source ip it saw>\\n"``, so a test learns both where a connection landed and whether
 the proxy masqueraded it.
 
-    python -m tests.support.backend_server --name web-0 --tcp 8080 --udp 8080
+    python -m tests.support.backend_server --name web-0 --tcp 8080 --udp 8080 [--echo 9090]
+
+An ``--echo`` port keeps each connection open after that first line and answers every line the
+client sends with ``"<name> <line>"``, until the client closes: a long-lived connection, for
+tests of what happens to established connections (tests/support/held_connection.py).
 
 Run inside a Pod's network namespace (``ip netns exec``); prints ``ready`` on stdout once both
 sockets listen, then serves until killed.
@@ -29,7 +33,7 @@ class _Udp(asyncio.DatagramProtocol):
         self.transport.sendto(f"{self.name} {addr[0]}\n".encode(), addr)
 
 
-async def serve(name: str, tcp_ports: list[int], udp_ports: list[int], host: str) -> None:
+async def serve(name: str, tcp_ports: list[int], udp_ports: list[int], host: str, echo_ports: list[int] = ()) -> None:
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         try:
@@ -40,8 +44,21 @@ async def serve(name: str, tcp_ports: list[int], udp_ports: list[int], host: str
         finally:
             writer.close()
 
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        try:
+            writer.write(f"{name} {peer[0]}\n".encode())
+            while line := await reader.readline():
+                writer.write(f"{name} ".encode() + line)
+                await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+
     loop = asyncio.get_running_loop()
     servers = [await asyncio.start_server(answer, host, port, backlog=1024, reuse_address=True) for port in tcp_ports]
+    servers += [await asyncio.start_server(echo, host, port, reuse_address=True) for port in echo_ports]
     for port in udp_ports:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -56,10 +73,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", required=True)
     parser.add_argument("--tcp", type=int, action="append", default=[], help="TCP port (repeatable)")
     parser.add_argument("--udp", type=int, action="append", default=[], help="UDP port (repeatable)")
+    parser.add_argument("--echo", type=int, action="append", default=[], help="TCP port whose connections stay open (repeatable)")
     parser.add_argument("--host", default="0.0.0.0")
     args = parser.parse_args(argv)
     try:
-        asyncio.run(serve(args.name, args.tcp, args.udp, args.host))
+        asyncio.run(serve(args.name, args.tcp, args.udp, args.host, args.echo))
     except KeyboardInterrupt:
         pass
     sys.exit(0)

@@ -47,6 +47,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.slowdown import scaled
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLONE_NEWNET = 0x40000000
 PREFIX = "ks-"
@@ -567,9 +569,9 @@ class Cluster:
     # -- Pods
 
     def add_pod(self, node: Node, name: str, ip: str | None = None, *, tcp: tuple[int, ...] = (8080,), udp: tuple[int, ...] = (8080,),
-                serve: bool = True, wait: bool = True) -> Pod:
+                echo: tuple[int, ...] = (), serve: bool = True, wait: bool = True) -> Pod:
         """A Pod namespace on ``node``: veth into cbr0, ``ip``/32, default route via the bridge;
-        backend_server answering as ``name`` on ``tcp``/``udp`` ports (waits until it listens)."""
+        backend_server answering as ``name`` on ``tcp``/``udp``/``echo`` ports (waits until it listens)."""
         if ip is None:
             ip = self.next_pod_ip(node)
         ns = self._ns("pod")
@@ -587,7 +589,7 @@ class Cluster:
         pod = Pod(name, node, ns, ip, host_side)
         self.pods.append(pod)
         if serve:
-            self.start_server(pod, tcp=tcp, udp=udp, wait=wait)
+            self.start_server(pod, tcp=tcp, udp=udp, echo=echo, wait=wait)
         return pod
 
     def next_pod_ip(self, node: Node) -> str:
@@ -598,12 +600,11 @@ class Cluster:
             raise AssertionError(f"{node.name}: pod addresses exhausted")
         return ip
 
-    def start_server(self, pod: Pod, *, tcp=(8080,), udp=(8080,), wait: bool = True) -> None:
+    def start_server(self, pod: Pod, *, tcp=(8080,), udp=(8080,), echo=(), wait: bool = True) -> None:
         args = ["--name", pod.name]
-        for port in tcp:
-            args += ["--tcp", str(port)]
-        for port in udp:
-            args += ["--udp", str(port)]
+        for flag, ports in (("--tcp", tcp), ("--udp", udp), ("--echo", echo)):
+            for port in ports:
+                args += [flag, str(port)]
         pod.log_path = self.log_dir / f"backend-{pod.name}-{pod.ns.name}.log"
         log = open(pod.log_path, "ab")
         pod.server = pod.ns.popen(*pod.ns.python("tests.support.backend_server", *args), stdout=subprocess.PIPE, stderr=log)
@@ -614,7 +615,7 @@ class Cluster:
     @staticmethod
     def wait_server(pod: Pod, timeout: float = 15) -> None:
         assert pod.server is not None and pod.server.stdout is not None
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         import selectors
 
         with selectors.DefaultSelector() as sel:
@@ -683,7 +684,7 @@ def probe_argv(proto: str, host: str, port: int, count: int = 1, *, timeout: flo
 def run_probe(ns: Netns, proto: str, host: str, port: int, count: int = 1, **options) -> dict:
     import json
 
-    budget = 30 + count * options.get("timeout", 1.0) / max(1, options.get("concurrency", 64)) + count * options.get("interval", 0.0)
+    budget = scaled(30) + count * options.get("timeout", 1.0) / max(1, options.get("concurrency", 64)) + count * options.get("interval", 0.0)
     if options.get("source_port") or options.get("interval"):
         budget += count * options.get("timeout", 1.0)
     result = ns.run(*probe_argv(proto, host, port, count, **options), timeout=budget)
@@ -779,7 +780,7 @@ class ProxyProcess:
 
     def wait_ready(self, timeout: float = 30) -> Metrics:
         """Until /healthz answers 200 and /metrics shows a completed sync."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         last = "no answer"
         while time.monotonic() < deadline:
             if not self.alive:

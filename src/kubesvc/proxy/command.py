@@ -82,6 +82,12 @@ def _bool_option(*names: str, help: str):
 @click.option("--ipvs-scheduler", default=None)
 @click.option("--ipvs-exclude-cidrs", default=None, callback=_list)
 @_bool_option("--ipvs-strict-arp", help="Enable strict ARP (arp_ignore=1, arp_announce=2).")
+@click.option("--ipvs-tcp-timeout", default=None, callback=_duration,
+              help="The timeout for idle IPVS TCP connections, 0 to leave as-is (e.g. '5s', '1m', '2h22m').")
+@click.option("--ipvs-tcpfin-timeout", default=None, callback=_duration,
+              help="The timeout for IPVS TCP connections after receiving a FIN packet, 0 to leave as-is (e.g. '5s', '1m', '2h22m').")
+@click.option("--ipvs-udp-timeout", default=None, callback=_duration,
+              help="The timeout for IPVS UDP packets, 0 to leave as-is (e.g. '5s', '1m', '2h22m').")
 @click.option("--bind-address", default=None, callback=_ip, help="Overrides kube-proxy's idea of the primary node IP.")
 @_bool_option("--bind-address-hard-fail", help="Treat failure to bind to a port as fatal.")
 @click.option("--healthz-bind-address", default=None, callback=_ip_port, help="ip:port of the health check server (default 0.0.0.0:10256).")

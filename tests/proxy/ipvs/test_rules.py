@@ -156,3 +156,14 @@ def test_ipset_restore_input_fills_a_temporary_set_and_swaps_it_in():
     assert "create KUBE-NODE-PORT-TCP bitmap:port range 0-65535 -exist\n" in text
     assert "add KUBE-TMP-" in text and " 3003\n" in text
     assert text.count("\nswap ") == 17
+
+
+def test_ipv6_set_names_are_cut_to_the_kernels_31_characters_as_upstream():
+    from kubesvc.proxy.ipvs.rules import ALL_SETS, set_name
+    from kubesvc.proxy.types import IPV6
+
+    names = {info.name: set_name(info, IPV6) for info in ALL_SETS}
+    assert names["LOAD-BALANCER-SOURCE-CIDR"] == "KUBE-6-LOAD-BALANCER-SOURCE-CID"
+    assert names["CLUSTER-IP"] == "KUBE-6-CLUSTER-IP"
+    assert set_name(next(i for i in ALL_SETS if i.name == "LOAD-BALANCER-SOURCE-CIDR"), IPV4) == "KUBE-LOAD-BALANCER-SOURCE-CIDR"
+    assert len(set(names.values())) == len(ALL_SETS), "cutting must not make two sets one"

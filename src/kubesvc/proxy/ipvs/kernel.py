@@ -8,8 +8,11 @@ exists, touching what does not), for unit tests of the proxier.
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import struct
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 from kubesvc.proxy.ipvs.plan import CurrentRealServer, CurrentVirtualServer, Op
 from kubesvc.proxy.ipvs.rules import VirtualServer, VirtualServerKey
@@ -25,17 +28,42 @@ class IpvsError(Exception):
 
 
 class NetlinkIpvs:
-    """The kernel's IPVS table (``pyroute2.IPVS``); needs the ``ip_vs`` module."""
+    """The kernel's IPVS table (``pyroute2.IPVS``); needs the ``ip_vs`` module.
+
+    pyroute2's blocking API drives an asyncio loop of its own, per thread. A loop made by the
+    default policy is uvloop's in the proxy, and uvloop cannot open a netlink socket; so every
+    call runs on one thread of ours whose loop is a plain selector loop, made for it."""
 
     def __init__(self) -> None:
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ipvs-netlink")
+        try:
+            self._ipvs = self._call(self._open)
+        except BaseException:
+            self._thread.shutdown(wait=False)
+            raise
+
+    @staticmethod
+    def _open():
         from pyroute2 import IPVS
 
-        self._ipvs = IPVS()
+        return IPVS(use_event_loop=asyncio.SelectorEventLoop())
+
+    def _call(self, fn, *args):
+        return self._thread.submit(fn, *args).result()
 
     def close(self) -> None:
-        self._ipvs.close()
+        try:
+            self._call(self._ipvs.close)
+        finally:
+            self._thread.shutdown(wait=False)
 
     def dump(self, family: int) -> dict[VirtualServerKey, CurrentVirtualServer]:
+        return self._call(self._dump, family)
+
+    def apply(self, op: Op) -> None:
+        self._call(self._apply, op)
+
+    def _dump(self, family: int) -> dict[VirtualServerKey, CurrentVirtualServer]:
         from pyroute2 import IPVSService
 
         af = socket.AF_INET6 if family == IPV6 else socket.AF_INET
@@ -62,7 +90,7 @@ class NetlinkIpvs:
             result[key] = CurrentVirtualServer(server, reals)
         return result
 
-    def apply(self, op: Op) -> None:
+    def _apply(self, op: Op) -> None:
         from pyroute2 import IPVSDest, IPVSService
 
         key = op.server.key
@@ -85,6 +113,24 @@ class NetlinkIpvs:
     def flush(self, family: int) -> None:
         for current in self.dump(family).values():
             self.apply(Op("del-service", current.server))
+
+    def set_timeouts(self, tcp: float, tcp_fin: float, udp: float) -> None:
+        """IPVS's connection timeouts in seconds (``ipvsadm --set``; upstream
+        ``ConfigureTimeouts``); a 0 leaves that one as it is. One ``IPVS_CMD_SET_CONFIG``."""
+        from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
+        from pyroute2.netlink.generic import ipvs as genl
+
+        msg = genl.ipvsmsg()
+        msg["cmd"] = genl.IPVS_CMD_SET_CONFIG
+        msg["version"] = genl.GENL_VERSION
+        # pyroute2 types these attributes as raw bytes ("hex"): the kernel reads a host-order u32
+        msg["attrs"] = [(name, struct.pack("=I", int(seconds))) for name, seconds in (
+            ("IPVS_CMD_ATTR_TIMEOUT_TCP", tcp), ("IPVS_CMD_ATTR_TIMEOUT_TCP_FIN", tcp_fin), ("IPVS_CMD_ATTR_TIMEOUT_UDP", udp))
+            if seconds > 0]
+        try:
+            self._call(lambda: self._ipvs._run_with_cleanup(self._ipvs.asyncore._do_request, msg, msg_flags=NLM_F_REQUEST | NLM_F_ACK))
+        except Exception as err:
+            raise IpvsError(f"setting IPVS timeouts: {err}") from err
 
 
 def _service_key(key: VirtualServerKey) -> dict:
@@ -140,3 +186,6 @@ class FakeIpvs:
     def flush(self, family: int) -> None:
         for key in list(self.dump(family)):
             del self.servers[key], self.reals[key]
+
+    def set_timeouts(self, tcp: float, tcp_fin: float, udp: float) -> None:
+        self.calls.append(f"set-timeouts tcp={tcp:g} tcpfin={tcp_fin:g} udp={udp:g}")

@@ -5,7 +5,9 @@ Per sync (``IpvsBackend.sync``):
 
 1. once: the sysctls IPVS mode needs (``net/ipv4/vs/conntrack=1``, ``expire_nodest_conn=1``,
    ``expire_quiescent_template=1``, ``net/ipv4/ip_forward=1``; with ``--ipvs-strict-arp``
-   ``arp_ignore=1``/``arp_announce=2``); full syncs: the jumps from the built-in hooks;
+   ``arp_ignore=1``/``arp_announce=2``) and the IPVS connection timeouts given by
+   ``--ipvs-tcp-timeout``/``--ipvs-tcpfin-timeout``/``--ipvs-udp-timeout``; full syncs: the
+   jumps from the built-in hooks;
 2. the dummy interface ``kube-ipvs0`` exists (``ip link add ... type dummy``);
 3. build the desired state, bind the addresses missing on ``kube-ipvs0``;
 4. ``ipset restore`` (every set created if missing, flushed and refilled), then
@@ -132,6 +134,12 @@ class IpvsBackend:
             return
         for name, value in SYSCTLS + (STRICT_ARP if self.settings.strict_arp else ()):
             await write_sysctl(name, value, netns=self.netns)
+        timeouts = (self.settings.tcp_timeout, self.settings.tcp_fin_timeout, self.settings.udp_timeout)
+        if any(timeouts):  # upstream only logs a failure here: the defaults still work
+            try:
+                await asyncio.to_thread(self.ipvs.set_timeouts, *timeouts)
+            except IpvsError as err:
+                log.error("Failed to configure IPVS timeouts: %s", err)
         self._sysctls_set = True
 
     async def _ensure_dummy(self) -> None:

@@ -108,8 +108,13 @@ ALL_SETS = (LOOP_BACK, CLUSTER_IP, EXTERNAL_IP, EXTERNAL_IP_LOCAL, LOAD_BALANCER
             NODE_PORT_LOCAL_UDP, NODE_PORT_SCTP, NODE_PORT_LOCAL_SCTP, HEALTH_CHECK_NODE_PORT, IPVS_IPS)
 
 
+IPSET_NAME_MAX = 31  # the kernel's IPSET_MAXNAMELEN (32) less the terminating NUL
+
+
 def set_name(info: SetInfo, family: int) -> str:
-    return ("KUBE-6-" if family == IPV6 else "KUBE-") + info.name
+    """``KUBE-<name>``; IPv6 sets ``KUBE-6-<name>`` cut to 31 characters, as upstream's
+    ``NewIPSet`` does (``KUBE-6-LOAD-BALANCER-SOURCE-CIDR`` is one too long)."""
+    return (("KUBE-6-" if family == IPV6 else "KUBE-") + info.name)[:IPSET_NAME_MAX]
 
 
 # ---- IPVS -----------------------------------------------------------------------------------------
