@@ -469,6 +469,7 @@ class Cluster:
         self.pods: list[Pod] = []
         self.relays: list[Relay] = []
         self.apiserver_port: int | None = None
+        self._allocating = threading.Lock()
 
     @property
     def lan_gateway(self) -> str:
@@ -572,11 +573,12 @@ class Cluster:
                 echo: tuple[int, ...] = (), serve: bool = True, wait: bool = True) -> Pod:
         """A Pod namespace on ``node``: veth into cbr0, ``ip``/32, default route via the bridge;
         backend_server answering as ``name`` on ``tcp``/``udp``/``echo`` ports (waits until it listens)."""
-        if ip is None:
-            ip = self.next_pod_ip(node)
-        ns = self._ns("pod")
-        node.next_veth += 1
-        host_side = f"vp{node.next_veth}"
+        with self._allocating:  # Pods may be added from several threads at once
+            if ip is None:
+                ip = self.next_pod_ip(node)
+            ns = self._ns("pod")
+            node.next_veth += 1
+            host_side = f"vp{node.next_veth}"
         try:
             node.ns.ip("link", "add", host_side, "type", "veth", "peer", "name", "eth0", "netns", ns.name)
             node.ns.ip("link", "set", host_side, "master", "cbr0", "up")
@@ -664,10 +666,10 @@ def _netns_of(where) -> Netns:
     return where.ns
 
 
-def probe_argv(proto: str, host: str, port: int, count: int = 1, *, timeout: float = 1.0, concurrency: int = 64, bind: str | None = None,
+def probe_args(proto: str, host: str, port: int, count: int = 1, *, timeout: float = 1.0, concurrency: int = 64, bind: str | None = None,
                source_port: int | None = None, interval: float = 0.0, sequence: bool = False, stream: bool = False) -> list[str]:
-    args = [sys.executable, "-m", "tests.support.probe", proto, host, str(port), "--count", str(count), "--timeout", str(timeout),
-            "--concurrency", str(concurrency)]
+    """tests.support.probe's command-line arguments."""
+    args = [proto, host, str(port), "--count", str(count), "--timeout", str(timeout), "--concurrency", str(concurrency)]
     if bind:
         args += ["--bind", bind]
     if source_port:
@@ -681,14 +683,21 @@ def probe_argv(proto: str, host: str, port: int, count: int = 1, *, timeout: flo
     return args
 
 
-def run_probe(ns: Netns, proto: str, host: str, port: int, count: int = 1, **options) -> dict:
-    import json
+def probe_argv(proto: str, host: str, port: int, count: int = 1, **options) -> list[str]:
+    """argv running tests.support.probe as a process of its own (for a probe that streams)."""
+    return [sys.executable, "-m", "tests.support.probe", *probe_args(proto, host, port, count, **options)]
 
-    budget = scaled(30) + count * options.get("timeout", 1.0) / max(1, options.get("concurrency", 64)) + count * options.get("interval", 0.0)
-    if options.get("source_port") or options.get("interval"):
-        budget += count * options.get("timeout", 1.0)
-    result = ns.run(*probe_argv(proto, host, port, count, **options), timeout=budget)
-    return json.loads(result.stdout.strip().splitlines()[-1])
+
+def run_probe(ns: Netns, proto: str, host: str, port: int, count: int = 1, **options) -> dict:
+    """tests.support.probe's result, run in this process on a thread that has entered ``ns``
+    (its sockets live there): no interpreter to start per probe, which matters most where
+    Python starts slowly (the IPVS VM)."""
+    import asyncio
+
+    from tests.support import probe
+
+    args = probe.parse(probe_args(proto, host, port, count, **options))
+    return call_in_netns(ns.name, lambda: asyncio.run(probe.run(args)))
 
 
 def _now() -> str:
@@ -837,4 +846,4 @@ def wait_until(predicate, timeout: float, message: str, interval: float = 0.2):
 
 
 __all__ = ["Client", "Cluster", "CommandFailed", "Metrics", "Netns", "Node", "Pod", "ProxyFailed", "ProxyProcess", "Relay", "attach",
-           "bridge", "call_in_netns", "missing_prerequisites", "probe_argv", "run_probe", "socket_in", "veth", "wait_until"]
+           "bridge", "call_in_netns", "missing_prerequisites", "probe_args", "probe_argv", "run_probe", "socket_in", "veth", "wait_until"]

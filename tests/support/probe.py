@@ -161,7 +161,7 @@ def summarize(outcomes: list, elapsed: float, sequence: bool) -> dict:
     return result
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("proto", choices=["tcp", "udp"])
     parser.add_argument("host")
@@ -174,8 +174,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--interval", type=float, default=0.0, help="pause after each attempt (attempts run one at a time)")
     parser.add_argument("--sequence", action="store_true", help="also list each attempt's outcome in order")
     parser.add_argument("--stream", action="store_true", help="one JSON line per attempt as it happens (sequential runs)")
-    args = parser.parse_args(argv)
-    result = asyncio.run(run(args))
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    result = asyncio.run(run(parse(argv)))
     print(json.dumps(result), flush=True)
     sys.exit(0)
 

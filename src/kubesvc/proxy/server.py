@@ -66,7 +66,10 @@ def make_backend(mode: str, options: ProxyOptions, metrics: ProxyMetrics, sync_p
     raise ValueError(f"proxy mode {mode!r} is not implemented")
 
 
-MODES_WITH_LEFTOVERS = ("nftables", "iptables", "userspace", "ipvs")  # ipvs: skipped where IPVS is unavailable
+# ipvs before iptables: IPVS mode's own chains reference chains the two share (KUBE-MARK-MASQ),
+# and its jumps differ in comment from iptables mode's. ipvs: skipped where IPVS never ran.
+MODES_WITH_LEFTOVERS = ("nftables", "ipvs", "iptables", "userspace")
+IPTABLES_BASED = ("iptables", "ipvs")
 
 
 def cleanup_leftovers(modes: tuple[str, ...] = MODES_WITH_LEFTOVERS) -> list[str]:
@@ -132,7 +135,9 @@ class ProxyServer:
         if self.settings.mode == "ipvs":
             await self._ipvs_or_fallback()
         mode = self.settings.mode
-        others = tuple(m for m in MODES_WITH_LEFTOVERS if m != mode)
+        # upstream platformCleanup: switching between the iptables-based modes cleans neither
+        # (each rewrites the chains they share); anything else is cleaned
+        others = tuple(m for m in MODES_WITH_LEFTOVERS if m != mode and not (m in IPTABLES_BASED and mode in IPTABLES_BASED))
         for err in await asyncio.to_thread(cleanup_leftovers, others):  # blocking tools; keep the loop free
             log.warning("cleanup of %s", err)
         self._node = node = await self._wait_for_node()

@@ -38,9 +38,8 @@ from kubesvc.proxy.backend import ProxyOptions, SyncFailed, SyncRequest, SyncRes
 from kubesvc.proxy.config import IPVSSettings
 from kubesvc.proxy.ipvs.kernel import IpvsError
 from kubesvc.proxy.ipvs.plan import plan
-from kubesvc.proxy.ipvs.rules import (ALL_SETS, DUMMY_DEVICE, JUMP_CHAINS, KUBE_IPVS_FILTER, KUBE_IPVS_OUT_FILTER, KUBE_LOAD_BALANCER,
-                                      KUBE_NODE_PORT, KUBE_SOURCE_RANGES_FIREWALL, TABLE_FILTER, TABLE_NAT, build_state,
-                                      ipset_restore_input, set_name)
+from kubesvc.proxy.ipvs.rules import (ALL_SETS, DUMMY_DEVICE, FILTER_CHAINS, JUMP_CHAINS, NAT_CHAINS, TABLE_FILTER, TABLE_NAT,
+                                      build_state, ipset_restore_input, set_name)
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.types import FAMILY_NAMES, IPV4, IPV6
 
@@ -187,8 +186,7 @@ def _host_prefix(address: str) -> str:
     return f"{address}/128" if ":" in address else f"{address}/32"
 
 
-IPVS_ONLY_CHAINS = ((TABLE_NAT, (KUBE_NODE_PORT, KUBE_LOAD_BALANCER)),
-                    (TABLE_FILTER, (KUBE_NODE_PORT, KUBE_SOURCE_RANGES_FIREWALL, KUBE_IPVS_FILTER, KUBE_IPVS_OUT_FILTER)))
+IPVS_CHAINS = ((TABLE_NAT, NAT_CHAINS), (TABLE_FILTER, FILTER_CHAINS))
 
 
 def ipvs_state_present(netns: str | None = None) -> bool:
@@ -200,11 +198,13 @@ def ipvs_state_present(netns: str | None = None) -> bool:
 
 
 def cleanup_leftovers(netns: str | None = None, *, ipvs=None) -> None:
-    """Remove what only IPVS mode makes (upstream ``CleanupLeftovers``): every IPVS virtual
-    server, ``kube-ipvs0``, the IPVS-only chains, then the ipsets (a set in use by a rule cannot
-    be destroyed). The chains IPVS shares with iptables mode (KUBE-SERVICES, KUBE-POSTROUTING,
-    KUBE-MARK-MASQ, KUBE-FORWARD and their jumps) are iptables mode's cleanup: removing them here
-    would break a running iptables mode at its start. Skipped where IPVS never ran. Blocking."""
+    """Remove what IPVS mode makes (upstream ``CleanupLeftovers``): every IPVS virtual server,
+    ``kube-ipvs0``, the jumps from the built-in chains, every chain of the rule set (flushed
+    first, so none still references another; including those it shares by name with iptables
+    mode), then the ipsets (a set still named by a rule cannot be destroyed). Upstream runs it
+    on ``--cleanup`` and when switching to a mode that is not iptables-based, never at iptables
+    mode's start (the shared chains would go dark until its first sync); so does
+    ``server.ProxyServer``. Skipped where IPVS never ran. Blocking."""
     from kubesvc.kernel.exec import run_sync
 
     if ipvs is None:
@@ -223,14 +223,16 @@ def cleanup_leftovers(netns: str | None = None, *, ipvs=None) -> None:
         ipt = IptablesSync(family, netns=netns)
         if not ipt.available():
             continue
-        for table, chains in IPVS_ONLY_CHAINS:
-            for chain in chains:
-                if ipt.chain_exists(table, chain):
-                    try:
-                        ipt.flush_chain(table, chain)
-                        ipt.delete_chain(table, chain)
-                    except CommandFailed as err:  # still referenced from a KUBE-SERVICES iptables mode will rewrite
-                        log.debug("chain %s/%s not removed: %s", table, chain, err)
+        try:
+            for jump in JUMP_CHAINS:
+                ipt.delete_rule(jump.table, jump.src, *jump.args)
+            present = [(table, chain) for table, chains in IPVS_CHAINS for chain in chains if ipt.chain_exists(table, chain)]
+            for table, chain in present:
+                ipt.flush_chain(table, chain)
+            for table, chain in present:
+                ipt.delete_chain(table, chain)
+        except CommandFailed as err:
+            errors.append(f"{FAMILY_NAMES[family]} iptables: {err}")
         for info in ALL_SETS:
             run_sync(in_netns(netns, ("ipset", "destroy", set_name(info, family))), check=False)
     if errors:
