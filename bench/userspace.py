@@ -4,17 +4,34 @@ HAProxy, in a throw-away network namespace (nothing touches the host).
 
 Re-runs itself inside a fresh namespace, then starts, each as its own process:
 
-* a **server** (threads, blocking sockets): per connection a one-byte command, ``D`` send N
-  bytes, ``U`` receive until EOF and acknowledge, ``C`` send one byte and close;
-* **userspace**: ``kubesvc proxy``'s ``UserspaceBackend`` (uvloop if installed) with one Service
-  10.96.0.1:80 whose endpoint is the server, synced once, so the client goes through the real
-  portal rule (``iptables-restore``: DNAT in nat ``OUTPUT``) to the relay;
-* **haproxy** (``mode tcp``, one thread) in front of the same server, if installed
-  (``apt-get install -y haproxy``);
+* a **server**: one epoll loop accepting every connection and reading its command, ``C`` (send
+  one byte, close once the client has) answered in the loop; ``D n`` (send n bytes) and ``U n``
+  (receive until EOF into a 4 MiB buffer, then acknowledge the count) handed to a thread of
+  their own;
+* **userspace**: ``kubesvc proxy``'s ``UserspaceBackend`` (uvloop if installed, unless
+  ``--relay-loop asyncio``; splice, unless ``--relay-copy``) with one Service 10.96.0.1:80 whose
+  endpoint is the server, synced once, so the client goes through the real portal rule
+  (``iptables-restore``: DNAT in nat ``OUTPUT``) to the relay;
+* **haproxy** (``mode tcp``, one thread, a plain TCP proxy) in front of the same server, if
+  installed (``apt-get install -y haproxy``); with ``--haproxy-splice`` a second one with
+  ``option splice-auto`` (kernel splicing, as our relay does);
 
-and measures from this process, one client at a time, for each path: bulk download and upload
-(MB/s, one connection of ``--bytes``), and new connections per second (connect, one byte,
-close, for ``--seconds``). Prints each figure and its ratio to direct.
+and measures from this process (the client), for each path: bulk download and upload (MB/s, one
+connection of ``--bytes``), and new connections per second (``--concurrency`` connections in
+flight from one epoll loop, each: connect, send one byte, receive one byte, close; for
+``--seconds``). The client and the server are made cheap, so that direct is as fast as this
+machine allows and the proxy, not the bench, is what a proxied figure measures: bulk data is
+sent with ``send`` from memory in 4 MiB calls and received with ``recv_into`` a 4 MiB buffer;
+a new connection's byte is sent and read without waiting for the event loop where the kernel
+has it ready.
+
+Every path gets the same workload, interleaved: ``--repeat`` rounds, each measuring every path
+once (in rotated order), so that a noisy neighbour hits all of them alike. Printed: each
+figure's median over the rounds, and its ratio to direct as the median of the round-by-round
+ratios (direct measured in the same round), with their range. Then the CPU each process used
+while measuring (% of one core: user and system time from ``/proc``), and what the rest of the
+machine used meanwhile (kernel threads, other processes): client, proxy and server share the
+machine's cores, so these tell who limits a figure, and how noisy the run was.
 
     python3 bench/userspace.py --bytes 1073741824 --seconds 5
 
@@ -26,7 +43,9 @@ Python Protocol proxy ~0.4 of direct loopback on a 2-vCPU VM.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import select
 import shutil
 import socket
 import struct
@@ -47,61 +66,130 @@ NODE_IP = "10.250.0.1"  # on a port-less bridge in the namespace
 SERVER_PORT = 8080
 CLUSTER_IP = "10.96.0.1"
 HAPROXY_PORT = 9090
-CHUNK = 1 << 20
+HAPROXY_SPLICE_PORT = 9091
+RECV_BUFFER = 4 << 20
+SEND_CHUNK = 4 << 20
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def setup_links() -> None:
     for argv in (["ip", "link", "set", "lo", "up"], ["ip", "link", "add", "bench0", "type", "bridge"],
                  ["ip", "link", "set", "bench0", "up"], ["ip", "addr", "add", f"{NODE_IP}/16", "dev", "bench0"],
-                 ["ip", "route", "add", "10.96.0.0/12", "dev", "bench0"]):
+                 ["ip", "route", "add", "10.96.0.0/12", "dev", "bench0"],
+                 # this namespace only: room for many short connections
+                 ["sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65535", "net.ipv4.tcp_tw_reuse=1"]):
         subprocess.run(argv, check=True)
+
+
+# Bulk data is sent with send() from memory, as applications do: sendfile() from tmpfs would
+# hand the kernel 4 KiB page-cache pages, which loopback receivers copy out more slowly than
+# the 32 KiB page fragments send() fills (direct fell from ~3 to ~2 GB/s here), flattering
+# every proxy's ratio.
+_PAYLOAD = memoryview(bytes(range(256)) * (SEND_CHUNK // 256))
+
+
+def send_bytes(sock: socket.socket, n: int) -> None:
+    """Send ``n`` bytes (blocking)."""
+    while n > 0:
+        n -= sock.send(_PAYLOAD[:min(n, SEND_CHUNK)])
+
+
+def recv_count(sock: socket.socket) -> int:
+    buf = bytearray(RECV_BUFFER)
+    total = 0
+    while got := sock.recv_into(buf):
+        total += got
+    return total
 
 
 # ---- server (its own process) ----------------------------------------------------------------
 
 
 def serve() -> None:
-    listener = socket.create_server(("0.0.0.0", SERVER_PORT), backlog=4096, reuse_port=True)
+    listener = socket.create_server(("0.0.0.0", SERVER_PORT), backlog=4096)
+    listener.setblocking(False)
+    lfd = listener.fileno()
+    poll = select.epoll()
+    poll.register(lfd, select.EPOLLIN)
+    conns: dict[int, tuple[socket.socket, bytearray]] = {}
     print("ready", flush=True)
-    payload = b"\0" * CHUNK
 
-    def handle(conn: socket.socket) -> None:
+    def bulk(conn: socket.socket, cmd: bytes) -> None:
         with conn:
-            cmd = conn.recv(9)
-            if cmd[:1] == b"C":
-                conn.sendall(b"c")
-            elif cmd[:1] == b"D":
-                (n,) = struct.unpack("!Q", cmd[1:9] if len(cmd) == 9 else cmd[1:] + conn.recv(9 - len(cmd)))
-                view = memoryview(payload)
-                while n > 0:
-                    sent = conn.send(view[:min(n, CHUNK)])
-                    n -= sent
+            (n,) = struct.unpack("!Q", cmd[1:])
+            if cmd[:1] == b"D":
+                send_bytes(conn, n)
                 conn.shutdown(socket.SHUT_WR)
                 conn.recv(1)
-            elif cmd[:1] == b"U":
-                buf = bytearray(CHUNK)
-                total = len(cmd) - 1
-                while (got := conn.recv_into(buf)):
-                    total += got
-                conn.sendall(struct.pack("!Q", total))
+            else:
+                conn.sendall(struct.pack("!Q", recv_count(conn)))
+
+    def command(conn: socket.socket, cmd: bytearray, registered: bool) -> None:
+        """Read (more of) the command and act on it once complete; after ``C``, wait for the
+        client to close first (so that TIME_WAIT, and its reuse, stay with the connecting side:
+        new connections never meet an old one's 4-tuple)."""
+        fd = conn.fileno()
+        try:
+            data = conn.recv(1 if cmd[:1] == b"C" else 9 - len(cmd))
+        except BlockingIOError:
+            if not registered:
+                conns[fd] = (conn, cmd)
+                poll.register(fd, select.EPOLLIN)
+            return
+        except OSError:
+            data = b""
+        if not data or cmd[:1] == b"C":  # the client is gone (or, after C, closes): so do we
+            if registered:
+                del conns[fd]  # (closing removes it from the epoll set)
+            conn.close()
+            return
+        cmd += data
+        if cmd[:1] == b"C":
+            try:
+                conn.send(b"c")
+            except OSError:
+                pass
+        elif len(cmd) == 9:
+            if registered:
+                del conns[fd]
+                poll.unregister(fd)
+            conn.setblocking(True)
+            threading.Thread(target=bulk, args=(conn, bytes(cmd)), daemon=True).start()
+            return
+        if not registered:
+            conns[fd] = (conn, cmd)
+            poll.register(fd, select.EPOLLIN)
 
     while True:
-        conn, _ = listener.accept()
-        threading.Thread(target=handle, args=(conn,), daemon=True).start()
+        for fd, _ in poll.poll():
+            if fd == lfd:
+                while True:
+                    try:
+                        conn, _ = listener.accept()
+                    except BlockingIOError:
+                        break
+                    conn.setblocking(False)
+                    command(conn, bytearray(), registered=False)  # the client has likely sent it already
+            else:
+                command(*conns[fd], registered=True)
 
 
 # ---- our relay (its own process) --------------------------------------------------------------
 
 
-def relay() -> None:
+def relay(args) -> None:
     import asyncio
 
     from kubesvc.proxy.backend import ProxyOptions, SyncRequest
     from kubesvc.proxy.types import Endpoint, ServicePort, ServicePortName
+    from kubesvc.proxy.userspace import relay as relay_module
     from kubesvc.proxy.userspace.proxier import UserspaceBackend
     from kubesvc.util.process import install_uvloop
 
-    install_uvloop()
+    if args.relay_loop == "uvloop":
+        install_uvloop()
+    if args.relay_copy:
+        relay_module.SPLICE = False  # the listeners' default
     if os.environ.get("BENCH_DEBUG"):
         import logging
         logging.basicConfig(level=logging.DEBUG)
@@ -112,7 +200,9 @@ def relay() -> None:
                               endpoints={name: (Endpoint(NODE_IP, SERVER_PORT, is_local=True),)}, node_ip=NODE_IP)
         backend = UserspaceBackend(ProxyOptions(node_name="bench"))
         await backend.sync(request)
-        print(f"ready {backend.proxy_port(name)} {type(asyncio.get_running_loop()).__module__}", flush=True)
+        loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
+        how = "splice" if getattr(relay_module, "SPLICE", False) else "copy"
+        print(f"ready {backend.proxy_port(name)} {loop},{how}", flush=True)
         await asyncio.Event().wait()
 
     asyncio.run(main())
@@ -125,10 +215,7 @@ def download(addr, n: int) -> float:
     with socket.create_connection(addr) as s:
         start = time.perf_counter()
         s.sendall(b"D" + struct.pack("!Q", n))
-        buf = bytearray(CHUNK)
-        total = 0
-        while (got := s.recv_into(buf)):
-            total += got
+        total = recv_count(s)
         elapsed = time.perf_counter() - start
         s.sendall(b"x")
     assert total == n, (total, n)
@@ -136,14 +223,10 @@ def download(addr, n: int) -> float:
 
 
 def upload(addr, n: int) -> float:
-    payload = memoryview(b"\0" * CHUNK)
     with socket.create_connection(addr) as s:
         start = time.perf_counter()
-        s.sendall(b"U")
-        left = n
-        while left > 0:
-            s.sendall(payload[:min(left, CHUNK)])
-            left -= CHUNK
+        s.sendall(b"U" + struct.pack("!Q", n))
+        send_bytes(s, n)
         s.shutdown(socket.SHUT_WR)
         ack = s.recv(8)
         elapsed = time.perf_counter() - start
@@ -151,17 +234,64 @@ def upload(addr, n: int) -> float:
     return n / elapsed / 1e6
 
 
-def connections(addr, seconds: float) -> float:
-    count = 0
-    deadline = time.perf_counter() + seconds
+def connections(addr, seconds: float, concurrency: int) -> float:
+    """Connections per second, ``concurrency`` in flight: connect, ``C``, read ``c``, close."""
+    poll = select.epoll()
+    family = socket.AF_INET6 if ":" in addr[0] else socket.AF_INET
+    open_: dict[int, tuple[socket.socket, float]] = {}
+    count = failed = slow = 0
+
+    def start_one() -> None:
+        s = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
+        err = s.connect_ex(addr)
+        if err not in (0, errno.EINPROGRESS):
+            s.close()
+            raise OSError(err, os.strerror(err))
+        open_[s.fileno()] = (s, time.perf_counter())
+        try:  # on loopback the handshake is usually over already
+            s.send(b"C")
+        except BlockingIOError:
+            poll.register(s.fileno(), select.EPOLLOUT)
+        else:
+            poll.register(s.fileno(), select.EPOLLIN)
+
+    def finish(fd: int) -> None:
+        nonlocal slow
+        s, started = open_.pop(fd)
+        s.close()  # (closing removes it from the epoll set)
+        slow += time.perf_counter() - started > 0.2  # a lost SYN waits 1 s for its retransmission
+
     start = time.perf_counter()
-    while time.perf_counter() < deadline:
-        with socket.create_connection(addr) as s:
-            s.sendall(b"C")
-            got = s.recv(1)
-            assert got == b"c", (count, got, addr)
-        count += 1
-    return count / (time.perf_counter() - start)
+    deadline = start + seconds
+    for _ in range(concurrency):
+        start_one()
+    while open_:
+        now = time.perf_counter()
+        for fd, events in poll.poll(1.0):
+            s = open_[fd][0]
+            if events & select.EPOLLOUT:  # connected (or failed)
+                if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                    failed += 1
+                    finish(fd)
+                else:
+                    s.send(b"C")
+                    poll.modify(fd, select.EPOLLIN)
+                    continue
+            else:
+                try:
+                    ok = s.recv(1) == b"c"
+                except OSError:
+                    ok = False
+                count += ok
+                failed += not ok
+                finish(fd)
+            if now < deadline:
+                start_one()
+    elapsed = time.perf_counter() - start
+    poll.close()
+    if failed or slow:
+        print(f"  {addr}: {failed} connections failed, {slow} took over 200 ms", file=sys.stderr)
+    return count / elapsed
 
 
 def start(argv: list[str], what: str) -> tuple[subprocess.Popen, str]:
@@ -184,9 +314,9 @@ def wait_port(port: int, timeout: float = 10) -> None:
     raise SystemExit(f"nothing listens on {port}")
 
 
-def haproxy_config(path: Path) -> None:
+def haproxy_config(path: Path, port: int, splice: bool) -> None:
     path.write_text(f"""global
-    maxconn 8000
+    maxconn 4000
     nbthread 1
 defaults
     mode tcp
@@ -194,66 +324,153 @@ defaults
     timeout client 60s
     timeout server 60s
 listen bench
-    bind 127.0.0.1:{HAPROXY_PORT}
+    bind 127.0.0.1:{port}
+    {"option splice-auto" if splice else ""}
     server s1 {NODE_IP}:{SERVER_PORT}
 """)
 
 
-def measure(name: str, addr, args) -> dict:
-    connections(addr, 0.3)  # warm up
-    return {"name": name, "download": max(download(addr, args.bytes) for _ in range(args.repeat)),
-            "upload": max(upload(addr, args.bytes) for _ in range(args.repeat)),
-            "conns": connections(addr, args.seconds)}
+def cpu_seconds(pid: int | None) -> float:
+    """CPU seconds used so far by ``pid`` (None: this process)."""
+    if pid is None:
+        return time.process_time()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine spent busy (not idle, not waiting for I/O) so far."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / CLK_TCK
+
+
+PHASES = ("download", "upload", "conns")
+
+
+class Path_:
+    """One way from the client to the server, with its figures round by round."""
+
+    def __init__(self, name: str, addr, proxy_pid: int | None = None):
+        self.name, self.addr, self.proxy_pid = name, addr, proxy_pid
+        self.values: dict[str, list[float]] = {phase: [] for phase in PHASES}
+        self.cpu: dict[str, list[float]] = {phase: [0.0] * 5 for phase in PHASES}  # seconds, client, server, proxy, rest
+        self.units: dict[str, float] = {phase: 0.0 for phase in PHASES}
+
+    def run(self, phase: str, server_pid: int, fn, *args) -> None:
+        pids = [None, server_pid] + ([self.proxy_pid] if self.proxy_pid else [])
+        before = [cpu_seconds(p) for p in pids]
+        busy = machine_busy_seconds()
+        t0 = time.perf_counter()
+        value = fn(self.addr, *args)
+        elapsed = time.perf_counter() - t0
+        used = [cpu_seconds(p) - b for p, b in zip(pids, before)]
+        rest = machine_busy_seconds() - busy - sum(used)
+        self.values[phase].append(value)
+        self.units[phase] += value * elapsed  # bytes (MB) or connections
+        acc = self.cpu[phase]
+        for i, v in enumerate((elapsed, *used[:2], used[2] if self.proxy_pid else 0.0, rest)):
+            acc[i] += v
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def report(paths: list[Path_], args) -> None:
+    direct = paths[0]
+    cpus = f"CPUs {args.cpus}" if args.cpus else f"{os.cpu_count()} CPUs"
+    print(f"\n{args.bytes / 2**20:.0f} MiB per bulk transfer, connections for {args.seconds:g} s with {args.concurrency} in flight; "
+          f"{args.repeat} interleaved rounds; {cpus} shared by client, proxy and server.\n"
+          f"Each figure is the median over the rounds; each ratio the median of the round-by-round ratios to direct "
+          f"(measured in the same round) [lowest-highest].\n")
+    print(f"{'path':46} {'download MB/s':>13} {'ratio':>17} {'upload MB/s':>12} {'ratio':>17} {'conn/s':>8} {'ratio':>17}")
+    for p in paths:
+        cells = []
+        for phase, width in zip(PHASES, (13, 12, 8)):
+            ratios = [v / d for v, d in zip(p.values[phase], direct.values[phase])]
+            cells.append(f"{median(p.values[phase]):{width}.0f} {median(ratios):5.2f} [{min(ratios):4.2f}-{max(ratios):4.2f}]")
+        print(f"{p.name:46} {' '.join(cells)}")
+    print("\nCPU used while measuring, % of one core (client / server / proxy / rest of the machine: kernel threads,\n"
+          "other processes), over all rounds:")
+    print(f"{'path':46} {'download':>21} {'upload':>21} {'connections':>21}")
+    for p in paths:
+        cells = []
+        for phase in PHASES:
+            elapsed, *used = p.cpu[phase]
+            cells.append(" / ".join("  -" if i == 2 and not p.proxy_pid else f"{max(0.0, 100 * u / elapsed):3.0f}"
+                                    for i, u in enumerate(used)))
+        print(f"{p.name:46} {cells[0]:>21} {cells[1]:>21} {cells[2]:>21}")
+    print("\nWhat the proxy itself costs (its CPU time per unit relayed; lower is better):")
+    print(f"{'path':46} {'download s/GB':>14} {'upload s/GB':>12} {'us/connection':>14}")
+    for p in paths[1:]:
+        down, up, conns = (p.cpu[phase][3] / p.units[phase] for phase in PHASES)
+        print(f"{p.name:46} {1000 * down:14.2f} {1000 * up:12.2f} {1e6 * conns:14.0f}")
+    print("\nanchor: Go userspace kube-proxy 0.36 of direct throughput (kubernetes PR #16344)")
 
 
 def inside(args) -> None:
     setup_links()
+    if args.cpus:  # client (this process), server and proxies all on these CPUs
+        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
     me = [sys.executable, str(Path(__file__).resolve())]
     procs = []
     try:
         server, _ = start([*me, "--role", "server"], "server")
         procs.append(server)
-        rows = [measure("direct", (NODE_IP, SERVER_PORT), args)]
-        proxy, line = start([*me, "--role", "relay"], "userspace relay")
+        paths = [Path_("direct", (NODE_IP, SERVER_PORT))]
+        relay_argv = [*me, "--role", "relay", "--relay-loop", args.relay_loop] + (["--relay-copy"] if args.relay_copy else [])
+        proxy, line = start(relay_argv, "userspace relay")
         procs.append(proxy)
-        _, port, loop = line.split()
-        rows.append(measure(f"userspace ({loop.split('.')[0]}, via {CLUSTER_IP}:80)", (CLUSTER_IP, 80), args))
+        _, _, how = line.split()
+        paths.append(Path_(f"userspace ({how}, via {CLUSTER_IP}:80)", (CLUSTER_IP, 80), proxy.pid))
         if shutil.which("haproxy") and not args.no_haproxy:
-            cfg = Path(tempfile.mkdtemp()) / "haproxy.cfg"
-            haproxy_config(cfg)
-            ha = subprocess.Popen(["haproxy", "-db", "-f", str(cfg)], stdout=subprocess.DEVNULL)
-            procs.append(ha)
-            wait_port(HAPROXY_PORT)
-            rows.append(measure("haproxy (mode tcp, 1 thread)", ("127.0.0.1", HAPROXY_PORT), args))
+            for port, splice in ((HAPROXY_PORT, False), *(((HAPROXY_SPLICE_PORT, True),) if args.haproxy_splice else ())):
+                cfg = Path(tempfile.mkdtemp()) / "haproxy.cfg"
+                haproxy_config(cfg, port, splice)
+                ha = subprocess.Popen(["haproxy", "-db", "-f", str(cfg)], stdout=subprocess.DEVNULL)
+                procs.append(ha)
+                wait_port(port)
+                paths.append(Path_(f"haproxy (mode tcp, 1 thread{', splice-auto' if splice else ''})", ("127.0.0.1", port), ha.pid))
         else:
             print("haproxy not installed: skipped (apt-get install -y haproxy)")
+        for p in paths:  # warm up
+            connections(p.addr, 0.2, args.concurrency)
+            download(p.addr, 1 << 20)
+        for round_no in range(args.repeat):
+            k = round_no % len(paths)
+            for p in paths[k:] + paths[:k]:
+                p.run("download", server.pid, download, args.bytes)
+                p.run("upload", server.pid, upload, args.bytes)
+                p.run("conns", server.pid, connections, args.seconds, args.concurrency)
     finally:
         for p in procs:
             p.kill()
             p.wait()
-    direct = rows[0]
-    print(f"\n{args.bytes / 2**20:.0f} MiB per bulk transfer (best of {args.repeat}), connections for {args.seconds:.0f} s; "
-          f"{os.cpu_count()} CPUs shared by client, proxy and server\n")
-    print(f"{'path':44} {'download MB/s':>14} {'ratio':>6} {'upload MB/s':>12} {'ratio':>6} {'conn/s':>8} {'ratio':>6}")
-    for r in rows:
-        print(f"{r['name']:44} {r['download']:14.0f} {r['download'] / direct['download']:6.2f} {r['upload']:12.0f} "
-              f"{r['upload'] / direct['upload']:6.2f} {r['conns']:8.0f} {r['conns'] / direct['conns']:6.2f}")
-    print("\nanchor: Go userspace kube-proxy 0.36 of direct throughput (kubernetes PR #16344)")
+    report(paths, args)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bytes", type=int, default=512 * 2**20, help="bytes per bulk transfer")
-    parser.add_argument("--repeat", type=int, default=3, help="bulk transfers per direction (the best counts)")
-    parser.add_argument("--seconds", type=float, default=3.0, help="duration of the connections/s run")
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser.add_argument("--bytes", type=int, default=512 * 2**20, help="bytes per bulk transfer (default 512 MiB)")
+    parser.add_argument("--repeat", type=int, default=5, help="interleaved rounds over all paths (medians count)")
+    parser.add_argument("--seconds", type=float, default=2.0, help="duration of each connections/s run")
+    parser.add_argument("--concurrency", type=int, default=8, help="connections in flight in the connections/s run")
+    parser.add_argument("--relay-loop", choices=("uvloop", "asyncio"), default="uvloop",
+                        help="event loop of our relay (uvloop: where installed)")
+    parser.add_argument("--relay-copy", action="store_true", help="our relay copies through a buffer instead of splice(2)")
+    parser.add_argument("--cpus", help="run client, server and proxies on these CPUs only, e.g. 0 (one core: what each "
+                                           "path costs, without the scheduler's placement of three processes on the cores)")
     parser.add_argument("--no-haproxy", action="store_true")
+    parser.add_argument("--haproxy-splice", action="store_true", help="also HAProxy with option splice-auto")
     parser.add_argument("--role", choices=("server", "relay"), help=argparse.SUPPRESS)
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role == "server":
         serve()
     elif args.role == "relay":
-        relay()
+        relay(args)
     elif args.inside:
         inside(args)
     else:
