@@ -189,9 +189,9 @@ class KernelTest:
                                        container_ports=container_ports)
         return pod
 
-    async def client_pod(self, node: Node, name: str) -> Pod:
-        """A Pod namespace to send from (serves too, but is in no Service)."""
-        pod = await asyncio.to_thread(self.cluster.add_pod, node, name)
+    async def client_pod(self, node: Node, name: str, *, serve: bool = True) -> Pod:
+        """A Pod namespace to send from (serves too unless not ``serve``, but is in no Service)."""
+        pod = await asyncio.to_thread(self.cluster.add_pod, node, name, serve=serve)
         self.client_pods.append(pod)
         return pod
 

@@ -92,10 +92,6 @@ class IpvsBackend:
         try:
             if not self._sysctls_set:
                 await self._set_sysctls()
-            if full:
-                for jump in JUMP_CHAINS:
-                    await self.ipt.ensure_chain(jump.table, jump.dst)
-                    await self.ipt.ensure_rule(PREPEND, jump.table, jump.src, *jump.args)
             await self._ensure_dummy()
             bound, others = await self._addresses()
             node_ips = request.nodeport_ips if request.nodeport_ips is not None else others
@@ -106,7 +102,9 @@ class IpvsBackend:
                 if address not in bound:
                     await self._run("ip", "addr", "add", _host_prefix(address), "dev", DUMMY_DEVICE)
             await self._run("ipset", "restore", input_text=ipset_restore_input(state, self.family))
-            await self.ipt.restore(state.iptables)
+            await self.ipt.restore(state.iptables)  # declares every chain a jump names
+            if full:
+                await self._ensure_jumps()
             current = await asyncio.to_thread(self.ipvs.dump, self.family)
             changes = plan(state.virtual_servers, current, self.settings.exclude_cidrs)
             for op in changes.ops:
@@ -140,6 +138,16 @@ class IpvsBackend:
             except IpvsError as err:
                 log.error("Failed to configure IPVS timeouts: %s", err)
         self._sysctls_set = True
+
+    async def _ensure_jumps(self) -> None:
+        """The jumps from the built-in chains, inserted where missing. One ``iptables-save`` per
+        table tells which are there; only a jump not found in it is checked and inserted
+        (``-C``/``-I``), instead of a ``-C`` per jump on every full sync."""
+        for table in sorted({jump.table for jump in JUMP_CHAINS}):
+            present = set((await self.ipt.save(table)).splitlines())
+            for jump in (j for j in JUMP_CHAINS if j.table == table):
+                if saved_rule(jump.src, jump.args) not in present:
+                    await self.ipt.ensure_rule(PREPEND, table, jump.src, *jump.args)
 
     async def _ensure_dummy(self) -> None:
         if (await self._run("ip", "link", "show", DUMMY_DEVICE, check=False)).returncode != 0:
@@ -180,6 +188,12 @@ class IpvsBackend:
                 await task
             except asyncio.CancelledError:
                 pass
+
+
+def saved_rule(chain: str, args) -> str:
+    """The line ``iptables-save`` prints for a rule appended with ``args`` (arguments with
+    spaces, i.e. comments, double-quoted)."""
+    return " ".join(["-A", chain, *(f'"{arg}"' if " " in arg else arg for arg in args)])
 
 
 def _host_prefix(address: str) -> str:
