@@ -32,10 +32,19 @@ VM_BUDGET = 900  # seconds the VM may take (vm-ipvs.sh's own timeout: exit 124 p
 SLOWDOWN = "8"
 
 
+GUEST_TMPFS = ("/tmp/", "/run/", "/dev/shm/")  # fresh in the guest: host paths there must be shared
+
+
 def vm_env(run_dir: Path) -> dict[str, str]:
-    """The environment for vm-ipvs.sh: its settings, and what the guest's tests see."""
-    return {**os.environ, "KUBESVC_IPVS_TESTS": "1", "KUBESVC_TEST_SLOWDOWN": SLOWDOWN, "VM_TIMEOUT": str(VM_BUDGET),
-            "VM_OUT_DIR": str(run_dir)}
+    """The environment for vm-ipvs.sh: its settings, and what the guest's tests see. The
+    repository and the interpreter are shared read-only when they live where the guest has a
+    fresh tmpfs (a clone under /tmp)."""
+    shared = [str(path) for path in (REPO_ROOT, Path(sys.prefix)) if str(path.resolve()).startswith(GUEST_TMPFS)]
+    env = {**os.environ, "KUBESVC_IPVS_TESTS": "1", "KUBESVC_TEST_SLOWDOWN": SLOWDOWN, "VM_TIMEOUT": str(VM_BUDGET),
+           "VM_OUT_DIR": str(run_dir)}
+    if shared:
+        env["VM_RO"] = " ".join([os.environ.get("VM_RO", ""), *shared]).strip()
+    return env
 
 
 def start(run_dir: Path) -> None:
