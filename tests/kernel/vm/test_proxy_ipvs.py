@@ -1,134 +1,25 @@
-"""``kubesvc proxy --proxy-mode ipvs`` on a kernel that has IPVS: virtual servers, real servers,
-schedulers, persistence, NodePorts and graceful termination, proven by traffic and read back
-from the kernel with the administrator's tools (``ipvsadm -Ln`` and ``/proc/net/ip_vs_conn`` in
-the node's namespace), not the proxy's own netlink code.
+"""``kubesvc proxy --proxy-mode ipvs`` on a kernel that has IPVS: virtual and real servers,
+UDP, timeouts, drift repair, graceful termination, persistence and NodePorts, proven by traffic
+and read back from the kernel with ``ipvsadm`` (tests/kernel/vm/ipvs.py).
 
 This machine's kernel has no IPVS, so these tests run inside a throw-away VM booting Debian's
 stock kernel (scripts/vm-ipvs.sh; tests/kernel/test_proxy_ipvs_vm.py starts it and checks the
 result). They are collected only where ``KUBESVC_IPVS_TESTS=1`` (tests/kernel/conftest.py):
 the VM sets it, and so can a developer whose own kernel has IPVS.
-
-Each test's Pods serve ``tcp`` 8080 (answer and close) and an ``echo`` port 9090 whose
-connections stay open (tests/support/held_connection.py), so a test can hold established
-connections through a virtual server while the endpoints change underneath.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import sys
-from dataclasses import dataclass, field
 
 from kubesvc.client.rest import SERVICES
 from tests.kernel.helpers import all_from, assert_spread
+from tests.kernel.vm.ipvs import (ECHO, MODES, NAMES, NODE_COUNT, PORTS, PROXY_FLAGS, SYNC_PERIOD, TCP_TIMEOUT, UDP_TIMEOUT,  # noqa: F401
+                                  all_answered, ipvs_connections, ipvs_table, three_backends, virtual_server, wait_for_kernel,
+                                  weights)
 from tests.support.held_connection import HeldConnections
-from tests.support.netns import wait_until
 from tests.support.slowdown import scaled
-
-MODES = ["ipvs"]
-NODE_COUNT = 1
-SYNC_PERIOD = 10  # the periodic resync: drift repair and the re-check of draining real servers
-TCP_TIMEOUT, UDP_TIMEOUT = 600, 11  # IPVS's defaults: 900 s, 300 s
-PROXY_FLAGS = ("--ipvs-min-sync-period=1s", f"--ipvs-sync-period={SYNC_PERIOD}s", "--ipvs-scheduler=rr",
-               f"--ipvs-tcp-timeout={TCP_TIMEOUT}s", f"--ipvs-udp-timeout={UDP_TIMEOUT}s", "--v=2")
-ECHO = 9090
-PORTS = [{"name": "tcp", "port": 80, "targetPort": 8080, "protocol": "TCP"},
-         {"name": "echo", "port": ECHO, "targetPort": ECHO, "protocol": "TCP"}]
-NAMES = {"web-a", "web-b", "web-c"}
-
-
-# ---- the kernel's IPVS table, as ipvsadm shows it ---------------------------------------------------
-
-@dataclass
-class RealServer:
-    forward: str
-    weight: int
-    active: int
-    inactive: int
-
-
-@dataclass
-class VirtualServer:
-    scheduler: str
-    persistent: int | None  # the persistence timeout in seconds (ClientIP affinity), None without
-    reals: dict[tuple[str, int], RealServer] = field(default_factory=dict)
-
-
-def _endpoint(text: str) -> tuple[str, int]:
-    address, port = text.rsplit(":", 1)
-    return address.strip("[]"), int(port)
-
-
-def ipvs_table(node) -> dict[tuple[str, str, int], VirtualServer]:
-    """{(protocol, address, port): VirtualServer} in ``node``'s namespace, from ``ipvsadm -Ln``
-    (the administrator's tool, not the proxy's netlink code)."""
-    table: dict[tuple[str, str, int], VirtualServer] = {}
-    current = None
-    for line in node.ns.run("ipvsadm", "-Ln").stdout.splitlines()[3:]:
-        words = line.split()
-        if words[0] == "->":
-            current.reals[_endpoint(words[1])] = RealServer(words[2], int(words[3]), int(words[4]), int(words[5]))
-        else:
-            ip, port = _endpoint(words[1])
-            persistent = int(words[words.index("persistent") + 1]) if "persistent" in words else None
-            current = table[(words[0], ip, port)] = VirtualServer(words[2], persistent)
-    return table
-
-
-def ipvs_connections(node) -> list[dict]:
-    """/proc/net/ip_vs_conn: one dict per IPVS connection entry (IPv4)."""
-    entries = []
-    for line in node.ns.run("cat", "/proc/net/ip_vs_conn").stdout.splitlines()[1:]:
-        words = line.split()
-        if len(words) < 9 or ":" in words[1]:
-            continue
-        ip = lambda text: str(ipaddress.IPv4Address(int(text, 16)))  # noqa: E731
-        entries.append({"protocol": words[0], "client": ip(words[1]), "vip": ip(words[3]), "vport": int(words[4], 16),
-                        "dest": ip(words[5]), "state": words[7], "expires": int(words[8])})
-    return entries
-
-
-def virtual_server(node, ip: str, port: int, protocol: str = "TCP") -> VirtualServer | None:
-    return ipvs_table(node).get((protocol, ip, port))
-
-
-def weights(node, ip: str, port: int, protocol: str = "TCP") -> dict[str, int] | None:
-    """{endpoint IP: weight} of one virtual server (None: no such virtual server)."""
-    vs = virtual_server(node, ip, port, protocol)
-    return None if vs is None else {rs_ip: rs.weight for (rs_ip, _), rs in vs.reals.items()}
-
-
-async def wait_for_kernel(kt, what: str, predicate, timeout: float = 20):
-    """Until ``predicate()`` (reading the kernel) holds; its value. On timeout the IPVS table
-    and the proxy's log."""
-    (node,) = kt.nodes
-    try:
-        return await asyncio.to_thread(wait_until, predicate, scaled(timeout), what)
-    except AssertionError as err:
-        raise AssertionError(f"{err}\n--- ipvsadm -Ln ---\n{node.ns.run('ipvsadm', '-Ln').stdout}\n"
-                             f"{kt.env.diagnostics(rules=False)}") from None
-
-
-def _all_answered(result: dict) -> bool:
-    return result["answered"] == result["count"]
-
-
-async def three_backends(kt, name: str = "web", *, answering=all_from(NAMES), **spec):
-    """Pods web-a/b/c (8080 and the echo port), a client Pod, and a Service over them, once
-    the client's connections are ``answering`` as they should."""
-    (node,) = kt.nodes
-    labels = {"app": name}
-    pods = await asyncio.gather(*(kt.pod(node, f"web-{suffix}", labels, echo=(ECHO,)) for suffix in "abc"))
-    client = await kt.client_pod(node, "client", serve=False)  # a Python process less: they start slowly here
-    svc = await kt.service(name, labels, ports=PORTS, **spec)
-    vip = svc["spec"]["clusterIP"]
-    await kt.until(client, "tcp", vip, 80, 30, answering, what=f"{name} through IPVS")
-    return list(pods), client, svc, vip
-
-
-def by_ip(pods) -> dict[str, str]:
-    return {pod.ip: pod.name for pod in pods}
 
 
 # ---- tests --------------------------------------------------------------------------------------
@@ -226,7 +117,7 @@ async def test_graceful_termination_keeps_established_connections_at_weight_zero
 
 async def test_client_ip_affinity_is_ipvs_persistence(kt):
     (node,) = kt.nodes
-    pods, client, svc, vip = await three_backends(kt, "sticky", answering=_all_answered, sessionAffinity="ClientIP",
+    pods, client, svc, vip = await three_backends(kt, "sticky", answering=all_answered, sessionAffinity="ClientIP",
                                                   sessionAffinityConfig={"clientIP": {"timeoutSeconds": 60}})
     vs = virtual_server(node, vip, 80)
     assert vs.persistent == 60, vs
@@ -258,65 +149,3 @@ async def test_nodeport_is_a_virtual_server_per_node_ip(kt):
     assert kt.external.ip not in result["sources"], f"externalTrafficPolicy Cluster masquerades: {result['sources']}"
     members = node.ns.run("ipset", "list", "KUBE-NODE-PORT-TCP").stdout
     assert f"\n{node_port}\n" in members + "\n", members
-
-
-def _one_backend(result: dict) -> bool:
-    return result["answered"] == result["count"] and len(result["names"]) == 1
-
-
-# The schedulers upstream documents besides rr (the default, strict rotation: the first test).
-# The others (wrr, wlc, lblc, lblcr, mh) reach the kernel the same way, a name in the virtual
-# server (tests/proxy/ipvs); each proxy start costs about half a minute under emulation.
-SCHEDULER_SWEEP = ("lc", "sed", "nq", "sh", "dh")
-
-
-async def test_each_scheduler_balances_as_it_should(kt):
-    """One proxy start per ``--ipvs-scheduler``: the virtual server's scheduler is edited in
-    place, and traffic shows it. lc/sed/nq send each new connection to the least loaded server,
-    so three held connections land on three backends; sh hashes the source (one client → one
-    backend); dh hashes the destination (one VIP → one backend, from any client)."""
-    (node,) = kt.nodes
-    proxy = kt.proxy(node)
-    pods, client, svc, vip = await three_backends(kt)
-    flags = list(proxy.extra)
-    failures = []
-    try:
-        for scheduler in SCHEDULER_SWEEP:
-            proxy.extra = [f for f in flags if not f.startswith("--ipvs-scheduler=")] + [f"--ipvs-scheduler={scheduler}"]
-            await asyncio.to_thread(proxy.restart)
-            await wait_for_kernel(kt, f"the virtual server's scheduler edited to {scheduler}",
-                                  lambda: {virtual_server(node, vip, port).scheduler for port in (80, ECHO)} == {scheduler})
-            if scheduler in ("lc", "sed", "nq"):
-                held = await asyncio.to_thread(HeldConnections.open, client.ns, vip, ECHO, 3)
-                held.reset()
-                result = {"held": held.backends}
-                ok = set(held.backends) == NAMES
-            elif scheduler == "sh":
-                result = await kt.probe(client, "tcp", vip, 80, 12, concurrency=1)
-                ok = _one_backend(result)
-            else:  # dh
-                result = await kt.probe(client, "tcp", vip, 80, 12, concurrency=1)
-                from_node = await kt.probe(node, "tcp", vip, 80, 12, concurrency=1)
-                ok = _one_backend(result) and from_node["names"] == result["names"]
-                result = {"client": result, "node": from_node}
-            if not ok:
-                failures.append(f"{scheduler}: {result}")
-    finally:
-        proxy.extra = flags
-        await asyncio.to_thread(proxy.restart)
-    assert not failures, "\n".join(failures)
-
-
-async def test_cleanup_removes_everything_ipvs_mode_made(kt):
-    (node,) = kt.nodes
-    proxy = kt.proxy(node)
-    await three_backends(kt)
-    proxy.stop()
-    result = proxy.cleanup(timeout=scaled(60))
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert ipvs_table(node) == {}
-    assert node.ns.run("ip", "link", "show", "kube-ipvs0", check=False).returncode != 0
-    sets = node.ns.run("ipset", "list", "-n").stdout.split()
-    assert not [s for s in sets if s.startswith("KUBE-")], sets
-    nat = node.ns.run("iptables-save", "-t", "nat").stdout
-    assert "KUBE-NODE-PORT" not in nat and "KUBE-LOAD-BALANCER" not in nat, nat
