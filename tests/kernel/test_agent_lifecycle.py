@@ -138,6 +138,8 @@ def test_init_containers_run_to_completion_first(up, scratch):
         initContainers=[{"name": "first", "image": "busybox", "command": ["sh", "-c", f"echo first >> {order}"]},
                         {"name": "second", "image": "busybox", "command": ["sh", "-c", f"sleep 0.5; echo second >> {order}"]}]))
     wait_until(lambda: condition(up, name, "Ready") == "True", message="Ready")
+    # Ready once the main container has started; its shell writes a moment later
+    wait_until(lambda: "main" in order.read_text().split(), message="the main container to write")
     assert order.read_text().split() == ["first", "second", "main"]
     init = up.get("pod", name)["status"]["initContainerStatuses"]
     assert [(s["name"], s["state"]["terminated"]["reason"], s["state"]["terminated"]["exitCode"]) for s in init] == [
