@@ -121,6 +121,31 @@ class Iptables(_Commands):
         await run(self._cmd(table, position, chain, *args))
         return False
 
+    async def ensure_jumps(self, jumps) -> None:
+        """Each ``(position, jump)`` (a jump: ``table``, ``src``, ``dst``, ``args``) present, its
+        target chain created where missing. One ``iptables-save`` per table tells what is
+        there; only what it lacks costs a ``-N`` or a ``-C``/``-I``. For small rule sets (IPVS
+        mode's static one): the save grows with the table, where a ``-C`` per jump does not, so
+        iptables mode, whose tables grow with the cluster, keeps ``ensure_rule``."""
+        jumps = list(jumps)
+        for table in sorted({jump.table for _, jump in jumps}):
+            lines = (await self.save(table)).splitlines()
+            present = set(lines)
+            chains = {line[1:].split(" ", 1)[0] for line in lines if line.startswith(":")}
+            for position, jump in jumps:
+                if jump.table != table:
+                    continue
+                if jump.dst not in chains:
+                    await self.ensure_chain(table, jump.dst)
+                if saved_rule(jump.src, jump.args) not in present:
+                    await self.ensure_rule(position, table, jump.src, *jump.args)
+
+
+def saved_rule(chain: str, args) -> str:
+    """The line ``iptables-save`` prints for a rule appended to ``chain`` with ``args``
+    (arguments with spaces, i.e. comments, double-quoted)."""
+    return " ".join(["-A", chain, *(f'"{arg}"' if " " in arg else arg for arg in args)])
+
 
 class IptablesSync(_Commands):
     """Blocking front end (``--cleanup``, tests)."""

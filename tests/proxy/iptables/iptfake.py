@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from kubesvc.kernel.exec import CommandFailed
+from kubesvc.kernel.iptables import Iptables
 
 # ---- dump parsing (upstream parse.go) -------------------------------------------------------
 
@@ -522,6 +523,8 @@ class FakeIptablesAsync(FakeIptables):
 
     async def ensure_rule(self, position, table, chain, *args):
         return self.ensure_rule_sync(position, table, chain, *args)
+
+    ensure_jumps = Iptables.ensure_jumps  # the real composite, over this fake's save/ensure calls
 
 
 class FakeIptablesSync(FakeIptables):

@@ -104,7 +104,7 @@ class IpvsBackend:
             await self._run("ipset", "restore", input_text=ipset_restore_input(state, self.family))
             await self.ipt.restore(state.iptables)  # declares every chain a jump names
             if full:
-                await self._ensure_jumps()
+                await self.ipt.ensure_jumps((PREPEND, jump) for jump in JUMP_CHAINS)
             current = await asyncio.to_thread(self.ipvs.dump, self.family)
             changes = plan(state.virtual_servers, current, self.settings.exclude_cidrs)
             for op in changes.ops:
@@ -138,16 +138,6 @@ class IpvsBackend:
             except IpvsError as err:
                 log.error("Failed to configure IPVS timeouts: %s", err)
         self._sysctls_set = True
-
-    async def _ensure_jumps(self) -> None:
-        """The jumps from the built-in chains, inserted where missing. One ``iptables-save`` per
-        table tells which are there; only a jump not found in it is checked and inserted
-        (``-C``/``-I``), instead of a ``-C`` per jump on every full sync."""
-        for table in sorted({jump.table for jump in JUMP_CHAINS}):
-            present = set((await self.ipt.save(table)).splitlines())
-            for jump in (j for j in JUMP_CHAINS if j.table == table):
-                if saved_rule(jump.src, jump.args) not in present:
-                    await self.ipt.ensure_rule(PREPEND, table, jump.src, *jump.args)
 
     async def _ensure_dummy(self) -> None:
         if (await self._run("ip", "link", "show", DUMMY_DEVICE, check=False)).returncode != 0:
@@ -188,12 +178,6 @@ class IpvsBackend:
                 await task
             except asyncio.CancelledError:
                 pass
-
-
-def saved_rule(chain: str, args) -> str:
-    """The line ``iptables-save`` prints for a rule appended with ``args`` (arguments with
-    spaces, i.e. comments, double-quoted)."""
-    return " ".join(["-A", chain, *(f'"{arg}"' if " " in arg else arg for arg in args)])
 
 
 def _host_prefix(address: str) -> str:
