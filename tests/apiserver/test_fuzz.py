@@ -148,7 +148,7 @@ def test_garbage_patches_with_dry_run_never_5xx(fuzzer, patch, patch_type):
 
 
 @SETTINGS
-@given(token=st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), max_size=40))
+@given(token=st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=40))
 def test_bad_token_is_401(fuzzer, token):
     response = fuzzer.session.get(fuzzer.base + fuzzer.services, headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 401

@@ -29,7 +29,7 @@ from typing import Callable
 from aiohttp import web
 
 from kubesvc.agent.logs import InvalidLogOptions, LogOptions, container_log_path, read_logs
-from kubesvc.apiserver.auth import token_valid
+from kubesvc.apiserver.auth.pki import token_valid
 from kubesvc.apiserver.codec import parameter_bool
 from kubesvc.apiserver.streaming import relay
 from kubesvc.proxy.healthcheck import listen_socket

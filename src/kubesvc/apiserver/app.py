@@ -27,7 +27,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from kubesvc.api import errors
 from kubesvc.api.errors import StatusError
 from kubesvc.api.scheme import all_kinds
-from kubesvc.apiserver import auth, codec, handlers
+from kubesvc.apiserver import codec, handlers
+from kubesvc.apiserver.auth.attributes import Attributes, request_info
+from kubesvc.apiserver.auth.authenticator import TokenAuthenticator
+from kubesvc.apiserver.auth.authorizer import PrivilegedGroupAuthorizer, PublicInfoAuthorizer, Union, forbidden
 from kubesvc.apiserver.discovery import Discovery, wants_aggregated
 from kubesvc.apiserver.openapi import OpenAPI
 from kubesvc.apiserver.kubeletclient import KubeletClient
@@ -196,8 +199,7 @@ async def status_middleware(request: web.Request, handler) -> web.StreamResponse
     started = time.monotonic()
     code = 500
     try:
-        if request.path not in auth.PUBLIC_PATHS and not auth.token_valid(request.headers.get("Authorization"), request.app["token"]):
-            raise errors.unauthorized()
+        authorize_request(request)
         response = await handler(request)
         code = response.status
         return response
@@ -218,6 +220,17 @@ async def status_middleware(request: web.Request, handler) -> web.StreamResponse
         _observe(request, code, time.monotonic() - started)
 
 
+def authorize_request(request: web.Request) -> None:
+    """Authentication, then authorization (upstream WithAuthentication -> WithImpersonation ->
+    WithAuthorization): ``request["user"]`` is who asks, ``request["request_info"]`` what."""
+    user = request.app["authenticator"].authenticate(request)
+    info = request_info(request.method, request.path, request.query)
+    request["user"], request["request_info"] = user, info
+    verdict = request.app["authorizer"].authorize(Attributes(user, info))
+    if not verdict.allowed:
+        raise forbidden(user, info, verdict.reason)
+
+
 def _observe(request: web.Request, code: int, seconds: float) -> None:
     group, version, resource, sub = request.get("metric_labels", ("", "", "", ""))
     verb = "WATCH" if request.query.get("watch") in ("true", "1") else request.method
@@ -229,7 +242,8 @@ def _observe(request: web.Request, code: int, seconds: float) -> None:
 def build_app(registry: Registry, token: str, clock: Clock, server_address: str, metrics_registry: CollectorRegistry | None = None) -> web.Application:
     app = web.Application(middlewares=[status_middleware], client_max_size=codec.MAX_BODY_BYTES + 1)
     app["registry"] = registry
-    app["token"] = token
+    app["authenticator"] = TokenAuthenticator(token)
+    app["authorizer"] = Union([PrivilegedGroupAuthorizer(), PublicInfoAuthorizer()])
     app["clock"] = clock
     app["metrics"] = Metrics(metrics_registry)
     kinds = all_kinds()

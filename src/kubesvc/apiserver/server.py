@@ -22,7 +22,7 @@ from aiohttp import web
 
 from kubesvc.api.errors import StatusError
 from kubesvc.api.scheme import all_kinds
-from kubesvc.apiserver import auth
+from kubesvc.apiserver.auth import pki as auth
 from kubesvc.apiserver.app import build_app
 from kubesvc.apiserver.registry.store import ListOptions, Registry
 from kubesvc.apiserver.allocator.metrics import AllocatorMetrics

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, disable_created_metrics, generate_latest
 
-from kubesvc.apiserver.auth import ephemeral_serving_context
+from kubesvc.apiserver.auth.pki import ephemeral_serving_context
 from kubesvc.client.rest import RestClient
 from kubesvc.controllers.endpointslice.controller import EndpointSliceController
 from kubesvc.controllers.endpointslice.metrics import EndpointSliceMetrics

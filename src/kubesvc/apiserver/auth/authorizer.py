@@ -1,0 +1,118 @@
+"""Authorization decisions and how a denial is worded (k8s.io/apiserver pkg/authorization and
+pkg/endpoints/handlers/responsewriters ``forbiddenMessage``; identity.md §2.1, §2.4).
+
+Every authorizer answers ALLOW, DENY or NO_OPINION with a reason. The chain runs the
+privileged-group authorizer first (``system:masters`` may do anything), then the modes of
+``--authorization-mode`` in order; the first ALLOW or DENY wins, and if all have no opinion
+the request is denied with their non-empty reasons joined by newlines.
+"""
+
+from __future__ import annotations
+
+import enum
+import html
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from kubesvc.api.errors import StatusError
+from kubesvc.apiserver.auth.attributes import Attributes, RequestInfo
+from kubesvc.apiserver.auth.user import SYSTEM_PRIVILEGED_GROUP, UserInfo
+
+
+class Decision(enum.Enum):
+    DENY = 0
+    ALLOW = 1
+    NO_OPINION = 2
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: Decision
+    reason: str = ""
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision is Decision.ALLOW
+
+
+class Authorizer(Protocol):
+    def authorize(self, attrs: Attributes) -> Verdict: ...
+
+
+class PrivilegedGroupAuthorizer:
+    def authorize(self, attrs: Attributes) -> Verdict:
+        if SYSTEM_PRIVILEGED_GROUP in attrs.user.groups:
+            return Verdict(Decision.ALLOW)
+        return Verdict(Decision.NO_OPINION)
+
+
+class AlwaysAllow:
+    def authorize(self, attrs: Attributes) -> Verdict:
+        return Verdict(Decision.ALLOW)
+
+
+class AlwaysDeny:
+    def authorize(self, attrs: Attributes) -> Verdict:
+        return Verdict(Decision.NO_OPINION, "Everything is forbidden.")
+
+
+class Union:
+    def __init__(self, authorizers: Sequence[Authorizer]):
+        self.authorizers = list(authorizers)
+
+    def authorize(self, attrs: Attributes) -> Verdict:
+        reasons = []
+        for authorizer in self.authorizers:
+            verdict = authorizer.authorize(attrs)
+            if verdict.decision is not Decision.NO_OPINION:
+                return verdict
+            if verdict.reason:
+                reasons.append(verdict.reason)
+        return Verdict(Decision.NO_OPINION, "\n".join(reasons))
+
+
+def go_quote_user(name: str) -> str:
+    from kubesvc.api.validation_meta import go_quote
+
+    return go_quote(name)
+
+
+def forbidden_message(user: UserInfo, info: RequestInfo, reason: str = "") -> str:
+    """``User "x" cannot <verb> resource "r[/sub]" in API group "g" in the namespace "ns"``."""
+    who = f"User {go_quote_user(user.name)}"
+    if not info.is_resource_request:
+        text = f'{who} cannot {info.verb} path "{info.path}"'
+    else:
+        resource = info.resource + (f"/{info.subresource}" if info.subresource else "")
+        scope = f'in the namespace "{info.namespace}"' if info.namespace else "at the cluster scope"
+        text = f'{who} cannot {info.verb} resource "{resource}" in API group "{info.api_group}" {scope}'
+    text = html.escape(text, quote=False)
+    return f"{text}: {reason}" if reason else text
+
+
+def forbidden(user: UserInfo, info: RequestInfo, reason: str = "") -> StatusError:
+    """The 403 Status upstream's authorization filter writes."""
+    message = forbidden_message(user, info, reason)
+    if not info.is_resource_request:
+        return StatusError(403, "Forbidden", f"forbidden: {message}", {})
+    group_resource = f"{info.resource}.{info.api_group}" if info.api_group else info.resource
+    details: dict = {"kind": info.resource}
+    if info.api_group:
+        details["group"] = info.api_group
+    if info.name:
+        details["name"] = info.name
+        return StatusError(403, "Forbidden", f'{group_resource} "{info.name}" is forbidden: {message}', details)
+    return StatusError(403, "Forbidden", f"{group_resource} is forbidden: {message}", details)
+
+
+PUBLIC_INFO_PATHS = frozenset({"/version", "/version/", "/healthz", "/livez", "/readyz"})
+
+
+class PublicInfoAuthorizer:
+    """Stand-in for RBAC's ``system:public-info-viewer`` until RBAC is the default mode:
+    anyone may GET /version and the health checks (kubectl asks /version before anything)."""
+
+    def authorize(self, attrs: Attributes) -> Verdict:
+        if not attrs.info.is_resource_request and attrs.info.verb == "get" and attrs.info.path in PUBLIC_INFO_PATHS:
+            return Verdict(Decision.ALLOW)
+        return Verdict(Decision.NO_OPINION)
