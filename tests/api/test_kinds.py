@@ -23,6 +23,10 @@ UPSTREAM = {
     ("networking.k8s.io", "ipaddresses"): ("IPAddress", "ipaddress", False, (), (), ()),
     ("networking.k8s.io", "servicecidrs"): ("ServiceCIDR", "servicecidr", False, (), (), ("status",)),
     ("coordination.k8s.io", "leases"): ("Lease", "lease", True, (), (), ()),
+    ("rbac.authorization.k8s.io", "roles"): ("Role", "role", True, (), (), ()),
+    ("rbac.authorization.k8s.io", "clusterroles"): ("ClusterRole", "clusterrole", False, (), (), ()),
+    ("rbac.authorization.k8s.io", "rolebindings"): ("RoleBinding", "rolebinding", True, (), (), ()),
+    ("rbac.authorization.k8s.io", "clusterrolebindings"): ("ClusterRoleBinding", "clusterrolebinding", False, (), (), ()),
 }
 
 

@@ -12,7 +12,8 @@ from kubesvc.api.scheme import all_kinds
 from kubesvc.api.schema import STRING, F, Obj
 from kubesvc.apiserver.openapi import PATCH_CONTENT_TYPES, OpenAPI
 
-GROUP_VERSIONS = ["api/v1", "apis/discovery.k8s.io/v1", "apis/networking.k8s.io/v1", "apis/coordination.k8s.io/v1"]
+GROUP_VERSIONS = ["api/v1", "apis/discovery.k8s.io/v1", "apis/networking.k8s.io/v1", "apis/coordination.k8s.io/v1",
+                  "apis/rbac.authorization.k8s.io/v1"]
 WRITES = ("post", "put", "patch")
 
 

@@ -6,7 +6,8 @@ at different moments:
 1. **Decode-time defaults** (``apply_defaults``) run on every object the server decodes,
    create and update alike: ``SetDefaults_*`` in ``pkg/apis/core/v1/defaults.go`` (Service,
    Pod/PodSpec/Container/Probe/HTTPGetAction/Volume, Namespace, NodeStatus, Endpoints) and
-   ``pkg/apis/discovery/v1/defaults.go`` (EndpointPort), plus the declarative
+   ``pkg/apis/discovery/v1/defaults.go`` (EndpointPort), ``pkg/apis/rbac/v1/defaults.go``
+   (binding roleRef and subject apiGroups), plus the declarative
    ``+default="TCP"`` on ContainerPort.protocol. Events, Leases, IPAddresses and
    ServiceCIDRs have none. Where Go would serialize an empty struct the JSON form gets the
    empty object too (``status.loadBalancer: {}``, ``spec.securityContext: {}``).
@@ -591,6 +592,20 @@ def _endpoint_slice(eps: dict) -> None:
             port["protocol"] = "TCP"
 
 
+RBAC_GROUP = "rbac.authorization.k8s.io"
+
+
+def _role_binding(binding: dict) -> None:
+    """pkg/apis/rbac/v1/defaults.go: ``roleRef.apiGroup`` defaults to the RBAC group, and a
+    subject's ``apiGroup`` to ``""`` for a ServiceAccount and the RBAC group for a User or Group."""
+    ref = binding.get("roleRef")
+    if isinstance(ref, dict) and not ref.get("apiGroup"):
+        ref["apiGroup"] = RBAC_GROUP
+    for subject in _dicts(binding, "subjects"):
+        if not subject.get("apiGroup") and subject.get("kind") in ("User", "Group"):
+            subject["apiGroup"] = RBAC_GROUP
+
+
 def _nothing(obj: dict) -> None:
     """Events, Leases, IPAddresses and ServiceCIDRs have no defaulting functions upstream."""
 
@@ -606,4 +621,8 @@ _DEFAULTERS = {
     "IPAddress": _nothing,
     "ServiceCIDR": _nothing,
     "Lease": _nothing,
+    "Role": _nothing,
+    "ClusterRole": _nothing,
+    "RoleBinding": _role_binding,
+    "ClusterRoleBinding": _role_binding,
 }

@@ -109,9 +109,16 @@ def forbidden(resource: str, name: str, group: str, why: str) -> StatusError:
 # ---- field errors (k8s.io/apimachinery/pkg/util/validation/field) ----------------------------
 
 
+class GoSyntax(str):
+    """A bad value already spelled as Go's ``%#v`` prints it (``rbac.RoleRef{Kind:"Role", ...}``,
+    ``[]string{"/healthz"}``), for messages clients compare byte for byte: shown verbatim."""
+
+
 def format_value(value: Any) -> str:
     """How field.Error renders a bad value: strings quoted, numbers and bools bare, lists and
     maps in Go %#v-ish JSON form (close enough for humans; causes carry the same text)."""
+    if isinstance(value, GoSyntax):
+        return str(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):

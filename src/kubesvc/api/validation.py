@@ -14,6 +14,8 @@ named upstream function with its message copied exactly (Kubernetes 1.32):
 * EndpointSlice: ``pkg/apis/discovery/validation/validation.go``.
 * IPAddress, ServiceCIDR: ``pkg/apis/networking/validation/validation.go``.
 * Lease: ``pkg/apis/coordination/validation/validation.go``.
+* Role, ClusterRole, RoleBinding, ClusterRoleBinding: ``pkg/apis/rbac/validation/validation.go``,
+  in ``validation_rbac``.
 
 Inputs are *defaulted* objects (``kubesvc.api.defaults``), as upstream validates after
 defaulting. For Services the registry also allocates before it validates (upstream's
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from kubesvc.api import validation_rbac
 from kubesvc.api.errors import FieldError, duplicate, forbidden_field, invalid_value, not_supported, required, too_many
 from kubesvc.api.validation_meta import (
     GO_NIL,
@@ -1607,6 +1610,11 @@ _KINDS: dict[str, _Rules] = {
     "IPAddress": _Rules(_validate_ip_address, _validate_ip_address_update),
     "ServiceCIDR": _Rules(_validate_service_cidr, _validate_service_cidr_update),
     "Lease": _Rules(_validate_lease, _validate_lease_update),
+    "Role": _Rules(validation_rbac.validate_role, validation_rbac.validate_role_update),
+    "ClusterRole": _Rules(validation_rbac.validate_cluster_role, validation_rbac.validate_cluster_role_update),
+    "RoleBinding": _Rules(validation_rbac.validate_role_binding, validation_rbac.validate_role_binding_update),
+    "ClusterRoleBinding": _Rules(validation_rbac.validate_cluster_role_binding,
+                                 validation_rbac.validate_cluster_role_binding_update),
 }
 
 

@@ -16,10 +16,12 @@ strings, nested messages, map entries), or 4 bytes (5). Maps are repeated entry 
 ``{1: key, 2: value}``; ``IntOrString`` is ``{1: type (0 int, 1 string), 2: intVal, 3:
 strVal}``. The Go marshaller writes every non-pointer field, zero or not.
 
-This module is a small wire decoder plus field tables for the two kinds those commands create,
-v1 Namespace and v1 Service, with the field numbers of k8s.io/api core/v1/generated.proto and
-apimachinery meta/v1/generated.proto. The result is the dict the object would be as JSON:
-fields in Go struct order, and zero values dropped the way Go's ``omitempty`` drops them,
+``kubectl create secret|configmap|serviceaccount|role|clusterrole|rolebinding|clusterrolebinding``
+do the same. This module is a small wire decoder plus field tables for the kinds those commands
+create (v1 Namespace, Service, Secret, ConfigMap, ServiceAccount and the four rbac/v1 kinds),
+with the field numbers of k8s.io/api core/v1 and rbac/v1 generated.proto and apimachinery
+meta/v1/generated.proto. A ``map<string, bytes>`` (Secret ``data``) becomes base64 strings, as
+its JSON form is. The result is the dict the object would be as JSON: fields in Go struct order, and zero values dropped the way Go's ``omitempty`` drops them,
 except for Go pointer fields (``allocateLoadBalancerNodePorts: false`` is a choice, not a
 default). Two small liberties: a zero ``targetPort`` is dropped, not printed as ``0``, so
 defaulting treats it as absent (it sets it to ``port`` either way); and ``status`` and the
@@ -31,6 +33,7 @@ is a 400 BadRequest. No other exception escapes :func:`decode_kubernetes_protobu
 
 from __future__ import annotations
 
+import base64
 import enum
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
@@ -49,6 +52,7 @@ class _Kind(enum.Enum):
     BOOL = "bool"
     MESSAGE = "message"
     STRING_MAP = "map<string,string>"
+    BYTES_MAP = "map<string,bytes>"  # JSON: the values base64-encoded (Secret data, ConfigMap binaryData)
     INT_OR_STRING = "IntOrString"
 
 
@@ -58,6 +62,7 @@ _WIRE_TYPE_OF = {
     _Kind.BYTES: _LENGTH_DELIMITED,
     _Kind.MESSAGE: _LENGTH_DELIMITED,
     _Kind.STRING_MAP: _LENGTH_DELIMITED,
+    _Kind.BYTES_MAP: _LENGTH_DELIMITED,
     _Kind.INT_OR_STRING: _LENGTH_DELIMITED,
     _Kind.INT32: _VARINT,
     _Kind.INT64: _VARINT,
@@ -153,7 +158,65 @@ _SERVICE_SPEC: Message = {
 }
 _SERVICE: Message = {1: _message("metadata", _OBJECT_META), 2: _message("spec", _SERVICE_SPEC)}
 
-SUPPORTED_KINDS: dict[tuple[str, str], Message] = {("v1", "Namespace"): _NAMESPACE, ("v1", "Service"): _SERVICE}
+# what kubectl create secret|configmap|serviceaccount send
+_OBJECT_REFERENCE: Message = {
+    1: _string("kind"), 2: _string("namespace"), 3: _string("name"), 4: _string("uid"), 5: _string("apiVersion"),
+    6: _string("resourceVersion"), 7: _string("fieldPath"),
+}
+_SECRET: Message = {
+    1: _message("metadata", _OBJECT_META),
+    5: _Field("immutable", _Kind.BOOL, pointer=True),
+    2: _Field("data", _Kind.BYTES_MAP),
+    4: _Field("stringData", _Kind.STRING_MAP),
+    3: _string("type"),
+}
+_CONFIG_MAP: Message = {
+    1: _message("metadata", _OBJECT_META),
+    4: _Field("immutable", _Kind.BOOL, pointer=True),
+    2: _Field("data", _Kind.STRING_MAP),
+    3: _Field("binaryData", _Kind.BYTES_MAP),
+}
+_SERVICE_ACCOUNT: Message = {
+    1: _message("metadata", _OBJECT_META),
+    2: _message("secrets", _OBJECT_REFERENCE, repeated=True),
+    3: _message("imagePullSecrets", {1: _string("name")}, repeated=True),
+    4: _Field("automountServiceAccountToken", _Kind.BOOL, pointer=True),
+}
+
+# what kubectl create role|clusterrole|rolebinding|clusterrolebinding send (k8s.io/api rbac/v1)
+_LABEL_SELECTOR: Message = {
+    1: _Field("matchLabels", _Kind.STRING_MAP),
+    2: _message("matchExpressions", {1: _string("key"), 2: _string("operator"), 3: _string("values", repeated=True)},
+                repeated=True),
+}
+_POLICY_RULE: Message = {
+    1: _string("verbs", repeated=True), 2: _string("apiGroups", repeated=True), 3: _string("resources", repeated=True),
+    4: _string("resourceNames", repeated=True), 5: _string("nonResourceURLs", repeated=True),
+}
+_ROLE: Message = {1: _message("metadata", _OBJECT_META), 2: _message("rules", _POLICY_RULE, repeated=True)}
+_CLUSTER_ROLE: Message = {
+    **_ROLE,
+    3: _message("aggregationRule", {1: _message("clusterRoleSelectors", _LABEL_SELECTOR, repeated=True)}, pointer=True),
+}
+_SUBJECT: Message = {1: _string("kind"), 2: _string("apiGroup"), 3: _string("name"), 4: _string("namespace")}
+_BINDING: Message = {
+    1: _message("metadata", _OBJECT_META),
+    2: _message("subjects", _SUBJECT, repeated=True),
+    3: _message("roleRef", {1: _string("apiGroup"), 2: _string("kind"), 3: _string("name")}),
+}
+
+_RBAC = "rbac.authorization.k8s.io/v1"
+SUPPORTED_KINDS: dict[tuple[str, str], Message] = {
+    ("v1", "Namespace"): _NAMESPACE,
+    ("v1", "Service"): _SERVICE,
+    ("v1", "Secret"): _SECRET,
+    ("v1", "ConfigMap"): _CONFIG_MAP,
+    ("v1", "ServiceAccount"): _SERVICE_ACCOUNT,
+    (_RBAC, "Role"): _ROLE,
+    (_RBAC, "ClusterRole"): _CLUSTER_ROLE,
+    (_RBAC, "RoleBinding"): _BINDING,
+    (_RBAC, "ClusterRoleBinding"): _BINDING,
+}
 
 
 # ---- the wire format ------------------------------------------------------------------------
@@ -216,9 +279,9 @@ def _int_or_string(data: bytes) -> int | str:
     return decoded.get("strVal", "") if decoded.get("type") == 1 else decoded.get("intVal", 0)
 
 
-def _map_entry(data: bytes) -> tuple[str, str]:
-    entry = _decode_fields(data, {1: _string("key"), 2: _string("value")})
-    return entry.get("key", ""), entry.get("value", "")
+def _map_entry(data: bytes, value_kind: _Kind = _Kind.STRING) -> tuple[str, Any]:
+    entry = _decode_fields(data, {1: _string("key"), 2: _Field("value", value_kind)})
+    return entry.get("key", ""), entry.get("value", "" if value_kind is _Kind.STRING else b"")
 
 
 def _scalar(field: _Field, value: int | bytes) -> Any:
@@ -247,6 +310,9 @@ def _decode_fields(data: bytes, table: Message) -> dict[str, Any]:
         if field.kind is _Kind.STRING_MAP:
             key, item = _map_entry(value)  # type: ignore[arg-type]
             decoded.setdefault(field.json_name, {})[key] = item
+        elif field.kind is _Kind.BYTES_MAP:
+            key, item = _map_entry(value, _Kind.BYTES)  # type: ignore[arg-type]
+            decoded.setdefault(field.json_name, {})[key] = base64.b64encode(item).decode("ascii")
         elif field.repeated:
             decoded.setdefault(field.json_name, []).append(_scalar(field, value))
         else:
@@ -275,11 +341,14 @@ def _decode_message(data: bytes, table: Message) -> dict[str, Any]:
 # ---- the request body ---------------------------------------------------------------------
 
 
+_SUPPORTED_TEXT = ", ".join(f"{api_version} {kind}" for api_version, kind in SUPPORTED_KINDS)
+
+
 def _unsupported(what: str) -> StatusError:
     return StatusError(
         415,
         "UnsupportedMediaType",
-        f"this server decodes {PROTOBUF_CONTENT_TYPE} request bodies only for v1 Namespace and v1 Service; "
+        f"this server decodes {PROTOBUF_CONTENT_TYPE} request bodies only for {_SUPPORTED_TEXT}; "
         f"got {what}. Send the object as JSON instead, for example: "
         "kubectl create <kind> <name> ... --dry-run=client -o yaml | kubectl apply -f -",
     )

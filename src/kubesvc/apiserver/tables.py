@@ -20,9 +20,9 @@ events after the first) ``columnDefinitions`` is null.
 Columns and cell formats are ported from kubernetes ``pkg/printers/internalversion/printers.go``
 (the kube-apiserver always prints "wide", so priority-1 cells are always present), ages from
 apimachinery ``pkg/util/duration.HumanDuration``, and column descriptions are the Go types'
-SwaggerDoc() strings. Kinds without a printer get ``rest.NewDefaultTableConvertor``'s
-``Name``/``Created At`` table. Upstream's IPAddress printer declares two columns but fills
-three cells (the age is not shown); that is kept byte for byte.
+SwaggerDoc() strings. Kinds without a printer (Role, ClusterRole) get
+``rest.NewDefaultTableConvertor``'s ``Name``/``Created At`` table. Upstream's IPAddress printer
+declares two columns but fills three cells (the age is not shown); that is kept byte for byte.
 """
 
 from __future__ import annotations
@@ -129,6 +129,43 @@ _SERVICE_CIDR_COLUMNS = [
     _column("CIDRs", 'cidrs defines the IP blocks in CIDR notation (e.g. "192.168.0.0/24" or "2001:db8::/64") from which to assign service cluster IPs. Max of two CIDRs is allowed, one of each IP family. This field is immutable.'),
     _AGE,
 ]
+
+_SECRET_COLUMNS = [
+    _NAME,
+    _column("Type", "Used to facilitate programmatic handling of secret data. More info: https://kubernetes.io/docs/concepts/configuration/secret/#secret-types"),
+    _column("Data", "Data contains the secret data. Each key must consist of alphanumeric characters, '-', '_' or '.'. The serialized form of the secret data is a base64 encoded string, representing the arbitrary (possibly non-string) data value here. Described in https://tools.ietf.org/html/rfc4648#section-4"),
+    _AGE,
+]
+
+_SERVICE_ACCOUNT_COLUMNS = [
+    _NAME,
+    _column("Secrets", 'Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use. Pods are only limited to this list if this service account has a "kubernetes.io/enforce-mountable-secrets" annotation set to "true". The "kubernetes.io/enforce-mountable-secrets" annotation is deprecated since v1.32. Prefer separate namespaces to isolate access to mounted secrets. This field should not be used to find auto-generated service account token secrets for use outside of pods. Instead, tokens can be requested directly using the TokenRequest API, or service account token secrets can be manually created. More info: https://kubernetes.io/docs/concepts/configuration/secret'),
+    _AGE,
+]
+
+_CONFIG_MAP_COLUMNS = [
+    _NAME,
+    _column("Data", "Data contains the configuration data. Each key must consist of alphanumeric characters, '-', '_' or '.'. Values with non-UTF-8 byte sequences must use the BinaryData field. The keys stored in Data must not overlap with the keys in the BinaryData field, this is enforced during validation process."),
+    _AGE,
+]
+
+
+def _binding_columns(kind: str, role_ref_doc: str) -> list[dict]:
+    """RoleBinding / ClusterRoleBinding: the role, then (wide) who it is bound to."""
+    binding = kind[0].lower() + kind[1:]
+    return [
+        _NAME,
+        _column("Role", role_ref_doc),
+        _AGE,
+        _column("Users", f"Users in the {binding}", priority=1),
+        _column("Groups", f"Groups in the {binding}", priority=1),
+        _column("ServiceAccounts", f"ServiceAccounts in the {binding}", priority=1),
+    ]
+
+
+# the descriptions are rbac/v1beta1's, as upstream's printer takes them
+_ROLE_BINDING_COLUMNS = _binding_columns("RoleBinding", "roleRef can reference a Role in the current namespace or a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error.")
+_CLUSTER_ROLE_BINDING_COLUMNS = _binding_columns("ClusterRoleBinding", "roleRef can only reference a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error.")
 
 _DEFAULT_COLUMNS = [_NAME, _column("Created At", _CREATED_DOC, type_="date")]
 
@@ -527,6 +564,49 @@ def _service_cidr_cells(cidr: JSONObject, clock: _Clock) -> list:
     return [_str(cidr, "metadata", "name"), ",".join(cidrs), clock.since(_get(cidr, "metadata", "creationTimestamp"))]
 
 
+def _secret_cells(secret: JSONObject, clock: _Clock) -> list:
+    data = _get(secret, "data")
+    return [_str(secret, "metadata", "name"), _str(secret, "type"), len(data) if isinstance(data, Mapping) else 0,
+            clock.since(_get(secret, "metadata", "creationTimestamp"))]
+
+
+def _service_account_cells(sa: JSONObject, clock: _Clock) -> list:
+    return [_str(sa, "metadata", "name"), len(_list(sa, "secrets")), clock.since(_get(sa, "metadata", "creationTimestamp"))]
+
+
+def _config_map_cells(cm: JSONObject, clock: _Clock) -> list:
+    count = sum(len(value) for value in (_get(cm, "data"), _get(cm, "binaryData")) if isinstance(value, Mapping))
+    return [_str(cm, "metadata", "name"), count, clock.since(_get(cm, "metadata", "creationTimestamp"))]
+
+
+def subjects_strings(subjects: Iterable[Any]) -> tuple[list[str], list[str], list[str], list[str]]:
+    """rbac.SubjectsStrings: (users, groups, "namespace/name" service accounts, others)."""
+    users: list[str] = []
+    groups: list[str] = []
+    service_accounts: list[str] = []
+    others: list[str] = []
+    for subject in subjects:
+        if not isinstance(subject, Mapping):
+            continue
+        kind, name, namespace = _str(subject, "kind"), _str(subject, "name"), _str(subject, "namespace")
+        if kind == "ServiceAccount":
+            service_accounts.append(f"{namespace}/{name}")
+        elif kind == "User":
+            users.append(name)
+        elif kind == "Group":
+            groups.append(name)
+        else:
+            others.append(f"{kind}/{namespace}/{name}")
+    return users, groups, service_accounts, others
+
+
+def _binding_cells(binding: JSONObject, clock: _Clock) -> list:
+    users, groups, service_accounts, _ = subjects_strings(_list(binding, "subjects"))
+    role = f'{_str(binding, "roleRef", "kind")}/{_str(binding, "roleRef", "name")}'
+    return [_str(binding, "metadata", "name"), role, clock.since(_get(binding, "metadata", "creationTimestamp")),
+            ", ".join(users), ", ".join(groups), ", ".join(service_accounts)]
+
+
 def _default_cells(obj: JSONObject, clock: _Clock) -> list:
     created = _parse_time(_get(obj, "metadata", "creationTimestamp"))
     created_text = created.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if created else "0001-01-01T00:00:00Z"
@@ -546,6 +626,11 @@ PRINTERS: dict[str, tuple[list[dict], _Printer]] = {
     "Lease": (_LEASE_COLUMNS, _lease_cells),
     "IPAddress": (_IP_ADDRESS_COLUMNS, _ip_address_cells),
     "ServiceCIDR": (_SERVICE_CIDR_COLUMNS, _service_cidr_cells),
+    "Secret": (_SECRET_COLUMNS, _secret_cells),
+    "ServiceAccount": (_SERVICE_ACCOUNT_COLUMNS, _service_account_cells),
+    "ConfigMap": (_CONFIG_MAP_COLUMNS, _config_map_cells),
+    "RoleBinding": (_ROLE_BINDING_COLUMNS, _binding_cells),
+    "ClusterRoleBinding": (_CLUSTER_ROLE_BINDING_COLUMNS, _binding_cells),
 }
 
 _POD_PHASE_CONDITIONS = {
