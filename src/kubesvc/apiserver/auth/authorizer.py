@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import enum
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 from kubesvc.api.errors import StatusError
 from kubesvc.apiserver.auth.attributes import Attributes, RequestInfo
+from kubesvc.apiserver.auth.rules import ALL, PolicyRule
 from kubesvc.apiserver.auth.user import SYSTEM_PRIVILEGED_GROUP, UserInfo
 
 
@@ -35,25 +36,51 @@ class Verdict:
         return self.decision is Decision.ALLOW
 
 
+@dataclass
+class RuleSet:
+    """What a rule resolver answers (upstream ``RuleResolver.RulesFor``): the resource and
+    non-resource rules a user holds in a namespace, whether the list may be incomplete, and
+    the errors met while resolving (a SelfSubjectRulesReview's ``evaluationError``)."""
+
+    resource: list[PolicyRule] = field(default_factory=list)
+    non_resource: list[PolicyRule] = field(default_factory=list)
+    incomplete: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
 class Authorizer(Protocol):
     def authorize(self, attrs: Attributes) -> Verdict: ...
 
+    def rules_for(self, user: UserInfo, namespace: str) -> RuleSet: ...
+
 
 class PrivilegedGroupAuthorizer:
+    """Always first in the chain: ``system:masters`` may do anything (no rule resolver:
+    a SelfSubjectRulesReview shows an admin the rules RBAC binds to that group)."""
+
     def authorize(self, attrs: Attributes) -> Verdict:
         if SYSTEM_PRIVILEGED_GROUP in attrs.user.groups:
             return Verdict(Decision.ALLOW)
         return Verdict(Decision.NO_OPINION)
+
+    def rules_for(self, user: UserInfo, namespace: str) -> RuleSet:
+        return RuleSet()
 
 
 class AlwaysAllow:
     def authorize(self, attrs: Attributes) -> Verdict:
         return Verdict(Decision.ALLOW)
 
+    def rules_for(self, user: UserInfo, namespace: str) -> RuleSet:
+        return RuleSet([PolicyRule((ALL,), (ALL,), (ALL,))], [PolicyRule((ALL,), non_resource_urls=(ALL,))])
+
 
 class AlwaysDeny:
     def authorize(self, attrs: Attributes) -> Verdict:
         return Verdict(Decision.NO_OPINION, "Everything is forbidden.")
+
+    def rules_for(self, user: UserInfo, namespace: str) -> RuleSet:
+        return RuleSet()
 
 
 class Union:
@@ -69,6 +96,17 @@ class Union:
             if verdict.reason:
                 reasons.append(verdict.reason)
         return Verdict(Decision.NO_OPINION, "\n".join(reasons))
+
+    def rules_for(self, user: UserInfo, namespace: str) -> RuleSet:
+        """Upstream ``unionAuthzRulesHandler``: every resolver's rules, concatenated."""
+        union = RuleSet()
+        for authorizer in self.authorizers:
+            rules = authorizer.rules_for(user, namespace)
+            union.resource += rules.resource
+            union.non_resource += rules.non_resource
+            union.incomplete = union.incomplete or rules.incomplete
+            union.errors += rules.errors
+        return union
 
 
 def go_quote_user(name: str) -> str:

@@ -1,0 +1,131 @@
+"""In-memory views the authorizers keep of stored objects, fed straight from the storage
+Backend (upstream's authorizers read shared informer caches: RBAC its listers of the four
+RBAC kinds, the Node authorizer a graph fed by Pod events).
+
+A :class:`StoreFeed` lists some kinds once, then watches each from the listed revision and
+hands every change to a handler ``apply(info, namespace, name, obj_or_None)``. Writes
+through this apiserver are also applied as they commit (:meth:`StoreFeed.refresh`, called
+from the RBAC strategies' commit hooks), so a request right after a RoleBinding's create
+already sees it; the watch then brings the same change again, and changes of other
+apiservers sharing the store. Every applied change is remembered by its key's revision, so
+a late or repeated event never rolls a key back. A watch that ends (slow consumer) is
+resumed from the last revision it delivered; one that fell below the compaction point
+relists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Callable
+
+import msgspec
+
+from kubesvc.api.scheme import KindInfo
+from kubesvc.storage import base as storage
+
+log = logging.getLogger("kubesvc.apiserver.auth")
+
+Handler = Callable[[KindInfo, str, str, "dict | None"], None]
+_decode = msgspec.json.Decoder().decode
+_MAX_TOMBSTONES = 4096
+
+
+class StoreFeed:
+    def __init__(self, backend: storage.Backend, kinds: list[KindInfo], apply: Handler):
+        self.backend = backend
+        self.kinds = kinds
+        self.apply = apply
+        self._revisions: dict[str, int] = {}  # live key -> revision of the last change applied
+        self._deleted: dict[str, int] = {}  # deleted key -> revision of its deletion
+        self._watched: dict[str, int] = {}  # key prefix -> revision its watch has delivered
+        self._tasks: list[asyncio.Task] = []
+
+    def _forget_delivered_deletions(self) -> None:
+        """A deletion the watches have delivered cannot be followed by an older event."""
+        delivered = min(self._watched.values(), default=0)
+        self._deleted = {k: r for k, r in self._deleted.items() if r > delivered}
+
+    def _apply_kv(self, info: KindInfo, key: str, value: bytes | None, revision: int) -> None:
+        if max(self._revisions.get(key, 0), self._deleted.get(key, 0)) >= revision:
+            return
+        if value is None:
+            self._revisions.pop(key, None)
+            self._deleted[key] = revision
+            if len(self._deleted) > _MAX_TOMBSTONES:
+                self._forget_delivered_deletions()
+        else:
+            self._deleted.pop(key, None)
+            self._revisions[key] = revision
+        rest = key[len(info.key_prefix()):]
+        namespace, _, name = rest.rpartition("/") if info.namespaced else ("", "", rest)
+        try:
+            obj = _decode(value) if value is not None else None
+        except msgspec.DecodeError:
+            log.warning("unreadable object at %s ignored", key)
+            return
+        self.apply(info, namespace, name, obj)
+
+    def load(self) -> int:
+        """List every kind now (synchronously); returns the revision to watch from."""
+        revision = self.backend.current_revision()
+        for info in self.kinds:
+            for kv in self.backend.list(info.key_prefix(), revision=revision).kvs:
+                self._apply_kv(info, kv.key, kv.value, kv.mod_revision)
+        return revision
+
+    def refresh(self, info: KindInfo, namespace: str | None, name: str) -> None:
+        """Apply a key's current state now (after a write through this apiserver commits)."""
+        key = info.key(namespace, name)
+        kv = self.backend.get(key)
+        if kv is None:
+            self._apply_kv(info, key, None, self.backend.current_revision())
+        else:
+            self._apply_kv(info, key, kv.value, kv.mod_revision)
+
+    def start(self, after_revision: int) -> None:
+        self._tasks = [asyncio.create_task(self._follow(info, after_revision)) for info in self.kinds]
+
+    async def _follow(self, info: KindInfo, after: int) -> None:
+        prefix = info.key_prefix()
+        while True:
+            try:
+                watch = self.backend.watch(prefix, after)
+            except storage.Compacted:
+                after = self._relist(info)
+                continue
+            try:
+                async for batch in watch:
+                    for event in batch:
+                        if event.type == "PROGRESS":
+                            continue
+                        value = event.kv.value if event.type == "PUT" else None
+                        self._apply_kv(info, event.kv.key, value, event.kv.mod_revision)
+                        after = max(after, event.kv.mod_revision)
+                    self._watched[prefix] = after
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # keep the view alive: re-watch from the last revision seen
+                log.exception("watch of %s for the authorizers failed; resuming", prefix)
+            finally:
+                watch.close()
+            await asyncio.sleep(0.1)
+
+    def _relist(self, info: KindInfo) -> int:
+        revision = self.backend.current_revision()
+        listed = self.backend.list(info.key_prefix(), revision=revision)
+        present = {kv.key for kv in listed.kvs}
+        for kv in listed.kvs:
+            self._apply_kv(info, kv.key, kv.value, kv.mod_revision)
+        for key in [k for k in list(self._revisions) if k.startswith(info.key_prefix()) and k not in present]:
+            self._apply_kv(info, key, None, revision)
+        return revision
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
