@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from kubesvc.apiserver.allocator.ranges import PortRange, check_service_cidr_flag
+from kubesvc.apiserver.auth.modes import parse_modes
 from kubesvc.apiserver.server import APIServer, ServerConfig
 from kubesvc.util.duration import parse_duration
 from kubesvc.util.process import command_kubeconfig, install_uvloop, setup_logging, stop_on_signals
@@ -68,6 +69,18 @@ def _cidrs(ctx, param, value: str) -> str:
     return value
 
 
+def _ip_address(ctx, param, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a valid IP address") from None
+    if address.is_unspecified:
+        raise click.BadParameter(f"{value!r} is not a usable address to advertise")
+    return str(address)
+
+
 def _port_range(ctx, param, value: str) -> str:
     try:
         port_range = PortRange.parse(value)
@@ -97,6 +110,13 @@ def _run_apiserver(config: ServerConfig, announce) -> None:
         raise click.ClickException(str(exc)) from None
 
 
+def _authorization_modes(ctx, param, value: str) -> list[str]:
+    try:
+        return parse_modes(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def apiserver_options(default_data_dir: str | None):
     def decorate(fn):
         options = [
@@ -114,6 +134,18 @@ def apiserver_options(default_data_dir: str | None):
                          help="Revisions of history kept for watches and consistent lists."),
             click.option("--repair-services-interval", type=click.FloatRange(min=0.1), default=180.0, show_default=True,
                          help="Seconds between passes of the ClusterIP and NodePort repair loops (upstream's RepairServicesInterval)."),
+            click.option("--advertise-address", default=None, callback=_ip_address,
+                         help="The IP the apiserver advertises to the cluster (default: --bind-address, or the host's address when that is 0.0.0.0)."),
+            click.option("--client-ca-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+                         help="CA bundle that verifies client certificates (default: the generated cluster CA)."),
+            click.option("--kubelet-client-certificate", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+                         help="Client certificate the apiserver presents to node agents (default: generated, CN kube-apiserver-kubelet-client)."),
+            click.option("--kubelet-client-key", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+                         help="Key of --kubelet-client-certificate."),
+            click.option("--kubelet-certificate-authority", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+                         help="CA bundle that verifies node agents' serving certificates (default: the generated cluster CA)."),
+            click.option("--authorization-mode", "authorization_modes", default="Node,RBAC", show_default=True, callback=_authorization_modes,
+                         help="Ordered list of authorization plug-ins: Node, RBAC, AlwaysAllow, AlwaysDeny."),
             click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity."),
         ]
         for option in reversed(options):
@@ -124,7 +156,11 @@ def apiserver_options(default_data_dir: str | None):
 
 
 def _config(data_dir, storage_backend, bind_address, secure_port, service_cluster_ip_range, service_node_port_range, feature_gates,
-            compaction_interval, compaction_retain_revisions, repair_services_interval) -> ServerConfig:
+            compaction_interval, compaction_retain_revisions, repair_services_interval, advertise_address=None, client_ca_file=None,
+            kubelet_client_certificate=None, kubelet_client_key=None, kubelet_certificate_authority=None,
+            authorization_modes=("Node", "RBAC")) -> ServerConfig:
+    if (kubelet_client_certificate is None) != (kubelet_client_key is None):
+        raise click.BadParameter("--kubelet-client-certificate and --kubelet-client-key go together")
     return ServerConfig(
         data_dir=data_dir.resolve(),
         storage_backend=storage_backend,
@@ -136,6 +172,12 @@ def _config(data_dir, storage_backend, bind_address, secure_port, service_cluste
         compaction_interval=compaction_interval,
         compaction_retain_revisions=compaction_retain_revisions,
         repair_services_interval=repair_services_interval,
+        advertise_address=advertise_address,
+        client_ca_file=client_ca_file and client_ca_file.resolve(),
+        kubelet_client_certificate=kubelet_client_certificate and kubelet_client_certificate.resolve(),
+        kubelet_client_key=kubelet_client_key and kubelet_client_key.resolve(),
+        kubelet_certificate_authority=kubelet_certificate_authority and kubelet_certificate_authority.resolve(),
+        authorization_modes=tuple(authorization_modes),
     )
 
 
@@ -265,6 +307,8 @@ def _controllers(ctx, param, value: str) -> set[str]:
 
 @main.command("controller-manager")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), required=True, help="Path to a kubeconfig file for the API server.")
+@click.option("--scheduler-kubeconfig", type=click.Path(dir_okay=False), default=None,
+              help="The pod-scheduler's own kubeconfig (kube-scheduler's --kubeconfig; default: --kubeconfig).")
 @click.option("--controllers", default="*", show_default=True, callback=_controllers,
               help="Controllers to enable: '*' for all, 'foo' to enable, '-foo' to disable "
                    "(endpointslice-controller, endpointslice-mirroring-controller, endpoints-controller, garbage-collector-controller, "
@@ -293,7 +337,7 @@ def _controllers(ctx, param, value: str) -> set[str]:
 @click.option("--bind-address", default="0.0.0.0", show_default=True)
 @click.option("--secure-port", type=click.IntRange(0, 65535), default=10257, show_default=True, help="HTTPS port for /healthz and /metrics; 0 disables.")
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
-def controller_manager(kubeconfig: str, verbosity: int, **flags) -> None:
+def controller_manager(kubeconfig: str, scheduler_kubeconfig: str | None, verbosity: int, **flags) -> None:
     """Run the EndpointSlice, mirroring, Endpoints and garbage-collector controllers."""
     setup_logging(verbosity)
     from kubesvc.client.leaderelection import validate_timing
@@ -304,22 +348,24 @@ def controller_manager(kubeconfig: str, verbosity: int, **flags) -> None:
     except ValueError as exc:
         raise click.UsageError(f"invalid leader election flags: {exc}") from None
     client_config = command_kubeconfig(kubeconfig)
+    scheduler_config = command_kubeconfig(scheduler_kubeconfig) if scheduler_kubeconfig else client_config
     config = ManagerConfig(**flags)
     install_uvloop()
     try:
-        asyncio.run(_run_controller_manager(client_config, config))
+        asyncio.run(_run_controller_manager(client_config, config, scheduler_config))
     except OSError as exc:
         raise click.ClickException(f"cannot serve on {config.bind_address}:{config.secure_port}: {exc.strerror or exc}") from None
 
 
-async def _run_controller_manager(client_config, config) -> None:
+async def _run_controller_manager(client_config, config, scheduler_config) -> None:
     from kubesvc.client.rest import RestClient
     from kubesvc.client.leaderelection import LeadershipLost
     from kubesvc.controllers.manager import ControllerManager, LeaderElectionLost
 
     stop = stop_on_signals()
-    async with RestClient(client_config, field_manager="kube-controller-manager", user_agent="kubesvc-controller-manager") as client:
-        manager = ControllerManager(client, config)
+    async with RestClient(client_config, field_manager="kube-controller-manager", user_agent="kubesvc-controller-manager") as client, \
+            RestClient(scheduler_config, field_manager="default-scheduler", user_agent="kubesvc-scheduler") as scheduler_client:
+        manager = ControllerManager(client, config, scheduler_client=scheduler_client)
         running = asyncio.create_task(manager.run())
         stopping = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)

@@ -3,7 +3,8 @@
 ``up`` starts, in order: the apiserver (SQLite under ``--data-dir``), the controller-manager,
 the agent (this machine is the node: a Pod bridge, Pods in namespaces) and the proxy
 (nftables where ``nft`` works, else iptables), each talking to the apiserver over its API as
-they would across machines. The machine is programmed as a node, so ClusterIPs answer from
+they would across machines. The agent serves logs over HTTPS with a serving certificate
+from the cluster CA. The machine is programmed as a node, so ClusterIPs answer from
 the host itself. When the host has no route that covers the Service range (a namespace with
 no uplink, as the tests use), the range is routed onto the Pod bridge so that a connection to
 a ClusterIP gets past routing to the proxy's DNAT; with a default route nothing is added.
@@ -114,6 +115,7 @@ class System:
 
     async def start(self) -> None:
         from kubesvc.agent.agent import Agent, AgentConfig
+        from kubesvc.apiserver.auth import pki
         from kubesvc.client.kubeconfig import load_kubeconfig
         from kubesvc.controllers.manager import ControllerManager, ManagerConfig
         from kubesvc.proxy.config import ProxyFlags, complete, resolve
@@ -123,13 +125,18 @@ class System:
         client_config = load_kubeconfig(self.server.kubeconfig)
         _write_state(self.data_dir, self.state)  # before anything is made: down must find it after a crash
         cm_client = await self._client(client_config, "kube-controller-manager", "kubesvc-controller-manager")
-        self.controller_manager = asyncio.create_task(ControllerManager(cm_client, ManagerConfig(leader_elect=False, secure_port=0)).run())
+        scheduler_client = await self._client(client_config, "default-scheduler", "kubesvc-scheduler")
+        self.controller_manager = asyncio.create_task(
+            ControllerManager(cm_client, ManagerConfig(leader_elect=False, secure_port=0), scheduler_client=scheduler_client).run())
 
         agent_config = AgentConfig(node_name=options.node_name, pod_cidrs=options.pod_cidrs, node_ips=options.node_ips or [],
                                    data_dir=self.data_dir / AGENT_DIR, kubelet_port=options.kubelet_port, shutdown_grace=2.0)
         if not agent_config.node_ips:  # no address of our own (no uplink): the node is its Pod gateway
             agent_config.node_ips = [str(ipaddress.ip_network(options.pod_cidrs[0]).network_address + 1)]
-        self.agent = Agent(await self._client(client_config, "kubelet", "kubesvc-agent"), agent_config, token=client_config.token or "")
+        ca = pki.cluster_ca(self.data_dir)
+        serving = ca.node_serving(options.node_name, agent_config.node_ips)
+        agent_config.tls_cert_file, agent_config.tls_private_key_file, agent_config.client_ca_file = serving.cert, serving.key, ca.cert_path
+        self.agent = Agent(await self._client(client_config, "kubelet", "kubesvc-agent"), agent_config)
         await self.agent.start()
         try:
             ensure_service_routes(options.service_cidrs, agent_config.bridge, self.state["service_routes"])

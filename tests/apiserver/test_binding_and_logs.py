@@ -23,37 +23,61 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from kubesvc.agent.kubeletauth import SubjectAccessReviewAuthorizer, serving_context
 from kubesvc.agent.kubeletserver import KubeletServer, PodLogInfo
 from kubesvc.agent.logs import ContainerLogFile, container_log_path
 from kubesvc.api.scheme import all_kinds
+from kubesvc.apiserver.auth import pki
 from kubesvc.apiserver.discovery import Discovery
+from kubesvc.client.kubeconfig import load_kubeconfig
+from kubesvc.client.rest import RestClient
 from kubesvc.util.clock import FakeClock
 
 LOG_START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
 class NodeAgent:
-    """A KubeletServer on 127.0.0.1 in a thread, serving the Pods in ``pods``."""
+    """A KubeletServer on 127.0.0.1 in a thread, serving the Pods in ``pods`` over HTTPS with a
+    serving certificate from the cluster CA, authorizing callers as an agent does (access
+    reviews asked with the node's own kubeconfig)."""
 
-    def __init__(self, token: str, log_root: Path):
+    NAME = "log-node"
+
+    def __init__(self, apiserver, log_root: Path):
         self.log_root = log_root
         self.pods: dict[tuple[str, str], PodLogInfo] = {}
-        self.server = KubeletServer("127.0.0.1", 0, token, log_root, lambda ns, name: self.pods.get((ns, name)))
+        self._apiserver = apiserver
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="node-agent", daemon=True)
+        self.server: KubeletServer | None = None
+        self._client: RestClient | None = None
 
     def _run(self, coroutine):
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(15)
 
+    async def _start(self) -> None:
+        serving = self._apiserver.ca.node_serving(self.NAME, ["127.0.0.1"])
+        self._client = RestClient(load_kubeconfig(self._apiserver.node_kubeconfig(self.NAME)), field_manager="kubelet")
+        self.server = KubeletServer("127.0.0.1", 0, self.log_root, lambda ns, name: self.pods.get((ns, name)), node_name=self.NAME,
+                                    tls=serving_context(serving.cert, serving.key, self._apiserver.ca_file),
+                                    authorizer=SubjectAccessReviewAuthorizer(self._client))
+        await self.server.start()
+
+    async def _stop(self) -> None:
+        await self.server.stop()
+        await self._client.close()
+
     def start(self) -> None:
         self._thread.start()
-        self._run(self.server.start())
+        self._run(self._start())
 
     def stop(self) -> None:
-        self._run(self.server.stop())
+        self._run(self._stop())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
 
@@ -64,7 +88,7 @@ class NodeAgent:
 
 @pytest.fixture(scope="module")
 def agent(apiserver, tmp_path_factory):
-    node_agent = NodeAgent(apiserver.token, tmp_path_factory.mktemp("pod-logs"))
+    node_agent = NodeAgent(apiserver, tmp_path_factory.mktemp("pod-logs"))
     node_agent.start()
     yield node_agent
     node_agent.stop()
@@ -450,7 +474,7 @@ def test_unreachable_agent_is_a_dial_error(apiserver, core, ns):
     bind(core, ns, "lost", node)
     result = apiserver.kubectl("logs", "-n", ns, "lost", "--tail=3", check=False)
     assert result.returncode != 0
-    url = f"http://127.0.0.1:{closed_port}/containerLogs/{ns}/lost/app?tailLines=3"
+    url = f"https://127.0.0.1:{closed_port}/containerLogs/{ns}/lost/app?tailLines=3"
     assert f'Error from server: Get "{url}": dial tcp 127.0.0.1:{closed_port}: connect: connection refused' in result.stderr
 
 
@@ -463,11 +487,109 @@ def test_node_without_a_kubelet_port_is_an_error(apiserver, core, ns):
     assert "reports no kubelet port" in status_of(answer)[2]
 
 
-def test_agent_requires_the_apiservers_token(agent):
-    base = f"http://127.0.0.1:{agent.port}"
-    with urllib.request.urlopen(base + "/healthz", timeout=10) as response:
-        assert response.read() == b"ok"
-    for headers in ({}, {"Authorization": "Bearer wrong"}):
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(urllib.request.Request(base + "/containerLogs/ns/p/c", headers=headers), timeout=10)
-        assert refused.value.code == 401
+def agent_get(apiserver, agent: NodeAgent, path: str, client: pki.KeyPair | None = None, headers: dict | None = None) -> tuple[int, str]:
+    """One HTTPS GET to the agent, verifying its certificate against the cluster CA, presenting
+    ``client`` if given: (status, body)."""
+    context = ssl.create_default_context(cafile=str(apiserver.ca_file))
+    if client is not None:
+        context.load_cert_chain(client.cert, client.key)
+    request = urllib.request.Request(f"https://127.0.0.1:{agent.port}{path}", headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_agent_serves_its_node_certificate_from_the_cluster_ca(apiserver, agent):
+    context = ssl.create_default_context(cafile=str(apiserver.ca_file))
+    with socket.create_connection(("127.0.0.1", agent.port), timeout=10) as raw_sock, \
+            context.wrap_socket(raw_sock, server_hostname="127.0.0.1") as tls:
+        peer = tls.getpeercert()
+    assert dict(x[0] for x in peer["subject"]) == {"organizationName": "system:nodes", "commonName": "system:node:log-node"}
+    assert ("IP Address", "127.0.0.1") in peer["subjectAltName"]
+
+
+@pytest.mark.parametrize("credential, headers", [
+    (None, {}),
+    (None, {"Authorization": "Bearer wrong"}),
+    ("token", {}),
+], ids=["nothing", "a-wrong-token", "the-admin-token"])
+def test_agent_refuses_callers_without_a_client_certificate(apiserver, agent, credential, headers):
+    if credential == "token":
+        headers = {"Authorization": f"Bearer {apiserver.token}"}
+    for path in ("/healthz", "/containerLogs/ns/p/c"):
+        assert agent_get(apiserver, agent, path, headers=headers) == (401, "Unauthorized")
+
+
+def test_agent_forbids_a_certificate_that_is_not_the_apiservers(apiserver, agent):
+    proxy = apiserver.ca.client("kube-proxy", pki.PROXY)
+    assert agent_get(apiserver, agent, "/containerLogs/ns/p/c", proxy) == (
+        403, "Forbidden (user=system:kube-proxy, verb=get, resource=nodes, subresource(s)=[proxy])\n")
+
+
+def test_agent_admits_the_apiservers_kubelet_client(apiserver, agent):
+    kubelet_client = apiserver.ca.client("apiserver-kubelet-client", pki.KUBELET_CLIENT)
+    assert agent_get(apiserver, agent, "/healthz", kubelet_client) == (200, "ok")
+
+
+def test_agent_handshake_fails_for_a_certificate_of_another_ca(apiserver, agent, tmp_path):
+    stranger = pki.ClusterCA(tmp_path / "other-pki").client("kube-apiserver-kubelet-client", pki.KUBELET_CLIENT)
+    with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+        status, _ = agent_get(apiserver, agent, "/healthz", stranger)
+        raise AssertionError(f"answered {status}")
+
+
+class PlainHTTPDecoy:
+    """A plain-HTTP listener posing as a node's agent: it records every byte it is sent and
+    answers like an HTTP server would."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.received = bytearray()
+        self.connections = 0
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                self.connections += 1
+                conn.settimeout(5)
+                try:
+                    chunk = conn.recv(65536)
+                    self.received += chunk
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                    while chunk:
+                        chunk = conn.recv(65536)
+                        self.received += chunk
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_plain_http_listener_posing_as_a_node_receives_no_credential(apiserver, core, ns):
+    decoy = PlainHTTPDecoy()
+    try:
+        node = node_object(core, decoy.port)
+        new_pod(core, ns, "decoyed")
+        bind(core, ns, "decoyed", node)
+        result = apiserver.kubectl("logs", "-n", ns, "decoyed", check=False)
+    finally:
+        decoy.close()
+    assert result.returncode != 0
+    url = f"https://127.0.0.1:{decoy.port}/containerLogs/{ns}/decoyed/app"
+    assert f'Error from server: Get "{url}": http: server gave HTTP response to HTTPS client' in result.stderr
+    received = bytes(decoy.received)
+    assert decoy.connections >= 1 and received[:1] == b"\x16", received[:64]  # a TLS handshake record, not an HTTP request
+    kubelet_client = x509.load_pem_x509_certificate(apiserver.ca.client("apiserver-kubelet-client", pki.KUBELET_CLIENT).cert.read_bytes())
+    for secret in (b"Authorization", b"Bearer", apiserver.token.encode(), b"containerLogs", b"kube-apiserver-kubelet-client",
+                   kubelet_client.public_bytes(serialization.Encoding.DER)):
+        assert secret not in received

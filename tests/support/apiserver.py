@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kubesvc.apiserver.auth import pki
 from tests.support.netns import signal_and_wait
 from tests.support.slowdown import scaled
 
@@ -40,8 +41,29 @@ class RunningAPIServer:
     def ca_file(self) -> Path:
         return self.data_dir / "pki" / "ca.crt"
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
-        cmd = ["kubectl", f"--kubeconfig={self.kubeconfig}", f"--cache-dir={self.cache_dir}", *args]
+    @property
+    def ca(self) -> pki.ClusterCA:
+        """The cluster CA in the server's data dir (to issue a node's certificates, as an admin would)."""
+        return pki.cluster_ca(self.data_dir)
+
+    def component_kubeconfig(self, component: str) -> Path:
+        """The kubeconfig the apiserver wrote for ``controller-manager``, ``scheduler`` or ``proxy``."""
+        return pki.kubeconfig_path(self.data_dir, component)
+
+    def node_kubeconfig(self, node_name: str) -> Path:
+        """A kubeconfig for node ``node_name``'s agent (``system:node:<name>``)."""
+        return pki.write_node_kubeconfig(self.data_dir, self.url, node_name)
+
+    def agent_tls_flags(self, node_name: str, node_ips: list[str]) -> list[str]:
+        """``kubesvc agent`` flags for a serving certificate from the cluster CA and client
+        certificates verified against it, as ``kubesvc up`` gives its agent."""
+        serving = self.ca.node_serving(node_name, node_ips)
+        return [f"--tls-cert-file={serving.cert}", f"--tls-private-key-file={serving.key}", f"--client-ca-file={self.ca_file}"]
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60, env: dict | None = None,
+                kubeconfig: Path | None = None) -> subprocess.CompletedProcess:
+        """kubectl as the admin, or as whoever ``kubeconfig`` holds the credentials of."""
+        cmd = ["kubectl", f"--kubeconfig={kubeconfig or self.kubeconfig}", f"--cache-dir={self.cache_dir}", *args]
         result = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")

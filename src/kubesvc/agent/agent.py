@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubesvc.agent import podnet
+from kubesvc.agent.kubeletauth import SubjectAccessReviewAuthorizer, self_signed_serving_pair, serving_context
 from kubesvc.agent.kubeletserver import KubeletServer, PodLogInfo
 from kubesvc.agent.node import NodeHeartbeat, NodeIdentity
+from kubesvc.agent.podvolumes import remove_orphans as remove_orphan_volumes
 from kubesvc.agent.podworker import PodWorker, WorkerContext, delete_for_good
+from kubesvc.agent.tokens import TokenManager
 from kubesvc.client.informer import Informer
 from kubesvc.client.rest import PODS, SERVICES, ClientError, RestClient
 from kubesvc.controllers.runtime import EventRecorder
@@ -49,6 +53,20 @@ class AgentConfig:
     backoff_max: float = 300.0
     shutdown_grace: float = 5.0
     extra_labels: dict[str, str] = field(default_factory=dict)
+    # kubelet's --tls-cert-file, --tls-private-key-file, --client-ca-file (kubeletauth.py)
+    tls_cert_file: Path | None = None
+    tls_private_key_file: Path | None = None
+    client_ca_file: Path | None = None
+
+    def serving_context(self) -> ssl.SSLContext:
+        """The log server's TLS: the configured certificate, else a self-signed one (kubelet's
+        ``--cert-dir`` fallback, which no apiserver trusts)."""
+        cert, key = self.tls_cert_file, self.tls_private_key_file
+        if cert is None or key is None:
+            cert, key = self_signed_serving_pair(self.data_dir / "pki", self.node_name, list(self.node_ips))
+        if self.client_ca_file is None:
+            log.warning("no --client-ca-file: every caller of the log server is refused (kubelet's anonymous access is off)")
+        return serving_context(cert, key, self.client_ca_file)
 
     @property
     def network(self) -> podnet.NodeNetwork:
@@ -57,16 +75,19 @@ class AgentConfig:
 
 
 class Agent:
-    def __init__(self, client: RestClient, config: AgentConfig, *, token: str, clock: Clock | None = None):
+    def __init__(self, client: RestClient, config: AgentConfig, *, clock: Clock | None = None):
         self.client = client
         self.config = config
         self.clock = clock or RealClock()
         self.network = config.network
         self.pods_api = client.resource(PODS)
         self.recorder = EventRecorder(client, "kubelet")
-        self.kubelet = KubeletServer(config.kubelet_bind_address, config.kubelet_port, token, config.data_dir / "pods", self._pod_log_info)
+        self.kubelet = KubeletServer(config.kubelet_bind_address, config.kubelet_port, config.data_dir / "pods", self._pod_log_info,
+                                     node_name=config.node_name, tls=config.serving_context(),
+                                     authorizer=SubjectAccessReviewAuthorizer(client, clock=self.clock))
         self.heartbeat: NodeHeartbeat | None = None
         self.pods = Informer(client, PODS, field_selector=f"spec.nodeName={config.node_name}")
+        self.tokens = TokenManager(self._request_token, self.clock)  # projected ServiceAccount tokens
         self.services = Informer(client, SERVICES)
         self.workers: dict[str, PodWorker] = {}
         self._done: set[str] = set()  # UIDs whose worker finished: never run again
@@ -116,7 +137,12 @@ class Agent:
         return WorkerContext(
             node_name=self.config.node_name, host_ips=list(self.config.node_ips), network=self.network,
             log_root=self.config.data_dir / "pods", pods=self.pods_api, recorder=self.recorder, services=self.services.indexer.list,
-            clock=self.clock, backoff_base=self.config.backoff_base, backoff_max=self.config.backoff_max)
+            clock=self.clock, backoff_base=self.config.backoff_base, backoff_max=self.config.backoff_max,
+            kubelet_dir=self.config.data_dir / "kubelet", api=self.client, tokens=self.tokens)
+
+    async def _request_token(self, namespace: str, service_account: str, request: dict) -> dict:
+        """TokenRequest (``serviceaccounts/<sa>/token``), as the kubelet's token manager sends it."""
+        return await self.client.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token", request)
 
     def _on_pod(self, pod: dict) -> None:
         if self._stopping:
@@ -164,6 +190,7 @@ class Agent:
         """Namespaces left by a crash for Pods that are gone; the processes in those that stay are
         stopped, since the worker starts its containers afresh."""
         alive = {pod["metadata"]["uid"] for pod in self.pods.indexer.list()}
+        remove_orphan_volumes(self.config.data_dir / "kubelet", alive)
         for uid, pod_network in podnet.existing_pods(self.network).items():
             await podnet.kill_processes_in(pod_network.netns)  # the worker starts its containers afresh
             if uid not in alive:

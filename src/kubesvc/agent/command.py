@@ -1,6 +1,7 @@
 """``kubesvc agent``: the node agent's command line, with kubelet's flag names where kubelet has
 the flag (``--kubeconfig``, ``--hostname-override`` spelled ``--node-name`` as the issue asks,
-``--node-ip``, ``--pod-cidr``, ``--address``, ``--port``). Bad flags or a failed start print one
+``--node-ip``, ``--pod-cidr``, ``--address``, ``--port``, ``--tls-cert-file``,
+``--tls-private-key-file``, ``--client-ca-file``). Bad flags or a failed start print one
 line and exit non-zero; SIGINT/SIGTERM stop every Pod and remove every namespace and link the
 agent made.
 """
@@ -101,20 +102,32 @@ def _checked(parser):
 @click.option("--port", type=click.IntRange(0, 65535), default=10250, show_default=True, help="The log server's port (0 picks a free one).")
 @click.option("--bridge", default="cbr0", show_default=True, help="The node bridge the Pods' veths join.")
 @click.option("--netns-prefix", default="kubesvc-", show_default=True, help="Prefix of the Pods' network namespace names.")
+@click.option("--tls-cert-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="The log server's certificate (default: a self-signed one in <data-dir>/pki, which the apiserver does not trust).")
+@click.option("--tls-private-key-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="The key of --tls-cert-file.")
+@click.option("--client-ca-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="CA bundle that verifies callers' client certificates (without it every caller is refused).")
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
 def agent_command(kubeconfig: str, node_name: str | None, pod_cidr: list[str], node_ip: list[str] | None, zone: str, data_dir: Path,
-                  address: str, port: int, bridge: str, netns_prefix: str, verbosity: int) -> None:
+                  address: str, port: int, bridge: str, netns_prefix: str, tls_cert_file: Path | None, tls_private_key_file: Path | None,
+                  client_ca_file: Path | None, verbosity: int) -> None:
     """Run the node agent: register the Node and run its Pods as processes in network namespaces."""
     setup_logging(verbosity)
     from kubesvc.agent.agent import AgentConfig
     from kubesvc.agent.node import default_node_name
 
+    if (tls_cert_file is None) != (tls_private_key_file is None):
+        raise click.BadParameter("--tls-cert-file and --tls-private-key-file go together")
     client_config = command_kubeconfig(kubeconfig)
     node_ips = node_ip or [ip for ip in [detect_node_ip(pod_cidr)] if ip]
     if not node_ips:
         raise click.ClickException("no global IPv4 address on this machine: give the node's address with --node-ip")
     config = AgentConfig(node_name=node_name or default_node_name(), pod_cidrs=pod_cidr, node_ips=node_ips, data_dir=data_dir.resolve(),
-                         zone=zone, kubelet_bind_address=address, kubelet_port=port, bridge=bridge, netns_prefix=netns_prefix)
+                         zone=zone, kubelet_bind_address=address, kubelet_port=port, bridge=bridge, netns_prefix=netns_prefix,
+                         tls_cert_file=tls_cert_file and tls_cert_file.resolve(),
+                         tls_private_key_file=tls_private_key_file and tls_private_key_file.resolve(),
+                         client_ca_file=client_ca_file and client_ca_file.resolve())
     install_uvloop()
     try:
         asyncio.run(_run(client_config, config))
@@ -124,11 +137,11 @@ def agent_command(kubeconfig: str, node_name: str | None, pod_cidr: list[str], n
         raise click.ClickException(f"cannot start the agent: {exc}") from None
 
 
-async def run_agent_until(client, config, token: str, stop: asyncio.Event) -> list[str]:
+async def run_agent_until(client, config, stop: asyncio.Event) -> list[str]:
     """Start an agent, run it until ``stop`` is set, stop it; returns cleanup errors."""
     from kubesvc.agent.agent import Agent
 
-    agent = Agent(client, config, token=token)
+    agent = Agent(client, config)
     try:
         await agent.start()
         await stop.wait()
@@ -142,6 +155,6 @@ async def _run(client_config, config) -> None:
 
     stop = stop_on_signals()
     async with RestClient(client_config, field_manager="kubelet", user_agent="kubesvc-agent") as client:
-        errors = await run_agent_until(client, config, client_config.token or "", stop)
+        errors = await run_agent_until(client, config, stop)
     if errors:
         raise click.ClickException("cleanup failed: " + "; ".join(errors))

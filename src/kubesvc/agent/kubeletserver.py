@@ -2,34 +2,44 @@
 pkg/kubelet/server/server.go, the ``/containerLogs`` and ``/healthz`` handlers).
 
 ``kubectl logs`` goes to the apiserver, which finds the Pod's node, reads the port from the
-Node's ``status.daemonEndpoints.kubeletEndpoint.Port`` and asks the agent::
+Node's ``status.daemonEndpoints.kubeletEndpoint.Port`` and asks the agent over HTTPS, with
+its kubelet-client certificate::
 
-    GET /containerLogs/{namespace}/{pod}/{container}?follow=true&tailLines=10&...
-    Authorization: Bearer <the apiserver's token>
+    GET https://<node IP>:<port>/containerLogs/{namespace}/{pod}/{container}?follow=true&tailLines=10&...
+
+Every request is authenticated by client certificate and authorized as kubelet does
+(``kubeletauth.py``): 401 ``Unauthorized`` without a certificate from the client CA, 403
+``Forbidden (user=..., verb=get, resource=nodes, subresource(s)=[proxy])`` for a caller not
+allowed ``get`` on ``nodes/proxy`` of this node.
 
 The agent answers with the container's log as text, streamed (see ``logs.py`` for the file
 format and the options). The current instance's log is ``<restart count>.log``;
 ``previous=true`` asks for the one before (``<restart count - 1>.log``). Errors, with
 kubelet's words, as plain text the apiserver hands on:
 
-* 401 without the token; 404 ``pod "P" does not exist`` / ``container "C" not found in pod "P"``;
+* 404 ``pod "P" does not exist`` / ``container "C" not found in pod "P"``;
 * 400 ``previous terminated container "C" in pod "P" not found``, or ``container "C" in pod
   "P" is waiting to start: ContainerCreating`` when it has no log yet;
 * 400/422 for options that do not decode / do not validate (kubelet's terse JSON-ish text).
 
-``/healthz`` answers ``ok`` to anyone, like kubelet's healthz port.
+``/healthz`` answers ``ok`` to callers allowed ``nodes/proxy``, as on kubelet's port 10250
+(its unauthenticated healthz port, 10248, is not served).
 """
 
 from __future__ import annotations
 
+import logging
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from aiohttp import web
 
+from kubesvc.agent.kubeletauth import AuthorizationFailed, Authorizer, authorization_error_text, forbidden_text, node_request
 from kubesvc.agent.logs import InvalidLogOptions, LogOptions, container_log_path, read_logs
-from kubesvc.apiserver.auth.pki import token_valid
+from kubesvc.apiserver.auth.x509 import X509Authenticator
+from kubesvc.api.errors import StatusError
 from kubesvc.apiserver.codec import parameter_bool
 from kubesvc.apiserver.streaming import relay
 from kubesvc.proxy.healthcheck import listen_socket
@@ -52,12 +62,22 @@ def _text(status: int, message: str) -> web.Response:
     return web.Response(status=status, text=message, content_type="text/plain")
 
 
+log = logging.getLogger("kubesvc.agent.server")
+
+
 class KubeletServer:
-    def __init__(self, bind_address: str, port: int, token: str, log_root: Path, resolve: Resolve,
-                 clock: Clock | None = None):
+    """The agent's HTTPS server for node ``node_name``: ``tls`` is its server context (client
+    certificates asked for: ``kubeletauth.serving_context``), ``authorizer`` decides who may
+    call it."""
+
+    def __init__(self, bind_address: str, port: int, log_root: Path, resolve: Resolve, *, node_name: str, tls: ssl.SSLContext,
+                 authorizer: Authorizer, clock: Clock | None = None):
         self.bind_address = bind_address
         self.port = port
-        self._token = token
+        self.node_name = node_name
+        self._tls = tls
+        self._authenticator = X509Authenticator()
+        self._authorizer = authorizer
         self._log_root = Path(log_root)
         self._resolve = resolve
         self._clock = clock or RealClock()
@@ -65,26 +85,43 @@ class KubeletServer:
 
     async def start(self) -> None:
         """Listen (port 0 picks a free one; ``self.port`` is then the real one)."""
-        app = web.Application()
+        app = web.Application(middlewares=[self._auth_filter])
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", self._container_logs)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         sock = listen_socket(self.bind_address, self.port)  # as kubelet's Go listener: "" / 0.0.0.0 is dual-stack
         self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
+        await web.SockSite(self._runner, sock, ssl_context=self._tls).start()
 
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
 
+    @web.middleware
+    async def _auth_filter(self, request: web.Request, handler) -> web.StreamResponse:
+        """kubelet's ``InstallAuthFilter``: authenticate, then authorize, every request."""
+        try:
+            user = self._authenticator.authenticate(request)
+        except StatusError:
+            user = None
+        if user is None:
+            return _text(401, "Unauthorized")
+        attributes = node_request(request.method, request.path, self.node_name)
+        try:
+            allowed = await self._authorizer.allowed(user, attributes)
+        except AuthorizationFailed as err:
+            log.warning("authorizing %s for nodes/%s: %s", user.name, attributes.subresource, err)
+            return _text(500, authorization_error_text(user, attributes))
+        if not allowed:
+            return _text(403, forbidden_text(user, attributes))
+        return await handler(request)
+
     async def _healthz(self, request: web.Request) -> web.Response:
         return _text(200, "ok")
 
     async def _container_logs(self, request: web.Request) -> web.StreamResponse:
-        if not token_valid(request.headers.get("Authorization"), self._token):
-            return _text(401, "Unauthorized")
         namespace, pod_name, container = (request.match_info[k] for k in ("namespace", "pod", "container"))
         query = dict(request.query)
         if "tail" in query:  # kubelet's older spelling of tailLines; "all" means no limit

@@ -7,8 +7,10 @@ Resource URLs follow the Kubernetes REST layout:
     /apis/{group}/{version}/...                                      the same for named groups
 
 Subresources are views of the object (``status``, ``finalize``) or actions with a handler of
-their own (``pods/binding``, ``pods/log``, and the legacy ``bindings`` collection; see
-``subresources.py``).
+their own (``pods/binding``, ``pods/log``, ``serviceaccounts/token``, and the legacy
+``bindings`` collection; see ``subresources.py``). Create-only kinds (access reviews,
+TokenReview, SelfSubjectReview) answer ``POST`` on their collection through the handler
+registered in ``app["create_handlers"]`` (404 until one is), and 405 to every other method.
 
 Non-resource paths: /version (minor "32": the kubectl dispatcher picks its binary by it),
 /healthz /livez /readyz, discovery (/api, /apis, /api/v1, /apis/g[/v], legacy or aggregated by
@@ -20,22 +22,27 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
 from kubesvc.api import errors
 from kubesvc.api.errors import StatusError
-from kubesvc.api.scheme import all_kinds
+from kubesvc.api.scheme import KindInfo, all_kinds, by_resource
 from kubesvc.apiserver import codec, handlers
 from kubesvc.apiserver.auth.attributes import Attributes, request_info
-from kubesvc.apiserver.auth.authenticator import TokenAuthenticator
-from kubesvc.apiserver.auth.authorizer import PrivilegedGroupAuthorizer, PublicInfoAuthorizer, Union, forbidden
+from kubesvc.apiserver.auth.authenticator import Authenticator
+from kubesvc.apiserver.auth.tokens import StaticTokens
+from kubesvc.apiserver.auth.user import SYSTEM_PRIVILEGED_GROUP, UserInfo
+from kubesvc.apiserver.auth.authorizer import PrivilegedGroupAuthorizer, Union, forbidden
+from kubesvc.apiserver.auth.context import set_current as set_request_context
 from kubesvc.apiserver.discovery import Discovery, wants_aggregated
 from kubesvc.apiserver.openapi import OpenAPI
+from kubesvc.apiserver.auth.x509 import X509Authenticator
 from kubesvc.apiserver.kubeletclient import KubeletClient
 from kubesvc.apiserver.registry.store import Registry
-from kubesvc.apiserver.subresources import POD_BINDING, POD_LOG, action, legacy_action
+from kubesvc.apiserver.subresources import POD_BINDING, POD_LOG, SERVICE_ACCOUNT_TOKEN, action, legacy_action
 from kubesvc.apiserver.watch import watch_objects
 from kubesvc.util.clock import Clock
 
@@ -56,7 +63,21 @@ VERSION_INFO = {
 _HEALTH_CHECKS = ("ping", "log", "etcd", "poststarthook/start-apiextensions-informers")
 
 # The Pod's action subresources: the one HTTP method each answers, and its handler
-ACTION_HANDLERS = {POD_BINDING: ("POST", handlers.create_binding), POD_LOG: ("GET", handlers.read_pod_log)}
+ACTION_HANDLERS = {
+    POD_BINDING: ("POST", handlers.create_binding),
+    POD_LOG: ("GET", handlers.read_pod_log),
+    # a TokenRequest, answered by the handler registered as create_handlers[("", "serviceaccounts/token")]
+    SERVICE_ACCOUNT_TOKEN: ("POST", lambda request, target: handlers.create_unstored(
+        request, SERVICE_ACCOUNT_TOKEN.body, ("", "serviceaccounts/token"), target.namespace, target.name)),
+}
+
+
+@dataclass(frozen=True)
+class UnstoredTarget:
+    """The collection URL of a create-only kind (an access review, TokenReview...): POST only."""
+
+    info: KindInfo
+    namespace: str | None
 
 
 class Metrics:
@@ -73,8 +94,10 @@ def error_response(exc: StatusError) -> web.Response:
     return handlers.json_response(exc.status(), exc.code)
 
 
-def _resolve(request: web.Request, registry: Registry) -> handlers.Target | None:
-    """Map a resource path to its target, or None when it is not a resource path."""
+def _resolve(request: web.Request, registry: Registry) -> handlers.Target | UnstoredTarget | None:
+    """Map a resource path to its target, or None when it is not a resource path. A create-only
+    kind has only its collection URL (in its namespace when namespaced), as upstream registers
+    only ``POST`` there: anything else under it is 404."""
     parts = [p for p in request.path.split("/") if p]
     if len(parts) >= 2 and parts[0] == "api" and parts[1] == "v1":
         group, version, rest = "", "v1", parts[2:]
@@ -97,6 +120,11 @@ def _resolve(request: web.Request, registry: Registry) -> handlers.Target | None
         if store is None or namespace is None or name is not None:
             raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
         return handlers.Target(store, namespace, None, legacy.name)
+    unstored = by_resource(group, version, resource)
+    if unstored is not None and unstored.create_only:
+        if name is not None or (namespace is None) == unstored.namespaced:
+            raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
+        return UnstoredTarget(unstored, namespace)
     store = registry.store(group, resource)
     if store is None or store.info.version != version:
         raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
@@ -115,6 +143,12 @@ async def resource_handler(request: web.Request) -> web.StreamResponse:
     target = _resolve(request, registry)
     if target is None:
         return await non_resource_handler(request)
+    if isinstance(target, UnstoredTarget):
+        info = target.info
+        request["metric_labels"] = (info.group, info.version, info.resource, "")
+        if request.method != "POST":  # no get, list, watch or delete: nothing is stored
+            raise errors.method_not_allowed("the server does not allow this method on the requested resource")
+        return await handlers.create_unstored(request, info, (info.group, info.resource), target.namespace)
     request["metric_labels"] = (target.info.group, target.info.version, target.info.resource, target.subresource)
     method = request.method
     subresource_action = action(target.info, target.subresource) if target.subresource else None
@@ -226,6 +260,7 @@ def authorize_request(request: web.Request) -> None:
     user = request.app["authenticator"].authenticate(request)
     info = request_info(request.method, request.path, request.query)
     request["user"], request["request_info"] = user, info
+    set_request_context(user, info)
     verdict = request.app["authorizer"].authorize(Attributes(user, info))
     if not verdict.allowed:
         raise forbidden(user, info, verdict.reason)
@@ -239,17 +274,19 @@ def _observe(request: web.Request, code: int, seconds: float) -> None:
     metrics.latency.labels(verb, group, version, resource, sub).observe(seconds)
 
 
-def build_app(registry: Registry, token: str, clock: Clock, server_address: str, metrics_registry: CollectorRegistry | None = None) -> web.Application:
+def build_app(registry: Registry, token: str, clock: Clock, server_address: str, metrics_registry: CollectorRegistry | None = None,
+              kubelet_client: KubeletClient | None = None) -> web.Application:
     app = web.Application(middlewares=[status_middleware], client_max_size=codec.MAX_BODY_BYTES + 1)
     app["registry"] = registry
-    app["authenticator"] = TokenAuthenticator(token)
-    app["authorizer"] = Union([PrivilegedGroupAuthorizer(), PublicInfoAuthorizer()])
+    app["create_handlers"] = {}  # (group, resource) -> handlers.CreateHandler, for create-only kinds
+    app["authenticator"] = Authenticator(StaticTokens({token: UserInfo("admin", groups=(SYSTEM_PRIVILEGED_GROUP,))}), x509=X509Authenticator())
+    app["authorizer"] = Union([PrivilegedGroupAuthorizer()])  # the server sets its --authorization-mode chain
     app["clock"] = clock
     app["metrics"] = Metrics(metrics_registry)
     kinds = all_kinds()
     app["discovery"] = Discovery(kinds, server_address)
     app["openapi"] = OpenAPI()
-    app["kubelet_client"] = KubeletClient(token)
+    app["kubelet_client"] = kubelet_client or KubeletClient()
     app.on_cleanup.append(lambda app: app["kubelet_client"].close())
     app.router.add_route("*", "/{tail:.*}", resource_handler)
     return app

@@ -9,15 +9,21 @@ wins: InternalIP, InternalDNS, Hostname, ExternalIP, ExternalDNS (upstream's
 node name, which need not resolve). A Node without a port is an error here, where upstream
 would guess 10250.
 
-**How.** Plain HTTP ``GET`` with the apiserver's own bearer token (the agents trust that token
-as a kubelet trusts the apiserver's client certificate); the answer is streamed to the client
-as ``text/plain`` as it arrives.
+**How.** HTTPS ``GET``, never plain HTTP: the apiserver presents its kubelet-client
+certificate (``--kubelet-client-certificate``/``--kubelet-client-key``; CN
+``kube-apiserver-kubelet-client``) and verifies the agent's serving certificate against
+``--kubelet-certificate-authority`` (the cluster CA by default), hostname or IP included. No
+bearer token ever goes to an agent: whatever listens at an address a Node object claims gets
+a TLS ClientHello and nothing more unless it proves to be that node. The answer is streamed
+to the client as ``text/plain`` as it arrives.
 
 **Failures**, worded as upstream's: an agent that cannot be reached is a 500 without a reason,
 ``Get "URL": dial tcp HOST:PORT: connect: connection refused`` (a Go error that is not a
 Status); an agent's error answer becomes 400 with its text, 500 ``Internal error occurred:
 TEXT``, or the generic answer for its code, e.g. 404 ``the server could not find the requested
-resource ( pods/log NAME)``.
+resource ( pods/log NAME)``; a TLS failure is Go's, e.g. ``Get "URL": tls: failed to verify
+certificate: x509: certificate signed by unknown authority``, or ``Get "URL": http: server
+gave HTTP response to HTTPS client`` for an agent that speaks plain HTTP.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import ssl
+from pathlib import Path
 
 import aiohttp
 from aiohttp import web
@@ -92,8 +100,32 @@ def agent_error(code: int, body: str, resource: str, name: str) -> StatusError:
     return StatusError(code, reason, f"{message} ( {resource} {name})", {"name": name, "kind": resource})
 
 
+def tls_error_text(exc: BaseException, host: str) -> str | None:
+    """Go's words for a failed TLS handshake with the agent at ``host``, or None if ``exc`` is
+    not one (aiohttp wraps the ``ssl`` error in a connector error)."""
+    for candidate in (getattr(exc, "certificate_error", None), getattr(exc, "os_error", None), exc):
+        if isinstance(candidate, ssl.SSLCertVerificationError):
+            message = candidate.verify_message or str(candidate)
+            if "mismatch" in message:
+                why = f"certificate is not valid for {host}"
+            elif "expired" in message or "not yet valid" in message:
+                why = "certificate has expired or is not yet valid"
+            else:  # unable to get local issuer certificate, self-signed certificate, ...
+                why = "certificate signed by unknown authority"
+            return f"tls: failed to verify certificate: x509: {why}"
+        if isinstance(candidate, ssl.SSLError):
+            reason = getattr(candidate, "reason", None) or ""
+            if reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST"):
+                return "http: server gave HTTP response to HTTPS client"
+            return f"remote error: tls: {(reason or str(candidate)).lower().replace('_', ' ')}"
+    return None
+
+
 def dial_error(url: URL, exc: BaseException) -> StatusError:
     """A connection failure in Go's words: ``Get "URL": dial tcp HOST:PORT: connect: ...``."""
+    tls = tls_error_text(exc, url.host or "")
+    if tls is not None:
+        return unknown_error(f'Get "{url}": {tls}')
     os_error = getattr(exc, "os_error", None)
     if isinstance(os_error, socket.gaierror):
         return unknown_error(f'Get "{url}": dial tcp: lookup {url.host}: no such host')
@@ -108,12 +140,24 @@ def dial_error(url: URL, exc: BaseException) -> StatusError:
     return unknown_error(f'Get "{url}": dial tcp {host}:{url.port}: connect: {why}')
 
 
-class KubeletClient:
-    """One HTTP session to every node agent, owned by the apiserver app."""
+def kubelet_tls_context(client_cert: str | Path, client_key: str | Path, certificate_authority: str | Path) -> ssl.SSLContext:
+    """The apiserver's TLS client side towards agents: its kubelet-client certificate, and the
+    agents' serving certificates verified against ``certificate_authority``, name included
+    (upstream leaves them unverified when the flag is unset; kubesvc always has one: the
+    cluster CA by default)."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(certificate_authority))
+    context.load_cert_chain(str(client_cert), str(client_key))
+    return context
 
-    def __init__(self, token: str, connect_timeout: float = CONNECT_TIMEOUT):
-        self._token = token
-        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
+
+class KubeletClient:
+    """One HTTPS session to every node agent, owned by the apiserver app. Without a TLS
+    context (no kubelet-client credentials) it refuses to call any agent."""
+
+    def __init__(self, tls: ssl.SSLContext | None = None, connect_timeout: float = CONNECT_TIMEOUT):
+        self._tls = tls
+        # connect covers the TLS handshake too: an address that accepts and says nothing is given up
+        self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_connect=connect_timeout)
         self._session: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -123,10 +167,12 @@ class KubeletClient:
 
     async def stream(self, request: web.Request, url: URL, *, resource: str, name: str) -> web.StreamResponse:
         """GET ``url`` from the agent and relay its answer to the client as text/plain."""
+        if url.scheme != "https" or self._tls is None:
+            raise unknown_error(f'Get "{url}": the apiserver calls node agents over HTTPS with its kubelet client certificate only')
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
+            self._session = aiohttp.ClientSession(timeout=self._timeout, connector=aiohttp.TCPConnector(ssl=self._tls, limit=0))
         try:
-            upstream = await self._session.get(url, headers={"Authorization": f"Bearer {self._token}"}, allow_redirects=False)
+            upstream = await self._session.get(url, allow_redirects=False)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise dial_error(url, exc) from None
         try:

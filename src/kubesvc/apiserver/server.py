@@ -23,12 +23,15 @@ from aiohttp import web
 from kubesvc.api.errors import StatusError
 from kubesvc.api.scheme import all_kinds
 from kubesvc.apiserver.auth import pki as auth
+from kubesvc.apiserver.auth.modes import DEFAULT_MODES, Authorization
 from kubesvc.apiserver.app import build_app
 from kubesvc.apiserver.registry.store import ListOptions, Registry
 from kubesvc.apiserver.allocator.metrics import AllocatorMetrics
 from kubesvc.apiserver.allocator.repair import Repair
 from kubesvc.apiserver.allocator.service import ServiceAllocators
 from kubesvc.apiserver.allocator.servicecidr import ensure_default_service_cidr
+from kubesvc.apiserver.auth.x509 import request_client_certificates
+from kubesvc.apiserver.kubeletclient import KubeletClient, kubelet_tls_context
 from kubesvc.apiserver.kubernetes_service import KubernetesService
 from kubesvc.apiserver.registry.strategy import allocation_strategies
 from prometheus_client import CollectorRegistry
@@ -53,6 +56,13 @@ class ServerConfig:
     compaction_interval: float = 300.0
     compaction_retain_revisions: int = 10000
     repair_services_interval: float = 180.0
+    # identity (identity.md §5.1, §6.1); None: the generated cluster CA and certificates in <data-dir>/pki
+    advertise_address: str | None = None
+    client_ca_file: Path | None = None
+    kubelet_client_certificate: Path | None = None
+    kubelet_client_key: Path | None = None
+    kubelet_certificate_authority: Path | None = None
+    authorization_modes: tuple[str, ...] = DEFAULT_MODES  # --authorization-mode
 
 
 class NamespaceFinalizer:
@@ -109,19 +119,36 @@ def bootstrap(registry: Registry) -> None:
 
 def build_control_plane(backend, clock: Clock, cidrs: list[str], node_port_range: str = "30000-32767", *,
                         static_subrange: bool = True, node_port_static_subrange: bool = True,
-                        metrics_registry: CollectorRegistry | None = None) -> tuple[Registry, ServiceAllocators]:
+                        metrics_registry: CollectorRegistry | None = None,
+                        authorization: Authorization | None = None) -> tuple[Registry, ServiceAllocators]:
     """The registry with its allocators, bootstrap objects in place (namespaces, the default
     ServiceCIDR) and the allocators' index loaded. ``allocators.service_cidr_controller`` is
-    the controller for ServiceCIDRs, woken by every ServiceCIDR change and IP release."""
+    the controller for ServiceCIDRs, woken by every ServiceCIDR change and IP release.
+    With ``authorization``, the RBAC kinds check escalation and the default RBAC policy is
+    reconciled."""
     allocators = ServiceAllocators(cidrs, node_port_range, static_subrange=static_subrange, node_port_static_subrange=node_port_static_subrange,
                                    metrics=AllocatorMetrics(metrics_registry))
-    registry = Registry(all_kinds(), backend, clock, allocation_strategies(allocators, allocators.kick_service_cidrs))
+    strategies = allocation_strategies(allocators, allocators.kick_service_cidrs)
+    registry = Registry(all_kinds(), backend, clock, {**strategies, **(authorization.strategies() if authorization else {})})
     allocators.attach(registry)
     bootstrap(registry)
+    if authorization is not None:
+        authorization.attach(registry)
     controller = ensure_default_service_cidr(registry, [r.cidr for r in allocators.flag_ranges])
     allocators.service_cidr_controller = controller
     allocators.load()
     return registry, allocators
+
+
+def _host_address() -> str | None:
+    """The machine's first global IPv4 address: the advertise address when bound to every
+    address and none is given (upstream picks the default route's interface)."""
+    from kubesvc.kernel.netlink import local_addresses
+
+    for text in local_addresses(4):
+        if not (text.startswith("127.") or text.startswith("169.254.")):
+            return text
+    return None
 
 
 def _listening_socket(host: str, port: int) -> socket.socket:
@@ -145,7 +172,10 @@ class APIServer:
         self.runner: web.AppRunner | None = None
         self.port = 0
         self.kubeconfig = config.data_dir / "kubeconfig"
+        self.advertise_address: str | None = None
+        self.component_kubeconfigs: dict[str, Path] = {}
         self._tasks: list[asyncio.Task] = []
+        self.authorization: Authorization | None = None
 
     @property
     def url(self) -> str:
@@ -160,25 +190,36 @@ class APIServer:
         self.backend = open_backend(config.storage_backend, str(config.data_dir))
         metrics_registry = CollectorRegistry()
         cidrs = [c.strip() for c in config.service_cluster_ip_range.split(",") if c.strip()]
+        self.authorization = Authorization(config.authorization_modes)
         self.registry, self.allocators = build_control_plane(
             self.backend, self.clock, cidrs, config.service_node_port_range,
             static_subrange=config.feature_gates.get("ServiceIPStaticSubrange", True),
-            node_port_static_subrange=config.feature_gates.get("ServiceNodePortStaticSubrange", True), metrics_registry=metrics_registry)
-        creds = auth.ensure_credentials(config.data_dir, config.bind_address)
+            node_port_static_subrange=config.feature_gates.get("ServiceNodePortStaticSubrange", True), metrics_registry=metrics_registry,
+            authorization=self.authorization)
+        host_address = _host_address() if auth.unspecified(config.bind_address) and not config.advertise_address else None
+        self.advertise_address = auth.advertise_address(config.advertise_address, config.bind_address, host_address)
+        creds = auth.ensure_credentials(config.data_dir, config.bind_address, advertise=self.advertise_address, service_cidrs=cidrs)
         sock = _listening_socket(config.bind_address, config.secure_port)
         self.port = sock.getsockname()[1]
         KubernetesService(self.registry, self.allocators, self.port).ensure()
         repair = Repair(self.registry, self.allocators, self.clock)
         finalizer = NamespaceFinalizer(self.registry)
-        app = build_app(self.registry, creds.token, self.clock, f"{config.bind_address}:{self.port}", metrics_registry)
+        kubelet_client = KubeletClient(kubelet_tls_context(config.kubelet_client_certificate or creds.kubelet_client.cert,
+                                                           config.kubelet_client_key or creds.kubelet_client.key,
+                                                           config.kubelet_certificate_authority or creds.ca_cert))
+        app = build_app(self.registry, creds.token, self.clock, f"{config.bind_address}:{self.port}", metrics_registry, kubelet_client)
         app["namespace_finalizer"] = finalizer
+        app["authorizer"] = self.authorization.authorizer
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         tls.load_cert_chain(creds.serving_cert, creds.serving_key)
+        request_client_certificates(tls, config.client_ca_file or creds.ca_cert)  # x509 authentication
         self.runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self.runner.setup()
         site = web.SockSite(self.runner, sock, ssl_context=tls, shutdown_timeout=1.0)
         await site.start()
-        auth.write_kubeconfig(self.kubeconfig, self.url, creds)
+        auth.write_kubeconfig(self.kubeconfig, self.url, auth.cluster_ca(config.data_dir), auth.ADMIN_USER, creds.admin)
+        self.component_kubeconfigs = auth.write_component_kubeconfigs(config.data_dir, self.url)
+        self.authorization.start()
         self._tasks = [
             asyncio.create_task(finalizer.run()),
             asyncio.create_task(self._compactor()),
@@ -200,6 +241,8 @@ class APIServer:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.authorization is not None:
+            await self.authorization.stop()
         if self.runner is not None:
             await self.runner.cleanup()
         if self.backend is not None:

@@ -8,7 +8,9 @@ process, as an API client.
   ``endpoints-controller`` (legacy Endpoints for selector Services),
   ``garbage-collector-controller`` (ownerReferences; off with ``--enable-garbage-collector=false``),
   ``pod-scheduler`` (binds unscheduled Pods to Ready Nodes, spreading them; kube-scheduler's
-  job, kept small).
+  job, kept small; its bindings, status patches and Events go with a client of its own when
+  one is given, as ``system:kube-scheduler`` under ``kubesvc up``; it reads through the
+  shared informers).
 * **Shared informers**: Services, Pods, Nodes, EndpointSlices and Endpoints are listed and
   watched once for all controllers; controllers start working only after every cache synced.
 * **Leader election** (``--leader-elect``, default true): a ``coordination.k8s.io`` Lease
@@ -102,8 +104,9 @@ class ManagerConfig:
 
 
 class ControllerManager:
-    def __init__(self, client: RestClient, config: ManagerConfig, clock: Clock | None = None):
+    def __init__(self, client: RestClient, config: ManagerConfig, clock: Clock | None = None, *, scheduler_client: RestClient | None = None):
         self.client = client
+        self.scheduler_client = scheduler_client or client  # the pod-scheduler's writes go as kube-scheduler when given
         self.config = config
         self.clock = clock or RealClock()
         self.metrics_registry = CollectorRegistry()
@@ -193,7 +196,7 @@ class ControllerManager:
         if SCHEDULER in enabled:
             from kubesvc.controllers.scheduler.controller import Scheduler
 
-            controller = Scheduler(self.client, informers, clock=self.clock)
+            controller = Scheduler(self.scheduler_client, informers, clock=self.clock)
             self.controllers[SCHEDULER] = controller
             runs.append(controller.run)
         return runs

@@ -21,7 +21,8 @@ apiserver turns into a 500 with no reason; that is kept.
 pkg/registry/core/pod/strategy.go). ``GET pods/POD/log`` reads ``PodLogOptions`` from the
 query, validates them (422 ``PodLogOptions "POD" is invalid``), picks the container (the only
 one, else the client must name one of the Pod's containers or init containers), and builds
-the node agent's ``/containerLogs/NS/POD/CONTAINER`` URL with the options that concern it.
+the node agent's ``https://`` ``/containerLogs/NS/POD/CONTAINER`` URL with the options that
+concern it (the apiserver reaches agents over HTTPS only: ``kubeletclient.py``).
 A Pod not yet on a node has no log location: the answer is empty (204).
 """
 
@@ -226,6 +227,6 @@ def log_location(pods: Store, namespace: str, name: str, options: PodLogOptions)
         return None
     node = pods.registry.store("", "nodes").get(None, node_name)
     host, port = kubelet_address(node)
-    return URL.build(scheme="http", host=host, port=port, path=f"/containerLogs/{namespace}/{name}/{container}",
+    return URL.build(scheme="https", host=host, port=port, path=f"/containerLogs/{namespace}/{name}/{container}",
                      query=options.kubelet_query())
 
