@@ -142,15 +142,3 @@ def forbidden(user: UserInfo, info: RequestInfo, reason: str = "") -> StatusErro
         return StatusError(403, "Forbidden", f'{group_resource} "{info.name}" is forbidden: {message}', details)
     return StatusError(403, "Forbidden", f"{group_resource} is forbidden: {message}", details)
 
-
-PUBLIC_INFO_PATHS = frozenset({"/version", "/version/", "/healthz", "/livez", "/readyz"})
-
-
-class PublicInfoAuthorizer:
-    """Stand-in for RBAC's ``system:public-info-viewer`` until RBAC is the default mode:
-    anyone may GET /version and the health checks (kubectl asks /version before anything)."""
-
-    def authorize(self, attrs: Attributes) -> Verdict:
-        if not attrs.info.is_resource_request and attrs.info.verb == "get" and attrs.info.path in PUBLIC_INFO_PATHS:
-            return Verdict(Decision.ALLOW)
-        return Verdict(Decision.NO_OPINION)
