@@ -151,19 +151,19 @@ def build_authenticator(options: AuthenticationOptions, service_accounts: Servic
     from kubesvc.apiserver.auth.authenticator import Authenticator
     from kubesvc.apiserver.auth.bootstrap import BootstrapTokens, registry_secret_lookup
     from kubesvc.apiserver.auth.serviceaccount import LEGACY_ISSUER, JWTAuthenticator, RegistryGetter
-    from kubesvc.apiserver.auth.tokens import CachedTokens, StaticTokens, TokenUnion
+    from kubesvc.apiserver.auth.tokens import AudienceAgnostic, CachedTokens, StaticTokens, TokenUnion
 
-    token_authenticators = []
-    if static_tokens is not None:
-        token_authenticators.append(static_tokens)
-    elif options.token_auth_file is not None:
-        token_authenticators.append(StaticTokens.from_file(options.token_auth_file))
-    getter = RegistryGetter(registry)
     audiences = service_accounts.api_audiences
+    token_authenticators = []
+    if static_tokens is None and options.token_auth_file is not None:
+        static_tokens = StaticTokens.from_file(options.token_auth_file)
+    if static_tokens is not None:
+        token_authenticators.append(AudienceAgnostic(static_tokens, audiences))
+    getter = RegistryGetter(registry)
     token_authenticators.append(JWTAuthenticator([LEGACY_ISSUER], service_accounts.public_keys, audiences, getter, clock,
                                                  legacy=True, lookup=service_accounts.lookup))
     token_authenticators.append(JWTAuthenticator(service_accounts.issuers, service_accounts.public_keys, audiences, getter, clock))
     if options.enable_bootstrap_token_auth:
-        token_authenticators.append(BootstrapTokens(registry_secret_lookup(registry), clock))
+        token_authenticators.append(AudienceAgnostic(BootstrapTokens(registry_secret_lookup(registry), clock), audiences))
     tokens = CachedTokens(TokenUnion(token_authenticators), clock.monotonic)
     return Authenticator(tokens, x509=x509, api_audiences=audiences, anonymous=options.anonymous_auth)

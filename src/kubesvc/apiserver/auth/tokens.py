@@ -220,6 +220,18 @@ def parse_token_file(text: str, path: str) -> tuple[dict[str, UserInfo], list[st
     return tokens, warnings
 
 
+def read_token_file(path: str | Path) -> dict[str, UserInfo]:
+    """The users of a token file, its warnings logged; ValueError (one line) when unusable."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"open {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    tokens, warnings = parse_token_file(text, str(path))
+    for warning in warnings:
+        log.warning("%s", warning)
+    return tokens
+
+
 class StaticTokens:
     """``--token-auth-file``: the users of a token file read once at start."""
 
@@ -228,14 +240,7 @@ class StaticTokens:
 
     @classmethod
     def from_file(cls, path: str | Path) -> "StaticTokens":
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise ValueError(f"open {path}: {exc.strerror or exc}") from None
-        tokens, warnings = parse_token_file(text, str(path))
-        for warning in warnings:
-            log.warning("%s", warning)
-        return cls(tokens)
+        return cls(read_token_file(path))
 
     def authenticate_token(self, token: str, audiences: Sequence[str]) -> Response | None:
         user = self._tokens.get(token)
@@ -297,3 +302,23 @@ class CachedTokens:
             while len(self._cache) > self.size:
                 self._cache.popitem(last=False)
         return response
+
+
+class AudienceAgnostic:
+    """upstream ``WrapAudienceAgnosticToken`` for tokens that name no audience (static file,
+    bootstrap): good only for the API's own audiences. Asked for other audiences (a
+    TokenReview for "vault"), the token is not ours; else the answer carries the audiences
+    asked for that are the API's."""
+
+    def __init__(self, inner: TokenAuthenticator, implicit_audiences: Sequence[str]):
+        self.inner = inner
+        self.implicit_audiences = tuple(implicit_audiences)
+
+    def authenticate_token(self, token: str, audiences: Sequence[str]) -> Response | None:
+        if not audiences:
+            return self.inner.authenticate_token(token, audiences)
+        granted = intersect(self.implicit_audiences, audiences)
+        if not granted:
+            return None
+        response = self.inner.authenticate_token(token, audiences)
+        return Response(response.user, granted) if response is not None else None
