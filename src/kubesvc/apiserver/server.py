@@ -24,6 +24,7 @@ from kubesvc.api.errors import StatusError
 from kubesvc.api.scheme import all_kinds
 from kubesvc.apiserver.auth import pki as auth
 from kubesvc.apiserver.auth.modes import DEFAULT_MODES, Authorization
+from kubesvc.apiserver.reviews import register_review_handlers
 from kubesvc.apiserver.app import build_app
 from kubesvc.apiserver.registry.store import ListOptions, Registry
 from kubesvc.apiserver.allocator.metrics import AllocatorMetrics
@@ -31,7 +32,7 @@ from kubesvc.apiserver.allocator.repair import Repair
 from kubesvc.apiserver.allocator.service import ServiceAllocators
 from kubesvc.apiserver.allocator.servicecidr import ensure_default_service_cidr
 from kubesvc.apiserver.auth.x509 import request_client_certificates
-from kubesvc.apiserver.kubeletclient import KubeletClient, kubelet_tls_context
+from kubesvc.apiserver.kubeletclient import KubeletClient, ensure_kubelet_api_admin_binding, kubelet_client_user, kubelet_tls_context
 from kubesvc.apiserver.kubernetes_service import KubernetesService
 from kubesvc.apiserver.registry.strategy import allocation_strategies
 from prometheus_client import CollectorRegistry
@@ -204,12 +205,14 @@ class APIServer:
         KubernetesService(self.registry, self.allocators, self.port).ensure()
         repair = Repair(self.registry, self.allocators, self.clock)
         finalizer = NamespaceFinalizer(self.registry)
-        kubelet_client = KubeletClient(kubelet_tls_context(config.kubelet_client_certificate or creds.kubelet_client.cert,
-                                                           config.kubelet_client_key or creds.kubelet_client.key,
+        kubelet_client_cert = config.kubelet_client_certificate or creds.kubelet_client.cert
+        kubelet_client = KubeletClient(kubelet_tls_context(kubelet_client_cert, config.kubelet_client_key or creds.kubelet_client.key,
                                                            config.kubelet_certificate_authority or creds.ca_cert))
+        ensure_kubelet_api_admin_binding(self.registry, kubelet_client_user(kubelet_client_cert))
         app = build_app(self.registry, creds.token, self.clock, f"{config.bind_address}:{self.port}", metrics_registry, kubelet_client)
         app["namespace_finalizer"] = finalizer
         app["authorizer"] = self.authorization.authorizer
+        register_review_handlers(app)
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         tls.load_cert_chain(creds.serving_cert, creds.serving_key)
         request_client_certificates(tls, config.client_ca_file or creds.ca_cert)  # x509 authentication
