@@ -146,6 +146,7 @@ def apiserver_options(default_data_dir: str | None):
                          help="CA bundle that verifies node agents' serving certificates (default: the generated cluster CA)."),
             click.option("--authorization-mode", "authorization_modes", default="Node,RBAC", show_default=True, callback=_authorization_modes,
                          help="Ordered list of authorization plug-ins: Node, RBAC, AlwaysAllow, AlwaysDeny."),
+            *_authentication_flags(),
             click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity."),
         ]
         for option in reversed(options):
@@ -155,10 +156,60 @@ def apiserver_options(default_data_dir: str | None):
     return decorate
 
 
+def _authentication_flags() -> list:
+    """kube-apiserver's authentication flags (auth/options.py)."""
+    existing = click.Path(dir_okay=False, exists=True, path_type=Path)
+    on_off = dict(type=click.BOOL, is_flag=False, flag_value=True, show_default=True)
+    return [
+        click.option("--anonymous-auth", default=True, **on_off, help="Requests with no credential are system:anonymous (else 401)."),
+        click.option("--token-auth-file", type=existing, default=None, help="Static tokens: CSV token,user,uid[,\"group1,group2\"]."),
+        click.option("--enable-bootstrap-token-auth", default=False, **on_off,
+                     help="Bootstrap tokens: Secrets of type bootstrap.kubernetes.io/token in kube-system."),
+        click.option("--service-account-issuer", "service_account_issuers", multiple=True,
+                     help="Issuer of ServiceAccount tokens (repeatable; the first signs). Default: https://kubernetes.default.svc.cluster.local."),
+        click.option("--service-account-key-file", "service_account_key_files", type=existing, multiple=True,
+                     help="PEM public (or private) keys that verify ServiceAccount tokens (repeatable). Default: the signing key."),
+        click.option("--service-account-signing-key-file", type=existing, default=None,
+                     help="PEM private key that signs ServiceAccount tokens. Default: <data-dir>/pki/sa.key, made once."),
+        click.option("--api-audiences", multiple=True, help="The API's audiences (comma list, repeatable). Default: the issuers."),
+        click.option("--service-account-lookup", default=True, **on_off, help="Check legacy tokens against their Secret and ServiceAccount."),
+        click.option("--service-account-max-token-expiration", default="0s", callback=lambda ctx, param, value: _duration(ctx, param, value),
+                     help="Longest TokenRequest lifetime granted (1h or more; 0: no cap)."),
+        click.option("--service-account-extend-token-expiration", default=True, **on_off,
+                     help="Pod-bound 3607 s tokens (projected volumes) live a year with a warnafter claim."),
+        click.option("--service-account-jwks-uri", default="", help="jwks_uri of the OIDC discovery document (https)."),
+    ]
+
+
+def _authentication_options(anonymous_auth=True, token_auth_file=None, enable_bootstrap_token_auth=False, service_account_issuers=(),
+                            service_account_key_files=(), service_account_signing_key_file=None, api_audiences=(),
+                            service_account_lookup=True, service_account_max_token_expiration=0.0,
+                            service_account_extend_token_expiration=True, service_account_jwks_uri=""):
+    from kubesvc.apiserver.auth.options import AuthenticationOptions, validate
+
+    options = AuthenticationOptions(
+        anonymous_auth=anonymous_auth,
+        token_auth_file=token_auth_file and token_auth_file.resolve(),
+        enable_bootstrap_token_auth=enable_bootstrap_token_auth,
+        service_account_issuers=tuple(service_account_issuers),
+        service_account_key_files=tuple(path.resolve() for path in service_account_key_files),
+        service_account_signing_key_file=service_account_signing_key_file and service_account_signing_key_file.resolve(),
+        api_audiences=tuple(a.strip() for value in api_audiences for a in value.split(",") if a.strip()),
+        service_account_lookup=service_account_lookup,
+        service_account_max_token_expiration=int(service_account_max_token_expiration),
+        service_account_extend_token_expiration=service_account_extend_token_expiration,
+        service_account_jwks_uri=service_account_jwks_uri,
+    )
+    problems = validate(options)
+    if problems:
+        raise click.BadParameter(problems[0])
+    return options
+
+
 def _config(data_dir, storage_backend, bind_address, secure_port, service_cluster_ip_range, service_node_port_range, feature_gates,
             compaction_interval, compaction_retain_revisions, repair_services_interval, advertise_address=None, client_ca_file=None,
             kubelet_client_certificate=None, kubelet_client_key=None, kubelet_certificate_authority=None,
-            authorization_modes=("Node", "RBAC")) -> ServerConfig:
+            authorization_modes=("Node", "RBAC"), **authentication) -> ServerConfig:
     if (kubelet_client_certificate is None) != (kubelet_client_key is None):
         raise click.BadParameter("--kubelet-client-certificate and --kubelet-client-key go together")
     return ServerConfig(
@@ -178,6 +229,7 @@ def _config(data_dir, storage_backend, bind_address, secure_port, service_cluste
         kubelet_client_key=kubelet_client_key and kubelet_client_key.resolve(),
         kubelet_certificate_authority=kubelet_certificate_authority and kubelet_certificate_authority.resolve(),
         authorization_modes=tuple(authorization_modes),
+        authentication=_authentication_options(**authentication),
     )
 
 

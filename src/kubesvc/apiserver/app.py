@@ -37,7 +37,9 @@ from kubesvc.apiserver.auth.tokens import StaticTokens
 from kubesvc.apiserver.auth.user import SYSTEM_PRIVILEGED_GROUP, UserInfo
 from kubesvc.apiserver.auth.authorizer import PrivilegedGroupAuthorizer, Union, forbidden
 from kubesvc.apiserver.auth.context import set_current as set_request_context
+from kubesvc.apiserver.auth.impersonation import impersonate
 from kubesvc.apiserver.discovery import Discovery, wants_aggregated
+from kubesvc.apiserver.oidc import JWKS_PATH, OPENID_CONFIGURATION_PATH, oidc_response
 from kubesvc.apiserver.openapi import OpenAPI
 from kubesvc.apiserver.auth.x509 import X509Authenticator
 from kubesvc.apiserver.kubeletclient import KubeletClient
@@ -216,6 +218,8 @@ async def non_resource_handler(request: web.Request) -> web.StreamResponse:
         body = discovery.api_group(parts[1]) if len(parts) == 2 else discovery.api_resource_list(parts[1], parts[2])
         if body is not None:
             return handlers.json_response(body)
+    if path in (OPENID_CONFIGURATION_PATH, JWKS_PATH) and app.get("oidc") is not None:
+        return oidc_response(app["oidc"], path)
     openapi: OpenAPI = app["openapi"]
     if path == "/openapi/v3":
         return handlers.json_response(openapi.index())
@@ -258,6 +262,7 @@ def authorize_request(request: web.Request) -> None:
     """Authentication, then authorization (upstream WithAuthentication -> WithImpersonation ->
     WithAuthorization): ``request["user"]`` is who asks, ``request["request_info"]`` what."""
     user = request.app["authenticator"].authenticate(request)
+    user = impersonate(request.headers, request.path, user, request.app["authorizer"])
     info = request_info(request.method, request.path, request.query)
     request["user"], request["request_info"] = user, info
     set_request_context(user, info)

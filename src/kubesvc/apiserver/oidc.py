@@ -72,3 +72,12 @@ def build_metadata(issuer: str, jwks_uri: str, external_address: str, public_key
     }
     keys = {"keys": [jwt.public_jwk(key) for key in public_keys]}
     return OpenIDMetadata(json.dumps(configuration, separators=(",", ":")).encode(), json.dumps(keys, separators=(",", ":")).encode())
+
+
+def oidc_response(metadata: OpenIDMetadata, path: str):
+    """The aiohttp answer for one of the two paths."""
+    from aiohttp import web
+
+    if path == JWKS_PATH:
+        return web.Response(body=metadata.jwks, headers={"Content-Type": JWKS_CONTENT_TYPE, "Cache-Control": CACHE_CONTROL})
+    return web.Response(body=metadata.configuration, headers={"Content-Type": "application/json", "Cache-Control": CACHE_CONTROL})

@@ -26,6 +26,10 @@ from kubesvc.apiserver.auth import pki as auth
 from kubesvc.apiserver.auth.modes import DEFAULT_MODES, Authorization
 from kubesvc.apiserver.reviews import register_review_handlers
 from kubesvc.apiserver.app import build_app
+from kubesvc.apiserver.auth.endpoints import install as install_authentication
+from kubesvc.apiserver.auth.options import AuthenticationOptions
+from kubesvc.apiserver.auth.user import SYSTEM_PRIVILEGED_GROUP, UserInfo
+from kubesvc.apiserver.auth.x509 import X509Authenticator
 from kubesvc.apiserver.registry.store import ListOptions, Registry
 from kubesvc.apiserver.allocator.metrics import AllocatorMetrics
 from kubesvc.apiserver.allocator.repair import Repair
@@ -64,6 +68,7 @@ class ServerConfig:
     kubelet_client_key: Path | None = None
     kubelet_certificate_authority: Path | None = None
     authorization_modes: tuple[str, ...] = DEFAULT_MODES  # --authorization-mode
+    authentication: AuthenticationOptions = field(default_factory=AuthenticationOptions)  # --anonymous-auth, --token-auth-file, --service-account-*
 
 
 class NamespaceFinalizer:
@@ -213,6 +218,8 @@ class APIServer:
         app["namespace_finalizer"] = finalizer
         app["authorizer"] = self.authorization.authorizer
         register_review_handlers(app)
+        install_authentication(app, config.authentication, config.data_dir, self.url.removeprefix("https://"), x509=X509Authenticator(),
+                               own_tokens={creds.token: UserInfo("admin", "admin-uid", (SYSTEM_PRIVILEGED_GROUP,))})
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         tls.load_cert_chain(creds.serving_cert, creds.serving_key)
         request_client_certificates(tls, config.client_ca_file or creds.ca_cert)  # x509 authentication
