@@ -278,7 +278,7 @@ def pod_field_value(field_ref: dict, pod: dict, *, host_ip: str, host_ips: list[
         return pod_ips[0] if pod_ips else ""
     if path == "status.podIPs":
         return ",".join(pod_ips)
-    return _extract_field_path(pod.get("metadata") or {}, path)
+    return extract_field_path(pod.get("metadata") or {}, path)
 
 
 def _downward_api_field(api_version: str, field_path: str) -> str:
@@ -307,7 +307,7 @@ def _split_subscript(field_path: str) -> tuple[str, str] | None:
     return path, subscript
 
 
-def _extract_field_path(metadata: dict, path: str) -> str:
+def extract_field_path(metadata: dict, path: str) -> str:
     """``fieldpath.ExtractFieldPathAsString`` on the Pod's metadata."""
     subscripted = _split_subscript(path)
     if subscripted is not None:

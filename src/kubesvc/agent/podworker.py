@@ -1,11 +1,18 @@
 """One Pod's life on the node (upstream ``pod_workers.go`` + ``kuberuntime_manager.go``
 ``SyncPod``/``KillPod``, reduced to processes).
 
-1. **Sandbox**: the Pod's network namespace, veth and address (``podnet.add_pod``); the
+1. **Volumes** (``podvolumes.py``), before anything else as the kubelet's
+   ``WaitForAttachAndMount``: a volume that cannot be set up is a ``FailedMount`` event
+   (``MountVolume.SetUp failed for volume "v" : ...``) and a retry with the kubelet's back-off
+   (0.5 s doubling to 2m2s), the containers waiting in ``ContainerCreating``. Once set up, the
+   atomic-writer volumes are refreshed every ``volume_resync`` seconds (and when the Pod's
+   labels or annotations change), which is when a projected token gets renewed.
+   **Sandbox**: the Pod's network namespace, veth and address (``podnet.add_pod``); the
    ``PodReadyToStartContainers`` condition and ``status.podIP(s)`` follow.
 2. **Init containers** run one after another, each to a zero exit; then every container starts.
 3. **Each container** is supervised: its environment (the Service variables, ``env``,
-   ``fieldRef``s) is computed when it starts; it is restarted by ``restartPolicy`` with the
+   ``fieldRef``s) and its mounts (its own mount namespace, ``kernel/mounts.py``) are computed
+   when it starts; it is restarted by ``restartPolicy`` with the
    kubelet's crash-loop back-off (immediately, then 10 s doubling to 5 min); its probes run
    while it runs: a startup probe gates the others, readiness sets ``ready``, a failed
    liveness or startup probe kills it for a restart.
@@ -14,8 +21,8 @@
 5. **Termination** (the Pod got a ``deletionTimestamp``): readiness probes keep running (the
    endpoint stays ``serving`` while it drains, ``terminating`` because of the timestamp),
    ``preStop`` hooks run, SIGTERM, SIGKILL at the end of the grace period, then the sandbox
-   goes and the Pod object is deleted for good (grace 0, UID precondition), as the kubelet's
-   status manager does.
+   goes, then its volumes, and the Pod object is deleted for good (grace 0, UID precondition),
+   as the kubelet's status manager does.
 """
 
 from __future__ import annotations
@@ -30,17 +37,23 @@ from pathlib import Path
 
 from kubesvc.agent import envvars, podnet
 from kubesvc.agent.logs import container_log_path
+from kubesvc.agent.podvolumes import PodVolumes, VolumeSetUpFailed
+from kubesvc.agent.tokens import TokenManager
+from kubesvc.agent.volumes import MountConfigError
 from kubesvc.agent.podstatus import ContainerRecord, PodRuntimeState, Termination, generate_pod_status, merge_patch_for
 from kubesvc.agent.probes import ProbeResult, ProbeSpec, ProbeTracker, probe_event, run_check, run_probe, worker_result
 from kubesvc.agent.runtime import ContainerProcess, StartError
+from kubesvc.api.validation_meta import go_quote
 from kubesvc.client.rest import ApiError, ClientError, is_not_found
 from kubesvc.controllers.runtime import EventRecorder
+from kubesvc.kernel.mounts import MountPlan, MountPlanError, plan_mounts
 from kubesvc.util.clock import Clock
 
 log = logging.getLogger("kubesvc.agent")
 
 STOPPED_FOR_GOOD = object()
 MINIMUM_GRACE_AFTER_PRE_STOP = 2.0  # upstream minimumGracePeriodInSeconds
+VOLUME_RETRY_FIRST, VOLUME_RETRY_MAX = 0.5, 122.0  # nestedpendingoperations' exponential back-off
 
 
 @dataclass
@@ -57,6 +70,12 @@ class WorkerContext:
     clock: Clock
     backoff_base: float = 10.0
     backoff_max: float = 300.0
+    # volumes (podvolumes.py) under kubelet_dir; ConfigMaps, Secrets and tokens read through
+    # ``api`` (a RestClient); none served when kubelet_dir or tokens is None
+    kubelet_dir: Path | None = None
+    api: object = None
+    tokens: TokenManager | None = None
+    volume_resync: float = 60.0  # the kubelet's sync period, when projected files are renewed
 
 
 def _describe(pod: dict) -> str:
@@ -97,6 +116,9 @@ class PodWorker:
                                                        restart_count=counts.get(c["name"], 0)))
                       for c in spec.get("containers") or []]
         self.network: podnet.PodNetwork | None = None
+        self.volumes: PodVolumes | None = None
+        self._volumes_changed = asyncio.Event()
+        self._volume_refresher: asyncio.Task | None = None
         self.initialized = not self.init_slots
         self.start_time: datetime | None = None
         self.terminating = False
@@ -121,8 +143,11 @@ class PodWorker:
 
     def update(self, pod: dict) -> None:
         """A newer version of the Pod from the informer."""
+        old_meta = self.pod["metadata"]
         self.pod = pod
         meta = pod["metadata"]
+        if (meta.get("labels"), meta.get("annotations")) != (old_meta.get("labels"), old_meta.get("annotations")):
+            self._volumes_changed.set()  # the downward API files follow
         if meta.get("deletionTimestamp"):  # a second, shorter DELETE shortens the grace period
             self.request_termination(float(meta.get("deletionGracePeriodSeconds", 30) or 0))
 
@@ -186,6 +211,8 @@ class PodWorker:
 
     async def _run_pod(self) -> None:
         self.start_time = self.ctx.clock.now()
+        if not await self._set_up_volumes():
+            return  # terminated while waiting for its volumes
         delay = 1.0
         while self.network is None:
             try:
@@ -212,6 +239,50 @@ class PodWorker:
         await asyncio.gather(*(self._supervise(slot) for slot in self.slots))
         if self.network is not None and not self.terminating:
             await self._remove_sandbox()  # terminal Pod: upstream tears the sandbox down too
+
+    async def _set_up_volumes(self) -> bool:
+        """The Pod's volumes in place (retried until they are, or the Pod terminates: False)."""
+        if self.ctx.kubelet_dir is None or self.ctx.tokens is None:
+            return True
+        self.volumes = PodVolumes(self.ctx.kubelet_dir, self.pod, client=self.ctx.api, tokens=self.ctx.tokens, clock=self.ctx.clock)
+        delay = VOLUME_RETRY_FIRST
+        while True:
+            try:
+                await self.volumes.set_up()
+                break
+            except VolumeSetUpFailed as err:
+                self._report_mount_failures(err.failures)
+            try:
+                await asyncio.wait_for(self._terminate.wait(), delay)
+                return False
+            except asyncio.TimeoutError:
+                delay = min(delay * 2, VOLUME_RETRY_MAX)
+        self._volume_refresher = asyncio.create_task(self._refresh_volumes_forever())
+        return True
+
+    def _report_mount_failures(self, failures: list[tuple[str, str]]) -> None:
+        for name, message in failures:
+            self._event("Warning", "FailedMount", f"MountVolume.SetUp failed for volume {go_quote(name)} : {message}")
+
+    async def _refresh_volumes_forever(self) -> None:
+        assert self.volumes is not None
+        while True:
+            try:
+                await asyncio.wait_for(self._volumes_changed.wait(), self.ctx.volume_resync)
+            except asyncio.TimeoutError:
+                pass
+            self._volumes_changed.clear()
+            try:
+                self._report_mount_failures(await self.volumes.refresh(self.pod))
+            except Exception:  # keep refreshing; the files stay as they were
+                log.exception("pod %s: volume refresh failed", _describe(self.pod))
+
+    def _mount_plan(self, container: dict) -> MountPlan | None:
+        """The container's mount namespace (None: it has no volume mounts)."""
+        if self.volumes is None or not container.get("volumeMounts"):
+            return None
+        binds = self.volumes.mounts_for(container)
+        return plan_mounts(binds, str(self.volumes.staging_root)) if binds else None
 
     async def _supervise(self, slot: ContainerSlot):
         """Run one container until it is done for good (by restartPolicy) or the Pod terminates;
@@ -265,7 +336,8 @@ class PodWorker:
         try:
             env = dict(self._environment(slot.spec))
             argv = envvars.container_argv(slot.spec, env)
-        except envvars.EnvError as err:
+            mounts = self._mount_plan(slot.spec)
+        except (envvars.EnvError, MountConfigError, MountPlanError) as err:
             record.waiting_reason, record.waiting_message = "CreateContainerConfigError", str(err)
             self._event("Warning", "Failed", f"Error: {err}")
             self._mark_dirty()
@@ -274,7 +346,7 @@ class PodWorker:
         assert self.network is not None
         meta = self.pod["metadata"]
         log_path = container_log_path(self.ctx.log_root, meta.get("namespace", ""), meta["name"], self.uid, slot.name, record.restart_count)
-        process = ContainerProcess(argv, env, slot.spec.get("workingDir"), self.network.netns, log_path)
+        process = ContainerProcess(argv, env, slot.spec.get("workingDir"), self.network.netns, log_path, mounts=mounts)
         if record.restart_count == 0:
             self._event("Normal", "Pulled", f'Container image "{record.image}" not pulled: kubesvc runs the container\'s command as a process '
                                             f"in the Pod's network namespace")
@@ -467,6 +539,11 @@ class PodWorker:
         for slot in self.init_slots + self.slots:
             slot.record.ready = False
         await self._remove_sandbox()
+        if self._volume_refresher is not None:
+            self._volume_refresher.cancel()
+            await asyncio.gather(self._volume_refresher, return_exceptions=True)
+        if self.volumes is not None:
+            self.volumes.tear_down()
         if self._writer is not None:  # one writer at a time: the final status is written here
             self._writer.cancel()
             await asyncio.gather(self._writer, return_exceptions=True)

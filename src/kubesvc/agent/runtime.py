@@ -4,8 +4,10 @@ A container is its ``command``/``args`` run as a host process inside the Pod's n
 namespace (``ip netns exec`` enters it and execs the command, so the PID we hold is the
 container's), in a session of its own so a signal reaches every process it started, with the
 container's environment and ``workingDir``; stdout and stderr are copied line by line into the
-kubelet-format log file that ``kubectl logs`` reads. There is no image, no filesystem and no
-user isolation: ``image`` is only reported back.
+kubelet-format log file that ``kubectl logs`` reads. A container with volume mounts starts in a
+mount namespace of its own where they appear at their ``mountPath``s (``kernel/mounts.py``);
+a mount that fails is the container's ``StartError``, reported back on a status pipe. There is
+no image and no user isolation: ``image`` is only reported back.
 
 Stopping follows the container runtime's ``StopContainer(timeout)``: SIGTERM to the process
 group, then SIGKILL when the grace period ends.
@@ -25,10 +27,9 @@ from pathlib import Path
 
 from kubesvc.agent.logs import ContainerLogFile, pump
 from kubesvc.kernel.exec import in_netns
+from kubesvc.kernel.mounts import DEFAULT_PATH, MountPlan, in_mount_namespace
 
 log = logging.getLogger("kubesvc.agent")
-
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class StartError(Exception):
@@ -41,6 +42,17 @@ def find_executable(argv0: str, env: Mapping[str, str], cwd: str | None) -> str 
         path = Path(cwd or ".") / argv0 if not argv0.startswith("/") else Path(argv0)
         return str(path) if os.access(path, os.X_OK) and path.is_file() else None
     return shutil.which(argv0, path=env.get("PATH", DEFAULT_PATH))
+
+
+def _read_to_end(fd: int) -> str:
+    """What the mount helper reported before it exec'd the command ("" when it did)."""
+    chunks = []
+    try:
+        while chunk := os.read(fd, 4096):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode(errors="replace")
 
 
 @dataclass
@@ -56,12 +68,14 @@ class Exit:
 class ContainerProcess:
     """One run of one container."""
 
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None, netns: str | None, log_path: Path):
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None, netns: str | None, log_path: Path,
+                 mounts: MountPlan | None = None):
         self.argv = list(argv)
         self.env = dict(env)
         self.cwd = cwd or "/"
         self.netns = netns
         self.log_path = log_path
+        self.mounts = mounts
         self.container_id = f"kubesvc://{uuid.uuid4().hex}"
         self._process: asyncio.subprocess.Process | None = None
         self._pumps: list[asyncio.Task] = []
@@ -83,22 +97,37 @@ class ContainerProcess:
     async def start(self) -> None:
         if not self.argv:
             raise StartError("no command")
-        if not os.path.isdir(self.cwd):
-            raise StartError(f'failed to create containerd task: chdir to cwd ("{self.cwd}") set in config.json failed: no such file or directory')
-        if find_executable(self.argv[0], self.env, self.cwd) is None:
-            raise StartError(f'exec: "{self.argv[0]}": executable file not found in $PATH')
+        if self.mounts is None:  # else the mount helper checks both in the container's view
+            if not os.path.isdir(self.cwd):
+                raise StartError(f'failed to create containerd task: chdir to cwd ("{self.cwd}") set in config.json failed: no such file or directory')
+            if find_executable(self.argv[0], self.env, self.cwd) is None:
+                raise StartError(f'exec: "{self.argv[0]}": executable file not found in $PATH')
         env = {"PATH": DEFAULT_PATH, **self.env}
         self._log = ContainerLogFile(self.log_path)
-        argv = in_netns(self.netns, self.argv)
+        argv, status_read, status_write = self.argv, None, None
+        if self.mounts is not None:
+            status_read, status_write = os.pipe2(os.O_CLOEXEC)
+            argv = in_mount_namespace(self.mounts, argv, cwd=self.cwd, status_fd=status_write)
         try:
             self._process = await asyncio.create_subprocess_exec(
-                *argv, env=env, cwd=self.cwd, stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
+                *in_netns(self.netns, argv), env=env, cwd=self.cwd if self.mounts is None else "/", stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+                pass_fds=(status_write,) if status_write is not None else ())
         except OSError as exc:
             self._log.close()
+            if status_read is not None:
+                os.close(status_read)
             raise StartError(str(exc)) from None
+        finally:
+            if status_write is not None:
+                os.close(status_write)
         self._pumps = [asyncio.create_task(pump(self._process.stdout, "stdout", self._log)),
                        asyncio.create_task(pump(self._process.stderr, "stderr", self._log))]
+        if status_read is not None:
+            failure = await asyncio.to_thread(_read_to_end, status_read)
+            if failure:
+                await self.wait()
+                raise StartError(failure)
 
     async def wait(self) -> Exit:
         assert self._process is not None

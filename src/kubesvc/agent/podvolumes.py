@@ -1,0 +1,204 @@
+"""One Pod's volumes on disk: set up before its containers, refreshed while it runs, removed
+when it is gone (the I/O around the decisions of ``volumes.py``; upstream's volume manager
+and the plugins' ``SetUpAt``/``TearDownAt``).
+
+* **Set up** (before the sandbox, as the kubelet's ``WaitForAttachAndMount``): the Pod
+  directory ``<kubelet dir>/pods/<uid>`` (0700; ``<kubelet dir>/rootfs`` is where containers'
+  roots are staged, each in its own mount namespace), then each volume's directory: 0777 for disk-backed
+  ``emptyDir`` and ``configMap`` (``empty_dir.go`` ``perm``), 1777 for the memory-backed ones
+  (``secret``, ``downwardAPI``, ``projected``, ``emptyDir`` of medium ``Memory``: a tmpfs root's
+  mode, as a container sees them upstream). Atomic-writer volumes get their files. A volume
+  that fails is reported (``FailedMount``) and the whole set-up retried by the caller.
+* **Refresh** (the kubelet's periodic remount of configMap, secret, downwardAPI and projected
+  volumes): every atomic-writer volume is computed again and rewritten when it changed; the
+  token manager decides when a token is asked for again. A failure keeps the old files.
+* **Mounts** of a container: ``volumes.container_mounts`` with each ``subPath`` made safe as
+  the kubelet's ``makeMounts`` does: created (with the volume directory's mode) when missing,
+  symbolic links resolved, refused when that leaves the volume.
+* **Tear down**: the Pod directory goes, and the Pod's tokens leave the cache.
+
+ConfigMaps and Secrets are read with a GET each time (the kubelet watches them; the read
+path and its errors are the same: a 404 is ``configmap "x" not found``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+from kubesvc.agent import atomic_writer, volumes
+from kubesvc.agent.envvars import host_allocatable
+from kubesvc.agent.tokens import TokenError, TokenManager
+from kubesvc.agent.volumes import MountConfigError, ObjectRef, VolumeError
+from kubesvc.api.validation_meta import go_quote
+from kubesvc.client.rest import ClientError, is_not_found
+from kubesvc.kernel.mounts import BindMount
+from kubesvc.util.clock import Clock
+
+log = logging.getLogger("kubesvc.agent")
+
+DISK_DIR_MODE = 0o777
+MEMORY_DIR_MODE = 0o1777
+_OBJECT_PATHS = {"configmap": "configmaps", "secret": "secrets"}
+
+
+def directory_mode(volume: Mapping) -> int:
+    kind = volumes.volume_kind(volume)
+    memory = kind in ("secret", "downwardAPI", "projected") or (kind == "emptyDir" and (volume.get("emptyDir") or {}).get("medium") == "Memory")
+    return MEMORY_DIR_MODE if memory else DISK_DIR_MODE
+
+
+class VolumeSetUpFailed(Exception):
+    """Volumes that could not be set up: ``(volume name, error)`` each."""
+
+    def __init__(self, failures: list[tuple[str, str]]):
+        self.failures = failures
+        super().__init__("; ".join(f"{name}: {message}" for name, message in failures))
+
+
+PODS_DIR, STAGING_DIR = "pods", "rootfs"
+
+
+def remove_orphans(kubelet_dir: Path, alive: set[str]) -> None:
+    """Pod directories left by a crash for Pods not in ``alive`` (UIDs)."""
+    pods = Path(kubelet_dir) / PODS_DIR
+    if pods.is_dir():
+        for entry in pods.iterdir():
+            if entry.name not in alive:
+                shutil.rmtree(entry, ignore_errors=True)
+
+
+class PodVolumes:
+    def __init__(self, kubelet_dir: Path, pod: dict, *, client, tokens: TokenManager, clock: Clock):
+        self.pod = pod
+        self.uid = pod["metadata"]["uid"]
+        self.directory = volumes.pod_dir(Path(kubelet_dir) / PODS_DIR, self.uid)
+        self.staging_root = Path(kubelet_dir) / STAGING_DIR
+        self.client = client
+        self.tokens = tokens
+        self.clock = clock
+        self.dirs: dict[str, Path] = {}
+        self._allocatable: dict[str, str] | None = None
+
+    @property
+    def namespace(self) -> str:
+        return self.pod["metadata"].get("namespace") or ""
+
+    def _volumes(self) -> list[dict]:
+        return [v for v in (self.pod.get("spec") or {}).get("volumes") or [] if isinstance(v, dict) and v.get("name")]
+
+    # -- set up and refresh
+
+    async def set_up(self) -> None:
+        """Every volume in place; raises VolumeSetUpFailed listing those that are not."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.directory, volumes.POD_DIR_MODE)
+        self.staging_root.mkdir(mode=0o700, exist_ok=True)
+        failures = []
+        for volume in self._volumes():
+            kind = volumes.volume_kind(volume)
+            if kind is None:
+                failures.append((volume["name"], f"kubesvc cannot mount volumes of type {volumes.unsupported_kind(volume)}"))
+                continue
+            path = volumes.volume_dir(self.directory, volume)
+            try:
+                if not path.is_dir():
+                    path.mkdir(parents=True)
+                    os.chmod(path, directory_mode(volume))
+                if kind in volumes.ATOMIC_KINDS:
+                    await self._write(volume, path)
+            except (VolumeError, OSError, ValueError) as err:
+                failures.append((volume["name"], str(err)))
+                continue
+            self.dirs[volume["name"]] = path
+        if failures:
+            raise VolumeSetUpFailed(failures)
+
+    async def refresh(self, pod: dict | None = None) -> list[tuple[str, str]]:
+        """Rewrite the atomic-writer volumes (of ``pod``, a newer version, when given); the
+        failures, each leaving its volume as it was."""
+        if pod is not None:
+            self.pod = pod
+        failures = []
+        for volume in self._volumes():
+            path = self.dirs.get(volume["name"])
+            if path is None or volumes.volume_kind(volume) not in volumes.ATOMIC_KINDS:
+                continue
+            try:
+                await self._write(volume, path)
+            except (VolumeError, OSError, ValueError) as err:
+                failures.append((volume["name"], str(err)))
+        return failures
+
+    async def _write(self, volume: dict, path: Path) -> None:
+        objects = {ref: await self._fetch(ref) for ref in volumes.referenced_objects(volume)}
+        tokens = {}
+        for projection in volumes.token_projections(volume):
+            tokens[id(projection)] = await self._token(projection)
+        if any(src.get("resourceFieldRef") for src in _downward_items(volume)) and self._allocatable is None:
+            self._allocatable = host_allocatable()
+        payload = volumes.volume_payload(volume, self.pod, objects=objects, token=lambda p: tokens[id(p)],
+                                         node_allocatable=self._allocatable or {})
+        atomic_writer.write(path, payload, self.clock.now())
+
+    async def _fetch(self, ref: ObjectRef) -> dict | None:
+        try:
+            return await self.client.get(f"/api/v1/namespaces/{self.namespace}/{_OBJECT_PATHS[ref.kind]}/{ref.name}")
+        except ClientError as err:
+            if is_not_found(err):
+                return None
+            raise VolumeError(f"failed to get {ref.kind} {self.namespace}/{ref.name}: {err}") from None
+
+    async def _token(self, projection: Mapping) -> str:
+        account = (self.pod.get("spec") or {}).get("serviceAccountName") or "default"
+        try:
+            return await self.tokens.token(self.namespace, account, volumes.token_request(self.pod, projection))
+        except TokenError as err:
+            raise VolumeError(str(err)) from None
+
+    # -- mounts and tear-down
+
+    def mounts_for(self, container: Mapping) -> list[BindMount]:
+        """The container's binds; raises MountConfigError (its CreateContainerConfigError)."""
+        result = []
+        for mount, sub_path in volumes.container_mounts(self.pod, container, self.dirs):
+            if sub_path:
+                mount = BindMount(_safe_subpath(mount.source, sub_path, container), mount.target, mount.read_only)
+            result.append(mount)
+        return result
+
+    def tear_down(self) -> None:
+        self.tokens.forget_pod(self.uid)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _downward_items(volume: Mapping) -> list[Mapping]:
+    kind = volumes.volume_kind(volume)
+    if kind == "downwardAPI":
+        return [i for i in volume["downwardAPI"].get("items") or [] if isinstance(i, Mapping)]
+    if kind == "projected":
+        return [i for s in volume["projected"].get("sources") or [] if isinstance(s, Mapping) and isinstance(s.get("downwardAPI"), Mapping)
+                for i in s["downwardAPI"].get("items") or [] if isinstance(i, Mapping)]
+    return []
+
+
+def _safe_subpath(host_path: str, sub_path: str, container: Mapping) -> str:
+    """kubelet ``makeMounts`` for a subPath: made when missing (the volume directory's mode),
+    resolved, and kept inside the volume."""
+    volume_path = host_path[: len(host_path) - len(sub_path)].rstrip("/")
+    mount_name = next((m.get("name", "") for m in container.get("volumeMounts") or [] if m.get("subPath") == sub_path), "")
+    names = f"volumeMount {go_quote(mount_name)} of container {go_quote(container.get('name') or '')}"
+    try:
+        if not os.path.lexists(host_path):
+            mode = os.stat(volume_path).st_mode & 0o7777
+            os.makedirs(host_path, exist_ok=True)
+            os.chmod(host_path, mode)
+    except OSError:
+        raise MountConfigError(f"failed to create subPath directory for {names}") from None
+    resolved, base = os.path.realpath(host_path), os.path.realpath(volume_path)
+    if resolved != base and not resolved.startswith(base + "/"):
+        raise MountConfigError(f"failed to prepare subPath for {names}")
+    return resolved

@@ -1,0 +1,298 @@
+"""A container's private mount namespace: its volumes at their ``mountPath``s, the host untouched.
+
+A container runtime gives every container a root filesystem of its own and bind-mounts the
+kubelet's volume directories onto the ``volumeMounts`` paths in it (runc's ``mount`` entries;
+containerd sorts them by path depth so an outer mount never hides an inner one). kubesvc has no
+images: a container is a host process that sees the host's filesystem. This module gives it the
+same view *plus* its volumes, without creating or mounting anything the host can see:
+
+1. The command starts through this file, run as a script by the same interpreter
+   (``python3 -I -S mounts.py PLAN -- ARGV``, isolated from the container's ``PYTHON*``
+   variables; after ``ip netns exec``, which has entered the Pod's network namespace). It calls
+   ``unshare(CLONE_NEWNS)`` and makes every mount a slave (``MS_REC|MS_SLAVE`` on ``/``, runc's
+   default root propagation): nothing mounted from here on propagates back to the host.
+2. A tmpfs on the agent's staging directory becomes the container's root. Every entry of the
+   host's ``/`` appears in it: directories and files bind-mounted recursively from the host,
+   symbolic links copied. So the container sees the host's files, and writes to them reach the
+   host as before.
+3. A mount point the host lacks (``/var/run/secrets/kubernetes.io/serviceaccount`` on a host
+   without ``/run/secrets``) needs directories made somewhere the host does not see: each host
+   directory on the way to it (``/``, ``/run``) is *shadowed*, a tmpfs instead of a bind with
+   every host entry bound back into it; the missing directories are made in the tmpfs. Symbolic
+   links on the way are resolved on the host first (``/var/run`` -> ``/run``), as runc resolves
+   them inside the rootfs. New top-level names in a shadowed directory live in that tmpfs, like
+   a container's writable layer.
+4. Each volume is bind-mounted; ``readOnly`` ones are then remounted ``MS_RDONLY``. A mount
+   point inside another volume is made inside that volume, as runc does.
+5. ``chroot`` into the new root, detach the copy of the staging directory that the binds carry,
+   ``chdir`` to the working directory, ``exec`` the command: the PID the agent holds is the
+   container's.
+
+Failures are reported on a status pipe the agent passes (close-on-exec: end of file without a
+word means the command was executed), worded as runc's (``error mounting "SRC" to rootfs at
+"DST": ...``), so the agent reports them as the container's ``StartError``.
+
+Every container gets its own namespace, as with a runtime; containers of one Pod share their
+volumes because they bind the same directories, and a ``..data`` swap of the atomic writer is
+seen through every bind at once. :func:`in_container` enters a running container's namespaces
+(``nsenter``), for commands that must see what it sees.
+
+Only the Python standard library is used here: the script runs before anything else exists.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import os
+import posixpath
+import shutil
+import stat
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+CLONE_NEWNS = 0x00020000
+MS_RDONLY = 0x1
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_SLAVE = 0x80000
+MNT_DETACH = 0x2
+
+SCRIPT = os.path.abspath(__file__)
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+NSENTER = "nsenter"
+
+
+@dataclass(frozen=True)
+class BindMount:
+    """One volume mount: the host path ``source`` seen at ``target`` inside the container."""
+
+    source: str
+    target: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class MountPlan:
+    """What the script does, in order: ``shadowed`` host directories (parents first) become
+    tmpfs copies, then each bind, outermost first."""
+
+    root: str
+    shadowed: tuple[str, ...]
+    binds: tuple[BindMount, ...]
+    file_targets: frozenset[str] = field(default_factory=frozenset)
+
+    def to_json(self) -> str:
+        return json.dumps({"root": self.root, "shadowed": list(self.shadowed), "fileTargets": sorted(self.file_targets),
+                           "binds": [{"source": b.source, "target": b.target, "readOnly": b.read_only} for b in self.binds]})
+
+
+class MountPlanError(ValueError):
+    """A mount that cannot be made (worded like runc's configuration errors)."""
+
+
+def _depth(path: str) -> int:
+    return len([p for p in path.split("/") if p])
+
+
+def _ancestors(path: str) -> list[str]:
+    """``/a/b/c`` -> ``["/", "/a", "/a/b"]``."""
+    parts = [p for p in path.split("/") if p]
+    return ["/" + "/".join(parts[:i]) for i in range(len(parts))]
+
+
+def _inside(path: str, directory: str) -> bool:
+    return directory == "/" or path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def plan_mounts(mounts: Sequence[BindMount], root: str, *, exists: Callable[[str], bool] = os.path.lexists,
+                is_dir: Callable[[str], bool] = os.path.isdir, resolve: Callable[[str], str] = os.path.realpath) -> MountPlan:
+    """The plan for ``mounts`` (pure given the three host probes, which tests replace).
+
+    Mounts are taken outermost first (stable by path depth, containerd's ``sortMounts``). A
+    target under an earlier target is made inside that volume; any other target has its host
+    symbolic links resolved, and every host directory from ``/`` down to its deepest existing
+    ancestor is shadowed when the target itself is missing on the host."""
+    ordered = sorted(mounts, key=lambda m: _depth(posixpath.normpath(m.target or ".")))
+    shadowed: set[str] = set()
+    binds: list[BindMount] = []
+    file_targets: set[str] = set()
+    placed: list[str] = []
+    for mount in ordered:
+        if not mount.target.startswith("/"):
+            raise MountPlanError(f'mount destination {mount.target} is not absolute')
+        target = posixpath.normpath(mount.target)
+        if target in ("/", "//"):
+            raise MountPlanError(f'invalid mount destination "{mount.target}": cannot mount over the root')
+        if not any(_inside(target, outer) for outer in placed):
+            target = resolve(target)
+            if target == "/":
+                raise MountPlanError(f'invalid mount destination "{mount.target}": cannot mount over the root')
+            if not exists(target):
+                existing = next(a for a in reversed(_ancestors(target)) if exists(a))
+                shadowed.update(_ancestors(existing) + [existing])
+        binds.append(BindMount(mount.source, target, mount.read_only))
+        if not is_dir(mount.source):
+            file_targets.add(target)
+        placed.append(target)
+    return MountPlan(root, tuple(sorted(shadowed, key=_depth)), tuple(binds), frozenset(file_targets))
+
+
+def in_mount_namespace(plan: MountPlan, argv: Sequence[str], *, cwd: str, status_fd: int) -> list[str]:
+    """``argv`` started through this script with ``plan`` (see the module docstring);
+    ``status_fd`` is the write end of the status pipe, passed to the child."""
+    return [sys.executable, "-I", "-S", SCRIPT, plan.to_json(), cwd, str(status_fd), "--", *argv]
+
+
+def in_container(pid: int, argv: Sequence[str]) -> list[str]:
+    """``argv`` run in the namespaces (network, mount), root and working directory of the
+    running process ``pid``: what an exec into a container does."""
+    return [NSENTER, f"--target={pid}", "--net", "--mount", "--root", "--wd", *argv]
+
+
+# ---- the script's side: runs in the child, between ip netns exec and the container's command ----
+
+
+class _Libc:
+    def __init__(self) -> None:
+        self.lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        self.lib.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+        self.lib.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+
+    @staticmethod
+    def _check(result: int, what: str) -> None:
+        if result != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+    def unshare(self, flags: int) -> None:
+        self._check(self.lib.unshare(flags), "unshare")
+
+    def mount(self, source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+        def enc(text):
+            return text.encode() if text is not None else None
+
+        self._check(self.lib.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
+
+    def umount_detach(self, target: str) -> None:
+        self._check(self.lib.umount2(target.encode(), MNT_DETACH), f"umount {target}")
+
+
+class MountFailed(Exception):
+    pass
+
+
+def _tmpfs_like(libc: _Libc, host_dir: str, inside: str) -> None:
+    info = os.stat(host_dir)
+    libc.mount("tmpfs", inside, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={stat.S_IMODE(info.st_mode):o},uid={info.st_uid},gid={info.st_gid}")
+
+
+def _populate(libc: _Libc, root: str, host_dir: str, shadowed: set[str]) -> None:
+    """Make ``root + host_dir`` (a fresh tmpfs) look like ``host_dir``: binds and copied links."""
+    for name in sorted(os.listdir(host_dir)):
+        host = posixpath.join(host_dir, name)
+        inside = root + host
+        info = os.lstat(host)
+        if stat.S_ISLNK(info.st_mode):
+            os.symlink(os.readlink(host), inside)
+        elif stat.S_ISDIR(info.st_mode):
+            os.mkdir(inside, 0o755)
+            if host in shadowed:
+                _tmpfs_like(libc, host, inside)
+                _populate(libc, root, host, shadowed)
+            else:
+                libc.mount(host, inside, None, MS_BIND | MS_REC)
+        else:
+            with open(inside, "w"):
+                pass
+            try:
+                libc.mount(host, inside, None, MS_BIND)
+            except OSError:
+                os.unlink(inside)  # a socket or device that will not bind: left out
+
+
+def _make_mount_point(path: str, as_file: bool) -> None:
+    os.makedirs(posixpath.dirname(path), mode=0o755, exist_ok=True)
+    if as_file:
+        if not os.path.lexists(path):
+            with open(path, "w"):
+                pass
+    elif not os.path.isdir(path):
+        os.mkdir(path, 0o755)
+
+
+def set_up(plan: dict, cwd: str, libc: _Libc | None = None) -> None:
+    """Steps 1-5 of the module docstring, short of the exec. Raises MountFailed."""
+    libc = libc or _Libc()
+    root = plan["root"]
+    try:
+        libc.unshare(CLONE_NEWNS)
+        libc.mount(None, "/", None, MS_REC | MS_SLAVE)
+        libc.mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755")
+        _populate(libc, root, "/", set(plan["shadowed"]))
+    except OSError as err:
+        raise MountFailed(f"error preparing the container's root at {root}: {err.strerror or err}") from None
+    file_targets = set(plan.get("fileTargets") or ())
+    for bind in plan["binds"]:
+        inside = root + bind["target"]
+        try:
+            _make_mount_point(inside, bind["target"] in file_targets)
+            libc.mount(bind["source"], inside, None, MS_BIND)
+            if bind["readOnly"]:
+                libc.mount(None, inside, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+        except OSError as err:
+            raise MountFailed(f'error mounting "{bind["source"]}" to rootfs at "{bind["target"]}": {err.strerror or err}') from None
+    try:
+        os.chroot(root)
+        os.chdir("/")
+        if os.path.ismount(root):
+            libc.umount_detach(root)  # the staging tmpfs, seen again through a bind of its host parent
+        os.chdir(cwd)
+    except OSError as err:
+        raise MountFailed(f'chdir to cwd ("{cwd}") set in config.json failed: {err.strerror or err}') from None
+
+
+def _report(status_fd: int, message: str) -> None:
+    try:
+        os.write(status_fd, message.encode(errors="replace"))
+    except OSError:
+        pass
+
+
+def main(args: Sequence[str]) -> int:
+    plan_text, cwd, fd_text, separator, *argv = args
+    status_fd = int(fd_text)
+    os.set_inheritable(status_fd, False)  # closed by the exec below: end of file means success
+    if separator != "--" or not argv:
+        _report(status_fd, "no command")
+        return 127
+    try:
+        set_up(json.loads(plan_text), cwd)
+    except MountFailed as err:
+        _report(status_fd, f"failed to create containerd task: {err}")
+        return 127
+    executable = _find_executable(argv[0])
+    if executable is None:
+        _report(status_fd, f'exec: "{argv[0]}": executable file not found in $PATH')
+        return 127
+    try:
+        os.execve(executable, argv, os.environ)
+    except OSError as err:
+        _report(status_fd, f'exec: "{argv[0]}": {err.strerror or err}')
+    return 127
+
+
+def _find_executable(argv0: str) -> str | None:
+    """Where ``argv0`` resolves in the container's view (its PATH, or its working directory)."""
+    if "/" in argv0:
+        return argv0 if os.path.isfile(argv0) and os.access(argv0, os.X_OK) else None
+    return shutil.which(argv0, path=os.environ.get("PATH", DEFAULT_PATH))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
