@@ -135,7 +135,7 @@ def build_control_plane(backend, clock: Clock, cidrs: list[str], node_port_range
     allocators = ServiceAllocators(cidrs, node_port_range, static_subrange=static_subrange, node_port_static_subrange=node_port_static_subrange,
                                    metrics=AllocatorMetrics(metrics_registry))
     strategies = allocation_strategies(allocators, allocators.kick_service_cidrs)
-    registry = Registry(all_kinds(), backend, clock, {**strategies, **(authorization.strategies() if authorization else {})})
+    registry = Registry(all_kinds(), backend, clock, authorization.strategies(strategies) if authorization else strategies)
     allocators.attach(registry)
     bootstrap(registry)
     if authorization is not None:
@@ -220,6 +220,7 @@ class APIServer:
         register_review_handlers(app)
         install_authentication(app, config.authentication, config.data_dir, self.url.removeprefix("https://"), x509=X509Authenticator(),
                                own_tokens={creds.token: UserInfo("admin", "admin-uid", (SYSTEM_PRIVILEGED_GROUP,))})
+        self.authorization.admit_token_requests(app["create_handlers"])  # NodeRestriction
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         tls.load_cert_chain(creds.serving_cert, creds.serving_key)
         request_client_certificates(tls, config.client_ca_file or creds.ca_cert)  # x509 authentication

@@ -9,16 +9,18 @@ authorizer has no opinion the request is refused with their reasons.
 
 :class:`Authorization` owns what those authorizers read: the RBAC policy index and the Node
 graph, fed from the store by one :class:`StoreFeed` (the four RBAC kinds and Pods), the
-ClusterRole aggregation loop, the escalation guard the RBAC strategies consult, and the
-default policy reconciled at start.
+ClusterRole aggregation loop, the escalation guard the RBAC strategies consult, the
+default policy reconciled at start, and, with the Node mode, NodeRestriction admission.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Callable, Mapping
 
 from kubesvc.api.scheme import KindInfo
+from kubesvc.apiserver.admission.noderestriction import RESTRICTED_KINDS, NodeRestriction
 from kubesvc.apiserver.auth.aggregation import ClusterRoleAggregator
 from kubesvc.apiserver.auth.authorizer import AlwaysAllow, AlwaysDeny, Authorizer, PrivilegedGroupAuthorizer, Union
 from kubesvc.apiserver.auth.escalation import EscalationGuard
@@ -61,6 +63,7 @@ class Authorization:
             chain.append({"AlwaysAllow": AlwaysAllow, "AlwaysDeny": AlwaysDeny}[mode]() if mode in ("AlwaysAllow", "AlwaysDeny")
                          else NodeAuthorizer(self.graph) if mode == "Node" else RBACAuthorizer(self.policy))
         self.authorizer = Union(chain)
+        self.node_restriction = NodeRestriction(lambda: self.registry) if "Node" in self.modes else None
         self.registry = None
         self.feed: StoreFeed | None = None
         self.guard: EscalationGuard | None = None
@@ -68,12 +71,26 @@ class Authorization:
         self._watch_from = 0
         self._tasks: list[asyncio.Task] = []
 
-    def strategies(self) -> dict:
-        """Strategy overrides for the RBAC kinds: escalation checks, and the index kept
-        current as their writes commit."""
+    def strategies(self, overrides: Mapping[str, Callable] | None = None) -> dict:
+        """``overrides`` plus the RBAC kinds' strategy (escalation checks, the index kept
+        current as their writes commit) and, with the Node mode, NodeRestriction admission in
+        front of the Pod, Node and Lease strategies (as kubeadm and k3s enable it with Node)."""
         from kubesvc.apiserver.registry.rbac import RBACStrategy
+        from kubesvc.apiserver.registry.strategy import strategy_for
 
-        return {kind: (lambda info: RBACStrategy(info, self)) for kind in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")}
+        merged = dict(overrides or {})
+        for kind in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"):
+            merged[kind] = lambda info: RBACStrategy(info, self)
+        if self.node_restriction is not None:
+            for kind in RESTRICTED_KINDS:
+                merged[kind] = self.node_restriction.wrap(merged.get(kind) or strategy_for)
+        return merged
+
+    def admit_token_requests(self, handlers: dict) -> None:
+        """NodeRestriction in front of the ``serviceaccounts/token`` handler, if there is one."""
+        key = ("", "serviceaccounts/token")
+        if self.node_restriction is not None and key in handlers:
+            handlers[key] = self.node_restriction.wrap_token_requests(handlers[key])
 
     def attach(self, registry) -> None:
         """Load the views from ``registry``'s store, then reconcile the default policy and
