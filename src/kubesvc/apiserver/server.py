@@ -37,6 +37,7 @@ from kubesvc.apiserver.allocator.service import ServiceAllocators
 from kubesvc.apiserver.allocator.servicecidr import ensure_default_service_cidr
 from kubesvc.apiserver.auth.x509 import request_client_certificates
 from kubesvc.apiserver.kubeletclient import KubeletClient, ensure_kubelet_api_admin_binding, kubelet_client_user, kubelet_tls_context
+from kubesvc.apiserver.endpointreconciler import EndpointReconciler
 from kubesvc.apiserver.kubernetes_service import KubernetesService
 from kubesvc.apiserver.registry.strategy import allocation_strategies
 from prometheus_client import CollectorRegistry
@@ -182,6 +183,7 @@ class APIServer:
         self.component_kubeconfigs: dict[str, Path] = {}
         self._tasks: list[asyncio.Task] = []
         self.authorization: Authorization | None = None
+        self.endpoint_reconciler: EndpointReconciler | None = None
 
     @property
     def url(self) -> str:
@@ -237,6 +239,9 @@ class APIServer:
             asyncio.create_task(self.allocators.service_cidr_controller.run()),
             asyncio.create_task(repair.run(config.repair_services_interval)),
         ]
+        # default/kubernetes Endpoints and EndpointSlice at the live apiservers' advertise addresses
+        self.endpoint_reconciler = EndpointReconciler(self.registry, self.advertise_address, self.port, self.clock)
+        self._tasks.append(asyncio.create_task(self.endpoint_reconciler.run()))
 
     async def _compactor(self) -> None:
         while True:
@@ -247,6 +252,11 @@ class APIServer:
                 log.exception("compaction failed")
 
     async def stop(self) -> None:
+        if self.endpoint_reconciler is not None:
+            try:
+                self.endpoint_reconciler.remove()  # our address leaves the kubernetes Service now
+            except Exception as err:  # noqa: BLE001 - stopping goes on; the lease expires in 15 s anyway
+                log.warning("unable to remove endpoints from kubernetes service: %s", err)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
