@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kubesvc.api.kinds.meta import OBJECT_META
-from kubesvc.api.scheme import KindInfo, all_kinds, by_kind, by_resource
+from kubesvc.api.scheme import KindInfo, all_kinds, by_kind, by_resource, stored_kinds
 from kubesvc.api.schema import ListOf, MapOf, Obj, child, walk
 
 KINDS = all_kinds()
@@ -23,11 +23,23 @@ UPSTREAM = {
     ("networking.k8s.io", "ipaddresses"): ("IPAddress", "ipaddress", False, (), (), ()),
     ("networking.k8s.io", "servicecidrs"): ("ServiceCIDR", "servicecidr", False, (), (), ("status",)),
     ("coordination.k8s.io", "leases"): ("Lease", "lease", True, (), (), ()),
+    ("", "secrets"): ("Secret", "secret", True, (), (), ()),
+    ("", "configmaps"): ("ConfigMap", "configmap", True, ("cm",), (), ()),
+    ("", "serviceaccounts"): ("ServiceAccount", "serviceaccount", True, ("sa",), (), ()),
     ("rbac.authorization.k8s.io", "roles"): ("Role", "role", True, (), (), ()),
     ("rbac.authorization.k8s.io", "clusterroles"): ("ClusterRole", "clusterrole", False, (), (), ()),
     ("rbac.authorization.k8s.io", "rolebindings"): ("RoleBinding", "rolebinding", True, (), (), ()),
     ("rbac.authorization.k8s.io", "clusterrolebindings"): ("ClusterRoleBinding", "clusterrolebinding", False, (), (), ()),
+    # create-only: answered, never stored
+    ("authentication.k8s.io", "tokenreviews"): ("TokenReview", "tokenreview", False, (), (), ()),
+    ("authentication.k8s.io", "selfsubjectreviews"): ("SelfSubjectReview", "selfsubjectreview", False, (), (), ()),
+    ("authorization.k8s.io", "subjectaccessreviews"): ("SubjectAccessReview", "subjectaccessreview", False, (), (), ()),
+    ("authorization.k8s.io", "selfsubjectaccessreviews"): ("SelfSubjectAccessReview", "selfsubjectaccessreview", False, (), (), ()),
+    ("authorization.k8s.io", "localsubjectaccessreviews"): ("LocalSubjectAccessReview", "localsubjectaccessreview", True, (), (), ()),
+    ("authorization.k8s.io", "selfsubjectrulesreviews"): ("SelfSubjectRulesReview", "selfsubjectrulesreview", False, (), (), ()),
 }
+CREATE_ONLY = {"tokenreviews", "selfsubjectreviews", "subjectaccessreviews", "selfsubjectaccessreviews",
+               "localsubjectaccessreviews", "selfsubjectrulesreviews"}
 
 
 def test_the_served_kinds_are_exactly_upstreams():
@@ -39,6 +51,11 @@ def test_discovery_facts_match_upstream(info: KindInfo):
     assert (info.kind, info.singular, info.namespaced, info.short_names, info.categories,
             info.subresources) == UPSTREAM[(info.group, info.resource)]
     assert info.version == "v1"
+
+
+def test_only_the_reviews_are_create_only_and_never_stored():
+    assert {info.resource for info in KINDS if info.create_only} == CREATE_ONLY
+    assert {info.resource for info in stored_kinds()} == {resource for _, resource in UPSTREAM} - CREATE_ONLY
 
 
 @pytest.mark.parametrize("info", KINDS, ids=IDS)

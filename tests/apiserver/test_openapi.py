@@ -13,7 +13,7 @@ from kubesvc.api.schema import STRING, F, Obj
 from kubesvc.apiserver.openapi import PATCH_CONTENT_TYPES, OpenAPI
 
 GROUP_VERSIONS = ["api/v1", "apis/discovery.k8s.io/v1", "apis/networking.k8s.io/v1", "apis/coordination.k8s.io/v1",
-                  "apis/rbac.authorization.k8s.io/v1"]
+                  "apis/rbac.authorization.k8s.io/v1", "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1"]
 WRITES = ("post", "put", "patch")
 
 
@@ -111,6 +111,14 @@ def test_each_kind_has_its_paths_and_a_component_naming_its_group_version_kind(o
         assert component(document, info.schema.name)["x-kubernetes-group-version-kind"] == gvk
         root = "/" + path
         collection = f"{root}/namespaces/{{namespace}}/{info.resource}" if info.namespaced else f"{root}/{info.resource}"
+        if info.create_only:  # only POST on the collection: no item, list or all-namespaces paths
+            assert set(document["paths"][collection]) == {"parameters", "post"}
+            assert not [p for p in document["paths"] if p.startswith(collection + "/") or p == f"{root}/{info.resource}" != collection]
+            post = document["paths"][collection]["post"]
+            assert post["x-kubernetes-group-version-kind"] == gvk[0]
+            assert post["requestBody"]["content"]["*/*"]["schema"]["$ref"].endswith("/" + info.schema.name)
+            assert "fieldValidation" in {p["name"] for p in post["parameters"]}  # kubectl's validation mode
+            continue
         assert {"get", "post", "delete"} <= set(document["paths"][collection])
         assert {"get", "put", "patch", "delete"} <= set(document["paths"][collection + "/{name}"])
         assert "get" in document["paths"][f"{root}/{info.resource}"]  # namespaced: the all-namespaces list

@@ -13,7 +13,8 @@ Two kinds of problems come out of that, and clients depend on their exact text:
   error is reported (Go keeps decoding and remembers the first), except that the custom
   decoders of Time, MicroTime, IntOrString and Quantity stop decoding at once, so their error
   wins even over an earlier one. A number that does not fit an integer field names its text:
-  ``cannot unmarshal number 80.5 into ... of type int32``.
+  ``cannot unmarshal number 80.5 into ... of type int32``. A ``[]byte`` field (Secret ``data``)
+  holds base64; a corrupt string is ``illegal base64 data at input byte 4``, with no field named.
 
 * **Unknown fields** (``spec.bogusField``), which depend on the request's ``fieldValidation``:
   ``Strict`` is a 400 listing every one (``strict decoding error: unknown field "spec.a",
@@ -36,6 +37,7 @@ from typing import Any, Callable
 
 from kubesvc.api.errors import StatusError
 from kubesvc.api.schema import Any_, ListOf, MapOf, Obj, Scalar, Type
+from kubesvc.util import gobase64
 
 VALIDATION_MODES = ("Strict", "Warn", "Ignore")
 MAX_UNKNOWN_FIELDS = 100  # upstream stops collecting strict errors here
@@ -176,6 +178,8 @@ def _compile(node: Type) -> tuple[Decoder, bool]:
         return _map_decoder(node), True
     if isinstance(node, Any_):
         return _copy_json, False
+    if node.kind == "byte":
+        return _bytes_decoder(node), True  # needs the state: a bad base64 string is remembered there
     return _SCALAR_DECODERS[node.kind](node), False
 
 
@@ -300,6 +304,23 @@ def _string_decoder(node: Scalar) -> Decoder:
         raise _Mismatch(json_kind(value), go_type)
 
     return decode_string
+
+
+def _bytes_decoder(node: Scalar) -> Decoder:
+    """``[]byte`` (Secret ``data`` values): a base64 string. A corrupt one is Go's saved
+    ``illegal base64 data at input byte N`` error (the first error wins, decoding goes on)."""
+
+    def decode_bytes(value: Any, chain: Chain, state: _Decoding) -> str:
+        if type(value) is not str:
+            raise _Mismatch(json_kind(value), "[]uint8")
+        if state.type_error is None:
+            try:
+                gobase64.decode(value)
+            except gobase64.CorruptInputError as error:
+                state.type_error = str(error)
+        return value
+
+    return decode_bytes
 
 
 def _boolean_decoder(node: Scalar) -> Decoder:

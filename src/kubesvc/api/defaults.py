@@ -5,11 +5,12 @@ at different moments:
 
 1. **Decode-time defaults** (``apply_defaults``) run on every object the server decodes,
    create and update alike: ``SetDefaults_*`` in ``pkg/apis/core/v1/defaults.go`` (Service,
-   Pod/PodSpec/Container/Probe/HTTPGetAction/Volume, Namespace, NodeStatus, Endpoints) and
+   Pod/PodSpec/Container/Probe/HTTPGetAction/Volume, Namespace, NodeStatus, Endpoints, Secret
+   type, plus the Secret conversion that merges ``stringData`` into ``data``),
    ``pkg/apis/discovery/v1/defaults.go`` (EndpointPort), ``pkg/apis/rbac/v1/defaults.go``
-   (binding roleRef and subject apiGroups), plus the declarative
-   ``+default="TCP"`` on ContainerPort.protocol. Events, Leases, IPAddresses and
-   ServiceCIDRs have none. Where Go would serialize an empty struct the JSON form gets the
+   (binding roleRef and subject apiGroups), plus the declarative ``+default="TCP"`` on
+   ContainerPort.protocol. Events, Leases, IPAddresses, ServiceCIDRs, ConfigMaps,
+   ServiceAccounts and roles have none. Where Go would serialize an empty struct the JSON form gets the
    empty object too (``status.loadBalancer: {}``, ``spec.securityContext: {}``).
 2. **Create-time strategy defaults** (``prepare_for_create``): a registry's
    ``PrepareForCreate`` resets status (Pod: ``Pending`` with its QoS class; Namespace:
@@ -29,6 +30,7 @@ type is left alone for validation to report.
 
 from __future__ import annotations
 
+import base64
 import re
 from decimal import Decimal
 from typing import Any
@@ -592,6 +594,20 @@ def _endpoint_slice(eps: dict) -> None:
             port["protocol"] = "TCP"
 
 
+def _secret(secret: dict) -> None:
+    """``stringData`` is merged into ``data`` on every write and never kept (upstream's
+    v1 -> internal conversion, ``Convert_v1_Secret_To_core_Secret``); ``type`` defaults to
+    ``Opaque`` (``SetDefaults_Secret``)."""
+    string_data = secret.pop("stringData", None)
+    if isinstance(string_data, dict) and string_data:
+        data = _child(secret, "data")
+        if data is not None:
+            for key, value in string_data.items():
+                if isinstance(value, str):
+                    data[key] = base64.b64encode(value.encode("utf-8", "surrogatepass")).decode("ascii")
+    _default(secret, "type", "Opaque")
+
+
 RBAC_GROUP = "rbac.authorization.k8s.io"
 
 
@@ -621,6 +637,9 @@ _DEFAULTERS = {
     "IPAddress": _nothing,
     "ServiceCIDR": _nothing,
     "Lease": _nothing,
+    "Secret": _secret,
+    "ConfigMap": _nothing,
+    "ServiceAccount": _nothing,
     "Role": _nothing,
     "ClusterRole": _nothing,
     "RoleBinding": _role_binding,

@@ -1,7 +1,9 @@
 """The served kinds: group/version/kind <-> resource names, scope, discovery facts, schema.
 
 ``KINDS`` is the single table the apiserver routes, discovery, OpenAPI, tables and the
-storage key layout are generated from. Storage keys follow the kube-apiserver etcd layout:
+storage key layout are generated from. Create-only kinds (``create_only``: access reviews,
+TokenReview, SelfSubjectReview) are in it for routing, discovery and OpenAPI but are never
+stored: :func:`stored_kinds` leaves them out. Storage keys follow the kube-apiserver etcd layout:
 ``/registry/<group-resource-path>/<namespace>/<name>`` (cluster-scoped: no namespace part).
 """
 
@@ -29,6 +31,10 @@ class KindInfo:
     # extra field-selector labels beyond metadata.name / metadata.namespace, -> JSON path
     field_labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
     storage_prefix: str = ""  # defaults to the resource name (upstream: "services/specs")
+    # never stored: only POSTed and answered (access reviews, TokenReview, SelfSubjectReview).
+    # Discovery lists the one verb "create", there is no store or storage key, and a handler
+    # registered in the app's "create_handlers" answers the POST.
+    create_only: bool = False
 
     @property
     def api_version(self) -> str:
@@ -81,3 +87,8 @@ def all_kinds() -> list[KindInfo]:
     import kubesvc.api.kinds  # noqa: F401  (registers on first import)
 
     return KINDS
+
+
+def stored_kinds() -> list[KindInfo]:
+    """The kinds with a store and storage keys: every kind but the create-only ones."""
+    return [k for k in all_kinds() if not k.create_only]

@@ -14,6 +14,7 @@ named upstream function with its message copied exactly (Kubernetes 1.32):
 * EndpointSlice: ``pkg/apis/discovery/validation/validation.go``.
 * IPAddress, ServiceCIDR: ``pkg/apis/networking/validation/validation.go``.
 * Lease: ``pkg/apis/coordination/validation/validation.go``.
+* Secret, ConfigMap, ServiceAccount: ``ValidateSecret`` and friends, in ``validation_config``.
 * Role, ClusterRole, RoleBinding, ClusterRoleBinding: ``pkg/apis/rbac/validation/validation.go``,
   in ``validation_rbac``.
 
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from kubesvc.api import validation_rbac
+from kubesvc.api import validation_config, validation_rbac
 from kubesvc.api.errors import FieldError, duplicate, forbidden_field, invalid_value, not_supported, required, too_many
 from kubesvc.api.validation_meta import (
     GO_NIL,
@@ -1610,6 +1611,10 @@ _KINDS: dict[str, _Rules] = {
     "IPAddress": _Rules(_validate_ip_address, _validate_ip_address_update),
     "ServiceCIDR": _Rules(_validate_service_cidr, _validate_service_cidr_update),
     "Lease": _Rules(_validate_lease, _validate_lease_update),
+    "Secret": _Rules(validation_config.validate_secret, validation_config.validate_secret_update),
+    "ConfigMap": _Rules(validation_config.validate_config_map, validation_config.validate_config_map_update),
+    "ServiceAccount": _Rules(validation_config.validate_service_account,
+                             validation_config.validate_service_account_update),
     "Role": _Rules(validation_rbac.validate_role, validation_rbac.validate_role_update),
     "ClusterRole": _Rules(validation_rbac.validate_cluster_role, validation_rbac.validate_cluster_role_update),
     "RoleBinding": _Rules(validation_rbac.validate_role_binding, validation_rbac.validate_role_binding_update),

@@ -10,6 +10,9 @@ Two generations of documents are served (k8s.io/apiserver/pkg/endpoints/discover
   Subresources appear as their own entries (``services/status``; the Pod's action
   subresources ``pods/binding`` and ``pods/log`` with their own kind and verbs, and the legacy
   ``bindings`` collection, see ``subresources.py``). The Python ``DynamicClient`` only uses these.
+  Create-only kinds (the access reviews, TokenReview, SelfSubjectReview) have the one verb
+  ``create`` and no ``storageVersionHash``; an action whose body is another group's kind
+  (``serviceaccounts/token``: an authentication.k8s.io TokenRequest) names that group/version.
 * **Aggregated discovery** (apidiscovery.k8s.io/v2): ``GET /api`` and ``GET /apis`` answer with
   every resource of every version in one ``APIGroupDiscoveryList``, but only when the
   ``Accept`` header asks for it, and the response must carry exactly the media type asked for
@@ -40,6 +43,7 @@ AGGREGATED_CONTENT_TYPE_V2BETA1 = "application/json;g=apidiscovery.k8s.io;v=v2be
 _AGGREGATED_VERSIONS = {AGGREGATED_CONTENT_TYPE: "v2", AGGREGATED_CONTENT_TYPE_V2BETA1: "v2beta1"}
 
 RESOURCE_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+CREATE_ONLY_VERBS = ["create"]  # access reviews, TokenReview, SelfSubjectReview: nothing stored to read
 SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "finalize": ["update"]}
 
 # kube-apiserver's APIService group priorities (groupPriorityMinimum) for the groups served here
@@ -148,17 +152,19 @@ class Discovery:
             return None
         resources = []
         for info in infos:
-            entry = {"name": info.resource, "singularName": info.singular, "namespaced": info.namespaced, "kind": info.kind, "verbs": RESOURCE_VERBS}
+            entry = {"name": info.resource, "singularName": info.singular, "namespaced": info.namespaced, "kind": info.kind, "verbs": _verbs(info)}
             if info.short_names:
                 entry["shortNames"] = list(info.short_names)
             if info.categories:
                 entry["categories"] = list(info.categories)
-            entry["storageVersionHash"] = storage_version_hash(info.group, info.version, info.kind)
+            if not info.create_only:  # no hash where nothing is stored
+                entry["storageVersionHash"] = storage_version_hash(info.group, info.version, info.kind)
             resources.append(entry)
             for sub in info.subresources:
                 resources.append({"name": f"{info.resource}/{sub}", "singularName": "", "namespaced": info.namespaced, "kind": info.kind, "verbs": _subresource_verbs(sub)})
             for action in actions_of(info):
-                resources.append({"name": f"{info.resource}/{action.name}", "singularName": "", "namespaced": info.namespaced, "kind": action.kind, "verbs": list(action.verbs)})
+                resources.append({"name": f"{info.resource}/{action.name}", "singularName": "", "namespaced": info.namespaced,
+                                  **_action_group_version(info, action), "kind": action.kind, "verbs": list(action.verbs)})
                 if action.legacy_resource:  # no storageVersionHash: nothing is stored under it
                     resources.append({"name": action.legacy_resource, "singularName": action.legacy_singular, "namespaced": info.namespaced, "kind": action.kind, "verbs": list(action.verbs)})
         resources.sort(key=lambda r: r["name"])
@@ -190,6 +196,19 @@ class Discovery:
         return {"metadata": metadata, "versions": versions}
 
 
+def _verbs(info: KindInfo) -> list[str]:
+    return CREATE_ONLY_VERBS if info.create_only else RESOURCE_VERBS
+
+
+def _action_group_version(info: KindInfo, action: ActionSubresource) -> dict:
+    """An action whose body is another group's kind names that group and version (upstream:
+    ``serviceaccounts/token`` is an authentication.k8s.io/v1 TokenRequest)."""
+    body = action.body
+    if body is None or (body.group, body.version) == (info.group, info.version):
+        return {}
+    return {"group": body.group, "version": body.version}
+
+
 def _subresource_verbs(subresource: str) -> list[str]:
     return SUBRESOURCE_VERBS.get(subresource, SUBRESOURCE_VERBS["status"])
 
@@ -217,15 +236,15 @@ def _resource_discovery(info: KindInfo) -> dict:
         "responseKind": response_kind,
         "scope": "Namespaced" if info.namespaced else "Cluster",
         "singularResource": info.singular,
-        "verbs": RESOURCE_VERBS,
+        "verbs": _verbs(info),
     }
     if info.short_names:
         entry["shortNames"] = list(info.short_names)
     if info.categories:
         entry["categories"] = list(info.categories)
     subresources = [{"subresource": sub, "responseKind": response_kind, "verbs": _subresource_verbs(sub)} for sub in info.subresources]
-    subresources += [{"subresource": action.name, "responseKind": {**response_kind, "kind": action.kind}, "verbs": list(action.verbs)}
-                     for action in actions_of(info)]
+    subresources += [{"subresource": action.name, "responseKind": {**response_kind, **_action_group_version(info, action), "kind": action.kind},
+                      "verbs": list(action.verbs)} for action in actions_of(info)]
     if subresources:
         entry["subresources"] = sorted(subresources, key=lambda s: s["subresource"])
     return entry

@@ -9,6 +9,7 @@ action subresources (``subresources.py``) have a handler each: ``binding`` and `
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -298,6 +299,43 @@ async def create_binding(request: web.Request, target: Target) -> web.Response:
     name = target.name if target.name is not None else (binding.get("metadata") or {}).get("name", "")
     bind_pod(target.store, target.namespace or "", name, binding, dry_run=opts.dry_run)
     return json_response(SUCCESS_CREATED, 201, _warning_headers(warnings))
+
+
+# ---- create-only kinds: answered, never stored -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class CreateRequest:
+    """A decoded POST of a create-only kind (an access review, TokenReview, SelfSubjectReview,
+    or the TokenRequest of ``serviceaccounts/NAME/token``) for the handler registered for it."""
+
+    info: KindInfo  # the kind POSTed
+    namespace: str | None  # the URL's namespace (LocalSubjectAccessReview, serviceaccounts/token)
+    name: str | None  # the object the URL names (the ServiceAccount of serviceaccounts/NAME/token)
+    body: dict  # decoded as any write is (types checked, apiVersion/kind set)
+    dry_run: bool
+
+
+# ``app["create_handlers"][(group, resource)]``, resource being e.g. "selfsubjectaccessreviews"
+# or "serviceaccounts/token": returns the answer object, sent as 201 Created.
+CreateHandler = Callable[[web.Request, CreateRequest], Awaitable[dict]]
+
+
+async def create_unstored(request: web.Request, info: KindInfo, key: tuple[str, str], namespace: str | None,
+                          name: str | None = None) -> web.Response:
+    """POST of a kind nothing stores: 404 until a handler is registered under ``key`` (upstream
+    has no route then), else the body decoded and validated like any write, the handler's
+    answer as 201 with the decoder's warnings."""
+    handler: CreateHandler | None = request.app.get("create_handlers", {}).get(key)
+    if handler is None:
+        raise StatusError(404, "NotFound", "the server could not find the requested resource")
+    opts = codec.write_options(request.query, request.headers.get("User-Agent"))
+    body, warnings = _decode_write_body(await request.read(), request, info, opts.field_validation)
+    body_namespace = (body.get("metadata") or {}).get("namespace")
+    if info.namespaced and namespace is not None and body_namespace not in (None, "") and body_namespace != namespace:
+        raise errors.bad_request("the namespace of the provided object does not match the namespace sent on the request")
+    answer = await handler(request, CreateRequest(info, namespace, name, body, opts.dry_run))
+    return json_response({"kind": info.kind, "apiVersion": info.api_version, **answer}, 201, _warning_headers(warnings))
 
 
 async def read_pod_log(request: web.Request, target: Target) -> web.StreamResponse:

@@ -13,6 +13,10 @@ kubectl reads these documents for three things:
 * **explain.** ``kubectl explain svc.spec.ports`` walks ``components.schemas`` from the kind
   carrying ``x-kubernetes-group-version-kind``, following ``allOf: [{$ref}]`` links.
 
+A create-only kind (an access review, TokenReview, SelfSubjectReview) has one path, its
+collection, with one operation, ``post``; the TokenRequest of ``serviceaccounts/{name}/token``
+is described as the ``post`` of that subresource.
+
 ``GET /openapi/v3`` is an index of one document per group/version; each entry's URL carries
 ``?hash=<sha512 of the document>``. kubectl caches documents by URL, so a changed document must
 get a new hash, which a content hash guarantees. Documents are built and serialized once.
@@ -315,10 +319,11 @@ class _ResourcePaths:
         self.info = info
         self.components = components
         self.object_ref = components.ref(info.schema)
-        self.list_ref = components.ref(list_schema(info.schema))
-        self.status_ref = components.ref(STATUS)
-        self.delete_options_ref = components.ref(DELETE_OPTIONS)
-        self.patch_ref = components.named(_PATCH)
+        if not info.create_only:  # nothing to list, delete or patch when nothing is stored
+            self.list_ref = components.ref(list_schema(info.schema))
+            self.status_ref = components.ref(STATUS)
+            self.delete_options_ref = components.ref(DELETE_OPTIONS)
+            self.patch_ref = components.named(_PATCH)
         self.gvk = {"group": info.group, "kind": info.kind, "version": info.version}
         self.tag = (info.group.removesuffix(".k8s.io").replace(".", "_") or "core") + "_" + info.version
         self.prefix = _operation_prefix(info.group, info.version)
@@ -333,6 +338,11 @@ class _ResourcePaths:
             scope_parameters = [_path_parameter("namespace", "object name and auth scope, such as for teams and "
                                                              "projects")]
         collection = f"{root}/namespaces/{{namespace}}/{info.resource}" if info.namespaced else f"{root}/{info.resource}"
+        if info.create_only:  # upstream registers only POST on the collection
+            return {collection: {
+                "parameters": scope_parameters + [_PRETTY],
+                "post": self._write("create", "post", f"create {self.article} {info.kind}", "200", "201", "202"),
+            }}
         paths = {
             collection: {
                 "parameters": scope_parameters + [_PRETTY],
@@ -352,7 +362,7 @@ class _ResourcePaths:
             item_parameters = [_path_parameter("name", f"name of the {action.kind}")] + scope_parameters
             if action.body is not None:
                 paths[f"{collection}/{{name}}/{action.name}"] = self._create_action(action, action.body, item_parameters,
-                                                                                   info.kind + action.kind)
+                                                                                   info.kind + action.name.capitalize())
                 if action.legacy_resource:
                     paths[f"{root}/namespaces/{{namespace}}/{action.legacy_resource}"] = self._create_action(
                         action, action.body, scope_parameters, action.kind, f"create {self.article} {action.kind}")

@@ -18,8 +18,10 @@ strVal}``. The Go marshaller writes every non-pointer field, zero or not.
 
 ``kubectl create secret|configmap|serviceaccount|role|clusterrole|rolebinding|clusterrolebinding``
 do the same. This module is a small wire decoder plus field tables for the kinds those commands
-create (v1 Namespace, Service, Secret, ConfigMap, ServiceAccount and the four rbac/v1 kinds),
-with the field numbers of k8s.io/api core/v1 and rbac/v1 generated.proto and apimachinery
+create (v1 Namespace, Service, Secret, ConfigMap, ServiceAccount, the four rbac/v1 kinds, and
+the access reviews, SelfSubjectReview, TokenReview and TokenRequest of ``kubectl auth can-i``,
+``auth whoami`` and ``create token``), with the field numbers of k8s.io/api core/v1, rbac/v1,
+authorization/v1 and authentication/v1 generated.proto and apimachinery
 meta/v1/generated.proto. A ``map<string, bytes>`` (Secret ``data``) becomes base64 strings, as
 its JSON form is. The result is the dict the object would be as JSON: fields in Go struct order, and zero values dropped the way Go's ``omitempty`` drops them,
 except for Go pointer fields (``allocateLoadBalancerNodePorts: false`` is a choice, not a
@@ -53,6 +55,7 @@ class _Kind(enum.Enum):
     MESSAGE = "message"
     STRING_MAP = "map<string,string>"
     BYTES_MAP = "map<string,bytes>"  # JSON: the values base64-encoded (Secret data, ConfigMap binaryData)
+    EXTRA_MAP = "map<string,ExtraValue>"  # JSON: string lists (a user's "extra" attributes)
     INT_OR_STRING = "IntOrString"
 
 
@@ -63,6 +66,7 @@ _WIRE_TYPE_OF = {
     _Kind.MESSAGE: _LENGTH_DELIMITED,
     _Kind.STRING_MAP: _LENGTH_DELIMITED,
     _Kind.BYTES_MAP: _LENGTH_DELIMITED,
+    _Kind.EXTRA_MAP: _LENGTH_DELIMITED,
     _Kind.INT_OR_STRING: _LENGTH_DELIMITED,
     _Kind.INT32: _VARINT,
     _Kind.INT64: _VARINT,
@@ -205,7 +209,47 @@ _BINDING: Message = {
     3: _message("roleRef", {1: _string("apiGroup"), 2: _string("kind"), 3: _string("name")}),
 }
 
+# what kubectl auth can-i [--list], auth whoami and create token send (authorization/v1, authentication/v1)
+_RESOURCE_ATTRIBUTES: Message = {
+    1: _string("namespace"), 2: _string("verb"), 3: _string("group"), 4: _string("version"), 5: _string("resource"),
+    6: _string("subresource"), 7: _string("name"),
+    8: _message("fieldSelector", {1: _string("rawSelector"), 2: _message(
+        "requirements", {1: _string("key"), 2: _string("operator"), 3: _string("values", repeated=True)}, repeated=True)},
+        pointer=True),
+    9: _message("labelSelector", {1: _string("rawSelector"), 2: _message(
+        "requirements", {1: _string("key"), 2: _string("operator"), 3: _string("values", repeated=True)}, repeated=True)},
+        pointer=True),
+}
+_SELF_SUBJECT_ACCESS_REVIEW_SPEC: Message = {
+    1: _message("resourceAttributes", _RESOURCE_ATTRIBUTES, pointer=True),
+    2: _message("nonResourceAttributes", {1: _string("path"), 2: _string("verb")}, pointer=True),
+}
+_SUBJECT_ACCESS_REVIEW_SPEC: Message = {
+    **_SELF_SUBJECT_ACCESS_REVIEW_SPEC,
+    3: _string("user"), 4: _string("groups", repeated=True), 5: _Field("extra", _Kind.EXTRA_MAP), 6: _string("uid"),
+}
+_SUBJECT_ACCESS_REVIEW: Message = {1: _message("metadata", _OBJECT_META), 2: _message("spec", _SUBJECT_ACCESS_REVIEW_SPEC)}
+_SELF_SUBJECT_ACCESS_REVIEW: Message = {
+    1: _message("metadata", _OBJECT_META), 2: _message("spec", _SELF_SUBJECT_ACCESS_REVIEW_SPEC),
+}
+_SELF_SUBJECT_RULES_REVIEW: Message = {1: _message("metadata", _OBJECT_META), 2: _message("spec", {1: _string("namespace")})}
+_TOKEN_REVIEW: Message = {
+    1: _message("metadata", _OBJECT_META), 2: _message("spec", {1: _string("token"), 2: _string("audiences", repeated=True)}),
+}
+_SELF_SUBJECT_REVIEW: Message = {1: _message("metadata", _OBJECT_META)}
+_TOKEN_REQUEST: Message = {
+    1: _message("metadata", _OBJECT_META),
+    2: _message("spec", {
+        1: _string("audiences", repeated=True),
+        4: _Field("expirationSeconds", _Kind.INT64, pointer=True),
+        3: _message("boundObjectRef", {1: _string("kind"), 2: _string("apiVersion"), 3: _string("name"), 4: _string("uid")},
+                    pointer=True),
+    }),
+}
+
 _RBAC = "rbac.authorization.k8s.io/v1"
+_AUTHZ = "authorization.k8s.io/v1"
+_AUTHN = "authentication.k8s.io/v1"
 SUPPORTED_KINDS: dict[tuple[str, str], Message] = {
     ("v1", "Namespace"): _NAMESPACE,
     ("v1", "Service"): _SERVICE,
@@ -216,6 +260,13 @@ SUPPORTED_KINDS: dict[tuple[str, str], Message] = {
     (_RBAC, "ClusterRole"): _CLUSTER_ROLE,
     (_RBAC, "RoleBinding"): _BINDING,
     (_RBAC, "ClusterRoleBinding"): _BINDING,
+    (_AUTHZ, "SubjectAccessReview"): _SUBJECT_ACCESS_REVIEW,
+    (_AUTHZ, "LocalSubjectAccessReview"): _SUBJECT_ACCESS_REVIEW,
+    (_AUTHZ, "SelfSubjectAccessReview"): _SELF_SUBJECT_ACCESS_REVIEW,
+    (_AUTHZ, "SelfSubjectRulesReview"): _SELF_SUBJECT_RULES_REVIEW,
+    (_AUTHN, "TokenReview"): _TOKEN_REVIEW,
+    (_AUTHN, "SelfSubjectReview"): _SELF_SUBJECT_REVIEW,
+    (_AUTHN, "TokenRequest"): _TOKEN_REQUEST,
 }
 
 
@@ -279,6 +330,9 @@ def _int_or_string(data: bytes) -> int | str:
     return decoded.get("strVal", "") if decoded.get("type") == 1 else decoded.get("intVal", 0)
 
 
+_EXTRA_VALUE: Message = {1: _string("items", repeated=True)}  # authentication/authorization v1 ExtraValue
+
+
 def _map_entry(data: bytes, value_kind: _Kind = _Kind.STRING) -> tuple[str, Any]:
     entry = _decode_fields(data, {1: _string("key"), 2: _Field("value", value_kind)})
     return entry.get("key", ""), entry.get("value", "" if value_kind is _Kind.STRING else b"")
@@ -313,6 +367,9 @@ def _decode_fields(data: bytes, table: Message) -> dict[str, Any]:
         elif field.kind is _Kind.BYTES_MAP:
             key, item = _map_entry(value, _Kind.BYTES)  # type: ignore[arg-type]
             decoded.setdefault(field.json_name, {})[key] = base64.b64encode(item).decode("ascii")
+        elif field.kind is _Kind.EXTRA_MAP:
+            key, item = _map_entry(value, _Kind.BYTES)  # type: ignore[arg-type]
+            decoded.setdefault(field.json_name, {})[key] = _decode_fields(item, _EXTRA_VALUE).get("items", [])
         elif field.repeated:
             decoded.setdefault(field.json_name, []).append(_scalar(field, value))
         else:

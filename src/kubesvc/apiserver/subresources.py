@@ -9,6 +9,9 @@ of a Pod's subresources do something else, each with REST logic of its own upstr
   Pod's name from the Binding's ``metadata.name``; it is a resource of its own in discovery,
   with the one verb ``create``.
 * ``pods/log`` (``LogREST``): ``GET`` streams a container's log from the Pod's node agent.
+* ``serviceaccounts/token`` (``TokenREST``): ``POST`` an authentication.k8s.io/v1
+  ``TokenRequest`` to get a signed token for the ServiceAccount; answered by the handler
+  registered for it in the app's ``create_handlers`` (404 until one is).
 
 Discovery, OpenAPI and routing all read this table, so a subresource is described once.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kubesvc.api.kinds.authentication import TOKEN_REQUEST_INFO
 from kubesvc.api.kinds.core import BINDING_INFO
 from kubesvc.api.scheme import KindInfo
 
@@ -36,7 +40,9 @@ class ActionSubresource:
 POD_BINDING = ActionSubresource("", "pods", "binding", "Binding", ("create",), body=BINDING_INFO,
                                 legacy_resource="bindings", legacy_singular="binding")
 POD_LOG = ActionSubresource("", "pods", "log", "Pod", ("get",))
-ACTION_SUBRESOURCES = (POD_BINDING, POD_LOG)
+SERVICE_ACCOUNT_TOKEN = ActionSubresource("", "serviceaccounts", "token", "TokenRequest", ("create",),
+                                          body=TOKEN_REQUEST_INFO)
+ACTION_SUBRESOURCES = (POD_BINDING, POD_LOG, SERVICE_ACCOUNT_TOKEN)
 
 
 def actions_of(info: KindInfo) -> list[ActionSubresource]:

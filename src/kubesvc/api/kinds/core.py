@@ -1023,3 +1023,91 @@ register(KindInfo(
 # BindingREST). So it is described here for decoding and OpenAPI but not registered as a
 # served kind with a store of its own.
 BINDING_INFO = KindInfo("", "v1", "Binding", "bindings", "binding", namespaced=True, schema=BINDING)
+
+# ---- Secret, ConfigMap, ServiceAccount ---------------------------------------------------------
+#
+# A **Secret** holds small pieces of sensitive data by key; ``data`` values are bytes, written
+# in JSON as base64, and ``stringData`` is a write-only convenience merged into ``data`` on every
+# write (never stored or returned). ``type`` names the expected keys: ``Opaque`` (anything),
+# ``kubernetes.io/service-account-token`` (bound to a ServiceAccount by annotation),
+# ``kubernetes.io/dockerconfigjson``, ``kubernetes.io/tls`` (``tls.crt``/``tls.key``),
+# ``bootstrap.kubernetes.io/token`` (node join tokens, in kube-system) and a few more; it is
+# immutable. A **ConfigMap** is the same for non-secret configuration (``data`` strings and
+# ``binaryData`` bytes). With ``immutable: true`` neither may change its data again. Both are
+# limited to 1 MiB of data. A **ServiceAccount** is an identity for processes in Pods; tokens
+# for it come from the ``serviceaccounts/token`` subresource (a TokenRequest).
+
+_LOCAL_OBJECT_REFERENCE = POD_SPEC.fields["imagePullSecrets"].type.item  # type: ignore[union-attr]
+_BYTES_MAP = MapOf(Scalar("byte", "byte"))
+
+SECRET = kind_schema(
+    CORE + "Secret", ("", "v1", "Secret"),
+    "Secret holds secret data of a certain type. The total bytes of the values in the Data field must be less than "
+    "MaxSecretSize bytes.",
+    {
+        "immutable": F(BOOL, "Immutable, if set to true, ensures that data stored in the Secret cannot be updated (only "
+                             "object metadata can be modified). If not set to true, the field can be modified at any "
+                             "time. Defaulted to nil."),
+        "data": F(_BYTES_MAP, "Data contains the secret data. Each key must consist of alphanumeric characters, '-', '_' "
+                              "or '.'. The serialized form of the secret data is a base64 encoded string, representing "
+                              "the arbitrary (possibly non-string) data value here. Described in "
+                              "https://tools.ietf.org/html/rfc4648#section-4"),
+        "stringData": F(STRING_MAP, "stringData allows specifying non-binary secret data in string form. It is provided "
+                                    "as a write-only input field for convenience. All keys and values are merged into "
+                                    "the data field on write, overwriting any existing values. The stringData field is "
+                                    "never output when reading from the API."),
+        "type": F(STRING, "Used to facilitate programmatic handling of secret data. More info: "
+                          "https://kubernetes.io/docs/concepts/configuration/secret/#secret-types"),
+    },
+)
+
+CONFIG_MAP = kind_schema(
+    CORE + "ConfigMap", ("", "v1", "ConfigMap"),
+    "ConfigMap holds configuration data for pods to consume.",
+    {
+        "immutable": F(BOOL, "Immutable, if set to true, ensures that data stored in the ConfigMap cannot be updated "
+                             "(only object metadata can be modified). If not set to true, the field can be modified at "
+                             "any time. Defaulted to nil."),
+        "data": F(STRING_MAP, "Data contains the configuration data. Each key must consist of alphanumeric characters, "
+                              "'-', '_' or '.'. Values with non-UTF-8 byte sequences must use the BinaryData field. The "
+                              "keys stored in Data must not overlap with the keys in the BinaryData field, this is "
+                              "enforced during validation process."),
+        "binaryData": F(_BYTES_MAP, "BinaryData contains the binary data. Each key must consist of alphanumeric "
+                                    "characters, '-', '_' or '.'. BinaryData can contain byte sequences that are not in "
+                                    "the UTF-8 range. The keys stored in BinaryData must not overlap with the ones in "
+                                    "the Data field, this is enforced during validation process."),
+    },
+)
+
+SERVICE_ACCOUNT = kind_schema(
+    CORE + "ServiceAccount", ("", "v1", "ServiceAccount"),
+    "ServiceAccount binds together: * a name, understood by users, and perhaps by peripheral systems, for an identity "
+    "* a principal that can be authenticated and authorized * a set of secrets",
+    {
+        "secrets": F(ListOf(OBJECT_REFERENCE, **merged_by("name")),
+                     "Secrets is a list of the secrets in the same namespace that pods running using this "
+                     "ServiceAccount are allowed to use. Pods are only limited to this list if this service account "
+                     'has a "kubernetes.io/enforce-mountable-secrets" annotation set to "true". The '
+                     '"kubernetes.io/enforce-mountable-secrets" annotation is deprecated since v1.32. Prefer separate '
+                     "namespaces to isolate access to mounted secrets. This field should not be used to find "
+                     "auto-generated service account token secrets for use outside of pods. Instead, tokens can be "
+                     "requested directly using the TokenRequest API, or service account token secrets can be manually "
+                     "created."),
+        "imagePullSecrets": F(ListOf(_LOCAL_OBJECT_REFERENCE),
+                              "ImagePullSecrets is a list of references to secrets in the same namespace to use for "
+                              "pulling any images in pods that reference this ServiceAccount. ImagePullSecrets are "
+                              "distinct from Secrets because Secrets can be mounted in the pod, but ImagePullSecrets "
+                              "are only accessed by the kubelet."),
+        "automountServiceAccountToken": F(BOOL, "AutomountServiceAccountToken indicates whether pods running as this "
+                                                "service account should have an API token automatically mounted. Can "
+                                                "be overridden at the pod level."),
+    },
+)
+
+register(KindInfo(
+    "", "v1", "Secret", "secrets", "secret", namespaced=True, schema=SECRET, field_labels={"type": ("type",)},
+))
+register(KindInfo("", "v1", "ConfigMap", "configmaps", "configmap", namespaced=True, schema=CONFIG_MAP,
+                  short_names=("cm",)))
+register(KindInfo("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", namespaced=True,
+                  schema=SERVICE_ACCOUNT, short_names=("sa",)))

@@ -762,6 +762,8 @@ class Registry:
         self.clock = clock
         self.stores: dict[tuple[str, str], Store] = {}
         for info in kinds:
+            if info.create_only:  # access reviews and the like: answered, never stored
+                continue
             self.stores[(info.group, info.resource)] = Store(info, backend, clock, self, strategy_for(info, strategies))
 
     def store(self, group: str, resource: str) -> Store | None:
