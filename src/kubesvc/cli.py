@@ -348,6 +348,17 @@ def _bounded(low: int, high: int):
     return check
 
 
+def _root_ca_file(path: str | None) -> str | None:
+    from kubesvc.controllers.rootcacert.publisher import read_root_ca
+
+    if path is not None:
+        try:
+            read_root_ca(path)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return path
+
+
 def _controllers(ctx, param, value: str) -> set[str]:
     from kubesvc.controllers.manager import enabled_controllers
 
@@ -364,7 +375,7 @@ def _controllers(ctx, param, value: str) -> set[str]:
 @click.option("--controllers", default="*", show_default=True, callback=_controllers,
               help="Controllers to enable: '*' for all, 'foo' to enable, '-foo' to disable "
                    "(endpointslice-controller, endpointslice-mirroring-controller, endpoints-controller, garbage-collector-controller, "
-                   "pod-scheduler).")
+                   "pod-scheduler, serviceaccount-controller, root-ca-certificate-publisher-controller).")
 @click.option("--concurrent-service-endpoint-syncs", type=int, default=5, show_default=True, callback=_bounded(1, 50),
               help="Services synced concurrently by the EndpointSlice controller.")
 @click.option("--concurrent-endpoint-syncs", type=click.IntRange(min=1), default=5, show_default=True,
@@ -388,6 +399,8 @@ def _controllers(ctx, param, value: str) -> set[str]:
 @click.option("--leader-elect-resource-namespace", default="kube-system", show_default=True)
 @click.option("--bind-address", default="0.0.0.0", show_default=True)
 @click.option("--secure-port", type=click.IntRange(0, 65535), default=10257, show_default=True, help="HTTPS port for /healthz and /metrics; 0 disables.")
+@click.option("--root-ca-file", default=None, callback=lambda ctx, param, value: _root_ca_file(value),
+              help="CA bundle published as kube-root-ca.crt in every namespace (default: the CA of --kubeconfig).")
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
 def controller_manager(kubeconfig: str, scheduler_kubeconfig: str | None, verbosity: int, **flags) -> None:
     """Run the EndpointSlice, mirroring, Endpoints and garbage-collector controllers."""

@@ -7,6 +7,9 @@ process, as an API client.
   ``endpointslice-mirroring-controller`` (slices for custom Endpoints),
   ``endpoints-controller`` (legacy Endpoints for selector Services),
   ``garbage-collector-controller`` (ownerReferences; off with ``--enable-garbage-collector=false``),
+  ``serviceaccount-controller`` (a ``default`` ServiceAccount in every active namespace),
+  ``root-ca-certificate-publisher-controller`` (a ``kube-root-ca.crt`` ConfigMap in every
+  namespace, holding ``--root-ca-file`` or else the CA of the manager's kubeconfig),
   ``pod-scheduler`` (binds unscheduled Pods to Ready Nodes, spreading them; kube-scheduler's
   job, kept small; its bindings, status patches and Events go with a client of its own when
   one is given, as ``system:kube-scheduler`` under ``kubesvc up``; it reads through the
@@ -33,7 +36,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, disable_created_metrics, generate_latest
 
 from kubesvc.apiserver.auth.pki import ephemeral_serving_context
-from kubesvc.client.rest import RestClient
+from kubesvc.client.rest import NAMESPACES, RestClient
 from kubesvc.controllers.endpointslice.controller import EndpointSliceController
 from kubesvc.controllers.endpointslice.metrics import EndpointSliceMetrics
 from kubesvc.controllers.informers import SharedInformers
@@ -48,9 +51,12 @@ MIRRORING = "endpointslice-mirroring-controller"
 ENDPOINTS = "endpoints-controller"
 GARBAGE_COLLECTOR = "garbage-collector-controller"
 SCHEDULER = "pod-scheduler"
-KNOWN_CONTROLLERS = (ENDPOINTSLICE, MIRRORING, ENDPOINTS, GARBAGE_COLLECTOR, SCHEDULER)
+SERVICEACCOUNT = "serviceaccount-controller"
+ROOT_CA_CERT_PUBLISHER = "root-ca-certificate-publisher-controller"
+KNOWN_CONTROLLERS = (ENDPOINTSLICE, MIRRORING, ENDPOINTS, GARBAGE_COLLECTOR, SCHEDULER, SERVICEACCOUNT, ROOT_CA_CERT_PUBLISHER)
 ALIASES = {"endpointslice": ENDPOINTSLICE, "endpointslicemirroring": MIRRORING, "endpoint": ENDPOINTS,
-           "endpoints": ENDPOINTS, "garbagecollector": GARBAGE_COLLECTOR, "scheduler": SCHEDULER}
+           "endpoints": ENDPOINTS, "garbagecollector": GARBAGE_COLLECTOR, "scheduler": SCHEDULER,
+           "serviceaccount": SERVICEACCOUNT, "root-ca-cert-publisher": ROOT_CA_CERT_PUBLISHER}
 
 
 class LeaderElectionLost(Exception):
@@ -101,6 +107,7 @@ class ManagerConfig:
     identity: str = ""
     bind_address: str = "0.0.0.0"
     secure_port: int = 10257
+    root_ca_file: str | None = None  # --root-ca-file; default: the CA of the manager's kubeconfig
 
 
 class ControllerManager:
@@ -198,6 +205,19 @@ class ControllerManager:
 
             controller = Scheduler(self.scheduler_client, informers, clock=self.clock)
             self.controllers[SCHEDULER] = controller
+            runs.append(controller.run)
+        if SERVICEACCOUNT in enabled:
+            from kubesvc.controllers.serviceaccount.controller import SERVICEACCOUNTS, ServiceAccountsController
+
+            controller = ServiceAccountsController(self.client, informers.informer(NAMESPACES), informers.informer(SERVICEACCOUNTS), clock=self.clock)
+            self.controllers[SERVICEACCOUNT] = controller
+            runs.append(controller.run)
+        if ROOT_CA_CERT_PUBLISHER in enabled:
+            from kubesvc.controllers.rootcacert.publisher import CONFIGMAPS, RootCACertPublisher, read_root_ca
+
+            root_ca = read_root_ca(config.root_ca_file) if config.root_ca_file else (self.client.config.ca_pem or b"").decode()
+            controller = RootCACertPublisher(self.client, informers.informer(NAMESPACES), informers.informer(CONFIGMAPS), root_ca, clock=self.clock)
+            self.controllers[ROOT_CA_CERT_PUBLISHER] = controller
             runs.append(controller.run)
         return runs
 
