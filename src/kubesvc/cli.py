@@ -425,12 +425,12 @@ def controller_manager(kubeconfig: str, scheduler_kubeconfig: str | None, verbos
 async def _run_controller_manager(client_config, config, scheduler_config) -> None:
     from kubesvc.client.rest import RestClient
     from kubesvc.client.leaderelection import LeadershipLost
-    from kubesvc.controllers.manager import ControllerManager, LeaderElectionLost
+    from kubesvc.controllers.manager import SCHEDULER, ControllerManager, LeaderElectionLost
 
     stop = stop_on_signals()
     async with RestClient(client_config, field_manager="kube-controller-manager", user_agent="kubesvc-controller-manager") as client, \
             RestClient(scheduler_config, field_manager="default-scheduler", user_agent="kubesvc-scheduler") as scheduler_client:
-        manager = ControllerManager(client, config, scheduler_client=scheduler_client)
+        manager = ControllerManager(client, config, controller_clients={SCHEDULER: scheduler_client})
         running = asyncio.create_task(manager.run())
         stopping = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)

@@ -3,11 +3,16 @@
 ``up`` starts, in order: the apiserver (SQLite under ``--data-dir``), the controller-manager,
 the agent (this machine is the node: a Pod bridge, Pods in namespaces) and the proxy
 (nftables where ``nft`` works, else iptables), each talking to the apiserver over its API as
-they would across machines. The agent serves logs over HTTPS with a serving certificate
-from the cluster CA. The machine is programmed as a node, so ClusterIPs answer from
-the host itself. When the host has no route that covers the Service range (a namespace with
-no uplink, as the tests use), the range is routed onto the Pod bridge so that a connection to
-a ClusterIP gets past routing to the proxy's DNAT; with a default route nothing is added.
+they would across machines, each with its own client certificate and kubeconfig under
+``<data-dir>/cred`` (``system:kube-controller-manager`` for its informers, each controller
+as its kube-system ServiceAccount as upstream's ``--use-service-account-credentials``,
+``system:kube-scheduler`` for the pod-scheduler, ``system:node:<name>`` for the agent,
+``system:kube-proxy``); none uses the admin's. The agent serves logs over HTTPS with a
+serving certificate from the cluster CA. The machine is programmed as a node, so ClusterIPs
+answer from the host itself. When the host has no route that covers the Service range (a
+namespace with no uplink, as the tests use), the range is routed onto the Pod bridge so that
+a connection to a ClusterIP gets past routing to the proxy's DNAT; with a default route
+nothing is added.
 
 What ``up`` makes outside the data directory (namespaces, links, kernel rules, that route) is
 recorded in ``<data-dir>/up.json``. Ctrl-C stops the components and removes all of it;
@@ -117,17 +122,21 @@ class System:
         from kubesvc.agent.agent import Agent, AgentConfig
         from kubesvc.apiserver.auth import pki
         from kubesvc.client.kubeconfig import load_kubeconfig
-        from kubesvc.controllers.manager import ControllerManager, ManagerConfig
+        from kubesvc.controllers.manager import CONTROLLER_SERVICE_ACCOUNTS, SCHEDULER, ControllerManager, ManagerConfig
         from kubesvc.proxy.config import ProxyFlags, complete, resolve
         from kubesvc.proxy.server import ProxyServer
 
         options = self.options
-        client_config = load_kubeconfig(self.server.kubeconfig)
+        kubeconfigs = self.server.component_kubeconfigs  # each component its own identity; none is the admin
         _write_state(self.data_dir, self.state)  # before anything is made: down must find it after a crash
-        cm_client = await self._client(client_config, "kube-controller-manager", "kubesvc-controller-manager")
-        scheduler_client = await self._client(client_config, "default-scheduler", "kubesvc-scheduler")
+        cm_client = await self._client(load_kubeconfig(kubeconfigs["controller-manager"]), "kube-controller-manager", "kubesvc-controller-manager")
+        controller_clients = {SCHEDULER: await self._client(load_kubeconfig(kubeconfigs["scheduler"]), "default-scheduler", "kubesvc-scheduler")}
+        for controller, service_account in CONTROLLER_SERVICE_ACCOUNTS.items():  # upstream's --use-service-account-credentials
+            kubeconfig = pki.write_controller_kubeconfig(self.data_dir, self.server.url, service_account)
+            controller_clients[controller] = await self._client(load_kubeconfig(kubeconfig), "kube-controller-manager",
+                                                                f"kubesvc-controller-manager/{service_account}")
         self.controller_manager = asyncio.create_task(
-            ControllerManager(cm_client, ManagerConfig(leader_elect=False, secure_port=0), scheduler_client=scheduler_client).run())
+            ControllerManager(cm_client, ManagerConfig(leader_elect=False, secure_port=0), controller_clients=controller_clients).run())
 
         agent_config = AgentConfig(node_name=options.node_name, pod_cidrs=options.pod_cidrs, node_ips=options.node_ips or [],
                                    data_dir=self.data_dir / AGENT_DIR, kubelet_port=options.kubelet_port, shutdown_grace=2.0)
@@ -136,20 +145,21 @@ class System:
         ca = pki.cluster_ca(self.data_dir)
         serving = ca.node_serving(options.node_name, agent_config.node_ips)
         agent_config.tls_cert_file, agent_config.tls_private_key_file, agent_config.client_ca_file = serving.cert, serving.key, ca.cert_path
-        self.agent = Agent(await self._client(client_config, "kubelet", "kubesvc-agent"), agent_config)
+        node_kubeconfig = pki.write_node_kubeconfig(self.data_dir, self.server.url, options.node_name)
+        self.agent = Agent(await self._client(load_kubeconfig(node_kubeconfig), "kubelet", "kubesvc-agent"), agent_config)
         await self.agent.start()
         try:
             ensure_service_routes(options.service_cidrs, agent_config.bridge, self.state["service_routes"])
         finally:
             _write_state(self.data_dir, self.state)
 
-        flags = ProxyFlags(kubeconfig=str(self.server.kubeconfig), hostname_override=options.node_name,
+        flags = ProxyFlags(kubeconfig=str(kubeconfigs["proxy"]), hostname_override=options.node_name,
                            proxy_mode=options.proxy_mode or None, cluster_cidr=",".join(options.pod_cidrs),
                            bind_address=agent_config.node_ips[0])
         settings = resolve(complete(flags))
         self.state["proxy_mode"] = settings.mode
         _write_state(self.data_dir, self.state)
-        self.proxy = ProxyServer(await self._client(client_config, "kube-proxy", "kubesvc-proxy"), settings)
+        self.proxy = ProxyServer(await self._client(load_kubeconfig(kubeconfigs["proxy"]), "kube-proxy", "kubesvc-proxy"), settings)
         await self.proxy.start()
 
     async def stop(self) -> list[str]:

@@ -150,6 +150,63 @@ def kubelet_tls_context(client_cert: str | Path, client_key: str | Path, certifi
     return context
 
 
+# The agents authorize the apiserver's kubelet client by a SubjectAccessReview for
+# nodes/proxy (agent/kubeletauth.py): kubeadm binds its user to system:kubelet-api-admin at
+# init (ClusterRoleBinding kubeadm:apiserver-kubelet-client), k3s with kube-apiserver-kubelet-admin
+# (k3s's name is kept). The apiserver ensures it at start, for whichever certificate it calls with.
+KUBELET_API_ADMIN_ROLE = "system:kubelet-api-admin"
+KUBELET_API_ADMIN_BINDING = "kube-apiserver-kubelet-admin"
+RBAC_GROUP = "rbac.authorization.k8s.io"
+
+
+def kubelet_client_user(certificate: str | Path) -> str:
+    """The user the agents see for the apiserver's kubelet-client certificate (its CN)."""
+    from cryptography import x509
+
+    from kubesvc.apiserver.auth.x509 import user_from_certificate
+
+    user = user_from_certificate(x509.load_pem_x509_certificate(Path(certificate).read_bytes()))
+    if user is None:
+        raise ValueError(f"--kubelet-client-certificate {certificate}: the certificate has no common name")
+    return user.name
+
+
+def kubelet_api_admin_subject(user: str) -> dict:
+    return {"kind": "User", "apiGroup": RBAC_GROUP, "name": user}
+
+
+def kubelet_api_admin_binding(user: str) -> dict:
+    return {"apiVersion": f"{RBAC_GROUP}/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": KUBELET_API_ADMIN_BINDING},
+            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": KUBELET_API_ADMIN_ROLE},
+            "subjects": [kubelet_api_admin_subject(user)]}
+
+
+def ensure_kubelet_api_admin_binding(registry, user: str, field_manager: str = "kube-apiserver") -> None:
+    """Bind ``user`` to ``system:kubelet-api-admin``: the binding is created if missing, and the
+    user added to its subjects if someone replaced them (other subjects are kept)."""
+    bindings = registry.store(RBAC_GROUP, "clusterrolebindings")
+    if bindings is None:
+        return
+    subject = kubelet_api_admin_subject(user)
+    try:
+        current = bindings.get(None, KUBELET_API_ADMIN_BINDING)
+    except StatusError as exc:
+        if exc.code != 404:
+            raise
+        bindings.create(None, kubelet_api_admin_binding(user), field_manager=field_manager)
+        return
+    if subject in (current.get("subjects") or []):
+        return
+
+    def add_subject(obj: dict) -> dict:
+        if subject not in (obj.get("subjects") or []):
+            obj["subjects"] = [*(obj.get("subjects") or []), subject]
+        return obj
+
+    bindings.guaranteed_update(None, KUBELET_API_ADMIN_BINDING, add_subject, field_manager=field_manager)
+
+
 class KubeletClient:
     """One HTTPS session to every node agent, owned by the apiserver app. Without a TLS
     context (no kubelet-client credentials) it refuses to call any agent."""

@@ -11,9 +11,12 @@ process, as an API client.
   ``root-ca-certificate-publisher-controller`` (a ``kube-root-ca.crt`` ConfigMap in every
   namespace, holding ``--root-ca-file`` or else the CA of the manager's kubeconfig),
   ``pod-scheduler`` (binds unscheduled Pods to Ready Nodes, spreading them; kube-scheduler's
-  job, kept small; its bindings, status patches and Events go with a client of its own when
-  one is given, as ``system:kube-scheduler`` under ``kubesvc up``; it reads through the
-  shared informers).
+  job, kept small).
+* **Identities**: the shared informers and leader election use the manager's own client;
+  each controller writes with a client of its own when one is given (``controller_clients``):
+  under ``kubesvc up`` each controller is the kube-system ServiceAccount upstream's
+  ``--use-service-account-credentials`` gives it (``CONTROLLER_SERVICE_ACCOUNTS``, bound to
+  its ``system:controller:<name>`` role) and the pod-scheduler is ``system:kube-scheduler``.
 * **Shared informers**: Services, Pods, Nodes, EndpointSlices and Endpoints are listed and
   watched once for all controllers; controllers start working only after every cache synced.
 * **Leader election** (``--leader-elect``, default true): a ``coordination.k8s.io`` Lease
@@ -54,6 +57,10 @@ SCHEDULER = "pod-scheduler"
 SERVICEACCOUNT = "serviceaccount-controller"
 ROOT_CA_CERT_PUBLISHER = "root-ca-certificate-publisher-controller"
 KNOWN_CONTROLLERS = (ENDPOINTSLICE, MIRRORING, ENDPOINTS, GARBAGE_COLLECTOR, SCHEDULER, SERVICEACCOUNT, ROOT_CA_CERT_PUBLISHER)
+# Each controller's identity with upstream's --use-service-account-credentials: the
+# kube-system ServiceAccount its system:controller:<name> ClusterRole is bound to.
+CONTROLLER_SERVICE_ACCOUNTS = {ENDPOINTSLICE: "endpointslice-controller", MIRRORING: "endpointslicemirroring-controller",
+                               ENDPOINTS: "endpoint-controller", GARBAGE_COLLECTOR: "generic-garbage-collector"}
 ALIASES = {"endpointslice": ENDPOINTSLICE, "endpointslicemirroring": MIRRORING, "endpoint": ENDPOINTS,
            "endpoints": ENDPOINTS, "garbagecollector": GARBAGE_COLLECTOR, "scheduler": SCHEDULER,
            "serviceaccount": SERVICEACCOUNT, "root-ca-cert-publisher": ROOT_CA_CERT_PUBLISHER}
@@ -111,9 +118,11 @@ class ManagerConfig:
 
 
 class ControllerManager:
-    def __init__(self, client: RestClient, config: ManagerConfig, clock: Clock | None = None, *, scheduler_client: RestClient | None = None):
+    def __init__(self, client: RestClient, config: ManagerConfig, clock: Clock | None = None, *,
+                 controller_clients: dict[str, RestClient] | None = None):
         self.client = client
-        self.scheduler_client = scheduler_client or client  # the pod-scheduler's writes go as kube-scheduler when given
+        # controller name -> the client it writes with (its own identity); the rest use ``client``
+        self.controller_clients = dict(controller_clients or {})
         self.config = config
         self.clock = clock or RealClock()
         self.metrics_registry = CollectorRegistry()
@@ -169,19 +178,22 @@ class ControllerManager:
             self.caches_synced.clear()
             await informers.stop()
 
+    def _client_for(self, controller: str) -> RestClient:
+        return self.controller_clients.get(controller, self.client)
+
     def _build(self, informers: SharedInformers) -> list:
         config, enabled = self.config, self.config.controllers
         runs = []
         if ENDPOINTSLICE in enabled:
             controller = EndpointSliceController(
-                self.client, informers, max_endpoints_per_slice=config.max_endpoints_per_slice,
+                self._client_for(ENDPOINTSLICE), informers, max_endpoints_per_slice=config.max_endpoints_per_slice,
                 batch_period=config.endpointslice_updates_batch_period, workers=config.concurrent_service_endpoint_syncs,
                 metrics=self.endpointslice_metrics, clock=self.clock)
             self.controllers[ENDPOINTSLICE] = controller
             runs.append(controller.run)
         if MIRRORING in enabled:
             controller = EndpointSliceMirroringController(
-                self.client, informers, max_endpoints_per_subset=config.mirroring_max_endpoints_per_subset,
+                self._client_for(MIRRORING), informers, max_endpoints_per_subset=config.mirroring_max_endpoints_per_subset,
                 batch_period=config.mirroring_endpointslice_updates_batch_period,
                 workers=config.mirroring_concurrent_service_endpoint_syncs,
                 metrics=self.mirroring_metrics, clock=self.clock)
@@ -190,20 +202,20 @@ class ControllerManager:
         if ENDPOINTS in enabled:
             from kubesvc.controllers.endpoints.controller import EndpointsController
 
-            controller = EndpointsController(self.client, informers, batch_period=config.endpoint_updates_batch_period,
+            controller = EndpointsController(self._client_for(ENDPOINTS), informers, batch_period=config.endpoint_updates_batch_period,
                                              workers=config.concurrent_endpoint_syncs, clock=self.clock)
             self.controllers[ENDPOINTS] = controller
             runs.append(controller.run)
         if GARBAGE_COLLECTOR in enabled and config.enable_garbage_collector:
             from kubesvc.controllers.gc.controller import GarbageCollector
 
-            controller = GarbageCollector(self.client, workers=config.concurrent_gc_syncs)
+            controller = GarbageCollector(self._client_for(GARBAGE_COLLECTOR), workers=config.concurrent_gc_syncs)
             self.controllers[GARBAGE_COLLECTOR] = controller
             runs.append(controller.run)
         if SCHEDULER in enabled:
             from kubesvc.controllers.scheduler.controller import Scheduler
 
-            controller = Scheduler(self.scheduler_client, informers, clock=self.clock)
+            controller = Scheduler(self._client_for(SCHEDULER), informers, clock=self.clock)
             self.controllers[SCHEDULER] = controller
             runs.append(controller.run)
         if SERVICEACCOUNT in enabled:

@@ -12,18 +12,16 @@ also means one trust anchor to hand out (kubeconfigs, ``kube-root-ca.crt``).
 
 **Identities** (identity.md §6.3, k3s's ``genClientCerts``; subject CN = user, O = groups):
 
-==================================  ===================  ====================================
-CN                                   O                    used by
-==================================  ===================  ====================================
-``system:admin``                     ``system:masters``   the admin kubeconfig (k3s's name)
-``system:kube-controller-manager``   -                    the controller-manager
-``system:kube-scheduler``            -                    the scheduler (pod-scheduler)
-``system:kube-proxy``                -                    every node's proxy
-``system:node:<name>``               ``system:nodes``     that node's agent (Node authorizer)
-``kube-apiserver-kubelet-client``    -                    the apiserver calling agents
-                                                          (kubeadm's name; allowed on agents
-                                                          by ``system:kubelet-api-admin``)
-==================================  ===================  ====================================
+* ``system:admin`` in ``system:masters``: the admin kubeconfig (k3s's name);
+* ``system:kube-controller-manager``: the controller-manager (shared informers, leader election);
+* ``system:serviceaccount:kube-system:<controller>`` in ``system:serviceaccounts`` and
+  ``system:serviceaccounts:kube-system``: each controller under ``kubesvc up``, bound to its
+  ``system:controller:<controller>`` role;
+* ``system:kube-scheduler``: the scheduler (pod-scheduler);
+* ``system:kube-proxy``: every node's proxy;
+* ``system:node:<name>`` in ``system:nodes``: that node's agent (Node authorizer);
+* ``kube-apiserver-kubelet-client``: the apiserver calling agents (kubeadm's name; allowed on
+  agents by ``system:kubelet-api-admin``).
 
 **Serving certificates.** The apiserver's (``pki/apiserver.crt``) covers every name a client
 may dial: ``kubernetes``, ``kubernetes.default``, ``kubernetes.default.svc``,
@@ -49,6 +47,7 @@ import os
 import secrets
 import ssl
 import tempfile
+import warnings
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -61,8 +60,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from kubesvc.apiserver.auth.x509 import certificate_subject
 from kubesvc.apiserver.auth.user import (KUBE_CONTROLLER_MANAGER, KUBE_PROXY, KUBE_SCHEDULER, NODE_USER_PREFIX, NODES_GROUP,
-                                         SYSTEM_PRIVILEGED_GROUP)
+                                         SYSTEM_PRIVILEGED_GROUP, service_account_groups, service_account_user)
 
 # Paths that answer without a token, as kube-apiserver's default RBAC lets system:unauthenticated
 # read them (and the kubectl dispatcher calls /version before every command).
@@ -97,6 +97,14 @@ def node_identity(node_name: str) -> Identity:
     return Identity(f"{NODE_USER_PREFIX}{node_name}", (NODES_GROUP,))
 
 
+def service_account_identity(namespace: str, name: str) -> Identity:
+    """A ServiceAccount's user and groups, as its token would authenticate. The certificate
+    form lets ``kubesvc up`` give each controller the identity upstream's
+    ``--use-service-account-credentials`` gives it through TokenRequest (the RBAC subject
+    ``ServiceAccount kube-system/<name>`` matches the user name, however authenticated)."""
+    return Identity(service_account_user(namespace, name), service_account_groups(namespace))
+
+
 @dataclass(frozen=True)
 class CertSpec:
     """What a leaf certificate must say; comparing a certificate with it decides renewal."""
@@ -113,7 +121,12 @@ class CertSpec:
 
     def subject(self) -> x509.Name:
         attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in self.organizations]
-        attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, self.common_name))
+        # X.520 caps a CN at 64 characters; Go's x509 (and OpenSSL's parser) do not, and a
+        # ServiceAccount user such as system:serviceaccount:kube-system:endpointslicemirroring-controller
+        # is longer: the cap is not enforced here either
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, self.common_name, _validate=False))
         return x509.Name(attributes)
 
     def sans(self) -> list[x509.GeneralName]:
@@ -197,8 +210,8 @@ def reissue_reason(cert: x509.Certificate, ca: x509.Certificate, spec: CertSpec,
         cert.verify_directly_issued_by(ca)
     except (ValueError, TypeError, InvalidSignature):
         return "not signed by the cluster CA"
-    if cert.subject != spec.subject():
-        return f"subject {cert.subject.rfc4514_string()} is not {spec.subject().rfc4514_string()}"
+    if certificate_subject(cert) != spec.subject():
+        return f"subject {certificate_subject(cert).rfc4514_string()} is not {spec.subject().rfc4514_string()}"
     if _sans_of(cert) != set(spec.sans()):
         return "its subject alternative names changed"
     if _usage_of(cert) != set(spec.usage()):
@@ -422,6 +435,15 @@ def write_component_kubeconfigs(data_dir: Path, server: str) -> dict[str, Path]:
             for component, (name, identity) in COMPONENTS.items()}
 
 
+def write_controller_kubeconfig(data_dir: Path, server: str, service_account: str) -> Path:
+    """The kubeconfig of one controller of the controller-manager: the ``kube-system``
+    ServiceAccount ``service_account`` (``cred/controller-<name>.kubeconfig``)."""
+    ca = cluster_ca(data_dir)
+    identity = service_account_identity("kube-system", service_account)
+    return write_kubeconfig(kubeconfig_path(data_dir, f"controller-{service_account}"), server, ca, identity.user,
+                            ca.client(f"controller-{service_account}", identity))
+
+
 def write_node_kubeconfig(data_dir: Path, server: str, node_name: str) -> Path:
     """The kubeconfig of node ``node_name``'s agent (``system:node:<name>`` in ``system:nodes``)."""
     ca = cluster_ca(data_dir)
@@ -465,7 +487,7 @@ def self_signed_current(cert_path: Path, key_path: Path, spec: CertSpec, now: da
     except (OSError, ValueError, TypeError):
         return False
     now = now or datetime.now(timezone.utc)
-    return (key.public_key().public_numbers() == cert.public_key().public_numbers() and cert.subject == spec.subject()
+    return (key.public_key().public_numbers() == cert.public_key().public_numbers() and certificate_subject(cert) == spec.subject()
             and _sans_of(cert) == set(spec.sans()) and cert.not_valid_after_utc - now >= RENEW_BEFORE)
 
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import ssl
+import warnings
 from collections import OrderedDict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -104,9 +105,17 @@ def _go_time(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def certificate_subject(cert: x509.Certificate) -> x509.Name:
+    """The subject, read as Go reads it: a CN longer than X.520's 64 characters (a
+    ServiceAccount user can be) is accepted without cryptography's warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return cert.subject
+
+
 def user_from_certificate(cert: x509.Certificate, der: bytes | None = None) -> UserInfo | None:
     """``CommonNameUserConversion``: CN -> name, O -> groups, UID -> uid; None for an empty CN."""
-    subject = cert.subject
+    subject = certificate_subject(cert)
     common_names = _attribute_values(subject, NameOID.COMMON_NAME)
     name = common_names[0] if common_names else ""
     if not name:
