@@ -275,3 +275,47 @@ def test_bad_token_file_stops_the_server_with_one_line(tmp_path):
     assert result.returncode != 0
     assert f"token file '{bad}' must have at least 3 columns (token, user name, user uid), found 2" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def request_token(server, ns: str, sa: str, spec: dict) -> requests.Response:
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+    return requests.post(f"{server.url}/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token", json=body, verify=str(server.ca_file), timeout=10,
+                         headers={"Authorization": f"Bearer {server.token}"})
+
+
+def test_projected_volume_tokens_are_extended(server, ns):
+    service_account(server, ns)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+           "spec": {"serviceAccountName": "builder", "containers": [{"name": "c", "image": "x"}]}}
+    server.kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(pod))
+    answer = request_token(server, ns, "builder", {"expirationSeconds": 3607, "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "web"}})
+    assert answer.status_code == 201, answer.text
+    body = answer.json()
+    assert (body["kind"], body["metadata"]["name"], body["metadata"]["namespace"]) == ("TokenRequest", "builder", ns)
+    assert body["spec"]["audiences"] == [ISSUER] and body["spec"]["expirationSeconds"] == 3607
+    claims = jwt.parse(body["status"]["token"]).claims()
+    assert claims["exp"] - claims["iat"] == 365 * 24 * 3600 and claims["kubernetes.io"]["warnafter"] == claims["iat"] + 3607
+    expires = datetime.strptime(body["status"]["expirationTimestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    assert abs(expires.timestamp() - (claims["iat"] + 3607)) <= 1
+
+
+@pytest.mark.parametrize("ref,code,message", [
+    ({"apiVersion": "v1", "kind": "ConfigMap", "name": "x"}, 400, "cannot bind token to object of type /v1, Kind=ConfigMap"),
+    ({"apiVersion": "v1", "kind": "Secret", "name": "s", "uid": "not-its-uid"}, 409,
+     'Operation cannot be fulfilled on Secret "s": the UID in the bound object reference (not-its-uid) does not match the UID in record. '
+     "The object might have been deleted and then recreated"),
+], ids=["unsupported-kind", "uid-mismatch"])
+def test_bound_object_errors(server, ns, ref, code, message):
+    service_account(server, ns)
+    server.kubectl("-n", ns, "create", "secret", "generic", "s", "--from-literal=a=b")
+    answer = request_token(server, ns, "builder", {"boundObjectRef": ref})
+    assert (answer.status_code, answer.json()["message"]) == (code, message)
+
+
+def test_max_token_expiration_shortens_with_a_warning(tmp_path):
+    with running_apiserver(tmp_path / "data", "--service-account-max-token-expiration=1h") as capped:
+        capped.kubectl("create", "serviceaccount", "builder")
+        result = capped.kubectl("create", "token", "builder", "--duration=2h")
+        claims = jwt.parse(result.stdout.strip()).claims()
+        assert claims["exp"] - claims["iat"] == 3600
+        assert "Warning: requested expiration of 7200 seconds shortened to 3600 seconds" in result.stderr

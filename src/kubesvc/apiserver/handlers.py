@@ -335,6 +335,7 @@ async def create_unstored(request: web.Request, info: KindInfo, key: tuple[str, 
     if info.namespaced and namespace is not None and body_namespace not in (None, "") and body_namespace != namespace:
         raise errors.bad_request("the namespace of the provided object does not match the namespace sent on the request")
     answer = await handler(request, CreateRequest(info, namespace, name, body, opts.dry_run))
+    warnings = [*warnings, *request.get("warnings", ())]  # the handler's own (a TokenRequest shortened)
     return json_response({"kind": info.kind, "apiVersion": info.api_version, **answer}, 201, _warning_headers(warnings))
 
 

@@ -220,6 +220,22 @@ def _str_ref(value: object) -> tuple[str, str] | None:
     return name, uid
 
 
+def _check_bound(kind: str, fetch, claimed_uid: str, invalid_if_deleted_before: datetime, uid_first: bool = False) -> None:
+    """The object a token is bound to must exist, not have been deleted over a minute ago, and
+    have the uid in the token (upstream checks a Node's uid before its deletion)."""
+    try:
+        obj = fetch()
+    except AuthenticationError:
+        raise AuthenticationError("service account token has been invalidated") from None
+    mismatch = claimed_uid != _uid(obj)
+    if mismatch and uid_first:
+        raise AuthenticationError(f"{kind} UID ({_uid(obj)}) does not match service account {kind} ref claim ({claimed_uid})")
+    if _deleted_before(obj, invalid_if_deleted_before):
+        raise AuthenticationError("service account token has been invalidated")
+    if mismatch:
+        raise AuthenticationError(f"{kind} UID ({_uid(obj)}) does not match service account {kind} ref claim ({claimed_uid})")
+
+
 def validate_bound(claims: dict, getter: ObjectGetter, now: datetime) -> ServiceAccountInfo:
     """upstream ``validator.Validate`` for a signature-checked bound token."""
     check_times(claims, now)
@@ -238,36 +254,15 @@ def validate_bound(claims: dict, getter: ObjectGetter, now: datetime) -> Service
     if _uid(service_account) != sa_ref[1]:
         raise AuthenticationError(f"service account UID ({_uid(service_account)}) does not match claim ({sa_ref[1]})")
     if secret_ref is not None:
-        try:
-            secret = getter.secret(namespace, secret_ref[0])
-        except AuthenticationError:
-            raise AuthenticationError("service account token has been invalidated") from None
-        if _deleted_before(secret, invalid_if_deleted_before):
-            raise AuthenticationError("service account token has been invalidated")
-        if secret_ref[1] != _uid(secret):
-            raise AuthenticationError(f"secret UID ({_uid(secret)}) does not match service account secret ref claim ({secret_ref[1]})")
+        _check_bound("secret", lambda: getter.secret(namespace, secret_ref[0]), secret_ref[1], invalid_if_deleted_before)
     pod_name = pod_uid = ""
     if pod_ref is not None:
-        try:
-            pod = getter.pod(namespace, pod_ref[0])
-        except AuthenticationError:
-            raise AuthenticationError("service account token has been invalidated") from None
-        if _deleted_before(pod, invalid_if_deleted_before):
-            raise AuthenticationError("service account token has been invalidated")
-        if pod_ref[1] != _uid(pod):
-            raise AuthenticationError(f"pod UID ({_uid(pod)}) does not match service account pod ref claim ({pod_ref[1]})")
+        _check_bound("pod", lambda: getter.pod(namespace, pod_ref[0]), pod_ref[1], invalid_if_deleted_before)
         pod_name, pod_uid = pod_ref
     node_name = node_uid = ""
     if node_ref is not None:
-        if pod_ref is None:  # a node-bound token: the node must still be there
-            try:
-                node = getter.node(node_ref[0])
-            except AuthenticationError:
-                raise AuthenticationError("service account token has been invalidated") from None
-            if node_ref[1] != _uid(node):
-                raise AuthenticationError(f"node UID ({_uid(node)}) does not match service account node ref claim ({node_ref[1]})")
-            if _deleted_before(node, invalid_if_deleted_before):
-                raise AuthenticationError("service account token has been invalidated")
+        if pod_ref is None:  # a node-bound token: the node must still be there (a Pod-bound one only names it)
+            _check_bound("node", lambda: getter.node(node_ref[0]), node_ref[1], invalid_if_deleted_before, uid_first=True)
         node_name, node_uid = node_ref
     jti = claims.get("jti") or ""
     return ServiceAccountInfo(namespace, sa_ref[0], sa_ref[1], pod_name, pod_uid, node_name, node_uid,
