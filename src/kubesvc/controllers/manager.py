@@ -60,7 +60,8 @@ KNOWN_CONTROLLERS = (ENDPOINTSLICE, MIRRORING, ENDPOINTS, GARBAGE_COLLECTOR, SCH
 # Each controller's identity with upstream's --use-service-account-credentials: the
 # kube-system ServiceAccount its system:controller:<name> ClusterRole is bound to.
 CONTROLLER_SERVICE_ACCOUNTS = {ENDPOINTSLICE: "endpointslice-controller", MIRRORING: "endpointslicemirroring-controller",
-                               ENDPOINTS: "endpoint-controller", GARBAGE_COLLECTOR: "generic-garbage-collector"}
+                               ENDPOINTS: "endpoint-controller", GARBAGE_COLLECTOR: "generic-garbage-collector",
+                               SERVICEACCOUNT: "service-account-controller", ROOT_CA_CERT_PUBLISHER: "root-ca-cert-publisher"}
 ALIASES = {"endpointslice": ENDPOINTSLICE, "endpointslicemirroring": MIRRORING, "endpoint": ENDPOINTS,
            "endpoints": ENDPOINTS, "garbagecollector": GARBAGE_COLLECTOR, "scheduler": SCHEDULER,
            "serviceaccount": SERVICEACCOUNT, "root-ca-cert-publisher": ROOT_CA_CERT_PUBLISHER}
@@ -221,14 +222,14 @@ class ControllerManager:
         if SERVICEACCOUNT in enabled:
             from kubesvc.controllers.serviceaccount.controller import SERVICEACCOUNTS, ServiceAccountsController
 
-            controller = ServiceAccountsController(self.client, informers.informer(NAMESPACES), informers.informer(SERVICEACCOUNTS), clock=self.clock)
+            controller = ServiceAccountsController(self._client_for(SERVICEACCOUNT), informers.informer(NAMESPACES), informers.informer(SERVICEACCOUNTS), clock=self.clock)
             self.controllers[SERVICEACCOUNT] = controller
             runs.append(controller.run)
         if ROOT_CA_CERT_PUBLISHER in enabled:
             from kubesvc.controllers.rootcacert.publisher import CONFIGMAPS, RootCACertPublisher, read_root_ca
 
             root_ca = read_root_ca(config.root_ca_file) if config.root_ca_file else (self.client.config.ca_pem or b"").decode()
-            controller = RootCACertPublisher(self.client, informers.informer(NAMESPACES), informers.informer(CONFIGMAPS), root_ca, clock=self.clock)
+            controller = RootCACertPublisher(self._client_for(ROOT_CA_CERT_PUBLISHER), informers.informer(NAMESPACES), informers.informer(CONFIGMAPS), root_ca, clock=self.clock)
             self.controllers[ROOT_CA_CERT_PUBLISHER] = controller
             runs.append(controller.run)
         return runs
