@@ -154,8 +154,8 @@ def world(tmp_path_factory):
             cluster.build()
             cluster.start_relays(api_port(server))
             for name, node in zip(NODE_NAMES, cluster.nodes):
-                made.agents[name] = AgentProcess(node, server.kubeconfig, name, log_dir / name, log_dir / f"agent-{name}.log",
-                                                 zone=f"zone-{name[-1]}").start()
+                made.agents[name] = AgentProcess(node, server.node_kubeconfig(name), name, log_dir / name, log_dir / f"agent-{name}.log",
+                                                 zone=f"zone-{name[-1]}", extra=server.agent_tls_flags(name, [node.lan_ip])).start()
 
             def registered():
                 nodes = {n["metadata"]["name"]: n for n in made.get("nodes")["items"]}
@@ -166,7 +166,7 @@ def world(tmp_path_factory):
             except AssertionError as exc:
                 raise AssertionError(f"{exc}\n{made.diagnostics()}") from None
             for name, node in zip(NODE_NAMES, cluster.nodes):
-                made.proxies[name] = ProxyProcess(node, server.kubeconfig, "nftables", log_dir / f"proxy-{name}.log", *PROXY_FLAGS,
+                made.proxies[name] = ProxyProcess(node, server.component_kubeconfig("proxy"), "nftables", log_dir / f"proxy-{name}.log", *PROXY_FLAGS,
                                                   f"--hostname-override={name}").start()
             made.kubectl("apply", "-f", str(BACKEND_YAML))
 
