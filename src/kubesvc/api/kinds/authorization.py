@@ -222,43 +222,36 @@ SUBJECT_RULES_REVIEW_STATUS = Obj(
     required=("resourceRules", "nonResourceRules", "incomplete"),
 )
 
-_STATUS_DOC = "Status is filled in by the server and indicates whether the request is allowed or not"
+def _access_review(kind: str, description: str, spec: Obj, spec_doc: str) -> Obj:
+    """A kind asking one access question: the question in ``spec``, the answer in ``status``."""
+    return kind_schema(AUTHZ + kind, (GROUP, "v1", kind), description, {
+        "spec": F(spec, spec_doc),
+        "status": F(SUBJECT_ACCESS_REVIEW_STATUS, "Status is filled in by the server and indicates whether the request "
+                                                  "is allowed or not"),
+    }, required=("spec",))
 
-SUBJECT_ACCESS_REVIEW = kind_schema(
-    AUTHZ + "SubjectAccessReview", (GROUP, "v1", "SubjectAccessReview"),
-    "SubjectAccessReview checks whether or not a user or group can perform an action.",
-    {
-        "spec": F(SUBJECT_ACCESS_REVIEW_SPEC, "Spec holds information about the request being evaluated"),
-        "status": F(SUBJECT_ACCESS_REVIEW_STATUS, _STATUS_DOC),
-    },
-    required=("spec",),
+
+SUBJECT_ACCESS_REVIEW = _access_review(
+    "SubjectAccessReview", "SubjectAccessReview checks whether or not a user or group can perform an action.",
+    SUBJECT_ACCESS_REVIEW_SPEC, "Spec holds information about the request being evaluated",
 )
 
-LOCAL_SUBJECT_ACCESS_REVIEW = kind_schema(
-    AUTHZ + "LocalSubjectAccessReview", (GROUP, "v1", "LocalSubjectAccessReview"),
+LOCAL_SUBJECT_ACCESS_REVIEW = _access_review(
+    "LocalSubjectAccessReview",
     "LocalSubjectAccessReview checks whether or not a user or group can perform an action in a given namespace. Having "
     "a namespace scoped resource makes it much easier to grant namespace scoped policy that includes permissions "
     "checking.",
-    {
-        "spec": F(SUBJECT_ACCESS_REVIEW_SPEC, "Spec holds information about the request being evaluated.  "
-                                              "spec.namespace must be equal to the namespace you made the request "
-                                              "against.  If empty, it is defaulted."),
-        "status": F(SUBJECT_ACCESS_REVIEW_STATUS, _STATUS_DOC),
-    },
-    required=("spec",),
+    SUBJECT_ACCESS_REVIEW_SPEC, "Spec holds information about the request being evaluated.  spec.namespace must be "
+                                "equal to the namespace you made the request against.  If empty, it is defaulted.",
 )
 
-SELF_SUBJECT_ACCESS_REVIEW = kind_schema(
-    AUTHZ + "SelfSubjectAccessReview", (GROUP, "v1", "SelfSubjectAccessReview"),
+SELF_SUBJECT_ACCESS_REVIEW = _access_review(
+    "SelfSubjectAccessReview",
     'SelfSubjectAccessReview checks whether or the current user can perform an action.  Not filling in a '
     'spec.namespace means "in all namespaces".  Self is a special case, because users should always be able to check '
     'whether they can perform an action',
-    {
-        "spec": F(SELF_SUBJECT_ACCESS_REVIEW_SPEC, "Spec holds information about the request being evaluated.  user and "
-                                                   "groups must be empty"),
-        "status": F(SUBJECT_ACCESS_REVIEW_STATUS, _STATUS_DOC),
-    },
-    required=("spec",),
+    SELF_SUBJECT_ACCESS_REVIEW_SPEC, "Spec holds information about the request being evaluated.  user and groups must "
+                                     "be empty",
 )
 
 SELF_SUBJECT_RULES_REVIEW = kind_schema(
