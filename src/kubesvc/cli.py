@@ -146,6 +146,9 @@ def apiserver_options(default_data_dir: str | None):
                          help="CA bundle that verifies node agents' serving certificates (default: the generated cluster CA)."),
             click.option("--authorization-mode", "authorization_modes", default="Node,RBAC", show_default=True, callback=_authorization_modes,
                          help="Ordered list of authorization plug-ins: Node, RBAC, AlwaysAllow, AlwaysDeny."),
+            click.option("--enable-admission-plugins", default="", help="Admission plugins to run besides the default ones (NamespaceLifecycle, ServiceAccount)."),
+            click.option("--disable-admission-plugins", default="",
+                         help="Default admission plugins not to run (ServiceAccount, for an apiserver without a controller-manager)."),
             *_authentication_flags(),
             click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity."),
         ]
@@ -209,9 +212,14 @@ def _authentication_options(anonymous_auth=True, token_auth_file=None, enable_bo
 def _config(data_dir, storage_backend, bind_address, secure_port, service_cluster_ip_range, service_node_port_range, feature_gates,
             compaction_interval, compaction_retain_revisions, repair_services_interval, advertise_address=None, client_ca_file=None,
             kubelet_client_certificate=None, kubelet_client_key=None, kubelet_certificate_authority=None,
-            authorization_modes=("Node", "RBAC"), **authentication) -> ServerConfig:
+            authorization_modes=("Node", "RBAC"), enable_admission_plugins="", disable_admission_plugins="", **authentication) -> ServerConfig:
+    from kubesvc.apiserver.admission.plugins import resolve_admission_plugins
+
     if (kubelet_client_certificate is None) != (kubelet_client_key is None):
         raise click.BadParameter("--kubelet-client-certificate and --kubelet-client-key go together")
+    admission_plugins, problems = resolve_admission_plugins(enable_admission_plugins, disable_admission_plugins)
+    if problems:
+        raise click.BadParameter(", ".join(problems))
     return ServerConfig(
         data_dir=data_dir.resolve(),
         storage_backend=storage_backend,
@@ -229,6 +237,7 @@ def _config(data_dir, storage_backend, bind_address, secure_port, service_cluste
         kubelet_client_key=kubelet_client_key and kubelet_client_key.resolve(),
         kubelet_certificate_authority=kubelet_certificate_authority and kubelet_certificate_authority.resolve(),
         authorization_modes=tuple(authorization_modes),
+        admission_plugins=admission_plugins,
         authentication=_authentication_options(**authentication),
     )
 

@@ -84,8 +84,12 @@ class RunningAPIServer:
 
 def start_apiserver(data_dir: Path, *extra: str, port: int = 0, timeout: float = 30) -> RunningAPIServer:
     """``kubesvc apiserver`` on a free port. (``kubesvc up`` programs the network as a node and
-    only ever runs inside a namespace of its own: tests/support/up.py.)"""
+    only ever runs inside a namespace of its own: tests/support/up.py.) No controller-manager
+    makes the ``default`` ServiceAccounts here, so the ServiceAccount admission plugin is off
+    unless ``extra`` names admission plugins itself."""
     data_dir.mkdir(parents=True, exist_ok=True)
+    if not any(flag.startswith(("--enable-admission-plugins", "--disable-admission-plugins")) for flag in extra):
+        extra = ("--disable-admission-plugins=ServiceAccount", *extra)
     cmd = [sys.executable, "-m", "kubesvc", "apiserver", f"--data-dir={data_dir}", f"--secure-port={port}", *extra]
     log = open(data_dir / "apiserver.log", "ab")
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)

@@ -134,8 +134,16 @@ async def create_object(request: web.Request, target: Target) -> web.Response:
     opts = codec.write_options(request.query, request.headers.get("User-Agent"))
     obj, warnings = _decode_write_body(await request.read(), request, info, opts.field_validation)
     _check_name_and_namespace(target, obj)
+    await wait_for_admission(request, target, obj)
     created = target.store.create(target.namespace, obj, field_manager=opts.field_manager, dry_run=opts.dry_run)
     return render(request, info, created, 201, _warning_headers(warnings))
+
+
+async def wait_for_admission(request: web.Request, target: Target, obj: dict) -> None:
+    """Admission plugins that may wait for what they look up (upstream's retried lookups,
+    e.g. ServiceAccount's for ``default``) before the store's synchronous create."""
+    for wait in request.app.get("admission_waits", ()):
+        await wait(target.info, target.namespace, obj)
 
 
 async def update_object(request: web.Request, target: Target) -> web.Response:
@@ -205,6 +213,7 @@ async def _server_side_apply(request: web.Request, target: Target, opts: codec.W
             raise errors.not_found(info.resource, target.name or "", info.group)
         new = applied(None)
         new.setdefault("metadata", {})["name"] = target.name
+        await wait_for_admission(request, target, new)
         try:
             created = store.create(target.namespace, new, field_manager=opts.field_manager, dry_run=opts.dry_run, managed=False)
         except StatusError as create_error:

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import socket
 import ssl
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +38,8 @@ from kubesvc.apiserver.allocator.service import ServiceAllocators
 from kubesvc.apiserver.allocator.servicecidr import ensure_default_service_cidr
 from kubesvc.apiserver.auth.x509 import request_client_certificates
 from kubesvc.apiserver.kubeletclient import KubeletClient, ensure_kubelet_api_admin_binding, kubelet_client_user, kubelet_tls_context
+from kubesvc.apiserver.admission.plugins import DEFAULT_ENABLED as DEFAULT_ADMISSION_PLUGINS, SERVICE_ACCOUNT
+from kubesvc.apiserver.admission.serviceaccount import ServiceAccountAdmission
 from kubesvc.apiserver.endpointreconciler import EndpointReconciler
 from kubesvc.apiserver.kubernetes_service import KubernetesService
 from kubesvc.apiserver.registry.strategy import allocation_strategies
@@ -69,6 +72,7 @@ class ServerConfig:
     kubelet_client_key: Path | None = None
     kubelet_certificate_authority: Path | None = None
     authorization_modes: tuple[str, ...] = DEFAULT_MODES  # --authorization-mode
+    admission_plugins: frozenset[str] = DEFAULT_ADMISSION_PLUGINS  # --enable/--disable-admission-plugins
     authentication: AuthenticationOptions = field(default_factory=AuthenticationOptions)  # --anonymous-auth, --token-auth-file, --service-account-*
 
 
@@ -127,16 +131,21 @@ def bootstrap(registry: Registry) -> None:
 def build_control_plane(backend, clock: Clock, cidrs: list[str], node_port_range: str = "30000-32767", *,
                         static_subrange: bool = True, node_port_static_subrange: bool = True,
                         metrics_registry: CollectorRegistry | None = None,
-                        authorization: Authorization | None = None) -> tuple[Registry, ServiceAllocators]:
+                        authorization: Authorization | None = None,
+                        admission: Sequence[ServiceAccountAdmission] = ()) -> tuple[Registry, ServiceAllocators]:
     """The registry with its allocators, bootstrap objects in place (namespaces, the default
     ServiceCIDR) and the allocators' index loaded. ``allocators.service_cidr_controller`` is
     the controller for ServiceCIDRs, woken by every ServiceCIDR change and IP release.
     With ``authorization``, the RBAC kinds check escalation and the default RBAC policy is
-    reconciled."""
+    reconciled. Each ``admission`` plugin wraps the strategies of the kinds it admits."""
     allocators = ServiceAllocators(cidrs, node_port_range, static_subrange=static_subrange, node_port_static_subrange=node_port_static_subrange,
                                    metrics=AllocatorMetrics(metrics_registry))
     strategies = allocation_strategies(allocators, allocators.kick_service_cidrs)
-    registry = Registry(all_kinds(), backend, clock, authorization.strategies(strategies) if authorization else strategies)
+    if authorization is not None:
+        strategies = authorization.strategies(strategies)
+    for plugin in admission:
+        strategies = plugin.strategies(strategies)
+    registry = Registry(all_kinds(), backend, clock, strategies)
     allocators.attach(registry)
     bootstrap(registry)
     if authorization is not None:
@@ -199,11 +208,12 @@ class APIServer:
         metrics_registry = CollectorRegistry()
         cidrs = [c.strip() for c in config.service_cluster_ip_range.split(",") if c.strip()]
         self.authorization = Authorization(config.authorization_modes)
+        admission = [ServiceAccountAdmission(lambda: self.registry)] if SERVICE_ACCOUNT in config.admission_plugins else []
         self.registry, self.allocators = build_control_plane(
             self.backend, self.clock, cidrs, config.service_node_port_range,
             static_subrange=config.feature_gates.get("ServiceIPStaticSubrange", True),
             node_port_static_subrange=config.feature_gates.get("ServiceNodePortStaticSubrange", True), metrics_registry=metrics_registry,
-            authorization=self.authorization)
+            authorization=self.authorization, admission=admission)
         host_address = _host_address() if auth.unspecified(config.bind_address) and not config.advertise_address else None
         self.advertise_address = auth.advertise_address(config.advertise_address, config.bind_address, host_address)
         creds = auth.ensure_credentials(config.data_dir, config.bind_address, advertise=self.advertise_address, service_cidrs=cidrs)
@@ -218,6 +228,7 @@ class APIServer:
         ensure_kubelet_api_admin_binding(self.registry, kubelet_client_user(kubelet_client_cert))
         app = build_app(self.registry, creds.token, self.clock, f"{config.bind_address}:{self.port}", metrics_registry, kubelet_client)
         app["namespace_finalizer"] = finalizer
+        app["admission_waits"] = [plugin.wait_ready for plugin in admission]  # run by the create handlers
         app["authorizer"] = self.authorization.authorizer
         register_review_handlers(app)
         install_authentication(app, config.authentication, config.data_dir, self.url.removeprefix("https://"), x509=X509Authenticator(),
