@@ -41,7 +41,6 @@ embed their certificates (kubeadm's style), so each is one self-contained 0600 f
 from __future__ import annotations
 
 import base64
-import hmac
 import ipaddress
 import os
 import secrets
@@ -63,10 +62,6 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubesvc.apiserver.auth.x509 import certificate_subject
 from kubesvc.apiserver.auth.user import (KUBE_CONTROLLER_MANAGER, KUBE_PROXY, KUBE_SCHEDULER, NODE_USER_PREFIX, NODES_GROUP,
                                          SYSTEM_PRIVILEGED_GROUP, service_account_groups, service_account_user)
-
-# Paths that answer without a token, as kube-apiserver's default RBAC lets system:unauthenticated
-# read them (and the kubectl dispatcher calls /version before every command).
-PUBLIC_PATHS = frozenset({"/version", "/healthz", "/livez", "/readyz"})
 
 CA_VALIDITY = timedelta(days=3650)
 LEAF_VALIDITY = timedelta(days=365)
@@ -452,15 +447,6 @@ def write_node_kubeconfig(data_dir: Path, server: str, node_name: str) -> Path:
 
 
 # ---- odds and ends --------------------------------------------------------------------------------
-
-
-def token_valid(authorization: str | None, token: str) -> bool:
-    if not authorization:
-        return False
-    scheme, _, presented = authorization.partition(" ")
-    if scheme.lower() != "bearer":
-        return False
-    return hmac.compare_digest(presented.strip().encode(), token.encode())
 
 
 def self_signed(ca_name: str, spec: CertSpec, now: datetime) -> tuple[bytes, bytes]:
