@@ -186,7 +186,8 @@ def test_pod_bound_token_dies_with_its_pod(server, ns):
     pod_uid = json.loads(server.kubectl("-n", ns, "get", "pod", "web", "-o", "json").stdout)["metadata"]["uid"]
     assert me["extra"]["authentication.kubernetes.io/pod-name"] == ["web"]
     assert me["extra"]["authentication.kubernetes.io/pod-uid"] == [pod_uid]
-    other = {**pod, "metadata": {"name": "other"}, "spec": {**pod["spec"], "serviceAccountName": "default"}}
+    service_account(server, ns, "runner")
+    other = {**pod, "metadata": {"name": "other"}, "spec": {**pod["spec"], "serviceAccountName": "runner"}}
     server.kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(other))
     wrong = server.kubectl("-n", ns, "create", "token", "builder", "--bound-object-kind=Pod", "--bound-object-name=other", check=False)
     assert 'cannot bind token for serviceaccount "builder" to pod running with different serviceaccount name.' in wrong.stderr
