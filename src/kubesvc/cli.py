@@ -276,7 +276,7 @@ def up(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: str | None
     setup_logging(verbosity)
     from kubesvc.agent.command import detect_node_ip, parse_node_ips, parse_pod_cidrs
     from kubesvc.agent.node import default_node_name
-    from kubesvc.up import UpOptions, read_state
+    from kubesvc.up import UpOptions, read_state, serve_pods
 
     try:
         pod_cidrs = parse_pod_cidrs(pod_cidr)
@@ -291,6 +291,7 @@ def up(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: str | None
     options = UpOptions(node_name=node_name or default_node_name(), pod_cidrs=pod_cidrs,
                         service_cidrs=[c.strip() for c in config.service_cluster_ip_range.split(",") if c.strip()],
                         node_ips=node_ips, proxy_mode=proxy_mode or "", kubelet_port=kubelet_port)
+    serve_pods(config, options, bind_address_given=click.get_current_context().get_parameter_source("bind_address") != click.core.ParameterSource.DEFAULT)
 
     def announce(server: APIServer, system) -> None:
         click.echo(f"kubesvc is up at {server.url}; kubeconfig: {server.kubeconfig}")

@@ -49,6 +49,20 @@ class UpOptions:
     proxy_mode: str = ""
     kubelet_port: int = 10250
 
+    def addresses(self) -> list[str]:
+        """The node's addresses: the given or detected ones, else (no uplink) its Pod gateway."""
+        return list(self.node_ips or []) or [str(ipaddress.ip_network(self.pod_cidrs[0]).network_address + 1)]
+
+
+def serve_pods(config, options: UpOptions, *, bind_address_given: bool) -> None:
+    """The apiserver as Pods need it under ``up``: advertised at the node's first address (the
+    ``kubernetes`` Service's endpoint, 10.96.0.1:443 DNATs there) and, unless ``--bind-address``
+    says otherwise, listening on every address as k3s's server does."""
+    if config.advertise_address is None:
+        config.advertise_address = options.addresses()[0]
+    if not bind_address_given:
+        config.bind_address = "::" if ":" in config.advertise_address else "0.0.0.0"
+
 
 def _state_path(data_dir: Path) -> Path:
     return data_dir / STATE_FILE
@@ -138,10 +152,8 @@ class System:
         self.controller_manager = asyncio.create_task(
             ControllerManager(cm_client, ManagerConfig(leader_elect=False, secure_port=0), controller_clients=controller_clients).run())
 
-        agent_config = AgentConfig(node_name=options.node_name, pod_cidrs=options.pod_cidrs, node_ips=options.node_ips or [],
+        agent_config = AgentConfig(node_name=options.node_name, pod_cidrs=options.pod_cidrs, node_ips=options.addresses(),
                                    data_dir=self.data_dir / AGENT_DIR, kubelet_port=options.kubelet_port, shutdown_grace=2.0)
-        if not agent_config.node_ips:  # no address of our own (no uplink): the node is its Pod gateway
-            agent_config.node_ips = [str(ipaddress.ip_network(options.pod_cidrs[0]).network_address + 1)]
         ca = pki.cluster_ca(self.data_dir)
         serving = ca.node_serving(options.node_name, agent_config.node_ips)
         agent_config.tls_cert_file, agent_config.tls_private_key_file, agent_config.client_ca_file = serving.cert, serving.key, ca.cert_path

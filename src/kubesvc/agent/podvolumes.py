@@ -23,7 +23,6 @@ path and its errors are the same: a 404 is ``configmap "x" not found``).
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 from collections.abc import Mapping
@@ -38,7 +37,6 @@ from kubesvc.client.rest import ClientError, is_not_found
 from kubesvc.kernel.mounts import BindMount
 from kubesvc.util.clock import Clock
 
-log = logging.getLogger("kubesvc.agent")
 
 DISK_DIR_MODE = 0o777
 MEMORY_DIR_MODE = 0o1777
