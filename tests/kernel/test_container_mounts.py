@@ -1,7 +1,8 @@
 """Containers in mount namespaces of their own, on the real kernel (agent/runtime.py with
 kernel/mounts.py): a Pod's projected ServiceAccount volume appears read-only at
 ``/var/run/secrets/kubernetes.io/serviceaccount`` with upstream's modes, a renewed token is
-seen by the running container, and the host's mount table and ``/run`` are exactly as before.
+seen by the running container, exec probes see what the container sees, and the host's mount
+table and ``/run`` are exactly as before.
 The API is a fake (tests/agent/test_podvolumes.py); the processes, mounts and files are real.
 """
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kubesvc.agent.podvolumes import PodVolumes
+from kubesvc.agent.probes import CheckResult, probe_exec
 from kubesvc.agent.runtime import ContainerProcess, StartError
 from kubesvc.agent.tokens import TokenManager
 from kubesvc.kernel.mounts import BindMount, plan_mounts
@@ -110,3 +112,20 @@ async def test_start_errors_are_reported(tmp_path, mounts, argv, message):
         await process.start()
     assert str(err.value) == message.format(d=tmp_path)
     assert not os.path.lexists("/kubesvc-test")
+
+
+async def test_exec_probe_enters_the_containers_mount_namespace(volumes, tmp_path):
+    pod_volumes, _ = volumes
+    await pod_volumes.set_up()
+    plan = plan_mounts(pod_volumes.mounts_for(pod()["spec"]["containers"][0]), str(pod_volumes.staging_root))
+    process = ContainerProcess(["sleep", "30"], {}, SA_MOUNT, None, tmp_path / "c" / "0.log", mounts=plan)
+    await process.start()
+    try:
+        seen = await probe_exec(["cat", "namespace"], env={}, netns=None, timeout=5, cwd=SA_MOUNT, pid=process.pid)
+        missing = await probe_exec([f"{SA_MOUNT}/no-such-tool"], env={}, netns=None, timeout=5, pid=process.pid)
+        outside = await probe_exec(["cat", f"{SA_MOUNT}/namespace"], env={}, netns=None, timeout=5)
+    finally:
+        await process.stop(0)
+    assert (seen.result, seen.output) == (CheckResult.SUCCESS, "team")
+    assert (missing.result, missing.error) == (CheckResult.UNKNOWN, f'exec: "{SA_MOUNT}/no-such-tool": executable file not found in $PATH')
+    assert outside.result == CheckResult.FAILURE  # the host has no such file: only the container's view does

@@ -448,7 +448,8 @@ class PodWorker:
                 tracker.pod_deletion_requested()
                 return  # liveness and startup stop on graceful deletion; readiness keeps draining
             assert self.network is not None
-            outcome = await run_check(spec, pod_ip=self.network.ips[0], container=slot.spec, env=slot.env, netns=self.network.netns)
+            outcome = await run_check(spec, pod_ip=self.network.ips[0], container=slot.spec, env=slot.env, netns=self.network.netns,
+                                      pid=_mount_namespace_pid(slot))
             event = probe_event(kind, outcome)
             if event is not None:
                 self._event("Warning", *event)
@@ -521,7 +522,7 @@ class PodWorker:
             return
         spec = ProbeSpec.from_dict({**hook, "timeoutSeconds": max(1, int(self.grace))})
         result, output = await run_probe(spec, pod_ip=self.network.ips[0] if self.network else "", container=slot.spec, env=slot.env,
-                                         netns=self.network.netns if self.network else None)
+                                         netns=self.network.netns if self.network else None, pid=_mount_namespace_pid(slot))
         if result != ProbeResult.SUCCESS:
             self._event("Warning", "FailedPreStopHook", f"PreStopHook failed: {output}".rstrip())
 
@@ -601,6 +602,13 @@ class PodWorker:
             log.warning("pod %s: status update failed: %s", _describe(self.pod), err)
             await asyncio.sleep(1.0)
             self._dirty.set()
+
+
+def _mount_namespace_pid(slot: ContainerSlot) -> int | None:
+    """The container's process when it runs in a mount namespace of its own: exec probes and
+    hooks enter it there, to see its volumes as the container does."""
+    process = slot.process
+    return process.pid if process is not None and process.mounts is not None and process.returncode is None else None
 
 
 def should_restart(policy: str, exit_code: int, config_error: bool) -> bool:

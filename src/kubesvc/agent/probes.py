@@ -50,6 +50,7 @@ from kubesvc.agent.envvars import expand
 from kubesvc.agent.runtime import DEFAULT_PATH, find_executable
 from kubesvc.api.validation_meta import go_quote  # Go's %q to the letter
 from kubesvc.kernel.exec import in_netns
+from kubesvc.kernel.mounts import in_container
 from kubesvc.proxy.healthcheck import join_host_port
 
 KUBE_VERSION = "1.32"
@@ -277,33 +278,34 @@ def probe_event(kind: str, outcome: CheckOutcome) -> tuple[str, str] | None:
 
 
 async def run_probe(spec: ProbeSpec, *, pod_ip: str, container: dict, env: Mapping[str, str],
-                    netns: str | None) -> tuple[ProbeResult, str]:
+                    netns: str | None, pid: int | None = None) -> tuple[ProbeResult, str]:
     """Run the probe once (an erroring check up to three times, as upstream) and return what to
     feed the tracker with the check's output, or its error when the result is Unknown."""
-    outcome = await run_check(spec, pod_ip=pod_ip, container=container, env=env, netns=netns)
+    outcome = await run_check(spec, pod_ip=pod_ip, container=container, env=env, netns=netns, pid=pid)
     return worker_result(outcome), outcome.error if outcome.error is not None else outcome.output
 
 
 async def run_check(spec: ProbeSpec, *, pod_ip: str, container: dict, env: Mapping[str, str],
-                    netns: str | None) -> CheckOutcome:
-    """``runProbeWithRetries`` around ``runProbe``: the check of the probe's handler."""
+                    netns: str | None, pid: int | None = None) -> CheckOutcome:
+    """``runProbeWithRetries`` around ``runProbe``: the check of the probe's handler. ``pid``:
+    the container's process when it has a mount namespace of its own, which exec then enters."""
     outcome = CheckOutcome(CheckResult.UNKNOWN, "")
     for _ in range(MAX_PROBE_RETRIES):
-        outcome = await _check_once(spec, pod_ip=pod_ip, container=container, env=env, netns=netns)
+        outcome = await _check_once(spec, pod_ip=pod_ip, container=container, env=env, netns=netns, pid=pid)
         if outcome.error is None:
             break
     return outcome
 
 
 async def _check_once(spec: ProbeSpec, *, pod_ip: str, container: dict, env: Mapping[str, str],
-                      netns: str | None) -> CheckOutcome:
+                      netns: str | None, pid: int | None = None) -> CheckOutcome:
     timeout = float(spec.timeout_seconds)
     if spec.exec_action is not None:
         # Upstream expands $(VAR) in the command with the container's literal env values only
         # (ExpandContainerCommandOnlyStatic); the command itself runs with the full environment.
         static = {var.get("name", ""): var.get("value") or "" for var in container.get("env") or []}
         command = [expand(part, static) for part in spec.exec_action.command]
-        return await probe_exec(command, env=env, netns=netns, timeout=timeout, cwd=container.get("workingDir"))
+        return await probe_exec(command, env=env, netns=netns, timeout=timeout, cwd=container.get("workingDir"), pid=pid)
     if spec.http_get is not None:
         return await probe_http(spec.http_get, pod_ip=pod_ip, container=container, timeout=timeout)
     if spec.tcp_socket is not None:
@@ -512,18 +514,22 @@ async def probe_tcp(action: TCPSocketAction, *, pod_ip: str, container: dict, ti
 
 
 async def probe_exec(command: Sequence[str], *, env: Mapping[str, str], netns: str | None, timeout: float,
-                     cwd: str | None = None) -> CheckOutcome:
-    """Run ``command`` in network namespace ``netns`` with environment ``env``: exit 0 is
-    success, any other exit a failure with the combined output (first 10 KiB); past
-    ``timeout`` the command and everything it started are killed and the check fails."""
+                     cwd: str | None = None, pid: int | None = None) -> CheckOutcome:
+    """Run ``command`` in network namespace ``netns`` with environment ``env`` (or, given the
+    ``pid`` of a container with a mount namespace of its own, in that container's namespaces,
+    root and working directory): exit 0 is success, any other exit a failure with the combined
+    output (first 10 KiB); past ``timeout`` the command and everything it started are killed
+    and the check fails."""
     env = {"PATH": DEFAULT_PATH, **env}  # as the container itself was started
-    cwd = cwd if cwd and os.path.isdir(cwd) else "/"
+    root = f"/proc/{pid}/root" if pid is not None else ""
+    cwd = cwd if cwd and os.path.isdir(root + cwd) else "/"
     if not command:
         return CheckOutcome(CheckResult.UNKNOWN, "", "exec: no command")
-    if find_executable(command[0], env, cwd) is None:
+    if find_executable(command[0], env, cwd, root=root) is None:
         # The container runtime refuses such an exec outright; the kubelet sees an error.
         return CheckOutcome(CheckResult.UNKNOWN, "", f"exec: {go_quote(command[0])}: executable file not found in $PATH")
-    argv = in_netns(netns, command)
+    argv = in_container(pid, command) if pid is not None else in_netns(netns, command)
+    cwd = "/" if pid is not None else cwd  # nsenter takes the container's own
     try:
         process = await asyncio.create_subprocess_exec(
             *argv, env=env, cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,

@@ -36,12 +36,14 @@ class StartError(Exception):
     """The process could not be started (upstream: the runtime's ``StartError``, exit 128)."""
 
 
-def find_executable(argv0: str, env: Mapping[str, str], cwd: str | None) -> str | None:
-    """Where ``argv0`` resolves in the container's PATH (or relative to its working directory)."""
+def find_executable(argv0: str, env: Mapping[str, str], cwd: str | None, root: str = "") -> str | None:
+    """Where ``argv0`` resolves in the container's PATH (or relative to its working directory);
+    ``root`` (e.g. ``/proc/PID/root``) prefixes every path: the container's own view."""
     if "/" in argv0:
-        path = Path(cwd or ".") / argv0 if not argv0.startswith("/") else Path(argv0)
+        path = Path(root + cwd if cwd else root or ".") / argv0 if not argv0.startswith("/") else Path(root + argv0)
         return str(path) if os.access(path, os.X_OK) and path.is_file() else None
-    return shutil.which(argv0, path=env.get("PATH", DEFAULT_PATH))
+    search = env.get("PATH", DEFAULT_PATH)
+    return shutil.which(argv0, path=os.pathsep.join(root + d for d in search.split(os.pathsep)) if root else search)
 
 
 def _read_to_end(fd: int) -> str:
