@@ -146,6 +146,8 @@ def apiserver_options(default_data_dir: str | None):
                          help="CA bundle that verifies node agents' serving certificates (default: the generated cluster CA)."),
             click.option("--authorization-mode", "authorization_modes", default="Node,RBAC", show_default=True, callback=_authorization_modes,
                          help="Ordered list of authorization plug-ins: Node, RBAC, AlwaysAllow, AlwaysDeny."),
+            click.option("--endpoint-reconciler-type", type=click.Choice(["lease", "none"]), default="lease", show_default=True,
+                         help="How the kubernetes Service's endpoints follow the apiservers: lease (each apiserver's address, renewed every 10 s) or none."),
             click.option("--enable-admission-plugins", default="", help="Admission plugins to run besides the default ones (NamespaceLifecycle, ServiceAccount)."),
             click.option("--disable-admission-plugins", default="",
                          help="Default admission plugins not to run (ServiceAccount, for an apiserver without a controller-manager)."),
@@ -212,7 +214,8 @@ def _authentication_options(anonymous_auth=True, token_auth_file=None, enable_bo
 def _config(data_dir, storage_backend, bind_address, secure_port, service_cluster_ip_range, service_node_port_range, feature_gates,
             compaction_interval, compaction_retain_revisions, repair_services_interval, advertise_address=None, client_ca_file=None,
             kubelet_client_certificate=None, kubelet_client_key=None, kubelet_certificate_authority=None,
-            authorization_modes=("Node", "RBAC"), enable_admission_plugins="", disable_admission_plugins="", **authentication) -> ServerConfig:
+            authorization_modes=("Node", "RBAC"), enable_admission_plugins="", disable_admission_plugins="", endpoint_reconciler_type="lease",
+            **authentication) -> ServerConfig:
     from kubesvc.apiserver.admission.plugins import resolve_admission_plugins
 
     if (kubelet_client_certificate is None) != (kubelet_client_key is None):
@@ -238,6 +241,7 @@ def _config(data_dir, storage_backend, bind_address, secure_port, service_cluste
         kubelet_certificate_authority=kubelet_certificate_authority and kubelet_certificate_authority.resolve(),
         authorization_modes=tuple(authorization_modes),
         admission_plugins=admission_plugins,
+        endpoint_reconciler_type=endpoint_reconciler_type,
         authentication=_authentication_options(**authentication),
     )
 

@@ -134,3 +134,10 @@ def test_kubectl_sees_the_advertise_address(fresh_apiserver):
     assert eslice["metadata"]["labels"] == {"kubernetes.io/service-name": "kubernetes"}
     assert (eslice["addressType"], eslice["endpoints"], eslice["ports"]) == (
         "IPv4", [{"addresses": ["192.0.2.10"], "conditions": {"ready": True}}], [{"name": "https", "port": port, "protocol": "TCP"}])
+
+
+def test_endpoint_reconciler_type_none_keeps_no_endpoints(fresh_apiserver):
+    server = fresh_apiserver("--advertise-address", "192.0.2.10", "--endpoint-reconciler-type", "none")
+    time.sleep(1.5)  # the lease reconciler's first pass runs at start: well past it
+    result = server.kubectl("get", "endpoints", "kubernetes", "-n", "default", check=False)
+    assert 'endpoints "kubernetes" not found' in result.stderr

@@ -73,6 +73,7 @@ class ServerConfig:
     kubelet_certificate_authority: Path | None = None
     authorization_modes: tuple[str, ...] = DEFAULT_MODES  # --authorization-mode
     admission_plugins: frozenset[str] = DEFAULT_ADMISSION_PLUGINS  # --enable/--disable-admission-plugins
+    endpoint_reconciler_type: str = "lease"  # --endpoint-reconciler-type: lease or none
     authentication: AuthenticationOptions = field(default_factory=AuthenticationOptions)  # --anonymous-auth, --token-auth-file, --service-account-*
 
 
@@ -250,9 +251,9 @@ class APIServer:
             asyncio.create_task(self.allocators.service_cidr_controller.run()),
             asyncio.create_task(repair.run(config.repair_services_interval)),
         ]
-        # default/kubernetes Endpoints and EndpointSlice at the live apiservers' advertise addresses
-        self.endpoint_reconciler = EndpointReconciler(self.registry, self.advertise_address, self.port, self.clock)
-        self._tasks.append(asyncio.create_task(self.endpoint_reconciler.run()))
+        if config.endpoint_reconciler_type == "lease":  # default/kubernetes endpoints at the live apiservers' advertise addresses
+            self.endpoint_reconciler = EndpointReconciler(self.registry, self.advertise_address, self.port, self.clock)
+            self._tasks.append(asyncio.create_task(self.endpoint_reconciler.run()))
 
     async def _compactor(self) -> None:
         while True:
