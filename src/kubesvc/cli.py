@@ -415,8 +415,11 @@ def _controllers(ctx, param, value: str) -> set[str]:
 @click.option("--secure-port", type=click.IntRange(0, 65535), default=10257, show_default=True, help="HTTPS port for /healthz and /metrics; 0 disables.")
 @click.option("--root-ca-file", default=None, callback=lambda ctx, param, value: _root_ca_file(value),
               help="CA bundle published as kube-root-ca.crt in every namespace (default: the CA of --kubeconfig).")
+@click.option("--use-service-account-credentials", type=click.BOOL, is_flag=False, flag_value=True, default=False, show_default=True,
+              help="Run each controller as its own kube-system ServiceAccount (TokenRequest tokens, renewed), "
+                   "not with the credentials of --kubeconfig.")
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
-def controller_manager(kubeconfig: str, scheduler_kubeconfig: str | None, verbosity: int, **flags) -> None:
+def controller_manager(kubeconfig: str, scheduler_kubeconfig: str | None, use_service_account_credentials: bool, verbosity: int, **flags) -> None:
     """Run the EndpointSlice, mirroring, Endpoints and garbage-collector controllers."""
     setup_logging(verbosity)
     from kubesvc.client.leaderelection import validate_timing
@@ -431,32 +434,45 @@ def controller_manager(kubeconfig: str, scheduler_kubeconfig: str | None, verbos
     config = ManagerConfig(**flags)
     install_uvloop()
     try:
-        asyncio.run(_run_controller_manager(client_config, config, scheduler_config))
+        asyncio.run(_run_controller_manager(client_config, config, scheduler_config, use_service_account_credentials))
     except OSError as exc:
         raise click.ClickException(f"cannot serve on {config.bind_address}:{config.secure_port}: {exc.strerror or exc}") from None
 
 
-async def _run_controller_manager(client_config, config, scheduler_config) -> None:
+async def _run_controller_manager(client_config, config, scheduler_config, use_service_account_credentials: bool) -> None:
     from kubesvc.client.rest import RestClient
-    from kubesvc.client.leaderelection import LeadershipLost
-    from kubesvc.controllers.manager import SCHEDULER, ControllerManager, LeaderElectionLost
+    from kubesvc.controllers.clientbuilder import ServiceAccountClientBuilder, SimpleClientBuilder
+    from kubesvc.controllers.manager import SCHEDULER, ControllerManager
 
-    stop = stop_on_signals()
     async with RestClient(client_config, field_manager="kube-controller-manager", user_agent="kubesvc-controller-manager") as client, \
             RestClient(scheduler_config, field_manager="default-scheduler", user_agent="kubesvc-scheduler") as scheduler_client:
-        manager = ControllerManager(client, config, controller_clients={SCHEDULER: scheduler_client})
-        running = asyncio.create_task(manager.run())
-        stopping = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        if running in done:
-            stopping.cancel()
-            try:
-                running.result()
-            except (LeaderElectionLost, LeadershipLost) as exc:
-                raise click.ClickException(f"leaderelection lost: {exc}") from None
-            return
-        running.cancel()
-        await asyncio.gather(running, return_exceptions=True)
+        builder = ServiceAccountClientBuilder(client) if use_service_account_credentials else SimpleClientBuilder(client)
+        try:
+            await _run_until_stopped(ControllerManager(client, config, client_builder=builder, controller_clients={SCHEDULER: scheduler_client}))
+        finally:
+            await builder.close()
+
+
+async def _run_until_stopped(manager) -> None:
+    """Run the manager until SIGINT/SIGTERM; a lost lease ends it with an error."""
+    from kubesvc.client.leaderelection import LeadershipLost
+    from kubesvc.controllers.manager import ControllerClientFailed, LeaderElectionLost
+
+    stop = stop_on_signals()
+    running = asyncio.create_task(manager.run())
+    stopping = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if running in done:
+        stopping.cancel()
+        try:
+            running.result()
+        except (LeaderElectionLost, LeadershipLost) as exc:
+            raise click.ClickException(f"leaderelection lost: {exc}") from None
+        except ControllerClientFailed as exc:
+            raise click.ClickException(str(exc)) from None
+        return
+    running.cancel()
+    await asyncio.gather(running, return_exceptions=True)
 
 
 def _register_node_commands() -> None:

@@ -4,15 +4,15 @@
 the agent (this machine is the node: a Pod bridge, Pods in namespaces) and the proxy
 (nftables where ``nft`` works, else iptables), each talking to the apiserver over its API as
 they would across machines, each with its own client certificate and kubeconfig under
-``<data-dir>/cred`` (``system:kube-controller-manager`` for its informers, each controller
-as its kube-system ServiceAccount as upstream's ``--use-service-account-credentials``,
+``<data-dir>/cred`` (``system:kube-controller-manager`` for its informers,
 ``system:kube-scheduler`` for the pod-scheduler, ``system:node:<name>`` for the agent,
-``system:kube-proxy``); none uses the admin's. The agent serves logs over HTTPS with a
-serving certificate from the cluster CA. The machine is programmed as a node, so ClusterIPs
-answer from the host itself. When the host has no route that covers the Service range (a
-namespace with no uplink, as the tests use), the range is routed onto the Pod bridge so that
-a connection to a ClusterIP gets past routing to the proxy's DNAT; with a default route
-nothing is added.
+``system:kube-proxy``); each controller is its kube-system ServiceAccount with TokenRequest
+tokens, as upstream's ``--use-service-account-credentials``; none uses the admin's. The agent
+serves logs over HTTPS with a serving certificate from the cluster CA. The machine is
+programmed as a node, so ClusterIPs answer from the host itself. When the host has no route
+that covers the Service range (a namespace with no uplink, as the tests use), the range is
+routed onto the Pod bridge so that a connection to a ClusterIP gets past routing to the
+proxy's DNAT; with a default route nothing is added.
 
 What ``up`` makes outside the data directory (namespaces, links, kernel rules, that route) is
 recorded in ``<data-dir>/up.json``. Ctrl-C stops the components and removes all of it;
@@ -123,6 +123,7 @@ class System:
         self.agent = None
         self.proxy = None
         self.controller_manager: asyncio.Task | None = None
+        self.client_builder = None  # the controllers' clients (ServiceAccount tokens)
         self.state: dict = {"pid": os.getpid(), "pid_started": process_start_time(os.getpid()), "agent_state_dir": str(self.data_dir / AGENT_DIR / "network"), "service_routes": []}
 
     async def _client(self, client_config, field_manager: str, user_agent: str):
@@ -136,7 +137,8 @@ class System:
         from kubesvc.agent.agent import Agent, AgentConfig
         from kubesvc.apiserver.auth import pki
         from kubesvc.client.kubeconfig import load_kubeconfig
-        from kubesvc.controllers.manager import CONTROLLER_SERVICE_ACCOUNTS, SCHEDULER, ControllerManager, ManagerConfig
+        from kubesvc.controllers.clientbuilder import ServiceAccountClientBuilder
+        from kubesvc.controllers.manager import SCHEDULER, ControllerManager, ManagerConfig
         from kubesvc.proxy.config import ProxyFlags, complete, resolve
         from kubesvc.proxy.server import ProxyServer
 
@@ -144,13 +146,11 @@ class System:
         kubeconfigs = self.server.component_kubeconfigs  # each component its own identity; none is the admin
         _write_state(self.data_dir, self.state)  # before anything is made: down must find it after a crash
         cm_client = await self._client(load_kubeconfig(kubeconfigs["controller-manager"]), "kube-controller-manager", "kubesvc-controller-manager")
-        controller_clients = {SCHEDULER: await self._client(load_kubeconfig(kubeconfigs["scheduler"]), "default-scheduler", "kubesvc-scheduler")}
-        for controller, service_account in CONTROLLER_SERVICE_ACCOUNTS.items():  # upstream's --use-service-account-credentials
-            kubeconfig = pki.write_controller_kubeconfig(self.data_dir, self.server.url, service_account)
-            controller_clients[controller] = await self._client(load_kubeconfig(kubeconfig), "kube-controller-manager",
-                                                                f"kubesvc-controller-manager/{service_account}")
+        scheduler_client = await self._client(load_kubeconfig(kubeconfigs["scheduler"]), "default-scheduler", "kubesvc-scheduler")
+        self.client_builder = ServiceAccountClientBuilder(cm_client)  # upstream's --use-service-account-credentials
         self.controller_manager = asyncio.create_task(
-            ControllerManager(cm_client, ManagerConfig(leader_elect=False, secure_port=0), controller_clients=controller_clients).run())
+            ControllerManager(cm_client, ManagerConfig(leader_elect=False, secure_port=0), client_builder=self.client_builder,
+                              controller_clients={SCHEDULER: scheduler_client}).run())
 
         agent_config = AgentConfig(node_name=options.node_name, pod_cidrs=options.pod_cidrs, node_ips=options.addresses(),
                                    data_dir=self.data_dir / AGENT_DIR, kubelet_port=options.kubelet_port, shutdown_grace=2.0)
@@ -196,6 +196,8 @@ class System:
             self.controller_manager.cancel()
             await asyncio.gather(self.controller_manager, return_exceptions=True)
         await step("routes", asyncio.to_thread(remove_service_routes, self.state.get("service_routes") or []))
+        if self.client_builder is not None:
+            await step("controller clients", self.client_builder.close())
         for client in self.clients:
             await step("client", client.close())
         if not errors:

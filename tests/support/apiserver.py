@@ -149,9 +149,15 @@ class RunningProcess:
         return signal_and_wait(self.process, sig, timeout)
 
 
-def start_controller_manager(server: RunningAPIServer, log_path: Path, *extra: str) -> RunningProcess:
-    """``kubesvc controller-manager`` against ``server``; stop() it (SIGTERM) or kill it (SIGKILL)."""
-    cmd = [sys.executable, "-m", "kubesvc", "controller-manager", f"--kubeconfig={server.kubeconfig}", "--v=2", *extra]
+def start_controller_manager(server: RunningAPIServer, log_path: Path, *extra: str, kubeconfig: Path | None = None,
+                             use_service_account_credentials: bool = True) -> RunningProcess:
+    """``kubesvc controller-manager`` against ``server``, as a cluster runs it: with its own
+    kubeconfig (``system:kube-controller-manager``, or ``kubeconfig``), each controller as its
+    kube-system ServiceAccount (``--use-service-account-credentials``) and the pod-scheduler as
+    ``system:kube-scheduler``; stop() it (SIGTERM) or kill it (SIGKILL)."""
+    cmd = [sys.executable, "-m", "kubesvc", "controller-manager", f"--kubeconfig={kubeconfig or server.component_kubeconfig('controller-manager')}",
+           f"--scheduler-kubeconfig={server.component_kubeconfig('scheduler')}",
+           f"--use-service-account-credentials={str(use_service_account_credentials).lower()}", "--v=2", *extra]
     with open(log_path, "ab") as log:
         process = subprocess.Popen(cmd, stdout=log, stderr=log)
     return RunningProcess(process, log_path)

@@ -21,6 +21,14 @@ that starts after the given resourceVersion. A BOOKMARK carries only a newer res
 to resume from; an ERROR carries a ``Status`` (410 Expired when the requested version has been
 compacted away, which means: list again).
 
+Credentials: a client certificate and/or a bearer ``token`` from the kubeconfig, fixed for the
+client's life; or a *token source* (client-go's ``transport.ResettableTokenSourceWrapTransport``)
+asked for the bearer token before every request and every watch, so a token that is renewed
+(kube-controller-manager's ServiceAccount tokens, controllers/clientbuilder.py) takes effect
+without a new client. A static ``token`` wins over the source, as client-go lets ``--token``
+override it. A 401 answer tells the source to forget the token that was refused (unless it has
+already replaced it), so the next request asks for a fresh one.
+
 Failures are translated once, here: a non-2xx answer (or a watch ERROR event) becomes
 ``ApiError`` built from the Kubernetes ``Status`` body; a transport failure (refused, reset,
 TLS, timeout, truncated stream) becomes ``ConnectionFailed``. Nothing above this module sees an
@@ -32,7 +40,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import msgspec
@@ -97,6 +105,17 @@ class ApiError(ClientError):
 class ConnectionFailed(ClientError):
     """The request did not get a complete answer: refused, reset, TLS failure, timeout, or a
     watch stream that broke off mid-way."""
+
+
+class TokenSource(Protocol):
+    """Where a client gets its bearer token, per request."""
+
+    async def token(self) -> str:
+        """The token to send now; raises ``ClientError`` when none can be had."""
+
+    def reset(self, token: str) -> None:
+        """``token`` was refused (401): drop it if it is still the current one (client-go's
+        ``ResetTokenOlderThan`` the request's start: a token fetched since then is kept)."""
 
 
 def is_not_found(err: BaseException) -> bool:
@@ -178,17 +197,21 @@ class RestClient:
     """One aiohttp session to one apiserver. Use as ``async with RestClient(config) as c``.
 
     ``field_manager`` is sent on every write (the server records it in managedFields);
-    ``timeout`` bounds each non-watch request.
+    ``timeout`` bounds each non-watch request; ``token_source`` gives the bearer token of each
+    request when the config holds none.
     """
 
-    def __init__(self, config: ClientConfig, *, field_manager: str = DEFAULT_FIELD_MANAGER, user_agent: str = USER_AGENT, timeout: float = 30.0):
+    def __init__(self, config: ClientConfig, *, field_manager: str = DEFAULT_FIELD_MANAGER, user_agent: str = USER_AGENT, timeout: float = 30.0,
+                 token_source: TokenSource | None = None):
         self.config = config
         self.field_manager = field_manager
+        self.user_agent = user_agent
         self._base = config.server.rstrip("/")
         self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, 10.0))
         self._headers = {"User-Agent": user_agent, "Accept": "application/json"}
         if config.token:
             self._headers["Authorization"] = f"Bearer {config.token}"
+        self._token_source = None if config.token else token_source
         self._ssl = config.ssl_context()
         self._session: aiohttp.ClientSession | None = None
 
@@ -210,16 +233,30 @@ class RestClient:
             self._session = aiohttp.ClientSession(headers=self._headers, connector=connector)
         return self._session
 
+    async def _credentials(self) -> tuple[str | None, dict[str, str]]:
+        """The token source's token for one request (None without a source) and its header."""
+        if self._token_source is None:
+            return None, {}
+        token = await self._token_source.token()
+        return token, {"Authorization": f"Bearer {token}"}
+
+    def _refused(self, token: str | None, status: int) -> None:
+        if token is not None and status == 401:
+            self._token_source.reset(token)
+
     async def request(self, method: str, path: str, params: Mapping[str, Any] | None = None, body: Any = None, content_type: str = "application/json") -> Any:
         """One request; the decoded JSON answer, or ``ApiError``/``ConnectionFailed``."""
         data = None if body is None else msgspec.json.encode(body)
-        headers = {"Content-Type": content_type} if data is not None else None
+        token, headers = await self._credentials()
+        if data is not None:
+            headers["Content-Type"] = content_type
         try:
-            async with self._http().request(method, self._base + path, params=_query(params), data=data, headers=headers, timeout=self._timeout) as response:
+            async with self._http().request(method, self._base + path, params=_query(params), data=data, headers=headers or None, timeout=self._timeout) as response:
                 payload = _decode(await response.read())
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             raise ConnectionFailed(f"{method} {self._base}{path}: {_describe(exc)}") from exc
         if response.status >= 300:
+            self._refused(token, response.status)
             raise ApiError.from_status(response.status, payload)
         return payload
 
@@ -281,9 +318,11 @@ class RestClient:
         limit = float(query["timeoutSeconds"]) + 30.0 if "timeoutSeconds" in query else None
         timeout = aiohttp.ClientTimeout(total=limit, sock_connect=self._timeout.sock_connect)
         url = self._base + path
+        token, headers = await self._credentials()
         try:
-            async with self._http().get(url, params=query, timeout=timeout) as response:
+            async with self._http().get(url, params=query, headers=headers or None, timeout=timeout) as response:
                 if response.status >= 300:
+                    self._refused(token, response.status)
                     raise ApiError.from_status(response.status, _decode(await response.read()))
                 async for line in _lines(response.content):
                     yield _watch_event(line, url)

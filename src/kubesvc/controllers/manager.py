@@ -12,11 +12,15 @@ process, as an API client.
   namespace, holding ``--root-ca-file`` or else the CA of the manager's kubeconfig),
   ``pod-scheduler`` (binds unscheduled Pods to Ready Nodes, spreading them; kube-scheduler's
   job, kept small).
-* **Identities**: the shared informers and leader election use the manager's own client;
-  each controller writes with a client of its own when one is given (``controller_clients``):
-  under ``kubesvc up`` each controller is the kube-system ServiceAccount upstream's
-  ``--use-service-account-credentials`` gives it (``CONTROLLER_SERVICE_ACCOUNTS``, bound to
-  its ``system:controller:<name>`` role) and the pod-scheduler is ``system:kube-scheduler``.
+* **Identities**: the shared informers and leader election use the manager's own client
+  (``--kubeconfig``, ``system:kube-controller-manager``). Each controller writes with the client
+  a client builder (controllers/clientbuilder.py) gives for its ServiceAccount name
+  (``CONTROLLER_SERVICE_ACCOUNTS``) once leadership is won: with
+  ``--use-service-account-credentials`` (``kubesvc up`` sets it) it is that kube-system
+  ServiceAccount, with renewed TokenRequest tokens, so RBAC grants it its
+  ``system:controller:<name>`` role; without, the manager's own credentials, as upstream. The
+  pod-scheduler (kube-scheduler's job) has no ServiceAccount: it uses ``--scheduler-kubeconfig``
+  (``system:kube-scheduler``), given as a fixed client (``controller_clients``).
 * **Shared informers**: Services, Pods, Nodes, EndpointSlices and Endpoints are listed and
   watched once for all controllers; controllers start working only after every cache synced.
 * **Leader election** (``--leader-elect``, default true): a ``coordination.k8s.io`` Lease
@@ -34,12 +38,13 @@ import logging
 import re
 import socket
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, disable_created_metrics, generate_latest
 
 from kubesvc.apiserver.auth.pki import ephemeral_serving_context
-from kubesvc.client.rest import NAMESPACES, RestClient
+from kubesvc.client.rest import NAMESPACES, ClientError, RestClient
 from kubesvc.controllers.endpointslice.controller import EndpointSliceController
 from kubesvc.controllers.endpointslice.metrics import EndpointSliceMetrics
 from kubesvc.controllers.informers import SharedInformers
@@ -69,6 +74,17 @@ ALIASES = {"endpointslice": ENDPOINTSLICE, "endpointslicemirroring": MIRRORING, 
 
 class LeaderElectionLost(Exception):
     pass
+
+
+class ControllerClientFailed(Exception):
+    """A controller's client could not be built (upstream's ``Error in getting client``, which
+    ends kube-controller-manager)."""
+
+
+class ClientBuilder(Protocol):
+    """Gives the client a controller writes with, by its ServiceAccount's name."""
+
+    async def client(self, name: str) -> RestClient: ...
 
 
 def enabled_controllers(spec: list[str]) -> set[str]:
@@ -120,10 +136,11 @@ class ManagerConfig:
 
 class ControllerManager:
     def __init__(self, client: RestClient, config: ManagerConfig, clock: Clock | None = None, *,
-                 controller_clients: dict[str, RestClient] | None = None):
+                 client_builder: ClientBuilder | None = None, controller_clients: dict[str, RestClient] | None = None):
         self.client = client
-        # controller name -> the client it writes with (its own identity); the rest use ``client``
+        # controller name -> the client it writes with; with no builder, the rest use ``client``
         self.controller_clients = dict(controller_clients or {})
+        self.client_builder = client_builder
         self.config = config
         self.clock = clock or RealClock()
         self.metrics_registry = CollectorRegistry()
@@ -163,6 +180,7 @@ class ControllerManager:
 
     async def run_controllers(self) -> None:
         self.leading.set()
+        await self._build_clients()
         informers = SharedInformers(self.client)
         runs = self._build(informers)
         informers.start()
@@ -178,6 +196,22 @@ class ControllerManager:
             self.leading.clear()
             self.caches_synced.clear()
             await informers.stop()
+
+    async def _build_clients(self) -> None:
+        """A client from the builder for each enabled controller that has a ServiceAccount (a
+        failure, such as the ServiceAccount not being creatable, ends the run: upstream's
+        ``ClientOrDie``)."""
+        if self.client_builder is None:
+            return
+        for controller in sorted(self.config.controllers):
+            if controller == GARBAGE_COLLECTOR and not self.config.enable_garbage_collector:
+                continue
+            service_account = CONTROLLER_SERVICE_ACCOUNTS.get(controller)
+            if service_account and controller not in self.controller_clients:
+                try:
+                    self.controller_clients[controller] = await self.client_builder.client(service_account)
+                except ClientError as err:
+                    raise ControllerClientFailed(f"Error in getting client for {service_account}: {err}") from err
 
     def _client_for(self, controller: str) -> RestClient:
         return self.controller_clients.get(controller, self.client)

@@ -13,10 +13,8 @@ also means one trust anchor to hand out (kubeconfigs, ``kube-root-ca.crt``).
 **Identities** (identity.md §6.3, k3s's ``genClientCerts``; subject CN = user, O = groups):
 
 * ``system:admin`` in ``system:masters``: the admin kubeconfig (k3s's name);
-* ``system:kube-controller-manager``: the controller-manager (shared informers, leader election);
-* ``system:serviceaccount:kube-system:<controller>`` in ``system:serviceaccounts`` and
-  ``system:serviceaccounts:kube-system``: each controller under ``kubesvc up``, bound to its
-  ``system:controller:<controller>`` role;
+* ``system:kube-controller-manager``: the controller-manager (shared informers, leader election,
+  and the TokenRequests that make each controller its ServiceAccount: no certificate for those);
 * ``system:kube-scheduler``: the scheduler (pod-scheduler);
 * ``system:kube-proxy``: every node's proxy;
 * ``system:node:<name>`` in ``system:nodes``: that node's agent (Node authorizer);
@@ -60,8 +58,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from kubesvc.apiserver.auth.x509 import certificate_subject
-from kubesvc.apiserver.auth.user import (KUBE_CONTROLLER_MANAGER, KUBE_PROXY, KUBE_SCHEDULER, NODE_USER_PREFIX, NODES_GROUP,
-                                         SYSTEM_PRIVILEGED_GROUP, service_account_groups, service_account_user)
+from kubesvc.apiserver.auth.user import KUBE_CONTROLLER_MANAGER, KUBE_PROXY, KUBE_SCHEDULER, NODE_USER_PREFIX, NODES_GROUP, SYSTEM_PRIVILEGED_GROUP
 
 CA_VALIDITY = timedelta(days=3650)
 LEAF_VALIDITY = timedelta(days=365)
@@ -92,14 +89,6 @@ def node_identity(node_name: str) -> Identity:
     return Identity(f"{NODE_USER_PREFIX}{node_name}", (NODES_GROUP,))
 
 
-def service_account_identity(namespace: str, name: str) -> Identity:
-    """A ServiceAccount's user and groups, as its token would authenticate. The certificate
-    form lets ``kubesvc up`` give each controller the identity upstream's
-    ``--use-service-account-credentials`` gives it through TokenRequest (the RBAC subject
-    ``ServiceAccount kube-system/<name>`` matches the user name, however authenticated)."""
-    return Identity(service_account_user(namespace, name), service_account_groups(namespace))
-
-
 @dataclass(frozen=True)
 class CertSpec:
     """What a leaf certificate must say; comparing a certificate with it decides renewal."""
@@ -117,8 +106,8 @@ class CertSpec:
     def subject(self) -> x509.Name:
         attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in self.organizations]
         # X.520 caps a CN at 64 characters; Go's x509 (and OpenSSL's parser) do not, and a
-        # ServiceAccount user such as system:serviceaccount:kube-system:endpointslicemirroring-controller
-        # is longer: the cap is not enforced here either
+        # node's user, system:node:<a name of up to 253 characters>, can be longer: the cap is
+        # not enforced here either
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, self.common_name, _validate=False))
@@ -428,15 +417,6 @@ def write_component_kubeconfigs(data_dir: Path, server: str) -> dict[str, Path]:
     ca = cluster_ca(data_dir)
     return {component: write_kubeconfig(kubeconfig_path(data_dir, component), server, ca, identity.user, ca.client(name, identity))
             for component, (name, identity) in COMPONENTS.items()}
-
-
-def write_controller_kubeconfig(data_dir: Path, server: str, service_account: str) -> Path:
-    """The kubeconfig of one controller of the controller-manager: the ``kube-system``
-    ServiceAccount ``service_account`` (``cred/controller-<name>.kubeconfig``)."""
-    ca = cluster_ca(data_dir)
-    identity = service_account_identity("kube-system", service_account)
-    return write_kubeconfig(kubeconfig_path(data_dir, f"controller-{service_account}"), server, ca, identity.user,
-                            ca.client(f"controller-{service_account}", identity))
 
 
 def write_node_kubeconfig(data_dir: Path, server: str, node_name: str) -> Path:
