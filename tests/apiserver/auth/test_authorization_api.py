@@ -289,3 +289,39 @@ def test_a_node_reads_what_its_pods_need_and_writes_only_its_own(apiserver, ns):
     # once p1 is gone, n1 no longer reads s1
     apiserver.kubectl("delete", "pod", "p1", "-n", ns, "--grace-period=0", "--force")
     wait_for(lambda: not readable(node1, "s1"))
+
+
+def test_cluster_role_aggregation_follows_labelled_roles(apiserver, ns):
+    suffix = uuid.uuid4().hex[:6]
+    label = f"example.com/aggregate-{suffix}"
+    who = unique("aggregated")
+    kc = user_kubeconfig(apiserver, who)
+    apiserver.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": f"gathered-{suffix}"},
+        "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {label: "true"}}]}}))
+    apiserver.kubectl("create", "rolebinding", "gathered", f"--clusterrole=gathered-{suffix}", f"--user={who}", "-n", ns)
+    assert apiserver.kubectl("auth", "can-i", "list", "configmaps", "-n", ns, kubeconfig=kc, check=False).stdout == "no\n"
+    apiserver.kubectl("create", "clusterrole", f"part-{suffix}", "--verb=list", "--resource=configmaps")
+    apiserver.kubectl("label", "clusterrole", f"part-{suffix}", f"{label}=true")
+    wait_for(lambda: apiserver.kubectl("auth", "can-i", "list", "configmaps", "-n", ns, kubeconfig=kc, check=False).stdout == "yes\n")
+    rules = json.loads(apiserver.kubectl("get", "clusterrole", f"gathered-{suffix}", "-o", "json").stdout)["rules"]
+    assert rules == [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]
+    apiserver.kubectl("delete", "clusterrole", f"part-{suffix}")
+    wait_for(lambda: apiserver.kubectl("auth", "can-i", "list", "configmaps", "-n", ns, kubeconfig=kc, check=False).stdout == "no\n")
+    apiserver.kubectl("delete", "clusterrole", f"gathered-{suffix}")
+    # an aggregationRule is for those who hold everything
+    admin = unique("nsadmin")
+    apiserver.kubectl("create", "clusterrole", f"role-writer-{suffix}", "--verb=create,get,update", "--resource=clusterroles")
+    apiserver.kubectl("create", "clusterrolebinding", f"{admin}-rbac", f"--clusterrole=role-writer-{suffix}", f"--user={admin}")
+    refused = apiserver.kubectl("apply", "-f", "-", kubeconfig=user_kubeconfig(apiserver, admin), check=False, input=json.dumps({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": f"sneaky-{suffix}"},
+        "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"rbac.authorization.k8s.io/aggregate-to-admin": "true"}}]}}))
+    assert refused.stderr == (f'Error from server (Forbidden): error when creating "STDIN": clusterroles.rbac.authorization.k8s.io '
+                              f'"sneaky-{suffix}" is forbidden: must have cluster-admin privileges to use the aggregationRule\n')
+    apiserver.kubectl("delete", "clusterrolebinding", f"{admin}-rbac")
+    apiserver.kubectl("delete", "clusterrole", f"role-writer-{suffix}")
+
+
+def test_a_nodes_rules_review_is_incomplete(apiserver):
+    listed = apiserver.kubectl("auth", "can-i", "--list", kubeconfig=apiserver.node_kubeconfig(unique("n")))
+    assert listed.stderr == "Warning: the list may be incomplete: node authorizer does not support user rule resolution\n"
