@@ -28,6 +28,7 @@ from kubesvc.api.validation_meta import go_quote
 from kubesvc.apiserver.auth.attributes import Attributes, RequestInfo
 from kubesvc.apiserver.auth.authorizer import Decision
 from kubesvc.apiserver.auth.rbac import aggregate_error
+from kubesvc.apiserver.auth.rules import PolicyRule
 from kubesvc.apiserver.auth.user import UserInfo
 
 GROUP = "authorization.k8s.io"
@@ -143,22 +144,12 @@ async def self_subject_access_review(request: web.Request, create) -> dict:
     return _answer(body, decide(request, attributes_from_spec(request["user"], spec)))
 
 
-def _resource_rule(rule) -> dict:
-    out: dict = {"verbs": list(rule.verbs)}
-    if rule.api_groups:
-        out["apiGroups"] = list(rule.api_groups)
-    if rule.resources:
-        out["resources"] = list(rule.resources)
-    if rule.resource_names:
-        out["resourceNames"] = list(rule.resource_names)
-    return out
+def _resource_rule(rule: PolicyRule) -> dict:
+    return PolicyRule(rule.verbs, rule.api_groups, rule.resources, rule.resource_names).to_api()
 
 
-def _non_resource_rule(rule) -> dict:
-    out: dict = {"verbs": list(rule.verbs)}
-    if rule.non_resource_urls:
-        out["nonResourceURLs"] = list(rule.non_resource_urls)
-    return out
+def _non_resource_rule(rule: PolicyRule) -> dict:
+    return PolicyRule(rule.verbs, non_resource_urls=rule.non_resource_urls).to_api()
 
 
 async def self_subject_rules_review(request: web.Request, create) -> dict:

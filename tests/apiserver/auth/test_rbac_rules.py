@@ -5,7 +5,7 @@ import pytest
 
 from kubesvc.apiserver.auth.attributes import Attributes, RequestInfo, request_info
 from kubesvc.apiserver.auth.authorizer import Decision
-from kubesvc.apiserver.auth.rbac import Binding, PolicyIndex, RBACAuthorizer, Subject, applies_to_user
+from kubesvc.apiserver.auth.rbac import PolicyIndex, RBACAuthorizer, Subject, applies_to_user
 from kubesvc.apiserver.auth.rules import PolicyRule, rule_allows
 from kubesvc.apiserver.auth.user import UserInfo
 

@@ -35,9 +35,10 @@ from typing import Callable, Mapping
 
 from kubesvc.api import errors
 from kubesvc.api.errors import StatusError
+from kubesvc.api.validation_meta import go_quote
 from kubesvc.apiserver.auth.context import current
-from kubesvc.apiserver.auth.node import MIRROR_ANNOTATION, NODE_LEASE_NAMESPACE, pod_references
-from kubesvc.apiserver.auth.user import NODE_USER_PREFIX, NODES_GROUP, UserInfo, node_name
+from kubesvc.apiserver.auth.node import MIRROR_ANNOTATION, NODE_LEASE_NAMESPACE, is_node_user, pod_references
+from kubesvc.apiserver.auth.user import UserInfo, node_name
 
 CREATE, UPDATE, DELETE = "CREATE", "UPDATE", "DELETE"
 NODE_RESTRICTION_LABEL_NAMESPACE = "node-restriction.kubernetes.io"
@@ -203,14 +204,9 @@ def _node_user() -> tuple[UserInfo, str | None] | None:
     request = current()
     if request is None:
         return None
-    user = request.user
-    if not (user.name.startswith(NODE_USER_PREFIX) and NODES_GROUP in user.groups):
+    if not is_node_user(request.user):
         return None
-    return user, node_name(user)
-
-
-def _forbidden(resource: str, group: str, name: str, reason: str) -> StatusError:
-    return errors.forbidden(resource, name, group, reason)
+    return request.user, node_name(request.user)
 
 
 class NodeRestriction:
@@ -232,7 +228,7 @@ class NodeRestriction:
         obj = new if new is not None else old
         name = "Unknown" if operation == DELETE else (_meta(obj).get("name") or _meta(obj).get("generateName") or "Unknown")
         if not node:
-            raise _forbidden(info.resource, info.group, name, f"could not determine node from user {_quote(user.name)}")
+            raise errors.forbidden(info.resource, name, info.group, f"could not determine node from user {go_quote(user.name)}")
         try:
             if info.kind == "Pod":
                 admit_pod(node, operation, subresource, new, old, self._node_uid)
@@ -241,7 +237,7 @@ class NodeRestriction:
             elif info.kind == "Lease":
                 admit_lease(node, operation, _meta(obj).get("namespace") or "", _meta(obj).get("name") or "")
         except Refused as refused:
-            raise _forbidden(info.resource, info.group, name, str(refused)) from None
+            raise errors.forbidden(info.resource, name, info.group, str(refused)) from None
 
     def wrap(self, base: Callable) -> Callable:
         """A strategy factory whose writes pass this plugin first."""
@@ -254,12 +250,12 @@ class NodeRestriction:
                 user, node = who
                 name = create.name or "Unknown"
                 if not node:
-                    raise _forbidden("serviceaccounts", "", name, f"could not determine node from user {_quote(user.name)}")
+                    raise errors.forbidden("serviceaccounts", name, "", f"could not determine node from user {go_quote(user.name)}")
                 pods = self._registry().store("", "pods")
                 try:
                     admit_token_request(node, create.body, lambda pod: pods.get(create.namespace, pod))
                 except Refused as refused:
-                    raise _forbidden("serviceaccounts", "", name, str(refused)) from None
+                    raise errors.forbidden("serviceaccounts", name, "", str(refused)) from None
             return await handler(request, create)
 
         return admitted
@@ -291,12 +287,6 @@ class AdmittedStrategy:
     def begin_delete(self, obj: dict):
         self._plugin.admit(self._inner.info, DELETE, "", None, obj)
         return self._inner.begin_delete(obj)
-
-
-def _quote(text: str) -> str:
-    from kubesvc.api.validation_meta import go_quote
-
-    return go_quote(text)
 
 
 RESTRICTED_KINDS = ("Pod", "Node", "Lease")

@@ -32,6 +32,7 @@ import copy
 from typing import Callable
 
 from kubesvc.api import errors
+from kubesvc.api.validation_meta import go_quote
 from kubesvc.apiserver.auth.attributes import Attributes, RequestInfo
 from kubesvc.apiserver.auth.authorizer import Authorizer
 from kubesvc.apiserver.auth.context import RequestContext
@@ -50,17 +51,11 @@ def escalation_message(user: UserInfo, held: list[PolicyRule], resolution_errors
     if covered:
         return None
     lines = sorted({compact_string(rule) for rule in compact_rules(missing)})
-    text = (f"user {_go_quote(user.name)} (groups={go_string_list(user.groups)}) is attempting to grant RBAC permissions "
+    text = (f"user {go_quote(user.name)} (groups={go_string_list(user.groups)}) is attempting to grant RBAC permissions "
             "not currently held:\n" + "\n".join(lines))
     if resolution_errors:
         text += f"; resolution errors: [{aggregate_error(resolution_errors)}]"
     return text
-
-
-def _go_quote(text: str) -> str:
-    from kubesvc.api.validation_meta import go_quote
-
-    return go_quote(text)
 
 
 def only_gc_fields_changed(new: dict, old: dict | None) -> bool:

@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterator
 
+from kubesvc.api.validation_meta import go_quote
 from kubesvc.apiserver.auth.attributes import Attributes
 from kubesvc.apiserver.auth.authorizer import Decision, RuleSet, Verdict
 from kubesvc.apiserver.auth.policy import node_rules
@@ -178,17 +179,17 @@ class NodeAuthorizer:
         self.rules = tuple(node_rules())
 
     def rules_for(self, user: UserInfo, namespace: str) -> RuleSet:
-        if _is_node(user):
+        if is_node_user(user):
             return RuleSet(incomplete=True, errors=["node authorizer does not support user rule resolution"])
         return RuleSet()
 
     def authorize(self, attrs: Attributes) -> Verdict:
         user, info = attrs.user, attrs.info
-        if not _is_node(user):
+        if not is_node_user(user):
             return NO_OPINION
         node = node_name(user)
         if not node:
-            return Verdict(Decision.NO_OPINION, f"unknown node for user {_go_quote(user.name)}")
+            return Verdict(Decision.NO_OPINION, f"unknown node for user {go_quote(user.name)}")
         if info.is_resource_request:
             handler = _HANDLERS.get((info.api_group, info.resource))
             if handler is not None:
@@ -309,13 +310,7 @@ _HANDLERS = {
 }
 
 
-def _is_node(user: UserInfo) -> bool:
+def is_node_user(user: UserInfo) -> bool:
     """Upstream nodeidentifier: the name prefix and the group both (an empty name is a node
     user the authorizer cannot place)."""
     return user.name.startswith(NODE_USER_PREFIX) and NODES_GROUP in user.groups
-
-
-def _go_quote(text: str) -> str:
-    from kubesvc.api.validation_meta import go_quote
-
-    return go_quote(text)

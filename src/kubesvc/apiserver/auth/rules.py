@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from kubesvc.api.validation_meta import go_quote
 from kubesvc.apiserver.auth.attributes import RequestInfo
 
 ALL = "*"
@@ -183,8 +184,6 @@ def compact_rules(rules: Iterable[PolicyRule]) -> list[PolicyRule]:
 
 def go_string_list(values: Iterable[str]) -> str:
     """Go's ``%q`` of a []string: ``["a" "b"]``."""
-    from kubesvc.api.validation_meta import go_quote
-
     return "[" + " ".join(go_quote(v) for v in values) + "]"
 
 
