@@ -179,8 +179,8 @@ class ControllerManager:
             await self.stop_serving()
 
     async def run_controllers(self) -> None:
-        self.leading.set()
         await self._build_clients()
+        self.leading.set()
         informers = SharedInformers(self.client)
         runs = self._build(informers)
         informers.start()
