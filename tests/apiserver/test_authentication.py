@@ -94,6 +94,27 @@ def test_unknown_token_is_401_never_anonymous(server):
                                "reason": "Unauthorized", "code": 401}
 
 
+def _unsigned_jwt(header: bytes, payload: bytes) -> str:
+    return f"{jwt.b64url_encode(header)}.{jwt.b64url_encode(payload)}.AA"
+
+
+HOSTILE_TOKENS = {
+    "issuer-list": _unsigned_jwt(b'{"alg":"RS256"}', b'{"iss":[]}'),
+    "issuer-object": _unsigned_jwt(b'{"alg":"RS256"}', b'{"iss":{}}'),
+    "payload-nested-too-deep": _unsigned_jwt(b'{"alg":"RS256"}', b"[" * 100_000 + b"]" * 100_000),
+    "header-nested-too-deep": _unsigned_jwt(b"[" * 100_000 + b"]" * 100_000, f'{{"iss":"{ISSUER}"}}'.encode()),
+}
+
+
+@pytest.mark.parametrize("token", HOSTILE_TOKENS.values(), ids=HOSTILE_TOKENS.keys())
+def test_malformed_jwts_are_401_and_unauthenticated_reviews_never_500(server, token):
+    if len(token) < 8000:  # what fits in one header line
+        assert status_of(server, token, "/version") == 401
+    authn = client.AuthenticationV1Api(api(server, server.token))
+    review = authn.create_token_review(client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token)))
+    assert (review.status.authenticated, review.status.error) == (None, "invalid bearer token")
+
+
 def test_anonymous_reads_version_but_not_namespaces(server):
     assert status_of(server, None, "/version") == 200
     response = requests.get(server.url + "/api/v1/namespaces", verify=str(server.ca_file), timeout=10)

@@ -95,11 +95,20 @@ def test_ec_key_refuses_an_rsa_algorithm():
         jwt.verify(jwt.parse(jwt.sign({"sub": "x"}, RSA_KEY)), EC_KEYS["secp256r1"].public_key())
 
 
-@pytest.mark.parametrize("token", ["a.b", "a.b.c.d", "!!.e30.", "e30=.e30.", "bm90anNvbg.e30."],
-                         ids=["two-parts", "four-parts", "bad-base64", "padding", "header-not-json"])
+DEEP = _b64(b"[" * 100_000 + b"]" * 100_000)
+RS256 = _b64(b'{"alg":"RS256"}')
+
+
+@pytest.mark.parametrize("token", ["a.b", "a.b.c.d", "!!.e30.", "e30=.e30.", "bm90anNvbg.e30.", f"{DEEP}.e30."],
+                         ids=["two-parts", "four-parts", "bad-base64", "padding", "header-not-json", "header-nested-too-deep"])
 def test_malformed_tokens_do_not_parse(token):
     with pytest.raises(jwt.JWTError):
         jwt.parse(token)
+
+
+def test_claims_nested_too_deep_are_invalid():
+    with pytest.raises(jwt.JWTError):
+        jwt.parse(f"{RS256}.{DEEP}.").claims()
 
 
 ISS_X = _b64(b'{"iss":"x"}')
@@ -111,7 +120,8 @@ ISS_X = _b64(b'{"iss":"x"}')
     ("a.b", None),
     ("e30.!!.sig", None),
     ("e30.WzFd.sig", None),
-], ids=["claims", "json-token", "two-parts", "bad-base64", "not-an-object"])
+    (f"e30.{DEEP}.sig", None),
+], ids=["claims", "json-token", "two-parts", "bad-base64", "not-an-object", "nested-too-deep"])
 def test_unverified_claims(token, claims):
     assert jwt.unverified_claims(token) == claims
 

@@ -154,10 +154,24 @@ def test_deleted_within_a_minute_still_works():
     assert authenticator(objects).authenticate_token(bound_token(pod=POD), [ISSUER]) is not None
 
 
-@pytest.mark.parametrize("token", ["abcdef.0123456789abcdef", "not-a-jwt", '{"iss":"x"}',
-                                   TokenGenerator("https://someone-else", KEY).generate({"sub": "x"})],
-                         ids=["bootstrap-token", "opaque", "json", "other-issuer"])
+def _unsigned(header: bytes, payload: bytes) -> str:
+    return f"{jwt.b64url_encode(header)}.{jwt.b64url_encode(payload)}.AA"
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000  # Go's encoding/json stops at 10,000 levels; Python's at its recursion limit
+OUR_ISSUER = f'{{"iss":"{ISSUER}"}}'.encode()
+
+
+@pytest.mark.parametrize("token", [
+    "abcdef.0123456789abcdef", "not-a-jwt", '{"iss":"x"}', TokenGenerator("https://someone-else", KEY).generate({"sub": "x"}),
+    _unsigned(b'{"alg":"RS256"}', b'{"iss":[]}'), _unsigned(b'{"alg":"RS256"}', b'{"iss":{}}'),
+    _unsigned(b'{"alg":"RS256"}', b'{"iss":7}'), _unsigned(b'{"alg":"RS256"}', DEEP), _unsigned(DEEP, OUR_ISSUER),
+    _unsigned(b'[]', OUR_ISSUER),
+], ids=["bootstrap-token", "opaque", "json", "other-issuer", "issuer-list", "issuer-object", "issuer-number", "deep-payload",
+        "deep-header", "header-not-an-object"])
 def test_tokens_of_others_are_not_ours(token):
+    """upstream ``hasCorrectIssuer`` reads ``iss`` as a string or not at all, and a token
+    ``jwt.ParseSigned`` refuses is not the authenticator's either."""
     assert authenticator().authenticate_token(token, [ISSUER]) is None
 
 

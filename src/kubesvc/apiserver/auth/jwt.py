@@ -50,6 +50,15 @@ class JWTError(ValueError):
     """A token that is not a well-formed, correctly signed JWS."""
 
 
+def _json(data: bytes, what: str) -> object:
+    """A token part's JSON. Nesting too deep for Python's parser is refused as Go's
+    encoding/json refuses more than 10,000 levels: the token is malformed, never a 500."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise JWTError(f"invalid {what}: {exc}") from None
+
+
 def b64url_encode(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
@@ -110,10 +119,7 @@ class SignedToken:
         return kid if isinstance(kid, str) else ""
 
     def claims(self) -> dict:
-        try:
-            claims = json.loads(self.payload)
-        except ValueError as exc:
-            raise JWTError(f"invalid claims: {exc}") from None
+        claims = _json(self.payload, "claims")
         if not isinstance(claims, dict):
             raise JWTError("invalid claims: not a JSON object")
         return claims
@@ -123,10 +129,7 @@ def parse(token: str) -> SignedToken:
     parts = token.split(".")
     if len(parts) != 3:
         raise JWTError("compact JWS format must have three parts")
-    try:
-        header = json.loads(b64url_decode(parts[0]))
-    except ValueError as exc:
-        raise JWTError(f"invalid header: {exc}") from None
+    header = _json(b64url_decode(parts[0]), "header")
     if not isinstance(header, dict) or not isinstance(header.get("alg"), str):
         raise JWTError("invalid header: no alg")
     if header.get("crit"):
@@ -135,18 +138,25 @@ def parse(token: str) -> SignedToken:
 
 
 def unverified_claims(token: str) -> dict | None:
-    """The payload read without checking anything, or None (kube-apiserver's issuer pre-check:
-    only a token whose ``iss`` is ours is ever verified by the ServiceAccount authenticator)."""
+    """The payload read without checking anything, or None when it is no JSON object."""
     if token.strip().startswith("{"):
         return None
     parts = token.split(".")
     if len(parts) != 3:
         return None
     try:
-        claims = json.loads(b64url_decode(parts[1]))
-    except ValueError:
+        claims = _json(b64url_decode(parts[1]), "claims")
+    except JWTError:
         return None
     return claims if isinstance(claims, dict) else None
+
+
+def unverified_issuer(token: str) -> str | None:
+    """The ``iss`` claim read without checking anything; None unless it is a string
+    (kube-apiserver's ``hasCorrectIssuer`` pre-check: only a token whose issuer is ours is
+    ever verified by a ServiceAccount authenticator)."""
+    issuer = (unverified_claims(token) or {}).get("iss")
+    return issuer if isinstance(issuer, str) else None
 
 
 def verify(token: SignedToken, public_key: PublicKey) -> None:

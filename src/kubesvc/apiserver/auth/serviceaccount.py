@@ -337,8 +337,7 @@ class JWTAuthenticator:
         self.lookup = lookup
 
     def authenticate_token(self, token: str, audiences: Sequence[str]) -> Response | None:
-        unverified = jwt.unverified_claims(token)
-        if unverified is None or unverified.get("iss") not in self.issuers:
+        if jwt.unverified_issuer(token) not in self.issuers:
             return None
         try:
             signed = jwt.parse(token)
@@ -356,9 +355,12 @@ class JWTAuthenticator:
                 errors.append(str(exc))
         else:
             raise AuthenticationError(errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]")
-        claims = signed.claims()
+        try:
+            claims = signed.claims()
+        except jwt.JWTError as exc:
+            raise AuthenticationError(str(exc)) from None
         issuer = claims.get("iss")
-        if issuer not in self.issuers:
+        if not isinstance(issuer, str) or issuer not in self.issuers:
             raise AuthenticationError(f'token issuer "{issuer}" is invalid')
         presented = token_audiences(claims) or self.implicit_audiences
         requested = tuple(audiences) or self.implicit_audiences
