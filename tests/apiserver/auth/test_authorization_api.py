@@ -272,7 +272,7 @@ def test_a_node_reads_what_its_pods_need_and_writes_only_its_own(apiserver, ns):
     with pytest.raises(ApiException) as deleting:
         node1.delete_namespaced_pod("p2", ns)
     assert json.loads(deleting.value.body)["message"] == (
-        f'pods "Unknown" is forbidden: node "{n1}" can only delete pods with spec.nodeName set to itself')
+        f'pods "p2" is forbidden: node "{n1}" can only delete pods with spec.nodeName set to itself')
     # lists of Pods only of its own
     mine = node1.list_namespaced_pod(ns, field_selector=f"spec.nodeName={n1}")
     assert [p.metadata.name for p in mine.items] == ["p1"]

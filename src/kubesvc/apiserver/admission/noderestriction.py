@@ -20,8 +20,8 @@ requests of a node user (``system:node:<name>`` in ``system:nodes``), narrows th
 * **serviceaccounts/token**: only tokens bound to a Pod (with its UID) running on itself.
 
 Every refusal is a 403 ``<resource> "<name>" is forbidden: <reason>`` where the name is the
-written object's (``Unknown`` for a delete, as upstream's admission attributes carry no
-object then). Requests of anyone else pass unchanged.
+written (or deleted) object's, its ``generateName`` on a create without a name, else
+``Unknown`` (upstream ``admission.NewForbidden``). Requests of anyone else pass unchanged.
 
 kubesvc applies the plugin inside the registry: the Pod, Node and Lease strategies are
 wrapped (:func:`restricted_strategies`) so it sees each write's new and old object exactly
@@ -226,7 +226,7 @@ class NodeRestriction:
             return
         user, node = who
         obj = new if new is not None else old
-        name = "Unknown" if operation == DELETE else (_meta(obj).get("name") or _meta(obj).get("generateName") or "Unknown")
+        name = _meta(obj).get("name") or _meta(obj).get("generateName") or "Unknown"
         if not node:
             raise errors.forbidden(info.resource, name, info.group, f"could not determine node from user {go_quote(user.name)}")
         try:
