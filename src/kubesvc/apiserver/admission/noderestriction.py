@@ -24,23 +24,23 @@ written (or deleted) object's, its ``generateName`` on a create without a name, 
 ``Unknown`` (upstream ``admission.NewForbidden``). Requests of anyone else pass unchanged.
 
 kubesvc applies the plugin inside the registry: the Pod, Node and Lease strategies are
-wrapped (:func:`restricted_strategies`) so it sees each write's new and old object exactly
-where upstream's admission would, and the TokenRequest handler is wrapped likewise.
+wrapped (:meth:`NodeRestriction.wrap`, ``admission/strategy.py``) so it sees each write's new
+and old object exactly where upstream's admission would, and the TokenRequest handler is
+wrapped likewise (:meth:`NodeRestriction.wrap_token_requests`).
 """
 
 from __future__ import annotations
 
-import copy
 from typing import Callable, Mapping
 
 from kubesvc.api import errors
 from kubesvc.api.errors import StatusError
 from kubesvc.api.validation_meta import go_quote
+from kubesvc.apiserver.admission.strategy import CREATE, DELETE, UPDATE, admitted
 from kubesvc.apiserver.auth.context import current
 from kubesvc.apiserver.auth.node import MIRROR_ANNOTATION, NODE_LEASE_NAMESPACE, is_node_user, pod_references
 from kubesvc.apiserver.auth.user import UserInfo, node_name
 
-CREATE, UPDATE, DELETE = "CREATE", "UPDATE", "DELETE"
 NODE_RESTRICTION_LABEL_NAMESPACE = "node-restriction.kubernetes.io"
 KUBELET_LABELS = frozenset({
     "kubernetes.io/hostname", "topology.kubernetes.io/zone", "topology.kubernetes.io/region",
@@ -241,10 +241,10 @@ class NodeRestriction:
 
     def wrap(self, base: Callable) -> Callable:
         """A strategy factory whose writes pass this plugin first."""
-        return lambda info: AdmittedStrategy(base(info), self)
+        return admitted(base, self)
 
     def wrap_token_requests(self, handler: Callable) -> Callable:
-        async def admitted(request, create):
+        async def admitted_token_request(request, create):
             who = _node_user()
             if who is not None:
                 user, node = who
@@ -258,35 +258,7 @@ class NodeRestriction:
                     raise errors.forbidden("serviceaccounts", name, "", str(refused)) from None
             return await handler(request, create)
 
-        return admitted
-
-
-class AdmittedStrategy:
-    """A strategy with NodeRestriction in front of its writes (everything else delegated).
-    A DELETE that only marks the object (a Pod's grace period, finalizers) is a delete here."""
-
-    def __init__(self, inner, plugin: NodeRestriction):
-        self._inner = inner
-        self._plugin = plugin
-
-    def __getattr__(self, name: str):
-        return getattr(self._inner, name)
-
-    def begin_create(self, obj: dict, dry_run: bool):
-        self._plugin.admit(self._inner.info, CREATE, "", obj, None)
-        return self._inner.begin_create(obj, dry_run)
-
-    def begin_update(self, new: dict, old: dict, dry_run: bool, subresource: str):
-        marking = bool(_meta(new).get("deletionTimestamp")) and not _meta(old).get("deletionTimestamp")
-        if marking:
-            self._plugin.admit(self._inner.info, DELETE, "", None, copy.deepcopy(old))
-        else:
-            self._plugin.admit(self._inner.info, UPDATE, subresource, new, old)
-        return self._inner.begin_update(new, old, dry_run, subresource)
-
-    def begin_delete(self, obj: dict):
-        self._plugin.admit(self._inner.info, DELETE, "", None, obj)
-        return self._inner.begin_delete(obj)
+        return admitted_token_request
 
 
 RESTRICTED_KINDS = ("Pod", "Node", "Lease")

@@ -34,9 +34,9 @@ On Pod **create** (other operations, subresources and other kinds pass untouched
    Pod may use only Secrets the ServiceAccount lists (secret volumes, env and envFrom secret
    references, image pull secrets), with upstream's messages.
 
-kubesvc runs the plugin inside the registry: the Pod strategy is wrapped (:meth:`wrap`) so the
-Pod is changed after defaulting and before validation, before NodeRestriction (upstream's
-plugin order), on dry runs too.
+kubesvc runs the plugin inside the registry: the Pod strategy is wrapped (:meth:`wrap`,
+``admission/strategy.py``) so the Pod is changed after defaulting and before validation,
+before NodeRestriction (upstream's plugin order), on dry runs too.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from typing import Callable, Mapping
 
 from kubesvc.api import errors
 from kubesvc.api.errors import StatusError
+from kubesvc.apiserver.admission.strategy import CREATE, admitted
 from kubesvc.apiserver.auth.node import MIRROR_ANNOTATION, pod_references
 
 PLUGIN_NAME = "ServiceAccount"
@@ -198,13 +199,14 @@ class ServiceAccountAdmission:
                 return None
             raise
 
-    def admit(self, info, obj: dict) -> None:
-        if info.kind != "Pod":
+    def admit(self, info, operation: str, subresource: str, new: dict | None, old: dict | None) -> None:
+        """Only a Pod's create is admitted (changed in place, or refused with a 403)."""
+        if info.kind != "Pod" or operation != CREATE or subresource or new is None:
             return
         try:
-            admit_pod(obj, (obj.get("metadata") or {}).get("namespace") or "", self.lookup)
+            admit_pod(new, (new.get("metadata") or {}).get("namespace") or "", self.lookup)
         except Refused as refused:
-            meta = obj.get("metadata") or {}
+            meta = new.get("metadata") or {}
             raise errors.forbidden(info.resource, meta.get("name") or meta.get("generateName") or "Unknown", info.group, str(refused)) from None
 
     async def wait_ready(self, info, namespace: str | None, obj: dict) -> None:
@@ -224,7 +226,7 @@ class ServiceAccountAdmission:
 
     def wrap(self, base: Callable) -> Callable:
         """A Pod strategy factory with this plugin in front of its creates."""
-        return lambda info: _AdmittedPods(base(info), self)
+        return admitted(base, self)
 
     def strategies(self, overrides: Mapping[str, Callable] | None = None) -> dict:
         """``overrides`` with the Pod strategy wrapped (outermost: it runs before the plugins
@@ -235,15 +237,3 @@ class ServiceAccountAdmission:
         merged["Pod"] = self.wrap(merged.get("Pod") or strategy_for)
         return merged
 
-
-class _AdmittedPods:
-    def __init__(self, inner, plugin: ServiceAccountAdmission):
-        self._inner = inner
-        self._plugin = plugin
-
-    def __getattr__(self, name: str):
-        return getattr(self._inner, name)
-
-    def begin_create(self, obj: dict, dry_run: bool):
-        self._plugin.admit(self._inner.info, obj)
-        return self._inner.begin_create(obj, dry_run)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kubesvc.api.scheme import KindInfo
+from kubesvc.apiserver.admission.strategy import marks_deleted
 from kubesvc.apiserver.auth.context import current
 from kubesvc.apiserver.registry.strategy import Strategy
 from kubesvc.apiserver.registry.txn import Txn
@@ -50,8 +51,7 @@ class RBACStrategy(Strategy):
         return self._refresh_on_commit(obj, dry_run)
 
     def begin_update(self, new: dict, old: dict, dry_run: bool, subresource: str) -> Txn:
-        being_deleted = (new.get("metadata") or {}).get("deletionTimestamp") and not (old.get("metadata") or {}).get("deletionTimestamp")
-        if not being_deleted and not self.validate_update(new, old):  # a DELETE marking it is no grant
+        if not marks_deleted(new, old) and not self.validate_update(new, old):  # a DELETE marking it is no grant
             self._check(new, old)
         return self._refresh_on_commit(new, dry_run)
 

@@ -1,0 +1,71 @@
+"""Admission plugins in front of a registry strategy.
+
+Upstream runs admission as a chain between authorization and storage: each plugin sees the
+operation (``CREATE``, ``UPDATE``, ``DELETE``), the subresource, the new object and the old
+one, and may change the new object (mutating) or refuse the write (validating)
+(k8s.io/apiserver pkg/admission ``Attributes``; pkg/registry/rest ``BeforeCreate``/
+``BeforeUpdate``/``BeforeDelete`` call into it).
+
+kubesvc's registry has no separate admission stage: each write already passes its kind's
+strategy (``begin_create``, ``begin_update``, ``begin_delete``) at the point where upstream
+admits it, so a plugin is put in front of a kind's strategy with :func:`admitted`. A
+graceful delete here is an update that sets ``deletionTimestamp``; it is admitted as the
+DELETE it is (the old object, no new one), as upstream admits the DELETE request itself.
+
+Wrapping is composable: the last plugin wrapped runs first (upstream orders its plugins the
+same way: ``ServiceAccount`` before ``NodeRestriction``).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Callable, Protocol
+
+from kubesvc.api.scheme import KindInfo
+
+CREATE, UPDATE, DELETE = "CREATE", "UPDATE", "DELETE"
+
+
+class Plugin(Protocol):
+    def admit(self, info: KindInfo, operation: str, subresource: str, new: dict | None, old: dict | None) -> None:
+        """Refuse the write (a StatusError), or change ``new`` in place, or do nothing."""
+
+
+StrategyFactory = Callable[[KindInfo], object]
+
+
+def admitted(base: StrategyFactory, plugin: Plugin) -> StrategyFactory:
+    """A strategy factory whose writes pass ``plugin`` first."""
+    return lambda info: AdmittedStrategy(base(info), plugin)
+
+
+def marks_deleted(new: dict, old: dict) -> bool:
+    """An update that starts a graceful delete (or one held by finalizers)."""
+    return bool((new.get("metadata") or {}).get("deletionTimestamp")) and not (old.get("metadata") or {}).get("deletionTimestamp")
+
+
+class AdmittedStrategy:
+    """A strategy with one admission plugin in front of its writes; everything else is the
+    inner strategy's."""
+
+    def __init__(self, inner, plugin: Plugin):
+        self._inner = inner
+        self._plugin = plugin
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def begin_create(self, obj: dict, dry_run: bool):
+        self._plugin.admit(self._inner.info, CREATE, "", obj, None)
+        return self._inner.begin_create(obj, dry_run)
+
+    def begin_update(self, new: dict, old: dict, dry_run: bool, subresource: str):
+        if marks_deleted(new, old):
+            self._plugin.admit(self._inner.info, DELETE, "", None, copy.deepcopy(old))
+        else:
+            self._plugin.admit(self._inner.info, UPDATE, subresource, new, old)
+        return self._inner.begin_update(new, old, dry_run, subresource)
+
+    def begin_delete(self, obj: dict):
+        self._plugin.admit(self._inner.info, DELETE, "", None, obj)
+        return self._inner.begin_delete(obj)
