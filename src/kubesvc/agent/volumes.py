@@ -34,8 +34,6 @@ container cannot have is its ``CreateContainerConfigError``.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -43,6 +41,7 @@ from pathlib import Path
 
 from kubesvc.agent.envvars import EnvError, container_resource_value, extract_field_path
 from kubesvc.api.defaults import DEFAULT_VOLUME_MODE
+from kubesvc.api.validation_config import secret_bytes
 from kubesvc.api.validation_meta import go_quote
 from kubesvc.kernel.mounts import BindMount
 
@@ -154,7 +153,7 @@ def configmap_payload(source: Mapping, configmap: Mapping | None, default_mode: 
             raise not_found("configmap", source.get("name") or "")
         configmap = {}
     data = {k: v.encode() for k, v in (configmap.get("data") or {}).items() if isinstance(v, str)}
-    binary = {k: _b64(v) for k, v in (configmap.get("binaryData") or {}).items() if isinstance(v, str)}
+    binary = {k: secret_bytes(v) for k, v in (configmap.get("binaryData") or {}).items() if isinstance(v, str)}
     items = _items(source)
     if not items:
         return {key: FileProjection(value, _mode(None, default_mode)) for key, value in {**data, **binary}.items()}
@@ -180,7 +179,7 @@ def secret_payload(source: Mapping, secret: Mapping | None, default_mode: int | 
         if not optional:
             raise not_found("secret", source.get(name_key) or "")
         secret = {}
-    data = {k: _b64(v) for k, v in (secret.get("data") or {}).items() if isinstance(v, str)}
+    data = {k: secret_bytes(v) for k, v in (secret.get("data") or {}).items() if isinstance(v, str)}
     items = _items(source)
     if not items:
         return {key: FileProjection(value, _mode(None, default_mode)) for key, value in data.items()}
@@ -193,13 +192,6 @@ def secret_payload(source: Mapping, secret: Mapping | None, default_mode: int | 
             raise VolumeError(f"references non-existent secret key: {key}")
         payload[item.get("path") or ""] = FileProjection(data[key], _mode(item.get("mode"), default_mode))
     return payload
-
-
-def _b64(text: str) -> bytes:
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        return b""
 
 
 def downward_api_payload(items: list, pod: Mapping, default_mode: int | None, node_allocatable: Mapping[str, str]) -> Payload:

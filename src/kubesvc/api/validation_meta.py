@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from kubesvc.api.errors import FieldError, forbidden_field, invalid_value, required, too_long
 
@@ -148,6 +148,11 @@ def go_quote(text: str) -> str:
         else:
             out.append(f"\\U{ord(ch):08x}")
     return '"' + "".join(out) + '"'
+
+
+def go_string_list(values: Iterable[str]) -> str:
+    """Go's ``%q`` of a ``[]string``: ``["a" "b"]``."""
+    return "[" + " ".join(go_quote(v) for v in values) + "]"
 
 
 # ---- format checks (apimachinery pkg/util/validation/validation.go, 1.32) ----------------------
@@ -533,8 +538,8 @@ def validate_annotations(annotations: dict[str, str], path: str) -> Errs:
     return errs
 
 
-def _group_version(api_version: str) -> tuple[str, str] | None:
-    """schema.ParseGroupVersion; None when it does not parse."""
+def parse_group_version(api_version: str) -> tuple[str, str] | None:
+    """schema.ParseGroupVersion: (group, version); None when it does not parse."""
     if api_version in ("", "/"):
         return "", ""
     parts = api_version.split("/")
@@ -550,7 +555,7 @@ def _validate_owner_reference(errs: Errs, ref: dict, path: str, item: str) -> No
     kind = read_str(errs, ref, "kind", item)
     name = read_str(errs, ref, "name", item)
     uid = read_str(errs, ref, "uid", item)
-    group, version = _group_version(api_version) or ("", "")
+    group, version = parse_group_version(api_version) or ("", "")
     if not version:
         errs.append(invalid_value(child(path, "apiVersion"), api_version, "version must not be empty"))
     if not kind:

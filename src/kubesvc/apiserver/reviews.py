@@ -28,14 +28,10 @@ from kubesvc.api.validation_meta import go_quote
 from kubesvc.apiserver.auth.attributes import Attributes, RequestInfo
 from kubesvc.apiserver.auth.authorizer import Decision
 from kubesvc.apiserver.auth.rbac import aggregate_error
-from kubesvc.apiserver.auth.rules import PolicyRule
+from kubesvc.apiserver.auth.rules import PolicyRule, strings
 from kubesvc.apiserver.auth.user import UserInfo
 
 GROUP = "authorization.k8s.io"
-
-
-def _strings(value) -> tuple[str, ...]:
-    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
 
 def _non_resource_go(attrs: dict) -> GoSyntax:
@@ -85,8 +81,8 @@ def attributes_from_spec(user: UserInfo, spec: dict) -> Attributes:
 
 def subject_from_spec(spec: dict) -> UserInfo:
     extra = spec.get("extra") if isinstance(spec.get("extra"), dict) else {}
-    return UserInfo(str(spec.get("user") or ""), str(spec.get("uid") or ""), _strings(spec.get("groups")),
-                    {str(k): _strings(v) for k, v in extra.items()})
+    return UserInfo(str(spec.get("user") or ""), str(spec.get("uid") or ""), strings(spec.get("groups")),
+                    {str(k): strings(v) for k, v in extra.items()})
 
 
 def decide(request: web.Request, attrs: Attributes) -> dict:

@@ -21,13 +21,13 @@ groups ``system:bootstrappers`` and the extra groups, deduplicated and sorted; n
 
 from __future__ import annotations
 
-import base64
 import hmac
 import logging
 import re
 from datetime import datetime
 from typing import Callable, Sequence
 
+from kubesvc.api.validation_config import secret_bytes
 from kubesvc.apiserver.auth.tokens import Response
 from kubesvc.apiserver.auth.user import BOOTSTRAPPERS_GROUP, UserInfo
 from kubesvc.util.clock import Clock
@@ -56,13 +56,7 @@ def parse_token(token: str) -> tuple[str, str] | None:
 
 def secret_data(secret: dict, key: str) -> str:
     """``bootstrapsecretutil.GetData``: the decoded value, or "" when absent."""
-    value = (secret.get("data") or {}).get(key)
-    if not isinstance(value, str):
-        return ""
-    try:
-        return base64.b64decode(value, validate=True).decode("utf-8", "replace")
-    except ValueError:
-        return ""
+    return secret_bytes((secret.get("data") or {}).get(key)).decode("utf-8", "replace")
 
 
 def has_expired(secret: dict, now: datetime) -> bool:

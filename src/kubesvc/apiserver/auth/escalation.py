@@ -32,12 +32,12 @@ import copy
 from typing import Callable
 
 from kubesvc.api import errors
-from kubesvc.api.validation_meta import go_quote
+from kubesvc.api.validation_meta import go_quote, go_string_list
 from kubesvc.apiserver.auth.attributes import Attributes, RequestInfo
 from kubesvc.apiserver.auth.authorizer import Authorizer
 from kubesvc.apiserver.auth.context import RequestContext
 from kubesvc.apiserver.auth.rbac import RBAC_GROUP, PolicyIndex, aggregate_error
-from kubesvc.apiserver.auth.rules import ALL, PolicyRule, compact_rules, compact_string, covers, go_string_list, rules_from_api
+from kubesvc.apiserver.auth.rules import ALL, PolicyRule, compact_rules, compact_string, covers, rules_from_api
 from kubesvc.apiserver.auth.user import SYSTEM_PRIVILEGED_GROUP, UserInfo
 
 FULL_AUTHORITY = (PolicyRule((ALL,), (ALL,), (ALL,)), PolicyRule((ALL,), non_resource_urls=(ALL,)))

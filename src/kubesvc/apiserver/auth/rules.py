@@ -16,13 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from kubesvc.api.validation_meta import go_quote
+from kubesvc.api.validation_meta import go_string_list
 from kubesvc.apiserver.auth.attributes import RequestInfo
 
 ALL = "*"
 
 
-def _strings(value) -> tuple[str, ...]:
+def strings(value) -> tuple[str, ...]:
+    """The strings of a JSON list (anything else: none)."""
     if not isinstance(value, list):
         return ()
     return tuple(v for v in value if isinstance(v, str))
@@ -42,8 +43,8 @@ class PolicyRule:
     def from_api(cls, rule: Mapping) -> "PolicyRule":
         if not isinstance(rule, Mapping):
             return cls()
-        return cls(_strings(rule.get("verbs")), _strings(rule.get("apiGroups")), _strings(rule.get("resources")),
-                   _strings(rule.get("resourceNames")), _strings(rule.get("nonResourceURLs")))
+        return cls(strings(rule.get("verbs")), strings(rule.get("apiGroups")), strings(rule.get("resources")),
+                   strings(rule.get("resourceNames")), strings(rule.get("nonResourceURLs")))
 
     def to_api(self) -> dict:
         out: dict = {"verbs": list(self.verbs)}
@@ -103,8 +104,6 @@ def rule_allows(info: RequestInfo, rule: PolicyRule) -> bool:
 
 def rules_allow(info: RequestInfo, rules: Iterable[PolicyRule]) -> bool:
     return any(rule_allows(info, rule) for rule in rules)
-
-
 
 
 # ---- covering: does one set of rules hold every permission of another (escalation checks) ----
@@ -180,11 +179,6 @@ def compact_rules(rules: Iterable[PolicyRule]) -> list[PolicyRule]:
     for key, verbs in simple.items():
         compacted.append(PolicyRule(tuple(verbs), (key[0],), (key[1],), names[key]))
     return compacted
-
-
-def go_string_list(values: Iterable[str]) -> str:
-    """Go's ``%q`` of a []string: ``["a" "b"]``."""
-    return "[" + " ".join(go_quote(v) for v in values) + "]"
 
 
 def compact_string(rule: PolicyRule) -> str:

@@ -34,13 +34,14 @@ The user is ``system:serviceaccount:<ns>:<name>`` in ``system:serviceaccounts`` 
 
 from __future__ import annotations
 
-import base64
 import hmac
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol, Sequence
 
+from kubesvc.api.validation_config import secret_bytes
+from kubesvc.api.validation_meta import go_string_list
 from kubesvc.apiserver.auth import jwt
 from kubesvc.apiserver.auth.tokens import AuthenticationError, Response, intersect
 from kubesvc.apiserver.auth.user import UserInfo, service_account_groups, service_account_user, split_service_account
@@ -269,16 +270,6 @@ def validate_bound(claims: dict, getter: ObjectGetter, now: datetime) -> Service
                               f"JTI={jti}" if isinstance(jti, str) and jti else "")
 
 
-def _secret_data(secret: dict, key: str) -> bytes:
-    value = (secret.get("data") or {}).get(key)
-    if not isinstance(value, str):
-        return b""
-    try:
-        return base64.b64decode(value, validate=True)
-    except ValueError:
-        return b""
-
-
 def validate_legacy(claims: dict, token: str, getter: ObjectGetter, lookup: bool) -> ServiceAccountInfo:
     """upstream ``legacyValidator.Validate`` for a signature-checked Secret-based token."""
     def claim(name: str) -> str:
@@ -309,7 +300,7 @@ def validate_legacy(claims: dict, token: str, getter: ObjectGetter, lookup: bool
             raise AuthenticationError("Token has been invalidated") from None
         if (secret.get("metadata") or {}).get("deletionTimestamp"):
             raise AuthenticationError("Token has been invalidated")
-        if not hmac.compare_digest(_secret_data(secret, SERVICE_ACCOUNT_TOKEN_KEY), token.encode()):
+        if not hmac.compare_digest(secret_bytes((secret.get("data") or {}).get(SERVICE_ACCOUNT_TOKEN_KEY)), token.encode()):
             raise AuthenticationError("Token does not match server's copy")
         service_account = getter.service_account(namespace, sa_name)
         if (service_account.get("metadata") or {}).get("deletionTimestamp"):
@@ -366,19 +357,12 @@ class JWTAuthenticator:
         requested = tuple(audiences) or self.implicit_audiences
         granted = intersect(presented, requested)
         if not granted and self.implicit_audiences:
-            raise AuthenticationError(f"token audiences {_go_quoted_list(presented)} is invalid for the target audiences {_go_quoted_list(requested)}")
+            raise AuthenticationError(f"token audiences {go_string_list(presented)} is invalid for the target audiences {go_string_list(requested)}")
         if self.legacy:
             info = validate_legacy(claims, token, self.getter, self.lookup)
         else:
             info = validate_bound(claims, self.getter, self.clock.now())
         return Response(info.user_info(), granted)
-
-
-def _go_quoted_list(values: Sequence[str]) -> str:
-    """Go's ``%q`` of a []string: ``["a" "b"]``."""
-    from kubesvc.api.validation_meta import go_quote
-
-    return "[" + " ".join(go_quote(v) for v in values) + "]"
 
 
 class RegistryGetter:

@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 
 from kubesvc.api import errors
 from kubesvc.api.errors import FieldError, StatusError
+from kubesvc.api.validation_meta import parse_group_version
 from kubesvc.apiserver.auth.options import ServiceAccountConfig
 from kubesvc.apiserver.auth.serviceaccount import TokenGenerator, bound_claims
 from kubesvc.util.clock import Clock, rfc3339
@@ -54,14 +55,10 @@ def validate_expiration(seconds: int) -> list[FieldError]:
 
 
 def group_version_kind(api_version: str, kind: str) -> tuple[str, str, str]:
-    """``schema.FromAPIVersionAndKind``: "v1" is the core group, "g/v" a named one; anything
-    else leaves only the kind."""
-    parts = api_version.split("/") if api_version else []
-    if len(parts) == 1:
-        return "", parts[0], kind
-    if len(parts) == 2 and parts[0] and parts[1]:
-        return parts[0], parts[1], kind
-    return "", "", kind
+    """``schema.FromAPIVersionAndKind``: "v1" is the core group, "g/v" a named one; what
+    does not parse leaves only the kind."""
+    group, version = parse_group_version(api_version) or ("", "")
+    return group, version, kind
 
 
 @dataclass(frozen=True)
