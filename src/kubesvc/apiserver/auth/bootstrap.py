@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 from kubesvc.api.validation_config import secret_bytes
 from kubesvc.apiserver.auth.tokens import Response
 from kubesvc.apiserver.auth.user import BOOTSTRAPPERS_GROUP, UserInfo
-from kubesvc.util.clock import Clock
+from kubesvc.util.clock import Clock, parse_rfc3339
 
 log = logging.getLogger("kubesvc.apiserver.auth")
 
@@ -66,7 +66,7 @@ def has_expired(secret: dict, now: datetime) -> bool:
     if not RFC3339.match(text):
         return True  # unparseable: treated as expired
     try:
-        expires = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        expires = parse_rfc3339(text)
     except ValueError:
         return True
     return expires <= now

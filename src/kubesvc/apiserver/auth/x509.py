@@ -52,6 +52,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, ObjectIdentifier
 
 from kubesvc.api import errors
 from kubesvc.apiserver.auth.user import UserInfo
+from kubesvc.util.clock import rfc3339
 
 CREDENTIAL_ID_KEY = "authentication.kubernetes.io/credential-id"
 UID_OID = ObjectIdentifier("0.9.2342.19200300.100.1.1")
@@ -88,21 +89,17 @@ def check_usable(cert: x509.Certificate, now: datetime) -> None:
     """Upstream's per-request ``Verify`` beyond the chain: within its dates, and good for
     client authentication. Raises :class:`CertificateRejected` with Go's wording."""
     if now < cert.not_valid_before_utc:
-        raise CertificateRejected(f"x509: certificate has expired or is not yet valid: current time {_go_time(now)} is before "
-                                  f"{_go_time(cert.not_valid_before_utc)}")
+        raise CertificateRejected(f"x509: certificate has expired or is not yet valid: current time {rfc3339(now)} is before "
+                                  f"{rfc3339(cert.not_valid_before_utc)}")
     if now > cert.not_valid_after_utc:
-        raise CertificateRejected(f"x509: certificate has expired or is not yet valid: current time {_go_time(now)} is after "
-                                  f"{_go_time(cert.not_valid_after_utc)}")
+        raise CertificateRejected(f"x509: certificate has expired or is not yet valid: current time {rfc3339(now)} is after "
+                                  f"{rfc3339(cert.not_valid_after_utc)}")
     try:
         usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     except x509.ExtensionNotFound:
         return
     if ExtendedKeyUsageOID.CLIENT_AUTH not in usages and ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE not in usages:
         raise CertificateRejected("x509: certificate specifies an incompatible key usage")
-
-
-def _go_time(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def certificate_subject(cert: x509.Certificate) -> x509.Name:
