@@ -31,10 +31,10 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from kubesvc.apiserver.auth import jwt
+from kubesvc.apiserver.auth import jwt, pki
 
 DEFAULT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-GENERATED_KEY = Path("pki") / "sa.key"
+GENERATED_KEY = Path(pki.PKI_DIR) / "sa.key"
 MIN_MAX_TOKEN_EXPIRATION = 3600
 MAX_TOKEN_EXPIRATION = 1 << 32
 
@@ -100,23 +100,15 @@ class ServiceAccountConfig:
         return self.issuers[0]
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """Write a secret file 0600, atomically (the directory made 0700 if new)."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
 def ensure_signing_key(data_dir: Path) -> Path:
-    """``<data-dir>/pki/sa.key``, made once."""
-    path = data_dir / GENERATED_KEY
+    """``<data-dir>/pki/sa.key``, made once; 0600 in the 0700 ``pki`` directory (tightened
+    again at every start, as the cluster CA's files are)."""
+    path = pki.private_dir(Path(data_dir) / GENERATED_KEY.parent) / GENERATED_KEY.name
     if not path.exists():
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        write_private(path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                                              serialization.NoEncryption()))
+        pki.write_private(path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                                  serialization.NoEncryption()))
+    os.chmod(path, 0o600)
     return path
 
 
