@@ -197,12 +197,13 @@ def test_legacy_token():
     (dict(sub=None), "same", "sub claim is missing"),
     ({"kubernetes.io/serviceaccount/namespace": None}, "same", "namespace claim is missing"),
     ({"kubernetes.io/serviceaccount/secret.name": None}, "same", "secretName claim is missing"),
+    ({"kubernetes.io/serviceaccount/service-account.name": None}, "same", "serviceAccountName claim is missing"),
     ({"kubernetes.io/serviceaccount/service-account.uid": None}, "same", "serviceAccountUID claim is missing"),
     (dict(sub="system:serviceaccount:ns:other"), "same", "sub claim is invalid"),
     ({}, None, "Token has been invalidated"),
     ({}, "other-token", "Token does not match server's copy"),
     ({}, "deleting", "Token has been invalidated"),
-], ids=["sub", "namespace", "secret-name", "sa-uid", "sub-mismatch", "secret-gone", "secret-holds-another-token", "secret-deleting"])
+], ids=["sub", "namespace", "secret-name", "sa-name", "sa-uid", "sub-mismatch", "secret-gone", "secret-holds-another-token", "secret-deleting"])
 def test_legacy_rejections(override, secret, error):
     token = legacy_token(**override)
     stored = {"same": legacy_secret(token), "other-token": legacy_secret("x"), None: None,

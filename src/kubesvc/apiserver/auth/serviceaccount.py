@@ -62,6 +62,9 @@ _LEGACY_SA_NAME = "kubernetes.io/serviceaccount/service-account.name"
 _LEGACY_SA_UID = "kubernetes.io/serviceaccount/service-account.uid"
 _LEGACY_SECRET_NAME = "kubernetes.io/serviceaccount/secret.name"
 SERVICE_ACCOUNT_TOKEN_KEY = "token"  # v1.ServiceAccountTokenKey, the Secret data key
+# what a legacy token must carry, in upstream's order of checking, with the name its error uses
+_LEGACY_REQUIRED_CLAIMS = (("sub", "sub"), (_LEGACY_NAMESPACE, "namespace"), (_LEGACY_SECRET_NAME, "secretName"),
+                           (_LEGACY_SA_NAME, "serviceAccountName"), (_LEGACY_SA_UID, "serviceAccountUID"))
 
 
 @dataclass(frozen=True)
@@ -272,25 +275,13 @@ def validate_bound(claims: dict, getter: ObjectGetter, now: datetime) -> Service
 
 def validate_legacy(claims: dict, token: str, getter: ObjectGetter, lookup: bool) -> ServiceAccountInfo:
     """upstream ``legacyValidator.Validate`` for a signature-checked Secret-based token."""
-    def claim(name: str) -> str:
+    values = []
+    for name, label in _LEGACY_REQUIRED_CLAIMS:
         value = claims.get(name, "")
-        return value if isinstance(value, str) else ""
-
-    subject = claim("sub")
-    if not subject:
-        raise AuthenticationError("sub claim is missing")
-    namespace = claim(_LEGACY_NAMESPACE)
-    if not namespace:
-        raise AuthenticationError("namespace claim is missing")
-    secret_name = claim(_LEGACY_SECRET_NAME)
-    if not secret_name:
-        raise AuthenticationError("secretName claim is missing")
-    sa_name = claim(_LEGACY_SA_NAME)
-    if not sa_name:
-        raise AuthenticationError("serviceAccountName claim is missing")
-    sa_uid = claim(_LEGACY_SA_UID)
-    if not sa_uid:
-        raise AuthenticationError("serviceAccountUID claim is missing")
+        if not isinstance(value, str) or not value:
+            raise AuthenticationError(f"{label} claim is missing")
+        values.append(value)
+    subject, namespace, secret_name, sa_name, sa_uid = values
     if split_service_account(subject) != (namespace, sa_name):
         raise AuthenticationError("sub claim is invalid")
     if lookup:
