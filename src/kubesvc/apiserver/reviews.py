@@ -106,38 +106,35 @@ def _spec(body: dict) -> dict:
     return spec if isinstance(spec, dict) else {}
 
 
-async def subject_access_review(request: web.Request, create) -> dict:
-    body = create.body
+def _checked_spec(kind: str, body: dict, *, needs_subject: bool, local: bool) -> dict:
+    """The review's spec once its spec and metadata validate (else upstream's 422)."""
     spec = _spec(body)
-    found = validate_spec(spec, needs_subject=True, local=False) + _metadata_errors(body.get("metadata") or {}, allow_namespace=False)
+    found = validate_spec(spec, needs_subject=needs_subject, local=local) + _metadata_errors(body.get("metadata") or {}, allow_namespace=local)
     if found:
-        raise errors.invalid("SubjectAccessReview", "", found, GROUP)
-    return _answer(body, decide(request, attributes_from_spec(subject_from_spec(spec), spec)))
+        raise errors.invalid(kind, "", found, GROUP)
+    return spec
+
+
+async def subject_access_review(request: web.Request, create) -> dict:
+    spec = _checked_spec("SubjectAccessReview", create.body, needs_subject=True, local=False)
+    return _answer(create.body, decide(request, attributes_from_spec(subject_from_spec(spec), spec)))
 
 
 async def local_subject_access_review(request: web.Request, create) -> dict:
-    body = create.body
-    spec = _spec(body)
-    found = validate_spec(spec, needs_subject=True, local=True) + _metadata_errors(body.get("metadata") or {}, allow_namespace=True)
-    if found:
-        raise errors.invalid("LocalSubjectAccessReview", "", found, GROUP)
+    spec = _checked_spec("LocalSubjectAccessReview", create.body, needs_subject=True, local=True)
     namespace = create.namespace or ""
     if not namespace:
         raise errors.bad_request(f"namespace is required on this type: {namespace}")
     asked = (spec.get("resourceAttributes") or {}).get("namespace") or ""
     if asked != namespace:
         raise errors.bad_request(f"spec.resourceAttributes.namespace must match namespace: {namespace}")
-    body.setdefault("metadata", {})["namespace"] = namespace
-    return _answer(body, decide(request, attributes_from_spec(subject_from_spec(spec), spec)))
+    create.body.setdefault("metadata", {})["namespace"] = namespace
+    return _answer(create.body, decide(request, attributes_from_spec(subject_from_spec(spec), spec)))
 
 
 async def self_subject_access_review(request: web.Request, create) -> dict:
-    body = create.body
-    spec = _spec(body)
-    found = validate_spec(spec, needs_subject=False, local=False) + _metadata_errors(body.get("metadata") or {}, allow_namespace=False)
-    if found:
-        raise errors.invalid("SelfSubjectAccessReview", "", found, GROUP)
-    return _answer(body, decide(request, attributes_from_spec(request["user"], spec)))
+    spec = _checked_spec("SelfSubjectAccessReview", create.body, needs_subject=False, local=False)
+    return _answer(create.body, decide(request, attributes_from_spec(request["user"], spec)))
 
 
 def _resource_rule(rule: PolicyRule) -> dict:
