@@ -29,6 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 
 from kubesvc.api import errors
 from kubesvc.api.errors import StatusError
+from kubesvc.api.nesting import ensure_recursion_headroom
 from kubesvc.api.scheme import KindInfo, all_kinds, by_resource
 from kubesvc.apiserver import codec, handlers
 from kubesvc.apiserver.auth.attributes import Attributes, request_info
@@ -281,6 +282,7 @@ def _observe(request: web.Request, code: int, seconds: float) -> None:
 
 def build_app(registry: Registry, token: str, clock: Clock, server_address: str, metrics_registry: CollectorRegistry | None = None,
               kubelet_client: KubeletClient | None = None) -> web.Application:
+    ensure_recursion_headroom()  # bodies may nest nesting.MAX_DEPTH levels: room to walk them
     app = web.Application(middlewares=[status_middleware], client_max_size=codec.MAX_BODY_BYTES + 1)
     app["registry"] = registry
     app["create_handlers"] = {}  # (group, resource) -> handlers.CreateHandler, for create-only kinds

@@ -9,17 +9,17 @@ is YAML). Responses are always JSON; a ``Table`` when the Accept header asks for
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from dataclasses import dataclass
 
 import msgspec
-import yaml
 
-from kubesvc.api import errors
+from kubesvc.api import errors, nesting
+from kubesvc.api.yamljson import YAMLBodyError, yaml_to_json
 from kubesvc.api.errors import StatusError
 from kubesvc.api.scheme import KindInfo
+from kubesvc.api.validation_meta import go_quote
 from kubesvc.apiserver.protobuf import decode_kubernetes_protobuf
 
 # upstream apiserver's MaxRequestBodyBytes (3 MiB); larger bodies get 413
@@ -46,38 +46,77 @@ def media_type(content_type: str | None) -> str:
 
 
 def parse_json(body: bytes, what: str = "request body") -> object:
+    """A JSON body (at most ``nesting.MAX_DEPTH`` deep: deeper is a 400 with Go's scanner error,
+    as upstream's decoder of ``what`` gives it)."""
+    try:
+        nesting.check_json_depth(body)
+    except nesting.NestingError as exc:
+        raise errors.bad_request(f"couldn't get version/kind; json parse error: {exc}") from None
     try:
         return _decoder.decode(body)
     except msgspec.DecodeError as exc:
         raise errors.bad_request(f"error decoding {what}: {exc}") from None
 
 
-class _JSONCompatibleLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
-    """YAML as Kubernetes reads it (sigs.k8s.io/yaml converts to JSON): timestamps stay strings."""
+def yaml_document(body: bytes) -> object:
+    """A YAML body as JSON data, as sigs.k8s.io/yaml's ``YAMLToJSON`` gives it: nothing nested
+    deeper than ``nesting.MAX_DEPTH`` or aliased past go-yaml's budget is built
+    (``api/yamljson.py``). A body that is JSON (as ``kubectl apply --server-side`` sends it) is
+    read as JSON, which is YAML, at JSON's speed."""
+    try:
+        text = nesting.yaml_text(body)
+    except UnicodeDecodeError as exc:
+        raise YAMLBodyError(f"yaml: {_UTF8_PROBLEMS.get(exc.reason, 'invalid Unicode character')}") from None
+    if text.lstrip(" \t\r\n").startswith("{"):
+        try:
+            nesting.check_json_depth(text.encode())
+            return _decoder.decode(text)
+        except (nesting.NestingError, msgspec.DecodeError):
+            pass  # too deep, or YAML's flow style rather than JSON: YAML's reading and its errors
+    return yaml_to_json(text)
 
 
-_JSONCompatibleLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in _JSONCompatibleLoader.yaml_implicit_resolvers.items()
+# Python's UnicodeDecodeError reasons, as libyaml's and go-yaml's reader words them
+_UTF8_PROBLEMS = {
+    "invalid start byte": "invalid leading UTF-8 octet",
+    "invalid continuation byte": "invalid trailing UTF-8 octet",
+    "unexpected end of data": "incomplete UTF-8 octet sequence",
 }
 
 
 def parse_yaml(body: bytes) -> object:
+    """A server-side apply body: errors worded as 1.32's apply patcher words them."""
     try:
-        return _json_keys(yaml.load(body, Loader=_JSONCompatibleLoader))
-    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
-        raise errors.bad_request(f"error converting YAML to JSON: {str(exc).splitlines()[0]}") from None
+        return yaml_document(body)
+    except YAMLBodyError as exc:
+        raise errors.bad_request(f"error decoding YAML: error converting YAML to JSON: {exc}") from None
 
 
-def _json_keys(value: object) -> object:
-    """sigs.k8s.io/yaml's JSON conversion: mapping keys become strings (``null``, ``true``,
-    ``1``), as JSON has no other kind of key."""
-    if isinstance(value, dict):
-        return {(k if isinstance(k, str) else json.dumps(k) if k is None or isinstance(k, (bool, int, float)) else str(k)): _json_keys(v)
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_keys(v) for v in value]
-    return value
+def check_patch_depth(patch_type: str, body: bytes) -> None:
+    """A JSON, merge or strategic merge patch nested deeper than ``MAX_DEPTH``: the 400 of 1.32's
+    patch handler, whose strict decode of the patch (fieldValidation Warn, the default, or
+    Strict) meets Go's scanner error first: ``error decoding patch: …`` for JSON and merge
+    patches, the bare error for a strategic merge patch."""
+    try:
+        nesting.check_json_depth(body)
+    except nesting.NestingError as exc:
+        prefix = "" if patch_type == "application/strategic-merge-patch+json" else "error decoding patch: "
+        raise errors.bad_request(f"{prefix}{exc}") from None
+
+
+def summarize_data(data: bytes, max_length: int = 30) -> str:
+    """Upstream's ``summarizeData`` (handlers/rest.go): a JSON object's first bytes as text,
+    anything else in hex, for the 400 of a body it could not recognize."""
+    if not data:
+        return "<empty>"
+    cut = data[:max_length]
+    text = cut.decode("utf-8", "replace") if data[:1] == b"{" else cut.hex()
+    return text + " ..." if len(data) > max_length else text
+
+
+def unrecognized(info: KindInfo, reason: str, body: bytes) -> StatusError:
+    """Upstream's ``transformDecodeError`` for a body its decoder found no kind in."""
+    return errors.bad_request(f"the object provided is unrecognized (must be of type {info.kind}): {reason} ({summarize_data(body)})")
 
 
 def decode_body(body: bytes, content_type: str | None, info: KindInfo) -> dict:
@@ -89,9 +128,16 @@ def decode_body(body: bytes, content_type: str | None, info: KindInfo) -> dict:
     if kind_type == PROTOBUF:
         data: object = decode_kubernetes_protobuf(body)
     elif kind_type in ("", "application/json", "*/*"):
+        try:
+            nesting.check_json_depth(body)
+        except nesting.NestingError as exc:
+            raise unrecognized(info, f"couldn't get version/kind; json parse error: {exc}", body) from None
         data = parse_json(body)
     elif kind_type in ("application/yaml", "application/x-yaml", "text/yaml"):
-        data = parse_yaml(body)
+        try:
+            data = yaml_document(body)
+        except YAMLBodyError as exc:
+            raise unrecognized(info, str(exc), body) from None
     else:
         raise StatusError(415, "UnsupportedMediaType", 'the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf')
     return check_kind(data, info)
@@ -150,17 +196,14 @@ def default_field_manager(user_agent: str | None) -> str:
     return "".join(ch for ch in agent if ch.isprintable())[:128] or "unknown"
 
 
-def int_param(query, name: str, default: int | None = None, minimum: int = 0) -> int | None:
-    text = query.get(name)
-    if text in (None, ""):
-        return default
+def int64_param(query, name: str) -> int | None:
+    """An int64 query parameter (``limit``, ``timeoutSeconds``, ``gracePeriodSeconds``): None
+    when absent or empty; anything ``strconv.ParseInt`` refuses, too large numbers included, is
+    the 400 the parameter codec gives, in its words."""
     try:
-        value = int(text)
-    except ValueError:
-        raise errors.bad_request(f'invalid value for {name}: "{text}": must be an integer') from None
-    if value < minimum:
-        raise errors.bad_request(f"invalid value for {name}: {value}: must be >= {minimum}")
-    return value
+        return parameter_int(query, name)
+    except ValueError as exc:
+        raise errors.bad_request(str(exc)) from None
 
 
 def bool_param(query, name: str) -> bool:
@@ -183,19 +226,24 @@ def parameter_int(query, name: str) -> int | None:
     if text == "":
         return None
     if not re.fullmatch(r"[+-]?[0-9]+", text):
-        raise ValueError(f'strconv.ParseInt: parsing "{text}": invalid syntax')
-    value = int(text)
-    if not -(2**63) <= value < 2**63:
-        raise ValueError(f'strconv.ParseInt: parsing "{text}": value out of range')
-    return value
+        raise ValueError(f"strconv.ParseInt: parsing {go_quote(text)}: invalid syntax")
+    if len(text.lstrip("+-0")) > 19 or not -(2**63) <= int(text) < 2**63:
+        raise ValueError(f"strconv.ParseInt: parsing {go_quote(text)}: value out of range")
+    return int(text)
+
+
+MAX_GO_DURATION_SECONDS = (2**63 - 1) // 10**9  # Go's time.Duration holds about 292 years
 
 
 def watch_timeout(query) -> float:
-    """timeoutSeconds, else upstream's min-request-timeout jitter: 1800 s .. 3600 s."""
-    seconds = int_param(query, "timeoutSeconds")
+    """A watch's lifetime, as upstream's ListResource takes it: ``timeoutSeconds``, else the
+    min-request-timeout jitter (1800 s .. 3600 s). A negative one ends the watch at once (a
+    deadline in the past). Upstream multiplies seconds into a ``time.Duration``, which holds
+    about 292 years; larger values are that long here rather than wrapping around."""
+    seconds = int64_param(query, "timeoutSeconds")
     if seconds is None or seconds == 0:
         return 1800 * (1 + random.random())
-    return float(seconds)
+    return float(min(max(seconds, -1), MAX_GO_DURATION_SECONDS))
 
 
 # ---- responses -------------------------------------------------------------------------------

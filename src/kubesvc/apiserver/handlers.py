@@ -77,7 +77,7 @@ def list_options(query, info: KindInfo) -> ListOptions:
     return ListOptions(
         label_selector=parse_label_selector(label_text) if label_text else None,
         field_selector=parse_field_selector(field_text, info.field_labels, info.schema) if field_text else None,
-        limit=codec.int_param(query, "limit", 0) or 0,
+        limit=max(codec.int64_param(query, "limit") or 0, 0),  # upstream pages only for a positive limit
         continue_token=query.get("continue", ""),
         resource_version=parse_resource_version(query.get("resourceVersion")),
         resource_version_match=query.get("resourceVersionMatch", ""),
@@ -167,6 +167,7 @@ async def patch_object(request: web.Request, target: Target) -> web.Response:
         return await _server_side_apply(request, target, opts, body)
     if content_type not in codec.PATCH_TYPES:
         raise errors.unsupported_media_type(content_type)
+    codec.check_patch_depth(content_type, body)
     warnings: list[str] = []
 
     def mutate(current: dict) -> dict:
@@ -247,7 +248,7 @@ async def delete_options(request: web.Request) -> dict:
         options["propagationPolicy"] = query["propagationPolicy"]
     if "orphanDependents" in query:
         options["orphanDependents"] = _bool_query(query, "orphanDependents")
-    grace = codec.int_param(query, "gracePeriodSeconds")
+    grace = codec.int64_param(query, "gracePeriodSeconds")
     if grace is not None:
         options["gracePeriodSeconds"] = grace
     policy = options.get("propagationPolicy")
@@ -262,6 +263,11 @@ async def delete_options(request: web.Request) -> dict:
     grace_value = options.get("gracePeriodSeconds")
     if grace_value is not None and (not isinstance(grace_value, int) or isinstance(grace_value, bool)):
         raise errors.bad_request("DeleteOptions.gracePeriodSeconds must be an integer")
+    if grace_value is not None:
+        if not -(2**63) <= grace_value < 2**63:
+            raise errors.bad_request(f"json: cannot unmarshal number {grace_value} into Go struct field DeleteOptions.gracePeriodSeconds of type int64")
+        # upstream multiplies it into a time.Duration (about 292 years at most)
+        options["gracePeriodSeconds"] = min(grace_value, codec.MAX_GO_DURATION_SECONDS)
     if options.get("preconditions") is not None and not isinstance(options["preconditions"], dict):
         raise errors.bad_request("DeleteOptions.preconditions must be an object")
     return options

@@ -41,7 +41,7 @@ from kubesvc.api.errors import StatusError
 from kubesvc.api.managedfields import track_update
 from kubesvc.api.scheme import KindInfo
 from kubesvc.api.selectors import FieldSelector, LabelSelector
-from kubesvc.api.validation_meta import FINALIZER_FOREGROUND, FINALIZER_ORPHAN
+from kubesvc.api.validation_meta import FINALIZER_FOREGROUND, FINALIZER_ORPHAN, go_quote
 from kubesvc.apiserver.registry.strategy import Strategy, strategy_for
 from kubesvc.apiserver.registry.txn import Txn
 from kubesvc.storage import base as storage
@@ -71,16 +71,18 @@ def decode(kv: storage.KeyValue, revision: int | None = None) -> dict:
 
 
 def parse_resource_version(text: str | None) -> int | None:
-    """None for unset; 400 for something that is not a non-negative integer."""
+    """None for unset; else upstream's ``APIObjectVersioner.ParseResourceVersion``, a uint64
+    (``strconv.ParseUint``), and the storage layer's 400 for anything else."""
     if text in (None, ""):
         return None
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise errors.bad_request(f'invalid resource version "{text}"')
-    return value
+    digits = text.lstrip("0")
+    problem = ("invalid syntax" if not text.isascii() or not text.isdigit() else
+               "value out of range" if len(digits) > 20 or int(digits or "0") >= 2**64 else "")
+    if problem:
+        quoted = go_quote(text)
+        raise errors.bad_request(f"invalid resource version: resourceVersion: Invalid value: {quoted}: "
+                                 f"strconv.ParseUint: parsing {quoted}: {problem}")
+    return int(text)
 
 
 def _omit_empty_lists(meta: dict) -> None:
@@ -134,9 +136,9 @@ def decode_continue(token: str, key_prefix: str) -> tuple[int, str]:
         padded = token + "=" * (-len(token) % 4)
         data = json.loads(base64.urlsafe_b64decode(padded.encode()))
         revision, start = int(data["rv"]), str(data["start"])
-        if data.get("v") != "meta.k8s.io/v1" or revision <= 0 or "\x00" in start[:-1]:
+        if data.get("v") != "meta.k8s.io/v1" or not 0 < revision < 2**63 or "\x00" in start[:-1]:
             raise ValueError
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError, json.JSONDecodeError):
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):
         raise errors.bad_request(f"continue key is not valid: {token[:100]}") from None
     return revision, key_prefix + start
 

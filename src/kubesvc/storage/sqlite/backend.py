@@ -27,12 +27,19 @@ kine's INTEGER, so a key like "10" is not turned into a number. The compact revi
 AUTOINCREMENT keeps the last id in ``sqlite_sequence`` even after compaction deletes that row,
 so the current revision survives a restart.
 
+The store holds every Secret and token of the cluster, so it is private to the server's user,
+as k3s keeps its datastore: ``state.db`` is 0600 (created so before SQLite opens it, so it is
+never world-readable), and SQLite creates ``-wal`` and ``-shm`` with the database's own mode;
+files left more open by an older version are narrowed at start. (The apiserver keeps its data
+directory 0700.)
+
 Compacting to C deletes, in one transaction, each row superseded by a row in
 (previous C, C] and each tombstone in that range; this is kine's compaction, made incremental.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from contextlib import contextmanager
@@ -106,6 +113,7 @@ _SAVE_COMPACT_REVISION = """
 INSERT INTO kine_meta (name, value) VALUES ('compact_revision', ?)
 ON CONFLICT (name) DO UPDATE SET value = excluded.value"""
 
+_ALL_ROWS = 2**62  # SQLite's integers are 64-bit: larger limits (up to Go's int64) mean all rows
 _MAX_KEY = "\U0010ffff"  # the range end of the empty prefix: the highest code point sorts above any key
 
 
@@ -114,7 +122,7 @@ class SQLiteBackend(EmbeddedBackend):
     answers in microseconds, a list of 10k keys in tens of milliseconds)."""
 
     def __init__(self, path: str, *, watch_ring_size: int = 10_000, watch_queue_size: int = 10_000):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        make_private(Path(path))
         self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
@@ -139,7 +147,8 @@ class SQLiteBackend(EmbeddedBackend):
         end = _prefix_end(prefix)
         with self._lock:
             at = resolve_revision(revision, self._revision, self._compacted)
-            rows = self._conn.execute(_LIST, (max(prefix, start_key), end, at, limit + 1 if limit else -1)).fetchall()
+            sql_limit = limit + 1 if 0 < limit < _ALL_ROWS else -1  # a limit past any table is no limit
+            rows = self._conn.execute(_LIST, (max(prefix, start_key), end, at, sql_limit)).fetchall()
             remaining = 0
             if limit and len(rows) > limit:
                 rows = rows[:limit]
@@ -228,3 +237,13 @@ def _event(row: tuple) -> Event:
 def _prefix_end(prefix: str) -> str:
     """The least key above every key that starts with ``prefix`` (etcd's range_end for a prefix)."""
     return prefix[:-1] + chr(ord(prefix[-1]) + 1) if prefix else _MAX_KEY
+
+
+def make_private(database: Path) -> None:
+    """The database and its ``-wal``/``-shm`` 0600, the database created with that mode when
+    missing (see the module docstring). Its directory is the caller's to choose and guard."""
+    database.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.close(os.open(database, os.O_RDWR | os.O_CREAT, 0o600))
+    for path in (database, database.with_name(database.name + "-wal"), database.with_name(database.name + "-shm")):
+        if path.exists():
+            os.chmod(path, 0o600)
