@@ -131,6 +131,16 @@ def is_already_exists(err: BaseException) -> bool:
     return isinstance(err, ApiError) and err.reason == "AlreadyExists"
 
 
+def is_namespace_terminating(err: BaseException) -> bool:
+    """A create refused because its namespace is being deleted: the 403 carries the status
+    cause ``NamespaceTerminating`` (``apierrors.HasStatusCause(err,
+    v1.NamespaceTerminatingCause)``; a cause's ``type`` is ``reason`` in JSON)."""
+    if not isinstance(err, ApiError) or not isinstance(err.body, dict):
+        return False
+    causes = (err.body.get("details") or {}).get("causes") or []
+    return any(isinstance(cause, dict) and cause.get("reason") == "NamespaceTerminating" for cause in causes)
+
+
 def is_gone(err: BaseException) -> bool:
     """410: the resourceVersion (or continue token) asked for is compacted away (reason
     Expired, or Gone); the only recovery is a fresh list."""

@@ -24,6 +24,11 @@ log = logging.getLogger("kubesvc.controllers")
 DEFAULT_MAX_RETRIES = 15
 
 
+def namespace_is_active(namespace: dict | None) -> bool:
+    """The namespace exists and is ``Active`` (not ``Terminating``): objects may be made in it."""
+    return namespace is not None and (namespace.get("status") or {}).get("phase") == "Active"
+
+
 async def run_workers(name: str, queue: WorkQueue, sync: Callable[[Hashable], Awaitable[None]], workers: int,
                       max_retries: int = DEFAULT_MAX_RETRIES) -> None:
     """Run ``workers`` loops until the queue is shut down and drained (or cancellation)."""

@@ -10,9 +10,10 @@ import uuid
 
 import pytest
 
-from kubesvc.client.rest import ApiError
+from kubesvc.client.rest import ApiError, is_namespace_terminating
 from kubesvc.controllers.rootcacert.publisher import DESCRIPTION, DESCRIPTION_ANNOTATION, needs_update, read_root_ca, updated
-from kubesvc.controllers.serviceaccount.controller import is_active, missing, namespace_terminating
+from kubesvc.controllers.runtime import namespace_is_active
+from kubesvc.controllers.serviceaccount.controller import missing
 from tests.support.apiserver import running_apiserver, start_controller_manager
 
 CA = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
@@ -47,14 +48,14 @@ def test_read_root_ca(tmp_path):
     ({"status": {"phase": "Active"}}, True), ({"status": {"phase": "Terminating"}}, False), ({}, False), (None, False),
 ], ids=["active", "terminating", "no-phase", "gone"])
 def test_is_active(namespace, active):
-    assert is_active(namespace) == active
+    assert namespace_is_active(namespace) == active
 
 
 def test_missing_and_terminating_cause():
     assert missing(("default", "extra"), {"default"}) == ["extra"]
     refusal = ApiError(403, "Forbidden", "unable to create new content in namespace x because it is being terminated",
                        {"details": {"causes": [{"reason": "NamespaceTerminating", "message": "namespace x is being terminated"}]}})
-    assert namespace_terminating(refusal) and not namespace_terminating(ApiError(403, "Forbidden", "no", {}))
+    assert is_namespace_terminating(refusal) and not is_namespace_terminating(ApiError(403, "Forbidden", "no", {}))
 
 
 def wait_for(check, timeout: float = 30, what: str = ""):

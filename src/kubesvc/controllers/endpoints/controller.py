@@ -43,7 +43,7 @@ import asyncio
 import logging
 
 from kubesvc.client.cache import object_key, split_key
-from kubesvc.client.rest import ENDPOINTS, ApiError, RestClient
+from kubesvc.client.rest import ENDPOINTS, ApiError, RestClient, is_namespace_terminating
 from kubesvc.client.workqueue import WorkQueue
 from kubesvc.controllers.endpoints.desired import is_leader_election_record, plan_endpoints
 from kubesvc.controllers.endpointslice.triggertime import TriggerTimeTracker
@@ -142,7 +142,7 @@ class EndpointsController:
                 return
             updated = await self._endpoints_api.update(write.endpoints, namespace)
         except ApiError as exc:
-            if write.create and exc.status == 403 and _namespace_terminating(exc):
+            if write.create and exc.status == 403 and is_namespace_terminating(exc):
                 return  # creates keep failing until the namespace is gone: drop the key
             if write.create:
                 self.recorder.event(write.endpoints, "Warning", "FailedToCreateEndpoint",
@@ -164,10 +164,3 @@ class EndpointsController:
                     raise
         self.trigger_times.delete_service(namespace, name)
         self._stale_versions.pop(key, None)
-
-
-def _namespace_terminating(exc: ApiError) -> bool:
-    """The 403 of a create in a terminating namespace carries the cause NamespaceTerminating."""
-    body = exc.body if isinstance(exc.body, dict) else {}
-    causes = (body.get("details") or {}).get("causes") or []
-    return any(cause.get("reason") == "NamespaceTerminating" for cause in causes)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 
 from kubesvc.client.cache import split_key
-from kubesvc.client.rest import ENDPOINTSLICES, ApiError, RestClient
+from kubesvc.client.rest import ENDPOINTSLICES, ApiError, RestClient, is_namespace_terminating
 from kubesvc.client.workqueue import ItemExponentialBackoff, WorkQueue
 from kubesvc.controllers.endpointslice.metrics import EndpointSliceMetrics
 from kubesvc.controllers.endpointslice.reconciler import CONTROLLER_NAME, Plan, reconcile
@@ -192,7 +192,7 @@ class EndpointSliceController:
                 try:
                     created = await self._slices_api.create(slice_)
                 except ApiError as exc:
-                    if _namespace_terminating(exc):
+                    if is_namespace_terminating(exc):
                         return
                     raise SliceWriteFailed(f"failed to create EndpointSlice {where}: {exc}") from exc
                 self.tracker.update(created)
@@ -223,8 +223,3 @@ class _NodeLookup:
 
     def get(self, name: str, default=None):
         return self._indexer.get_by_key(name) if name else default
-
-
-def _namespace_terminating(exc: ApiError) -> bool:
-    causes = ((exc.body or {}).get("details") or {}).get("causes") or [] if isinstance(exc.body, dict) else []
-    return any(cause.get("reason") == "NamespaceTerminating" for cause in causes)

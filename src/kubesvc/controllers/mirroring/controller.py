@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 
 from kubesvc.client.cache import Indexer, split_key
-from kubesvc.client.rest import ENDPOINTSLICES, ApiError, RestClient
+from kubesvc.client.rest import ENDPOINTSLICES, ApiError, RestClient, is_namespace_terminating
 from kubesvc.client.workqueue import ItemExponentialBackoff, WorkQueue
 from kubesvc.controllers.endpointslice.tracker import EndpointSliceTracker
 from kubesvc.controllers.endpointslice.util import LABEL_MANAGED_BY, LABEL_SERVICE_NAME
@@ -209,7 +209,7 @@ class EndpointSliceMirroringController:
             try:
                 created = await self._slices_api.create(slice_)
             except ApiError as exc:
-                if _namespace_terminating(exc):
+                if is_namespace_terminating(exc):
                     return  # creates will keep failing; drop the item
                 raise RuntimeError(f"failed to create EndpointSlice for Endpoints {namespace}/{name}: {exc}") from exc
             self.tracker.update(created)
@@ -243,9 +243,3 @@ class EndpointSliceMirroringController:
                     errors.append(exc)
         if errors:
             raise RuntimeError(f"error(s) deleting {len(errors)}/{len(slices)} EndpointSlices for {namespace}/{name} Endpoints, including: {errors[0]}")
-
-
-def _namespace_terminating(exc: ApiError) -> bool:
-    body = exc.body if isinstance(exc.body, dict) else {}
-    causes = (body.get("details") or {}).get("causes") or []
-    return any(cause.get("reason") == "NamespaceTerminating" for cause in causes)

@@ -17,10 +17,9 @@ from __future__ import annotations
 import logging
 
 from kubesvc.client.informer import Informer
-from kubesvc.client.rest import ApiError, Resource, RestClient, is_not_found
+from kubesvc.client.rest import ApiError, Resource, RestClient, is_namespace_terminating, is_not_found
 from kubesvc.client.workqueue import WorkQueue
-from kubesvc.controllers.runtime import run_workers
-from kubesvc.controllers.serviceaccount.controller import is_active, namespace_terminating
+from kubesvc.controllers.runtime import namespace_is_active, run_workers
 from kubesvc.util.clock import Clock, RealClock
 
 log = logging.getLogger("kubesvc.controllers.rootcacert")
@@ -67,7 +66,7 @@ class RootCACertPublisher:
         self.queue.add(namespace["metadata"]["name"])
 
     def _on_namespace_update(self, old: dict, new: dict) -> None:
-        if is_active(new):
+        if namespace_is_active(new):
             self._enqueue_namespace(new)
 
     def _on_config_map(self, config_map: dict) -> None:
@@ -86,7 +85,7 @@ class RootCACertPublisher:
             try:
                 await config_maps.create(new_config_map(self.root_ca), namespace)
             except ApiError as exc:
-                if is_not_found(exc) or namespace_terminating(exc):
+                if is_not_found(exc) or is_namespace_terminating(exc):
                     return
                 raise
             return

@@ -17,27 +17,15 @@ from __future__ import annotations
 import logging
 
 from kubesvc.client.informer import Informer
-from kubesvc.client.rest import ApiError, Resource, RestClient, is_already_exists
+from kubesvc.client.rest import ApiError, Resource, RestClient, is_already_exists, is_namespace_terminating
 from kubesvc.client.workqueue import WorkQueue
-from kubesvc.controllers.runtime import run_workers
+from kubesvc.controllers.runtime import namespace_is_active, run_workers
 from kubesvc.util.clock import Clock, RealClock
 
 log = logging.getLogger("kubesvc.controllers.serviceaccount")
 
 SERVICEACCOUNTS = Resource("", "v1", "serviceaccounts", True, "ServiceAccount")
 DEFAULT_SERVICE_ACCOUNTS = ("default",)
-NAMESPACE_TERMINATING_CAUSE = "NamespaceTerminating"
-
-
-def namespace_terminating(err: BaseException) -> bool:
-    """``apierrors.HasStatusCause(err, v1.NamespaceTerminatingCause)``."""
-    body = getattr(err, "body", None)
-    causes = ((body or {}).get("details") or {}).get("causes") or [] if isinstance(body, dict) else []
-    return any(cause.get("reason") == NAMESPACE_TERMINATING_CAUSE or cause.get("type") == NAMESPACE_TERMINATING_CAUSE for cause in causes)
-
-
-def is_active(namespace: dict | None) -> bool:
-    return namespace is not None and (namespace.get("status") or {}).get("phase") == "Active"
 
 
 def missing(wanted: tuple[str, ...], existing: set[str]) -> list[str]:
@@ -68,7 +56,7 @@ class ServiceAccountsController:
 
     async def sync(self, namespace_name: str) -> None:
         namespace = self._namespaces.indexer.get(namespace_name)
-        if not is_active(namespace):
+        if not namespace_is_active(namespace):
             return
         existing = {sa["metadata"]["name"] for sa in self._service_accounts.indexer.by_index("namespace", namespace_name)}
         failures = []
@@ -78,7 +66,7 @@ class ServiceAccountsController:
                                                                   namespace_name)
                 log.info("created ServiceAccount %s/%s", namespace_name, name)
             except ApiError as exc:
-                if not is_already_exists(exc) and not namespace_terminating(exc):
+                if not is_already_exists(exc) and not is_namespace_terminating(exc):
                     failures.append(exc)
         if failures:
             raise failures[0]
