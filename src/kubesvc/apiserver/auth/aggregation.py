@@ -15,15 +15,12 @@ through the store with the controller's field manager, as the controller's apply
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import logging
 
 from kubesvc.api.errors import StatusError
 from kubesvc.api.selectors import selector_from_label_selector
 from kubesvc.apiserver.registry.store import ListOptions
-
-log = logging.getLogger("kubesvc.apiserver.auth")
+from kubesvc.util.wakeable import WakeableLoop
 
 FIELD_MANAGER = "clusterrole-aggregation-controller"
 _MAX_PASSES = 10  # aggregation chains (view -> edit -> admin) settle in a few passes
@@ -53,13 +50,18 @@ def aggregated_rules(role: dict, cluster_roles: list[dict]) -> list[dict] | None
 
 
 class ClusterRoleAggregator:
+    """:meth:`sync` once at start; then :meth:`run` syncs again after every ClusterRole change
+    (which calls :meth:`kick`) and every ``interval`` seconds."""
+
     def __init__(self, registry, interval: float = 30.0):
         self.store = registry.store("rbac.authorization.k8s.io", "clusterroles")
-        self.interval = interval
-        self._wake = asyncio.Event()
+        self._loop = WakeableLoop(self.sync, interval, "clusterrole aggregation")
 
     def kick(self) -> None:
-        self._wake.set()
+        self._loop.kick()
+
+    async def run(self) -> None:
+        await self._loop.run()
 
     def sync(self) -> int:
         """Aggregate until nothing changes; returns how many roles were written."""
@@ -79,13 +81,3 @@ class ClusterRoleAggregator:
             if not changed:
                 break
         return written
-
-    async def run(self) -> None:
-        while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval)
-            self._wake.clear()
-            try:
-                self.sync()
-            except Exception:  # keep the loop alive; the next change or interval retries
-                log.exception("clusterrole aggregation failed")

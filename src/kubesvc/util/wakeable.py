@@ -1,0 +1,42 @@
+"""A pass that runs when woken, and at least every ``interval`` seconds.
+
+Several loops inside the apiserver keep something in line with the store: commit hooks call
+:meth:`WakeableLoop.kick` (cheap, on the event loop), and the loop runs its pass soon after,
+once for any number of kicks; the interval catches what no kick announced. A pass that raises
+is logged and the next kick or interval retries it: the loop itself never dies. This is
+client-go's ``wait.Until`` with a wake-up channel, as upstream's repair loops and the
+bootstrap controller run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Callable
+
+log = logging.getLogger("kubesvc")
+
+
+class WakeableLoop:
+    def __init__(self, work: Callable[[], object], interval: float, what: str):
+        """``work`` is one synchronous pass; ``what`` names it in the log when it fails."""
+        self.work = work
+        self.interval = interval
+        self.what = what
+        self._wake = asyncio.Event()
+
+    def kick(self) -> None:
+        """Ask for a pass soon."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Wait for a kick (or the interval), run a pass; forever."""
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.interval)
+            self._wake.clear()
+            try:
+                self.work()
+            except Exception:  # keep the loop alive; the next kick or interval retries
+                log.exception("%s failed", self.what)
