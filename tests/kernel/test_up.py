@@ -28,7 +28,7 @@ import pytest
 
 from tests.support.agent import RequestLoop, in_netns, is_failure, netns_pids, request_in, requests_in, tally
 from tests.support.netns import REPO_ROOT, Netns, wait_until
-from tests.support.up import POD_NETNS_PREFIX, Machine, host_pod_namespaces, snapshot
+from tests.support.up import POD_NETNS_PREFIX, Machine, host_pod_namespaces, pod_namespaces_of, pod_uids_ever_stored, snapshot
 
 EXAMPLES = REPO_ROOT / "examples"
 BACKENDS = {"backend-1", "backend-2", "backend-3"}
@@ -228,7 +228,9 @@ def test_up_examples_then_ctrl_c_leaves_nothing(machine):
     assert snapshot(machine.ns) == before
     left = host_pod_namespaces()
     assert not {POD_NETNS_PREFIX + uid for uid in machine.uids} & left, f"Pod namespaces left: {left}"
-    assert left <= pod_netns_before, f"Pod namespaces that were not there before: {left - pod_netns_before}"
+    assert set(uids.values()) <= pod_uids_ever_stored(machine.data_dir)  # the store read below sees this run's Pods
+    ours = pod_namespaces_of(machine.data_dir, left - pod_netns_before)
+    assert not ours, f"Pod namespaces of this machine that were not there before: {ours}"
 
 
 def test_kill_9_then_down_leaves_nothing(machine):
@@ -257,6 +259,8 @@ def test_kill_9_then_down_leaves_nothing(machine):
     assert snapshot(machine.ns) == before
     left = host_pod_namespaces()
     assert not set(names) & left, f"Pod namespaces left: {set(names) & left}"
-    assert left <= pod_netns_before, f"Pod namespaces that were not there before: {left - pod_netns_before}"
+    assert {name[len(POD_NETNS_PREFIX):] for name in names} <= pod_uids_ever_stored(machine.data_dir)  # the store read below sees this run's Pods
+    ours = pod_namespaces_of(machine.data_dir, left - pod_netns_before)
+    assert not ours, f"Pod namespaces of this machine that were not there before: {ours}"
     survivors = processes_in_netns(inodes)
     assert not survivors, f"processes still in the Pod namespaces after kubesvc down: {survivors}"

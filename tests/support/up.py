@@ -8,6 +8,7 @@ machine's namespace.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import selectors
@@ -43,6 +44,26 @@ def snapshot(ns: Netns) -> dict[str, str]:
 
 def host_pod_namespaces() -> set[str]:
     return {n for n in netns_names() if n.startswith(POD_NETNS_PREFIX)}
+
+
+def pod_uids_ever_stored(data_dir: Path) -> set[str]:
+    """Every Pod uid the machine's store has held (all revisions kept, deleted ones too), read
+    straight from its SQLite file: the Pods whose namespaces are this machine's, even ones a
+    test never listed. Other tests' ``kubesvc up`` may make Pod namespaces on the same host at
+    the same time, so "not there before" alone would blame them on us."""
+    import sqlite3
+
+    uids: set[str] = set()
+    with contextlib.closing(sqlite3.connect(f"file:{data_dir / 'state.db'}?mode=ro", uri=True)) as db:
+        for (value,) in db.execute("SELECT value FROM kine WHERE name LIKE '/registry/pods/%' AND value IS NOT NULL"):
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                uids.add(json.loads(value)["metadata"]["uid"])
+    return uids
+
+
+def pod_namespaces_of(data_dir: Path, names: set[str]) -> set[str]:
+    """Those of ``names`` that belong to the Pods of the machine whose store is under ``data_dir``."""
+    return {POD_NETNS_PREFIX + uid for uid in pod_uids_ever_stored(data_dir)} & names
 
 
 class Machine:
