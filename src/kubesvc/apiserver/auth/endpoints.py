@@ -1,8 +1,8 @@
 """Authentication, put together on a running apiserver app: the request authenticator in
 ``app["authenticator"]``, the TokenRequest/TokenReview/SelfSubjectReview handlers in
 ``app["create_handlers"]``, and the OIDC discovery documents in ``app["oidc"]`` (None when
-the issuer cannot have them). See ``authenticator.py``, ``tokenrequest.py``, ``reviews.py``
-and ``apiserver/oidc.py``.
+the issuer cannot have them). See ``authenticator.py``, ``tokenrequest.py``,
+``identity_reviews.py`` and ``apiserver/oidc.py``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Mapping
 
 from kubesvc.apiserver import oidc
 from kubesvc.apiserver.auth.options import AuthenticationOptions, ServiceAccountConfig, build_authenticator, resolve_service_accounts
-from kubesvc.apiserver.auth.reviews import Reviews
+from kubesvc.apiserver.auth.identity_reviews import IdentityReviews
 from kubesvc.apiserver.auth.tokenrequest import TokenRequests
 from kubesvc.apiserver.auth.tokens import StaticTokens, read_token_file
 from kubesvc.apiserver.auth.user import UserInfo
@@ -43,7 +43,7 @@ def install(app, options: AuthenticationOptions, data_dir: Path, external_addres
     app["service_accounts"] = service_accounts
     handlers = app.setdefault("create_handlers", {})
     handlers[("", "serviceaccounts/token")] = TokenRequests(registry, service_accounts, clock).handle
-    reviews = Reviews(authenticator, clock)
+    reviews = IdentityReviews(authenticator, clock)
     handlers[(AUTHENTICATION_GROUP, "tokenreviews")] = reviews.token_review
     handlers[(AUTHENTICATION_GROUP, "selfsubjectreviews")] = reviews.self_subject_review
     try:

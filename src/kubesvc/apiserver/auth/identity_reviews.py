@@ -19,7 +19,9 @@ from kubesvc.api import errors
 from kubesvc.util.clock import Clock, rfc3339
 
 
-class Reviews:
+class IdentityReviews:
+    """The two handlers, over the apiserver's request authenticator (``authenticator.py``)."""
+
     def __init__(self, authenticator, clock: Clock):
         self.authenticator = authenticator
         self.clock = clock
