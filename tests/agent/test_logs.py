@@ -292,3 +292,10 @@ def test_bad_options(query, error):
     with pytest.raises(ValueError) as caught:
         LogOptions.from_query(query, NOW)
     assert isinstance(caught.value, InvalidLogOptions) == (error is InvalidLogOptions)
+
+
+def test_log_file_is_private_to_the_node(tmp_path):
+    """A container's output may hold secrets: its log file is 0600 whatever the umask."""
+    log = ContainerLogFile(tmp_path / "c" / "0.log", FakeClock(datetime(2026, 1, 1, tzinfo=timezone.utc)))
+    log.write("stdout", b"token=s3cret\n")
+    assert (tmp_path / "c" / "0.log").stat().st_mode & 0o777 == 0o600

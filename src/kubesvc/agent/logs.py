@@ -96,7 +96,8 @@ class ContainerLogFile:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._clock = clock or RealClock()
-        self._file = open(self.path, "ab", buffering=0)
+        # private to the node's user, as the store is (issue 15): a container's output may hold secrets
+        self._file = open(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab", buffering=0)
 
     def write(self, stream: str, data: bytes) -> None:
         """Record one line read from ``stream`` ("stdout" or "stderr"): with its newline a full

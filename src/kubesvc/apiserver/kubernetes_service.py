@@ -1,15 +1,26 @@
-"""The ``default/kubernetes`` Service: how Pods find the apiserver (upstream's
-pkg/controlplane/controller/kubernetesservice).
+"""The system objects the apiserver keeps: the ``default/kubernetes`` Service and the system
+namespaces (identity.md §8.2).
 
-It holds the first address of the primary service range (network+1, e.g. 10.96.0.1, the
-first slot of the static band, so dynamic allocation never takes it), one port ``https``
-443/TCP whose targetPort is the apiserver's secure port, labels ``provider: kubernetes`` and
-``component: apiserver``, and ``ipFamilyPolicy: SingleStack``. The apiserver creates it at
-start and puts the port back if someone changed it.
+The Service is how Pods find the apiserver (upstream's
+pkg/controlplane/controller/kubernetesservice). It holds the first address of the primary
+service range (network+1, e.g. 10.96.0.1, the first slot of the static band, so dynamic
+allocation never takes it), one port ``https`` 443/TCP whose targetPort is the apiserver's
+secure port, labels ``provider: kubernetes`` and ``component: apiserver``, and
+``ipFamilyPolicy: SingleStack``. The apiserver creates it at start and puts the port back if
+someone changed it.
+
+``SystemObjects`` is the loop that keeps them, as upstream's post-start controllers do: the
+kubernetes Service controller recreates a missing Service every ``EndpointInterval`` (10 s),
+the system-namespaces controller a missing ``kube-system``, ``kube-public``, ``default`` or
+``kube-node-lease`` every minute. Here one pass does both every second (a few key lookups), so
+a deleted Service is back within about a second, and always within upstream's 10 s. The
+immortal namespaces cannot be deleted at all (NamespaceLifecycle admission); while
+``kube-node-lease`` terminates its create is refused, and it comes back once it is gone.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from kubesvc.api.errors import StatusError
@@ -20,6 +31,25 @@ log = logging.getLogger("kubesvc.apiserver")
 
 NAME, NAMESPACE = "kubernetes", "default"
 FIELD_MANAGER = "kube-apiserver"
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+RECONCILE_INTERVAL = 1.0
+
+
+def ensure_system_namespaces(registry: Registry) -> list[str]:
+    """Create the system namespaces that are missing; the names created."""
+    namespaces = registry.store("", "namespaces")
+    created = []
+    for name in SYSTEM_NAMESPACES:
+        if namespaces.backend.get(namespaces.info.key(None, name)) is not None:
+            continue
+        try:
+            namespaces.create(None, {"metadata": {"name": name}}, field_manager=FIELD_MANAGER)
+        except StatusError as exc:
+            if exc.code != 409:  # AlreadyExists: someone else was quicker
+                raise
+            continue
+        created.append(name)
+    return created
 
 
 class KubernetesService:
@@ -27,6 +57,7 @@ class KubernetesService:
         self.services = registry.store("", "services")
         self.allocators = allocators
         self.port = apiserver_port
+        self._last_error: str | None = None
 
     def desired_ports(self) -> list[dict]:
         return [{"name": "https", "protocol": "TCP", "port": 443, "targetPort": self.port}]
@@ -47,6 +78,9 @@ class KubernetesService:
                 return obj
             self.services.guaranteed_update(NAMESPACE, NAME, fix, field_manager=FIELD_MANAGER)
 
+    def exists(self) -> bool:
+        return self.services.backend.get(self.services.info.key(NAMESPACE, NAME)) is not None
+
     def _create(self) -> None:
         service = {
             "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": {"provider": "kubernetes", "component": "apiserver"}},
@@ -61,4 +95,31 @@ class KubernetesService:
         try:
             self.services.create(NAMESPACE, service, field_manager=FIELD_MANAGER)
         except StatusError as exc:
-            log.error("cannot create the kubernetes Service: %s", exc.message)
+            if exc.message != self._last_error:  # once, not every pass of the loop
+                log.error("cannot create the kubernetes Service: %s", exc.message)
+            self._last_error = exc.message
+
+
+class SystemObjects:
+    """The loop that keeps the system namespaces and the kubernetes Service (module docstring)."""
+
+    def __init__(self, registry: Registry, service: KubernetesService, interval: float = RECONCILE_INTERVAL):
+        self.registry = registry
+        self.service = service
+        self.interval = interval
+
+    def reconcile(self) -> None:
+        for name in ensure_system_namespaces(self.registry):
+            log.warning("recreated namespace %s", name)
+        if not self.service.exists():
+            self.service.ensure()
+            if self.service.exists():
+                log.warning("recreated service %s/%s", NAMESPACE, NAME)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                self.reconcile()
+            except Exception:  # keep the loop alive; the next pass retries
+                log.exception("keeping the system namespaces and the kubernetes Service failed")

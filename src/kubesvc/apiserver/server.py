@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import sqlite3
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,9 +40,11 @@ from kubesvc.apiserver.allocator.servicecidr import ensure_default_service_cidr
 from kubesvc.apiserver.auth.x509 import request_client_certificates
 from kubesvc.apiserver.kubeletclient import KubeletClient, ensure_kubelet_api_admin_binding, kubelet_client_user, kubelet_tls_context
 from kubesvc.apiserver.admission.plugins import DEFAULT_ENABLED as DEFAULT_ADMISSION_PLUGINS, SERVICE_ACCOUNT
+from kubesvc.apiserver.admission.namespace_lifecycle import NamespaceLifecycle
+from kubesvc.apiserver.datadir import prepare_data_dir, storage_error
 from kubesvc.apiserver.admission.serviceaccount import ServiceAccountAdmission
 from kubesvc.apiserver.endpointreconciler import EndpointReconciler
-from kubesvc.apiserver.kubernetes_service import KubernetesService
+from kubesvc.apiserver.kubernetes_service import KubernetesService, SystemObjects, ensure_system_namespaces
 from kubesvc.apiserver.registry.strategy import allocation_strategies
 from prometheus_client import CollectorRegistry
 from kubesvc.storage import compact_to_window, open_backend
@@ -49,7 +52,6 @@ from kubesvc.util.clock import Clock, RealClock
 
 log = logging.getLogger("kubesvc.apiserver")
 
-BOOTSTRAP_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 FIELD_MANAGER = "kube-apiserver"
 
 
@@ -123,10 +125,7 @@ class NamespaceFinalizer:
 
 
 def bootstrap(registry: Registry) -> None:
-    namespaces = registry.store("", "namespaces")
-    for name in BOOTSTRAP_NAMESPACES:
-        with contextlib.suppress(StatusError):
-            namespaces.create(None, {"metadata": {"name": name}}, field_manager=FIELD_MANAGER)
+    ensure_system_namespaces(registry)
 
 
 def build_control_plane(backend, clock: Clock, cidrs: list[str], node_port_range: str = "30000-32767", *,
@@ -146,6 +145,7 @@ def build_control_plane(backend, clock: Clock, cidrs: list[str], node_port_range
         strategies = authorization.strategies(strategies)
     for plugin in admission:
         strategies = plugin.strategies(strategies)
+    strategies = NamespaceLifecycle().strategies(strategies)  # always on
     registry = Registry(all_kinds(), backend, clock, strategies)
     allocators.attach(registry)
     bootstrap(registry)
@@ -204,8 +204,11 @@ class APIServer:
 
     async def start(self) -> None:
         config = self.config
-        config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.backend = open_backend(config.storage_backend, str(config.data_dir))
+        prepare_data_dir(config.data_dir)  # 0700, writable with room, or one line and exit
+        try:
+            self.backend = open_backend(config.storage_backend, str(config.data_dir))
+        except (OSError, sqlite3.Error) as exc:
+            raise storage_error(config.data_dir, exc) from None
         metrics_registry = CollectorRegistry()
         cidrs = [c.strip() for c in config.service_cluster_ip_range.split(",") if c.strip()]
         self.authorization = Authorization(config.authorization_modes)
@@ -217,10 +220,15 @@ class APIServer:
             authorization=self.authorization, admission=admission)
         host_address = _host_address() if auth.unspecified(config.bind_address) and not config.advertise_address else None
         self.advertise_address = auth.advertise_address(config.advertise_address, config.bind_address, host_address)
-        creds = auth.ensure_credentials(config.data_dir, config.bind_address, advertise=self.advertise_address, service_cidrs=cidrs)
+        try:
+            creds = auth.ensure_credentials(config.data_dir, config.bind_address, advertise=self.advertise_address, service_cidrs=cidrs)
+        except OSError as exc:
+            raise storage_error(config.data_dir, exc) from None
         sock = _listening_socket(config.bind_address, config.secure_port)
         self.port = sock.getsockname()[1]
-        KubernetesService(self.registry, self.allocators, self.port).ensure()
+        kubernetes_service = KubernetesService(self.registry, self.allocators, self.port)
+        kubernetes_service.ensure()
+        system_objects = SystemObjects(self.registry, kubernetes_service)
         repair = Repair(self.registry, self.allocators, self.clock)
         finalizer = NamespaceFinalizer(self.registry)
         kubelet_client_cert = config.kubelet_client_certificate or creds.kubelet_client.cert
@@ -246,6 +254,7 @@ class APIServer:
         self.component_kubeconfigs = auth.write_component_kubeconfigs(config.data_dir, self.url)
         self.authorization.start()
         self._tasks = [
+            asyncio.create_task(system_objects.run()),
             asyncio.create_task(finalizer.run()),
             asyncio.create_task(self._compactor()),
             asyncio.create_task(self.allocators.service_cidr_controller.run()),

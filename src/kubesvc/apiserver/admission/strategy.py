@@ -69,3 +69,10 @@ class AdmittedStrategy:
     def begin_delete(self, obj: dict):
         self._plugin.admit(self._inner.info, DELETE, "", None, obj)
         return self._inner.begin_delete(obj)
+
+    def admit_delete(self, obj: dict) -> None:
+        """A dry-run DELETE: admitted as a real one is (upstream admits dry runs), nothing written."""
+        self._plugin.admit(self._inner.info, DELETE, "", None, obj)
+        inner = getattr(self._inner, "admit_delete", None)
+        if inner is not None:
+            inner(obj)

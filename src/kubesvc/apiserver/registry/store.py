@@ -42,6 +42,7 @@ from kubesvc.api.managedfields import track_update
 from kubesvc.api.scheme import KindInfo
 from kubesvc.api.selectors import FieldSelector, LabelSelector
 from kubesvc.api.validation_meta import FINALIZER_FOREGROUND, FINALIZER_ORPHAN, go_quote
+from kubesvc.apiserver.admission import namespace_lifecycle
 from kubesvc.apiserver.registry.strategy import Strategy, strategy_for
 from kubesvc.apiserver.registry.txn import Txn
 from kubesvc.storage import base as storage
@@ -389,7 +390,8 @@ class Store:
         return items, meta
 
     # ---- create ------------------------------------------------------------------------------
-    def _check_namespace(self, namespace: str | None) -> None:
+    def _check_namespace(self, namespace: str | None, obj: dict | None = None) -> None:
+        """NamespaceLifecycle admission for a create (admission/namespace_lifecycle.py)."""
         if not self.info.namespaced:
             return
         ns_kv = self.backend.get(self.registry.store("", "namespaces").info.key(None, namespace or ""))
@@ -397,11 +399,7 @@ class Store:
             raise errors.not_found("namespaces", namespace or "")
         ns = _json_decode(ns_kv.value)
         if (ns.get("metadata") or {}).get("deletionTimestamp") or (ns.get("status") or {}).get("phase") == "Terminating":
-            # upstream's NamespaceLifecycle admission: the cause lets controllers give up quietly
-            why = f"unable to create new content in namespace {namespace} because it is being terminated"
-            error = errors.forbidden(self.info.resource, (ns.get("metadata") or {}).get("name", ""), self.info.group, why)
-            error.details["causes"] = [{"reason": "NamespaceTerminating", "message": why, "field": "metadata.namespace"}]
-            raise error
+            raise namespace_lifecycle.terminating(self.info, obj, namespace or "")
 
     def prepare_new(self, namespace: str | None, obj: dict, *, field_manager: str, managed: bool = True) -> dict:
         """Everything a create does before the write: the object as it would be stored (no
@@ -447,7 +445,7 @@ class Store:
         return obj, txn
 
     def create(self, namespace: str | None, obj: dict, *, field_manager: str, dry_run: bool = False, managed: bool = True) -> dict:
-        self._check_namespace(namespace)
+        self._check_namespace(namespace, obj)
         name_collisions = 0
         # an allocator's stale choice retries with the choice marked taken, so those retries
         # end at the latest with "range is full"; only generated names have an attempt limit
@@ -622,7 +620,7 @@ class Store:
         body_rv = parse_resource_version(str(meta.get("resourceVersion"))) if meta.get("resourceVersion") not in (None, "") else None
         if self.backend.get(self._key(namespace, name)) is None:
             if self.strategy.allow_create_on_update and not subresource:
-                self._check_namespace(namespace)
+                self._check_namespace(namespace, obj)
                 if body_rv:
                     raise self._not_found(name)
                 return self.create(namespace, obj, field_manager=field_manager, dry_run=dry_run), True
@@ -651,6 +649,8 @@ class Store:
             plan = plan_delete(obj, options, self.strategy, self.clock.now())
             if plan.action == "keep":
                 return obj, False
+            if dry_run and hasattr(self.strategy, "admit_delete"):
+                self.strategy.admit_delete(obj)  # admission refuses dry runs too
             if plan.action == "mark":
                 new = plan.obj
                 if dry_run or _same_object(new, obj):
