@@ -55,7 +55,6 @@ PLUGIN_DIRS = {
 }
 READ_ONLY_KINDS = frozenset({"configMap", "secret", "downwardAPI", "projected"})
 ATOMIC_KINDS = READ_ONLY_KINDS  # written through the atomic writer, refreshed while the Pod runs
-EMPTY_DIR_MODE = 0o777
 POD_DIR_MODE = 0o700
 
 

@@ -50,7 +50,6 @@ from kubesvc.api.errors import StatusError
 from kubesvc.apiserver.admission.strategy import CREATE, admitted
 from kubesvc.apiserver.auth.node import MIRROR_ANNOTATION, pod_references
 
-PLUGIN_NAME = "ServiceAccount"
 DEFAULT_SERVICE_ACCOUNT = "default"
 VOLUME_PREFIX = "kube-api-access"
 TOKEN_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
