@@ -151,6 +151,7 @@ def apiserver_options(default_data_dir: str | None):
             click.option("--enable-admission-plugins", default="", help="Admission plugins to run besides the default ones (NamespaceLifecycle, ServiceAccount)."),
             click.option("--disable-admission-plugins", default="",
                          help="Default admission plugins not to run (ServiceAccount, for an apiserver without a controller-manager)."),
+            *_connection_flags(),
             *_authentication_flags(),
             click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity."),
         ]
@@ -159,6 +160,26 @@ def apiserver_options(default_data_dir: str | None):
         return fn
 
     return decorate
+
+
+def _connection_flags() -> list:
+    """kube-apiserver's in-flight limits, and its http.Server's timeouts (apiserver/limits.py,
+    apiserver/connections.py; upstream has no flags for the timeouts)."""
+    from kubesvc.apiserver import connections, limits
+
+    def duration(ctx, param, value: str) -> float:
+        return _duration(ctx, param, value)
+
+    return [
+        click.option("--max-requests-inflight", type=click.IntRange(min=0), default=limits.DEFAULT_MAX_REQUESTS_INFLIGHT, show_default=True,
+                     help="Most non-mutating requests (get, list) served at once; more get 429. Watches and logs do not count. 0: no limit."),
+        click.option("--max-mutating-requests-inflight", type=click.IntRange(min=0), default=limits.DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT,
+                     show_default=True, help="Most mutating requests served at once; more get 429. 0: no limit."),
+        click.option("--read-header-timeout", default=f"{connections.DEFAULT_READ_HEADER_TIMEOUT:g}s", show_default=True, callback=duration,
+                     help="Time a client has for the TLS handshake and for each request's headers; slower connections are closed."),
+        click.option("--idle-connection-timeout", default=f"{connections.DEFAULT_IDLE_TIMEOUT:g}s", show_default=True, callback=duration,
+                     help="Time a keep-alive connection may wait for its next request before it is closed."),
+    ]
 
 
 def _authentication_flags() -> list:
@@ -215,6 +236,7 @@ def _config(data_dir, storage_backend, bind_address, secure_port, service_cluste
             compaction_interval, compaction_retain_revisions, repair_services_interval, advertise_address=None, client_ca_file=None,
             kubelet_client_certificate=None, kubelet_client_key=None, kubelet_certificate_authority=None,
             authorization_modes=("Node", "RBAC"), enable_admission_plugins="", disable_admission_plugins="", endpoint_reconciler_type="lease",
+            max_requests_inflight=400, max_mutating_requests_inflight=200, read_header_timeout=32.0, idle_connection_timeout=90.0,
             **authentication) -> ServerConfig:
     from kubesvc.apiserver.admission.plugins import resolve_admission_plugins
 
@@ -242,6 +264,10 @@ def _config(data_dir, storage_backend, bind_address, secure_port, service_cluste
         authorization_modes=tuple(authorization_modes),
         admission_plugins=admission_plugins,
         endpoint_reconciler_type=endpoint_reconciler_type,
+        max_requests_inflight=max_requests_inflight,
+        max_mutating_requests_inflight=max_mutating_requests_inflight,
+        read_header_timeout=read_header_timeout,
+        idle_connection_timeout=idle_connection_timeout,
         authentication=_authentication_options(**authentication),
     )
 

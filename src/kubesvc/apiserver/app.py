@@ -44,6 +44,7 @@ from kubesvc.apiserver.oidc import JWKS_PATH, OPENID_CONFIGURATION_PATH, oidc_re
 from kubesvc.apiserver.openapi import OpenAPI
 from kubesvc.apiserver.auth.x509 import X509Authenticator
 from kubesvc.apiserver.kubeletclient import KubeletClient
+from kubesvc.apiserver.limits import in_flight_middleware
 from kubesvc.apiserver.registry.store import Registry
 from kubesvc.apiserver.subresources import POD_BINDING, POD_LOG, SERVICE_ACCOUNT_TOKEN, action, legacy_action
 from kubesvc.apiserver.watch import watch_objects
@@ -283,7 +284,8 @@ def _observe(request: web.Request, code: int, seconds: float) -> None:
 def build_app(registry: Registry, token: str, clock: Clock, server_address: str, metrics_registry: CollectorRegistry | None = None,
               kubelet_client: KubeletClient | None = None) -> web.Application:
     ensure_recursion_headroom()  # bodies may nest nesting.MAX_DEPTH levels: room to walk them
-    app = web.Application(middlewares=[status_middleware], client_max_size=codec.MAX_BODY_BYTES + 1)
+    # the max-in-flight filter first: it refuses before any work (it looks at the user only then)
+    app = web.Application(middlewares=[in_flight_middleware, status_middleware], client_max_size=codec.MAX_BODY_BYTES + 1)
     app["registry"] = registry
     app["create_handlers"] = {}  # (group, resource) -> handlers.CreateHandler, for create-only kinds
     app["authenticator"] = Authenticator(StaticTokens({token: UserInfo("admin", groups=(SYSTEM_PRIVILEGED_GROUP,))}), x509=X509Authenticator())

@@ -41,7 +41,9 @@ from kubesvc.apiserver.auth.x509 import request_client_certificates
 from kubesvc.apiserver.kubeletclient import KubeletClient, ensure_kubelet_api_admin_binding, kubelet_client_user, kubelet_tls_context
 from kubesvc.apiserver.admission.plugins import DEFAULT_ENABLED as DEFAULT_ADMISSION_PLUGINS, SERVICE_ACCOUNT
 from kubesvc.apiserver.admission.namespace_lifecycle import NamespaceLifecycle
+from kubesvc.apiserver.connections import DEFAULT_IDLE_TIMEOUT, DEFAULT_READ_HEADER_TIMEOUT, TimedSockSite
 from kubesvc.apiserver.datadir import prepare_data_dir, storage_error
+from kubesvc.apiserver.limits import DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT, DEFAULT_MAX_REQUESTS_INFLIGHT, InFlight
 from kubesvc.apiserver.admission.serviceaccount import ServiceAccountAdmission
 from kubesvc.apiserver.endpointreconciler import EndpointReconciler
 from kubesvc.apiserver.kubernetes_service import KubernetesService, SystemObjects, ensure_system_namespaces
@@ -76,6 +78,11 @@ class ServerConfig:
     authorization_modes: tuple[str, ...] = DEFAULT_MODES  # --authorization-mode
     admission_plugins: frozenset[str] = DEFAULT_ADMISSION_PLUGINS  # --enable/--disable-admission-plugins
     endpoint_reconciler_type: str = "lease"  # --endpoint-reconciler-type: lease or none
+    # connection handling (apiserver/limits.py, apiserver/connections.py)
+    max_requests_inflight: int = DEFAULT_MAX_REQUESTS_INFLIGHT
+    max_mutating_requests_inflight: int = DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT
+    read_header_timeout: float = DEFAULT_READ_HEADER_TIMEOUT
+    idle_connection_timeout: float = DEFAULT_IDLE_TIMEOUT
     authentication: AuthenticationOptions = field(default_factory=AuthenticationOptions)  # --anonymous-auth, --token-auth-file, --service-account-*
 
 
@@ -237,6 +244,7 @@ class APIServer:
         ensure_kubelet_api_admin_binding(self.registry, kubelet_client_user(kubelet_client_cert))
         app = build_app(self.registry, creds.token, self.clock, f"{config.bind_address}:{self.port}", metrics_registry, kubelet_client)
         app["namespace_finalizer"] = finalizer
+        app["in_flight"] = InFlight(config.max_requests_inflight, config.max_mutating_requests_inflight)
         app["admission_waits"] = [plugin.wait_ready for plugin in admission]  # run by the create handlers
         app["authorizer"] = self.authorization.authorizer
         register_review_handlers(app)
@@ -248,7 +256,8 @@ class APIServer:
         request_client_certificates(tls, config.client_ca_file or creds.ca_cert)  # x509 authentication
         self.runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self.runner.setup()
-        site = web.SockSite(self.runner, sock, ssl_context=tls, shutdown_timeout=1.0)
+        site = TimedSockSite(self.runner, sock, ssl_context=tls, shutdown_timeout=1.0,
+                             header_timeout=config.read_header_timeout, idle_timeout=config.idle_connection_timeout)
         await site.start()
         auth.write_kubeconfig(self.kubeconfig, self.url, auth.cluster_ca(config.data_dir), auth.ADMIN_USER, creds.admin)
         self.component_kubeconfigs = auth.write_component_kubeconfigs(config.data_dir, self.url)
