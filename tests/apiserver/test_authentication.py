@@ -115,6 +115,12 @@ def test_malformed_jwts_are_401_and_unauthenticated_reviews_never_500(server, to
     assert (review.status.authenticated, review.status.error) == (None, "invalid bearer token")
 
 
+@pytest.mark.parametrize("header", [b"Bearer \xff\xfe", "Bearer caf\u00e9".encode("latin-1")], ids=["not-utf-8", "latin-1"])
+def test_a_bearer_token_that_is_not_utf_8_is_401(server, header):
+    response = requests.get(server.url + "/version", headers={"Authorization": header}, verify=str(server.ca_file), timeout=10)
+    assert response.status_code == 401
+
+
 def test_anonymous_reads_version_but_not_namespaces(server):
     assert status_of(server, None, "/version") == 200
     response = requests.get(server.url + "/api/v1/namespaces", verify=str(server.ca_file), timeout=10)

@@ -187,6 +187,15 @@ def test_request_chain(credentials, anonymous, user, error):
         assert response.user == user
 
 
+@pytest.mark.parametrize("header", ["Bearer \udcff\udcfe", "Bearer caf\udce9"], ids=["not-utf-8", "latin-1"])
+def test_a_token_that_is_not_utf_8_is_invalid(header):
+    """aiohttp hands header bytes that are not UTF-8 on as surrogate escapes; such a token is
+    no one's (Go compares the bytes), never an encoding error."""
+    authenticator = Authenticator(CachedTokens(TokenUnion([STATIC]), lambda: 0.0))
+    with pytest.raises(AuthenticationError, match="invalid bearer token"):
+        authenticator.authenticate_credentials(Credentials(authorization=header))
+
+
 def test_audiences_outside_the_api_audiences_are_refused():
     authenticator = Authenticator(Fixed(Response(UserInfo("sa"), ("elsewhere",))), api_audiences=("https://kubernetes.default.svc",))
     with pytest.raises(AuthenticationError, match="unable to match audience"):

@@ -282,10 +282,12 @@ class CachedTokens:
         self._cache: OrderedDict[bytes, tuple[float, Response]] = OrderedDict()
 
     def _key(self, token: str, audiences: Sequence[str]) -> bytes:
+        """A hash of what was asked (the token is never kept). Header bytes that are not
+        UTF-8 arrive as surrogate escapes and hash as those bytes."""
         digest = hashlib.sha256()
         for audience in audiences:
-            digest.update(audience.encode() + b"\x00")
-        digest.update(b"\x01" + token.encode())
+            digest.update(audience.encode("utf-8", "surrogateescape") + b"\x00")
+        digest.update(b"\x01" + token.encode("utf-8", "surrogateescape"))
         return digest.digest()
 
     def authenticate_token(self, token: str, audiences: Sequence[str]) -> Response | None:
