@@ -1,22 +1,41 @@
-"""Bad input never yields a 5xx or a traceback, and never changes stored data.
+"""Bad input never yields a 5xx or a traceback, never stalls the server, and never changes
+stored data.
 
 Hypothesis generates requests that are wrong by construction (malformed JSON/YAML, wrong kinds,
 unknown fields under Strict, invalid names, oversized bodies, bad tokens, garbage selectors and
-patches) and sends them to the real server over HTTPS. Every error answer must be a well-formed
-``Status`` whose ``code`` equals the HTTP status; after the run, the namespace's objects are
-exactly what they were (same resourceVersions).
+patches) and sends them to the real server over HTTPS. A seeded generator (``KUBESVC_FUZZ_SEED``,
+default 15; the failing seed is in the assertion) adds thousands of bodies that attack the
+server itself (issue 15): nesting at and past the depth limit as JSON, YAML flow and block
+style and every patch type, alias bombs of random shape, libyaml's swallowed-bracket nesting,
+integers past every Go type, and a wrong JSON type for every field of Service, Pod,
+EndpointSlice and Role, as create, update and patch.
+
+Every error answer must be a well-formed ``Status`` whose ``code`` equals the HTTP status;
+throughout, a background poller sees ``/healthz`` answer within 1 s; after the run the server
+process is alive and the namespace's objects are exactly what they were (same
+resourceVersions, same content).
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import random
 import re
+import threading
+import time
 import uuid
 
 import pytest
 import requests
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from kubesvc.api import nesting
+from kubesvc.api.schema import ListOf, MapOf, Obj, Scalar
+from kubesvc.api.scheme import all_kinds
 
 VALID_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -54,7 +73,7 @@ class Fuzzer:
              params: dict | None = None, headers: dict | None = None) -> requests.Response:
         all_headers = {"Content-Type": content_type} if content_type else {}
         all_headers.update(headers or {})
-        response = self.session.request(method, self.base + path, data=data, params=params, headers=all_headers)
+        response = self.session.request(method, self.base + path, data=data, params=params, headers=all_headers, timeout=60)
         assert response.status_code < 500, (response.status_code, response.text[:500])
         if response.status_code >= 400:
             assert_status(response)
@@ -165,3 +184,286 @@ def test_stale_put_is_409_and_changes_nothing(fuzzer):
     current["metadata"]["resourceVersion"] = "1"
     current["metadata"]["labels"] = {"changed": "yes"}
     assert fuzzer.send("PUT", fuzzer.services + "/keep", data=json.dumps(current)).status_code == 409
+
+
+# ---- the seeded fuzz: bodies that attack the server itself ------------------------------------
+
+SEED = int(os.environ.get("KUBESVC_FUZZ_SEED") or 15)
+LIMIT = nesting.MAX_DEPTH
+DRY_RUN = {"dryRun": "All"}
+JSON, YAML, MERGE, STRATEGIC, JSON_PATCH, APPLY = ("application/json", "application/yaml", "application/merge-patch+json",
+                                                    "application/strategic-merge-patch+json", "application/json-patch+json",
+                                                    "application/apply-patch+yaml")
+# the fuzzed kinds: a valid object of each, and where its collection is
+VALID = {
+    "Service": ("/api/v1", "services", {"spec": {"ports": [{"port": 80}]}}),
+    "Pod": ("/api/v1", "pods", {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
+    "EndpointSlice": ("/apis/discovery.k8s.io/v1", "endpointslices",
+                      {"addressType": "IPv4", "endpoints": [{"addresses": ["10.1.2.3"]}], "ports": [{"port": 80}]}),
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", {"rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}),
+}
+
+
+class HealthPoller(threading.Thread):
+    """``GET /healthz`` every 50 ms on a connection of its own, each allowed 1 s."""
+
+    def __init__(self, server):
+        super().__init__(daemon=True)
+        self.session = requests.Session()
+        self.session.trust_env = False
+        self.session.verify = str(server.ca_file)
+        self.url = server.url + "/healthz"
+        self.done = threading.Event()
+        self.polls, self.slowest, self.failures = 0, 0.0, []
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            started = time.monotonic()
+            try:
+                response = self.session.get(self.url, timeout=1.0)
+                if response.status_code != 200:
+                    self.failures.append(f"{response.status_code} {response.text[:100]}")
+            except requests.RequestException as exc:
+                self.failures.append(repr(exc))
+            self.slowest = max(self.slowest, time.monotonic() - started)
+            self.polls += 1
+            self.done.wait(0.05)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def server_stays_well(apiserver):
+    """Around every test of this module: /healthz within 1 s throughout, the process alive after."""
+    poller = HealthPoller(apiserver)
+    poller.start()
+    yield poller
+    poller.done.set()
+    poller.join()
+    assert apiserver.process.poll() is None, "the apiserver died"
+    assert poller.failures == [], f"/healthz failed (seed {SEED}): {poller.failures[:5]}"
+    assert poller.slowest < 1.0, f"/healthz took {poller.slowest:.2f}s (seed {SEED})"
+    assert poller.polls > 20
+
+
+def nested_json(depth: int, rng: random.Random | None = None) -> str:
+    """A JSON value ``depth`` arrays and objects deep (built without recursion)."""
+    kinds = [rng.random() < 0.5 if rng else level % 2 == 0 for level in range(depth)]
+    return "".join('{"a":' if obj else "[" for obj in kinds) + "1" + "".join("}" if obj else "]" for obj in reversed(kinds))
+
+
+def alias_bomb(rng: random.Random) -> str:
+    levels, width = rng.randint(3, 10), rng.randint(2, 12)
+    if rng.random() < 0.5:
+        lines = ['a0: &a0 [' + ", ".join(['"lol"'] * width) + "]"]
+        lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * width) + "]" for i in range(1, levels)]
+    else:  # block style, mappings and merge keys
+        lines = ["a0: &a0", *(f"  k{j}: lol" for j in range(width))]
+        for i in range(1, levels):
+            lines += [f"a{i}: &a{i}", *(f"  k{j}: *a{i - 1}" for j in range(width))]
+            lines += [f"m{i}:", f"  <<: *a{i - 1}"]
+    return "\n".join(lines) + "\n"
+
+
+def wrong_values(node) -> list:
+    """JSON values of a type ``node`` does not take, and integers no Go type holds."""
+    huge = [2**31, -(2**31) - 1, 2**63, -(2**63) - 1, 2**64, 10**30, 10**300]
+    if isinstance(node, Scalar):
+        if node.kind == "integer":
+            return ["80", 1.5, True, [], {}, *huge]
+        if node.kind == "int-or-string":
+            return [1.5, True, [], {}, 2**31, 10**30]
+        if node.kind == "boolean":
+            return ["true", 1, [], {}]
+        if node.kind == "number":
+            return ["1", True, [], {}, 10**300]
+        if node.kind == "date-time":
+            return [5, True, "not a time", "9999-99-99T99:99:99Z", "2026-01-01T00:00:00+99:99"]
+        if node.kind == "quantity":
+            return [[], {}, True, "1" + "0" * 400 + "Ei", "-1e999", "1.5.5"]
+        return [5, True, [], {}, 10**30]
+    if isinstance(node, ListOf):
+        return ["x", 5, {}, [5, "x", {}]]
+    if isinstance(node, MapOf):
+        return ["x", 5, [], {"k": [1]}, {"k": 10**30}]
+    if isinstance(node, Obj):
+        return ["x", 5, [], True]
+    return [10**30, nested_json(50)]  # Any_: anything goes, but not crashing
+
+
+def field_paths(schema: Obj, prefix: tuple = (), depth: int = 0) -> list[tuple[tuple, object]]:
+    """(path, schema) of every field reachable within 8 levels; list items are index 0."""
+    found = []
+    for name, spec in schema.fields.items():
+        path, node = prefix + (name,), spec.type
+        found.append((path, node))
+        while isinstance(node, (ListOf, MapOf)):
+            path, node = path + ((0,) if isinstance(node, ListOf) else ("key",)), (node.item if isinstance(node, ListOf) else node.value)
+        if isinstance(node, Obj) and depth < 8:
+            found += field_paths(node, path, depth + 1)
+    return found
+
+
+def with_value(base: dict, path: tuple, value) -> dict:
+    """A copy of ``base`` with ``value`` at ``path``, creating what lies on the way."""
+    obj = json.loads(json.dumps(base))
+    cursor = obj
+    for key, following in zip(path, path[1:]):
+        empty = [] if isinstance(following, int) else {}
+        if isinstance(key, int):
+            if not isinstance(cursor, list) or not cursor:
+                return obj
+            if not isinstance(cursor[0], type(empty)):
+                cursor[0] = empty
+            cursor = cursor[0]
+        else:
+            if not isinstance(cursor.get(key), type(empty)):
+                cursor[key] = empty
+            if isinstance(following, int) and not cursor[key]:
+                cursor[key].append({})
+            cursor = cursor[key]
+    last = path[-1]
+    if isinstance(last, int):
+        if isinstance(cursor, list):
+            cursor[:1] = [value]
+    else:
+        cursor[last] = value
+    return obj
+
+
+class Attack:
+    """The seeded fuzz, sending through ``Fuzzer.send`` (never 5xx, errors are Status)."""
+
+    def __init__(self, fuzzer: Fuzzer, seed: int):
+        self.fuzz = fuzzer
+        self.rng = random.Random(seed)
+        self.ns = fuzzer.ns
+        self.sent = 0
+
+    def path(self, kind: str, name: str | None = None) -> str:
+        prefix, resource, _ = VALID[kind]
+        return f"{prefix}/namespaces/{self.ns}/{resource}" + (f"/{name}" if name else "")
+
+    def send(self, method: str, path: str, body, content_type: str | None = JSON, params: dict | None = None) -> requests.Response:
+        self.sent += 1
+        data = body if isinstance(body, (str, bytes)) or body is None else self.encode(body, content_type)
+        return self.fuzz.send(method, path, data=data, content_type=content_type, params=params)
+
+    def encode(self, body, content_type: str | None) -> str:
+        if content_type in (YAML, APPLY) and self.rng.random() < 0.5:
+            return yaml.safe_dump(body)
+        return json.dumps(body)
+
+    def valid(self, kind: str, name: str = "fuzzed") -> dict:
+        prefix, _, rest = VALID[kind]
+        api_version = prefix.removeprefix("/apis/").removeprefix("/api/")
+        return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, **json.loads(json.dumps(rest))}
+
+
+def fuzz_nesting(attack: Attack) -> None:
+    rng, services, keep = attack.rng, attack.path("Service"), attack.path("Service", "keep")
+    header = "apiVersion: v1\nkind: Service\nmetadata:\n  name: deep\nspec:\n  ports: [{port: 80}]\nx: "
+    issue_body = "apiVersion: v1\nkind: Service\nmetadata:\n  name: t\nx: " + "[" * 30000 + "]" * 30000
+    assert attack.send("POST", services, issue_body, YAML, DRY_RUN).status_code == 400
+    assert attack.send("PATCH", keep, issue_body, APPLY, {"fieldManager": "fuzz", **DRY_RUN}).status_code == 400
+    for _ in range(12):
+        depth = rng.choice([LIMIT - 2, LIMIT - 1, LIMIT + 1, LIMIT + 2, 5000, 30000])
+        past = depth > LIMIT
+        service = json.dumps({"metadata": {"name": "deep"}, "spec": {"ports": [{"port": 80}]}})[:-1]
+        deep_value = nested_json(depth - 1, rng)  # one level is the object holding it
+        body = service + ', "x": ' + deep_value + "}"
+        assert (attack.send("POST", services, body, JSON, DRY_RUN).status_code == 400) == past
+        assert (attack.send("POST", services, header + deep_value, YAML, DRY_RUN).status_code == 400) == past
+        block = header.replace("x: ", "x:\n") + "- " * (depth - 1) + "1\n"
+        assert (attack.send("POST", services, block, YAML, DRY_RUN).status_code == 400) == past
+        for patch_type in (MERGE, STRATEGIC):
+            response = attack.send("PATCH", keep, '{"metadata": {"annotations": {"a": "b"}}, "x": ' + deep_value + "}", patch_type, DRY_RUN)
+            assert (response.status_code == 400) == past
+        patch = '[{"op": "add", "path": "/metadata/annotations", "value": {"a": ' + nested_json(depth - 2, rng) + "}}]"
+        attack.send("PATCH", keep, patch, JSON_PATCH, DRY_RUN)
+        attack.send("PATCH", keep, body, APPLY, {"fieldManager": "fuzz", **DRY_RUN})
+        attack.send("DELETE", keep, '{"x": ' + deep_value + "}", JSON, DRY_RUN)
+        affinity = {"nodeAffinity": "DEEP"}
+        pod = json.dumps(attack.valid("Pod") | {"spec": {"containers": [{"name": "c", "image": "i"}], "affinity": affinity}})
+        attack.send("POST", attack.path("Pod"), pod.replace('"DEEP"', nested_json(max(depth - 4, 1), rng)), JSON, DRY_RUN)
+
+
+def fuzz_yaml_aliases(attack: Attack) -> None:
+    rng, services, keep = attack.rng, attack.path("Service"), attack.path("Service", "keep")
+    for _ in range(25):
+        started = time.monotonic()
+        body = alias_bomb(rng)
+        attack.send("POST", services, body, YAML, DRY_RUN)
+        attack.send("PATCH", keep, body, APPLY, {"fieldManager": "fuzz", **DRY_RUN})
+        assert time.monotonic() - started < 2.0, body[:200]
+    for body in ("[?]," * rng.randint(LIMIT, 40000), "a: &a [*a]", "a: &a {b: *a}", "b: *nowhere", "\ufeffa: 1",
+                 "a: 1\n---\nb: [" + "[" * 40000, "x: !!binary aGk=\ny: !!timestamp 2001-01-01", "k: .inf", "? [a]\n: b"):
+        attack.send("POST", services, body, YAML, DRY_RUN)
+        attack.send("POST", services, body.encode("utf-16"), YAML, DRY_RUN)
+    attack.send("POST", services, b"apiVersion: v1\n\xff\xfe\x80", YAML, DRY_RUN)
+
+
+def fuzz_integers_and_parameters(attack: Attack) -> None:
+    rng, services, keep = attack.rng, attack.path("Service"), attack.path("Service", "keep")
+    huge = ["99999999999999999999999", str(2**63), str(-(2**63) - 1), "-1", "1" * 5000, "0x10", "1e3", " 1", "", "١٢"]
+    for name in ("limit", "timeoutSeconds", "resourceVersion", "gracePeriodSeconds", "continue"):
+        for value in huge:
+            attack.send("GET", services, None, None, {name: value})
+            watch = {name: value, "watch": "true", "timeoutSeconds": "1"} if name != "timeoutSeconds" else {name: value or "1", "watch": "true"}
+            attack.send("GET", services, None, None, watch)
+            attack.send("DELETE", keep, None, None, {name: value, **DRY_RUN})
+    tokens = [nested_json(5000), '{"v":"meta.k8s.io/v1","rv":' + "9" * 40 + ',"start":"a"}', "x" * 5000]
+    for token in tokens:
+        attack.send("GET", services, None, None, {"continue": base64.urlsafe_b64encode(token.encode()).decode().rstrip("="), "limit": "1"})
+    for selector in ("a in ()", "a in (", "a notin ((((", "!!!", "a=" + "b" * 1000, ",".join(["a"] * 2000), "a in (" + ",".join("x" * 2000) + ")"):
+        attack.send("GET", services, None, None, {"labelSelector": selector})
+        attack.send("GET", services, None, None, {"fieldSelector": selector.replace("a", "metadata.name")})
+    for value in (2**31, 2**63, -(2**63) - 1, 2**64, 10**30, 10**400):
+        for path in (("spec", "ports", 0, "port"), ("spec", "ports", 0, "nodePort"), ("spec", "ports", 0, "targetPort"),
+                     ("spec", "healthCheckNodePort"), ("metadata", "generation"), ("metadata", "deletionGracePeriodSeconds"),
+                     ("spec", "sessionAffinityConfig", "clientIP", "timeoutSeconds")):
+            body = with_value(attack.valid("Service"), path, value)
+            attack.send("POST", services, body, rng.choice([JSON, YAML]), DRY_RUN)
+            attack.send("PATCH", keep, with_value({}, path, value), rng.choice([MERGE, STRATEGIC]), DRY_RUN)
+        attack.send("DELETE", keep, json.dumps({"gracePeriodSeconds": value}), JSON, DRY_RUN)
+    attack.send("POST", services, "spec: {ports: [{port: " + "9" * 5000 + "}]}\nmetadata: {name: n}", YAML, DRY_RUN)
+
+
+def fuzz_wrong_types(attack: Attack, kind: str) -> None:
+    """A wrong JSON type (or an integer too large) for every field of ``kind``: as a create, as an
+    update of the stored object, and as a patch of it; all dry runs."""
+    rng, info = attack.rng, next(k for k in all_kinds() if k.kind == kind)
+    collection, keep = attack.path(kind), attack.path(kind, "keep")
+    stored = attack.fuzz.session.get(attack.fuzz.base + keep).json()
+    for path, node in field_paths(info.schema):
+        values = wrong_values(node)
+        value = rng.choice(values)
+        attack.send("POST", collection, with_value(attack.valid(kind), path, value), rng.choice([JSON, YAML]), DRY_RUN)
+        attack.send("PUT", keep, with_value(stored, path, rng.choice(values)), JSON, DRY_RUN)
+        patch_type = rng.choice([MERGE, STRATEGIC, APPLY])
+        patch = with_value(attack.valid(kind, "keep") if patch_type == APPLY else {}, path, rng.choice(values))
+        attack.send("PATCH", keep, patch, patch_type, {"fieldManager": "fuzz", **DRY_RUN})
+
+
+@pytest.fixture(scope="module")
+def attack(fuzzer):
+    """The fuzzer's namespace with a stored object of each fuzzed kind, unchanged at the end."""
+    fuzz = fuzzer
+    fuzz.post_json(f"/api/v1/namespaces/{fuzz.ns}/serviceaccounts", {"metadata": {"name": "default"}}, expect=201)
+    attack = Attack(fuzz, SEED)
+    for kind in VALID:
+        if kind != "Service":
+            fuzz.post_json(attack.path(kind), attack.valid(kind, "keep"), expect=201)
+    before = {kind: fuzz.session.get(fuzz.base + attack.path(kind, "keep")).json() for kind in VALID}
+    yield attack
+    after = {kind: fuzz.session.get(fuzz.base + attack.path(kind, "keep")).json() for kind in VALID}
+    assert after == before, f"the fuzz changed stored objects (seed {SEED})"
+
+
+def test_seeded_fuzz_of_nesting_aliases_integers_and_field_types(attack):
+    started = time.monotonic()
+    fuzz_nesting(attack)
+    fuzz_yaml_aliases(attack)
+    fuzz_integers_and_parameters(attack)
+    for kind in VALID:
+        fuzz_wrong_types(attack, kind)
+    assert attack.sent > 2000, attack.sent
+    assert time.monotonic() - started < 120, f"{attack.sent} requests took {time.monotonic() - started:.0f}s"

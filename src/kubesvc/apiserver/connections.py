@@ -14,6 +14,12 @@ and ``ReadHeaderTimeout: 32s`` ("just shy of requestTimeoutUpperBound") and ``Id
 There is no timeout for bodies and responses (upstream has none at this level either; watches
 and logs stream for as long as they need).
 
+Header sizes: upstream allows 1 MiB of headers (``MaxHeaderBytes: 1 << 20``), so a request line
+carrying a long label selector is served. aiohttp limits each line instead (8 KiB by default):
+here the request line may be ``MAX_REQUEST_LINE`` (1 MiB) and each header ``MAX_HEADER_FIELD``
+(64 KiB, room for any token), at most aiohttp's 128 of them. Past that aiohttp answers 400 in
+plain text, as Go answers 431 in plain text.
+
 aiohttp closes idle connections by its keep-alive timeout, which also covers a connection that
 never sends a first byte; the header timeout is added here (``HeaderTimeoutHandler``), and the
 TLS handshake timeout is passed to the event loop's ``create_server`` (``TimedSockSite``).
@@ -30,6 +36,8 @@ from aiohttp.web_protocol import RequestHandler
 DEFAULT_READ_HEADER_TIMEOUT = 32.0
 DEFAULT_IDLE_TIMEOUT = 90.0
 TLS_SHUTDOWN_TIMEOUT = 1.0
+MAX_REQUEST_LINE = 1 << 20
+MAX_HEADER_FIELD = 64 << 10
 
 
 class HeaderTimeoutHandler(RequestHandler):
@@ -94,7 +102,7 @@ class TimedSockSite(web.SockSite):
         server = self._runner.server
         assert server is not None
         options = dict(server._kwargs)
-        options["keepalive_timeout"] = self._idle_timeout
+        options.update(keepalive_timeout=self._idle_timeout, max_line_size=MAX_REQUEST_LINE, max_field_size=MAX_HEADER_FIELD)
 
         def connection() -> HeaderTimeoutHandler:
             return HeaderTimeoutHandler(server, loop=loop, header_timeout=self._header_timeout, **options)
