@@ -39,7 +39,7 @@ from kubesvc.api import errors
 from kubesvc.api.errors import FieldError
 from kubesvc.api.pods import POD_SCHEDULED, update_pod_condition
 from kubesvc.api.validation_meta import go_quote
-from kubesvc.apiserver.codec import parameter_bool, parameter_int
+from kubesvc.apiserver.codec import int64_param, parameter_bool
 from kubesvc.apiserver.kubeletclient import kubelet_address, unknown_error
 from kubesvc.apiserver.registry.store import Store
 from kubesvc.util.clock import rfc3339
@@ -113,13 +113,6 @@ def bind_pod(pods: Store, namespace: str, name: str, binding: dict, *, dry_run: 
 _RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
 
 
-def _query_int(query: Mapping[str, str], name: str) -> int | None:
-    try:
-        return parameter_int(query, name)
-    except ValueError as exc:
-        raise errors.bad_request(str(exc)) from None
-
-
 def _query_time(query: Mapping[str, str], name: str) -> datetime | None:
     text = query.get(name, "")
     if text in ("", "null"):
@@ -127,9 +120,13 @@ def _query_time(query: Mapping[str, str], name: str) -> datetime | None:
     try:
         if not _RFC3339.fullmatch(text):
             raise ValueError
-        return datetime.fromisoformat(text.upper().replace("Z", "+00:00")).astimezone(timezone.utc)
+        moment = datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
     except ValueError:
         raise errors.bad_request(f'parsing time {go_quote(text)} as "2006-01-02T15:04:05Z07:00": cannot parse {go_quote(text)} as "2006"') from None
+    try:
+        return moment.astimezone(timezone.utc)
+    except OverflowError:  # year 0 or 10000 in UTC: Go holds it, Python's datetime does not; as far as it goes
+        return (datetime.max if moment.year > 1 else datetime.min).replace(tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -153,10 +150,10 @@ class PodLogOptions:
             follow=parameter_bool(query, "follow"),
             previous=parameter_bool(query, "previous"),
             timestamps=parameter_bool(query, "timestamps"),
-            since_seconds=_query_int(query, "sinceSeconds"),
+            since_seconds=int64_param(query, "sinceSeconds"),
             since_time=_query_time(query, "sinceTime"),
-            tail_lines=_query_int(query, "tailLines"),
-            limit_bytes=_query_int(query, "limitBytes"),
+            tail_lines=int64_param(query, "tailLines"),
+            limit_bytes=int64_param(query, "limitBytes"),
             insecure_skip_tls_verify_backend=parameter_bool(query, "insecureSkipTLSVerifyBackend"),
         )
 
