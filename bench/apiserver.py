@@ -136,10 +136,8 @@ async def run_throughput(args) -> None:
         extra = [f"--storage-backend={args.storage}"]
         server = start_apiserver(Path(tmp), *extra)
         try:
-            tls = ssl.create_default_context(cafile=str(server.ca_file))
-            connector = aiohttp.TCPConnector(ssl=tls, limit=0)
-            headers = {"Authorization": f"Bearer {server.token}"}
-            async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+            connector = aiohttp.TCPConnector(ssl=server.tls_context(), limit=0)  # as the admin (client certificate)
+            async with aiohttp.ClientSession(connector=connector) as session:
                 names = [f"svc-{i:06d}" for i in range(args.services)]
                 started = time.perf_counter()
                 latencies = await create_all(session, server.url, names, args.concurrency)

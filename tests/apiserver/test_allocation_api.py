@@ -25,7 +25,6 @@ import ipaddress
 import json
 from pathlib import Path
 import re
-import ssl
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -68,11 +67,9 @@ def service(name: str, *, cluster_ip: str | None = None, type_: str | None = Non
 def parallel(server: RunningAPIServer, calls: list[tuple[str, str, dict | None]]) -> list[tuple[int, dict]]:
     """Send every (method, path, body) at once, each on its own connection; (status, JSON body) in order."""
     async def main():
-        ctx = ssl.create_default_context(cafile=str(server.ca_file))
-        connector = aiohttp.TCPConnector(ssl=ctx, limit=len(calls) or 1)
-        headers = {"Authorization": f"Bearer {server.token}"}
+        connector = aiohttp.TCPConnector(ssl=server.tls_context(), limit=len(calls) or 1)  # as the admin (client certificate)
         timeout = aiohttp.ClientTimeout(total=60)
-        async with aiohttp.ClientSession(trust_env=False, connector=connector, headers=headers, timeout=timeout) as session:
+        async with aiohttp.ClientSession(trust_env=False, connector=connector, timeout=timeout) as session:
             async def one(method, path, body):
                 async with session.request(method, server.url + path, json=body) as resp:
                     return resp.status, await resp.json(content_type=None)
@@ -85,11 +82,8 @@ def create_services(server: RunningAPIServer, namespace: str, bodies: list[dict]
 
 
 def http(server: RunningAPIServer, connections: int = 10) -> requests.Session:
-    session = requests.Session()
-    session.trust_env = False
+    session = server.session()
     session.mount("https://", requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=connections))
-    session.verify = str(server.ca_file)
-    session.headers["Authorization"] = f"Bearer {server.token}"
     return session
 
 

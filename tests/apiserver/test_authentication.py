@@ -1,4 +1,5 @@
-"""Authentication as a user observes it, against a real apiserver: a static token file user,
+"""Authentication as a user observes it, against a real apiserver: no bearer token but those
+the flags configure (an older version's admin token deleted), a static token file user,
 ServiceAccount tokens from ``kubectl create token`` used by the official Python client, the
 ways such a token stops working (expired, wrong audience, ServiceAccount or bound Pod deleted),
 bootstrap tokens, ``kubectl auth whoami``, impersonation with ``--as``, anonymous requests,
@@ -17,7 +18,7 @@ import pytest
 import requests
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from kubesvc.apiserver.auth import jwt
@@ -45,6 +46,11 @@ def api(server, token: str | None = None) -> client.ApiClient:
     if token is not None:
         configuration.api_key = {"authorization": f"Bearer {token}"}
     return client.ApiClient(configuration)
+
+
+def admin_api(server) -> client.ApiClient:
+    """The official client on the admin kubeconfig (its client certificate)."""
+    return config.new_client_from_config(config_file=str(server.kubeconfig))
 
 
 def whoami(server, token: str) -> dict:
@@ -94,6 +100,30 @@ def test_unknown_token_is_401_never_anonymous(server):
                                "reason": "Unauthorized", "code": 401}
 
 
+def test_without_flags_the_only_bearer_tokens_are_service_account_tokens(tmp_path):
+    """As kube-apiserver and k3s, the server makes no bearer token of its own: the admin is the
+    kubeconfig's certificate, ServiceAccount tokens work, bootstrap tokens only with their flag,
+    anything else is 401. An older version's ``<data-dir>/token`` (a system:masters token then)
+    is deleted at start, and the token it held is refused."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir(mode=0o700)
+    retired = "retired-admin-" + uuid.uuid4().hex
+    (data_dir / "token").write_text(retired + "\n")
+    (data_dir / "token").chmod(0o600)
+    with running_apiserver(data_dir) as bare:
+        assert not (data_dir / "token").exists()
+        assert status_of(bare, retired, "/api/v1/namespaces") == 401
+        assert bare.session().get(bare.url + "/api/v1/namespaces", timeout=10).status_code == 200  # the admin certificate
+        assert status_of(bare, None, "/version") == 200  # anonymous
+        bare.kubectl("create", "serviceaccount", "robot")
+        robot = bare.kubectl("create", "token", "robot").stdout.strip()
+        assert whoami(bare, robot)["username"] == "system:serviceaccount:default:robot"
+        create_bootstrap_token_secret(bare)
+        assert status_of(bare, f"{BOOTSTRAP_ID}.{BOOTSTRAP_SECRET}") == 401  # no --enable-bootstrap-token-auth
+    assert f"removed {data_dir / 'token'}: the built-in admin token is gone" in (data_dir / "apiserver.log").read_text()
+    assert not (data_dir / "token").exists()
+
+
 def _unsigned_jwt(header: bytes, payload: bytes) -> str:
     return f"{jwt.b64url_encode(header)}.{jwt.b64url_encode(payload)}.AA"
 
@@ -110,7 +140,7 @@ HOSTILE_TOKENS = {
 def test_malformed_jwts_are_401_and_unauthenticated_reviews_never_500(server, token):
     if len(token) < 8000:  # what fits in one header line
         assert status_of(server, token, "/version") == 401
-    authn = client.AuthenticationV1Api(api(server, server.token))
+    authn = client.AuthenticationV1Api(admin_api(server))
     review = authn.create_token_review(client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token)))
     assert (review.status.authenticated, review.status.error) == (None, "invalid bearer token")
 
@@ -222,12 +252,17 @@ def test_pod_bound_token_dies_with_its_pod(server, ns):
     assert wait_for_status(server, token, 401, timeout=90) == 401
 
 
-def test_bootstrap_token_user(server):
+def create_bootstrap_token_secret(server) -> None:
+    """The Secret of bootstrap token BOOTSTRAP_ID.BOOTSTRAP_SECRET, good for an hour."""
     expiration = (datetime.now(timezone.utc) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     server.kubectl("-n", "kube-system", "create", "secret", "generic", f"bootstrap-token-{BOOTSTRAP_ID}",
                    "--type=bootstrap.kubernetes.io/token", f"--from-literal=token-id={BOOTSTRAP_ID}",
                    f"--from-literal=token-secret={BOOTSTRAP_SECRET}", "--from-literal=usage-bootstrap-authentication=true",
                    "--from-literal=auth-extra-groups=system:bootstrappers:kubesvc:default-node-token", f"--from-literal=expiration={expiration}")
+
+
+def test_bootstrap_token_user(server):
+    create_bootstrap_token_secret(server)
     me = whoami(server, f"{BOOTSTRAP_ID}.{BOOTSTRAP_SECRET}")
     assert me == {"username": f"system:bootstrap:{BOOTSTRAP_ID}", "uid": None, "extra": None,
                   "groups": ["system:bootstrappers", "system:bootstrappers:kubesvc:default-node-token", "system:authenticated"]}
@@ -260,7 +295,7 @@ def test_impersonation_needs_the_impersonate_verb(server):
 def test_token_review(server, ns):
     service_account(server, ns)
     token = create_token(server, ns)
-    authn = client.AuthenticationV1Api(api(server, server.token))
+    authn = client.AuthenticationV1Api(admin_api(server))
     good = authn.create_token_review(client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token)))
     assert good.status.authenticated and good.status.user.username == f"system:serviceaccount:{ns}:builder"
     assert good.status.audiences == [ISSUER]
@@ -308,7 +343,7 @@ def test_bad_token_file_stops_the_server_with_one_line(tmp_path):
 def request_token(server, ns: str, sa: str, spec: dict) -> requests.Response:
     body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
     return requests.post(f"{server.url}/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token", json=body, verify=str(server.ca_file), timeout=10,
-                         headers={"Authorization": f"Bearer {server.token}"})
+                         cert=server.admin_cert)
 
 
 def test_projected_volume_tokens_are_extended(server, ns):

@@ -159,11 +159,10 @@ def write_log(agent: NodeAgent, ns: str, pod: str, uid: str, container: str, lin
 
 
 def raw(apiserver, method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:
-    """One HTTPS request with the admin token: (status, body), errors included."""
-    context = ssl.create_default_context(cafile=str(apiserver.ca_file))
+    """One HTTPS request as the admin (client certificate): (status, body), errors included."""
+    context = apiserver.tls_context()
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(apiserver.url + path, data=data, method=method,
-                                     headers={"Authorization": f"Bearer {apiserver.token}", "Content-Type": "application/json"})
+    request = urllib.request.Request(apiserver.url + path, data=data, method=method, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, context=context, timeout=30) as response:
             return response.status, response.read()
@@ -514,10 +513,12 @@ def test_agent_serves_its_node_certificate_from_the_cluster_ca(apiserver, agent)
     (None, {}),
     (None, {"Authorization": "Bearer wrong"}),
     ("token", {}),
-], ids=["nothing", "a-wrong-token", "the-admin-token"])
-def test_agent_refuses_callers_without_a_client_certificate(apiserver, agent, credential, headers):
+], ids=["nothing", "a-wrong-token", "a-token-the-apiserver-accepts"])
+def test_agent_refuses_callers_without_a_client_certificate(apiserver, agent, ns, credential, headers):
     if credential == "token":
-        headers = {"Authorization": f"Bearer {apiserver.token}"}
+        apiserver.kubectl("-n", ns, "create", "serviceaccount", "caller")
+        headers = {"Authorization": f"Bearer {apiserver.kubectl('-n', ns, 'create', 'token', 'caller').stdout.strip()}"}
+        assert apiserver.session(admin=False).get(apiserver.url + "/apis", headers=headers, timeout=10).status_code == 200
     for path in ("/healthz", "/containerLogs/ns/p/c"):
         assert agent_get(apiserver, agent, path, headers=headers) == (401, "Unauthorized")
 
@@ -590,6 +591,7 @@ def test_a_plain_http_listener_posing_as_a_node_receives_no_credential(apiserver
     received = bytes(decoy.received)
     assert decoy.connections >= 1 and received[:1] == b"\x16", received[:64]  # a TLS handshake record, not an HTTP request
     kubelet_client = x509.load_pem_x509_certificate(apiserver.ca.client("apiserver-kubelet-client", pki.KUBELET_CLIENT).cert.read_bytes())
-    for secret in (b"Authorization", b"Bearer", apiserver.token.encode(), b"containerLogs", b"kube-apiserver-kubelet-client",
-                   kubelet_client.public_bytes(serialization.Encoding.DER)):
+    admin = x509.load_pem_x509_certificate(Path(apiserver.admin_cert[0]).read_bytes())
+    for secret in (b"Authorization", b"Bearer", b"containerLogs", b"kube-apiserver-kubelet-client",
+                   kubelet_client.public_bytes(serialization.Encoding.DER), admin.public_bytes(serialization.Encoding.DER)):
         assert secret not in received

@@ -43,8 +43,9 @@ def address(server) -> tuple[str, int]:
     return url.hostname, url.port
 
 
-def tls_connection(server) -> ssl.SSLSocket:
-    context = ssl.create_default_context(cafile=str(server.ca_file))
+def tls_connection(server, *, admin: bool = False) -> ssl.SSLSocket:
+    """A TLS connection to ``server``, anonymous or (``admin``) with the admin's client certificate."""
+    context = server.tls_context(admin=admin)
     return context.wrap_socket(socket.create_connection(address(server)), server_hostname=address(server)[0])
 
 
@@ -58,11 +59,9 @@ def seconds_until_closed(sock: socket.socket, limit: float) -> float:
     return time.monotonic() - started
 
 
-def http_request(method: str, path: str, body: bytes = b"", token: str | None = None, content_length: int | None = None) -> bytes:
+def http_request(method: str, path: str, body: bytes = b"", content_length: int | None = None) -> bytes:
     headers = [f"{method} {path} HTTP/1.1", "Host: kubesvc", "Content-Type: application/json",
                f"Content-Length: {len(body) if content_length is None else content_length}"]
-    if token:
-        headers.append(f"Authorization: Bearer {token}")
     return ("\r\n".join(headers) + "\r\n\r\n").encode() + body
 
 
@@ -136,8 +135,8 @@ def mutating_request_in_flight(server):
     On exit the body is completed and the answer read."""
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"held-{time.monotonic_ns()}"}}
     body = json.dumps(namespace).encode()
-    sock = tls_connection(server)
-    sock.sendall(http_request("POST", "/api/v1/namespaces", body[:10], token=server.token, content_length=len(body)))
+    sock = tls_connection(server, admin=True)
+    sock.sendall(http_request("POST", "/api/v1/namespaces", body[:10], content_length=len(body)))
     time.sleep(0.3)  # the headers are in: the handler runs, reading the body
     try:
         yield
@@ -149,10 +148,7 @@ def mutating_request_in_flight(server):
 
 
 def anonymous(server) -> requests.Session:
-    session = requests.Session()
-    session.trust_env = False
-    session.verify = str(server.ca_file)
-    return session
+    return server.session(admin=False)
 
 
 def test_over_the_mutating_limit_is_429_with_retry_after(limited):
@@ -177,8 +173,7 @@ def test_system_masters_are_always_served(limited):
 
 
 def test_a_watch_takes_no_slot(limited):
-    admin = anonymous(limited)
-    admin.headers["Authorization"] = f"Bearer {limited.token}"
+    admin = limited.session()
     with admin.get(limited.url + "/api/v1/namespaces?watch=true&timeoutSeconds=30", stream=True, timeout=scaled(10)) as watch:
         assert watch.status_code == 200
         next(watch.iter_lines())  # the watch is being served

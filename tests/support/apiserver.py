@@ -11,11 +11,14 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import requests
 
 from kubesvc.apiserver.auth import pki
 from tests.support.netns import signal_and_wait
@@ -34,12 +37,32 @@ class RunningAPIServer:
     log: object = None
 
     @property
-    def token(self) -> str:
-        return (self.data_dir / "token").read_text().strip()
-
-    @property
     def ca_file(self) -> Path:
         return self.data_dir / "pki" / "ca.crt"
+
+    @property
+    def admin_cert(self) -> tuple[str, str]:
+        """The admin kubeconfig's client certificate and key as files (``system:admin`` in
+        ``system:masters``), as requests' ``cert=``: the apiserver has no admin bearer token."""
+        return str(self.data_dir / "pki" / "admin.crt"), str(self.data_dir / "pki" / "admin.key")
+
+    def tls_context(self, *, admin: bool = True) -> ssl.SSLContext:
+        """A client TLS context trusting the cluster CA, presenting the admin's certificate
+        unless ``admin`` is False (aiohttp, urllib, raw sockets)."""
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        if admin:
+            context.load_cert_chain(*self.admin_cert)
+        return context
+
+    def session(self, *, admin: bool = True) -> requests.Session:
+        """A requests session trusting the cluster CA (not REQUESTS_CA_BUNDLE), as the admin
+        (client certificate) unless ``admin`` is False, then anonymous."""
+        session = requests.Session()
+        session.trust_env = False
+        session.verify = str(self.ca_file)
+        if admin:
+            session.cert = self.admin_cert
+        return session
 
     @property
     def ca(self) -> pki.ClusterCA:

@@ -14,8 +14,10 @@ registered in ``app["create_handlers"]`` (404 until one is), and 405 to every ot
 
 Non-resource paths: /version (minor "32": the kubectl dispatcher picks its binary by it),
 /healthz /livez /readyz, discovery (/api, /apis, /api/v1, /apis/g[/v], legacy or aggregated by
-Accept), /openapi/v3[/…], /metrics. Every request but /version and the health checks needs
-the bearer token; every error is a Kubernetes Status with the HTTP code equal to its ``code``.
+Accept), /openapi/v3[/…], /metrics. Every request is authenticated (``app["authenticator"]``,
+installed by the server: client certificates, the bearer tokens its flags configure, else
+``system:anonymous``) and authorized (``app["authorizer"]``: anonymous gets /version and the
+health checks); every error is a Kubernetes Status with the HTTP code equal to its ``code``.
 """
 
 from __future__ import annotations
@@ -33,16 +35,12 @@ from kubesvc.api.nesting import ensure_recursion_headroom
 from kubesvc.api.scheme import KindInfo, all_kinds, by_resource
 from kubesvc.apiserver import codec, handlers
 from kubesvc.apiserver.auth.attributes import Attributes, request_info
-from kubesvc.apiserver.auth.authenticator import Authenticator
-from kubesvc.apiserver.auth.tokens import StaticTokens
-from kubesvc.apiserver.auth.user import SYSTEM_PRIVILEGED_GROUP, UserInfo
 from kubesvc.apiserver.auth.authorizer import PrivilegedGroupAuthorizer, Union, forbidden
 from kubesvc.apiserver.auth.context import set_current as set_request_context
 from kubesvc.apiserver.auth.impersonation import impersonate
 from kubesvc.apiserver.discovery import Discovery, wants_aggregated
 from kubesvc.apiserver.oidc import JWKS_PATH, OPENID_CONFIGURATION_PATH, oidc_response
 from kubesvc.apiserver.openapi import OpenAPI
-from kubesvc.apiserver.auth.x509 import X509Authenticator
 from kubesvc.apiserver.kubeletclient import KubeletClient
 from kubesvc.apiserver.limits import in_flight_middleware
 from kubesvc.apiserver.registry.store import Registry
@@ -281,14 +279,15 @@ def _observe(request: web.Request, code: int, seconds: float) -> None:
     metrics.latency.labels(verb, group, version, resource, sub).observe(seconds)
 
 
-def build_app(registry: Registry, token: str, clock: Clock, server_address: str, metrics_registry: CollectorRegistry | None = None,
+def build_app(registry: Registry, clock: Clock, server_address: str, metrics_registry: CollectorRegistry | None = None,
               kubelet_client: KubeletClient | None = None) -> web.Application:
+    """The application without authentication: the server installs its authenticator
+    (``auth.endpoints.install``) and its ``--authorization-mode`` chain before serving."""
     ensure_recursion_headroom()  # bodies may nest nesting.MAX_DEPTH levels: room to walk them
     # the max-in-flight filter first: it refuses before any work (it looks at the user only then)
     app = web.Application(middlewares=[in_flight_middleware, status_middleware], client_max_size=codec.MAX_BODY_BYTES + 1)
     app["registry"] = registry
     app["create_handlers"] = {}  # (group, resource) -> handlers.CreateHandler, for create-only kinds
-    app["authenticator"] = Authenticator(StaticTokens({token: UserInfo("admin", groups=(SYSTEM_PRIVILEGED_GROUP,))}), x509=X509Authenticator())
     app["authorizer"] = Union([PrivilegedGroupAuthorizer()])  # the server sets its --authorization-mode chain
     app["clock"] = clock
     app["metrics"] = Metrics(metrics_registry)

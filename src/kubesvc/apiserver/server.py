@@ -30,7 +30,6 @@ from kubesvc.apiserver.reviews import register_review_handlers
 from kubesvc.apiserver.app import build_app
 from kubesvc.apiserver.auth.endpoints import install as install_authentication
 from kubesvc.apiserver.auth.options import AuthenticationOptions
-from kubesvc.apiserver.auth.user import SYSTEM_PRIVILEGED_GROUP, UserInfo
 from kubesvc.apiserver.auth.x509 import X509Authenticator
 from kubesvc.apiserver.registry.store import ListOptions, Registry
 from kubesvc.apiserver.allocator.metrics import AllocatorMetrics
@@ -242,14 +241,13 @@ class APIServer:
         kubelet_client = KubeletClient(kubelet_tls_context(kubelet_client_cert, config.kubelet_client_key or creds.kubelet_client.key,
                                                            config.kubelet_certificate_authority or creds.ca_cert))
         ensure_kubelet_api_admin_binding(self.registry, kubelet_client_user(kubelet_client_cert))
-        app = build_app(self.registry, creds.token, self.clock, f"{config.bind_address}:{self.port}", metrics_registry, kubelet_client)
+        app = build_app(self.registry, self.clock, f"{config.bind_address}:{self.port}", metrics_registry, kubelet_client)
         app["namespace_finalizer"] = finalizer
         app["in_flight"] = InFlight(config.max_requests_inflight, config.max_mutating_requests_inflight)
         app["admission_waits"] = [plugin.wait_ready for plugin in admission]  # run by the create handlers
         app["authorizer"] = self.authorization.authorizer
         register_review_handlers(app)
-        install_authentication(app, config.authentication, config.data_dir, self.url.removeprefix("https://"), x509=X509Authenticator(),
-                               own_tokens={creds.token: UserInfo("admin", "admin-uid", (SYSTEM_PRIVILEGED_GROUP,))})
+        install_authentication(app, config.authentication, config.data_dir, self.url.removeprefix("https://"), x509=X509Authenticator())
         self.authorization.admit_token_requests(app["create_handlers"])  # NodeRestriction
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         tls.load_cert_chain(creds.serving_cert, creds.serving_key)

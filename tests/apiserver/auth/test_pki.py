@@ -168,6 +168,35 @@ def test_loose_modes_left_by_an_older_version_are_tightened(tmp_path):
     assert stat.S_IMODE((data / "pki").stat().st_mode) == 0o700
 
 
+def _retired_token_file(data: Path) -> None:
+    (data / "token").write_text("an older version's admin token\n")
+
+
+def _retired_token_link(data: Path) -> None:
+    (data / "elsewhere").write_text("an older version's admin token\n")
+    (data / "token").symlink_to(data / "elsewhere")
+
+
+def _a_directory_named_token(data: Path) -> None:
+    (data / "token").mkdir()
+
+
+@pytest.mark.parametrize("leave, removed, left", [
+    (lambda data: None, False, False),
+    (_retired_token_file, True, False),
+    (_retired_token_link, True, False),
+    (_a_directory_named_token, False, True),
+], ids=["none", "an-older-versions-token", "a-symlink-to-one", "not-a-file-left-alone"])
+def test_no_admin_token_is_made_and_an_older_versions_is_deleted(tmp_path, leave, removed, left):
+    data = tmp_path / "data"
+    data.mkdir()
+    leave(data)
+    assert pki.remove_retired_admin_token(data) is removed
+    assert (data / "token").exists() is left
+    pki.ensure_credentials(data, "127.0.0.1")
+    assert (data / "token").exists() is left
+
+
 @pytest.mark.parametrize("component, user", [
     ("controller-manager", "system:kube-controller-manager"),
     ("scheduler", "system:kube-scheduler"),

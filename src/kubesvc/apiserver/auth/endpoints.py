@@ -9,36 +9,24 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Mapping
 
 from kubesvc.apiserver import oidc
 from kubesvc.apiserver.auth.options import AuthenticationOptions, ServiceAccountConfig, build_authenticator, resolve_service_accounts
 from kubesvc.apiserver.auth.identity_reviews import IdentityReviews
 from kubesvc.apiserver.auth.tokenrequest import TokenRequests
-from kubesvc.apiserver.auth.tokens import StaticTokens, read_token_file
-from kubesvc.apiserver.auth.user import UserInfo
 
 log = logging.getLogger("kubesvc.apiserver.auth")
 
 AUTHENTICATION_GROUP = "authentication.k8s.io"
 
 
-def static_tokens(options: AuthenticationOptions, own: Mapping[str, UserInfo]) -> StaticTokens | None:
-    """``--token-auth-file``'s users, plus tokens the server made for itself (``own``)."""
-    tokens: dict[str, UserInfo] = {}
-    if options.token_auth_file is not None:
-        tokens.update(read_token_file(options.token_auth_file))
-    tokens.update(own)
-    return StaticTokens(tokens) if tokens else None
-
-
-def install(app, options: AuthenticationOptions, data_dir: Path, external_address: str, *, x509=None,
-            own_tokens: Mapping[str, UserInfo] | None = None) -> ServiceAccountConfig:
-    """Wire authentication into ``app``; ValueError (one line) for bad flags or files."""
+def install(app, options: AuthenticationOptions, data_dir: Path, external_address: str, *, x509=None) -> ServiceAccountConfig:
+    """Wire authentication into ``app``; ValueError (one line) for bad flags or files. The
+    only bearer tokens are the ones the flags configure: ``--token-auth-file``'s, ServiceAccount
+    JWTs and (``--enable-bootstrap-token-auth``) bootstrap tokens; the server has none of its own."""
     registry, clock = app["registry"], app["clock"]
     service_accounts = resolve_service_accounts(options, data_dir)
-    authenticator = build_authenticator(options, service_accounts, registry, clock, x509=x509,
-                                        static_tokens=static_tokens(options, own_tokens or {}))
+    authenticator = build_authenticator(options, service_accounts, registry, clock, x509=x509)
     app["authenticator"] = authenticator
     app["service_accounts"] = service_accounts
     handlers = app.setdefault("create_handlers", {})

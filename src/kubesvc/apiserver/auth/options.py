@@ -136,10 +136,9 @@ def resolve_service_accounts(options: AuthenticationOptions, data_dir: Path) -> 
     )
 
 
-def build_authenticator(options: AuthenticationOptions, service_accounts: ServiceAccountConfig, registry, clock, *,
-                        x509=None, static_tokens=None):
-    """The request authenticator in upstream's order (``authenticator.py``). ``static_tokens``
-    replaces reading ``--token-auth-file`` (tests); ValueError for a bad token file."""
+def build_authenticator(options: AuthenticationOptions, service_accounts: ServiceAccountConfig, registry, clock, *, x509=None):
+    """The request authenticator in upstream's order (``authenticator.py``); ValueError for a
+    bad token file."""
     from kubesvc.apiserver.auth.authenticator import Authenticator
     from kubesvc.apiserver.auth.bootstrap import BootstrapTokens, registry_secret_lookup
     from kubesvc.apiserver.auth.serviceaccount import LEGACY_ISSUER, JWTAuthenticator, RegistryGetter
@@ -147,10 +146,8 @@ def build_authenticator(options: AuthenticationOptions, service_accounts: Servic
 
     audiences = service_accounts.api_audiences
     token_authenticators = []
-    if static_tokens is None and options.token_auth_file is not None:
-        static_tokens = StaticTokens.from_file(options.token_auth_file)
-    if static_tokens is not None:
-        token_authenticators.append(AudienceAgnostic(static_tokens, audiences))
+    if options.token_auth_file is not None:
+        token_authenticators.append(AudienceAgnostic(StaticTokens.from_file(options.token_auth_file), audiences))
     getter = RegistryGetter(registry)
     token_authenticators.append(JWTAuthenticator([LEGACY_ISSUER], service_accounts.public_keys, audiences, getter, clock,
                                                  legacy=True, lookup=service_accounts.lookup))

@@ -34,14 +34,19 @@ atomically. A certificate is issued again at start when it is missing, not signe
 current CA, says something else than it should (subject, SANs, usage), or has less than
 ``RENEW_BEFORE`` (90 days, k3s's ``CertificateRenewDays``) left of its year. Kubeconfigs
 embed their certificates (kubeadm's style), so each is one self-contained 0600 file.
+
+**No built-in bearer token.** Neither kube-apiserver nor k3s makes a token of its own: a
+static bearer token exists only when the operator writes a ``--token-auth-file``. The admin
+is the ``system:admin`` certificate above. Older kubesvc versions wrote a ``system:masters``
+token to ``<data-dir>/token``; it is deleted at start (:func:`remove_retired_admin_token`).
 """
 
 from __future__ import annotations
 
 import base64
 import ipaddress
+import logging
 import os
-import secrets
 import ssl
 import tempfile
 import warnings
@@ -59,6 +64,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from kubesvc.apiserver.auth.x509 import certificate_subject
 from kubesvc.apiserver.auth.user import KUBE_CONTROLLER_MANAGER, KUBE_PROXY, KUBE_SCHEDULER, NODE_USER_PREFIX, NODES_GROUP, SYSTEM_PRIVILEGED_GROUP
+
+log = logging.getLogger("kubesvc.apiserver.auth")
 
 CA_VALIDITY = timedelta(days=3650)
 LEAF_VALIDITY = timedelta(days=365)
@@ -341,15 +348,11 @@ class ClusterCA:
 # ---- kubeconfigs --------------------------------------------------------------------------------
 
 
-def kubeconfig_document(server: str, ca_pem: bytes, user: str, client: KeyPair | None = None, token: str | None = None) -> dict:
-    """A kubeconfig with one cluster, one user (embedded client certificate, or a token) and
-    one current context."""
-    credentials: dict = {}
-    if client is not None:
-        credentials["client-certificate-data"] = base64.b64encode(client.cert.read_bytes()).decode()
-        credentials["client-key-data"] = base64.b64encode(client.key.read_bytes()).decode()
-    if token:
-        credentials["token"] = token
+def kubeconfig_document(server: str, ca_pem: bytes, user: str, client: KeyPair) -> dict:
+    """A kubeconfig with one cluster, one user (its embedded client certificate) and one
+    current context."""
+    credentials = {"client-certificate-data": base64.b64encode(client.cert.read_bytes()).decode(),
+                   "client-key-data": base64.b64encode(client.key.read_bytes()).decode()}
     return {
         "apiVersion": "v1",
         "kind": "Config",
@@ -384,7 +387,6 @@ class Credentials:
     ca_cert: Path
     serving_cert: Path
     serving_key: Path
-    token: str  # the admin bearer token of the transition (static token file); kubeconfigs use certificates
     admin: KeyPair
     kubelet_client: KeyPair
 
@@ -395,16 +397,29 @@ def cluster_ca(data_dir: Path) -> ClusterCA:
 
 def ensure_credentials(data_dir: Path, bind_address: str, *, advertise: str | None = None,
                        service_cidrs: Iterable[str] = ("10.96.0.0/12",), cluster_domain: str = DEFAULT_CLUSTER_DOMAIN) -> Credentials:
-    """The CA, the apiserver's serving and kubelet-client certificates, the admin client
-    certificate and the transition admin token, made or renewed as needed."""
+    """The CA, the apiserver's serving and kubelet-client certificates and the admin client
+    certificate, made or renewed as needed; an older version's admin token removed."""
+    remove_retired_admin_token(data_dir)
     ca = cluster_ca(data_dir)
     serving = ca.ensure("apiserver", apiserver_serving_spec(list(service_cidrs), advertise, bind_address, cluster_domain))
-    token_path = Path(data_dir) / "token"
-    if not token_path.exists():
-        write_private(token_path, secrets.token_urlsafe(32).encode())
-    os.chmod(token_path, 0o600)
-    return Credentials(ca.cert_path, serving.cert, serving.key, token_path.read_text().strip(),
+    return Credentials(ca.cert_path, serving.cert, serving.key,
                        admin=ca.client("admin", ADMIN), kubelet_client=ca.client("apiserver-kubelet-client", KUBELET_CLIENT))
+
+
+RETIRED_ADMIN_TOKEN = "token"  # <data-dir>/token: older versions' system:masters bearer token
+
+
+def remove_retired_admin_token(data_dir: Path) -> bool:
+    """Delete ``<data-dir>/token`` if an older version left one; True when it did. Nothing
+    accepts it any more, and a superuser secret nobody needs should not stay on disk, nor be
+    taken up again should an older kubesvc run on this data directory (it reuses the file)."""
+    path = Path(data_dir) / RETIRED_ADMIN_TOKEN
+    if not (path.is_file() or path.is_symlink()):
+        return False
+    path.unlink()
+    log.warning("removed %s: the built-in admin token is gone (use the admin kubeconfig's client certificate, "
+                "or --token-auth-file for bearer tokens)", path)
+    return True
 
 
 def kubeconfig_path(data_dir: Path, component: str) -> Path:
