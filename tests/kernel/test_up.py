@@ -132,6 +132,7 @@ def test_up_examples_then_ctrl_c_leaves_nothing(machine):
     before = snapshot(machine.ns)
     pod_netns_before = host_pod_namespaces()
     machine.up()
+    assert not (machine.data_dir / "token").exists()  # no built-in bearer token: the admin is the kubeconfig's certificate
 
     applied = machine.kubectl("apply", "-f", str(EXAMPLES)).stdout.splitlines()
     order = [line.split()[0] for line in applied]
