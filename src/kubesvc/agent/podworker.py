@@ -47,6 +47,7 @@ from kubesvc.api.validation_meta import go_quote
 from kubesvc.client.rest import ApiError, ClientError, is_not_found
 from kubesvc.controllers.runtime import EventRecorder
 from kubesvc.kernel.mounts import MountPlan, MountPlanError, plan_mounts
+from kubesvc.util.aio import wait_event
 from kubesvc.util.clock import Clock
 
 log = logging.getLogger("kubesvc.agent")
@@ -221,11 +222,9 @@ class PodWorker:
                 self._message = f"Failed to create pod sandbox: {err}"
                 self._event("Warning", "FailedCreatePodSandBox", self._message)
                 self._mark_dirty()
-                try:
-                    await asyncio.wait_for(self._terminate.wait(), delay)
+                if await wait_event(self._terminate, delay):
                     return
-                except asyncio.TimeoutError:
-                    delay = min(delay * 2, self.ctx.backoff_max)
+                delay = min(delay * 2, self.ctx.backoff_max)
         self._message = ""
         self._mark_dirty()
         for slot in self.init_slots:
@@ -252,11 +251,9 @@ class PodWorker:
                 break
             except VolumeSetUpFailed as err:
                 self._report_mount_failures(err.failures)
-            try:
-                await asyncio.wait_for(self._terminate.wait(), delay)
+            if await wait_event(self._terminate, delay):
                 return False
-            except asyncio.TimeoutError:
-                delay = min(delay * 2, VOLUME_RETRY_MAX)
+            delay = min(delay * 2, VOLUME_RETRY_MAX)
         self._volume_refresher = asyncio.create_task(self._refresh_volumes_forever())
         return True
 
@@ -267,10 +264,7 @@ class PodWorker:
     async def _refresh_volumes_forever(self) -> None:
         assert self.volumes is not None
         while True:
-            try:
-                await asyncio.wait_for(self._volumes_changed.wait(), self.ctx.volume_resync)
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(self._volumes_changed, self.ctx.volume_resync)
             self._volumes_changed.clear()
             try:
                 self._report_mount_failures(await self.volumes.refresh(self.pod))
@@ -311,11 +305,8 @@ class PodWorker:
                     record.waiting_message = f"back-off {_duration(backoff)} restarting failed container={slot.name} pod={_describe(self.pod)}"
                     self._event("Warning", "BackOff", f"Back-off restarting failed container {slot.name} in pod {_describe(self.pod)}")
                 self._mark_dirty()
-                try:
-                    await asyncio.wait_for(self._terminate.wait(), backoff)
+                if await wait_event(self._terminate, backoff):
                     return None
-                except asyncio.TimeoutError:
-                    pass
             backoff = min(self.ctx.backoff_max, backoff * 2 if backoff else self.ctx.backoff_base)
             if exit_ is not None and exit_.ran_for > 2 * self.ctx.backoff_max:
                 backoff = 0.0  # upstream resets the back-off after a long healthy run

@@ -49,6 +49,7 @@ from kubesvc.apiserver.kubernetes_service import KubernetesService, SystemObject
 from kubesvc.apiserver.registry.strategy import allocation_strategies
 from prometheus_client import CollectorRegistry
 from kubesvc.storage import compact_to_window, open_backend
+from kubesvc.util.wakeable import WakeableLoop
 from kubesvc.util.clock import Clock, RealClock
 
 log = logging.getLogger("kubesvc.apiserver")
@@ -90,11 +91,10 @@ class NamespaceFinalizer:
 
     def __init__(self, registry: Registry, interval: float = 2.0):
         self.registry = registry
-        self.interval = interval
-        self._wake = asyncio.Event()
+        self._loop = WakeableLoop(self.sweep, interval, "namespace finalizer sweep")
 
     def kick(self) -> None:
-        self._wake.set()
+        self._loop.kick()
 
     def sweep(self) -> None:
         namespaces = self.registry.store("", "namespaces")
@@ -120,14 +120,7 @@ class NamespaceFinalizer:
                 namespaces.guaranteed_update(None, name, drop_kubernetes_finalizer, field_manager=FIELD_MANAGER, subresource="finalize")
 
     async def run(self) -> None:
-        while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval)
-            self._wake.clear()
-            try:
-                self.sweep()
-            except Exception:  # keep the loop alive; the next sweep retries
-                log.exception("namespace finalizer sweep failed")
+        await self._loop.run()
 
 
 def bootstrap(registry: Registry) -> None:

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 from kubesvc.client.cache import IndexFunc, Indexer, object_key
 from kubesvc.client.rest import ClientError, Resource, RestClient, is_gone
+from kubesvc.util.aio import wait_event
 
 log = logging.getLogger("kubesvc.client.informer")
 
@@ -142,11 +143,7 @@ class Informer:
 
     async def wait_for_sync(self, timeout: float | None = None) -> bool:
         """Wait until ``has_synced()``; False if ``timeout`` seconds pass first."""
-        try:
-            await asyncio.wait_for(self._synced.wait(), timeout)
-        except asyncio.TimeoutError:
-            return False
-        return True
+        return await wait_event(self._synced, timeout)
 
     @property
     def last_sync_resource_version(self) -> str:

@@ -32,6 +32,7 @@ import itertools
 from collections import deque
 from collections.abc import Hashable
 
+from kubesvc.util.aio import wait_event
 from kubesvc.util.clock import Clock, RealClock
 
 Item = Hashable
@@ -122,10 +123,7 @@ class WorkQueue:
             if self._shutting_down:
                 raise ShutDown
             self._wakeup.clear()
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), self._time_to_next_deadline())
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(self._wakeup, self._time_to_next_deadline())
 
     def done(self, item: Item) -> None:
         """Mark the item processed; if it was added meanwhile, queue it again."""

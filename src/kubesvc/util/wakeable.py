@@ -11,9 +11,10 @@ bootstrap controller run.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Callable
+
+from kubesvc.util.aio import wait_event
 
 log = logging.getLogger("kubesvc")
 
@@ -33,8 +34,7 @@ class WakeableLoop:
     async def run(self) -> None:
         """Wait for a kick (or the interval), run a pass; forever."""
         while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval)
+            await wait_event(self._wake, self.interval)
             self._wake.clear()
             try:
                 self.work()

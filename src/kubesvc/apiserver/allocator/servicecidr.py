@@ -44,7 +44,6 @@ resource) and runs them in a loop woken by ServiceCIDR writes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import ipaddress
 import json
@@ -60,6 +59,7 @@ from kubesvc.apiserver.allocator.ranges import prefix_contains_ip
 from kubesvc.apiserver.allocator.service import DEFAULT_SERVICE_CIDR
 from kubesvc.apiserver.events import EventRecorder
 from kubesvc.apiserver.registry.store import ListOptions, Registry
+from kubesvc.util.aio import wait_event
 from kubesvc.util.clock import Clock, parse_rfc3339, rfc3339
 
 log = logging.getLogger("kubesvc.apiserver.servicecidr")
@@ -293,8 +293,7 @@ class ServiceCIDRController:
             except Exception:
                 log.exception("ServiceCIDR sync failed")
             timeout = interval if due is None else min(interval, max(due, 0.01))
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+            await wait_event(self._wake, timeout)
 
     # ---- one pass -----------------------------------------------------------------------------
     def sync(self) -> float | None:
