@@ -262,7 +262,7 @@ def test_dual_stack_pods_get_an_address_of_each_family(node):
 
 
 def test_teardown_leaves_the_node_as_it_was_and_kills_what_ran_in_pods(node):
-    before = (netns_names(), node.links(), node.ns.ip("address", "show").stdout)
+    before = (node.pod_namespaces(), node.links(), node.ns.ip("address", "show").stdout)
     net = node.net()
     node.run(podnet.ensure_node_network, net)
     pods = [node.run(podnet.add_pod, net, new_uid()) for _ in range(2)]
@@ -273,20 +273,20 @@ def test_teardown_leaves_the_node_as_it_was_and_kills_what_ran_in_pods(node):
     finally:
         if sleeper.poll() is None:
             sleeper.kill()
-    assert (netns_names(), node.links(), node.ns.ip("address", "show").stdout) == before
+    assert (node.pod_namespaces(), node.links(), node.ns.ip("address", "show").stdout) == before
     assert list(node.state_dir.iterdir()) == []
 
 
 def test_kubesvc_down_tears_down_from_the_host_namespace_with_only_the_state_dir(node):
     host_links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
-    before = (netns_names(), node.links())
+    before = (node.pod_namespaces(), node.links())
     net = node.net(CIDR, "fd00:10:244:1::/64")
     node.run(podnet.ensure_node_network, net)
     for _ in range(3):
         node.run(podnet.add_pod, net, new_uid())
 
     assert podnet.teardown_sync(node.state_dir) == []  # this thread: the host's namespace
-    assert (netns_names(), node.links()) == before
+    assert (node.pod_namespaces(), node.links()) == before
     assert subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout == host_links
     assert podnet.teardown_sync(node.state_dir) == []  # nothing recorded any more
 
