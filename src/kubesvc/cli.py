@@ -10,14 +10,16 @@ import asyncio
 import ipaddress
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from kubesvc.apiserver.allocator.ranges import PortRange, check_service_cidr_flag
-from kubesvc.apiserver.auth.modes import parse_modes
-from kubesvc.apiserver.server import APIServer, ServerConfig
 from kubesvc.util.duration import parse_duration
 from kubesvc.util.process import command_kubeconfig, install_uvloop, setup_logging, stop_on_signals
+
+if TYPE_CHECKING:  # the apiserver's modules load only for the commands that run it
+    from kubesvc.apiserver.server import APIServer, ServerConfig
 
 # Feature gates this server knows, with upstream's defaults for 1.32/1.33.
 KNOWN_FEATURE_GATES = {
@@ -100,7 +102,9 @@ async def _serve_until_signalled(server: APIServer, announce) -> None:
         await server.stop()
 
 
-def _run_apiserver(config: ServerConfig, announce) -> None:
+def _run_apiserver(config: "ServerConfig", announce) -> None:
+    from kubesvc.apiserver.server import APIServer
+
     install_uvloop()
     try:
         asyncio.run(_serve_until_signalled(APIServer(config), announce))
@@ -112,6 +116,8 @@ def _run_apiserver(config: ServerConfig, announce) -> None:
 
 def _authorization_modes(ctx, param, value: str) -> list[str]:
     try:
+        from kubesvc.apiserver.auth.modes import parse_modes
+
         return parse_modes(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
@@ -239,6 +245,7 @@ def _config(data_dir, storage_backend, bind_address, secure_port, service_cluste
             max_requests_inflight=400, max_mutating_requests_inflight=200, read_header_timeout=32.0, idle_connection_timeout=90.0,
             **authentication) -> ServerConfig:
     from kubesvc.apiserver.admission.plugins import resolve_admission_plugins
+    from kubesvc.apiserver.server import ServerConfig
 
     if (kubelet_client_certificate is None) != (kubelet_client_key is None):
         raise click.BadParameter("--kubelet-client-certificate and --kubelet-client-key go together")
@@ -345,6 +352,7 @@ def up(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: str | None
 
 
 async def _up(config: ServerConfig, options, announce) -> list[str]:
+    from kubesvc.apiserver.server import APIServer
     from kubesvc.up import run_up
 
     return await run_up(APIServer(config), options, announce, stop_on_signals())
