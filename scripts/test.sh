@@ -13,6 +13,9 @@ cd "$(dirname "$0")/.."
 if [ $# -eq 0 ]; then
   run_dir=$(mktemp -d /tmp/kubesvc-ipvs-vm.XXXXXX)
   trap 'python3 -m tests.support.ipvs_vm stop "$run_dir"; rm -rf "$run_dir"' EXIT
+  # The VM sees this tree read-only: without bytecode on disk every process in it would compile
+  # each module it imports, under emulation
+  python3 -m compileall -q -j 0 src tests > /dev/null
   python3 -m tests.support.ipvs_vm start "$run_dir"
   export KUBESVC_IPVS_VM_RUN="$run_dir"
 fi

@@ -178,17 +178,22 @@ async def test_rolling_replacement_of_1000_pods_keeps_slices_packed(apiserver, c
     # upstream iterates Go maps, so its slice and endpoint order (and so its tie-breaks) varies
     # from run to run: every order is upstream's algorithm; ours must not do worse than the worst
     pod_sets = synced_pod_sets[:first_sync][-1:] + synced_pod_sets[first_sync:]
-    replays = [_replay(service, pod_sets, seed) for seed in range(6)]
+    replays = [_replay(service, pod_sets, seed) for seed in range(REPLAY_ORDERS)]
     replay_slices, replay_writes = max(r[0] for r in replays), max(r[1] for r in replays)
     with capsys.disabled():
         print(f"\nrolling replacement of {total} Pods in waves of {wave}: {len(slices)} slices {endpoint_counts(slices)}, "
               f"{writes} slice writes in {len(synced_pod_sets) - first_sync} syncs "
-              f"(upstream's algorithm on the same syncs, 6 iteration orders: {sorted({r[0] for r in replays})} slices, "
+              f"(upstream's algorithm on the same syncs, {REPLAY_ORDERS} iteration orders: {sorted({r[0] for r in replays})} slices, "
               f"{sorted({r[1] for r in replays})} writes)")
     assert len(slices) <= replay_slices
     assert writes <= replay_writes
     addresses = [a for s in slices for ep in s["endpoints"] for a in ep["addresses"]]
     assert len(addresses) == len(set(addresses)) == total
+
+
+# how many of upstream's iteration orders (Go map order is random) are replayed to find its
+# worst case; 6 let a deterministic order of ours come out worse than every sample now and then
+REPLAY_ORDERS = 16
 
 
 def _replay(service: dict, pod_sets: list[list[dict]], seed: int) -> tuple[int, int]:
