@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 from kubesvc.api.errors import StatusError
+from kubesvc.api.validation_meta import go_quote
 from kubesvc.apiserver.auth.attributes import Attributes, RequestInfo
 from kubesvc.apiserver.auth.rules import ALL, PolicyRule
 from kubesvc.apiserver.auth.user import SYSTEM_PRIVILEGED_GROUP, UserInfo
@@ -109,15 +110,9 @@ class Union:
         return union
 
 
-def go_quote_user(name: str) -> str:
-    from kubesvc.api.validation_meta import go_quote
-
-    return go_quote(name)
-
-
 def forbidden_message(user: UserInfo, info: RequestInfo, reason: str = "") -> str:
     """``User "x" cannot <verb> resource "r[/sub]" in API group "g" in the namespace "ns"``."""
-    who = f"User {go_quote_user(user.name)}"
+    who = f"User {go_quote(user.name)}"
     if not info.is_resource_request:
         text = f'{who} cannot {info.verb} path "{info.path}"'
     else:
