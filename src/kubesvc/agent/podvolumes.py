@@ -96,6 +96,7 @@ class PodVolumes:
         os.chmod(self.directory, volumes.POD_DIR_MODE)
         self.staging_root.mkdir(mode=0o700, exist_ok=True)
         failures = []
+        fetched: dict[ObjectRef, dict | None] = {}  # each object read once per pass, however many volumes name it
         for volume in self._volumes():
             kind = volumes.volume_kind(volume)
             if kind is None:
@@ -107,7 +108,7 @@ class PodVolumes:
                     path.mkdir(parents=True)
                     os.chmod(path, directory_mode(volume))
                 if kind in volumes.ATOMIC_KINDS:
-                    await self._write(volume, path)
+                    await self._write(volume, path, fetched)
             except (VolumeError, OSError, ValueError) as err:
                 failures.append((volume["name"], str(err)))
                 continue
@@ -121,18 +122,22 @@ class PodVolumes:
         if pod is not None:
             self.pod = pod
         failures = []
+        fetched: dict[ObjectRef, dict | None] = {}
         for volume in self._volumes():
             path = self.dirs.get(volume["name"])
             if path is None or volumes.volume_kind(volume) not in volumes.ATOMIC_KINDS:
                 continue
             try:
-                await self._write(volume, path)
+                await self._write(volume, path, fetched)
             except (VolumeError, OSError, ValueError) as err:
                 failures.append((volume["name"], str(err)))
         return failures
 
-    async def _write(self, volume: dict, path: Path) -> None:
-        objects = {ref: await self._fetch(ref) for ref in volumes.referenced_objects(volume)}
+    async def _write(self, volume: dict, path: Path, fetched: dict[ObjectRef, dict | None]) -> None:
+        for ref in volumes.referenced_objects(volume):
+            if ref not in fetched:
+                fetched[ref] = await self._fetch(ref)
+        objects = {ref: fetched[ref] for ref in volumes.referenced_objects(volume)}
         tokens = {}
         for projection in volumes.token_projections(volume):
             tokens[id(projection)] = await self._token(projection)
