@@ -28,9 +28,6 @@ class UserInfo:
     groups: tuple[str, ...] = ()
     extra: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
-    def in_group(self, group: str) -> bool:
-        return group in self.groups
-
     def to_api(self) -> dict:
         """As authentication.k8s.io/v1 UserInfo (SelfSubjectReview, TokenReview)."""
         out: dict = {"username": self.name}
