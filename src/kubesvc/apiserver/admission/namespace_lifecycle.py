@@ -28,7 +28,7 @@ from typing import Callable, Mapping
 from kubesvc.api import errors
 from kubesvc.api.errors import StatusError
 from kubesvc.api.scheme import KindInfo
-from kubesvc.apiserver.admission.strategy import DELETE, admitted
+from kubesvc.apiserver.admission.strategy import DELETE, admitted, object_name
 
 IMMORTAL_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
 
@@ -38,12 +38,6 @@ def refuse_delete(namespace: str) -> StatusError | None:
     if namespace not in IMMORTAL_NAMESPACES:
         return None
     return errors.forbidden("namespaces", namespace, "", "this namespace may not be deleted")
-
-
-def object_name(obj: dict | None) -> str:
-    """The name upstream's ``admission.NewForbidden`` gives a refused object."""
-    meta = (obj or {}).get("metadata") or {}
-    return meta.get("name") or meta.get("generateName") or "Unknown"
 
 
 def terminating(info: KindInfo, obj: dict | None, namespace: str) -> StatusError:

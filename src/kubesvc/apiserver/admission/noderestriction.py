@@ -36,7 +36,7 @@ from typing import Callable, Mapping
 from kubesvc.api import errors
 from kubesvc.api.errors import StatusError
 from kubesvc.api.validation_meta import go_quote
-from kubesvc.apiserver.admission.strategy import CREATE, DELETE, UPDATE, admitted
+from kubesvc.apiserver.admission.strategy import CREATE, DELETE, UPDATE, admitted, object_name
 from kubesvc.apiserver.auth.context import current
 from kubesvc.apiserver.auth.node import MIRROR_ANNOTATION, NODE_LEASE_NAMESPACE, is_node_user, pod_references
 from kubesvc.apiserver.auth.user import UserInfo, node_name
@@ -226,7 +226,7 @@ class NodeRestriction:
             return
         user, node = who
         obj = new if new is not None else old
-        name = _meta(obj).get("name") or _meta(obj).get("generateName") or "Unknown"
+        name = object_name(obj)
         if not node:
             raise errors.forbidden(info.resource, name, info.group, f"could not determine node from user {go_quote(user.name)}")
         try:

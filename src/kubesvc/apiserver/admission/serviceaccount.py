@@ -47,7 +47,7 @@ from typing import Callable, Mapping
 
 from kubesvc.api import errors
 from kubesvc.api.errors import StatusError
-from kubesvc.apiserver.admission.strategy import CREATE, admitted
+from kubesvc.apiserver.admission.strategy import CREATE, admitted, object_name
 from kubesvc.apiserver.auth.node import MIRROR_ANNOTATION, pod_references
 
 DEFAULT_SERVICE_ACCOUNT = "default"
@@ -205,8 +205,7 @@ class ServiceAccountAdmission:
         try:
             admit_pod(new, (new.get("metadata") or {}).get("namespace") or "", self.lookup)
         except Refused as refused:
-            meta = new.get("metadata") or {}
-            raise errors.forbidden(info.resource, meta.get("name") or meta.get("generateName") or "Unknown", info.group, str(refused)) from None
+            raise errors.forbidden(info.resource, object_name(new), info.group, str(refused)) from None
 
     async def wait_ready(self, info, namespace: str | None, obj: dict) -> None:
         """Give the ServiceAccount controller time to make a missing ``default`` (upstream's

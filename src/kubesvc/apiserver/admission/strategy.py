@@ -39,6 +39,12 @@ def admitted(base: StrategyFactory, plugin: Plugin) -> StrategyFactory:
     return lambda info: AdmittedStrategy(base(info), plugin)
 
 
+def object_name(obj: dict | None) -> str:
+    """The name upstream's ``admission.NewForbidden`` gives a refused object."""
+    meta = (obj or {}).get("metadata") or {}
+    return meta.get("name") or meta.get("generateName") or "Unknown"
+
+
 def marks_deleted(new: dict, old: dict) -> bool:
     """An update that starts a graceful delete (or one held by finalizers)."""
     return bool((new.get("metadata") or {}).get("deletionTimestamp")) and not (old.get("metadata") or {}).get("deletionTimestamp")
