@@ -263,7 +263,7 @@ def authorize_request(request: web.Request) -> None:
     WithAuthorization): ``request["user"]`` is who asks, ``request["request_info"]`` what."""
     user = request.app["authenticator"].authenticate(request)
     user = impersonate(request.headers, request.path, user, request.app["authorizer"])
-    info = request_info(request.method, request.path, request.query)
+    info = request.get("request_info") or request_info(request.method, request.path, request.query)  # the in-flight filter's, if it ran
     request["user"], request["request_info"] = user, info
     set_request_context(user, info)
     verdict = request.app["authorizer"].authorize(Attributes(user, info))

@@ -107,7 +107,7 @@ async def in_flight_middleware(request: web.Request, handler) -> web.StreamRespo
     buckets: InFlight | None = request.app.get("in_flight")
     if buckets is None or not (buckets.max_requests or buckets.max_mutating):
         return await handler(request)
-    info = request_info(request.method, request.path, request.query)
+    info = request["request_info"] = request_info(request.method, request.path, request.query)  # authorization reuses it
     if is_long_running(info):
         return await handler(request)
     mutating = is_mutating(info)
