@@ -15,18 +15,14 @@ import pytest
 import yaml
 
 from tests.support.agent import netns_names as host_netns_names, requests_in
-from tests.support.netns import Netns, wait_until as poll
-from tests.support.up import Machine
+from tests.support.netns import wait_until as poll
+from tests.support.up import Machine, running_machine
 
 
 @pytest.fixture(scope="module")
 def up(tmp_path_factory):
-    machine = Machine(Netns.create("life"), tmp_path_factory.mktemp("lifecycle"))
-    try:
-        machine.up()
+    with running_machine("life", tmp_path_factory.mktemp("lifecycle")) as machine:
         yield machine
-    finally:
-        machine.teardown()
 
 
 def wait_until(predicate, timeout: float = 20.0, message: str = "condition"):

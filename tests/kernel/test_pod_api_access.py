@@ -15,8 +15,8 @@ import sys
 import pytest
 import yaml
 
-from tests.support.netns import Netns, wait_until
-from tests.support.up import Machine
+from tests.support.netns import wait_until
+from tests.support.up import Machine, running_machine
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -49,12 +49,8 @@ while True:
 
 @pytest.fixture(scope="module")
 def up(tmp_path_factory):
-    machine = Machine(Netns.create("apiacc"), tmp_path_factory.mktemp("api-access"))
-    try:
-        machine.up()
+    with running_machine("apiacc", tmp_path_factory.mktemp("api-access")) as machine:
         yield machine
-    finally:
-        machine.teardown()
 
 
 def logs(up: Machine, pod: str, namespace: str) -> list[str]:

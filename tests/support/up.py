@@ -66,6 +66,17 @@ def pod_namespaces_of(data_dir: Path, names: set[str]) -> set[str]:
     return {POD_NETNS_PREFIX + uid for uid in pod_uids_ever_stored(data_dir)} & names
 
 
+@contextlib.contextmanager
+def running_machine(name: str, tmp: Path):
+    """A Machine with ``kubesvc up`` running in it, torn down on exit, pass or fail."""
+    machine = Machine(Netns.create(name), tmp)
+    try:
+        machine.up()
+        yield machine
+    finally:
+        machine.teardown()
+
+
 class Machine:
     """The namespace standing in for the user's machine, the ``kubesvc up`` running in it, and
     the user's kubectl; :meth:`teardown` removes everything, pass or fail."""
