@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 from kubesvc.kernel.exec import CommandFailed, CommandResult, in_netns, run, run_sync
-from kubesvc.proxy.types import IPV4, IPV6
+from kubesvc.kernel import IPV4, IPV6
 APPEND, PREPEND = "-A", "-I"
 RESOURCE_PROBLEM = 4  # iptables exit status: lock timeout / resource problem
 

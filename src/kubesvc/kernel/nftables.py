@@ -43,7 +43,7 @@ import threading
 from collections.abc import Sequence
 
 from kubesvc.kernel.exec import CommandFailed, in_netns, run, run_sync
-from kubesvc.proxy.types import IPV4, IPV6
+from kubesvc.kernel import IPV4, IPV6
 
 KUBE_PROXY_TABLE = "kube-proxy"
 
