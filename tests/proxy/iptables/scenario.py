@@ -4,13 +4,13 @@ the fake kernel set up like upstream's ``NewFakeProxier``."""
 
 from __future__ import annotations
 
+from kubesvc.kernel.fake.iptables import TEST_NODE_IP, TEST_NODE_NAME, FakeIptablesAsync
 from kubesvc.proxy.backend import ProxyOptions, SyncRequest
 from kubesvc.proxy.iptables.proxier import IptablesBackend
 from kubesvc.proxy.iptables.rules import Features
 from kubesvc.proxy.localdetector import LocalDetector
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.types import IPV4, IPV6, Endpoint, ServicePort, ServicePortName
-from tests.proxy.iptables.iptfake import TEST_NODE_IP, TEST_NODE_NAME, FakeIptablesAsync
 
 POD_CIDR = {IPV4: "10.0.0.0/8", IPV6: "fd00:10::/64"}
 # upstream NewFakeProxier: HasRandomFully false, both nfacct counters available

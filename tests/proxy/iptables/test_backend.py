@@ -10,12 +10,12 @@ import time
 import pytest
 
 from kubesvc.kernel.exec import CleanupFailed, CommandFailed
+from kubesvc.kernel.fake.iptables import FakeIptablesSync, parse_rule, share_state
 from kubesvc.proxy.backend import SyncFailed
 from kubesvc.proxy.iptables.proxier import CANARY_TABLES, cleanup_family
 from kubesvc.proxy.iptables.rules import JUMP_CHAINS, KUBE_PROXY_CANARY, build_restore, cleanup_input
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.types import IPV6
-from tests.proxy.iptables.iptfake import FakeIptablesSync, parse_rule, share_state
 from tests.proxy.iptables.scenario import Cluster, ep, fake_backend, port, spn
 
 

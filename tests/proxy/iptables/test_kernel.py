@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from kubesvc.kernel.fake.iptables import TEST_NODE_NAME
 from kubesvc.kernel.iptables import Iptables
 from kubesvc.proxy.backend import ProxyOptions, SyncFailed
 from kubesvc.proxy.iptables.naming import endpoint_chain, service_chain
@@ -19,7 +20,6 @@ from kubesvc.proxy.localdetector import LocalDetector
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.types import IPV4, IPV6
 from tests.proxy.iptables import netns
-from tests.proxy.iptables.iptfake import TEST_NODE_NAME
 from tests.proxy.iptables.netns import NODE_IP, Topology, in_ns
 from tests.proxy.iptables.scenario import Cluster, ep, port, spn
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.proxy.iptables.iptfake import (TEST_EXTERNAL_CLIENT, TEST_EXTERNAL_CLIENT_BLOCKED, TEST_NODE_IP, Flow,
-                                          check_flows)
+from kubesvc.kernel.fake.iptables import TEST_EXTERNAL_CLIENT, TEST_EXTERNAL_CLIENT_BLOCKED, TEST_NODE_IP, Flow, check_flows
 from tests.proxy.iptables.scenario import Cluster, ep, fake_backend, port, spn
 
 

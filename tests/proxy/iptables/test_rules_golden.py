@@ -14,14 +14,14 @@ import textwrap
 
 import pytest
 
+from kubesvc.kernel.fake.iptables import (TEST_EXTERNAL_CLIENT, TEST_NODE_IP, TEST_NODE_IP_ALT, TEST_NODE_IPV6, TEST_NODE_IPV6_ALT,
+                                          FakeIptables, Flow, check_flows, parse_dump, trace_packet)
 from kubesvc.kernel.iptables import APPEND
 from kubesvc.proxy.backend import SyncFailed
 from kubesvc.proxy.iptables.rules import LARGE_CLUSTER_ENDPOINTS_THRESHOLD, Features
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.types import IPV4, IPV6
-from tests.proxy.iptables.iptfake import (TEST_EXTERNAL_CLIENT, TEST_NODE_IP, TEST_NODE_IP_ALT, TEST_NODE_IPV6,
-                                          TEST_NODE_IPV6_ALT, Flow, chain_rules, check_flows, check_rule_jumps,
-                                          count_rules, parse_dump, sort_iptables_rules, trace_packet)
+from tests.proxy.iptables.golden import chain_rules, check_rule_jumps, count_rules, sort_iptables_rules
 from tests.proxy.iptables.scenario import UPSTREAM_FAKE_FEATURES, Cluster, ep, fake_backend, port, spn
 
 
@@ -944,7 +944,6 @@ TRACE_RULES = """
 
 
 def test_trace_packet_on_static_rules():
-    from tests.proxy.iptables.iptfake import FakeIptables
     ipt = FakeIptables()
     ipt.restore_sync(textwrap.dedent(TRACE_RULES))
     check_flows(ipt, [

@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 
 from kubesvc.kernel.exec import CommandResult
+from kubesvc.kernel.fake.iptables import TEST_NODE_NAME, FakeIptablesAsync
 from kubesvc.proxy.backend import ProxyOptions
 from kubesvc.proxy.config import IPVSSettings
 from kubesvc.proxy.ipvs.kernel import FakeIpvs
 from kubesvc.proxy.ipvs.proxier import IpvsBackend
 from kubesvc.proxy.ipvs.rules import VirtualServerKey
 from kubesvc.proxy.types import IPV4
-from tests.proxy.iptables.iptfake import TEST_NODE_NAME, FakeIptablesAsync
 from tests.proxy.iptables.scenario import Cluster, ep, port, spn
 
 NODE_IP = "192.168.0.2"

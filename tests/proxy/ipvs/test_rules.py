@@ -8,12 +8,12 @@ import textwrap
 
 import pytest
 
+from kubesvc.kernel.fake.iptables import TEST_NODE_NAME
 from kubesvc.proxy.backend import ProxyOptions
 from kubesvc.proxy.ipvs.rules import (FLAG_PERSISTENT, FLAG_SOURCE_HASH, SCHEDULERS, VirtualServerKey, build_state,
                                       ipset_restore_input)
 from kubesvc.proxy.localdetector import new_local_detector
 from kubesvc.proxy.types import IPV4
-from tests.proxy.iptables.iptfake import TEST_NODE_NAME
 from tests.proxy.iptables.scenario import Cluster, ep, port, spn
 
 NODE_IP = "192.168.0.2"

@@ -9,11 +9,11 @@ import asyncio
 import pytest
 
 from kubesvc.kernel.exec import CommandFailed
+from kubesvc.kernel.fake.iptables import TEST_NODE_NAME, FakeIptablesAsync
 from kubesvc.proxy.backend import ProxyOptions, SyncFailed
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.userspace.proxier import UserspaceBackend
 from kubesvc.proxy.userspace.rules import JUMPS
-from tests.proxy.iptables.iptfake import TEST_NODE_NAME, FakeIptablesAsync
 from tests.proxy.iptables.scenario import Cluster, ep, port, spn
 
 HOST = "127.0.0.1"
