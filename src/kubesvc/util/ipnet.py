@@ -1,0 +1,189 @@
+"""IP addresses, CIDRs, host:port and port ranges as Kubernetes reads them: one home for what
+upstream spreads over Go's ``net`` package, ``k8s.io/utils/net`` (netutils) and
+``k8s.io/apimachinery/pkg/util/net`` (utilnet).
+
+- :func:`parse_ip_sloppy` / :func:`parse_cidr_sloppy` are ``netutils.ParseIPSloppy`` and
+  ``ParseCIDRSloppy``: Go's ``net.ParseIP`` of Go 1.16, which still took leading zeros in IPv4
+  octets as *decimal* (``010.0.0.1`` is 10.0.0.1). Kubernetes keeps that for objects stored
+  before Go 1.17 refused them. No zone (``%eth0``) is an IP. An IPv4-mapped IPv6 address
+  (``::ffff:1.2.3.4``) is IPv4, as Go's ``To4()`` sees it; in a CIDR it keeps its 128-bit mask.
+- :data:`IPV4` / :data:`IPV6` are ``v1.IPFamily`` values (``"IPv4"``, ``"IPv6"``), as objects,
+  ``EndpointSlice.addressType`` and ``Service.spec.ipFamilies`` carry them; :func:`ip_family`
+  and :func:`cidr_family` are ``netutils.IPFamilyOfString`` / ``IPFamilyOfCIDRString`` ("" for
+  neither); :data:`FAMILY_OF_VERSION` names Python's ``ip.version``.
+- :func:`join_host_port` / :func:`split_host_port` are ``net.JoinHostPort`` /
+  ``net.SplitHostPort``: brackets around a host with a colon; Go's reasons (``missing port in
+  address``, ``too many colons in address`` ...).
+- :func:`parse_port_range` is ``utilnet.ParsePortRange``: ``""`` (no range), ``N``, ``N-M``
+  or ``N+K``, each number read with ``strconv.Atoi`` (whose error it passes on as it is).
+- :func:`parse_cidr_pair` reads a dual-stack flag value (``10.0.0.0/16,fd00::/108``): one
+  CIDR, or two of different families, as kube-apiserver's ``--service-cluster-ip-range`` and
+  the node's pod CIDRs take them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from kubesvc.util import golang
+
+IPAddr = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNet = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+IPV4, IPV6 = "IPv4", "IPv6"
+FAMILY_OF_VERSION = {4: IPV4, 6: IPV6}
+
+_DECIMAL_RE = re.compile("[0-9]+")
+
+
+# ---- netutils.ParseIPSloppy / ParseCIDRSloppy ----------------------------------------------------
+
+
+def _parse_ipv4_sloppy(value: str) -> ipaddress.IPv4Address | None:
+    parts = value.split(".")
+    if len(parts) != 4 or not all(_DECIMAL_RE.fullmatch(p) and int(p) <= 255 for p in parts):
+        return None
+    return ipaddress.IPv4Address(".".join(str(int(p)) for p in parts))
+
+
+def parse_ip_sloppy(value: str) -> IPAddr | None:
+    """ParseIPSloppy; IPv4-mapped IPv6 comes back as IPv4, as Go's To4() sees it."""
+    if ":" not in value:
+        return _parse_ipv4_sloppy(value)
+    if "%" in value:
+        return None
+    head, _, tail = value.rpartition(":")
+    if "." in tail:
+        v4 = _parse_ipv4_sloppy(tail)
+        if v4 is None:
+            return None
+        value = f"{head}:{v4}"
+    try:
+        ip = ipaddress.IPv6Address(value)
+    except ValueError:
+        return None
+    return ip.ipv4_mapped or ip
+
+
+def parse_cidr_sloppy(value: str) -> IPNet | None:
+    """ParseCIDRSloppy's network (host bits cleared, as Go returns it), or None."""
+    addr, sep, mask = value.partition("/")
+    if not sep or not _DECIMAL_RE.fullmatch(mask):
+        return None
+    ip: IPAddr | None = _parse_ipv4_sloppy(addr)
+    if ip is None and ":" in addr and "%" not in addr:
+        mapped = parse_ip_sloppy(addr)
+        # a mapped address keeps its 16-byte form (and 128-bit mask) in a CIDR
+        ip = ipaddress.IPv6Address(f"::ffff:{mapped}") if isinstance(mapped, ipaddress.IPv4Address) else mapped
+    if ip is None or int(mask) > ip.max_prefixlen:
+        return None
+    return ipaddress.ip_network(f"{ip}/{int(mask)}", strict=False)
+
+
+# ---- families ----------------------------------------------------------------------------------
+
+
+def ip_family(value: str) -> str:
+    """"IPv4", "IPv6" or "" (not an IP): netutils.IPFamilyOfString."""
+    ip = parse_ip_sloppy(value)
+    if ip is None:
+        return ""
+    return IPV4 if ip.version == 4 else IPV6
+
+
+def cidr_family(value: str) -> str:
+    """"IPv4", "IPv6" or "" (not a CIDR): netutils.IPFamilyOfCIDRString (a mapped IPv4 is IPv4)."""
+    net = parse_cidr_sloppy(value)
+    if net is None:
+        return ""
+    if net.version == 6 and net.network_address.ipv4_mapped is None:
+        return IPV6
+    return IPV4
+
+
+def is_dual_stack(families: list[str]) -> bool:
+    """netutils.IsDualStackIPs: both families present (a third entry does not matter here)."""
+    return IPV4 in families and IPV6 in families
+
+
+def to_cidr(ip: str) -> str:
+    """``utilproxy.ToCIDR``: a host address as ``/32`` or ``/128``."""
+    return f"{ip}/128" if ":" in ip else f"{ip}/32"
+
+
+# ---- net.JoinHostPort / SplitHostPort ------------------------------------------------------------
+
+
+def join_host_port(host: str, port: int | str) -> str:
+    """``net.JoinHostPort``: ``[host]:port`` when the host has a colon, else ``host:port``."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def split_host_port(text: str) -> tuple[str, str]:
+    """``net.SplitHostPort``; ValueError with Go's reason."""
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise ValueError("missing ']' in address")
+        if end + 1 == len(text) or text[end + 1] != ":":
+            raise ValueError("missing port in address")
+        host, port = text[1:end], text[end + 2:]
+        if "[" in host or "]" in port or "[" in port:
+            raise ValueError("unexpected '[' or ']' in address")
+        return host, port
+    colon = text.rfind(":")
+    if colon < 0:
+        raise ValueError("missing port in address")
+    host, port = text[:colon], text[colon + 1:]
+    if ":" in host:
+        raise ValueError("too many colons in address")
+    if "[" in text or "]" in text:
+        raise ValueError("unexpected '[' or ']' in address")
+    return host, port
+
+
+# ---- utilnet.ParsePortRange ----------------------------------------------------------------------
+
+
+def parse_port_range(text: str) -> tuple[int, int]:
+    """``(base, size)`` of ``N``, ``N-M`` or ``N+K`` (``(0, 0)`` for ``""``); ValueError with
+    upstream's text (a number Atoi refuses: its ``strconv.Atoi: parsing ...`` error)."""
+    value = text.strip()
+    if not value:
+        return 0, 0
+    hyphen, plus = value.find("-"), value.find("+")
+    if hyphen >= 0 and plus >= 0:
+        raise ValueError(f"unable to parse port range: {value}")
+    if hyphen >= 0:
+        low, high = golang.atoi(value[:hyphen]), golang.atoi(value[hyphen + 1:])
+    elif plus >= 0:
+        low = golang.atoi(value[:plus])
+        high = low + golang.atoi(value[plus + 1:])
+    else:
+        low = high = golang.atoi(value)
+    if low > 65535 or high > 65535:
+        raise ValueError(f"the port range cannot be greater than 65535: {value}")
+    if high < low:
+        raise ValueError(f"end port cannot be less than start port: {value}")
+    return low, high - low + 1
+
+
+# ---- dual-stack CIDR pairs -----------------------------------------------------------------------
+
+
+def parse_cidr_pair(value: str, *, strict: bool = True) -> list[IPNet]:
+    """``a`` or ``a,b`` (spaces and empty items ignored): one CIDR, or two of different families.
+    ``strict``: host bits must be clear (``10.0.0.1/24`` is refused). ValueError otherwise."""
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if not 1 <= len(parts) <= 2:
+        raise ValueError("specify one CIDR, or two of different IP families")
+    networks = []
+    for part in parts:
+        try:
+            networks.append(ipaddress.ip_network(part, strict=strict))
+        except ValueError as exc:
+            raise ValueError(f"invalid CIDR address: {part}: {exc}") from None
+    if len({n.version for n in networks}) != len(networks):
+        raise ValueError("the two CIDRs must be of different IP families")
+    return networks
