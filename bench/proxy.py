@@ -1,31 +1,41 @@
 #!/usr/bin/env python3
-"""Node proxy: sync cost and first-packet latency at N Services, in a throw-away namespace.
+"""Node proxy: sync cost, endpoint-change latency, peak memory and first-packet latency at N
+Services, each size in a throw-away network namespace.
 
-Re-runs itself inside a fresh network namespace (nothing touches the host's rules), then:
+Every size (``--sizes 1000x10,10000x2``, or ``--services``/``--endpoints-per-service`` for one)
+runs in a fresh process inside a fresh network namespace (nothing touches the host's rules, and
+each size's peak memory is its own), then:
 
 1. feeds N Services × E endpoints (as Service and EndpointSlice objects, through the same change
-   trackers the informers feed) to the shared proxier with the chosen mode's backend;
-2. times the first **full sync**: total, Python (building the transaction) and kernel (the
-   one ``nft -f`` / ``iptables-restore`` call) separately, and what was written;
-3. changes **one endpoint** of one Service and times the **partial sync** the same way;
-4. prints the proxy's RSS;
+   trackers the informers feed) to the shared proxier with the chosen mode's backend. The
+   feeding is the benchmark's own work and is timed apart;
+2. times the first **full sync** as the proxier runs it: applying the tracked changes to the
+   Service and endpoints maps (the shared Proxier path), building the transaction and
+   bookkeeping, and the kernel calls. **Python** is everything but the kernel calls (reading
+   the table back, the transaction itself), so its share is what the proxy's own code costs;
+3. makes ``--changes`` (≥ 20) **single endpoint changes**, each a partial sync of its own: one
+   endpoint of one Service (spread over the range) replaced by a new address, as a rolling
+   update does; p50/p99/max of the whole sync, with the Python/kernel split of the median;
+4. reports the process's **peak RSS** (``VmHWM`` of ``/proc/self/status``: the high-water mark
+   over feeding, the full sync and the changes) and its RSS at the end (``VmRSS``);
 5. measures **first-packet connect latency** (TCP connect through the ClusterIP of the last
    Service, to a server in the namespace; p50/p99 over ``--connects`` new connections), the
    figure upstream's nftables blog plots against N.
 
-    python3 bench/proxy.py --services 1000 --endpoints-per-service 10 --mode nftables
+    python3 bench/proxy.py --sizes 1000x2,10000x2,30000x2
     python3 bench/proxy.py --services 5000 --endpoints-per-service 50 --mode nftables
     python3 bench/proxy.py --services 10000 --endpoints-per-service 2 --mode iptables
 
 Published anchors (performance-anchors.md): upstream nftables full sync at 5k Services / 250k
-endpoints 13 min; one added Service at 10k Services 141 ms; first-packet latency flat with N for
-nftables, growing with N for iptables.
+endpoints 13 min; one added Service at 10k Services 141 ms; kube-proxy's peak RSS 260 MiB at
+10k Services × 2; first-packet latency flat with N for nftables, growing with N for iptables.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import resource
 import socket
@@ -42,18 +52,27 @@ sys.path.insert(0, str(ROOT / "src"))
 
 SERVER_IP = "10.250.0.1"  # on a port-less bridge (no dummy driver here) inside the namespace; every endpoint's port lands here
 SERVER_PORT = 8080
+RESULT_PREFIX = "BENCH-RESULT "
 
 
-def in_namespace(argv: list[str]) -> int:
+def in_namespace(argv: list[str]) -> tuple[int, list[str]]:
+    """Run ``argv`` in a new network namespace; its exit code and its output lines (echoed)."""
     name = f"ks-bench-{uuid.uuid4().hex[:8]}"
     subprocess.run(["ip", "netns", "add", name], check=True)
     try:
-        return subprocess.call(["ip", "netns", "exec", name, sys.executable, *argv, "--inside"])
+        proc = subprocess.Popen(["ip", "netns", "exec", name, sys.executable, *argv, "--inside"],
+                                stdout=subprocess.PIPE, text=True)
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if not line.startswith(RESULT_PREFIX):
+                print(line, end="", flush=True)
+        return proc.wait(), lines
     finally:
         subprocess.run(["ip", "netns", "del", name], check=False)
 
 
-def setup_links(endpoints_per_service: int) -> None:
+def setup_links() -> None:
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     subprocess.run(["ip", "link", "add", "bench0", "type", "bridge"], check=True)
     subprocess.run(["ip", "link", "set", "bench0", "up"], check=True)
@@ -98,11 +117,15 @@ def endpoint_slice(i: int, ips: list[str], generation: int = 1) -> dict:
                            "nodeName": "bench-node"} for ip in ips]}
 
 
-def rss_mib() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
+def status_mib(field: str) -> float:
+    """``VmRSS``/``VmHWM`` of this process in MiB (``getrusage``'s peak if /proc is unreadable)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -116,18 +139,29 @@ def connect_latencies(ip: str, count: int) -> list[float]:
 
 
 def pct(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (with 20-99 samples p99 is the largest)."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1)))]
+    return ordered[min(len(ordered) - 1, max(0, -(-int(q * 100) * len(ordered) // 100) - 1))]
 
 
-async def bench(args: argparse.Namespace) -> None:
+async def timed_sync(proxier) -> tuple[float, float, float]:
+    """(total, Python, kernel) seconds of one ``sync_proxy_rules``: Python is everything the
+    proxier did but the kernel calls, including applying the tracked changes to its maps."""
+    started = time.perf_counter()
+    await proxier.sync_proxy_rules()
+    total = time.perf_counter() - started
+    kernel = proxier.last_result.kernel_seconds
+    return total, total - kernel, kernel
+
+
+async def bench(args: argparse.Namespace) -> dict:
     from kubesvc.proxy.backend import ProxyOptions
     from kubesvc.proxy.localdetector import new_local_detector
     from kubesvc.proxy.metrics import ProxyMetrics
     from kubesvc.proxy.proxier import Proxier
     from kubesvc.proxy.server import make_backend
 
-    setup_links(args.endpoints_per_service)
+    setup_links()
     stop = threading.Event()
     threading.Thread(target=serve, args=(stop,), daemon=True).start()
 
@@ -136,56 +170,121 @@ async def bench(args: argparse.Namespace) -> None:
     backend = make_backend(args.mode, options, metrics)
     proxier = Proxier(backend, options, metrics, min_sync_period=0, sync_period=30, clean_conntrack=False)
     n, e = args.services, args.endpoints_per_service
-    rss_before = rss_mib()
+    rss_start = status_mib("VmRSS")
     fed = time.perf_counter()
+    slices = {}
     for i in range(n):
         proxier.on_service_add(service(i))
-        ips = [SERVER_IP] * 1 if i == n - 1 else [endpoint_ip(i, j) for j in range(e)]
-        proxier.on_endpoint_slice_add(endpoint_slice(i, ips))
+        ips = [SERVER_IP] if i == n - 1 else [endpoint_ip(i, j) for j in range(e)]
+        slices[i] = endpoint_slice(i, ips)
+        proxier.on_endpoint_slice_add(slices[i])
     proxier.services_synced = proxier.endpoint_slices_synced = True
     fed = time.perf_counter() - fed
 
-    started = time.perf_counter()
-    await proxier.sync_proxy_rules()
-    full_total = time.perf_counter() - started
+    full_total, full_python, full_kernel = await timed_sync(proxier)
     full = proxier.last_result
 
-    changed = 0
-    proxier.on_endpoint_slice_update({}, endpoint_slice(changed, [endpoint_ip(changed, j) for j in range(1, e + 1)] if n > 1 else [SERVER_IP], 2))
-    started = time.perf_counter()
-    await proxier.sync_proxy_rules()
-    partial_total = time.perf_counter() - started
-    partial = proxier.last_result
+    # Single endpoint changes: Services spread over the range (never the last one, whose
+    # endpoint answers the connect test); each replaces one endpoint by a new address.
+    changes = []
+    targets = max(1, n - 1)
+    for c in range(args.changes):
+        i = (c * targets) // args.changes
+        old = slices[i]
+        ips = [ep["addresses"][0] for ep in old["endpoints"]]
+        ips[c % len(ips)] = f"10.{192 + c // 65536 % 64}.{c // 256 % 256}.{c % 256}"
+        slices[i] = endpoint_slice(i, ips, old["metadata"]["generation"] + 1)
+        proxier.on_endpoint_slice_update(old, slices[i])
+        changes.append((*await timed_sync(proxier), proxier.last_result))
+    if any(result.full for *_, result in changes):
+        raise SystemExit("an endpoint change made a full sync; the figures would not mean what they say")
 
     last_ip = service(n - 1)["spec"]["clusterIP"]
-    latencies = connect_latencies(last_ip, args.connects)
+    latencies = connect_latencies(last_ip, args.connects) if args.connects else []
     stop.set()
 
-    written = ", ".join(f"{k} {v}" for k, v in sorted(full.written.items()))
-    print(f"mode {args.mode}: {n} Services x {e} endpoints ({n * e} endpoints)")
-    print(f"  feeding the change trackers: {fed:.2f} s")
-    print(f"  full sync:    {full_total:.3f} s  (Python {full.build_seconds:.3f} s, kernel {full.kernel_seconds:.3f} s); written: {written}")
-    print(f"  partial sync: {partial_total * 1000:.1f} ms (Python {partial.build_seconds * 1000:.1f} ms, kernel {partial.kernel_seconds * 1000:.1f} ms)"
-          f"; full={partial.full}; written: {', '.join(f'{k} {v}' for k, v in sorted(partial.written.items()))}")
-    print(f"  proxy RSS: {rss_mib():.0f} MiB (before feeding {rss_before:.0f} MiB)")
-    print(f"  first-packet connect latency via ClusterIP: p50 {pct(latencies, 0.5) * 1e6:.0f} µs, "
-          f"p99 {pct(latencies, 0.99) * 1e6:.0f} µs, mean {statistics.mean(latencies) * 1e6:.0f} µs over {len(latencies)} connects")
+    totals = [t for t, *_ in changes]
+    median = sorted(changes, key=lambda c: c[0])[len(changes) // 2]
+    return {
+        "mode": args.mode, "services": n, "endpoints": e, "feed_s": fed,
+        "full_s": full_total, "full_python_s": full_python, "full_kernel_s": full_kernel, "full_written": full.written,
+        "change_p50_ms": pct(totals, 0.50) * 1e3, "change_p99_ms": pct(totals, 0.99) * 1e3, "change_max_ms": max(totals) * 1e3,
+        "change_count": len(changes), "change_median_python_ms": median[1] * 1e3, "change_median_kernel_ms": median[2] * 1e3,
+        "change_written": median[3].written,
+        "rss_start_mib": rss_start, "rss_end_mib": status_mib("VmRSS"), "rss_peak_mib": status_mib("VmHWM"),
+        "connect_p50_us": pct(latencies, 0.5) * 1e6 if latencies else None,
+        "connect_p99_us": pct(latencies, 0.99) * 1e6 if latencies else None,
+        "connect_mean_us": statistics.mean(latencies) * 1e6 if latencies else None, "connects": len(latencies),
+    }
+
+
+def report(r: dict) -> None:
+    n, e = r["services"], r["endpoints"]
+    written = ", ".join(f"{k} {v}" for k, v in sorted(r["full_written"].items()))
+    print(f"mode {r['mode']}: {n} Services x {e} endpoints ({n * e} endpoints)")
+    print(f"  feeding the change trackers (not timed below): {r['feed_s']:.2f} s")
+    print(f"  full sync:    {r['full_s']:.3f} s  (Python {r['full_python_s']:.3f} s = {100 * r['full_python_s'] / r['full_s']:.0f} %, "
+          f"kernel {r['full_kernel_s']:.3f} s); written: {written}")
+    print(f"  one endpoint change ({r['change_count']} partial syncs): p50 {r['change_p50_ms']:.1f} ms, p99 {r['change_p99_ms']:.1f} ms, "
+          f"max {r['change_max_ms']:.1f} ms (median: Python {r['change_median_python_ms']:.1f} ms, kernel {r['change_median_kernel_ms']:.1f} ms; "
+          f"written: {', '.join(f'{k} {v}' for k, v in sorted(r['change_written'].items()))})")
+    print(f"  proxy RSS: peak {r['rss_peak_mib']:.0f} MiB (VmHWM), at the end {r['rss_end_mib']:.0f} MiB, at start {r['rss_start_mib']:.0f} MiB")
+    if r["connects"]:
+        print(f"  first-packet connect latency via ClusterIP: p50 {r['connect_p50_us']:.0f} µs, p99 {r['connect_p99_us']:.0f} µs, "
+              f"mean {r['connect_mean_us']:.0f} µs over {r['connects']} connects")
+
+
+def table(results: list[dict]) -> None:
+    print("\n| mode | Services × endpoints | full sync (Python share) | one endpoint change p50 / p99 | peak RSS | connect p50 / p99 |")
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        connect = f"{r['connect_p50_us']:.0f} / {r['connect_p99_us']:.0f} µs" if r["connects"] else ""
+        print(f"| {r['mode']} | {r['services']:,} × {r['endpoints']} | {r['full_s']:.2f} s ({100 * r['full_python_s'] / r['full_s']:.0f} %) "
+              f"| {r['change_p50_ms']:.1f} / {r['change_p99_ms']:.1f} ms | {r['rss_peak_mib']:.0f} MiB | {connect} |")
+
+
+def parse_sizes(text: str) -> list[tuple[int, int]]:
+    sizes = []
+    for item in text.split(","):
+        services, _, endpoints = item.strip().lower().partition("x")
+        sizes.append((int(services), int(endpoints or 1)))
+    return sizes
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--services", type=int, default=1000)
     parser.add_argument("--endpoints-per-service", type=int, default=10)
+    parser.add_argument("--sizes", help="several sizes, one namespace and process each: 1000x10,10000x2 (Services x endpoints)")
     parser.add_argument("--mode", choices=["nftables", "iptables"], default="nftables")
+    parser.add_argument("--changes", type=int, default=25, help="single endpoint changes timed per size (at least 20)")
     parser.add_argument("--connects", type=int, default=500)
+    parser.add_argument("--json", action="store_true", help="also print each size's figures as one JSON line")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.changes < 20:
+        parser.error("--changes must be at least 20 (p99 of fewer is not a percentile)")
     if os.geteuid() != 0:
         print("bench/proxy.py needs root (it creates a network namespace)", file=sys.stderr)
         return 1
-    if not args.inside:
-        return in_namespace([os.path.abspath(__file__), *sys.argv[1:]])
-    asyncio.run(bench(args))
+    if args.inside:
+        print(RESULT_PREFIX + json.dumps(asyncio.run(bench(args))), flush=True)
+        return 0
+    sizes = parse_sizes(args.sizes) if args.sizes else [(args.services, args.endpoints_per_service)]
+    results = []
+    common = [f"--mode={args.mode}", f"--changes={args.changes}", f"--connects={args.connects}"]
+    for services, endpoints in sizes:
+        code, lines = in_namespace([os.path.abspath(__file__), f"--services={services}",
+                                    f"--endpoints-per-service={endpoints}", *common])
+        if code != 0:
+            return code
+        result = json.loads(next(line for line in lines if line.startswith(RESULT_PREFIX))[len(RESULT_PREFIX):])
+        report(result)
+        if args.json:
+            print(json.dumps(result))
+        results.append(result)
+    if len(results) > 1:
+        table(results)
     return 0
 
 
