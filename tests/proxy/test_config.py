@@ -17,13 +17,13 @@ from kubesvc.proxy.config import (
     check_ip_port_flag,
     complete,
     default_config,
-    format_go_duration,
     load_config,
     options_for_family,
     resolve,
     validate,
 )
 from kubesvc.proxy.types import IPV4, IPV6
+from kubesvc.util.golang import format_duration
 
 ROOT = "KubeProxyConfiguration"
 
@@ -600,7 +600,7 @@ def test_options_for_family(body, family, node, nft_local, localhost):
     (3600, "1h0m0s"), (86400, "24h0m0s"), (-1, "-1s"), (3661.5, "1h1m1.5s"),
 ])
 def test_format_go_duration(seconds, text):
-    assert format_go_duration(seconds) == text
+    assert format_duration(seconds) == text
 
 
 @pytest.mark.parametrize(("value", "error"), [

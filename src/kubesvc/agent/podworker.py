@@ -49,6 +49,7 @@ from kubesvc.controllers.runtime import EventRecorder
 from kubesvc.kernel.mounts import MountPlan, MountPlanError, plan_mounts
 from kubesvc.util.aio import wait_event
 from kubesvc.util.clock import Clock
+from kubesvc.util.golang import format_duration
 
 log = logging.getLogger("kubesvc.agent")
 
@@ -302,7 +303,7 @@ class PodWorker:
                 if record.terminated is not None:  # a configuration error keeps its own waiting reason
                     record.last_termination, record.terminated, record.running_since = record.terminated, None, None
                     record.waiting_reason = "CrashLoopBackOff"
-                    record.waiting_message = f"back-off {_duration(backoff)} restarting failed container={slot.name} pod={_describe(self.pod)}"
+                    record.waiting_message = f"back-off {format_duration(backoff)} restarting failed container={slot.name} pod={_describe(self.pod)}"
                     self._event("Warning", "BackOff", f"Back-off restarting failed container {slot.name} in pod {_describe(self.pod)}")
                 self._mark_dirty()
                 if await wait_event(self._terminate, backoff):
@@ -626,9 +627,3 @@ class _RunResult:
     exit_code: int
     ran_for: float
     config_error: bool = False
-
-
-def _duration(seconds: float) -> str:
-    """Go's time.Duration text for whole seconds/minutes (``10s``, ``5m0s``)."""
-    whole = int(seconds)
-    return f"{whole // 60}m{whole % 60}s" if whole >= 60 else f"{whole}s"

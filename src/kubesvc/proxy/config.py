@@ -61,7 +61,7 @@ from kubesvc.proxy.localdetector import DETECT_LOCAL_MODES, new_local_detector
 from kubesvc.api.validation_meta import go_quote, parse_cidr_sloppy, parse_ip_sloppy
 from kubesvc.proxy.nodeportaddresses import NODE_PORT_ADDRESSES_PRIMARY, NodePortAddresses, node_ips_from_node
 from kubesvc.proxy.types import IPV4
-from kubesvc.util.duration import parse_duration
+from kubesvc.util.golang import format_duration, parse_duration
 
 log = logging.getLogger("kubesvc.proxy.config")
 
@@ -110,34 +110,6 @@ class ConfigError(Exception):
 
 
 # ---- Go formatting helpers -------------------------------------------------------------------
-
-
-def format_go_duration(seconds: float) -> str:
-    """Go's ``time.Duration.String()``: ``0s``, ``500ms``, ``1.5s``, ``15m0s``, ``24h0m0s``, ``-1s``."""
-    nanos = round(seconds * 1e9)
-    if nanos == 0:
-        return "0s"
-    sign = "-" if nanos < 0 else ""
-    magnitude = abs(nanos)
-
-    def fraction(value: int, unit: int) -> str:
-        whole, rest = divmod(value, unit)
-        if not rest:
-            return str(whole)
-        return f"{whole}." + f"{rest:0{len(str(unit)) - 1}d}".rstrip("0")
-
-    if magnitude < 1_000:
-        return f"{sign}{magnitude}ns"
-    if magnitude < 1_000_000:
-        return f"{sign}{fraction(magnitude, 1_000)}µs"
-    if magnitude < 1_000_000_000:
-        return f"{sign}{fraction(magnitude, 1_000_000)}ms"
-    minutes, second_nanos = divmod(magnitude, 60_000_000_000)
-    text = fraction(second_nanos, 1_000_000_000) + "s"
-    if minutes:
-        hours, minutes = divmod(minutes, 60)
-        text = (f"{hours}h" if hours else "") + f"{minutes}m" + text
-    return sign + text
 
 
 def split_host_port(text: str) -> tuple[str, str]:
@@ -366,7 +338,7 @@ def _encode(obj) -> dict:
         if go == "struct":
             out[f.metadata["json"]] = _encode(value)
         elif go in ("duration", "duration-or-nanos"):
-            out[f.metadata["json"]] = None if value is None else format_go_duration(value)
+            out[f.metadata["json"]] = None if value is None else format_duration(value)
         elif go == "[]VModuleItem":
             out[f.metadata["json"]] = None if value is None else [_encode(item) for item in value]
         else:
@@ -829,7 +801,7 @@ def _go_value(value) -> str:
     if value is None:
         return "null"
     if isinstance(value, _Duration):
-        return format_go_duration(value.seconds)
+        return format_duration(value.seconds)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):

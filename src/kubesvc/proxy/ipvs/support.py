@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubesvc.util.duration import parse_duration
+from kubesvc.util.golang import parse_duration
 
 log = logging.getLogger("kubesvc.proxy.ipvs")
 
