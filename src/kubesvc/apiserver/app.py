@@ -161,7 +161,7 @@ async def resource_handler(request: web.Request) -> web.StreamResponse:
         return await handler(request, target)
     collection = target.name is None
     if method == "GET":
-        if codec.bool_param(request.query, "watch"):
+        if codec.parameter_bool(request.query, "watch"):
             return await watch_objects(request, target)
         if not codec.accepts_json(request.headers.get("Accept")):
             raise errors.not_acceptable("only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf")

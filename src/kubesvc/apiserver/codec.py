@@ -10,7 +10,6 @@ is YAML). Responses are always JSON; a ``Table`` when the Accept header asks for
 from __future__ import annotations
 
 import random
-import re
 from dataclasses import dataclass
 
 import msgspec
@@ -19,8 +18,8 @@ from kubesvc.api import errors, nesting
 from kubesvc.api.yamljson import YAMLBodyError, yaml_to_json
 from kubesvc.api.errors import StatusError
 from kubesvc.api.scheme import KindInfo
-from kubesvc.api.validation_meta import go_quote
 from kubesvc.apiserver.protobuf import decode_kubernetes_protobuf
+from kubesvc.util import golang
 
 # upstream apiserver's MaxRequestBodyBytes (3 MiB); larger bodies get 413
 MAX_BODY_BYTES = 3 * 1024 * 1024
@@ -211,30 +210,19 @@ def int64_param(query, name: str) -> int | None:
         raise errors.bad_request(str(exc)) from None
 
 
-def bool_param(query, name: str) -> bool:
-    return query.get(name, "").lower() in ("true", "1")
-
-
 def parameter_bool(query, name: str) -> bool:
     """A bool query parameter as the parameter codec reads one into an options struct
-    (``Convert_Slice_string_To_bool``): absent, "0" or "false" (any case) is false, anything
-    else, even empty, is true."""
-    if name not in query:
-        return False
-    return not (query[name] == "0" or query[name].lower() == "false")
+    (``Convert_Slice_string_To_bool``, :func:`golang.query_bool`): absent, "0" or "false" (any
+    case) is false, anything else, even empty or ``yes``, is true. ``watch`` and
+    ``allowWatchBookmarks`` are read so too (ListOptions come through the same codec)."""
+    return golang.query_bool(query.get(name))
 
 
 def parameter_int(query, name: str) -> int | None:
     """An int64 query parameter as the parameter codec reads one (``strconv.ParseInt``): None
     when absent or empty, ValueError with Go's words when it is not a 64-bit integer."""
     text = query.get(name, "")
-    if text == "":
-        return None
-    if not re.fullmatch(r"[+-]?[0-9]+", text):
-        raise ValueError(f"strconv.ParseInt: parsing {go_quote(text)}: invalid syntax")
-    if len(text.lstrip("+-0")) > 19 or not -(2**63) <= int(text) < 2**63:
-        raise ValueError(f"strconv.ParseInt: parsing {go_quote(text)}: value out of range")
-    return int(text)
+    return golang.parse_int(text) if text != "" else None
 
 
 MAX_GO_DURATION_SECONDS = (2**63 - 1) // 10**9  # Go's time.Duration holds about 292 years

@@ -41,7 +41,7 @@ async def watch_objects(request: web.Request, target: Target) -> web.StreamRespo
     if target.name is not None:
         opts.field_selector = parse_field_selector(f"metadata.name={target.name}", info.field_labels, info.schema)
     timeout = codec.watch_timeout(query)
-    bookmarks = codec.bool_param(query, "allowWatchBookmarks")
+    bookmarks = codec.parameter_bool(query, "allowWatchBookmarks")
     as_table = codec.wants_table(request.headers.get("Accept"))
     include_object = codec.include_object_mode(query) if as_table else "Object"
     send_initial = opts.resource_version in (None, 0)

@@ -1,0 +1,32 @@
+"""Bool query parameters as kube-apiserver's parameter codec reads them
+(``Convert_Slice_string_To_bool``): absent, ``0`` or ``false`` (any case) is false; anything
+else, ``yes`` and the empty value included, is true. So ``?watch=yes`` watches (it listed)."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+
+def get(apiserver, path: str) -> bytes:
+    request = urllib.request.Request(apiserver.url + path)
+    with urllib.request.urlopen(request, context=apiserver.tls_context(), timeout=30) as response:
+        return response.read()
+
+
+def is_watch(body: bytes) -> bool:
+    first = json.loads(body.splitlines()[0])
+    return "type" in first and "object" in first
+
+
+@pytest.mark.parametrize(("value", "watches"), [
+    ("true", True), ("1", True), ("yes", True), ("", True), ("TRUE", True),
+    ("false", False), ("FaLsE", False), ("0", False),
+], ids=lambda v: repr(v) if isinstance(v, str) else str(v))
+def test_watch_parameter(apiserver, value, watches):
+    body = get(apiserver, f"/api/v1/namespaces?watch={value}&timeoutSeconds=1")
+    assert is_watch(body) is watches
+    if not watches:
+        assert json.loads(body)["kind"] == "NamespaceList"
