@@ -30,3 +30,18 @@ def test_watch_parameter(apiserver, value, watches):
     assert is_watch(body) is watches
     if not watches:
         assert json.loads(body)["kind"] == "NamespaceList"
+
+
+def test_orphan_dependents_yes_is_true(apiserver):
+    """DeleteOptions from the query come through the same codec: ``orphanDependents=yes`` is
+    true (it was a 400)."""
+    ns = "default"
+    name = "query-bools-orphan"
+    body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}).encode()
+    create = urllib.request.Request(apiserver.url + f"/api/v1/namespaces/{ns}/configmaps", data=body, method="POST",
+                                    headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(create, context=apiserver.tls_context(), timeout=30) as response:
+        assert response.status == 201
+    delete = urllib.request.Request(apiserver.url + f"/api/v1/namespaces/{ns}/configmaps/{name}?orphanDependents=yes", method="DELETE")
+    with urllib.request.urlopen(delete, context=apiserver.tls_context(), timeout=30) as response:
+        assert response.status == 200

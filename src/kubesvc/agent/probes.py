@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import os
-import re
 import signal
 import socket
 import ssl
@@ -51,7 +50,8 @@ from kubesvc.agent.runtime import DEFAULT_PATH, find_executable
 from kubesvc.api.validation_meta import go_quote  # Go's %q to the letter
 from kubesvc.kernel.exec import in_netns
 from kubesvc.kernel.mounts import in_container
-from kubesvc.proxy.healthcheck import join_host_port
+from kubesvc.util import golang
+from kubesvc.util.ipnet import join_host_port
 
 KUBE_VERSION = "1.32"
 USER_AGENT = f"kube-probe/{KUBE_VERSION}"
@@ -319,9 +319,6 @@ async def _check_once(spec: ProbeSpec, *, pod_ip: str, container: dict, env: Map
 # ---- ports (pkg/probe/util.go) -----------------------------------------------------------------
 
 
-_GO_INT = re.compile(r"[+-]?[0-9]+")
-
-
 def resolve_port(port: int | str, container: dict) -> int:
     """``ResolveContainerPort``: a number, or the ``containerPort`` of the container port so
     named, or (the last-ditch effort upstream keeps) a number written as a string."""
@@ -332,20 +329,13 @@ def resolve_port(port: int | str, container: dict) -> int:
         if named:
             port = named[0]
         else:
-            port = _go_atoi(port)
+            try:
+                port = golang.atoi(port)
+            except ValueError as err:
+                raise ProbeError(str(err)) from None
     if 0 < port < 65536:
         return port
     raise ProbeError(f"invalid port number: {port}")
-
-
-def _go_atoi(text: str) -> int:
-    """``strconv.Atoi`` with its error messages."""
-    if not _GO_INT.fullmatch(text):
-        raise ProbeError(f"strconv.Atoi: parsing {go_quote(text)}: invalid syntax")
-    value = int(text)
-    if not -(2**63) <= value < 2**63:
-        raise ProbeError(f"strconv.Atoi: parsing {go_quote(text)}: value out of range")
-    return value
 
 
 # ---- httpGet (pkg/probe/http) ------------------------------------------------------------------
@@ -468,20 +458,10 @@ def _http_outcome(status: int, body: str) -> CheckOutcome:
 def _go_http_error(err: BaseException) -> str:
     """The tail of Go's ``Get "<url>": ...`` for a failed exchange."""
     if isinstance(err, aiohttp.ClientConnectorError):
-        return _go_dial_error(join_host_port(err.host, err.port), err.os_error)
+        return golang.dial_error(join_host_port(err.host, err.port), err.os_error)
     if isinstance(err, aiohttp.ServerDisconnectedError):
         return "EOF"
     return str(err) or type(err).__name__
-
-
-def _go_dial_error(address: str, err: BaseException) -> str:
-    """Go's wording of a failed dial: ``dial tcp 10.0.0.1:80: connect: connection refused``."""
-    if isinstance(err, socket.gaierror):
-        return f"dial tcp: lookup {address.rpartition(':')[0].strip('[]')}: no such host"
-    if isinstance(err, OSError) and err.errno:
-        reason = os.strerror(err.errno)  # the errno's own text: asyncio rewords strerror
-        return f"dial tcp {address}: connect: {reason[:1].lower()}{reason[1:]}"
-    return f"dial tcp {address}: {err}"
 
 
 # ---- tcpSocket (pkg/probe/tcp) -----------------------------------------------------------------
@@ -499,10 +479,8 @@ async def probe_tcp(action: TCPSocketAction, *, pod_ip: str, container: dict, ti
     try:
         async with asyncio.timeout(timeout):
             _, writer = await asyncio.open_connection(host, port)
-    except TimeoutError:
-        return CheckOutcome(CheckResult.FAILURE, f"dial tcp {address}: i/o timeout")
-    except OSError as err:
-        return CheckOutcome(CheckResult.FAILURE, _go_dial_error(address, err))
+    except (TimeoutError, OSError) as err:
+        return CheckOutcome(CheckResult.FAILURE, golang.dial_error(address, err))
     sock = writer.get_extra_info("socket")
     if sock is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

@@ -49,6 +49,7 @@ from typing import Any, Iterable, Mapping
 from kubesvc.api.errors import StatusError, bad_request
 from kubesvc.api.schema import Scalar, Type, child
 from kubesvc.api.validation_meta import go_quote
+from kubesvc.util import golang
 
 
 class Operator(enum.StrEnum):
@@ -138,18 +139,12 @@ def _invalid(path: str, shown_value: str, detail: str) -> str:
     return f"{path}: Invalid value: {shown_value}: {detail}"
 
 
-def _aggregate(messages: list[str]) -> str:
-    """utilerrors.Aggregate.Error(): one message as is, several deduplicated in brackets."""
-    unique = list(dict.fromkeys(messages))
-    return unique[0] if len(unique) == 1 else "[" + ", ".join(unique) + "]"
-
-
 def _parse_int64(text: str) -> int | None:
     """strconv.ParseInt(text, 10, 64), or None where Go would return an error."""
-    if not re.fullmatch(r"[+-]?[0-9]+", text):
+    try:
+        return golang.parse_int(text)
+    except ValueError:
         return None
-    number = int(text)
-    return number if -(2**63) <= number < 2**63 else None
 
 
 # ---- requirements and label selectors --------------------------------------------------------
@@ -215,7 +210,7 @@ def new_requirement(key: str, operator: Operator, values: Iterable[str]) -> Requ
         if value_errors := _label_value_errors(value):
             problems.append(_invalid(f"values[{i}][{key}]", go_quote(value), "; ".join(value_errors)))
     if problems:
-        raise bad_request(_aggregate(problems))
+        raise bad_request(golang.aggregate(problems))
     return Requirement(key, operator, values)
 
 

@@ -225,16 +225,6 @@ async def _server_side_apply(request: web.Request, target: Target, opts: codec.W
     raise errors.conflict(info.resource, target.name or "", info.group)
 
 
-def _bool_query(query, name: str) -> bool:
-    """A boolean query parameter as Go's strconv.ParseBool reads it."""
-    text = query[name]
-    if text in ("1", "t", "T", "true", "TRUE", "True"):
-        return True
-    if text in ("0", "f", "F", "false", "FALSE", "False"):
-        return False
-    raise errors.bad_request(f'invalid value for {name}: "{text}": must be a boolean')
-
-
 async def delete_options(request: web.Request) -> dict:
     body = await request.read()
     options: dict = {}
@@ -247,7 +237,7 @@ async def delete_options(request: web.Request) -> dict:
     if "propagationPolicy" in query:
         options["propagationPolicy"] = query["propagationPolicy"]
     if "orphanDependents" in query:
-        options["orphanDependents"] = _bool_query(query, "orphanDependents")
+        options["orphanDependents"] = codec.parameter_bool(query, "orphanDependents")
     grace = codec.int64_param(query, "gracePeriodSeconds")
     if grace is not None:
         options["gracePeriodSeconds"] = grace

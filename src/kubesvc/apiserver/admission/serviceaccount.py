@@ -49,6 +49,7 @@ from kubesvc.api import errors
 from kubesvc.api.errors import StatusError
 from kubesvc.apiserver.admission.strategy import CREATE, admitted, object_name
 from kubesvc.apiserver.auth.node import MIRROR_ANNOTATION, pod_references
+from kubesvc.util import golang
 
 DEFAULT_SERVICE_ACCOUNT = "default"
 VOLUME_PREFIX = "kube-api-access"
@@ -124,7 +125,10 @@ def mirror_pod_problem(pod: Mapping) -> str | None:
 def enforces_mountable_secrets(service_account: Mapping) -> bool:
     """The annotation, read as Go's ``strconv.ParseBool`` (anything unparsable: false)."""
     value = ((service_account.get("metadata") or {}).get("annotations") or {}).get(ENFORCE_MOUNTABLE_SECRETS)
-    return value in ("1", "t", "T", "TRUE", "true", "True")
+    try:
+        return golang.parse_bool(value) if value is not None else False
+    except ValueError:
+        return False
 
 
 def secret_reference_problem(service_account: Mapping, pod: Mapping) -> str | None:

@@ -41,11 +41,12 @@ from kubesvc.api.errors import StatusError
 from kubesvc.api.managedfields import track_update
 from kubesvc.api.scheme import KindInfo
 from kubesvc.api.selectors import FieldSelector, LabelSelector
-from kubesvc.api.validation_meta import FINALIZER_FOREGROUND, FINALIZER_ORPHAN, go_quote
+from kubesvc.api.validation_meta import FINALIZER_FOREGROUND, FINALIZER_ORPHAN
 from kubesvc.apiserver.admission import namespace_lifecycle
 from kubesvc.apiserver.registry.strategy import Strategy, strategy_for
 from kubesvc.apiserver.registry.txn import Txn
 from kubesvc.storage import base as storage
+from kubesvc.util import golang
 from kubesvc.util.clock import Clock, parse_rfc3339, rfc3339
 
 _json_encode = msgspec.json.Encoder().encode
@@ -76,14 +77,10 @@ def parse_resource_version(text: str | None) -> int | None:
     (``strconv.ParseUint``), and the storage layer's 400 for anything else."""
     if text in (None, ""):
         return None
-    digits = text.lstrip("0")
-    problem = ("invalid syntax" if not text.isascii() or not text.isdigit() else
-               "value out of range" if len(digits) > 20 or int(digits or "0") >= 2**64 else "")
-    if problem:
-        quoted = go_quote(text)
-        raise errors.bad_request(f"invalid resource version: resourceVersion: Invalid value: {quoted}: "
-                                 f"strconv.ParseUint: parsing {quoted}: {problem}")
-    return int(text)
+    try:
+        return golang.parse_uint(text)
+    except ValueError as err:
+        raise errors.bad_request(f"invalid resource version: resourceVersion: Invalid value: {golang.quote(text)}: {err}") from None
 
 
 def _omit_empty_lists(meta: dict) -> None:
