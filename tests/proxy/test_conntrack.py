@@ -32,7 +32,7 @@ PORTS = {
     pytest.param([(ServicePortName("gone", "svc", "", "UDP"), Endpoint("10.244.1.7", 53))], [], [], [], id="unknown service port"),
 ])
 def test_stale_flow_filters(stale, newly_active, deleted, expected):
-    filters = stale_flow_filters(PORTS, stale, newly_active, deleted)
+    filters = [f.args for f in stale_flow_filters(PORTS, stale, newly_active, deleted)]
     if isinstance(expected, int):
         assert len(filters) == expected
     else:

@@ -2,11 +2,11 @@
 nodeport_addresses_test.go TestGetNodeIPs / TestContainsIPv4Loopback, server_test.go
 Test_detectNodeIPs)."""
 
-import json
+import socket
 
 import pytest
 
-from kubesvc.kernel.netlink import local_addresses, parse_ip_addr_json
+from kubesvc.kernel.netlink import local_addresses, parse_addresses, unique_ips
 from kubesvc.api.validation_meta import parse_cidr_sloppy, parse_ip_sloppy
 from kubesvc.proxy.nodeportaddresses import NodePortAddresses, detect_node_ips, node_ips_from_node
 from kubesvc.proxy.types import IPV4, IPV6
@@ -145,23 +145,25 @@ def test_parse_cidr_sloppy(text, expected):
     assert (str(parsed) if parsed else None) == expected
 
 
-IP_ADDR_JSON = json.dumps([
-    {"ifindex": 1, "ifname": "lo", "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8},
-                                                 {"family": "inet6", "local": "::1", "prefixlen": 128}]},
-    {"ifindex": 2, "ifname": "dummy0", "addr_info": []},
-    {"ifindex": 3, "ifname": "eth0", "addr_info": [{"family": "inet", "local": "192.0.2.2", "prefixlen": 24},
-                                                   {"family": "inet6", "local": "fd00::2", "prefixlen": 64}]},
-    {"ifindex": 4, "ifname": "eth1", "addr_info": [{"family": "inet", "local": "192.0.2.2", "prefixlen": 32}]},
-])
+# RTM_NEWADDR messages as pyroute2 gives them (IPv4 carries IFA_LOCAL, IPv6 only IFA_ADDRESS)
+ADDR_MESSAGES = [
+    {"family": socket.AF_INET, "index": 1, "prefixlen": 8, "scope": 254, "IFA_LOCAL": "127.0.0.1", "IFA_ADDRESS": "127.0.0.1"},
+    {"family": socket.AF_INET6, "index": 1, "prefixlen": 128, "scope": 254, "IFA_ADDRESS": "::1"},
+    {"family": socket.AF_INET, "index": 3, "prefixlen": 24, "scope": 0, "IFA_LOCAL": "192.0.2.2", "IFA_ADDRESS": "192.0.2.2"},
+    {"family": socket.AF_INET6, "index": 3, "prefixlen": 64, "scope": 0, "IFA_ADDRESS": "fd00::2"},
+    {"family": socket.AF_INET, "index": 4, "prefixlen": 32, "scope": 0, "IFA_LOCAL": "192.0.2.2", "IFA_ADDRESS": "192.0.2.2"},
+    {"family": socket.AF_INET, "index": 5, "prefixlen": 32, "scope": 0, "IFA_LOCAL": "192.0.2.9", "IFA_ADDRESS": "192.0.2.10"},  # ptp
+    {"family": socket.AF_PACKET, "index": 6, "IFA_ADDRESS": "00:11:22:33:44:55"},
+]
 
 
 @pytest.mark.parametrize(("family", "expected"), [
-    pytest.param(None, ["127.0.0.1", "::1", "192.0.2.2", "fd00::2"], id="all"),
-    pytest.param(IPV4, ["127.0.0.1", "192.0.2.2"], id="IPv4"),
+    pytest.param(None, ["127.0.0.1", "::1", "192.0.2.2", "fd00::2", "192.0.2.9"], id="all"),
+    pytest.param(IPV4, ["127.0.0.1", "192.0.2.2", "192.0.2.9"], id="IPv4"),
     pytest.param(IPV6, ["::1", "fd00::2"], id="IPv6"),
 ])
-def test_parse_ip_addr_json(family, expected):
-    assert parse_ip_addr_json(IP_ADDR_JSON, family) == expected
+def test_parse_addresses(family, expected):
+    assert unique_ips(parse_addresses(ADDR_MESSAGES, family)) == expected
 
 
 def test_local_addresses_of_this_namespace_include_loopback():

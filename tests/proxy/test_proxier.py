@@ -53,9 +53,9 @@ def endpoint_slice(service_name: str, ips: list[str], protocol: str = "TCP", nam
 def deleted_flows(monkeypatch):
     calls: list[list[str]] = []
 
-    async def delete_flows(args, family=4):
-        calls.append(args)
-        return 1
+    async def delete_flows(filters, family=4):
+        calls.extend(f.args for f in filters)
+        return len(filters)
 
     monkeypatch.setattr(proxier_module.kernel_conntrack, "delete_flows", delete_flows)
     return calls

@@ -1,44 +1,269 @@
-"""The addresses of this network namespace's interfaces (what Go's ``net.InterfaceAddrs()`` gives
-kube-proxy in upstream ``pkg/proxy/util``'s ``RealNetwork``).
+"""rtnetlink through pyroute2: this namespace's addresses (what Go's ``net.InterfaceAddrs()`` gives
+kube-proxy in upstream ``pkg/proxy/util``'s ``RealNetwork``) and the few link/address changes the
+IPVS proxier makes on its dummy device (upstream ``pkg/proxy/ipvs/util/netlink_linux.go``:
+``EnsureDummyDevice``, ``EnsureAddressBind``, ``UnbindAddress``, ``DeleteDummyDevice``, over
+vishvananda/netlink).
 
-kube-proxy needs them for ``--nodeport-addresses``: a NodePort (and a health-check node port) is
-accepted only on the local addresses inside those CIDRs. We ask ``ip -j addr show`` (iproute2's
-JSON output) rather than netlink directly, because pyroute2 is not installed; the parsing is a
-pure function so it can be tested on canned output.
+kube-proxy needs the addresses for ``--nodeport-addresses``: a NodePort (and a health-check node
+port) is accepted only on the local addresses inside those CIDRs. They are read at every sync of
+each family, so the lookup must be cheap: one ``RTM_GETADDR`` dump of that family only (the
+kernel filters by ``ifa_family``) on a netlink socket kept open, about a millisecond and no
+process (``ip -j addr`` cost a fork and exec each time).
+
+Threading: pyroute2's blocking API drives an asyncio loop of its own, which cannot run inside an
+already running loop (the proxy's), and a loop made by the default policy would be uvloop's in
+the proxy, which cannot open a netlink socket. So every netlink call of this package runs on one
+thread of ours (``call``/``call_async``), and each socket gets a plain selector loop made for it.
+A socket for a named network namespace is opened while the netlink thread is inside it
+(setns, then back; no ``ip netns exec``) and keeps that namespace for its life.
+The other netlink families (IPVS in ``kernel.ipvs``, conntrack in ``kernel.conntrack``) use the
+same thread.
+
+Failures raise ``NetlinkFailed``, a ``CommandFailed`` whose argv is the request
+(``("netlink", "addr", "add", ...)``), whose code is the errno and whose output is the kernel's
+message. Parsing the kernel's messages (``parse_addresses``) is pure, tested on plain dicts.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
+import ctypes
+import errno as errno_
+import os
+import socket
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from kubesvc.kernel.exec import run, run_sync
+from kubesvc.kernel import IPV4, IPV6
+from kubesvc.kernel.exec import CommandFailed
+from kubesvc.kernel.netns import CLONE_NEWNET, netns_path
 
-IP_ADDR_ARGV = ("ip", "-j", "addr", "show")
-_FAMILIES = {"inet": 4, "inet6": 6}
+T = TypeVar("T")
+
+_AF = {IPV4: socket.AF_INET, IPV6: socket.AF_INET6}
+_FAMILY_OF_AF = {socket.AF_INET: IPV4, socket.AF_INET6: IPV6}
+SCOPE_LINK = 253  # RT_SCOPE_LINK: fe80::/10, 169.254.0.0/16 as the kernel assigns them
+SCOPE_HOST = 254  # RT_SCOPE_HOST: loopback
+THREAD_SELF = "/proc/thread-self/ns/net"
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
-def parse_ip_addr_json(text: str, family: int | None = None) -> list[str]:
-    """Every ``addr_info[].local`` in ``ip -j addr show`` output, in interface order, optionally
-    only of one IP family (4 or 6); duplicates (an address on two interfaces) kept once."""
-    addresses: list[str] = []
-    for link in json.loads(text or "[]"):
-        for info in link.get("addr_info") or []:
-            address = info.get("local")
-            info_family = _FAMILIES.get(info.get("family", ""))
-            if not address or info_family is None:
-                continue
-            if family is not None and info_family != family:
-                continue
-            if address not in addresses:
-                addresses.append(address)
-    return addresses
+class NetlinkFailed(CommandFailed):
+    """A netlink request was refused: ``argv`` names the request, ``returncode`` is the errno."""
+
+    def __init__(self, request: Sequence[str], code: int, message: str):
+        super().__init__(("netlink", *request), code, "", message)
+
+
+# ---- the netlink thread ---------------------------------------------------------------------------
+
+_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="netlink")
+
+
+def call(fn: Callable[..., T], *args) -> T:
+    """``fn(*args)`` on the netlink thread, blocking until it returns."""
+    return _thread.submit(fn, *args).result()
+
+
+async def call_async(fn: Callable[..., T], *args) -> T:
+    """``fn(*args)`` on the netlink thread without blocking the event loop."""
+    return await asyncio.wrap_future(_thread.submit(fn, *args))
+
+
+def _setns(fd: int) -> None:
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+def _make(factory: Callable[..., T], kwargs: dict) -> T:
+    sock = factory(use_event_loop=asyncio.SelectorEventLoop(), **kwargs)
+    if asyncio.iscoroutinefunction(getattr(sock, "setup_endpoint", None)):  # an Async* class: open it now
+        sock.event_loop.run_until_complete(sock.setup_endpoint())
+    return sock
+
+
+def open_socket(factory: Callable[..., T], netns: str | None = None, **kwargs) -> T:
+    """An open pyroute2 socket (``IPRoute``, ``IPVS``, ``AsyncConntrack``...) with a plain
+    selector loop of its own, bound to ``netns`` (None: ours). Called on the netlink thread
+    (pyroute2 ties the loop to the thread that made it), which enters ``netns`` only while the
+    socket is made."""
+    if netns is None:
+        return _make(factory, kwargs)
+    original = os.open(THREAD_SELF, os.O_RDONLY)
+    try:
+        target = os.open(netns_path(netns), os.O_RDONLY)
+        try:
+            _setns(target)
+            try:
+                return _make(factory, kwargs)
+            finally:
+                _setns(original)
+        finally:
+            os.close(target)
+    finally:
+        os.close(original)
+
+
+def failed(request: Sequence[str], err: BaseException) -> NetlinkFailed:
+    """``err`` from pyroute2 (a ``NetlinkError`` carries ``code``) as a ``NetlinkFailed``."""
+    code = getattr(err, "code", None) or getattr(err, "errno", None) or errno_.EIO
+    return NetlinkFailed(request, code, str(err) or errno_.errorcode.get(code, "netlink error"))
+
+
+_routes: dict[str | None, Any] = {}  # netns -> IPRoute, touched on the netlink thread only
+
+
+def _iproute(netns: str | None):
+    ipr = _routes.get(netns)
+    if ipr is None:
+        from pyroute2 import IPRoute
+
+        ipr = _routes[netns] = open_socket(IPRoute, netns)
+    return ipr
+
+
+def _close(sock) -> None:
+    try:
+        if sock is not None:
+            sock.close()
+    except Exception:  # noqa: BLE001 - closing a broken socket
+        pass
+
+
+def _route_call(request: Sequence[str], netns: str | None, fn: Callable[[Any], T]) -> T:
+    """``fn(ipr)`` as a function for ``call``; on a failure the socket is dropped (the next call
+    opens a fresh one) unless the kernel refused the request, and the failure raised as ``NetlinkFailed``."""
+    def body() -> T:
+        try:
+            return fn(_iproute(netns))
+        except Exception as err:  # noqa: BLE001 - pyroute2's errors: translated once, here
+            if getattr(err, "code", None) is None:  # not the kernel's refusal: a broken socket
+                _close(_routes.pop(netns, None))
+            raise failed(request, err) from err
+    return body
+
+
+# ---- addresses ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Address:
+    """One interface address: ``index`` is the interface's, ``family`` 4 or 6, ``scope`` the
+    kernel's (0 global, 253 link, 254 host)."""
+
+    index: int
+    family: int
+    address: str
+    prefixlen: int
+    scope: int = 0
+
+
+def parse_addresses(messages: Iterable[Mapping[str, Any]], family: int | None = None) -> list[Address]:
+    """``RTM_NEWADDR`` messages (pyroute2's ``ifaddrmsg``, or dicts with the same keys:
+    ``family``, ``index``, ``prefixlen``, ``scope``, ``IFA_LOCAL``/``IFA_ADDRESS``) as
+    ``Address`` values in the kernel's order, optionally one family (4 or 6) only. The local
+    address is ``IFA_LOCAL`` (on a point-to-point link ``IFA_ADDRESS`` is the peer), else
+    ``IFA_ADDRESS`` (IPv6 sends only that)."""
+    result: list[Address] = []
+    for msg in messages:
+        fam = _FAMILY_OF_AF.get(msg.get("family"))
+        if fam is None or (family is not None and fam != family):
+            continue
+        address = msg.get("IFA_LOCAL") or msg.get("IFA_ADDRESS")
+        if address:
+            result.append(Address(msg.get("index") or 0, fam, address, msg.get("prefixlen") or 0, msg.get("scope") or 0))
+    return result
+
+
+def unique_ips(addresses: Iterable[Address]) -> list[str]:
+    """The IPs in order, each once (an address on two interfaces)."""
+    return list(dict.fromkeys(a.address for a in addresses))
+
+
+def addresses(family: int | None = None, netns: str | None = None) -> list[Address]:
+    """Every interface address here (loopback included), one family or both."""
+    kwargs = {"family": _AF[family]} if family is not None else {}
+    return call(_route_call(("addr", "dump"), netns, lambda ipr: parse_addresses(ipr.get_addr(**kwargs), family)))
+
+
+async def addresses_async(family: int | None = None, netns: str | None = None) -> list[Address]:
+    kwargs = {"family": _AF[family]} if family is not None else {}
+    return await call_async(_route_call(("addr", "dump"), netns, lambda ipr: parse_addresses(ipr.get_addr(**kwargs), family)))
 
 
 def local_addresses(family: int | None = None) -> list[str]:
-    """The addresses of every interface here (loopback included); raises ``CommandFailed``."""
-    return parse_ip_addr_json(run_sync(IP_ADDR_ARGV).stdout, family)
+    """The IPs of every interface here (loopback included); raises ``NetlinkFailed``."""
+    return unique_ips(addresses(family))
 
 
 async def local_addresses_async(family: int | None = None) -> list[str]:
     """``local_addresses`` without blocking the event loop."""
-    return parse_ip_addr_json((await run(IP_ADDR_ARGV)).stdout, family)
+    return unique_ips(await addresses_async(family))
+
+
+# ---- links and their addresses (the IPVS dummy device) -------------------------------------------
+
+
+def _link_index(ipr, name: str) -> int | None:
+    found = ipr.link_lookup(ifname=name)
+    return found[0] if found else None
+
+
+async def link_index(name: str, netns: str | None = None) -> int | None:
+    """The interface index of ``name``, None when there is no such link."""
+    return await call_async(_route_call(("link", "get", name), netns, lambda ipr: _link_index(ipr, name)))
+
+
+async def ensure_dummy(name: str, netns: str | None = None) -> int:
+    """The index of dummy link ``name``, created (down, as upstream leaves it) when missing."""
+    def body(ipr) -> int:
+        index = _link_index(ipr, name)
+        if index is None:
+            ipr.link("add", ifname=name, kind="dummy")
+            index = _link_index(ipr, name)
+        return index
+    return await call_async(_route_call(("link", "add", name, "type", "dummy"), netns, body))
+
+
+def delete_link_sync(name: str, netns: str | None = None) -> bool:
+    """Delete link ``name``; False when it did not exist."""
+    def body(ipr) -> bool:
+        index = _link_index(ipr, name)
+        if index is None:
+            return False
+        ipr.link("del", index=index)
+        return True
+    return call(_route_call(("link", "del", name), netns, body))
+
+
+def link_exists_sync(name: str, netns: str | None = None) -> bool:
+    return call(_route_call(("link", "get", name), netns, lambda ipr: _link_index(ipr, name) is not None))
+
+
+def host_prefix(address: str) -> int:
+    return 128 if ":" in address else 32
+
+
+async def add_address(index: int, address: str, netns: str | None = None) -> None:
+    """Bind ``address`` as a host route (/32, /128) to link ``index``; already bound is fine."""
+    def body(ipr) -> None:
+        try:
+            ipr.addr("add", index=index, address=address, prefixlen=host_prefix(address))
+        except Exception as err:  # noqa: BLE001
+            if getattr(err, "code", None) != errno_.EEXIST:
+                raise
+    await call_async(_route_call(("addr", "add", f"{address}/{host_prefix(address)}", "dev", str(index)), netns, body))
+
+
+async def del_address(index: int, address: str, netns: str | None = None) -> None:
+    """Unbind ``address`` from link ``index``; not bound is fine."""
+    def body(ipr) -> None:
+        try:
+            ipr.addr("del", index=index, address=address, prefixlen=host_prefix(address))
+        except Exception as err:  # noqa: BLE001
+            if getattr(err, "code", None) not in (errno_.EADDRNOTAVAIL, errno_.ENOENT, errno_.ESRCH):
+                raise
+    await call_async(_route_call(("addr", "del", f"{address}/{host_prefix(address)}", "dev", str(index)), netns, body))

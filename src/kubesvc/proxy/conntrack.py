@@ -9,7 +9,8 @@
   never be DNATed);
 * a deleted UDP ClusterIP: every entry to it.
 
-These are decisions only; the shell runs ``conntrack -D`` for each (``kernel/conntrack.py``),
+These are decisions only, as ``kernel.conntrack.FlowFilter`` values (what ``conntrack -D`` would
+be given); the proxier deletes the matching entries over netlink (``kernel.conntrack.delete_flows``)
 after a successful sync, so the rules that send the next packet elsewhere are already in place.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from kubesvc.kernel.conntrack import FlowFilter
 from kubesvc.proxy.types import Endpoint, ServicePort, ServicePortMap, ServicePortName
 
 CONNTRACK_PROTOCOLS = {"UDP": "udp", "SCTP": "sctp"}
@@ -29,15 +31,12 @@ def _vips(port: ServicePort) -> list[str]:
 def stale_flow_filters(service_ports: ServicePortMap,
                        stale_endpoints: Iterable[tuple[ServicePortName, Endpoint]],
                        newly_active: Iterable[ServicePortName],
-                       deleted_cluster_ips: Iterable[str]) -> list[list[str]]:
-    """``conntrack -D`` filter arguments, one list per deletion, without duplicates."""
-    filters: list[list[str]] = []
-    seen: set[tuple[str, ...]] = set()
+                       deleted_cluster_ips: Iterable[str]) -> list[FlowFilter]:
+    """The filters of the entries to delete, without duplicates."""
+    filters: dict[FlowFilter, None] = {}
 
-    def add(args: list[str]) -> None:
-        if tuple(args) not in seen:
-            seen.add(tuple(args))
-            filters.append(args)
+    def add(flt: FlowFilter) -> None:
+        filters.setdefault(flt)
 
     for name, endpoint in stale_endpoints:
         port = service_ports.get(name)
@@ -45,18 +44,18 @@ def stale_flow_filters(service_ports: ServicePortMap,
         if port is None or proto is None:
             continue
         for vip in _vips(port):
-            add(["-p", proto, "--orig-dst", vip, "--orig-port-dst", str(port.port), "--dst-nat", endpoint.ip])
+            add(FlowFilter(proto, vip, port.port, endpoint.ip))
         if port.node_port:
-            add(["-p", proto, "--orig-port-dst", str(port.node_port), "--dst-nat", endpoint.ip])
+            add(FlowFilter(proto, None, port.node_port, endpoint.ip))
     for name in newly_active:
         port = service_ports.get(name)
         proto = CONNTRACK_PROTOCOLS.get(name.protocol)
         if port is None or proto is None:
             continue
         for vip in _vips(port):
-            add(["-p", proto, "--orig-dst", vip, "--orig-port-dst", str(port.port)])
+            add(FlowFilter(proto, vip, port.port))
         if port.node_port:
-            add(["-p", proto, "--orig-port-dst", str(port.node_port)])
+            add(FlowFilter(proto, None, port.node_port))
     for ip in deleted_cluster_ips:
-        add(["-p", "udp", "--orig-dst", ip])
-    return filters
+        add(FlowFilter("udp", ip))
+    return list(filters)

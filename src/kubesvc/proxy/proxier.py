@@ -218,11 +218,10 @@ class Proxier:
             return
         started = time.monotonic()
         deleted = 0
-        for args in filters:
-            try:
-                deleted += await kernel_conntrack.delete_flows(args, self.family)
-            except CommandFailed as err:
-                log.warning("failed to delete stale conntrack entries: %s", err)
+        try:  # one dump of the table, every matching entry deleted (upstream ConntrackDeleteFilters)
+            deleted = await kernel_conntrack.delete_flows(filters, self.family)
+        except CommandFailed as err:
+            log.warning("failed to delete stale conntrack entries: %s", err)
         self.metrics.conntrack_reconciler_deleted_entries.labels(self.family_name).inc(deleted)
         self.metrics.conntrack_reconciler_sync_duration.labels(self.family_name).observe(time.monotonic() - started)
 
