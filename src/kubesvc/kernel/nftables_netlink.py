@@ -1,0 +1,407 @@
+"""Set-element transactions and small queries over nf_tables netlink, without libnftables.
+
+Why: ``nft`` (and libnftables, the same code) fills a cache before it evaluates a transaction,
+and which parts depends on the commands (nftables 1.0.6 ``src/cache.c``,
+``nft_cache_evaluate``): ``add chain``/``add set`` need only the table list; ``flush set``
+the sets; but ``add element`` needs tables, **every chain**, sets and objects
+(``NFT_CACHE_TABLE|CHAIN|SET|OBJECT|SETELEM_MAYBE``), ``delete element`` the same plus
+flowtables, and ``add rule`` the same. Chains are dumped from the kernel for all tables and
+turned into nft's objects, so one element changed at 10k Services costs ~14 ms of cache and at
+30k ~40 ms, whatever the transaction's size. The cache cannot be kept between calls either:
+``nft_cache_update`` reuses it only while the ruleset generation is the one it was built at,
+and our own commit bumps it. Nor does libnftables 1.0.6 offer a flag to skip it
+(``NFT_CTX_INPUT_*`` input flags came later, and none skips the cache).
+
+What nft sends for elements is simple, so a transaction that only adds and deletes elements
+of sets whose types we know is sent here as nft would: one batch (``NFNL_MSG_BATCH_BEGIN``,
+``NFT_MSG_DELSETELEM``/``NFT_MSG_NEWSETELEM`` per set, ``NFNL_MSG_BATCH_END``), applied by the
+kernel atomically, no cache at all. Keys and data are encoded as nft's ``netlink_gen_key``
+does: addresses and ports in network order, protocols one byte, integers from ``numgen`` in
+host order, each field of a concatenation padded to 4 bytes; verdicts as
+``NFTA_DATA_VERDICT``; a comment as nft's element userdata (``NFTNL_UDATA_SET_ELEM_COMMENT``,
+NUL-terminated). Such elements list back from ``nft`` exactly as if ``nft`` had added them.
+
+The types come from the declarations in the transactions the caller has run
+(``declared_set_types``: ``add set|map ... { type ... ; }`` or ``{ typeof ... ; }``); a
+transaction with anything else, a set we have not seen declared, a set with flags, or a
+type or expression outside the small vocabulary below is left to libnftables (``parse_elements_only``
+returns None).
+
+``chain_rule_count`` asks the kernel for one chain's rules (``NFT_MSG_GETRULE`` dump filtered by
+table and chain): the cost of the chain, not of the table, and no process.
+"""
+
+from __future__ import annotations
+
+import errno as errno_codes
+import os
+import re
+import socket
+import struct
+import threading
+from dataclasses import dataclass
+
+NETLINK_NETFILTER = 12
+NFNL_SUBSYS_NFTABLES = 10
+NFNL_MSG_BATCH_BEGIN = 0x10
+NFNL_MSG_BATCH_END = 0x11
+NFT_MSG_GETRULE = 7
+NFT_MSG_NEWSETELEM = 12
+NFT_MSG_DELSETELEM = 14
+NLM_F_REQUEST = 0x1
+NLM_F_ACK = 0x4
+NLM_F_CREATE = 0x400
+NLM_F_DUMP = 0x300
+NLMSG_ERROR = 0x2
+NLMSG_DONE = 0x3
+NLA_F_NESTED = 0x8000
+NFTA_SET_ELEM_LIST_TABLE = 1
+NFTA_SET_ELEM_LIST_SET = 2
+NFTA_SET_ELEM_LIST_ELEMENTS = 3
+NFTA_SET_ELEM_KEY = 1
+NFTA_SET_ELEM_DATA = 2
+NFTA_SET_ELEM_USERDATA = 6
+NFTA_DATA_VALUE = 1
+NFTA_DATA_VERDICT = 2
+NFTA_VERDICT_CODE = 1
+NFTA_VERDICT_CHAIN = 2
+NFTA_RULE_TABLE = 1
+NFTA_RULE_CHAIN = 2
+NFTNL_UDATA_SET_ELEM_COMMENT = 0
+FAMILIES = {"ip": 2, "ip6": 10, "inet": 1}
+
+VERDICTS = {"drop": 0, "accept": 1, "continue": -1, "return": -5}
+CHAIN_VERDICTS = {"jump": -3, "goto": -4}
+PROTOCOLS = {"tcp": 6, "udp": 17, "sctp": 132, "icmp": 1, "icmpv6": 58}
+# ``type`` names and ``typeof`` expressions → field kinds
+TYPE_NAMES = {"ipv4_addr": "ipv4", "ipv6_addr": "ipv6", "inet_proto": "proto", "inet_service": "port", "verdict": "verdict"}
+_TYPEOF = (
+    (re.compile(r"numgen (random|inc) mod \d+( offset \d+)?"), "u32h"),
+    (re.compile(r"ip (s|d)addr"), "ipv4"),
+    (re.compile(r"ip6 (s|d)addr"), "ipv6"),
+    (re.compile(r"(tcp|udp|sctp|th) (s|d)port"), "port"),
+    (re.compile(r"meta l4proto"), "proto"),
+)
+MAX_ATTR = 0xFFFF - 512  # an element list is one attribute (u16 length): split before that
+
+
+@dataclass(frozen=True)
+class SetType:
+    key: tuple[str, ...]  # field kinds
+    data: tuple[str, ...] | None  # None: a set; ("verdict",): a verdict map
+
+
+def _kinds(spec: str, typeof: bool) -> tuple[str, ...] | None:
+    kinds = []
+    for part in spec.strip().split(" . "):
+        part = part.strip()
+        if typeof:
+            kind = next((k for pattern, k in _TYPEOF if pattern.fullmatch(part)), None)
+        else:
+            kind = TYPE_NAMES.get(part)
+        if kind is None:
+            return None
+        kinds.append(kind)
+    return tuple(kinds)
+
+
+def declared_set_types(text: str, family: str, table: str) -> dict[str, SetType | None]:
+    """The sets and maps that ``text`` declares in ``family table`` → their types; None for
+    one we cannot encode (flags, other types). Scans only the ``add set|map`` lines."""
+    out: dict[str, SetType | None] = {}
+    for head in ("add set ", "add map "):
+        prefix = f"{head}{family} {table} "
+        start = 0 if text.startswith(prefix) else -1
+        if start < 0:
+            start = text.find("\n" + prefix)
+            start = start + 1 if start >= 0 else -1
+        while start >= 0:
+            end = text.find("\n", start)
+            line = text[start:] if end < 0 else text[start:end]
+            name, _, body = line[len(prefix):].partition(" ")
+            out[name] = _parse_declaration(body)
+            nxt = text.find("\n" + prefix, start)
+            start = nxt + 1 if nxt >= 0 else -1
+    return out
+
+
+def _parse_declaration(body: str) -> SetType | None:
+    body = body.strip()
+    if not (body.startswith("{") and body.endswith("}")):
+        return None
+    clauses = [c.strip() for c in body[1:-1].split(";") if c.strip()]
+    spec = None
+    for clause in clauses:
+        word = clause.split(" ", 1)[0]
+        if word in ("type", "typeof") and spec is None:
+            spec = (word == "typeof", clause[len(word):].strip())
+        elif word not in ("comment", "size", "policy"):
+            return None  # flags, timeouts, elements, ...: leave it to nft
+    if spec is None:
+        return None
+    typeof, text = spec
+    key_text, colon, data_text = text.partition(" : ")
+    key = _kinds(key_text, typeof)
+    if key is None or "verdict" in key:
+        return None
+    data = None
+    if colon:
+        data = ("verdict",) if data_text.strip() == "verdict" else _kinds(data_text, typeof)
+        if data is None or ("verdict" in data and len(data) > 1):
+            return None
+    return SetType(key, data)
+
+
+# -- parsing an element-only transaction -------------------------------------------------------
+
+@dataclass
+class ElementOp:
+    delete: bool
+    set: str
+    elements: list[tuple[bytes, bytes | None, bytes | None]]  # (key attr payload, data attr payload, userdata)
+
+
+_ELEMENT_LINE = re.compile(r"(add|delete) element (\S+) (\S+) (\S+) \{ (.*) \}")
+_SPLIT = re.compile(r'(?:[^,"]|"[^"]*")+')
+
+
+def parse_elements_only(text: str, family: str, table: str, types: dict[str, SetType | None]) -> list[ElementOp] | None:
+    """``text`` as element operations if it holds nothing but ``add element`` / ``delete
+    element`` lines for sets of ``family table`` whose types are known; else None."""
+    ops: list[ElementOp] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        m = _ELEMENT_LINE.fullmatch(line.strip())
+        if m is None or m.group(2) != family or m.group(3) != table:
+            return None
+        set_type = types.get(m.group(4))
+        if set_type is None:
+            return None
+        delete = m.group(1) == "delete"
+        try:
+            elements = [_encode_element(item.strip(), set_type, delete) for item in _SPLIT.findall(m.group(5))]
+        except (ValueError, OSError, KeyError, struct.error):
+            return None
+        ops.append(ElementOp(delete, m.group(4), elements))
+    return ops
+
+
+def _encode_element(item: str, set_type: SetType, delete: bool) -> tuple[bytes, bytes | None, bytes | None]:
+    comment = None
+    if ' comment "' in item:
+        key_text, _, rest = item.partition(' comment "')
+        comment, _, rest = rest.partition('"')
+        value_text = rest.partition(" : ")[2] if rest.strip() else ""
+    else:
+        key_text, _, value_text = item.partition(" : ")
+    key = _nla(NFTA_DATA_VALUE, _encode_fields(key_text, set_type.key))
+    data = userdata = None
+    if set_type.data is not None and not delete:
+        if not value_text:
+            raise ValueError("a map element needs a value")
+        if set_type.data == ("verdict",):
+            data = _nla(NFTA_DATA_VERDICT, _encode_verdict(value_text.strip()), nested=True)
+        else:
+            data = _nla(NFTA_DATA_VALUE, _encode_fields(value_text, set_type.data))
+    elif value_text and not delete:
+        raise ValueError("a set element has no value")
+    if comment and not delete:
+        raw = comment.encode() + b"\0"
+        if len(raw) > 255:
+            raise ValueError("comment too long")
+        userdata = bytes((NFTNL_UDATA_SET_ELEM_COMMENT, len(raw))) + raw
+    return key, data, userdata
+
+
+def _encode_fields(text: str, kinds: tuple[str, ...]) -> bytes:
+    parts = [p.strip() for p in text.strip().split(" . ")]
+    if len(parts) != len(kinds):
+        raise ValueError(f"{text!r} does not have {len(kinds)} fields")
+    out = b""
+    for part, kind in zip(parts, kinds):
+        if kind == "ipv4":
+            raw = socket.inet_pton(socket.AF_INET, part)
+        elif kind == "ipv6":
+            raw = socket.inet_pton(socket.AF_INET6, part)
+        elif kind == "proto":
+            raw = bytes((PROTOCOLS[part] if part in PROTOCOLS else int(part),))
+        elif kind == "port":
+            raw = struct.pack("!H", int(part))
+        elif kind == "u32h":
+            raw = struct.pack("=I", int(part))
+        else:
+            raise ValueError(kind)
+        if len(kinds) > 1:
+            raw += b"\0" * (-len(raw) % 4)
+        out += raw
+    return out
+
+
+def _encode_verdict(text: str) -> bytes:
+    if text in VERDICTS:
+        return _nla(NFTA_VERDICT_CODE, struct.pack("!i", VERDICTS[text]))
+    word, _, chain = text.partition(" ")
+    if word not in CHAIN_VERDICTS or not chain or " " in chain:
+        raise ValueError(f"unknown verdict {text!r}")
+    return _nla(NFTA_VERDICT_CODE, struct.pack("!i", CHAIN_VERDICTS[word])) + _nla(NFTA_VERDICT_CHAIN, chain.encode() + b"\0")
+
+
+# -- the wire -----------------------------------------------------------------------------------
+
+def _nla(kind: int, payload: bytes, nested: bool = False) -> bytes:
+    length = 4 + len(payload)
+    return struct.pack("=HH", length, kind | (NLA_F_NESTED if nested else 0)) + payload + b"\0" * (-length % 4)
+
+
+def _msg(kind: int, flags: int, seq: int, family: int, payload: bytes, res_id: int = 0) -> bytes:
+    body = struct.pack("=BBH", family, 0, socket.htons(res_id)) + payload
+    return struct.pack("=IHHII", 16 + len(body), kind, flags, seq, 0) + body
+
+
+class NetlinkFailed(Exception):
+    """The kernel refused a request: ``errno`` and the operation it refused (if known)."""
+
+    def __init__(self, code: int, what: str = ""):
+        super().__init__(f"{os.strerror(code)}{f' ({what})' if what else ''}")
+        self.errno = code
+        self.what = what
+
+
+class NftNetlink:
+    """One ``NETLINK_NETFILTER`` socket in this process's network namespace."""
+
+    def __init__(self) -> None:
+        self._sock: socket.socket | None = None
+        self._seq = 0
+        self._lock = threading.Lock()
+
+    def _socket(self) -> socket.socket:
+        if self._sock is None:
+            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_NETFILTER)
+            sock.bind((0, 0))
+            sock.settimeout(10.0)
+            self._sock = sock
+        return self._sock
+
+    def close(self) -> None:
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
+
+    def _next(self) -> int:
+        self._seq = (self._seq + 1) & 0x7FFFFFFF or 1
+        return self._seq
+
+    def apply(self, family: str, table: str, ops: list[ElementOp]) -> None:
+        """Apply ``ops`` as one batch; raises ``NetlinkFailed`` (nothing applied) on refusal."""
+        fam = FAMILIES[family]
+        with self._lock:
+            sock = self._socket()
+            msgs: list[bytes] = []
+            what: dict[int, str] = {}
+            begin = self._next()
+            msgs.append(_msg(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, begin, 0, b"", NFNL_SUBSYS_NFTABLES))
+            head_attrs = _nla(NFTA_SET_ELEM_LIST_TABLE, table.encode() + b"\0")
+            for op in ops:
+                kind = (NFNL_SUBSYS_NFTABLES << 8) | (NFT_MSG_DELSETELEM if op.delete else NFT_MSG_NEWSETELEM)
+                flags = NLM_F_REQUEST | NLM_F_ACK | (0 if op.delete else NLM_F_CREATE)
+                head = head_attrs + _nla(NFTA_SET_ELEM_LIST_SET, op.set.encode() + b"\0")
+                for chunk in _chunks(op.elements):
+                    seq = self._next()
+                    what[seq] = f"{'delete' if op.delete else 'add'} element {family} {table} {op.set}"
+                    msgs.append(_msg(kind, flags, seq, fam, head + _nla(NFTA_SET_ELEM_LIST_ELEMENTS, chunk, nested=True)))
+            msgs.append(_msg(NFNL_MSG_BATCH_END, NLM_F_REQUEST, self._next(), 0, b"", NFNL_SUBSYS_NFTABLES))
+            data = b"".join(msgs)
+            if len(data) > 4 << 20:
+                raise NetlinkFailed(errno_codes.EMSGSIZE, "batch too large")
+            _grow_sndbuf(sock, len(data))
+            sock.send(data)
+            pending = set(what)
+            failure: NetlinkFailed | None = None
+            while pending:
+                for seq, code in _read_acks(sock.recv(65536)):
+                    if seq in pending:
+                        pending.discard(seq)
+                        if code and failure is None:
+                            failure = NetlinkFailed(code, what.get(seq, ""))
+                if failure is not None:
+                    # The kernel aborts the whole batch at the first refusal; the acks of
+                    # the messages it did not reach never come.
+                    self._drain(sock)
+                    raise failure
+
+    def chain_rule_count(self, family: str, table: str, chain: str) -> int:
+        """How many rules ``chain`` has (0 if it or the table does not exist)."""
+        with self._lock:
+            sock = self._socket()
+            seq = self._next()
+            payload = _nla(NFTA_RULE_TABLE, table.encode() + b"\0") + _nla(NFTA_RULE_CHAIN, chain.encode() + b"\0")
+            sock.send(_msg((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETRULE, NLM_F_REQUEST | NLM_F_DUMP, seq, FAMILIES[family], payload))
+            rules = 0
+            while True:
+                data = sock.recv(1 << 20)
+                offset = 0
+                while offset + 16 <= len(data):
+                    length, kind, _flags, mseq = struct.unpack_from("=IHHI", data, offset)
+                    if length < 16:
+                        break
+                    if mseq == seq:
+                        if kind == NLMSG_DONE:
+                            return rules
+                        if kind == NLMSG_ERROR:
+                            code = -struct.unpack_from("=i", data, offset + 16)[0]
+                            if code in (errno_codes.ENOENT, 0):
+                                return rules
+                            raise NetlinkFailed(code, f"list chain {family} {table} {chain}")
+                        rules += 1
+                    offset += (length + 3) & ~3
+
+    def _drain(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        try:
+            while True:
+                sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            pass
+        finally:
+            sock.settimeout(10.0)
+
+
+def _chunks(elements: list[tuple[bytes, bytes | None, bytes | None]]):
+    chunk: list[bytes] = []
+    size = 0
+    for index, (key, data, userdata) in enumerate(elements, 1):
+        body = _nla(NFTA_SET_ELEM_KEY, key, nested=True)
+        if data is not None:
+            body += _nla(NFTA_SET_ELEM_DATA, data, nested=True)
+        if userdata is not None:
+            body += _nla(NFTA_SET_ELEM_USERDATA, userdata)
+        elem = _nla(index & 0x7FFF or 1, body, nested=True)
+        if chunk and size + len(elem) > MAX_ATTR:
+            yield b"".join(chunk)
+            chunk, size = [], 0
+        chunk.append(elem)
+        size += len(elem)
+    if chunk:
+        yield b"".join(chunk)
+
+
+def _read_acks(data: bytes):
+    offset = 0
+    while offset + 16 <= len(data):
+        length, kind, _flags, seq = struct.unpack_from("=IHHI", data, offset)
+        if length < 16:
+            break
+        if kind == NLMSG_ERROR:
+            yield seq, -struct.unpack_from("=i", data, offset + 16)[0]
+        offset += (length + 3) & ~3
+
+
+def _grow_sndbuf(sock: socket.socket, size: int) -> None:
+    if size > sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) // 2:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, 32, size * 2)  # SO_SNDBUFFORCE (root)
+        except OSError:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size * 2)
