@@ -1,6 +1,7 @@
 """The pod network's decisions, without a kernel: host-local's address choice, names, the bridge
-address plan, the ``ip -batch`` lines a Pod gets, the state files, and teardown's command
-sequence (driven with canned results). The real kernel: test_podnet_kernel.py."""
+address plan, the link/address/route operations a Pod gets (shown as the ``ip -batch`` lines
+they stand for), the state files, and teardown's requests to the kernel (against a recording
+fake). The real kernel: test_podnet_kernel.py."""
 
 from __future__ import annotations
 
@@ -10,11 +11,10 @@ from pathlib import Path
 import pytest
 
 from kubesvc.agent import podnet
-from kubesvc.agent.podnet import (IPStore, LinkState, NodeNetwork, NodeRecord, PodNetwork, PodNetworkError, RangeExhausted, bridge_lines,
-                                  host_veth_name, next_free_ip, next_record, node_network_problems, node_side_lines, node_sysctls,
-                                  node_teardown_lines, parse_link_json, parse_link_names, parse_netns_list, parse_proc_net_dev,
-                                  plan_bridge_addresses, pod_removal_lines, pod_side_lines, pods_from_state)
-from kubesvc.kernel.exec import CommandResult
+from kubesvc.agent.podnet import (IPStore, NodeNetwork, NodeRecord, PodNetwork, PodNetworkError, RangeExhausted, bridge_ops, host_veth_name,
+                                  next_free_ip, next_record, node_network_problems, node_side_ops, node_sysctls, node_teardown_ops,
+                                  plan_bridge_addresses, pod_removal_ops, pod_side_ops, pods_from_state)
+from kubesvc.kernel.links import LinkInfo, parse_link_info, render
 
 # ---------------------------------------------------------------------------------------------
 # host-local's allocator
@@ -117,9 +117,9 @@ def test_pod_names_are_deterministic_and_fit_the_kernel(tmp_path):
 
 BRIDGE_PLAN_CASES = [
     ("missing-bridge-gets-everything", None, ["10.244.1.1/24"], ["10.244.1.1/24"]),
-    ("adopted-with-the-address", LinkState("bridge", ("10.244.1.1/24",)), ["10.244.1.1/24"], []),
-    ("adopted-without-addresses", LinkState("bridge", ()), ["10.244.1.1/24", "fd00::1/64"], ["10.244.1.1/24", "fd00::1/64"]),
-    ("other-ipv6-subnet-may-stay", LinkState("bridge", ("10.244.1.1/24", "fd01::1/64")), ["10.244.1.1/24", "fd00::1/64"], ["fd00::1/64"]),
+    ("adopted-with-the-address", LinkInfo("bridge", ("10.244.1.1/24",)), ["10.244.1.1/24"], []),
+    ("adopted-without-addresses", LinkInfo("bridge", ()), ["10.244.1.1/24", "fd00::1/64"], ["10.244.1.1/24", "fd00::1/64"]),
+    ("other-ipv6-subnet-may-stay", LinkInfo("bridge", ("10.244.1.1/24", "fd01::1/64")), ["10.244.1.1/24", "fd00::1/64"], ["fd00::1/64"]),
 ]
 
 
@@ -129,10 +129,10 @@ def test_plan_bridge_addresses(existing, wanted, to_add):
 
 
 BRIDGE_CONFLICT_CASES = [
-    ("not-a-bridge", LinkState("veth", ()), ["10.244.1.1/24"], "'cbr0' already exists but is not a bridge"),
-    ("other-ipv4-address", LinkState("bridge", ("10.244.7.1/24",)), ["10.244.1.1/24"],
+    ("not-a-bridge", LinkInfo("veth", ()), ["10.244.1.1/24"], "'cbr0' already exists but is not a bridge"),
+    ("other-ipv4-address", LinkInfo("bridge", ("10.244.7.1/24",)), ["10.244.1.1/24"],
      "'cbr0' already has an IP address different from 10.244.1.1/24"),
-    ("overlapping-ipv6", LinkState("bridge", ("fd00::1/48",)), ["fd00::1/64"],
+    ("overlapping-ipv6", LinkInfo("bridge", ("fd00::1/48",)), ["fd00::1/64"],
      "'cbr0' already has an IP address different from fd00::1/64"),
 ]
 
@@ -144,11 +144,11 @@ def test_plan_bridge_addresses_conflicts(existing, wanted, message):
     assert str(failure.value) == message
 
 
-def test_bridge_lines():
-    assert bridge_lines("cbr0", "02:00:00:00:00:01", True, ["10.244.1.1/24", "fd00::1/64"]) == [
+def test_bridge_ops():
+    assert render(bridge_ops("cbr0", "02:00:00:00:00:01", True, ["10.244.1.1/24", "fd00::1/64"])) == [
         "link add cbr0 address 02:00:00:00:00:01 type bridge", "address add 10.244.1.1/24 dev cbr0",
         "address add fd00::1/64 dev cbr0 nodad", "link set cbr0 up"]
-    assert bridge_lines("cbr0", "02:00:00:00:00:01", False, []) == ["link set cbr0 up"]
+    assert render(bridge_ops("cbr0", "02:00:00:00:00:01", False, [])) == ["link set cbr0 up"]
 
 
 def test_bridge_mac_is_fixed_and_locally_administered():
@@ -164,17 +164,16 @@ def test_node_sysctls():
     assert node_sysctls("cbr0", {4, 6})["net/ipv6/conf/all/forwarding"] == "1"
 
 
-def test_parse_link_json():
-    text = json.dumps([{"ifname": "cbr0", "linkinfo": {"info_kind": "bridge"}, "addr_info": [
-        {"family": "inet", "local": "10.244.1.1", "prefixlen": 24}, {"family": "inet6", "local": "fd00::1", "prefixlen": 64},
-        {"family": "inet6", "local": "fe80::1", "prefixlen": 64}]}])
-    assert parse_link_json(text) == LinkState("bridge", ("10.244.1.1/24", "fd00::1/64"))
-    assert parse_link_json(json.dumps([{"ifname": "eth0", "addr_info": []}])) == LinkState(None, ())
-    assert parse_link_json("[]") is None
+def test_parse_link_info():
+    link = {"IFLA_IFNAME": "cbr0", "IFLA_LINKINFO": {"IFLA_INFO_KIND": "bridge"}}
+    addresses = [{"family": 2, "IFA_LOCAL": "10.244.1.1", "IFA_ADDRESS": "10.244.1.1", "prefixlen": 24},
+                 {"family": 10, "IFA_ADDRESS": "fd00::1", "prefixlen": 64}, {"family": 10, "IFA_ADDRESS": "fe80::1", "prefixlen": 64}]
+    assert parse_link_info(link, addresses) == LinkInfo("bridge", ("10.244.1.1/24", "fd00::1/64"))
+    assert parse_link_info({"IFLA_IFNAME": "eth0"}, []) == LinkInfo(None, ())
 
 
 # ---------------------------------------------------------------------------------------------
-# a Pod's kernel input
+# a Pod's kernel operations
 
 POD = PodNetwork("kubesvc-u1", ["10.244.1.2"], "vethaaaaaaaaaaa")
 
@@ -191,8 +190,8 @@ NODE_SIDE_CASES = [
 
 
 @pytest.mark.parametrize("have_netns, have_veth, lines", [c[1:] for c in NODE_SIDE_CASES], ids=[c[0] for c in NODE_SIDE_CASES])
-def test_node_side_lines(have_netns, have_veth, lines):
-    assert node_side_lines("cbr0", POD, have_netns, have_veth) == lines
+def test_node_side_ops(have_netns, have_veth, lines):
+    assert render(node_side_ops("cbr0", POD, have_netns, have_veth)) == lines
 
 
 POD_SIDE_CASES = [
@@ -206,8 +205,8 @@ POD_SIDE_CASES = [
 
 
 @pytest.mark.parametrize("ips, gateways, lines", [c[1:] for c in POD_SIDE_CASES], ids=[c[0] for c in POD_SIDE_CASES])
-def test_pod_side_lines(ips, gateways, lines):
-    assert pod_side_lines(ips, gateways) == ["link set lo up", "link set eth0 up", *lines]
+def test_pod_side_ops(ips, gateways, lines):
+    assert render(pod_side_ops(ips, gateways)) == ["link set lo up", "link set eth0 up", *lines]
 
 
 REMOVAL_CASES = [
@@ -218,15 +217,8 @@ REMOVAL_CASES = [
 
 
 @pytest.mark.parametrize("have_netns, have_veth, lines", [c[1:] for c in REMOVAL_CASES], ids=[c[0] for c in REMOVAL_CASES])
-def test_pod_removal_lines(have_netns, have_veth, lines):
-    assert pod_removal_lines(POD, have_netns, have_veth) == lines
-
-
-def test_parsers():
-    assert parse_netns_list("kubesvc-a (id: 3)\nks-node-1\n\n") == ["kubesvc-a", "ks-node-1"]
-    dev = ("Inter-|   Receive |  Transmit\n face |bytes    packets\n    lo:       0       0\n  cbr0:  10 1\nveth0123456789a: 5 1\n")
-    assert parse_proc_net_dev(dev) == {"lo", "cbr0", "veth0123456789a"}
-    assert parse_link_names(json.dumps([{"ifname": "lo"}, {"ifname": "cbr0"}])) == {"lo", "cbr0"}
+def test_pod_removal_ops(have_netns, have_veth, lines):
+    assert render(pod_removal_ops(POD, have_netns, have_veth)) == lines
 
 
 def test_pods_from_state_are_the_address_holders_only():
@@ -284,10 +276,10 @@ def record(**changes) -> NodeRecord:
 
 def test_next_record(tmp_path):
     net = NodeNetwork(["10.244.1.0/24"], netns_prefix="ks-a-", state_dir=tmp_path)
-    bridge = LinkState("bridge", ("10.244.1.1/24",))
+    bridge = LinkInfo("bridge", ("10.244.1.1/24",))
     assert next_record(net, None, None, ["10.244.1.1/24"], "ks-node") == record(node_netns="ks-node")
     assert next_record(net, record(), bridge, [], None) == record(), "a restarted agent still owns the bridge it made"
-    assert next_record(net, None, LinkState("bridge", ()), ["10.244.1.1/24"], None) == record(created_bridge=False,
+    assert next_record(net, None, LinkInfo("bridge", ()), ["10.244.1.1/24"], None) == record(created_bridge=False,
                                                                                               added_addresses=["10.244.1.1/24"])
     assert next_record(net, record(created_bridge=False, added_addresses=["10.244.1.1/24"]), bridge, [], None) == record(
         created_bridge=False, added_addresses=["10.244.1.1/24"])
@@ -296,55 +288,65 @@ def test_next_record(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# teardown's commands
+# teardown's requests to the kernel
 
 
-def drive(steps, answers: dict[tuple[str, ...], str], refused: dict[tuple[str, ...], str] | None = None):
-    """Run a teardown generator against canned stdout per argv (or stderr and exit 1 for the
-    ``refused`` ones); the commands it ran and its result."""
-    ran, result, refused = [], None, refused or {}
-    while True:
-        try:
-            argv, text = steps.send(result)
-        except StopIteration as done:
-            return ran, done.value
-        ran.append((argv, text))
-        key = tuple(argv)
-        result = CommandResult(key, 1, "", refused[key]) if key in refused else CommandResult(key, 0, answers.get(key, ""), "")
+class RecordingKernel:
+    """The kernel as teardown sees it: named namespaces, links per namespace, and every request
+    recorded; ``refuse``: the message each operation of a plan fails with."""
+
+    def __init__(self, netns: list[str] = (), links: dict | None = None, here: str | None = None, refuse: str | None = None):
+        self.netns, self.links, self.here, self.refuse = list(netns), links or {}, here, refuse
+        self.calls: list[tuple] = []
+
+    def netns_names(self) -> list[str]:
+        self.calls.append(("netns list",))
+        return list(self.netns)
+
+    def current_netns(self) -> str | None:
+        return self.here
+
+    def kill_all_in(self, netns: str) -> list[int]:
+        self.calls.append(("kill", netns))
+        return []
+
+    def link_names(self, netns: str | None) -> set[str]:
+        self.calls.append(("links", netns))
+        return set(self.links.get(netns, ()))
+
+    def apply(self, ops, netns: str | None) -> list[str]:
+        self.calls.append(("apply", netns, render(ops)))
+        return [f"{op}: {self.refuse}" for op in ops] if self.refuse else []
 
 
-def test_teardown_from_another_namespace_reaches_the_node_with_ip_n(tmp_path):
+def test_teardown_from_another_namespace_reaches_the_node_namespace(tmp_path):
     (tmp_path / "podnet.json").write_text(json.dumps(record(node_netns="ks-node").__dict__))
     IPStore(tmp_path / "networks" / "cbr0").allocate("u1", ["10.244.1.0/24"], ["10.244.1.1"])
-    links = json.dumps([{"ifname": n} for n in ("lo", "cbr0", host_veth_name("u1"))])
-    ran, errors = drive(podnet._teardown(tmp_path, here=None), {("ip", "netns", "list"): "ks-node\nks-a-u1\nks-a-gone\n",
-                                                                ("ip", "-n", "ks-node", "-j", "link", "show"): links})
-    assert errors == []
-    assert ran == [(["ip", "netns", "list"], None),
-                   (["ip", "netns", "pids", "ks-a-u1"], None), (["ip", "netns", "pids", "ks-a-u1"], None),
-                   (["ip", "-n", "ks-node", "-j", "link", "show"], None),
-                   (["ip", "-n", "ks-node", "-force", "-batch", "-"], f"link del {host_veth_name('u1')}\nlink del cbr0\n"),
-                   (["ip", "-force", "-batch", "-"], "netns del ks-a-u1\n")]  # ks-a-gone holds no address of ours
+    kernel = RecordingKernel(["ks-node", "ks-a-u1", "ks-a-gone"], {"ks-node": {"lo", "cbr0", host_veth_name("u1")}})
+    assert podnet.teardown_sync(tmp_path, kernel) == []
+    assert kernel.calls == [("netns list",), ("kill", "ks-a-u1"), ("kill", "ks-a-u1"), ("links", "ks-node"),
+                            ("apply", "ks-node", [f"link del {host_veth_name('u1')}", "link del cbr0"]),
+                            ("apply", None, ["netns del ks-a-u1"])]  # ks-a-gone holds no address of ours
     assert list(tmp_path.iterdir()) == []
 
 
 def test_teardown_of_an_adopted_bridge_removes_only_our_addresses():
     pods = [PodNetwork("ks-a-u1", [], "vethaaaaaaaaaaa")]
     adopted = record(created_bridge=False, added_addresses=["10.244.1.1/24"])
-    assert node_teardown_lines(adopted, pods, {"cbr0"}) == ["address del 10.244.1.1/24 dev cbr0"]
-    assert node_teardown_lines(record(), pods, {"cbr0", "vethaaaaaaaaaaa"}) == ["link del vethaaaaaaaaaaa", "link del cbr0"]
+    assert render(node_teardown_ops(adopted, pods, {"cbr0"})) == ["address del 10.244.1.1/24 dev cbr0"]
+    assert render(node_teardown_ops(record(), pods, {"cbr0", "vethaaaaaaaaaaa"})) == ["link del vethaaaaaaaaaaa", "link del cbr0"]
 
 
 def test_teardown_without_a_record_does_nothing(tmp_path):
-    assert drive(podnet._teardown(tmp_path, None), {}) == ([], [])
+    kernel = RecordingKernel()
+    assert podnet.teardown_sync(tmp_path, kernel) == [] and kernel.calls == []
     assert podnet.teardown_sync(Path(tmp_path)) == []
 
 
 def test_teardown_that_fails_keeps_the_state_for_another_try(tmp_path):
     (tmp_path / "podnet.json").write_text(json.dumps(record().__dict__))
     IPStore(tmp_path / "networks" / "cbr0").allocate("u1", ["10.244.1.0/24"], ["10.244.1.1"])
-    links = json.dumps([{"ifname": "cbr0"}])
-    _, errors = drive(podnet._teardown(tmp_path, here=None), {("ip", "netns", "list"): "ks-a-u1\n", ("ip", "-j", "link", "show"): links},
-                      {("ip", "-force", "-batch", "-"): "Cannot remove namespace file \"/run/netns/ks-a-u1\": Device or resource busy\n"})
-    assert errors == ['ip -force -batch -: Cannot remove namespace file "/run/netns/ks-a-u1": Device or resource busy'] * 2  # both batches
+    kernel = RecordingKernel(["ks-a-u1"], {None: {"cbr0"}}, refuse="Device or resource busy")
+    errors = podnet.teardown_sync(tmp_path, kernel)
+    assert errors == ["link del cbr0: Device or resource busy", "netns del ks-a-u1: Device or resource busy"]  # both plans tried
     assert (tmp_path / "podnet.json").exists() and (tmp_path / "networks" / "cbr0" / "10.244.1.2").exists()

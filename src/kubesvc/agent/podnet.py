@@ -42,10 +42,10 @@ Names are deterministic, so a restarted agent finds what it made: the Pod's name
 ``veth`` + 11 hex digits of sha256(uid) (15 characters, the kernel's limit). Every link is
 created in the agent's own namespace, the Pod's end born in the Pod's namespace
 (``link add vethX type veth peer name eth0 netns kubesvc-<uid>``); addresses and routes inside
-the Pod are set with ``ip -n``. The agent must share the host's *mount* namespace: a namespace
-named by ``ip netns add`` is a bind mount under /run/netns, and from inside ``ip netns exec``
-(a private mount namespace) that mount would stay invisible to everyone else; enter a node's
-namespace with ``nsenter --net=/run/netns/NODE`` or ``setns(2)`` instead.
+the Pod are set over a netlink socket opened inside it. The agent must share the host's *mount*
+namespace: a namespace named by ``ip netns add`` is a bind mount under /run/netns, and from inside
+``ip netns exec`` (a private mount namespace) that mount would stay invisible to everyone else;
+enter a node's namespace with ``nsenter --net=/run/netns/NODE`` or ``setns(2)`` instead.
 
 What lives under ``state_dir`` (so ``kubesvc down --data-dir`` can undo everything without
 knowing the podCIDR)::
@@ -56,11 +56,12 @@ knowing the podCIDR)::
     networks/<bridge>/<ip>      the uid of the Pod holding <ip> (host-local's layout)
     networks/<bridge>/last_reserved_ip.<n>   the last address handed out from podCIDR n
 
-Decisions are pure functions (names, :func:`next_free_ip`, bridge address plan, ``ip -batch``
-lines, sysctls); the I/O shell runs one ``ip -batch`` per namespace touched: :func:`add_pod` is
-two ``ip`` processes and :func:`remove_pod` one. Like a CNI runtime, the caller retries a
-failed :func:`add_pod` (it completes what exists) or calls :func:`remove_pod` (it deletes what
-exists).
+Decisions are pure functions (names, :func:`next_free_ip`, bridge address plan, the link,
+address and route operations, sysctls); the I/O shell hands each plan to ``kernel.links.apply``
+(rtnetlink through pyroute2, one socket per namespace touched, no process), writes sysctls through
+``kernel.sysctl`` and finds namespaces and their processes through ``kernel.netns``. Like a CNI
+runtime, the caller retries a failed :func:`add_pod` (it completes what exists) or calls
+:func:`remove_pod` (it deletes what exists).
 """
 
 from __future__ import annotations
@@ -71,15 +72,17 @@ import ipaddress
 import json
 import os
 import re
-import signal
-from collections.abc import Collection, Generator, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from kubesvc.kernel.exec import CommandResult, run, run_sync
+from kubesvc.kernel import links
+from kubesvc.kernel import netns as knetns
+from kubesvc.kernel.links import AddBridge, AddNetns, AddVeth, Address, DelAddress, DelLink, DelNetns, LinkInfo, Op, Route, SetHairpin, SetUp
+from kubesvc.kernel.sysctl import SysctlFailed, write_sysctl
 
 POD_IFNAME = "eth0"
-NETNS_RUN_DIR = Path("/run/netns")
 RECORD_FILE = "podnet.json"
 LAST_RESERVED = "last_reserved_ip"
 IFNAMSIZ = 15  # the kernel's limit on an interface name, without the NUL
@@ -248,27 +251,7 @@ def ips_of(pod_uid: str, allocations: Mapping[str, str], pod_cidrs: list[str]) -
 # the bridge: plan and kernel input
 
 
-@dataclass(frozen=True)
-class LinkState:
-    """A link as ``ip -j -d address show`` describes it: its kind and addresses (``a.b.c.d/len``)."""
-
-    kind: str | None
-    addresses: tuple[str, ...]
-
-
-def parse_link_json(text: str) -> LinkState | None:
-    """The first link of ``ip -j -d address show dev X`` output (None if there is none)."""
-    links = json.loads(text or "[]")
-    if not links:
-        return None
-    link = links[0]
-    kind = (link.get("linkinfo") or {}).get("info_kind")
-    addresses = tuple(f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info") or [] if a.get("family") in ("inet", "inet6")
-                      and not a["local"].startswith("fe80:"))
-    return LinkState(kind, addresses)
-
-
-def plan_bridge_addresses(bridge: str, existing: LinkState | None, wanted: list[str]) -> list[str]:
+def plan_bridge_addresses(bridge: str, existing: LinkInfo | None, wanted: list[str]) -> list[str]:
     """Which of ``wanted`` to add to the bridge. Mirrors the bridge plugin's ``ensureAddr``: an
     address already there is kept; any other IPv4 address, or an IPv6 address overlapping the
     wanted one, is a conflict (PodNetworkError), as is a link of that name that is no bridge."""
@@ -289,15 +272,15 @@ def plan_bridge_addresses(bridge: str, existing: LinkState | None, wanted: list[
     return missing
 
 
-def bridge_lines(bridge: str, mac: str, create: bool, addresses: list[str]) -> list[str]:
-    """``ip -batch`` input making the bridge (if ``create``), adding ``addresses``, setting it up."""
-    lines = [f"link add {bridge} address {mac} type bridge"] if create else []
-    lines += [f"address add {a} dev {bridge}" + (" nodad" if ":" in a else "") for a in addresses]
-    return lines + [f"link set {bridge} up"]
+def bridge_ops(bridge: str, mac: str, create: bool, addresses: list[str]) -> list[Op]:
+    """Making the bridge (if ``create``), adding ``addresses`` (IPv6 without DAD), setting it up."""
+    ops: list[Op] = [AddBridge(bridge, mac)] if create else []
+    ops += [Address(bridge, a) for a in addresses]
+    return ops + [SetUp(bridge)]
 
 
 def node_sysctls(bridge: str, versions: Collection[int]) -> dict[str, str]:
-    """The node's sysctls (paths under /proc/sys) for routing between Pods through itself."""
+    """The node's sysctls (``kernel.sysctl`` keys, ``net/ipv4/ip_forward``) for routing between Pods through itself."""
     settings = {"net/ipv4/ip_forward": "1"}
     for scope in ("all", "default", bridge):
         settings[f"net/ipv4/conf/{scope}/send_redirects"] = "0"
@@ -312,55 +295,40 @@ def node_sysctls(bridge: str, versions: Collection[int]) -> dict[str, str]:
 # a Pod: kernel input
 
 
-def node_side_lines(bridge: str, pod: PodNetwork, have_netns: bool, have_veth: bool) -> list[str]:
-    """``ip -batch`` input, run in the node's namespace: the Pod's namespace and veth (what is
-    missing of them) and the veth on the bridge, up. A veth left from a namespace deleted by
-    name (its processes keep the old one alive) is replaced."""
-    lines = []
+def node_side_ops(bridge: str, pod: PodNetwork, have_netns: bool, have_veth: bool) -> list[Op]:
+    """Run in the node's namespace: the Pod's namespace and veth (what is missing of them) and
+    the veth on the bridge, up. A veth left from a namespace deleted by name (its processes keep
+    the old one alive) is replaced."""
+    ops: list[Op] = []
     if have_veth and not have_netns:
-        lines.append(f"link del {pod.host_veth}")
+        ops.append(DelLink(pod.host_veth))
         have_veth = False
     if not have_netns:
-        lines.append(f"netns add {pod.netns}")
+        ops.append(AddNetns(pod.netns))
     if not have_veth:
-        lines.append(f"link add {pod.host_veth} type veth peer name {POD_IFNAME} netns {pod.netns}")
+        ops.append(AddVeth(pod.host_veth, POD_IFNAME, pod.netns))
     # hairpin mode (kubelet's hairpin-veth): with bridge netfilter on, a Pod's connection to a
     # Service that DNATs back to the Pod itself must leave through the port it came in by
-    return lines + [f"link set {pod.host_veth} master {bridge} up", f"link set {pod.host_veth} type bridge_slave hairpin on"]
+    return ops + [SetUp(pod.host_veth, master=bridge), SetHairpin(pod.host_veth)]
 
 
-def pod_side_lines(ips: list[str], gateways: list[str]) -> list[str]:
-    """``ip -batch`` input, run in the Pod's namespace: lo and eth0 up, each address as a host
-    address (/32, /128), the gateway on-link and the default route through it. ``replace``
-    everywhere, so running it again changes nothing."""
-    lines = ["link set lo up", f"link set {POD_IFNAME} up"]
+def pod_side_ops(ips: list[str], gateways: list[str]) -> list[Op]:
+    """Run in the Pod's namespace: lo and eth0 up, each address as a host address (/32, /128),
+    the gateway on-link and the default route through it. ``replace`` everywhere, so running it
+    again changes nothing."""
+    ops: list[Op] = [SetUp("lo"), SetUp(POD_IFNAME)]
     for ip, gw in zip(ips, gateways):
         v6 = ipaddress.ip_address(ip).version == 6
-        lines += [f"address replace {ip}/{128 if v6 else 32} dev {POD_IFNAME}" + (" nodad" if v6 else ""),
-                  f"route replace {gw} dev {POD_IFNAME}" + ("" if v6 else " scope link"),
-                  f"route replace {'::/0' if v6 else '0.0.0.0/0'} via {gw} dev {POD_IFNAME}"]
-    return lines
+        ops += [Address(POD_IFNAME, f"{ip}/{128 if v6 else 32}", replace=True),
+                Route(gw, POD_IFNAME, scope_link=not v6),
+                Route("::/0" if v6 else "0.0.0.0/0", POD_IFNAME, via=gw)]
+    return ops
 
 
-def pod_removal_lines(pod: PodNetwork, have_netns: bool, have_veth: bool) -> list[str]:
-    """``ip -batch`` input, run in the node's namespace, deleting what exists of a Pod's network
-    (the veth first: deleting it takes eth0 at once, whoever still holds the namespace)."""
-    return ([f"link del {pod.host_veth}"] if have_veth else []) + ([f"netns del {pod.netns}"] if have_netns else [])
-
-
-def parse_netns_list(text: str) -> list[str]:
-    """Names in ``ip netns list`` output (lines ``NAME`` or ``NAME (id: N)``)."""
-    return [line.split()[0] for line in text.splitlines() if line.strip()]
-
-
-def parse_proc_net_dev(text: str) -> set[str]:
-    """Interface names in /proc/<pid>/net/dev (two header lines, then ``name: counters``)."""
-    return {line.split(":", 1)[0].strip() for line in text.splitlines()[2:] if ":" in line}
-
-
-def parse_link_names(text: str) -> set[str]:
-    """Interface names in ``ip -j link show`` output."""
-    return {link["ifname"] for link in json.loads(text or "[]")}
+def pod_removal_ops(pod: PodNetwork, have_netns: bool, have_veth: bool) -> list[Op]:
+    """Run in the node's namespace, deleting what exists of a Pod's network (the veth first:
+    deleting it takes eth0 at once, whoever still holds the namespace)."""
+    return ([DelLink(pod.host_veth)] if have_veth else []) + ([DelNetns(pod.netns)] if have_netns else [])
 
 
 def pods_from_state(netns_prefix: str, pod_cidrs: list[str], allocations: Mapping[str, str]) -> dict[str, PodNetwork]:
@@ -467,7 +435,7 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def next_record(net: NodeNetwork, previous: NodeRecord | None, existing: LinkState | None, adding: list[str],
+def next_record(net: NodeNetwork, previous: NodeRecord | None, existing: LinkInfo | None, adding: list[str],
                 node_netns: str | None) -> NodeRecord:
     """The record after ensuring ``net``: a bridge we created earlier stays ours (a restarted
     agent finds it existing), as do addresses we added to someone else's bridge."""
@@ -480,43 +448,38 @@ def next_record(net: NodeNetwork, previous: NodeRecord | None, existing: LinkSta
 
 
 # ---------------------------------------------------------------------------------------------
-# the shell: where we are, what exists here
-
-
-def current_netns_name(run_dir: Path = NETNS_RUN_DIR) -> str | None:
-    """The name (under /run/netns) of the calling thread's network namespace, if it has one."""
-    me = os.stat("/proc/thread-self/ns/net")
-    if run_dir.is_dir():
-        for entry in sorted(run_dir.iterdir()):
-            with contextlib.suppress(OSError):
-                st = entry.stat()
-                if (st.st_dev, st.st_ino) == (me.st_dev, me.st_ino):
-                    return entry.name
-    return None
-
-
-def _netns_exists(name: str) -> bool:
-    return (NETNS_RUN_DIR / name).exists()
-
-
-def _links_here() -> set[str]:
-    """Interfaces of the calling thread's network namespace (no process spawned)."""
-    return parse_proc_net_dev(Path("/proc/thread-self/net/dev").read_text())
+# the shell: what exists here, the kernel's door
 
 
 def _write_sysctls(settings: Mapping[str, str]) -> None:
     for key, value in settings.items():
         try:
-            Path("/proc/sys", key).write_text(value)
-        except OSError as err:
-            raise PodNetworkError(f"sysctl {key.replace('/', '.')}={value}: {err.strerror}") from err
+            write_sysctl(key, value)
+        except SysctlFailed as err:
+            raise PodNetworkError(f"sysctl {key.replace('/', '.')}={value}: {err.stderr}") from err
 
 
-async def _ip_batch(lines: list[str], netns: str | None = None) -> None:
-    """One ``ip -batch`` here, or in ``netns`` (``ip -n``: for links, addresses and routes only;
-    ``ip -n`` runs in a private mount namespace, where ``netns add``/``del`` would not be seen)."""
-    if lines:
-        await run(["ip", *(["-n", netns] if netns else []), "-batch", "-"], "\n".join(lines) + "\n")
+class TeardownKernel(Protocol):
+    """What teardown asks of the kernel (a fake in tests)."""
+
+    def netns_names(self) -> list[str]: ...
+    def current_netns(self) -> str | None: ...
+    def kill_all_in(self, netns: str) -> object: ...
+    def link_names(self, netns: str | None) -> set[str]: ...
+    def apply(self, ops: Sequence[Op], netns: str | None) -> list[str]: ...
+
+
+class HostKernel:
+    """The real kernel: ``kernel.netns`` and ``kernel.links`` (every plan forced, as ``ip -force -batch``)."""
+
+    netns_names = staticmethod(knetns.names)
+    current_netns = staticmethod(knetns.current_name)
+    kill_all_in = staticmethod(knetns.kill_all_in)
+    link_names = staticmethod(links.link_names)
+
+    @staticmethod
+    def apply(ops: Sequence[Op], netns: str | None) -> list[str]:
+        return links.apply(ops, netns, force=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -526,45 +489,41 @@ async def _ip_batch(lines: list[str], netns: str | None = None) -> None:
 async def ensure_node_network(net: NodeNetwork) -> None:
     """The bridge with its gateway addresses (created, or adopted if it exists), up, and the
     node's sysctls. Records what is ours in ``state_dir`` before touching the kernel."""
-    shown = await run(["ip", "-j", "-d", "address", "show", "dev", net.bridge], check=False)
-    existing = parse_link_json(shown.stdout) if shown.returncode == 0 else None
+    existing = await links.link_info_async(net.bridge)
     adding = plan_bridge_addresses(net.bridge, existing, net.bridge_addresses)
-    record = next_record(net, read_record(net.state_dir), existing, adding, current_netns_name())
+    record = next_record(net, read_record(net.state_dir), existing, adding, knetns.current_name())
     net.state_dir.mkdir(parents=True, exist_ok=True)
     _write_atomically(net.state_dir / RECORD_FILE, json.dumps(asdict(record), indent=1) + "\n")
-    await _ip_batch(bridge_lines(net.bridge, bridge_mac(net.bridge, net.pod_cidrs), existing is None, adding))
+    await links.apply_async(bridge_ops(net.bridge, bridge_mac(net.bridge, net.pod_cidrs), existing is None, adding))
     _write_sysctls(node_sysctls(net.bridge, {ipaddress.ip_network(c).version for c in net.pod_cidrs}))
 
 
 async def add_pod(net: NodeNetwork, pod_uid: str) -> PodNetwork:
     """The Pod's namespace, veth, addresses and routes; what exists already (after an agent
     restart) is reused, so calling it again returns the same PodNetwork. Raises RangeExhausted
-    when the podCIDR is full, CommandFailed when ``ip`` refuses."""
+    when the podCIDR is full, ``LinkFailed`` (a CommandFailed) when the kernel refuses."""
     pod = net.pod(pod_uid)
     pod.ips = IPStore(net.ipam_dir).allocate(pod_uid, net.pod_cidrs, net.gateways)
-    await _ip_batch(node_side_lines(net.bridge, pod, _netns_exists(pod.netns), pod.host_veth in _links_here()))
+    here = await links.link_names_async()
+    await links.apply_async(node_side_ops(net.bridge, pod, knetns.exists(pod.netns), pod.host_veth in here))
     _write_sysctls({f"net/ipv4/conf/{pod.host_veth}/send_redirects": "0"})
-    await _ip_batch(pod_side_lines(pod.ips, net.gateways), netns=pod.netns)
+    await links.apply_async(pod_side_ops(pod.ips, net.gateways), netns=pod.netns)
     return pod
 
 
 async def kill_processes_in(netns: str) -> None:
     """SIGKILL every process inside network namespace ``netns`` (``ip netns pids``)."""
-    result = await run(["ip", "netns", "pids", netns], check=False)
-    for pid in result.stdout.split():
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
+    knetns.kill_all_in(netns)
 
 
 async def remove_pod(net: NodeNetwork, pod_uid: str) -> None:
     """Kill what still runs in the Pod's namespace (it would otherwise live on in an anonymous
     namespace nothing can find), delete its veth and namespace, release its addresses. Idempotent."""
     pod = net.pod(pod_uid)
-    if _netns_exists(pod.netns):
-        await kill_processes_in(pod.netns)
-    await _ip_batch(pod_removal_lines(pod, _netns_exists(pod.netns), pod.host_veth in _links_here()))
+    if knetns.exists(pod.netns):
+        knetns.kill_all_in(pod.netns)
+    here = await links.link_names_async()
+    await links.apply_async(pod_removal_ops(pod, knetns.exists(pod.netns), pod.host_veth in here))
     store = IPStore(net.ipam_dir)
     store.release(ips_of(pod_uid, store.allocations(), net.pod_cidrs))
 
@@ -576,82 +535,54 @@ def existing_pods(net: NodeNetwork) -> dict[str, PodNetwork]:
 
 
 async def teardown_node_network(net: NodeNetwork) -> list[str]:
-    """Undo everything recorded in ``net.state_dir`` (see :func:`teardown_sync`)."""
-    steps, result = _teardown(net.state_dir, current_netns_name()), None
-    while True:
-        try:
-            argv, text = steps.send(result)
-        except StopIteration as done:
-            return done.value
-        result = await run(argv, text, check=False)
+    """Undo everything recorded in ``net.state_dir`` (see :func:`teardown_sync`), from a thread
+    in the event loop thread's namespace."""
+    return await knetns.on_thread_async(None, teardown_sync, net.state_dir)
 
 
-def teardown_sync(state_dir: Path) -> list[str]:
+def teardown_sync(state_dir: Path, kernel: TeardownKernel = HostKernel()) -> list[str]:
     """Undo everything recorded in ``state_dir``, from any namespace (``kubesvc down``): kill
-    what runs in each Pod namespace (``ip netns pids``, SIGKILL), delete every veth, each Pod
-    namespace, the bridge if we created it (else the addresses we added), then the state files
-    (kept if anything failed, so it can run again). Returns the errors (empty: clean)."""
-    steps, result = _teardown(Path(state_dir), current_netns_name()), None
-    while True:
-        try:
-            argv, text = steps.send(result)
-        except StopIteration as done:
-            return done.value
-        result = run_sync(argv, text, check=False)
-
-
-Step = tuple[list[str], "str | None"]  # a command for the driver: argv and its stdin
-
-
-def _teardown(state_dir: Path, here: str | None) -> Generator[Step, CommandResult, list[str]]:
-    """Teardown as commands to run, each sent back its result (sans-I/O), so one body serves
-    the asyncio and the blocking caller. ``here``: the caller's namespace name."""
+    what runs in each Pod namespace (SIGKILL), delete every veth, each Pod namespace, the bridge
+    if we created it (else the addresses we added), then the state files (kept if anything
+    failed, so it can run again). Every deletion is tried even when one fails. Returns the
+    errors (empty: clean)."""
+    state_dir = Path(state_dir)
     record = read_record(state_dir)
     if record is None:
         return []
-    netns_names = parse_netns_list((yield ["ip", "netns", "list"], None).stdout)
+    here = kernel.current_netns()
+    netns_names = kernel.netns_names()
     allocations = IPStore(ipam_dir(state_dir, record.bridge)).allocations()
     pods = list(pods_from_state(record.netns_prefix, record.pod_cidrs, allocations).values())
     live = [pod.netns for pod in pods if pod.netns in netns_names]
     for name in live:
         for _ in range(2):  # once more for anything forked meanwhile
-            for pid in (yield ["ip", "netns", "pids", name], None).stdout.split():
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(pid), signal.SIGKILL)
-    errors = []
+            kernel.kill_all_in(name)
+    errors: list[str] = []
     elsewhere = record.node_netns if record.node_netns and record.node_netns != here else None
     if elsewhere is None or elsewhere in netns_names:  # a vanished node namespace took its links along
-        ip = ["ip", "-n", elsewhere] if elsewhere else ["ip"]
-        shown = yield [*ip, "-j", "link", "show"], None
-        errors += _failures(shown)
-        if not errors:
-            errors += yield from _batch(ip, node_teardown_lines(record, pods, parse_link_names(shown.stdout)))
-    errors += yield from _batch(["ip"], [f"netns del {name}" for name in live])  # never under -n (see _ip_batch)
+        try:
+            found = kernel.link_names(elsewhere)
+        except Exception as err:  # noqa: BLE001 - reported; the namespaces are still removed
+            errors.append(f"listing the links of {elsewhere or 'this namespace'}: {err}")
+        else:
+            errors += _forced(kernel, node_teardown_ops(record, pods, found), elsewhere)
+    errors += _forced(kernel, [DelNetns(name) for name in live], None)
     return errors or _remove_state(state_dir, record.bridge)  # on errors the state stays, for another try
 
 
-def _batch(ip: list[str], lines: list[str]) -> Generator[Step, CommandResult, list[str]]:
-    """One ``ip -force -batch`` (every line tried); its failures."""
-    if not lines:
-        return []
-    return _failures((yield [*ip, "-force", "-batch", "-"], "".join(f"{line}\n" for line in lines)))
+def _forced(kernel: TeardownKernel, ops: list[Op], netns: str | None) -> list[str]:
+    """Every one of ``ops`` tried (``ip -force -batch``); the failures."""
+    return kernel.apply(ops, netns) if ops else []
 
 
-def node_teardown_lines(record: NodeRecord, pods: Iterable[PodNetwork], links: set[str]) -> list[str]:
-    """``ip -batch`` input deleting, of what exists, every Pod's veth and the bridge if we
-    created it (else the addresses we added to it)."""
-    lines = [f"link del {pod.host_veth}" for pod in pods if pod.host_veth in links]
-    if record.bridge in links:
-        lines += [f"link del {record.bridge}"] if record.created_bridge else [f"address del {a} dev {record.bridge}"
-                                                                             for a in record.added_addresses]
-    return lines
-
-
-def _failures(result: CommandResult) -> list[str]:
-    if result.returncode == 0:
-        return []
-    return [f"{' '.join(result.argv)}: {line.strip()}" for line in result.stderr.splitlines() if line.strip()] or \
-        [f"{' '.join(result.argv)} exited {result.returncode}"]
+def node_teardown_ops(record: NodeRecord, pods: Iterable[PodNetwork], found: set[str]) -> list[Op]:
+    """Deleting, of what exists (``found``: the link names), every Pod's veth and the bridge if
+    we created it (else the addresses we added to it)."""
+    ops: list[Op] = [DelLink(pod.host_veth) for pod in pods if pod.host_veth in found]
+    if record.bridge in found:
+        ops += [DelLink(record.bridge)] if record.created_bridge else [DelAddress(record.bridge, a) for a in record.added_addresses]
+    return ops
 
 
 def _remove_state(state_dir: Path, bridge: str) -> list[str]:

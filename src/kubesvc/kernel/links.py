@@ -1,0 +1,363 @@
+"""Links, addresses and routes through rtnetlink (pyroute2), not ``ip`` processes.
+
+The node's Pod network (``agent/podnet.py``) and ``kubesvc up``'s Service-range route need what
+iproute2 gives a CNI plugin: a bridge with a fixed MAC, veth pairs whose far end is born in
+another namespace, addresses (IPv6 ones ``nodad``), on-link and default routes, a bridge port's
+hairpin mode, deletions, and named namespaces. Callers decide *what* to change as a list of
+operations (the frozen dataclasses below, pure values); :func:`apply` carries them out with one
+netlink socket, in order, as ``ip -batch`` did. Each operation prints as the ``ip -batch`` line
+that would do the same (``link add veth1 type veth peer name eth0 netns kubesvc-u1``), which is
+what messages and tests show.
+
+A plan runs on a fresh thread inside the namespace it targets (``netns=NAME``), or inside the
+*calling thread's* namespace (None), never in whatever namespace another thread of the process is
+in (:func:`kubesvc.kernel.netns.on_thread`); the socket is opened there and keeps that namespace.
+pyroute2's blocking API drives an asyncio loop of its own, which cannot run on a thread whose loop
+is running, and a loop of the default policy would be uvloop's under ``kubesvc up``, which cannot
+open a netlink socket: each socket gets a plain selector loop. Namespaces themselves
+(``netns add``/``del``) are files under /run/netns, whatever namespace the thread is in
+(:mod:`kubesvc.kernel.netns`).
+
+``apply`` stops at the first refusal and raises :class:`LinkFailed` (a ``CommandFailed`` whose
+argv is ``("netlink", <the operation>)``, code the errno, output the kernel's message); with
+``force=True`` it tries every operation and returns the failures, as ``ip -force -batch``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno as errno_
+import ipaddress
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kubesvc.kernel import netns as knetns
+from kubesvc.kernel.exec import CommandFailed
+
+IFA_F_NODAD = 0x02
+RT_SCOPE_LINK = 253
+RTPROT_BOOT = 3  # what ``ip route add`` sets unless told otherwise (and does not print)
+
+
+class LinkFailed(CommandFailed):
+    """The kernel refused one operation: ``argv`` is ``("netlink", <operation>)``, ``returncode``
+    the errno, ``stderr`` the kernel's message; ``netns`` where it ran (None: the caller's)."""
+
+    def __init__(self, op: "Op | str", code: int, message: str, netns: str | None = None):
+        self.op, self.netns = op, netns
+        super().__init__(("netlink", str(op)), code, "", message, str(op))
+        where = f" (netns {netns})" if netns else ""
+        self.args = (f"{op}{where}: {message}",)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def _failure(op: "Op", err: BaseException, netns: str | None) -> LinkFailed:
+    code = getattr(err, "code", None) or getattr(err, "errno", None) or errno_.EIO
+    message = getattr(err, "strerror", None) or (os.strerror(code) if code in errno_.errorcode else str(err))
+    return LinkFailed(op, code, message, netns)
+
+
+class _Ipr(Protocol):  # the part of pyroute2's IPRoute the operations use
+    def link(self, command: str, **kwargs: Any) -> Any: ...
+    def addr(self, command: str, **kwargs: Any) -> Any: ...
+    def route(self, command: str, **kwargs: Any) -> Any: ...
+    def link_lookup(self, **kwargs: Any) -> list[int]: ...
+
+
+def _index(ipr: _Ipr, name: str) -> int:
+    found = ipr.link_lookup(ifname=name)
+    if not found:
+        raise OSError(errno_.ENODEV, f"Cannot find device \"{name}\"")
+    return found[0]
+
+
+def _is_v6(address: str) -> bool:
+    return ":" in address
+
+
+# ---------------------------------------------------------------------------------------------
+# operations: values, each printing as its ip -batch line
+
+
+@dataclass(frozen=True)
+class AddNetns:
+    name: str
+
+    def __str__(self) -> str:
+        return f"netns add {self.name}"
+
+    def run(self, ipr: _Ipr) -> None:
+        knetns.create(self.name)
+
+
+@dataclass(frozen=True)
+class DelNetns:
+    name: str
+
+    def __str__(self) -> str:
+        return f"netns del {self.name}"
+
+    def run(self, ipr: _Ipr) -> None:
+        knetns.remove(self.name)
+
+
+@dataclass(frozen=True)
+class AddBridge:
+    name: str
+    mac: str
+
+    def __str__(self) -> str:
+        return f"link add {self.name} address {self.mac} type bridge"
+
+    def run(self, ipr: _Ipr) -> None:
+        ipr.link("add", ifname=self.name, kind="bridge", address=self.mac)
+
+
+@dataclass(frozen=True)
+class AddVeth:
+    """A veth pair: ``name`` here, ``peer`` born inside namespace ``peer_netns``."""
+
+    name: str
+    peer: str
+    peer_netns: str
+
+    def __str__(self) -> str:
+        return f"link add {self.name} type veth peer name {self.peer} netns {self.peer_netns}"
+
+    def run(self, ipr: _Ipr) -> None:
+        ipr.link("add", ifname=self.name, kind="veth", peer={"ifname": self.peer, "net_ns_fd": knetns.netns_path(self.peer_netns)})
+
+
+@dataclass(frozen=True)
+class DelLink:
+    name: str
+
+    def __str__(self) -> str:
+        return f"link del {self.name}"
+
+    def run(self, ipr: _Ipr) -> None:
+        ipr.link("del", index=_index(ipr, self.name))
+
+
+@dataclass(frozen=True)
+class SetUp:
+    """Link ``name`` up, made a port of bridge ``master`` first if one is given."""
+
+    name: str
+    master: str | None = None
+
+    def __str__(self) -> str:
+        return f"link set {self.name}" + (f" master {self.master}" if self.master else "") + " up"
+
+    def run(self, ipr: _Ipr) -> None:
+        extra = {"master": _index(ipr, self.master)} if self.master else {}
+        ipr.link("set", index=_index(ipr, self.name), state="up", **extra)
+
+
+@dataclass(frozen=True)
+class SetHairpin:
+    """Hairpin mode on bridge port ``name`` (``IFLA_BRPORT_MODE``)."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return f"link set {self.name} type bridge_slave hairpin on"
+
+    def run(self, ipr: _Ipr) -> None:
+        ipr.link("set", index=_index(ipr, self.name), kind="bridge_slave", mode=1)
+
+
+@dataclass(frozen=True)
+class Address:
+    """``cidr`` on ``dev``: added (EEXIST if there), or ``replace``d; IPv6 without DAD."""
+
+    dev: str
+    cidr: str
+    replace: bool = False
+
+    def __str__(self) -> str:
+        return f"address {'replace' if self.replace else 'add'} {self.cidr} dev {self.dev}" + (" nodad" if _is_v6(self.cidr) else "")
+
+    def run(self, ipr: _Ipr) -> None:
+        iface = ipaddress.ip_interface(self.cidr)
+        flags = {"flags": IFA_F_NODAD} if iface.version == 6 else {}
+        ipr.addr("replace" if self.replace else "add", index=_index(ipr, self.dev), address=str(iface.ip),
+                 prefixlen=iface.network.prefixlen, **flags)
+
+
+@dataclass(frozen=True)
+class DelAddress:
+    dev: str
+    cidr: str
+
+    def __str__(self) -> str:
+        return f"address del {self.cidr} dev {self.dev}"
+
+    def run(self, ipr: _Ipr) -> None:
+        iface = ipaddress.ip_interface(self.cidr)
+        ipr.addr("del", index=_index(ipr, self.dev), address=str(iface.ip), prefixlen=iface.network.prefixlen)
+
+
+@dataclass(frozen=True)
+class Route:
+    """A route to ``dst`` (an address or CIDR; ``0.0.0.0/0``, ``::/0`` the default) out of
+    ``dev``, through ``via`` if given; ``scope_link`` for an on-link IPv4 host route. ``replace``
+    (the default) is idempotent; otherwise ``add`` (EEXIST if there)."""
+
+    dst: str
+    dev: str
+    via: str | None = None
+    scope_link: bool = False
+    replace: bool = True
+
+    def __str__(self) -> str:
+        return (f"route {'replace' if self.replace else 'add'} {self.dst}" + (f" via {self.via}" if self.via else "")
+                + f" dev {self.dev}" + (" scope link" if self.scope_link else ""))
+
+    def run(self, ipr: _Ipr) -> None:
+        network = ipaddress.ip_network(self.dst)
+        extra: dict[str, Any] = {"gateway": self.via} if self.via else {}
+        if self.scope_link:
+            extra["scope"] = RT_SCOPE_LINK
+        ipr.route("replace" if self.replace else "add", dst=str(network), oif=_index(ipr, self.dev), proto=RTPROT_BOOT, **extra)
+
+
+@dataclass(frozen=True)
+class DelRoute:
+    dst: str
+
+    def __str__(self) -> str:
+        return f"route del {self.dst}"
+
+    def run(self, ipr: _Ipr) -> None:
+        ipr.route("del", dst=str(ipaddress.ip_network(self.dst)))
+
+
+Op = AddNetns | DelNetns | AddBridge | AddVeth | DelLink | SetUp | SetHairpin | Address | DelAddress | Route | DelRoute
+
+
+def render(ops: Iterable[Op]) -> list[str]:
+    """The ``ip -batch`` lines doing what ``ops`` do."""
+    return [str(op) for op in ops]
+
+
+# ---------------------------------------------------------------------------------------------
+# running them
+
+
+def _open_iproute():
+    from pyroute2 import IPRoute
+
+    return IPRoute(use_event_loop=asyncio.SelectorEventLoop())
+
+
+def _apply_here(ops: Sequence[Op], netns: str | None, force: bool) -> list[str]:
+    errors: list[str] = []
+    ipr = None
+    try:
+        for op in ops:
+            try:
+                if ipr is None and not isinstance(op, (AddNetns, DelNetns)):
+                    ipr = _open_iproute()
+                op.run(ipr)
+            except Exception as err:  # noqa: BLE001 - pyroute2's and the OS's refusals, translated once here
+                failure = err if isinstance(err, LinkFailed) else _failure(op, err, netns)
+                if not force:
+                    raise failure from err
+                errors.append(str(failure))
+    finally:
+        if ipr is not None:
+            ipr.close()
+    return errors
+
+
+def apply(ops: Sequence[Op], netns: str | None = None, *, force: bool = False) -> list[str]:
+    """Carry out ``ops`` in order inside ``netns`` (None: the calling thread's namespace).
+    Raises :class:`LinkFailed` at the first refusal, or with ``force`` returns every failure."""
+    if not ops:
+        return []
+    return knetns.on_thread(netns, _apply_here, list(ops), netns, force)
+
+
+async def apply_async(ops: Sequence[Op], netns: str | None = None, *, force: bool = False) -> list[str]:
+    """``apply`` without blocking the event loop (None: the loop thread's namespace)."""
+    if not ops:
+        return []
+    return await knetns.on_thread_async(netns, _apply_here, list(ops), netns, force)
+
+
+# ---------------------------------------------------------------------------------------------
+# what exists
+
+
+@dataclass(frozen=True)
+class LinkInfo:
+    """A link's kind (``bridge``, ``veth``; None for a plain device) and its addresses
+    (``a.b.c.d/len``, IPv6 link-local ones left out)."""
+
+    kind: str | None
+    addresses: tuple[str, ...]
+
+
+def parse_link_info(link: Any, addresses: Iterable[Any]) -> LinkInfo:
+    """A ``LinkInfo`` from pyroute2's ``ifinfmsg`` and the ``ifaddrmsg`` of that link (or dicts
+    with the same keys: ``IFLA_LINKINFO``/``IFLA_INFO_KIND``, ``family``, ``prefixlen``,
+    ``IFA_LOCAL``/``IFA_ADDRESS``)."""
+    info = link.get("IFLA_LINKINFO")
+    kind = info.get("IFLA_INFO_KIND") if info else None
+    found = []
+    for msg in addresses:
+        local = msg.get("IFA_LOCAL") or msg.get("IFA_ADDRESS")
+        if local and not local.lower().startswith("fe80:"):
+            found.append(f"{local}/{msg['prefixlen']}")
+    return LinkInfo(kind, tuple(found))
+
+
+def _link_info(name: str) -> LinkInfo | None:
+    with _open_iproute() as ipr:
+        found = ipr.link_lookup(ifname=name)
+        if not found:
+            return None
+        return parse_link_info(ipr.get_links(found[0])[0], ipr.get_addr(index=found[0]))
+
+
+def _link_names() -> set[str]:
+    with _open_iproute() as ipr:
+        return {link.get("IFLA_IFNAME") for link in ipr.get_links()}
+
+
+def link_info(name: str, netns: str | None = None) -> LinkInfo | None:
+    """Link ``name``'s kind and addresses, None if there is no such link."""
+    return knetns.on_thread(netns, _link_info, name)
+
+
+async def link_info_async(name: str, netns: str | None = None) -> LinkInfo | None:
+    return await knetns.on_thread_async(netns, _link_info, name)
+
+
+def link_names(netns: str | None = None) -> set[str]:
+    """The names of every link (``ip link show``)."""
+    return knetns.on_thread(netns, _link_names)
+
+
+async def link_names_async(netns: str | None = None) -> set[str]:
+    return await knetns.on_thread_async(netns, _link_names)
+
+
+def _routable(ip: str) -> bool:
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    with _open_iproute() as ipr:
+        try:
+            return bool(ipr.route("get", dst=ip))
+        except NetlinkError:
+            return False
+
+
+def routable(ip: str, netns: str | None = None) -> bool:
+    """Whether there is a route to ``ip`` (``ip route get`` succeeds)."""
+    return knetns.on_thread(netns, _routable, ip)
