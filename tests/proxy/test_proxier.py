@@ -1,14 +1,16 @@
 """The shared proxier: what each sync hands the mode, and what it does after.
 
-A recording backend stands in for the kernel mode (the kernel modes have their own tests and
+A recording mode stands in for the kernel mode (the kernel modes have their own tests and
 the data-plane tests in tests/kernel run the whole chain)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from kubesvc.proxy import proxier as proxier_module
-from kubesvc.proxy.backend import ProxyOptions, SyncFailed, SyncRequest, SyncResult
+from kubesvc.proxy.backend import KernelPlan, Mode, ProxyOptions, SyncFailed, SyncRequest
 from kubesvc.proxy.healthcheck import ProxyHealthServer
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.proxier import Proxier
@@ -16,25 +18,37 @@ from kubesvc.proxy.types import ServicePortName
 from kubesvc.util.clock import FakeClock
 
 
-class RecordingBackend:
+class RecordingBackend(Mode[int]):
+    """Its state counts the syncs the kernel accepted."""
+
     mode = "recording"
+    failure_metric = "iptables_restore_failures"
+    partial_failure_metric = "iptables_partial_restore_failures"
+    cleanup_failure_metric = "nftables_cleanup_failures"
 
     def __init__(self):
+        super().__init__(ProxyOptions(node_name="node-a"))
         self.requests: list[SyncRequest] = []
         self.fail_next = False
+        self.fail_tidy = False
 
-    async def sync(self, request: SyncRequest) -> SyncResult:
+    def initial_state(self) -> int:
+        return 0
+
+    async def tidy(self, state: int) -> int:
+        if self.fail_tidy:
+            self.fail_tidy = False
+            raise OSError("stale chains in use")
+        return state
+
+    def plan(self, request: SyncRequest, previous: int, observed) -> KernelPlan[int]:
         self.requests.append(request)
+        return KernelPlan(kernel_input=request, next_state=previous + 1)
+
+    async def apply(self, plan: KernelPlan[int]) -> None:
         if self.fail_next:
             self.fail_next = False
             raise SyncFailed("kernel said no")
-        return SyncResult(full=request.full)
-
-    async def start(self, request_full_sync) -> None:
-        pass
-
-    async def stop(self) -> None:
-        pass
 
 
 def service(name: str, ip: str, protocol: str = "TCP") -> dict:
@@ -116,8 +130,38 @@ async def test_a_failed_sync_makes_the_next_one_full():
     with pytest.raises(SyncFailed):
         await proxier.sync_proxy_rules()
     assert not backend.requests[-1].full
+    assert proxier.state == 1  # the failed plan's state was not committed
+    assert metric(proxier, "kubeproxy_sync_proxy_rules_iptables_restore_failures_total", ip_family="IPv4") == 1
+    assert metric(proxier, "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total", ip_family="IPv4") == 1
     await proxier.sync_proxy_rules()
     assert backend.requests[-1].full
+    assert proxier.state == 2
+
+
+async def test_a_failed_housekeeping_makes_this_sync_full_and_counts_the_cleanup_failure():
+    backend = RecordingBackend()
+    proxier = new_proxier(backend)
+    proxier.on_services_synced()
+    proxier.on_endpoint_slices_synced()
+    await proxier.sync_proxy_rules()
+    backend.fail_tidy = True
+    await proxier.sync_proxy_rules()
+    assert backend.requests[-1].full
+    assert metric(proxier, "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total", ip_family="IPv4") == 1
+    assert metric(proxier, "kubeproxy_sync_proxy_rules_iptables_restore_failures_total", ip_family="IPv4") == 0
+
+
+@pytest.mark.parametrize("change", [{"nodeport_ips": ("10.0.0.1",)}, {"node_ip": "10.0.0.1"},
+                                    {"service_cidrs": ("10.96.0.0/16",)}, {"node_labels": {"topology.kubernetes.io/zone": "z1"}}],
+                         ids=["nodeport_ips", "node_ip", "service_cidrs", "node_labels"])
+async def test_a_change_of_an_input_that_shapes_the_fixed_rules_makes_the_sync_full(change):
+    backend = RecordingBackend()
+    proxier = new_proxier(backend)
+    request = SyncRequest(full=False, service_ports={}, endpoints={})
+    assert (await proxier.run_sync(request)).full  # the first
+    assert not (await proxier.run_sync(request)).full
+    assert (await proxier.run_sync(dataclasses.replace(request, **change))).full
+    assert not (await proxier.run_sync(dataclasses.replace(request, **change))).full
 
 
 async def test_request_full_sync_and_topology_label_changes_force_full():

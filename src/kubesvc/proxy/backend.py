@@ -1,22 +1,35 @@
 """The contract between the shared proxier (``proxy/proxier.py``) and one kernel mode.
 
-The shared proxier owns everything every mode has in common (change trackers, the
-EndpointSliceCache, the bounded-frequency runner, health, metrics of changes and timings,
-conntrack cleanup, the decision full-or-partial). Once per sync it hands the mode one
-``SyncRequest``: the whole desired state plus which Services changed since the last
-successful sync. The mode turns it into one kernel transaction (pure ``rules.py``), applies it
-(thin ``proxier.py``) and answers with a ``SyncResult``, or raises ``SyncFailed`` after
-counting its own failure metric. A failed sync makes the next request full.
+The shared proxier is the skeleton every mode runs in (upstream ``syncProxyRules`` minus the
+mode-specific middle): change trackers, the EndpointSliceCache, the bounded-frequency runner,
+health, conntrack cleanup, and the one decision full-or-partial. Once per sync it builds one
+``SyncRequest`` (the whole desired state plus which Services changed since the last successful
+sync) and drives the mode through four steps:
+
+1. ``tidy(state)``: kernel housekeeping left over from earlier syncs (nftables deletes
+   chains that went stale a second ago); a failure there makes this sync full, as upstream;
+2. ``observe(request, state)``: read what the plan needs from the kernel and make sure the
+   fixed hooks exist (nftables lists its table on a full sync; iptables lists the nat chains
+   and, on a full sync, ensures the jumps from the built-in chains);
+3. ``plan(request, previous, observed) -> KernelPlan``: pure; the kernel input and the
+   ``next_state`` the mode is in once the kernel accepted it;
+4. ``apply(plan)``: one kernel call (or the short fixed sequence IPVS needs).
+
+Only after ``apply`` returns does the proxier commit ``plan.next_state``: a failed sync leaves
+the previous state as it was, and the next sync is full. Failure metrics (``failure_metric``,
+and ``partial_failure_metric`` for a failed partial sync), the ``SyncResult``, the gauges of
+what was written, and starting/stopping the mode's background tasks are the proxier's; a mode
+names its counters and gauges, it never touches ``ProxyMetrics``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Generic, TypeVar
 
 from kubesvc.proxy.localdetector import NO_OP_DETECTOR, LocalDetector
-from kubesvc.proxy.types import IPV4, EndpointsMap, ServicePortMap
+from kubesvc.proxy.types import FAMILY_NAMES, IPV4, EndpointsMap, ServicePortMap
 
 
 @dataclass(frozen=True)
@@ -74,13 +87,64 @@ class SyncFailed(Exception):
     """The kernel rejected the transaction (or a tool failed); retry with a full sync."""
 
 
-class Backend(Protocol):
-    mode: str
+S = TypeVar("S")
 
-    async def sync(self, request: SyncRequest) -> SyncResult: ...
 
-    async def start(self, request_full_sync: Callable[[], None]) -> None:
-        """Start background checks (iptables canary chains); call ``request_full_sync`` when
-        someone else changed the kernel state."""
+@dataclass
+class KernelPlan(Generic[S]):
+    """One sync's kernel input and the state the mode is in once the kernel accepted it."""
 
-    async def stop(self) -> None: ...
+    kernel_input: Any
+    next_state: S
+    no_local_internal: int = 0
+    no_local_external: int = 0
+    # What is sent (``Mode.written_gauge``): iptables rules per table, nftables chains/rules/elements.
+    written: dict[str, int] = field(default_factory=dict)
+    # What the mode owns in the kernel after it (``Mode.total_gauge``), same keys.
+    totals: dict[str, int] = field(default_factory=dict)
+
+
+class Mode(Generic[S]):
+    """One kernel mode for one IP family (see the module docstring for the four steps).
+
+    The defaults do nothing, so a mode overrides only the steps it has."""
+
+    mode = ""
+    # ``ProxyMetrics`` attributes: counters (labelled by family) of failed syncs, and gauges
+    # (labelled by the ``written``/``totals`` key and family) of what a sync wrote and owns.
+    failure_metric = ""
+    partial_failure_metric = ""
+    cleanup_failure_metric = ""
+    written_gauge = ""
+    total_gauge = ""
+
+    def __init__(self, options: ProxyOptions):
+        self.options = options
+        self.family = options.family
+        self.family_name = FAMILY_NAMES[options.family]
+
+    def initial_state(self) -> S:
+        return None  # type: ignore[return-value]
+
+    async def tidy(self, state: S) -> S:
+        """Housekeeping before the full/partial decision; returns the state after it. Raising
+        counts ``cleanup_failure_metric`` and makes this sync full (it is not a failed sync)."""
+        return state
+
+    async def observe(self, request: SyncRequest, state: S) -> Any:
+        """Kernel reads (and idempotent fixed setup) the plan needs; raising fails the sync."""
+        return None
+
+    def plan(self, request: SyncRequest, previous: S, observed: Any) -> KernelPlan[S]:
+        raise NotImplementedError
+
+    async def apply(self, plan: KernelPlan[S]) -> None:
+        """Hand ``plan.kernel_input`` to the kernel; raising fails the sync."""
+
+    def background(self, request_full_sync: Callable[[], None], state: Callable[[], S]) -> list[Coroutine[Any, Any, None]]:
+        """Checks that run between syncs (iptables canaries, the nftables tamper check) and call
+        ``request_full_sync`` when someone else changed the kernel; ``state()`` is the committed state."""
+        return []
+
+    async def close(self) -> None:
+        """After the background tasks are cancelled: drop what lives only while running."""

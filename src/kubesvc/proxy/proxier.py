@@ -11,23 +11,33 @@ burst of changes lands in one kernel transaction; a failed sync is retried after
 1. Nothing until both the Service and the EndpointSlice informers have synced (otherwise the
    first sync would briefly reject traffic to Services whose slices are not listed yet).
 2. Check the changes out of the trackers into the Service port map and the endpoints map.
-3. Full or partial: full after start, after any failure, after someone else touched our rules
-   (``request_full_sync``), after a topology label change of the Node, and once an hour.
-4. The mode applies one transaction (``backend.Backend.sync``).
-5. On success: metrics, health (``Updated``), the per-Service health-check servers, and the
+3. ``run_sync``, the skeleton every mode runs in (``backend.Mode``): the mode's housekeeping
+   (``tidy``), then the one decision full or partial, made here only (``full_sync_due``):
+   full after start, after any failure, after someone else touched our rules or the mode's
+   housekeeping failed (``request_full_sync``), after a topology label change of the Node,
+   when an input that shapes the fixed rules changed (NodePort addresses, node IP,
+   ServiceCIDRs, the node's topology labels), and once an hour. Then the mode reads the kernel
+   (``observe``), plans (pure), applies; its ``next_state`` is committed only once the
+   kernel accepted the plan. A failure counts the mode's failure metric and raises
+   ``SyncFailed``; the previous state stays, and the next sync is full.
+4. On success: metrics, health (``Updated``), the per-Service health-check servers, and the
    conntrack entries that the change made stale (UDP).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
 from kubesvc.kernel import conntrack as kernel_conntrack
 from kubesvc.kernel.exec import CommandFailed
-from kubesvc.proxy.backend import Backend, ProxyOptions, SyncRequest, SyncResult
+from kubesvc.proxy.backend import KernelPlan, Mode, ProxyOptions, SyncFailed, SyncRequest, SyncResult
 from kubesvc.proxy.conntrack import stale_flow_filters
 from kubesvc.proxy.endpointslicecache import EndpointsChangeTracker, apply_endpoint_changes, local_ready_endpoints
 from kubesvc.proxy.metrics import ProxyMetrics
@@ -43,14 +53,31 @@ FULL_SYNC_PERIOD = 3600.0
 TOPOLOGY_LABELS = (LABEL_TOPOLOGY_ZONE,)
 
 
-class Proxier:
-    """One IP family's proxy: trackers, maps, runner, and one ``Backend``."""
+def fixed_inputs(request: SyncRequest) -> tuple:
+    """The request's inputs that shape a mode's fixed rules (or every Service's): when they
+    change, a partial sync would leave rules built from the old ones, so the sync is full."""
+    topology = tuple(sorted((k, v) for k, v in request.node_labels.items() if k in TOPOLOGY_LABELS))
+    return (request.nodeport_ips, tuple(request.service_cidrs), request.node_ip, topology)
 
-    def __init__(self, backend: Backend, options: ProxyOptions, metrics: ProxyMetrics, *,
+
+def full_sync_due(request: SyncRequest, need_full_sync: bool, since_full: float, full_sync_period: float,
+                  last_fixed_inputs: tuple | None) -> bool:
+    """Full or partial: the one place this is decided (``request.full``: the caller asks)."""
+    return (request.full or need_full_sync or since_full > full_sync_period
+            or last_fixed_inputs != fixed_inputs(request))
+
+
+class Proxier:
+    """One IP family's proxy: trackers, maps, runner, and one kernel ``Mode`` with its state."""
+
+    def __init__(self, mode: Mode | LegacyBackend, options: ProxyOptions, metrics: ProxyMetrics, *,
                  min_sync_period: float = 1.0, sync_period: float = 30.0, full_sync_period: float = FULL_SYNC_PERIOD,
                  health=None, service_health=None, nodeport_ips: Callable[[], Awaitable[tuple[str, ...] | None]] | None = None,
                  node_ip: str = "", clean_conntrack: bool = True, report_pending: bool = True):
-        self.backend = backend
+        if not isinstance(mode, Mode):
+            mode = LegacyBackend(mode)
+        self.mode = mode
+        self.state = mode.initial_state()
         self.options = options
         self.family = options.family
         self.family_name = FAMILY_NAMES[self.family]
@@ -73,7 +100,9 @@ class Proxier:
         self.need_full_sync = True
         self.last_full_sync = float("-inf")
         self.full_sync_period = full_sync_period
+        self.last_fixed_inputs: tuple | None = None  # of the last successful sync
         self.last_result: SyncResult | None = None
+        self._tasks: list[asyncio.Task] = []
         self.runner = BoundedFrequencyRunner("sync-runner", self.sync_proxy_rules, min_sync_period, sync_period, full_sync_period)
 
     # ---- handlers: record, then ask for a sync -------------------------------------------
@@ -139,7 +168,8 @@ class Proxier:
             self.sync()
 
     def request_full_sync(self) -> None:
-        """Someone else changed our kernel state (canary gone, table deleted)."""
+        """Someone else changed our kernel state (canary gone, table deleted): the one call a
+        mode makes to ask for a full sync."""
         self.need_full_sync = True
         self.sync()
 
@@ -156,13 +186,12 @@ class Proxier:
         if not (self.services_synced and self.endpoint_slices_synced):
             return
         started = time.monotonic()
-        full = self.need_full_sync or started - self.last_full_sync > self.full_sync_period
         nodeport_ips = await self._nodeport_ips()  # before the checkout: a failure here loses no change
         service_result = apply_service_changes(self.service_ports, self.service_changes.checkout())
         endpoint_result = apply_endpoint_changes(self.endpoints, self.endpoint_changes.checkout())
         self._report_pending()
         request = SyncRequest(
-            full=full,
+            full=False,
             service_ports=self.service_ports,
             endpoints=self.endpoints,
             changed_services=frozenset(service_result.updated_services | endpoint_result.updated_services),
@@ -171,23 +200,69 @@ class Proxier:
             node_ip=self.node_ip,
             service_cidrs=self.service_cidrs,
         )
-        try:
-            result = await self.backend.sync(request)
-        except Exception:  # logged by the runner, which retries after syncPeriod
-            self.need_full_sync = True
-            raise
-        finished = time.monotonic()
-        self.need_full_sync = False
-        if result.full:
-            self.last_full_sync = started
-        self.last_result = result
-        self._observe(result, started, finished, endpoint_result.last_change_trigger_times)
+        result = await self.run_sync(request, started=started)  # logged by the runner on failure, which retries
+        self._observe(result, started, time.monotonic(), endpoint_result.last_change_trigger_times)
         if self.health is not None:
             self.health.updated(self.family_name)
         if self.service_health is not None:
             await self._sync_service_health()
         if self.clean_conntrack:
             await self._clean_conntrack(service_result, endpoint_result)
+
+    async def run_sync(self, request: SyncRequest, *, started: float | None = None) -> SyncResult:
+        """The skeleton of one sync (module docstring, step 3); ``request.full`` asks for a
+        full sync, the answer's ``full`` says whether it was one."""
+        started = time.monotonic() if started is None else started
+        mode = self.mode
+        try:
+            self.state = await mode.tidy(self.state)
+        except Exception as err:  # upstream: unable to delete stale chains; will retry (full)
+            log.error("%s %s housekeeping failed; the next sync is full: %s", self.family_name, mode.mode, err)
+            self._count(mode.cleanup_failure_metric)
+            self.need_full_sync = True
+        full = full_sync_due(request, self.need_full_sync, started - self.last_full_sync, self.full_sync_period,
+                             self.last_fixed_inputs)
+        if full != request.full:
+            request = dataclasses.replace(request, full=full)
+        # A request for a full sync from now on is for the next sync.
+        self.need_full_sync = False
+        build_seconds = 0.0
+        try:
+            observed = await mode.observe(request, self.state)
+            t0 = time.perf_counter()
+            plan: KernelPlan = mode.plan(request, self.state, observed)
+            build_seconds = time.perf_counter() - t0
+            await mode.apply(plan)
+        except Exception as err:
+            self.need_full_sync = True
+            self._count(mode.failure_metric)
+            if not full:
+                self._count(mode.partial_failure_metric)
+            log.error("%s sync of %s %s rules failed: %s%s", "full" if full else "partial", self.family_name, mode.mode, err,
+                      failed_lines(err))
+            raise SyncFailed(str(err)) from err
+        except BaseException:  # cancelled mid-sync: the kernel may hold half of it
+            self.need_full_sync = True
+            raise
+        self.state = plan.next_state
+        if full:
+            self.last_full_sync = started
+        self.last_fixed_inputs = fixed_inputs(request)
+        family = self.family_name
+        for gauge, values in ((mode.written_gauge, plan.written), (mode.total_gauge, plan.totals)):
+            if gauge:
+                for key, count in values.items():
+                    getattr(self.metrics, gauge).labels(key, family).set(count)
+        total = time.monotonic() - started
+        result = SyncResult(full=full, no_local_internal=plan.no_local_internal, no_local_external=plan.no_local_external,
+                            build_seconds=build_seconds, kernel_seconds=max(0.0, total - build_seconds),
+                            written=dict(plan.written))
+        self.last_result = result
+        return result
+
+    def _count(self, metric: str) -> None:
+        if metric:
+            getattr(self.metrics, metric).labels(self.family_name).inc()
 
     def _observe(self, result: SyncResult, started: float, finished: float, trigger_times: dict[str, list[datetime]]) -> None:
         family = self.family_name
@@ -231,11 +306,66 @@ class Proxier:
         """Start the mode's background checks and the sync loop; runs until cancelled."""
         if self.health is not None:
             self.health.updated(self.family_name)
-        await self.backend.start(self.request_full_sync)
+        await self.start()
         try:
             await self.runner.loop()
         finally:
-            await self.backend.stop()
+            await self.stop()
+
+    async def start(self) -> None:
+        """Start the mode's background tasks (monitors, canaries)."""
+        if not self._tasks:
+            self._tasks = [asyncio.create_task(coro, name=f"{self.mode.mode}-{self.family_name}-{k}")
+                           for k, coro in enumerate(self.mode.background(self.request_full_sync, lambda: self.state))]
+
+    async def stop(self) -> None:
+        """Cancel the background tasks, then let the mode close what it keeps open."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.mode.close()
+
+
+class LegacyBackend(Mode):
+    """Transitional: a mode still written as one ``sync(request) -> SyncResult`` (it decides,
+    counts and keeps its state itself) run inside the skeleton. Goes when every mode plans."""
+
+    def __init__(self, backend):
+        super().__init__(backend.options)
+        self.backend = backend
+        self.mode = backend.mode
+        self._request_full_sync: Callable[[], None] | None = None
+
+    def plan(self, request: SyncRequest, previous, observed) -> KernelPlan:
+        return KernelPlan(kernel_input=request, next_state=None)
+
+    async def apply(self, plan: KernelPlan) -> None:
+        result = await self.backend.sync(plan.kernel_input)
+        plan.no_local_internal, plan.no_local_external, plan.written = result.no_local_internal, result.no_local_external, result.written
+
+    def background(self, request_full_sync, state):
+        async def start() -> None:
+            await self.backend.start(request_full_sync)
+        return [start()]
+
+    async def close(self) -> None:
+        await self.backend.stop()
+
+
+def failed_lines(err: BaseException) -> str:
+    """For a failed restore: the input lines around the one the tool complained about
+    (upstream ``ExtractLines``), for the log."""
+    cause = err if isinstance(err, CommandFailed) else None
+    m = re.search(r"line:? (\d+)", (cause.stderr or "") if cause else "")
+    if not m or not cause.input_text:
+        return ""
+    lines = cause.input_text.split("\n")
+    number = int(m.group(1))
+    shown = range(max(1, number - 3), min(len(lines), number + 3) + 1)
+    return "\n" + "\n".join(f"{i:6d}{'>' if i == number else ' '} {lines[i - 1]}" for i in shown)
 
 
 async def _match_all_addresses() -> None:

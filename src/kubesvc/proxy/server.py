@@ -50,7 +50,7 @@ def make_backend(mode: str, options: ProxyOptions, metrics: ProxyMetrics, sync_p
                  ipvs=None):
     if mode == "nftables":
         from kubesvc.proxy.nftables.proxier import NftablesBackend
-        return NftablesBackend(options, metrics, check_period=sync_period)
+        return NftablesBackend(options, check_period=sync_period)
     if mode == "iptables":
         from kubesvc.proxy.iptables.proxier import IptablesBackend
         # Upstream polls the canaries every syncPeriod and then waits up to 5 s for the other

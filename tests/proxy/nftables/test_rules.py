@@ -3,9 +3,12 @@ what a sync writes, per case, and how partial syncs and the bookkeeping behave."
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from kubesvc.proxy.nftables import rules
+from kubesvc.proxy.proxier import fixed_inputs, full_sync_due
 from kubesvc.proxy.nftables.naming import endpoint_name_base, hash_and_truncate, service_port_chain_name_base
 from kubesvc.proxy.types import ServicePortName
 from tests.proxy.nftables.builders import V6, ep, options, request, svc_port
@@ -17,12 +20,15 @@ FW = "firewall-ULMVA6XW-ns1/svc1/tcp/p80"
 
 
 def build(ports, opts=None, state=None, snapshot=None, now=0.0, **kw):
-    state = state or rules.NftState()
+    """A sync from ``state`` (None: the first, full); returns the plan and its next state. The
+    builder's request is full unless ``full=False`` (the shared proxier decides; see
+    ``test_fixed_input_change_makes_sync_full``)."""
     req, opts = request(ports, **kw), opts or options()
-    full = rules.sync_is_full(req, opts, state)
-    plan = rules.build_sync(req, opts, state, snapshot or rules.KernelSnapshot(), now, full=full)
-    assert plan.full == full
-    return plan, state
+    if state is None:
+        state, req = rules.NftState(), dataclasses.replace(req, full=True)
+    plan = rules.build_sync(req, opts, state, snapshot or rules.KernelSnapshot(), now)
+    assert plan.full == req.full
+    return plan, plan.next_state
 
 
 def lines(plan) -> list[str]:
@@ -323,10 +329,26 @@ def test_slot_block_reused_when_endpoint_count_stays_within_it():
 
 @pytest.mark.parametrize("change", ["nodeport_ips", "service_cidrs", "node_ip"], ids=lambda c: c)
 def test_fixed_input_change_makes_sync_full(change):
-    _, state = build(two_services())
     kw = {"nodeport_ips": ("192.168.0.2",), "service_cidrs": ("172.30.0.0/16",), "node_ip": "192.168.0.2"}[change]
-    plan, _ = build(two_services(), state=state, full=False, changed=set(), **{change: kw})
+    first = request(two_services())
+    assert full_sync_due(request(two_services(), full=False, changed=set(), **{change: kw}), False, 0.0, 3600.0,
+                         fixed_inputs(first))  # the shared proxier's decision
+    _, state = build(two_services())
+    plan, _ = build(two_services(), state=state, changed=set(), **{change: kw})
     assert plan.full and "add table" in plan.text
+
+
+def test_a_plan_leaves_the_previous_state_alone():
+    _, state = build(two_services())
+    services, kernel = dict(state.services), {c: dict(v) for c, v in state.kernel.items()}
+    owners = {c: {k: (set(o) if isinstance(o, set) else o) for k, o in v.items()} for c, v in state.owners.items()}
+    chains, allocators = set(state.chains), {m: (a.next, {c: list(f) for c, f in a.free.items()}) for m, a in state.allocators.items()}
+    plan, after = build(two_services(eps_a=TWO[:1], eps_b=()), state=state, full=False, changed={"ns1/svc1", "ns2/svc2"})
+    assert plan.text
+    assert dict(state.services) == services and {c: dict(v) for c, v in state.kernel.items()} == kernel
+    assert {c: dict(v) for c, v in state.owners.items()} == owners and set(state.chains) == chains
+    assert {m: (a.next, a.free) for m, a in state.allocators.items()} == allocators
+    assert after.services["ns1/svc1"] is not services["ns1/svc1"]
 
 
 def test_full_sync_reconciles_against_snapshot():

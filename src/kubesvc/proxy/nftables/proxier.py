@@ -1,18 +1,18 @@
-"""nftables mode, the thin half: one ``nft -f -`` per sync, stale chains deleted later, and
-failures counted and turned into ``SyncFailed`` (upstream ``syncProxyRules`` around the rule
-building, and ``CleanupLeftovers``).
+"""nftables mode, the thin half (upstream ``syncProxyRules`` around the rule building, and
+``CleanupLeftovers``), run by the shared proxier's skeleton (``backend.Mode``).
 
 Per sync:
 
-1. Chains that went stale more than a second ago are deleted in their own transaction (a
-   failure counts ``sync_proxy_rules_nftables_cleanup_failures_total`` and makes this sync
-   full, so the chains are listed and retried).
-2. A full sync first reads the table back with one ``nft -j list table`` (chain and set
-   names, and every element of our sets and maps) into a ``rules.KernelSnapshot``; a
+1. ``tidy``: chains that went stale more than a second ago are deleted in their own
+   transaction (a failure counts ``sync_proxy_rules_nftables_cleanup_failures_total`` and
+   makes this sync full, so the chains are listed and retried).
+2. ``observe``: a full sync first reads the table back with one ``nft -j list table`` (chain
+   and set names, and every element of our sets and maps) into a ``rules.KernelSnapshot``; a
    container that cannot be read back is flushed and refilled.
-3. ``rules.build_sync`` renders the transaction and updates the bookkeeping; ``nft`` applies
-   it. A rejected transaction counts ``sync_proxy_rules_nftables_sync_failures_total``,
-   invalidates the bookkeeping (next sync full) and raises ``SyncFailed``.
+3. ``plan``: ``rules.build_sync`` renders the transaction and the bookkeeping after it (pure).
+4. ``apply``: ``nft`` runs it. A rejected transaction counts
+   ``sync_proxy_rules_nftables_sync_failures_total``; the bookkeeping stays as it was before
+   and the next sync is full.
 
 Between syncs, every ``check_period`` (the sync period) a monitor looks at two small chains
 that every sync leaves non-empty (``nat-prerouting``, which hooks us in, and ``services``,
@@ -25,52 +25,63 @@ Two ``nft`` calls on tiny chains cost the same at 10 or 30,000 Services.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 
 from kubesvc.kernel.exec import CleanupFailed, CommandFailed
 from kubesvc.kernel.nftables import NFTables, table_contents
-from kubesvc.proxy.backend import ProxyOptions, SyncFailed, SyncRequest, SyncResult
-from kubesvc.proxy.metrics import ProxyMetrics
+from kubesvc.proxy.backend import Mode, ProxyOptions, SyncRequest
 from kubesvc.proxy.nftables import rules
-from kubesvc.proxy.types import FAMILY_NAMES, IPV4, IPV6
+from kubesvc.proxy.types import IPV4, IPV6
 
 log = logging.getLogger("kubesvc.proxy.nftables")
 
 STALE_CHAIN_DELAY = 1.0  # seconds between flushing a stale chain and deleting it
 
 
-class NftablesBackend:
+class NftablesBackend(Mode[rules.NftState]):
     mode = "nftables"
+    failure_metric = "nftables_sync_failures"
+    cleanup_failure_metric = "nftables_cleanup_failures"
+    written_gauge = "nftables_objects_last"
+    total_gauge = "nftables_objects_total"
 
-    def __init__(self, options: ProxyOptions, metrics: ProxyMetrics | None = None, *, nft: NFTables | None = None,
-                 clock: Callable[[], float] = time.monotonic, check_period: float = 30.0):
-        self.options = options
+    def __init__(self, options: ProxyOptions, *, nft: NFTables | None = None, clock: Callable[[], float] = time.monotonic,
+                 check_period: float = 30.0):
+        super().__init__(options)
         self.check_period = check_period
-        self._monitor: asyncio.Task | None = None
-        self.metrics = metrics or ProxyMetrics()
         self.nft = nft or NFTables(options.family)
         self.clock = clock
-        self.state = rules.NftState()
-        self.family_name = FAMILY_NAMES[options.family]
 
-    async def start(self, request_full_sync: Callable[[], None]) -> None:
-        self._monitor = asyncio.create_task(self._watch_for_interference(request_full_sync))
+    def initial_state(self) -> rules.NftState:
+        return rules.NftState()
 
-    async def stop(self) -> None:
-        if self._monitor is not None:
-            self._monitor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._monitor
-            self._monitor = None
+    async def tidy(self, state: rules.NftState) -> rules.NftState:
+        due = state.due_stale_chains(self.clock() - STALE_CHAIN_DELAY)
+        if not due:
+            return state
+        await self.nft.run(rules.delete_chains_text(self.family, due))
+        return state.without_chains(due)
 
-    async def _watch_for_interference(self, request_full_sync: Callable[[], None]) -> None:
+    async def observe(self, request: SyncRequest, state: rules.NftState) -> tuple[rules.KernelSnapshot | None, float]:
+        return (await self._snapshot() if request.full else None), self.clock()
+
+    def plan(self, request: SyncRequest, previous: rules.NftState, observed) -> rules.SyncPlan:
+        snapshot, now = observed
+        return rules.build_sync(request, self.options, previous, snapshot, now)
+
+    async def apply(self, plan: rules.SyncPlan) -> None:
+        await self.nft.run(plan.kernel_input)
+
+    def background(self, request_full_sync: Callable[[], None], state: Callable[[], rules.NftState]):
+        return [self._watch_for_interference(request_full_sync, state)]
+
+    async def _watch_for_interference(self, request_full_sync: Callable[[], None], state: Callable[[], rules.NftState]) -> None:
         while True:
             await asyncio.sleep(self.check_period)
-            if not self.state.synced:
-                continue  # nothing programmed yet (or a full sync is already due)
+            if not state().synced:
+                continue  # nothing programmed yet
             try:
                 intact = await self.table_intact()
             except CommandFailed as err:
@@ -78,7 +89,6 @@ class NftablesBackend:
                 continue
             if not intact:
                 log.warning("the %s kube-proxy table was deleted or flushed by someone else; resyncing fully", self.nft.family_name)
-                self.state.invalidate()
                 request_full_sync()
 
     async def table_intact(self) -> bool:
@@ -86,61 +96,6 @@ class NftablesBackend:
             if not await self.nft.chain_rule_count(chain):
                 return False
         return True
-
-    async def sync(self, request: SyncRequest) -> SyncResult:
-        started = time.perf_counter()
-        kernel_seconds = 0.0
-        state = self.state
-        now = self.clock()
-
-        due = state.due_stale_chains(now - STALE_CHAIN_DELAY)
-        if due:
-            t0 = time.perf_counter()
-            try:
-                await self.nft.run(rules.delete_chains_text(self.options.family, due))
-                state.stale_chains_deleted(due)
-            except CommandFailed as err:
-                log.error("unable to delete stale nftables chains; the next sync is full: %s", err)
-                self.metrics.nftables_cleanup_failures.labels(self.family_name).inc()
-                state.invalidate()
-            kernel_seconds += time.perf_counter() - t0
-
-        snapshot = None
-        full = rules.sync_is_full(request, self.options, state)
-        if full:
-            t0 = time.perf_counter()
-            try:
-                snapshot = await self._snapshot()
-            except CommandFailed as err:
-                self._failed(err, "listing the nftables table failed")
-            kernel_seconds += time.perf_counter() - t0
-
-        try:
-            plan = rules.build_sync(request, self.options, state, snapshot, now, full=full)
-        except Exception as err:  # e.g. slot space exhausted: a full sync rebuilds everything
-            self._failed(err, "building the nftables transaction failed")
-        t0 = time.perf_counter()
-        try:
-            await self.nft.run(plan.text)
-        except CommandFailed as err:
-            kernel_seconds += time.perf_counter() - t0
-            self._failed(err, "nftables sync failed")
-        kernel_seconds += time.perf_counter() - t0
-
-        objects = state.objects()
-        for kind, count in plan.written.items():
-            self.metrics.nftables_objects_last.labels(kind, self.family_name).set(count)
-        for kind, count in objects.items():
-            self.metrics.nftables_objects_total.labels(kind, self.family_name).set(count)
-        total = time.perf_counter() - started
-        return SyncResult(full=plan.full, no_local_internal=plan.no_local_internal, no_local_external=plan.no_local_external,
-                          build_seconds=total - kernel_seconds, kernel_seconds=kernel_seconds, written=dict(plan.written))
-
-    def _failed(self, err: Exception, what: str):
-        self.metrics.nftables_sync_failures.labels(self.family_name).inc()
-        self.state.invalidate()
-        log.error("%s: %s", what, err)
-        raise SyncFailed(f"{what}: {err}") from err
 
     async def _snapshot(self) -> rules.KernelSnapshot:
         """Our table as the kernel holds it, from one ``nft -j list table``; empty when the

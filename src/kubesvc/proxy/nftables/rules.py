@@ -69,18 +69,22 @@ when their last owner does. Chains no Service uses any more are flushed now and 
 caller in a later, separate transaction (kernels before 6.2 need a moment to notice a chain is
 no longer referenced by a map element); stale affinity sets are deleted at once.
 
-``build_sync`` updates the ``NftState`` it is given into the state after the transaction; if
-the transaction fails the caller must ``invalidate()`` it, which makes the next sync full.
+``build_sync`` is pure: it leaves the ``NftState`` it is given alone and returns, beside the
+transaction, the ``next_state`` after it, which the shared proxier commits only once ``nft``
+accepted the transaction (a failed one leaves the previous state, and the next sync is full).
+A full sync builds its next state from scratch (the snapshot). A partial one is proportional
+to what changed: its next state keeps the previous state's dicts and records its own changes
+beside them (``Overlay``); they are folded in when that state, committed, is planned from again.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import zlib
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from dataclasses import dataclass, field, replace
 
-from kubesvc.proxy.backend import ProxyOptions, SyncRequest
+from kubesvc.proxy.backend import KernelPlan, ProxyOptions, SyncRequest
 from kubesvc.proxy.nftables.naming import (
     AFFINITY_PREFIX,
     CLUSTER_POLICY_PREFIX,
@@ -229,6 +233,133 @@ class SlotAllocator:
     def release(self, base: int, cap: int) -> None:
         self.free.setdefault(cap, []).append(base)
 
+    def copy(self) -> SlotAllocator:
+        other = SlotAllocator()
+        other.next = self.next
+        other.free = {cap: list(bases) for cap, bases in self.free.items()}
+        return other
+
+
+class Allocators(dict):
+    """Endpoint map → its ``SlotAllocator``. A partial plan copies an allocator of the previous
+    state before its first change (``writable``), so the previous state's stay as they were."""
+
+    def __init__(self, previous: Mapping[str, SlotAllocator] | None = None):
+        super().__init__(previous or {})
+        self._owned: set[str] | None = None if previous is None else set()
+
+    def writable(self, endpoint_map: str) -> SlotAllocator:
+        a = self.get(endpoint_map)
+        if a is None:
+            a = self[endpoint_map] = SlotAllocator()
+        elif self._owned is not None and endpoint_map not in self._owned:
+            a = self[endpoint_map] = a.copy()
+        if self._owned is not None:
+            self._owned.add(endpoint_map)
+        return a
+
+
+_ABSENT, _GONE = object(), object()
+
+
+class Overlay(MutableMapping):
+    """A dict's changes kept beside it: a partial plan writes here and leaves the previous
+    state's dict alone. ``settle()`` folds the changes into that dict (in place: the previous
+    state is gone by then) and returns it; a settled overlay stays a true view."""
+
+    __slots__ = ("base", "delta")
+
+    def __init__(self, base: Mapping):
+        self.base = base.settle() if isinstance(base, Overlay) else base
+        self.delta: dict = {}
+
+    def __getitem__(self, key):
+        v = self.delta.get(key, _ABSENT)
+        if v is _ABSENT:
+            return self.base[key]
+        if v is _GONE:
+            raise KeyError(key)
+        return v
+
+    def get(self, key, default=None):
+        v = self.delta.get(key, _ABSENT)
+        if v is _ABSENT:
+            return self.base.get(key, default)
+        return default if v is _GONE else v
+
+    def __contains__(self, key) -> bool:
+        v = self.delta.get(key, _ABSENT)
+        return key in self.base if v is _ABSENT else v is not _GONE
+
+    def __setitem__(self, key, value) -> None:
+        self.delta[key] = value
+
+    def __delitem__(self, key) -> None:
+        if key not in self:
+            raise KeyError(key)
+        self.delta[key] = _GONE
+
+    def __iter__(self) -> Iterator:
+        delta = self.delta
+        yield from (k for k in self.base if k not in delta)
+        yield from (k for k, v in delta.items() if v is not _GONE)
+
+    def __len__(self) -> int:
+        n = len(self.base)
+        for k, v in self.delta.items():
+            if v is _GONE:
+                n -= k in self.base
+            else:
+                n += k not in self.base
+        return n
+
+    def settle(self) -> dict:
+        base = self.base
+        for k, v in self.delta.items():
+            if v is _GONE:
+                base.pop(k, None)
+            else:
+                base[k] = v
+        self.delta = {}
+        return base
+
+
+class Containers(Mapping):
+    """Container name → its elements (``NftState.kernel``/``owners``) in a partial plan: an
+    ``Overlay`` over the previous state's dict, made when the container is first touched."""
+
+    __slots__ = ("previous", "touched")
+
+    def __init__(self, previous: Mapping[str, dict]):
+        self.previous = settled(previous)
+        self.touched: dict[str, Overlay] = {}
+
+    def __getitem__(self, container: str) -> Overlay:
+        o = self.touched.get(container)
+        if o is None:
+            o = self.touched[container] = Overlay(self.previous[container])
+        return o
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.previous)
+
+    def __len__(self) -> int:
+        return len(self.previous)
+
+    def sizes(self) -> int:
+        touched = self.touched
+        return sum(len(touched[c]) if c in touched else len(d) for c, d in self.previous.items())
+
+    def settle(self) -> dict[str, dict]:
+        out = dict(self.previous)
+        for container, overlay in self.touched.items():
+            out[container] = overlay.settle()
+        return out
+
+
+def settled(containers: Mapping[str, dict]) -> dict[str, dict]:
+    return containers.settle() if isinstance(containers, Containers) else containers  # type: ignore[return-value]
+
 
 @dataclass
 class KernelSnapshot:
@@ -243,64 +374,59 @@ class KernelSnapshot:
 
 @dataclass
 class NftState:
-    """Bookkeeping between syncs; see the module docstring."""
+    """Bookkeeping between syncs; see the module docstring. Never changed in place once a
+    plan returned it (``chains`` is replaced, not added to)."""
 
-    synced: bool = False  # a full sync succeeded and nothing failed since
+    synced: bool = False  # a sync was planned from nothing, i.e. a full one
     base_chains_recreated: bool = False
-    services: dict[str, ServiceRender] = field(default_factory=dict)
-    kernel: dict[str, dict[str, str]] = field(default_factory=lambda: {c: {} for c in CONTAINERS})
-    owners: dict[str, dict[str, object]] = field(default_factory=lambda: {c: {} for c in CONTAINERS})
-    chains: set[str] = field(default_factory=set)  # service chains in the kernel (active and stale)
+    services: MutableMapping[str, ServiceRender] = field(default_factory=dict)
+    kernel: Mapping[str, MutableMapping[str, str]] = field(default_factory=lambda: {c: {} for c in CONTAINERS})
+    owners: Mapping[str, MutableMapping[str, object]] = field(default_factory=lambda: {c: {} for c in CONTAINERS})
+    chains: frozenset[str] | set[str] = frozenset()  # service chains in the kernel (active and stale)
     stale_chains: dict[str, float] = field(default_factory=dict)  # flushed, to delete later: since when
     affinity_sets: set[str] = field(default_factory=set)
-    allocators: dict[str, SlotAllocator] = field(default_factory=dict)  # endpoint map → its slots
-    fixed_inputs: tuple = ()
+    allocators: Allocators = field(default_factory=Allocators)  # endpoint map → its slots
     fixed_chains: int = 0
     fixed_rules: int = 0
     service_rules: int = 0
     no_local_internal: int = 0
     no_local_external: int = 0
 
-    def invalidate(self) -> None:
-        """The transaction failed: nothing of this state can be trusted; the next sync is full.
-        Pending stale chains are forgotten too (their flushes may not have happened); the full
-        sync finds them again among the table's chains."""
-        self.synced = False
-        self.stale_chains.clear()
-
     def due_stale_chains(self, older_than: float) -> list[str]:
         return sorted(c for c, since in self.stale_chains.items() if since < older_than)
 
-    def stale_chains_deleted(self, chains: Iterable[str]) -> None:
-        for chain in chains:
-            self.stale_chains.pop(chain, None)
-            self.chains.discard(chain)
+    def without_chains(self, chains: Iterable[str]) -> NftState:
+        """The state once the (stale) ``chains`` were deleted from the kernel."""
+        gone = set(chains)
+        return replace(self, stale_chains={c: t for c, t in self.stale_chains.items() if c not in gone},
+                       chains=frozenset(self.chains - gone))
 
     def objects(self) -> dict[str, int]:
+        kernel = self.kernel
+        elements = kernel.sizes() if isinstance(kernel, Containers) else sum(len(v) for v in kernel.values())
         return {
             "chains": self.fixed_chains + len(self.chains),
             "rules": self.fixed_rules + self.service_rules,
-            "elements": sum(len(v) for v in self.kernel.values()),
+            "elements": elements,
         }
 
 
 @dataclass
-class SyncPlan:
-    text: str
-    full: bool
-    written: dict[str, int]
-    no_local_internal: int
-    no_local_external: int
+class SyncPlan(KernelPlan[NftState]):
+    """``kernel_input`` is the ``nft -f`` text."""
+
+    full: bool = False
+
+    @property
+    def text(self) -> str:
+        return self.kernel_input
 
 
-def fixed_inputs(request: SyncRequest, options: ProxyOptions) -> tuple:
-    """Inputs that shape the fixed part (or every Service): a change makes the sync full."""
-    return (request.nodeport_ips, tuple(request.service_cidrs), request.node_ip, tuple(sorted(request.node_labels.items())),
-            options)
-
-
-def sync_is_full(request: SyncRequest, options: ProxyOptions, state: NftState) -> bool:
-    return request.full or not state.synced or state.fixed_inputs != fixed_inputs(request, options)
+def _fork(previous: NftState) -> NftState:
+    """The state a partial plan starts from: the previous one's, with its changes kept apart."""
+    return replace(previous, services=Overlay(previous.services), kernel=Containers(previous.kernel),
+                   owners=Containers(previous.owners), stale_chains=dict(previous.stale_chains),
+                   affinity_sets=set(previous.affinity_sets), allocators=Allocators(previous.allocators))
 
 
 # -- rendering one Service ----------------------------------------------------------------------
@@ -309,7 +435,7 @@ def sync_is_full(request: SyncRequest, options: ProxyOptions, state: NftState) -
 class _Ctx:
     """Per-sync constants for rendering."""
 
-    def __init__(self, request: SyncRequest, options: ProxyOptions, allocators: dict[str, SlotAllocator]):
+    def __init__(self, request: SyncRequest, options: ProxyOptions, allocators: Allocators):
         v6 = options.family == IPV6
         self.ipx = "ip6" if v6 else "ip"
         self.v6 = v6
@@ -326,10 +452,7 @@ class _Ctx:
         self.prefer_same_node = options.prefer_same_node
 
     def allocator(self, endpoint_map: str) -> SlotAllocator:
-        a = self.allocators.get(endpoint_map)
-        if a is None:
-            a = self.allocators[endpoint_map] = SlotAllocator()
-        return a
+        return self.allocators.writable(endpoint_map)
 
 
 def render_service(ports: list[ServicePort], endpoints: Mapping[ServicePortName, tuple[Endpoint, ...]], ctx: _Ctx,
@@ -654,19 +777,20 @@ def _fixed_part(tx: _Tx, request: SyncRequest, options: ProxyOptions, state: Nft
             tx.chains.append(f"flush {CONTAINERS[name]} {p} {name}")
 
 
-def build_sync(request: SyncRequest, options: ProxyOptions, state: NftState, snapshot: KernelSnapshot | None,
-               now: float, *, full: bool) -> SyncPlan:
-    """The transaction for ``request``; ``state`` becomes the state after it (see module doc).
-    ``full`` is ``sync_is_full(request, options, state)``, computed once by the caller, who
-    also needs it to decide whether to read the ``snapshot`` (required when full)."""
+def build_sync(request: SyncRequest, options: ProxyOptions, previous: NftState, snapshot: KernelSnapshot | None,
+               now: float) -> SyncPlan:
+    """The transaction for ``request`` and the state after it (see module doc); ``previous`` is
+    left alone. A full request (decided by the shared proxier) needs the ``snapshot``."""
+    full = request.full
     tx = _Tx("ip6" if options.family == IPV6 else "ip")
     if full:
         if snapshot is None:
             raise ValueError("a full sync needs a KernelSnapshot")
-        _reset_for_full(state, snapshot, now)
+        state = _fresh_state(previous, snapshot)
         _fixed_part(tx, request, options, state, snapshot)
         state.base_chains_recreated = True
-        state.fixed_inputs = fixed_inputs(request, options)
+    else:
+        state = _fork(previous)
 
     ctx = _Ctx(request, options, state.allocators)
     # Service ports of the Services to render, grouped by Service.
@@ -686,7 +810,7 @@ def build_sync(request: SyncRequest, options: ProxyOptions, state: NftState, sna
 
     services = state.services
     touched: dict[str, set[str]] | None = None if full else {c: set() for c in CONTAINERS}
-    names = sorted(ports_by_service) if full else sorted(set(ports_by_service) | (set(wanted) & set(services)))
+    names = sorted(ports_by_service) if full else sorted(set(ports_by_service) | {s for s in wanted if s in services})
     old_chains: set[str] = set()
     old_sets: set[str] = set()
     new_chains: set[str] = set()
@@ -737,7 +861,10 @@ def build_sync(request: SyncRequest, options: ProxyOptions, state: NftState, sna
         _reconcile(state, touched, tx)
 
     # Chains: active ones leave the stale list; ones nobody renders any more become stale.
-    state.chains |= new_chains
+    if full:
+        state.chains = frozenset(state.chains | new_chains)
+    elif not new_chains <= state.chains:
+        state.chains = frozenset(state.chains | new_chains)
     for chain in new_chains:
         state.stale_chains.pop(chain, None)
     if full:
@@ -766,28 +893,30 @@ def build_sync(request: SyncRequest, options: ProxyOptions, state: NftState, sna
 
     state.synced = True
     return SyncPlan(
-        text=tx.text(), full=full,
+        kernel_input=tx.text(), next_state=state, full=full,
         written={"chains": tx.n_chains, "rules": tx.n_rules, "elements": tx.n_elements},
+        totals=state.objects(),
         no_local_internal=state.no_local_internal, no_local_external=state.no_local_external,
     )
 
 
-def _reset_for_full(state: NftState, snapshot: KernelSnapshot, now: float) -> None:
-    state.services = {}
-    state.owners = {c: {} for c in CONTAINERS}
-    state.kernel = {c: dict(snapshot.elements.get(c) or {}) for c in CONTAINERS}
-    state.allocators = {}
-    state.chains = {c for c in snapshot.chains if is_service_chain_name(c)}
-    state.stale_chains = {c: t for c, t in state.stale_chains.items() if c in state.chains}
-    state.affinity_sets = {s for s in snapshot.sets if is_affinity_set_name(s)}
-    state.service_rules = 0
-    state.no_local_internal = state.no_local_external = 0
+def _fresh_state(previous: NftState, snapshot: KernelSnapshot) -> NftState:
+    """A full sync's state: what the kernel holds (the snapshot), nothing of ours claimed yet.
+    Of the previous state only the stale chains' flush times are kept, for chains still there."""
+    chains = {c for c in snapshot.chains if is_service_chain_name(c)}
+    return NftState(
+        base_chains_recreated=previous.base_chains_recreated,
+        kernel={c: dict(snapshot.elements.get(c) or {}) for c in CONTAINERS},
+        chains=chains,
+        stale_chains={c: t for c, t in previous.stale_chains.items() if c in chains},
+        affinity_sets={s for s in snapshot.sets if is_affinity_set_name(s)},
+    )
 
 
-def _release_slots(allocators: dict[str, SlotAllocator], old: ServiceRender, new: ServiceRender | None) -> None:
+def _release_slots(allocators: Allocators, old: ServiceRender, new: ServiceRender | None) -> None:
     for chain, (base, cap, emap) in old.slots.items():
         if new is None or new.slots.get(chain) != (base, cap, emap):
-            allocators[emap].release(base, cap)
+            allocators.writable(emap).release(base, cap)
 
 
 # -- element ownership and reconciliation ------------------------------------------------------
@@ -801,11 +930,8 @@ def _claim(state: NftState, svc: str, render: ServiceRender, touched: dict[str, 
             o = owners.get(key)
             if o is None:
                 owners[key] = svc
-            elif o != svc:
-                if isinstance(o, set):
-                    o.add(svc)
-                else:
-                    owners[key] = {o, svc}
+            elif o != svc:  # a new set: the previous state's stays as it was
+                owners[key] = (o | {svc}) if isinstance(o, set) else {o, svc}
             t.add(key)
 
 
@@ -817,10 +943,9 @@ def _unclaim(state: NftState, svc: str, render: ServiceRender, touched: dict[str
             o = owners.get(key)
             if o == svc:
                 del owners[key]
-            elif isinstance(o, set):
-                o.discard(svc)
-                if len(o) == 1:
-                    owners[key] = next(iter(o))
+            elif isinstance(o, set) and svc in o:
+                rest = o - {svc}
+                owners[key] = next(iter(rest)) if len(rest) == 1 else rest
             t.add(key)
 
 
