@@ -15,6 +15,7 @@ from kubesvc.kernel.nftables import NFTables
 from kubesvc.proxy.backend import SyncFailed
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.nftables.proxier import NftablesBackend, cleanup_leftovers
+from kubesvc.proxy.proxier import Proxier
 from kubesvc.proxy.types import IPV6
 from tests.proxy.nftables.builders import ep, options, request, svc_port
 from tests.proxy.nftables.netns import CLIENT_IP, NODE_IP, POD_CIDR, Topology, kernel_tests_possible
@@ -57,11 +58,13 @@ def topo6():
         t.cleanup()
 
 
-def backend_for(t: Topology, family: int = 4, **kw) -> tuple[NftablesBackend, Clock, ProxyMetrics]:
+def backend_for(t: Topology, family: int = 4, **kw) -> tuple[Proxier, Clock, ProxyMetrics]:
+    """The nftables mode inside the shared proxier (which decides full/partial and commits the
+    state); ``run_sync`` takes the requests directly."""
     clock = Clock()
     metrics = ProxyMetrics()
     opts = options(POD_CIDR if family == 4 else "fd00:1::/32", family=family, **kw)
-    return NftablesBackend(opts, metrics, nft=NFTables(family, netns=t.node), clock=clock), clock, metrics
+    return Proxier(NftablesBackend(opts, nft=NFTables(family, netns=t.node), clock=clock), opts, metrics), clock, metrics
 
 
 def landed(lines: list[str]) -> collections.Counter:
@@ -81,7 +84,7 @@ async def test_clusterip_dnat_spreads_over_endpoints_and_masquerades_non_pod_sou
     start_pods(topo)
     be, _, _ = backend_for(topo)
     sp = svc_port("ns/web", CIP, 80)
-    result = await be.sync(request([(sp, (ep(topo.pod_ip(1), 8080), ep(topo.pod_ip(2), 8080)))], service_cidrs=CIDRS))
+    result = await be.run_sync(request([(sp, (ep(topo.pod_ip(1), 8080), ep(topo.pod_ip(2), 8080)))], service_cidrs=CIDRS))
     assert result.full and result.written["chains"] > 0
 
     from_client = topo.connect(topo.client, CIP, 80, count=24)
@@ -99,7 +102,7 @@ async def test_no_endpoints_rejects_unknown_port_rejects_unallocated_ip_drops(to
     ``reject`` in a bare forward chain shows the same), so the refusal is observed locally."""
     start_pods(topo)
     be, _, _ = backend_for(topo)
-    await be.sync(request([(svc_port("ns/empty", CIP, 80), ()),
+    await be.run_sync(request([(svc_port("ns/empty", CIP, 80), ()),
                            (svc_port("ns/web", "172.30.0.11", 80), (ep(topo.pod_ip(1), 8080),))], service_cidrs=CIDRS))
     [no_eps] = topo.connect(topo.node, CIP, 80)
     assert no_eps.startswith("refused") and float(no_eps.split()[1]) < 0.5, no_eps
@@ -115,10 +118,10 @@ async def test_no_endpoints_rejects_unknown_port_rejects_unallocated_ip_drops(to
 async def test_internal_traffic_policy_local_without_local_endpoints_drops(topo):
     start_pods(topo)
     be, _, _ = backend_for(topo)
-    result = await be.sync(request([(svc_port("ns/itp", CIP, 80, internal_policy_local=True), (ep(topo.pod_ip(1), 8080),))]))
+    result = await be.run_sync(request([(svc_port("ns/itp", CIP, 80, internal_policy_local=True), (ep(topo.pod_ip(1), 8080),))]))
     assert result.no_local_internal == 1
     assert topo.connect(topo.client, CIP, 80, timeout=0.5) == ["timeout"]
-    await be.sync(request([(svc_port("ns/itp", CIP, 80, internal_policy_local=True), (ep(topo.pod_ip(1), 8080, local=True),))],
+    await be.run_sync(request([(svc_port("ns/itp", CIP, 80, internal_policy_local=True), (ep(topo.pod_ip(1), 8080, local=True),))],
                           full=False, changed={"ns/itp"}))
     assert landed(topo.connect(topo.client, CIP, 80)) == {"pod1": 1}
 
@@ -128,7 +131,7 @@ async def test_hairpin_pod_reaching_itself_through_its_service_is_masqueraded(to
     be, _, _ = backend_for(topo)
     single = svc_port("ns/one", CIP, 80)
     multi = svc_port("ns/two", "172.30.0.12", 80)
-    await be.sync(request([(single, (ep(topo.pod_ip(1), 8080),)),
+    await be.run_sync(request([(single, (ep(topo.pod_ip(1), 8080),)),
                            (multi, (ep(topo.pod_ip(1), 8080), ep(topo.pod_ip(2), 8080)))]))
     [line] = topo.connect(topo.pods[0], CIP, 80)
     assert line == f"ok pod1 {topo.pod_gw(1)}"  # source rewritten to the node: the reply comes back through it
@@ -144,7 +147,7 @@ async def test_client_ip_affinity_sticks_and_moves_when_its_endpoint_goes(topo):
     be, _, _ = backend_for(topo)
     sp = svc_port("ns/sticky", CIP, 80, client_ip_affinity=True, sticky_max_age_seconds=600)
     eps3 = (ep(topo.pod_ip(1), 8080), ep(topo.pod_ip(2), 8080), ep(topo.pod_ip(3), 8080))
-    await be.sync(request([(sp, eps3)]))
+    await be.run_sync(request([(sp, eps3)]))
     first = landed(topo.connect(topo.client, CIP, 80, count=10))
     assert len(first) == 1, first
     [chosen] = first
@@ -153,7 +156,7 @@ async def test_client_ip_affinity_sticks_and_moves_when_its_endpoint_goes(topo):
 
     k = int(chosen[-1])
     remaining = tuple(e for e in eps3 if e.ip != topo.pod_ip(k))
-    result = await be.sync(request([(sp, remaining)], full=False, changed={"ns/sticky"}))
+    result = await be.run_sync(request([(sp, remaining)], full=False, changed={"ns/sticky"}))
     assert not result.full
     after = landed(topo.connect(topo.client, CIP, 80, count=8))
     assert len(after) == 1 and chosen not in after, after
@@ -166,7 +169,7 @@ async def test_nodeport_and_external_traffic_policy(topo):
     local = svc_port("ns/np-local", "172.30.0.11", 80, node_port=30081, external_policy_local=True)
     nolocal = svc_port("ns/np-nolocal", "172.30.0.12", 80, node_port=30082, external_policy_local=True)
     none = svc_port("ns/np-none", "172.30.0.13", 80, node_port=30083)
-    result = await be.sync(request([
+    result = await be.run_sync(request([
         (cluster, (ep(topo.pod_ip(1), 8080),)),
         (local, (ep(topo.pod_ip(2), 8080, local=True), ep(topo.pod_ip(3), 8080))),
         (nolocal, (ep(topo.pod_ip(3), 8080),)),
@@ -186,7 +189,7 @@ async def test_nodeport_and_external_traffic_policy(topo):
 async def test_nodeports_on_every_local_address_when_nodeport_ips_is_none(topo):
     start_pods(topo)
     be, _, _ = backend_for(topo)
-    await be.sync(request([(svc_port("ns/np", CIP, 80, node_port=30090), (ep(topo.pod_ip(1), 8080),))], nodeport_ips=None))
+    await be.run_sync(request([(svc_port("ns/np", CIP, 80, node_port=30090), (ep(topo.pod_ip(1), 8080),))], nodeport_ips=None))
     assert landed(topo.connect(topo.client, NODE_IP, 30090)) == {"pod1": 1}
     assert landed(topo.connect(topo.pods[1], topo.pod_gw(2), 30090)) == {"pod1": 1}  # another node address
     assert topo.connect(topo.node, "127.0.0.1", 30090)[0].startswith("refused")  # never on loopback
@@ -198,12 +201,12 @@ async def test_external_ip_and_load_balancer_source_ranges(topo):
     vip, ext = "203.0.113.7", "198.51.100.9"
     sp = svc_port("ns/lb", CIP, 80, node_port=30100, load_balancer_vips=(vip,), external_ips=(ext,),
                   load_balancer_source_ranges=("192.168.60.0/24",))
-    await be.sync(request([(sp, (ep(topo.pod_ip(1), 8080),))], nodeport_ips=(NODE_IP,)))
+    await be.run_sync(request([(sp, (ep(topo.pod_ip(1), 8080),))], nodeport_ips=(NODE_IP,)))
     assert topo.connect(topo.client, ext, 80) == [f"ok pod1 {topo.pod_gw(1)}"]
     assert topo.connect(topo.client, vip, 80, timeout=0.5) == ["timeout"]  # client not in the source ranges
     allowed = svc_port("ns/lb", CIP, 80, node_port=30100, load_balancer_vips=(vip,), external_ips=(ext,),
                        load_balancer_source_ranges=("192.168.50.0/24",))
-    await be.sync(request([(allowed, (ep(topo.pod_ip(1), 8080),))], nodeport_ips=(NODE_IP,), full=False, changed={"ns/lb"}))
+    await be.run_sync(request([(allowed, (ep(topo.pod_ip(1), 8080),))], nodeport_ips=(NODE_IP,), full=False, changed={"ns/lb"}))
     assert landed(topo.connect(topo.client, vip, 80)) == {"pod1": 1}
 
 
@@ -217,13 +220,13 @@ async def test_partial_sync_rewrites_only_the_changed_service(topo):
     be, _, _ = backend_for(topo)
     a, b = svc_port("ns/a", CIP, 80), svc_port("ns/b", "172.30.0.11", 80)
     eps_a = (ep(topo.pod_ip(1), 8080), ep(topo.pod_ip(2), 8080))
-    await be.sync(request([(a, eps_a), (b, (ep(topo.pod_ip(3), 8080),))]))
+    await be.run_sync(request([(a, eps_a), (b, (ep(topo.pod_ip(3), 8080),))]))
     from kubesvc.proxy.nftables.naming import service_port_chain_name_base
     chain_a = "service-" + service_port_chain_name_base(a.name, "tcp")
     chain_b = "service-" + service_port_chain_name_base(b.name, "tcp")
     before_a, before_b = chain_handles(topo, chain_a), chain_handles(topo, chain_b)
 
-    result = await be.sync(request([(a, (ep(topo.pod_ip(2), 8080),)), (b, (ep(topo.pod_ip(3), 8080),))], full=False, changed={"ns/a"}))
+    result = await be.run_sync(request([(a, (ep(topo.pod_ip(2), 8080),)), (b, (ep(topo.pod_ip(3), 8080),))], full=False, changed={"ns/a"}))
     assert not result.full
     assert result.written["chains"] == 1
     assert chain_handles(topo, chain_b) == before_b  # untouched
@@ -237,21 +240,21 @@ async def test_removed_service_chain_is_flushed_then_deleted_a_second_later(topo
     start_pods(topo)
     be, clock, _ = backend_for(topo)
     a, b = svc_port("ns/a", CIP, 80), svc_port("ns/b", "172.30.0.11", 80)
-    await be.sync(request([(a, (ep(topo.pod_ip(1), 8080),)), (b, (ep(topo.pod_ip(2), 8080),))]))
+    await be.run_sync(request([(a, (ep(topo.pod_ip(1), 8080),)), (b, (ep(topo.pod_ip(2), 8080),))]))
     from kubesvc.proxy.nftables.naming import service_port_chain_name_base
     chain_b = "service-" + service_port_chain_name_base(b.name, "tcp")
     assert chain_b in topo.nft("list", "chains", "ip")
 
-    await be.sync(request([(a, (ep(topo.pod_ip(1), 8080),))], full=False, changed={"ns/b"}))
+    await be.run_sync(request([(a, (ep(topo.pod_ip(1), 8080),))], full=False, changed={"ns/b"}))
     assert chain_handles(topo, chain_b) == []  # flushed, still there
     assert "172.30.0.11" not in topo.nft("list", "map", "ip", "kube-proxy", "service-ips")
     assert topo.connect(topo.client, "172.30.0.11", 80, timeout=0.5) == ["timeout"]  # unallocated now... or gone
 
     clock.now += 0.5
-    await be.sync(request([(a, (ep(topo.pod_ip(1), 8080),))], full=False, changed=set()))
+    await be.run_sync(request([(a, (ep(topo.pod_ip(1), 8080),))], full=False, changed=set()))
     assert chain_b in topo.nft("list", "chains", "ip")  # not yet
     clock.now += 1.0
-    result = await be.sync(request([(a, (ep(topo.pod_ip(1), 8080),))], full=False, changed=set()))
+    result = await be.run_sync(request([(a, (ep(topo.pod_ip(1), 8080),))], full=False, changed=set()))
     assert chain_b not in topo.nft("list", "chains", "ip")
     assert not result.full
     assert landed(topo.connect(topo.client, CIP, 80)) == {"pod1": 1}
@@ -261,30 +264,30 @@ async def test_full_sync_repairs_tampering_and_a_restarted_proxy_adopts_the_tabl
     start_pods(topo)
     be, _, _ = backend_for(topo)
     a, b = svc_port("ns/a", CIP, 80), svc_port("ns/b", "172.30.0.11", 80)
-    await be.sync(request([(a, (ep(topo.pod_ip(1), 8080),)), (b, (ep(topo.pod_ip(2), 8080),))]))
+    await be.run_sync(request([(a, (ep(topo.pod_ip(1), 8080),)), (b, (ep(topo.pod_ip(2), 8080),))]))
     topo.nft("delete", "element", "ip", "kube-proxy", "service-ips", "{", f"{CIP} . tcp . 80", "}")
     topo.nft("add", "element", "ip", "kube-proxy", "cluster-ips", "{", "172.30.9.9", "}")
     assert topo.connect(topo.node, CIP, 80, timeout=0.5)[0].startswith("refused")  # broken: cluster-ips-check
 
     fresh, _, _ = backend_for(topo)  # a restarted proxy without ns/b
-    result = await fresh.sync(request([(a, (ep(topo.pod_ip(1), 8080),))]))
+    result = await fresh.run_sync(request([(a, (ep(topo.pod_ip(1), 8080),))]))
     assert result.full
     assert landed(topo.connect(topo.client, CIP, 80)) == {"pod1": 1}
     assert "172.30.9.9" not in topo.nft("list", "set", "ip", "kube-proxy", "cluster-ips")
     assert any("ns/b" in c for c in fresh.state.stale_chains)
-    written_again = (await fresh.sync(request([(a, (ep(topo.pod_ip(1), 8080),))]))).written
+    written_again = (await fresh.run_sync(request([(a, (ep(topo.pod_ip(1), 8080),))]))).written
     assert written_again["elements"] == 0  # a second full sync finds everything in place
 
 
 async def test_failed_transaction_counts_and_next_sync_is_full(topo):
     be, _, metrics = backend_for(topo)
     a = svc_port("ns/a", CIP, 80)
-    await be.sync(request([(a, (ep(topo.pod_ip(1), 8080),))]))
+    await be.run_sync(request([(a, (ep(topo.pod_ip(1), 8080),))]))
     topo.nft("delete", "table", "ip", "kube-proxy")  # someone removed our table under us
     with pytest.raises(SyncFailed):
-        await be.sync(request([(a, (ep(topo.pod_ip(2), 8080),))], full=False, changed={"ns/a"}))
+        await be.run_sync(request([(a, (ep(topo.pod_ip(2), 8080),))], full=False, changed={"ns/a"}))
     assert metrics.nftables_sync_failures.labels("IPv4")._value.get() == 1
-    result = await be.sync(request([(a, (ep(topo.pod_ip(2), 8080),))], full=False, changed=set()))
+    result = await be.run_sync(request([(a, (ep(topo.pod_ip(2), 8080),))], full=False, changed=set()))
     assert result.full
     start_pods(topo)
     assert landed(topo.connect(topo.client, CIP, 80)) == {"pod2": 1}
@@ -294,8 +297,8 @@ async def test_failed_transaction_counts_and_next_sync_is_full(topo):
 async def test_cleanup_leftovers_deletes_both_tables(topo):
     be4, _, _ = backend_for(topo)
     be6, _, _ = backend_for(topo, family=IPV6)
-    await be4.sync(request([(svc_port("ns/a", CIP, 80), (ep(topo.pod_ip(1), 8080),))]))
-    await be6.sync(request([(svc_port("ns/a", "fd00:30::10", 80), (ep("fd00:1:1::2", 8080),))]))
+    await be4.run_sync(request([(svc_port("ns/a", CIP, 80), (ep(topo.pod_ip(1), 8080),))]))
+    await be6.run_sync(request([(svc_port("ns/a", "fd00:30::10", 80), (ep("fd00:1:1::2", 8080),))]))
     tables = topo.nft("list", "tables")
     assert "table ip kube-proxy" in tables and "table ip6 kube-proxy" in tables
     assert cleanup_leftovers(netns=topo.node) is None
@@ -308,7 +311,7 @@ async def test_ipv6_clusterip_and_hairpin(topo6):
     start_pods(topo6, family=6)
     be, _, _ = backend_for(topo6, family=IPV6)
     vip = "fd00:30::10"
-    await be.sync(request([(svc_port("ns/v6", vip, 80), (ep(topo6.pod_ip6(1), 8080), ep(topo6.pod_ip6(2), 8080)))],
+    await be.run_sync(request([(svc_port("ns/v6", vip, 80), (ep(topo6.pod_ip6(1), 8080), ep(topo6.pod_ip6(2), 8080)))],
                           service_cidrs=("fd00:30::/112",)))
     lines = topo6.connect(topo6.client, vip, 80, count=16)
     assert set(landed(lines)) == {"pod1", "pod2"}, lines

@@ -19,7 +19,9 @@ import time
 import pytest
 
 from kubesvc.kernel.nftables import NFTables
+from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.nftables.proxier import NftablesBackend
+from kubesvc.proxy.proxier import Proxier
 from tests.proxy.nftables.builders import ep, options, request, svc_port
 from tests.proxy.nftables.netns import kernel_tests_possible
 
@@ -43,11 +45,12 @@ def services(n: int, e: int) -> list:
 
 
 async def measure(n: int, e: int, netns: str | None) -> dict[str, float]:
-    be = NftablesBackend(options("10.0.0.0/8"), nft=NFTables(netns=netns))  # netns None: already inside
+    opts = options("10.0.0.0/8")
+    be = Proxier(NftablesBackend(opts, nft=NFTables(netns=netns)), opts, ProxyMetrics())  # netns None: already inside
     ports = services(n, e)
     first = request(ports, service_cidrs=("172.16.0.0/12",))
     started = time.perf_counter()
-    full = await be.sync(first)
+    full = await be.run_sync(first)
     full_total = time.perf_counter() - started
 
     # one endpoint replaced in one Service, five times over (median: this 2-core machine is shared)
@@ -59,7 +62,7 @@ async def measure(n: int, e: int, netns: str | None) -> dict[str, float]:
         endpoints[sp.name] = eps[1:] + (ep(f"10.250.0.{k + 1}", 8080),)
         request_now = dataclasses.replace(first, full=False, endpoints=endpoints, changed_services=frozenset({sp.name.service}))
         started = time.perf_counter()
-        partial = await be.sync(request_now)
+        partial = await be.run_sync(request_now)
         timings.append(time.perf_counter() - started)
         kernel.append(partial.kernel_seconds)
         python.append(partial.build_seconds)
