@@ -1,3 +1,3 @@
-from kubesvc.cli import main
+from kubesvc.cmd import main
 
 main()

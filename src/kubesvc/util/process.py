@@ -31,14 +31,3 @@ def stop_on_signals() -> asyncio.Event:
         loop.add_signal_handler(sig, stop.set)
     return stop
 
-
-def command_kubeconfig(path: str):
-    """A command's ``--kubeconfig``, loaded; a bad file is one line and a non-zero exit."""
-    import click
-
-    from kubesvc.client.kubeconfig import ConfigError, load_kubeconfig
-
-    try:
-        return load_kubeconfig(path)
-    except (ConfigError, OSError) as exc:
-        raise click.ClickException(f"invalid kubeconfig: {exc}") from None

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import click
 
-from kubesvc.util.process import command_kubeconfig, install_uvloop, setup_logging, stop_on_signals
+from kubesvc.cmd import flags
+from kubesvc.util.process import install_uvloop, setup_logging, stop_on_signals
 
 log = logging.getLogger("kubesvc.agent")
 
@@ -33,37 +34,6 @@ def _start_failures() -> tuple[type[Exception], ...]:
 START_FAILURES = _start_failures()
 
 
-def parse_pod_cidrs(value: str) -> list[str]:
-    """One CIDR, or two of different families (kubelet's ``--pod-cidr`` takes one; dual-stack
-    nodes get ``podCIDRs`` from the node IPAM controller upstream)."""
-    parts = [p.strip() for p in value.split(",") if p.strip()]
-    if not 1 <= len(parts) <= 2:
-        raise ValueError("specify one CIDR, or two of different IP families")
-    networks = []
-    for part in parts:
-        try:
-            networks.append(ipaddress.ip_network(part, strict=True))
-        except ValueError as exc:
-            raise ValueError(f"invalid CIDR address: {part}: {exc}") from None
-    if len({n.version for n in networks}) != len(networks):
-        raise ValueError("the two CIDRs must be of different IP families")
-    for net in networks:
-        if net.num_addresses < 4:
-            raise ValueError(f"{net} is too small for Pods (it needs a gateway and at least one Pod address)")
-    return [str(n) for n in networks]
-
-
-def parse_node_ips(value: str) -> list[str]:
-    parts = [p.strip() for p in value.split(",") if p.strip()]
-    try:
-        ips = [str(ipaddress.ip_address(p)) for p in parts]
-    except ValueError as exc:
-        raise ValueError(f"invalid --node-ip: {exc}") from None
-    if len(ips) > 2 or len({ipaddress.ip_address(i).version for i in ips}) != len(ips):
-        raise ValueError("--node-ip takes one IP, or two of different families")
-    return ips
-
-
 def detect_node_ip(pod_cidrs: list[str]) -> str | None:
     """kubelet's default node IP: the first global IPv4 address of the machine outside the Pod range."""
     from kubesvc.kernel.netlink import local_addresses
@@ -77,23 +47,12 @@ def detect_node_ip(pod_cidrs: list[str]) -> str | None:
     return None
 
 
-def _checked(parser):
-    def callback(ctx, param, value):
-        if value is None:
-            return None
-        try:
-            return parser(value)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc)) from None
-    return callback
-
-
 @click.command("agent")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), required=True, help="Path to a kubeconfig file for the API server.")
 @click.option("--node-name", default=None, help="The Node's name (default: the hostname, lower-cased).")
-@click.option("--pod-cidr", required=True, callback=_checked(parse_pod_cidrs),
+@click.option("--pod-cidr", required=True, callback=flags.checked(flags.parse_pod_cidrs),
               help="The node's Pod address range (one CIDR, or an IPv4 and an IPv6 one, comma-separated).")
-@click.option("--node-ip", default=None, callback=_checked(parse_node_ips),
+@click.option("--node-ip", default=None, callback=flags.checked(flags.parse_node_ips),
               help="The node's IP (or an IPv4,IPv6 pair); default: the first global IPv4 address.")
 @click.option("--zone", default="", help="The topology.kubernetes.io/zone label of the Node.")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("/var/lib/kubesvc-agent"), show_default=True,
@@ -119,7 +78,7 @@ def agent_command(kubeconfig: str, node_name: str | None, pod_cidr: list[str], n
 
     if (tls_cert_file is None) != (tls_private_key_file is None):
         raise click.BadParameter("--tls-cert-file and --tls-private-key-file go together")
-    client_config = command_kubeconfig(kubeconfig)
+    client_config = flags.load_kubeconfig(kubeconfig)
     node_ips = node_ip or [ip for ip in [detect_node_ip(pod_cidr)] if ip]
     if not node_ips:
         raise click.ClickException("no global IPv4 address on this machine: give the node's address with --node-ip")

@@ -14,20 +14,11 @@ import logging
 
 import click
 
-from kubesvc.proxy.config import ConfigError, ProxyFlags, check_ip_flag, check_ip_port_flag, complete, resolve
-from kubesvc.util.duration import parse_duration
-from kubesvc.util.process import command_kubeconfig, install_uvloop, setup_logging, stop_on_signals
+from kubesvc.cmd import flags
+from kubesvc.proxy.config import PROXY_FEATURE_GATES, ConfigError, ProxyFlags, check_ip_flag, check_ip_port_flag, complete, resolve
+from kubesvc.util.process import install_uvloop, setup_logging, stop_on_signals
 
 log = logging.getLogger("kubesvc.proxy")
-
-
-def _duration(ctx, param, value):
-    if value is None:
-        return None
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
 
 
 def _ip(ctx, param, value):
@@ -42,25 +33,6 @@ def _ip_port(ctx, param, value):
     return value
 
 
-def _list(ctx, param, value):
-    if value is None:
-        return None
-    return [part.strip() for part in value.split(",") if part.strip()]
-
-
-def _feature_gates(ctx, param, value):
-    if value is None:
-        return None
-    from kubesvc.cli import parse_feature_gates
-    from kubesvc.proxy.config import PROXY_FEATURE_GATES
-
-    return parse_feature_gates(value, PROXY_FEATURE_GATES)
-
-
-def _bool_option(*names: str, help: str):
-    return click.option(*names, type=click.BOOL, is_flag=False, flag_value=True, default=None, help=help)
-
-
 @click.command("proxy")
 @click.option("--config", default="", help="The path to the configuration file (KubeProxyConfiguration).")
 @click.option("--kubeconfig", default=None, help="Path to kubeconfig file with authorization information.")
@@ -70,34 +42,35 @@ def _bool_option(*names: str, help: str):
 @click.option("--detect-local-mode", default=None, help="Mode to use to detect local traffic: ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix.")
 @click.option("--pod-bridge-interface", default=None, help="A bridge interface name (for --detect-local-mode=BridgeInterface).")
 @click.option("--pod-interface-name-prefix", default=None, help="An interface name prefix (for --detect-local-mode=InterfaceNamePrefix).")
-@click.option("--nodeport-addresses", default=None, callback=_list,
+@click.option("--nodeport-addresses", default=None, callback=flags.comma_list,
               help="CIDRs or 'primary': the addresses that accept NodePort connections (nftables default: primary).")
-@_bool_option("--masquerade-all", help="SNAT all traffic sent via Service cluster IPs.")
+@flags.bool_option("--masquerade-all", help="SNAT all traffic sent via Service cluster IPs.")
 @click.option("--iptables-masquerade-bit", type=int, default=None, help="The bit of the fwmark space to mark packets requiring SNAT (0-31).")
-@_bool_option("--iptables-localhost-nodeports", help="Allow NodePort connections to 127.0.0.1 (iptables mode, IPv4).")
-@click.option("--iptables-sync-period", default=None, callback=_duration, help="Retry and interference-check interval (e.g. '30s').")
-@click.option("--iptables-min-sync-period", default=None, callback=_duration, help="Minimum period between rule syncs (e.g. '1s').")
-@click.option("--ipvs-sync-period", default=None, callback=_duration)
-@click.option("--ipvs-min-sync-period", default=None, callback=_duration)
+@flags.bool_option("--iptables-localhost-nodeports", help="Allow NodePort connections to 127.0.0.1 (iptables mode, IPv4).")
+@click.option("--iptables-sync-period", default=None, callback=flags.optional_duration, help="Retry and interference-check interval (e.g. '30s').")
+@click.option("--iptables-min-sync-period", default=None, callback=flags.optional_duration, help="Minimum period between rule syncs (e.g. '1s').")
+@click.option("--ipvs-sync-period", default=None, callback=flags.optional_duration)
+@click.option("--ipvs-min-sync-period", default=None, callback=flags.optional_duration)
 @click.option("--ipvs-scheduler", default=None)
-@click.option("--ipvs-exclude-cidrs", default=None, callback=_list)
-@_bool_option("--ipvs-strict-arp", help="Enable strict ARP (arp_ignore=1, arp_announce=2).")
-@click.option("--ipvs-tcp-timeout", default=None, callback=_duration,
+@click.option("--ipvs-exclude-cidrs", default=None, callback=flags.comma_list)
+@flags.bool_option("--ipvs-strict-arp", help="Enable strict ARP (arp_ignore=1, arp_announce=2).")
+@click.option("--ipvs-tcp-timeout", default=None, callback=flags.optional_duration,
               help="The timeout for idle IPVS TCP connections, 0 to leave as-is (e.g. '5s', '1m', '2h22m').")
-@click.option("--ipvs-tcpfin-timeout", default=None, callback=_duration,
+@click.option("--ipvs-tcpfin-timeout", default=None, callback=flags.optional_duration,
               help="The timeout for IPVS TCP connections after receiving a FIN packet, 0 to leave as-is (e.g. '5s', '1m', '2h22m').")
-@click.option("--ipvs-udp-timeout", default=None, callback=_duration,
+@click.option("--ipvs-udp-timeout", default=None, callback=flags.optional_duration,
               help="The timeout for IPVS UDP packets, 0 to leave as-is (e.g. '5s', '1m', '2h22m').")
 @click.option("--bind-address", default=None, callback=_ip, help="Overrides kube-proxy's idea of the primary node IP.")
-@_bool_option("--bind-address-hard-fail", help="Treat failure to bind to a port as fatal.")
+@flags.bool_option("--bind-address-hard-fail", help="Treat failure to bind to a port as fatal.")
 @click.option("--healthz-bind-address", default=None, callback=_ip_port, help="ip:port of the health check server (default 0.0.0.0:10256).")
 @click.option("--metrics-bind-address", default=None, callback=_ip_port, help="ip:port of the metrics server (default 127.0.0.1:10249).")
-@click.option("--config-sync-period", default=None, callback=_duration, help="How often configuration from the apiserver is refreshed.")
-@click.option("--feature-gates", default=None, callback=_feature_gates, help="Comma-separated Name=true|false pairs.")
+@click.option("--config-sync-period", default=None, callback=flags.optional_duration, help="How often configuration from the apiserver is refreshed.")
+@click.option("--feature-gates", default=None, callback=flags.feature_gates(PROXY_FEATURE_GATES, optional=True),
+              help="Comma-separated Name=true|false pairs.")
 @click.option("--oom-score-adj", type=int, default=None)
 @click.option("--conntrack-max-per-core", type=int, default=None)
 @click.option("--conntrack-min", type=int, default=None)
-@click.option("--udp-timeout", "udp_timeout", default=None, callback=_duration,
+@click.option("--udp-timeout", "udp_timeout", default=None, callback=flags.optional_duration,
               help="How long an idle UDP flow is kept open (userspace mode; e.g. '250ms').")
 @click.option("--cleanup", is_flag=True, default=False, help="Remove every rule this proxy ever made, then exit.")
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
@@ -111,9 +84,9 @@ def proxy_command(cleanup: bool, verbosity: int, udp_timeout: float | None, **op
         if errors:
             raise click.ClickException("cleanup failed: " + "; ".join(errors))
         return
-    flags = ProxyFlags(**options)
+    proxy_flags = ProxyFlags(**options)
     try:
-        settings = resolve(complete(flags))
+        settings = resolve(complete(proxy_flags))
     except ConfigError as err:
         raise click.ClickException(str(err)) from None
     if settings.mode not in ("nftables", "iptables", "ipvs", "userspace"):  # ipvs falls back to iptables without kernel support
@@ -124,7 +97,7 @@ def proxy_command(cleanup: bool, verbosity: int, udp_timeout: float | None, **op
         settings = dataclasses.replace(settings, udp_idle_timeout=udp_timeout)
     if not settings.kubeconfig:
         raise click.ClickException("no --kubeconfig (or clientConnection.kubeconfig) given: in-cluster configuration is not supported")
-    client_config = command_kubeconfig(settings.kubeconfig)
+    client_config = flags.load_kubeconfig(settings.kubeconfig)
     install_uvloop()
     try:
         asyncio.run(_run(client_config, settings))

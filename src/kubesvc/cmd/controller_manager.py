@@ -1,0 +1,129 @@
+"""``kubesvc controller-manager``: kube-controller-manager's command line (upstream
+``cmd/kube-controller-manager/app/options``), with the pod-scheduler's kubeconfig beside it.
+
+Range checks keep kube-controller-manager's messages; bad leader-election timing is a usage
+error; a lost leader Lease ends the process non-zero, as upstream's ``klog.Fatalf``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import click
+
+from kubesvc.cmd import flags
+from kubesvc.util.process import install_uvloop, setup_logging, stop_on_signals
+
+
+def _root_ca_file(path: str | None) -> str | None:
+    from kubesvc.controllers.rootcacert.publisher import read_root_ca
+
+    if path is not None:
+        try:
+            read_root_ca(path)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return path
+
+
+def _controllers(ctx, param, value: str) -> set[str]:
+    from kubesvc.controllers.manager import enabled_controllers
+
+    try:
+        return enabled_controllers(value.split(","))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@click.command("controller-manager")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), required=True, help="Path to a kubeconfig file for the API server.")
+@click.option("--scheduler-kubeconfig", type=click.Path(dir_okay=False), default=None,
+              help="The pod-scheduler's own kubeconfig (kube-scheduler's --kubeconfig; default: --kubeconfig).")
+@click.option("--controllers", default="*", show_default=True, callback=_controllers,
+              help="Controllers to enable: '*' for all, 'foo' to enable, '-foo' to disable "
+                   "(endpointslice-controller, endpointslice-mirroring-controller, endpoints-controller, garbage-collector-controller, "
+                   "pod-scheduler, serviceaccount-controller, root-ca-certificate-publisher-controller).")
+@click.option("--concurrent-service-endpoint-syncs", type=int, default=5, show_default=True, callback=flags.bounded(1, 50),
+              help="Services synced concurrently by the EndpointSlice controller.")
+@click.option("--concurrent-endpoint-syncs", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Services synced concurrently by the Endpoints controller.")
+@click.option("--mirroring-concurrent-service-endpoint-syncs", type=int, default=5, show_default=True, callback=flags.bounded(1, 50))
+@click.option("--concurrent-gc-syncs", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--max-endpoints-per-slice", type=int, default=100, show_default=True, callback=flags.bounded(1, 1000))
+@click.option("--endpointslice-updates-batch-period", default="0s", show_default=True, callback=flags.duration,
+              help="Batches Pod changes into one EndpointSlice sync per Service within this period.")
+@click.option("--endpoint-updates-batch-period", default="0s", show_default=True, callback=flags.duration,
+              help="Batches Pod changes into one Endpoints sync per Service within this period.")
+@click.option("--mirroring-max-endpoints-per-subset", type=int, default=1000, show_default=True, callback=flags.bounded(1, 1000))
+@click.option("--mirroring-endpointslice-updates-batch-period", default="0s", show_default=True, callback=flags.duration)
+@click.option("--enable-garbage-collector", type=click.BOOL, is_flag=False, flag_value=True, default=True, show_default=True)
+@click.option("--leader-elect", type=click.BOOL, is_flag=False, flag_value=True, default=True, show_default=True,
+              help="Run controllers only while holding the leader Lease.")
+@click.option("--leader-elect-lease-duration", default="15s", show_default=True, callback=flags.duration)
+@click.option("--leader-elect-renew-deadline", default="10s", show_default=True, callback=flags.duration)
+@click.option("--leader-elect-retry-period", default="2s", show_default=True, callback=flags.duration)
+@click.option("--leader-elect-resource-name", default="kube-controller-manager", show_default=True)
+@click.option("--leader-elect-resource-namespace", default="kube-system", show_default=True)
+@click.option("--bind-address", default="0.0.0.0", show_default=True)
+@click.option("--secure-port", type=click.IntRange(0, 65535), default=10257, show_default=True, help="HTTPS port for /healthz and /metrics; 0 disables.")
+@click.option("--root-ca-file", default=None, callback=lambda ctx, param, value: _root_ca_file(value),
+              help="CA bundle published as kube-root-ca.crt in every namespace (default: the CA of --kubeconfig).")
+@click.option("--use-service-account-credentials", type=click.BOOL, is_flag=False, flag_value=True, default=False, show_default=True,
+              help="Run each controller as its own kube-system ServiceAccount (TokenRequest tokens, renewed), "
+                   "not with the credentials of --kubeconfig.")
+@click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
+def controller_manager_command(kubeconfig: str, scheduler_kubeconfig: str | None, use_service_account_credentials: bool, verbosity: int,
+                               **options) -> None:
+    """Run the EndpointSlice, mirroring, Endpoints and garbage-collector controllers."""
+    setup_logging(verbosity)
+    from kubesvc.client.leaderelection import validate_timing
+    from kubesvc.controllers.manager import ManagerConfig
+
+    try:
+        validate_timing(options["leader_elect_lease_duration"], options["leader_elect_renew_deadline"], options["leader_elect_retry_period"])
+    except ValueError as exc:
+        raise click.UsageError(f"invalid leader election flags: {exc}") from None
+    client_config = flags.load_kubeconfig(kubeconfig)
+    scheduler_config = flags.load_kubeconfig(scheduler_kubeconfig) if scheduler_kubeconfig else client_config
+    config = ManagerConfig(**options)
+    install_uvloop()
+    try:
+        asyncio.run(_run_controller_manager(client_config, config, scheduler_config, use_service_account_credentials))
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve on {config.bind_address}:{config.secure_port}: {exc.strerror or exc}") from None
+
+
+async def _run_controller_manager(client_config, config, scheduler_config, use_service_account_credentials: bool) -> None:
+    from kubesvc.client.rest import RestClient
+    from kubesvc.controllers.clientbuilder import ServiceAccountClientBuilder, SimpleClientBuilder
+    from kubesvc.controllers.manager import SCHEDULER, ControllerManager
+
+    async with RestClient(client_config, field_manager="kube-controller-manager", user_agent="kubesvc-controller-manager") as client, \
+            RestClient(scheduler_config, field_manager="default-scheduler", user_agent="kubesvc-scheduler") as scheduler_client:
+        builder = ServiceAccountClientBuilder(client) if use_service_account_credentials else SimpleClientBuilder(client)
+        try:
+            await _run_until_stopped(ControllerManager(client, config, client_builder=builder, controller_clients={SCHEDULER: scheduler_client}))
+        finally:
+            await builder.close()
+
+
+async def _run_until_stopped(manager) -> None:
+    """Run the manager until SIGINT/SIGTERM; a lost lease ends it with an error."""
+    from kubesvc.client.leaderelection import LeadershipLost
+    from kubesvc.controllers.manager import ControllerClientFailed, LeaderElectionLost
+
+    stop = stop_on_signals()
+    running = asyncio.create_task(manager.run())
+    stopping = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if running in done:
+        stopping.cancel()
+        try:
+            running.result()
+        except (LeaderElectionLost, LeadershipLost) as exc:
+            raise click.ClickException(f"leaderelection lost: {exc}") from None
+        except ControllerClientFailed as exc:
+            raise click.ClickException(str(exc)) from None
+        return
+    running.cancel()
+    await asyncio.gather(running, return_exceptions=True)

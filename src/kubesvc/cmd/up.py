@@ -1,0 +1,81 @@
+"""``kubesvc up``: every component on this machine (the orchestration is ``kubesvc.up``).
+
+It takes the apiserver's flags (``--data-dir`` defaults to ``.kubesvc``) and the node's. A data
+directory that still holds the state of an ``up`` that did not clean up is refused, naming
+``kubesvc down``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from kubesvc.cmd import flags
+from kubesvc.cmd.apiserver import apiserver_options, server_config
+from kubesvc.util.process import install_uvloop, setup_logging, stop_on_signals
+
+if TYPE_CHECKING:
+    from kubesvc.apiserver.server import APIServer, ServerConfig
+
+
+@click.command("up")
+@apiserver_options(default_data_dir=".kubesvc")
+@click.option("--node-name", default=None, help="This machine's Node name (default: the hostname, lower-cased).")
+@click.option("--pod-cidr", default="10.244.0.0/24", show_default=True, help="The Pod address range of this node.")
+@click.option("--node-ip", default=None, help="This node's IP (default: the first global IPv4 address, else the Pod gateway).")
+@click.option("--proxy-mode", type=click.Choice(["nftables", "iptables"]), default=None,
+              help="The proxy's mode (default: nftables where available, else iptables).")
+@click.option("--kubelet-port", type=click.IntRange(0, 65535), default=10250, show_default=True,
+              help="The agent's log server port (kubectl logs); 0 picks a free one.")
+def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: str | None, proxy_mode: str | None, kubelet_port: int,
+               **options) -> None:
+    """Run the whole system on this machine: apiserver (SQLite), controller-manager, node agent and proxy.
+    Ctrl-C stops it and removes every namespace, link and kernel rule it made."""
+    setup_logging(verbosity)
+    from kubesvc.agent.node import default_node_name
+    from kubesvc.cmd.agent import START_FAILURES, detect_node_ip
+    from kubesvc.up import UpOptions, read_state, serve_pods
+
+    try:
+        pod_cidrs = flags.parse_pod_cidrs(pod_cidr)
+        node_ips = flags.parse_node_ips(node_ip) if node_ip else [ip for ip in [detect_node_ip(pod_cidrs)] if ip]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    config = server_config(**options)
+    previous = read_state(config.data_dir)
+    if previous is not None:
+        raise click.ClickException(f"{config.data_dir} holds the state of a kubesvc up (pid {previous.get('pid')}) that did not clean up; "
+                                   f"run: kubesvc down --data-dir {options['data_dir']}")
+    up_options = UpOptions(node_name=node_name or default_node_name(), pod_cidrs=pod_cidrs,
+                           service_cidrs=[c.strip() for c in config.service_cluster_ip_range.split(",") if c.strip()],
+                           node_ips=node_ips, proxy_mode=proxy_mode or "", kubelet_port=kubelet_port)
+    serve_pods(config, up_options,
+               bind_address_given=click.get_current_context().get_parameter_source("bind_address") != click.core.ParameterSource.DEFAULT)
+
+    def announce(server: APIServer, system) -> None:
+        click.echo(f"kubesvc is up at {server.url}; kubeconfig: {server.kubeconfig}")
+        click.echo(f"  node {up_options.node_name}: Pods in {','.join(pod_cidrs)}, proxy in {system.proxy.settings.mode} mode")
+        click.echo(f"  try: export KUBECONFIG={server.kubeconfig}; kubectl get nodes    (Ctrl-C stops and cleans up)")
+        sys.stdout.flush()
+
+    install_uvloop()
+    try:
+        errors = asyncio.run(_up(config, up_options, announce))
+    except OSError as exc:
+        raise click.ClickException(f"cannot start: {exc.strerror or exc}") from None
+    except START_FAILURES as exc:
+        raise click.ClickException(f"cannot start: {exc}") from None
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    if errors:
+        raise click.ClickException("cleanup failed (run kubesvc down to retry): " + "; ".join(errors))
+
+
+async def _up(config: ServerConfig, options, announce) -> list[str]:
+    from kubesvc.apiserver.server import APIServer
+    from kubesvc.up import run_up
+
+    return await run_up(APIServer(config), options, announce, stop_on_signals())
