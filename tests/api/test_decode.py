@@ -6,7 +6,8 @@ import copy
 
 import pytest
 
-from kubesvc.api.decode import MAX_UNKNOWN_FIELDS, decode_object, go_time_parse_error
+from kubesvc.api.decode import MAX_UNKNOWN_FIELDS, decode_object
+from kubesvc.util.golang import rfc3339_error
 from kubesvc.api.errors import StatusError
 from kubesvc.api.kinds.coordination import LEASE
 from kubesvc.api.kinds.core import NODE, POD, SERVICE
@@ -181,7 +182,7 @@ GO_TIME_PARSE = [
 
 @pytest.mark.parametrize("value, error", GO_TIME_PARSE, ids=[case[0] for case in GO_TIME_PARSE])
 def test_times_parse_as_go_parses_rfc3339(value: str, error: str | None):
-    assert go_time_parse_error(value) == error
+    assert rfc3339_error(value) == error
 
 
 # ---- nulls, nesting, copies ------------------------------------------------------------------

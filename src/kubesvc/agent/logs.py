@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import AsyncIterator, Callable, Mapping
 
 from kubesvc.apiserver.codec import parameter_bool, parameter_int
+from kubesvc.util import golang
 from kubesvc.util.clock import Clock, RealClock
 
 MAX_LINE_BYTES = 16 * 1024  # containerd's default max_container_log_line_size
@@ -163,7 +164,7 @@ class LogOptions:
         since_text = query.get("sinceTime", "")
         since_time = None
         if since_text:
-            since_time = _EPOCH + timedelta(microseconds=parse_timestamp(since_text.encode()) // 1000)
+            since_time = golang.parse_rfc3339(since_text)
         if tail is not None and tail < 0:
             raise InvalidLogOptions("tailLines must be greater than or equal to 0")
         if limit is not None and limit < 1:

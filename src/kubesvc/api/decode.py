@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 from kubesvc.api.errors import StatusError
 from kubesvc.api.schema import Any_, ListOf, MapOf, Obj, Scalar, Type
-from kubesvc.util import gobase64
+from kubesvc.util import gobase64, golang
 
 VALIDATION_MODES = ("Strict", "Warn", "Ignore")
 MAX_UNKNOWN_FIELDS = 100  # upstream stops collecting strict errors here
@@ -376,10 +376,9 @@ def _time_decoder(node: Scalar) -> Decoder:
     def decode_time(value: Any) -> str:
         if type(value) is not str:
             raise _Mismatch(json_kind(value), "string", fatal=True)
-        if not _is_plain_rfc3339(value):
-            error = go_time_parse_error(value)
-            if error:
-                raise _Abort(error)
+        error = golang.rfc3339_error(value)
+        if error:
+            raise _Abort(error)
         return value
 
     return decode_time
@@ -422,100 +421,3 @@ _SCALAR_DECODERS: dict[str, Callable[[Scalar], Decoder]] = {
     "date-time": _time_decoder,
     "quantity": _quantity_decoder,
 }
-
-# ---- RFC 3339 as Go's time.Parse reads it ----------------------------------------------------
-
-_RFC3339_LAYOUT = "2006-01-02T15:04:05Z07:00"
-_PLAIN_RFC3339 = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:[.,][0-9]+)?"
-                            r"(?:Z|[+-]([0-9]{2}):([0-9]{2}))\Z")
-_DAYS_IN_MONTH = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
-
-
-def _days_in(month: int, year: int) -> int:
-    leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
-    return 29 if month == 2 and leap else _DAYS_IN_MONTH[month - 1]
-
-
-def _is_plain_rfc3339(value: str) -> bool:
-    """The common, certainly valid case, checked without the element walk."""
-    match = _PLAIN_RFC3339.match(value)
-    if match is None:
-        return False
-    year, month, day, hour, minute, second, zone_hour, zone_minute = match.groups()
-    return (1 <= int(month) <= 12 and 1 <= int(day) <= _days_in(int(month), int(year)) and int(hour) < 24
-            and int(minute) < 60 and int(second) < 60 and int(zone_hour or 0) <= 24 and int(zone_minute or 0) <= 60)
-
-
-def _go_quote(text: str) -> str:
-    """The time package's quote(): ASCII kept, \\ and \" escaped, other bytes as \\xNN."""
-    out = ['"']
-    for char in text:
-        if " " <= char < "\x80":
-            out.append("\\" + char if char in '"\\' else char)
-        else:
-            out.extend(f"\\x{byte:02x}" for byte in char.encode("utf-8", "surrogatepass"))
-    out.append('"')
-    return "".join(out)
-
-
-def _leading_number(text: str, width: int, fixed: bool) -> tuple[int, str] | None:
-    """Go's getnum: ``width`` leading digits of ``text`` (fewer, but at least one, unless ``fixed``)."""
-    digits = 0
-    while digits < width and digits < len(text) and text[digits] in "0123456789":
-        digits += 1
-    if digits == width or (digits and not fixed):
-        return int(text[:digits]), text[digits:]
-    return None
-
-
-def go_time_parse_error(value: str) -> str | None:
-    """The error text of Go's ``time.Parse(time.RFC3339, value)``, or None if Go accepts it."""
-    quoted = _go_quote(value)
-
-    def cannot_parse(rest: str, element: str) -> str:
-        return f'parsing time {quoted} as "{_RFC3339_LAYOUT}": cannot parse {_go_quote(rest)} as "{element}"'
-
-    def out_of_range(what: str) -> str:
-        return f"parsing time {quoted}: {what} out of range"
-
-    rest = value
-    numbers: dict[str, int] = {}
-    # (literal before the element, element, digits, fixed width, upper bound or None, name in range errors)
-    for prefix, element, width, fixed, limit, name in (
-        ("", "2006", 4, True, None, "year"), ("-", "01", 2, True, 12, "month"), ("-", "02", 2, True, 31, "day"),
-        ("T", "15", 2, False, 23, "hour"), (":", "04", 2, True, 59, "minute"), (":", "05", 2, True, 59, "second"),
-    ):
-        if prefix:
-            if not rest.startswith(prefix):
-                return cannot_parse(rest, prefix)
-            rest = rest[len(prefix):]
-        parsed = _leading_number(rest, width, fixed)
-        if parsed is None:
-            return cannot_parse(rest, element)
-        number, rest = parsed
-        if limit is not None and number > limit or name == "month" and number == 0:
-            return out_of_range(name)
-        numbers[name] = number
-    if len(rest) >= 2 and rest[0] in ".," and rest[1] in "0123456789":
-        rest = rest[1:].lstrip("0123456789")
-    if rest.startswith("Z"):
-        rest = rest[1:]
-    else:
-        if len(rest) < 6 or rest[3] != ":":
-            return cannot_parse(rest, "Z07:00")
-        zone_hour = _leading_number(rest[1:3], 2, True)
-        zone_minute = _leading_number(rest[4:6], 2, True)
-        if zone_hour is None or zone_minute is None:
-            return cannot_parse(rest, "Z07:00")
-        if zone_minute[0] > 60:
-            return out_of_range("time zone offset minute")
-        if zone_hour[0] > 24:
-            return out_of_range("time zone offset hour")
-        if rest[0] not in "+-":
-            return cannot_parse(rest, "Z07:00")
-        rest = rest[6:]
-    if rest:
-        return f"parsing time {quoted}: extra text: {_go_quote(rest)}"
-    if numbers["day"] < 1 or numbers["day"] > _days_in(numbers["month"], numbers["year"]):
-        return out_of_range("day")
-    return None

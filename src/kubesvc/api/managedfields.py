@@ -49,6 +49,7 @@ from typing import Any, Iterator
 
 from kubesvc.api.errors import bad_request, status_body
 from kubesvc.api.schema import ListOf, Obj, Scalar, Type, child
+from kubesvc.util import golang
 
 _MISSING: Any = object()  # "no such field", as opposed to a JSON null
 
@@ -521,7 +522,7 @@ def _decode_entry(i: int, wire: Any) -> _Entry:
     if fields_type != "FieldsV1":
         raise ValueError(f"invalid fieldsType {json.dumps(fields_type)} in managed fields entry {i}")
     if wire.get("time") is not None:
-        datetime.fromisoformat(wire["time"])
+        golang.parse_rfc3339(wire["time"])
     try:
         fields = from_fields_v1(wire.get("fieldsV1", {}))
     except ValueError as e:
@@ -551,7 +552,7 @@ def validate_managed_fields(obj: dict) -> str | None:
 
 
 def _seconds(time: str | None) -> int:
-    return int(datetime.fromisoformat(time).timestamp()) if time else 0
+    return int(golang.parse_rfc3339(time).timestamp()) if time else 0
 
 
 def _wire(entry: _Entry) -> dict:

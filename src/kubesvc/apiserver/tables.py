@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from kubesvc.api.errors import bad_request
 from kubesvc.api.scheme import KindInfo
+from kubesvc.util import golang
 
 JSONObject = Mapping[str, Any]
 
@@ -210,10 +211,9 @@ def _parse_time(value: Any) -> datetime | None:
     if not isinstance(value, str) or not value:
         return None
     try:
-        parsed = datetime.fromisoformat(value)
+        return golang.parse_rfc3339(value)
     except ValueError:
         return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
 class _Clock:
@@ -609,7 +609,7 @@ def _binding_cells(binding: JSONObject, clock: _Clock) -> list:
 
 def _default_cells(obj: JSONObject, clock: _Clock) -> list:
     created = _parse_time(_get(obj, "metadata", "creationTimestamp"))
-    created_text = created.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if created else "0001-01-01T00:00:00Z"
+    created_text = golang.rfc3339(created) if created else "0001-01-01T00:00:00Z"
     return [_str(obj, "metadata", "name"), created_text]
 
 

@@ -47,6 +47,7 @@ from datetime import datetime, timezone
 
 from kubesvc.controllers.endpointslice.util import canonical_address
 from kubesvc.proxy.types import FAMILY_NAMES, Endpoint, EndpointsMap, ServicePortName
+from kubesvc.util import golang
 
 log = logging.getLogger("kubesvc.proxy")
 
@@ -311,13 +312,10 @@ def last_change_trigger_time(endpoint_slice: Mapping) -> datetime | None:
     if text is None:
         return None
     try:
-        moment = datetime.fromisoformat(text)
+        return golang.parse_rfc3339(text)
     except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None or "T" not in text:
         log.error("Error while parsing EndpointsLastChangeTriggerTimeAnnotation %r", text)
         return None
-    return moment
 
 
 # ---- applying changes ----------------------------------------------------------------------

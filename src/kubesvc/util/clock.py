@@ -1,7 +1,9 @@
 """Injectable time. Production code asks a Clock, tests hand in a FakeClock they advance.
 
 Kubernetes timestamps are RFC 3339 in UTC with second precision (``metav1.Time``) or
-microseconds (``metav1.MicroTime``, used by Leases and events.k8s.io Events).
+microseconds (``metav1.MicroTime``, used by Leases and events.k8s.io Events): written and read
+by :mod:`kubesvc.util.golang` (``rfc3339``, ``rfc3339_micro``, ``parse_rfc3339``), which this
+module passes on for its older importers.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import time
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
+
+from kubesvc.util.golang import parse_rfc3339, rfc3339, rfc3339_micro  # noqa: F401  (their home)
 
 
 class Clock(Protocol):
@@ -40,14 +44,3 @@ class FakeClock:
         self._now += timedelta(seconds=seconds)
         self._mono += seconds
 
-
-def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def rfc3339_micro(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_rfc3339(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))

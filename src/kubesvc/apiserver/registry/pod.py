@@ -28,9 +28,8 @@ A Pod not yet on a node has no log location: the answer is empty (204).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Mapping
 
 from yarl import URL
@@ -42,6 +41,7 @@ from kubesvc.api.validation_meta import go_quote
 from kubesvc.apiserver.codec import int64_param, parameter_bool
 from kubesvc.apiserver.kubeletclient import kubelet_address, unknown_error
 from kubesvc.apiserver.registry.store import Store
+from kubesvc.util import golang
 from kubesvc.util.clock import rfc3339
 
 
@@ -110,23 +110,16 @@ def bind_pod(pods: Store, namespace: str, name: str, binding: dict, *, dry_run: 
 
 # ---- logs ------------------------------------------------------------------------------------
 
-_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
-
-
 def _query_time(query: Mapping[str, str], name: str) -> datetime | None:
+    """A metav1.Time query parameter (``Time.UnmarshalQueryParameter``): "" or "null" is unset,
+    else ``time.Parse(time.RFC3339, …)`` with its error as the 400."""
     text = query.get(name, "")
     if text in ("", "null"):
         return None
     try:
-        if not _RFC3339.fullmatch(text):
-            raise ValueError
-        moment = datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
-    except ValueError:
-        raise errors.bad_request(f'parsing time {go_quote(text)} as "2006-01-02T15:04:05Z07:00": cannot parse {go_quote(text)} as "2006"') from None
-    try:
-        return moment.astimezone(timezone.utc)
-    except OverflowError:  # year 0 or 10000 in UTC: Go holds it, Python's datetime does not; as far as it goes
-        return (datetime.max if moment.year > 1 else datetime.min).replace(tzinfo=timezone.utc)
+        return golang.parse_rfc3339(text)
+    except ValueError as err:
+        raise errors.bad_request(str(err)) from None
 
 
 @dataclass(frozen=True)
