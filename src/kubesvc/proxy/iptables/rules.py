@@ -52,7 +52,7 @@ from typing import NamedTuple
 from kubesvc.proxy.backend import ProxyOptions, SyncRequest
 from kubesvc.proxy.iptables.naming import endpoint_chain, is_service_chain_name, service_chains
 from kubesvc.proxy.topology import categorize_endpoints
-from kubesvc.proxy.types import DEFAULT_STICKY_MAX_AGE_SECONDS, IPV4, IPV6
+from kubesvc.proxy.types import DEFAULT_STICKY_MAX_AGE_SECONDS, IPV4, IPV6, Endpoint, ServicePort, ServicePortName
 
 TABLE_FILTER, TABLE_NAT, TABLE_MANGLE = "filter", "nat", "mangle"
 
@@ -192,6 +192,82 @@ def _cidr_contains(cidr: str, ip: str) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class _SyncFacts:
+    """What every Service's rules of one sync read (upstream: the proxier's fields and the
+    locals ``syncProxyRules`` sets up before its loop over Services)."""
+
+    ipv6: bool
+    mark: str
+    masquerade_all: bool
+    if_local: str
+    if_not_local: str
+    large: bool
+    localhost_nodeports: bool
+    localhost_nfacct: bool
+    node_ip: str
+
+
+@dataclass
+class _Restore:
+    """The restore input under construction: the chains and rules of each table."""
+
+    filter_chains: list[str]
+    filter_rules: list[str]
+    nat_chains: list[str]
+    nat_rules: list[str]
+    active: set[str] = field(default_factory=set)  # per-Service nat chains in use
+    skipped_rules: int = 0  # rules of unchanged Services' chains, computed, not written
+    no_local_internal: int = 0
+    no_local_external: int = 0
+
+
+@dataclass(slots=True)
+class _ServicePort:
+    """One Service port's chains and targets (upstream: the per-``svcName`` locals of the
+    ``syncProxyRules`` loop)."""
+
+    name: ServicePortName
+    n: str  # ``ns/name:port``, as in comments
+    sp: ServicePort
+    match: str  # ``-m tcp -p tcp``
+    svc_chain: str
+    svl_chain: str
+    ext_chain: str
+    fw_chain: str
+    cluster_eps: tuple[Endpoint, ...]
+    local_eps: tuple[Endpoint, ...]
+    all_reachable: tuple[Endpoint, ...]
+    has_eps: bool
+    internal_chain: str
+    has_internal: bool
+    external_policy_chain: str
+    has_external: bool
+    uses_fw_chain: bool
+    # where traffic goes when it may not reach an endpoint: REJECT (no endpoints at all) or
+    # DROP (no local ones for a Local policy), with the rule's comment
+    int_target: str = ""
+    int_comment: str = ""
+    ext_target: str = ""
+    ext_comment: str = ""
+
+    @property
+    def uses_cluster_chain(self) -> bool:
+        return bool(self.cluster_eps) and self.sp.uses_cluster_endpoints
+
+    @property
+    def uses_local_chain(self) -> bool:
+        return bool(self.local_eps) and self.sp.uses_local_endpoints
+
+    @property
+    def uses_ext_chain(self) -> bool:
+        return self.has_eps and self.sp.externally_accessible
+
+    @property
+    def lb_chain(self) -> str:
+        return self.fw_chain if self.uses_fw_chain else self.ext_chain
+
+
 def build_restore(request: SyncRequest, options: ProxyOptions, *, full: bool | None = None,
                   existing_nat_chains: Iterable[str] | None = None, features: Features = Features(),
                   large: bool | None = None, localhost_nodeports: bool | None = None) -> RestoreData:
@@ -208,239 +284,283 @@ def build_restore(request: SyncRequest, options: ProxyOptions, *, full: bool | N
         large = is_large_cluster(request)
     if localhost_nodeports is None:
         localhost_nodeports = effective_localhost_nodeports(options, request.nodeport_ips)
-    family = options.family
-    ipv6 = family == IPV6
-    mark = options.masquerade_mark
-    localhost_nfacct = localhost_nodeports and features.nfacct_localhost_nodeports
-    masquerade_all = options.masquerade_all
     detector = options.local_detector
-    if_local = " ".join(detector.iptables_if_local())
-    if_not_local = " ".join(detector.iptables_if_not_local())
-    node_name = options.node_name
-    node_labels = request.node_labels
-    prefer_same_node = options.prefer_same_node
-    node_ip = request.node_ip
+    facts = _SyncFacts(
+        ipv6=options.family == IPV6, mark=options.masquerade_mark, masquerade_all=options.masquerade_all,
+        if_local=" ".join(detector.iptables_if_local()), if_not_local=" ".join(detector.iptables_if_not_local()),
+        large=large, localhost_nodeports=localhost_nodeports,
+        localhost_nfacct=localhost_nodeports and features.nfacct_localhost_nodeports, node_ip=request.node_ip)
+    out = _fixed_chains(facts, features)
     changed = request.changed_services
     ports = request.service_ports
     endpoints_map = request.endpoints
-
-    filter_chains = [f":{c} - [0:0]" for c in FILTER_TOP_CHAINS]
-    filter_rules: list[str] = []
-    nat_chains = [f":{c} - [0:0]" for c in NAT_TOP_CHAINS]
-    nat_rules = [
-        f"-A KUBE-POSTROUTING -m mark ! --mark {mark}/{mark} -j RETURN",
-        f"-A KUBE-POSTROUTING -j MARK --xor-mark {mark}",
-        '-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE'
-        + (" --random-fully" if features.random_fully else ""),
-        f"-A KUBE-MARK-MASQ -j MARK --or-mark {mark}",
-    ]
-    if not ipv6 and localhost_nodeports:
-        # route_localnet opens 127.0.0.0/8 to the outside (https://issue.k8s.io/90259); this
-        # is kubelet's rule closing it again.
-        filter_chains.append(f":{KUBE_FIREWALL} - [0:0]")
-        filter_rules.append('-A KUBE-FIREWALL -m comment --comment "block incoming localnet connections" -d 127.0.0.0/8 '
-                            "! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP")
-
-    active: set[str] = set()
-    skipped_chains: list[str] = []
-    skipped_rules: list[str] = []
-    skipped_rule_count = 0
-    no_local_internal = no_local_external = 0
-
+    scratch_chains: list[str] = []
+    scratch_rules: list[str] = []
     for name in sorted(ports):  # ServicePortName orders by namespace, name, port, protocol
-        sp = ports[name]
-        proto = sp.protocol.lower()
-        n = str(name)
-        svc_chain, svl_chain, ext_chain, fw_chain = service_chains(name)
-        cat = categorize_endpoints(endpoints_map.get(name, ()), sp, node_name, node_labels, prefer_same_node=prefer_same_node)
-        cluster_eps, local_eps, has_eps = cat.cluster, cat.local, cat.has_any
-
-        uses_cluster_chain = bool(cluster_eps) and sp.uses_cluster_endpoints
-        uses_local_chain = bool(local_eps) and sp.uses_local_endpoints
-        internal_chain, has_internal = svc_chain, has_eps
-        if sp.internal_policy_local:
-            internal_chain = svl_chain
-            if not local_eps:
-                has_internal = False
-        external_policy_chain, has_external = svc_chain, has_eps
-        if sp.external_policy_local:
-            external_policy_chain = svl_chain
-            if not local_eps:
-                has_external = False
-        vips = sp.load_balancer_vips
-        uses_ext_chain = has_eps and sp.externally_accessible
-        uses_fw_chain = has_eps and bool(vips) and bool(sp.load_balancer_source_ranges)
-        lb_chain = fw_chain if uses_fw_chain else ext_chain
-
-        int_target = ext_target = int_comment = ext_comment = ""
-        if not has_eps:
-            int_target = ext_target = "REJECT"
-            int_comment = ext_comment = f'"{n} has no endpoints"'
-        else:
-            if not has_internal:
-                int_target, int_comment = "DROP", f'"{n} has no local endpoints"'
-                no_local_internal += 1
-            if not has_external:
-                ext_target, ext_comment = "DROP", f'"{n} has no local endpoints"'
-                no_local_external += 1
-
-        match = f"-m {proto} -p {proto}"
-        port = sp.port
-        cip = sp.cluster_ip
-
-        # Top-level chains: always written.
-        if has_internal:
-            nat_rules.append(f'-A KUBE-SERVICES -m comment --comment "{n} cluster IP" {match} -d {cip} --dport {port} -j {internal_chain}')
-        else:
-            filter_rules.append(f"-A KUBE-SERVICES -m comment --comment {int_comment} {match} -d {cip} --dport {port} -j {int_target}")
-        for ip in sp.external_ips:
-            if has_eps:
-                nat_rules.append(f'-A KUBE-SERVICES -m comment --comment "{n} external IP" {match} -d {ip} --dport {port} -j {ext_chain}')
-            if not has_external:
-                filter_rules.append(f"-A KUBE-EXTERNAL-SERVICES -m comment --comment {ext_comment} {match} -d {ip} --dport {port} -j {ext_target}")
-        for ip in vips:
-            if has_eps:
-                nat_rules.append(f'-A KUBE-SERVICES -m comment --comment "{n} loadbalancer IP" {match} -d {ip} --dport {port} -j {lb_chain}')
-            if uses_fw_chain:
-                filter_rules.append(f'-A KUBE-PROXY-FIREWALL -m comment --comment "{n} traffic not accepted by {fw_chain}" '
-                                    f"{match} -d {ip} --dport {port} -j DROP")
-        if not has_external:
-            for ip in vips:
-                filter_rules.append(f"-A KUBE-EXTERNAL-SERVICES -m comment --comment {ext_comment} {match} -d {ip} --dport {port} -j {ext_target}")
-        if sp.node_port:
-            node_port = sp.node_port
-            if has_eps:
-                # NodePorts are not subject to loadBalancerSourceRanges (upstream, for better or worse).
-                if localhost_nfacct:
-                    nat_rules.append(f"-A KUBE-NODEPORTS -m comment --comment {n} {match} -d 127.0.0.0/8 --dport {node_port} "
-                                     f"-m nfacct --nfacct-name {NFACCT_LOCALHOST_NODEPORTS_ACCEPTED} -j {ext_chain}")
-                nat_rules.append(f"-A KUBE-NODEPORTS -m comment --comment {n} {match} --dport {node_port} -j {ext_chain}")
-            if not has_external:
-                filter_rules.append(f"-A KUBE-EXTERNAL-SERVICES -m comment --comment {ext_comment} -m addrtype --dst-type LOCAL "
-                                    f"{match} --dport {node_port} -j {ext_target}")
-        if sp.health_check_node_port:
-            filter_rules.append(f'-A KUBE-NODEPORTS -m comment --comment "{n} health check node port" -m tcp -p tcp '
-                                f"--dport {sp.health_check_node_port} -j ACCEPT")
-
-        # Per-Service chains: written only if the Service changed (or the sync is full).
+        svc = _service_port(name, ports[name], endpoints_map.get(name, ()), options, request.node_labels)
+        out.no_local_internal += bool(svc.has_eps and not svc.has_internal)
+        out.no_local_external += bool(svc.has_eps and not svc.has_external)
+        _write_service_rules(out, facts, svc)
+        # Per-Service chains: written only if the Service changed (or the sync is full); the
+        # others' are still computed, for the rule count and the chains in use.
         if full or name.service in changed:
-            nc, nr = nat_chains, nat_rules
+            _write_service_chains(out.nat_chains, out.nat_rules, out.active, facts, svc)
         else:
-            nc, nr = skipped_chains, skipped_rules
+            _write_service_chains(scratch_chains, scratch_rules, out.active, facts, svc)
+            out.skipped_rules += len(scratch_rules)
+            scratch_chains.clear()
+            scratch_rules.clear()
+    deleted = _delete_stale_chains(out, existing_nat_chains)
+    _write_nodeports_jump(out, facts, request.nodeport_ips)
+    _write_forward_rules(out, facts, features)
 
-        if has_internal:
-            head = f'-A {internal_chain} -m comment --comment "{n} cluster IP" {match} -d {cip} --dport {port}'
-            if masquerade_all:
-                nr.append(f"{head} -j KUBE-MARK-MASQ")
-            elif if_not_local:
-                # Off-cluster traffic to a ClusterIP (a static route to the Service range) may
-                # bounce to another node; masquerade it so the reply comes back here.
-                nr.append(f"{head} {if_not_local} -j KUBE-MARK-MASQ")
-
-        if uses_ext_chain:
-            nc.append(f":{ext_chain} - [0:0]")
-            active.add(ext_chain)
-            if not sp.external_policy_local:
-                nr.append(f'-A {ext_chain} -m comment --comment "masquerade traffic for {n} external destinations" -j KUBE-MARK-MASQ')
-            else:
-                if if_local:
-                    # Pods reaching an external address get the Cluster policy, as if the
-                    # packet had gone out to the load balancer and come back.
-                    nr.append(f'-A {ext_chain} -m comment --comment "pod traffic for {n} external destinations" {if_local} -j {svc_chain}')
-                nr.append(f'-A {ext_chain} -m comment --comment "masquerade LOCAL traffic for {n} external destinations" '
-                          "-m addrtype --src-type LOCAL -j KUBE-MARK-MASQ")
-                nr.append(f'-A {ext_chain} -m comment --comment "route LOCAL traffic for {n} external destinations" '
-                          f"-m addrtype --src-type LOCAL -j {svc_chain}")
-            if has_external:
-                nr.append(f"-A {ext_chain} -j {external_policy_chain}")
-
-        if uses_fw_chain:
-            nc.append(f":{fw_chain} - [0:0]")
-            active.add(fw_chain)
-            head = f'-A {fw_chain} -m comment --comment "{n} loadbalancer IP"'
-            allow_from_node = False
-            for cidr in sp.load_balancer_source_ranges:
-                nr.append(f"{head} -s {cidr} -j {ext_chain}")
-                if node_ip and _cidr_contains(cidr, node_ip):
-                    allow_from_node = True
-            if allow_from_node:
-                # A node reaching a VIP it routes locally arrives with the VIP as source.
-                for ip in vips:
-                    nr.append(f"{head} -s {ip} -j {ext_chain}")
-            nr.append(f'-A {fw_chain} -m comment --comment "other traffic to {n} will be dropped by KUBE-PROXY-FIREWALL"')
-
-        if uses_cluster_chain:
-            nc.append(f":{svc_chain} - [0:0]")
-            active.add(svc_chain)
-            _endpoint_dispatch(nr, name, n, sp, svc_chain, cluster_eps, large)
-        if uses_local_chain:
-            nc.append(f":{svl_chain} - [0:0]")
-            active.add(svl_chain)
-            _endpoint_dispatch(nr, name, n, sp, svl_chain, local_eps, large)
-
-        affinity = sp.client_ip_affinity
-        for ep in cat.all_reachable:
-            endpoint = ep.endpoint
-            sep = endpoint_chain(name, endpoint)
-            nc.append(f":{sep} - [0:0]")
-            active.add(sep)
-            head = f"-A {sep}" if large else f"-A {sep} -m comment --comment {n}"
-            nr.append(f"{head} -s {ep.ip} -j KUBE-MARK-MASQ")  # hairpin: the endpoint reached itself
-            if affinity:
-                nr.append(f"{head} -m recent --name {sep} --set {match} -j DNAT --to-destination {endpoint}")
-            else:
-                nr.append(f"{head} {match} -j DNAT --to-destination {endpoint}")
-
-        if nr is skipped_rules:
-            skipped_rule_count += len(skipped_rules)
-            skipped_rules.clear()
-            skipped_chains.clear()
-
-    deleted = 0
-    if existing_nat_chains is not None:
-        for chain in sorted(set(existing_nat_chains) - active):
-            if is_service_chain_name(chain):
-                # Declaring the chain flushes it, so nothing it holds blocks the delete.
-                nat_chains.append(f":{chain} - [0:0]")
-                nat_rules.append(f"-X {chain}")
-                deleted += 1
-
-    # The jump to KUBE-NODEPORTS must stay the last rule of KUBE-SERVICES.
-    if request.nodeport_ips is None:
-        if ipv6:
-            dest = "-m addrtype --dst-type LOCAL ! -d ::1/128"
-        elif not localhost_nodeports:
-            dest = "-m addrtype --dst-type LOCAL ! -d 127.0.0.0/8"
-        else:
-            dest = "-m addrtype --dst-type LOCAL"
-        nat_rules.append(f"-A KUBE-SERVICES -m comment --comment {_NODEPORTS_COMMENT} {dest} -j KUBE-NODEPORTS")
-    else:
-        for ip in request.nodeport_ips:
-            if _is_loopback(ip) and (ipv6 or not localhost_nodeports):
-                continue  # upstream logs an error: localhost NodePorts are not supported here
-            nat_rules.append(f"-A KUBE-SERVICES -m comment --comment {_NODEPORTS_COMMENT} -d {ip} -j KUBE-NODEPORTS")
-
-    if not features.conntrack_tcp_be_liberal:
-        # Out-of-window packets would otherwise reset connections (issue 74839).
-        nfacct = f" -m nfacct --nfacct-name {NFACCT_CT_STATE_INVALID_DROPPED}" if features.nfacct_ct_state_invalid else ""
-        filter_rules.append(f"-A KUBE-FORWARD -m conntrack --ctstate INVALID{nfacct} -j DROP")
-    filter_rules.append(f'-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark {mark}/{mark} -j ACCEPT')
-    filter_rules.append('-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" '
-                        "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")
-
-    text = "\n".join(["*filter", *filter_chains, *filter_rules, "COMMIT", "*nat", *nat_chains, *nat_rules, "COMMIT", ""])
+    text = "\n".join(["*filter", *out.filter_chains, *out.filter_rules, "COMMIT",
+                      "*nat", *out.nat_chains, *out.nat_rules, "COMMIT", ""])
     return RestoreData(
-        text=text, full=full, filter_rules=len(filter_rules),
-        nat_rules_written=len(nat_rules) - deleted,
-        nat_rules_total=len(nat_rules) + skipped_rule_count - deleted,
+        text=text, full=full, filter_rules=len(out.filter_rules),
+        nat_rules_written=len(out.nat_rules) - deleted,
+        nat_rules_total=len(out.nat_rules) + out.skipped_rules - deleted,
         deleted_chains=deleted, large_cluster=large,
-        no_local_internal=no_local_internal, no_local_external=no_local_external,
-        active_nat_chains=active,
+        no_local_internal=out.no_local_internal, no_local_external=out.no_local_external,
+        active_nat_chains=out.active,
     )
 
 
-def _endpoint_dispatch(rules: list[str], name, n: str, sp, chain: str, endpoints, large: bool) -> None:
-    """Service chain → endpoint chains (upstream ``writeServiceToEndpointRules``)."""
+def _fixed_chains(facts: _SyncFacts, features: Features) -> _Restore:
+    """The top-level chains (re-declared, so flushed, on every sync) and the rules that do
+    not depend on Services."""
+    mark = facts.mark
+    out = _Restore(
+        filter_chains=[f":{c} - [0:0]" for c in FILTER_TOP_CHAINS], filter_rules=[],
+        nat_chains=[f":{c} - [0:0]" for c in NAT_TOP_CHAINS],
+        nat_rules=[
+            f"-A KUBE-POSTROUTING -m mark ! --mark {mark}/{mark} -j RETURN",
+            f"-A KUBE-POSTROUTING -j MARK --xor-mark {mark}",
+            '-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE'
+            + (" --random-fully" if features.random_fully else ""),
+            f"-A KUBE-MARK-MASQ -j MARK --or-mark {mark}",
+        ])
+    if not facts.ipv6 and facts.localhost_nodeports:
+        # route_localnet opens 127.0.0.0/8 to the outside (https://issue.k8s.io/90259); this
+        # is kubelet's rule closing it again.
+        out.filter_chains.append(f":{KUBE_FIREWALL} - [0:0]")
+        out.filter_rules.append('-A KUBE-FIREWALL -m comment --comment "block incoming localnet connections" -d 127.0.0.0/8 '
+                                "! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP")
+    return out
+
+
+def _service_port(name: ServicePortName, sp: ServicePort, endpoints: tuple[Endpoint, ...], options: ProxyOptions,
+                  node_labels) -> _ServicePort:
+    """Categorize the endpoints and pick the chains and targets of one Service port."""
+    proto = sp.protocol.lower()
+    n = str(name)
+    svc_chain, svl_chain, ext_chain, fw_chain = service_chains(name)
+    cat = categorize_endpoints(endpoints, sp, options.node_name, node_labels, prefer_same_node=options.prefer_same_node)
+    has_eps = cat.has_any
+    internal_chain, has_internal = svc_chain, has_eps
+    if sp.internal_policy_local:
+        internal_chain = svl_chain
+        if not cat.local:
+            has_internal = False
+    external_policy_chain, has_external = svc_chain, has_eps
+    if sp.external_policy_local:
+        external_policy_chain = svl_chain
+        if not cat.local:
+            has_external = False
+    targets = {}
+    if not has_eps:
+        targets = dict(int_target="REJECT", ext_target="REJECT", int_comment=f'"{n} has no endpoints"',
+                       ext_comment=f'"{n} has no endpoints"')
+    else:
+        if not has_internal:
+            targets.update(int_target="DROP", int_comment=f'"{n} has no local endpoints"')
+        if not has_external:
+            targets.update(ext_target="DROP", ext_comment=f'"{n} has no local endpoints"')
+    return _ServicePort(
+        name=name, n=n, sp=sp, match=f"-m {proto} -p {proto}", svc_chain=svc_chain, svl_chain=svl_chain,
+        ext_chain=ext_chain, fw_chain=fw_chain, cluster_eps=tuple(cat.cluster), local_eps=tuple(cat.local),
+        all_reachable=tuple(cat.all_reachable), has_eps=has_eps, internal_chain=internal_chain, has_internal=has_internal,
+        external_policy_chain=external_policy_chain, has_external=has_external,
+        uses_fw_chain=has_eps and bool(sp.load_balancer_vips) and bool(sp.load_balancer_source_ranges), **targets)
+
+
+def _write_service_rules(out: _Restore, facts: _SyncFacts, svc: _ServicePort) -> None:
+    """One Service port's rules in the top-level chains (written on every sync): ClusterIP,
+    external IPs, LoadBalancer VIPs and NodePort into its chains, or to REJECT/DROP."""
+    sp, n, match = svc.sp, svc.n, svc.match
+    filter_rules, nat_rules = out.filter_rules, out.nat_rules
+    port, cip = sp.port, sp.cluster_ip
+    has_eps, has_external = svc.has_eps, svc.has_external
+    ext_chain, ext_target, ext_comment = svc.ext_chain, svc.ext_target, svc.ext_comment
+    if svc.has_internal:
+        nat_rules.append(f'-A KUBE-SERVICES -m comment --comment "{n} cluster IP" {match} -d {cip} --dport {port} -j {svc.internal_chain}')
+    else:
+        filter_rules.append(f"-A KUBE-SERVICES -m comment --comment {svc.int_comment} {match} -d {cip} --dport {port} -j {svc.int_target}")
+    for ip in sp.external_ips:
+        if has_eps:
+            nat_rules.append(f'-A KUBE-SERVICES -m comment --comment "{n} external IP" {match} -d {ip} --dport {port} -j {ext_chain}')
+        if not has_external:
+            filter_rules.append(f"-A KUBE-EXTERNAL-SERVICES -m comment --comment {ext_comment} {match} -d {ip} --dport {port} -j {ext_target}")
+    vips = sp.load_balancer_vips
+    for ip in vips:
+        if has_eps:
+            nat_rules.append(f'-A KUBE-SERVICES -m comment --comment "{n} loadbalancer IP" {match} -d {ip} --dport {port} -j {svc.lb_chain}')
+        if svc.uses_fw_chain:
+            filter_rules.append(f'-A KUBE-PROXY-FIREWALL -m comment --comment "{n} traffic not accepted by {svc.fw_chain}" '
+                                f"{match} -d {ip} --dport {port} -j DROP")
+    if not has_external:
+        for ip in vips:
+            filter_rules.append(f"-A KUBE-EXTERNAL-SERVICES -m comment --comment {ext_comment} {match} -d {ip} --dport {port} -j {ext_target}")
+    if sp.node_port:
+        node_port = sp.node_port
+        if has_eps:
+            # NodePorts are not subject to loadBalancerSourceRanges (upstream, for better or worse).
+            if facts.localhost_nfacct:
+                nat_rules.append(f"-A KUBE-NODEPORTS -m comment --comment {n} {match} -d 127.0.0.0/8 --dport {node_port} "
+                                 f"-m nfacct --nfacct-name {NFACCT_LOCALHOST_NODEPORTS_ACCEPTED} -j {ext_chain}")
+            nat_rules.append(f"-A KUBE-NODEPORTS -m comment --comment {n} {match} --dport {node_port} -j {ext_chain}")
+        if not has_external:
+            filter_rules.append(f"-A KUBE-EXTERNAL-SERVICES -m comment --comment {ext_comment} -m addrtype --dst-type LOCAL "
+                                f"{match} --dport {node_port} -j {ext_target}")
+    if sp.health_check_node_port:
+        filter_rules.append(f'-A KUBE-NODEPORTS -m comment --comment "{n} health check node port" -m tcp -p tcp '
+                            f"--dport {sp.health_check_node_port} -j ACCEPT")
+
+
+def _write_service_chains(nat_chains: list[str], nat_rules: list[str], active: set[str], facts: _SyncFacts,
+                          svc: _ServicePort) -> None:
+    """One Service port's own nat chains: the internal masquerade rule, ``KUBE-EXT-``,
+    ``KUBE-FW-``, ``KUBE-SVC-``/``KUBE-SVL-`` and its endpoints' ``KUBE-SEP-`` chains."""
+    sp, n = svc.sp, svc.n
+    if svc.has_internal:
+        head = f'-A {svc.internal_chain} -m comment --comment "{n} cluster IP" {svc.match} -d {sp.cluster_ip} --dport {sp.port}'
+        if facts.masquerade_all:
+            nat_rules.append(f"{head} -j KUBE-MARK-MASQ")
+        elif facts.if_not_local:
+            # Off-cluster traffic to a ClusterIP (a static route to the Service range) may
+            # bounce to another node; masquerade it so the reply comes back here.
+            nat_rules.append(f"{head} {facts.if_not_local} -j KUBE-MARK-MASQ")
+    if svc.uses_ext_chain:
+        _write_external_chain(nat_chains, nat_rules, active, facts, svc)
+    if svc.uses_fw_chain:
+        _write_firewall_chain(nat_chains, nat_rules, active, facts, svc)
+    if svc.uses_cluster_chain:
+        nat_chains.append(f":{svc.svc_chain} - [0:0]")
+        active.add(svc.svc_chain)
+        write_service_to_endpoint_rules(nat_rules, svc.name, n, sp, svc.svc_chain, svc.cluster_eps, facts.large)
+    if svc.uses_local_chain:
+        nat_chains.append(f":{svc.svl_chain} - [0:0]")
+        active.add(svc.svl_chain)
+        write_service_to_endpoint_rules(nat_rules, svc.name, n, sp, svc.svl_chain, svc.local_eps, facts.large)
+    _write_endpoint_chains(nat_chains, nat_rules, active, facts, svc)
+
+
+def _write_external_chain(nat_chains: list[str], nat_rules: list[str], active: set[str], facts: _SyncFacts,
+                          svc: _ServicePort) -> None:
+    """``KUBE-EXT-``: masquerade, then the external policy's chain."""
+    ext_chain, svc_chain, n = svc.ext_chain, svc.svc_chain, svc.n
+    nat_chains.append(f":{ext_chain} - [0:0]")
+    active.add(ext_chain)
+    if not svc.sp.external_policy_local:
+        nat_rules.append(f'-A {ext_chain} -m comment --comment "masquerade traffic for {n} external destinations" -j KUBE-MARK-MASQ')
+    else:
+        if facts.if_local:
+            # Pods reaching an external address get the Cluster policy, as if the
+            # packet had gone out to the load balancer and come back.
+            nat_rules.append(f'-A {ext_chain} -m comment --comment "pod traffic for {n} external destinations" {facts.if_local} -j {svc_chain}')
+        nat_rules.append(f'-A {ext_chain} -m comment --comment "masquerade LOCAL traffic for {n} external destinations" '
+                         "-m addrtype --src-type LOCAL -j KUBE-MARK-MASQ")
+        nat_rules.append(f'-A {ext_chain} -m comment --comment "route LOCAL traffic for {n} external destinations" '
+                         f"-m addrtype --src-type LOCAL -j {svc_chain}")
+    if svc.has_external:
+        nat_rules.append(f"-A {ext_chain} -j {svc.external_policy_chain}")
+
+
+def _write_firewall_chain(nat_chains: list[str], nat_rules: list[str], active: set[str], facts: _SyncFacts,
+                          svc: _ServicePort) -> None:
+    """``KUBE-FW-``: the allowed source ranges on to ``KUBE-EXT-``; the rest falls through to
+    the DROP in ``KUBE-PROXY-FIREWALL``."""
+    fw_chain, ext_chain = svc.fw_chain, svc.ext_chain
+    nat_chains.append(f":{fw_chain} - [0:0]")
+    active.add(fw_chain)
+    head = f'-A {fw_chain} -m comment --comment "{svc.n} loadbalancer IP"'
+    allow_from_node = False
+    for cidr in svc.sp.load_balancer_source_ranges:
+        nat_rules.append(f"{head} -s {cidr} -j {ext_chain}")
+        if facts.node_ip and _cidr_contains(cidr, facts.node_ip):
+            allow_from_node = True
+    if allow_from_node:
+        # A node reaching a VIP it routes locally arrives with the VIP as source.
+        for ip in svc.sp.load_balancer_vips:
+            nat_rules.append(f"{head} -s {ip} -j {ext_chain}")
+    nat_rules.append(f'-A {fw_chain} -m comment --comment "other traffic to {svc.n} will be dropped by KUBE-PROXY-FIREWALL"')
+
+
+def _write_endpoint_chains(nat_chains: list[str], nat_rules: list[str], active: set[str], facts: _SyncFacts,
+                           svc: _ServicePort) -> None:
+    """``KUBE-SEP-`` per reachable endpoint: hairpin masquerade, (affinity,) DNAT."""
+    name, n, match = svc.name, svc.n, svc.match
+    affinity = svc.sp.client_ip_affinity
+    for ep in svc.all_reachable:
+        endpoint = ep.endpoint
+        sep = endpoint_chain(name, endpoint)
+        nat_chains.append(f":{sep} - [0:0]")
+        active.add(sep)
+        head = f"-A {sep}" if facts.large else f"-A {sep} -m comment --comment {n}"
+        nat_rules.append(f"{head} -s {ep.ip} -j KUBE-MARK-MASQ")  # hairpin: the endpoint reached itself
+        if affinity:
+            nat_rules.append(f"{head} -m recent --name {sep} --set {match} -j DNAT --to-destination {endpoint}")
+        else:
+            nat_rules.append(f"{head} {match} -j DNAT --to-destination {endpoint}")
+
+
+def _delete_stale_chains(out: _Restore, existing_nat_chains: Iterable[str] | None) -> int:
+    """Per-Service chains the kernel has and no Service uses: declared (so flushed) and
+    deleted in the same transaction. Returns how many."""
+    if existing_nat_chains is None:
+        return 0
+    deleted = 0
+    for chain in sorted(set(existing_nat_chains) - out.active):
+        if is_service_chain_name(chain):
+            # Declaring the chain flushes it, so nothing it holds blocks the delete.
+            out.nat_chains.append(f":{chain} - [0:0]")
+            out.nat_rules.append(f"-X {chain}")
+            deleted += 1
+    return deleted
+
+
+def _write_nodeports_jump(out: _Restore, facts: _SyncFacts, nodeport_ips: tuple[str, ...] | None) -> None:
+    """The jump to ``KUBE-NODEPORTS``, which must stay the last rule of ``KUBE-SERVICES``."""
+    if nodeport_ips is None:
+        if facts.ipv6:
+            dest = "-m addrtype --dst-type LOCAL ! -d ::1/128"
+        elif not facts.localhost_nodeports:
+            dest = "-m addrtype --dst-type LOCAL ! -d 127.0.0.0/8"
+        else:
+            dest = "-m addrtype --dst-type LOCAL"
+        out.nat_rules.append(f"-A KUBE-SERVICES -m comment --comment {_NODEPORTS_COMMENT} {dest} -j KUBE-NODEPORTS")
+        return
+    for ip in nodeport_ips:
+        if _is_loopback(ip) and (facts.ipv6 or not facts.localhost_nodeports):
+            continue  # upstream logs an error: localhost NodePorts are not supported here
+        out.nat_rules.append(f"-A KUBE-SERVICES -m comment --comment {_NODEPORTS_COMMENT} -d {ip} -j KUBE-NODEPORTS")
+
+
+def _write_forward_rules(out: _Restore, facts: _SyncFacts, features: Features) -> None:
+    mark = facts.mark
+    if not features.conntrack_tcp_be_liberal:
+        # Out-of-window packets would otherwise reset connections (issue 74839).
+        nfacct = f" -m nfacct --nfacct-name {NFACCT_CT_STATE_INVALID_DROPPED}" if features.nfacct_ct_state_invalid else ""
+        out.filter_rules.append(f"-A KUBE-FORWARD -m conntrack --ctstate INVALID{nfacct} -j DROP")
+    out.filter_rules.append(f'-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark {mark}/{mark} -j ACCEPT')
+    out.filter_rules.append('-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" '
+                            "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")
+
+
+def write_service_to_endpoint_rules(rules: list[str], name: ServicePortName, n: str, sp: ServicePort, chain: str,
+                                    endpoints: tuple[Endpoint, ...], large: bool) -> None:
+    """Service chain → endpoint chains (upstream ``writeServiceToEndpointRules``): affinity
+    checks first, then rule *i* of *n* taken with probability ``1/(n-i)``."""
     if sp.client_ip_affinity:
         seconds = sp.sticky_max_age_seconds or DEFAULT_STICKY_MAX_AGE_SECONDS
         for ep in endpoints:
