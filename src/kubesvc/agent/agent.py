@@ -29,8 +29,8 @@ from kubesvc.agent.podvolumes import remove_orphans as remove_orphan_volumes
 from kubesvc.agent.podworker import PodWorker, WorkerContext, delete_for_good
 from kubesvc.agent.tokens import TokenManager
 from kubesvc.client.informer import Informer
+from kubesvc.client.record import EventRecorder
 from kubesvc.client.rest import PODS, SERVICES, ClientError, RestClient
-from kubesvc.controllers.runtime import EventRecorder
 from kubesvc.util.clock import Clock, RealClock
 
 log = logging.getLogger("kubesvc.agent")

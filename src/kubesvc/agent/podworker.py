@@ -44,8 +44,8 @@ from kubesvc.agent.podstatus import ContainerRecord, PodRuntimeState, Terminatio
 from kubesvc.agent.probes import ProbeResult, ProbeSpec, ProbeTracker, probe_event, run_check, run_probe, worker_result
 from kubesvc.agent.runtime import ContainerProcess, StartError
 from kubesvc.api.validation_meta import go_quote
+from kubesvc.client.record import EventRecorder
 from kubesvc.client.rest import ApiError, ClientError, is_not_found
-from kubesvc.controllers.runtime import EventRecorder
 from kubesvc.kernel.mounts import MountPlan, MountPlanError, plan_mounts
 from kubesvc.util.aio import wait_event
 from kubesvc.util.clock import Clock

@@ -1,4 +1,5 @@
-"""What every controller shares: worker loops over a work queue, and Events through the API.
+"""What every controller shares: worker loops over a work queue (Events go through
+``client.record.EventRecorder``).
 
 A controller (client-go style) is informers whose handlers enqueue keys, plus ``workers``
 coroutines that take keys off the queue and *sync* them: compare what the cache says should
@@ -14,10 +15,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Hashable
 
-from kubesvc.api.events import event_name, event_namespace, new_event, object_reference, repeat_key
-from kubesvc.client.rest import EVENTS, ApiError, ClientError, RestClient
+from kubesvc.client.rest import ClientError
 from kubesvc.client.workqueue import ShutDown, WorkQueue
-from kubesvc.util.clock import Clock, RealClock, rfc3339
 
 log = logging.getLogger("kubesvc.controllers")
 
@@ -63,52 +62,3 @@ async def run_workers(name: str, queue: WorkQueue, sync: Callable[[Hashable], Aw
 def _describe(exc: BaseException) -> str:
     return str(exc) if isinstance(exc, ClientError) else f"{type(exc).__name__}: {exc}"
 
-
-class EventRecorder:
-    """Records core/v1 Events through the API, best effort (a failure is logged, never raised),
-    with exact repeats aggregated into ``count`` as client-go's correlator does."""
-
-    def __init__(self, client: RestClient, component: str, clock: Clock | None = None):
-        self._events = client.resource(EVENTS)
-        self.component = component
-        self.clock = clock or RealClock()
-        self._recorded: dict[tuple, dict] = {}
-        self._pending: set[asyncio.Task] = set()
-
-    def event(self, obj: dict, type_: str, reason: str, message: str, action: str = "") -> None:
-        """Queue one Event; returns at once (call from sync code or handlers)."""
-        task = asyncio.get_running_loop().create_task(self._record(obj, type_, reason, message, action))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
-
-    async def flush(self) -> None:
-        """Wait for the Events queued so far (tests, shutdown)."""
-        while self._pending:
-            await asyncio.gather(*list(self._pending), return_exceptions=True)
-
-    async def _record(self, obj: dict, type_: str, reason: str, message: str, action: str) -> None:
-        ref = object_reference(obj)
-        now = self.clock.now()
-        key = repeat_key(ref, type_, reason, message)
-        try:
-            existing = self._recorded.get(key)
-            if existing is not None:
-                count = int(existing.get("count") or 1) + 1
-                patch = {"count": count, "lastTimestamp": rfc3339(now)}
-                try:
-                    self._recorded[key] = await self._events.patch(existing["metadata"]["name"], patch, event_namespace(ref))
-                    return
-                except ApiError as exc:
-                    if exc.status != 404:
-                        raise
-            event = new_event(ref, type_, reason, message, component=self.component, action=action, now=now)
-            for attempt in range(8):
-                event["metadata"]["name"] = event_name(ref, now, attempt)
-                try:
-                    self._recorded[key] = await self._events.create(event)
-                    return
-                except ApiError as exc:
-                    if exc.status != 409:
-                        raise
-        except ClientError as exc:
-            log.warning("cannot record event %s %r about %s: %s", reason, message, ref.get("name"), exc)

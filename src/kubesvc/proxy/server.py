@@ -26,8 +26,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, disable_created_metrics, generate_latest
 
 from kubesvc.client.informer import Informer
+from kubesvc.client.record import EventRecorder
 from kubesvc.client.rest import ENDPOINTSLICES, NODES, SERVICECIDRS, SERVICES, RestClient
-from kubesvc.controllers.runtime import EventRecorder
 from kubesvc.kernel.exec import CleanupFailed, CommandFailed
 from kubesvc.proxy.config import ProxySettings, options_for_family
 from kubesvc.proxy.healthcheck import ProxyHealthServer, ServiceHealthServer, listen_socket

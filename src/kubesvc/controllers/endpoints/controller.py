@@ -43,6 +43,7 @@ import asyncio
 import logging
 
 from kubesvc.client.cache import object_key, split_key
+from kubesvc.client.record import EventRecorder
 from kubesvc.client.rest import ENDPOINTS, ApiError, RestClient, is_namespace_terminating
 from kubesvc.client.workqueue import WorkQueue
 from kubesvc.controllers.endpoints.desired import is_leader_election_record, plan_endpoints
@@ -52,7 +53,7 @@ from kubesvc.controllers.endpointslice.util import (
     selects,
 )
 from kubesvc.controllers.informers import ServicesOfPods, SharedInformers
-from kubesvc.controllers.runtime import EventRecorder, run_workers
+from kubesvc.controllers.runtime import run_workers
 from kubesvc.util.clock import Clock, RealClock
 
 log = logging.getLogger("kubesvc.controllers.endpoints")

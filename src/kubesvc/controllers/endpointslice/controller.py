@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 
 from kubesvc.client.cache import split_key
+from kubesvc.client.record import EventRecorder
 from kubesvc.client.rest import ENDPOINTSLICES, ApiError, RestClient, is_namespace_terminating
 from kubesvc.client.workqueue import ItemExponentialBackoff, WorkQueue
 from kubesvc.controllers.endpointslice.metrics import EndpointSliceMetrics
@@ -43,7 +44,7 @@ from kubesvc.controllers.endpointslice.util import (
     wants_prefer_close,
 )
 from kubesvc.controllers.informers import POD_NODE_INDEX, SLICE_SERVICE_INDEX, ServicesOfPods, SharedInformers
-from kubesvc.controllers.runtime import EventRecorder, run_workers
+from kubesvc.controllers.runtime import run_workers
 from kubesvc.util.clock import Clock, RealClock
 
 log = logging.getLogger("kubesvc.controllers.endpointslice")

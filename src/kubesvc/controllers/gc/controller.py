@@ -30,13 +30,14 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from kubesvc.client.informer import Informer
+from kubesvc.client.record import EventRecorder
 from kubesvc.client.rest import ApiError, ClientError, Resource, RestClient, is_conflict, is_not_found
 from kubesvc.client.workqueue import WorkQueue
 from kubesvc.controllers.gc import decisions
 from kubesvc.controllers.gc.decisions import Delete, Keep, QueueDependents, RemoveFinalizer, RemoveOwnerReferences
 from kubesvc.controllers.gc.graph import ADD, DELETE, FINALIZER_ORPHAN, UPDATE, Effects, Graph, GraphEvent, Node, ObjectReference
 from kubesvc.controllers.gc.resources import IGNORED_RESOURCES, deletable_resources, discover, mapping
-from kubesvc.controllers.runtime import EventRecorder, run_workers
+from kubesvc.controllers.runtime import run_workers
 
 log = logging.getLogger("kubesvc.controllers.gc")
 

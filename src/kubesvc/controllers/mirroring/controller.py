@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 
 from kubesvc.client.cache import Indexer, split_key
+from kubesvc.client.record import EventRecorder
 from kubesvc.client.rest import ENDPOINTSLICES, ApiError, RestClient, is_namespace_terminating
 from kubesvc.client.workqueue import ItemExponentialBackoff, WorkQueue
 from kubesvc.controllers.endpointslice.tracker import EndpointSliceTracker
@@ -47,7 +48,7 @@ from kubesvc.controllers.mirroring.reconciler import (
     should_mirror,
     skip_reason,
 )
-from kubesvc.controllers.runtime import EventRecorder, run_workers
+from kubesvc.controllers.runtime import run_workers
 from kubesvc.util.clock import Clock, RealClock
 
 log = logging.getLogger("kubesvc.controllers.mirroring")

@@ -33,10 +33,11 @@ import logging
 
 from kubesvc.api.pods import POD_SCHEDULED, update_pod_condition
 from kubesvc.client.cache import object_key, split_key
+from kubesvc.client.record import EventRecorder
 from kubesvc.client.rest import PODS, ApiError, RestClient, is_not_found
 from kubesvc.client.workqueue import WorkQueue
 from kubesvc.controllers.informers import POD_NODE_INDEX, SharedInformers
-from kubesvc.controllers.runtime import EventRecorder, run_workers
+from kubesvc.controllers.runtime import run_workers
 from kubesvc.controllers.scheduler.placement import DEFAULT_SCHEDULER, is_terminal, needs_scheduling, pick_node
 from kubesvc.util.clock import Clock, RealClock
 
