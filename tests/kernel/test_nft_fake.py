@@ -15,7 +15,6 @@ that one might not expect), and the transactions our proxier writes, sync after 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -23,7 +22,10 @@ import pytest
 from kubesvc.kernel.exec import CommandFailed
 from kubesvc.kernel.fake.nftables import FakeKernel, FakeNFTables
 from kubesvc.kernel.nftables import NFTables, table_contents
+from kubesvc.proxy.backend import SyncFailed
+from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.nftables.proxier import NftablesBackend
+from kubesvc.proxy.proxier import Proxier
 from tests.proxy.nftables.builders import ep, options, request, svc_port
 from tests.support.netns import Netns
 
@@ -279,17 +281,11 @@ def scenario(family: int) -> list[tuple[str, list, dict]]:
     ]
 
 
-async def sync(mode: NftablesBackend, state, request):
-    """One sync as the shared proxier runs a mode (``proxy/backend.py``: tidy, observe, plan,
-    apply, then commit ``next_state``); a failed housekeeping makes the sync full."""
-    try:
-        state = await mode.tidy(state)
-    except CommandFailed:
-        request = dataclasses.replace(request, full=True)
-    observed = await mode.observe(request, state)
-    plan = mode.plan(request, state, observed)
-    await mode.apply(plan)
-    return plan.next_state
+def proxier(tee: Tee, family: int, clock) -> Proxier:
+    """The nftables mode inside the shared proxier, as in production (it decides full or
+    partial and commits the state only once the kernel took the transaction)."""
+    opts = options(ADDRESSES[family]["pods"], family=family)
+    return Proxier(NftablesBackend(opts, nft=tee, clock=clock), opts, ProxyMetrics())
 
 
 @pytest.mark.parametrize("family", [4, 6], ids=["ipv4", "ipv6"])
@@ -300,15 +296,14 @@ async def test_proxier_transactions_agree_with_nft(namespaces, family):
     tee = Tee(NFTables(family, netns=real.ns.name, in_process=False), FakeNFTables(family, kernel=kernel))
     clock = [1000.0]
     a = ADDRESSES[family]
-    mode = NftablesBackend(options(a["pods"], family=family), nft=tee, clock=lambda: clock[0])
-    state = mode.initial_state()
+    p = proxier(tee, family, lambda: clock[0])
     steps = scenario(family)
     for name, ports, kw in steps:
-        state = await sync(mode, state, request(ports, service_cidrs=a["cidrs"], **kw))
+        await p.run_sync(request(ports, service_cidrs=a["cidrs"], **kw))
         clock[0] += 5.0
         assert fake_listing(kernel, reload) == real.listing(), name
         assert table_contents(await tee.fake.list_table()) == table_contents(await tee.real.list_table()), name
-        assert await mode.table_intact(), name
+        assert await p.mode.table_intact(), name
     assert tee.transactions > len(steps)  # the stale-chain deletion is a transaction of its own
 
 
@@ -319,12 +314,14 @@ async def test_a_transaction_on_a_table_deleted_underneath_fails_in_both(namespa
     real.reset()
     kernel = FakeKernel()
     tee = Tee(NFTables(4, netns=real.ns.name, in_process=False), FakeNFTables(4, kernel=kernel))
-    mode = NftablesBackend(options("10.1.0.0/16"), nft=tee, clock=lambda: 0.0)
+    p = proxier(tee, 4, lambda: 0.0)
     web = svc_port("ns1/web", "172.30.0.10")
     cidrs = ADDRESSES[4]["cidrs"]
-    state = await sync(mode, mode.initial_state(), request([(web, (ep("10.1.1.2"), ep("10.1.2.2")))], service_cidrs=cidrs))
+    await p.run_sync(request([(web, (ep("10.1.1.2"), ep("10.1.2.2")))], service_cidrs=cidrs))
     await tee.run("delete table ip kube-proxy\n")
-    with pytest.raises(CommandFailed, match="No such file or directory"):
-        await sync(mode, state, request([(web, (ep("10.1.1.2"),))], full=False, changed={"ns1/web"}, service_cidrs=cidrs))
+    with pytest.raises(SyncFailed, match="No such file or directory"):
+        await p.run_sync(request([(web, (ep("10.1.1.2"),))], full=False, changed={"ns1/web"}, service_cidrs=cidrs))
     assert kernel.tables == {} and real.listing() == {}
-    assert not await mode.table_intact()
+    assert not await p.mode.table_intact()
+    result = await p.run_sync(request([(web, (ep("10.1.1.2"),))], full=False, service_cidrs=cidrs))
+    assert result.full and fake_listing(kernel, reload) == real.listing()  # the next sync is full and rebuilds both alike

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import ipaddress
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kubesvc.kernel.exec import CommandFailed
@@ -565,9 +566,16 @@ class Flow:
 
 def check_flows(ipt: FakeIptables, flows: list[Flow], node_ips=TEST_NODE_IPS) -> None:
     """upstream ``runPacketFlowTests``: every failing flow is reported together."""
+    run_flows(lambda flow: trace_packet(ipt, flow.source, flow.protocol, flow.dest, flow.port, node_ips), flows)
+
+
+def run_flows(trace: Callable[[Flow], tuple[list[str], str, bool]], flows: list[Flow]) -> None:
+    """Each flow through ``trace`` (→ matched rules, output, masqueraded); an AssertionError
+    lists every flow that came out otherwise, with the rules it matched. Both fakes' tracers
+    (this module's and ``nftables_trace``) report through it."""
     errors = []
     for flow in flows:
-        matches, output, masq = trace_packet(ipt, flow.source, flow.protocol, flow.dest, flow.port, node_ips)
+        matches, output, masq = trace(flow)
         problems = []
         if output != flow.output:
             problems.append(f"wrong output: expected {flow.output!r} got {output!r}")

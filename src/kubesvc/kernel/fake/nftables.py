@@ -176,25 +176,9 @@ _TOKEN = re.compile(r'"[^"]*"|[{},;]|[^\s{},;"]+')
 
 def split_commands(text: str) -> Iterator[tuple[int, str]]:
     """(line number, command) for each command: newlines and ``;`` outside braces and quotes end one."""
-    depth, quoted, start, line, start_line = 0, False, 0, 1, 1
-    for i, ch in enumerate(text):
-        if ch == '"':
-            quoted = not quoted
-        elif not quoted and ch == "{":
-            depth += 1
-        elif not quoted and ch == "}":
-            depth -= 1
-        elif not quoted and depth == 0 and ch in "\n;":
-            command = text[start:i].strip()
-            if command and not command.startswith("#"):
-                yield start_line, command
-            start = i + 1
-            start_line = line + (ch == "\n")
-        if ch == "\n":
-            line += 1
-    command = text[start:].strip()
-    if command and not command.startswith("#"):
-        yield start_line, command
+    for offset, command in _split_top(text, "\n;"):
+        if not command.startswith("#"):
+            yield text.count("\n", 0, offset) + 1, command
 
 
 def _unquote(word: str) -> str:
@@ -216,21 +200,23 @@ def _block(tokens: list[str]) -> list[list[str]]:
     return [c for c in clauses if c]
 
 
-def _split_top(text: str, sep: str) -> list[str]:
-    """``text`` split at ``sep`` outside braces and quotes."""
+def _split_top(text: str, seps: str) -> list[tuple[int, str]]:
+    """``text`` split at any of ``seps`` outside braces and quotes: (offset, stripped piece)
+    for each non-empty piece."""
     parts, depth, quoted, start = [], 0, False, 0
-    for i, ch in enumerate(text):
+    for i, ch in enumerate(text + seps[0]):
         if ch == '"':
             quoted = not quoted
         elif not quoted and ch == "{":
             depth += 1
         elif not quoted and ch == "}":
             depth -= 1
-        elif not quoted and depth == 0 and ch == sep:
-            parts.append(text[start:i])
+        elif not quoted and depth == 0 and ch in seps:
+            piece = text[start:i]
+            if piece.strip():
+                parts.append((start + len(piece) - len(piece.lstrip()), piece.strip()))
             start = i + 1
-    parts.append(text[start:])
-    return [p.strip() for p in parts if p.strip()]
+    return parts
 
 
 def _types(spec: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -315,7 +301,7 @@ _ELEMENT = re.compile(r'^(?P<key>.*?)(?:\s+timeout\s+\S+)?(?:\s+comment\s+"(?P<c
 def parse_elements(s: Set, body: str) -> list[tuple[str, Element]]:
     """``{ k1, k2 comment "c" : v }`` (without the braces) → [(key, Element)] for set ``s``."""
     out = []
-    for item in _split_top(body, ","):
+    for _, item in _split_top(body, ","):
         m = _ELEMENT.match(item)
         key = _value(s.key, m.group("key").strip())
         value = m.group("value")

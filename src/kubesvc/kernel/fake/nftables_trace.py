@@ -1,0 +1,325 @@
+"""A packet tracer over the nftables fake, after upstream's ``nftablesTracer`` / ``tracePacket``
+(``pkg/proxy/nftables/helpers_test.go``): where does a new connection from ``source`` to
+``dest:port`` end up, and is it masqueraded?
+
+Like upstream it does not parse nftables in general: it recognizes, piece by piece from the
+left, the forms our rule layout writes (``proxy/nftables/rules.py``), and a rule with a piece it
+does not know is an error (``TraceError``), so a new rule form cannot silently pass a
+packet-flow test. Unlike upstream it walks the hooks as the kernel does, from the table's base
+chains rather than from fixed chain names:
+
+1. **prerouting**, base chains in priority order (the firewall check at -110, then the DNAT
+   at -100); a ``drop``/``reject`` ends the trace;
+2. the destination becomes the (first) DNAT target, then **forward** if that is not one of the
+   node's addresses, **input** if it is (where the no-endpoint and invalid-ClusterIP checks
+   reject or drop);
+3. **postrouting** with the new destination: the masquerade decision, from the packet mark
+   the earlier chains set (``mark set mark or``, ``mark and … == 0 return``) and from
+   ``ct status dnat ip saddr . ip daddr @hairpin-endpoints`` (a Pod reaching itself).
+
+Each piece's meaning:
+
+* lookups in named sets and maps use the fake's elements; ``vmap`` runs the element's verdict;
+  ``dnat … to numgen random mod N offset S map @m`` lands on *every* endpoint of slots
+  [S, S+N) (upstream's tracer follows every branch of its ``numgen`` vmap the same way);
+* ``numgen random mod K 0`` (our ClientIP-affinity choice) matches, and the rule's DNAT is
+  recorded without ending the chain, so every endpoint is listed, as the iptables tracer does
+  for ``--probability``;
+* state of earlier packets never matches: ``ip saddr @affinity-…`` (a sticky client) is false,
+  ``update @…`` does nothing; ``ct state new`` is true;
+* ``fib saddr|daddr type local`` is true for the node's addresses (``node_ips``) and loopback.
+
+``trace_packet`` returns (matched rules, output, masqueraded): output is the endpoints
+``ip:port`` joined by ``", "``, or ``DROP`` / ``REJECT``, or ``""`` when nothing applied.
+``check_flows`` runs table-driven cases (``kernel.fake.iptables.Flow``) as upstream's
+``runPacketFlowTests``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field
+
+from kubesvc.kernel.fake.iptables import TEST_NODE_IPS, Flow, run_flows
+from kubesvc.kernel.fake.nftables import FakeNFTables, Table
+
+
+class TraceError(AssertionError):
+    """A rule the tracer cannot read, or a reference it cannot follow."""
+
+
+_COMMENT = re.compile(r'\s*comment "[^"]*"$')
+
+
+@dataclass
+class Packet:
+    source: str
+    protocol: str
+    dest: str
+    port: str
+    local_ips: frozenset[str]
+    mark: int = 0
+    dnatted: bool = False
+
+
+@dataclass
+class Tracer:
+    table: Table
+    packet: Packet
+    matches: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    masquerade: bool = False
+    depth: int = 0
+    picking: bool = False  # inside a ``numgen random mod K 0`` branch
+
+    # -- lookups -----------------------------------------------------------------------------
+
+    def _set(self, name: str):
+        s = self.table.sets.get(name)
+        if s is None:
+            raise TraceError(f"no set or map {name!r}")
+        return s
+
+    def _key(self, fields: list[str]) -> str:
+        p = self.packet
+        values = {"daddr": _canonical(p.dest), "saddr": _canonical(p.source), "l4proto": p.protocol, "dport": p.port}
+        return " . ".join(values[f] for f in fields)
+
+    def _in_set(self, name: str, fields: list[str]) -> str | None:
+        """The element (its value, "" for a set) whose key matches the packet's ``fields``."""
+        s = self._set(name)
+        key = self._key(fields)
+        if key in s.elements:
+            return s.elements[key].value
+        if len(fields) == 1:  # interval sets: prefixes and ranges
+            for k, elem in s.elements.items():
+                if _address_in(key, [k]):
+                    return elem.value
+        return None
+
+    # -- one chain ---------------------------------------------------------------------------
+
+    def run_chain(self, name: str) -> str | None:
+        """Run chain ``name``: the verdict that ended it (``accept``, ``drop``, ``reject``,
+        ``dnat``, ``return``) or None when it fell off its end."""
+        chain = self.table.chains.get(name)
+        if chain is None:
+            raise TraceError(f"no chain {name!r}")
+        self.depth += 1
+        if self.depth > 64:
+            raise TraceError(f"chain {name!r}: jumps nest too deep (a loop?)")
+        try:
+            for rule in chain.rules:
+                verdict = self.run_rule(rule.text)
+                if verdict is not None:
+                    if verdict == "return":
+                        return None
+                    return verdict
+            return None
+        finally:
+            self.depth -= 1
+
+    def run_rule(self, text: str) -> str | None:
+        rest = _COMMENT.sub("", text).strip()
+        while rest:
+            m = None
+            for pattern, handler in _PIECES:
+                m = pattern.match(rest)
+                if m:
+                    break
+            if m is None:
+                raise TraceError(f"unknown rule piece {rest!r} in {text!r}")
+            rest = rest[m.end():].strip()
+            outcome = handler(self, m, text)
+            if outcome is False:  # the match failed: next rule
+                return None
+            if isinstance(outcome, str):  # a verdict
+                return outcome
+        return None
+
+    # -- handlers (True: matched, go on; False: not matched; str: verdict) -------------------
+
+    def _daddr_set(self, m, text):
+        hit = self._in_set(m["set"], ["daddr"]) is not None
+        return hit != bool(m["neg"])
+
+    def _pair_set(self, m, text):
+        return self._in_set(m["set"], [m["f1"], m["f2"]]) is not None
+
+    def _addr(self, m, text):
+        ip = self.packet.source if m["dir"] == "saddr" else self.packet.dest
+        if m["value"].startswith("@"):  # affinity: a state of earlier packets, never matched
+            return False
+        values = [v.strip() for v in m["value"].strip("{} ").split(",")] if m["value"].startswith("{") else [m["value"]]
+        return _address_in(ip, values) != bool(m["neg"])
+
+    def _fib_local(self, m, text):
+        ip = self.packet.source if m["dir"] == "saddr" else self.packet.dest
+        return ip in self.packet.local_ips
+
+    def _dport(self, m, text):
+        return self.packet.protocol == m["proto"] and self.packet.port == m["port"]
+
+    def _l4proto(self, m, text):
+        return self.packet.protocol == m["proto"]
+
+    def _ct_state_new(self, m, text):
+        return True
+
+    def _ct_status_dnat(self, m, text):
+        return self.packet.dnatted
+
+    def _mark_zero(self, m, text):
+        return self.packet.mark & int(m["mask"], 0) == 0
+
+    def _mark_set(self, m, text):
+        value = int(m["mask"], 0)
+        self.packet.mark = self.packet.mark | value if m["op"] == "or" else self.packet.mark ^ value
+        return True
+
+    def _numgen_pick(self, m, text):
+        self.matches.append(text)
+        self.picking = True
+        return True
+
+    def _update(self, m, text):
+        self._set(m["set"])
+        return True
+
+    def _vmap(self, m, text):
+        fields = ["daddr", "l4proto", "dport"] if m["daddr"] else ["l4proto", "dport"]
+        verdict = self._in_set(m["map"], fields)
+        if verdict is None:
+            return False
+        self.matches.append(text)
+        return self._verdict(verdict)
+
+    def _jump(self, m, text):
+        self.matches.append(text)
+        return self._verdict(f"{m['verb']} {m['chain']}")
+
+    def _verdict(self, verdict: str):
+        verb, _, chain = verdict.partition(" ")
+        if verb in ("jump", "goto"):
+            result = self.run_chain(chain)
+            if result is not None:
+                return result
+            return "return" if verb == "goto" else True
+        if verdict in ("drop", "reject"):
+            self.outputs.append(verdict.upper())
+        return verdict
+
+    def _simple_verdict(self, m, text):
+        self.matches.append(text)
+        return self._verdict(m["verdict"])
+
+    def _dnat_to(self, m, text):
+        if self.packet.protocol != m["proto"]:
+            return False
+        self.outputs.append(m["ep"])
+        if self.picking:  # recorded; the other branches are followed too
+            self.picking = False
+            return False
+        self.matches.append(text)
+        return "dnat"
+
+    def _dnat_map(self, m, text):
+        s = self._set(m["map"])
+        n, offset = int(m["mod"]), int(m["offset"] or 0)
+        self.matches.append(text)
+        for slot in range(offset, offset + n):
+            elem = s.elements.get(str(slot))
+            if elem is None:
+                raise TraceError(f"slot {slot} of @{m['map']} is empty (rule {text!r})")
+            ip, port = elem.value.split(" . ")
+            self.outputs.append(f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}")
+        return "dnat"
+
+    def _masquerade(self, m, text):
+        self.matches.append(text)
+        self.masquerade = True
+        return "accept"
+
+
+_FAM = r"ip6?"
+_PIECES = [
+    (re.compile(r"^ct state new\b"), Tracer._ct_state_new),
+    (re.compile(r"^ct status dnat\b"), Tracer._ct_status_dnat),
+    (re.compile(rf"^{_FAM} (?P<f1>saddr|daddr) \. {_FAM} (?P<f2>saddr|daddr) @(?P<set>\S+)"), Tracer._pair_set),
+    (re.compile(rf"^(?P<daddr>{_FAM} daddr \. )?meta l4proto \. th dport vmap @(?P<map>\S+)"), Tracer._vmap),
+    (re.compile(rf"^{_FAM} daddr (?P<neg>!= )?@(?P<set>\S+)"), Tracer._daddr_set),
+    (re.compile(rf"^{_FAM} (?P<dir>saddr|daddr) (?P<neg>!= )?(?P<value>\{{[^}}]*\}}|\S+)"), Tracer._addr),
+    (re.compile(r"^fib (?P<dir>saddr|daddr) type local\b"), Tracer._fib_local),
+    (re.compile(r"^(?P<proto>tcp|udp|sctp) dport (?P<port>\d+)"), Tracer._dport),
+    (re.compile(r"^mark and (?P<mask>0x[0-9a-f]+|\d+) == 0\b"), Tracer._mark_zero),
+    (re.compile(r"^mark set mark (?P<op>or|xor) (?P<mask>0x[0-9a-f]+|\d+)"), Tracer._mark_set),
+    (re.compile(r"^numgen random mod \d+ 0\b"), Tracer._numgen_pick),
+    (re.compile(rf"^update @(?P<set>\S+) \{{ {_FAM} saddr \}}"), Tracer._update),
+    (re.compile(r"^meta l4proto (?P<proto>tcp|udp|sctp) dnat (?:ip6? )?to (?P<ep>\S+)$"), Tracer._dnat_to),
+    (re.compile(rf"^meta l4proto (?P<proto>tcp|udp|sctp)(?= dnat {_FAM} addr)"), Tracer._l4proto),
+    (re.compile(rf"^dnat {_FAM} addr \. port to numgen random mod (?P<mod>\d+)(?: offset (?P<offset>\d+))? map @(?P<map>\S+)$"),
+     Tracer._dnat_map),
+    (re.compile(r"^(?P<verb>jump|goto) (?P<chain>\S+)$"), Tracer._jump),
+    (re.compile(r"^(?P<verdict>accept|drop|reject|return)$"), Tracer._simple_verdict),
+    (re.compile(r"^masquerade(?: fully-random)?$"), Tracer._masquerade),
+]
+
+
+def _canonical(ip: str) -> str:
+    return str(ipaddress.ip_address(ip))
+
+
+def _address_in(ip: str, values: list[str]) -> bool:
+    addr = ipaddress.ip_address(ip)
+    for value in values:
+        if "/" in value:
+            net = ipaddress.ip_network(value, strict=False)
+            if net.version == addr.version and addr in net:
+                return True
+        elif "-" in value:
+            low, high = (ipaddress.ip_address(v) for v in value.split("-", 1))
+            if low.version == addr.version and low <= addr <= high:
+                return True
+        elif ipaddress.ip_address(value) == addr:
+            return True
+    return False
+
+
+def _base_chains(table: Table, hook: str) -> list[str]:
+    chains = [c for c in table.chains.values() if c.base is not None and c.base[1] == hook]
+    return [c.name for c in sorted(chains, key=lambda c: c.base[2])]
+
+
+def _host(endpoint: str) -> str:
+    return endpoint[1:endpoint.index("]")] if endpoint.startswith("[") else endpoint.rsplit(":", 1)[0]
+
+
+def trace_packet(nft: FakeNFTables, source: str, protocol: str, dest: str, port: int | str,
+                 node_ips=TEST_NODE_IPS) -> tuple[list[str], str, bool]:
+    """(matched rules, output, masqueraded) for a new connection; see the module docstring."""
+    table = nft.current()
+    if table is None:
+        return [], "", False
+    local = frozenset(_canonical(ip) for ip in ("127.0.0.1", "::1", *node_ips))
+    tracer = Tracer(table, Packet(_canonical(source), protocol, _canonical(dest), str(port), local))
+    for chain in _base_chains(table, "prerouting"):
+        verdict = tracer.run_chain(chain)
+        if verdict in ("drop", "reject"):
+            return tracer.matches, ", ".join(tracer.outputs), tracer.masquerade
+    if tracer.outputs:
+        tracer.packet.dest = _canonical(_host(tracer.outputs[0]))
+        tracer.packet.dnatted = True
+    hook = "input" if tracer.packet.dest in local else "forward"
+    for chain in _base_chains(table, hook):
+        if tracer.run_chain(chain) in ("drop", "reject"):
+            return tracer.matches, ", ".join(tracer.outputs), tracer.masquerade
+    for chain in _base_chains(table, "postrouting"):
+        if tracer.run_chain(chain) in ("drop", "reject"):
+            break
+    return tracer.matches, ", ".join(tracer.outputs), tracer.masquerade
+
+
+def check_flows(nft: FakeNFTables, flows: list[Flow], node_ips=TEST_NODE_IPS) -> None:
+    """upstream ``runPacketFlowTests`` over the nftables fake: every failing flow reported together."""
+    run_flows(lambda flow: trace_packet(nft, flow.source, flow.protocol, flow.dest, flow.port, node_ips), flows)
