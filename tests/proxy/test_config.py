@@ -11,7 +11,6 @@ from kubesvc.proxy.config import (
     ConfigError,
     KubeProxyConfiguration,
     ProxyFlags,
-    aggregate_error,
     apply_platform_defaults,
     check_ip_flag,
     check_ip_port_flag,
@@ -23,7 +22,7 @@ from kubesvc.proxy.config import (
     validate,
 )
 from kubesvc.proxy.types import IPV4, IPV6
-from kubesvc.util.golang import format_duration
+from kubesvc.util.golang import aggregate as aggregate_error, format_duration
 
 ROOT = "KubeProxyConfiguration"
 

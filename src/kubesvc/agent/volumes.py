@@ -44,6 +44,7 @@ from kubesvc.api.defaults import DEFAULT_VOLUME_MODE
 from kubesvc.api.validation_config import secret_bytes
 from kubesvc.api.validation_meta import go_quote
 from kubesvc.kernel.mounts import BindMount
+from kubesvc.util import golang
 
 # source key -> the kubelet plugin's directory name (``utilstrings.EscapeQualifiedName``)
 PLUGIN_DIRS = {
@@ -212,13 +213,8 @@ def downward_api_payload(items: list, pod: Mapping, default_mode: int | None, no
             problems.append(str(err))
         payload[path] = FileProjection(data, _mode(item.get("mode"), default_mode))
     if problems:
-        raise VolumeError(aggregate(problems))
+        raise VolumeError(golang.aggregate(problems))
     return payload
-
-
-def aggregate(messages: list[str]) -> str:
-    """Go's ``utilerrors.NewAggregate(...).Error()``."""
-    return messages[0] if len(messages) == 1 else "[" + ", ".join(messages) + "]"
 
 
 # ---- projected volumes ------------------------------------------------------------------------
@@ -297,5 +293,5 @@ def volume_payload(volume: Mapping, pod: Mapping, *, objects: Mapping[ObjectRef,
         except VolumeError as err:
             problems.append(str(err))
     if problems:
-        raise VolumeError(aggregate(problems))
+        raise VolumeError(golang.aggregate(problems))
     return payload

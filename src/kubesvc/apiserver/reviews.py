@@ -27,7 +27,7 @@ from kubesvc.api.errors import FieldError, GoSyntax, invalid_value
 from kubesvc.api.validation_meta import go_quote
 from kubesvc.apiserver.auth.attributes import Attributes, RequestInfo
 from kubesvc.apiserver.auth.authorizer import Decision
-from kubesvc.apiserver.auth.rbac import aggregate_error
+from kubesvc.util import golang
 from kubesvc.apiserver.auth.rules import PolicyRule, strings
 from kubesvc.apiserver.auth.user import UserInfo
 
@@ -154,7 +154,7 @@ async def self_subject_rules_review(request: web.Request, create) -> dict:
     status: dict = {"resourceRules": [_resource_rule(r) for r in rules.resource],
                     "nonResourceRules": [_non_resource_rule(r) for r in rules.non_resource], "incomplete": rules.incomplete}
     if rules.errors:
-        status["evaluationError"] = aggregate_error(rules.errors)
+        status["evaluationError"] = golang.aggregate(rules.errors)
     return {"metadata": {"creationTimestamp": None}, "spec": {}, "status": status}
 
 

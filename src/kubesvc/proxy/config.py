@@ -61,6 +61,7 @@ from kubesvc.proxy.localdetector import DETECT_LOCAL_MODES, new_local_detector
 from kubesvc.api.validation_meta import go_quote, parse_cidr_sloppy, parse_ip_sloppy
 from kubesvc.proxy.nodeportaddresses import NODE_PORT_ADDRESSES_PRIMARY, NodePortAddresses, node_ips_from_node
 from kubesvc.proxy.types import IPV4
+from kubesvc.util import golang
 from kubesvc.util.golang import format_duration, parse_duration
 
 log = logging.getLogger("kubesvc.proxy.config")
@@ -818,12 +819,6 @@ class _Duration:
     seconds: float
 
 
-def aggregate_error(errors: list[FieldError]) -> str:
-    """``ErrorList.ToAggregate().Error()``: one message, or ``[a, b]``; repeats dropped."""
-    messages = list(dict.fromkeys(str(error) for error in errors))
-    return messages[0] if len(messages) == 1 else "[" + ", ".join(messages) + "]"
-
-
 def effective_sync_periods(config: KubeProxyConfiguration) -> tuple[float, float]:
     """(syncPeriod, minSyncPeriod) of the active mode's section (upstream conversion)."""
     section = config.ipvs if config.mode == IPVS else config.nftables if config.mode == NFTABLES else config.iptables
@@ -1081,7 +1076,7 @@ def resolve(config: KubeProxyConfiguration, *, nft_is_usable: bool | Callable[[]
     config = apply_platform_defaults(copy.deepcopy(config), nft_is_usable)
     errors = validate(config)
     if errors:
-        raise ConfigError(aggregate_error(errors), "validate")
+        raise ConfigError(golang.aggregate(errors), "validate")
     sync_period, min_sync_period = effective_sync_periods(config)
     masquerade_all, masquerade_bit = effective_masquerade(config)
     conntrack = config.conntrack

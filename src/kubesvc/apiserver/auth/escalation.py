@@ -36,7 +36,8 @@ from kubesvc.api.validation_meta import go_quote, go_string_list
 from kubesvc.apiserver.auth.attributes import Attributes, RequestInfo
 from kubesvc.apiserver.auth.authorizer import Authorizer
 from kubesvc.apiserver.auth.context import RequestContext
-from kubesvc.apiserver.auth.rbac import RBAC_GROUP, PolicyIndex, aggregate_error
+from kubesvc.apiserver.auth.rbac import RBAC_GROUP, PolicyIndex
+from kubesvc.util import golang
 from kubesvc.apiserver.auth.rules import ALL, PolicyRule, compact_rules, compact_string, covers, rules_from_api
 from kubesvc.apiserver.auth.user import SYSTEM_PRIVILEGED_GROUP, UserInfo
 
@@ -54,7 +55,7 @@ def escalation_message(user: UserInfo, held: list[PolicyRule], resolution_errors
     text = (f"user {go_quote(user.name)} (groups={go_string_list(user.groups)}) is attempting to grant RBAC permissions "
             "not currently held:\n" + "\n".join(lines))
     if resolution_errors:
-        text += f"; resolution errors: [{aggregate_error(resolution_errors)}]"
+        text += f"; resolution errors: [{golang.aggregate(resolution_errors)}]"
     return text
 
 

@@ -33,6 +33,7 @@ from kubesvc.apiserver.auth.attributes import Attributes
 from kubesvc.apiserver.auth.authorizer import Decision, RuleSet, Verdict
 from kubesvc.apiserver.auth.rules import PolicyRule, rule_allows, rules_from_api
 from kubesvc.apiserver.auth.user import SERVICE_ACCOUNT_PREFIX, UserInfo
+from kubesvc.util import golang
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
 
@@ -113,14 +114,6 @@ class Binding:
         if self.namespace:
             return f'RoleBinding "{self.name}/{self.namespace}" of {self.role_kind} "{self.role_name}" to {subject.describe(self.namespace)}'
         return f'ClusterRoleBinding "{self.name}" of {self.role_kind} "{self.role_name}" to {subject.describe("")}'
-
-
-def aggregate_error(messages: list[str]) -> str:
-    """utilerrors.NewAggregate(errs).Error(): one message bare, several deduplicated in [a, b]."""
-    unique = list(dict.fromkeys(messages))
-    if len(unique) == 1:
-        return unique[0]
-    return "[" + ", ".join(unique) + "]"
 
 
 # ---- the index ----------------------------------------------------------------------------
@@ -283,7 +276,7 @@ class RBACAuthorizer:
         errors = self.index.visit_rules_for(attrs.user, attrs.info.namespace, check)
         if allowed_by:
             return Verdict(Decision.ALLOW, f"RBAC: allowed by {allowed_by[0]}")
-        return Verdict(Decision.NO_OPINION, f"RBAC: {aggregate_error(errors)}" if errors else "")
+        return Verdict(Decision.NO_OPINION, f"RBAC: {golang.aggregate(errors)}" if errors else "")
 
     def rules_for(self, user: UserInfo, namespace: str) -> RuleSet:
         """Upstream ``RBACAuthorizer.RulesFor``: a rule with resources is a resource rule, one

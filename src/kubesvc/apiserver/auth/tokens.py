@@ -37,6 +37,7 @@ from typing import Mapping, Protocol, Sequence
 
 from kubesvc.apiserver.auth.jwt import b64url_decode
 from kubesvc.apiserver.auth.user import UserInfo
+from kubesvc.util import golang
 
 log = logging.getLogger("kubesvc.apiserver.auth")
 
@@ -62,10 +63,7 @@ class TokenAuthenticator(Protocol):
 
 def aggregate(errors: Sequence[Exception]) -> AuthenticationError:
     """Go's ``utilerrors.NewAggregate(errs).Error()``: one message alone, several as ``[a, b]``."""
-    messages = list(dict.fromkeys(str(e) for e in errors))
-    if len(messages) == 1:
-        return AuthenticationError(messages[0])
-    return AuthenticationError("[" + ", ".join(messages) + "]")
+    return AuthenticationError(golang.aggregate(errors))
 
 
 def intersect(a: Sequence[str], b: Sequence[str]) -> tuple[str, ...]:

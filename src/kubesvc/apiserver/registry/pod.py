@@ -81,12 +81,6 @@ def assign_pod(pod: dict, node: str, annotations: Mapping[str, str] | None, now:
     return pod
 
 
-def _aggregate(problems: list[FieldError]) -> str:
-    """A field.ErrorList's ToAggregate().Error(): one message alone, several in brackets."""
-    texts = list(dict.fromkeys(str(p) for p in problems))
-    return texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
-
-
 def bind_pod(pods: Store, namespace: str, name: str, binding: dict, *, dry_run: bool) -> None:
     """``BindingREST.Create``: ``name`` is the Pod's name from the URL (or, for the legacy
     ``bindings`` collection, the Binding's own name)."""
@@ -95,7 +89,7 @@ def bind_pod(pods: Store, namespace: str, name: str, binding: dict, *, dry_run: 
         raise errors.bad_request("name in URL does not match name in Binding object")
     problems = validate_pod_binding(binding)
     if problems:
-        raise unknown_error(_aggregate(problems))
+        raise unknown_error(golang.aggregate(problems))
     if not name:
         raise errors.bad_request("Name parameter required.")
     node = binding["target"]["name"]
