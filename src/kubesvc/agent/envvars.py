@@ -52,7 +52,7 @@ from collections import ChainMap
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 
-from kubesvc.api.defaults import _quantity as parse_quantity
+from kubesvc.api.quantity import parse_quantity
 from kubesvc.api.validation_meta import go_quote  # Go's %q to the letter (annotation values may hold control characters)
 from kubesvc.api.validation_meta import is_qualified_name
 from kubesvc.proxy.healthcheck import join_host_port

@@ -36,6 +36,7 @@ from decimal import Decimal
 from typing import Any
 
 from kubesvc.api.errors import FieldError, invalid_value
+from kubesvc.api.quantity import parse_quantity
 from kubesvc.api.validation import validate_service_cluster_ips
 from kubesvc.api.validation_meta import index, ip_family
 
@@ -506,29 +507,6 @@ def pod_status_defaults(pod: Any) -> dict:
     return status
 
 
-_QUANTITY_RE = re.compile(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?", re.ASCII)
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-
-
-def _quantity(value: Any) -> Decimal | None:
-    """A resource.Quantity's value; None when it does not parse (or is not finite)."""
-    try:
-        if _is_int(value) or isinstance(value, float):
-            number = Decimal(str(value))
-        elif isinstance(value, str) and (match := _QUANTITY_RE.fullmatch(value)):
-            number, suffix = Decimal(match[1]), match[2] or ""
-            if suffix in _BINARY:
-                number *= _BINARY[suffix]
-            elif suffix:
-                number = number.scaleb(_DECIMAL.get(suffix) or int(suffix[1:]))
-        else:
-            return None
-    except (ArithmeticError, ValueError):
-        return None
-    return number if number.is_finite() else None
-
-
 def _qos_class(spec: dict) -> str:
     """GetPodQOS (pkg/apis/core/helper/qos): only cpu and memory count."""
     requests: dict[str, Decimal] = {}
@@ -552,7 +530,7 @@ def _add_positive(totals: dict[str, Decimal], resources: Any) -> set[str]:
     found = set()
     if isinstance(resources, dict):
         for name in ("cpu", "memory"):
-            quantity = _quantity(resources.get(name))
+            quantity = parse_quantity(resources.get(name))
             if quantity is not None and quantity > 0:
                 totals[name] = totals.get(name, Decimal(0)) + quantity
                 found.add(name)
