@@ -15,14 +15,21 @@ routed onto the Pod bridge so that a connection to a ClusterIP gets past routing
 proxy's DNAT; with a default route nothing is added.
 
 What ``up`` makes outside the data directory (namespaces, links, kernel rules, that route) is
-recorded in ``<data-dir>/up.json``. Ctrl-C stops the components and removes all of it;
-``kubesvc down --data-dir`` removes it after a crash (stopping a ``up`` still running first).
-The API objects stay in the store: the next ``up`` runs the same Pods again.
+recorded in ``<data-dir>/up.json`` (mode 0600), with the network namespace ``up`` runs in (the
+device and inode of its nsfs file, ``kernel.netns.identify``, and its name under /run/netns if
+it has one).
+Ctrl-C stops the components and removes all of it; ``kubesvc down --data-dir`` removes it after
+a crash (stopping a ``up`` still running first). Links, routes and kernel rules belong to a
+network namespace, so ``down`` run in another one would find none of them and could delete
+what is not ours there (a bridge, a route, the host's kube-proxy tables): it refuses, with one
+line naming both namespaces, and cleans nothing. The API objects stay in the store: the next
+``up`` runs the same Pods again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import json
 import logging
@@ -32,7 +39,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubesvc.kernel.exec import CommandFailed, run_sync
+from kubesvc.kernel import host, links
+from kubesvc.kernel import netns as knetns
+from kubesvc.kernel.exec import CommandFailed
+from kubesvc.kernel.links import DelRoute, LinkFailed, Route
 
 log = logging.getLogger("kubesvc.up")
 
@@ -71,7 +81,10 @@ def _state_path(data_dir: Path) -> Path:
 def _write_state(data_dir: Path, state: dict) -> None:
     path = _state_path(data_dir)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=2))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        os.fchmod(fd, 0o600)  # a tmp file left by an older version keeps its mode otherwise
+        out.write(json.dumps(state, indent=2))
     os.replace(tmp, path)
 
 
@@ -85,27 +98,25 @@ def read_state(data_dir: Path) -> dict | None:
 # -- the Service range route -------------------------------------------------------------------
 
 
-def routable(ip: str) -> bool:
-    """Whether the host has a route to ``ip`` (``ip route get`` succeeds)."""
-    return run_sync(["ip", "route", "get", ip], check=False).returncode == 0
-
-
 def ensure_service_routes(service_cidrs: list[str], bridge: str, added: list[str]) -> None:
     """Route each Service range that nothing routes yet onto ``bridge``, appending each to
     ``added`` as soon as it exists (so a failure half-way still records the first)."""
     for cidr in service_cidrs:
         first = str(ipaddress.ip_network(cidr).network_address + 1)
-        if not routable(first):
-            run_sync(["ip", "route", "add", cidr, "dev", bridge])
+        if not links.routable(first):
+            links.apply([Route(cidr, bridge, replace=False)])
             added.append(cidr)
 
 
 def remove_service_routes(cidrs: list[str]) -> list[str]:
+    """Delete each route; one already gone (ESRCH) is no error."""
     errors = []
     for cidr in cidrs:
-        result = run_sync(["ip", "route", "del", cidr], check=False)
-        if result.returncode != 0 and "No such process" not in result.stderr:
-            errors.append(f"ip route del {cidr}: {result.stderr.strip()}")
+        try:
+            links.apply([DelRoute(cidr)])
+        except LinkFailed as err:
+            if err.returncode != errno.ESRCH:
+                errors.append(str(err))
     return errors
 
 
@@ -124,7 +135,8 @@ class System:
         self.proxy = None
         self.controller_manager: asyncio.Task | None = None
         self.client_builder = None  # the controllers' clients (ServiceAccount tokens)
-        self.state: dict = {"pid": os.getpid(), "pid_started": process_start_time(os.getpid()), "agent_state_dir": str(self.data_dir / AGENT_DIR / "network"), "service_routes": []}
+        self.state: dict = {"pid": os.getpid(), "pid_started": host.process_identity(os.getpid()), "netns": netns_record(),
+                            "agent_state_dir": str(self.data_dir / AGENT_DIR / "network"), "service_routes": []}
 
     async def _client(self, client_config, field_manager: str, user_agent: str):
         from kubesvc.client.rest import RestClient
@@ -230,15 +242,26 @@ async def run_up(server, options: UpOptions, announce, stop: asyncio.Event) -> l
 # -- down ----------------------------------------------------------------------------------------
 
 
-def process_start_time(pid: int) -> str:
-    """The boot ID and the process's start time (``/proc/PID/stat`` field 22): with the pid,
-    what identifies one process across pid reuse and reboots."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return f"{boot}:{stat.rsplit(')', 1)[1].split()[19]}"
-    except (OSError, IndexError):
-        return ""
+class DownRefused(Exception):
+    """``kubesvc down`` in a network namespace other than the one ``kubesvc up`` ran in."""
+
+
+def netns_record() -> dict:
+    """What ``up`` records of the network namespace it runs in."""
+    here = knetns.identify()
+    return {"dev": here.dev, "ino": here.ino, "name": knetns.current_name()}
+
+
+def netns_refusal(recorded: dict | None, here: knetns.NetnsId, data_dir: Path) -> str | None:
+    """Why ``down`` must not clean from namespace ``here`` (None: it may). An up.json without a
+    record (written before there was one) is trusted."""
+    if not recorded or (recorded.get("dev"), recorded.get("ino")) == (here.dev, here.ino):
+        return None
+    name = recorded.get("name")
+    there = f"net:[{recorded.get('ino')}]" + (f" (/run/netns/{name})" if name else "")
+    hint = f"nsenter --net=/run/netns/{name} kubesvc down --data-dir {data_dir}" if name else "kubesvc down there"
+    return (f"refusing to clean up: the kubesvc up of {data_dir} ran in network namespace {there}, this is net:[{here.ino}]; "
+            f"run {hint}")
 
 
 def _alive(pid: int) -> bool:
@@ -253,15 +276,19 @@ def _alive(pid: int) -> bool:
 
 def down(data_dir: Path, *, wait: float = 30.0) -> list[str]:
     """Undo a ``kubesvc up`` of ``data_dir``: stop it if it still runs, then remove every
-    namespace, link, rule and route it recorded. Returns errors (empty: clean)."""
+    namespace, link, rule and route it recorded. Returns errors (empty: clean). Raises
+    :class:`DownRefused`, touching nothing, when run in another network namespace than ``up``."""
     from kubesvc.agent import podnet
     from kubesvc.proxy.server import cleanup_leftovers
 
     state = read_state(data_dir)
     if state is None:
         return []
+    refusal = netns_refusal(state.get("netns"), knetns.identify(), data_dir)
+    if refusal:
+        raise DownRefused(refusal)
     pid = int(state.get("pid") or 0)
-    same_process = bool(state.get("pid_started")) and process_start_time(pid) == state.get("pid_started")
+    same_process = bool(state.get("pid_started")) and host.process_identity(pid) == state.get("pid_started")
     if pid and pid != os.getpid() and _alive(pid) and same_process:
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + wait

@@ -13,6 +13,8 @@ from kubesvc.kernel.exec import CommandFailed
 from kubesvc.kernel.sysctl import SysctlFailed, read_sysctl, read_sysctl_async, write_sysctl, write_sysctl_async
 from tests.support.netns import Netns
 
+pytestmark = pytest.mark.kernel
+
 
 @pytest.fixture
 def ns():

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from kubesvc.client.rest import LEASES, NODES, ApiError, ClientError, RestClient, is_already_exists, is_not_found
+from kubesvc.kernel import host
 from kubesvc.util.clock import Clock, RealClock, rfc3339, rfc3339_micro
 
 log = logging.getLogger("kubesvc.agent")
@@ -70,16 +71,6 @@ def _os_image() -> str:
     return "Linux"
 
 
-def _memory_kib() -> int:
-    try:
-        for line in open("/proc/meminfo", encoding="utf-8"):
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
 def _read(path: str) -> str:
     try:
         return open(path, encoding="utf-8").read().strip()
@@ -89,13 +80,13 @@ def _read(path: str) -> str:
 
 def machine_facts() -> dict:
     """What the Node reports about the machine: nodeInfo and capacity."""
-    capacity = {"cpu": str(os.cpu_count() or 1), "memory": f"{_memory_kib()}Ki", "pods": "110", "ephemeral-storage": "0"}
+    capacity = {"cpu": str(os.cpu_count() or 1), "memory": f"{host.memory_total_kib()}Ki", "pods": "110", "ephemeral-storage": "0"}
     return {
         "capacity": capacity,
         "allocatable": dict(capacity),
         "nodeInfo": {
             "machineID": _read("/etc/machine-id"), "systemUUID": _read("/sys/class/dmi/id/product_uuid"),
-            "bootID": _read("/proc/sys/kernel/random/boot_id"), "kernelVersion": platform.release(), "osImage": _os_image(),
+            "bootID": host.boot_id(), "kernelVersion": platform.release(), "osImage": _os_image(),
             "containerRuntimeVersion": "kubesvc://processes", "kubeletVersion": KUBELET_VERSION, "kubeProxyVersion": "",
             "operatingSystem": "linux", "architecture": _arch(),
         },

@@ -1,0 +1,26 @@
+"""``kubesvc down``'s decision to refuse: only in the network namespace ``up`` recorded (the
+real namespaces: tests/kernel/test_down_netns.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kubesvc.kernel.netns import NetnsId
+from kubesvc.up import netns_refusal
+
+HERE = NetnsId(4, 4026531840)
+
+
+def test_the_same_namespace_or_no_record_may_clean():
+    assert netns_refusal({"dev": 4, "ino": 4026531840, "name": None}, HERE, Path("/d")) is None
+    assert netns_refusal(None, HERE, Path("/d")) is None, "an up.json written before the record"
+
+
+def test_another_namespace_is_refused_in_one_line_naming_both():
+    named = netns_refusal({"dev": 4, "ino": 4026532999, "name": "box"}, HERE, Path("/d"))
+    assert named == ("refusing to clean up: the kubesvc up of /d ran in network namespace net:[4026532999] (/run/netns/box), "
+                     "this is net:[4026531840]; run nsenter --net=/run/netns/box kubesvc down --data-dir /d")
+    anonymous = netns_refusal({"dev": 4, "ino": 4026532999, "name": None}, HERE, Path("/d"))
+    assert anonymous == ("refusing to clean up: the kubesvc up of /d ran in network namespace net:[4026532999], "
+                         "this is net:[4026531840]; run kubesvc down there")
+    assert netns_refusal({"dev": 5, "ino": 4026531840}, HERE, Path("/d")) is not None, "the device counts too"
