@@ -2,6 +2,7 @@ import pytest
 
 from kubesvc.client.rest import DEFAULT_FIELD_MANAGER
 from tests.support.apiserver import running_apiserver, start_apiserver
+from tests.support import netns
 from tests.support.cluster import api_client, temporary_namespace
 
 
@@ -41,17 +42,30 @@ async def namespace(client):
         yield name
 
 
-# Modules that program the real kernel in namespaces they create.
-KERNEL_TEST_PATHS = ("tests/kernel/", "tests/proxy/nftables/test_kernel.py", "tests/proxy/nftables/test_libnftables.py",
-                     "tests/proxy/nftables/test_scale.py", "tests/proxy/iptables/test_kernel.py", "tests/agent/test_podnet_kernel.py",
-                     "tests/kernel/test_up.py", "tests/kernel/test_agent_nodes.py")  # (the last two: also under tests/kernel/, named for the record)
+# Kernel tests are the ones marked ``kernel`` (module-level ``pytestmark = pytest.mark.kernel``):
+# they program the real kernel in namespaces they create (tests/support/netns.py). They never
+# skip: a machine that cannot run them fails them (pytest_runtest_setup), and a run in which
+# one was skipped anyway fails (pytest_sessionfinish). The harness refuses to make a namespace
+# for a test without the marker, so the marker cannot be forgotten.
+
+
+def is_kernel_test(item) -> bool:
+    return item.get_closest_marker("kernel") is not None
+
+
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures are set up: they may make namespaces
+def pytest_runtest_setup(item):
+    kernel = is_kernel_test(item)
+    netns.current_test_is_kernel(kernel)
+    if kernel and (problems := netns.missing_prerequisites()):
+        pytest.fail("kernel tests cannot run on this machine: " + "; ".join(problems), pytrace=False)
 
 
 def pytest_sessionfinish(session, exitstatus):
     """A skipped kernel test is a failure: CI must prove the data plane on the real kernel."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = reporter.stats.get("skipped", []) if reporter else []
-    kernel = [r.nodeid for r in skipped if r.nodeid.startswith(KERNEL_TEST_PATHS)]
+    kernel = [r.nodeid for r in skipped if "kernel" in getattr(r, "keywords", {})]
     if kernel:
         reporter.write_line(f"ERROR: {len(kernel)} kernel test(s) were skipped, e.g. {kernel[0]}", red=True)
         session.exitstatus = 1

@@ -13,7 +13,6 @@ import asyncio
 import os
 import re
 import secrets
-import shutil
 import socket
 import statistics
 import struct
@@ -34,12 +33,7 @@ CIDR = "10.244.1.0/24"
 GATEWAY = "10.244.1.1"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def prerequisites():
-    problems = [problem for problem, bad in (("kernel tests need root", os.geteuid() != 0),
-                                             ("iproute2 'ip' is not on PATH", shutil.which("ip") is None)) if bad]
-    if problems:
-        pytest.fail("pod network kernel tests cannot run here: " + "; ".join(problems), pytrace=False)
+pytestmark = pytest.mark.kernel  # prerequisites (root, ip) checked by tests/conftest.py: missing ones fail, never skip
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,8 +6,6 @@ Expected values are written out by hand from upstream."""
 
 import asyncio
 import json
-import os
-import secrets
 import socket
 import subprocess
 import time
@@ -21,6 +19,7 @@ from kubesvc.agent.probes import (
     resolve_port, run_check, run_probe, worker_result,
 )
 from kubesvc.apiserver.auth.pki import ephemeral_serving_context
+from tests.support.netns import Netns
 
 S, F, U = ProbeResult.SUCCESS, ProbeResult.FAILURE, ProbeResult.UNKNOWN
 
@@ -535,20 +534,16 @@ async def test_tcp_probe_timeout():
     assert outcome == CheckOutcome(CheckResult.FAILURE, f"dial tcp 127.0.0.1:{port}: i/o timeout")
 
 
-# ---- exec checks in a network namespace --------------------------------------------------------
+# ---- exec checks in a network namespace (kernel tests: tests/support/netns.py) ----------------
 
 
 @pytest.fixture(scope="module")
 def netns():
-    if os.geteuid() != 0:
-        pytest.skip("exec probes in a network namespace need root")
-    name = f"ks-test-{secrets.token_hex(4)}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    yield name
-    pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout.split()
-    for pid in pids:
-        subprocess.run(["kill", "-9", pid], check=False)
-    subprocess.run(["ip", "netns", "delete", name], check=True)
+    ns = Netns.create("probes")
+    try:
+        yield ns.name
+    finally:
+        ns.close()
 
 
 def netns_pids(name):
@@ -565,10 +560,12 @@ def netns_pids(name):
     (["no-such-binary"], {}, CheckOutcome(CheckResult.UNKNOWN, "", 'exec: "no-such-binary": executable file not found in $PATH')),
 ], ids=["exit 1", "combined output of a failure", "exit 0", "container environment", "inside the namespace: only lo",
         "output cut at 10 KiB", "missing executable is an error"])
+@pytest.mark.kernel
 async def test_exec_probe(netns, command, env, expected):
     assert await probe_exec(command, env=env, netns=netns, timeout=5.0) == expected
 
 
+@pytest.mark.kernel
 async def test_exec_probe_timeout_kills_the_command(netns):
     began = time.monotonic()
     outcome = await probe_exec(["sleep", "5"], env={}, netns=netns, timeout=1.0)
@@ -577,6 +574,7 @@ async def test_exec_probe_timeout_kills_the_command(netns):
     assert netns_pids(netns) == []
 
 
+@pytest.mark.kernel
 async def test_exec_probe_timeout_kills_what_the_command_started(netns):
     outcome = await probe_exec(["sh", "-c", "sleep 30 & sleep 30"], env={}, netns=netns, timeout=1.0)
     assert outcome == CheckOutcome(CheckResult.FAILURE, 'command "sh -c sleep 30 & sleep 30" timed out')
@@ -588,6 +586,7 @@ async def test_exec_probe_timeout_kills_what_the_command_started(netns):
     (["sh", "-c", "test -z '$(POD_NAME)' && test \"$POD_NAME\" = web-0"], (S, "")),
     (["sh", "-c", "echo '$$(CODE)'"], (S, "$(CODE)\n")),
 ], ids=["static env values expand", "valueFrom variables expand empty, the process still has them", "escaped"])
+@pytest.mark.kernel
 async def test_run_probe_exec_expands_only_static_env(netns, command, expected):
     """ExpandContainerCommandOnlyStatic: $(VAR) in an exec probe sees the container's literal
     env values only; the command runs with the full environment."""

@@ -6,8 +6,8 @@ in the kernel (a namespace serving TCP/UDP) and in the API (bound, with an IP, R
 One environment per test module and proxy mode (``kernel_env``, parametrized over the
 module's ``MODES``, default nftables and iptables): modules choose their proxy flags
 (``PROXY_FLAGS``) and node count (``NODE_COUNT``). Everything a test makes is removed after it, pass or fail; everything the module
-made, after the module. Missing prerequisites (root, nft, iptables, ip) fail the tests: kernel
-tests are never skipped.
+made, after the module. Every module here is marked ``kernel``: missing prerequisites (root,
+nft, iptables, ip) fail its tests (tests/conftest.py), kernel tests are never skipped.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from kubesvc.client.rest import ENDPOINTSLICES, NODES, PODS, SERVICES, ApiError,
 from tests.support.apiserver import running_apiserver, start_controller_manager
 from tests.support.cluster import api_client, create_pod, new_namespace, set_pod_status
 from tests.kernel.helpers import register_node
-from tests.support.netns import Cluster, Node, Pod, ProxyProcess, missing_prerequisites
+from tests.support.netns import Cluster, Node, Pod, ProxyProcess
 from tests.support.slowdown import scaled
 
 # tests/kernel/vm/ needs a kernel with IPVS: scripts/vm-ipvs.sh boots one and sets this
@@ -36,13 +36,6 @@ MODES = ["nftables", "iptables"]
 DEFAULT_PROXY_FLAGS = ("--iptables-min-sync-period=1s", "--iptables-sync-period=10s", "--v=2")
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
-
-
-@pytest.fixture(scope="session", autouse=True)
-def kernel_prerequisites():
-    problems = missing_prerequisites()
-    if problems:
-        pytest.fail("kernel tests cannot run on this machine: " + "; ".join(problems), pytrace=False)
 
 
 def api_port(server) -> int:

@@ -18,6 +18,8 @@ from tests.support.agent import netns_names as host_netns_names, requests_in
 from tests.support.netns import wait_until as poll
 from tests.support.up import Machine, running_machine
 
+pytestmark = pytest.mark.kernel
+
 
 @pytest.fixture(scope="module")
 def up(tmp_path_factory):

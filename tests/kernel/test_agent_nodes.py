@@ -32,6 +32,8 @@ from tests.support.agent import AgentProcess, RequestLoop, is_failure, link_name
 from tests.support.apiserver import RunningAPIServer, running_apiserver, start_controller_manager
 from tests.support.netns import REPO_ROOT, Cluster, Node, ProxyProcess, wait_until
 
+pytestmark = pytest.mark.kernel
+
 BACKEND_YAML = REPO_ROOT / "examples" / "backend.yaml"
 BACKENDS = {"backend-1", "backend-2", "backend-3"}
 NODE_NAMES = ("node1", "node2")

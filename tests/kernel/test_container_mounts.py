@@ -22,6 +22,8 @@ from kubesvc.kernel.mounts import BindMount, plan_mounts
 from kubesvc.util.clock import FakeClock
 from tests.agent.test_podvolumes import SA_MOUNT, FakeAPI, pod
 
+pytestmark = pytest.mark.kernel
+
 
 WATCH_TOKEN = f"""
 stat -c '%a' {SA_MOUNT}; stat -L -c '%a %n' {SA_MOUNT}/token {SA_MOUNT}/ca.crt {SA_MOUNT}/namespace

@@ -4,10 +4,14 @@ format matches the tool's), so it runs nothing but the saves."""
 
 from __future__ import annotations
 
+import pytest
+
 import kubesvc.kernel.iptables as iptables_module
 from kubesvc.kernel.iptables import PREPEND, Iptables
 from kubesvc.proxy.ipvs.rules import JUMP_CHAINS
 from tests.support.netns import Netns
+
+pytestmark = pytest.mark.kernel
 
 
 async def test_jumps_are_found_in_iptables_save_and_not_checked_again(monkeypatch):

@@ -18,6 +18,8 @@ import yaml
 from tests.support.netns import wait_until
 from tests.support.up import Machine, running_machine
 
+pytestmark = pytest.mark.kernel
+
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 # The Pod's program: what it sees, then Services and Secrets through the API, until Secrets are allowed.

@@ -16,8 +16,12 @@ import asyncio
 import json
 import time
 
+import pytest
+
 from tests.kernel.helpers import all_from, assert_all_answered, assert_spread
 from tests.support.netns import probe_argv
+
+pytestmark = pytest.mark.kernel
 
 NODE_COUNT = 2
 PROXY_FLAGS = ("--iptables-min-sync-period=1s", "--iptables-sync-period=10s", "--v=2")

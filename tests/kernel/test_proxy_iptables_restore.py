@@ -11,7 +11,11 @@ from __future__ import annotations
 import asyncio
 import shlex
 
+import pytest
+
 from tests.kernel.helpers import FULL_SYNCS, all_from, family_value, settled, syncs
+
+pytestmark = pytest.mark.kernel
 
 MODES = ["iptables"]
 NODE_COUNT = 1

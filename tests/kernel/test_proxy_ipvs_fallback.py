@@ -16,7 +16,11 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from tests.kernel.helpers import all_from, assert_spread
+
+pytestmark = pytest.mark.kernel
 
 MODES = ["ipvs"]
 NODE_COUNT = 1

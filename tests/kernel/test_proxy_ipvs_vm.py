@@ -27,6 +27,8 @@ import pytest
 from tests.support import ipvs_vm
 from tests.support.netns import REPO_ROOT
 
+pytestmark = pytest.mark.kernel
+
 
 def _collected() -> set[str]:
     """The test ids pytest collects from tests/kernel/vm where they are enabled."""

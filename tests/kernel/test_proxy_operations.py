@@ -19,6 +19,8 @@ from tests.kernel.helpers import (FULL_SYNCS, PARTIAL_SYNCS, SYNCS, all_from, as
                                   settled, syncs)
 from tests.support.netns import ProxyProcess
 
+pytestmark = pytest.mark.kernel
+
 NODE_COUNT = 1
 SYNC_PERIOD = 4  # seconds: the interference check / retry interval under test
 PROXY_FLAGS = ("--iptables-min-sync-period=1s", f"--iptables-sync-period={SYNC_PERIOD}s", "--v=2")

@@ -12,6 +12,8 @@ import pytest
 
 from tests.kernel.helpers import all_from, assert_all_answered, assert_spread
 
+pytestmark = pytest.mark.kernel
+
 MODES = ["userspace", "iptables"]
 NODE_COUNT = 2
 PROXY_FLAGS = ("--iptables-min-sync-period=1s", "--iptables-sync-period=10s", "--v=2")

@@ -30,6 +30,8 @@ from tests.support.agent import RequestLoop, in_netns, is_failure, netns_pids, r
 from tests.support.netns import REPO_ROOT, Netns, wait_until
 from tests.support.up import POD_NETNS_PREFIX, Machine, host_pod_namespaces, pod_namespaces_of, pod_uids_ever_stored, snapshot
 
+pytestmark = pytest.mark.kernel
+
 EXAMPLES = REPO_ROOT / "examples"
 BACKENDS = {"backend-1", "backend-2", "backend-3"}
 ALL_PODS = {("default", "backend-1"), ("default", "backend-2"), ("default", "backend-3"), ("default", "udp-echo-1"),

@@ -5,7 +5,15 @@ and ``kubesvc proxy`` run inside a node.
 Nothing here touches the host's own network namespace: every link is created *inside* a
 namespace of ours (``ip -n NS link add ... peer ... netns OTHER``), every address, route,
 sysctl and rule lives in one of them, and traffic only flows between them. Namespaces are
-named ``ks-<role>-<random>`` and deleted (with every process started in them) by ``close()``.
+named ``ks-<role>-<xdist worker>-<random>`` (two workers, or two tests, never collide) and
+deleted (with every process started in them) by ``close()``; a command is only ever run in a
+namespace of ours (the ``ks-`` prefix), never in the host's. Only a test marked ``kernel``
+may make one (tests/conftest.py tells the harness which test runs).
+
+Two topologies: :class:`Cluster` (nodes on a LAN, Pods, an apiserver relay, ``kubesvc proxy``
+in a node: the end-to-end tests) and :class:`NodeTopology` (one node whose rules a backend in
+the test process programs, an outside client, Pods or node-local endpoints: the backend
+tests). Links are veth pairs and bridges (this kernel has no ``dummy`` link type).
 
 The topology a :class:`Cluster` builds::
 
@@ -34,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import ipaddress
 import os
 import secrets
@@ -60,8 +69,9 @@ _libc = ctypes.CDLL(None, use_errno=True)
 # prerequisites
 
 
+@functools.cache
 def missing_prerequisites() -> list[str]:
-    """What keeps kernel tests from running here (empty: nothing)."""
+    """What keeps kernel tests from running here (empty: nothing); asked once per process."""
     problems = []
     if os.geteuid() != 0:
         problems.append("kernel tests need root (network namespaces, nftables, iptables)")
@@ -71,7 +81,44 @@ def missing_prerequisites() -> list[str]:
         problems.append(f"missing on PATH: {', '.join(missing)} (Debian: apt-get install iproute2 nftables iptables procps)")
     if not hasattr(_libc, "setns"):
         problems.append("libc has no setns()")
+    if not problems:
+        problems += _iptables_in_a_netns()
     return problems
+
+
+def _iptables_in_a_netns() -> list[str]:
+    """Whether iptables works inside a network namespace (a container may forbid it)."""
+    name = unique_name("probe")
+    if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
+        return ["cannot create network namespaces"]
+    try:
+        probe = subprocess.run(["ip", "netns", "exec", name, "iptables", "-w", "5", "-t", "nat", "-N", "KS-PROBE"], capture_output=True, text=True)
+        return [] if probe.returncode == 0 else ["iptables does not work in a network namespace: " + probe.stderr.strip()]
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# names, and which test may make namespaces
+
+_kernel_test: bool | None = None  # None: not under pytest (bench/, scripts)
+
+
+def current_test_is_kernel(kernel: bool) -> None:
+    """Called by tests/conftest.py before each test: whether it is marked ``kernel``."""
+    global _kernel_test
+    _kernel_test = kernel
+
+
+def unique_name(role: str) -> str:
+    """``ks-<role>-<xdist worker>-<random>``: unique across workers, tests and leftovers of an earlier run."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    return f"{PREFIX}{role}-{worker}-{secrets.token_hex(3)}"
+
+
+def _check_ours(name: str) -> None:
+    if not name.startswith(PREFIX):  # never run anything in the host's namespace or another's
+        raise AssertionError(f"refusing to work in a network namespace that is not a test's own: {name!r}")
 
 
 def signal_and_wait(process: "subprocess.Popen | None", sig: int, timeout: float) -> int | None:
@@ -165,7 +212,10 @@ class Netns:
 
     @classmethod
     def create(cls, role: str) -> "Netns":
-        name = f"{PREFIX}{role}-{secrets.token_hex(3)}"
+        if _kernel_test is False:
+            raise AssertionError("a test that makes network namespaces must be marked kernel "
+                                 "(module-level `pytestmark = pytest.mark.kernel`)")
+        name = unique_name(role)
         _run(["ip", "netns", "add", name])
         ns = cls(name)
         ns.ip("link", "set", "lo", "up")
@@ -177,6 +227,7 @@ class Netns:
     # -- commands inside
 
     def argv(self, *cmd: str) -> list[str]:
+        _check_ours(self.name)
         return ["ip", "netns", "exec", self.name, *map(str, cmd)]
 
     def run(self, *cmd: str, check: bool = True, timeout: float = 60, input: str | None = None) -> subprocess.CompletedProcess:
@@ -195,6 +246,7 @@ class Netns:
         return [sys.executable, "-m", module, *map(str, args)]
 
     def ip(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        _check_ours(self.name)
         return _run(["ip", "-n", self.name, *map(str, args)], check=check)
 
     def ip_batch(self, *lines: str) -> None:
@@ -845,5 +897,155 @@ def wait_until(predicate, timeout: float, message: str, interval: float = 0.2):
         time.sleep(interval)
 
 
-__all__ = ["Client", "Cluster", "CommandFailed", "Metrics", "Netns", "Node", "Pod", "ProxyFailed", "ProxyProcess", "Relay", "attach",
-           "bridge", "call_in_netns", "missing_prerequisites", "probe_args", "probe_argv", "run_probe", "socket_in", "veth", "wait_until"]
+# ---------------------------------------------------------------------------------------------
+# one node and an outside client: backend tests
+
+
+NODE_IP, CLIENT_IP = "192.168.50.1", "192.168.50.2"
+NODE_IP6, CLIENT_IP6 = "fd00:50::1", "fd00:50::2"
+POD_CIDR = "10.1.0.0/16"
+
+
+class NodeTopology:
+    """One node namespace whose rules a backend running in the test process programs (it drives
+    ``nft``/``iptables`` inside with ``netns=topology.node.name``), an outside client, and
+    either Pods or endpoints on the node itself::
+
+        client ns 192.168.50.2/24 --veth-- 192.168.50.1/24  node ns (ip_forward=1)
+          default via the node               Pod k: 10.1.<k>.1/24 --veth vp<k>-- 10.1.<k>.2/24 pod ns k
+                                             local_ips: /32s on kdummy0, a port-less bridge (no dummy
+                                               driver here) that also carries ``local_routes``
+
+    Traffic from the client crosses the node's nat PREROUTING, then INPUT (a local endpoint) or
+    FORWARD (a Pod); traffic started in the node crosses OUTPUT. With ``default_via_client`` the
+    node's default route points back at the client, so un-NATed packets to Service IPs die
+    there as on a real node. ``ipv6`` adds fd00:50::/64 on the link and fd00:1:<k>::/64 per Pod.
+    Everything it made goes with :meth:`close`, pass or fail."""
+
+    def __init__(self, pods: int = 0, *, ipv6: bool = False, local_ips: tuple[str, ...] = (), local_routes: tuple[str, ...] = (),
+                 default_via_client: bool = False):
+        self.ipv6 = ipv6
+        self.namespaces: list[Netns] = []
+        self.pods: list[Netns] = []
+        try:
+            self.node = self._ns("node")
+            self.client = self._ns("client")
+            self._build(pods, local_ips, local_routes, default_via_client)
+        except BaseException:
+            self.close()
+            raise
+
+    def _ns(self, role: str) -> Netns:
+        ns = Netns.create(role)
+        self.namespaces.append(ns)
+        return ns
+
+    def _build(self, pods: int, local_ips: tuple[str, ...], local_routes: tuple[str, ...], default_via_client: bool) -> None:
+        node, client = self.node, self.client
+        node.sysctls({"net.ipv4.ip_forward": 1, **({"net.ipv6.conf.all.forwarding": 1} if self.ipv6 else {})})
+        veth(node, "vcli", client, "eth0")
+        node.add_address("vcli", f"{NODE_IP}/24")
+        client.add_address("eth0", f"{CLIENT_IP}/24")
+        client.add_route("default", via=NODE_IP)
+        if default_via_client:
+            node.add_route("default", via=CLIENT_IP)
+        if self.ipv6:
+            node.ip("addr", "add", f"{NODE_IP6}/64", "dev", "vcli", "nodad")
+            client.ip("addr", "add", f"{CLIENT_IP6}/64", "dev", "eth0", "nodad")
+            client.ip("-6", "route", "add", "default", "via", NODE_IP6)
+            if default_via_client:
+                node.ip("-6", "route", "add", "default", "via", CLIENT_IP6)
+        for k in range(1, pods + 1):
+            pod = self._ns(f"p{k}")
+            self.pods.append(pod)
+            veth(node, f"vp{k}", pod, "eth0")
+            node.add_address(f"vp{k}", f"{self.pod_gw(k)}/24")
+            pod.add_address("eth0", f"{self.pod_ip(k)}/24")
+            pod.add_route("default", via=self.pod_gw(k))
+            if self.ipv6:
+                node.ip("addr", "add", f"fd00:1:{k}::1/64", "dev", f"vp{k}", "nodad")
+                pod.ip("addr", "add", f"{self.pod_ip6(k)}/64", "dev", "eth0", "nodad")
+                pod.ip("-6", "route", "add", "default", "via", f"fd00:1:{k}::1")
+        if local_ips or local_routes:
+            bridge(node, "kdummy0")
+            node.ip_batch(*(f"addr add {ip}/32 dev kdummy0" for ip in local_ips), *(f"route add {net} dev kdummy0" for net in local_routes))
+
+    # -- addresses
+
+    @staticmethod
+    def pod_ip(k: int) -> str:
+        return f"10.1.{k}.2"
+
+    @staticmethod
+    def pod_gw(k: int) -> str:
+        return f"10.1.{k}.1"
+
+    @staticmethod
+    def pod_ip6(k: int) -> str:
+        return f"fd00:1:{k}::2"
+
+    # -- servers and clients
+
+    def serve(self, ns: Netns, name: str, *, tcp: tuple[int, ...] = (), udp: tuple[int, ...] = (), host: str = "0.0.0.0") -> None:
+        """tests.support.backend_server in ``ns`` answering as ``name`` (``"<name> <source ip>"``); waits until it listens."""
+        self.serve_many(ns, [(name, host, tcp, udp)])
+
+    def serve_many(self, ns: Netns, servers: list[tuple[str, str, tuple[int, ...], tuple[int, ...]]]) -> None:
+        """Several backend_servers in ``ns`` at once, each ``(name, host, tcp ports, udp ports)``."""
+        started = []
+        for name, host, tcp, udp in servers:
+            args = ["--name", name, "--host", host, *(a for port in tcp for a in ("--tcp", str(port))),
+                    *(a for port in udp for a in ("--udp", str(port)))]
+            started.append((name, ns.popen(*ns.python("tests.support.backend_server", *args), stdout=subprocess.PIPE,
+                                           stderr=subprocess.PIPE)))
+        for name, process in started:
+            if process.stdout.readline().strip() != b"ready":
+                raise AssertionError(f"backend_server {name} in {ns.name} did not start: {process.stderr.read().decode(errors='replace')}")
+
+    @staticmethod
+    def attempts(ns: Netns, host: str, port: int, proto: str = "tcp", *, count: int = 1, timeout: float = 1.0,
+                 source: str = "") -> list[tuple[str, float]]:
+        """``count`` fresh connections (UDP: connected sockets), one after another, from inside
+        ``ns``: each one's outcome as tests.support.probe names it (``"<name> <source ip the
+        server saw>"``, ``refused``, ``timeout``, ``reset``, ``error:<errno>``) and its seconds."""
+        return attempts(ns, proto, host, port, count, timeout=timeout, bind=source or None)
+
+    def nft(self, *args: str) -> str:
+        return self.node.run("nft", *args).stdout
+
+    def iptables_save(self, ns: Netns | None = None) -> str:
+        return (ns or self.node).iptables_save()
+
+    def close(self) -> None:
+        for ns in reversed(self.namespaces):
+            ns.close()
+        self.namespaces.clear()
+
+
+def attempts(ns: Netns, proto: str, host: str, port: int, count: int = 1, *, timeout: float = 1.0,
+             bind: str | None = None) -> list[tuple[str, float]]:
+    """tests.support.probe's single attempts, ``count`` in a row, run in this process on a
+    thread inside ``ns``: [(outcome, seconds)] in order (see :meth:`NodeTopology.attempts`)."""
+    import asyncio
+
+    from tests.support import probe
+
+    source = (bind, 0) if bind else None
+
+    async def run() -> list[tuple[str, float]]:
+        out = []
+        for _ in range(count):
+            started = time.monotonic()
+            if proto == "tcp":
+                outcome = await probe.tcp_once(host, port, timeout, source)
+            else:
+                outcome = await probe.udp_once(None, host, port, timeout, source)
+            out.append((outcome, time.monotonic() - started))
+        return out
+
+    return call_in_netns(ns.name, lambda: asyncio.run(run()))
+
+
+__all__ = ["Client", "Cluster", "CommandFailed", "Metrics", "Netns", "Node", "NodeTopology", "Pod", "ProxyFailed", "ProxyProcess", "Relay",
+           "attach", "attempts", "bridge", "call_in_netns", "current_test_is_kernel", "missing_prerequisites", "probe_args", "probe_argv",
+           "run_probe", "socket_in", "unique_name", "veth", "wait_until"]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
+import pytest
+
 from kubesvc.client.rest import SERVICES
 from tests.kernel.helpers import all_from, assert_spread
 from tests.kernel.vm.ipvs import (ECHO, MODES, NAMES, NODE_COUNT, PORTS, PROXY_FLAGS, SYNC_PERIOD, TCP_TIMEOUT, UDP_TIMEOUT,  # noqa: F401
@@ -20,6 +22,8 @@ from tests.kernel.vm.ipvs import (ECHO, MODES, NAMES, NODE_COUNT, PORTS, PROXY_F
                                   weights)
 from tests.support.held_connection import HeldConnections
 from tests.support.slowdown import scaled
+
+pytestmark = pytest.mark.kernel
 
 
 # ---- tests --------------------------------------------------------------------------------------

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from tests.kernel.vm.ipvs import (ECHO, MODES, NAMES, NODE_COUNT, PROXY_FLAGS, ipvs_table, three_backends,  # noqa: F401
                                   virtual_server, wait_for_kernel)
 from tests.support.held_connection import HeldConnections
 from tests.support.slowdown import scaled
+
+pytestmark = pytest.mark.kernel
 
 
 def _one_backend(result: dict) -> bool:

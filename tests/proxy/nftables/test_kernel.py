@@ -1,5 +1,6 @@
 """The nftables backend against the real kernel, with real connections, in throwaway network
-namespaces (``netns.Topology``: a node running our table, Pods behind veths, an outside client).
+namespaces (``tests.support.netns.NodeTopology``: a node running our table, Pods behind veths, an
+outside client).
 
 The backend runs in this process and drives ``nft`` inside the node namespace
 (``NFTables(netns=...)``); every test deletes the namespaces it made, pass or fail.
@@ -18,15 +19,9 @@ from kubesvc.proxy.nftables.proxier import NftablesBackend, cleanup_leftovers
 from kubesvc.proxy.proxier import Proxier
 from kubesvc.proxy.types import IPV6
 from tests.proxy.nftables.builders import ep, options, request, svc_port
-from tests.proxy.nftables.netns import CLIENT_IP, NODE_IP, POD_CIDR, Topology, kernel_tests_possible
+from tests.support.netns import CLIENT_IP, NODE_IP, POD_CIDR, Netns, NodeTopology
 
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _kernel_required():
-    """Kernel tests never skip: a machine that cannot run them fails them."""
-    if why := kernel_tests_possible():
-        pytest.fail(f"kernel tests cannot run here: {why}", pytrace=False)
+pytestmark = pytest.mark.kernel
 
 CIP = "172.30.0.10"
 CIDRS = ("172.30.0.0/16",)
@@ -42,29 +37,43 @@ class Clock:
 
 @pytest.fixture
 def topo():
-    t = Topology(pods=3)
+    t = NodeTopology(pods=3, default_via_client=True)  # a node has a default route: un-NATed packets die at the client
     try:
         yield t
     finally:
-        t.cleanup()
+        t.close()
 
 
 @pytest.fixture
 def topo6():
-    t = Topology(pods=2, ipv6=True)
+    t = NodeTopology(pods=2, ipv6=True, default_via_client=True)
     try:
         yield t
     finally:
-        t.cleanup()
+        t.close()
 
 
-def backend_for(t: Topology, family: int = 4, **kw) -> tuple[Proxier, Clock, ProxyMetrics]:
+def backend_for(t: NodeTopology, family: int = 4, **kw) -> tuple[Proxier, Clock, ProxyMetrics]:
     """The nftables mode inside the shared proxier (which decides full/partial and commits the
     state); ``run_sync`` takes the requests directly."""
     clock = Clock()
     metrics = ProxyMetrics()
     opts = options(POD_CIDR if family == 4 else "fd00:1::/32", family=family, **kw)
-    return Proxier(NftablesBackend(opts, nft=NFTables(family, netns=t.node), clock=clock), opts, metrics), clock, metrics
+    return Proxier(NftablesBackend(opts, nft=NFTables(family, netns=t.node.name), clock=clock), opts, metrics), clock, metrics
+
+
+def connect(ns: Netns, ip: str, port: int, count: int = 1, timeout: float = 1.0) -> list[str]:
+    """One line per attempt: ``ok <server> <peer seen by server>``, ``refused <seconds>``,
+    ``timeout``, or another of tests.support.probe's outcomes."""
+    out = []
+    for outcome, seconds in NodeTopology.attempts(ns, ip, port, count=count, timeout=timeout):
+        if outcome == "refused":
+            out.append(f"refused {seconds:.3f}")
+        elif outcome == "timeout" or outcome == "reset" or outcome.startswith("error:"):
+            out.append(outcome)
+        else:
+            out.append(f"ok {outcome}")
+    return out
 
 
 def landed(lines: list[str]) -> collections.Counter:
@@ -75,9 +84,9 @@ def peers(lines: list[str]) -> set[str]:
     return {line.split()[2] for line in lines if line.startswith("ok")}
 
 
-def start_pods(t: Topology, port: int = 8080, family: int = 4) -> None:
+def start_pods(t: NodeTopology, port: int = 8080, family: int = 4) -> None:
     for k, pod in enumerate(t.pods, start=1):
-        t.serve(pod, f"pod{k}", port, family)
+        t.serve(pod, f"pod{k}", tcp=(port,), host="::" if family == 6 else "0.0.0.0")
 
 
 async def test_clusterip_dnat_spreads_over_endpoints_and_masquerades_non_pod_sources(topo):
@@ -87,12 +96,12 @@ async def test_clusterip_dnat_spreads_over_endpoints_and_masquerades_non_pod_sou
     result = await be.run_sync(request([(sp, (ep(topo.pod_ip(1), 8080), ep(topo.pod_ip(2), 8080)))], service_cidrs=CIDRS))
     assert result.full and result.written["chains"] > 0
 
-    from_client = topo.connect(topo.client, CIP, 80, count=24)
+    from_client = connect(topo.client, CIP, 80, count=24)
     assert set(landed(from_client)) == {"pod1", "pod2"}, from_client  # port 80 → 8080, both endpoints
     assert peers(from_client) <= {topo.pod_gw(1), topo.pod_gw(2)}  # masqueraded: not from the pod CIDR
-    from_node = topo.connect(topo.node, CIP, 80, count=12)
+    from_node = connect(topo.node, CIP, 80, count=12)
     assert set(landed(from_node)) <= {"pod1", "pod2"} and all(x.startswith("ok") for x in from_node)
-    from_pod3 = topo.connect(topo.pods[2], CIP, 80, count=6)
+    from_pod3 = connect(topo.pods[2], CIP, 80, count=6)
     assert peers(from_pod3) == {topo.pod_ip(3)}  # pod traffic keeps its source
 
 
@@ -104,13 +113,13 @@ async def test_no_endpoints_rejects_unknown_port_rejects_unallocated_ip_drops(to
     be, _, _ = backend_for(topo)
     await be.run_sync(request([(svc_port("ns/empty", CIP, 80), ()),
                            (svc_port("ns/web", "172.30.0.11", 80), (ep(topo.pod_ip(1), 8080),))], service_cidrs=CIDRS))
-    [no_eps] = topo.connect(topo.node, CIP, 80)
+    [no_eps] = connect(topo.node, CIP, 80)
     assert no_eps.startswith("refused") and float(no_eps.split()[1]) < 0.5, no_eps
-    [bad_port] = topo.connect(topo.node, "172.30.0.11", 81)
+    [bad_port] = connect(topo.node, "172.30.0.11", 81)
     assert bad_port.startswith("refused"), bad_port
-    assert topo.connect(topo.node, "172.30.0.99", 80, timeout=0.5) == ["timeout"]
-    assert topo.connect(topo.node, "172.30.0.11", 80) == [f"ok pod1 {topo.pod_gw(1)}"]
-    [forwarded] = topo.connect(topo.client, CIP, 80, timeout=0.5)
+    assert connect(topo.node, "172.30.0.99", 80, timeout=0.5) == ["timeout"]
+    assert connect(topo.node, "172.30.0.11", 80) == [f"ok pod1 {topo.pod_gw(1)}"]
+    [forwarded] = connect(topo.client, CIP, 80, timeout=0.5)
     assert not forwarded.startswith("ok")
     assert "goto reject-chain" in topo.nft("list", "map", "ip", "kube-proxy", "no-endpoint-services")
 
@@ -120,10 +129,10 @@ async def test_internal_traffic_policy_local_without_local_endpoints_drops(topo)
     be, _, _ = backend_for(topo)
     result = await be.run_sync(request([(svc_port("ns/itp", CIP, 80, internal_policy_local=True), (ep(topo.pod_ip(1), 8080),))]))
     assert result.no_local_internal == 1
-    assert topo.connect(topo.client, CIP, 80, timeout=0.5) == ["timeout"]
+    assert connect(topo.client, CIP, 80, timeout=0.5) == ["timeout"]
     await be.run_sync(request([(svc_port("ns/itp", CIP, 80, internal_policy_local=True), (ep(topo.pod_ip(1), 8080, local=True),))],
                           full=False, changed={"ns/itp"}))
-    assert landed(topo.connect(topo.client, CIP, 80)) == {"pod1": 1}
+    assert landed(connect(topo.client, CIP, 80)) == {"pod1": 1}
 
 
 async def test_hairpin_pod_reaching_itself_through_its_service_is_masqueraded(topo):
@@ -133,9 +142,9 @@ async def test_hairpin_pod_reaching_itself_through_its_service_is_masqueraded(to
     multi = svc_port("ns/two", "172.30.0.12", 80)
     await be.run_sync(request([(single, (ep(topo.pod_ip(1), 8080),)),
                            (multi, (ep(topo.pod_ip(1), 8080), ep(topo.pod_ip(2), 8080)))]))
-    [line] = topo.connect(topo.pods[0], CIP, 80)
+    [line] = connect(topo.pods[0], CIP, 80)
     assert line == f"ok pod1 {topo.pod_gw(1)}"  # source rewritten to the node: the reply comes back through it
-    lines = topo.connect(topo.pods[0], "172.30.0.12", 80, count=16)
+    lines = connect(topo.pods[0], "172.30.0.12", 80, count=16)
     assert all(x.startswith("ok") for x in lines), lines
     for x in lines:
         _, server, peer = x.split()
@@ -148,17 +157,17 @@ async def test_client_ip_affinity_sticks_and_moves_when_its_endpoint_goes(topo):
     sp = svc_port("ns/sticky", CIP, 80, client_ip_affinity=True, sticky_max_age_seconds=600)
     eps3 = (ep(topo.pod_ip(1), 8080), ep(topo.pod_ip(2), 8080), ep(topo.pod_ip(3), 8080))
     await be.run_sync(request([(sp, eps3)]))
-    first = landed(topo.connect(topo.client, CIP, 80, count=10))
+    first = landed(connect(topo.client, CIP, 80, count=10))
     assert len(first) == 1, first
     [chosen] = first
-    again = landed(topo.connect(topo.client, CIP, 80, count=5))
+    again = landed(connect(topo.client, CIP, 80, count=5))
     assert again == first.__class__({chosen: 5})
 
     k = int(chosen[-1])
     remaining = tuple(e for e in eps3 if e.ip != topo.pod_ip(k))
     result = await be.run_sync(request([(sp, remaining)], full=False, changed={"ns/sticky"}))
     assert not result.full
-    after = landed(topo.connect(topo.client, CIP, 80, count=8))
+    after = landed(connect(topo.client, CIP, 80, count=8))
     assert len(after) == 1 and chosen not in after, after
 
 
@@ -176,13 +185,13 @@ async def test_nodeport_and_external_traffic_policy(topo):
         (none, ()),
     ], nodeport_ips=(NODE_IP,), node_ip=NODE_IP))
     assert result.no_local_external == 1
-    assert topo.connect(topo.client, NODE_IP, 30080) == [f"ok pod1 {topo.pod_gw(1)}"]  # eTP Cluster: masqueraded
-    assert landed(topo.connect(topo.client, NODE_IP, 30081, count=6)) == {"pod2": 6}
-    assert peers(topo.connect(topo.client, NODE_IP, 30081)) == {CLIENT_IP}  # eTP Local keeps the client IP
-    assert topo.connect(topo.client, NODE_IP, 30082, timeout=0.5) == ["timeout"]  # no local endpoint: drop
-    assert topo.connect(topo.client, NODE_IP, 30083)[0].startswith("refused")
+    assert connect(topo.client, NODE_IP, 30080) == [f"ok pod1 {topo.pod_gw(1)}"]  # eTP Cluster: masqueraded
+    assert landed(connect(topo.client, NODE_IP, 30081, count=6)) == {"pod2": 6}
+    assert peers(connect(topo.client, NODE_IP, 30081)) == {CLIENT_IP}  # eTP Local keeps the client IP
+    assert connect(topo.client, NODE_IP, 30082, timeout=0.5) == ["timeout"]  # no local endpoint: drop
+    assert connect(topo.client, NODE_IP, 30083)[0].startswith("refused")
     # a Pod reaching an eTP Local NodePort is short-circuited to every endpoint, unmasqueraded
-    from_pod = topo.connect(topo.pods[0], NODE_IP, 30082)
+    from_pod = connect(topo.pods[0], NODE_IP, 30082)
     assert from_pod == [f"ok pod3 {topo.pod_ip(1)}"]
 
 
@@ -190,9 +199,9 @@ async def test_nodeports_on_every_local_address_when_nodeport_ips_is_none(topo):
     start_pods(topo)
     be, _, _ = backend_for(topo)
     await be.run_sync(request([(svc_port("ns/np", CIP, 80, node_port=30090), (ep(topo.pod_ip(1), 8080),))], nodeport_ips=None))
-    assert landed(topo.connect(topo.client, NODE_IP, 30090)) == {"pod1": 1}
-    assert landed(topo.connect(topo.pods[1], topo.pod_gw(2), 30090)) == {"pod1": 1}  # another node address
-    assert topo.connect(topo.node, "127.0.0.1", 30090)[0].startswith("refused")  # never on loopback
+    assert landed(connect(topo.client, NODE_IP, 30090)) == {"pod1": 1}
+    assert landed(connect(topo.pods[1], topo.pod_gw(2), 30090)) == {"pod1": 1}  # another node address
+    assert connect(topo.node, "127.0.0.1", 30090)[0].startswith("refused")  # never on loopback
 
 
 async def test_external_ip_and_load_balancer_source_ranges(topo):
@@ -202,15 +211,15 @@ async def test_external_ip_and_load_balancer_source_ranges(topo):
     sp = svc_port("ns/lb", CIP, 80, node_port=30100, load_balancer_vips=(vip,), external_ips=(ext,),
                   load_balancer_source_ranges=("192.168.60.0/24",))
     await be.run_sync(request([(sp, (ep(topo.pod_ip(1), 8080),))], nodeport_ips=(NODE_IP,)))
-    assert topo.connect(topo.client, ext, 80) == [f"ok pod1 {topo.pod_gw(1)}"]
-    assert topo.connect(topo.client, vip, 80, timeout=0.5) == ["timeout"]  # client not in the source ranges
+    assert connect(topo.client, ext, 80) == [f"ok pod1 {topo.pod_gw(1)}"]
+    assert connect(topo.client, vip, 80, timeout=0.5) == ["timeout"]  # client not in the source ranges
     allowed = svc_port("ns/lb", CIP, 80, node_port=30100, load_balancer_vips=(vip,), external_ips=(ext,),
                        load_balancer_source_ranges=("192.168.50.0/24",))
     await be.run_sync(request([(allowed, (ep(topo.pod_ip(1), 8080),))], nodeport_ips=(NODE_IP,), full=False, changed={"ns/lb"}))
-    assert landed(topo.connect(topo.client, vip, 80)) == {"pod1": 1}
+    assert landed(connect(topo.client, vip, 80)) == {"pod1": 1}
 
 
-def chain_handles(t: Topology, chain: str) -> list[str]:
+def chain_handles(t: NodeTopology, chain: str) -> list[str]:
     out = t.nft("-a", "list", "chain", "ip", "kube-proxy", chain)
     return [line.rsplit("# handle", 1)[1].strip() for line in out.splitlines() if "# handle" in line and "chain " not in line]
 
@@ -231,8 +240,8 @@ async def test_partial_sync_rewrites_only_the_changed_service(topo):
     assert result.written["chains"] == 1
     assert chain_handles(topo, chain_b) == before_b  # untouched
     assert chain_handles(topo, chain_a) != before_a
-    assert landed(topo.connect(topo.client, CIP, 80, count=6)) == {"pod2": 6}
-    assert landed(topo.connect(topo.client, "172.30.0.11", 80, count=2)) == {"pod3": 2}
+    assert landed(connect(topo.client, CIP, 80, count=6)) == {"pod2": 6}
+    assert landed(connect(topo.client, "172.30.0.11", 80, count=2)) == {"pod3": 2}
     assert f"{topo.pod_ip(1)} . {topo.pod_ip(1)}" not in topo.nft("list", "set", "ip", "kube-proxy", "hairpin-endpoints")
 
 
@@ -248,7 +257,7 @@ async def test_removed_service_chain_is_flushed_then_deleted_a_second_later(topo
     await be.run_sync(request([(a, (ep(topo.pod_ip(1), 8080),))], full=False, changed={"ns/b"}))
     assert chain_handles(topo, chain_b) == []  # flushed, still there
     assert "172.30.0.11" not in topo.nft("list", "map", "ip", "kube-proxy", "service-ips")
-    assert topo.connect(topo.client, "172.30.0.11", 80, timeout=0.5) == ["timeout"]  # unallocated now... or gone
+    assert connect(topo.client, "172.30.0.11", 80, timeout=0.5) == ["timeout"]  # unallocated now... or gone
 
     clock.now += 0.5
     await be.run_sync(request([(a, (ep(topo.pod_ip(1), 8080),))], full=False, changed=set()))
@@ -257,7 +266,7 @@ async def test_removed_service_chain_is_flushed_then_deleted_a_second_later(topo
     result = await be.run_sync(request([(a, (ep(topo.pod_ip(1), 8080),))], full=False, changed=set()))
     assert chain_b not in topo.nft("list", "chains", "ip")
     assert not result.full
-    assert landed(topo.connect(topo.client, CIP, 80)) == {"pod1": 1}
+    assert landed(connect(topo.client, CIP, 80)) == {"pod1": 1}
 
 
 async def test_full_sync_repairs_tampering_and_a_restarted_proxy_adopts_the_table(topo):
@@ -267,12 +276,12 @@ async def test_full_sync_repairs_tampering_and_a_restarted_proxy_adopts_the_tabl
     await be.run_sync(request([(a, (ep(topo.pod_ip(1), 8080),)), (b, (ep(topo.pod_ip(2), 8080),))]))
     topo.nft("delete", "element", "ip", "kube-proxy", "service-ips", "{", f"{CIP} . tcp . 80", "}")
     topo.nft("add", "element", "ip", "kube-proxy", "cluster-ips", "{", "172.30.9.9", "}")
-    assert topo.connect(topo.node, CIP, 80, timeout=0.5)[0].startswith("refused")  # broken: cluster-ips-check
+    assert connect(topo.node, CIP, 80, timeout=0.5)[0].startswith("refused")  # broken: cluster-ips-check
 
     fresh, _, _ = backend_for(topo)  # a restarted proxy without ns/b
     result = await fresh.run_sync(request([(a, (ep(topo.pod_ip(1), 8080),))]))
     assert result.full
-    assert landed(topo.connect(topo.client, CIP, 80)) == {"pod1": 1}
+    assert landed(connect(topo.client, CIP, 80)) == {"pod1": 1}
     assert "172.30.9.9" not in topo.nft("list", "set", "ip", "kube-proxy", "cluster-ips")
     assert any("ns/b" in c for c in fresh.state.stale_chains)
     written_again = (await fresh.run_sync(request([(a, (ep(topo.pod_ip(1), 8080),))]))).written
@@ -290,7 +299,7 @@ async def test_failed_transaction_counts_and_next_sync_is_full(topo):
     result = await be.run_sync(request([(a, (ep(topo.pod_ip(2), 8080),))], full=False, changed=set()))
     assert result.full
     start_pods(topo)
-    assert landed(topo.connect(topo.client, CIP, 80)) == {"pod2": 1}
+    assert landed(connect(topo.client, CIP, 80)) == {"pod2": 1}
     assert metrics.nftables_objects_total.labels("chains", "IPv4")._value.get() > 10
 
 
@@ -301,9 +310,9 @@ async def test_cleanup_leftovers_deletes_both_tables(topo):
     await be6.run_sync(request([(svc_port("ns/a", "fd00:30::10", 80), (ep("fd00:1:1::2", 8080),))]))
     tables = topo.nft("list", "tables")
     assert "table ip kube-proxy" in tables and "table ip6 kube-proxy" in tables
-    assert cleanup_leftovers(netns=topo.node) is None
+    assert cleanup_leftovers(netns=topo.node.name) is None
     assert "kube-proxy" not in topo.nft("list", "tables")
-    cleanup_leftovers(netns=topo.node)  # nothing left: not an error
+    cleanup_leftovers(netns=topo.node.name)  # nothing left: not an error
 
 
 
@@ -313,7 +322,7 @@ async def test_ipv6_clusterip_and_hairpin(topo6):
     vip = "fd00:30::10"
     await be.run_sync(request([(svc_port("ns/v6", vip, 80), (ep(topo6.pod_ip6(1), 8080), ep(topo6.pod_ip6(2), 8080)))],
                           service_cidrs=("fd00:30::/112",)))
-    lines = topo6.connect(topo6.client, vip, 80, count=16)
+    lines = connect(topo6.client, vip, 80, count=16)
     assert set(landed(lines)) == {"pod1", "pod2"}, lines
-    assert topo6.connect(topo6.client, "fd00:30::99", 80, timeout=0.5) == ["timeout"]
-    assert all(x.startswith("ok") for x in topo6.connect(topo6.pods[0], vip, 80, count=8))
+    assert connect(topo6.client, "fd00:30::99", 80, timeout=0.5) == ["timeout"]
+    assert all(x.startswith("ok") for x in connect(topo6.pods[0], vip, 80, count=8))

@@ -11,8 +11,6 @@ and a rejected one raises the same ``CommandFailed`` (argv, exit code, stderr te
 from __future__ import annotations
 
 import json
-import secrets
-import subprocess
 import sys
 import textwrap
 
@@ -20,8 +18,9 @@ import pytest
 
 from kubesvc.kernel import nftables
 from kubesvc.kernel.nftables import NFTables
-from tests.proxy.nftables.netns import kernel_tests_possible
+from tests.support.netns import Netns
 
+pytestmark = pytest.mark.kernel
 
 
 def _require_lib() -> None:
@@ -89,16 +88,13 @@ CHILD = textwrap.dedent("""
 
 @needs_lib
 def test_in_process_transaction_in_a_namespace():
-    if why := kernel_tests_possible():
-        pytest.fail(f"kernel tests cannot run here: {why}", pytrace=False)
-    ns = "ksnft-" + secrets.token_hex(3) + "-lib"
-    subprocess.run(["ip", "netns", "add", ns], check=True)
+    ns = Netns.create("lib")
     try:
-        proc = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=60)
+        proc = ns.run(sys.executable, "-c", CHILD, check=False, timeout=60)
         assert proc.returncode == 0, proc.stderr
         out = json.loads(proc.stdout.strip().splitlines()[-1])
     finally:
-        subprocess.run(["ip", "netns", "del", ns], check=False)
+        ns.close()
 
     assert "chain c" in out["listed"] and "counter" in out["listed"] and "10.0.0.1" in out["listed"]
     bad = "add chain ip lnft-test d\nadd rule ip lnft-test nochain counter\n"

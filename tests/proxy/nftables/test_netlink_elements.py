@@ -10,15 +10,13 @@ and once through ``nft -f`` list back identically, a refused batch applies nothi
 from __future__ import annotations
 
 import json
-import secrets
-import subprocess
 import sys
 import textwrap
 
 import pytest
 
 from kubesvc.kernel.nftables_netlink import SetType, declared_set_types, parse_elements_only
-from tests.proxy.nftables.netns import kernel_tests_possible
+from tests.support.netns import Netns
 
 DECLARATIONS = """add table ip {t}
 add chain ip {t} reject-chain
@@ -112,17 +110,13 @@ CHILD = textwrap.dedent("""
 
 @pytest.mark.kernel
 def test_netlink_elements_list_back_as_nft_wrote_them():
-    if why := kernel_tests_possible():
-        pytest.fail(f"kernel tests cannot run here: {why}", pytrace=False)
-    ns = "ksnft-" + secrets.token_hex(3) + "-nl"
-    subprocess.run(["ip", "netns", "add", ns], check=True)
+    ns = Netns.create("nl")  # prerequisites checked by tests/conftest.py (kernel tests fail, never skip)
     try:
-        proc = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", CHILD, json.dumps([DECLARATIONS, ELEMENTS, CHANGES])],
-                              capture_output=True, text=True, timeout=60)
+        proc = ns.run(sys.executable, "-c", CHILD, json.dumps([DECLARATIONS, ELEMENTS, CHANGES]), check=False, timeout=60)
         assert proc.returncode == 0, proc.stderr
         out = json.loads(proc.stdout.strip().splitlines()[-1])
     finally:
-        subprocess.run(["ip", "netns", "del", ns], check=False)
+        ns.close()
     assert out["same"] == [True, True]
     assert out["sent"] == ["nl", "nl", "nl"]  # every element transaction went over netlink, the refused one too
     assert out["failed"] == {"argv": ["nft", "-f", "-"], "not_found": True,

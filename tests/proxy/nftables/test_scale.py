@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import secrets
-import subprocess
 import sys
 import time
 
@@ -23,16 +21,9 @@ from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.nftables.proxier import NftablesBackend
 from kubesvc.proxy.proxier import Proxier
 from tests.proxy.nftables.builders import ep, options, request, svc_port
-from tests.proxy.nftables.netns import kernel_tests_possible
+from tests.support.netns import Netns
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _kernel_required():
-    """Scale tests never skip: a machine that cannot run them fails them."""
-    if why := kernel_tests_possible():
-        pytest.fail(f"kernel tests cannot run here: {why}", pytrace=False)
+pytestmark = [pytest.mark.slow, pytest.mark.kernel]
 
 
 def services(n: int, e: int) -> list:
@@ -75,14 +66,12 @@ async def measure(n: int, e: int, netns: str | None) -> dict[str, float]:
 def run_in_namespace(n: int, e: int) -> dict[str, float]:
     """Runs the measurement in a child process that lives inside a fresh namespace, so ``nft``
     is started as the proxy starts it (no ``ip netns exec`` per call)."""
-    ns = "ksnft-" + secrets.token_hex(3) + "-scale"
-    subprocess.run(["ip", "netns", "add", ns], check=True)
+    ns = Netns.create("scale")
     try:
-        out = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-m", "tests.proxy.nftables.test_scale", "--inside", str(n), str(e)],
-                             capture_output=True, text=True, check=True, timeout=300)
+        out = ns.run(*ns.python("tests.proxy.nftables.test_scale", "--inside", n, e), timeout=300)
         return json.loads(out.stdout.strip().splitlines()[-1])
     finally:
-        subprocess.run(["ip", "netns", "del", ns], check=False)
+        ns.close()
 
 
 def test_full_sync_5k_services_50_endpoints_within_10s():
