@@ -13,7 +13,8 @@ comments and, with the lower-cased protocol, in chain-name hashes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import NamedTuple
 
 IPV4, IPV6 = 4, 6
 FAMILY_NAMES = {IPV4: "IPv4", IPV6: "IPv6"}
@@ -69,10 +70,11 @@ class ServicePort:
         return self.internal_policy_local or (self.external_policy_local and self.externally_accessible)
 
 
-@dataclass(frozen=True, slots=True)
-class Endpoint:
+class Endpoint(NamedTuple):
     """One backend address of a Service port (upstream ``BaseEndpointInfo``); ``ip`` is
-    canonical text (ParseIPSloppy), ``is_local`` means the endpoint's nodeName is this node."""
+    canonical text (ParseIPSloppy), ``is_local`` means the endpoint's nodeName is this node.
+    A NamedTuple, not a frozen dataclass: one is made per endpoint of the cluster at startup
+    (250k at 5k Services × 50), and a tuple is made ~4× faster than a frozen dataclass."""
 
     ip: str
     port: int
@@ -80,8 +82,8 @@ class Endpoint:
     ready: bool = True
     serving: bool = True
     terminating: bool = False
-    zone_hints: frozenset[str] = field(default_factory=frozenset)
-    node_hints: frozenset[str] = field(default_factory=frozenset)
+    zone_hints: frozenset[str] = frozenset()
+    node_hints: frozenset[str] = frozenset()
 
     @property
     def endpoint(self) -> str:
