@@ -28,15 +28,34 @@ process start per call. The text goes through a memfd read by
 ``nft -f -`` and exit code 1. Each call uses a fresh context (20 µs): nft 1.0.6 cannot reuse
 its cache across calls anyway, since our own commit bumps the ruleset generation it checks.
 Calls are serialized process-wide (libnftables is not documented as thread-safe); the asyncio
-form runs in a worker thread so the event loop is not blocked.
+form runs in a worker thread so the event loop is not blocked. Listings and
+``delete_table_sync`` still use the binary.
+
+Memory, measured with ``bench/proxy.py`` (peak = VmHWM of the proxy process, end = VmRSS after
+the full sync and 25 endpoint changes; one run each, same machine and hour)::
+
+                               10k Services × 2          5k Services × 50
+    libnftables, kept as is    peak 325, end 299 MiB     peak 994, end 940 MiB
+    + malloc_trim(0) after     peak 325, end 125 MiB     peak 994, end 327 MiB
+    child nft above 1 MiB      peak 138, end 125 MiB     peak 378, end 336 MiB
+
+libnftables frees what it built for a transaction (its parse of every element, its cache),
+but glibc keeps the freed heap resident: ``malloc_trim(0)`` returns it (~0.1 ms), but only after
+the peak. The peak is the transaction itself: a full sync at 5k × 50 is ~30 MB of text, and
+nft's own objects for it are the ~600 MB between the first and the last row. So a transaction larger than ``LARGE_TRANSACTION`` (1 MiB:
+full syncs and mass changes, never a steady-state partial sync) runs in a child ``nft -f -``,
+whose memory is gone when it exits, for ~10 ms of process start on a sync that takes seconds;
+smaller ones stay in-process and are followed by ``malloc_trim(0)`` (the chain cache of a
+partial sync at 10k Services is a few MB). ``KUBESVC_NFT_LARGE=trim|keep`` re-measures the
+other two.
 
 Element-only transactions skip nft altogether: before evaluating ``add element`` or ``delete
 element``, nft 1.0.6 dumps every chain of the ruleset into its cache (``src/cache.c``), ~14 ms
 at 10k Services and ~40 ms at 30k for a one-element change. In-process, a transaction made of
 nothing but element additions and deletions on sets our earlier transactions declared is sent
 as nft would send it, one netlink batch (``kernel/nftables_netlink.py``, ~0.2 ms), with the same
-atomicity and a ``CommandFailed`` carrying the kernel's error text on refusal. Listings and
-``delete_table_sync`` still use the binary. ``KUBESVC_NFT_IN_PROCESS=0`` (or ``in_process=False``) forces the binary;
+atomicity and a ``CommandFailed`` carrying the kernel's error text on refusal.
+``KUBESVC_NFT_IN_PROCESS=0`` (or ``in_process=False``) forces the binary;
 without the library the binary is used silently.
 """
 
@@ -121,7 +140,12 @@ class NFTables:
                 raise CommandFailed(argv, 1, "", f"Error: Could not process rule: {os.strerror(code) if code else err}\n"
                                     f"{getattr(err, 'what', '')}\n", text) from err
             return
-        run_in_process(argv, text)
+        if len(text) > LARGE_TRANSACTION and LARGE_VIA == "child":
+            run_sync(argv, text)
+        else:
+            run_in_process(argv, text)
+            if LARGE_VIA != "keep":
+                malloc_trim()
         if "add set " in text or "add map " in text:
             self._set_types.update(declared_set_types(text, self.family_name, self.table))
 
@@ -170,6 +194,19 @@ class NFTables:
 
 
 # -- libnftables (in-process transactions) ------------------------------------------------
+
+LARGE_TRANSACTION = 1 << 20  # bytes of text: larger ones go to a child ``nft`` (see the module docstring)
+LARGE_VIA = os.environ.get("KUBESVC_NFT_LARGE", "child")  # child | trim | keep, to re-measure the choice
+_libc = None
+
+
+def malloc_trim() -> None:
+    """Give the heap glibc keeps after libnftables freed a large transaction back to the kernel."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None)
+    _libc.malloc_trim(0)
+
 
 _lib: ctypes.CDLL | None = None
 _lib_loaded = False
