@@ -31,7 +31,8 @@ from tests.support.netns import Netns
 
 pytestmark = pytest.mark.kernel
 
-ERRNOS = ("No such file or directory", "File exists", "Device or resource busy", "Operation not supported", "syntax error")
+ERRNOS = ("No such file or directory", "File exists", "Device or resource busy", "Operation not supported", "Invalid argument",
+          "syntax error", "datatype mismatch", "flags interval")
 
 
 def errno_of(stderr: str) -> str:
@@ -160,7 +161,24 @@ CASES = {
     "vmap over a set": ("add rule ip t a ip daddr . meta l4proto . th dport vmap @s", "Expression is not a map"),
     "a failure undoes the whole transaction": ("add chain ip t c\nadd element ip t s { 10.0.0.5 }\n"
                                                "delete chain ip t nochain", "No such file or directory"),
+    "a map element without a value": ("add element ip t m { 10.0.0.2 . tcp . 80 }", "Invalid argument"),
+    "a value for a set element": ("add element ip t s { 10.0.0.2 : accept }", "set is not a map"),
+    "a key of the wrong length": ("add element ip t m { 10.0.0.2 . tcp : accept }", "datatype mismatch"),
+    "a prefix without flags interval": ("add element ip t s { 10.0.0.0/24 }", "flags interval"),
+    "a range without flags interval": ("add element ip t s { 10.0.0.5-10.0.0.9 }", "flags interval"),
+    "a key twice in one delete": ("delete element ip t s { 10.0.0.1, 10.0.0.1 }", "No such file or directory"),
+    "a rule jumps to a base chain": ("add chain ip t c { type filter hook input priority 0 ; }\nadd rule ip t a jump c",
+                                     "Operation not supported"),
+    "a map element goes to a base chain": ("add chain ip t c { type filter hook input priority 0 ; }\n"
+                                           "add element ip t m { 10.0.0.2 . tcp . 80 : goto c }", "Operation not supported"),
+    "delete a chain a new map element names": ("add element ip t m { 10.0.0.2 . tcp . 80 : goto a }\ndelete chain ip t a",
+                                               "Device or resource busy"),
     # accepted
+    "prefixes in an interval set": ("add set ip t i { type ipv4_addr ; flags interval ; }\n"
+                                    "add element ip t i { 10.0.0.0/24, 10.1.0.0/16 }", None),
+    "a lookup in a map as in a set": ("add map ip t m4 { type ipv4_addr : verdict ; }\nadd rule ip t a ip daddr @m4 accept", None),
+    "delete an element by key and another value": ("delete element ip t m { 10.0.0.1 . tcp . 80 : goto a }", None),
+    "a jump back (a loop no base chain reaches)": ("add rule ip t b jump a", None),
     "add an existing element again": ("add element ip t s { 10.0.0.1 }", None),
     "a key twice in one add": ("add element ip t s { 10.0.0.2, 10.0.0.2 }", None),
     "add a chain and delete it": ("add chain ip t x\ndelete chain ip t x", None),

@@ -60,3 +60,16 @@ def test_injected_failure_is_a_command_failed_and_applies_nothing():
     assert nft.dump() == ""
     nft.run_sync("add table ip kube-proxy\n")
     assert nft.kernel.transactions == ["add table ip kube-proxy\n"]
+
+
+def test_destroy_only_where_nft_knows_it():
+    """nft 1.0.6 (ours) has no ``destroy``; a FakeKernel(destroy=True) models nft >= 1.0.8,
+    where destroy is delete without the error for what is missing."""
+    old = FakeNFTables()
+    with pytest.raises(CommandFailed, match="syntax error"):
+        old.run_sync("destroy table ip kube-proxy\n")
+    new = FakeNFTables(kernel=FakeKernel(destroy=True))
+    new.run_sync("destroy table ip nope\nadd table ip kube-proxy\nadd set ip kube-proxy s { type ipv4_addr ; }\n"
+                 "destroy chain ip kube-proxy nope\ndestroy element ip kube-proxy s { 10.0.0.1 }\nadd chain ip kube-proxy c\n"
+                 "destroy chain ip kube-proxy c\n")
+    assert new.dump() == "add table ip kube-proxy\nadd set ip kube-proxy s { type ipv4_addr ; }\n"

@@ -1,9 +1,11 @@
 """Stateful fakes of the kernel interfaces beside them in ``kernel/``, for tests: each keeps
 the state the kernel would hold, applies a transaction all or nothing, and rejects what the
-kernel rejects (with the same ``exec.CommandFailed``), rather than recording calls. Each comes
-with a packet tracer that walks a packet through the state as upstream's packet-flow tests do.
+kernel rejects (with the same ``exec.CommandFailed``), rather than recording calls. The packet
+filters' fakes come with a tracer that walks a packet through the state as upstream's
+packet-flow tests do.
 
-* ``iptables``: ``FakeIptables`` behind ``kernel.iptables.Iptables`` / ``IptablesSync``;
-* ``nftables``: ``FakeNFTables`` behind ``kernel.nftables.NFTables``;
-* ``nftables_trace``: the packet tracer over ``FakeNFTables``.
+* ``iptables``: ``FakeIptables`` behind ``kernel.iptables.Iptables`` / ``IptablesSync``, with
+  its packet tracer (upstream's ``iptablesTracer``);
+* ``nftables``: ``FakeNFTables`` behind ``kernel.nftables.NFTables`` (held to the real nft by
+  ``tests/kernel/test_nft_fake.py``); ``nftables_trace``: the packet tracer over it.
 """

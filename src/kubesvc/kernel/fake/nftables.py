@@ -31,7 +31,15 @@ What it models (each checked against nft 1.0.6 on Linux 6.x by ``tests/kernel/te
   - ``Operation not supported``: changing an existing base chain's type, hook or priority;
   - ``syntax error``: ``destroy`` (nft before 1.0.8 has no such command; ``FakeKernel(destroy=True)``
     models a newer one), and anything this parser does not understand;
-  - a key or value that does not fit the set's type (an IPv6 address in an ``ipv4_addr`` set).
+  - ``Invalid argument``: a map element without a value;
+  - ``Operation not supported`` also for a jump or goto (rule or map element) to a base chain;
+  - a key or value that does not fit the set's type (an IPv6 address in an ``ipv4_addr`` set,
+    a concatenation of the wrong length), a prefix or range in a set without ``flags interval``,
+    a value for a set's element (``set is not a map``).
+
+  Not modelled: overlapping intervals, element timeouts and expiry, rule expressions beyond the
+  objects they name (a rule's text is not type-checked), ``insert``/``replace``/rule handles
+  beyond ``delete rule … handle N``.
 
 * **What nft accepts** and a test might not expect: ``add`` of an existing element with the
   same value (comments are not compared; the first one stays), a key repeated within one
@@ -61,6 +69,7 @@ ENOENT = "No such file or directory"
 EEXIST = "File exists"
 EBUSY = "Device or resource busy"
 EOPNOTSUPP = "Operation not supported"
+EINVAL = "Invalid argument"
 
 FAMILIES = ("ip", "ip6", "inet", "arp", "bridge", "netdev")
 VERDICTS = ("accept", "drop", "return", "continue")
@@ -291,7 +300,7 @@ def _value(datatypes: tuple[str, ...], text: str) -> str:
         return _verdict(text)
     parts = [p.strip() for p in text.split(" . ")]
     if len(parts) != len(datatypes):
-        raise NftError(f"datatype mismatch: {text!r} has {len(parts)} parts, the set's type has {len(datatypes)}")
+        raise NftError(f"datatype mismatch, expected {len(datatypes)} parts, {text!r} has {len(parts)}")
     return " . ".join(normalize(t, p) for t, p in zip(datatypes, parts))
 
 
@@ -304,11 +313,14 @@ def parse_elements(s: Set, body: str) -> list[tuple[str, Element]]:
     for _, item in _split_top(body, ","):
         m = _ELEMENT.match(item)
         key = _value(s.key, m.group("key").strip())
+        for kind, mark in (("prefix", "/"), ("range", "-")):
+            if mark in key and "interval" not in s.flags:
+                raise NftError(f"You must add 'flags interval' to your set declaration if you want to add {kind} elements")
         value = m.group("value")
         if s.kind == "map" and value is not None:
             value = _value(s.data, value.strip())
         elif value is not None:
-            raise NftError("syntax error, a set element has no value")
+            raise NftError("set is not a map")
         out.append((key, Element(value or "", m.group("comment") or "")))
     return out
 
@@ -319,6 +331,15 @@ def _references(rule: str) -> tuple[list[str], list[str]]:
     chains = [_unquote(words[i + 1]) for i, w in enumerate(words[:-1]) if w in ("jump", "goto")]
     sets = [w[1:] for w in words if w.startswith("@")]
     return chains, sets
+
+
+def _check_target(table: Table, name: str) -> None:
+    """A jump or goto target must exist and must not be a base chain."""
+    chain = table.chains.get(name)
+    if chain is None:
+        raise _process(ENOENT)
+    if chain.base is not None:
+        raise _process(EOPNOTSUPP)
 
 
 # -- applying commands -------------------------------------------------------------------------
@@ -491,13 +512,15 @@ class _Tx:
         items = parse_elements(s, body)
         if verb in ("add", "create"):
             for key, elem in items:
+                if s.kind == "map" and not elem.value:
+                    raise _process(EINVAL)
                 have = s.elements.get(key)
                 if have is not None:
                     if verb == "create" or have.value != elem.value:
                         raise _process(EEXIST)
                     continue
-                if elem.value.startswith(("jump ", "goto ")) and elem.value.split(" ", 1)[1] not in table.chains:
-                    raise _process(ENOENT)
+                if elem.value.startswith(("jump ", "goto ")):
+                    _check_target(table, elem.value.split(" ", 1)[1])
                 s.elements[key] = elem
         elif verb in ("delete", "destroy"):
             for key, _ in items:
@@ -533,8 +556,7 @@ class _Tx:
             raise NftError("syntax error, unexpected end of file")
         chains, sets = _references(body)
         for target in chains:
-            if target not in table.chains:
-                raise _process(ENOENT)
+            _check_target(table, target)
         for name in sets:
             if name not in table.sets:
                 raise NftError(f"{ENOENT}; no set {name!r} in table {table.family} {table.name!r}")
