@@ -56,7 +56,7 @@ def make_backend(mode: str, options: ProxyOptions, metrics: ProxyMetrics, sync_p
         # Upstream polls the canaries every syncPeriod and then waits up to 5 s for the other
         # tables' canaries, so a flush can take syncPeriod + 5 s to repair; halving both keeps
         # the repair within syncPeriod.
-        return IptablesBackend(options, metrics, canary_period=sync_period / 2, flush_timeout=min(5.0, sync_period / 2))
+        return IptablesBackend(options, canary_period=sync_period / 2, flush_timeout=min(5.0, sync_period / 2))
     if mode == "userspace":
         from kubesvc.proxy.userspace.proxier import UserspaceBackend
         return UserspaceBackend(options, metrics, udp_idle_timeout=udp_idle_timeout)

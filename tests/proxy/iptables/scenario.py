@@ -7,6 +7,7 @@ from __future__ import annotations
 from kubesvc.kernel.fake.iptables import TEST_NODE_IP, TEST_NODE_NAME, FakeIptablesAsync
 from kubesvc.proxy.backend import ProxyOptions, SyncRequest
 from kubesvc.proxy.iptables.proxier import IptablesBackend
+from kubesvc.proxy.proxier import Proxier
 from kubesvc.proxy.iptables.rules import Features
 from kubesvc.proxy.localdetector import LocalDetector
 from kubesvc.proxy.metrics import ProxyMetrics
@@ -82,11 +83,12 @@ class Cluster:
 
 
 def fake_backend(family: int = IPV4, *, features: Features = UPSTREAM_FAKE_FEATURES, detector: bool = True,
-                 metrics: ProxyMetrics | None = None, **options) -> tuple[IptablesBackend, FakeIptablesAsync]:
+                 metrics: ProxyMetrics | None = None, **options) -> tuple[Proxier, FakeIptablesAsync]:
     """upstream ``NewFakeProxier``: node ``test-node``, pod CIDR local detector, localhost
-    NodePorts on, masquerade bit 14."""
+    NodePorts on, masquerade bit 14; the iptables mode inside the shared proxier (``run_sync``
+    takes requests directly; ``.mode`` is the ``IptablesBackend``)."""
     ipt = FakeIptablesAsync(family)
     detect = LocalDetector(cidr=POD_CIDR[family], family=family) if detector else LocalDetector(family=family)
     opts = ProxyOptions(family=family, node_name=TEST_NODE_NAME, local_detector=detect, **options)
-    backend = IptablesBackend(opts, metrics if metrics is not None else ProxyMetrics(), ipt=ipt, features=features)
-    return backend, ipt
+    mode = IptablesBackend(opts, ipt=ipt, features=features)
+    return Proxier(mode, opts, metrics if metrics is not None else ProxyMetrics()), ipt

@@ -36,7 +36,7 @@ def cluster_with_one_service() -> Cluster:
 async def test_full_sync_installs_jump_rules_prepended():
     backend, ipt = fake_backend()
     ipt.ensure_rule_sync("-A", "filter", "INPUT", "-j", "ACCEPT")  # someone else's rule stays last
-    await backend.sync(cluster_with_one_service().request())
+    await backend.run_sync(cluster_with_one_service().request())
     assert jumps(ipt, "filter", "INPUT") == ["KUBE-FIREWALL", "KUBE-PROXY-FIREWALL", "KUBE-NODEPORTS", "KUBE-EXTERNAL-SERVICES", "ACCEPT"]
     assert jumps(ipt, "filter", "FORWARD") == ["KUBE-PROXY-FIREWALL", "KUBE-FORWARD", "KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES"]
     assert jumps(ipt, "filter", "OUTPUT") == ["KUBE-FIREWALL", "KUBE-PROXY-FIREWALL", "KUBE-SERVICES"]
@@ -47,26 +47,26 @@ async def test_full_sync_installs_jump_rules_prepended():
     assert rule.raw == ('-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" '
                         "-j KUBE-EXTERNAL-SERVICES")
     # a second full sync adds nothing
-    await backend.sync(cluster_with_one_service().request(full=True))
+    await backend.run_sync(cluster_with_one_service().request(full=True))
     assert len(ipt.rules("filter", "INPUT")) == 5
 
 
 async def test_partial_sync_skips_jump_rules_full_sync_repairs_them():
     backend, ipt = fake_backend()
     c = cluster_with_one_service()
-    await backend.sync(c.request())
+    await backend.run_sync(c.request())
     ipt.tables["nat"]["PREROUTING"].clear()
-    result = await backend.sync(c.request())
+    result = await backend.run_sync(c.request())
     assert not result.full
     assert jumps(ipt, "nat", "PREROUTING") == []
-    result = await backend.sync(c.request(full=True))
+    result = await backend.run_sync(c.request(full=True))
     assert result.full
     assert jumps(ipt, "nat", "PREROUTING") == ["KUBE-SERVICES"]
 
 
 async def test_first_sync_is_full_whatever_the_request_says():
     backend, ipt = fake_backend()
-    result = await backend.sync(cluster_with_one_service().request(full=False))
+    result = await backend.run_sync(cluster_with_one_service().request(full=False))
     assert result.full
     assert ipt.chain_exists_sync("nat", "KUBE-SVC-XPGD46QRK7WJZT7O")
 
@@ -77,13 +77,13 @@ async def test_partial_sync_writes_only_changed_services_but_counts_all():
     c = cluster_with_one_service()
     c.add(port("ns2", "svc2", cluster_ip="172.30.0.42"))
     c.set_endpoints(spn("ns2", "svc2"), ep("10.180.0.2"), ep("10.180.0.3"))
-    await backend.sync(c.request())
+    await backend.run_sync(c.request())
     total = sample(metrics, "sync_proxy_rules_iptables_total", table="nat", ip_family="IPv4")
     c.set_endpoints(spn("ns1", "svc1"), ep("10.180.0.9"))
-    result = await backend.sync(c.request())
-    assert "KUBE-SVC-XPGD46QRK7WJZT7O" in backend.ipt.restores[-1]
-    assert "KUBE-SVC-GNZBNJ2PO5MGZ6GT -" not in backend.ipt.restores[-1]  # svc2's chains not written
-    assert "-A KUBE-SERVICES -m comment --comment \"ns2/svc2:p80 cluster IP\"" in backend.ipt.restores[-1]
+    result = await backend.run_sync(c.request())
+    assert "KUBE-SVC-XPGD46QRK7WJZT7O" in backend.mode.ipt.restores[-1]
+    assert "KUBE-SVC-GNZBNJ2PO5MGZ6GT -" not in backend.mode.ipt.restores[-1]  # svc2's chains not written
+    assert "-A KUBE-SERVICES -m comment --comment \"ns2/svc2:p80 cluster IP\"" in backend.mode.ipt.restores[-1]
     assert sample(metrics, "sync_proxy_rules_iptables_total", table="nat", ip_family="IPv4") == total
     assert sample(metrics, "sync_proxy_rules_iptables_last", table="nat", ip_family="IPv4") == result.written["nat"] < total
     assert result.written["filter"] == sample(metrics, "sync_proxy_rules_iptables_last", table="filter", ip_family="IPv4")
@@ -97,14 +97,14 @@ async def test_restore_failure_counts_and_forces_full(full):
     metrics = ProxyMetrics()
     backend, ipt = fake_backend(metrics=metrics)
     c = cluster_with_one_service()
-    await backend.sync(c.request())
+    await backend.run_sync(c.request())
     ipt.fail_next_restore = "iptables-restore: line 3 failed"
     with pytest.raises(SyncFailed, match="line 3 failed"):
-        await backend.sync(c.request(full=full))
+        await backend.run_sync(c.request(full=full))
     assert backend.need_full_sync
     assert sample(metrics, "sync_proxy_rules_iptables_restore_failures_total", ip_family="IPv4") == 1
     assert sample(metrics, "sync_proxy_rules_iptables_partial_restore_failures_total", ip_family="IPv4") == (0 if full else 1)
-    result = await backend.sync(c.request(full=False))
+    result = await backend.run_sync(c.request(full=False))
     assert result.full and not backend.need_full_sync
 
 
@@ -116,7 +116,7 @@ async def test_jump_rule_failure_is_a_failed_sync():
         raise CommandFailed(("iptables", "-N"), 4, "", "Another app is currently holding the xtables lock")
     ipt.ensure_chain = broken
     with pytest.raises(SyncFailed, match="xtables lock"):
-        await backend.sync(cluster_with_one_service().request())
+        await backend.run_sync(cluster_with_one_service().request())
     assert sample(metrics, "sync_proxy_rules_iptables_restore_failures_total", ip_family="IPv4") == 1
     assert ipt.restores == []
 
@@ -124,14 +124,14 @@ async def test_jump_rule_failure_is_a_failed_sync():
 async def test_failed_save_skips_stale_cleanup_only():
     backend, ipt = fake_backend()
     c = cluster_with_one_service()
-    await backend.sync(c.request())
+    await backend.run_sync(c.request())
 
     async def broken(table):
         raise CommandFailed(("iptables-save",), 1, "", "boom")
     ipt.save = broken
     c.set_endpoints(spn("ns1", "svc1"), ep("10.180.0.9"))
-    await backend.sync(c.request())
-    assert "-X " not in backend.ipt.restores[-1]
+    await backend.run_sync(c.request())
+    assert "-X " not in backend.mode.ipt.restores[-1]
     assert ipt.chain_exists_sync("nat", "KUBE-SEP-SXIVWICOYRO3J4NJ")  # stale, kept for now
 
 
@@ -139,8 +139,8 @@ async def test_ipv6_backend():
     backend, ipt = fake_backend(IPV6)
     c = Cluster(node_ip="2001:db8::1").add(port("ns1", "svc1", cluster_ip="fd00:172:30::41", node_port=3001))
     c.set_endpoints(spn("ns1", "svc1"), ep("fd00:10:180::1"))
-    await backend.sync(c.request())
-    text = backend.ipt.restores[-1]
+    await backend.run_sync(c.request())
+    text = backend.mode.ipt.restores[-1]
     assert "KUBE-FIREWALL" not in text  # localhost NodePorts are IPv4 only
     assert "-m addrtype --dst-type LOCAL ! -d ::1/128 -j KUBE-NODEPORTS" in text
     assert "-s fd00:10:180::1 -j KUBE-MARK-MASQ" in text
@@ -152,8 +152,8 @@ async def test_ipv6_backend():
 async def test_large_cluster_stale_listing_is_rate_limited():
     now = [0.0]
     backend, ipt = fake_backend()
-    backend.clock = lambda: now[0]
-    backend.sync_period = 30.0
+    backend.mode.clock = lambda: now[0]
+    backend.mode.sync_period = 30.0
     saves = []
     real_save = ipt.save
 
@@ -163,11 +163,11 @@ async def test_large_cluster_stale_listing_is_rate_limited():
     ipt.save = counting_save
     c = Cluster().add(port("ns1", "svc1", cluster_ip="172.30.0.41"))
     c.set_endpoints(spn("ns1", "svc1"), *(ep(f"10.1.{i // 250}.{i % 250 + 1}") for i in range(1001)))
-    await backend.sync(c.request())
+    await backend.run_sync(c.request())
     now[0] = 10.0
-    await backend.sync(c.request())
+    await backend.run_sync(c.request())
     now[0] = 31.0
-    await backend.sync(c.request())
+    await backend.run_sync(c.request())
     assert saves == [0.0, 31.0]
 
 
@@ -206,12 +206,24 @@ async def wait_for(predicate, timeout=2.0):
         await asyncio.sleep(0.005)
 
 
+async def start(proxier, on_request) -> None:
+    """Start the mode's background tasks in the proxier, calling ``on_request`` on each full
+    sync it is asked for."""
+    request_full_sync = proxier.request_full_sync
+
+    def recording():
+        on_request()
+        request_full_sync()
+    proxier.request_full_sync = recording
+    await proxier.start()
+
+
 async def test_canary_monitor_detects_flush_and_requests_full_sync():
     backend, ipt = fake_backend()
-    backend.canary_period = 0.02
-    backend.flush_poll = 0.005
+    backend.mode.canary_period = 0.02
+    backend.mode.flush_poll = 0.005
     requests = []
-    await backend.start(lambda: requests.append(time.monotonic()))
+    await start(backend, lambda: requests.append(time.monotonic()))
     try:
         await wait_for(lambda: all(ipt.chain_exists_sync(t, KUBE_PROXY_CANARY) for t in CANARY_TABLES))
         await asyncio.sleep(0.1)
@@ -232,14 +244,14 @@ async def test_canary_monitor_detects_flush_and_requests_full_sync():
 
 async def test_canary_only_mangle_gone_reloads_after_flush_timeout():
     backend, ipt = fake_backend()
-    backend.canary_period = 0.02
-    backend.flush_timeout = 0.2
-    backend.flush_poll = 0.01
+    backend.mode.canary_period = 0.02
+    backend.mode.flush_timeout = 0.2
+    backend.mode.flush_poll = 0.01
     requests = []
 
     def request_full_sync():
         requests.append(time.monotonic())
-    await backend.start(request_full_sync)
+    await start(backend, request_full_sync)
     try:
         await wait_for(lambda: ipt.chain_exists_sync("mangle", KUBE_PROXY_CANARY))
         gone = time.monotonic()
@@ -252,7 +264,7 @@ async def test_canary_only_mangle_gone_reloads_after_flush_timeout():
 
 async def test_canary_monitor_keeps_trying_when_iptables_fails():
     backend, ipt = fake_backend()
-    backend.canary_period = 0.01
+    backend.mode.canary_period = 0.01
     failures = [3]
     real = ipt.ensure_chain
 
@@ -262,7 +274,7 @@ async def test_canary_monitor_keeps_trying_when_iptables_fails():
             raise CommandFailed(("iptables", "-N"), 4, "", "lock")
         return await real(table, chain)
     ipt.ensure_chain = flaky
-    await backend.start(lambda: None)
+    await start(backend, lambda: None)
     try:
         await wait_for(lambda: all(ipt.chain_exists_sync(t, KUBE_PROXY_CANARY) for t in CANARY_TABLES))
     finally:
@@ -281,7 +293,7 @@ async def test_cleanup_family_removes_ours_and_keeps_the_rest():
     c = Cluster().add(port("ns1", "svc1", cluster_ip="172.30.0.41", node_port=3001, lb_ips=["1.2.3.4"], source_ranges=["203.0.113.0/25"],
                            etp_local=True, health_check_node_port=30000))
     c.set_endpoints(spn("ns1", "svc1"), ep("10.180.0.1", node="test-node"))
-    await backend.sync(c.request())
+    await backend.run_sync(c.request())
     for table in CANARY_TABLES:
         ipt.ensure_chain_sync(table, KUBE_PROXY_CANARY)
     sync_ipt = FakeIptablesSync()

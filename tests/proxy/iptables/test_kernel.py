@@ -303,9 +303,10 @@ async def test_cleanup_leftovers_restores_the_tables(topo):
     while "KUBE-PROXY-CANARY" not in node.run("iptables-save", "-t", "filter").stdout:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.05)
-    backend4._monitor_task.cancel()
+    (monitor,) = backend4._tasks  # the proxy dies: its tasks end, nothing is closed
+    monitor.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await backend4._monitor_task
+        await monitor
     assert "KUBE-SVC-" in node.run("iptables-save").stdout
 
     assert cleanup_leftovers(netns=node.name) is None  # both families

@@ -13,7 +13,7 @@ from tests.proxy.iptables.scenario import Cluster, ep, fake_backend, port, spn
 async def test_no_endpoints_reject():
     backend, ipt = fake_backend()
     c = Cluster().add(port("ns1", "svc1", cluster_ip="172.30.0.41", node_port=3001, external_ips=["192.168.99.11"], lb_ips=["1.2.3.4"]))
-    await backend.sync(c.request())
+    await backend.run_sync(c.request())
     check_flows(ipt, [
         Flow("pod to cluster IP with no endpoints", "10.0.0.2", "172.30.0.41", 80, "REJECT"),
         Flow("external to external IP with no endpoints", TEST_EXTERNAL_CLIENT, "192.168.99.11", 80, "REJECT"),
@@ -37,7 +37,7 @@ async def test_cluster_ip_general():
     for name, target, proto in (("http", 80, "TCP"), ("https", 8443, "TCP"), ("dns-udp", 53, "UDP"), ("dns-tcp", 5353, "TCP"),
                                 ("dns-sctp", 53, "SCTP")):
         c.set_endpoints(spn("ns2", "svc2", name, proto), ep("10.180.0.1", target, "test-node"), ep("10.180.2.1", target, "node2"))
-    await backend.sync(c.request())
+    await backend.run_sync(c.request())
     check_flows(ipt, [
         Flow("simple clusterIP", "10.180.0.2", "172.30.0.41", 80, "10.180.0.1:80"),
         Flow("hairpin to cluster IP", "10.180.0.1", "172.30.0.41", 80, "10.180.0.1:80", masq=True),
@@ -56,7 +56,7 @@ async def test_load_balancer():
     c = Cluster().add(port("ns1", "svc1", cluster_ip="172.30.0.41", node_port=3001, lb_ips=["1.2.3.4", "5.6.7.8"],
                            source_ranges=["192.168.0.0/24", "203.0.113.0/25"]))
     c.set_endpoints(spn("ns1", "svc1"), ep("10.180.0.1"))
-    await backend.sync(c.request())
+    await backend.run_sync(c.request())
     out = "10.180.0.1:80"
     check_flows(ipt, [
         Flow("pod to cluster IP", "10.0.0.2", "172.30.0.41", 80, out),
@@ -79,10 +79,10 @@ async def test_health_check_node_port():
     backend, ipt = fake_backend()
     c = Cluster(nodeport_ips=("127.0.0.1",))  # upstream: nodePortAddresses 127.0.0.0/8
     c.add(port("ns1", "svc1", cluster_ip="172.30.0.42", node_port=3001, health_check_node_port=30000, etp_local=True, lb_ips=()))
-    await backend.sync(c.request())
+    await backend.run_sync(c.request())
     check_flows(ipt, [Flow("firewall accepts HealthCheckNodePort", "1.2.3.4", TEST_NODE_IP, 30000, "ACCEPT")])
     c.delete_service("ns1", "svc1")
-    await backend.sync(c.request())
+    await backend.run_sync(c.request())
     check_flows(ipt, [Flow("HealthCheckNodePort no longer has any rule", "1.2.3.4", TEST_NODE_IP, 30000, "")])
 
 
@@ -91,7 +91,7 @@ async def test_external_traffic_policy_local():
     c = Cluster().add(port("ns1", "svc1", cluster_ip="172.30.0.41", node_port=3001, health_check_node_port=30000,
                            external_ips=["192.168.99.11"], lb_ips=["1.2.3.4"], etp_local=True))
     c.set_endpoints(spn("ns1", "svc1"), ep("10.180.0.1"), ep("10.180.2.1", node="test-node"))
-    await backend.sync(c.request())
+    await backend.run_sync(c.request())
     both, local = "10.180.0.1:80, 10.180.2.1:80", "10.180.2.1:80"
     check_flows(ipt, [
         Flow("pod to cluster IP hits both endpoints, unmasqueraded", "10.0.0.2", "172.30.0.41", 80, both),
@@ -108,7 +108,7 @@ async def test_external_traffic_policy_cluster():
     backend, ipt = fake_backend()
     c = Cluster().add(port("ns1", "svc1", cluster_ip="172.30.0.41", node_port=3001, external_ips=["192.168.99.11"], lb_ips=["1.2.3.4"]))
     c.set_endpoints(spn("ns1", "svc1"), ep("10.180.0.1"), ep("10.180.2.1", node="test-node"))
-    await backend.sync(c.request())
+    await backend.run_sync(c.request())
     both = "10.180.0.1:80, 10.180.2.1:80"
     check_flows(ipt, [
         Flow("pod to cluster IP hits both endpoints, unmasqueraded", "10.0.0.2", "172.30.0.41", 80, both),
@@ -141,10 +141,10 @@ async def test_internal_traffic_policy(name, itp_local, endpoints, flow):
     backend, ipt = fake_backend()
     c = Cluster().add(port("ns1", "svc1", "", cluster_ip="172.30.1.1", itp_local=itp_local))
     c.set_endpoints(spn("ns1", "svc1", ""), *(ep(ip, node=node) for ip, node in endpoints))
-    await backend.sync(c.request())
+    await backend.run_sync(c.request())
     check_flows(ipt, [flow])
     c.set_endpoints(spn("ns1", "svc1", ""))  # slice deleted: a partial sync
-    result = await backend.sync(c.request())
+    result = await backend.run_sync(c.request())
     assert not result.full
     check_flows(ipt, [Flow("endpoints deleted", "10.0.0.2", "172.30.1.1", 80, "REJECT")])
 
@@ -211,10 +211,10 @@ async def test_terminating_endpoints(local):
         c = Cluster().add(port("ns1", "svc1", "", cluster_ip="172.30.1.1", lb_ips=["1.2.3.4"], etp_local=local,
                                health_check_node_port=30000 if local else 0))
         c.set_endpoints(spn("ns1", "svc1", ""), *endpoints)
-        await backend.sync(c.request())
+        await backend.run_sync(c.request())
         check_flows(ipt, flows)
         c.set_endpoints(spn("ns1", "svc1", ""))
-        await backend.sync(c.request())
+        await backend.run_sync(c.request())
         check_flows(ipt, [Flow("pod to clusterIP after endpoints deleted", "10.0.0.2", "172.30.1.1", 80, "REJECT"),
                           Flow("external to LB after endpoints deleted", TEST_EXTERNAL_CLIENT, "1.2.3.4", 80, "REJECT")])
 
@@ -278,7 +278,7 @@ async def test_internal_external_masquerade(name, masquerade_all, detector, over
         port("ns3", "svc3", cluster_ip="172.30.0.43", node_port=3003, lb_ips=["9.10.11.12"], itp_local=True))
     for i in (1, 2, 3):
         c.set_endpoints(spn(f"ns{i}", f"svc{i}"), ep(f"10.180.0.{i}", node="test-node"), ep(f"10.180.1.{i}", node="remote"))
-    await backend.sync(c.request())
+    await backend.run_sync(c.request())
     flows = []
     for flow in MASQ_FLOWS:
         change = overrides.get(flow.name, {})
@@ -306,5 +306,5 @@ async def test_no_endpoints_metric(name, itp, etp, local, expected):
     if local is not None:
         first = "test-node" if local else "node0"
         c.set_endpoints(spn("ns1", "svc1", ""), ep("10.0.1.1", node=first), ep("10.0.1.2", node="node1"), ep("10.0.1.3", node="node2"))
-    result = await backend.sync(c.request())
+    result = await backend.run_sync(c.request())
     assert (result.no_local_internal, result.no_local_external) == expected

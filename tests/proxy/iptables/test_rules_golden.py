@@ -18,6 +18,7 @@ from kubesvc.kernel.fake.iptables import (TEST_EXTERNAL_CLIENT, TEST_NODE_IP, TE
                                           FakeIptables, Flow, check_flows, parse_dump, trace_packet)
 from kubesvc.kernel.iptables import APPEND
 from kubesvc.proxy.backend import SyncFailed
+from kubesvc.proxy.iptables.proxier import IptablesState
 from kubesvc.proxy.iptables.rules import LARGE_CLUSTER_ENDPOINTS_THRESHOLD, Features
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.types import IPV4, IPV6
@@ -172,10 +173,10 @@ def overall_cluster() -> Cluster:
 async def test_overall_iptables_rules():
     metrics = ProxyMetrics()
     backend, ipt = fake_backend(metrics=metrics)
-    await backend.sync(overall_cluster().request())
-    assert_rules_equal(OVERALL_EXPECTED, backend.ipt.restores[-1])
-    assert gauge(metrics, "sync_proxy_rules_iptables_total", table="nat", ip_family="IPv4") == count_rules(backend.ipt.restores[-1], "nat")
-    assert gauge(metrics, "sync_proxy_rules_iptables_total", table="filter", ip_family="IPv4") == count_rules(backend.ipt.restores[-1], "filter")
+    await backend.run_sync(overall_cluster().request())
+    assert_rules_equal(OVERALL_EXPECTED, backend.mode.ipt.restores[-1])
+    assert gauge(metrics, "sync_proxy_rules_iptables_total", table="nat", ip_family="IPv4") == count_rules(backend.mode.ipt.restores[-1], "nat")
+    assert gauge(metrics, "sync_proxy_rules_iptables_total", table="filter", ip_family="IPv4") == count_rules(backend.mode.ipt.restores[-1], "filter")
 
 
 def test_overall_rules_pure():
@@ -241,8 +242,8 @@ async def test_bad_ips_output():
     c = Cluster().add(port("ns1", "svc1", cluster_ip="172.30.0.41", node_port=3001, lb_ips=["1.2.3.4"],
                            external_ips=["192.168.99.22"], source_ranges=["203.0.113.0/25"]))
     c.set_endpoints(spn("ns1", "svc1"), ep("10.180.0.1"))
-    await backend.sync(c.request())
-    assert_rules_equal(BAD_IPS_EXPECTED, backend.ipt.restores[-1])
+    await backend.run_sync(c.request())
+    assert_rules_equal(BAD_IPS_EXPECTED, backend.mode.ipt.restores[-1])
 
 
 # ---- TestSyncProxyRulesRepeated ------------------------------------------------------------------
@@ -491,8 +492,8 @@ async def test_sync_proxy_rules_repeated():
         return gauge(metrics, "sync_proxy_rules_iptables_total", table="nat", ip_family="IPv4")
 
     async def step(name: str, *, consistent: bool = False, total_delta: int | None = None):
-        result = await backend.sync(c.request())
-        assert_rules_equal(REPEATED_STEPS[name], backend.ipt.restores[-1], check_consistency=consistent)
+        result = await backend.run_sync(c.request())
+        assert_rules_equal(REPEATED_STEPS[name], backend.mode.ipt.restores[-1], check_consistency=consistent)
         assert nat_last() == count_rules(expected_text(REPEATED_STEPS[name]), "nat"), name
         return result
 
@@ -551,7 +552,7 @@ async def test_sync_proxy_rules_repeated():
     c.delete_service("ns4", "svc4")
     c.set_endpoints(spn("ns4", "svc4"))
     with pytest.raises(SyncFailed):
-        await backend.sync(c.request())
+        await backend.run_sync(c.request())
     assert ipt.chain_exists_sync("nat", "KUBE-SEP-AYCN5HPXMIRJNJXU"), "deleted despite dangling references"
     assert backend.need_full_sync
     assert gauge(metrics, "sync_proxy_rules_iptables_partial_restore_failures_total", ip_family="IPv4") == 1
@@ -570,13 +571,13 @@ async def test_sync_proxy_rules_repeated():
 @pytest.mark.parametrize("random_fully", [False, True], ids=["randomFully false", "randomFully true"])
 async def test_masquerade_rule(random_fully):
     backend, _ = fake_backend(features=Features(random_fully=random_fully))
-    await backend.sync(Cluster().request())
+    await backend.run_sync(Cluster().request())
     expected = expected_text(f"""
         -A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN
         -A KUBE-POSTROUTING -j MARK --xor-mark 0x4000
         -A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE{" --random-fully" if random_fully else ""}
         """)
-    assert chain_rules(backend.ipt.restores[-1], "nat", "KUBE-POSTROUTING") == expected
+    assert chain_rules(backend.mode.ipt.restores[-1], "nat", "KUBE-POSTROUTING") == expected
 
 
 FORWARD_RULES = """
@@ -592,8 +593,8 @@ FORWARD_RULES = """
 ], ids=["tcpLiberal false, nfacct false", "tcpLiberal false, nfacct true", "tcpLiberal true"])
 async def test_drop_invalid_rule(liberal, nfacct, drop_rule):
     backend, _ = fake_backend(features=Features(random_fully=False, conntrack_tcp_be_liberal=liberal, nfacct_ct_state_invalid=nfacct))
-    await backend.sync(Cluster().request())
-    assert chain_rules(backend.ipt.restores[-1], "filter", "KUBE-FORWARD") == drop_rule + expected_text(FORWARD_RULES)
+    await backend.run_sync(Cluster().request())
+    assert chain_rules(backend.mode.ipt.restores[-1], "filter", "KUBE-FORWARD") == drop_rule + expected_text(FORWARD_RULES)
 
 
 # ---- TestNodePorts -----------------------------------------------------------------------------
@@ -627,7 +628,7 @@ async def test_node_ports(name, family, localhost, nodeport_ips, allow_alt, expe
     c = Cluster(node_ip=TEST_NODE_IP if family == IPV4 else TEST_NODE_IPV6, nodeport_ips=nodeport_ips)
     c.add(port("ns1", "svc1", cluster_ip=svc_ip, node_port=3001))
     c.set_endpoints(spn("ns1", "svc1"), ep(ep1), ep(ep2, node="test-node"))
-    await backend.sync(c.request())
+    await backend.run_sync(c.request())
 
     flows = [
         Flow("pod to cluster IP", pod, svc_ip, 80, output, masq=False),
@@ -646,7 +647,7 @@ async def test_node_ports(name, family, localhost, nodeport_ips, allow_alt, expe
 
     expected = ('-A KUBE-FIREWALL -m comment --comment "block incoming localnet connections" -d 127.0.0.0/8 ! -s 127.0.0.0/8 '
                 "-m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP\n") if expect_firewall else ""
-    assert chain_rules(backend.ipt.restores[-1], "filter", "KUBE-FIREWALL") == expected
+    assert chain_rules(backend.mode.ipt.restores[-1], "filter", "KUBE-FIREWALL") == expected
 
 
 # ---- TestSyncProxyRulesLargeClusterMode ----------------------------------------------------------
@@ -666,8 +667,8 @@ def count_endpoints_and_comments(data: str, match: str) -> tuple[str, int, int]:
 async def test_sync_proxy_rules_large_cluster_mode():
     now = [1000.0]
     backend, ipt = fake_backend(masquerade_all=True)
-    backend.sync_period = 30.0
-    backend.clock = lambda: now[0]
+    backend.mode.sync_period = 30.0
+    backend.mode.clock = lambda: now[0]
     c = Cluster()
     c.add(port("ns1", "svc1", cluster_ip="172.30.0.41"),
           port("ns2", "svc2", "p8080", 8080, cluster_ip="172.30.0.42"),
@@ -675,55 +676,55 @@ async def test_sync_proxy_rules_large_cluster_mode():
     half = LARGE_CLUSTER_ENDPOINTS_THRESHOLD // 2 - 1
     c.set_endpoints(spn("ns1", "svc1"), *(ep(f"10.0.{i % 256}.{i // 256}") for i in range(half)))
     c.set_endpoints(spn("ns2", "svc2", "p8080"), *(ep(f"10.1.{i % 256}.{i // 256}", 8080) for i in range(half)))
-    await backend.sync(c.request())
+    await backend.run_sync(c.request())
     expected_endpoints = 2 * half
 
-    first, endpoints, comments = count_endpoints_and_comments(backend.ipt.restores[-1], "10.0.0.0")
+    first, endpoints, comments = count_endpoints_and_comments(backend.mode.ipt.restores[-1], "10.0.0.0")
     assert first == "-A KUBE-SEP-DKGQUZGBKLTPAR56 -m comment --comment ns1/svc1:p80 -m tcp -p tcp -j DNAT --to-destination 10.0.0.0:80"
     assert endpoints == expected_endpoints
     assert comments == endpoints
 
     c.set_endpoints(spn("ns3", "svc3", "p8081"), ep("203.0.113.4", 8081), ep("203.0.113.8", 8081), ep("203.0.113.12", 8081))
-    await backend.sync(c.request())
-    first, endpoints, comments = count_endpoints_and_comments(backend.ipt.restores[-1], "203.0.113.4")
+    await backend.run_sync(c.request())
+    first, endpoints, comments = count_endpoints_and_comments(backend.mode.ipt.restores[-1], "203.0.113.4")
     assert first == "-A KUBE-SEP-RUVVH7YV3PHQBDOS -m tcp -p tcp -j DNAT --to-destination 203.0.113.4:8081"
     # only svc3 was written: a partial sync does not become full on crossing the threshold
     assert (endpoints, comments) == (3, 0)
 
     # a full resync rewrites the older services without comments too
-    await backend.sync(c.request(full=True))
+    await backend.run_sync(c.request(full=True))
     expected_endpoints += 3
-    first, endpoints, comments = count_endpoints_and_comments(backend.ipt.restores[-1], "10.0.0.0")
+    first, endpoints, comments = count_endpoints_and_comments(backend.mode.ipt.restores[-1], "10.0.0.0")
     assert first == "-A KUBE-SEP-DKGQUZGBKLTPAR56 -m tcp -p tcp -j DNAT --to-destination 10.0.0.0:80"
     assert (endpoints, comments) == (expected_endpoints, 0)
 
     # service deletion: add another one first (deleting an old one would leave large-cluster mode)
     c.add(port("ns4", "svc4", "p8082", 8082, cluster_ip="172.30.0.44"))
     c.set_endpoints(spn("ns4", "svc4", "p8082"), ep("10.4.0.1", 8082))
-    await backend.sync(c.request())
-    svc4, endpoints, _ = count_endpoints_and_comments(backend.ipt.restores[-1], "10.4.0.1")
+    await backend.run_sync(c.request())
+    svc4, endpoints, _ = count_endpoints_and_comments(backend.mode.ipt.restores[-1], "10.4.0.1")
     assert svc4 == "-A KUBE-SEP-SU5STNODRYEWJAUF -m tcp -p tcp -j DNAT --to-destination 10.4.0.1:8082"
     assert endpoints == 1
 
     # in large-cluster mode a deleted service's chains are not deleted at once ...
-    backend.last_stale_cleanup = now[0]
+    backend.state = IptablesState(last_stale_cleanup=now[0])
     c.delete_service("ns4", "svc4")
     c.set_endpoints(spn("ns4", "svc4", "p8082"))
-    await backend.sync(c.request())
-    svc4, endpoints, _ = count_endpoints_and_comments(backend.ipt.restores[-1], "10.4.0.1")
+    await backend.run_sync(c.request())
+    svc4, endpoints, _ = count_endpoints_and_comments(backend.mode.ipt.restores[-1], "10.4.0.1")
     assert (svc4, endpoints) == ("", 0)
-    assert "-X " not in backend.ipt.restores[-1]
+    assert "-X " not in backend.mode.ipt.restores[-1]
 
     # ... but once a sync period has passed
-    backend.last_stale_cleanup = now[0] - backend.sync_period - 0.001
-    await backend.sync(c.request())
-    svc4, endpoints, _ = count_endpoints_and_comments(backend.ipt.restores[-1], "10.4.0.1")
+    backend.state = IptablesState(last_stale_cleanup=now[0] - backend.mode.sync_period - 0.001)
+    await backend.run_sync(c.request())
+    svc4, endpoints, _ = count_endpoints_and_comments(backend.mode.ipt.restores[-1], "10.4.0.1")
     assert (svc4, endpoints) == ("", 0)
-    assert "-X KUBE-SVC-EBDQOQU5SJFXRIL3" in backend.ipt.restores[-1]
-    assert "-X KUBE-SEP-SU5STNODRYEWJAUF" in backend.ipt.restores[-1]
+    assert "-X KUBE-SVC-EBDQOQU5SJFXRIL3" in backend.mode.ipt.restores[-1]
+    assert "-X KUBE-SEP-SU5STNODRYEWJAUF" in backend.mode.ipt.restores[-1]
 
-    await backend.sync(c.request(full=True))
-    _, endpoints, _ = count_endpoints_and_comments(backend.ipt.restores[-1], "10.0.0.0")
+    await backend.run_sync(c.request(full=True))
+    _, endpoints, _ = count_endpoints_and_comments(backend.mode.ipt.restores[-1], "10.0.0.0")
     assert endpoints == expected_endpoints
 
 

@@ -1,18 +1,20 @@
 """The iptables mode's kernel shell (upstream ``pkg/proxy/iptables/proxier.go`` around
-``syncProxyRules``, ``pkg/util/iptables.Monitor`` and ``cleanup.go``).
+``syncProxyRules``, ``pkg/util/iptables.Monitor`` and ``cleanup.go``), run by the shared
+proxier's skeleton (``backend.Mode``).
 
-Per sync (``IptablesBackend.sync``):
+Per sync:
 
-1. full syncs only: make sure the jumps from the built-in hooks into our chains exist
-   (``iptables -C``, else ``-I``); they cannot be part of the restore, which would have to
-   rewrite the hooks that other software also uses;
-2. list the nat chains (``iptables-save -t nat``) to find stale per-Service chains — in
-   large-cluster mode at most once per sync period, as the save can take seconds there;
-3. build the input (pure ``rules.build_restore``) and run ``iptables-restore --noflush
-   --counters`` once, for filter and nat together.
+1. ``observe``: on full syncs only, make sure the jumps from the built-in hooks into our
+   chains exist (``iptables -C``, else ``-I``); they cannot be part of the restore, which
+   would have to rewrite the hooks that other software also uses. Then list the nat chains
+   (``iptables-save -t nat``) to find stale per-Service chains — in large-cluster mode at most
+   once per sync period, as the save can take seconds there;
+2. ``plan``: the input (pure ``rules.build_restore``);
+3. ``apply``: ``iptables-restore --noflush --counters`` once, for filter and nat together.
 
 Any failure counts ``sync_proxy_rules_iptables_restore_failures_total`` (and the partial
-counter for a partial sync), makes the next sync full, and raises ``SyncFailed``.
+counter for a partial sync), makes the next sync full, and raises ``SyncFailed`` (the
+proxier's skeleton does all three).
 
 The canary monitor notices when someone else flushed the tables (firewalld reload, ``iptables
 -F -X`` in every table): it keeps an empty ``KUBE-PROXY-CANARY`` chain in mangle, nat and
@@ -28,13 +30,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from kubesvc.kernel.exec import CleanupFailed, CommandFailed
 from kubesvc.kernel.iptables import PREPEND, Iptables, IptablesSync, has_random_fully, read_sysctl, write_sysctl
-from kubesvc.proxy.backend import ProxyOptions, SyncFailed, SyncRequest, SyncResult
+from kubesvc.proxy.backend import KernelPlan, Mode, ProxyOptions, SyncRequest
 from kubesvc.proxy.iptables.rules import (CLEANUP_ONLY_JUMP_CHAINS, JUMP_CHAINS, KUBE_PROXY_CANARY, KUBELET_JUMP_CHAINS,
                                           TABLE_FILTER, TABLE_MANGLE, TABLE_NAT, Features, build_restore, chains_in_save,
                                           cleanup_input, effective_localhost_nodeports, is_large_cluster)
@@ -50,22 +52,39 @@ SYSCTL_ROUTE_LOCALNET = "net/ipv4/conf/all/route_localnet"
 SYSCTL_TCP_BE_LIBERAL = "net/netfilter/nf_conntrack_tcp_be_liberal"
 
 
-class IptablesBackend:
-    """``backend.Backend`` for one family (``iptables`` or ``ip6tables``)."""
+@dataclass(frozen=True)
+class IptablesState:
+    """What the iptables mode remembers between syncs (upstream ``lastIPTablesCleanup``)."""
+
+    last_stale_cleanup: float = float("-inf")
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Per-sync facts read or derived before planning."""
+
+    existing_nat_chains: set[str] | None  # None: not listed this time
+    listed_at: float | None
+    large: bool
+    localhost_nodeports: bool
+
+
+class IptablesBackend(Mode[IptablesState]):
+    """The iptables mode for one family (``iptables`` or ``ip6tables``)."""
 
     mode = "iptables"
+    failure_metric = "iptables_restore_failures"
+    partial_failure_metric = "iptables_partial_restore_failures"
+    written_gauge = "iptables_last"
+    total_gauge = "iptables_total"
 
-    def __init__(self, options: ProxyOptions, metrics: ProxyMetrics | None = None, *, canary_period: float = 30.0,
-                 sync_period: float | None = None, netns: str | None = None, ipt: Iptables | None = None,
-                 features: Features | None = None, flush_timeout: float = FLUSH_TIMEOUT, flush_poll: float = FLUSH_POLL,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(self, options: ProxyOptions, *, canary_period: float = 30.0, sync_period: float | None = None,
+                 netns: str | None = None, ipt: Iptables | None = None, features: Features | None = None,
+                 flush_timeout: float = FLUSH_TIMEOUT, flush_poll: float = FLUSH_POLL, clock: Callable[[], float] = time.monotonic):
         """``canary_period``: how often the canary is polled (upstream: ``syncPeriod``);
         ``sync_period`` (default: ``canary_period``): the stale-chain listing interval in
         large-cluster mode. ``features``: None = probe the host on the first sync."""
-        self.options = options
-        self.family = options.family
-        self.family_name = FAMILY_NAMES[self.family]
-        self.metrics = metrics
+        super().__init__(options)
         self.netns = netns
         self.ipt = ipt or Iptables(self.family, netns=netns)
         self.canary_period = canary_period
@@ -74,67 +93,43 @@ class IptablesBackend:
         self.flush_timeout = flush_timeout
         self.flush_poll = flush_poll
         self.clock = clock
-        self.need_full_sync = True
-        self.last_stale_cleanup = float("-inf")
         self._route_localnet_set = False
-        self._monitor_task: asyncio.Task | None = None
+
+    def initial_state(self) -> IptablesState:
+        return IptablesState()
 
     # ---- sync --------------------------------------------------------------------------------
 
-    async def sync(self, request: SyncRequest) -> SyncResult:
-        # A backend that has not synced successfully yet (or failed last time) cannot trust the
-        # kernel state: upgrade to full whatever the request says.
-        full = request.full or self.need_full_sync
-        started = self.clock()
-        build_seconds = 0.0
-        try:
-            if self.features is None:
-                self.features = await self._probe_features()
-            if full:
-                await self._ensure_jumps()
-            localhost_nodeports = effective_localhost_nodeports(self.options, request.nodeport_ips)
-            large = is_large_cluster(request)
-            if not self._route_localnet_set and localhost_nodeports:
-                await self._set_route_localnet()
-            existing = None
-            now = self.clock()
-            if not large or now - self.last_stale_cleanup > self.sync_period:
-                try:
-                    existing = chains_in_save(await self.ipt.save(TABLE_NAT))
-                    self.last_stale_cleanup = now
-                except CommandFailed as err:
-                    log.error("Failed to execute iptables-save: stale chains will not be deleted: %s", err)
-            built = self.clock()
-            data = build_restore(request, self.options, full=full, existing_nat_chains=existing, features=self.features,
-                                 large=large, localhost_nodeports=localhost_nodeports)
-            build_seconds = self.clock() - built
-            self._set_rule_gauges(data.filter_rules, data.nat_rules_written, data.nat_rules_total)
-            await self.ipt.restore(data.text)
-        except CommandFailed as err:
-            self.need_full_sync = True
-            if self.metrics is not None:
-                self.metrics.iptables_restore_failures.labels(self.family_name).inc()
-                if not full:
-                    self.metrics.iptables_partial_restore_failures.labels(self.family_name).inc()
-            log.error("%s sync of %s iptables rules failed: %s%s", "full" if full else "partial", self.family_name, err,
-                      _failed_lines(err))
-            raise SyncFailed(str(err)) from err
-        except BaseException:
-            self.need_full_sync = True
-            raise
-        self.need_full_sync = False
-        return SyncResult(full=full, no_local_internal=data.no_local_internal, no_local_external=data.no_local_external,
-                          build_seconds=build_seconds, kernel_seconds=max(0.0, self.clock() - started - build_seconds),
-                          written={TABLE_FILTER: data.filter_rules, TABLE_NAT: data.nat_rules_written})
+    async def observe(self, request: SyncRequest, state: IptablesState) -> Observed:
+        if self.features is None:
+            self.features = await self._probe_features()
+        if request.full:
+            await self._ensure_jumps()
+        localhost_nodeports = effective_localhost_nodeports(self.options, request.nodeport_ips)
+        large = is_large_cluster(request)
+        if not self._route_localnet_set and localhost_nodeports:
+            await self._set_route_localnet()
+        existing, listed_at = None, None
+        now = self.clock()
+        if not large or now - state.last_stale_cleanup > self.sync_period:
+            try:
+                existing, listed_at = chains_in_save(await self.ipt.save(TABLE_NAT)), now
+            except CommandFailed as err:
+                log.error("Failed to execute iptables-save: stale chains will not be deleted: %s", err)
+        return Observed(existing, listed_at, large, localhost_nodeports)
 
-    def _set_rule_gauges(self, filter_rules: int, nat_written: int, nat_total: int) -> None:
-        if self.metrics is None:
-            return
-        fam = self.family_name
-        self.metrics.iptables_total.labels(TABLE_FILTER, fam).set(filter_rules)
-        self.metrics.iptables_last.labels(TABLE_FILTER, fam).set(filter_rules)
-        self.metrics.iptables_total.labels(TABLE_NAT, fam).set(nat_total)
-        self.metrics.iptables_last.labels(TABLE_NAT, fam).set(nat_written)
+    def plan(self, request: SyncRequest, previous: IptablesState, observed: Observed) -> KernelPlan[IptablesState]:
+        data = build_restore(request, self.options, existing_nat_chains=observed.existing_nat_chains,
+                             features=self.features or Features(), large=observed.large,
+                             localhost_nodeports=observed.localhost_nodeports)
+        following = previous if observed.listed_at is None else IptablesState(last_stale_cleanup=observed.listed_at)
+        return KernelPlan(kernel_input=data.text, next_state=following,
+                          no_local_internal=data.no_local_internal, no_local_external=data.no_local_external,
+                          written={TABLE_FILTER: data.filter_rules, TABLE_NAT: data.nat_rules_written},
+                          totals={TABLE_FILTER: data.filter_rules, TABLE_NAT: data.nat_rules_total})
+
+    async def apply(self, plan: KernelPlan[IptablesState]) -> None:
+        await self.ipt.restore(plan.kernel_input)
 
     async def _ensure_jumps(self) -> None:
         for jump in (*JUMP_CHAINS, *KUBELET_JUMP_CHAINS):
@@ -162,19 +157,10 @@ class IptablesBackend:
 
     # ---- canary monitor ------------------------------------------------------------------------
 
-    async def start(self, request_full_sync: Callable[[], None]) -> None:
-        if self._monitor_task is None or self._monitor_task.done():
-            self._monitor_task = asyncio.create_task(self._monitor(request_full_sync), name=f"iptables-canary-{self.family_name}")
+    def background(self, request_full_sync: Callable[[], None], state):
+        return [self._monitor(request_full_sync)]
 
-    async def stop(self) -> None:
-        task, self._monitor_task = self._monitor_task, None
-        if task is None:
-            return
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
+    async def close(self) -> None:
         for table in CANARY_TABLES:
             try:
                 if await self.ipt.chain_exists(table, KUBE_PROXY_CANARY):
@@ -194,7 +180,6 @@ class IptablesBackend:
                 await asyncio.sleep(self.canary_period)
                 continue
             log.info("Reloading after iptables flush")
-            self.need_full_sync = True
             reload()
 
     async def _plant_canaries(self) -> None:
@@ -231,18 +216,6 @@ class IptablesBackend:
                 log.info("Inconsistent iptables state detected.")
                 return
             await asyncio.sleep(self.flush_poll)
-
-
-def _failed_lines(err: CommandFailed) -> str:
-    """The input lines around the one ``iptables-restore`` complained about (upstream
-    ``ExtractLines``), for the log."""
-    m = re.search(r"line:? (\d+)", err.stderr or "")
-    if not m or not err.input_text:
-        return ""
-    lines = err.input_text.split("\n")
-    number = int(m.group(1))
-    shown = range(max(1, number - 3), min(len(lines), number + 3) + 1)
-    return "\n" + "\n".join(f"{i:6d}{'>' if i == number else ' '} {lines[i - 1]}" for i in shown)
 
 
 def cleanup_leftovers(netns: str | None = None) -> None:
