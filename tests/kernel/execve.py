@@ -1,0 +1,85 @@
+"""What a running ``kubesvc proxy`` starts during one sync: ``strace -f -e trace=execve`` attached
+to it (every thread, and every child it forks) around one change, detached once the sync is over.
+
+Upstream kube-proxy starts only the restore tools (``iptables-restore``, ``ipset restore``) in a
+sync; everything else (addresses, links, conntrack, IPVS, nftables) is netlink. Our proxy is held
+to the same: tests/kernel/test_proxy_execve.py (nftables, iptables) and
+tests/kernel/vm/test_proxy_ipvs_execve.py (IPVS) assert on ``programs`` of what was traced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+from tests.kernel.helpers import SYNCS, family_value, settled
+from tests.support.netns import ProxyProcess
+from tests.support.slowdown import scaled
+
+# 1234  execve("/usr/sbin/iptables-restore", ["iptables-restore", ...], 0x... /* 5 vars */) = 0
+_EXECVE = re.compile(r'^(?:\[pid\s+)?(\d+)\]?\s+execve\("([^"]+)".*\)\s+=\s+(-?\d+)')
+
+
+def programs(trace: str) -> Counter:
+    """The programs started (successful execve calls), by file name, with how often."""
+    found: Counter = Counter()
+    for line in trace.splitlines():
+        m = _EXECVE.match(line.strip())
+        if m and m.group(3) == "0":
+            found[os.path.basename(m.group(2))] += 1
+    return found
+
+
+def _traced(pid: int) -> bool:
+    """Whether every thread of ``pid`` has a tracer."""
+    tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    for task in tasks:
+        status = (task / "status").read_text()
+        if int(re.search(r"^TracerPid:\s+(\d+)", status, re.M).group(1)) == 0:
+            return False
+    return bool(tasks)
+
+
+@contextlib.asynccontextmanager
+async def execve_trace(proxy: ProxyProcess, out: Path):
+    """``strace -f -e trace=execve`` attached to the proxy for the body; yields a list that holds
+    the trace's text once the body is done."""
+    pid = proxy.process.pid
+    strace = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=execve", "-o", str(out), "-p", str(pid)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    result: list[str] = []
+    try:
+        deadline = time.monotonic() + scaled(20)
+        while not _traced(pid):
+            assert strace.poll() is None, f"strace exited: {strace.stderr.read().decode(errors='replace')}"
+            assert time.monotonic() < deadline, "strace never attached to every thread of the proxy"
+            await asyncio.sleep(0.05)
+        yield result
+    finally:
+        strace.send_signal(signal.SIGINT)  # detaches; the proxy runs on
+        try:
+            strace.wait(timeout=scaled(20))
+        except subprocess.TimeoutExpired:
+            strace.kill()
+            strace.wait()
+    result.append(out.read_text(errors="replace") if out.exists() else "")
+
+
+async def one_sync(proxy: ProxyProcess, change, quiet: float = 1.0) -> float:
+    """Make ``change`` (an awaitable factory) on a settled proxy and wait until it synced it and
+    settled again; how many syncs it made (at least one)."""
+    before = family_value(await settled(proxy, quiet=quiet), SYNCS)
+    await change()
+    deadline = time.monotonic() + scaled(30)
+    while family_value(await asyncio.to_thread(proxy.metrics), SYNCS) == before:
+        assert time.monotonic() < deadline, f"the change was never synced\n{proxy.log()}"
+        await asyncio.sleep(0.1)
+    after = family_value(await settled(proxy, quiet=quiet), SYNCS)
+    return after - before
