@@ -48,7 +48,8 @@ import aiohttp
 from kubesvc.agent.envvars import expand
 from kubesvc.agent.runtime import DEFAULT_PATH, find_executable
 from kubesvc.api.validation_meta import go_quote  # Go's %q to the letter
-from kubesvc.kernel.exec import in_netns
+from kubesvc.kernel import process as kprocess
+from kubesvc.kernel.host import process_root
 from kubesvc.kernel.mounts import in_container
 from kubesvc.util import golang
 from kubesvc.util.ipnet import join_host_port
@@ -499,19 +500,17 @@ async def probe_exec(command: Sequence[str], *, env: Mapping[str, str], netns: s
     output (first 10 KiB); past ``timeout`` the command and everything it started are killed
     and the check fails."""
     env = {"PATH": DEFAULT_PATH, **env}  # as the container itself was started
-    root = f"/proc/{pid}/root" if pid is not None else ""
+    root = process_root(pid)
     cwd = cwd if cwd and os.path.isdir(root + cwd) else "/"
     if not command:
         return CheckOutcome(CheckResult.UNKNOWN, "", "exec: no command")
     if find_executable(command[0], env, cwd, root=root) is None:
         # The container runtime refuses such an exec outright; the kubelet sees an error.
         return CheckOutcome(CheckResult.UNKNOWN, "", f"exec: {go_quote(command[0])}: executable file not found in $PATH")
-    argv = in_container(pid, command) if pid is not None else in_netns(netns, command)
+    argv, netns = (in_container(pid, command), None) if pid is not None else (command, netns)
     cwd = "/" if pid is not None else cwd  # nsenter takes the container's own
     try:
-        process = await asyncio.create_subprocess_exec(
-            *argv, env=env, cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        process = await kprocess.spawn(argv, env=env, cwd=cwd, netns=netns, merge_stderr=True)
     except OSError as err:  # could not start at all: upstream's non-exit error
         return CheckOutcome(CheckResult.UNKNOWN, "", str(err))
     try:
@@ -519,12 +518,12 @@ async def probe_exec(command: Sequence[str], *, env: Mapping[str, str], netns: s
             output = await _read_limited(process.stdout, MAX_EXEC_OUTPUT_BYTES)
             code = await process.wait()
     except TimeoutError:
-        _kill_session(process)
+        kprocess.kill_group(process.pid, signal.SIGKILL)
         await process.wait()
         # The CRI's timeout error (remote_runtime.go ExecSync); with ExecProbeTimeout on (GA) a failure.
         return CheckOutcome(CheckResult.FAILURE, f"command {go_quote(' '.join(command))} timed out")
     except BaseException:
-        _kill_session(process)
+        kprocess.kill_group(process.pid, signal.SIGKILL)
         raise
     text = output.decode("utf-8", errors="replace")
     return CheckOutcome(CheckResult.SUCCESS if code == 0 else CheckResult.FAILURE, text)
@@ -536,11 +535,3 @@ async def _read_limited(stream: asyncio.StreamReader, limit: int) -> bytes:
     while chunk := await stream.read(65536):
         data += chunk[: max(0, limit - len(data))]
     return bytes(data)
-
-
-def _kill_session(process: asyncio.subprocess.Process) -> None:
-    """SIGKILL the command's whole session (it leads its own process group)."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass

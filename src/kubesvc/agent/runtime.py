@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubesvc.agent.logs import ContainerLogFile, pump
-from kubesvc.kernel.exec import in_netns
+from kubesvc.kernel import process as kprocess
 from kubesvc.kernel.mounts import DEFAULT_PATH, MountPlan, in_mount_namespace
 
 log = logging.getLogger("kubesvc.agent")
@@ -38,7 +38,7 @@ class StartError(Exception):
 
 def find_executable(argv0: str, env: Mapping[str, str], cwd: str | None, root: str = "") -> str | None:
     """Where ``argv0`` resolves in the container's PATH (or relative to its working directory);
-    ``root`` (e.g. ``/proc/PID/root``) prefixes every path: the container's own view."""
+    ``root`` (``kernel.host.process_root``: a container's root) prefixes every path: the container's own view."""
     if "/" in argv0:
         path = Path(root + cwd if cwd else root or ".") / argv0 if not argv0.startswith("/") else Path(root + argv0)
         return str(path) if os.access(path, os.X_OK) and path.is_file() else None
@@ -79,7 +79,7 @@ class ContainerProcess:
         self.log_path = log_path
         self.mounts = mounts
         self.container_id = f"kubesvc://{uuid.uuid4().hex}"
-        self._process: asyncio.subprocess.Process | None = None
+        self._process: kprocess.Process | None = None
         self._pumps: list[asyncio.Task] = []
         self._log: ContainerLogFile | None = None
 
@@ -111,10 +111,8 @@ class ContainerProcess:
             status_read, status_write = os.pipe2(os.O_CLOEXEC)
             argv = in_mount_namespace(self.mounts, argv, cwd=self.cwd, status_fd=status_write)
         try:
-            self._process = await asyncio.create_subprocess_exec(
-                *in_netns(self.netns, argv), env=env, cwd=self.cwd if self.mounts is None else "/", stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
-                pass_fds=(status_write,) if status_write is not None else ())
+            self._process = await kprocess.spawn(argv, env=env, cwd=self.cwd if self.mounts is None else "/", netns=self.netns,
+                                                 pass_fds=(status_write,) if status_write is not None else ())
         except OSError as exc:
             self._log.close()
             if status_read is not None:
@@ -149,12 +147,8 @@ class ContainerProcess:
     def signal(self, sig: int) -> None:
         """``sig`` to the container's whole process group (its children too, even after the
         main process has exited)."""
-        if self._process is None:
-            return
-        try:
-            os.killpg(self._process.pid, sig)
-        except ProcessLookupError:
-            pass
+        if self._process is not None:
+            kprocess.kill_group(self._process.pid, sig)
 
     async def stop(self, grace: float) -> Exit:
         """SIGTERM, then SIGKILL after ``grace`` seconds (the runtime's StopContainer)."""
