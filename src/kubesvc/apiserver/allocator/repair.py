@@ -81,7 +81,7 @@ import ipaddress
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal
+from typing import Any, Callable, Iterator, Literal
 
 import msgspec
 
@@ -89,15 +89,11 @@ from kubesvc.api import scheme
 from kubesvc.api.errors import StatusError
 from kubesvc.apiserver.allocator import records
 from kubesvc.apiserver.allocator.ranges import PortRange, canonical_ip, ip_info
-from kubesvc.apiserver.allocator.service import EXTERNAL_NAME, is_headless, needs_health_check
+from kubesvc.apiserver.allocator.service import EXTERNAL_NAME, ServiceAllocators, is_headless, needs_health_check
 from kubesvc.apiserver.events import EventRecorder
-from kubesvc.apiserver.registry.store import decode
+from kubesvc.apiserver.registry.store import Registry, decode
 from kubesvc.storage import base as storage
 from kubesvc.util.clock import Clock, parse_rfc3339
-
-if TYPE_CHECKING:
-    from kubesvc.apiserver.allocator.service import ServiceAllocators
-    from kubesvc.apiserver.registry.store import Registry
 
 log = logging.getLogger("kubesvc.apiserver.repair")
 

@@ -21,15 +21,35 @@ kind-specific parts, as upstream's ``RESTCreateStrategy`` / ``RESTUpdateStrategy
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import Callable, Mapping, Protocol
 
 from kubesvc.api import defaults, validation, validation_meta
 from kubesvc.api.errors import FieldError
 from kubesvc.api.scheme import KindInfo
 from kubesvc.apiserver.registry.txn import Txn
 
-if TYPE_CHECKING:
-    from kubesvc.apiserver.allocator.service import ServiceAllocators
+
+class Allocations(Protocol):
+    """What the Service, IPAddress and ServiceCIDR strategies need of the ClusterIP/NodePort
+    allocators (``allocator.service.ServiceAllocators`` implements it). The registry names
+    this protocol, not the allocator package, which sits above it (it reads and writes through
+    the registry): upstream's ``registry/core/service/storage`` holds its allocators behind
+    interfaces the same way."""
+
+    def begin_create(self, svc: dict, dry_run: bool) -> Txn:
+        """Allocate a new Service's ClusterIPs and NodePorts into a transaction."""
+
+    def begin_update(self, new: dict, old: dict, dry_run: bool) -> Txn:
+        """Allocate what an update adds and release what it drops."""
+
+    def begin_delete(self, svc: dict) -> Txn:
+        """Release a deleted Service's ClusterIPs and NodePorts."""
+
+    def mark_ip(self, ip: str, taken: bool) -> None:
+        """An IPAddress object was written (taken) or deleted: keep the allocators' index."""
+
+    def sync_cidrs(self) -> None:
+        """ServiceCIDRs changed: recompute the usable ranges."""
 
 
 class Strategy:
@@ -115,7 +135,7 @@ class ServiceStrategy(Strategy):
     """clusterIP/clusterIPs normalisation, keeping allocated values a PUT omits, and the
     allocators (ipFamilies/ipFamilyPolicy are settled there, as upstream's initIPFamilyFields)."""
 
-    def __init__(self, info: KindInfo, allocators: "ServiceAllocators"):
+    def __init__(self, info: KindInfo, allocators: Allocations):
         super().__init__(info)
         self.allocators = allocators
 
@@ -146,7 +166,7 @@ class IPAddressStrategy(Strategy):
     """IPAddress writes through the API (users, the repair loop) keep the allocators' index
     exact: an IPAddress created by hand takes its IP out of the pool."""
 
-    def __init__(self, info: KindInfo, allocators: "ServiceAllocators"):
+    def __init__(self, info: KindInfo, allocators: Allocations):
         super().__init__(info)
         self.allocators = allocators
 
@@ -168,7 +188,7 @@ class ServiceCIDRStrategy(Strategy):
     """Any committed ServiceCIDR change (spec, Ready condition, deletion) re-reads the usable
     ranges, so a new ServiceCIDR serves the very next Service create."""
 
-    def __init__(self, info: KindInfo, allocators: "ServiceAllocators", on_change: Callable[[], None] = lambda: None):
+    def __init__(self, info: KindInfo, allocators: Allocations, on_change: Callable[[], None] = lambda: None):
         super().__init__(info)
         self.allocators = allocators
         self.on_change = on_change
@@ -273,7 +293,7 @@ STRATEGIES: dict[str, type[Strategy]] = {
 }
 
 
-def allocation_strategies(allocators: "ServiceAllocators", on_service_cidr_change: Callable[[], None] = lambda: None) -> dict[str, Callable[[KindInfo], Strategy]]:
+def allocation_strategies(allocators: Allocations, on_service_cidr_change: Callable[[], None] = lambda: None) -> dict[str, Callable[[KindInfo], Strategy]]:
     """Strategy overrides wiring Services, IPAddresses and ServiceCIDRs to the allocators."""
     return {
         "Service": lambda info: ServiceStrategy(info, allocators),
