@@ -8,14 +8,17 @@ with set elements sorted (the kernel lists a hash set in its own order) and rule
 order. The fake's ``list_table`` must also read back, through ``kernel.nftables.table_contents``,
 exactly what the real listing reads back (the proxier's full-sync snapshot).
 
-Two kinds of cases: hand-written transactions for each thing nft rejects (and a few it accepts
-that one might not expect), and the transactions our proxier writes, sync after sync, through
-``NftablesBackend`` over a tee that gives each transaction to both.
+Three kinds of cases: hand-written transactions for each thing nft rejects (and a few it
+accepts that one might not expect); the transactions our proxier writes, sync after sync,
+through the shared ``Proxier`` and ``NftablesBackend`` over a tee that gives each transaction to
+both; and a seeded random walk of Service changes through the same tee.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import random
 
 import pytest
 
@@ -343,3 +346,51 @@ async def test_a_transaction_on_a_table_deleted_underneath_fails_in_both(namespa
     assert not await p.mode.table_intact()
     result = await p.run_sync(request([(web, (ep("10.1.1.2"),))], full=False, service_cidrs=cidrs))
     assert result.full and fake_listing(kernel, reload) == real.listing()  # the next sync is full and rebuilds both alike
+
+
+def random_steps(rng: random.Random, count: int) -> list[tuple[list, dict]]:
+    """A seeded walk over Services: each step adds, removes or reshapes one (policies,
+    affinity, protocols, external addresses, endpoints local or not, none at all), sometimes
+    asking for a full sync or changing the NodePort addresses (which makes it full)."""
+    a = ADDRESSES[4]
+    services: dict[str, tuple] = {}
+    steps = []
+    for _ in range(count):
+        name = f"ns{rng.randrange(3)}/svc{rng.randrange(6)}"
+        if name in services and rng.random() < 0.25:
+            del services[name]
+        else:
+            k = len(services) + rng.randrange(200)
+            protocol = rng.choice(["TCP", "TCP", "UDP", "SCTP"])
+            sp = svc_port(name, f"172.30.{k // 250}.{k % 250 + 1}", rng.choice([80, 443, 53]), protocol=protocol,
+                          node_port=rng.choice([0, 30000 + k]), external_ips=tuple(rng.sample(["192.168.99.11", "192.168.99.12"], rng.randrange(3))),
+                          load_balancer_vips=("1.2.3.4",) if rng.random() < 0.3 else (),
+                          load_balancer_source_ranges=("203.0.113.0/25",) if rng.random() < 0.5 else (),
+                          external_policy_local=rng.random() < 0.3, internal_policy_local=rng.random() < 0.2,
+                          client_ip_affinity=(sticky := rng.random() < 0.2), sticky_max_age_seconds=60 if sticky else 0)
+            eps = tuple(ep(f"10.1.{rng.randrange(1, 4)}.{rng.randrange(2, 9)}", 8080, local=rng.random() < 0.4)
+                        for _ in range(rng.choice([0, 1, 2, 3, 5])))
+            services[name] = (sp, tuple({e.endpoint: e for e in eps}.values()))
+        kw: dict = {"full": rng.random() < 0.15, "changed": {name}}
+        if rng.random() < 0.1:
+            kw.update(full=True, nodeport_ips=(a["node"],))
+        steps.append((list(services.values()), kw))
+    return steps
+
+
+SEED = int(os.environ.get("KUBESVC_FUZZ_SEED") or 16)
+
+
+async def test_a_seeded_walk_of_syncs_agrees_with_nft(namespaces):
+    """``KUBESVC_FUZZ_SEED`` picks the walk (16 by default): after every sync of it, the fake
+    holds what nft holds."""
+    real, reload = namespaces
+    real.reset()
+    kernel = FakeKernel()
+    tee = Tee(NFTables(4, netns=real.ns.name, in_process=False), FakeNFTables(4, kernel=kernel))
+    clock = [1000.0]
+    p = proxier(tee, 4, lambda: clock[0])
+    for i, (ports, kw) in enumerate(random_steps(random.Random(SEED), 24)):
+        await p.run_sync(request(ports, service_cidrs=ADDRESSES[4]["cidrs"], **kw))
+        clock[0] += 0.5 + i % 3  # stale chains go now after one sync, now after two
+        assert fake_listing(kernel, reload) == real.listing(), f"seed {SEED}, step {i}"
