@@ -18,13 +18,13 @@ import pytest
 from kubesvc.kernel.fake.iptables import TEST_EXTERNAL_CLIENT, TEST_EXTERNAL_CLIENT_BLOCKED, TEST_NODE_IP, TEST_NODE_NAME, Flow
 from kubesvc.kernel.fake.nftables import FakeNFTables
 from kubesvc.kernel.fake.nftables_trace import TraceError, check_flows, trace_packet
-from kubesvc.proxy.backend import ProxyOptions
+from kubesvc.proxy.backend import ProxyOptions, SyncFailed
 from kubesvc.proxy.localdetector import LocalDetector
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.nftables.proxier import NftablesBackend
 from kubesvc.proxy.proxier import Proxier
 from kubesvc.proxy.types import IPV4
-from tests.proxy.iptables.scenario import POD_CIDR, Cluster, ep, port, spn
+from tests.support.builders import POD_CIDR, Cluster, ep, port, spn
 from tests.proxy.iptables.test_packet_flow import ITP_CASES, MASQ_CASES, MASQ_FLOWS  # upstream's tables, the same in both modes
 
 SERVICE_CIDRS = {4: ("172.30.0.0/16",), 6: ("fd00:10:96::/112",)}  # upstream NewFakeProxier's serviceCIDRs
@@ -222,6 +222,26 @@ async def test_overall_rules_after_partial_syncs():
         c.set_endpoints(name, *endpoints)
         assert not (await fp.sync(c)).full
     fp.check(OVERALL_FLOWS)
+
+
+async def test_a_rejected_sync_changes_no_packet_path_and_the_next_full_sync_converges():
+    """The kernel refuses a partial sync: every packet still goes where it went (the fake
+    applies nothing of a rejected transaction); the next sync is full and lands the change."""
+    fp = FakeProxier()
+    c = overall_cluster()
+    await fp.sync(c)
+    before = fp.nft.dump()
+    c.set_endpoints(spn("ns1", "svc1"), ep("10.180.0.9"))
+    c.delete_service("ns6", "svc6")
+    fp.nft.fail_next = "/dev/stdin:1:1-10: Error: Could not process rule: Cannot allocate memory"
+    with pytest.raises(SyncFailed, match="Cannot allocate memory"):
+        await fp.sync(c)
+    assert fp.nft.dump() == before
+    fp.check(OVERALL_FLOWS)
+    assert (await fp.sync(c)).full
+    fp.check([Flow("the new endpoint", "10.0.0.2", "172.30.0.41", 80, "10.180.0.9:80"),
+              Flow("the deleted Service's ClusterIP is unallocated now", "10.0.0.2", "172.30.0.46", 80, "DROP"),
+              *(f for f in OVERALL_FLOWS if f.dest not in ("172.30.0.41", "172.30.0.46"))])
 
 
 # nftables mode does not serve NodePorts on localhost (upstream's nftables expectations)
