@@ -16,7 +16,8 @@ from kubesvc.proxy.iptables.proxier import CANARY_TABLES, cleanup_family
 from kubesvc.proxy.iptables.rules import JUMP_CHAINS, KUBE_PROXY_CANARY, build_restore, cleanup_input
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.types import IPV6
-from tests.proxy.iptables.scenario import Cluster, ep, fake_backend, port, spn
+from tests.proxy.iptables.scenario import fake_backend
+from tests.support.builders import Cluster, ep, port, spn
 
 
 def sample(metrics, name, **labels):

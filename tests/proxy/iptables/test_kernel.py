@@ -23,7 +23,7 @@ from kubesvc.proxy.localdetector import LocalDetector
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.proxier import Proxier
 from kubesvc.proxy.types import IPV4, IPV6
-from tests.proxy.iptables.scenario import Cluster, ep, port, spn
+from tests.support.builders import Cluster, ep, port, spn
 from tests.support.netns import NODE_IP, Netns, NodeTopology
 
 pytestmark = pytest.mark.kernel

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from kubesvc.kernel.fake.iptables import TEST_EXTERNAL_CLIENT, TEST_EXTERNAL_CLIENT_BLOCKED, TEST_NODE_IP, Flow, check_flows
-from tests.proxy.iptables.scenario import Cluster, ep, fake_backend, port, spn
+from tests.proxy.iptables.scenario import fake_backend
+from tests.support.builders import Cluster, ep, port, spn
 
 
 async def test_no_endpoints_reject():

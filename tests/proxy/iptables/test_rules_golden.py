@@ -23,7 +23,8 @@ from kubesvc.proxy.iptables.rules import LARGE_CLUSTER_ENDPOINTS_THRESHOLD, Feat
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.types import IPV4, IPV6
 from tests.proxy.iptables.golden import chain_rules, check_rule_jumps, count_rules, sort_iptables_rules
-from tests.proxy.iptables.scenario import UPSTREAM_FAKE_FEATURES, Cluster, ep, fake_backend, port, spn
+from tests.proxy.iptables.scenario import UPSTREAM_FAKE_FEATURES, fake_backend
+from tests.support.builders import Cluster, ep, port, spn
 
 
 def expected_text(text: str) -> str:

@@ -15,7 +15,7 @@ from kubesvc.proxy.ipvs.kernel import FakeIpvs
 from kubesvc.proxy.ipvs.proxier import IpvsBackend
 from kubesvc.proxy.ipvs.rules import VirtualServerKey
 from kubesvc.proxy.types import IPV4
-from tests.proxy.iptables.scenario import Cluster, ep, port, spn
+from tests.support.builders import Cluster, ep, port, spn
 
 NODE_IP = "192.168.0.2"
 

@@ -14,7 +14,7 @@ from kubesvc.proxy.ipvs.rules import (FLAG_PERSISTENT, FLAG_SOURCE_HASH, SCHEDUL
                                       ipset_restore_input)
 from kubesvc.proxy.localdetector import new_local_detector
 from kubesvc.proxy.types import IPV4
-from tests.proxy.iptables.scenario import Cluster, ep, port, spn
+from tests.support.builders import Cluster, ep, port, spn
 
 NODE_IP = "192.168.0.2"
 OPTIONS = ProxyOptions(family=IPV4, node_name=TEST_NODE_NAME,

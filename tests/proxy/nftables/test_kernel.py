@@ -18,7 +18,7 @@ from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.nftables.proxier import NftablesBackend, cleanup_leftovers
 from kubesvc.proxy.proxier import Proxier
 from kubesvc.proxy.types import IPV6
-from tests.proxy.nftables.builders import ep, options, request, svc_port
+from tests.support.builders import TEST_NODE_NAME, ep, options, port, request
 from tests.support.netns import CLIENT_IP, NODE_IP, POD_CIDR, Netns, NodeTopology
 
 pytestmark = pytest.mark.kernel
@@ -92,7 +92,7 @@ def start_pods(t: NodeTopology, port: int = 8080, family: int = 4) -> None:
 async def test_clusterip_dnat_spreads_over_endpoints_and_masquerades_non_pod_sources(topo):
     start_pods(topo)
     be, _, _ = backend_for(topo)
-    sp = svc_port("ns/web", CIP, 80)
+    sp = port("ns", "web", cluster_ip=CIP)
     result = await be.run_sync(request([(sp, (ep(topo.pod_ip(1), 8080), ep(topo.pod_ip(2), 8080)))], service_cidrs=CIDRS))
     assert result.full and result.written["chains"] > 0
 
@@ -111,8 +111,8 @@ async def test_no_endpoints_rejects_unknown_port_rejects_unallocated_ip_drops(to
     ``reject`` in a bare forward chain shows the same), so the refusal is observed locally."""
     start_pods(topo)
     be, _, _ = backend_for(topo)
-    await be.run_sync(request([(svc_port("ns/empty", CIP, 80), ()),
-                           (svc_port("ns/web", "172.30.0.11", 80), (ep(topo.pod_ip(1), 8080),))], service_cidrs=CIDRS))
+    await be.run_sync(request([(port("ns", "empty", cluster_ip=CIP), ()),
+                           (port("ns", "web", cluster_ip="172.30.0.11"), (ep(topo.pod_ip(1), 8080),))], service_cidrs=CIDRS))
     [no_eps] = connect(topo.node, CIP, 80)
     assert no_eps.startswith("refused") and float(no_eps.split()[1]) < 0.5, no_eps
     [bad_port] = connect(topo.node, "172.30.0.11", 81)
@@ -127,10 +127,10 @@ async def test_no_endpoints_rejects_unknown_port_rejects_unallocated_ip_drops(to
 async def test_internal_traffic_policy_local_without_local_endpoints_drops(topo):
     start_pods(topo)
     be, _, _ = backend_for(topo)
-    result = await be.run_sync(request([(svc_port("ns/itp", CIP, 80, internal_policy_local=True), (ep(topo.pod_ip(1), 8080),))]))
+    result = await be.run_sync(request([(port("ns", "itp", cluster_ip=CIP, itp_local=True), (ep(topo.pod_ip(1), 8080),))]))
     assert result.no_local_internal == 1
     assert connect(topo.client, CIP, 80, timeout=0.5) == ["timeout"]
-    await be.run_sync(request([(svc_port("ns/itp", CIP, 80, internal_policy_local=True), (ep(topo.pod_ip(1), 8080, local=True),))],
+    await be.run_sync(request([(port("ns", "itp", cluster_ip=CIP, itp_local=True), (ep(topo.pod_ip(1), 8080, TEST_NODE_NAME),))],
                           full=False, changed={"ns/itp"}))
     assert landed(connect(topo.client, CIP, 80)) == {"pod1": 1}
 
@@ -138,8 +138,8 @@ async def test_internal_traffic_policy_local_without_local_endpoints_drops(topo)
 async def test_hairpin_pod_reaching_itself_through_its_service_is_masqueraded(topo):
     start_pods(topo)
     be, _, _ = backend_for(topo)
-    single = svc_port("ns/one", CIP, 80)
-    multi = svc_port("ns/two", "172.30.0.12", 80)
+    single = port("ns", "one", cluster_ip=CIP)
+    multi = port("ns", "two", cluster_ip="172.30.0.12")
     await be.run_sync(request([(single, (ep(topo.pod_ip(1), 8080),)),
                            (multi, (ep(topo.pod_ip(1), 8080), ep(topo.pod_ip(2), 8080)))]))
     [line] = connect(topo.pods[0], CIP, 80)
@@ -154,7 +154,7 @@ async def test_hairpin_pod_reaching_itself_through_its_service_is_masqueraded(to
 async def test_client_ip_affinity_sticks_and_moves_when_its_endpoint_goes(topo):
     start_pods(topo)
     be, _, _ = backend_for(topo)
-    sp = svc_port("ns/sticky", CIP, 80, client_ip_affinity=True, sticky_max_age_seconds=600)
+    sp = port("ns", "sticky", cluster_ip=CIP, affinity_seconds=600)
     eps3 = (ep(topo.pod_ip(1), 8080), ep(topo.pod_ip(2), 8080), ep(topo.pod_ip(3), 8080))
     await be.run_sync(request([(sp, eps3)]))
     first = landed(connect(topo.client, CIP, 80, count=10))
@@ -174,13 +174,13 @@ async def test_client_ip_affinity_sticks_and_moves_when_its_endpoint_goes(topo):
 async def test_nodeport_and_external_traffic_policy(topo):
     start_pods(topo)
     be, _, _ = backend_for(topo)
-    cluster = svc_port("ns/np-cluster", CIP, 80, node_port=30080)
-    local = svc_port("ns/np-local", "172.30.0.11", 80, node_port=30081, external_policy_local=True)
-    nolocal = svc_port("ns/np-nolocal", "172.30.0.12", 80, node_port=30082, external_policy_local=True)
-    none = svc_port("ns/np-none", "172.30.0.13", 80, node_port=30083)
+    cluster = port("ns", "np-cluster", cluster_ip=CIP, node_port=30080)
+    local = port("ns", "np-local", cluster_ip="172.30.0.11", node_port=30081, etp_local=True)
+    nolocal = port("ns", "np-nolocal", cluster_ip="172.30.0.12", node_port=30082, etp_local=True)
+    none = port("ns", "np-none", cluster_ip="172.30.0.13", node_port=30083)
     result = await be.run_sync(request([
         (cluster, (ep(topo.pod_ip(1), 8080),)),
-        (local, (ep(topo.pod_ip(2), 8080, local=True), ep(topo.pod_ip(3), 8080))),
+        (local, (ep(topo.pod_ip(2), 8080, TEST_NODE_NAME), ep(topo.pod_ip(3), 8080))),
         (nolocal, (ep(topo.pod_ip(3), 8080),)),
         (none, ()),
     ], nodeport_ips=(NODE_IP,), node_ip=NODE_IP))
@@ -198,7 +198,7 @@ async def test_nodeport_and_external_traffic_policy(topo):
 async def test_nodeports_on_every_local_address_when_nodeport_ips_is_none(topo):
     start_pods(topo)
     be, _, _ = backend_for(topo)
-    await be.run_sync(request([(svc_port("ns/np", CIP, 80, node_port=30090), (ep(topo.pod_ip(1), 8080),))], nodeport_ips=None))
+    await be.run_sync(request([(port("ns", "np", cluster_ip=CIP, node_port=30090), (ep(topo.pod_ip(1), 8080),))], nodeport_ips=None))
     assert landed(connect(topo.client, NODE_IP, 30090)) == {"pod1": 1}
     assert landed(connect(topo.pods[1], topo.pod_gw(2), 30090)) == {"pod1": 1}  # another node address
     assert connect(topo.node, "127.0.0.1", 30090)[0].startswith("refused")  # never on loopback
@@ -208,13 +208,11 @@ async def test_external_ip_and_load_balancer_source_ranges(topo):
     start_pods(topo)
     be, _, _ = backend_for(topo)
     vip, ext = "203.0.113.7", "198.51.100.9"
-    sp = svc_port("ns/lb", CIP, 80, node_port=30100, load_balancer_vips=(vip,), external_ips=(ext,),
-                  load_balancer_source_ranges=("192.168.60.0/24",))
+    sp = port("ns", "lb", cluster_ip=CIP, node_port=30100, lb_ips=(vip,), external_ips=(ext,), source_ranges=("192.168.60.0/24",))
     await be.run_sync(request([(sp, (ep(topo.pod_ip(1), 8080),))], nodeport_ips=(NODE_IP,)))
     assert connect(topo.client, ext, 80) == [f"ok pod1 {topo.pod_gw(1)}"]
     assert connect(topo.client, vip, 80, timeout=0.5) == ["timeout"]  # client not in the source ranges
-    allowed = svc_port("ns/lb", CIP, 80, node_port=30100, load_balancer_vips=(vip,), external_ips=(ext,),
-                       load_balancer_source_ranges=("192.168.50.0/24",))
+    allowed = port("ns", "lb", cluster_ip=CIP, node_port=30100, lb_ips=(vip,), external_ips=(ext,), source_ranges=("192.168.50.0/24",))
     await be.run_sync(request([(allowed, (ep(topo.pod_ip(1), 8080),))], nodeport_ips=(NODE_IP,), full=False, changed={"ns/lb"}))
     assert landed(connect(topo.client, vip, 80)) == {"pod1": 1}
 
@@ -227,7 +225,7 @@ def chain_handles(t: NodeTopology, chain: str) -> list[str]:
 async def test_partial_sync_rewrites_only_the_changed_service(topo):
     start_pods(topo)
     be, _, _ = backend_for(topo)
-    a, b = svc_port("ns/a", CIP, 80), svc_port("ns/b", "172.30.0.11", 80)
+    a, b = port("ns", "a", cluster_ip=CIP), port("ns", "b", cluster_ip="172.30.0.11")
     eps_a = (ep(topo.pod_ip(1), 8080), ep(topo.pod_ip(2), 8080))
     await be.run_sync(request([(a, eps_a), (b, (ep(topo.pod_ip(3), 8080),))]))
     from kubesvc.proxy.nftables.naming import service_port_chain_name_base
@@ -248,7 +246,7 @@ async def test_partial_sync_rewrites_only_the_changed_service(topo):
 async def test_removed_service_chain_is_flushed_then_deleted_a_second_later(topo):
     start_pods(topo)
     be, clock, _ = backend_for(topo)
-    a, b = svc_port("ns/a", CIP, 80), svc_port("ns/b", "172.30.0.11", 80)
+    a, b = port("ns", "a", cluster_ip=CIP), port("ns", "b", cluster_ip="172.30.0.11")
     await be.run_sync(request([(a, (ep(topo.pod_ip(1), 8080),)), (b, (ep(topo.pod_ip(2), 8080),))]))
     from kubesvc.proxy.nftables.naming import service_port_chain_name_base
     chain_b = "service-" + service_port_chain_name_base(b.name, "tcp")
@@ -272,7 +270,7 @@ async def test_removed_service_chain_is_flushed_then_deleted_a_second_later(topo
 async def test_full_sync_repairs_tampering_and_a_restarted_proxy_adopts_the_table(topo):
     start_pods(topo)
     be, _, _ = backend_for(topo)
-    a, b = svc_port("ns/a", CIP, 80), svc_port("ns/b", "172.30.0.11", 80)
+    a, b = port("ns", "a", cluster_ip=CIP), port("ns", "b", cluster_ip="172.30.0.11")
     await be.run_sync(request([(a, (ep(topo.pod_ip(1), 8080),)), (b, (ep(topo.pod_ip(2), 8080),))]))
     topo.nft("delete", "element", "ip", "kube-proxy", "service-ips", "{", f"{CIP} . tcp . 80", "}")
     topo.nft("add", "element", "ip", "kube-proxy", "cluster-ips", "{", "172.30.9.9", "}")
@@ -290,7 +288,7 @@ async def test_full_sync_repairs_tampering_and_a_restarted_proxy_adopts_the_tabl
 
 async def test_failed_transaction_counts_and_next_sync_is_full(topo):
     be, _, metrics = backend_for(topo)
-    a = svc_port("ns/a", CIP, 80)
+    a = port("ns", "a", cluster_ip=CIP)
     await be.run_sync(request([(a, (ep(topo.pod_ip(1), 8080),))]))
     topo.nft("delete", "table", "ip", "kube-proxy")  # someone removed our table under us
     with pytest.raises(SyncFailed):
@@ -306,8 +304,8 @@ async def test_failed_transaction_counts_and_next_sync_is_full(topo):
 async def test_cleanup_leftovers_deletes_both_tables(topo):
     be4, _, _ = backend_for(topo)
     be6, _, _ = backend_for(topo, family=IPV6)
-    await be4.run_sync(request([(svc_port("ns/a", CIP, 80), (ep(topo.pod_ip(1), 8080),))]))
-    await be6.run_sync(request([(svc_port("ns/a", "fd00:30::10", 80), (ep("fd00:1:1::2", 8080),))]))
+    await be4.run_sync(request([(port("ns", "a", cluster_ip=CIP), (ep(topo.pod_ip(1), 8080),))]))
+    await be6.run_sync(request([(port("ns", "a", cluster_ip="fd00:30::10"), (ep("fd00:1:1::2", 8080),))]))
     tables = topo.nft("list", "tables")
     assert "table ip kube-proxy" in tables and "table ip6 kube-proxy" in tables
     assert cleanup_leftovers(netns=topo.node.name) is None
@@ -320,7 +318,7 @@ async def test_ipv6_clusterip_and_hairpin(topo6):
     start_pods(topo6, family=6)
     be, _, _ = backend_for(topo6, family=IPV6)
     vip = "fd00:30::10"
-    await be.run_sync(request([(svc_port("ns/v6", vip, 80), (ep(topo6.pod_ip6(1), 8080), ep(topo6.pod_ip6(2), 8080)))],
+    await be.run_sync(request([(port("ns", "v6", cluster_ip=vip), (ep(topo6.pod_ip6(1), 8080), ep(topo6.pod_ip6(2), 8080)))],
                           service_cidrs=("fd00:30::/112",)))
     lines = connect(topo6.client, vip, 80, count=16)
     assert set(landed(lines)) == {"pod1", "pod2"}, lines

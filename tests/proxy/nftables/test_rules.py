@@ -10,8 +10,8 @@ import pytest
 from kubesvc.proxy.nftables import rules
 from kubesvc.proxy.proxier import fixed_inputs, full_sync_due
 from kubesvc.proxy.nftables.naming import endpoint_name_base, hash_and_truncate, service_port_chain_name_base
-from kubesvc.proxy.types import ServicePortName
-from tests.proxy.nftables.builders import V6, ep, options, request, svc_port
+from kubesvc.proxy.types import IPV6, ServicePortName
+from tests.support.builders import TEST_NODE_NAME, ep, options, port, request
 
 SVC = "service-ULMVA6XW-ns1/svc1/tcp/p80"
 EXT = "external-ULMVA6XW-ns1/svc1/tcp/p80"
@@ -147,7 +147,7 @@ CIP = "172.30.0.41"
 TWO = (ep("10.180.0.1", 8080), ep("10.180.0.2", 8080))
 
 CASES = [
-    ("cluster-ip-two-endpoints", svc_port("ns1/svc1", CIP), TWO, {}, [
+    ("cluster-ip-two-endpoints", port("ns1", "svc1", cluster_ip=CIP), TWO, {}, [
         "add element ip kube-proxy service-ips { 172.30.0.41 . tcp . 80 : goto " + SVC + " }",
         f"add rule ip kube-proxy {SVC} ip daddr 172.30.0.41 tcp dport 80 ip saddr != 10.0.0.0/8 jump mark-for-masquerade",
         f"add rule ip kube-proxy {SVC} meta l4proto tcp dnat ip addr . port to numgen random mod 2 offset 0 map @",
@@ -155,54 +155,54 @@ CASES = [
         "add element ip kube-proxy hairpin-endpoints { 10.180.0.1 . 10.180.0.1, 10.180.0.2 . 10.180.0.2 }",
         "add element ip kube-proxy cluster-ips { 172.30.0.41 }",
     ], [EXT, "no-endpoint-services {"]),
-    ("single-endpoint-direct-dnat", svc_port("ns1/svc1", CIP), TWO[:1], {}, [
+    ("single-endpoint-direct-dnat", port("ns1", "svc1", cluster_ip=CIP), TWO[:1], {}, [
         f"add rule ip kube-proxy {SVC} meta l4proto tcp dnat to 10.180.0.1:8080",
     ], ["numgen"]),
-    ("no-endpoints-reject", svc_port("ns1/svc1", CIP), (), {}, [
+    ("no-endpoints-reject", port("ns1", "svc1", cluster_ip=CIP), (), {}, [
         'add element ip kube-proxy no-endpoint-services { 172.30.0.41 . tcp . 80 comment "ns1/svc1:p80" : goto reject-chain }',
     ], [SVC, "service-ips {"]),
-    ("internal-local-no-local-drop", svc_port("ns1/svc1", CIP, internal_policy_local=True), TWO, {}, [
+    ("internal-local-no-local-drop", port("ns1", "svc1", cluster_ip=CIP, itp_local=True), TWO, {}, [
         'add element ip kube-proxy no-endpoint-services { 172.30.0.41 . tcp . 80 comment "ns1/svc1:p80" : drop }',
     ], [SVC, LOCAL]),
-    ("internal-local-with-local", svc_port("ns1/svc1", CIP, internal_policy_local=True), (ep("10.180.0.1", 80, local=True),), {}, [
+    ("internal-local-with-local", port("ns1", "svc1", cluster_ip=CIP, itp_local=True), (ep("10.180.0.1", 80, TEST_NODE_NAME),), {}, [
         f"goto {LOCAL}", f"add rule ip kube-proxy {LOCAL} ip daddr 172.30.0.41 tcp dport 80 ip saddr != 10.0.0.0/8 jump mark-for-masquerade",
     ], [f"chain ip kube-proxy {SVC}"]),
-    ("masquerade-all", svc_port("ns1/svc1", CIP), TWO, {"masquerade_all": True}, [
+    ("masquerade-all", port("ns1", "svc1", cluster_ip=CIP), TWO, {"masquerade_all": True}, [
         f"add rule ip kube-proxy {SVC} ip daddr 172.30.0.41 tcp dport 80 jump mark-for-masquerade",
     ], ["saddr != 10.0.0.0/8"]),
-    ("no-detector-no-masquerade-rule", svc_port("ns1/svc1", CIP), TWO, {"cidr": ""}, [], ["jump mark-for-masquerade\n"]),
-    ("nodeport-cluster", svc_port("ns1/svc1", CIP, node_port=3001), TWO, {}, [
+    ("no-detector-no-masquerade-rule", port("ns1", "svc1", cluster_ip=CIP), TWO, {"cidr": ""}, [], ["jump mark-for-masquerade\n"]),
+    ("nodeport-cluster", port("ns1", "svc1", cluster_ip=CIP, node_port=3001), TWO, {}, [
         f"add element ip kube-proxy service-nodeports {{ tcp . 3001 : goto {EXT} }}",
         f"add rule ip kube-proxy {EXT} jump mark-for-masquerade\nadd rule ip kube-proxy {EXT} goto {SVC}",
     ], ["no-endpoint-nodeports {"]),
-    ("nodeport-local-with-local", svc_port("ns1/svc1", CIP, node_port=3001, external_policy_local=True),
-     (ep("10.180.0.1", 80, local=True), ep("10.180.0.2", 80)), {}, [
+    ("nodeport-local-with-local", port("ns1", "svc1", cluster_ip=CIP, node_port=3001, etp_local=True),
+     (ep("10.180.0.1", 80, TEST_NODE_NAME), ep("10.180.0.2", 80)), {}, [
         f'add rule ip kube-proxy {EXT} ip saddr 10.0.0.0/8 goto {SVC} comment "short-circuit pod traffic"',
         f'add rule ip kube-proxy {EXT} fib saddr type local jump mark-for-masquerade comment "masquerade local traffic"',
         f'add rule ip kube-proxy {EXT} fib saddr type local goto {SVC} comment "short-circuit local traffic"',
         f"add rule ip kube-proxy {EXT} goto {LOCAL}",
         f"add rule ip kube-proxy {LOCAL} meta l4proto tcp dnat to 10.180.0.1:80",
     ], []),
-    ("nodeport-local-without-local-drop", svc_port("ns1/svc1", CIP, node_port=3001, external_policy_local=True), TWO, {}, [
+    ("nodeport-local-without-local-drop", port("ns1", "svc1", cluster_ip=CIP, node_port=3001, etp_local=True), TWO, {}, [
         'add element ip kube-proxy no-endpoint-nodeports { tcp . 3001 comment "ns1/svc1:p80" : drop }',
         f"add element ip kube-proxy service-nodeports {{ tcp . 3001 : goto {EXT} }}",
     ], [f"goto {LOCAL}"]),
-    ("nodeport-no-endpoints-reject", svc_port("ns1/svc1", CIP, node_port=3001), (), {}, [
+    ("nodeport-no-endpoints-reject", port("ns1", "svc1", cluster_ip=CIP, node_port=3001), (), {}, [
         'add element ip kube-proxy no-endpoint-nodeports { tcp . 3001 comment "ns1/svc1:p80" : goto reject-chain }',
     ], [EXT]),
-    ("external-ip", svc_port("ns1/svc1", CIP, external_ips=("192.168.99.11",)), TWO, {}, [
+    ("external-ip", port("ns1", "svc1", cluster_ip=CIP, external_ips=("192.168.99.11",)), TWO, {}, [
         f"192.168.99.11 . tcp . 80 : goto {EXT}",
     ], []),
-    ("lb-source-ranges", svc_port("ns1/svc1", CIP, load_balancer_vips=("1.2.3.4",), load_balancer_source_ranges=("203.0.113.0/25",)), TWO, {}, [
+    ("lb-source-ranges", port("ns1", "svc1", cluster_ip=CIP, lb_ips=("1.2.3.4",), source_ranges=("203.0.113.0/25",)), TWO, {}, [
         f"add element ip kube-proxy firewall-ips {{ 1.2.3.4 . tcp . 80 : goto {FW} }}",
         f"add rule ip kube-proxy {FW} ip saddr != {{ 203.0.113.0/25 }} drop",
         f"1.2.3.4 . tcp . 80 : goto {EXT}",
     ], []),
-    ("lb-source-ranges-containing-node-ip", svc_port("ns1/svc1", CIP, load_balancer_vips=("1.2.3.4",),
-                                                      load_balancer_source_ranges=("192.168.0.0/24",)), TWO, {"node_ip": "192.168.0.2"}, [
+    ("lb-source-ranges-containing-node-ip", port("ns1", "svc1", cluster_ip=CIP, lb_ips=("1.2.3.4",),
+                                                 source_ranges=("192.168.0.0/24",)), TWO, {"node_ip": "192.168.0.2"}, [
         f"add rule ip kube-proxy {FW} ip saddr != {{ 192.168.0.0/24, 1.2.3.4 }} drop",
     ], []),
-    ("udp-port", svc_port("ns1/dns", CIP, 53, port_name="dns", protocol="UDP"), (ep("10.180.0.1", 53),), {}, [
+    ("udp-port", port("ns1", "dns", "dns", 53, "UDP", cluster_ip=CIP), (ep("10.180.0.1", 53),), {}, [
         "172.30.0.41 . udp . 53 : goto service-", "meta l4proto udp dnat to 10.180.0.1:53",
     ], []),
 ]
@@ -223,15 +223,15 @@ def test_service_port(sp, eps, kw, present, absent):
 
 def test_no_local_counts():
     plan, _ = build([
-        (svc_port("ns/a", "172.30.0.1", internal_policy_local=True), TWO),
-        (svc_port("ns/b", "172.30.0.2", node_port=3001, external_policy_local=True), TWO),
-        (svc_port("ns/c", "172.30.0.3", node_port=3002, external_policy_local=True), ()),  # none at all: reject, not counted
+        (port("ns", "a", cluster_ip="172.30.0.1", itp_local=True), TWO),
+        (port("ns", "b", cluster_ip="172.30.0.2", node_port=3001, etp_local=True), TWO),
+        (port("ns", "c", cluster_ip="172.30.0.3", node_port=3002, etp_local=True), ()),  # none at all: reject, not counted
     ])
     assert (plan.no_local_internal, plan.no_local_external) == (1, 1)
 
 
 def test_client_ip_affinity_rules_and_sets():
-    sp = svc_port("ns1/svc1", CIP, client_ip_affinity=True, sticky_max_age_seconds=300)
+    sp = port("ns1", "svc1", cluster_ip=CIP, affinity_seconds=300)
     plan, state = build([(sp, TWO)])
     s1 = "affinity-" + endpoint_name_base(sp.name, "tcp", "10.180.0.1", 8080)
     s2 = "affinity-" + endpoint_name_base(sp.name, "tcp", "10.180.0.2", 8080)
@@ -252,8 +252,8 @@ def test_client_ip_affinity_rules_and_sets():
 
 
 def test_ipv6_syntax():
-    sp = svc_port("ns1/svc1", "fd00:30::41")
-    plan, _ = build([(sp, (ep("fd00:1::1", 80), ep("fd00:1::2", 80)))], opts=options("fd00:1::/64", family=V6),
+    sp = port("ns1", "svc1", cluster_ip="fd00:30::41")
+    plan, _ = build([(sp, (ep("fd00:1::1", 80), ep("fd00:1::2", 80)))], opts=options("fd00:1::/64", family=IPV6),
                     service_cidrs=("fd00:30::/112",))
     text = plan.text
     assert "add table ip6 kube-proxy" in text
@@ -267,7 +267,7 @@ def test_ipv6_syntax():
 # -- partial syncs and bookkeeping --------------------------------------------------------------
 
 def two_services(eps_a=TWO, eps_b=TWO[:1]):
-    return [(svc_port("ns1/svc1", CIP), eps_a), (svc_port("ns2/svc2", "172.30.0.42"), eps_b)]
+    return [(port("ns1", "svc1", cluster_ip=CIP), eps_a), (port("ns2", "svc2", cluster_ip="172.30.0.42"), eps_b)]
 
 
 def test_partial_sync_touches_only_changed_service():
@@ -314,13 +314,13 @@ def test_shared_hairpin_element_stays_until_its_last_owner_goes():
 
 def test_slot_block_reused_when_endpoint_count_stays_within_it():
     four = tuple(ep(f"10.180.0.{i}", 80) for i in range(1, 5))
-    _, state = build([(svc_port("ns1/svc1", CIP), four), (svc_port("ns2/svc2", "172.30.0.42"), TWO)])
+    _, state = build([(port("ns1", "svc1", cluster_ip=CIP), four), (port("ns2", "svc2", cluster_ip="172.30.0.42"), TWO)])
     block = state.services["ns1/svc1"].slots[SVC]
-    _, state = build([(svc_port("ns1/svc1", CIP), four[:3]), (svc_port("ns2/svc2", "172.30.0.42"), TWO)],
+    _, state = build([(port("ns1", "svc1", cluster_ip=CIP), four[:3]), (port("ns2", "svc2", cluster_ip="172.30.0.42"), TWO)],
                      state=state, full=False, changed={"ns1/svc1"})
     assert state.services["ns1/svc1"].slots[SVC] == block
     five = four + (ep("10.180.0.5", 80),)
-    plan, state = build([(svc_port("ns1/svc1", CIP), five), (svc_port("ns2/svc2", "172.30.0.42"), TWO)],
+    plan, state = build([(port("ns1", "svc1", cluster_ip=CIP), five), (port("ns2", "svc2", cluster_ip="172.30.0.42"), TWO)],
                         state=state, full=False, changed={"ns1/svc1"})
     new_block = state.services["ns1/svc1"].slots[SVC]
     assert new_block != block and new_block[1] == 8
@@ -405,7 +405,7 @@ def test_non_tcp_endpoints_use_their_own_protocols_endpoint_maps(protocol):
     """nft 1.0.6 cannot reuse a map with ``th dport`` data from the kernel; each protocol has
     its own shards, and a UDP Service moving between endpoint counts keeps working."""
     proto = protocol.lower()
-    dns = svc_port("ns1/dns", "172.30.0.10", 53, port_name="dns", protocol=protocol)
+    dns = port("ns1", "dns", "dns", 53, protocol, cluster_ip="172.30.0.10")
     plan, state = build([(dns, (ep("10.180.0.1", 5353), ep("10.180.0.2", 5353)))])
     (chain,) = state.services["ns1/dns"].slots
     emap = rules.endpoint_map(chain, proto)

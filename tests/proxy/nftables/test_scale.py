@@ -20,7 +20,7 @@ from kubesvc.kernel.nftables import NFTables
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.nftables.proxier import NftablesBackend
 from kubesvc.proxy.proxier import Proxier
-from tests.proxy.nftables.builders import ep, options, request, svc_port
+from tests.support.builders import ep, options, port, request
 from tests.support.netns import Netns
 
 pytestmark = [pytest.mark.slow, pytest.mark.kernel]
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.kernel]
 def services(n: int, e: int) -> list:
     out = []
     for i in range(n):
-        sp = svc_port(f"ns{i % 100}/svc{i}", f"172.{16 + (i >> 16)}.{(i >> 8) & 255}.{i & 255}", 80)
+        sp = port(f"ns{i % 100}", f"svc{i}", cluster_ip=f"172.{16 + (i >> 16)}.{(i >> 8) & 255}.{i & 255}")
         eps = tuple(ep(f"10.{((i * e + j) >> 16) & 255}.{((i * e + j) >> 8) & 255}.{(i * e + j) & 255}", 8080) for j in range(e))
         out.append((sp, eps))
     return out

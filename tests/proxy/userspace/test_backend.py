@@ -14,7 +14,7 @@ from kubesvc.proxy.backend import ProxyOptions, SyncFailed
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.userspace.proxier import UserspaceBackend
 from kubesvc.proxy.userspace.rules import JUMPS
-from tests.proxy.iptables.scenario import Cluster, ep, port, spn
+from tests.support.builders import Cluster, ep, port, spn
 
 HOST = "127.0.0.1"
 

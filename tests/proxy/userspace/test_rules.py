@@ -13,7 +13,7 @@ from kubesvc.kernel.fake.iptables import TEST_NODE_NAME
 from kubesvc.proxy.backend import ProxyOptions
 from kubesvc.proxy.iptables.rules import TABLE_FILTER, TABLE_NAT
 from kubesvc.proxy.userspace.rules import DROP, EXTERNAL, INTERNAL, REJECT, build_restore, cleanup_input, plan_portals
-from tests.proxy.iptables.scenario import Cluster, ep, port, spn
+from tests.support.builders import Cluster, ep, port, spn
 
 NODE_IP = "192.168.0.2"
 OPTIONS = ProxyOptions(node_name=TEST_NODE_NAME)

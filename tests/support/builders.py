@@ -1,0 +1,106 @@
+"""Services and endpoints as the shared proxier hands them to a mode's backend, for every proxy
+test (the fakes, the golden rules, the kernel tests), built the way upstream's proxier tests
+describe them (``makeTestService``, ``makeServicePortName``, ``makeTestEndpointSlice`` in
+pkg/proxy/{iptables,nftables,ipvs}/proxier_test.go):
+
+- :func:`spn`, :func:`port`, :func:`ep`: one Service port name, one Service port (ClusterIP,
+  NodePort, externalIPs, LoadBalancer VIPs and source ranges, traffic policies, affinity), one
+  endpoint (local when its node is :data:`TEST_NODE_NAME`, upstream's ``testHostname``);
+- :class:`Cluster`: the Service port map and the endpoints map as the change trackers keep them,
+  and the ``SyncRequest`` a sync gets (with the Services changed since the last one);
+- :func:`request`: one ``SyncRequest`` straight from ``[(port, endpoints), ...]``;
+- :func:`options`: a mode's ``ProxyOptions`` (a pod-CIDR local detector).
+"""
+
+from __future__ import annotations
+
+from kubesvc.kernel.fake.iptables import TEST_NODE_IP, TEST_NODE_NAME
+from kubesvc.proxy.backend import ProxyOptions, SyncRequest
+from kubesvc.proxy.localdetector import LocalDetector
+from kubesvc.proxy.types import IPV4, IPV6, Endpoint, ServicePort, ServicePortName
+
+POD_CIDR = {IPV4: "10.0.0.0/8", IPV6: "fd00:10::/64"}
+
+
+def spn(ns: str, name: str, port: str = "p80", protocol: str = "TCP") -> ServicePortName:
+    return ServicePortName(ns, name, port, protocol)
+
+
+def port(ns: str, name: str, port_name: str = "p80", port: int = 80, protocol: str = "TCP", *, cluster_ip: str,
+         node_port: int = 0, external_ips=(), lb_ips=(), source_ranges=(), health_check_node_port: int = 0,
+         etp_local: bool = False, itp_local: bool = False, affinity_seconds: int | None = None) -> ServicePort:
+    """One Service port. ``health_check_node_port`` only for LoadBalancer + eTP Local (as the
+    Service change tracker sets it); ``affinity_seconds``: ClientIP affinity with that timeout."""
+    return ServicePort(
+        name=spn(ns, name, port_name, protocol), cluster_ip=cluster_ip, port=port, protocol=protocol,
+        node_port=node_port, client_ip_affinity=affinity_seconds is not None, sticky_max_age_seconds=affinity_seconds or 0,
+        external_ips=tuple(external_ips), load_balancer_source_ranges=tuple(source_ranges), load_balancer_vips=tuple(lb_ips),
+        health_check_node_port=health_check_node_port, external_policy_local=etp_local, internal_policy_local=itp_local)
+
+
+def ep(ip: str, port: int = 80, node: str | None = None, *, ready: bool = True, serving: bool = True,
+       terminating: bool = False) -> Endpoint:
+    """One endpoint on ``node`` (local when that is :data:`TEST_NODE_NAME`)."""
+    return Endpoint(ip=ip, port=port, is_local=node == TEST_NODE_NAME, ready=ready, serving=serving, terminating=terminating)
+
+
+def options(cidr: str = "10.0.0.0/8", family: int = IPV4, *, node_name: str = "node1", **kw) -> ProxyOptions:
+    """A mode's options: a local detector for the pod CIDR ``cidr`` (none if empty)."""
+    detector = LocalDetector(cidr=cidr, family=family) if cidr else LocalDetector(family=family)
+    return ProxyOptions(family=family, node_name=node_name, local_detector=detector, **kw)
+
+
+def request(ports: list[tuple[ServicePort, tuple[Endpoint, ...]]], *, full: bool = True, changed: set[str] | None = None,
+            nodeport_ips: tuple[str, ...] | None = None, node_ip: str = "", service_cidrs: tuple[str, ...] = (),
+            node_labels: dict | None = None) -> SyncRequest:
+    """The ``SyncRequest`` for these Service ports and their endpoints (sorted as the
+    EndpointSliceCache hands them over)."""
+    service_ports = {sp.name: sp for sp, _ in ports}
+    endpoints = {sp.name: tuple(sorted(eps, key=lambda e: e.endpoint)) for sp, eps in ports if eps}
+    return SyncRequest(full=full, service_ports=service_ports, endpoints=endpoints,
+                       changed_services=frozenset(changed or ()), node_labels=node_labels or {},
+                       nodeport_ips=nodeport_ips, node_ip=node_ip, service_cidrs=service_cidrs)
+
+
+class Cluster:
+    """The Service port map and endpoints map, plus which Services changed since the last
+    request (what ``ServiceChangeTracker``/``EndpointsChangeTracker`` would report)."""
+
+    def __init__(self, node_ip: str = TEST_NODE_IP, nodeport_ips: tuple[str, ...] | None = None):
+        self.ports: dict[ServicePortName, ServicePort] = {}
+        self.endpoints: dict[ServicePortName, tuple[Endpoint, ...]] = {}
+        self.changed: set[str] = set()
+        self.node_ip = node_ip
+        self.nodeport_ips = nodeport_ips
+
+    def add(self, *ports: ServicePort) -> Cluster:
+        for p in ports:
+            self.ports[p.name] = p
+            self.changed.add(p.name.service)
+        return self
+
+    def delete_service(self, ns: str, name: str) -> None:
+        for key in [k for k in self.ports if k.namespace == ns and k.name == name]:
+            del self.ports[key]
+        self.changed.add(f"{ns}/{name}")
+
+    def set_endpoints(self, name: ServicePortName, *endpoints: Endpoint) -> Cluster:
+        """Endpoints of one Service port, deduplicated and sorted as the EndpointSliceCache does."""
+        unique = {}
+        for e in endpoints:
+            if e.endpoint not in unique or not e.terminating:
+                unique[e.endpoint] = e
+        if unique:
+            self.endpoints[name] = tuple(sorted(unique.values(), key=lambda e: e.endpoint))
+        else:
+            self.endpoints.pop(name, None)
+        self.changed.add(name.service)
+        return self
+
+    def request(self, full: bool = False, **extra) -> SyncRequest:
+        changed, self.changed = frozenset(self.changed), set()
+        extra.setdefault("node_ip", self.node_ip)
+        extra.setdefault("nodeport_ips", self.nodeport_ips)
+        return SyncRequest(full=full, service_ports=dict(self.ports), endpoints=dict(self.endpoints),
+                           changed_services=changed, **extra)
+
