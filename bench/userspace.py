@@ -181,6 +181,8 @@ def relay(args) -> None:
     import asyncio
 
     from kubesvc.proxy.backend import ProxyOptions, SyncRequest
+    from kubesvc.proxy.metrics import ProxyMetrics
+    from kubesvc.proxy.proxier import Proxier
     from kubesvc.proxy.types import Endpoint, ServicePort, ServicePortName
     from kubesvc.proxy.userspace import relay as relay_module
     from kubesvc.proxy.userspace.proxier import UserspaceBackend
@@ -198,8 +200,9 @@ def relay(args) -> None:
         name = ServicePortName("bench", "svc", "tcp", "TCP")
         request = SyncRequest(full=True, service_ports={name: ServicePort(name, CLUSTER_IP, 80, "TCP")},
                               endpoints={name: (Endpoint(NODE_IP, SERVER_PORT, is_local=True),)}, node_ip=NODE_IP)
-        backend = UserspaceBackend(ProxyOptions(node_name="bench"))
-        await backend.sync(request)
+        options = ProxyOptions(node_name="bench")
+        backend = UserspaceBackend(options)
+        await Proxier(backend, options, ProxyMetrics()).run_sync(request)
         loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
         how = "splice" if getattr(relay_module, "SPLICE", False) else "copy"
         print(f"ready {backend.proxy_port(name)} {loop},{how}", flush=True)

@@ -30,7 +30,8 @@ from kubesvc.client.record import EventRecorder
 from kubesvc.client.rest import ENDPOINTSLICES, NODES, SERVICECIDRS, SERVICES, RestClient
 from kubesvc.kernel.exec import CleanupFailed, CommandFailed
 from kubesvc.proxy.config import ProxySettings, options_for_family
-from kubesvc.proxy.healthcheck import ProxyHealthServer, ServiceHealthServer, listen_socket
+from kubesvc.proxy.healthcheck import ProxyHealthServer, ServiceHealthServer
+from kubesvc.serving.listen import listen_socket
 from kubesvc.proxy.backend import ProxyOptions
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.nodeportaddresses import NodePortAddresses, detect_node_ips, node_ips_from_node
@@ -59,7 +60,7 @@ def make_backend(mode: str, options: ProxyOptions, metrics: ProxyMetrics, sync_p
         return IptablesBackend(options, canary_period=sync_period / 2, flush_timeout=min(5.0, sync_period / 2))
     if mode == "userspace":
         from kubesvc.proxy.userspace.proxier import UserspaceBackend
-        return UserspaceBackend(options, metrics, udp_idle_timeout=udp_idle_timeout)
+        return UserspaceBackend(options, udp_idle_timeout=udp_idle_timeout)
     if mode == "ipvs":  # only reached when IPVS is usable (ProxyServer._ipvs_or_fallback)
         from kubesvc.proxy.ipvs.proxier import IpvsBackend
         return IpvsBackend(options, metrics, settings=ipvs, sync_period=sync_period)

@@ -12,6 +12,7 @@ from kubesvc.kernel.exec import CommandFailed
 from kubesvc.kernel.fake.iptables import TEST_NODE_NAME, FakeIptablesAsync
 from kubesvc.proxy.backend import ProxyOptions, SyncFailed
 from kubesvc.proxy.metrics import ProxyMetrics
+from kubesvc.proxy.proxier import Proxier
 from kubesvc.proxy.userspace.proxier import UserspaceBackend
 from kubesvc.proxy.userspace.rules import JUMPS
 from tests.support.builders import Cluster, ep, port, spn
@@ -19,9 +20,12 @@ from tests.support.builders import Cluster, ep, port, spn
 HOST = "127.0.0.1"
 
 
-def backend(ipt=None, **options) -> tuple[UserspaceBackend, FakeIptablesAsync]:
+def backend(ipt=None, **options) -> tuple[Proxier, FakeIptablesAsync]:
+    """The userspace mode inside the shared proxier (``run_sync`` takes requests directly;
+    ``.mode`` is the ``UserspaceBackend``)."""
     ipt = ipt or FakeIptablesAsync()
-    return UserspaceBackend(ProxyOptions(node_name=TEST_NODE_NAME), ProxyMetrics(), ipt=ipt, listen_ip=HOST, **options), ipt
+    opts = ProxyOptions(node_name=TEST_NODE_NAME)
+    return Proxier(UserspaceBackend(opts, ipt=ipt, listen_ip=HOST, **options), opts, ProxyMetrics()), ipt
 
 
 async def answer_server(name: str):
@@ -49,8 +53,8 @@ async def test_sync_opens_listeners_writes_their_ports_and_relays():
     c.set_endpoints(web, ep(HOST, backend_port))
     c.set_endpoints(dns, ep(HOST, 5353))
     try:
-        result = await b.sync(c.request(full=True))
-        web_port, dns_port = b.proxy_port(web), b.proxy_port(dns)
+        result = await b.run_sync(c.request(full=True))
+        web_port, dns_port = b.mode.proxy_port(web), b.mode.proxy_port(dns)
         assert web_port and dns_port and web_port != dns_port
         nat = ipt.save_sync("nat")
         assert f"-d 172.30.0.1/32 -j REDIRECT --to-ports {web_port}" in nat
@@ -63,11 +67,11 @@ async def test_sync_opens_listeners_writes_their_ports_and_relays():
 
         # endpoints change: same listener; the Service goes: listener closed
         c.set_endpoints(web, ep(HOST, backend_port), ep(HOST, backend_port + 0))
-        await b.sync(c.request())
-        assert b.proxy_port(web) == web_port
+        await b.run_sync(c.request())
+        assert b.mode.proxy_port(web) == web_port
         c.delete_service("ns", "web")
-        await b.sync(c.request())
-        assert b.proxy_port(web) == 0 and "172.30.0.1" not in ipt.save_sync("nat")
+        await b.run_sync(c.request())
+        assert b.mode.proxy_port(web) == 0 and "172.30.0.1" not in ipt.save_sync("nat")
         with pytest.raises(OSError):
             await ask(web_port)
     finally:
@@ -90,9 +94,9 @@ async def test_without_iptables_listeners_still_relay(caplog):
     c.add(port("ns", "web", cluster_ip="172.30.0.1"))
     c.set_endpoints(spn("ns", "web"), ep(HOST, backend_port))
     try:
-        await b.sync(c.request(full=True))
-        await b.sync(c.request(full=True))
-        assert await ask(b.proxy_port(spn("ns", "web"))) == "web-1"
+        await b.run_sync(c.request(full=True))
+        await b.run_sync(c.request(full=True))
+        assert await ask(b.mode.proxy_port(spn("ns", "web"))) == "web-1"
         warnings = [r for r in caplog.records if "iptables unusable" in r.getMessage()]
         assert len(warnings) == 1, "one line, once"
     finally:
@@ -111,7 +115,7 @@ async def test_failed_restore_raises_and_makes_the_next_sync_full():
     c.add(port("ns", "web", cluster_ip="172.30.0.1"))
     try:
         with pytest.raises(SyncFailed):
-            await b.sync(c.request(full=False))
+            await b.run_sync(c.request(full=False))
         assert b.need_full_sync
         assert b.metrics.iptables_restore_failures.labels("IPv4")._value.get() == 1
     finally:

@@ -1,21 +1,25 @@
 """The userspace mode's shell (upstream ``pkg/proxy/userspace/proxier.go``): listeners, the
 load balancer, and one ``iptables-restore`` per sync.
 
-Per sync (``UserspaceBackend.sync``):
+Per sync, in the shared proxier's skeleton (``backend.Mode``):
 
-1. plan the portals (pure ``rules.plan_portals``: one per Service port, two when its external
-   traffic policy differs from its internal one) with their endpoints by traffic policy;
-2. open a listener (random port on the wildcard address) for each new portal, close the
-   listeners of portals gone (their relayed TCP connections run to their end); hand each
+1. ``observe``: once, whether iptables is usable; full syncs: ensure the jumps from the
+   built-in chains (``iptables -C``, else ``-I``/``-A``);
+2. ``plan``: the portals (pure ``rules.plan_portals``: one per Service port, two when its
+   external traffic policy differs from its internal one) with their endpoints by traffic
+   policy;
+3. ``apply``: open a listener (random port on the wildcard address) for each new portal, close
+   the listeners of portals gone (their relayed TCP connections run to their end); hand each
    portal's endpoints to the round-robin balancer (connections to surviving endpoints are
    untouched; UDP flows to removed endpoints end, so their next datagram picks a live one);
-3. full syncs: ensure the jumps from the built-in chains (``iptables -C``, else ``-I``/``-A``);
-4. write every portal chain in one ``iptables-restore --noflush`` (pure ``rules.build_restore``).
+   then write every portal chain, naming the listeners' ports, in one ``iptables-restore
+   --noflush`` (pure ``rules.build_restore``).
 
 Where iptables cannot be used at all (no binary, no nat table, no privilege) the listeners
 still relay: one line is logged and the kernel steps are skipped from then on. A failed
-restore counts ``sync_proxy_rules_iptables_restore_failures_total`` and raises ``SyncFailed``
-(the next sync is full), as in iptables mode.
+restore (or a proxy port that could not be opened) counts
+``sync_proxy_rules_iptables_restore_failures_total`` and raises ``SyncFailed`` (the next sync
+is full), as in iptables mode.
 """
 
 from __future__ import annotations
@@ -26,9 +30,8 @@ from collections.abc import Callable, Collection
 
 from kubesvc.kernel.exec import CleanupFailed, CommandFailed
 from kubesvc.kernel.iptables import Iptables, IptablesSync
-from kubesvc.proxy.backend import ProxyOptions, SyncFailed, SyncRequest, SyncResult
+from kubesvc.proxy.backend import KernelPlan, Mode, ProxyOptions, SyncFailed, SyncRequest
 from kubesvc.proxy.iptables.rules import TABLE_FILTER, TABLE_NAT, chains_in_save
-from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.types import FAMILY_NAMES, IPV4, IPV6, ServicePortName
 from kubesvc.proxy.userspace.loadbalancer import LoadBalancerRR
 from kubesvc.proxy.userspace.relay import CONNECT_TIMEOUTS, UDP_IDLE_TIMEOUT, Endpoint, TcpListener, UdpListener
@@ -39,20 +42,18 @@ log = logging.getLogger("kubesvc.proxy.userspace")
 PortalKey = tuple[ServicePortName, str]
 
 
-class UserspaceBackend:
-    """``backend.Backend`` for one family: listeners on ``0.0.0.0`` (or ``::``)."""
+class UserspaceBackend(Mode[None]):
+    """The userspace mode for one family: listeners on ``0.0.0.0`` (or ``::``)."""
 
     mode = "userspace"
+    failure_metric = "iptables_restore_failures"
 
-    def __init__(self, options: ProxyOptions, metrics: ProxyMetrics | None = None, *, netns: str | None = None,
-                 ipt: Iptables | None = None, listen_ip: str | None = None, udp_idle_timeout: float = UDP_IDLE_TIMEOUT,
+    def __init__(self, options: ProxyOptions, *, netns: str | None = None, ipt: Iptables | None = None,
+                 listen_ip: str | None = None, udp_idle_timeout: float = UDP_IDLE_TIMEOUT,
                  connect_timeouts: tuple[float, ...] = CONNECT_TIMEOUTS, program_kernel: bool = True,
                  clock: Callable[[], float] = time.monotonic):
         """``program_kernel`` False: relay only (no iptables at all, as when it is unusable)."""
-        self.options = options
-        self.family = options.family
-        self.family_name = FAMILY_NAMES[self.family]
-        self.metrics = metrics
+        super().__init__(options)
         self.ipt = ipt or Iptables(self.family, netns=netns)
         self.listen_ip = listen_ip or ("::" if self.family == IPV6 else "0.0.0.0")
         self.udp_idle_timeout = udp_idle_timeout
@@ -61,7 +62,6 @@ class UserspaceBackend:
         self.clock = clock
         self.balancer: LoadBalancerRR[PortalKey, Endpoint] = LoadBalancerRR(clock)
         self.listeners: dict[PortalKey, TcpListener | UdpListener] = {}
-        self.need_full_sync = True
 
     def proxy_port(self, name: ServicePortName, kind: str = "internal") -> int:
         """The port the listener of ``name``'s portal ``kind`` is bound to (0: none)."""
@@ -81,12 +81,25 @@ class UserspaceBackend:
             return await UdpListener(self._chooser(key), name=name, idle_timeout=self.udp_idle_timeout).start(self.listen_ip)
         return await TcpListener(self._chooser(key), name=name, timeouts=self.connect_timeouts).start(self.listen_ip)
 
-    async def sync(self, request: SyncRequest) -> SyncResult:
-        full = request.full or self.need_full_sync
-        started = self.clock()
-        plan = plan_portals(request, self.options)
+    async def observe(self, request: SyncRequest, state: None) -> None:
+        if self.kernel_usable is None:
+            self.kernel_usable = await self._probe_kernel()
+        if self.kernel_usable and request.full:
+            for position, jump in JUMPS:
+                await self.ipt.ensure_chain(jump.table, jump.dst)
+                await self.ipt.ensure_rule(position, jump.table, jump.src, *jump.args)
+
+    def plan(self, request: SyncRequest, previous: None, observed: None) -> KernelPlan[None]:
+        portals = plan_portals(request, self.options)
+        return KernelPlan(kernel_input=(portals, request.node_ip, request.nodeport_ips), next_state=None,
+                          no_local_internal=portals.no_local_internal, no_local_external=portals.no_local_external)
+
+    async def apply(self, plan: KernelPlan[None]) -> None:
+        """Listeners and balancer first, then the portal rules naming the listeners' ports (so
+        the rule counts, ``plan.written``, are known only here)."""
+        portals, node_ip, nodeport_ips = plan.kernel_input
         problems: list[str] = []
-        for key, portal in plan.portals.items():
+        for key, portal in portals.portals.items():
             sp = portal.service_port
             endpoints = tuple((ep.ip, ep.port) for ep in portal.endpoints)
             self.balancer.update(key, endpoints, affinity=sp.client_ip_affinity, ttl_seconds=sp.sticky_max_age_seconds)
@@ -100,37 +113,18 @@ class UserspaceBackend:
                     continue
             if isinstance(listener, UdpListener):
                 listener.drop_flows(set(endpoints))
-        for key in [k for k in self.listeners if k not in plan.portals]:
+        for key in [k for k in self.listeners if k not in portals.portals]:
             self.listeners.pop(key).close()
             self.balancer.delete(key)
             log.info("Closed proxy port for %s (%s)", *key)
         self.balancer.cleanup_stale_sessions()
-        built = self.clock()
         ports = {key: listener.port for key, listener in self.listeners.items()}
-        data = build_restore(plan, ports, node_ip=request.node_ip, nodeport_ips=request.nodeport_ips)
-        build_seconds = self.clock() - built
-        if self.kernel_usable is None:
-            self.kernel_usable = await self._probe_kernel()
+        data = build_restore(portals, ports, node_ip=node_ip, nodeport_ips=nodeport_ips)
+        plan.written = {TABLE_FILTER: data.filter_rules, TABLE_NAT: data.nat_rules}
         if self.kernel_usable:
-            try:
-                if full:
-                    for position, jump in JUMPS:
-                        await self.ipt.ensure_chain(jump.table, jump.dst)
-                        await self.ipt.ensure_rule(position, jump.table, jump.src, *jump.args)
-                await self.ipt.restore(data.text)
-            except CommandFailed as err:
-                self.need_full_sync = True
-                if self.metrics is not None:
-                    self.metrics.iptables_restore_failures.labels(self.family_name).inc()
-                log.error("%s sync of %s userspace portal rules failed: %s", "full" if full else "partial", self.family_name, err)
-                raise SyncFailed(str(err)) from err
+            await self.ipt.restore(data.text)
         if problems:
-            self.need_full_sync = True
             raise SyncFailed("; ".join(problems))
-        self.need_full_sync = False
-        return SyncResult(full=full, no_local_internal=plan.no_local_internal, no_local_external=plan.no_local_external,
-                          build_seconds=build_seconds, kernel_seconds=max(0.0, self.clock() - started - build_seconds),
-                          written={TABLE_FILTER: data.filter_rules, TABLE_NAT: data.nat_rules})
 
     async def _probe_kernel(self) -> bool:
         try:
@@ -142,10 +136,9 @@ class UserspaceBackend:
             return False
         return True
 
-    async def start(self, request_full_sync: Callable[[], None]) -> None:
-        """Nothing runs in the background: the listeners live in the event loop."""
-
-    async def stop(self) -> None:
+    async def close(self) -> None:
+        """Nothing runs in the background (the listeners live in the event loop); stopping
+        closes them."""
         for listener in self.listeners.values():
             listener.close(connections=True)
         self.listeners.clear()
