@@ -40,9 +40,9 @@ from kubesvc.agent.kubeletauth import AuthorizationFailed, Authorizer, authoriza
 from kubesvc.agent.logs import InvalidLogOptions, LogOptions, container_log_path, read_logs
 from kubesvc.apiserver.auth.x509 import X509Authenticator
 from kubesvc.api.errors import StatusError
-from kubesvc.apiserver.codec import parameter_bool
-from kubesvc.apiserver.streaming import relay
-from kubesvc.proxy.healthcheck import listen_socket
+from kubesvc.serving.params import parameter_bool
+from kubesvc.serving.streaming import relay
+from kubesvc.serving.listen import listen_socket
 from kubesvc.util.clock import Clock, RealClock
 
 

@@ -40,7 +40,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import AsyncIterator, Callable, Mapping
 
-from kubesvc.apiserver.codec import parameter_bool, parameter_int
+from kubesvc.serving.params import parameter_bool, parameter_int
 from kubesvc.util import golang
 from kubesvc.util.clock import Clock, RealClock
 

@@ -19,7 +19,7 @@ from kubesvc.api.yamljson import YAMLBodyError, yaml_to_json
 from kubesvc.api.errors import StatusError
 from kubesvc.api.scheme import KindInfo
 from kubesvc.apiserver.protobuf import decode_kubernetes_protobuf
-from kubesvc.util import golang
+from kubesvc.serving.params import parameter_bool, parameter_int  # noqa: F401 (codec.parameter_bool: the apiserver's handlers)
 
 # upstream apiserver's MaxRequestBodyBytes (3 MiB); larger bodies get 413
 MAX_BODY_BYTES = 3 * 1024 * 1024
@@ -208,21 +208,6 @@ def int64_param(query, name: str) -> int | None:
         return parameter_int(query, name)
     except ValueError as exc:
         raise errors.bad_request(str(exc)) from None
-
-
-def parameter_bool(query, name: str) -> bool:
-    """A bool query parameter as the parameter codec reads one into an options struct
-    (``Convert_Slice_string_To_bool``, :func:`golang.query_bool`): absent, "0" or "false" (any
-    case) is false, anything else, even empty or ``yes``, is true. ``watch`` and
-    ``allowWatchBookmarks`` are read so too (ListOptions come through the same codec)."""
-    return golang.query_bool(query.get(name))
-
-
-def parameter_int(query, name: str) -> int | None:
-    """An int64 query parameter as the parameter codec reads one (``strconv.ParseInt``): None
-    when absent or empty, ValueError with Go's words when it is not a 64-bit integer."""
-    text = query.get(name, "")
-    return golang.parse_int(text) if text != "" else None
 
 
 MAX_GO_DURATION_SECONDS = (2**63 - 1) // 10**9  # Go's time.Duration holds about 292 years

@@ -41,7 +41,7 @@ from yarl import URL
 from kubesvc.api import errors
 from kubesvc.api.errors import StatusError
 from kubesvc.api.validation_meta import go_quote
-from kubesvc.apiserver.streaming import relay
+from kubesvc.serving.streaming import relay
 
 PREFERRED_ADDRESS_TYPES = ("InternalIP", "InternalDNS", "Hostname", "ExternalIP", "ExternalDNS")
 MAX_ERROR_BODY = 50000  # upstream maxReadLength: how much of an agent's error answer is kept

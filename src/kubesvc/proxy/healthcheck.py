@@ -34,10 +34,8 @@ retried at the next sync.
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import logging
-import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -47,6 +45,7 @@ from aiohttp import web
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.nodeportaddresses import NodePortAddresses
 from kubesvc.proxy.types import FAMILY_NAMES
+from kubesvc.serving.listen import listen_socket
 from kubesvc.util.clock import Clock, RealClock
 
 log = logging.getLogger("kubesvc.proxy.healthcheck")
@@ -232,35 +231,6 @@ class ProxyHealthServer:
 
 
 # ---- sockets with Go's listen semantics -------------------------------------------------------
-
-
-def listen_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket as Go's ``net.Listen("tcp", host:port)`` makes it: an unspecified
-    host (``""``, ``0.0.0.0``, ``::``) is one dual-stack IPv6 socket where the kernel allows it,
-    else IPv4 ``0.0.0.0``; ``SO_REUSEADDR`` is set."""
-    if host in ("", "0.0.0.0", "::"):
-        try:
-            return _bound(socket.AF_INET6, "::", port, dual_stack=True)
-        except OSError as err:
-            if err.errno not in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT):
-                raise
-        return _bound(socket.AF_INET, "0.0.0.0", port)
-    return _bound(socket.AF_INET6 if ":" in host else socket.AF_INET, host, port)
-
-
-def _bound(family: int, host: str, port: int, dual_stack: bool = False) -> socket.socket:
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if dual_stack:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        sock.bind((host, port))
-        sock.listen(128)
-        sock.setblocking(False)
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 def join_host_port(host: str, port: int) -> str:

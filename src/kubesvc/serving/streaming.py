@@ -12,7 +12,7 @@ from typing import AsyncIterable
 
 from aiohttp import web
 
-log = logging.getLogger("kubesvc.apiserver")
+log = logging.getLogger("kubesvc.serving")
 
 DISCONNECT_POLL = 2.0  # seconds between "is the client still there?" checks while the source is quiet
 
