@@ -56,7 +56,7 @@ that applying the original transactions gives, which is how the tests compare th
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import ipaddress
 import re
 from collections.abc import Iterator
@@ -165,15 +165,13 @@ class FakeKernel:
 
     def apply(self, text: str) -> None:
         """Apply ``text`` all or nothing; ``NftError`` names the failing line."""
-        work = copy.deepcopy(self.tables)
-        handle = self.next_handle
-        tx = _Tx(work, handle, self.destroy)
+        tx = _Tx(self.tables, self.next_handle, self.destroy)
         for line_no, command in split_commands(text):
             try:
                 tx.command(command)
             except NftError as err:
                 raise NftError(f"/dev/stdin:{line_no}:1-{len(command)}: Error: {err.message}\n{command}") from None
-        self.tables = work
+        self.tables = tx.tables
         self.next_handle = tx.handle
         self.transactions.append(text)
 
@@ -185,9 +183,12 @@ _TOKEN = re.compile(r'"[^"]*"|[{},;]|[^\s{},;"]+')
 
 def split_commands(text: str) -> Iterator[tuple[int, str]]:
     """(line number, command) for each command: newlines and ``;`` outside braces and quotes end one."""
+    line, counted = 1, 0
     for offset, command in _split_top(text, "\n;"):
+        line += text.count("\n", counted, offset)
+        counted = offset
         if not command.startswith("#"):
-            yield text.count("\n", 0, offset) + 1, command
+            yield line, command
 
 
 def _unquote(word: str) -> str:
@@ -348,16 +349,43 @@ _COMMAND = re.compile(r"^(?P<verb>\w+)\s+(?P<obj>table|chain|rule|set|map|elemen
 
 
 class _Tx:
-    """One transaction's commands over ``tables`` (a copy the caller keeps only on success)."""
+    """One transaction's commands over a copy of ``tables`` that the caller keeps only on
+    success. The copy is made on write, object by object (a table, a chain's rule list, a
+    set's elements), so a small transaction on a large ruleset costs little; rules and
+    elements themselves are never changed in place."""
 
     def __init__(self, tables: dict[tuple[str, str], Table], handle: int, destroy: bool):
-        self.tables = tables
+        self.tables = dict(tables)
         self.handle = handle
         self.destroy = destroy
+        self.owned: set[int] = set()  # ids of the objects this transaction copied or made
 
     def _handle(self) -> int:
         self.handle += 1
         return self.handle - 1
+
+    def _mine(self, obj):
+        self.owned.add(id(obj))
+        return obj
+
+    def _own_table(self, table: Table) -> Table:
+        if id(table) in self.owned:
+            return table
+        mine = self._mine(dataclasses.replace(table, chains=dict(table.chains), sets=dict(table.sets)))
+        self.tables[(table.family, table.name)] = mine
+        return mine
+
+    def _own_chain(self, table: Table, name: str) -> Chain:
+        chain = table.chains[name]
+        if id(chain) not in self.owned:
+            chain = table.chains[name] = self._mine(dataclasses.replace(chain, rules=list(chain.rules)))
+        return chain
+
+    def _own_set(self, table: Table, name: str) -> Set:
+        s = table.sets[name]
+        if id(s) not in self.owned:
+            s = table.sets[name] = self._mine(dataclasses.replace(s, elements=dict(s.elements)))
+        return s
 
     def command(self, command: str) -> None:
         m = _COMMAND.match(command)
@@ -382,6 +410,7 @@ class _Tx:
             if verb == "destroy":
                 return
             raise _process(ENOENT)
+        table = self._own_table(table)
         if len(tokens) < 2:
             raise NftError("syntax error, unexpected end of file")
         name = _unquote(tokens[1])
@@ -404,15 +433,16 @@ class _Tx:
                 if verb == "create":
                     raise _process(EEXIST)
                 return
-            table = self.tables[key] = Table(family, name, self._handle())
+            table = self.tables[key] = self._mine(Table(family, name, self._handle()))
             for clause in _block(tokens):
                 if clause[0] == "comment":
                     table.comment = _unquote(clause[1])
         elif verb == "flush":
             if table is None:
                 raise _process(ENOENT)
-            for chain in table.chains.values():
-                chain.rules = []
+            table = self._own_table(table)
+            for name in table.chains:
+                self._own_chain(table, name).rules = []
         elif table is None:
             if verb == "delete":
                 raise _process(ENOENT)
@@ -441,23 +471,24 @@ class _Tx:
                 if base is not None and base != chain.base:
                     raise _process(EOPNOTSUPP)
                 return
-            table.chains[name] = Chain(name, self._handle(), base, policy, comment)
+            table.chains[name] = self._mine(Chain(name, self._handle(), base, policy, comment))
             return
         if chain is None:
             if verb == "destroy":
                 return
             raise _process(ENOENT)
         if verb == "flush":
-            chain.rules = []
+            self._own_chain(table, name).rules = []
             return
-        chain.rules = []  # delete: the kernel removes a chain's own rules with it
-        if self._chain_in_use(table, name):
+        if self._chain_in_use(table, name):  # its own rules go with it: they do not count
             raise _process(EBUSY)
         del table.chains[name]
 
     @staticmethod
     def _chain_in_use(table: Table, name: str) -> bool:
         for chain in table.chains.values():
+            if chain.name == name:
+                continue
             for rule in chain.rules:
                 if name in _references(rule.text)[0]:
                     return True
@@ -491,14 +522,14 @@ class _Tx:
                     raise _process(EEXIST)
                 return
             new.handle = self._handle()
-            table.sets[name] = new
+            table.sets[name] = self._mine(new)
             return
         if s is None or (verb == "flush" and s.kind != kind):
             if verb == "destroy":
                 return
             raise NftError(ENOENT) if verb == "flush" else _process(ENOENT)
         if verb == "flush":
-            s.elements = {}
+            self._own_set(table, name).elements = {}
             return
         if any(name in _references(r.text)[1] for c in table.chains.values() for r in c.rules):
             raise _process(EBUSY)
@@ -506,9 +537,9 @@ class _Tx:
 
     # elements
     def _element(self, verb: str, table: Table, name: str, body: str) -> None:
-        s = table.sets.get(name)
-        if s is None:
+        if name not in table.sets:
             raise NftError(ENOENT)
+        s = self._own_set(table, name)
         items = parse_elements(s, body)
         if verb in ("add", "create"):
             for key, elem in items:
@@ -534,9 +565,9 @@ class _Tx:
 
     # rules
     def _rule(self, verb: str, table: Table, chain_name: str, rest: str, tokens: list[str]) -> None:
-        chain = table.chains.get(chain_name)
-        if chain is None:
+        if chain_name not in table.chains:
             raise _process(ENOENT)
+        chain = self._own_chain(table, chain_name)
         if verb in ("delete", "destroy"):
             if len(tokens) != 4 or tokens[2] != "handle":
                 raise NftError("syntax error, a rule is deleted by handle")
