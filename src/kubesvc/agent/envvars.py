@@ -55,7 +55,7 @@ from decimal import Decimal
 from kubesvc.api.quantity import parse_quantity
 from kubesvc.api.validation_meta import go_quote  # Go's %q to the letter (annotation values may hold control characters)
 from kubesvc.api.validation_meta import is_qualified_name
-from kubesvc.proxy.healthcheck import join_host_port
+from kubesvc.util.ipnet import join_host_port
 
 MASTER_SERVICE_NAMESPACE = "default"
 MASTER_SERVICES = frozenset({"kubernetes"})
