@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import pytest
 
-from kubesvc.kernel.fake.iptables import TEST_EXTERNAL_CLIENT, TEST_EXTERNAL_CLIENT_BLOCKED, TEST_NODE_IP, TEST_NODE_NAME, Flow
+from kubesvc.kernel.fake.iptables import (TEST_EXTERNAL_CLIENT, TEST_EXTERNAL_CLIENT_BLOCKED, TEST_NODE_IP, TEST_NODE_IP_ALT, TEST_NODE_IPV6,
+                                          TEST_NODE_IPV6_ALT, TEST_NODE_NAME, Flow)
 from kubesvc.kernel.fake.nftables import FakeNFTables
 from kubesvc.kernel.fake.nftables_trace import TraceError, check_flows, trace_packet
 from kubesvc.proxy.backend import ProxyOptions, SyncFailed
@@ -113,6 +114,35 @@ async def test_load_balancer():
         Flow("node to LB2 (allowed by LoadBalancerSourceRanges)", TEST_NODE_IP, "5.6.7.8", 80, out, masq=True),
         Flow("same node to LB1, SNATted to LB1 (implicitly allowed)", "1.2.3.4", "1.2.3.4", 80, out, masq=True),
         Flow("same node to LB2, SNATted to LB2 (implicitly allowed)", "5.6.7.8", "5.6.7.8", 80, out, masq=True),
+    ])
+
+
+NODEPORT_CASES = [
+    ("ipv4, every local address", 4, None, True),
+    ("ipv4, the node IP only", 4, (TEST_NODE_IP,), False),
+    ("ipv6, every local address", 6, None, True),
+    ("ipv6, the node IP only", 6, (TEST_NODE_IPV6,), False),
+]
+
+
+@pytest.mark.parametrize("name,family,nodeport_ips,alt_allowed", NODEPORT_CASES, ids=[c[0] for c in NODEPORT_CASES])
+async def test_node_ports(name, family, nodeport_ips, alt_allowed):
+    """upstream TestNodePorts: NodePorts on the node's addresses (``--nodeport-addresses``)."""
+    v4 = family == 4
+    svc_ip, ep1, ep2 = ("172.30.0.41", "10.180.0.1", "10.180.2.1") if v4 else ("fd00:10:96::41", "fd00:10:180::1", "fd00:10:180::2:1")
+    node_ip, alt_ip = (TEST_NODE_IP, TEST_NODE_IP_ALT) if v4 else (TEST_NODE_IPV6, TEST_NODE_IPV6_ALT)
+    pod, external = ("10.0.0.2", TEST_EXTERNAL_CLIENT) if v4 else ("fd00:10::2", "2600:5200::1")
+    fp = FakeProxier(family)
+    c = Cluster(node_ip=node_ip, nodeport_ips=nodeport_ips).add(port("ns1", "svc1", cluster_ip=svc_ip, node_port=3001))
+    c.set_endpoints(spn("ns1", "svc1"), ep(ep1), ep(ep2, node=TEST_NODE_NAME))
+    await fp.sync(c)
+    out = ", ".join(f"[{ip}]:80" if ":" in ip else f"{ip}:80" for ip in (ep1, ep2))
+    fp.check([
+        Flow("pod to cluster IP", pod, svc_ip, 80, out),
+        Flow("external to nodePort", external, node_ip, 3001, out, masq=True),
+        Flow("node to nodePort", node_ip, node_ip, 3001, out, masq=True),
+        Flow("external to nodePort on secondary IP" if alt_allowed else "secondary nodeIP ignores NodePorts",
+             external, alt_ip, 3001, out if alt_allowed else "", masq=alt_allowed),
     ])
 
 
