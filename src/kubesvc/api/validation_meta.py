@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
 from kubesvc.api.errors import FieldError, forbidden_field, invalid_value, required, too_long
+from kubesvc.util import golang, ipnet
 
 Errs = list[FieldError]
 NameFn = Callable[[str, bool], list[str]]
-IPAddr = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNet = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPAddr, IPNet = ipnet.IPAddr, ipnet.IPNet
 
 # field.Invalid(path, nil, ...) renders the bad value as the *string* "null" upstream
 # (field.Error.ErrorBody replaces nil and nil pointers with "null" before %q).
@@ -132,27 +132,9 @@ def nbytes(value: str) -> int:
     return len(value.encode("utf-8", "surrogatepass"))
 
 
-def go_quote(text: str) -> str:
-    """Go's ``%q``: printable characters kept, the rest escaped (strconv.Quote)."""
-    named = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v", '"': '\\"', "\\": "\\\\"}
-    out = []
-    for ch in text:
-        if ch in named:
-            out.append(named[ch])
-        elif ch.isprintable():
-            out.append(ch)
-        elif ord(ch) < 0x80:
-            out.append(f"\\x{ord(ch):02x}")
-        elif ord(ch) <= 0xFFFF:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(f"\\U{ord(ch):08x}")
-    return '"' + "".join(out) + '"'
-
-
-def go_string_list(values: Iterable[str]) -> str:
-    """Go's ``%q`` of a ``[]string``: ``["a" "b"]``."""
-    return "[" + " ".join(go_quote(v) for v in values) + "]"
+# Go's %q of a string and of a []string (strconv.Quote): their home is util/golang
+go_quote = golang.quote
+go_string_list = golang.quote_strings
 
 
 # ---- format checks (apimachinery pkg/util/validation/validation.go, 1.32) ----------------------
@@ -352,69 +334,9 @@ def path_segment_name(name: str, prefix: bool) -> list[str]:
 
 # ---- IP addresses (k8s.io/utils/net sloppy parsing, Go net.IP semantics) ------------------------
 
-_DECIMAL_RE = re.compile("[0-9]+")
-
-
-def _parse_ipv4_sloppy(value: str) -> ipaddress.IPv4Address | None:
-    parts = value.split(".")
-    if len(parts) != 4 or not all(_DECIMAL_RE.fullmatch(p) and int(p) <= 255 for p in parts):
-        return None
-    return ipaddress.IPv4Address(".".join(str(int(p)) for p in parts))
-
-
-def parse_ip_sloppy(value: str) -> IPAddr | None:
-    """ParseIPSloppy; IPv4-mapped IPv6 comes back as IPv4, as Go's To4() sees it."""
-    if ":" not in value:
-        return _parse_ipv4_sloppy(value)
-    if "%" in value:
-        return None
-    head, _, tail = value.rpartition(":")
-    if "." in tail:
-        v4 = _parse_ipv4_sloppy(tail)
-        if v4 is None:
-            return None
-        value = f"{head}:{v4}"
-    try:
-        ip = ipaddress.IPv6Address(value)
-    except ValueError:
-        return None
-    return ip.ipv4_mapped or ip
-
-
-def parse_cidr_sloppy(value: str) -> IPNet | None:
-    addr, sep, mask = value.partition("/")
-    if not sep or not _DECIMAL_RE.fullmatch(mask):
-        return None
-    ip: IPAddr | None = _parse_ipv4_sloppy(addr)
-    if ip is None and ":" in addr and "%" not in addr:
-        mapped = parse_ip_sloppy(addr)
-        # a mapped address keeps its 16-byte form (and 128-bit mask) in a CIDR
-        ip = ipaddress.IPv6Address(f"::ffff:{mapped}") if isinstance(mapped, ipaddress.IPv4Address) else mapped
-    if ip is None or int(mask) > ip.max_prefixlen:
-        return None
-    return ipaddress.ip_network(f"{ip}/{int(mask)}", strict=False)
-
-
-def ip_family(value: str) -> str:
-    """"IPv4", "IPv6" or "" (not an IP): netutils.IPFamilyOfString."""
-    ip = parse_ip_sloppy(value)
-    if ip is None:
-        return ""
-    return "IPv4" if ip.version == 4 else "IPv6"
-
-
-def cidr_family(value: str) -> str:
-    net = parse_cidr_sloppy(value)
-    if net is None:
-        return ""
-    if net.version == 6 and net.network_address.ipv4_mapped is None:
-        return "IPv6"
-    return "IPv4"
-
-
-def is_dual_stack(families: list[str]) -> bool:
-    """netutils.IsDualStackIPs: both families present (a third entry does not matter here)."""
-    return "IPv4" in families and "IPv6" in families
+# netutils.ParseIPSloppy and the family helpers: their home is util/ipnet
+parse_ip_sloppy, parse_cidr_sloppy = ipnet.parse_ip_sloppy, ipnet.parse_cidr_sloppy
+ip_family, cidr_family, is_dual_stack = ipnet.ip_family, ipnet.cidr_family, ipnet.is_dual_stack
 
 
 def is_valid_ip(path: str, value: str) -> Errs:
