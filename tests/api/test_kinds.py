@@ -84,10 +84,10 @@ def test_only_services_and_pods_are_returned_on_delete():
     assert {info.kind for info in KINDS if info.delete_returns_object} == {"Service", "Pod"}
 
 
-def test_lookups_find_every_kind():
-    for info in KINDS:
-        assert by_resource(info.group, info.version, info.resource) is info
-        assert by_kind(info.api_version, info.kind) is info
+@pytest.mark.parametrize("info", KINDS, ids=[f"{info.api_version}/{info.kind}" for info in KINDS])
+def test_lookups_find_every_kind(info):
+    assert by_resource(info.group, info.version, info.resource) is info
+    assert by_kind(info.api_version, info.kind) is info
 
 
 def _reachable_structs() -> list[Obj]:

@@ -275,17 +275,18 @@ def test_kube_dns_static_ip_after_many_dynamic_creates_and_conflicts(server16):
     assert cidr["spec"]["cidrs"] == ["10.96.0.0/16"]
 
 
-def test_cluster_ip_outside_the_range_is_422(server16):
+@pytest.mark.parametrize("name, ip", [("outside", "10.97.0.10"), ("network", "10.96.0.0"), ("broadcast", "10.96.255.255")],
+                         ids=["outside", "network", "broadcast"])
+def test_cluster_ip_outside_the_range_is_422(server16, name, ip):
     """Upstream's IPAddress allocator (MetaAllocator.getAllocator) answers ErrMismatchedNetwork when no
     ServiceCIDR contains the IP; the network and the IPv4 broadcast address are not contained either."""
     ns = new_namespace(server16)
-    for name, ip in (("outside", "10.97.0.10"), ("network", "10.96.0.0"), ("broadcast", "10.96.255.255")):
-        body = service(name, cluster_ip=ip, namespace=ns)
-        result = server16.kubectl("create", "-f", "-", input=json.dumps(body), check=False)
-        assert result.returncode == 1
-        assert result.stderr.strip() == (
-            f'The Service "{name}" is invalid: spec.clusterIPs: Invalid value: ["{ip}"]: '
-            f"failed to allocate IP {ip}: the provided network does not match the current range")
+    body = service(name, cluster_ip=ip, namespace=ns)
+    result = server16.kubectl("create", "-f", "-", input=json.dumps(body), check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f'The Service "{name}" is invalid: spec.clusterIPs: Invalid value: ["{ip}"]: '
+        f"failed to allocate IP {ip}: the provided network does not match the current range")
 
 
 # ---- 3. concurrency through HTTP ----------------------------------------------------------------

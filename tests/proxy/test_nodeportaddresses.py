@@ -46,14 +46,14 @@ GET_NODE_IPS_CASES = [
 ]
 
 
+@pytest.mark.parametrize("family", [IPV4, IPV6], ids=["IPv4", "IPv6"])
 @pytest.mark.parametrize(("cidrs", "addresses", "expected"), [case[1:] for case in GET_NODE_IPS_CASES],
                          ids=[case[0] for case in GET_NODE_IPS_CASES])
-def test_get_node_ips(cidrs, addresses, expected):
-    for family in (IPV4, IPV6):
-        npa = NodePortAddresses(cidrs, family)
-        match_all, ips = expected[family]
-        assert npa.match_all is match_all, family
-        assert set(npa.node_ips(addresses)) == ips, family
+def test_get_node_ips(cidrs, addresses, expected, family):
+    npa = NodePortAddresses(cidrs, family)
+    match_all, ips = expected[family]
+    assert npa.match_all is match_all
+    assert set(npa.node_ips(addresses)) == ips
 
 
 @pytest.mark.parametrize(("cidrs", "want"), [

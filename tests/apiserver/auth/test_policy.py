@@ -92,17 +92,19 @@ def test_reconcile_binding():
     assert reconcile_binding(binding(subjects=[ALICE], annotations={AUTO_UPDATE: "false"}), binding(subjects=[DEVS])).protected
 
 
-def test_default_policy_names():
-    names = {r.name for r in cluster_roles() + controller_roles()}
-    for wanted in ("cluster-admin", "admin", "edit", "view", "system:basic-user", "system:discovery", "system:public-info-viewer",
-                   "system:node", "system:node-proxier", "system:kube-controller-manager", "system:kube-scheduler", "system:monitoring",
-                   "system:auth-delegator", "system:kube-dns", "system:node-bootstrapper", "system:service-account-issuer-discovery",
-                   "system:certificates.k8s.io:certificatesigningrequests:nodeclient", "system:controller:endpointslice-controller",
-                   "system:controller:endpointslicemirroring-controller", "system:controller:endpoint-controller",
-                   "system:controller:generic-garbage-collector", "system:controller:namespace-controller",
-                   "system:controller:service-account-controller", "system:controller:root-ca-cert-publisher",
-                   "system:controller:clusterrole-aggregation-controller"):
-        assert wanted in names
+DEFAULT_ROLE_NAMES = ("cluster-admin", "admin", "edit", "view", "system:basic-user", "system:discovery", "system:public-info-viewer",
+                      "system:node", "system:node-proxier", "system:kube-controller-manager", "system:kube-scheduler", "system:monitoring",
+                      "system:auth-delegator", "system:kube-dns", "system:node-bootstrapper", "system:service-account-issuer-discovery",
+                      "system:certificates.k8s.io:certificatesigningrequests:nodeclient", "system:controller:endpointslice-controller",
+                      "system:controller:endpointslicemirroring-controller", "system:controller:endpoint-controller",
+                      "system:controller:generic-garbage-collector", "system:controller:namespace-controller",
+                      "system:controller:service-account-controller", "system:controller:root-ca-cert-publisher",
+                      "system:controller:clusterrole-aggregation-controller")
+
+
+@pytest.mark.parametrize("wanted", DEFAULT_ROLE_NAMES, ids=DEFAULT_ROLE_NAMES)
+def test_default_policy_names(wanted):
+    assert wanted in {r.name for r in cluster_roles() + controller_roles()}
     bindings = {b.name: b for b in cluster_role_bindings()}
     assert bindings["system:public-info-viewer"].subjects[1]["name"] == "system:unauthenticated"
     assert bindings["system:node"].subjects == ()

@@ -485,16 +485,25 @@ def test_endpoints_equal_beyond_hash(ep1, ep2, want):
     assert endpoints_equal_beyond_hash(ep1, ep2) is want
 
 
+IDENTITY_BASE = {"addresses": ["10.0.0.2", "10.0.0.1"], "hostname": "h",
+                 "targetRef": {"kind": "Pod", "namespace": "ns", "name": "p", "uid": "1"},
+                 "conditions": {"ready": True}, "nodeName": "n1", "zone": "z1"}
+
+
 def test_endpoint_identity():
     """hashEndpoint: sorted addresses, hostname and the target's namespace/name; nothing else."""
-    base = {"addresses": ["10.0.0.2", "10.0.0.1"], "hostname": "h", "targetRef": {"kind": "Pod", "namespace": "ns", "name": "p", "uid": "1"},
-            "conditions": {"ready": True}, "nodeName": "n1", "zone": "z1"}
+    base = IDENTITY_BASE
     same = {**base, "addresses": ["10.0.0.1", "10.0.0.2"], "conditions": {"ready": False}, "nodeName": "n2", "zone": "z2",
             "targetRef": {**base["targetRef"], "uid": "2"}}
     assert endpoint_identity(base) == endpoint_identity(same)
-    for change in ({"addresses": ["10.0.0.1"]}, {"hostname": "other"}, {"targetRef": {**base["targetRef"], "name": "q"}},
-                   {"targetRef": {**base["targetRef"], "namespace": "other"}}):
-        assert endpoint_identity({**base, **change}) != endpoint_identity(base)
+
+
+@pytest.mark.parametrize("change", [
+    {"addresses": ["10.0.0.1"]}, {"hostname": "other"}, {"targetRef": {**IDENTITY_BASE["targetRef"], "name": "q"}},
+    {"targetRef": {**IDENTITY_BASE["targetRef"], "namespace": "other"}},
+], ids=["addresses", "hostname", "target name", "target namespace"])
+def test_endpoint_identity_changes_with(change):
+    assert endpoint_identity({**IDENTITY_BASE, **change}) != endpoint_identity(IDENTITY_BASE)
 
 
 def test_new_port_map_key():
