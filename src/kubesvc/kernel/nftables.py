@@ -131,7 +131,9 @@ class NFTables:
         """Element-only transactions on sets declared earlier go over netlink (no nft cache);
         everything else through libnftables, whose declarations are then remembered."""
         argv = self.argv("-f", "-")
-        ops = parse_elements_only(text, self.family_name, self.table, self._set_types) if self._set_types else None
+        ops = None
+        if self._set_types and len(text) <= LARGE_TRANSACTION and text.startswith(("add element ", "delete element ")):
+            ops = parse_elements_only(text, self.family_name, self.table, self._set_types)
         if ops is not None:
             try:
                 self._netlink.apply(self.family_name, self.table, ops)

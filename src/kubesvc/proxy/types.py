@@ -13,7 +13,7 @@ comments and, with the lower-cased protocol, in chain-name hashes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 IPV4, IPV6 = 4, 6
@@ -29,11 +29,13 @@ class ServicePortName:
     name: str
     port: str = ""
     protocol: str = "TCP"
+    # ``namespace/name``: the key of the Service (upstream ``NamespacedName``). Kept, not
+    # computed on each read: a partial sync picks the changed Services' ports out of every
+    # port of the node by it.
+    service: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def service(self) -> str:
-        """``namespace/name``: the key of the Service (upstream ``NamespacedName``)."""
-        return f"{self.namespace}/{self.name}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "service", f"{self.namespace}/{self.name}")
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}:{self.port}" if self.port else f"{self.namespace}/{self.name}"

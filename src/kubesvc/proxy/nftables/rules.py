@@ -996,23 +996,37 @@ def _reconcile(state: NftState, touched: dict[str, set[str]], tx: _Tx) -> None:
 
 
 def _reconcile_all(state: NftState, tx: _Tx) -> None:
+    """A full sync's elements against what the kernel holds. Walked per Service and container
+    (one lookup of the render's elements and comments each, not three per element): an
+    element owned by several Services takes its value from the smallest name, as
+    ``_desired``; one owned by a single Service is that Service's."""
+    services, owners_of, kernel_of = state.services, state.owners, state.kernel
+    dels_of: dict[str, list[str]] = {}
     for container in CONTAINERS:
-        owners = state.owners[container]
-        kernel = state.kernel[container]
-        dels = [key for key in kernel if key not in owners]
+        owners, kernel = owners_of[container], kernel_of[container]
+        dels = [key for key in kernel if key not in owners] if kernel else []
         for key in dels:
             del kernel[key]
-        adds: list[str] = []
-        for key, o in owners.items():
-            value, comment = _desired(state, container, key, o)
-            have = kernel.get(key)
-            if have == value:
-                continue
-            if have is not None:
-                dels.append(key)
-            adds.append(_element_text(key, value, comment))
-            kernel[key] = value
-        _queue(tx, container, dels, adds)
+        dels_of[container] = dels
+    adds_of: dict[str, list[str]] = {container: [] for container in CONTAINERS}
+    for svc, render in services.items():
+        comments = render.comments
+        for container, elems in render.elements.items():
+            owners, kernel, adds, dels = owners_of[container], kernel_of[container], adds_of[container], dels_of[container]
+            for key, value in elems.items():
+                o = owners[key]
+                if o is not svc and o != svc and (isinstance(o, str) or min(o) != svc):  # type: ignore[type-var]
+                    continue  # another Service's value
+                have = kernel.get(key)
+                if have == value:
+                    continue
+                if have is not None:
+                    dels.append(key)
+                comment = comments.get((container, key), "") if comments else ""
+                adds.append(_element_text(key, value, comment) if comment or value else key)
+                kernel[key] = value
+    for container in CONTAINERS:
+        _queue(tx, container, dels_of[container], adds_of[container])
 
 
 def _queue(tx: _Tx, container: str, dels: list[str], adds: list[str]) -> None:
