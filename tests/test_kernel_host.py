@@ -26,3 +26,9 @@ def test_this_machine_and_process():
     assert host.process_identity(2 ** 22 + 1) == "" and host.process_start_time(2 ** 22 + 1) == ""
     assert host.memory_total_kib() > 0
     assert host.process_root(42) == "/proc/42/root" and host.process_root(None) == ""
+
+
+def test_machine_facts_for_node_info():
+    assert host.os_image()  # PRETTY_NAME, or "Linux"
+    assert host.machine_id() == (open("/etc/machine-id").read().strip() if os.path.exists("/etc/machine-id") else "")
+    assert isinstance(host.system_uuid(), str)

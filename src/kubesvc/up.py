@@ -34,13 +34,12 @@ import ipaddress
 import json
 import logging
 import os
-import signal
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from kubesvc.kernel import host, links
 from kubesvc.kernel import netns as knetns
+from kubesvc.kernel import process as kprocess
 from kubesvc.kernel.exec import CommandFailed
 from kubesvc.kernel.links import DelRoute, LinkFailed, Route
 
@@ -264,16 +263,6 @@ def netns_refusal(recorded: dict | None, here: knetns.NetnsId, data_dir: Path) -
             f"run {hint}")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def down(data_dir: Path, *, wait: float = 30.0) -> list[str]:
     """Undo a ``kubesvc up`` of ``data_dir``: stop it if it still runs, then remove every
     namespace, link, rule and route it recorded. Returns errors (empty: clean). Raises
@@ -289,13 +278,8 @@ def down(data_dir: Path, *, wait: float = 30.0) -> list[str]:
         raise DownRefused(refusal)
     pid = int(state.get("pid") or 0)
     same_process = bool(state.get("pid_started")) and host.process_identity(pid) == state.get("pid_started")
-    if pid and pid != os.getpid() and _alive(pid) and same_process:
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + wait
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
+    if pid and pid != os.getpid() and kprocess.alive(pid) and same_process:
+        kprocess.terminate(pid, wait)
         state = read_state(data_dir)
         if state is None:
             return []  # it cleaned up after itself

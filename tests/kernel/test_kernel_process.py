@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import time
 
 import pytest
 
@@ -50,3 +52,22 @@ async def test_kill_group_reaches_what_the_process_left_running(tmp_path):
     else:
         raise AssertionError(f"pid {child} survived kill_group")
     kprocess.kill_group(process.pid, signal.SIGKILL)  # a group already gone is fine
+
+
+def test_terminate_sends_sigterm_then_sigkill_after_the_grace_period():
+    polite = subprocess.Popen(["sleep", "600"])
+    stubborn = subprocess.Popen(["sh", "-c", "trap '' TERM; while :; do sleep 0.05; done"])
+    try:
+        time.sleep(0.1)  # the trap is set
+        assert kprocess.alive(polite.pid) and kprocess.alive(stubborn.pid)
+        kprocess.terminate(polite.pid, grace=5)
+        assert polite.wait(timeout=5) == -signal.SIGTERM
+        start = time.monotonic()
+        kprocess.terminate(stubborn.pid, grace=0.3)
+        assert stubborn.wait(timeout=5) == -signal.SIGKILL and time.monotonic() - start >= 0.3
+        assert not kprocess.alive(polite.pid)
+        kprocess.terminate(polite.pid, grace=1)  # gone already: nothing to do
+    finally:
+        for process in (polite, stubborn):
+            if process.poll() is None:
+                process.kill()

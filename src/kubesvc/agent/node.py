@@ -61,23 +61,6 @@ def _arch() -> str:
     return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
 
 
-def _os_image() -> str:
-    try:
-        for line in open("/etc/os-release", encoding="utf-8"):
-            if line.startswith("PRETTY_NAME="):
-                return line.split("=", 1)[1].strip().strip('"')
-    except OSError:
-        pass
-    return "Linux"
-
-
-def _read(path: str) -> str:
-    try:
-        return open(path, encoding="utf-8").read().strip()
-    except OSError:
-        return ""
-
-
 def machine_facts() -> dict:
     """What the Node reports about the machine: nodeInfo and capacity."""
     capacity = {"cpu": str(os.cpu_count() or 1), "memory": f"{host.memory_total_kib()}Ki", "pods": "110", "ephemeral-storage": "0"}
@@ -85,8 +68,8 @@ def machine_facts() -> dict:
         "capacity": capacity,
         "allocatable": dict(capacity),
         "nodeInfo": {
-            "machineID": _read("/etc/machine-id"), "systemUUID": _read("/sys/class/dmi/id/product_uuid"),
-            "bootID": host.boot_id(), "kernelVersion": platform.release(), "osImage": _os_image(),
+            "machineID": host.machine_id(), "systemUUID": host.system_uuid(),
+            "bootID": host.boot_id(), "kernelVersion": platform.release(), "osImage": host.os_image(),
             "containerRuntimeVersion": "kubesvc://processes", "kubeletVersion": KUBELET_VERSION, "kubeProxyVersion": "",
             "operatingSystem": "linux", "architecture": _arch(),
         },

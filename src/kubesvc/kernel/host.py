@@ -72,3 +72,21 @@ def memory_total_kib() -> int:
 def process_root(pid: int | None) -> str:
     """The path prefix under which ``pid``'s own filesystem view is reachable ("" for None: ours)."""
     return f"/proc/{pid}/root" if pid is not None else ""
+
+
+def os_image() -> str:
+    """``PRETTY_NAME`` of /etc/os-release (kubelet's ``nodeInfo.osImage``), "Linux" if unknown."""
+    for line in _read("/etc/os-release").splitlines():
+        if line.startswith("PRETTY_NAME="):
+            return line.split("=", 1)[1].strip().strip('"')
+    return "Linux"
+
+
+def machine_id() -> str:
+    """/etc/machine-id (``nodeInfo.machineID``; "" if unknown)."""
+    return _read("/etc/machine-id").strip()
+
+
+def system_uuid() -> str:
+    """The DMI product UUID (``nodeInfo.systemUUID``; "" if unknown or unreadable)."""
+    return _read("/sys/class/dmi/id/product_uuid").strip()

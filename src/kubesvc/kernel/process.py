@@ -9,13 +9,17 @@ network namespace it runs through ``ip netns exec NAME``, which enters the names
 into a running container is ``nsenter`` over that container's pid (``kernel.mounts.in_container``).
 
 ``spawn`` raises ``OSError`` when the command cannot be started at all (the runtime's
-``StartError``, or an exec probe's "unknown" result, for the callers to decide).
+``StartError``, or an exec probe's "unknown" result, for the callers to decide). ``alive`` and
+``terminate`` are what ``kubesvc down`` does to a ``kubesvc up`` still running.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
+import time
 from collections.abc import Mapping, Sequence
 
 from kubesvc.kernel.exec import in_netns
@@ -41,3 +45,28 @@ def kill_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
     except ProcessLookupError:
         pass
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (signal 0; one we may not signal exists too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def terminate(pid: int, grace: float, poll: float = 0.1) -> None:
+    """SIGTERM ``pid``, then SIGKILL if it still lives after ``grace`` seconds (blocking)."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(poll)
+    if alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
