@@ -32,7 +32,8 @@ Each piece's meaning:
 ``trace_packet`` returns (matched rules, output, masqueraded): output is the endpoints
 ``ip:port`` joined by ``", "``, or ``DROP`` / ``REJECT``, or ``""`` when nothing applied.
 ``check_flows`` runs table-driven cases (``kernel.fake.iptables.Flow``) as upstream's
-``runPacketFlowTests``.
+``runPacketFlowTests``. ``tests/kernel/test_nft_trace.py`` holds the tracer's answers to real
+connections through the same table in a namespace.
 """
 
 from __future__ import annotations
