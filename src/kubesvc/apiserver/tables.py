@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from kubesvc.api.errors import bad_request
 from kubesvc.api.scheme import KindInfo
-from kubesvc.util import golang
+from kubesvc.util import golang, ipnet
 
 JSONObject = Mapping[str, Any]
 
@@ -267,11 +267,6 @@ def _list_with_more(items: list[str], limit: int = 3) -> str:
     return text or "<unset>"
 
 
-def _join_host_port(host: str, port: int) -> str:
-    """net.JoinHostPort: brackets around hosts that contain a colon (IPv6)."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 # ---- printers: one function per kind, each returning a row's cells ----------------------------
 
 
@@ -493,7 +488,7 @@ def _format_endpoints(subsets: list) -> str:
             continue
         for port in ports:
             total += len(ips)
-            shown.extend(_join_host_port(ip, _int(port, "port")) for ip in ips[: max(0, 3 - len(shown))])
+            shown.extend(ipnet.join_host_port(ip, _int(port, "port")) for ip in ips[: max(0, 3 - len(shown))])
     text = ",".join(shown)
     return f"{text} + {total - 3} more..." if total > 3 else text
 

@@ -63,6 +63,7 @@ from kubesvc.proxy.nodeportaddresses import NODE_PORT_ADDRESSES_PRIMARY, NodePor
 from kubesvc.proxy.types import IPV4
 from kubesvc.util import golang
 from kubesvc.util.golang import format_duration, parse_duration
+from kubesvc.util.ipnet import parse_port_range, split_host_port
 
 log = logging.getLogger("kubesvc.proxy.config")
 
@@ -110,30 +111,7 @@ class ConfigError(Exception):
         super().__init__(f"failed {stage}: {message}" if stage else message)
 
 
-# ---- Go formatting helpers -------------------------------------------------------------------
-
-
-def split_host_port(text: str) -> tuple[str, str]:
-    """Go's ``net.SplitHostPort``; ValueError with Go's reason."""
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0:
-            raise ValueError("missing ']' in address")
-        if end + 1 == len(text) or text[end + 1] != ":":
-            raise ValueError("missing port in address")
-        host, port = text[1:end], text[end + 2:]
-        if "[" in host or "]" in port or "[" in port:
-            raise ValueError("unexpected '[' or ']' in address")
-        return host, port
-    colon = text.rfind(":")
-    if colon < 0:
-        raise ValueError("missing port in address")
-    host, port = text[:colon], text[colon + 1:]
-    if ":" in host:
-        raise ValueError("too many colons in address")
-    if "[" in text or "]" in text:
-        raise ValueError("unexpected '[' or ']' in address")
-    return host, port
+# ---- address flags ---------------------------------------------------------------------------
 
 
 def append_port_if_needed(address: str, port: int) -> str:
@@ -833,20 +811,12 @@ def effective_masquerade(config: KubeProxyConfiguration) -> tuple[bool, int]:
 
 
 def _parse_port_range(text: str) -> bool:
-    """``utilnet.ParsePortRange`` accepts ``""``, ``N``, ``N-M`` and ``N+K`` within 0-65535."""
-    text = text.strip()
-    if not text:
-        return True
-    for separator in ("-", "+"):
-        if separator in text:
-            low_text, _, high_text = text.partition(separator)
-            if not (low_text.isdigit() and high_text.isdigit()):
-                return False
-            low, high = int(low_text), int(high_text)
-            if separator == "+":
-                high += low
-            return low <= 65535 and high <= 65535 and high >= low
-    return text.isdigit() and int(text) <= 65535
+    """Whether ``utilnet.ParsePortRange`` accepts ``text`` (``""``, ``N``, ``N-M``, ``N+K``)."""
+    try:
+        parse_port_range(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _validate_host_port(text: str, path: str) -> list[FieldError]:

@@ -46,7 +46,9 @@ from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.nodeportaddresses import NodePortAddresses
 from kubesvc.proxy.types import FAMILY_NAMES
 from kubesvc.serving.listen import listen_socket
+from kubesvc.util import golang
 from kubesvc.util.clock import Clock, RealClock
+from kubesvc.util.ipnet import join_host_port
 
 log = logging.getLogger("kubesvc.proxy.healthcheck")
 
@@ -233,14 +235,9 @@ class ProxyHealthServer:
 # ---- sockets with Go's listen semantics -------------------------------------------------------
 
 
-def join_host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def go_listen_error(host: str, port: int, err: OSError) -> str:
     """Go's wording of a failed listen: ``listen tcp 0.0.0.0:9376: bind: address already in use``."""
-    reason = err.strerror or str(err)
-    return f"listen tcp {join_host_port(host or ANY_ADDRESS, port)}: bind: {reason[:1].lower()}{reason[1:]}"
+    return golang.listen_error(join_host_port(host or ANY_ADDRESS, port), err)
 
 
 # ---- per-Service health-check node ports ---------------------------------------------------------

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubesvc.api.validation_meta import parse_ip_sloppy
+from kubesvc.util import ipnet
 
 IPV6_MAX_SLOTS = 65535
 IPV4_MAX_SLOTS = (1 << 24) - 1
@@ -156,28 +157,9 @@ class PortRange:
 
     @classmethod
     def parse(cls, text: str) -> "PortRange":
-        """``30000-32767``, ``30000+2767`` or a single port (utilnet.ParsePortRange)."""
-        text = text.strip()
-        try:
-            if "+" in text and "-" in text:
-                raise ValueError
-            if "+" in text:
-                low, extra = text.split("+", 1)
-                base, high = int(low), int(low) + int(extra)
-            elif "-" in text:
-                low, high_text = text.split("-", 1)
-                base, high = int(low), int(high_text)
-            else:
-                base = high = int(text)
-        except ValueError:
-            raise ValueError(f"unable to parse port range: {text}") from None
-        if base < 0:
-            raise ValueError(f"unable to parse port range: {text}")
-        if base > 65535 or high > 65535:
-            raise ValueError(f"the port range cannot be greater than 65535: {text}")
-        if high < base:
-            raise ValueError(f"end port cannot be less than start port: {text}")
-        return cls(base, high - base + 1)
+        """``30000-32767``, ``30000+2767`` or a single port (utilnet.ParsePortRange, with its
+        errors; ``""`` is the empty range)."""
+        return cls(*ipnet.parse_port_range(text))
 
     def __str__(self) -> str:
         return f"{self.base}-{self.base + self.size - 1}"

@@ -44,6 +44,7 @@ from kubesvc.proxy.backend import ProxyOptions, SyncRequest
 from kubesvc.proxy.iptables.rules import TABLE_FILTER, TABLE_NAT, JumpChain
 from kubesvc.proxy.topology import categorize_endpoints
 from kubesvc.proxy.types import Endpoint, ServicePort, ServicePortName
+from kubesvc.util.ipnet import join_host_port, to_cidr
 
 KUBE_PORTALS_CONTAINER = "KUBE-PORTALS-CONTAINER"
 KUBE_PORTALS_HOST = "KUBE-PORTALS-HOST"
@@ -144,19 +145,10 @@ class RestoreData:
     filter_rules: int
 
 
-def cidr(ip: str) -> str:
-    """``utilproxy.ToCIDR``: a host address as ``/32`` or ``/128``."""
-    return f"{ip}/128" if ":" in ip else f"{ip}/32"
-
-
-def join_host_port(ip: str, port: int) -> str:
-    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
-
-
 def _proto_match(sp: ServicePort, dport: int, dest: str | None) -> str:
     proto = sp.protocol.lower()
     args = f"-p {proto} -m {proto} --dport {dport}"
-    return f"{args} -d {cidr(dest)}" if dest else args
+    return f"{args} -d {to_cidr(dest)}" if dest else args
 
 
 def _match(sp: ServicePort, dport: int, dest: str | None) -> str:
