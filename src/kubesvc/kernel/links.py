@@ -55,7 +55,7 @@ class LinkFailed(CommandFailed):
         return self.args[0]
 
 
-def _failure(op: "Op", err: BaseException, netns: str | None) -> LinkFailed:
+def _failure(op: "Op | str", err: BaseException, netns: str | None) -> LinkFailed:
     code = getattr(err, "code", None) or getattr(err, "errno", None) or errno_.EIO
     message = getattr(err, "strerror", None) or (os.strerror(code) if code in errno_.errorcode else str(err))
     return LinkFailed(op, code, message, netns)
@@ -317,17 +317,28 @@ def parse_link_info(link: Any, addresses: Iterable[Any]) -> LinkInfo:
     return LinkInfo(kind, tuple(found))
 
 
+def _query(request: str, fn, *args):
+    """``fn(ipr, *args)`` on a fresh socket; a refusal raised as :class:`LinkFailed` naming ``request``."""
+    try:
+        with _open_iproute() as ipr:
+            return fn(ipr, *args)
+    except Exception as err:  # noqa: BLE001 - pyroute2's and the OS's refusals, translated once here
+        raise _failure(request, err, None) from err
+
+
+def _info(ipr, name: str) -> LinkInfo | None:
+    found = ipr.link_lookup(ifname=name)
+    if not found:
+        return None
+    return parse_link_info(ipr.get_links(found[0])[0], ipr.get_addr(index=found[0]))
+
+
 def _link_info(name: str) -> LinkInfo | None:
-    with _open_iproute() as ipr:
-        found = ipr.link_lookup(ifname=name)
-        if not found:
-            return None
-        return parse_link_info(ipr.get_links(found[0])[0], ipr.get_addr(index=found[0]))
+    return _query(f"address show dev {name}", _info, name)
 
 
 def _link_names() -> set[str]:
-    with _open_iproute() as ipr:
-        return {link.get("IFLA_IFNAME") for link in ipr.get_links()}
+    return _query("link show", lambda ipr: {link.get("IFLA_IFNAME") for link in ipr.get_links()})
 
 
 def link_info(name: str, netns: str | None = None) -> LinkInfo | None:
