@@ -29,8 +29,6 @@ gave HTTP response to HTTPS client`` for an agent that speaks plain HTTP.
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
 import ssl
 from pathlib import Path
 
@@ -41,6 +39,7 @@ from yarl import URL
 from kubesvc.api import errors
 from kubesvc.api.errors import StatusError
 from kubesvc.api.validation_meta import go_quote
+from kubesvc.util import golang, ipnet
 from kubesvc.serving.streaming import relay
 
 PREFERRED_ADDRESS_TYPES = ("InternalIP", "InternalDNS", "Hostname", "ExternalIP", "ExternalDNS")
@@ -126,18 +125,9 @@ def dial_error(url: URL, exc: BaseException) -> StatusError:
     tls = tls_error_text(exc, url.host or "")
     if tls is not None:
         return unknown_error(f'Get "{url}": {tls}')
-    os_error = getattr(exc, "os_error", None)
-    if isinstance(os_error, socket.gaierror):
-        return unknown_error(f'Get "{url}": dial tcp: lookup {url.host}: no such host')
-    if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
-        why = "i/o timeout"
-    elif isinstance(os_error, OSError) and os_error.errno:
-        text = os.strerror(os_error.errno)
-        why = text[:1].lower() + text[1:]
-    else:
-        why = str(exc) or type(exc).__name__
-    host = f"[{url.host}]" if url.host and ":" in url.host else url.host
-    return unknown_error(f'Get "{url}": dial tcp {host}:{url.port}: connect: {why}')
+    cause = getattr(exc, "os_error", None) or exc
+    address = ipnet.join_host_port(url.host or "", url.port)
+    return unknown_error(f'Get "{url}": {golang.dial_error(address, cause, host=url.host)}')
 
 
 def kubelet_tls_context(client_cert: str | Path, client_key: str | Path, certificate_authority: str | Path) -> ssl.SSLContext:
