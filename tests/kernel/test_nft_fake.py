@@ -29,7 +29,7 @@ from kubesvc.proxy.backend import SyncFailed
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.nftables.proxier import NftablesBackend
 from kubesvc.proxy.proxier import Proxier
-from tests.proxy.nftables.builders import ep, options, request, svc_port
+from tests.support.builders import TEST_NODE_NAME, ep, options, port, request
 from tests.support.netns import Netns
 
 pytestmark = pytest.mark.kernel
@@ -278,13 +278,13 @@ def scenario(family: int) -> list[tuple[str, list, dict]]:
     """(name, ports with endpoints, request keywords), applied in order: full, partial and
     full-again syncs over every shape of Service the rules builder writes."""
     a = ADDRESSES[family]
-    web = svc_port("ns1/web", a["web"], node_port=30080, external_ips=(a["ext"],), load_balancer_vips=(a["lb"],),
-                   load_balancer_source_ranges=(a["allowed"],))
-    local = svc_port("ns1/local", a["local"], node_port=30081, external_policy_local=True, load_balancer_vips=(a["lb2"],))
-    sticky = svc_port("ns2/sticky", a["sticky"], client_ip_affinity=True, sticky_max_age_seconds=60)
-    dns = svc_port("kube-system/dns", a["dns"], 53, port_name="dns", protocol="UDP")
-    empty = svc_port("ns2/empty", a["empty"])
-    two = (ep(a["ep1"], 8080), ep(a["ep2"], 8080, local=True))
+    web = port("ns1", "web", cluster_ip=a["web"], node_port=30080, external_ips=(a["ext"],), lb_ips=(a["lb"],),
+               source_ranges=(a["allowed"],))
+    local = port("ns1", "local", cluster_ip=a["local"], node_port=30081, etp_local=True, lb_ips=(a["lb2"],))
+    sticky = port("ns2", "sticky", cluster_ip=a["sticky"], affinity_seconds=60)
+    dns = port("kube-system", "dns", "dns", 53, "UDP", cluster_ip=a["dns"])
+    empty = port("ns2", "empty", cluster_ip=a["empty"])
+    two = (ep(a["ep1"], 8080), ep(a["ep2"], 8080, TEST_NODE_NAME))
     three = two + (ep(a["ep3"], 8080),)
     first = [(web, two), (local, two), (sticky, two), (dns, (ep(a["ep1"], 53), ep(a["ep2"], 53))), (empty, ())]
     second = [(web, three), (local, two[:1]), (sticky, two[1:]), (dns, ()), (empty, (ep(a["ep3"]),))]
@@ -336,7 +336,7 @@ async def test_a_transaction_on_a_table_deleted_underneath_fails_in_both(namespa
     kernel = FakeKernel()
     tee = Tee(NFTables(4, netns=real.ns.name, in_process=False), FakeNFTables(4, kernel=kernel))
     p = proxier(tee, 4, lambda: 0.0)
-    web = svc_port("ns1/web", "172.30.0.10")
+    web = port("ns1", "web", cluster_ip="172.30.0.10")
     cidrs = ADDRESSES[4]["cidrs"]
     await p.run_sync(request([(web, (ep("10.1.1.2"), ep("10.1.2.2")))], service_cidrs=cidrs))
     await tee.run("delete table ip kube-proxy\n")
@@ -362,13 +362,14 @@ def random_steps(rng: random.Random, count: int) -> list[tuple[list, dict]]:
         else:
             k = len(services) + rng.randrange(200)
             protocol = rng.choice(["TCP", "TCP", "UDP", "SCTP"])
-            sp = svc_port(name, f"172.30.{k // 250}.{k % 250 + 1}", rng.choice([80, 443, 53]), protocol=protocol,
-                          node_port=rng.choice([0, 30000 + k]), external_ips=tuple(rng.sample(["192.168.99.11", "192.168.99.12"], rng.randrange(3))),
-                          load_balancer_vips=("1.2.3.4",) if rng.random() < 0.3 else (),
-                          load_balancer_source_ranges=("203.0.113.0/25",) if rng.random() < 0.5 else (),
-                          external_policy_local=rng.random() < 0.3, internal_policy_local=rng.random() < 0.2,
-                          client_ip_affinity=(sticky := rng.random() < 0.2), sticky_max_age_seconds=60 if sticky else 0)
-            eps = tuple(ep(f"10.1.{rng.randrange(1, 4)}.{rng.randrange(2, 9)}", 8080, local=rng.random() < 0.4)
+            sp = port(*name.split("/"), "p80", rng.choice([80, 443, 53]), protocol,
+                      cluster_ip=f"172.30.{k // 250}.{k % 250 + 1}", node_port=rng.choice([0, 30000 + k]),
+                      external_ips=tuple(rng.sample(["192.168.99.11", "192.168.99.12"], rng.randrange(3))),
+                      lb_ips=("1.2.3.4",) if rng.random() < 0.3 else (),
+                      source_ranges=("203.0.113.0/25",) if rng.random() < 0.5 else (),
+                      etp_local=rng.random() < 0.3, itp_local=rng.random() < 0.2,
+                      affinity_seconds=60 if rng.random() < 0.2 else None)
+            eps = tuple(ep(f"10.1.{rng.randrange(1, 4)}.{rng.randrange(2, 9)}", 8080, TEST_NODE_NAME if rng.random() < 0.4 else None)
                         for _ in range(rng.choice([0, 1, 2, 3, 5])))
             services[name] = (sp, tuple({e.endpoint: e for e in eps}.values()))
         kw: dict = {"full": rng.random() < 0.15, "changed": {name}}

@@ -11,7 +11,7 @@ from kubesvc.proxy.iptables.rules import Features
 from kubesvc.proxy.localdetector import LocalDetector
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.types import IPV4
-from tests.support.builders import POD_CIDR, Cluster, ep, port, spn  # noqa: F401 - until the importers move
+from tests.support.builders import POD_CIDR
 
 # upstream NewFakeProxier: HasRandomFully false, both nfacct counters available
 UPSTREAM_FAKE_FEATURES = Features(random_fully=False, nfacct_ct_state_invalid=True, nfacct_localhost_nodeports=True)
