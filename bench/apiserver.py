@@ -197,7 +197,7 @@ async def run_authz(args) -> None:
     from cryptography.hazmat.primitives.serialization import Encoding
 
     from kubesvc.apiserver.app import authorize_request
-    from kubesvc.apiserver.auth import pki
+    from kubesvc.serving import pki
     from kubesvc.apiserver.server import APIServer, ServerConfig
 
     with tempfile.TemporaryDirectory(prefix="kubesvc-bench-authz-") as tmp:

@@ -146,7 +146,7 @@ class System:
 
     async def start(self) -> None:
         from kubesvc.agent.agent import Agent, AgentConfig
-        from kubesvc.apiserver.auth import pki
+        from kubesvc.serving import pki
         from kubesvc.client.kubeconfig import load_kubeconfig
         from kubesvc.controllers.clientbuilder import ServiceAccountClientBuilder
         from kubesvc.controllers.manager import SCHEDULER, ControllerManager, ManagerConfig

@@ -7,7 +7,7 @@ import pytest
 
 from kubesvc.agent.kubeletauth import (AuthorizationFailed, NodeRequest, SubjectAccessReviewAuthorizer, authorization_error_text, fallback_allows,
                                        forbidden_text, node_request, review_body)
-from kubesvc.apiserver.auth.user import UserInfo
+from kubesvc.serving.user import UserInfo
 from kubesvc.client.rest import ApiError, ConnectionFailed
 from kubesvc.util.clock import FakeClock
 

@@ -18,7 +18,7 @@ from kubesvc.agent.probes import (
     ProbeTracker, TCPSocketAction, format_url, probe_event, probe_exec, probe_http, probe_tcp, request_headers,
     resolve_port, run_check, run_probe, worker_result,
 )
-from kubesvc.apiserver.auth.pki import ephemeral_serving_context
+from kubesvc.serving.pki import ephemeral_serving_context
 from tests.support.netns import Netns
 
 S, F, U = ProbeResult.SUCCESS, ProbeResult.FAILURE, ProbeResult.UNKNOWN

@@ -32,7 +32,7 @@ from kubesvc.agent.kubeletauth import SubjectAccessReviewAuthorizer, serving_con
 from kubesvc.agent.kubeletserver import KubeletServer, PodLogInfo
 from kubesvc.agent.logs import ContainerLogFile, container_log_path
 from kubesvc.api.scheme import all_kinds
-from kubesvc.apiserver.auth import pki
+from kubesvc.serving import pki
 from kubesvc.apiserver.discovery import Discovery
 from kubesvc.client.kubeconfig import load_kubeconfig
 from kubesvc.client.rest import RestClient

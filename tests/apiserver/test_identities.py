@@ -13,7 +13,7 @@ import stat
 import pytest
 import yaml
 
-from kubesvc.apiserver.auth import pki
+from kubesvc.serving import pki
 
 IN_CLUSTER_NAMES = ("kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost")
 

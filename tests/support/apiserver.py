@@ -20,7 +20,7 @@ from pathlib import Path
 
 import requests
 
-from kubesvc.apiserver.auth import pki
+from kubesvc.serving import pki
 from tests.support.netns import signal_and_wait
 from tests.support.slowdown import scaled
 

@@ -8,7 +8,7 @@ cmd/kubelet/app/auth.go, pkg/kubelet/server/auth.go and server.go ``InstallAuthF
 
 **Authentication** (kubelet's config defaults: ``anonymous.enabled=false``): a client
 certificate from a CA of ``--client-ca-file``, mapped to a user as the apiserver maps one
-(``auth/x509.py``). Anything else (no certificate, a bearer token: this agent has no
+(``serving/x509.py``). Anything else (no certificate, a bearer token: this agent has no
 TokenReview webhook) is 401 ``Unauthorized``. Without ``--client-ca-file`` nobody gets in.
 
 **Authorization** (``authorization.mode=Webhook``): every request becomes the attributes
@@ -38,8 +38,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
-from kubesvc.apiserver.auth.user import SYSTEM_PRIVILEGED_GROUP, UserInfo
-from kubesvc.apiserver.auth.x509 import request_client_certificates
+from kubesvc.serving.user import SYSTEM_PRIVILEGED_GROUP, UserInfo
+from kubesvc.serving.x509 import request_client_certificates
 from kubesvc.client.rest import ApiError, ClientError, RestClient
 from kubesvc.util.clock import Clock, RealClock
 
@@ -162,7 +162,7 @@ def self_signed_serving_pair(cert_dir: Path, node_name: str, node_ips: list[str]
     """kubelet's fallback without ``--tls-cert-file``: ``<cert-dir>/kubelet.crt`` self-signed
     for ``<hostname>@<unix time>`` with the node's name and IPs (made once, kept while its
     names match)."""
-    from kubesvc.apiserver.auth import pki
+    from kubesvc.serving import pki
 
     cert_path, key_path = cert_dir / "kubelet.crt", cert_dir / "kubelet.key"
     spec = pki.node_serving_spec(node_name, node_ips)

@@ -38,7 +38,7 @@ from aiohttp import web
 
 from kubesvc.agent.kubeletauth import AuthorizationFailed, Authorizer, authorization_error_text, forbidden_text, node_request
 from kubesvc.agent.logs import InvalidLogOptions, LogOptions, container_log_path, read_logs
-from kubesvc.apiserver.auth.x509 import X509Authenticator
+from kubesvc.serving.x509 import X509Authenticator
 from kubesvc.api.errors import StatusError
 from kubesvc.serving.params import parameter_bool
 from kubesvc.serving.streaming import relay

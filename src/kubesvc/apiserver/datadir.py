@@ -3,7 +3,7 @@
 It holds the store (``state.db``), the cluster CA and its keys, tokens and kubeconfigs, so it
 is the server user's alone, as k3s keeps ``/var/lib/rancher/k3s/server``: the directory is
 created 0700, and narrowed to 0700 at every start if it is ours; every file in it is 0600
-(``state.db`` and its ``-wal``/``-shm``: ``storage/sqlite``; credentials: ``auth/pki.py``).
+(``state.db`` and its ``-wal``/``-shm``: ``storage/sqlite``; credentials: ``serving/pki.py``).
 
 A directory the server cannot use stops it at once with one line that names the directory
 and the cause, ``cannot use data directory /var/lib/kubesvc: Read-only file system``, and a

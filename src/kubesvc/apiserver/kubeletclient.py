@@ -153,7 +153,7 @@ def kubelet_client_user(certificate: str | Path) -> str:
     """The user the agents see for the apiserver's kubelet-client certificate (its CN)."""
     from cryptography import x509
 
-    from kubesvc.apiserver.auth.x509 import user_from_certificate
+    from kubesvc.serving.x509 import user_from_certificate
 
     user = user_from_certificate(x509.load_pem_x509_certificate(Path(certificate).read_bytes()))
     if user is None:

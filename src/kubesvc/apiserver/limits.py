@@ -34,7 +34,7 @@ from aiohttp import web
 from kubesvc.api.errors import StatusError
 from kubesvc.apiserver.auth.attributes import RequestInfo, request_info
 from kubesvc.apiserver.auth.impersonation import impersonate
-from kubesvc.apiserver.auth.user import SYSTEM_PRIVILEGED_GROUP
+from kubesvc.serving.user import SYSTEM_PRIVILEGED_GROUP
 from kubesvc.apiserver.handlers import json_response
 
 DEFAULT_MAX_REQUESTS_INFLIGHT = 400

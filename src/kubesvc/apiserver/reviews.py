@@ -29,7 +29,7 @@ from kubesvc.apiserver.auth.attributes import Attributes, RequestInfo
 from kubesvc.apiserver.auth.authorizer import Decision
 from kubesvc.util import golang
 from kubesvc.apiserver.auth.rules import PolicyRule, strings
-from kubesvc.apiserver.auth.user import UserInfo
+from kubesvc.serving.user import UserInfo
 
 GROUP = "authorization.k8s.io"
 

@@ -24,19 +24,19 @@ from aiohttp import web
 
 from kubesvc.api.errors import StatusError
 from kubesvc.api.scheme import all_kinds
-from kubesvc.apiserver.auth import pki as auth
+from kubesvc.serving import pki as auth
 from kubesvc.apiserver.auth.modes import DEFAULT_MODES, Authorization
 from kubesvc.apiserver.reviews import register_review_handlers
 from kubesvc.apiserver.app import build_app
 from kubesvc.apiserver.auth.endpoints import install as install_authentication
 from kubesvc.apiserver.auth.options import AuthenticationOptions
-from kubesvc.apiserver.auth.x509 import X509Authenticator
+from kubesvc.serving.x509 import X509Authenticator
 from kubesvc.apiserver.registry.store import ListOptions, Registry
 from kubesvc.apiserver.allocator.metrics import AllocatorMetrics
 from kubesvc.apiserver.allocator.repair import Repair
 from kubesvc.apiserver.allocator.service import ServiceAllocators
 from kubesvc.apiserver.allocator.servicecidr import ensure_default_service_cidr
-from kubesvc.apiserver.auth.x509 import request_client_certificates
+from kubesvc.serving.x509 import request_client_certificates
 from kubesvc.apiserver.kubeletclient import KubeletClient, ensure_kubelet_api_admin_binding, kubelet_client_user, kubelet_tls_context
 from kubesvc.apiserver.admission.plugins import DEFAULT_ENABLED as DEFAULT_ADMISSION_PLUGINS, SERVICE_ACCOUNT
 from kubesvc.apiserver.admission.namespace_lifecycle import NamespaceLifecycle

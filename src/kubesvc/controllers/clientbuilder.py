@@ -45,7 +45,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
-from kubesvc.apiserver.auth.user import service_account_user
+from kubesvc.serving.user import service_account_user
 from kubesvc.client.kubeconfig import ClientConfig
 from kubesvc.client.rest import NAMESPACES, ApiError, ClientError, RestClient, is_already_exists, is_not_found
 from kubesvc.controllers.serviceaccount.controller import SERVICEACCOUNTS

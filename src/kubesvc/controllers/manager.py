@@ -43,7 +43,7 @@ from typing import Protocol
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, disable_created_metrics, generate_latest
 
-from kubesvc.apiserver.auth.pki import ephemeral_serving_context
+from kubesvc.serving.pki import ephemeral_serving_context
 from kubesvc.client.rest import NAMESPACES, ClientError, RestClient
 from kubesvc.controllers.endpointslice.controller import EndpointSliceController
 from kubesvc.controllers.endpointslice.metrics import EndpointSliceMetrics

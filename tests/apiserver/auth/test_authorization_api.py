@@ -18,7 +18,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
-from kubesvc.apiserver.auth import pki
+from kubesvc.serving import pki
 
 
 def user_kubeconfig(server, name: str, *groups: str):

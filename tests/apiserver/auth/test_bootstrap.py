@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 
 from kubesvc.apiserver.auth.bootstrap import BootstrapTokens, authenticate, has_expired, parse_token
-from kubesvc.apiserver.auth.user import UserInfo
+from kubesvc.serving.user import UserInfo
 from kubesvc.util.clock import FakeClock
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)

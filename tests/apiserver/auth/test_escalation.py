@@ -11,7 +11,7 @@ from kubesvc.apiserver.auth.context import RequestContext
 from kubesvc.apiserver.auth.escalation import EscalationGuard, escalation_message, only_gc_fields_changed
 from kubesvc.apiserver.auth.rbac import PolicyIndex, RBACAuthorizer
 from kubesvc.apiserver.auth.rules import PolicyRule, compact_rules, compact_string, covers
-from kubesvc.apiserver.auth.user import UserInfo
+from kubesvc.serving.user import UserInfo
 
 
 def rule(verbs, groups=(), resources=(), names=(), urls=()) -> PolicyRule:

@@ -9,7 +9,7 @@ from multidict import CIMultiDict
 from kubesvc.api.errors import StatusError
 from kubesvc.apiserver.auth.authorizer import Decision, Verdict
 from kubesvc.apiserver.auth.impersonation import impersonate
-from kubesvc.apiserver.auth.user import UserInfo
+from kubesvc.serving.user import UserInfo
 
 
 class Allow:

@@ -8,7 +8,7 @@ from kubesvc.apiserver.admission.noderestriction import (
 from kubesvc.apiserver.auth.attributes import Attributes, RequestInfo, request_info
 from kubesvc.apiserver.auth.authorizer import Decision
 from kubesvc.apiserver.auth.node import NodeAuthorizer, NodeGraph, pod_references
-from kubesvc.apiserver.auth.user import UserInfo
+from kubesvc.serving.user import UserInfo
 
 N1 = UserInfo("system:node:n1", groups=("system:nodes", "system:authenticated"))
 

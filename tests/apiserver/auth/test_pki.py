@@ -14,7 +14,7 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from kubesvc.apiserver.auth import pki
+from kubesvc.serving import pki
 from kubesvc.client.kubeconfig import load_kubeconfig
 from tests.apiserver.auth.tls_pair import client_context, handshake, server_context
 

@@ -10,7 +10,7 @@ from kubesvc.apiserver.auth.authorizer import Decision
 from kubesvc.apiserver.auth.modes import Authorization, parse_modes
 from kubesvc.apiserver.auth.policy import (
     AUTO_UPDATE, cluster_role_bindings, cluster_roles, controller_roles, ensure_bootstrap_policy, reconcile_binding, reconcile_role)
-from kubesvc.apiserver.auth.user import UserInfo
+from kubesvc.serving.user import UserInfo
 from kubesvc.apiserver.registry.store import ListOptions
 from kubesvc.apiserver.server import build_control_plane
 from kubesvc.storage.memory import MemoryBackend

@@ -7,7 +7,7 @@ from kubesvc.apiserver.auth.attributes import Attributes, RequestInfo, request_i
 from kubesvc.apiserver.auth.authorizer import Decision
 from kubesvc.apiserver.auth.rbac import PolicyIndex, RBACAuthorizer, Subject, applies_to_user
 from kubesvc.apiserver.auth.rules import PolicyRule, rule_allows
-from kubesvc.apiserver.auth.user import UserInfo
+from kubesvc.serving.user import UserInfo
 
 
 def rule(verbs, groups=(), resources=(), names=(), urls=()) -> PolicyRule:

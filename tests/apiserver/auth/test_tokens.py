@@ -10,7 +10,7 @@ import pytest
 from kubesvc.apiserver.auth.authenticator import ANONYMOUS_USER, Authenticator, Credentials, with_authenticated_group
 from kubesvc.apiserver.auth.tokens import (EXTRA_SPACE_WARNING, AuthenticationError, CachedTokens, Response, StaticTokens, TokenUnion,
                                            bearer_from_header, bearer_from_websocket_protocols, parse_token_file)
-from kubesvc.apiserver.auth.user import UserInfo
+from kubesvc.serving.user import UserInfo
 
 
 @pytest.mark.parametrize("header,token,warning", [

@@ -13,8 +13,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from kubesvc.api.errors import StatusError
-from kubesvc.apiserver.auth import pki
-from kubesvc.apiserver.auth.x509 import (CREDENTIAL_ID_KEY, UID_OID, CertificateRejected, X509Authenticator, check_usable,
+from kubesvc.serving import pki
+from kubesvc.serving.x509 import (CREDENTIAL_ID_KEY, UID_OID, CertificateRejected, X509Authenticator, check_usable,
                                          request_client_certificates, user_from_certificate)
 from tests.apiserver.auth.tls_pair import client_context, handshake, server_context
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ssl
 
-from kubesvc.apiserver.auth import pki
+from kubesvc.serving import pki
 
 
 def handshake(server: ssl.SSLContext, client: ssl.SSLContext, server_hostname: str = "127.0.0.1") -> bytes | None:

@@ -39,7 +39,7 @@ from kubesvc.api.validation_meta import go_quote
 from kubesvc.apiserver.admission.strategy import CREATE, DELETE, UPDATE, admitted, object_name
 from kubesvc.apiserver.auth.context import current
 from kubesvc.apiserver.auth.node import MIRROR_ANNOTATION, NODE_LEASE_NAMESPACE, is_node_user, pod_references
-from kubesvc.apiserver.auth.user import UserInfo, node_name
+from kubesvc.serving.user import UserInfo, node_name
 
 NODE_RESTRICTION_LABEL_NAMESPACE = "node-restriction.kubernetes.io"
 KUBELET_LABELS = frozenset({

@@ -33,7 +33,7 @@ from kubesvc.api import errors
 from kubesvc.api.errors import StatusError
 from kubesvc.apiserver.auth.tokens import (AuthenticationError, Response, TokenAuthenticator, aggregate, bearer_from_header,
                                            bearer_from_websocket_protocols, intersect, is_websocket_request)
-from kubesvc.apiserver.auth.user import ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, UserInfo
+from kubesvc.serving.user import ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, UserInfo
 
 log = logging.getLogger("kubesvc.apiserver.auth")
 

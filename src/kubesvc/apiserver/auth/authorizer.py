@@ -18,7 +18,7 @@ from kubesvc.api.errors import StatusError
 from kubesvc.api.validation_meta import go_quote
 from kubesvc.apiserver.auth.attributes import Attributes, RequestInfo
 from kubesvc.apiserver.auth.rules import ALL, PolicyRule
-from kubesvc.apiserver.auth.user import SYSTEM_PRIVILEGED_GROUP, UserInfo
+from kubesvc.serving.user import SYSTEM_PRIVILEGED_GROUP, UserInfo
 
 
 class Decision(enum.Enum):

@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 
 from kubesvc.api.validation_config import secret_bytes
 from kubesvc.apiserver.auth.tokens import Response
-from kubesvc.apiserver.auth.user import BOOTSTRAPPERS_GROUP, UserInfo
+from kubesvc.serving.user import BOOTSTRAPPERS_GROUP, UserInfo
 from kubesvc.util.clock import Clock, parse_rfc3339
 
 log = logging.getLogger("kubesvc.apiserver.auth")

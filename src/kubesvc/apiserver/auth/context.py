@@ -14,7 +14,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from kubesvc.apiserver.auth.attributes import RequestInfo
-from kubesvc.apiserver.auth.user import UserInfo
+from kubesvc.serving.user import UserInfo
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from kubesvc.apiserver.auth.context import RequestContext
 from kubesvc.apiserver.auth.rbac import RBAC_GROUP, PolicyIndex
 from kubesvc.util import golang
 from kubesvc.apiserver.auth.rules import ALL, PolicyRule, compact_rules, compact_string, covers, rules_from_api
-from kubesvc.apiserver.auth.user import SYSTEM_PRIVILEGED_GROUP, UserInfo
+from kubesvc.serving.user import SYSTEM_PRIVILEGED_GROUP, UserInfo
 
 FULL_AUTHORITY = (PolicyRule((ALL,), (ALL,), (ALL,)), PolicyRule((ALL,), non_resource_urls=(ALL,)))
 AGGREGATION_NEEDS_ADMIN = "must have cluster-admin privileges to use the aggregationRule"

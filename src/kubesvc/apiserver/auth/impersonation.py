@@ -42,7 +42,7 @@ from typing import Mapping
 from kubesvc.api import errors
 from kubesvc.apiserver.auth.attributes import Attributes, RequestInfo
 from kubesvc.apiserver.auth.authorizer import forbidden
-from kubesvc.apiserver.auth.user import (ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, UserInfo, service_account_groups,
+from kubesvc.serving.user import (ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, UserInfo, service_account_groups,
                                          service_account_user, split_service_account)
 
 USER_HEADER = "Impersonate-User"

@@ -42,7 +42,7 @@ from kubesvc.apiserver.auth.attributes import Attributes
 from kubesvc.apiserver.auth.authorizer import Decision, RuleSet, Verdict
 from kubesvc.apiserver.auth.policy import node_rules
 from kubesvc.apiserver.auth.rules import rules_allow
-from kubesvc.apiserver.auth.user import UserInfo, node_name, NODE_USER_PREFIX, NODES_GROUP
+from kubesvc.serving.user import UserInfo, node_name, NODE_USER_PREFIX, NODES_GROUP
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 NODE_LEASE_NAMESPACE = "kube-node-lease"

@@ -31,7 +31,8 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from kubesvc.apiserver.auth import jwt, pki
+from kubesvc.apiserver.auth import jwt
+from kubesvc.serving import pki
 
 DEFAULT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 GENERATED_KEY = Path(pki.PKI_DIR) / "sa.key"

@@ -32,7 +32,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 from kubesvc.apiserver.auth.attributes import Attributes
 from kubesvc.apiserver.auth.authorizer import Decision, RuleSet, Verdict
 from kubesvc.apiserver.auth.rules import PolicyRule, rule_allows, rules_from_api
-from kubesvc.apiserver.auth.user import SERVICE_ACCOUNT_PREFIX, UserInfo
+from kubesvc.serving.user import SERVICE_ACCOUNT_PREFIX, UserInfo
 from kubesvc.util import golang
 
 RBAC_GROUP = "rbac.authorization.k8s.io"

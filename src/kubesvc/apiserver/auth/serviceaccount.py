@@ -44,7 +44,7 @@ from kubesvc.api.validation_config import secret_bytes
 from kubesvc.api.validation_meta import go_string_list
 from kubesvc.apiserver.auth import jwt
 from kubesvc.apiserver.auth.tokens import AuthenticationError, Response, intersect
-from kubesvc.apiserver.auth.user import UserInfo, service_account_groups, service_account_user, split_service_account
+from kubesvc.serving.user import UserInfo, service_account_groups, service_account_user, split_service_account
 from kubesvc.util.clock import Clock, parse_rfc3339
 
 LEGACY_ISSUER = "kubernetes/serviceaccount"

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Mapping, Protocol, Sequence
 
 from kubesvc.apiserver.auth.jwt import b64url_decode
-from kubesvc.apiserver.auth.user import UserInfo
+from kubesvc.serving.user import UserInfo
 from kubesvc.util import golang
 
 log = logging.getLogger("kubesvc.apiserver.auth")

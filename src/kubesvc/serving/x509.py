@@ -51,7 +51,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, ObjectIdentifier
 
 from kubesvc.api import errors
-from kubesvc.apiserver.auth.user import UserInfo
+from kubesvc.serving.user import UserInfo
 from kubesvc.util.clock import rfc3339
 
 CREDENTIAL_ID_KEY = "authentication.kubernetes.io/credential-id"

@@ -62,10 +62,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from kubesvc.apiserver.auth.x509 import certificate_subject
-from kubesvc.apiserver.auth.user import KUBE_CONTROLLER_MANAGER, KUBE_PROXY, KUBE_SCHEDULER, NODE_USER_PREFIX, NODES_GROUP, SYSTEM_PRIVILEGED_GROUP
+from kubesvc.serving.x509 import certificate_subject
+from kubesvc.serving.user import KUBE_CONTROLLER_MANAGER, KUBE_PROXY, KUBE_SCHEDULER, NODE_USER_PREFIX, NODES_GROUP, SYSTEM_PRIVILEGED_GROUP
 
-log = logging.getLogger("kubesvc.apiserver.auth")
+log = logging.getLogger("kubesvc.serving.pki")
 
 CA_VALIDITY = timedelta(days=3650)
 LEAF_VALIDITY = timedelta(days=365)
