@@ -10,6 +10,9 @@
 * ``kernel/process.py``: a process spawned into a namespace runs there with the environment and
   directory given, in a session whose whole group ``kill_group`` reaches; ``terminate`` is
   SIGTERM, then SIGKILL after the grace period.
+* the Pod network (``agent/podnet.py`` over all of the above), traced with ``strace -f -e
+  trace=execve`` from its interpreter's start: making the node network, adding, removing and
+  tearing down Pods starts no process at all (no ``ip``, no ``sysctl``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -30,8 +34,9 @@ from kubesvc.kernel import process as kprocess
 from kubesvc.kernel.exec import CommandFailed
 from kubesvc.kernel.links import AddBridge, Address, DelLink, LinkFailed, LinkInfo, Route, SetUp
 from kubesvc.kernel.sysctl import SysctlFailed, read_sysctl, read_sysctl_async, write_sysctl, write_sysctl_async
-from tests.support.agent import netns_names
-from tests.support.netns import Netns, call_in_netns, wait_until
+from tests.kernel.execve import programs
+from tests.support.agent import netns_names, nsenter_argv
+from tests.support.netns import REPO_ROOT, Netns, call_in_netns, wait_until
 
 pytestmark = pytest.mark.kernel
 
@@ -201,3 +206,40 @@ def test_terminate_sends_sigterm_then_sigkill_after_the_grace_period():
         for process in (polite, stubborn):
             if process.poll() is None:
                 process.kill()
+
+
+# ---------------------------------------------------------------------------------------------
+# the Pod network spawns nothing
+
+POD_NETWORK_SCRIPT = """
+import asyncio, sys
+from pathlib import Path
+from kubesvc.agent import podnet
+
+async def main():
+    net = podnet.NodeNetwork(["10.244.1.0/24", "fd00:10:244:1::/64"], "cbr0", sys.argv[2], state_dir=Path(sys.argv[1]))
+    await podnet.ensure_node_network(net)
+    pods = [await podnet.add_pod(net, uid) for uid in ("u1", "u2")]
+    await podnet.add_pod(net, "u1")  # again: repaired, unchanged
+    await podnet.remove_pod(net, "u2")
+    print(pods[0].ips, await podnet.teardown_node_network(net))
+
+asyncio.run(main())
+"""
+
+
+def test_the_pod_network_starts_no_process(ns, tmp_path):
+    prefix = f"ks-x{secrets.token_hex(3)}-"
+    trace = tmp_path / "execve.trace"
+    argv = nsenter_argv(ns.name, "strace", "-f", "-qq", "-e", "trace=execve", "-o", str(trace), sys.executable, "-c", POD_NETWORK_SCRIPT,
+                        str(tmp_path / "state"), prefix)
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    finally:
+        for name in netns_names():
+            if name.startswith(prefix):
+                knetns.remove(name)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['10.244.1.2', 'fd00:10:244:1::2'] []"
+    started = programs(trace.read_text())
+    assert started == {os.path.basename(sys.executable): 1}, f"the pod network started {started}"

@@ -166,7 +166,7 @@ def _unshare_and_attach(name: str) -> None:
         err = ctypes.get_errno()
         raise OSError(err, f"unshare: {os.strerror(err)}")
     try:
-        p2netns.attach(name, "thread-self")
+        p2netns.attach(name, "thread-self", libc=_libc)  # its own default finds libc with ldconfig: a process
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(netns_path(name))
