@@ -73,3 +73,9 @@ def test_destroy_only_where_nft_knows_it():
                  "destroy chain ip kube-proxy nope\ndestroy element ip kube-proxy s { 10.0.0.1 }\nadd chain ip kube-proxy c\n"
                  "destroy chain ip kube-proxy c\n")
     assert new.dump() == "add table ip kube-proxy\nadd set ip kube-proxy s { type ipv4_addr ; }\n"
+
+
+def test_a_comment_names_no_chain_or_set():
+    nft = FakeNFTables()
+    nft.run_sync('add table ip kube-proxy\nadd chain ip kube-proxy a\nadd rule ip kube-proxy a accept comment "jump b or @s"\n')
+    assert nft.rules("a") == ['accept comment "jump b or @s"']

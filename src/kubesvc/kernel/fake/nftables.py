@@ -327,8 +327,9 @@ def parse_elements(s: Set, body: str) -> list[tuple[str, Element]]:
 
 
 def _references(rule: str) -> tuple[list[str], list[str]]:
-    """(chains a rule jumps or goes to, sets and maps it names), as knftables' checkRuleRefs."""
-    words = rule.replace("{", " ").replace("}", " ").replace(",", " ").split()
+    """(chains a rule jumps or goes to, sets and maps it names), as knftables' checkRuleRefs;
+    quoted strings (comments, interface names) name nothing."""
+    words = re.sub(r'"[^"]*"', " ", rule).replace("{", " ").replace("}", " ").replace(",", " ").split()
     chains = [_unquote(words[i + 1]) for i, w in enumerate(words[:-1]) if w in ("jump", "goto")]
     sets = [w[1:] for w in words if w.startswith("@")]
     return chains, sets
