@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
 from kubesvc.kernel import conntrack as kernel_conntrack
-from kubesvc.kernel.exec import CommandFailed
+from kubesvc.kernel.exec import CleanupFailed, CommandFailed
 from kubesvc.proxy.backend import KernelPlan, Mode, ProxyOptions, SyncFailed, SyncRequest, SyncResult
 from kubesvc.proxy.conntrack import stale_flow_filters
 from kubesvc.proxy.endpointslicecache import EndpointsChangeTracker, apply_endpoint_changes, local_ready_endpoints
@@ -44,7 +44,7 @@ from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.runner import BoundedFrequencyRunner
 from kubesvc.proxy.servicechangetracker import ServiceChangeTracker, apply_service_changes, health_check_node_ports
 from kubesvc.proxy.topology import LABEL_TOPOLOGY_ZONE
-from kubesvc.proxy.types import FAMILY_NAMES, EndpointsMap, ServicePortMap
+from kubesvc.proxy.types import FAMILY_NAMES, IPV4, IPV6, EndpointsMap, ServicePortMap
 
 log = logging.getLogger("kubesvc.proxy")
 
@@ -353,6 +353,17 @@ class LegacyBackend(Mode):
 
     async def close(self) -> None:
         await self.backend.stop()
+
+
+def cleanup_leftovers(mode: str, cleanup_family: Callable[[int, str | None], list[str]], netns: str | None = None) -> None:
+    """Every mode's ``cleanup_leftovers`` (``--cleanup``, switching modes): its
+    ``cleanup_family`` for IPv4 then IPv6, each tried whatever the other did, the errors of
+    both raised as one ``CleanupFailed``."""
+    errors: list[str] = []
+    for family in (IPV4, IPV6):
+        errors += cleanup_family(family, netns)
+    if errors:
+        raise CleanupFailed(mode, errors)
 
 
 def failed_lines(err: BaseException) -> str:

@@ -40,8 +40,9 @@ from kubesvc.proxy.backend import KernelPlan, Mode, ProxyOptions, SyncRequest
 from kubesvc.proxy.iptables.rules import (CLEANUP_ONLY_JUMP_CHAINS, JUMP_CHAINS, KUBE_PROXY_CANARY, KUBELET_JUMP_CHAINS,
                                           TABLE_FILTER, TABLE_MANGLE, TABLE_NAT, Features, build_restore, chains_in_save,
                                           cleanup_input, effective_localhost_nodeports, is_large_cluster)
+from kubesvc.proxy import proxier
 from kubesvc.proxy.metrics import ProxyMetrics
-from kubesvc.proxy.types import FAMILY_NAMES, IPV4, IPV6
+from kubesvc.proxy.types import FAMILY_NAMES, IPV4
 
 log = logging.getLogger("kubesvc.proxy.iptables")
 
@@ -222,14 +223,15 @@ def cleanup_leftovers(netns: str | None = None) -> None:
     """Remove everything the iptables mode made, for IPv4 and IPv6 (upstream
     ``CleanupLeftovers``; ``--cleanup``, switching to another mode). Both families are tried;
     raises one ``CleanupFailed`` listing every failure of either."""
-    errors: list[str] = []
-    for family in (IPV4, IPV6):
-        try:
-            cleanup_family(family, netns=netns)
-        except CleanupFailed as err:
-            errors.extend(err.errors)
-    if errors:
-        raise CleanupFailed("iptables", errors)
+    proxier.cleanup_leftovers("iptables", _cleanup_errors, netns)
+
+
+def _cleanup_errors(family: int, netns: str | None) -> list[str]:
+    try:
+        cleanup_family(family, netns=netns)
+    except CleanupFailed as err:
+        return err.errors
+    return []
 
 
 def cleanup_family(family: int = IPV4, *, netns: str | None = None, metrics: ProxyMetrics | None = None,

@@ -32,8 +32,8 @@ from collections.abc import Callable
 from kubesvc.kernel.exec import CleanupFailed, CommandFailed
 from kubesvc.kernel.nftables import NFTables, table_contents
 from kubesvc.proxy.backend import Mode, ProxyOptions, SyncRequest
+from kubesvc.proxy import proxier
 from kubesvc.proxy.nftables import rules
-from kubesvc.proxy.types import IPV4, IPV6
 
 log = logging.getLogger("kubesvc.proxy.nftables")
 
@@ -115,14 +115,15 @@ def cleanup_leftovers(netns: str | None = None) -> None:
     """Delete table ``kube-proxy`` in ``ip`` and ``ip6`` (``--cleanup``; switching to another
     mode); a missing table is fine. Raises ``CleanupFailed`` (after trying both families) if
     ``nft`` failed otherwise."""
-    errors: list[str] = []
-    for family in (IPV4, IPV6):
-        nft = NFTables(family, netns=netns)
-        try:
-            if nft.delete_table_sync():
-                log.info("deleted the %s kube-proxy nftables table", nft.family_name)
-        except CommandFailed as err:
-            log.error("error cleaning up nftables rules: %s", err)
-            errors.append(str(err))
-    if errors:
-        raise CleanupFailed("nftables", errors)
+    proxier.cleanup_leftovers("nftables", cleanup_family, netns)
+
+
+def cleanup_family(family: int, netns: str | None = None) -> list[str]:
+    nft = NFTables(family, netns=netns)
+    try:
+        if nft.delete_table_sync():
+            log.info("deleted the %s kube-proxy nftables table", nft.family_name)
+    except CommandFailed as err:
+        log.error("error cleaning up nftables rules: %s", err)
+        return [str(err)]
+    return []

@@ -28,11 +28,12 @@ import logging
 import time
 from collections.abc import Callable, Collection
 
-from kubesvc.kernel.exec import CleanupFailed, CommandFailed
+from kubesvc.kernel.exec import CommandFailed
 from kubesvc.kernel.iptables import Iptables, IptablesSync
 from kubesvc.proxy.backend import KernelPlan, Mode, ProxyOptions, SyncFailed, SyncRequest
+from kubesvc.proxy import proxier
 from kubesvc.proxy.iptables.rules import TABLE_FILTER, TABLE_NAT, chains_in_save
-from kubesvc.proxy.types import FAMILY_NAMES, IPV4, IPV6, ServicePortName
+from kubesvc.proxy.types import FAMILY_NAMES, IPV6, ServicePortName
 from kubesvc.proxy.userspace.loadbalancer import LoadBalancerRR
 from kubesvc.proxy.userspace.relay import CONNECT_TIMEOUTS, UDP_IDLE_TIMEOUT, Endpoint, TcpListener, UdpListener
 from kubesvc.proxy.userspace.rules import JUMPS, build_restore, cleanup_input, plan_portals
@@ -147,22 +148,24 @@ class UserspaceBackend(Mode[None]):
 def cleanup_leftovers(netns: str | None = None) -> None:
     """Remove the userspace mode's jumps and chains in both families (``--cleanup``, another
     mode starting); raises one ``CleanupFailed`` listing every failure."""
+    proxier.cleanup_leftovers("userspace", cleanup_family, netns)
+
+
+def cleanup_family(family: int, netns: str | None = None) -> list[str]:
+    ipt = IptablesSync(family, netns=netns)
+    if not ipt.available():
+        return []
     errors: list[str] = []
-    for family in (IPV4, IPV6):
-        ipt = IptablesSync(family, netns=netns)
-        if not ipt.available():
-            continue
-        for _, jump in JUMPS:
-            try:
-                ipt.delete_rule(jump.table, jump.src, *jump.args)
-            except CommandFailed as err:
-                errors.append(f"{FAMILY_NAMES[family]}: removing jump {jump.src} -> {jump.dst}: {err}")
-        for table in (TABLE_NAT, TABLE_FILTER):
-            try:
-                text = cleanup_input(table, chains_in_save(ipt.save(table)))
-                if text is not None:
-                    ipt.restore(text, table=table)
-            except CommandFailed as err:
-                errors.append(f"{FAMILY_NAMES[family]}: {table}: {err}")
-    if errors:
-        raise CleanupFailed("userspace", errors)
+    for _, jump in JUMPS:
+        try:
+            ipt.delete_rule(jump.table, jump.src, *jump.args)
+        except CommandFailed as err:
+            errors.append(f"{FAMILY_NAMES[family]}: removing jump {jump.src} -> {jump.dst}: {err}")
+    for table in (TABLE_NAT, TABLE_FILTER):
+        try:
+            text = cleanup_input(table, chains_in_save(ipt.save(table)))
+            if text is not None:
+                ipt.restore(text, table=table)
+        except CommandFailed as err:
+            errors.append(f"{FAMILY_NAMES[family]}: {table}: {err}")
+    return errors
