@@ -18,6 +18,7 @@ from kubesvc.proxy.endpointslicecache import (
     local_ready_endpoints,
 )
 from kubesvc.proxy.types import IPV4, IPV6, Endpoint, ServicePortName
+from tests.support.builders import endpoint, endpoint_slice, slice_port
 
 HOST = "test-hostname"
 
@@ -31,32 +32,9 @@ def ep(text: str, *, local: bool = False, ready: bool = True, serving: bool = Tr
     return Endpoint(ip.strip("[]"), int(port), local, ready, serving, terminating, **hints)
 
 
-def endpoint(ip: str, node: str | None = None, **conditions) -> dict:
-    out: dict = {"addresses": [ip]}
-    if node is not None:
-        out["nodeName"] = node
-    if conditions:
-        out["conditions"] = conditions
-    return out
-
-
-def eport(name: str | None, number: int | None, protocol: str = "UDP") -> dict:
-    return {"name": name, "port": number, "protocol": protocol}
-
-
-def make_slice(namespace: str, service: str, name: str, endpoints: list, ports: list | None, address_type: str = "IPv4",
-               annotations: dict | None = None) -> dict:
-    obj = {"metadata": {"namespace": namespace, "name": name, "annotations": annotations or {},
-                        "labels": {"kubernetes.io/service-name": service}},
-           "addressType": address_type, "endpoints": endpoints}
-    if ports is not None:
-        obj["ports"] = ports
-    return obj
-
-
 def numbered_slice(namespace: str, service: str, number: int, endpoints: list, ports: list | None = None) -> dict:
     """Upstream ``makeTestEndpointSlice``: named ``<service>-<n>``."""
-    return make_slice(namespace, service, f"{service}-{number}", endpoints, ports)
+    return endpoint_slice(namespace, service, f"{service}-{number}", endpoints, ports)
 
 
 def generate_slice(service: str, namespace: str, slice_number: int, count: int, unready_mod: int, terminating_mod: int,
@@ -73,8 +51,8 @@ def generate_slice(service: str, namespace: str, slice_number: int, count: int, 
         if hosts:
             item["nodeName"] = hosts[i % len(hosts)]
         endpoints.append(item)
-    ports = [eport(f"port-{i}", number, "TCP") for i, number in enumerate(port_numbers)]
-    return make_slice(namespace, service, f"{service}-{slice_number}", endpoints, ports)
+    ports = [slice_port(f"port-{i}", number, "TCP") for i, number in enumerate(port_numbers)]
+    return endpoint_slice(namespace, service, f"{service}-{slice_number}", endpoints, ports)
 
 
 def as_lists(endpoints_map) -> dict:
@@ -135,7 +113,7 @@ def test_endpoints_map_from_esc(host, slices, want):
 
 # ---- TestEsDataChanged -------------------------------------------------------------------------
 
-PORT80, PORT443 = eport("http", 80, "TCP"), eport("https", 443, "TCP")
+PORT80, PORT443 = slice_port("http", 80, "TCP"), slice_port("https", 443, "TCP")
 EP1, EP2 = endpoint("10.0.1.0"), endpoint("10.0.1.1")
 
 ES_DATA_CHANGED = {
@@ -153,17 +131,17 @@ ES_DATA_CHANGED = {
                          list(ES_DATA_CHANGED.values()), ids=list(ES_DATA_CHANGED))
 def test_es_data_changed(ports_before, endpoints_before, ports_after, endpoints_after, changed):
     tracker = EndpointsChangeTracker(IPV4, "")
-    initial = make_slice("bar", "svc1", "foo", endpoints_before, ports_before)
+    initial = endpoint_slice("bar", "svc1", "foo", endpoints_before, ports_before)
     tracker.endpoint_slice_update(initial, False)
     tracker.checkout()
-    assert tracker.endpoint_slice_update(make_slice("bar", "svc1", "foo", endpoints_after, ports_after), False) is changed
-    assert initial == make_slice("bar", "svc1", "foo", endpoints_before, ports_before), "the cache must not mutate slices"
+    assert tracker.endpoint_slice_update(endpoint_slice("bar", "svc1", "foo", endpoints_after, ports_after), False) is changed
+    assert initial == endpoint_slice("bar", "svc1", "foo", endpoints_before, ports_before), "the cache must not mutate slices"
 
 
 # ---- TestUpdateEndpointsMap --------------------------------------------------------------------
 
-UNNAMED = [eport("", 11)]
-P11, P12 = eport("p11", 11), eport("p12", 12)
+UNNAMED = [slice_port("", 11, "UDP")]
+P11, P12 = slice_port("p11", 11, "UDP"), slice_port("p12", 12, "UDP")
 empty_endpoint = ([], None)
 unnamed_port = ([endpoint("1.1.1.1")], UNNAMED)
 unnamed_port_ready = ([endpoint("1.1.1.1", ready=True, serving=True, terminating=False)], UNNAMED)
@@ -171,27 +149,27 @@ unnamed_port_terminating = ([endpoint("1.1.1.1", ready=False, serving=True, term
 unnamed_port_local = ([endpoint("1.1.1.1", HOST)], UNNAMED)
 named_port_local = ([endpoint("1.1.1.1", HOST)], [P11])
 named_port = ([endpoint("1.1.1.1")], [P11])
-named_port_renamed = ([endpoint("1.1.1.1")], [eport("p11-2", 11)])
-named_port_renumbered = ([endpoint("1.1.1.1")], [eport("p11", 22)])
+named_port_renamed = ([endpoint("1.1.1.1")], [slice_port("p11-2", 11, "UDP")])
+named_port_renumbered = ([endpoint("1.1.1.1")], [slice_port("p11", 22, "UDP")])
 named_ports_local_no_local = ([endpoint("1.1.1.1"), endpoint("1.1.1.2", HOST)], [P11, P12])
 multiple_subsets_s1 = ([endpoint("1.1.1.1")], [P11])
 multiple_subsets_s2 = ([endpoint("1.1.1.2")], [P12])
 multiple_subsets_with_local_s1 = ([endpoint("1.1.1.1")], [P11])
 multiple_subsets_with_local_s2 = ([endpoint("1.1.1.2", HOST)], [P12])
 multiple_subsets_multiple_ports_local_s1 = ([endpoint("1.1.1.1", HOST)], [P11, P12])
-multiple_subsets_multiple_ports_local_s2 = ([endpoint("1.1.1.3")], [eport("p13", 13)])
+multiple_subsets_multiple_ports_local_s2 = ([endpoint("1.1.1.3")], [slice_port("p13", 13, "UDP")])
 multiple_subsets_ips_ports1_s1 = ([endpoint("1.1.1.1"), endpoint("1.1.1.2", HOST)], [P11, P12])
-multiple_subsets_ips_ports1_s2 = ([endpoint("1.1.1.3"), endpoint("1.1.1.4", HOST)], [eport("p13", 13), eport("p14", 14)])
-multiple_subsets_ips_ports2 = ([endpoint("2.2.2.1"), endpoint("2.2.2.2", HOST)], [eport("p21", 21), eport("p22", 22)])
+multiple_subsets_ips_ports1_s2 = ([endpoint("1.1.1.3"), endpoint("1.1.1.4", HOST)], [slice_port("p13", 13, "UDP"), slice_port("p14", 14, "UDP")])
+multiple_subsets_ips_ports2 = ([endpoint("2.2.2.1"), endpoint("2.2.2.2", HOST)], [slice_port("p21", 21, "UDP"), slice_port("p22", 22, "UDP")])
 complex_before1 = ([endpoint("1.1.1.1")], [P11])
-complex_before2_s1 = ([endpoint("2.2.2.2", HOST), endpoint("2.2.2.22", HOST)], [eport("p22", 22)])
-complex_before2_s2 = ([endpoint("2.2.2.3", HOST)], [eport("p23", 23)])
-complex_before4_s1 = ([endpoint("4.4.4.4", HOST), endpoint("4.4.4.5", HOST)], [eport("p44", 44)])
-complex_before4_s2 = ([endpoint("4.4.4.6", HOST)], [eport("p45", 45)])
+complex_before2_s1 = ([endpoint("2.2.2.2", HOST), endpoint("2.2.2.22", HOST)], [slice_port("p22", 22, "UDP")])
+complex_before2_s2 = ([endpoint("2.2.2.3", HOST)], [slice_port("p23", 23, "UDP")])
+complex_before4_s1 = ([endpoint("4.4.4.4", HOST), endpoint("4.4.4.5", HOST)], [slice_port("p44", 44, "UDP")])
+complex_before4_s2 = ([endpoint("4.4.4.6", HOST)], [slice_port("p45", 45, "UDP")])
 complex_after1_s1 = ([endpoint("1.1.1.1"), endpoint("1.1.1.11")], [P11])
-complex_after1_s2 = ([endpoint("1.1.1.2")], [P12, eport("p122", 122)])
-complex_after3 = ([endpoint("3.3.3.3")], [eport("p33", 33)])
-complex_after4 = ([endpoint("4.4.4.4", HOST)], [eport("p44", 44)])
+complex_after1_s2 = ([endpoint("1.1.1.2")], [P12, slice_port("p122", 122, "UDP")])
+complex_after3 = ([endpoint("3.3.3.3")], [slice_port("p33", 33, "UDP")])
+complex_after4 = ([endpoint("4.4.4.4", HOST)], [slice_port("p44", 44, "UDP")])
 
 
 def s(namespace: str, service: str, number: int, content: tuple) -> dict:
@@ -329,7 +307,7 @@ T1, T2, T3 = T0 + timedelta(seconds=1), T0 + timedelta(seconds=2), T0 + timedelt
 
 def triggered(namespace: str, name: str, moment: datetime | None, port: int = 11) -> dict:
     annotations = {} if moment is None else {ANNOTATION_LAST_CHANGE_TRIGGER_TIME: moment.strftime("%Y-%m-%dT%H:%M:%SZ")}
-    return make_slice(namespace, name, name, [endpoint("1.1.1.1")], [eport("p11", port, "TCP")], annotations=annotations)
+    return endpoint_slice(namespace, name, name, [endpoint("1.1.1.1")], [slice_port("p11", port, "TCP")], annotations=annotations)
 
 
 LAST_CHANGE_TRIGGER_TIME = {
@@ -500,27 +478,27 @@ def test_get_local_endpoint_ips(endpoints, want):
 # ---- ours: what a slice contributes -------------------------------------------------------------
 
 SVC = spn("ns", "svc", "p", "TCP")
-PORT = [eport("p", 80, "TCP")]
+PORT = [slice_port("p", 80, "TCP")]
 
 SLICE_CONTENTS = {
-    "slice of the other family is ignored": (IPV4, [make_slice("ns", "svc", "a", [endpoint("fd00::1")], PORT, address_type="IPv6")], {}),
-    "FQDN slice is ignored": (IPV4, [make_slice("ns", "svc", "a", [endpoint("example.com")], PORT, address_type="FQDN")], {}),
+    "slice of the other family is ignored": (IPV4, [endpoint_slice("ns", "svc", "a", [endpoint("fd00::1")], PORT, address_type="IPv6")], {}),
+    "FQDN slice is ignored": (IPV4, [endpoint_slice("ns", "svc", "a", [endpoint("example.com")], PORT, address_type="FQDN")], {}),
     "slice without the service-name label is ignored": (
-        IPV4, [{**make_slice("ns", "svc", "a", [endpoint("10.0.0.1")], PORT), "metadata": {"namespace": "ns", "name": "a"}}], {}),
+        IPV4, [{**endpoint_slice("ns", "svc", "a", [endpoint("10.0.0.1")], PORT), "metadata": {"namespace": "ns", "name": "a"}}], {}),
     "IPv6 endpoint, canonical text and bracketed endpoint": (
-        IPV6, [make_slice("ns", "svc", "a", [endpoint("FD00:0::1")], PORT, address_type="IPv6")], {SVC: ["[fd00::1]:80"]}),
-    "legacy leading zeros parsed sloppily": (IPV4, [make_slice("ns", "svc", "a", [endpoint("010.000.000.001")], PORT)], {SVC: ["10.0.0.1:80"]}),
-    "only addresses[0] counts": (IPV4, [make_slice("ns", "svc", "a", [{"addresses": ["10.0.0.1", "10.0.0.2"]}], PORT)], {SVC: ["10.0.0.1:80"]}),
-    "endpoint without addresses is ignored": (IPV4, [make_slice("ns", "svc", "a", [{"addresses": []}, endpoint("10.0.0.3")], PORT)],
+        IPV6, [endpoint_slice("ns", "svc", "a", [endpoint("FD00:0::1")], PORT, address_type="IPv6")], {SVC: ["[fd00::1]:80"]}),
+    "legacy leading zeros parsed sloppily": (IPV4, [endpoint_slice("ns", "svc", "a", [endpoint("010.000.000.001")], PORT)], {SVC: ["10.0.0.1:80"]}),
+    "only addresses[0] counts": (IPV4, [endpoint_slice("ns", "svc", "a", [{"addresses": ["10.0.0.1", "10.0.0.2"]}], PORT)], {SVC: ["10.0.0.1:80"]}),
+    "endpoint without addresses is ignored": (IPV4, [endpoint_slice("ns", "svc", "a", [{"addresses": []}, endpoint("10.0.0.3")], PORT)],
                                               {SVC: ["10.0.0.3:80"]}),
     "port without name, without number or 0 is ignored; empty name is a name": (
-        IPV4, [make_slice("ns", "svc", "a", [endpoint("10.0.0.1")],
-                          [{"port": 80, "protocol": "TCP"}, eport("q", None, "TCP"), eport("r", 0, "TCP"), eport("", 81, "TCP")])],
+        IPV4, [endpoint_slice("ns", "svc", "a", [endpoint("10.0.0.1")],
+                          [{"port": 80, "protocol": "TCP"}, slice_port("q", None, "TCP"), slice_port("r", 0, "TCP"), slice_port("", 81, "TCP")])],
         {spn("ns", "svc", "", "TCP"): ["10.0.0.1:81"]}),
     "slice and Service port matched by name and protocol": (
-        IPV4, [make_slice("ns", "svc", "a", [endpoint("10.0.0.1")], [eport("dns", 53, "UDP"), eport("dns", 53, "TCP")])],
+        IPV4, [endpoint_slice("ns", "svc", "a", [endpoint("10.0.0.1")], [slice_port("dns", 53, "UDP"), slice_port("dns", 53, "TCP")])],
         {spn("ns", "svc", "dns", "UDP"): ["10.0.0.1:53"], spn("ns", "svc", "dns", "TCP"): ["10.0.0.1:53"]}),
-    "sorted as strings": (IPV4, [make_slice("ns", "svc", "a", [endpoint("10.0.0.2"), endpoint("10.0.0.10")], PORT)],
+    "sorted as strings": (IPV4, [endpoint_slice("ns", "svc", "a", [endpoint("10.0.0.2"), endpoint("10.0.0.10")], PORT)],
                           {SVC: ["10.0.0.10:80", "10.0.0.2:80"]}),
 }
 
@@ -553,7 +531,7 @@ DUPLICATES = {
 def test_duplicate_endpoints(slices, want):
     tracker = EndpointsChangeTracker(IPV4, HOST)
     for name, endpoints in slices:
-        tracker.endpoint_slice_update(make_slice("ns", "svc", name, endpoints, PORT), False)
+        tracker.endpoint_slice_update(endpoint_slice("ns", "svc", name, endpoints, PORT), False)
     assert current_change(tracker, "ns/svc") == {SVC: [want]}
 
 
@@ -567,18 +545,18 @@ HINTED["hints"] = {"forZones": [{"name": "zone-a"}], "forNodes": [{"name": "node
 ], ids=["node hints ignored without PreferSameTrafficDistribution", "node hints with PreferSameTrafficDistribution"])
 def test_hints(prefer_same_node, want):
     tracker = EndpointsChangeTracker(IPV4, HOST, prefer_same_node=prefer_same_node)
-    tracker.endpoint_slice_update(make_slice("ns", "svc", "a", [HINTED], PORT), False)
+    tracker.endpoint_slice_update(endpoint_slice("ns", "svc", "a", [HINTED], PORT), False)
     assert current_change(tracker, "ns/svc") == {SVC: [want]}
 
 
 # ---- ours: change bookkeeping -----------------------------------------------------------------
 
-A1 = make_slice("ns", "svc", "a", [endpoint("10.0.0.1")], PORT)
-A2 = make_slice("ns", "svc", "a", [endpoint("10.0.0.2")], PORT)
+A1 = endpoint_slice("ns", "svc", "a", [endpoint("10.0.0.1")], PORT)
+A2 = endpoint_slice("ns", "svc", "a", [endpoint("10.0.0.2")], PORT)
 A1_RELABELLED = {**A1, "metadata": {**A1["metadata"], "resourceVersion": "7"}}
-A_TWO = make_slice("ns", "svc", "a", [endpoint("10.0.0.1"), endpoint("10.0.0.2")], PORT)
-A_TWO_REVERSED = make_slice("ns", "svc", "a", [endpoint("10.0.0.2"), endpoint("10.0.0.1")], PORT)
-B1 = make_slice("ns", "svc", "b", [endpoint("10.0.0.9")], PORT)
+A_TWO = endpoint_slice("ns", "svc", "a", [endpoint("10.0.0.1"), endpoint("10.0.0.2")], PORT)
+A_TWO_REVERSED = endpoint_slice("ns", "svc", "a", [endpoint("10.0.0.2"), endpoint("10.0.0.1")], PORT)
+B1 = endpoint_slice("ns", "svc", "b", [endpoint("10.0.0.9")], PORT)
 
 # name: (applied slices, then (slice, removed) updates with the expected return value,
 #        pending() after, the Services checked out with a change)
@@ -609,14 +587,14 @@ def test_unchanged_slices_keep_their_objects():
     """(ours) A port fed only by untouched slices keeps the very same tuple (and Endpoint
     objects) when another slice of the Service changes; nothing is re-read."""
     tracker = EndpointsChangeTracker(IPV4, HOST)
-    other = make_slice("ns", "svc", "b", [endpoint("10.0.1.1")], [eport("q", 90, "TCP")])
+    other = endpoint_slice("ns", "svc", "b", [endpoint("10.0.1.1")], [slice_port("q", 90, "TCP")])
     tracker.endpoint_slice_update(A_TWO, False)
     tracker.endpoint_slice_update(other, False)
     endpoints = {}
     apply_endpoint_changes(endpoints, tracker.checkout())
     before_q = endpoints[spn("ns", "svc", "q", "TCP")]
 
-    grown = make_slice("ns", "svc", "a", [endpoint("10.0.0.1"), endpoint("10.0.0.2"), endpoint("10.0.0.3")], PORT)
+    grown = endpoint_slice("ns", "svc", "a", [endpoint("10.0.0.1"), endpoint("10.0.0.2"), endpoint("10.0.0.3")], PORT)
     tracker.endpoint_slice_update(grown, False)
     result = apply_endpoint_changes(endpoints, tracker.checkout())
     assert result.updated_services == {"ns/svc"}
@@ -635,9 +613,9 @@ def test_conntrack_protocols(protocol, cleaned):
     """(ours) Which protocols report stale endpoints and newly active ports."""
     tracker, endpoints = EndpointsChangeTracker(IPV4, HOST), {}
     key = spn("ns", "svc", "p", protocol)
-    tracker.endpoint_slice_update(make_slice("ns", "svc", "a", [endpoint("10.0.0.1")], [eport("p", 80, protocol)]), False)
+    tracker.endpoint_slice_update(endpoint_slice("ns", "svc", "a", [endpoint("10.0.0.1")], [slice_port("p", 80, protocol)]), False)
     added = apply_endpoint_changes(endpoints, tracker.checkout())
-    tracker.endpoint_slice_update(make_slice("ns", "svc", "a", [endpoint("10.0.0.2")], [eport("p", 80, protocol)]), False)
+    tracker.endpoint_slice_update(endpoint_slice("ns", "svc", "a", [endpoint("10.0.0.2")], [slice_port("p", 80, protocol)]), False)
     replaced = apply_endpoint_changes(endpoints, tracker.checkout())
     assert added.newly_active_udp_services == ([key] if cleaned else [])
     assert replaced.stale_udp_endpoints == ([(key, ep("10.0.0.1:80"))] if cleaned else [])

@@ -25,6 +25,7 @@ from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.nodeportaddresses import NodePortAddresses
 from kubesvc.proxy.types import IPV4, IPV6
 from kubesvc.util.clock import FakeClock
+from tests.support import builders
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -33,13 +34,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def make_node(*, deleted=False, taints=()):
-    node = {"metadata": {"name": "node-1"}, "spec": {"taints": [{"key": key, "effect": "NoSchedule"} for key in taints]}}
-    if deleted:
-        node["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    return node
 
 
 # ---- pure decisions ---------------------------------------------------------------------------
@@ -63,10 +57,10 @@ def test_evaluate_proxy_health(last_updated, pending, now, healthy, status):
 
 @pytest.mark.parametrize(("node", "eligible"), [
     pytest.param(None, False, id="unknown node"),
-    pytest.param(make_node(), True, id="plain node"),
-    pytest.param(make_node(taints=["other"]), True, id="tainted in any other way"),
-    pytest.param(make_node(taints=[TO_BE_DELETED_TAINT]), False, id="ToBeDeletedByClusterAutoscaler"),
-    pytest.param(make_node(deleted=True), False, id="being deleted"),
+    pytest.param(builders.node("node-1"), True, id="plain node"),
+    pytest.param(builders.node("node-1", taints=["other"]), True, id="tainted in any other way"),
+    pytest.param(builders.node("node-1", taints=[TO_BE_DELETED_TAINT]), False, id="ToBeDeletedByClusterAutoscaler"),
+    pytest.param(builders.node("node-1", deleted=True), False, id="being deleted"),
 ])
 def test_node_is_eligible(node, eligible):
     assert node_is_eligible(node) is eligible
@@ -170,15 +164,15 @@ async def run_proxy_health_updater(server: ProxyHealthServer, clock: FakeClock, 
 async def test_healthz_server(proxy_health):
     server, clock, session, url = proxy_health
     tracker = Tracker(server, session, url, "/healthz")
-    server.sync_node(make_node())
+    server.sync_node(builders.node("node-1"))
     await run_proxy_health_updater(server, clock, tracker)
-    server.sync_node(make_node(taints=["other"]))
+    server.sync_node(builders.node("node-1", taints=["other"]))
     await tracker.expect(200)  # tainted in any other way
-    server.sync_node(make_node(taints=[TO_BE_DELETED_TAINT]))
+    server.sync_node(builders.node("node-1", taints=[TO_BE_DELETED_TAINT]))
     await tracker.expect(503)
-    server.sync_node(make_node(taints=["other"]))
+    server.sync_node(builders.node("node-1", taints=["other"]))
     await tracker.expect(200)
-    server.sync_node(make_node(deleted=True))
+    server.sync_node(builders.node("node-1", deleted=True))
     await tracker.expect(503)
     server.sync_node(None)
     assert (await tracker.expect(503))["nodeEligible"] is False  # the Node went away
@@ -188,14 +182,14 @@ async def test_livez_server(proxy_health):
     server, clock, session, url = proxy_health
     tracker = Tracker(server, session, url, "/livez")
     await run_proxy_health_updater(server, clock, tracker)
-    for node in (make_node(taints=["other"]), make_node(taints=[TO_BE_DELETED_TAINT]), make_node(deleted=True), None):
+    for node in (builders.node("node-1", taints=["other"]), builders.node("node-1", taints=[TO_BE_DELETED_TAINT]), builders.node("node-1", deleted=True), None):
         server.sync_node(node)
         await tracker.expect(200)  # irrespective of node syncs
 
 
 async def test_healthz_body(proxy_health):
     server, clock, session, url = proxy_health
-    server.sync_node(make_node())
+    server.sync_node(builders.node("node-1"))
     server.updated(IPV4)
     clock.advance(3)
     async with session.get(url + "/healthz") as response:

@@ -10,6 +10,7 @@ from kubesvc.kernel.netlink import local_addresses, parse_addresses, unique_ips
 from kubesvc.api.validation_meta import parse_cidr_sloppy, parse_ip_sloppy
 from kubesvc.proxy.nodeportaddresses import NodePortAddresses, detect_node_ips, node_ips_from_node
 from kubesvc.proxy.types import IPV4, IPV6
+from tests.support import builders
 
 ETH0_LO_V4 = ["10.20.30.51", "127.0.0.1"]
 ETH0_LO_V6 = ["2001:db8::1", "::1"]
@@ -111,16 +112,14 @@ def test_detect_node_ips(raw, bind_address, family, ipv4, ipv6):
     assert detect_node_ips(raw, bind_address) == (family, {IPV4: ipv4, IPV6: ipv6})
 
 
-def _node(*addresses):
-    return {"metadata": {"name": "n"}, "status": {"addresses": [{"type": t, "address": a} for t, a in addresses]}}
-
-
 @pytest.mark.parametrize(("node", "expected"), [
-    pytest.param(_node(("ExternalIP", "54.10.11.12"), ("InternalIP", "10.0.1.1")), ["10.0.1.1"], id="InternalIP before ExternalIP"),
-    pytest.param(_node(("InternalIP", "10.0.1.1"), ("InternalIP", "10.0.1.2"), ("ExternalIP", "fd00::1")), ["10.0.1.1", "fd00::1"],
-                 id="secondary is the first of the other family"),
-    pytest.param(_node(("InternalIP", "fd00::1"), ("InternalIP", "10.0.1.1")), ["fd00::1", "10.0.1.1"], id="IPv6 primary"),
-    pytest.param(_node(("Hostname", "node-1"), ("InternalIP", "not-an-ip")), [], id="no usable address"),
+    pytest.param(builders.node("n", addresses=(("ExternalIP", "54.10.11.12"), ("InternalIP", "10.0.1.1"))), ["10.0.1.1"],
+                 id="InternalIP before ExternalIP"),
+    pytest.param(builders.node("n", addresses=(("InternalIP", "10.0.1.1"), ("InternalIP", "10.0.1.2"), ("ExternalIP", "fd00::1"))),
+                 ["10.0.1.1", "fd00::1"], id="secondary is the first of the other family"),
+    pytest.param(builders.node("n", addresses=(("InternalIP", "fd00::1"), ("InternalIP", "10.0.1.1"))), ["fd00::1", "10.0.1.1"],
+                 id="IPv6 primary"),
+    pytest.param(builders.node("n", addresses=(("Hostname", "node-1"), ("InternalIP", "not-an-ip"))), [], id="no usable address"),
     pytest.param(None, [], id="no Node"),
 ])
 def test_node_ips_from_node(node, expected):

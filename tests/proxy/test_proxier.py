@@ -15,6 +15,7 @@ from kubesvc.proxy.healthcheck import ProxyHealthServer
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.proxier import Proxier
 from kubesvc.proxy.types import ServicePortName
+from tests.support.builders import endpoint, endpoint_slice, service, service_port, slice_port
 from kubesvc.util.clock import FakeClock
 
 
@@ -51,16 +52,15 @@ class RecordingBackend(Mode[int]):
             raise SyncFailed("kernel said no")
 
 
-def service(name: str, ip: str, protocol: str = "TCP") -> dict:
-    return {"metadata": {"namespace": "ns", "name": name, "resourceVersion": "1"},
-            "spec": {"type": "ClusterIP", "clusterIP": ip, "clusterIPs": [ip],
-                     "ports": [{"name": "p", "port": 53 if protocol == "UDP" else 80, "protocol": protocol}]}}
+def cluster_ip_service(name: str, ip: str, protocol: str = "TCP") -> dict:
+    """A ClusterIP Service in namespace ns with one port "p" (80, or 53 for UDP)."""
+    return service("ns", name, service_port("p", protocol, 53 if protocol == "UDP" else 80), type="ClusterIP", clusterIP=ip, clusterIPs=[ip])
 
 
-def endpoint_slice(service_name: str, ips: list[str], protocol: str = "TCP", name: str = "") -> dict:
-    return {"metadata": {"namespace": "ns", "name": name or f"{service_name}-1", "labels": {"kubernetes.io/service-name": service_name}},
-            "addressType": "IPv4", "ports": [{"name": "p", "port": 5353 if protocol == "UDP" else 8080, "protocol": protocol}],
-            "endpoints": [{"addresses": [ip], "conditions": {"ready": True}} for ip in ips]}
+def ready_slice(service_name: str, ips: list[str], protocol: str = "TCP", name: str = "") -> dict:
+    """Its EndpointSlice: ``ips`` ready on port "p" (8080, or 5353 for UDP)."""
+    return endpoint_slice("ns", service_name, name or f"{service_name}-1", [endpoint(ip, ready=True) for ip in ips],
+                          [slice_port("p", 5353 if protocol == "UDP" else 8080, protocol)])
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def metric(proxier: Proxier, name: str, **labels) -> float:
 async def test_nothing_is_synced_until_both_informers_synced():
     backend = RecordingBackend()
     proxier = new_proxier(backend)
-    proxier.on_service_add(service("a", "10.96.0.1"))
+    proxier.on_service_add(cluster_ip_service("a", "10.96.0.1"))
     proxier.on_services_synced()
     await proxier.sync_proxy_rules()
     assert backend.requests == []
@@ -101,13 +101,13 @@ async def test_first_sync_is_full_then_partial_with_only_the_changed_services(de
     proxier.on_services_synced()
     proxier.on_endpoint_slices_synced()
     for name, ip in (("a", "10.96.0.1"), ("b", "10.96.0.2")):
-        proxier.on_service_add(service(name, ip))
-        proxier.on_endpoint_slice_add(endpoint_slice(name, ["10.244.0.1"]))
+        proxier.on_service_add(cluster_ip_service(name, ip))
+        proxier.on_endpoint_slice_add(ready_slice(name, ["10.244.0.1"]))
     await proxier.sync_proxy_rules()
     first = backend.requests[-1]
     assert first.full
     assert set(first.service_ports) == {ServicePortName("ns", "a", "p", "TCP"), ServicePortName("ns", "b", "p", "TCP")}
-    proxier.on_endpoint_slice_update({}, endpoint_slice("b", ["10.244.0.1", "10.244.0.2"]))
+    proxier.on_endpoint_slice_update({}, ready_slice("b", ["10.244.0.1", "10.244.0.2"]))
     await proxier.sync_proxy_rules()
     second = backend.requests[-1]
     assert not second.full
@@ -125,7 +125,7 @@ async def test_a_failed_sync_makes_the_next_one_full():
     proxier.on_services_synced()
     proxier.on_endpoint_slices_synced()
     await proxier.sync_proxy_rules()
-    proxier.on_service_add(service("a", "10.96.0.1"))
+    proxier.on_service_add(cluster_ip_service("a", "10.96.0.1"))
     backend.fail_next = True
     with pytest.raises(SyncFailed):
         await proxier.sync_proxy_rules()
@@ -189,12 +189,12 @@ async def test_udp_endpoint_replacement_deletes_conntrack_entries_to_the_old_bac
     proxier = new_proxier(backend)
     proxier.on_services_synced()
     proxier.on_endpoint_slices_synced()
-    proxier.on_service_add(service("dns", "10.96.0.10", "UDP"))
-    proxier.on_endpoint_slice_add(endpoint_slice("dns", ["10.244.0.5"], "UDP"))
+    proxier.on_service_add(cluster_ip_service("dns", "10.96.0.10", "UDP"))
+    proxier.on_endpoint_slice_add(ready_slice("dns", ["10.244.0.5"], "UDP"))
     await proxier.sync_proxy_rules()
     assert ["-p", "udp", "--orig-dst", "10.96.0.10", "--orig-port-dst", "53"] in deleted_flows  # first endpoint
     deleted_flows.clear()
-    proxier.on_endpoint_slice_update({}, endpoint_slice("dns", ["10.244.0.6"], "UDP"))
+    proxier.on_endpoint_slice_update({}, ready_slice("dns", ["10.244.0.6"], "UDP"))
     await proxier.sync_proxy_rules()
     assert deleted_flows == [["-p", "udp", "--orig-dst", "10.96.0.10", "--orig-port-dst", "53", "--dst-nat", "10.244.0.5"]]
     assert metric(proxier, "kubeproxy_conntrack_reconciler_deleted_entries_total", ip_family="IPv4") == 2
@@ -210,7 +210,7 @@ async def test_health_follows_queued_and_applied_syncs():
     await proxier.sync_proxy_rules()
     assert "IPv4" in health.health().status and health.health().healthy
     assert metric(proxier, "kubeproxy_sync_proxy_rules_last_timestamp_seconds", ip_family="IPv4") > 0
-    proxier.on_service_add(service("a", "10.96.0.1"))  # queued, and then never applied
+    proxier.on_service_add(cluster_ip_service("a", "10.96.0.1"))  # queued, and then never applied
     clock.advance(61)
     assert not health.health().healthy
     await proxier.sync_proxy_rules()
@@ -222,8 +222,8 @@ async def test_prefer_same_node_gate_reaches_the_endpoints():
     proxier = Proxier(backend, ProxyOptions(node_name="node-a", prefer_same_node=True), ProxyMetrics(), min_sync_period=0)
     proxier.on_services_synced()
     proxier.on_endpoint_slices_synced()
-    proxier.on_service_add(service("a", "10.96.0.1"))
-    hinted = endpoint_slice("a", ["10.244.0.1"])
+    proxier.on_service_add(cluster_ip_service("a", "10.96.0.1"))
+    hinted = ready_slice("a", ["10.244.0.1"])
     hinted["endpoints"][0]["hints"] = {"forNodes": [{"name": "node-a"}], "forZones": [{"name": "z1"}]}
     proxier.on_endpoint_slice_add(hinted)
     await proxier.sync_proxy_rules()
@@ -243,7 +243,7 @@ async def test_a_failed_address_lookup_keeps_the_changes_for_the_next_sync():
     proxier = Proxier(backend, ProxyOptions(node_name="node-a"), ProxyMetrics(), min_sync_period=0, nodeport_ips=nodeport_ips)
     proxier.on_services_synced()
     proxier.on_endpoint_slices_synced()
-    proxier.on_service_add(service("a", "10.96.0.1"))
+    proxier.on_service_add(cluster_ip_service("a", "10.96.0.1"))
     with pytest.raises(OSError):
         await proxier.sync_proxy_rules()
     await proxier.sync_proxy_rules()

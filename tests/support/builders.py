@@ -9,7 +9,11 @@ pkg/proxy/{iptables,nftables,ipvs}/proxier_test.go):
 - :class:`Cluster`: the Service port map and the endpoints map as the change trackers keep them,
   and the ``SyncRequest`` a sync gets (with the Services changed since the last one);
 - :func:`request`: one ``SyncRequest`` straight from ``[(port, endpoints), ...]``;
-- :func:`options`: a mode's ``ProxyOptions`` (a pod-CIDR local detector).
+- :func:`options`: a mode's ``ProxyOptions`` (a pod-CIDR local detector);
+
+and the API objects the proxy's informers deliver (JSON shape, API field names):
+:func:`service` with :func:`service_port`, :func:`endpoint_slice` with :func:`endpoint` and
+:func:`slice_port`, :func:`node`.
 """
 
 from __future__ import annotations
@@ -104,3 +108,60 @@ class Cluster:
         return SyncRequest(full=full, service_ports=dict(self.ports), endpoints=dict(self.endpoints),
                            changed_services=changed, **extra)
 
+
+
+# ---------------------------------------------------------------------------------------------
+# API objects, as an informer delivers them
+
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+
+def service_port(name: str, protocol: str = "TCP", number: int = 80, node_port: int = 0) -> dict:
+    """One entry of a Service's ``spec.ports``."""
+    return {"name": name, "protocol": protocol, "port": number, "nodePort": node_port}
+
+
+def service(ns: str, name: str, *ports: dict, ingress: list | None = None, **spec) -> dict:
+    """A Service; ``spec`` keys are the API's field names (``type``, ``clusterIP``, ...),
+    ``ingress`` its ``status.loadBalancer.ingress``."""
+    obj = {"metadata": {"namespace": ns, "name": name, "annotations": {}}, "spec": {"ports": list(ports), **spec}, "status": {}}
+    if ingress is not None:
+        obj["status"]["loadBalancer"] = {"ingress": ingress}
+    return obj
+
+
+def endpoint(ip: str, node: str | None = None, **conditions) -> dict:
+    """One entry of an EndpointSlice's ``endpoints``: its address, node and ``conditions``."""
+    out: dict = {"addresses": [ip]}
+    if node is not None:
+        out["nodeName"] = node
+    if conditions:
+        out["conditions"] = conditions
+    return out
+
+
+def slice_port(name: str | None, number: int | None, protocol: str = "TCP") -> dict:
+    """One entry of an EndpointSlice's ``ports``."""
+    return {"name": name, "port": number, "protocol": protocol}
+
+
+def endpoint_slice(ns: str, service: str, name: str, endpoints: list, ports: list | None, address_type: str = "IPv4",
+                   annotations: dict | None = None) -> dict:
+    """An EndpointSlice of Service ``service`` (the service-name label); no ``ports`` key when ``ports`` is None."""
+    obj = {"metadata": {"namespace": ns, "name": name, "annotations": annotations or {}, "labels": {SERVICE_NAME_LABEL: service}},
+           "addressType": address_type, "endpoints": endpoints}
+    if ports is not None:
+        obj["ports"] = ports
+    return obj
+
+
+def node(name: str, *, addresses: tuple[tuple[str, str], ...] = (), taints: tuple[str, ...] = (), deleted: bool = False,
+         labels: dict | None = None) -> dict:
+    """A Node: ``addresses`` as (type, address) pairs, ``taints`` keys (NoSchedule), being deleted or not."""
+    obj: dict = {"metadata": {"name": name}, "spec": {"taints": [{"key": key, "effect": "NoSchedule"} for key in taints]},
+                 "status": {"addresses": [{"type": kind, "address": address} for kind, address in addresses]}}
+    if labels is not None:
+        obj["metadata"]["labels"] = labels
+    if deleted:
+        obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return obj
