@@ -9,10 +9,12 @@ packet-flow test. Unlike upstream it walks the hooks as the kernel does, from th
 chains rather than from fixed chain names:
 
 1. **prerouting**, base chains in priority order (the firewall check at -110, then the DNAT
-   at -100); a ``drop``/``reject`` ends the trace;
+   at -100); a ``drop``/``reject`` ends the trace; a connection the node itself starts
+   (``from_node``) takes **output** instead, whose chains at priority 0 (the no-endpoint and
+   invalid-ClusterIP checks) already see the DNAT's destination;
 2. the destination becomes the (first) DNAT target, then **forward** if that is not one of the
    node's addresses, **input** if it is (where the no-endpoint and invalid-ClusterIP checks
-   reject or drop);
+   reject or drop; from the node: input only for its own addresses);
 3. **postrouting** with the new destination: the masquerade decision, from the packet mark
    the earlier chains set (``mark set mark or``, ``mark and … == 0 return``) and from
    ``ct status dnat ip saddr . ip daddr @hairpin-endpoints`` (a Pod reaching itself).
@@ -297,28 +299,32 @@ def _host(endpoint: str) -> str:
 
 
 def trace_packet(nft: FakeNFTables, source: str, protocol: str, dest: str, port: int | str,
-                 node_ips=TEST_NODE_IPS) -> tuple[list[str], str, bool]:
-    """(matched rules, output, masqueraded) for a new connection; see the module docstring."""
+                 node_ips=TEST_NODE_IPS, *, from_node: bool = False) -> tuple[list[str], str, bool]:
+    """(matched rules, output, masqueraded) for a new connection; see the module docstring.
+    ``from_node``: the connection starts on the node itself (the output hook instead of
+    prerouting; then input only if the destination is still one of the node's addresses)."""
     table = nft.current()
     if table is None:
         return [], "", False
     local = frozenset(_canonical(ip) for ip in ("127.0.0.1", "::1", *node_ips))
     tracer = Tracer(table, Packet(_canonical(source), protocol, _canonical(dest), str(port), local))
-    for chain in _base_chains(table, "prerouting"):
-        verdict = tracer.run_chain(chain)
-        if verdict in ("drop", "reject"):
-            return tracer.matches, ", ".join(tracer.outputs), tracer.masquerade
-    if tracer.outputs:
-        tracer.packet.dest = _canonical(_host(tracer.outputs[0]))
-        tracer.packet.dnatted = True
-    hook = "input" if tracer.packet.dest in local else "forward"
-    for chain in _base_chains(table, hook):
-        if tracer.run_chain(chain) in ("drop", "reject"):
-            return tracer.matches, ", ".join(tracer.outputs), tracer.masquerade
-    for chain in _base_chains(table, "postrouting"):
-        if tracer.run_chain(chain) in ("drop", "reject"):
-            break
+    if not _run_hook(tracer, "output" if from_node else "prerouting"):
+        after = "input" if tracer.packet.dest in local else ("" if from_node else "forward")
+        if not (after and _run_hook(tracer, after)):
+            _run_hook(tracer, "postrouting")
     return tracer.matches, ", ".join(tracer.outputs), tracer.masquerade
+
+
+def _run_hook(tracer: Tracer, hook: str) -> bool:
+    """The table's base chains on ``hook``, in priority order; True if the packet was dropped
+    or rejected. A DNAT (the first output) changes the destination the later chains see."""
+    for chain in _base_chains(tracer.table, hook):
+        if tracer.run_chain(chain) in ("drop", "reject"):
+            return True
+        if tracer.outputs and not tracer.packet.dnatted:
+            tracer.packet.dest = _canonical(_host(tracer.outputs[0]))
+            tracer.packet.dnatted = True
+    return False
 
 
 def check_flows(nft: FakeNFTables, flows: list[Flow], node_ips=TEST_NODE_IPS) -> None:
