@@ -42,7 +42,7 @@ from kubesvc.proxy.conntrack import stale_flow_filters
 from kubesvc.proxy.endpointslicecache import EndpointsChangeTracker, apply_endpoint_changes, local_ready_endpoints
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.runner import BoundedFrequencyRunner
-from kubesvc.proxy.servicechangetracker import ServiceChangeTracker, apply_service_changes, health_check_node_ports
+from kubesvc.proxy.servicechangetracker import ServiceChangeTracker, ServicePorts, apply_service_changes, health_check_node_ports
 from kubesvc.proxy.topology import LABEL_TOPOLOGY_ZONE
 from kubesvc.proxy.types import FAMILY_NAMES, IPV4, IPV6, EndpointsMap, ServicePortMap
 
@@ -91,7 +91,7 @@ class Proxier:
         self.clean_conntrack = clean_conntrack
         self.service_changes = ServiceChangeTracker(self.family)
         self.endpoint_changes = EndpointsChangeTracker(self.family, options.node_name, prefer_same_node=options.prefer_same_node)
-        self.service_ports: ServicePortMap = {}
+        self.service_ports: ServicePortMap = ServicePorts()
         self.endpoints: EndpointsMap = {}
         self.node_labels: dict[str, str] = {}
         self.service_cidrs: tuple[str, ...] = ()

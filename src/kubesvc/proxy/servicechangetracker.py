@@ -227,11 +227,31 @@ class ServiceChangeTracker:
         return items
 
 
+class ServicePorts(dict):
+    """A ``ServicePortMap`` that also knows each Service's port names (``by_service``:
+    ``ns/name`` → its ``ServicePortName``s), kept by ``apply_service_changes``: a partial sync
+    finds the ports of the few changed Services without reading every port of the node."""
+
+    __slots__ = ("by_service",)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.by_service: dict[str, tuple[ServicePortName, ...]] = {}
+        for name in self:
+            self.by_service[name.service] = (*self.by_service.get(name.service, ()), name)
+
+
 def apply_service_changes(service_ports: ServicePortMap, changes: ServiceChanges) -> ServiceUpdateResult:
     """Fold checked-out changes into ``service_ports`` (in place; upstream
     ``ServicePortMap.Update``): current ports replace, ports only in previous are removed."""
     deleted_udp_cluster_ips: set[str] = set()
-    for previous, current in changes.values():
+    by_service = service_ports.by_service if isinstance(service_ports, ServicePorts) else None
+    for service, (previous, current) in changes.items():
+        if by_service is not None:
+            if current:
+                by_service[service] = tuple(current)
+            else:
+                by_service.pop(service, None)
         service_ports.update(current)
         for name in previous.keys() - current.keys():
             removed = service_ports.pop(name, None)

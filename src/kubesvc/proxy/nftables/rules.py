@@ -799,14 +799,22 @@ def build_sync(request: SyncRequest, options: ProxyOptions, previous: NftState, 
     else:
         wanted = request.changed_services
     ports_by_service: dict[str, list[ServicePort]] = {}
-    for spn, sp in request.service_ports.items():
-        svc = spn.service
-        if wanted is None or svc in wanted:
-            lst = ports_by_service.get(svc)
-            if lst is None:
-                ports_by_service[svc] = [sp]
-            else:
-                lst.append(sp)
+    by_service = None if wanted is None else getattr(request.service_ports, "by_service", None)
+    if by_service is not None:  # the shared proxier's index (servicechangetracker.ServicePorts)
+        all_ports = request.service_ports
+        for svc in wanted:
+            names = by_service.get(svc)
+            if names:
+                ports_by_service[svc] = [all_ports[name] for name in names]
+    else:
+        for spn, sp in request.service_ports.items():
+            svc = spn.service
+            if wanted is None or svc in wanted:
+                lst = ports_by_service.get(svc)
+                if lst is None:
+                    ports_by_service[svc] = [sp]
+                else:
+                    lst.append(sp)
 
     services = state.services
     touched: dict[str, set[str]] | None = None if full else {c: set() for c in CONTAINERS}
