@@ -63,8 +63,9 @@ def test_cidr_family(text, family):
 
 
 def test_family_constants():
-    assert (ipnet.IPV4, ipnet.IPV6) == ("IPv4", "IPv6")
-    assert ipnet.FAMILY_OF_VERSION[ipaddress.ip_address("fd00::1").version] == ipnet.IPV6
+    assert (ipnet.IPV4, ipnet.IPV6) == (4, 6)
+    assert (ipnet.IPV4_PROTOCOL, ipnet.IPV6_PROTOCOL) == ("IPv4", "IPv6")
+    assert ipnet.FAMILY_NAMES[ipaddress.ip_address("fd00::1").version] == ipnet.IPV6_PROTOCOL
     assert ipnet.is_dual_stack(["IPv6", "IPv4"]) and not ipnet.is_dual_stack(["IPv4", "IPv4"])
 
 

@@ -4,6 +4,6 @@ Everything above this package builds kernel input as values; these modules run i
 translate failures into ``exec.CommandFailed`` carrying argv, exit code, output and input.
 """
 
-# IP families as numbers (what proxy.types calls IPV4/IPV6): kernel/ takes plain data and
-# imports nothing above it
-IPV4, IPV6 = 4, 6
+# IP families as numbers (4, 6: Python's ip.version), defined once in util/ipnet; kernel/ takes
+# plain data and imports nothing above it
+from kubesvc.util.ipnet import IPV4, IPV6  # noqa: F401

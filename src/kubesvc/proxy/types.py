@@ -16,8 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-IPV4, IPV6 = 4, 6
-FAMILY_NAMES = {IPV4: "IPv4", IPV6: "IPv6"}
+from kubesvc.util.ipnet import FAMILY_NAMES, IPV4, IPV6  # noqa: F401  (families are defined in util/ipnet)
 
 # v1.DefaultClientIPServiceAffinitySeconds
 DEFAULT_STICKY_MAX_AGE_SECONDS = 10800

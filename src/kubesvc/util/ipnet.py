@@ -7,10 +7,13 @@ upstream spreads over Go's ``net`` package, ``k8s.io/utils/net`` (netutils) and
   octets as *decimal* (``010.0.0.1`` is 10.0.0.1). Kubernetes keeps that for objects stored
   before Go 1.17 refused them. No zone (``%eth0``) is an IP. An IPv4-mapped IPv6 address
   (``::ffff:1.2.3.4``) is IPv4, as Go's ``To4()`` sees it; in a CIDR it keeps its 128-bit mask.
-- :data:`IPV4` / :data:`IPV6` are ``v1.IPFamily`` values (``"IPv4"``, ``"IPv6"``), as objects,
-  ``EndpointSlice.addressType`` and ``Service.spec.ipFamilies`` carry them; :func:`ip_family`
-  and :func:`cidr_family` are ``netutils.IPFamilyOfString`` / ``IPFamilyOfCIDRString`` ("" for
-  neither); :data:`FAMILY_OF_VERSION` names Python's ``ip.version``.
+- Families, defined here once. :data:`IPV4` / :data:`IPV6` are the numbers ``4`` / ``6``
+  (Python's ``ip.version``), as ``kernel/`` and ``proxy/`` pass a family around (one proxier
+  per family). :data:`IPV4_PROTOCOL` / :data:`IPV6_PROTOCOL` are the API's names, ``"IPv4"`` /
+  ``"IPv6"`` (``v1.IPv4Protocol``, which ``discovery.AddressTypeIPv4`` equals), as
+  ``Service.spec.ipFamilies`` and ``EndpointSlice.addressType`` carry them;
+  :data:`FAMILY_NAMES` maps the one to the other. :func:`ip_family` and :func:`cidr_family` are
+  ``netutils.IPFamilyOfString`` / ``IPFamilyOfCIDRString``: a name, or "" for neither.
 - :func:`join_host_port` / :func:`split_host_port` are ``net.JoinHostPort`` /
   ``net.SplitHostPort``: brackets around a host with a colon; Go's reasons (``missing port in
   address``, ``too many colons in address`` ...).
@@ -31,8 +34,9 @@ from kubesvc.util import golang
 IPAddr = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNet = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-IPV4, IPV6 = "IPv4", "IPv6"
-FAMILY_OF_VERSION = {4: IPV4, 6: IPV6}
+IPV4, IPV6 = 4, 6
+IPV4_PROTOCOL, IPV6_PROTOCOL = "IPv4", "IPv6"
+FAMILY_NAMES = {IPV4: IPV4_PROTOCOL, IPV6: IPV6_PROTOCOL}
 
 _DECIMAL_RE = re.compile("[0-9]+")
 
@@ -89,7 +93,7 @@ def ip_family(value: str) -> str:
     ip = parse_ip_sloppy(value)
     if ip is None:
         return ""
-    return IPV4 if ip.version == 4 else IPV6
+    return FAMILY_NAMES[ip.version]
 
 
 def cidr_family(value: str) -> str:
@@ -98,13 +102,13 @@ def cidr_family(value: str) -> str:
     if net is None:
         return ""
     if net.version == 6 and net.network_address.ipv4_mapped is None:
-        return IPV6
-    return IPV4
+        return IPV6_PROTOCOL
+    return IPV4_PROTOCOL
 
 
 def is_dual_stack(families: list[str]) -> bool:
     """netutils.IsDualStackIPs: both families present (a third entry does not matter here)."""
-    return IPV4 in families and IPV6 in families
+    return IPV4_PROTOCOL in families and IPV6_PROTOCOL in families
 
 
 def to_cidr(ip: str) -> str:

@@ -63,8 +63,6 @@ from datetime import datetime, timezone
 
 from kubesvc.controllers.endpointslice.util import (
     ANNOTATION_TRIGGER_TIME,
-    IPV4,
-    IPV6,
     LABEL_HEADLESS,
     address_family,
     find_port,
@@ -75,6 +73,7 @@ from kubesvc.controllers.endpointslice.util import (
     should_pod_be_in_endpoints,
     should_set_hostname,
 )
+from kubesvc.util.ipnet import IPV4_PROTOCOL, IPV6_PROTOCOL
 
 MAX_CAPACITY = 1000  # addresses (ready + not ready) stored per Endpoints object (maxCapacity)
 ANNOTATION_OVER_CAPACITY = "endpoints.kubernetes.io/over-capacity"
@@ -90,13 +89,13 @@ def service_ip_family(service: dict, pod: dict) -> str:
     spec = service.get("spec") or {}
     families = spec.get("ipFamilies") or ()
     if families:
-        return IPV6 if families[0] == IPV6 else IPV4
+        return IPV6_PROTOCOL if families[0] == IPV6_PROTOCOL else IPV4_PROTOCOL
     cluster_ip = spec.get("clusterIP") or ""
     if cluster_ip and cluster_ip != CLUSTER_IP_NONE:
         return address_family(cluster_ip)
     # legacy headless Service (no ipFamilies): trust the Pod's primary IP
     primary = (pod.get("status") or {}).get("podIP") or ""
-    return IPV6 if ":" in primary else IPV4
+    return IPV6_PROTOCOL if ":" in primary else IPV4_PROTOCOL
 
 
 def endpoint_address(service: dict, pod: dict) -> dict | None:

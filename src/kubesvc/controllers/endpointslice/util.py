@@ -27,8 +27,9 @@ import functools
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 
-from kubesvc.api.validation_meta import name_is_dns_subdomain, parse_ip_sloppy
-from kubesvc.util.clock import parse_rfc3339
+from kubesvc.api.validation_meta import name_is_dns_subdomain
+from kubesvc.util.golang import parse_rfc3339
+from kubesvc.util.ipnet import FAMILY_NAMES, IPV4_PROTOCOL, IPV6_PROTOCOL, parse_ip_sloppy
 
 LABEL_SERVICE_NAME = "kubernetes.io/service-name"
 LABEL_MANAGED_BY = "endpointslice.kubernetes.io/managed-by"
@@ -39,7 +40,6 @@ ANNOTATION_TRIGGER_TIME = "endpoints.kubernetes.io/last-change-trigger-time"
 ANNOTATION_TOPOLOGY_MODE = "service.kubernetes.io/topology-mode"
 ANNOTATION_TOPOLOGY_AWARE_HINTS = "service.kubernetes.io/topology-aware-hints"  # deprecated, wins when both are set
 
-IPV4, IPV6 = "IPv4", "IPv6"
 RESERVED_LABELS = frozenset({LABEL_SERVICE_NAME, LABEL_MANAGED_BY, LABEL_HEADLESS})
 TRAFFIC_DISTRIBUTION_PREFER_CLOSE = "PreferClose"
 
@@ -148,8 +148,8 @@ def _parsed_address(address: str) -> tuple[str, str]:
     re-derives every endpoint, and the same Pod IPs come back each time."""
     ip = parse_ip_sloppy(address)
     if ip is None:
-        return (IPV6 if ":" in address else IPV4), address
-    return (IPV6 if ip.version == 6 else IPV4), str(ip)
+        return (IPV6_PROTOCOL if ":" in address else IPV4_PROTOCOL), address
+    return FAMILY_NAMES[ip.version], str(ip)
 
 
 def address_family(address: str) -> str:
@@ -164,13 +164,13 @@ def address_types_for_service(service: dict) -> list[str]:
     """IPv4/IPv6 from ``spec.ipFamilies``; else the ClusterIP's family; else (headless, old
     objects) both (``getAddressTypesForService``)."""
     spec = service.get("spec") or {}
-    types = [{"IPv4": IPV4, "IPv6": IPV6}[f] for f in spec.get("ipFamilies") or () if f in ("IPv4", "IPv6")]
+    types = [f for f in spec.get("ipFamilies") or () if f in (IPV4_PROTOCOL, IPV6_PROTOCOL)]
     if types:
         return list(dict.fromkeys(types))
     cluster_ip = spec.get("clusterIP") or ""
     if cluster_ip and cluster_ip != "None":
         return [address_family(cluster_ip)]
-    return [IPV4, IPV6]
+    return [IPV4_PROTOCOL, IPV6_PROTOCOL]
 
 
 def pod_to_endpoint(pod: dict, node: dict | None, service: dict, address_type: str) -> dict:

@@ -55,15 +55,12 @@ deleted (``deletionTimestamp``) nothing is created.
 from __future__ import annotations
 
 import copy
-import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kubesvc.controllers.endpointslice.reconciler import PortGroupStats
 from kubesvc.controllers.endpointslice.util import (
     ANNOTATION_TRIGGER_TIME,
-    IPV4,
-    IPV6,
     LABEL_MANAGED_BY,
     LABEL_SERVICE_NAME,
     LABEL_SKIP_MIRROR,
@@ -74,6 +71,7 @@ from kubesvc.controllers.endpointslice.util import (
     generate_name_prefix,
     port_map_key,
 )
+from kubesvc.util.ipnet import FAMILY_NAMES, IPV4_PROTOCOL, IPV6_PROTOCOL, parse_ip_sloppy
 
 CONTROLLER_NAME = "endpointslicemirroring-controller.k8s.io"
 ANNOTATION_LEADER = "control-plane.alpha.kubernetes.io/leader"  # resourcelock.LeaderElectionRecordAnnotationKey
@@ -240,20 +238,8 @@ def parse_ip(text: str) -> tuple[str, str] | None:
     """(canonical string, address type) for an IP as Go's ``ParseIPSloppy`` reads it (IPv4 with
     leading zeros allowed, as decimal), or None if it is not an IP. An IPv4-mapped IPv6 address
     is IPv4, as Go's ``To4`` says."""
-    if not isinstance(text, str) or not text or "%" in text:
-        return None
-    try:
-        ip = ipaddress.ip_address(text)
-    except ValueError:
-        parts = text.split(".")
-        if len(parts) != 4 or not all(p.isdigit() and p.isascii() and int(p) <= 255 for p in parts):
-            return None
-        return ".".join(str(int(p)) for p in parts), IPV4
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped), IPV4
-        return str(ip), IPV6
-    return str(ip), IPV4
+    ip = parse_ip_sloppy(text) if isinstance(text, str) else None
+    return (str(ip), FAMILY_NAMES[ip.version]) if ip is not None else None
 
 
 def address_to_endpoint(address: dict, ready: bool) -> tuple[dict, str] | None:
@@ -387,7 +373,7 @@ def reconcile(endpoints: dict | None, service: dict | None, existing_slices: Ite
     for subset in repack_subsets(endpoints.get("subsets")):
         ports = endpoint_slice_ports(subset.get("ports"))
         keys = {}
-        for address_type in (IPV4, IPV6):
+        for address_type in (IPV4_PROTOCOL, IPV6_PROTOCOL):
             keys[address_type] = key = (address_type, port_map_key(ports))
             desired.setdefault(key, EndpointSet())
             ports_by_key[key] = ports
