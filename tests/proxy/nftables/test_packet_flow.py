@@ -347,6 +347,22 @@ async def test_client_ip_affinity_reaches_every_endpoint_a_new_client_may_pick()
     fp.check([Flow("one endpoint left", "10.0.0.2", "172.30.0.41", 80, "10.180.0.2:80")])
 
 
+@pytest.mark.parametrize("dest,dport,output,masq", [
+    ("172.30.0.41", 80, "10.180.0.1:80", True),
+    ("172.30.0.44", 80, "10.180.0.4:80, 10.180.0.5:80", True),
+    (TEST_NODE_IP, 3003, "10.180.0.3:80", True),
+    ("172.30.0.46", 80, "REJECT", False),
+    ("172.30.0.99", 80, "DROP", False),
+    ("5.6.7.8", 80, "DROP", False),  # the node's own address is not in the LB's source ranges
+], ids=["ClusterIP", "two endpoints", "own NodePort", "no endpoints", "unallocated ClusterIP", "LB source ranges"])
+async def test_connections_the_node_starts(dest, dport, output, masq):
+    """The output hook: nat-output DNATs, filter-output checks, as for forwarded traffic."""
+    fp = FakeProxier()
+    await fp.sync(overall_cluster())
+    matches, got, masqueraded = trace_packet(fp.nft, TEST_NODE_IP, "tcp", dest, dport, from_node=True)
+    assert (got, masqueraded) == (output, masq), matches
+
+
 def test_the_tracer_refuses_a_rule_it_cannot_read():
     nft = FakeNFTables()
     nft.run_sync("add table ip kube-proxy\nadd chain ip kube-proxy nat-prerouting { type nat hook prerouting priority -100 ; }\n"
