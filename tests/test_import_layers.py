@@ -54,11 +54,7 @@ LAYERS: list[tuple[str, ...]] = [
 INDEPENDENT = {"apiserver", "controllers", "proxy", "agent", "dns"}
 
 # (importing module, imported module or package) -> why it is still allowed.
-KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("kubesvc.proxy.endpointslicecache", "kubesvc.controllers.endpointslice.util"):
-        "canonical_address (ParseIPSloppy's canonical text, cached) belongs in util/ipnet; "
-        "proxy/endpointslicecache.py is being reworked for cost this session (issue 16, item 6)",
-}
+KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 # (package, packages it must not import): contracts inside one component.
 FORBIDDEN: list[tuple[str, str]] = [

@@ -30,6 +30,14 @@ def test_parse_ip_sloppy(text, expected):
     assert (str(parsed) if parsed is not None else None) == expected
 
 
+@pytest.mark.parametrize(("text", "canonical"), [
+    ("10.0.0.1", "10.0.0.1"), ("010.000.000.001", "10.0.0.1"), ("::ffff:1.2.3.4", "1.2.3.4"),
+    ("FD00:0:0::1", "fd00::1"), ("not-an-ip", "not-an-ip"), ("256.1.1.1", "256.1.1.1"),
+])
+def test_canonical_address(text, canonical):
+    assert ipnet.canonical_address(text) == canonical
+
+
 SLOPPY_CIDRS = [
     ("plain", "10.0.0.0/8", "10.0.0.0/8"),
     ("host bits cleared", "10.1.2.3/8", "10.0.0.0/8"),

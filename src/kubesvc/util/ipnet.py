@@ -26,6 +26,7 @@ upstream spreads over Go's ``net`` package, ``k8s.io/utils/net`` (netutils) and
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 
@@ -39,6 +40,10 @@ IPV4_PROTOCOL, IPV6_PROTOCOL = "IPv4", "IPv6"
 FAMILY_NAMES = {IPV4: IPV4_PROTOCOL, IPV6: IPV6_PROTOCOL}
 
 _DECIMAL_RE = re.compile("[0-9]+")
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+# Dotted-quad text that ParseIPSloppy would print unchanged (no leading zeros, octets <= 255):
+# nearly every Pod and Service IP, and matching it is far cheaper than parsing it.
+CANONICAL_IPV4 = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}\Z")
 
 
 # ---- netutils.ParseIPSloppy / ParseCIDRSloppy ----------------------------------------------------
@@ -83,6 +88,20 @@ def parse_cidr_sloppy(value: str) -> IPNet | None:
     if ip is None or int(mask) > ip.max_prefixlen:
         return None
     return ipaddress.ip_network(f"{ip}/{int(mask)}", strict=False)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _canonical(address: str) -> str:
+    ip = parse_ip_sloppy(address)
+    return str(ip) if ip is not None else address
+
+
+def canonical_address(address: str) -> str:
+    """``ParseIPSloppy(address).String()`` (``010.001.2.3`` is ``10.1.2.3``, ``::ffff:1.2.3.4``
+    is ``1.2.3.4``, IPv6 compressed), or ``address`` as it is when it is no IP. Cached: the
+    controllers and the proxy re-derive every endpoint on every sync, and the same Pod IPs come
+    back each time."""
+    return address if CANONICAL_IPV4.match(address) else _canonical(address)
 
 
 # ---- families ----------------------------------------------------------------------------------

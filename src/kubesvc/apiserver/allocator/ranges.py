@@ -24,7 +24,6 @@ IP strings are read as netutils.ParseIPSloppy does (:func:`ip_info`, :func:`cano
 from __future__ import annotations
 
 import ipaddress
-import re
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -39,15 +38,12 @@ MAX_CIDR_BITS = 20
 DEFAULT_NODE_PORT_RANGE = "30000-32767"
 
 
-_IPV4 = re.compile(r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\Z")
-
-
 def ip_info(raw: Any) -> tuple[str, int, int] | None:
     """(canonical form, version, integer value) of an IP string (netutils.ParseIPSloppy), or
     None. Canonical dotted quads, nearly every IP there is, skip the ipaddress module."""
     if not isinstance(raw, str):
         return None
-    if _IPV4.match(raw):
+    if ipnet.CANONICAL_IPV4.match(raw):
         return raw, 4, int.from_bytes(socket.inet_aton(raw), "big")
     parsed = parse_ip_sloppy(raw)
     if parsed is None:

@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 
 from kubesvc.api.validation_meta import name_is_dns_subdomain
 from kubesvc.util.golang import parse_rfc3339
-from kubesvc.util.ipnet import FAMILY_NAMES, IPV4_PROTOCOL, IPV6_PROTOCOL, parse_ip_sloppy
+from kubesvc.util.ipnet import FAMILY_NAMES, IPV4_PROTOCOL, IPV6_PROTOCOL, canonical_address, parse_ip_sloppy
 
 LABEL_SERVICE_NAME = "kubernetes.io/service-name"
 LABEL_MANAGED_BY = "endpointslice.kubernetes.io/managed-by"
@@ -154,10 +154,6 @@ def _parsed_address(address: str) -> tuple[str, str]:
 
 def address_family(address: str) -> str:
     return _parsed_address(address)[0]
-
-
-def canonical_address(address: str) -> str:
-    return _parsed_address(address)[1]
 
 
 def address_types_for_service(service: dict) -> list[str]:
