@@ -125,6 +125,7 @@ class Tracer:
 
     def run_rule(self, text: str) -> str | None:
         rest = _COMMENT.sub("", text).strip()
+        self.picking = False
         while rest:
             m = None
             for pattern, handler in _PIECES:
