@@ -205,19 +205,23 @@ def _terminating_cases(local: bool):
     ]
 
 
-@pytest.mark.parametrize("local", [True, False], ids=["eTP Local", "eTP Cluster"])
-async def test_terminating_endpoints(local):
-    for name, endpoints, flows in _terminating_cases(local):
-        backend, ipt = fake_backend()
-        c = Cluster().add(port("ns1", "svc1", "", cluster_ip="172.30.1.1", lb_ips=["1.2.3.4"], etp_local=local,
-                               health_check_node_port=30000 if local else 0))
-        c.set_endpoints(spn("ns1", "svc1", ""), *endpoints)
-        await backend.run_sync(c.request())
-        check_flows(ipt, flows)
-        c.set_endpoints(spn("ns1", "svc1", ""))
-        await backend.run_sync(c.request())
-        check_flows(ipt, [Flow("pod to clusterIP after endpoints deleted", "10.0.0.2", "172.30.1.1", 80, "REJECT"),
-                          Flow("external to LB after endpoints deleted", TEST_EXTERNAL_CLIENT, "1.2.3.4", 80, "REJECT")])
+# (eTP Local?, name, endpoints, flows), each case of both upstream tests
+TERMINATING_CASES = [(local, *case) for local in (True, False) for case in _terminating_cases(local)]
+TERMINATING_IDS = [f"{'eTP Local' if local else 'eTP Cluster'}: {name}" for local, name, _, _ in TERMINATING_CASES]
+
+
+@pytest.mark.parametrize("local,name,endpoints,flows", TERMINATING_CASES, ids=TERMINATING_IDS)
+async def test_terminating_endpoints(local, name, endpoints, flows):
+    backend, ipt = fake_backend()
+    c = Cluster().add(port("ns1", "svc1", "", cluster_ip="172.30.1.1", lb_ips=["1.2.3.4"], etp_local=local,
+                           health_check_node_port=30000 if local else 0))
+    c.set_endpoints(spn("ns1", "svc1", ""), *endpoints)
+    await backend.run_sync(c.request())
+    check_flows(ipt, flows)
+    c.set_endpoints(spn("ns1", "svc1", ""))
+    await backend.run_sync(c.request())
+    check_flows(ipt, [Flow("pod to clusterIP after endpoints deleted", "10.0.0.2", "172.30.1.1", 80, "REJECT"),
+                      Flow("external to LB after endpoints deleted", TEST_EXTERNAL_CLIENT, "1.2.3.4", 80, "REJECT")])
 
 
 MASQ_FLOWS = [

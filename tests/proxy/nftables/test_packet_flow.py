@@ -25,9 +25,9 @@ from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.nftables.proxier import NftablesBackend
 from kubesvc.proxy.proxier import Proxier
 from kubesvc.proxy.types import IPV4
+# upstream's tables, the same in both modes
+from tests.proxy.iptables.test_packet_flow import ITP_CASES, MASQ_CASES, MASQ_FLOWS, TERMINATING_CASES, TERMINATING_IDS
 from tests.support.builders import POD_CIDR, Cluster, ep, port, spn
-from tests.proxy.iptables.test_packet_flow import ITP_CASES, MASQ_CASES, MASQ_FLOWS  # upstream's tables, the same in both modes
-from tests.proxy.iptables.test_packet_flow import _terminating_cases as terminating_cases
 
 SERVICE_CIDRS = {4: ("172.30.0.0/16",), 6: ("fd00:10:96::/112",)}  # upstream NewFakeProxier's serviceCIDRs
 
@@ -255,21 +255,20 @@ async def test_overall_rules_after_partial_syncs():
     fp.check(OVERALL_FLOWS)
 
 
-@pytest.mark.parametrize("local", [True, False], ids=["eTP Local", "eTP Cluster"])
-async def test_terminating_endpoints(local):
+@pytest.mark.parametrize("local,name,endpoints,flows", TERMINATING_CASES, ids=TERMINATING_IDS)
+async def test_terminating_endpoints(local, name, endpoints, flows):
     """upstream TestTerminatingEndpointsTrafficPolicy{Local,Cluster}, case by case, then the
     endpoints deleted by a partial sync."""
-    for name, endpoints, flows in terminating_cases(local):
-        fp = FakeProxier()
-        c = Cluster().add(port("ns1", "svc1", "", cluster_ip="172.30.1.1", lb_ips=["1.2.3.4"], etp_local=local,
-                               health_check_node_port=30000 if local else 0))
-        c.set_endpoints(spn("ns1", "svc1", ""), *endpoints)
-        await fp.sync(c)
-        fp.check([Flow(f"{name}: {f.name}", f.source, f.dest, f.port, f.output, f.masq) for f in flows])
-        c.set_endpoints(spn("ns1", "svc1", ""))
-        assert not (await fp.sync(c)).full
-        fp.check([Flow("pod to clusterIP after endpoints deleted", "10.0.0.2", "172.30.1.1", 80, "REJECT"),
-                  Flow("external to LB after endpoints deleted", TEST_EXTERNAL_CLIENT, "1.2.3.4", 80, "REJECT")])
+    fp = FakeProxier()
+    c = Cluster().add(port("ns1", "svc1", "", cluster_ip="172.30.1.1", lb_ips=["1.2.3.4"], etp_local=local,
+                           health_check_node_port=30000 if local else 0))
+    c.set_endpoints(spn("ns1", "svc1", ""), *endpoints)
+    await fp.sync(c)
+    fp.check([Flow(f"{name}: {f.name}", f.source, f.dest, f.port, f.output, f.masq) for f in flows])
+    c.set_endpoints(spn("ns1", "svc1", ""))
+    assert not (await fp.sync(c)).full
+    fp.check([Flow("pod to clusterIP after endpoints deleted", "10.0.0.2", "172.30.1.1", 80, "REJECT"),
+              Flow("external to LB after endpoints deleted", TEST_EXTERNAL_CLIENT, "1.2.3.4", 80, "REJECT")])
 
 
 async def test_a_rejected_sync_changes_no_packet_path_and_the_next_full_sync_converges():
