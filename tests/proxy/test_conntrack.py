@@ -2,6 +2,7 @@
 
 import pytest
 
+from kubesvc.kernel.conntrack import Flow, FlowFilter, matches, select
 from kubesvc.proxy.conntrack import stale_flow_filters
 from kubesvc.proxy.types import Endpoint, ServicePort, ServicePortName
 
@@ -37,3 +38,21 @@ def test_stale_flow_filters(stale, newly_active, deleted, expected):
         assert len(filters) == expected
     else:
         assert filters == expected
+
+
+def _flow(orig_dst="10.96.0.10", dport=53, reply_src="10.244.1.5", status=0x1A8, protocol=17):
+    return Flow(protocol, "10.0.0.9", orig_dst, 40000, dport, reply_src, "10.0.0.9", 5353, 40000, status)
+
+
+@pytest.mark.parametrize(("flt", "flow", "hit"), [
+    (FlowFilter("udp", "10.96.0.10", 53, "10.244.1.5"), _flow(), True),
+    (FlowFilter("udp", "10.96.0.10", 53, "10.244.1.6"), _flow(), False),
+    (FlowFilter("udp", "10.96.0.10", 53, "10.244.1.5"), _flow(status=0x188), False),  # not DNATed
+    (FlowFilter("udp", None, 53), _flow(orig_dst="192.0.2.10"), True),
+    (FlowFilter("udp", "10.96.0.10", 54), _flow(), False),
+    (FlowFilter("sctp", "10.96.0.10"), _flow(), False),
+    (FlowFilter("udp", "10.96.0.10"), _flow(dport=9999), True),
+], ids=["dnat-to-endpoint", "other-endpoint", "not-dnated", "any-address", "other-port", "other-protocol", "any-port"])
+def test_flow_filter_matches_as_conntrack_delete(flt, flow, hit):
+    assert matches(flt, flow) is hit
+    assert select([flow], [flt]) == ([flow] if hit else [])
