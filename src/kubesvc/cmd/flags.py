@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 
 import click
 
-from kubesvc.util import golang
+from kubesvc.util import golang, ipnet
 from kubesvc.util.golang import parse_duration
 
 # Feature gates kube-apiserver knows here, with upstream's defaults for 1.32/1.33.
@@ -127,37 +127,21 @@ def service_cidrs(ctx, param, value: str) -> str:
     size kube-apiserver accepts."""
     from kubesvc.apiserver.allocator.ranges import check_service_cidr_flag
 
-    parts = [p.strip() for p in value.split(",") if p.strip()]
-    if not 1 <= len(parts) <= 2:
-        raise click.BadParameter("specify one CIDR, or two of different IP families")
-    families = set()
-    for i, part in enumerate(parts):
-        try:
-            families.add(ipaddress.ip_network(part, strict=True).version)
-        except ValueError as exc:
-            raise click.BadParameter(f"{part}: {exc}") from None
-        problem = check_service_cidr_flag(part, flag="--service-cluster-ip-range" + ("[1]" if i else ""))
+    try:
+        networks = ipnet.parse_cidr_pair(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    for i, network in enumerate(networks):
+        problem = check_service_cidr_flag(str(network), flag="--service-cluster-ip-range" + ("[1]" if i else ""))
         if problem:
             raise click.BadParameter(problem)
-    if len(families) != len(parts):
-        raise click.BadParameter("the two CIDRs must be of different IP families")
     return value
 
 
 def parse_pod_cidrs(value: str) -> list[str]:
     """One CIDR, or two of different families (kubelet's ``--pod-cidr`` takes one; dual-stack
     nodes get ``podCIDRs`` from the node IPAM controller upstream)."""
-    parts = [p.strip() for p in value.split(",") if p.strip()]
-    if not 1 <= len(parts) <= 2:
-        raise ValueError("specify one CIDR, or two of different IP families")
-    networks = []
-    for part in parts:
-        try:
-            networks.append(ipaddress.ip_network(part, strict=True))
-        except ValueError as exc:
-            raise ValueError(f"invalid CIDR address: {part}: {exc}") from None
-    if len({n.version for n in networks}) != len(networks):
-        raise ValueError("the two CIDRs must be of different IP families")
+    networks = ipnet.parse_cidr_pair(value)
     for net in networks:
         if net.num_addresses < 4:
             raise ValueError(f"{net} is too small for Pods (it needs a gateway and at least one Pod address)")
