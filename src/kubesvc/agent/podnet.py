@@ -504,11 +504,16 @@ async def add_pod(net: NodeNetwork, pod_uid: str) -> PodNetwork:
     when the podCIDR is full, ``LinkFailed`` (a CommandFailed) when the kernel refuses."""
     pod = net.pod(pod_uid)
     pod.ips = IPStore(net.ipam_dir).allocate(pod_uid, net.pod_cidrs, net.gateways)
-    here = await links.link_names_async()
-    await links.apply_async(node_side_ops(net.bridge, pod, knetns.exists(pod.netns), pod.host_veth in here))
-    _write_sysctls({f"net/ipv4/conf/{pod.host_veth}/send_redirects": "0"})
-    await links.apply_async(pod_side_ops(pod.ips, net.gateways), netns=pod.netns)
+    await knetns.on_thread_async(None, _plumb, net, pod)
     return pod
+
+
+def _plumb(net: NodeNetwork, pod: PodNetwork) -> None:
+    """``add_pod``'s kernel half, on a thread in the agent's namespace: one socket here, one in the Pod's."""
+    with links.Session() as here:
+        here.apply(node_side_ops(net.bridge, pod, knetns.exists(pod.netns), here.link_exists(pod.host_veth)))
+    _write_sysctls({f"net/ipv4/conf/{pod.host_veth}/send_redirects": "0"})
+    links.apply(pod_side_ops(pod.ips, net.gateways), netns=pod.netns)
 
 
 async def kill_processes_in(netns: str) -> None:
@@ -522,10 +527,15 @@ async def remove_pod(net: NodeNetwork, pod_uid: str) -> None:
     pod = net.pod(pod_uid)
     if knetns.exists(pod.netns):
         knetns.kill_all_in(pod.netns)
-    here = await links.link_names_async()
-    await links.apply_async(pod_removal_ops(pod, knetns.exists(pod.netns), pod.host_veth in here))
+    await knetns.on_thread_async(None, _unplumb, pod)
     store = IPStore(net.ipam_dir)
     store.release(ips_of(pod_uid, store.allocations(), net.pod_cidrs))
+
+
+def _unplumb(pod: PodNetwork) -> None:
+    """``remove_pod``'s kernel half, on a thread in the agent's namespace, with one socket."""
+    with links.Session() as here:
+        here.apply(pod_removal_ops(pod, knetns.exists(pod.netns), here.link_exists(pod.host_veth)))
 
 
 def existing_pods(net: NodeNetwork) -> dict[str, PodNetwork]:

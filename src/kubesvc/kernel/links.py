@@ -29,6 +29,7 @@ import asyncio
 import errno as errno_
 import ipaddress
 import os
+import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -61,18 +62,38 @@ def _failure(op: "Op | str", err: BaseException, netns: str | None) -> LinkFaile
     return LinkFailed(op, code, message, netns)
 
 
-class _Ipr(Protocol):  # the part of pyroute2's IPRoute the operations use
+class _Ipr(Protocol):  # what the operations use: pyroute2's IPRoute and an index cache
     def link(self, command: str, **kwargs: Any) -> Any: ...
     def addr(self, command: str, **kwargs: Any) -> Any: ...
     def route(self, command: str, **kwargs: Any) -> Any: ...
-    def link_lookup(self, **kwargs: Any) -> list[int]: ...
+    def index(self, name: str) -> int: ...
+    def forget(self, name: str) -> None: ...
 
 
-def _index(ipr: _Ipr, name: str) -> int:
-    found = ipr.link_lookup(ifname=name)
-    if not found:
-        raise OSError(errno_.ENODEV, f"Cannot find device \"{name}\"")
-    return found[0]
+class _Socket:
+    """An IPRoute and the interface indexes looked up for it. A lookup is ``if_nametoindex(3)``
+    (an ioctl on a socket made in the calling thread's namespace, which is the IPRoute's: both
+    live on the thread that opened them), not an ``RTM_GETLINK`` whose reply pyroute2 decodes
+    in full, nor a dump of every link."""
+
+    def __init__(self, ipr: Any):
+        self.ipr = ipr
+        self.link, self.addr, self.route = ipr.link, ipr.addr, ipr.route
+        self._indexes: dict[str, int] = {}
+
+    def index(self, name: str) -> int:
+        if name not in self._indexes:
+            try:
+                self._indexes[name] = socket.if_nametoindex(name)
+            except OSError as err:
+                raise OSError(errno_.ENODEV, f"Cannot find device \"{name}\"") from err
+        return self._indexes[name]
+
+    def forget(self, name: str) -> None:
+        self._indexes.pop(name, None)
+
+    def close(self) -> None:
+        self.ipr.close()
 
 
 def _is_v6(address: str) -> bool:
@@ -90,7 +111,7 @@ class AddNetns:
     def __str__(self) -> str:
         return f"netns add {self.name}"
 
-    def run(self, ipr: _Ipr) -> None:
+    def run(self, ipr: _Ipr | None) -> None:
         knetns.create(self.name)
 
 
@@ -101,7 +122,7 @@ class DelNetns:
     def __str__(self) -> str:
         return f"netns del {self.name}"
 
-    def run(self, ipr: _Ipr) -> None:
+    def run(self, ipr: _Ipr | None) -> None:
         knetns.remove(self.name)
 
 
@@ -140,7 +161,8 @@ class DelLink:
         return f"link del {self.name}"
 
     def run(self, ipr: _Ipr) -> None:
-        ipr.link("del", index=_index(ipr, self.name))
+        ipr.link("del", index=ipr.index(self.name))
+        ipr.forget(self.name)
 
 
 @dataclass(frozen=True)
@@ -154,8 +176,8 @@ class SetUp:
         return f"link set {self.name}" + (f" master {self.master}" if self.master else "") + " up"
 
     def run(self, ipr: _Ipr) -> None:
-        extra = {"master": _index(ipr, self.master)} if self.master else {}
-        ipr.link("set", index=_index(ipr, self.name), state="up", **extra)
+        extra = {"master": ipr.index(self.master)} if self.master else {}
+        ipr.link("set", index=ipr.index(self.name), state="up", **extra)
 
 
 @dataclass(frozen=True)
@@ -168,7 +190,7 @@ class SetHairpin:
         return f"link set {self.name} type bridge_slave hairpin on"
 
     def run(self, ipr: _Ipr) -> None:
-        ipr.link("set", index=_index(ipr, self.name), kind="bridge_slave", mode=1)
+        ipr.link("set", index=ipr.index(self.name), kind="bridge_slave", mode=1)
 
 
 @dataclass(frozen=True)
@@ -185,7 +207,7 @@ class Address:
     def run(self, ipr: _Ipr) -> None:
         iface = ipaddress.ip_interface(self.cidr)
         flags = {"flags": IFA_F_NODAD} if iface.version == 6 else {}
-        ipr.addr("replace" if self.replace else "add", index=_index(ipr, self.dev), address=str(iface.ip),
+        ipr.addr("replace" if self.replace else "add", index=ipr.index(self.dev), address=str(iface.ip),
                  prefixlen=iface.network.prefixlen, **flags)
 
 
@@ -199,7 +221,7 @@ class DelAddress:
 
     def run(self, ipr: _Ipr) -> None:
         iface = ipaddress.ip_interface(self.cidr)
-        ipr.addr("del", index=_index(ipr, self.dev), address=str(iface.ip), prefixlen=iface.network.prefixlen)
+        ipr.addr("del", index=ipr.index(self.dev), address=str(iface.ip), prefixlen=iface.network.prefixlen)
 
 
 @dataclass(frozen=True)
@@ -223,7 +245,7 @@ class Route:
         extra: dict[str, Any] = {"gateway": self.via} if self.via else {}
         if self.scope_link:
             extra["scope"] = RT_SCOPE_LINK
-        ipr.route("replace" if self.replace else "add", dst=str(network), oif=_index(ipr, self.dev), proto=RTPROT_BOOT, **extra)
+        ipr.route("replace" if self.replace else "add", dst=str(network), oif=ipr.index(self.dev), proto=RTPROT_BOOT, **extra)
 
 
 @dataclass(frozen=True)
@@ -255,24 +277,62 @@ def _open_iproute():
     return IPRoute(use_event_loop=asyncio.SelectorEventLoop())
 
 
-def _apply_here(ops: Sequence[Op], netns: str | None, force: bool) -> list[str]:
-    errors: list[str] = []
-    ipr = None
-    try:
+class Session:
+    """One netlink socket for several plans and lookups, opened lazily in the namespace of the
+    thread that uses it first. For a function that already runs on a thread of its own (one that
+    ``kernel.netns.on_thread`` gave it, with no event loop running): ``with Session() as s:
+    s.apply(...)``; a plan with only namespace operations opens no socket."""
+
+    def __init__(self, netns: str | None = None):
+        self.netns = netns  # for messages only: the socket belongs to the opening thread's namespace
+        self._socket: _Socket | None = None
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+
+    @property
+    def socket(self) -> _Socket:
+        if self._socket is None:
+            self._socket = _Socket(_open_iproute())
+        return self._socket
+
+    def apply(self, ops: Sequence[Op], *, force: bool = False) -> list[str]:
+        """``ops`` in order; :class:`LinkFailed` at the first refusal, or (``force``) every failure returned."""
+        errors: list[str] = []
         for op in ops:
             try:
-                if ipr is None and not isinstance(op, (AddNetns, DelNetns)):
-                    ipr = _open_iproute()
-                op.run(ipr)
+                op.run(None if isinstance(op, (AddNetns, DelNetns)) else self.socket)
             except Exception as err:  # noqa: BLE001 - pyroute2's and the OS's refusals, translated once here
-                failure = err if isinstance(err, LinkFailed) else _failure(op, err, netns)
+                failure = err if isinstance(err, LinkFailed) else _failure(op, err, self.netns)
                 if not force:
                     raise failure from err
                 errors.append(str(failure))
-    finally:
-        if ipr is not None:
-            ipr.close()
-    return errors
+        return errors
+
+    def link_exists(self, name: str) -> bool:
+        """Whether there is a link ``name`` (one lookup by name, not a dump of every link)."""
+        try:
+            self.socket.index(name)
+        except OSError as err:
+            if err.errno == errno_.ENODEV:
+                return False
+            raise _failure(f"link show dev {name}", err, self.netns) from err
+        except Exception as err:  # noqa: BLE001 - pyroute2's refusals
+            raise _failure(f"link show dev {name}", err, self.netns) from err
+        return True
+
+
+def _apply_here(ops: Sequence[Op], netns: str | None, force: bool) -> list[str]:
+    with Session(netns) as session:
+        return session.apply(ops, force=force)
 
 
 def apply(ops: Sequence[Op], netns: str | None = None, *, force: bool = False) -> list[str]:
