@@ -5,8 +5,8 @@
   maps with their elements; ``terse=True`` leaves the elements out), and ``table_contents``
   turns that into chain names, set/map names and per-container ``{key: value}`` in the same
   text form the rule builder writes (``"10.0.0.1 . tcp . 80" -> "goto service-..."``).
-* ``chain_rule_count(chain)`` counts one chain's rules (the interference monitor); in-process
-  it is one netlink dump of that chain's rules (``kernel/nftables_netlink.py``), no ``nft``.
+* ``chain_rule_count(chain)`` counts one chain's rules (the interference monitor): one netlink
+  dump of that chain's rules (``kernel/nftables_netlink.py``), no ``nft`` and no listing.
 * ``delete_table_sync()`` removes the table; a missing table is not an error.
 
 Cost model worth knowing: before applying anything that adds a rule or an element, ``nft``
@@ -54,8 +54,9 @@ element``, nft 1.0.6 dumps every chain of the ruleset into its cache (``src/cach
 at 10k Services and ~40 ms at 30k for a one-element change. In-process, a transaction made of
 nothing but element additions and deletions on sets our earlier transactions declared is sent
 as nft would send it, one netlink batch (``kernel/nftables_netlink.py``, ~0.2 ms), with the same
-atomicity and a ``CommandFailed`` carrying the kernel's error text on refusal.
-``KUBESVC_NFT_IN_PROCESS=0`` (or ``in_process=False``) forces the binary;
+atomicity and a ``CommandFailed`` carrying the kernel's error text on refusal. So is it with
+the binary and in a ``netns`` (the socket is made inside it), unless ``nft`` is a stand-in
+binary. ``KUBESVC_NFT_IN_PROCESS=0`` (or ``in_process=False``) forces the binary;
 without the library the binary is used silently.
 """
 
@@ -107,8 +108,8 @@ class NFTables:
             if libnftables() is None:
                 raise OSError("libnftables.so.1 is not available")
         self.in_process = in_process
-        self._set_types: dict[str, SetType | None] = {}  # sets declared by our transactions (in-process)
-        self._netlink = NftNetlink()
+        self._set_types: dict[str, SetType | None] = {}  # sets our transactions declared (stock nft only)
+        self._netlink = NftNetlink(netns)
 
     def argv(self, *args: str) -> list[str]:
         return in_netns(self.netns, (self.nft, *args))
@@ -118,38 +119,51 @@ class NFTables:
     async def run(self, text: str) -> None:
         if self.in_process:
             await asyncio.to_thread(self._run_in_process, text)
-        else:
+        elif not await asyncio.to_thread(self._run_over_netlink, text):
             await run(self.argv("-f", "-"), text)
+            self._learn(text)
 
     def run_sync(self, text: str) -> None:
         if self.in_process:
             self._run_in_process(text)
-        else:
+        elif not self._run_over_netlink(text):
             run_sync(self.argv("-f", "-"), text)
+            self._learn(text)
 
     def _run_in_process(self, text: str) -> None:
         """Element-only transactions on sets declared earlier go over netlink (no nft cache);
-        everything else through libnftables, whose declarations are then remembered."""
-        argv = self.argv("-f", "-")
-        ops = None
-        if self._set_types and len(text) <= LARGE_TRANSACTION and text.startswith(("add element ", "delete element ")):
-            ops = parse_elements_only(text, self.family_name, self.table, self._set_types)
-        if ops is not None:
-            try:
-                self._netlink.apply(self.family_name, self.table, ops)
-            except (NetlinkFailed, OSError) as err:
-                code = err.errno if isinstance(err, NetlinkFailed) else (err.errno or 0)
-                raise CommandFailed(argv, 1, "", f"Error: Could not process rule: {os.strerror(code) if code else err}\n"
-                                    f"{getattr(err, 'what', '')}\n", text) from err
+        everything else through libnftables (or a child ``nft`` when large), whose
+        declarations are then remembered."""
+        if self._run_over_netlink(text):
             return
+        argv = self.argv("-f", "-")
         if len(text) > LARGE_TRANSACTION and LARGE_VIA == "child":
             run_sync(argv, text)
         else:
             run_in_process(argv, text)
             if LARGE_VIA != "keep":
                 malloc_trim()
-        if "add set " in text or "add map " in text:
+        self._learn(text)
+
+    def _learn(self, text: str) -> None:
+        if self.nft == "nft" and ("add set " in text or "add map " in text):
             self._set_types.update(declared_set_types(text, self.family_name, self.table))
+
+    def _run_over_netlink(self, text: str) -> bool:
+        """Send ``text`` as one netlink batch if it only adds and deletes elements of sets we
+        declared; False (nothing done) otherwise."""
+        if not (self._set_types and len(text) <= LARGE_TRANSACTION and text.startswith(("add element ", "delete element "))):
+            return False
+        ops = parse_elements_only(text, self.family_name, self.table, self._set_types)
+        if ops is None:
+            return False
+        try:
+            self._netlink.apply(self.family_name, self.table, ops)
+        except (NetlinkFailed, OSError) as err:
+            code = err.errno if isinstance(err, NetlinkFailed) else (err.errno or 0)
+            raise CommandFailed(self.argv("-f", "-"), 1, "", f"Error: Could not process rule: {os.strerror(code) if code else err}\n"
+                                f"{getattr(err, 'what', '')}\n", text) from err
+        return True
 
     # -- listing --------------------------------------------------------------------------
 
@@ -167,9 +181,9 @@ class NFTables:
             raise
 
     async def chain_rule_count(self, chain: str) -> int | None:
-        """How many rules chain ``chain`` of our table has; None (or 0 when asked over netlink)
-        if it or the table is gone. In-process: one netlink dump of that chain's rules."""
-        if self.in_process:
+        """How many rules chain ``chain`` of our table has; 0 if it or the table is gone (None
+        from a stand-in ``nft`` binary, which is asked with ``nft -j list chain`` instead)."""
+        if self.nft == "nft":
             try:
                 return await asyncio.to_thread(self._netlink.chain_rule_count, self.family_name, self.table, chain)
             except (NetlinkFailed, OSError) as err:

@@ -41,6 +41,8 @@ import struct
 import threading
 from dataclasses import dataclass
 
+from kubesvc.kernel.netns import call_in
+
 NETLINK_NETFILTER = 12
 NFNL_SUBSYS_NFTABLES = 10
 NFNL_MSG_BATCH_BEGIN = 0x10
@@ -271,14 +273,15 @@ class NetlinkFailed(Exception):
 class NftNetlink:
     """One ``NETLINK_NETFILTER`` socket in this process's network namespace."""
 
-    def __init__(self) -> None:
+    def __init__(self, netns: str | None = None) -> None:
+        self.netns = netns  # the socket is made there (a socket keeps the namespace it was made in)
         self._sock: socket.socket | None = None
         self._seq = 0
         self._lock = threading.Lock()
 
     def _socket(self) -> socket.socket:
         if self._sock is None:
-            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_NETFILTER)
+            sock = call_in(self.netns, socket.socket, socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_NETFILTER)
             sock.bind((0, 0))
             sock.settimeout(10.0)
             self._sock = sock

@@ -91,7 +91,9 @@ CHILD = textwrap.dedent("""
         sent.append(table)
         return apply(self, family, table, ops)
     nftables_netlink.NftNetlink.apply = spy
-    ours, theirs = NFTables(table="nl", in_process=True), NFTables(table="bin", in_process=False)
+    import shutil
+    # nft by its path is a "stand-in" binary to NFTables: every transaction goes through it
+    ours, theirs = NFTables(table="nl", in_process=True), NFTables(table="bin", in_process=False, nft=shutil.which("nft"))
     out = {"same": []}
     for nft, t in ((ours, "nl"), (theirs, "bin")):
         nft.run_sync(DECLARATIONS.format(t=t))
@@ -99,7 +101,6 @@ CHILD = textwrap.dedent("""
         for nft, t in ((ours, "nl"), (theirs, "bin")):
             nft.run_sync(text.format(t=t))
         out["same"].append(table_contents(asyncio.run(ours.list_table()))[2] == table_contents(asyncio.run(theirs.list_table()))[2])
-    out["sent"] = sent
     before = subprocess.run(["nft", "list", "table", "ip", "nl"], capture_output=True, text=True).stdout
     bad = "add element ip nl hairpin-endpoints { 10.0.0.1 . 10.0.0.1 }\\ndelete element ip nl cluster-ips { 10.0.0.99 }\\n"
     try:
@@ -111,6 +112,12 @@ CHILD = textwrap.dedent("""
     out["rules"] = [asyncio.run(ours.chain_rule_count("service-abc"))]
     ours.run_sync("add rule ip nl service-abc counter\\nadd rule ip nl service-abc counter\\n")
     out["rules"] += [asyncio.run(ours.chain_rule_count("service-abc")), asyncio.run(ours.chain_rule_count("nochain"))]
+    out["sent"] = list(sent)
+    binary_in_ns = NFTables(table="nl2", in_process=False)  # the stock binary: elements over netlink too
+    binary_in_ns.run_sync(DECLARATIONS.format(t="nl2"))
+    sent.clear()
+    binary_in_ns.run_sync(ELEMENTS.format(t="nl2"))
+    out["binary_sent"] = list(sent)
     print(json.dumps(out))
 """)
 
@@ -130,3 +137,4 @@ def test_netlink_elements_list_back_as_nft_wrote_them():
                              "input": "add element ip nl hairpin-endpoints { 10.0.0.1 . 10.0.0.1 }\ndelete element ip nl cluster-ips { 10.0.0.99 }\n"}
     assert out["unchanged"]  # the batch is atomic: the hairpin element of the refused batch is not there
     assert out["rules"] == [0, 2, 0]
+    assert out["binary_sent"] == ["nl2"]
