@@ -56,6 +56,7 @@ from typing import Any
 import yaml
 
 from kubesvc.api.decode import json_kind
+from kubesvc.api.errors import FieldError, GoSyntax, invalid_value
 from kubesvc.proxy.backend import ProxyOptions
 from kubesvc.proxy.localdetector import DETECT_LOCAL_MODES, new_local_detector
 from kubesvc.api.validation_meta import go_quote, parse_cidr_sloppy, parse_ip_sloppy
@@ -757,21 +758,9 @@ def complete(flags: ProxyFlags, *, nft_is_usable: bool | Callable[[], bool] | No
 # ---- validation -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class FieldError:
-    """One ``field.Error``; ``value`` is already rendered the way Go prints it."""
-
-    path: str
-    value: str
-    detail: str
-    type: str = "Invalid value"
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.type}: {self.value}" + (f": {self.detail}" if self.detail else "")
-
-
 def _invalid(path: str, value, detail: str) -> FieldError:
-    return FieldError(path, _go_value(value), detail)
+    """``field.Invalid``, the value shown as Go's ``%#v`` would print its Go type."""
+    return invalid_value(path, GoSyntax(_go_value(value)), detail)
 
 
 def _go_value(value) -> str:
@@ -933,8 +922,8 @@ def validate(config: KubeProxyConfiguration) -> list[FieldError]:
 
     supported = [*DETECT_LOCAL_MODES, ""]
     if config.detect_local_mode not in supported:
-        errors.append(FieldError(f"{root}.DetectLocalMode", go_quote(config.detect_local_mode),
-                                 "supported values: " + ", ".join(go_quote(mode) for mode in supported), "Unsupported value"))
+        errors.append(FieldError("FieldValueNotSupported", f"{root}.DetectLocalMode",
+                                 "supported values: " + ", ".join(go_quote(mode) for mode in supported), GoSyntax(go_quote(config.detect_local_mode))))
     detect_path = f"{root}.DetectLocalConfiguration"
     if config.detect_local_mode == "BridgeInterface" and not config.detect_local.bridge_interface:
         errors.append(_invalid(f"{detect_path}.InterfaceName", "", "must not be empty"))
