@@ -26,6 +26,7 @@ import socket
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from kubesvc.api.conditions import transition_time
 from kubesvc.client.rest import LEASES, NODES, ApiError, ClientError, RestClient, is_already_exists, is_not_found
 from kubesvc.kernel import host
 from kubesvc.util.clock import Clock, RealClock, rfc3339, rfc3339_micro
@@ -92,8 +93,7 @@ def node_conditions(ready: bool, ready_message: str, previous: list[dict], now: 
         if type_ == "Ready" and not ready:
             status, reason, message = "False", "KubeletNotReady", ready_message
         prior = old.get(type_) or {}
-        transition = prior.get("lastTransitionTime") if prior.get("status") == status and prior.get("lastTransitionTime") else rfc3339(now)
-        out.append({"type": type_, "status": status, "lastHeartbeatTime": rfc3339(now), "lastTransitionTime": transition,
+        out.append({"type": type_, "status": status, "lastHeartbeatTime": rfc3339(now), "lastTransitionTime": transition_time(prior, status, now),
                     "reason": reason, "message": message})
     return out
 

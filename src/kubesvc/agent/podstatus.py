@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from kubesvc.api.conditions import transition_time
 from kubesvc.util.clock import rfc3339
 
 @dataclass
@@ -128,9 +129,7 @@ def pod_phase(restart_policy: str, init: list[ContainerRecord], containers: list
 
 def _condition(type_: str, status: bool, now: datetime, previous: dict[str, dict], reason: str = "", message: str = "") -> dict:
     text = "True" if status else "False"
-    old = previous.get(type_)
-    transition = old.get("lastTransitionTime") if old and old.get("status") == text and old.get("lastTransitionTime") else rfc3339(now)
-    condition = {"type": type_, "status": text, "lastProbeTime": None, "lastTransitionTime": transition}
+    condition = {"type": type_, "status": text, "lastProbeTime": None, "lastTransitionTime": transition_time(previous.get(type_), text, now)}
     if reason:
         condition["reason"] = reason
     if message:

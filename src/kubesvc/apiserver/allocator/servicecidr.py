@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable, Sequence
 
+from kubesvc.api.conditions import transition_time
 from kubesvc.api.errors import StatusError
 from kubesvc.api.validation_meta import parse_cidr_sloppy, parse_ip_sloppy
 from kubesvc.apiserver.allocator import records
@@ -60,7 +61,7 @@ from kubesvc.apiserver.allocator.service import DEFAULT_SERVICE_CIDR
 from kubesvc.apiserver.events import EventRecorder
 from kubesvc.apiserver.registry.store import ListOptions, Registry
 from kubesvc.util.aio import wait_event
-from kubesvc.util.clock import Clock, parse_rfc3339, rfc3339
+from kubesvc.util.clock import Clock, parse_rfc3339
 
 log = logging.getLogger("kubesvc.apiserver.servicecidr")
 
@@ -136,8 +137,7 @@ def ready_condition(obj: dict, status: str, reason: str, message: str, now: date
     current = find_condition(obj)
     if current is not None and (current.get("status"), current.get("reason") or "", current.get("message") or "") == (status, reason, message):
         return None
-    since = current.get("lastTransitionTime") if current is not None and current.get("status") == status else None
-    return {"type": CONDITION_READY, "status": status, "lastTransitionTime": since or rfc3339(now), "reason": reason, "message": message}
+    return {"type": CONDITION_READY, "status": status, "lastTransitionTime": transition_time(current, status, now), "reason": reason, "message": message}
 
 
 def with_condition(obj: dict, condition: dict) -> dict:
