@@ -13,6 +13,15 @@ its error texts are copied here (``replace operation does not apply: doc is miss
 Upstream answers these failures with a 422 whose message is only the generic "the server rejected
 our request due to an error in our request". Here the message says what failed.
 
+Why our own RFC 6902 code and not the ``jsonpatch`` library (installed, 1.33): clients and the
+tests compare evanphx's texts, which ``jsonpatch`` cannot give. Its exceptions carry its own
+words (``can't replace a non-existent object 'x'`` for evanphx's ``replace operation does not
+apply: doc is missing key: /metadata/labels/x``; ``member 'baz' not found in {...}``, which also
+prints the document, for ``add operation does not apply: doc is missing path: "/baz/bat"``;
+``Unknown operation 'frobnicate'`` for ``Unexpected kind: frobnicate``) and not enough structure
+to map back (missing *key* and missing *path* are one exception class), and it refuses the
+negative array indices (``/spec/ports/-1``) that evanphx v4, and so kube-apiserver, accepts.
+
 **JSON Merge Patch** (``application/merge-patch+json``, RFC 7386) is a partial document: objects
 merge recursively, ``null`` deletes a key, and anything else, arrays included, replaces the
 target. ``kubectl label``/``annotate`` and ``kubectl patch --type merge`` send it. Upstream uses
