@@ -61,6 +61,8 @@ CONNTRACK_CLEANUP_PROTOCOLS = frozenset({"UDP", "SCTP"})
 
 NO_HINTS: frozenset[str] = frozenset()
 _NO_CONDITIONS: Mapping = {}
+# ``Endpoint(...)`` without the NamedTuple's generated ``__new__`` frame (all eight fields given)
+_new_endpoint = tuple.__new__
 
 
 @dataclass(frozen=True)
@@ -246,7 +248,7 @@ class EndpointsChangeTracker:
                 # terminating one only fills an empty place (as _keep_preferred).
                 if terminating and key in chosen:
                     continue
-                chosen[key] = Endpoint(ip, number, is_local, ready, serving, terminating, zone_hints, node_hints)
+                chosen[key] = _new_endpoint(Endpoint, (ip, number, is_local, ready, serving, terminating, zone_hints, node_hints))
         by_port = {key: _sorted(chosen) for key, chosen in chosen_by_port.items() if chosen}
         return _Slice(raw.ports, raw.endpoints, by_port)
 

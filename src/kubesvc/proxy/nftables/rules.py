@@ -1030,8 +1030,11 @@ def _reconcile_all(state: NftState, tx: _Tx) -> None:
                     continue
                 if have is not None:
                     dels.append(key)
-                comment = comments.get((container, key), "") if comments else ""
-                adds.append(_element_text(key, value, comment) if comment or value else key)
+                comment = comments.get((container, key)) if comments else None
+                if comment:
+                    adds.append(_element_text(key, value, comment))
+                else:  # _element_text without the call: nearly every element of a full sync
+                    adds.append(f"{key} : {value}" if value else key)
                 kernel[key] = value
     for container in CONTAINERS:
         _queue(tx, container, dels_of[container], adds_of[container])
