@@ -46,6 +46,7 @@ import aiohttp
 import msgspec
 
 from kubesvc import __version__
+from kubesvc.client.flowcontrol import TokenBucketRateLimiter
 from kubesvc.client.kubeconfig import ClientConfig
 
 USER_AGENT = f"kubesvc/{__version__}"
@@ -208,11 +209,12 @@ class RestClient:
 
     ``field_manager`` is sent on every write (the server records it in managedFields);
     ``timeout`` bounds each non-watch request; ``token_source`` gives the bearer token of each
-    request when the config holds none.
+    request when the config holds none; ``rate_limiter`` (client-go's QPS/burst token bucket,
+    ``client.flowcontrol``) is waited on before every request and every watch.
     """
 
     def __init__(self, config: ClientConfig, *, field_manager: str = DEFAULT_FIELD_MANAGER, user_agent: str = USER_AGENT, timeout: float = 30.0,
-                 token_source: TokenSource | None = None):
+                 token_source: TokenSource | None = None, rate_limiter: TokenBucketRateLimiter | None = None):
         self.config = config
         self.field_manager = field_manager
         self.user_agent = user_agent
@@ -224,6 +226,7 @@ class RestClient:
         self._token_source = None if config.token else token_source
         self._ssl = config.ssl_context()
         self._session: aiohttp.ClientSession | None = None
+        self._rate_limiter = rate_limiter
 
     async def __aenter__(self) -> RestClient:
         return self
@@ -257,6 +260,8 @@ class RestClient:
     async def request(self, method: str, path: str, params: Mapping[str, Any] | None = None, body: Any = None, content_type: str = "application/json") -> Any:
         """One request; the decoded JSON answer, or ``ApiError``/``ConnectionFailed``."""
         data = None if body is None else msgspec.json.encode(body)
+        if self._rate_limiter is not None:
+            await self._rate_limiter.wait()
         token, headers = await self._credentials()
         if data is not None:
             headers["Content-Type"] = content_type
@@ -328,6 +333,8 @@ class RestClient:
         limit = float(query["timeoutSeconds"]) + 30.0 if "timeoutSeconds" in query else None
         timeout = aiohttp.ClientTimeout(total=limit, sock_connect=self._timeout.sock_connect)
         url = self._base + path
+        if self._rate_limiter is not None:
+            await self._rate_limiter.wait()
         token, headers = await self._credentials()
         try:
             async with self._http().get(url, params=query, headers=headers or None, timeout=timeout) as response:

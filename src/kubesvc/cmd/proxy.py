@@ -15,6 +15,7 @@ import logging
 import click
 
 from kubesvc.cmd import flags
+from kubesvc.kernel.exec import CommandFailed
 from kubesvc.proxy.config import PROXY_FEATURE_GATES, ConfigError, ProxyFlags, check_ip_flag, check_ip_port_flag, complete, resolve
 from kubesvc.util.process import install_uvloop, setup_logging, stop_on_signals
 
@@ -98,19 +99,28 @@ def proxy_command(cleanup: bool, verbosity: int, udp_timeout: float | None, **op
     if not settings.kubeconfig:
         raise click.ClickException("no --kubeconfig (or clientConnection.kubeconfig) given: in-cluster configuration is not supported")
     client_config = flags.load_kubeconfig(settings.kubeconfig)
+    from kubesvc.proxy.startup import apply_oom_score_adj, client_connection_notes
+
+    for level, note in client_connection_notes(settings):
+        log.log(level, "%s", note)
+    apply_oom_score_adj(settings.oom_score_adj)  # this process is kube-proxy's (upstream Run)
     install_uvloop()
     try:
         asyncio.run(_run(client_config, settings))
     except OSError as exc:
         raise click.ClickException(f"cannot start the proxy: {exc.strerror or exc}") from None
+    except CommandFailed as exc:  # a host setting the kernel refused (proxy/startup.py)
+        raise click.ClickException(f"cannot start the proxy: {exc}") from None
 
 
 async def _run(client_config, settings) -> None:
+    from kubesvc.client.flowcontrol import rate_limiter
     from kubesvc.client.rest import RestClient
     from kubesvc.proxy.server import ProxyServer
 
     stop = stop_on_signals()
-    async with RestClient(client_config, field_manager="kube-proxy", user_agent="kubesvc-proxy") as client:
+    async with RestClient(client_config, field_manager="kube-proxy", user_agent="kubesvc-proxy",
+                          rate_limiter=rate_limiter(settings.client_qps, settings.client_burst)) as client:
         server = ProxyServer(client, settings)
         try:
             await server.start()

@@ -6,7 +6,8 @@ Start-up, in upstream's order:
    Node object's addresses (InternalIP, then ExternalIP), waiting briefly for it, else
    ``--bind-address``, else 127.0.0.1 with a warning.
 2. Clean up what other modes left behind (nftables mode removes iptables chains, iptables
-   mode removes the nftables table), so switching modes never leaves two sets of rules.
+   mode removes the nftables table), so switching modes never leaves two sets of rules; then
+   the host's conntrack sysctls (``proxy/startup.py``, upstream ``platformSetup``).
 3. One proxier per IP family the kernel supports (dual-stack, as ``metaproxier``).
 4. Informers: Services and EndpointSlices with kube-proxy's label selector
    (``!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless``), our own Node
@@ -37,6 +38,7 @@ from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.nodeportaddresses import NodePortAddresses, detect_node_ips, node_ips_from_node
 from kubesvc.kernel.netlink import local_addresses_async
 from kubesvc.proxy.proxier import Proxier
+from kubesvc.proxy.startup import READ_ONLY_SYSFS_MESSAGE, READ_ONLY_SYSFS_REASON, RETRY_BIND_EVERY, setup_conntrack
 from kubesvc.proxy.types import IPV4, IPV6
 
 log = logging.getLogger("kubesvc.proxy")
@@ -116,6 +118,8 @@ class ProxyServer:
         self._runners: list[web.AppRunner] = []
         self.metrics_port: int | None = None
         self._node: dict | None = None
+        self.setup_conntrack = setup_conntrack  # the host's conntrack sysctls (injectable)
+        self.retry_bind_every = RETRY_BIND_EVERY
 
     async def _wait_for_node(self) -> dict | None:
         """Our Node object, if it shows up within ``NODE_IP_WAIT`` with addresses."""
@@ -145,6 +149,9 @@ class ProxyServer:
         primary, node_ips = detect_node_ips(node_ips_from_node(node), self.settings.bind_address)
         if node is None and primary == IPV4 and node_ips[IPV4] == "127.0.0.1":
             log.warning("Can't determine this node's IP, assuming loopback; if this is incorrect, please set the --bind-address flag")
+        conntrack = await asyncio.to_thread(self.setup_conntrack, self.settings.conntrack)  # upstream platformSetup
+        if conntrack.read_only_sysfs:
+            self.recorder.event(self._node_ref(), "Warning", READ_ONLY_SYSFS_REASON, READ_ONLY_SYSFS_MESSAGE, action="StartKubeProxy")
         for family in (IPV4, IPV6):
             addresses = NodePortAddresses(self.settings.nodeport_addresses, family, [node_ips[family]])
             service_health = None
@@ -213,22 +220,57 @@ class ProxyServer:
 
     # ---- HTTP servers ---------------------------------------------------------------------------
 
+    def _node_ref(self) -> dict:
+        """Upstream's NodeRef: the Node by name, with the name as its UID."""
+        return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node_name, "uid": self.node_name}}
+
     async def _serve(self) -> None:
+        """The healthz and metrics servers. A bind failure ends the start with
+        ``bindAddressHardFail`` (after a Warning Event on the Node, as upstream's Run); without
+        it the failure is logged and the bind retried every 5 s (upstream's wait.Until)."""
         if self.settings.healthz_bind_address:
-            await self.health.start(self.settings.healthz_bind_address)
+            await self._start_server("Healthz", self._start_healthz, "FailedToStartProxierHealthcheck")
         if self.settings.metrics_bind_address:
-            app = web.Application()
-            app.router.add_get("/metrics", self._metrics)
-            app.router.add_get("/proxyMode", self._proxy_mode)
-            app.router.add_get("/configz", self._configz)
-            app.router.add_get("/healthz", self.health.healthz_handler)
-            host, _, port = self.settings.metrics_bind_address.rpartition(":")
-            sock = listen_socket(host.strip("[]"), int(port))
-            runner = web.AppRunner(app, access_log=None, handle_signals=False)
-            await runner.setup()
-            await web.SockSite(runner, sock, shutdown_timeout=0.5).start()
-            self._runners.append(runner)
-            self.metrics_port = sock.getsockname()[1]
+            await self._start_server("Metrics", self._start_metrics, "FailedToStartMetricServer")
+
+    async def _start_server(self, name: str, start, reason: str) -> None:
+        try:
+            await start()
+            return
+        except OSError as err:
+            if self.settings.bind_address_hard_fail:
+                self.recorder.event(self._node_ref(), "Warning", reason, f"{name.lower()} server failed: {err}", action="StartKubeProxy")
+                raise
+            log.error("%s server failed: %s (retrying every %g s)", name, err, self.retry_bind_every)
+        self._tasks.append(asyncio.create_task(self._retry_server(name, start)))
+
+    async def _retry_server(self, name: str, start) -> None:
+        while True:
+            await asyncio.sleep(self.retry_bind_every)
+            try:
+                await start()
+            except OSError as err:
+                log.error("%s server failed: %s", name, err)
+                continue
+            log.info("%s server started", name)
+            return
+
+    async def _start_healthz(self) -> None:
+        await self.health.start(self.settings.healthz_bind_address)
+
+    async def _start_metrics(self) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/proxyMode", self._proxy_mode)
+        app.router.add_get("/configz", self._configz)
+        app.router.add_get("/healthz", self.health.healthz_handler)
+        host, _, port = self.settings.metrics_bind_address.rpartition(":")
+        sock = listen_socket(host.strip("[]"), int(port))
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        await web.SockSite(runner, sock, shutdown_timeout=0.5).start()
+        self._runners.append(runner)
+        self.metrics_port = sock.getsockname()[1]
 
     async def _metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
