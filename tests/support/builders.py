@@ -13,7 +13,7 @@ pkg/proxy/{iptables,nftables,ipvs}/proxier_test.go):
 
 and the API objects the proxy's informers deliver (JSON shape, API field names):
 :func:`service` with :func:`service_port`, :func:`endpoint_slice` with :func:`endpoint` and
-:func:`slice_port`, :func:`node`.
+:func:`slice_port`, :func:`pod`, :func:`node`.
 """
 
 from __future__ import annotations
@@ -121,10 +121,11 @@ def service_port(name: str, protocol: str = "TCP", number: int = 80, node_port: 
     return {"name": name, "protocol": protocol, "port": number, "nodePort": node_port}
 
 
-def service(ns: str, name: str, *ports: dict, ingress: list | None = None, **spec) -> dict:
-    """A Service; ``spec`` keys are the API's field names (``type``, ``clusterIP``, ...),
-    ``ingress`` its ``status.loadBalancer.ingress``."""
-    obj = {"metadata": {"namespace": ns, "name": name, "annotations": {}}, "spec": {"ports": list(ports), **spec}, "status": {}}
+def service(ns: str, name: str, *ports: dict, ingress: list | None = None, metadata: dict | None = None, **spec) -> dict:
+    """A Service; ``spec`` keys are the API's field names (``type``, ``clusterIP``, ``selector``...),
+    ``ingress`` its ``status.loadBalancer.ingress``, ``metadata`` more metadata (uid, labels...)."""
+    obj = {"metadata": {"namespace": ns, "name": name, "annotations": {}, **(metadata or {})}, "spec": {"ports": list(ports), **spec},
+           "status": {}}
     if ingress is not None:
         obj["status"]["loadBalancer"] = {"ingress": ingress}
     return obj
@@ -155,13 +156,36 @@ def endpoint_slice(ns: str, service: str, name: str, endpoints: list, ports: lis
     return obj
 
 
-def node(name: str, *, addresses: tuple[tuple[str, str], ...] = (), taints: tuple[str, ...] = (), deleted: bool = False,
-         labels: dict | None = None) -> dict:
-    """A Node: ``addresses`` as (type, address) pairs, ``taints`` keys (NoSchedule), being deleted or not."""
-    obj: dict = {"metadata": {"name": name}, "spec": {"taints": [{"key": key, "effect": "NoSchedule"} for key in taints]},
+def pod(ns: str, name: str, *, ips: tuple[str, ...] | list[str] = (), ready: bool = True, node: str | None = None,
+        labels: dict | None = None, containers: list[dict] | None = None, terminating: bool = False, **metadata) -> dict:
+    """A running Pod with ``ips`` (none: not yet given one), Ready or not, on ``node``; ``metadata``
+    more metadata (uid, resourceVersion...); ``terminating``: being deleted."""
+    meta: dict = {"namespace": ns, "name": name, **({"labels": labels} if labels is not None else {}), **metadata}
+    if terminating:
+        meta["deletionTimestamp"] = "2024-01-01T00:00:00Z"
+    spec: dict = {"containers": containers if containers is not None else [{"name": "c"}]}
+    if node:
+        spec["nodeName"] = node
+    status: dict = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    if ips:
+        status["podIP"] = ips[0]
+        status["podIPs"] = [{"ip": ip} for ip in ips]
+    return {"metadata": meta, "spec": spec, "status": status}
+
+
+def node(name: str, *, addresses: tuple[tuple[str, str], ...] = (), taints=(), deleted: bool = False, labels: dict | None = None,
+         ready: str | None = None, unschedulable: bool = False) -> dict:
+    """A Node: ``addresses`` as (type, address) pairs, ``taints`` as keys (NoSchedule) or taint
+    objects, being deleted or not, its Ready condition's status (None: no conditions), cordoned or not."""
+    obj: dict = {"metadata": {"name": name},
+                 "spec": {"taints": [{"key": taint, "effect": "NoSchedule"} if isinstance(taint, str) else taint for taint in taints]},
                  "status": {"addresses": [{"type": kind, "address": address} for kind, address in addresses]}}
     if labels is not None:
         obj["metadata"]["labels"] = labels
     if deleted:
         obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    if ready is not None:
+        obj["status"]["conditions"] = [{"type": "Ready", "status": ready}]
+    if unschedulable:
+        obj["spec"]["unschedulable"] = True
     return obj

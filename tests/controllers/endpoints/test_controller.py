@@ -15,6 +15,7 @@ from kubesvc.controllers.endpoints.controller import EndpointsController, StaleI
 from kubesvc.controllers.endpoints.desired import ANNOTATION_LEADER
 from kubesvc.controllers.informers import SharedInformers
 from kubesvc.util.clock import FakeClock
+from tests.support import builders
 
 
 class FakeResource:
@@ -70,9 +71,7 @@ SERVICE = {"metadata": {"name": "web", "namespace": "ns", "uid": "s1"},
 
 
 def pod(name: str, ip: str) -> dict:
-    return {"metadata": {"name": name, "namespace": "ns", "uid": name, "labels": {"app": "web"}, "resourceVersion": "5"},
-            "spec": {"containers": [{"name": "c"}]},
-            "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "conditions": [{"type": "Ready", "status": "True"}]}}
+    return builders.pod("ns", name, ips=[ip], labels={"app": "web"}, uid=name, resourceVersion="5")
 
 
 def forbidden_terminating() -> ApiError:

@@ -26,6 +26,7 @@ from kubesvc.controllers.endpoints.desired import (
 )
 from kubesvc.controllers.endpointslice.triggertime import TriggerTimeTracker
 from kubesvc.controllers.endpointslice.util import ANNOTATION_TRIGGER_TIME, LABEL_HEADLESS
+from tests.support import builders
 
 TRIGGER_TIME = datetime(2018, 1, 1, tzinfo=timezone.utc)
 TRIGGER_TIME_STRING = "2018-01-01T00:00:00Z"
@@ -43,13 +44,9 @@ def ipv6(i: int) -> str:
 
 def make_pod(i: int, n_ports: int = 1, ready: bool = True, families=V4, ns: str = "other", **extra) -> dict:
     """upstream ``testPod``: pod<i>, label foo=bar, ports port<j> = 8080+j, IP 1.2.3.<4+i>."""
-    pod_ips = [{"ip": ipv4(i) if family == "IPv4" else ipv6(i)} for family in families]
-    pod = {
-        "metadata": {"namespace": ns, "name": f"pod{i}", "uid": f"uid-pod{i}", "labels": {"foo": "bar"}, "resourceVersion": str(i)},
-        "spec": {"containers": [{"name": "c", "ports": [{"name": f"port{j}", "containerPort": 8080 + j, "protocol": "TCP"} for j in range(n_ports)]}]},
-        "status": {"phase": "Running", "podIP": pod_ips[0]["ip"], "podIPs": pod_ips,
-                   "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
-    }
+    ports = [{"name": f"port{j}", "containerPort": 8080 + j, "protocol": "TCP"} for j in range(n_ports)]
+    pod = builders.pod(ns, f"pod{i}", ips=[ipv4(i) if family == "IPv4" else ipv6(i) for family in families], ready=ready,
+                       labels={"foo": "bar"}, containers=[{"name": "c", "ports": ports}], uid=f"uid-pod{i}", resourceVersion=str(i))
     for path, value in extra.items():
         section, _, key = path.partition("__")
         pod[section][key] = value
@@ -62,11 +59,8 @@ def make_pods(n_ready: int, n_not_ready: int = 0, n_ports: int = 1, families=V4,
 
 
 def make_service(ns: str = "other", ports=None, selector=None, **spec) -> dict:
-    return {
-        "metadata": {"name": "foo", "namespace": ns},
-        "spec": {"selector": {"foo": "bar"} if selector is None else selector,
-                 "ports": [{"port": 80, "protocol": "TCP", "targetPort": 8080}] if ports is None else ports, **spec},
-    }
+    return builders.service(ns, "foo", *([{"port": 80, "protocol": "TCP", "targetPort": 8080}] if ports is None else ports),
+                            selector={"foo": "bar"} if selector is None else selector, **spec)
 
 
 def existing(ns: str = "other", subsets=None, labels=None, annotations=None) -> dict:

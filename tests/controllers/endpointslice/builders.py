@@ -24,6 +24,7 @@ from kubesvc.controllers.endpointslice.util import (
     controller_ref,
     pod_to_endpoint,
 )
+from tests.support import builders
 
 NS = "test"
 DEFAULT_MAX = 100
@@ -39,19 +40,9 @@ def pod_ip(n: int) -> str:
 def new_pod(n: int, ns: str = NS, ready: bool = True, terminating: bool = False, node: str = "node-1",
             ips: list[str] | None = None) -> dict:
     """``newPod(n, namespace, ready, 1, terminating)``."""
-    ips = ips if ips is not None else [pod_ip(n)]
-    meta: dict = {"name": f"pod{n}", "namespace": ns, "uid": f"uid-pod{n}", "labels": {"foo": "bar"},
-                  "resourceVersion": str(n)}
-    if terminating:
-        meta["deletionTimestamp"] = "2024-01-01T00:00:00Z"
-    status: dict = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
-    if ips:
-        status["podIP"] = ips[0]
-        status["podIPs"] = [{"ip": ip} for ip in ips]
-    spec: dict = {"containers": [{"name": "container-1"}]}
-    if node:
-        spec["nodeName"] = node
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+    return {"apiVersion": "v1", "kind": "Pod",
+            **builders.pod(ns, f"pod{n}", ips=ips if ips is not None else [pod_ip(n)], ready=ready, node=node, labels={"foo": "bar"},
+                           containers=[{"name": "container-1"}], terminating=terminating, uid=f"uid-pod{n}", resourceVersion=str(n))}
 
 
 def set_ready(pod: dict, ready: bool) -> dict:
@@ -63,11 +54,9 @@ def new_service(name: str = "foo", ns: str = NS, **spec: object) -> dict:
     """``newServiceAndEndpointMeta``: one TCP port named after the Service targeting 80, selector
     foo=bar, single-stack IPv4, no clusterIP (so, like upstream's fixture, it counts as headless
     for the headless label)."""
-    body: dict = {"ports": [{"name": name, "targetPort": 80, "protocol": "TCP"}], "selector": {"foo": "bar"},
-                  "ipFamilies": ["IPv4"]}
-    body.update(spec)
-    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns, "uid": f"{ns}-{name}"},
-            "spec": body}
+    spec = {"selector": {"foo": "bar"}, "ipFamilies": ["IPv4"], **spec}
+    ports = spec.pop("ports", [{"name": name, "targetPort": 80, "protocol": "TCP"}])
+    return {"apiVersion": "v1", "kind": "Service", **builders.service(ns, name, *ports, metadata={"uid": f"{ns}-{name}"}, **spec)}
 
 
 def service_ports(service: dict, port: int = 80) -> list[dict]:
@@ -79,7 +68,7 @@ def new_node(name: str = "node-1", zone: str | None = None, **labels: str) -> di
     all_labels = dict(labels)
     if zone:
         all_labels[TOPOLOGY_ZONE] = zone
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": all_labels}}
+    return {"apiVersion": "v1", "kind": "Node", **builders.node(name, labels=all_labels)}
 
 
 def nodes_by_name(*nodes: dict) -> dict[str, dict]:

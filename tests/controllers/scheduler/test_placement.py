@@ -18,18 +18,12 @@ from kubesvc.controllers.scheduler.placement import (
     pick_node,
     tolerates,
 )
+from tests.support import builders
 
 
-def node(name: str, *, ready: str | None = "True", unschedulable: bool = False, labels: dict | None = None,
-         taints: list | None = None) -> dict:
-    obj = {"metadata": {"name": name, "labels": labels or {}}, "spec": {}, "status": {}}
-    if ready is not None:
-        obj["status"]["conditions"] = [{"type": "Ready", "status": ready}]
-    if unschedulable:
-        obj["spec"]["unschedulable"] = True
-    if taints:
-        obj["spec"]["taints"] = taints
-    return obj
+def node(name: str, *, ready: str | None = "True", **kw) -> dict:
+    """A Node, Ready unless told otherwise."""
+    return builders.node(name, ready=ready, **kw)
 
 
 def pod(**spec) -> dict:
