@@ -13,9 +13,11 @@ each size's peak memory is its own), then:
    Service and endpoints maps (the shared Proxier path), building the transaction and
    bookkeeping, and the kernel calls. **Python** is everything but the kernel calls (reading
    the table back, the transaction itself), so its share is what the proxy's own code costs;
-3. makes ``--changes`` (≥ 20) **single endpoint changes**, each a partial sync of its own: one
-   endpoint of one Service (spread over the range) replaced by a new address, as a rolling
-   update does; p50/p99/max of the whole sync, with the Python/kernel split of the median;
+3. makes ``--changes`` (≥ 20) **single endpoint changes** of each kind, each a partial sync of
+   its own on a Service spread over the range: one endpoint **replaced** by a new address (a
+   rolling update: only set elements change), then one endpoint **added** (the endpoint count
+   changes, so the Service's chain is rewritten); p50/p99/max of the whole sync, with the
+   Python/kernel split of the median;
 4. reports the process's **peak RSS** (``VmHWM`` of ``/proc/self/status``: the high-water mark
    over feeding, the full sync and the changes) and its RSS at the end (``VmRSS``);
 5. measures **first-packet connect latency** (TCP connect through the ClusterIP of the last
@@ -184,33 +186,44 @@ async def bench(args: argparse.Namespace) -> dict:
     full_total, full_python, full_kernel = await timed_sync(proxier)
     full = proxier.last_result
 
-    # Single endpoint changes: Services spread over the range (never the last one, whose
-    # endpoint answers the connect test); each replaces one endpoint by a new address.
-    changes = []
+    # Single endpoint changes, each a partial sync of its own, on Services spread over the range
+    # (never the last one, whose endpoint answers the connect test): first one endpoint
+    # replaced by a new address (a Pod replaced: the Service's chain stays, only elements
+    # change), then one endpoint added (the count changes: the chain's rule is rewritten).
+    series = {}
     targets = max(1, n - 1)
-    for c in range(args.changes):
-        i = (c * targets) // args.changes
-        old = slices[i]
-        ips = [ep["addresses"][0] for ep in old["endpoints"]]
-        ips[c % len(ips)] = f"10.{192 + c // 65536 % 64}.{c // 256 % 256}.{c % 256}"
-        slices[i] = endpoint_slice(i, ips, old["metadata"]["generation"] + 1)
-        proxier.on_endpoint_slice_update(old, slices[i])
-        changes.append((*await timed_sync(proxier), proxier.last_result))
-    if any(result.full for *_, result in changes):
-        raise SystemExit("an endpoint change made a full sync; the figures would not mean what they say")
+    for kind in ("replaced", "added"):
+        changes = series[kind] = []
+        for c in range(args.changes):
+            i = min((c * targets) // args.changes + (kind == "added"), targets - 1)
+            old = slices[i]
+            ips = [ep["addresses"][0] for ep in old["endpoints"]]
+            new_ip = f"10.{192 + (kind == 'added') * 32 + c // 65536 % 32}.{c // 256 % 256}.{c % 256}"
+            if kind == "replaced":
+                ips[c % len(ips)] = new_ip
+            else:
+                ips.append(new_ip)
+            slices[i] = endpoint_slice(i, ips, old["metadata"]["generation"] + 1)
+            proxier.on_endpoint_slice_update(old, slices[i])
+            changes.append((*await timed_sync(proxier), proxier.last_result))
+        if any(result.full for *_, result in changes):
+            raise SystemExit("an endpoint change made a full sync; the figures would not mean what they say")
 
     last_ip = service(n - 1)["spec"]["clusterIP"]
     latencies = connect_latencies(last_ip, args.connects) if args.connects else []
     stop.set()
 
-    totals = [t for t, *_ in changes]
-    median = sorted(changes, key=lambda c: c[0])[len(changes) // 2]
-    return {
+    out = {
         "mode": args.mode, "services": n, "endpoints": e, "feed_s": fed,
         "full_s": full_total, "full_python_s": full_python, "full_kernel_s": full_kernel, "full_written": full.written,
-        "change_p50_ms": pct(totals, 0.50) * 1e3, "change_p99_ms": pct(totals, 0.99) * 1e3, "change_max_ms": max(totals) * 1e3,
-        "change_count": len(changes), "change_median_python_ms": median[1] * 1e3, "change_median_kernel_ms": median[2] * 1e3,
-        "change_written": median[3].written,
+    }
+    for kind, changes in series.items():
+        totals = [t for t, *_ in changes]
+        median = sorted(changes, key=lambda c: c[0])[len(changes) // 2]
+        out[kind] = {"p50_ms": pct(totals, 0.50) * 1e3, "p99_ms": pct(totals, 0.99) * 1e3, "max_ms": max(totals) * 1e3,
+                     "count": len(changes), "median_python_ms": median[1] * 1e3, "median_kernel_ms": median[2] * 1e3,
+                     "written": median[3].written}
+    return out | {
         "rss_start_mib": rss_start, "rss_end_mib": status_mib("VmRSS"), "rss_peak_mib": status_mib("VmHWM"),
         "connect_p50_us": pct(latencies, 0.5) * 1e6 if latencies else None,
         "connect_p99_us": pct(latencies, 0.99) * 1e6 if latencies else None,
@@ -225,9 +238,11 @@ def report(r: dict) -> None:
     print(f"  feeding the change trackers (not timed below): {r['feed_s']:.2f} s")
     print(f"  full sync:    {r['full_s']:.3f} s  (Python {r['full_python_s']:.3f} s = {100 * r['full_python_s'] / r['full_s']:.0f} %, "
           f"kernel {r['full_kernel_s']:.3f} s); written: {written}")
-    print(f"  one endpoint change ({r['change_count']} partial syncs): p50 {r['change_p50_ms']:.1f} ms, p99 {r['change_p99_ms']:.1f} ms, "
-          f"max {r['change_max_ms']:.1f} ms (median: Python {r['change_median_python_ms']:.1f} ms, kernel {r['change_median_kernel_ms']:.1f} ms; "
-          f"written: {', '.join(f'{k} {v}' for k, v in sorted(r['change_written'].items()))})")
+    for kind in ("replaced", "added"):
+        c = r[kind]
+        print(f"  one endpoint {kind} ({c['count']} partial syncs): p50 {c['p50_ms']:.1f} ms, p99 {c['p99_ms']:.1f} ms, "
+              f"max {c['max_ms']:.1f} ms (median: Python {c['median_python_ms']:.1f} ms, kernel {c['median_kernel_ms']:.1f} ms; "
+              f"written: {', '.join(f'{k} {v}' for k, v in sorted(c['written'].items()))})")
     print(f"  proxy RSS: peak {r['rss_peak_mib']:.0f} MiB (VmHWM), at the end {r['rss_end_mib']:.0f} MiB, at start {r['rss_start_mib']:.0f} MiB")
     if r["connects"]:
         print(f"  first-packet connect latency via ClusterIP: p50 {r['connect_p50_us']:.0f} µs, p99 {r['connect_p99_us']:.0f} µs, "
@@ -235,12 +250,13 @@ def report(r: dict) -> None:
 
 
 def table(results: list[dict]) -> None:
-    print("\n| mode | Services × endpoints | full sync (Python share) | one endpoint change p50 / p99 | peak RSS | connect p50 / p99 |")
-    print("|---|---|---|---|---|---|")
+    print("\n| mode | Services × endpoints | full sync (Python share) | endpoint replaced p50 / p99 | endpoint added p50 / p99 | peak RSS | connect p50 / p99 |")
+    print("|---|---|---|---|---|---|---|")
     for r in results:
         connect = f"{r['connect_p50_us']:.0f} / {r['connect_p99_us']:.0f} µs" if r["connects"] else ""
         print(f"| {r['mode']} | {r['services']:,} × {r['endpoints']} | {r['full_s']:.2f} s ({100 * r['full_python_s'] / r['full_s']:.0f} %) "
-              f"| {r['change_p50_ms']:.1f} / {r['change_p99_ms']:.1f} ms | {r['rss_peak_mib']:.0f} MiB | {connect} |")
+              f"| {r['replaced']['p50_ms']:.1f} / {r['replaced']['p99_ms']:.1f} ms | {r['added']['p50_ms']:.1f} / {r['added']['p99_ms']:.1f} ms "
+              f"| {r['rss_peak_mib']:.0f} MiB | {connect} |")
 
 
 def parse_sizes(text: str) -> list[tuple[int, int]]:
