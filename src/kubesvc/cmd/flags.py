@@ -73,16 +73,6 @@ def duration(ctx, param, value: str) -> float:
     return seconds
 
 
-def optional_duration(ctx, param, value: str | None) -> float | None:
-    """A Go duration flag with no default (None when absent; the component validates the value)."""
-    if value is None:
-        return None
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
 def bounded(low: int, high: int):
     """kube-controller-manager's range checks, with its messages."""
 
@@ -109,6 +99,10 @@ def checked(parser: Callable[[str], object]):
             raise click.BadParameter(str(exc)) from None
 
     return callback
+
+
+# A Go duration flag with no default (None when absent; the component validates the value).
+optional_duration = checked(parse_duration)
 
 
 def comma_list(ctx, param, value: str | None) -> list[str] | None:
