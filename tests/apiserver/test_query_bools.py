@@ -45,3 +45,15 @@ def test_orphan_dependents_yes_is_true(apiserver):
     delete = urllib.request.Request(apiserver.url + f"/api/v1/namespaces/{ns}/configmaps/{name}?orphanDependents=yes", method="DELETE")
     with urllib.request.urlopen(delete, context=apiserver.tls_context(), timeout=30) as response:
         assert response.status == 200
+
+
+def test_authorization_sees_watch_yes_as_a_watch():
+    """RequestInfo reads ``watch`` through the same codec: ``?watch=yes`` is authorized (and
+    counted) as a watch, not a list."""
+    from kubesvc.apiserver.auth.attributes import request_info
+
+    def verb(query):
+        return request_info("GET", "/api/v1/namespaces/default/pods", query).verb
+
+    assert [verb({"watch": v}) for v in ("yes", "", "true", "1")] == ["watch"] * 4
+    assert [verb({"watch": v}) for v in ("0", "false", "FALSE")] + [verb({})] == ["list"] * 4

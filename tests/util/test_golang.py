@@ -32,6 +32,8 @@ def test_quote(text, expected):
 def test_quote_strings():
     assert golang.quote_strings(["a", "b c"]) == '["a" "b c"]'
     assert golang.quote_strings([]) == "[]"
+    assert golang.go_syntax_strings(["a", 'b"']) == '[]string{"a", "b\\""}'
+    assert golang.go_syntax_strings([]) == "[]string{}"
 
 
 PARSE_INT = [
@@ -233,6 +235,9 @@ def test_format_time_and_micro_time():
     assert golang.rfc3339(moment) == "2024-05-06T09:08:09Z"
     assert golang.rfc3339_micro(moment) == "2024-05-06T09:08:09.123456Z"
     assert golang.parse_rfc3339(golang.rfc3339_micro(moment)) == moment
+    assert golang.rfc3339_nano(moment) == "2024-05-06T09:08:09.123456Z"
+    assert golang.rfc3339_nano(moment.replace(microsecond=500000)) == "2024-05-06T09:08:09.5Z"
+    assert golang.rfc3339_nano(moment.replace(microsecond=0)) == "2024-05-06T09:08:09Z"
 
 
 AGGREGATES = [

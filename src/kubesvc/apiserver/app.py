@@ -273,7 +273,7 @@ def authorize_request(request: web.Request) -> None:
 
 def _observe(request: web.Request, code: int, seconds: float) -> None:
     group, version, resource, sub = request.get("metric_labels", ("", "", "", ""))
-    verb = "WATCH" if request.query.get("watch") in ("true", "1") else request.method
+    verb = "WATCH" if codec.parameter_bool(request.query, "watch") else request.method
     metrics: Metrics = request.app["metrics"]
     metrics.requests.labels(verb, group, version, resource, sub, str(code)).inc()
     metrics.latency.labels(verb, group, version, resource, sub).observe(seconds)

@@ -188,10 +188,8 @@ def write_options(query, user_agent: str | None, *, default_validation: str = "W
         raise errors.bad_request("fieldManager: Too long: must have at most 128 bytes")
     if not manager:
         manager = default_field_manager(user_agent)
-    force_text = query.get("force", "false").lower()
-    if force_text not in ("true", "false", "1", "0", ""):
-        raise errors.bad_request(f'invalid value for force: "{force_text}"')
-    return WriteOptions(manager, validation, bool(dry_run_values), force_text in ("true", "1"))
+    # PatchOptions.Force through the parameter codec (Convert_Slice_string_To_Pointer_bool)
+    return WriteOptions(manager, validation, bool(dry_run_values), parameter_bool(query, "force"))
 
 
 def default_field_manager(user_agent: str | None) -> str:

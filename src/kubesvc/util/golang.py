@@ -5,7 +5,8 @@ What is here, and where Go documents it:
 
 - :func:`quote` is ``strconv.Quote`` (and the ``%q`` verb of ``fmt``): printable runes kept,
   ``\\a \\b \\f \\n \\r \\t \\v \\" \\\\`` named, other runes as ``\\xNN``, ``\\uNNNN`` or
-  ``\\UNNNNNNNN`` (pkg.go.dev/strconv#Quote). :func:`quote_strings` is ``%q`` of a ``[]string``.
+  ``\\UNNNNNNNN`` (pkg.go.dev/strconv#Quote). :func:`quote_strings` is ``%q`` of a ``[]string``,
+  :func:`go_syntax_strings` its ``%#v`` (``[]string{"a", "b"}``).
 - :func:`parse_int`, :func:`parse_uint` and :func:`atoi` are ``strconv.ParseInt(s, 10, 64)``,
   ``strconv.ParseUint(s, 10, 64)`` and ``strconv.Atoi``: decimal digits after an optional sign
   (ParseUint takes none), no spaces, no ``_``. They raise :class:`NumError`, whose text is Go's
@@ -25,7 +26,9 @@ What is here, and where Go documents it:
   also takes a fraction of a second, so it reads RFC3339Nano too), with the parser's error texts
   (``parsing time "x" as "2006-01-02T15:04:05Z07:00": cannot parse "x" as "2006"``, ``... day out
   of range``, ``... extra text: ...``). :func:`rfc3339` and :func:`rfc3339_micro` write
-  ``metav1.Time`` and ``metav1.MicroTime`` (UTC, ``Z``; seconds, or six fraction digits).
+  ``metav1.Time`` and ``metav1.MicroTime`` (UTC, ``Z``; seconds, or six fraction digits);
+  :func:`rfc3339_nano` writes ``time.RFC3339Nano`` (trailing fraction zeros dropped), as Go's
+  JSON of a plain ``time.Time`` and the trigger-time annotation have it.
 - :func:`aggregate` is the text of ``utilerrors.NewAggregate(errs).Error()``
   (k8s.io/apimachinery/pkg/util/errors): nothing for none, one message as it is, several
   de-duplicated in order as ``[a, b]``.
@@ -70,6 +73,11 @@ def quote(text: str) -> str:
 def quote_strings(values: Iterable[str]) -> str:
     """``%q`` of a ``[]string``: ``["a" "b"]``."""
     return "[" + " ".join(quote(v) for v in values) + "]"
+
+
+def go_syntax_strings(values: Iterable[str]) -> str:
+    """``%#v`` of a ``[]string``: ``[]string{"a", "b"}`` (how ``field.Error`` shows one)."""
+    return "[]string{" + ", ".join(quote(v) for v in values) + "}"
 
 
 # ---- strconv.ParseInt / ParseUint / Atoi / ParseBool -------------------------------------------
@@ -323,6 +331,15 @@ def rfc3339(moment: datetime) -> str:
 def rfc3339_micro(moment: datetime) -> str:
     """``metav1.MicroTime`` on the wire: UTC, six fraction digits, ``Z``."""
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def rfc3339_nano(moment: datetime) -> str:
+    """``time.RFC3339Nano`` in UTC (and Go's JSON of a ``time.Time``): the fraction without its
+    trailing zeros, none at all for whole seconds. A naive datetime is taken as UTC."""
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(timezone.utc)
+    fraction = f"{moment.microsecond:06d}".rstrip("0")
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + (f".{fraction}" if fraction else "") + "Z"
 
 
 # ---- utilerrors.NewAggregate -------------------------------------------------------------------

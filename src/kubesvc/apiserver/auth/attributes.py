@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from kubesvc.serving.user import UserInfo
+from kubesvc.util import golang
 
 _METHOD_VERBS = {"POST": "create", "GET": "get", "HEAD": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 _NAMESPACE_SUBRESOURCES = ("status", "finalize")
@@ -49,7 +50,8 @@ class Attributes:
 
 
 def _watch_requested(query: Mapping[str, str]) -> bool:
-    return query.get("watch", "") in ("true", "1")
+    """``watch`` as the ListOptions parameter codec reads it: ``yes`` and ``""`` are true too."""
+    return golang.query_bool(query.get("watch"))
 
 
 def _name_from_field_selector(selector: str) -> str:
