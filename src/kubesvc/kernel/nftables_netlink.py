@@ -325,13 +325,15 @@ class NftNetlink:
             failure: NetlinkFailed | None = None
             while pending:
                 for seq, code in _read_acks(sock.recv(65536)):
+                    if seq == begin and code and failure is None:  # the commit itself failed
+                        failure = NetlinkFailed(code, "commit")
                     if seq in pending:
                         pending.discard(seq)
                         if code and failure is None:
                             failure = NetlinkFailed(code, what.get(seq, ""))
                 if failure is not None:
-                    # The kernel aborts the whole batch at the first refusal; the acks of
-                    # the messages it did not reach never come.
+                    # The batch was aborted as a whole; acks still due may never come (the
+                    # kernel stops early on ENOMEM), so they are drained, not awaited.
                     self._drain(sock)
                     raise failure
 
@@ -345,21 +347,17 @@ class NftNetlink:
             rules = 0
             while True:
                 data = sock.recv(1 << 20)
-                offset = 0
-                while offset + 16 <= len(data):
-                    length, kind, _flags, mseq = struct.unpack_from("=IHHI", data, offset)
-                    if length < 16:
-                        break
-                    if mseq == seq:
-                        if kind == NLMSG_DONE:
+                for kind, mseq, offset in _messages(data):
+                    if mseq != seq:
+                        continue
+                    if kind == NLMSG_DONE:
+                        return rules
+                    if kind == NLMSG_ERROR:
+                        code = -struct.unpack_from("=i", data, offset + 16)[0]
+                        if code in (errno_codes.ENOENT, 0):
                             return rules
-                        if kind == NLMSG_ERROR:
-                            code = -struct.unpack_from("=i", data, offset + 16)[0]
-                            if code in (errno_codes.ENOENT, 0):
-                                return rules
-                            raise NetlinkFailed(code, f"list chain {family} {table} {chain}")
-                        rules += 1
-                    offset += (length + 3) & ~3
+                        raise NetlinkFailed(code, f"list chain {family} {table} {chain}")
+                    rules += 1
 
     def _drain(self, sock: socket.socket) -> None:
         sock.setblocking(False)
@@ -391,15 +389,21 @@ def _chunks(elements: list[tuple[bytes, bytes | None, bytes | None]]):
         yield b"".join(chunk)
 
 
-def _read_acks(data: bytes):
+def _messages(data: bytes):
+    """(type, sequence number, offset) of each netlink message in one datagram."""
     offset = 0
     while offset + 16 <= len(data):
         length, kind, _flags, seq = struct.unpack_from("=IHHI", data, offset)
         if length < 16:
             break
+        yield kind, seq, offset
+        offset += (length + 3) & ~3
+
+
+def _read_acks(data: bytes):
+    for kind, seq, offset in _messages(data):
         if kind == NLMSG_ERROR:
             yield seq, -struct.unpack_from("=i", data, offset + 16)[0]
-        offset += (length + 3) & ~3
 
 
 def _grow_sndbuf(sock: socket.socket, size: int) -> None:
