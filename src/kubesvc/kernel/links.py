@@ -76,10 +76,19 @@ class _Socket:
     live on the thread that opened them), not an ``RTM_GETLINK`` whose reply pyroute2 decodes
     in full, nor a dump of every link."""
 
-    def __init__(self, ipr: Any):
-        self.ipr = ipr
-        self.link, self.addr, self.route = ipr.link, ipr.addr, ipr.route
+    def __init__(self) -> None:
+        from pyroute2 import IPRoute
+
+        self.loop = asyncio.SelectorEventLoop()  # pyroute2 does not close a loop it was given: close() does
+        self.ipr = IPRoute(use_event_loop=self.loop)
+        self.link, self.addr, self.route = self.ipr.link, self.ipr.addr, self.ipr.route
         self._indexes: dict[str, int] = {}
+
+    def __enter__(self) -> "_Socket":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def index(self, name: str) -> int:
         if name not in self._indexes:
@@ -93,7 +102,10 @@ class _Socket:
         self._indexes.pop(name, None)
 
     def close(self) -> None:
-        self.ipr.close()
+        try:
+            self.ipr.close()
+        finally:
+            self.loop.close()
 
 
 def _is_v6(address: str) -> bool:
@@ -271,12 +283,6 @@ def render(ops: Iterable[Op]) -> list[str]:
 # running them
 
 
-def _open_iproute():
-    from pyroute2 import IPRoute
-
-    return IPRoute(use_event_loop=asyncio.SelectorEventLoop())
-
-
 class Session:
     """One netlink socket for several plans and lookups, opened lazily in the namespace of the
     thread that uses it first. For a function that already runs on a thread of its own (one that
@@ -301,7 +307,7 @@ class Session:
     @property
     def socket(self) -> _Socket:
         if self._socket is None:
-            self._socket = _Socket(_open_iproute())
+            self._socket = _Socket()
         return self._socket
 
     def apply(self, ops: Sequence[Op], *, force: bool = False) -> list[str]:
@@ -380,17 +386,18 @@ def parse_link_info(link: Any, addresses: Iterable[Any]) -> LinkInfo:
 def _query(request: str, fn, *args):
     """``fn(ipr, *args)`` on a fresh socket; a refusal raised as :class:`LinkFailed` naming ``request``."""
     try:
-        with _open_iproute() as ipr:
-            return fn(ipr, *args)
+        with _Socket() as sock:
+            return fn(sock, *args)
     except Exception as err:  # noqa: BLE001 - pyroute2's and the OS's refusals, translated once here
         raise _failure(request, err, None) from err
 
 
-def _info(ipr, name: str) -> LinkInfo | None:
-    found = ipr.link_lookup(ifname=name)
-    if not found:
+def _info(sock: _Socket, name: str) -> LinkInfo | None:
+    try:
+        index = sock.index(name)
+    except OSError:
         return None
-    return parse_link_info(ipr.get_links(found[0])[0], ipr.get_addr(index=found[0]))
+    return parse_link_info(sock.ipr.get_links(index)[0], sock.ipr.get_addr(index=index))
 
 
 def _link_info(name: str) -> LinkInfo | None:
@@ -398,7 +405,7 @@ def _link_info(name: str) -> LinkInfo | None:
 
 
 def _link_names() -> set[str]:
-    return _query("link show", lambda ipr: {link.get("IFLA_IFNAME") for link in ipr.get_links()})
+    return _query("link show", lambda sock: {link.get("IFLA_IFNAME") for link in sock.ipr.get_links()})
 
 
 def link_info(name: str, netns: str | None = None) -> LinkInfo | None:
@@ -422,9 +429,9 @@ async def link_names_async(netns: str | None = None) -> set[str]:
 def _routable(ip: str) -> bool:
     from pyroute2.netlink.exceptions import NetlinkError
 
-    with _open_iproute() as ipr:
+    with _Socket() as sock:
         try:
-            return bool(ipr.route("get", dst=ip))
+            return bool(sock.route("get", dst=ip))
         except NetlinkError:
             return False
 
