@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import os
 import secrets
 import signal
@@ -133,6 +134,20 @@ def test_a_refusal_is_a_link_failed_and_force_tries_everything(ns):
     assert errors == [f'link del nosuch0 (netns {ns.name}): Cannot find device "nosuch0"',
                       f"link add br7 address 02:00:00:00:00:07 type bridge (netns {ns.name}): File exists"]
     assert "br7" in links.link_names(ns.name)
+
+
+def test_sockets_leave_no_file_descriptor_behind(ns):
+    gc.disable()  # what is left must not depend on when the cyclic collector runs
+    try:
+        links.link_names(ns.name)
+        before = len(os.listdir("/proc/self/fd"))
+        for _ in range(20):
+            links.link_names(ns.name)
+            links.link_info("lo", ns.name)
+            links.apply([SetUp("lo")], ns.name)
+        assert len(os.listdir("/proc/self/fd")) == before
+    finally:
+        gc.enable()
 
 
 def test_named_namespaces_are_made_found_emptied_and_removed():
