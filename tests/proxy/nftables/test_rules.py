@@ -4,6 +4,7 @@ what a sync writes, per case, and how partial syncs and the bookkeeping behave."
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import pytest
 
@@ -424,3 +425,34 @@ def test_endpoint_replaced_within_the_slot_block_changes_only_elements():
     assert "flush chain" not in plan.text and "add rule" not in plan.text
     assert "10.180.0.9 . 8080" in plan.text  # the new endpoint's slot
     assert plan.written["chains"] == 0 and plan.written["rules"] == 0
+
+
+def test_partial_plans_end_where_one_full_plan_does():
+    """Random endpoint and Service changes applied as partial plans, each from the last one's
+    committed state: the bookkeeping ends where one full plan of the same desired state does
+    (what the kernel holds, who owns each element, the chains in use)."""
+    rng = random.Random(16)
+
+    def endpoints():
+        return tuple(sorted({ep(f"10.180.{rng.randrange(3)}.{rng.randrange(1, 6)}", 8080) for _ in range(rng.randrange(5))},
+                            key=lambda e: e.endpoint))
+
+    desired = {f"svc{i}": (port("ns1", f"svc{i}", cluster_ip=f"172.30.0.{i + 1}", affinity_seconds=60 if i % 4 == 0 else None),
+                           endpoints()) for i in range(8)}
+    _, state = build(list(desired.values()))
+    for _ in range(40):
+        name = f"svc{rng.randrange(10)}"
+        if name in desired and rng.random() < 0.2:
+            del desired[name]
+        else:
+            desired[name] = (port("ns1", name, cluster_ip=f"172.30.0.{int(name[3:]) + 1}"), endpoints())
+        _, state = build(list(desired.values()), state=state, full=False, changed={f"ns1/{name}"})
+    _, fresh = build(list(desired.values()))
+    for c in rules.CONTAINERS:
+        assert set(state.kernel[c]) == set(state.owners[c]), c  # the kernel holds what someone owns
+        if c in rules.ENDPOINT_MAP_PROTOCOLS:  # slot numbers depend on the history; the endpoints do not
+            assert sorted(state.kernel[c].values()) == sorted(fresh.kernel[c].values()), c
+        else:
+            assert dict(state.kernel[c]) == dict(fresh.kernel[c]) and dict(state.owners[c]) == dict(fresh.owners[c]), c
+    assert set(state.services) == set(fresh.services)
+    assert {c for r in state.services.values() for c in r.chains} == {c for r in fresh.services.values() for c in r.chains}
