@@ -79,7 +79,8 @@ from typing import Protocol
 
 from kubesvc.kernel import links
 from kubesvc.kernel import netns as knetns
-from kubesvc.kernel.links import AddBridge, AddNetns, AddVeth, Address, DelAddress, DelLink, DelNetns, LinkInfo, Op, Route, SetHairpin, SetUp
+from kubesvc.kernel.links import (AddBridge, AddNetns, AddVeth, Address, DelAddress, DelLink, DelNetns, LinkInfo, Op, Route, SetHairpin,
+                                  SetUp)
 from kubesvc.kernel.sysctl import SysctlFailed, write_sysctl
 
 POD_IFNAME = "eth0"
