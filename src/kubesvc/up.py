@@ -137,16 +137,17 @@ class System:
         self.state: dict = {"pid": os.getpid(), "pid_started": host.process_identity(os.getpid()), "netns": netns_record(),
                             "agent_state_dir": str(self.data_dir / AGENT_DIR / "network"), "service_routes": []}
 
-    async def _client(self, client_config, field_manager: str, user_agent: str):
+    async def _client(self, client_config, field_manager: str, user_agent: str, rate_limiter=None):
         from kubesvc.client.rest import RestClient
 
-        client = RestClient(client_config, field_manager=field_manager, user_agent=user_agent)
+        client = RestClient(client_config, field_manager=field_manager, user_agent=user_agent, rate_limiter=rate_limiter)
         self.clients.append(client)
         return client
 
     async def start(self) -> None:
         from kubesvc.agent.agent import Agent, AgentConfig
         from kubesvc.serving import pki
+        from kubesvc.client.flowcontrol import rate_limiter
         from kubesvc.client.kubeconfig import load_kubeconfig
         from kubesvc.controllers.clientbuilder import ServiceAccountClientBuilder
         from kubesvc.controllers.manager import SCHEDULER, ControllerManager, ManagerConfig
@@ -182,7 +183,9 @@ class System:
         settings = resolve(complete(flags))
         self.state["proxy_mode"] = settings.mode
         _write_state(self.data_dir, self.state)
-        self.proxy = ProxyServer(await self._client(load_kubeconfig(kubeconfigs["proxy"]), "kube-proxy", "kubesvc-proxy"), settings)
+        proxy_client = await self._client(load_kubeconfig(kubeconfigs["proxy"]), "kube-proxy", "kubesvc-proxy",
+                                          rate_limiter(settings.client_qps, settings.client_burst))  # clientConnection qps/burst
+        self.proxy = ProxyServer(proxy_client, settings)
         await self.proxy.start()
 
     async def stop(self) -> list[str]:
