@@ -16,7 +16,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from kubesvc.serving import pki
 from kubesvc.client.kubeconfig import load_kubeconfig
-from tests.apiserver.auth.tls_pair import client_context, handshake, server_context
+from tests.serving.tls_pair import client_context, handshake, server_context
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -16,7 +16,7 @@ from kubesvc.api.errors import StatusError
 from kubesvc.serving import pki
 from kubesvc.serving.x509 import (CREDENTIAL_ID_KEY, UID_OID, CertificateRejected, X509Authenticator, check_usable,
                                          request_client_certificates, user_from_certificate)
-from tests.apiserver.auth.tls_pair import client_context, handshake, server_context
+from tests.serving.tls_pair import client_context, handshake, server_context
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 CA_CERT, CA_KEY = pki.new_ca(NOW)
