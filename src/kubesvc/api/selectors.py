@@ -131,7 +131,7 @@ def _label_value_errors(value: str) -> list[str]:
 
 def _go_string_slice(values: Iterable[str]) -> str:
     """Go's ``%#v`` of a []string, as field.Invalid prints a bad value list."""
-    return "[]string{" + ", ".join(go_quote(v) for v in values) + "}"
+    return golang.go_syntax_strings(values)
 
 
 def _invalid(path: str, shown_value: str, detail: str) -> str:

@@ -612,8 +612,8 @@ def validate_object_meta_update(new: Any, old: Any, *, core: bool = True) -> Err
     if old_meta.deletion_timestamp is not None:
         extra = sorted(set(new_meta.finalizers) - set(old_meta.finalizers))
         if extra:
-            listed = ", ".join(go_quote(f) for f in extra)
-            errs.append(forbidden_field("metadata.finalizers", f"no new finalizers can be added if the object is being deleted, found new finalizers []string{{{listed}}}"))
+            errs.append(forbidden_field("metadata.finalizers", "no new finalizers can be added if the object is being deleted, "
+                                        f"found new finalizers {golang.go_syntax_strings(extra)}"))
     if not new_meta.resource_version:
         errs.append(invalid_value("metadata.resourceVersion", "", "must be specified for an update"))
     if new_meta.generation < old_meta.generation:

@@ -46,6 +46,7 @@ from kubesvc.api.validation_meta import (
     validate_qualified_name,
 )
 from kubesvc.api.selectors import selector_from_label_selector
+from kubesvc.util import golang
 
 GROUP = "rbac.authorization.k8s.io"
 SUBJECT_KINDS = ["ServiceAccount", "User", "Group"]
@@ -53,7 +54,7 @@ SUBJECT_KINDS = ["ServiceAccount", "User", "Group"]
 
 def go_string_slice(values: list[str]) -> GoSyntax:
     """``[]string{"a", "b"}``: a string list as Go's %#v prints it."""
-    return GoSyntax("[]string{" + ", ".join(go_quote(v) for v in values) + "}")
+    return GoSyntax(golang.go_syntax_strings(values))
 
 
 def go_role_ref(ref: dict) -> GoSyntax:

@@ -775,7 +775,7 @@ def _go_value(value) -> str:
     if isinstance(value, str):
         return go_quote(value)
     if isinstance(value, list):
-        return "[]string{" + ", ".join(go_quote(item) for item in value) + "}"
+        return golang.go_syntax_strings(value)
     if isinstance(value, dict):
         return "map[string]bool{" + ", ".join(f"{go_quote(k)}:{_go_value(v)}" for k, v in sorted(value.items())) + "}"
     return str(value)

@@ -61,11 +61,7 @@ GO_ZERO_TIME = "0001-01-01T00:00:00Z"
 
 def go_time(moment: datetime | None) -> str:
     """Go's JSON for a ``time.Time`` (RFC 3339 with the fraction's trailing zeros dropped), in UTC."""
-    if moment is None:
-        return GO_ZERO_TIME
-    moment = moment.astimezone(timezone.utc)
-    fraction = f"{moment.microsecond:06d}".rstrip("0")
-    return moment.strftime("%Y-%m-%dT%H:%M:%S") + (f".{fraction}" if fraction else "") + "Z"
+    return GO_ZERO_TIME if moment is None else golang.rfc3339_nano(moment.astimezone(timezone.utc))
 
 
 def family_name(family: int | str) -> str:

@@ -22,7 +22,6 @@ from kubesvc.controllers.endpointslice.util import (
     endpoint_ports,
     endpoints_equal_beyond_hash,
     find_port,
-    format_rfc3339_nano,
     generate_name_prefix,
     pod_endpoints_changed,
     pod_service_keys,
@@ -35,6 +34,7 @@ from kubesvc.controllers.endpointslice.util import (
     slice_labels,
     topology_hints_annotation_enabled,
 )
+from kubesvc.util.golang import rfc3339_nano
 from tests.controllers.endpointslice.builders import new_node, new_pod, new_service
 
 MANAGED = {LABEL_SERVICE_NAME: "foo", LABEL_MANAGED_BY: CONTROLLER_NAME}
@@ -525,7 +525,7 @@ def test_new_port_map_key():
 ], ids=["whole seconds", "trailing zeros dropped", "microseconds", "non-UTC offset converted to UTC"])
 def test_format_rfc3339_nano(moment, want):
     """addTriggerTimeAnnotation: ``triggerTime.UTC().Format(time.RFC3339Nano)``."""
-    assert format_rfc3339_nano(moment) == want
+    assert rfc3339_nano(moment) == want
 
 
 def test_trigger_time_annotation_set_and_cleared():

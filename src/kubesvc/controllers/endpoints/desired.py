@@ -59,20 +59,20 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
 from kubesvc.controllers.endpointslice.util import (
     ANNOTATION_TRIGGER_TIME,
     LABEL_HEADLESS,
     address_family,
     find_port,
-    format_rfc3339_nano,
     is_pod_ready,
     is_service_ip_set,
     pod_ips,
     should_pod_be_in_endpoints,
     should_set_hostname,
 )
+from kubesvc.util.golang import rfc3339_nano
 from kubesvc.util.ipnet import IPV4_PROTOCOL, IPV6_PROTOCOL
 
 MAX_CAPACITY = 1000  # addresses (ready + not ready) stored per Endpoints object (maxCapacity)
@@ -358,7 +358,7 @@ def plan_endpoints(service: dict, pods: Iterable[dict], current: dict | None, tr
     meta = new["metadata"]
     annotations = dict(meta.get("annotations") or {})
     if trigger_time is not None:
-        annotations[ANNOTATION_TRIGGER_TIME] = format_rfc3339_nano(trigger_time.astimezone(timezone.utc))
+        annotations[ANNOTATION_TRIGGER_TIME] = rfc3339_nano(trigger_time)
     else:  # nothing new triggered this write: no claim about when the change happened
         annotations.pop(ANNOTATION_TRIGGER_TIME, None)
     subsets, truncated = truncate_subsets(wanted.subsets)

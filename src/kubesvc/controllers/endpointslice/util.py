@@ -25,10 +25,10 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Callable, Iterable
-from datetime import datetime, timezone
+from datetime import datetime
 
 from kubesvc.api.validation_meta import name_is_dns_subdomain
-from kubesvc.util.golang import parse_rfc3339
+from kubesvc.util.golang import parse_rfc3339, rfc3339_nano
 from kubesvc.util.ipnet import FAMILY_NAMES, IPV4_PROTOCOL, IPV6_PROTOCOL, canonical_address, parse_ip_sloppy
 
 LABEL_SERVICE_NAME = "kubernetes.io/service-name"
@@ -292,17 +292,9 @@ def set_trigger_time(obj: dict, trigger_time: datetime | None) -> None:
     if trigger_time is None:
         annotations.pop(ANNOTATION_TRIGGER_TIME, None)
     else:
-        annotations[ANNOTATION_TRIGGER_TIME] = format_rfc3339_nano(trigger_time)
+        annotations[ANNOTATION_TRIGGER_TIME] = rfc3339_nano(trigger_time)
 
 
-def format_rfc3339_nano(moment: datetime) -> str:
-    """Go's ``time.RFC3339Nano`` in UTC: fractional seconds without trailing zeros."""
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(timezone.utc)
-    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
-    if moment.microsecond:
-        text += "." + f"{moment.microsecond:06d}".rstrip("0")
-    return text + "Z"
 
 
 # ---- hints -----------------------------------------------------------------------------------
