@@ -11,20 +11,36 @@ binding whose ``roleRef.kind`` is neither Role nor ClusterRole).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kubesvc.api.scheme import KindInfo
 from kubesvc.apiserver.admission.strategy import marks_deleted
-from kubesvc.apiserver.auth.context import current
+from kubesvc.apiserver.auth.context import RequestContext, current
 from kubesvc.apiserver.registry.strategy import Strategy
 from kubesvc.apiserver.registry.txn import Txn
 
-if TYPE_CHECKING:
-    from kubesvc.apiserver.auth.modes import Authorization
+
+class EscalationCheck(Protocol):
+    def check_role(self, request: RequestContext | None, resource: str, new: dict, old: dict | None) -> None: ...
+
+    def check_binding(self, request: RequestContext | None, resource: str, new: dict, old: dict | None) -> None: ...
+
+
+class PolicyFeed(Protocol):
+    def refresh(self, info: KindInfo, namespace: str | None, name: str) -> None: ...
+
+
+class RBACHooks(Protocol):
+    """What the strategy needs of the authorization modes (``auth.modes.Authorization``, which
+    builds this strategy): the escalation guard and the policy index's feed, each None until
+    the modes are attached. A protocol, so the registry does not import ``auth.modes``."""
+
+    guard: EscalationCheck | None
+    feed: PolicyFeed | None
 
 
 class RBACStrategy(Strategy):
-    def __init__(self, info: KindInfo, authorization: "Authorization"):
+    def __init__(self, info: KindInfo, authorization: RBACHooks):
         super().__init__(info)
         self.authorization = authorization
 
