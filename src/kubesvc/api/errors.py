@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from kubesvc.util import golang
+
 _MISSING = object()
 
 
@@ -195,9 +197,6 @@ def invalid(kind: str, name: str, errors: list[FieldError], group: str = "") -> 
     """422 Invalid exactly as upstream NewInvalid: one error -> ``Kind "name" is invalid: f: m``;
     several -> ``Kind "name" is invalid: [f1: m1, f2: m2]``."""
     causes = [{"reason": e.type, "message": e.message(), "field": e.field} for e in errors]
-    if len(errors) == 1:
-        summary = str(errors[0])
-    else:
-        summary = "[" + ", ".join(str(e) for e in errors) + "]"
+    summary = golang.aggregate(errors)  # ErrorList.ToAggregate(): repeated messages once
     qualified_kind = f"{kind}.{group}" if group else kind
     return StatusError(422, "Invalid", f'{qualified_kind} "{name}" is invalid: {summary}', _details(name, group, kind, causes=causes))

@@ -45,6 +45,7 @@ from kubesvc.api.validation_meta import go_string_list
 from kubesvc.apiserver.auth import jwt
 from kubesvc.apiserver.auth.tokens import AuthenticationError, Response, intersect
 from kubesvc.serving.user import UserInfo, service_account_groups, service_account_user, split_service_account
+from kubesvc.util import golang
 from kubesvc.util.clock import Clock, parse_rfc3339
 
 LEGACY_ISSUER = "kubernetes/serviceaccount"
@@ -336,7 +337,7 @@ class JWTAuthenticator:
             except jwt.JWTError as exc:
                 errors.append(str(exc))
         else:
-            raise AuthenticationError(errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]")
+            raise AuthenticationError(golang.aggregate(errors))
         try:
             claims = signed.claims()
         except jwt.JWTError as exc:

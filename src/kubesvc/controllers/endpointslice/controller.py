@@ -45,6 +45,7 @@ from kubesvc.controllers.endpointslice.util import (
 )
 from kubesvc.controllers.informers import POD_NODE_INDEX, SLICE_SERVICE_INDEX, ServicesOfPods, SharedInformers
 from kubesvc.controllers.runtime import run_workers
+from kubesvc.util import golang
 from kubesvc.util.clock import Clock, RealClock
 
 log = logging.getLogger("kubesvc.controllers.endpointslice")
@@ -173,7 +174,7 @@ class EndpointSliceController:
         except SliceWriteFailed as exc:
             errors.append(str(exc))
         if errors:
-            message = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+            message = golang.aggregate(errors)
             self.recorder.event(service, "Warning", "FailedToUpdateEndpointSlices",
                                 f"Error updating Endpoint Slices for Service {namespace}/{name}: {message}")
             raise SliceWriteFailed(message)
