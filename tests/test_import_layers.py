@@ -22,8 +22,9 @@ A module may import its own layer and the layers below it, never a layer above; 
 ``client/record.py``, ``serving/`` and ``api/quantity.py`` did). Every import counts, at module
 level, inside functions and under ``TYPE_CHECKING`` alike: an import hidden from the
 interpreter is still a dependency. Inside the apiserver the registry sits below the allocators
-(which read and write through it): the registry names the ``Allocations`` protocol, never
-``apiserver.allocator``.
+(which read and write through it) and below the authorization modes (which build the RBAC
+strategy): the registry names the ``Allocations`` and ``RBACHooks`` protocols, never
+``apiserver.allocator`` nor ``apiserver.auth.modes``.
 
 A new top-level package fails this test until it is placed in ``LAYERS``. ``KNOWN_EXCEPTIONS``
 lists the upward imports not yet fixed, each with its reason; an exception that is no longer
@@ -59,6 +60,7 @@ KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
 # (package, packages it must not import): contracts inside one component.
 FORBIDDEN: list[tuple[str, str]] = [
     ("kubesvc.apiserver.registry", "kubesvc.apiserver.allocator"),
+    ("kubesvc.apiserver.registry", "kubesvc.apiserver.auth.modes"),  # RBACStrategy takes the RBACHooks protocol
 ]
 
 LAYER_OF = {name: index for index, names in enumerate(LAYERS) for name in names}
