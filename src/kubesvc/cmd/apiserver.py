@@ -116,7 +116,7 @@ def _connection_flags() -> list:
 def _authentication_flags() -> list:
     """kube-apiserver's authentication flags (auth/options.py)."""
     existing = click.Path(dir_okay=False, exists=True, path_type=Path)
-    on_off = dict(type=click.BOOL, is_flag=False, flag_value=True, show_default=True)
+    on_off = dict(type=flags.GO_BOOL, is_flag=False, flag_value=True, show_default=True)
     return [
         click.option("--anonymous-auth", default=True, **on_off, help="Requests with no credential are system:anonymous (else 401)."),
         click.option("--token-auth-file", type=existing, default=None, help="Static tokens: CSV token,user,uid[,\"group1,group2\"]."),

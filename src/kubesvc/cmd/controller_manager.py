@@ -56,8 +56,8 @@ def _controllers(ctx, param, value: str) -> set[str]:
               help="Batches Pod changes into one Endpoints sync per Service within this period.")
 @click.option("--mirroring-max-endpoints-per-subset", type=int, default=1000, show_default=True, callback=flags.bounded(1, 1000))
 @click.option("--mirroring-endpointslice-updates-batch-period", default="0s", show_default=True, callback=flags.duration)
-@click.option("--enable-garbage-collector", type=click.BOOL, is_flag=False, flag_value=True, default=True, show_default=True)
-@click.option("--leader-elect", type=click.BOOL, is_flag=False, flag_value=True, default=True, show_default=True,
+@click.option("--enable-garbage-collector", type=flags.GO_BOOL, is_flag=False, flag_value=True, default=True, show_default=True)
+@click.option("--leader-elect", type=flags.GO_BOOL, is_flag=False, flag_value=True, default=True, show_default=True,
               help="Run controllers only while holding the leader Lease.")
 @click.option("--leader-elect-lease-duration", default="15s", show_default=True, callback=flags.duration)
 @click.option("--leader-elect-renew-deadline", default="10s", show_default=True, callback=flags.duration)
@@ -68,7 +68,7 @@ def _controllers(ctx, param, value: str) -> set[str]:
 @click.option("--secure-port", type=click.IntRange(0, 65535), default=10257, show_default=True, help="HTTPS port for /healthz and /metrics; 0 disables.")
 @click.option("--root-ca-file", default=None, callback=lambda ctx, param, value: _root_ca_file(value),
               help="CA bundle published as kube-root-ca.crt in every namespace (default: the CA of --kubeconfig).")
-@click.option("--use-service-account-credentials", type=click.BOOL, is_flag=False, flag_value=True, default=False, show_default=True,
+@click.option("--use-service-account-credentials", type=flags.GO_BOOL, is_flag=False, flag_value=True, default=False, show_default=True,
               help="Run each controller as its own kube-system ServiceAccount (TokenRequest tokens, renewed), "
                    "not with the credentials of --kubeconfig.")
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")

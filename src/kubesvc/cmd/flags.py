@@ -7,6 +7,7 @@
 - CIDR and IP pairs: one, or one of each family (``--service-cluster-ip-range``, ``--pod-cidr``,
   ``--node-ip``).
 - ``--kubeconfig``: loaded once; a bad file is one line and a non-zero exit.
+- Bool flags (:data:`GO_BOOL`): ``strconv.ParseBool``, as pflag; ``--flag`` alone is true.
 
 Each callback turns a bad value into ``click.BadParameter`` (one line, exit code 2); nothing
 here runs a component.
@@ -111,9 +112,27 @@ def comma_list(ctx, param, value: str | None) -> list[str] | None:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
+class GoBool(click.ParamType):
+    """A bool flag's value as pflag reads it, ``strconv.ParseBool``: ``1 t T TRUE true True``
+    and their false forms; ``yes``/``on`` (which ``click.BOOL`` takes) are refused."""
+
+    name = "boolean"
+
+    def convert(self, value, param, ctx) -> bool:
+        if isinstance(value, bool):
+            return value
+        try:
+            return golang.parse_bool(value)
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+
+
+GO_BOOL = GoBool()
+
+
 def bool_option(*names: str, help: str):
     """``--flag`` or ``--flag=true|false``, None when absent (a config file may set it)."""
-    return click.option(*names, type=click.BOOL, is_flag=False, flag_value=True, default=None, help=help)
+    return click.option(*names, type=GO_BOOL, is_flag=False, flag_value=True, default=None, help=help)
 
 
 def service_cidrs(ctx, param, value: str) -> str:
