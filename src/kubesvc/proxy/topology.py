@@ -51,7 +51,10 @@ def categorize_endpoints(
     if service_port.uses_cluster_endpoints:
         zone = (node_labels or {}).get(LABEL_TOPOLOGY_ZONE, "")
         mode = topology_mode_from_hints(endpoints, node_name, zone, prefer_same_node)
-        cluster = tuple(ep for ep in endpoints if ep.ready and _available_for_topology(ep, mode, node_name, zone))
+        if mode:
+            cluster = tuple(ep for ep in endpoints if ep.ready and _available_for_topology(ep, mode, node_name, zone))
+        else:  # no topology: every ready endpoint (the common case, once per Service port per full sync)
+            cluster = tuple([ep for ep in endpoints if ep.ready])
         if not cluster:
             cluster = tuple(ep for ep in endpoints if ep.serving and ep.terminating)
         has_any = bool(cluster)
