@@ -314,14 +314,13 @@ def test_a_namespace_sharing_the_prefix_without_an_address_is_not_ours(node):
     node.run(podnet.ensure_node_network, net)
     uid = new_uid()
     pod = node.run(podnet.add_pod, net, uid)
-    foreign = f"{node.prefix}foreign"
-    subprocess.run(["ip", "netns", "add", foreign], check=True)
+    foreign = Netns.create("foreign", name=f"{node.prefix}foreign")
     try:
         assert node.run(podnet.existing_pods, net) == {uid: pod}
         assert node.run(podnet.teardown_node_network, net) == []
-        assert foreign in netns_names() and pod.netns not in netns_names()
+        assert foreign.name in netns_names() and pod.netns not in netns_names()
     finally:
-        subprocess.run(["ip", "netns", "del", foreign], check=False)
+        foreign.close()
 
 
 def test_add_pod_and_remove_pod_take_well_under_100ms(node):

@@ -211,11 +211,13 @@ class Netns:
         self.closed = False
 
     @classmethod
-    def create(cls, role: str) -> "Netns":
+    def create(cls, role: str, *, name: str | None = None) -> "Netns":
+        """A new namespace named for ``role`` (:func:`unique_name`), or exactly ``name`` (a ``ks-`` one)."""
         if _kernel_test is False:
             raise AssertionError("a test that makes network namespaces must be marked kernel "
                                  "(module-level `pytestmark = pytest.mark.kernel`)")
-        name = unique_name(role)
+        name = name or unique_name(role)
+        _check_ours(name)
         _run(["ip", "netns", "add", name])
         ns = cls(name)
         ns.ip("link", "set", "lo", "up")
