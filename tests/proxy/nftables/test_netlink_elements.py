@@ -138,3 +138,20 @@ def test_netlink_elements_list_back_as_nft_wrote_them():
     assert out["unchanged"]  # the batch is atomic: the hairpin element of the refused batch is not there
     assert out["rules"] == [0, 2, 0]
     assert out["binary_sent"] == ["nl2"]
+
+
+def test_large_transactions_run_in_a_child_nft_small_ones_in_process(monkeypatch):
+    """Memory: over ``LARGE_TRANSACTION`` the text goes to a child ``nft -f -`` (its memory
+    is gone when it exits); smaller ones run in-process and are followed by malloc_trim."""
+    from kubesvc.kernel import nftables
+
+    calls = []
+    monkeypatch.setattr(nftables, "LARGE_VIA", "child")
+    monkeypatch.setattr(nftables, "run_sync", lambda argv, text: calls.append(("child", list(argv))))
+    monkeypatch.setattr(nftables, "run_in_process", lambda argv, text: calls.append(("in-process", list(argv))))
+    monkeypatch.setattr(nftables, "malloc_trim", lambda: calls.append(("trim",)))
+    monkeypatch.setattr(nftables, "libnftables", lambda: object())
+    nft = nftables.NFTables(in_process=True)
+    nft.run_sync("add chain ip kube-proxy x\n")
+    nft.run_sync("add chain ip kube-proxy x\n" + "# padding\n" * (nftables.LARGE_TRANSACTION // 10 + 1))
+    assert calls == [("in-process", ["nft", "-f", "-"]), ("trim",), ("child", ["nft", "-f", "-"])]
