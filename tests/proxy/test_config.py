@@ -472,6 +472,8 @@ def test_validate_kube_proxy_ipvs_configuration(changes, expected):
     pytest.param("10.10.10.10:foo", ['"foo": must be a valid port'], id="invalid named-port"),
     pytest.param("10.10.10.10:0", ['"0": must be a valid port'], id="port cannot be 0"),
     pytest.param("10.10.10.10:65536", ['"65536": must be a valid port'], id="port is greater than allowed range"),
+    pytest.param("10.10.10.10:+80", [], id="Atoi takes a plus sign"),
+    pytest.param("10.10.10.10:\u0663", ['"\u0663": must be a valid port'], id="Atoi takes ASCII digits only"),
 ])
 def test_validate_host_port(address, expected):
     errors = validate(base_config(healthz_bind_address=address))
@@ -606,6 +608,7 @@ def test_format_go_duration(seconds, text):
     ("", None), ("1.2.3.4", None), ("1.2.3.4:10256", None), ("[::]:10256", None), ("::", None),
     ("1.2.3.4:x", '"x" is not a valid number'), ("foo:1", '"foo" is not a valid IP address'),
     ("foo", '"foo" is not in a valid format (ip or ip:port): address foo: missing port in address'),
+    ("1.2.3.4:0", None), ("1.2.3.4:+80", '"+80" is not a valid number'), ("1.2.3.4:65536", '"65536" is not a valid number'),
 ])
 def test_check_ip_port_flag(value, error):
     assert check_ip_port_flag(value) == error

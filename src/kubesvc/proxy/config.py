@@ -146,7 +146,9 @@ def check_ip_port_flag(value: str) -> str | None:
         return f"{go_quote(value)} is not in a valid format (ip or ip:port): address {value}: {err}"
     if parse_ip_sloppy(host) is None:
         return f"{go_quote(host)} is not a valid IP address"
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
+    try:
+        golang.parse_uint(port, 16)  # netutils.ParsePort(port, true)
+    except ValueError:
         return f"{go_quote(port)} is not a valid number"
     return None
 
@@ -816,7 +818,11 @@ def _validate_host_port(text: str, path: str) -> list[FieldError]:
     errors = []
     if parse_ip_sloppy(host) is None:
         errors.append(_invalid(path, host, "must be a valid IP"))
-    if not (port.isdigit() and 1 <= int(port) <= 65535):
+    try:
+        number = golang.atoi(port)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= 65535:
         errors.append(_invalid(path, port, "must be a valid port"))
     return errors
 
