@@ -110,15 +110,17 @@ async def test_cluster_ip_and_node_port_spread_over_endpoints(topo):
     assert replies(topo.client, "172.30.0.41", 81, timeout=0.3) == ["timeout"]
 
 
-async def test_no_endpoints_rejects_at_once(topo):
+@pytest.mark.parametrize("source, target, port_", [
+    ("client", "172.30.0.46", 80),
+    ("client", NODE_IP, 30046),
+    ("node", "172.30.0.46", 80),
+], ids=["FORWARD to KUBE-SERVICES", "INPUT to KUBE-EXTERNAL-SERVICES", "OUTPUT to KUBE-SERVICES"])
+async def test_no_endpoints_rejects_at_once(topo, source, target, port_):
     backend = backend_for(topo)
     await backend.run_sync(web_cluster().request())
-    for ns, target, port_, proto in ((topo.client, "172.30.0.46", 80, "tcp"),  # FORWARD → KUBE-SERVICES
-                                     (topo.client, NODE_IP, 30046, "tcp"),  # INPUT → KUBE-EXTERNAL-SERVICES
-                                     (topo.node, "172.30.0.46", 80, "tcp")):  # OUTPUT → KUBE-SERVICES
-        results = probe(ns, target, port_, proto, count=3, timeout=2.0)
-        assert [r for r, _ in results] == ["refused"] * 3, (target, port_)
-        assert max(t for _, t in results) < 0.5
+    results = probe(getattr(topo, source), target, port_, "tcp", count=3, timeout=2.0)
+    assert [r for r, _ in results] == ["refused"] * 3, (target, port_)
+    assert max(t for _, t in results) < 0.5
 
 
 async def test_session_affinity_sticks_to_one_endpoint(topo):
