@@ -83,3 +83,30 @@ async def one_sync(proxy: ProxyProcess, change, quiet: float = 1.0) -> float:
         await asyncio.sleep(0.1)
     after = family_value(await settled(proxy, quiet=quiet), SYNCS)
     return after - before
+
+
+TRACE_PORTS = [{"name": "tcp", "port": 80, "targetPort": 8080, "protocol": "TCP"},
+               {"name": "udp", "port": 53, "targetPort": 8080, "protocol": "UDP"}]
+
+
+async def traced_endpoint_change(kt, out: Path) -> tuple[Counter, float, str]:
+    """A NodePort Service with TCP and UDP ports and two endpoints, synced; then, traced, one
+    endpoint turns unready (a UDP endpoint leaving: conntrack cleanup in the same sync). The
+    programs started, the number of syncs and the trace's text."""
+    (node,) = kt.nodes
+    labels = {"app": "trace"}
+    first = await kt.pod(node, "tr-1", labels)
+    await kt.pod(node, "tr-2", labels)
+    await kt.service("trace", labels, ports=TRACE_PORTS, type="NodePort")
+    proxy = kt.proxy(node)
+    await settled(proxy)  # the Service and its endpoints synced before the trace starts
+    async with execve_trace(proxy, out) as trace:
+        syncs = await one_sync(proxy, lambda: kt.set_ready(first, False))
+    return programs(trace[0]), syncs, trace[0]
+
+
+def assert_only(started: Counter, allowed: set[str], syncs: float, trace: str) -> None:
+    """Nothing but ``allowed`` started, each at most once per sync."""
+    assert set(started) <= allowed, f"the sync started {dict(started)}\n{trace[-3000:]}"
+    for program in allowed:
+        assert started[program] <= syncs, f"{program} ran {started[program]} times in {syncs} syncs\n{trace[-3000:]}"

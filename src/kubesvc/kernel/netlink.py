@@ -267,3 +267,23 @@ async def del_address(index: int, address: str, netns: str | None = None) -> Non
             if getattr(err, "code", None) not in (errno_.EADDRNOTAVAIL, errno_.ENOENT, errno_.ESRCH):
                 raise
     await call_async(_route_call(("addr", "del", f"{address}/{host_prefix(address)}", "dev", str(index)), netns, body))
+
+
+class Links:
+    """The link and address calls of one namespace as an object, for the IPVS proxier's dummy
+    device (``kernel.fake.netlink.FakeLinks`` is its in-memory twin)."""
+
+    def __init__(self, netns: str | None = None):
+        self.netns = netns
+
+    async def ensure_dummy(self, name: str) -> int:
+        return await ensure_dummy(name, self.netns)
+
+    async def addresses(self, family: int | None = None) -> list[Address]:
+        return await addresses_async(family, self.netns)
+
+    async def add_address(self, index: int, address: str) -> None:
+        await add_address(index, address, self.netns)
+
+    async def del_address(self, index: int, address: str) -> None:
+        await del_address(index, address, self.netns)

@@ -8,14 +8,17 @@ Per sync (``IpvsBackend.sync``):
    ``arp_ignore=1``/``arp_announce=2``) and the IPVS connection timeouts given by
    ``--ipvs-tcp-timeout``/``--ipvs-tcpfin-timeout``/``--ipvs-udp-timeout``; full syncs: the
    jumps from the built-in hooks;
-2. the dummy interface ``kube-ipvs0`` exists (``ip link add ... type dummy``);
-3. build the desired state, bind the addresses missing on ``kube-ipvs0``;
+2. the dummy interface ``kube-ipvs0`` exists (rtnetlink, ``kernel.netlink.Links``);
+3. build the desired state, bind the addresses missing on ``kube-ipvs0`` (rtnetlink);
 4. ``ipset restore`` (every set created if missing, flushed and refilled), then
    ``iptables-restore --noflush`` of the small static rule set (sets before rules: a rule naming
    a missing set is rejected);
 5. read the kernel's IPVS table, apply the plan (add/edit/delete virtual and real servers,
    graceful termination at weight 0);
 6. unbind addresses no longer wanted.
+
+Only the two restores start a process (as upstream: ``ipset restore``, ``iptables-restore``);
+links, addresses and the IPVS table go over netlink, sysctls through ``kernel.sysctl``.
 
 Every sync reads the IPVS table back, so drift is repaired; and the backend asks for a full
 sync every ``sync_period`` (upstream's periodic resync), which is also when draining real
@@ -26,20 +29,22 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import os
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from kubesvc.kernel.exec import CleanupFailed, CommandFailed, CommandResult, in_netns, run
-from kubesvc.kernel.iptables import PREPEND, Iptables, IptablesSync, write_sysctl
+from kubesvc.kernel import ipset as kernel_ipset
+from kubesvc.kernel import modules, netlink
+from kubesvc.kernel.exec import CleanupFailed, CommandFailed, CommandResult, run
+from kubesvc.kernel.ipvs import IpvsError
+from kubesvc.kernel.iptables import PREPEND, Iptables, IptablesSync
+from kubesvc.kernel.sysctl import write_sysctl_async
 from kubesvc.proxy.backend import ProxyOptions, SyncFailed, SyncRequest, SyncResult
 from kubesvc.proxy.config import IPVSSettings
-from kubesvc.proxy.ipvs.kernel import IpvsError
 from kubesvc.proxy.ipvs.plan import plan
 from kubesvc.proxy.ipvs.rules import (ALL_SETS, DUMMY_DEVICE, FILTER_CHAINS, JUMP_CHAINS, NAT_CHAINS, TABLE_FILTER, TABLE_NAT,
                                       build_state, ipset_restore_input, set_name)
+from kubesvc.proxy.ipvs.table import IpvsTable
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.types import FAMILY_NAMES, IPV4, IPV6
 
@@ -58,7 +63,7 @@ class IpvsBackend:
 
     def __init__(self, options: ProxyOptions, metrics: ProxyMetrics | None = None, *, settings: IPVSSettings | None = None,
                  sync_period: float = 30.0, netns: str | None = None, ipvs=None, ipt: Iptables | None = None,
-                 runner: Runner = run, clock: Callable[[], float] = time.monotonic):
+                 runner: Runner = run, links: netlink.Links | None = None, clock: Callable[[], float] = time.monotonic):
         self.options = options
         self.family = options.family
         self.family_name = FAMILY_NAMES[self.family]
@@ -66,7 +71,8 @@ class IpvsBackend:
         self.settings = settings or IPVSSettings()
         self.sync_period = sync_period
         self.netns = netns
-        self._ipvs = ipvs
+        self._ipvs = IpvsTable(ipvs) if ipvs is not None else None  # a kernel.ipvs interface (or its fake)
+        self.links = links or netlink.Links(netns)
         self.ipt = ipt or Iptables(self.family, netns=netns)
         self.runner = runner
         self.clock = clock
@@ -77,12 +83,9 @@ class IpvsBackend:
     @property
     def ipvs(self):
         if self._ipvs is None:  # opened lazily: importing this module must not need ip_vs
-            from kubesvc.proxy.ipvs.kernel import NetlinkIpvs
-            self._ipvs = NetlinkIpvs()
+            from kubesvc.kernel.ipvs import NetlinkIpvs
+            self._ipvs = IpvsTable(NetlinkIpvs(self.netns))
         return self._ipvs
-
-    async def _run(self, *argv: str, input_text: str | None = None, check: bool = True) -> CommandResult:
-        return await self.runner(in_netns(self.netns, argv), input_text, check=check)
 
     # ---- sync --------------------------------------------------------------------------------
 
@@ -92,16 +95,16 @@ class IpvsBackend:
         try:
             if not self._sysctls_set:
                 await self._set_sysctls()
-            await self._ensure_dummy()
-            bound, others = await self._addresses()
+            dummy = await self.links.ensure_dummy(DUMMY_DEVICE)
+            bound, others = await self._addresses(dummy)
             node_ips = request.nodeport_ips if request.nodeport_ips is not None else others
             built = self.clock()
             state = build_state(request, self.options, scheduler=self.settings.scheduler, node_ips=node_ips)
             build_seconds = self.clock() - built
             for address in state.addresses:
                 if address not in bound:
-                    await self._run("ip", "addr", "add", _host_prefix(address), "dev", DUMMY_DEVICE)
-            await self._run("ipset", "restore", input_text=ipset_restore_input(state, self.family))
+                    await self.links.add_address(dummy, address)
+            await kernel_ipset.restore(ipset_restore_input(state, self.family), self.netns, runner=self.runner)
             await self.ipt.restore(state.iptables)  # declares every chain a jump names
             if full:
                 await self.ipt.ensure_jumps((PREPEND, jump) for jump in JUMP_CHAINS)
@@ -112,7 +115,7 @@ class IpvsBackend:
             if changes.draining:
                 log.debug("%d real servers draining at weight 0", len(changes.draining))
             for address in set(bound) - set(state.addresses):
-                await self._run("ip", "addr", "del", _host_prefix(address), "dev", DUMMY_DEVICE, check=False)
+                await self.links.del_address(dummy, address)
         except (CommandFailed, IpvsError) as err:
             self.need_full_sync = True
             log.error("%s sync of %s IPVS rules failed: %s", "full" if full else "partial", self.family_name, err)
@@ -130,7 +133,7 @@ class IpvsBackend:
             self._sysctls_set = True
             return
         for name, value in SYSCTLS + (STRICT_ARP if self.settings.strict_arp else ()):
-            await write_sysctl(name, value, netns=self.netns)
+            await write_sysctl_async(name, value, netns=self.netns)
         timeouts = (self.settings.tcp_timeout, self.settings.tcp_fin_timeout, self.settings.udp_timeout)
         if any(timeouts):  # upstream only logs a failure here: the defaults still work
             try:
@@ -139,24 +142,15 @@ class IpvsBackend:
                 log.error("Failed to configure IPVS timeouts: %s", err)
         self._sysctls_set = True
 
-    async def _ensure_dummy(self) -> None:
-        if (await self._run("ip", "link", "show", DUMMY_DEVICE, check=False)).returncode != 0:
-            await self._run("ip", "link", "add", DUMMY_DEVICE, "type", "dummy")
-
-    async def _addresses(self) -> tuple[set[str], tuple[str, ...]]:
-        """(this family's addresses on kube-ipvs0, the other non-loopback local ones)."""
-        links = json.loads((await self._run("ip", "-j", "addr", "show")).stdout or "[]")
+    async def _addresses(self, dummy: int) -> tuple[set[str], tuple[str, ...]]:
+        """(this family's addresses on kube-ipvs0, the other non-loopback, non-link-local ones)."""
         bound: set[str] = set()
         others: list[str] = []
-        family = "inet6" if self.family == IPV6 else "inet"
-        for link in links:
-            for info in link.get("addr_info") or []:
-                if info.get("family") != family or not info.get("local"):
-                    continue
-                if link.get("ifname") == DUMMY_DEVICE:
-                    bound.add(info["local"])
-                elif not ipaddress.ip_address(info["local"]).is_loopback and info.get("scope") != "link":
-                    others.append(info["local"])
+        for a in await self.links.addresses(self.family):
+            if a.index == dummy:
+                bound.add(a.address)
+            elif not ipaddress.ip_address(a.address).is_loopback and a.scope != netlink.SCOPE_LINK and a.address not in others:
+                others.append(a.address)
         return bound, tuple(others)
 
     # ---- periodic resync ---------------------------------------------------------------------
@@ -180,19 +174,13 @@ class IpvsBackend:
                 pass
 
 
-def _host_prefix(address: str) -> str:
-    return f"{address}/128" if ":" in address else f"{address}/32"
-
-
 IPVS_CHAINS = ((TABLE_NAT, NAT_CHAINS), (TABLE_FILTER, FILTER_CHAINS))
 
 
 def ipvs_state_present(netns: str | None = None) -> bool:
     """Whether IPVS mode can have left anything here: the kernel's IPVS table exists (the module
     is loaded) or our dummy device does. Loads no module."""
-    from kubesvc.kernel.exec import run_sync
-
-    return os.path.exists("/proc/net/ip_vs") or run_sync(in_netns(netns, ("ip", "link", "show", DUMMY_DEVICE)), check=False).returncode == 0
+    return modules.ipvs_present() or netlink.link_exists_sync(DUMMY_DEVICE, netns)
 
 
 def cleanup_leftovers(netns: str | None = None, *, ipvs=None) -> None:
@@ -203,20 +191,21 @@ def cleanup_leftovers(netns: str | None = None, *, ipvs=None) -> None:
     on ``--cleanup`` and when switching to a mode that is not iptables-based, never at iptables
     mode's start (the shared chains would go dark until its first sync); so does
     ``server.ProxyServer``. Skipped where IPVS never ran. Blocking."""
-    from kubesvc.kernel.exec import run_sync
-
     if ipvs is None:
         if not ipvs_state_present(netns):
             return
-        from kubesvc.proxy.ipvs.kernel import NetlinkIpvs
-        ipvs = NetlinkIpvs()
+        from kubesvc.kernel.ipvs import NetlinkIpvs
+        ipvs = NetlinkIpvs(netns)
     errors: list[str] = []
     for family in (IPV4, IPV6):
         try:
             ipvs.flush(family)
         except IpvsError as err:
             errors.append(f"flushing IPVS ({FAMILY_NAMES[family]}): {err}")
-    run_sync(in_netns(netns, ("ip", "link", "del", DUMMY_DEVICE)), check=False)
+    try:
+        netlink.delete_link_sync(DUMMY_DEVICE, netns)
+    except CommandFailed as err:
+        errors.append(f"deleting {DUMMY_DEVICE}: {err}")
     for family in (IPV4, IPV6):
         ipt = IptablesSync(family, netns=netns)
         if not ipt.available():
@@ -232,6 +221,6 @@ def cleanup_leftovers(netns: str | None = None, *, ipvs=None) -> None:
         except CommandFailed as err:
             errors.append(f"{FAMILY_NAMES[family]} iptables: {err}")
         for info in ALL_SETS:
-            run_sync(in_netns(netns, ("ipset", "destroy", set_name(info, family))), check=False)
+            kernel_ipset.destroy_sync(set_name(info, family), netns)
     if errors:
         raise CleanupFailed("ipvs", errors)

@@ -6,11 +6,8 @@ IPVS mode needs three things from the host:
 
 * the IPVS core and the schedulers kube-proxy relies on: the modules ``ip_vs``, ``ip_vs_rr``,
   ``ip_vs_wrr``, ``ip_vs_sh``, the configured scheduler's ``ip_vs_<scheduler>`` (``rr`` when
-  unset) and ``nf_conntrack``. Each is loaded with ``modprobe -- <module>`` if possible; a module
-  counts as present when ``/proc/modules`` lists it, the kernel's ``modules.builtin`` names it,
-  or — on a kernel without loadable modules (no ``/proc/modules``) — the kernel configuration
-  (``/boot/config-<release>`` or ``/proc/config.gz``) has ``CONFIG_<MODULE>=y``.
-  ``/proc/net/ip_vs`` existing also proves ``ip_vs``;
+  unset) and ``nf_conntrack``. Each is loaded with ``modprobe -- <module>`` if possible, and
+  counts as present when loaded, built in or compiled in (``kernel.modules``);
 * ``ipset`` version 6.0 or later (``MinIPSetCheckVersion``), for the sets the iptables rules match.
 
 When something is missing the proxy logs ``Can't use the IPVS proxier: <reason>`` and runs the
@@ -21,21 +18,21 @@ fallback ``iptables.NewProxier`` from ``config.IPTables``). ``/proxyMode`` then 
 node whose kernel lacks IPVS still gets working Services.
 
 The decision (``unavailable_reason``) is pure over a ``KernelFacts`` snapshot; ``host_facts``
-gathers the snapshot (and loads the modules) on this machine.
+gathers the snapshot (and loads the modules) on this machine through ``kernel.modules`` and
+``kernel.ipset``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import logging
-import os
 import re
-import shutil
-import subprocess
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from kubesvc.kernel import ipset, modules
+from kubesvc.kernel.exec import CommandFailed
 
 from kubesvc.util.golang import parse_duration
 
@@ -90,66 +87,19 @@ def unavailable_reason(facts: KernelFacts, scheduler: str) -> str | None:
     return None
 
 
-# ---- the host -----------------------------------------------------------------------------------
-
-
-def _first_column(text: str) -> set[str]:
-    return {line.split()[0] for line in text.splitlines() if line.strip()}
-
-
-def _builtin_names(text: str) -> set[str]:
-    """Module names in ``modules.builtin`` (``kernel/net/netfilter/ipvs/ip_vs.ko`` lines)."""
-    return {Path(line.strip()).name.removesuffix(".ko").replace("-", "_") for line in text.splitlines() if line.strip()}
-
-
-def _config_builtins(text: str, modules: Iterable[str]) -> set[str]:
-    return {m for m in modules if re.search(rf"^CONFIG_{m.upper()}=y$", text, re.M)}
-
-
-def _read(path: Path) -> str | None:
-    try:
-        if path.suffix == ".gz":
-            return gzip.decompress(path.read_bytes()).decode(errors="replace")
-        return path.read_text(errors="replace")
-    except OSError:
-        return None
+# ---- the host (through kernel.modules and kernel.ipset) ------------------------------------------
 
 
 def host_facts(scheduler: str, *, root: Path = Path("/"), run: Callable[[list[str]], int] | None = None) -> KernelFacts:
     """Load the wanted modules (best effort) and collect what is present. Blocking."""
-    run = run or _run_quiet
-    release = os.uname().release
     wanted = wanted_modules(scheduler)
-    if shutil.which("modprobe"):
-        for module in wanted:
-            if run(["modprobe", "--", module]) != 0:
-                log.debug("modprobe %s failed", module)
-    present: set[str] = set()
-    loaded = _read(root / "proc/modules")
-    builtin = _read(root / f"lib/modules/{release}/modules.builtin")
-    if builtin is not None:
-        present |= _builtin_names(builtin) & set(wanted)
-    if loaded is not None:
-        present |= _first_column(loaded)
-    else:  # no loadable modules: what is compiled in
-        config = _read(root / f"boot/config-{release}") or _read(root / "proc/config.gz") or ""
-        present |= _config_builtins(config, wanted)
-    if (root / "proc/net/ip_vs").exists():
-        present.add("ip_vs")
+    modules.load(wanted, run=run)
     version, error = None, ""
-    if shutil.which("ipset") is None:
-        error = 'executable file not found in $PATH: "ipset"'
-    else:
-        result = subprocess.run(["ipset", "--version"], capture_output=True, text=True)
-        if result.returncode == 0:
-            version = result.stdout
-        else:
-            error = (result.stderr or result.stdout).strip() or f"exit {result.returncode}"
-    return KernelFacts(frozenset(present), version, error)
-
-
-def _run_quiet(argv: list[str]) -> int:
-    return subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+    try:
+        version = ipset.version_sync()
+    except CommandFailed as err:
+        error = (err.stderr or err.stdout).strip() or f"exit {err.returncode}"
+    return KernelFacts(frozenset(modules.present(wanted, root=root)), version, error)
 
 
 def can_use_ipvs(scheduler: str, facts: Callable[[str], KernelFacts] = host_facts) -> str | None:

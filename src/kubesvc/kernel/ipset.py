@@ -1,0 +1,35 @@
+"""``ipset`` (upstream ``pkg/proxy/ipvs/ipset``'s runner): the IPVS proxier's sets are written in
+one ``ipset restore`` per sync (every set created if missing, refilled through a temporary set
+swapped in); ``destroy`` removes one set at cleanup; ``version`` is ``ipset --version``'s text.
+
+IPVS mode keeps the tool rather than netlink (``IPSET_CMD_*`` over nfnetlink) because, like
+upstream, one restore is one process per sync however many sets and entries it writes. Every
+failure is a ``CommandFailed`` (argv, code, output and the input fed); ``netns`` runs the tool
+inside that namespace (``exec.in_netns``).
+"""
+
+from __future__ import annotations
+
+import shutil
+
+from kubesvc.kernel.exec import CommandFailed, CommandResult, in_netns, run, run_sync
+
+NOT_FOUND = 'executable file not found in $PATH: "ipset"'
+
+
+async def restore(text: str, netns: str | None = None, *, runner=run) -> CommandResult:
+    """``ipset restore`` of ``text``; raises ``CommandFailed``. ``runner`` is ``exec.run`` or a
+    test's stand-in with its signature."""
+    return await runner(in_netns(netns, ("ipset", "restore")), text)
+
+
+def destroy_sync(name: str, netns: str | None = None) -> bool:
+    """``ipset destroy NAME``; False when it failed (missing, or still named by a rule)."""
+    return run_sync(in_netns(netns, ("ipset", "destroy", name)), check=False).returncode == 0
+
+
+def version_sync() -> str:
+    """``ipset --version`` output; raises ``CommandFailed`` (code 127 when there is no ipset)."""
+    if shutil.which("ipset") is None:
+        raise CommandFailed(("ipset", "--version"), 127, "", NOT_FOUND)
+    return run_sync(("ipset", "--version")).stdout
