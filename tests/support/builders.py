@@ -156,10 +156,12 @@ def endpoint_slice(ns: str, service: str, name: str, endpoints: list, ports: lis
     return obj
 
 
-def pod(ns: str, name: str, *, ips: tuple[str, ...] | list[str] = (), ready: bool = True, node: str | None = None,
-        labels: dict | None = None, containers: list[dict] | None = None, terminating: bool = False, **metadata) -> dict:
-    """A running Pod with ``ips`` (none: not yet given one), Ready or not, on ``node``; ``metadata``
-    more metadata (uid, resourceVersion...); ``terminating``: being deleted."""
+def pod(ns: str, name: str, *, ips: tuple[str, ...] | list[str] = (), ready: bool = True, ready_since: str | None = None,
+        node: str | None = None, labels: dict | None = None, containers: list[dict] | None = None, terminating: bool = False,
+        **metadata) -> dict:
+    """A running Pod with ``ips`` (none: not yet given one), Ready or not (since ``ready_since``,
+    the condition's lastTransitionTime), on ``node``; ``metadata`` more metadata (uid,
+    resourceVersion...); ``terminating``: being deleted."""
     meta: dict = {"namespace": ns, "name": name, **({"labels": labels} if labels is not None else {}), **metadata}
     if terminating:
         meta["deletionTimestamp"] = "2024-01-01T00:00:00Z"
@@ -167,6 +169,8 @@ def pod(ns: str, name: str, *, ips: tuple[str, ...] | list[str] = (), ready: boo
     if node:
         spec["nodeName"] = node
     status: dict = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    if ready_since is not None:
+        status["conditions"][0]["lastTransitionTime"] = ready_since
     if ips:
         status["podIP"] = ips[0]
         status["podIPs"] = [{"ip": ip} for ip in ips]

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from kubesvc.controllers.endpointslice.triggertime import TriggerTimeTracker
 from kubesvc.controllers.endpointslice.util import ANNOTATION_TRIGGER_TIME, set_trigger_time
+from tests.support import builders
 
 T0 = datetime(2019, 1, 1, tzinfo=timezone.utc)
 T1, T2, T3, T4, T5 = (T0 + timedelta(seconds=i) for i in range(1, 6))
@@ -18,13 +19,11 @@ def _rfc3339(moment: datetime) -> str:
 
 
 def service(created: datetime) -> dict:
-    return {"metadata": {"namespace": NS, "name": NAME, "creationTimestamp": _rfc3339(created)}, "spec": {}}
+    return builders.service(NS, NAME, metadata={"creationTimestamp": _rfc3339(created)})
 
 
 def pod(name: str, ready_time: datetime | str) -> dict:
-    when = ready_time if isinstance(ready_time, str) else _rfc3339(ready_time)
-    return {"metadata": {"namespace": NS, "name": name},
-            "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": when}]}}
+    return builders.pod(NS, name, ready_since=ready_time if isinstance(ready_time, str) else _rfc3339(ready_time))
 
 
 def test_new_service_no_pods():

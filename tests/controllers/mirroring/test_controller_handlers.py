@@ -13,6 +13,7 @@ from kubesvc.controllers.informers import SharedInformers
 from kubesvc.controllers.mirroring.controller import EndpointSliceMirroringController
 from kubesvc.controllers.mirroring.reconciler import CONTROLLER_NAME
 from kubesvc.util.clock import FakeClock
+from tests.support import builders
 
 BATCH = 5.0
 SERVICE_NAME = "kubernetes.io/service-name"
@@ -47,8 +48,7 @@ def endpoints(rv: str = "1", labels: dict | None = None, annotations: dict | Non
 
 
 def service(selector: dict | None = None, labels: dict | None = None) -> dict:
-    spec = {"selector": selector} if selector is not None else {}
-    return {"metadata": {"name": "db", "namespace": "ns", "labels": labels or {}}, "spec": spec}
+    return builders.service("ns", "db", metadata={"labels": labels or {}}, **({"selector": selector} if selector is not None else {}))
 
 
 def eps(name: str = "db-abc", service_name: str | None = "db", managed_by: str = CONTROLLER_NAME, generation: int = 1, uid: str = "u1") -> dict:
