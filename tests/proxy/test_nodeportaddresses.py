@@ -2,6 +2,7 @@
 nodeport_addresses_test.go TestGetNodeIPs / TestContainsIPv4Loopback, server_test.go
 Test_detectNodeIPs)."""
 
+import os
 import socket
 
 import pytest
@@ -168,3 +169,19 @@ def test_parse_addresses(family, expected):
 def test_local_addresses_of_this_namespace_include_loopback():
     assert "127.0.0.1" in local_addresses(IPV4)
     assert all(":" not in address for address in local_addresses(IPV4))
+
+
+def test_local_addresses_in_a_forked_child():
+    """The netlink thread and its sockets stay with the parent; a child asks on fresh ones."""
+    assert local_addresses(IPV4)  # the parent's thread and socket exist
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(read)
+        os.write(write, ",".join(local_addresses(IPV4)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        got = f.read().decode()
+    os.waitpid(pid, 0)
+    assert got.split(",") == local_addresses(IPV4)

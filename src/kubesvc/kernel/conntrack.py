@@ -151,6 +151,7 @@ class _Table:
 
 
 _tables: dict[tuple[str | None, int], _Table] = {}  # (netns, family), on the netlink thread only
+netlink.on_fork(_tables.clear)
 
 
 def _with_table(request: Sequence[str], netns: str | None, family: int, fn):

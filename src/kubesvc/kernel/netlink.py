@@ -60,6 +60,24 @@ class NetlinkFailed(CommandFailed):
 # ---- the netlink thread ---------------------------------------------------------------------------
 
 _thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="netlink")
+_after_fork: list[Callable[[], None]] = []  # what each socket cache forgets in a forked child
+
+
+def _forked() -> None:
+    """In a forked child: the netlink thread did not come along (a submit would wait forever) and
+    the sockets are the parent's; start afresh."""
+    global _thread
+    _thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="netlink")
+    for forget in _after_fork:
+        forget()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def on_fork(forget: Callable[[], None]) -> None:
+    """Have a forked child call ``forget`` (a socket cache's ``clear``)."""
+    _after_fork.append(forget)
 
 
 def call(fn: Callable[..., T], *args) -> T:
@@ -114,6 +132,7 @@ def failed(request: Sequence[str], err: BaseException) -> NetlinkFailed:
 
 
 _routes: dict[str | None, Any] = {}  # netns -> IPRoute, touched on the netlink thread only
+on_fork(_routes.clear)
 
 
 def _iproute(netns: str | None):
