@@ -1,5 +1,6 @@
-"""Services and endpoints as the shared proxier hands them to a mode's backend, for every proxy
-test (the fakes, the golden rules, the kernel tests), built the way upstream's proxier tests
+"""The one place proxy and controller tests build their inputs. Services and endpoints as the
+shared proxier hands them to a mode's backend (the fakes, the golden rules, the kernel tests),
+built the way upstream's proxier tests
 describe them (``makeTestService``, ``makeServicePortName``, ``makeTestEndpointSlice`` in
 pkg/proxy/{iptables,nftables,ipvs}/proxier_test.go):
 
@@ -11,9 +12,10 @@ pkg/proxy/{iptables,nftables,ipvs}/proxier_test.go):
 - :func:`request`: one ``SyncRequest`` straight from ``[(port, endpoints), ...]``;
 - :func:`options`: a mode's ``ProxyOptions`` (a pod-CIDR local detector);
 
-and the API objects the proxy's informers deliver (JSON shape, API field names):
-:func:`service` with :func:`service_port`, :func:`endpoint_slice` with :func:`endpoint` and
-:func:`slice_port`, :func:`pod`, :func:`node`.
+and the API objects the informers of the proxy and the controllers deliver (JSON shape, API
+field names): :func:`service` with :func:`service_port`, :func:`endpoint_slice` with
+:func:`endpoint` and :func:`slice_port`, :func:`pod`, :func:`node`. A test's own fixtures
+(upstream's ``newPod``, a Ready Node...) are thin wrappers over these.
 """
 
 from __future__ import annotations
