@@ -70,12 +70,10 @@ def full_sync_due(request: SyncRequest, need_full_sync: bool, since_full: float,
 class Proxier:
     """One IP family's proxy: trackers, maps, runner, and one kernel ``Mode`` with its state."""
 
-    def __init__(self, mode: Mode | LegacyBackend, options: ProxyOptions, metrics: ProxyMetrics, *,
+    def __init__(self, mode: Mode, options: ProxyOptions, metrics: ProxyMetrics, *,
                  min_sync_period: float = 1.0, sync_period: float = 30.0, full_sync_period: float = FULL_SYNC_PERIOD,
                  health=None, service_health=None, nodeport_ips: Callable[[], Awaitable[tuple[str, ...] | None]] | None = None,
                  node_ip: str = "", clean_conntrack: bool = True, report_pending: bool = True):
-        if not isinstance(mode, Mode):
-            mode = LegacyBackend(mode)
         self.mode = mode
         self.state = mode.initial_state()
         self.options = options
@@ -214,6 +212,7 @@ class Proxier:
         full sync, the answer's ``full`` says whether it was one."""
         started = time.monotonic() if started is None else started
         mode = self.mode
+        t0 = time.perf_counter()
         try:
             self.state = await mode.tidy(self.state)
         except Exception as err:  # upstream: unable to delete stale chains; will retry (full)
@@ -226,13 +225,13 @@ class Proxier:
             request = dataclasses.replace(request, full=full)
         # A request for a full sync from now on is for the next sync.
         self.need_full_sync = False
-        build_seconds = 0.0
         try:
             observed = await mode.observe(request, self.state)
-            t0 = time.perf_counter()
+            t1 = time.perf_counter()
             plan: KernelPlan = mode.plan(request, self.state, observed)
-            build_seconds = time.perf_counter() - t0
+            t2 = time.perf_counter()
             await mode.apply(plan)
+            t3 = time.perf_counter()
         except Exception as err:
             self.need_full_sync = True
             self._count(mode.failure_metric)
@@ -253,10 +252,9 @@ class Proxier:
             if gauge:
                 for key, count in values.items():
                     getattr(self.metrics, gauge).labels(key, family).set(count)
-        total = time.monotonic() - started
+        # build: the pure plan; kernel: housekeeping, reading the kernel, applying
         result = SyncResult(full=full, no_local_internal=plan.no_local_internal, no_local_external=plan.no_local_external,
-                            build_seconds=build_seconds, kernel_seconds=max(0.0, total - build_seconds),
-                            written=dict(plan.written))
+                            build_seconds=t2 - t1, kernel_seconds=(t1 - t0) + (t3 - t2), written=dict(plan.written))
         self.last_result = result
         return result
 
@@ -327,32 +325,6 @@ class Proxier:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.mode.close()
-
-
-class LegacyBackend(Mode):
-    """Transitional: a mode still written as one ``sync(request) -> SyncResult`` (it decides,
-    counts and keeps its state itself) run inside the skeleton. Goes when every mode plans."""
-
-    def __init__(self, backend):
-        super().__init__(backend.options)
-        self.backend = backend
-        self.mode = backend.mode
-        self._request_full_sync: Callable[[], None] | None = None
-
-    def plan(self, request: SyncRequest, previous, observed) -> KernelPlan:
-        return KernelPlan(kernel_input=request, next_state=None)
-
-    async def apply(self, plan: KernelPlan) -> None:
-        result = await self.backend.sync(plan.kernel_input)
-        plan.no_local_internal, plan.no_local_external, plan.written = result.no_local_internal, result.no_local_external, result.written
-
-    def background(self, request_full_sync, state):
-        async def start() -> None:
-            await self.backend.start(request_full_sync)
-        return [start()]
-
-    async def close(self) -> None:
-        await self.backend.stop()
 
 
 def cleanup_leftovers(mode: str, cleanup_family: Callable[[int, str | None], list[str]], netns: str | None = None) -> None:

@@ -65,7 +65,7 @@ def make_backend(mode: str, options: ProxyOptions, metrics: ProxyMetrics, sync_p
         return UserspaceBackend(options, udp_idle_timeout=udp_idle_timeout)
     if mode == "ipvs":  # only reached when IPVS is usable (ProxyServer._ipvs_or_fallback)
         from kubesvc.proxy.ipvs.proxier import IpvsBackend
-        return IpvsBackend(options, metrics, settings=ipvs, sync_period=sync_period)
+        return IpvsBackend(options, settings=ipvs, sync_period=sync_period)
     raise ValueError(f"proxy mode {mode!r} is not implemented")
 
 

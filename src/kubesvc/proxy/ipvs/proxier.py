@@ -1,21 +1,22 @@
 """The IPVS mode's kernel shell (upstream ``pkg/proxy/ipvs/proxier.go`` ``syncProxyRules`` and
 ``cleanup.go``). The decisions are in ``rules`` (desired state) and ``plan`` (the IPVS diff).
 
-Per sync (``IpvsBackend.sync``):
+Per sync, in the shared proxier's skeleton (``backend.Mode``):
 
-1. once: the sysctls IPVS mode needs (``net/ipv4/vs/conntrack=1``, ``expire_nodest_conn=1``,
-   ``expire_quiescent_template=1``, ``net/ipv4/ip_forward=1``; with ``--ipvs-strict-arp``
-   ``arp_ignore=1``/``arp_announce=2``) and the IPVS connection timeouts given by
-   ``--ipvs-tcp-timeout``/``--ipvs-tcpfin-timeout``/``--ipvs-udp-timeout``; full syncs: the
-   jumps from the built-in hooks;
-2. the dummy interface ``kube-ipvs0`` exists (rtnetlink, ``kernel.netlink.Links``);
-3. build the desired state, bind the addresses missing on ``kube-ipvs0`` (rtnetlink);
-4. ``ipset restore`` (every set created if missing, flushed and refilled), then
-   ``iptables-restore --noflush`` of the small static rule set (sets before rules: a rule naming
-   a missing set is rejected);
-5. read the kernel's IPVS table, apply the plan (add/edit/delete virtual and real servers,
-   graceful termination at weight 0);
-6. unbind addresses no longer wanted.
+1. ``observe``: once, the sysctls IPVS mode needs (``net/ipv4/vs/conntrack=1``,
+   ``expire_nodest_conn=1``, ``expire_quiescent_template=1``, ``net/ipv4/ip_forward=1``; with
+   ``--ipvs-strict-arp`` ``arp_ignore=1``/``arp_announce=2``) and the IPVS connection timeouts
+   given by ``--ipvs-tcp-timeout``/``--ipvs-tcpfin-timeout``/``--ipvs-udp-timeout``; then the
+   dummy interface ``kube-ipvs0`` exists (rtnetlink, ``kernel.netlink.Links``), the addresses
+   bound to it and the node's others, and the kernel's IPVS table;
+2. ``plan`` (pure): the desired state (``rules.build_state``) and the IPVS diff
+   (``plan.plan``: add/edit/delete virtual and real servers, graceful termination at weight 0);
+3. ``apply``: bind the addresses missing on ``kube-ipvs0``; ``ipset restore`` (every set
+   created if missing, flushed and refilled), then ``iptables-restore --noflush`` of the small
+   static rule set (sets before rules: a rule naming a missing set is rejected); on full syncs
+   the jumps from the built-in hooks; the IPVS changes; unbind addresses no longer wanted.
+
+A failed sync counts ``sync_proxy_rules_iptables_restore_failures_total`` (the skeleton).
 
 Only the two restores start a process (as upstream: ``ipset restore``, ``iptables-restore``);
 links, addresses and the IPVS table go over netlink, sysctls through ``kernel.sysctl``.
@@ -32,6 +33,7 @@ import ipaddress
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from kubesvc.kernel import ipset as kernel_ipset
 from kubesvc.kernel import modules, netlink
@@ -39,13 +41,12 @@ from kubesvc.kernel.exec import CleanupFailed, CommandFailed, CommandResult, run
 from kubesvc.kernel.ipvs import IpvsError
 from kubesvc.kernel.iptables import PREPEND, Iptables, IptablesSync
 from kubesvc.kernel.sysctl import write_sysctl_async
-from kubesvc.proxy.backend import ProxyOptions, SyncFailed, SyncRequest, SyncResult
+from kubesvc.proxy.backend import KernelPlan, Mode, ProxyOptions, SyncRequest
 from kubesvc.proxy.config import IPVSSettings
 from kubesvc.proxy.ipvs.plan import plan
 from kubesvc.proxy.ipvs.rules import (ALL_SETS, DUMMY_DEVICE, FILTER_CHAINS, JUMP_CHAINS, NAT_CHAINS, TABLE_FILTER, TABLE_NAT,
                                       build_state, ipset_restore_input, set_name)
 from kubesvc.proxy.ipvs.table import IpvsTable
-from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.types import FAMILY_NAMES, IPV4, IPV6
 
 log = logging.getLogger("kubesvc.proxy.ipvs")
@@ -56,18 +57,42 @@ SYSCTLS = (("net/ipv4/vs/conntrack", "1"), ("net/ipv4/vs/expire_nodest_conn", "1
 STRICT_ARP = (("net/ipv4/conf/all/arp_ignore", "1"), ("net/ipv4/conf/all/arp_announce", "2"))
 
 
-class IpvsBackend:
-    """``backend.Backend`` for one family."""
+@dataclass(frozen=True)
+class Observed:
+    """What a sync reads before planning: ``kube-ipvs0``'s index, this family's addresses on it
+    and the node's other ones, and the kernel's IPVS table."""
+
+    dummy: int
+    bound: frozenset[str]
+    others: tuple[str, ...]
+    current: object
+
+
+@dataclass(frozen=True)
+class IpvsInput:
+    """One sync's kernel input, applied in this order (sets before the rules naming them)."""
+
+    dummy: int
+    bind: tuple[str, ...]
+    ipset_restore: str
+    iptables_restore: str
+    ensure_jumps: bool
+    ops: tuple
+    unbind: tuple[str, ...]
+
+
+class IpvsBackend(Mode[None]):
+    """The IPVS mode for one family."""
 
     mode = "ipvs"
+    # Upstream's IPVS proxier counts this one (for its iptables-restore); here every failed
+    # IPVS sync counts it, so none goes uncounted.
+    failure_metric = "iptables_restore_failures"
 
-    def __init__(self, options: ProxyOptions, metrics: ProxyMetrics | None = None, *, settings: IPVSSettings | None = None,
+    def __init__(self, options: ProxyOptions, *, settings: IPVSSettings | None = None,
                  sync_period: float = 30.0, netns: str | None = None, ipvs=None, ipt: Iptables | None = None,
                  runner: Runner = run, links: netlink.Links | None = None, clock: Callable[[], float] = time.monotonic):
-        self.options = options
-        self.family = options.family
-        self.family_name = FAMILY_NAMES[self.family]
-        self.metrics = metrics
+        super().__init__(options)
         self.settings = settings or IPVSSettings()
         self.sync_period = sync_period
         self.netns = netns
@@ -76,9 +101,7 @@ class IpvsBackend:
         self.ipt = ipt or Iptables(self.family, netns=netns)
         self.runner = runner
         self.clock = clock
-        self.need_full_sync = True
         self._sysctls_set = False
-        self._resync_task: asyncio.Task | None = None
 
     @property
     def ipvs(self):
@@ -89,44 +112,41 @@ class IpvsBackend:
 
     # ---- sync --------------------------------------------------------------------------------
 
-    async def sync(self, request: SyncRequest) -> SyncResult:
-        full = request.full or self.need_full_sync
-        started = self.clock()
-        try:
-            if not self._sysctls_set:
-                await self._set_sysctls()
-            dummy = await self.links.ensure_dummy(DUMMY_DEVICE)
-            bound, others = await self._addresses(dummy)
-            node_ips = request.nodeport_ips if request.nodeport_ips is not None else others
-            built = self.clock()
-            state = build_state(request, self.options, scheduler=self.settings.scheduler, node_ips=node_ips)
-            build_seconds = self.clock() - built
-            for address in state.addresses:
-                if address not in bound:
-                    await self.links.add_address(dummy, address)
-            await kernel_ipset.restore(ipset_restore_input(state, self.family), self.netns, runner=self.runner)
-            await self.ipt.restore(state.iptables)  # declares every chain a jump names
-            if full:
-                await self.ipt.ensure_jumps((PREPEND, jump) for jump in JUMP_CHAINS)
-            current = await asyncio.to_thread(self.ipvs.dump, self.family)
-            changes = plan(state.virtual_servers, current, self.settings.exclude_cidrs)
-            for op in changes.ops:
-                await asyncio.to_thread(self.ipvs.apply, op)
-            if changes.draining:
-                log.debug("%d real servers draining at weight 0", len(changes.draining))
-            for address in set(bound) - set(state.addresses):
-                await self.links.del_address(dummy, address)
-        except (CommandFailed, IpvsError) as err:
-            self.need_full_sync = True
-            log.error("%s sync of %s IPVS rules failed: %s", "full" if full else "partial", self.family_name, err)
-            raise SyncFailed(str(err)) from err
-        except BaseException:
-            self.need_full_sync = True
-            raise
-        self.need_full_sync = False
-        return SyncResult(full=full, no_local_internal=state.no_local_internal, no_local_external=state.no_local_external,
-                          build_seconds=build_seconds, kernel_seconds=max(0.0, self.clock() - started - build_seconds),
+    async def observe(self, request: SyncRequest, state: None) -> Observed:
+        if not self._sysctls_set:
+            await self._set_sysctls()
+        dummy = await self.links.ensure_dummy(DUMMY_DEVICE)
+        bound, others = await self._addresses(dummy)
+        current = await asyncio.to_thread(self.ipvs.dump, self.family)
+        return Observed(dummy, frozenset(bound), others, current)
+
+    def plan(self, request: SyncRequest, previous: None, observed: Observed) -> KernelPlan[None]:
+        node_ips = request.nodeport_ips if request.nodeport_ips is not None else observed.others
+        state = build_state(request, self.options, scheduler=self.settings.scheduler, node_ips=node_ips)
+        changes = plan(state.virtual_servers, observed.current, self.settings.exclude_cidrs)
+        if changes.draining:
+            log.debug("%d real servers draining at weight 0", len(changes.draining))
+        wanted = set(state.addresses)
+        kernel_input = IpvsInput(
+            dummy=observed.dummy, bind=tuple(a for a in state.addresses if a not in observed.bound),
+            ipset_restore=ipset_restore_input(state, self.family), iptables_restore=state.iptables,
+            ensure_jumps=request.full, ops=tuple(changes.ops), unbind=tuple(sorted(observed.bound - wanted)))
+        return KernelPlan(kernel_input=kernel_input, next_state=None,
+                          no_local_internal=state.no_local_internal, no_local_external=state.no_local_external,
                           written={"virtual_servers": len(state.virtual_servers), "ipvs_ops": len(changes.ops)})
+
+    async def apply(self, plan: KernelPlan[None]) -> None:
+        todo: IpvsInput = plan.kernel_input
+        for address in todo.bind:
+            await self.links.add_address(todo.dummy, address)
+        await kernel_ipset.restore(todo.ipset_restore, self.netns, runner=self.runner)
+        await self.ipt.restore(todo.iptables_restore)  # declares every chain a jump names
+        if todo.ensure_jumps:
+            await self.ipt.ensure_jumps((PREPEND, jump) for jump in JUMP_CHAINS)
+        for op in todo.ops:
+            await asyncio.to_thread(self.ipvs.apply, op)
+        for address in todo.unbind:
+            await self.links.del_address(todo.dummy, address)
 
     async def _set_sysctls(self) -> None:
         if self.family != IPV4:  # the net/ipv4/vs sysctls cover both families
@@ -155,23 +175,13 @@ class IpvsBackend:
 
     # ---- periodic resync ---------------------------------------------------------------------
 
-    async def start(self, request_full_sync: Callable[[], None]) -> None:
-        if self._resync_task is None or self._resync_task.done():
-            self._resync_task = asyncio.create_task(self._resync(request_full_sync), name=f"ipvs-resync-{self.family_name}")
+    def background(self, request_full_sync: Callable[[], None], state):
+        return [self._resync(request_full_sync)]
 
     async def _resync(self, request_full_sync: Callable[[], None]) -> None:
         while True:
             await asyncio.sleep(self.sync_period)
             request_full_sync()
-
-    async def stop(self) -> None:
-        task, self._resync_task = self._resync_task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
 
 
 IPVS_CHAINS = ((TABLE_NAT, NAT_CHAINS), (TABLE_FILTER, FILTER_CHAINS))
