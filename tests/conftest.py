@@ -61,11 +61,20 @@ def pytest_runtest_setup(item):
         pytest.fail("kernel tests cannot run on this machine: " + "; ".join(problems), pytrace=False)
 
 
+def skipped_kernel(report, rootpath) -> bool:
+    """Whether a skip report is a kernel test's; a module skipped while being collected has no
+    markers to read, so its text is asked whether it marks itself ``kernel``."""
+    if "kernel" in getattr(report, "keywords", {}):
+        return True
+    path = rootpath / report.nodeid.split("::")[0]
+    return getattr(report, "when", "collect") == "collect" and path.suffix == ".py" and path.is_file() and "pytest.mark.kernel" in path.read_text()
+
+
 def pytest_sessionfinish(session, exitstatus):
     """A skipped kernel test is a failure: CI must prove the data plane on the real kernel."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = reporter.stats.get("skipped", []) if reporter else []
-    kernel = [r.nodeid for r in skipped if "kernel" in getattr(r, "keywords", {})]
+    kernel = [r.nodeid for r in skipped if skipped_kernel(r, session.config.rootpath)]
     if kernel:
         reporter.write_line(f"ERROR: {len(kernel)} kernel test(s) were skipped, e.g. {kernel[0]}", red=True)
         session.exitstatus = 1
