@@ -4,6 +4,7 @@ through the console script's ``kubesvc.cmd:main`` and the old ``kubesvc.cli:main
 import subprocess
 import sys
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -14,8 +15,21 @@ COMMANDS = ["agent", "apiserver", "controller-manager", "down", "proxy", "up"]
 
 
 def test_every_command_is_registered():
-    assert sorted(main.commands) == COMMANDS
+    ctx = click.Context(main)
+    assert main.list_commands(ctx) == COMMANDS
+    assert [main.get_command(ctx, name).name for name in COMMANDS] == COMMANDS
     assert cli.main is main  # installed console scripts that still name kubesvc.cli:main
+
+
+def test_a_node_command_loads_neither_the_apiserver_nor_the_other_commands():
+    """Each command's module is imported when it runs: ``kubesvc proxy`` starts without the
+    apiserver, the agent or the controllers (a fresh interpreter, as the binary starts)."""
+    code = ("import sys; from kubesvc.cmd import main; ctx = main.make_context('kubesvc', ['proxy', '--help'], resilient_parsing=True); "
+            "main.get_command(ctx, 'proxy'); "
+            "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('kubesvc.') and m.count('.') >= 1}))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    loaded = eval(result.stdout)
+    assert not {"apiserver", "agent", "controllers"} & set(loaded), loaded
 
 
 @pytest.mark.parametrize("command", COMMANDS)

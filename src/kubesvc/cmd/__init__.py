@@ -4,27 +4,45 @@ and ``down``.
 
 One module per command; ``flags.py`` holds the flag parsing they share (feature gates, Go
 durations, CIDR and IP pairs, kubeconfig loading). Flags keep upstream names. Bad flags or a
-failed start print one line and exit non-zero. Each command imports its component only when
-it runs, so ``kubesvc proxy`` does not load the apiserver.
+failed start print one line and exit non-zero. A command's module is imported only when that
+command runs (or ``--help`` lists them all), so ``kubesvc proxy`` does not load the apiserver.
 """
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
-from kubesvc.cmd.agent import agent_command
-from kubesvc.cmd.apiserver import apiserver_command
-from kubesvc.cmd.controller_manager import controller_manager_command
-from kubesvc.cmd.down import down_command
-from kubesvc.cmd.proxy import proxy_command
-from kubesvc.cmd.up import up_command
+# command name -> "module:attribute" of its click command
+COMMANDS = {
+    "agent": "kubesvc.cmd.agent:agent_command",
+    "apiserver": "kubesvc.cmd.apiserver:apiserver_command",
+    "controller-manager": "kubesvc.cmd.controller_manager:controller_manager_command",
+    "down": "kubesvc.cmd.down:down_command",
+    "proxy": "kubesvc.cmd.proxy:proxy_command",
+    "up": "kubesvc.cmd.up:up_command",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use (click's lazy-loading pattern)."""
+
+    def __init__(self, *args, lazy_commands: dict[str, str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = lazy_commands
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in self.lazy_commands:
+            module, _, attribute = self.lazy_commands[name].partition(":")
+            self.add_command(getattr(importlib.import_module(module), attribute), name)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup, lazy_commands=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="kubesvc")
 def main() -> None:
     """kubesvc: Kubernetes Service networking (apiserver, controllers, node proxy)."""
-
-
-for _command in (apiserver_command, up_command, down_command, controller_manager_command, proxy_command, agent_command):
-    main.add_command(_command)
