@@ -5,6 +5,7 @@ the data-plane tests in tests/kernel run the whole chain)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import pytest
@@ -249,3 +250,31 @@ async def test_a_failed_address_lookup_keeps_the_changes_for_the_next_sync():
     await proxier.sync_proxy_rules()
     assert ServicePortName("ns", "a", "p", "TCP") in backend.requests[-1].service_ports
     assert backend.requests[-1].nodeport_ips == ("192.168.0.10",)
+
+
+async def test_the_mode_background_tasks_run_until_stop_then_the_mode_closes():
+    events: list[str] = []
+
+    class WithMonitor(RecordingBackend):
+        def background(self, request_full_sync, state):
+            async def monitor():
+                events.append(f"started with state {state()}")
+                request_full_sync()  # someone changed our kernel state
+                try:
+                    await asyncio.Event().wait()
+                finally:
+                    events.append("cancelled")
+            return [monitor()]
+
+        async def close(self) -> None:
+            events.append("closed")
+
+    backend = WithMonitor()
+    proxier = new_proxier(backend)
+    await proxier.run_sync(SyncRequest(full=False, service_ports={}, endpoints={}))
+    await proxier.start()
+    await asyncio.sleep(0)
+    assert events == ["started with state 1"] and proxier.need_full_sync
+    assert (await proxier.run_sync(SyncRequest(full=False, service_ports={}, endpoints={}))).full
+    await proxier.stop()
+    assert events == ["started with state 1", "cancelled", "closed"]
