@@ -147,22 +147,21 @@ class Proxier:
 
     def on_node(self, node: dict | None) -> None:
         """Our Node changed (or went away): a topology label change re-selects endpoints of
-        every Service, so the next sync is full (upstream ``OnTopologyChange``)."""
+        every Service, so a sync is queued, and it is full (``fixed_inputs``; upstream
+        ``OnTopologyChange``)."""
         labels = ((node or {}).get("metadata") or {}).get("labels") or {}
         topology = {k: v for k, v in labels.items() if k in TOPOLOGY_LABELS}
-        if topology != {k: v for k, v in self.node_labels.items() if k in TOPOLOGY_LABELS}:
-            self.node_labels = dict(labels)
-            self.need_full_sync = True
+        changed = topology != {k: v for k, v in self.node_labels.items() if k in TOPOLOGY_LABELS}
+        self.node_labels = dict(labels)
+        if changed:
             self.sync()
-        else:
-            self.node_labels = dict(labels)
 
     def on_service_cidrs(self, cidrs: list[str]) -> None:
-        """ServiceCIDR objects changed: the CIDRs of our family, for dropping unallocated IPs."""
+        """ServiceCIDR objects changed: the CIDRs of our family, for dropping unallocated IPs
+        (a change queues a sync, and it is full: ``fixed_inputs``)."""
         wanted = tuple(sorted(c for c in cidrs if (":" in c) == (self.family == 6)))
         if wanted != self.service_cidrs:
             self.service_cidrs = wanted
-            self.need_full_sync = True
             self.sync()
 
     def request_full_sync(self) -> None:
