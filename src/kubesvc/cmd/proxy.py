@@ -37,6 +37,10 @@ def _ip_port(ctx, param, value):
 @click.command("proxy")
 @click.option("--config", default="", help="The path to the configuration file (KubeProxyConfiguration).")
 @click.option("--kubeconfig", default=None, help="Path to kubeconfig file with authorization information.")
+@click.option("--kube-api-content-type", default=None,
+              help="Content type of requests sent to apiserver (default application/vnd.kubernetes.protobuf; this client sends JSON).")
+@click.option("--kube-api-qps", type=float, default=None, help="QPS to use while talking with kubernetes apiserver (default 5).")
+@click.option("--kube-api-burst", type=int, default=None, help="Burst to use while talking with kubernetes apiserver (default 10).")
 @click.option("--proxy-mode", default=None, help="Which proxy mode to use: 'nftables' (default where available), 'iptables', 'ipvs' or 'userspace'.")
 @click.option("--hostname-override", default="", help="If non-empty, will be used as the name of the Node that kube-proxy is running on.")
 @click.option("--cluster-cidr", default=None, help="The CIDR range of the pods in the cluster (for --detect-local-mode=ClusterCIDR).")
@@ -71,6 +75,15 @@ def _ip_port(ctx, param, value):
 @click.option("--oom-score-adj", type=int, default=None)
 @click.option("--conntrack-max-per-core", type=int, default=None)
 @click.option("--conntrack-min", type=int, default=None)
+@click.option("--conntrack-tcp-timeout-established", default=None, callback=flags.optional_duration,
+              help="Idle timeout for established TCP connections, 0 to leave as-is (default 24h0m0s).")
+@click.option("--conntrack-tcp-timeout-close-wait", default=None, callback=flags.optional_duration,
+              help="NAT timeout for TCP connections in the CLOSE_WAIT state (default 1h0m0s).")
+@flags.bool_option("--conntrack-tcp-be-liberal", help="Enable liberal mode for tracking TCP packets (nf_conntrack_tcp_be_liberal=1).")
+@click.option("--conntrack-udp-timeout", default=None, callback=flags.optional_duration,
+              help="Idle timeout for UNREPLIED UDP connections, 0 to leave as-is.")
+@click.option("--conntrack-udp-timeout-stream", default=None, callback=flags.optional_duration,
+              help="Idle timeout for ASSURED UDP connections, 0 to leave as-is.")
 @click.option("--udp-timeout", "udp_timeout", default=None, callback=flags.optional_duration,
               help="How long an idle UDP flow is kept open (userspace mode; e.g. '250ms').")
 @click.option("--cleanup", is_flag=True, default=False, help="Remove every rule this proxy ever made, then exit.")
