@@ -18,8 +18,9 @@ sync) and drives the mode through four steps:
 Only after ``apply`` returns does the proxier commit ``plan.next_state``: a failed sync leaves
 the previous state as it was, and the next sync is full. Failure metrics (``failure_metric``,
 and ``partial_failure_metric`` for a failed partial sync), the ``SyncResult``, the gauges of
-what was written, and starting/stopping the mode's background tasks are the proxier's; a mode
-names its counters and gauges, it never touches ``ProxyMetrics``.
+what was written, starting/stopping the mode's background tasks, and the two-family loop of
+``cleanup_leftovers`` are the proxier's; a mode names its counters and gauges, it never
+touches ``ProxyMetrics``.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ class ProxyOptions:
 
 @dataclass(frozen=True)
 class SyncRequest:
+    # Whether this sync is full: the shared proxier decides (``proxier.full_sync_due``); a
+    # request handed to ``Proxier.run_sync`` with ``full=True`` asks for one.
     full: bool
     service_ports: ServicePortMap
     endpoints: EndpointsMap
