@@ -5,7 +5,8 @@ swapped in); ``destroy`` removes one set at cleanup; ``version`` is ``ipset --ve
 IPVS mode keeps the tool rather than netlink (``IPSET_CMD_*`` over nfnetlink) because, like
 upstream, one restore is one process per sync however many sets and entries it writes. Every
 failure is a ``CommandFailed`` (argv, code, output and the input fed); ``netns`` runs the tool
-inside that namespace (``exec.in_netns``).
+inside that namespace (``exec.in_netns``). ``Ipset`` holds them as one interface per namespace
+(its stateful fake: ``kernel.fake.ipset.FakeIpset``).
 """
 
 from __future__ import annotations
@@ -33,3 +34,22 @@ def version_sync() -> str:
     if shutil.which("ipset") is None:
         raise CommandFailed(("ipset", "--version"), 127, "", NOT_FOUND)
     return run_sync(("ipset", "--version")).stdout
+
+
+class Ipset:
+    """One namespace's ipsets through the tool: the interface the IPVS mode holds. Its stateful
+    fake is ``kernel.fake.ipset.FakeIpset``."""
+
+    def __init__(self, netns: str | None = None, *, runner=run):
+        self.netns = netns
+        self.runner = runner
+
+    async def restore(self, text: str) -> None:
+        """``ipset restore`` of ``text``; raises ``CommandFailed``."""
+        await restore(text, self.netns, runner=self.runner)
+
+    def destroy_sync(self, name: str) -> bool:
+        return destroy_sync(name, self.netns)
+
+    def version_sync(self) -> str:
+        return version_sync()

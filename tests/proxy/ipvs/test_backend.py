@@ -1,13 +1,14 @@
 """IpvsBackend (src/kubesvc/proxy/ipvs/proxier.py) over stateful fakes: the IPVS table
-(``FakeIpvs``), iptables (``FakeIptablesAsync``), links (``FakeLinks``) and ``ipset``. Asserts
-the kernel state after each sync: virtual/real servers, addresses on kube-ipvs0, graceful
+(``FakeIpvs``), iptables (``FakeIptablesAsync``), links (``FakeLinks``) and ipsets (``FakeIpset``).
+Asserts the kernel state after each sync: virtual/real servers, addresses on kube-ipvs0, set members, graceful
 termination across syncs, deletion of a Service."""
 
 from __future__ import annotations
 
 import pytest
 
-from kubesvc.kernel.exec import CommandFailed, CommandResult
+from kubesvc.kernel.exec import CommandFailed
+from kubesvc.kernel.fake.ipset import FakeIpset
 from kubesvc.kernel.fake.iptables import TEST_NODE_NAME, FakeIptablesAsync
 from kubesvc.kernel.fake.ipvs import FakeIpvs
 from kubesvc.kernel.fake.netlink import FakeLinks
@@ -24,25 +25,18 @@ NODE_IP = "192.168.0.2"
 
 
 class FakeHost(FakeLinks):
-    """The node's links (``FakeLinks``) and ``ipset restore``, the one command the backend runs."""
+    """The node's links (``FakeLinks``) and its ipsets (``FakeIpset``)."""
 
     def __init__(self):
         super().__init__({"lo": ["127.0.0.1"], "eth0": [NODE_IP]})
-        self.ipset_inputs: list[str] = []
-
-    async def __call__(self, argv, input_text=None, *, check=True) -> CommandResult:
-        argv = list(argv)
-        if argv[:2] != ["ipset", "restore"]:
-            raise AssertionError(f"unexpected command {argv}")
-        self.ipset_inputs.append(input_text)
-        return CommandResult(tuple(argv), 0, "", "")
+        self.ipset = FakeIpset()
 
 
 def backend(fake_ipvs: FakeIpvs, host: FakeHost, scheduler: str = "", metrics: ProxyMetrics | None = None) -> Proxier:
     """The IPVS mode inside the shared proxier (``run_sync`` takes requests directly)."""
     options = ProxyOptions(family=IPV4, node_name=TEST_NODE_NAME)
     mode = IpvsBackend(options, settings=IPVSSettings(scheduler=scheduler), ipvs=fake_ipvs, ipt=FakeIptablesAsync(),
-                       runner=host, links=host)
+                       ipset=host.ipset, links=host)
     mode._sysctls_set = True  # sysctls are written to /proc/sys directly; not under test here
     return Proxier(mode, options, metrics or ProxyMetrics())
 
@@ -60,7 +54,8 @@ async def test_sync_programs_ipvs_addresses_and_drains_removed_endpoints_gracefu
     assert set(ipvs.servers) == {VIP, NODEPORT}
     assert {rs: s.weight for rs, s in ipvs.reals[VIP].items()} == {("10.180.0.1", 80): 1, ("10.180.0.2", 80): 1}
     assert host.links["kube-ipvs0"] == ["172.30.0.41"]
-    assert "add KUBE-TMP-00 172.30.0.41,tcp:80\nswap KUBE-TMP-00 KUBE-CLUSTER-IP\n" in host.ipset_inputs[-1]
+    assert host.ipset.members("KUBE-CLUSTER-IP") == {"172.30.0.41,tcp:80"}
+    assert not [name for name in host.ipset.sets if "TMP" in name]  # refilled through a swapped-in temporary
 
     # 10.180.0.2 goes away while it still has a connection: weight 0, kept
     ipvs.connections(VIP, ("10.180.0.2", 80), active=1)
@@ -83,6 +78,7 @@ async def test_sync_programs_ipvs_addresses_and_drains_removed_endpoints_gracefu
     await b.run_sync(c.request())
     assert ipvs.servers == {}
     assert host.links["kube-ipvs0"] == []
+    assert host.ipset.members("KUBE-CLUSTER-IP") == set()
 
 
 async def test_scheduler_and_affinity_reach_the_kernel_and_change_in_place():

@@ -7,5 +7,7 @@ packet-flow tests do.
 * ``iptables``: ``FakeIptables`` behind ``kernel.iptables.Iptables`` / ``IptablesSync``, with
   its packet tracer (upstream's ``iptablesTracer``);
 * ``nftables``: ``FakeNFTables`` behind ``kernel.nftables.NFTables`` (held to the real nft by
-  ``tests/kernel/test_nft_fake.py``); ``nftables_trace``: the packet tracer over it.
+  ``tests/kernel/test_nft_fake.py``); ``nftables_trace``: the packet tracer over it;
+* ``ipset``: ``FakeIpset`` behind ``kernel.ipset.Ipset`` (held to the real ipset by
+  ``tests/kernel/test_ipset_fake.py``).
 """

@@ -91,7 +91,8 @@ class IpvsBackend(Mode[None]):
 
     def __init__(self, options: ProxyOptions, *, settings: IPVSSettings | None = None,
                  sync_period: float = 30.0, netns: str | None = None, ipvs=None, ipt: Iptables | None = None,
-                 runner: Runner = run, links: netlink.Links | None = None, clock: Callable[[], float] = time.monotonic):
+                 runner: Runner = run, links: netlink.Links | None = None, clock: Callable[[], float] = time.monotonic,
+                 ipset: kernel_ipset.Ipset | None = None):
         super().__init__(options)
         self.settings = settings or IPVSSettings()
         self.sync_period = sync_period
@@ -100,6 +101,7 @@ class IpvsBackend(Mode[None]):
         self.links = links or netlink.Links(netns)
         self.ipt = ipt or Iptables(self.family, netns=netns)
         self.runner = runner
+        self.ipset = ipset or kernel_ipset.Ipset(netns, runner=runner)  # or its fake (kernel.fake.ipset)
         self.clock = clock
         self._sysctls_set = False
 
@@ -139,7 +141,7 @@ class IpvsBackend(Mode[None]):
         todo: IpvsInput = plan.kernel_input
         for address in todo.bind:
             await self.links.add_address(todo.dummy, address)
-        await kernel_ipset.restore(todo.ipset_restore, self.netns, runner=self.runner)
+        await self.ipset.restore(todo.ipset_restore)
         await self.ipt.restore(todo.iptables_restore)  # declares every chain a jump names
         if todo.ensure_jumps:
             await self.ipt.ensure_jumps((PREPEND, jump) for jump in JUMP_CHAINS)
