@@ -1,7 +1,7 @@
 """The pod network's decisions, without a kernel: host-local's address choice, names, the bridge
 address plan, the link/address/route operations a Pod gets (shown as the ``ip -batch`` lines
-they stand for), the state files, and teardown's requests to the kernel (against a recording
-fake). The real kernel: test_podnet_kernel.py."""
+they stand for), the state files, and what teardown leaves of a kernel (the stateful ``kernel/fake/links.py``),
+and a Pod's operations applied to that fake. The real kernel: test_podnet_kernel.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from kubesvc.agent import podnet
 from kubesvc.agent.podnet import (IPStore, NodeNetwork, NodeRecord, PodNetwork, PodNetworkError, RangeExhausted, bridge_ops, host_veth_name,
                                   next_free_ip, next_record, node_network_problems, node_side_ops, node_sysctls, node_teardown_ops,
                                   plan_bridge_addresses, pod_removal_ops, pod_side_ops, pods_from_state)
-from kubesvc.kernel.links import LinkInfo, parse_link_info, render
+from kubesvc.kernel.fake.links import FakeHostKernel, FakeNetwork
+from kubesvc.kernel.links import AddBridge, AddNetns, AddVeth, LinkInfo, SetUp, parse_link_info, render
 
 # ---------------------------------------------------------------------------------------------
 # host-local's allocator
@@ -221,6 +222,23 @@ def test_pod_removal_ops(have_netns, have_veth, lines):
     assert render(pod_removal_ops(POD, have_netns, have_veth)) == lines
 
 
+def test_a_pods_operations_leave_the_pod_wired_and_its_removal_leaves_nothing():
+    network = FakeNetwork()
+    network.apply(bridge_ops("cbr0", "02:00:00:00:00:01", True, ["10.244.1.1/24", "fd00::1/64"]))
+    pod = PodNetwork("kubesvc-u1", ["10.244.1.2", "fd00::2"], "vethaaaaaaaaaaa")
+    for _ in range(2):  # an agent restart plans again from what exists: the same result
+        network.apply(node_side_ops("cbr0", pod, pod.netns in network.named, network.link_exists(pod.host_veth)))
+        network.apply(pod_side_ops(pod.ips, ["10.244.1.1", "fd00::1"]), pod.netns)
+    veth, eth0 = network.host.links["vethaaaaaaaaaaa"], network.ns(pod.netns).links["eth0"]
+    assert (veth.master, veth.hairpin, veth.up, eth0.up) == ("cbr0", True, True, True)
+    assert network.link_info("eth0", pod.netns) == LinkInfo("veth", ("10.244.1.2/32", "fd00::2/128"))
+    assert {(r.dst, r.via) for r in network.routes(pod.netns)} == {
+        ("10.244.1.1/32", None), ("0.0.0.0/0", "10.244.1.1"), ("fd00::1/128", None), ("::/0", "fd00::1")}
+
+    network.apply(pod_removal_ops(pod, True, True))
+    assert network.netns_names() == [] and network.link_names() == {"lo", "cbr0"}
+
+
 def test_pods_from_state_are_the_address_holders_only():
     allocations = {"fd00::2": "u1", "10.244.1.2": "u1", "10.244.1.3": "u2", "10.9.9.9": "u2"}
     pods = pods_from_state("ks-a-", ["10.244.1.0/24", "fd00::/64"], allocations)
@@ -291,42 +309,25 @@ def test_next_record(tmp_path):
 # teardown's requests to the kernel
 
 
-class RecordingKernel:
-    """The kernel as teardown sees it: named namespaces, links per namespace, and every request
-    recorded; ``refuse``: the message each operation of a plan fails with."""
-
-    def __init__(self, netns: list[str] = (), links: dict | None = None, here: str | None = None, refuse: str | None = None):
-        self.netns, self.links, self.here, self.refuse = list(netns), links or {}, here, refuse
-        self.calls: list[tuple] = []
-
-    def netns_names(self) -> list[str]:
-        self.calls.append(("netns list",))
-        return list(self.netns)
-
-    def current_netns(self) -> str | None:
-        return self.here
-
-    def kill_all_in(self, netns: str) -> list[int]:
-        self.calls.append(("kill", netns))
-        return []
-
-    def link_names(self, netns: str | None) -> set[str]:
-        self.calls.append(("links", netns))
-        return set(self.links.get(netns, ()))
-
-    def apply(self, ops, netns: str | None) -> list[str]:
-        self.calls.append(("apply", netns, render(ops)))
-        return [f"{op}: {self.refuse}" for op in ops] if self.refuse else []
+def node_namespace_with_a_pod(network: FakeNetwork, node_netns: str | None, uid: str = "u1") -> None:
+    """What ensure_node_network and add_pod leave: the bridge, the Pod's namespace and veth, a process in it."""
+    network.apply([AddNetns(f"ks-a-{uid}")])
+    network.apply([AddBridge("cbr0", "02:00:00:00:00:01"), AddVeth(host_veth_name(uid), "eth0", f"ks-a-{uid}"),
+                   SetUp(host_veth_name(uid), "cbr0")], node_netns)
+    network.spawn(f"ks-a-{uid}")
 
 
 def test_teardown_from_another_namespace_reaches_the_node_namespace(tmp_path):
     (tmp_path / "podnet.json").write_text(json.dumps(record(node_netns="ks-node").__dict__))
     IPStore(tmp_path / "networks" / "cbr0").allocate("u1", ["10.244.1.0/24"], ["10.244.1.1"])
-    kernel = RecordingKernel(["ks-node", "ks-a-u1", "ks-a-gone"], {"ks-node": {"lo", "cbr0", host_veth_name("u1")}})
-    assert podnet.teardown_sync(tmp_path, kernel) == []
-    assert kernel.calls == [("netns list",), ("kill", "ks-a-u1"), ("kill", "ks-a-u1"), ("links", "ks-node"),
-                            ("apply", "ks-node", [f"link del {host_veth_name('u1')}", "link del cbr0"]),
-                            ("apply", None, ["netns del ks-a-u1"])]  # ks-a-gone holds no address of ours
+    network = FakeNetwork()
+    network.apply([AddNetns("ks-node"), AddNetns("ks-a-gone")])
+    node_namespace_with_a_pod(network, "ks-node")
+    pod_ns = network.ns("ks-a-u1")
+    assert podnet.teardown_sync(tmp_path, FakeHostKernel(network)) == []
+    assert pod_ns.processes == set()  # killed before its namespace went
+    assert network.netns_names() == ["ks-a-gone", "ks-node"]  # ks-a-gone holds no address of ours
+    assert network.link_names("ks-node") == {"lo"} and network.link_names() == {"lo"}
     assert list(tmp_path.iterdir()) == []
 
 
@@ -338,15 +339,21 @@ def test_teardown_of_an_adopted_bridge_removes_only_our_addresses():
 
 
 def test_teardown_without_a_record_does_nothing(tmp_path):
-    kernel = RecordingKernel()
-    assert podnet.teardown_sync(tmp_path, kernel) == [] and kernel.calls == []
+    network = FakeNetwork()
+    node_namespace_with_a_pod(network, None)
+    assert podnet.teardown_sync(tmp_path, FakeHostKernel(network)) == []
+    assert network.netns_names() == ["ks-a-u1"] and network.link_names() == {"lo", "cbr0", host_veth_name("u1")}
+    assert network.ns("ks-a-u1").processes
     assert podnet.teardown_sync(Path(tmp_path)) == []
 
 
 def test_teardown_that_fails_keeps_the_state_for_another_try(tmp_path):
     (tmp_path / "podnet.json").write_text(json.dumps(record().__dict__))
     IPStore(tmp_path / "networks" / "cbr0").allocate("u1", ["10.244.1.0/24"], ["10.244.1.1"])
-    kernel = RecordingKernel(["ks-a-u1"], {None: {"cbr0"}}, refuse="Device or resource busy")
-    errors = podnet.teardown_sync(tmp_path, kernel)
+    network = FakeNetwork()
+    network.apply([AddNetns("ks-a-u1"), AddBridge("cbr0", "02:00:00:00:00:01")])
+    network.busy |= {"cbr0", "ks-a-u1"}
+    errors = podnet.teardown_sync(tmp_path, FakeHostKernel(network))
     assert errors == ["link del cbr0: Device or resource busy", "netns del ks-a-u1: Device or resource busy"]  # both plans tried
+    assert network.netns_names() == ["ks-a-u1"] and "cbr0" in network.link_names()
     assert (tmp_path / "podnet.json").exists() and (tmp_path / "networks" / "cbr0" / "10.244.1.2").exists()

@@ -21,6 +21,7 @@ open a netlink socket: each socket gets a plain selector loop. Namespaces themse
 ``apply`` stops at the first refusal and raises :class:`LinkFailed` (a ``CommandFailed`` whose
 argv is ``("netlink", <the operation>)``, code the errno, output the kernel's message); with
 ``force=True`` it tries every operation and returns the failures, as ``ip -force -batch``.
+``Rtnetlink`` is this module's interface; ``kernel/fake/links.py`` its stateful fake.
 """
 
 from __future__ import annotations
@@ -334,6 +335,15 @@ class Session:
         except Exception as err:  # noqa: BLE001 - pyroute2's refusals
             raise _failure(f"link show dev {name}", err, self.netns) from err
         return True
+
+
+class Rtnetlink(Protocol):
+    """What the Pod network asks of rtnetlink, one namespace or another: this module itself is
+    one (``from kubesvc.kernel import links``), ``kernel.fake.links.FakeNetwork`` its stateful fake."""
+
+    def apply(self, ops: Sequence[Op], netns: str | None = None, *, force: bool = False) -> list[str]: ...
+    def link_names(self, netns: str | None = None) -> set[str]: ...
+    def link_info(self, name: str, netns: str | None = None) -> "LinkInfo | None": ...
 
 
 def _apply_here(ops: Sequence[Op], netns: str | None, force: bool) -> list[str]:

@@ -9,5 +9,7 @@ packet-flow tests do.
 * ``nftables``: ``FakeNFTables`` behind ``kernel.nftables.NFTables`` (held to the real nft by
   ``tests/kernel/test_nft_fake.py``); ``nftables_trace``: the packet tracer over it;
 * ``ipset``: ``FakeIpset`` behind ``kernel.ipset.Ipset`` (held to the real ipset by
-  ``tests/kernel/test_ipset_fake.py``).
+  ``tests/kernel/test_ipset_fake.py``);
+* ``links``: ``FakeNetwork`` behind ``kernel.links.Rtnetlink`` (namespaces, bridges, veths,
+  addresses, routes; held to the kernel by ``tests/kernel/test_links_fake.py``).
 """
