@@ -45,6 +45,7 @@ from kubesvc.proxy.runner import BoundedFrequencyRunner
 from kubesvc.proxy.servicechangetracker import ServiceChangeTracker, ServicePorts, apply_service_changes, health_check_node_ports
 from kubesvc.proxy.topology import LABEL_TOPOLOGY_ZONE
 from kubesvc.proxy.types import FAMILY_NAMES, IPV4, IPV6, EndpointsMap, ServicePortMap
+from kubesvc.util import gcpause
 
 log = logging.getLogger("kubesvc.proxy")
 
@@ -184,20 +185,21 @@ class Proxier:
             return
         started = time.monotonic()
         nodeport_ips = await self._nodeport_ips()  # before the checkout: a failure here loses no change
-        service_result = apply_service_changes(self.service_ports, self.service_changes.checkout())
-        endpoint_result = apply_endpoint_changes(self.endpoints, self.endpoint_changes.checkout())
-        self._report_pending()
-        request = SyncRequest(
-            full=False,
-            service_ports=self.service_ports,
-            endpoints=self.endpoints,
-            changed_services=frozenset(service_result.updated_services | endpoint_result.updated_services),
-            node_labels=self.node_labels,
-            nodeport_ips=nodeport_ips,
-            node_ip=self.node_ip,
-            service_cidrs=self.service_cidrs,
-        )
-        result = await self.run_sync(request, started=started)  # logged by the runner on failure, which retries
+        with gcpause.paused():  # the checkout and the plan build long-lived objects only (util/gcpause.py)
+            service_result = apply_service_changes(self.service_ports, self.service_changes.checkout())
+            endpoint_result = apply_endpoint_changes(self.endpoints, self.endpoint_changes.checkout())
+            self._report_pending()
+            request = SyncRequest(
+                full=False,
+                service_ports=self.service_ports,
+                endpoints=self.endpoints,
+                changed_services=frozenset(service_result.updated_services | endpoint_result.updated_services),
+                node_labels=self.node_labels,
+                nodeport_ips=nodeport_ips,
+                node_ip=self.node_ip,
+                service_cidrs=self.service_cidrs,
+            )
+            result = await self.run_sync(request, started=started)  # logged by the runner on failure, which retries
         self._observe(result, started, time.monotonic(), endpoint_result.last_change_trigger_times)
         if self.health is not None:
             self.health.updated(self.family_name)
