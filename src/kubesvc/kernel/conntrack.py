@@ -13,7 +13,8 @@ A ``FlowFilter`` holds what ``conntrack -D`` would have been given (``-p udp --o
 Matching (``matches``) and reading a dumped message (``parse_flow``) are pure.
 
 Failures raise ``netlink.NetlinkFailed`` (a ``CommandFailed``: the request, the errno and the
-kernel's message).
+kernel's message). ``Conntrack`` is one namespace's table as one interface; its stateful fake is
+``kernel/fake/conntrack.py``.
 """
 
 from __future__ import annotations
@@ -190,3 +191,21 @@ def flows_sync(family: int = IPV4, netns: str | None = None) -> list[Flow]:
     """Every entry of ``family`` (tests and debugging)."""
     request = ("conntrack", "list", "-f", "ipv6" if family == IPV6 else "ipv4")
     return netlink.call(_with_table, request, netns, family, lambda table: table.flows())
+
+
+class Conntrack:
+    """One namespace's conntrack table: the interface a proxier holds (``delete_flows`` of the
+    stale entries after a sync; ``flows`` for tests). Its stateful fake is
+    ``kernel.fake.conntrack.FakeConntrack``."""
+
+    def __init__(self, netns: str | None = None):
+        self.netns = netns
+
+    async def delete_flows(self, filters: Sequence[FlowFilter], family: int = IPV4) -> int:
+        return await delete_flows(filters, family, self.netns)
+
+    def delete_flows_sync(self, filters: Sequence[FlowFilter], family: int = IPV4) -> int:
+        return delete_flows_sync(filters, family, self.netns)
+
+    def flows_sync(self, family: int = IPV4) -> list[Flow]:
+        return flows_sync(family, self.netns)
