@@ -1009,8 +1009,26 @@ class NodeTopology:
                  source: str = "") -> list[tuple[str, float]]:
         """``count`` fresh connections (UDP: connected sockets), one after another, from inside
         ``ns``: each one's outcome as tests.support.probe names it (``"<name> <source ip the
-        server saw>"``, ``refused``, ``timeout``, ``reset``, ``error:<errno>``) and its seconds."""
-        return attempts(ns, proto, host, port, count, timeout=timeout, bind=source or None)
+        server saw>"``, ``refused``, ``timeout``, ``reset``, ``error:<errno>``) and its seconds.
+        tests.support.probe's single attempts, run in this process on a thread inside ``ns``."""
+        import asyncio
+
+        from tests.support import probe
+
+        bind = (source, 0) if source else None
+
+        async def run() -> list[tuple[str, float]]:
+            out = []
+            for _ in range(count):
+                started = time.monotonic()
+                if proto == "tcp":
+                    outcome = await probe.tcp_once(host, port, timeout, bind)
+                else:
+                    outcome = await probe.udp_once(None, host, port, timeout, bind)
+                out.append((outcome, time.monotonic() - started))
+            return out
+
+        return call_in_netns(ns.name, lambda: asyncio.run(run()))
 
     def nft(self, *args: str) -> str:
         return self.node.run("nft", *args).stdout
@@ -1024,30 +1042,6 @@ class NodeTopology:
         self.namespaces.clear()
 
 
-def attempts(ns: Netns, proto: str, host: str, port: int, count: int = 1, *, timeout: float = 1.0,
-             bind: str | None = None) -> list[tuple[str, float]]:
-    """tests.support.probe's single attempts, ``count`` in a row, run in this process on a
-    thread inside ``ns``: [(outcome, seconds)] in order (see :meth:`NodeTopology.attempts`)."""
-    import asyncio
-
-    from tests.support import probe
-
-    source = (bind, 0) if bind else None
-
-    async def run() -> list[tuple[str, float]]:
-        out = []
-        for _ in range(count):
-            started = time.monotonic()
-            if proto == "tcp":
-                outcome = await probe.tcp_once(host, port, timeout, source)
-            else:
-                outcome = await probe.udp_once(None, host, port, timeout, source)
-            out.append((outcome, time.monotonic() - started))
-        return out
-
-    return call_in_netns(ns.name, lambda: asyncio.run(run()))
-
-
 __all__ = ["Client", "Cluster", "CommandFailed", "Metrics", "Netns", "Node", "NodeTopology", "Pod", "ProxyFailed", "ProxyProcess", "Relay",
-           "attach", "attempts", "bridge", "call_in_netns", "current_test_is_kernel", "missing_prerequisites", "probe_args", "probe_argv",
+           "attach", "bridge", "call_in_netns", "current_test_is_kernel", "missing_prerequisites", "probe_args", "probe_argv",
            "run_probe", "socket_in", "unique_name", "veth", "wait_until"]
