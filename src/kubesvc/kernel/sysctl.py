@@ -10,7 +10,8 @@ whose component holds a dot itself (an interface ``eth0.100``) must be given in 
 ``netns=NAME`` opens it from a thread inside that namespace (:func:`kubesvc.kernel.netns.call_in`);
 no ``ip netns exec`` process is spawned. A failure raises :class:`SysctlFailed`, a
 ``CommandFailed`` carrying the path (as ``argv``), the errno (as ``returncode``), the OS message
-and the value we tried to write.
+and the value we tried to write. ``Sysctl`` is one namespace's parameters as one interface; its
+stateful fake is ``kernel/fake/sysctl.py``.
 """
 
 from __future__ import annotations
@@ -101,3 +102,23 @@ async def write_sysctl_async(key: str, value: str | int, *, netns: str | None = 
         write_sysctl(key, value)
         return
     await asyncio.to_thread(write_sysctl, key, value, netns=netns)
+
+
+class Sysctl:
+    """One namespace's kernel parameters (None: the calling thread's): the interface a caller
+    holds; its stateful fake is ``kernel.fake.sysctl.FakeSysctl``."""
+
+    def __init__(self, netns: str | None = None):
+        self.netns = netns
+
+    def read(self, key: str) -> str:
+        return read_sysctl(key, netns=self.netns)
+
+    def write(self, key: str, value: str | int) -> None:
+        write_sysctl(key, value, netns=self.netns)
+
+    async def read_async(self, key: str) -> str:
+        return await read_sysctl_async(key, netns=self.netns)
+
+    async def write_async(self, key: str, value: str | int) -> None:
+        await write_sysctl_async(key, value, netns=self.netns)

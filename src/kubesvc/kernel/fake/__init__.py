@@ -14,5 +14,8 @@ packet-flow tests do.
   addresses, routes; held to the kernel by ``tests/kernel/test_links_fake.py``);
 * ``conntrack``: ``FakeConntrack`` behind ``kernel.conntrack.Conntrack`` (entries by original
   and reply tuple, deleted by ``FlowFilter``; held to the kernel by
-  ``tests/kernel/test_conntrack_fake.py``).
+  ``tests/kernel/test_conntrack_fake.py``);
+* ``sysctl``: ``FakeSysctl`` behind ``kernel.sysctl.Sysctl`` (a namespace's ``/proc/sys`` tree,
+  read-only keys, ranges, ``forwarding`` propagation; held to the kernel by
+  ``tests/kernel/test_sysctl_fake.py``).
 """
