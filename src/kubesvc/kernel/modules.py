@@ -5,7 +5,8 @@ A module counts as present when ``/proc/modules`` lists it (loaded), the kernel'
 ``/lib/modules/<release>/modules.builtin`` names it (built in), or — on a kernel without loadable
 modules (no ``/proc/modules``) — the kernel configuration (``/boot/config-<release>`` or
 ``/proc/config.gz``) has ``CONFIG_<MODULE>=y``. ``/proc/net/ip_vs`` existing also proves
-``ip_vs``. ``root`` lets tests lay out a fake ``/``; the parsing helpers are pure.
+``ip_vs``. ``root`` lets tests lay out a fake ``/``; the parsing helpers are pure. ``Modules`` is
+the one interface; ``kernel/fake/modules.py`` its stateful fake.
 """
 
 from __future__ import annotations
@@ -86,3 +87,22 @@ def present(wanted: Iterable[str], *, root: Path = Path("/")) -> set[str]:
 def ipvs_present(root: Path = Path("/")) -> bool:
     """Whether the kernel's IPVS table exists (``ip_vs`` loaded); loads nothing."""
     return (root / "proc/net/ip_vs").exists()
+
+
+class Modules:
+    """The host's kernel modules as one interface (``load``, ``present``, ``ipvs_present``);
+    ``root`` and ``run`` as for the functions above. Its stateful fake is
+    ``kernel.fake.modules.FakeModules``."""
+
+    def __init__(self, *, root: Path = Path("/"), run: Callable[[list[str]], int] | None = None):
+        self.root = root
+        self.run = run
+
+    def load(self, modules: Iterable[str]) -> list[str]:
+        return load(modules, run=self.run)
+
+    def present(self, wanted: Iterable[str]) -> set[str]:
+        return present(wanted, root=self.root)
+
+    def ipvs_present(self) -> bool:
+        return ipvs_present(self.root)

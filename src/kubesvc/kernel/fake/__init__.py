@@ -17,5 +17,7 @@ packet-flow tests do.
   ``tests/kernel/test_conntrack_fake.py``);
 * ``sysctl``: ``FakeSysctl`` behind ``kernel.sysctl.Sysctl`` (a namespace's ``/proc/sys`` tree,
   read-only keys, ranges, ``forwarding`` propagation; held to the kernel by
-  ``tests/kernel/test_sysctl_fake.py``).
+  ``tests/kernel/test_sysctl_fake.py``);
+* ``modules``: ``FakeModules`` behind ``kernel.modules.Modules`` (loaded, built-in and loadable
+  modules, dependencies; ``tests/kernel/test_modules_fake.py``).
 """
