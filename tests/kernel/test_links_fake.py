@@ -6,7 +6,8 @@ the same errno text, and afterwards hold the same links (kind, up, master, hairp
 boot``: the kernel's own connected and local routes are left out, as the fake keeps them apart).
 
 Cases: each refusal the fake models, then the Pod network's own plans (``agent.podnet``'s bridge,
-node-side and Pod-side operations, and a Pod's removal).
+node-side and Pod-side operations, and a Pod's removal), and the named namespaces
+(``kernel.netns``: names, a taken or missing name, the processes inside).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 
 from kubesvc.agent.podnet import PodNetwork, bridge_ops, node_side_ops, pod_removal_ops, pod_side_ops
 from kubesvc.kernel import links
+from kubesvc.kernel import netns as knetns
 from kubesvc.kernel.fake.links import FakeNetwork, Namespace
 from kubesvc.kernel.links import (AddBridge, AddVeth, Address, DelAddress, DelLink, DelRoute, Route, SetHairpin, SetUp)
 from tests.support.netns import Netns
@@ -133,3 +135,22 @@ def test_the_pod_networks_plans(pair):
         assert both(pair, pod_side_ops(net.ips, ["10.244.1.1", "fd00::1"]), "pod") == []
     assert both(pair, pod_removal_ops(net, False, True)) == []  # the harness removes the namespace itself
     assert fake.link_names(pod.name) == {"lo"}
+
+
+def test_named_namespaces_alike(pair):
+    """``kernel.netns`` and the fake's namespaces: the same names (among ours), a taken name and a
+    missing one refused with the same errors, a process inside found and killed."""
+    node, pod, fake = pair
+    assert {node.name, pod.name} <= set(knetns.names()) and fake.names() == sorted([node.name, pod.name])
+    for fn, name in ((knetns.create, node.name), (knetns.remove, "ks-nope-nothere")):
+        with pytest.raises(OSError) as real:
+            fn(name)
+        with pytest.raises(OSError) as faked:
+            getattr(fake, fn.__name__)(name)
+        assert (type(faked.value), faked.value.errno) == (type(real.value), real.value.errno), fn
+    process = pod.popen("sleep", "60")
+    fake.spawn(pod.name)
+    assert len(knetns.pids_in(pod.name)) == len(fake.pids_in(pod.name)) == 1
+    assert len(knetns.kill_all_in(pod.name)) == len(fake.kill_all_in(pod.name)) == 1
+    process.wait(timeout=10)
+    assert knetns.pids_in(pod.name) == fake.pids_in(pod.name) == []

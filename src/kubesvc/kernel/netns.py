@@ -20,7 +20,8 @@ made a shared mount point (bind-mounted onto itself first if needed, which pyrou
 thread: it moves the calling thread only) and the thread's ``/proc/thread-self/ns/net``
 bind-mounted onto the file. ``ip netns del`` is a lazy unmount and an unlink; the namespace lives
 on while a process is inside, which is why :func:`pids_in` finds them as ``ip netns pids``
-does: every ``/proc/PID/ns/net`` with the namespace's inode.
+does: every ``/proc/PID/ns/net`` with the namespace's inode. ``Namespaces`` is this module's
+interface; ``kernel/fake/links.py``'s ``FakeNetwork`` its stateful fake.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 CLONE_NEWNET = 0x40000000
 NETNS_RUN_DIR = "/run/netns"
@@ -225,3 +226,16 @@ def kill_all_in(name: str) -> list[int]:
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
     return killed
+
+
+class Namespaces(Protocol):
+    """The named network namespaces as one interface: this module itself is one (``from
+    kubesvc.kernel import netns``); ``kernel.fake.links.FakeNetwork`` is its stateful fake."""
+
+    def names(self) -> list[str]: ...
+    def exists(self, name: str) -> bool: ...
+    def create(self, name: str) -> None: ...
+    def remove(self, name: str) -> None: ...
+    def current_name(self) -> str | None: ...
+    def pids_in(self, name: str) -> list[int]: ...
+    def kill_all_in(self, name: str) -> list[int]: ...

@@ -10,8 +10,9 @@ packet-flow tests do.
   ``tests/kernel/test_nft_fake.py``); ``nftables_trace``: the packet tracer over it;
 * ``ipset``: ``FakeIpset`` behind ``kernel.ipset.Ipset`` (held to the real ipset by
   ``tests/kernel/test_ipset_fake.py``);
-* ``links``: ``FakeNetwork`` behind ``kernel.links.Rtnetlink`` (namespaces, bridges, veths,
-  addresses, routes; held to the kernel by ``tests/kernel/test_links_fake.py``);
+* ``links``: ``FakeNetwork`` behind ``kernel.links.Rtnetlink`` and ``kernel.netns.Namespaces``
+  (named namespaces and their processes, bridges, veths, addresses, routes; held to the kernel
+  by ``tests/kernel/test_links_fake.py``);
 * ``conntrack``: ``FakeConntrack`` behind ``kernel.conntrack.Conntrack`` (entries by original
   and reply tuple, deleted by ``FlowFilter``; held to the kernel by
   ``tests/kernel/test_conntrack_fake.py``);

@@ -1,7 +1,9 @@
 """A stateful rtnetlink for the Pod network: named namespaces, the links in each (bridges, veth
 pairs, their masters, up or down, hairpin), each link's addresses and each namespace's routes,
 behind the interface of ``kernel.links`` (``apply`` of the same operation values, ``link_names``,
-``link_info``, ``link_exists``) and of ``agent.podnet``'s teardown (``FakeHostKernel``).
+``link_info``, ``link_exists``), of ``kernel.netns`` (``names``, ``create``, ``remove``,
+``pids_in``, ``kill_all_in``: processes are pids a test ``spawn``s) and of ``agent.podnet``'s
+teardown (``FakeHostKernel``).
 
 It refuses what the kernel refuses, with its errno and message (held to the kernel by
 ``tests/kernel/test_links_fake.py``):
@@ -146,13 +148,37 @@ class FakeNetwork:
     def routes(self, netns: str | None = None) -> set[FakeRoute]:
         return set(self.ns(netns).routes.values())
 
-    # -- kernel.netns
+    # -- kernel.netns.Namespaces (and agent.podnet's names for two of them)
 
-    def netns_names(self) -> list[str]:
+    def names(self) -> list[str]:
         return sorted(self.named)
 
-    def current_netns(self) -> str | None:
+    netns_names = names
+
+    def exists(self, name: str) -> bool:
+        return name in self.named
+
+    def create(self, name: str) -> None:
+        """``ip netns add``: ``FileExistsError`` if the name is taken."""
+        try:
+            self._run(AddNetns(name), self.host)
+        except Refused as err:
+            raise FileExistsError(err.code, f"File exists: '/run/netns/{name}'") from None
+
+    def remove(self, name: str) -> None:
+        """``ip netns del``: ``FileNotFoundError`` if there is no such name."""
+        try:
+            self._run(DelNetns(name), self.host)
+        except Refused as err:
+            raise OSError(err.code, str(err)) from None
+
+    def current_name(self) -> str | None:
         return self.here
+
+    current_netns = current_name
+
+    def pids_in(self, name: str) -> list[int]:
+        return sorted(self.ns(name).processes)
 
     def kill_all_in(self, netns: str) -> list[int]:
         ns = self.ns(netns)
