@@ -7,6 +7,9 @@ upstream spreads over Go's ``net`` package, ``k8s.io/utils/net`` (netutils) and
   octets as *decimal* (``010.0.0.1`` is 10.0.0.1). Kubernetes keeps that for objects stored
   before Go 1.17 refused them. No zone (``%eth0``) is an IP. An IPv4-mapped IPv6 address
   (``::ffff:1.2.3.4``) is IPv4, as Go's ``To4()`` sees it; in a CIDR it keeps its 128-bit mask.
+  :func:`canonical_address` is the parsed address's ``String()`` (cached; :data:`CANONICAL_IPV4`
+  matches the dotted quads that are canonical already, the common case, without parsing), and
+  :func:`to_cidr` is ``utilproxy.ToCIDR`` (a host as ``/32`` or ``/128``).
 - Families, defined here once. :data:`IPV4` / :data:`IPV6` are the numbers ``4`` / ``6``
   (Python's ``ip.version``), as ``kernel/`` and ``proxy/`` pass a family around (one proxier
   per family). :data:`IPV4_PROTOCOL` / :data:`IPV6_PROTOCOL` are the API's names, ``"IPv4"`` /
@@ -21,7 +24,8 @@ upstream spreads over Go's ``net`` package, ``k8s.io/utils/net`` (netutils) and
   or ``N+K``, each number read with ``strconv.Atoi`` (whose error it passes on as it is).
 - :func:`parse_cidr_pair` reads a dual-stack flag value (``10.0.0.0/16,fd00::/108``): one
   CIDR, or two of different families, as kube-apiserver's ``--service-cluster-ip-range`` and
-  the node's pod CIDRs take them.
+  the node's pod CIDRs take them. (Strict by default, a kubesvc choice: host bits set are an
+  error here, where ``ParseCIDRSloppy`` would clear them.)
 """
 
 from __future__ import annotations
