@@ -10,6 +10,7 @@ import dataclasses
 
 import pytest
 
+from kubesvc.kernel.fake.conntrack import FakeConntrack
 from kubesvc.proxy import proxier as proxier_module
 from kubesvc.proxy.backend import KernelPlan, Mode, ProxyOptions, SyncFailed, SyncRequest
 from kubesvc.proxy.healthcheck import ProxyHealthServer
@@ -65,15 +66,11 @@ def ready_slice(service_name: str, ips: list[str], protocol: str = "TCP", name: 
 
 
 @pytest.fixture
-def deleted_flows(monkeypatch):
-    calls: list[list[str]] = []
-
-    async def delete_flows(filters, family=4):
-        calls.extend(f.args for f in filters)
-        return len(filters)
-
-    monkeypatch.setattr(proxier_module.kernel_conntrack, "delete_flows", delete_flows)
-    return calls
+def conntrack(monkeypatch) -> FakeConntrack:
+    """The node's conntrack table (a stateful fake) where the proxier deletes stale entries."""
+    table = FakeConntrack()
+    monkeypatch.setattr(proxier_module.kernel_conntrack, "delete_flows", table.delete_flows)
+    return table
 
 
 def new_proxier(backend, health=None) -> Proxier:
@@ -96,7 +93,7 @@ async def test_nothing_is_synced_until_both_informers_synced():
     assert len(backend.requests) == 1
 
 
-async def test_first_sync_is_full_then_partial_with_only_the_changed_services(deleted_flows):
+async def test_first_sync_is_full_then_partial_with_only_the_changed_services(conntrack):
     backend = RecordingBackend()
     proxier = new_proxier(backend)
     proxier.on_services_synced()
@@ -185,19 +182,24 @@ async def test_request_full_sync_and_topology_label_changes_force_full():
     assert not backend.requests[-1].full
 
 
-async def test_udp_endpoint_replacement_deletes_conntrack_entries_to_the_old_backend(deleted_flows):
+async def test_udp_endpoint_replacement_deletes_conntrack_entries_to_the_old_backend(conntrack):
     backend = RecordingBackend()
     proxier = new_proxier(backend)
     proxier.on_services_synced()
     proxier.on_endpoint_slices_synced()
     proxier.on_service_add(cluster_ip_service("dns", "10.96.0.10", "UDP"))
+    conntrack.insert("udp", "10.0.0.9", "10.96.0.10", 4000, 53)  # sent while there was no endpoint: not NATed
     proxier.on_endpoint_slice_add(ready_slice("dns", ["10.244.0.5"], "UDP"))
     await proxier.sync_proxy_rules()
-    assert ["-p", "udp", "--orig-dst", "10.96.0.10", "--orig-port-dst", "53"] in deleted_flows  # first endpoint
-    deleted_flows.clear()
+    assert conntrack.flows_sync() == []  # the first endpoint: every entry to the Service:port goes
+
+    to_old = conntrack.insert("udp", "10.0.0.9", "10.96.0.10", 4001, 53, dst_nat="10.244.0.5:5353")
+    elsewhere = conntrack.insert("udp", "10.0.0.9", "10.96.0.11", 4003, 53, dst_nat="10.244.0.5:5353")
     proxier.on_endpoint_slice_update({}, ready_slice("dns", ["10.244.0.6"], "UDP"))
+    to_new = conntrack.insert("udp", "10.0.0.9", "10.96.0.10", 4002, 53, dst_nat="10.244.0.6:5353")
     await proxier.sync_proxy_rules()
-    assert deleted_flows == [["-p", "udp", "--orig-dst", "10.96.0.10", "--orig-port-dst", "53", "--dst-nat", "10.244.0.5"]]
+    flows = conntrack.flows_sync()
+    assert to_old not in flows and flows == [elsewhere, to_new]  # only the entry NATed to the old backend
     assert metric(proxier, "kubeproxy_conntrack_reconciler_deleted_entries_total", ip_family="IPv4") == 2
 
 
