@@ -9,6 +9,7 @@ import pytest
 
 from kubesvc.kernel.exec import CommandFailed
 from kubesvc.kernel.fake.ipset import FakeIpset
+from kubesvc.kernel.fake.sysctl import FakeSysctl
 from kubesvc.kernel.fake.iptables import TEST_NODE_NAME, FakeIptablesAsync
 from kubesvc.kernel.fake.ipvs import FakeIpvs
 from kubesvc.kernel.fake.netlink import FakeLinks
@@ -25,19 +26,21 @@ NODE_IP = "192.168.0.2"
 
 
 class FakeHost(FakeLinks):
-    """The node's links (``FakeLinks``) and its ipsets (``FakeIpset``)."""
+    """The node's links (``FakeLinks``), its ipsets (``FakeIpset``) and sysctls (``FakeSysctl``,
+    with the ``net/ipv4/vs`` keys ``ip_vs`` brings)."""
 
     def __init__(self):
         super().__init__({"lo": ["127.0.0.1"], "eth0": [NODE_IP]})
         self.ipset = FakeIpset()
+        self.sysctl = FakeSysctl(links=("lo", "eth0"))
+        self.sysctl.values.update({f"net/ipv4/vs/{key}": "0" for key in ("conntrack", "expire_nodest_conn", "expire_quiescent_template")})
 
 
 def backend(fake_ipvs: FakeIpvs, host: FakeHost, scheduler: str = "", metrics: ProxyMetrics | None = None) -> Proxier:
     """The IPVS mode inside the shared proxier (``run_sync`` takes requests directly)."""
     options = ProxyOptions(family=IPV4, node_name=TEST_NODE_NAME)
     mode = IpvsBackend(options, settings=IPVSSettings(scheduler=scheduler), ipvs=fake_ipvs, ipt=FakeIptablesAsync(),
-                       ipset=host.ipset, links=host)
-    mode._sysctls_set = True  # sysctls are written to /proc/sys directly; not under test here
+                       ipset=host.ipset, sysctl=host.sysctl, links=host)
     return Proxier(mode, options, metrics or ProxyMetrics())
 
 
@@ -56,6 +59,7 @@ async def test_sync_programs_ipvs_addresses_and_drains_removed_endpoints_gracefu
     assert host.links["kube-ipvs0"] == ["172.30.0.41"]
     assert host.ipset.members("KUBE-CLUSTER-IP") == {"172.30.0.41,tcp:80"}
     assert not [name for name in host.ipset.sets if "TMP" in name]  # refilled through a swapped-in temporary
+    assert [host.sysctl.read(k) for k in ("net/ipv4/vs/conntrack", "net/ipv4/vs/expire_nodest_conn", "net/ipv4/ip_forward")] == ["1"] * 3
 
     # 10.180.0.2 goes away while it still has a connection: weight 0, kept
     ipvs.connections(VIP, ("10.180.0.2", 80), active=1)

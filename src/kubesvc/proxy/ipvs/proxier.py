@@ -40,7 +40,7 @@ from kubesvc.kernel import modules, netlink
 from kubesvc.kernel.exec import CleanupFailed, CommandFailed, CommandResult, run
 from kubesvc.kernel.ipvs import IpvsError
 from kubesvc.kernel.iptables import PREPEND, Iptables, IptablesSync
-from kubesvc.kernel.sysctl import write_sysctl_async
+from kubesvc.kernel.sysctl import Sysctl
 from kubesvc.proxy.backend import KernelPlan, Mode, ProxyOptions, SyncRequest
 from kubesvc.proxy.config import IPVSSettings
 from kubesvc.proxy.ipvs.plan import plan
@@ -92,7 +92,7 @@ class IpvsBackend(Mode[None]):
     def __init__(self, options: ProxyOptions, *, settings: IPVSSettings | None = None,
                  sync_period: float = 30.0, netns: str | None = None, ipvs=None, ipt: Iptables | None = None,
                  runner: Runner = run, links: netlink.Links | None = None, clock: Callable[[], float] = time.monotonic,
-                 ipset: kernel_ipset.Ipset | None = None):
+                 ipset: kernel_ipset.Ipset | None = None, sysctl: Sysctl | None = None):
         super().__init__(options)
         self.settings = settings or IPVSSettings()
         self.sync_period = sync_period
@@ -102,6 +102,7 @@ class IpvsBackend(Mode[None]):
         self.ipt = ipt or Iptables(self.family, netns=netns)
         self.runner = runner
         self.ipset = ipset or kernel_ipset.Ipset(netns, runner=runner)  # or its fake (kernel.fake.ipset)
+        self.sysctl = sysctl or Sysctl(netns)  # or its fake (kernel.fake.sysctl)
         self.clock = clock
         self._sysctls_set = False
 
@@ -155,7 +156,7 @@ class IpvsBackend(Mode[None]):
             self._sysctls_set = True
             return
         for name, value in SYSCTLS + (STRICT_ARP if self.settings.strict_arp else ()):
-            await write_sysctl_async(name, value, netns=self.netns)
+            await self.sysctl.write_async(name, value)
         timeouts = (self.settings.tcp_timeout, self.settings.tcp_fin_timeout, self.settings.udp_timeout)
         if any(timeouts):  # upstream only logs a failure here: the defaults still work
             try:
