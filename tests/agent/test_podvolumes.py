@@ -16,7 +16,8 @@ from kubesvc.agent.tokens import TokenManager
 from kubesvc.agent.volumes import MountConfigError
 from kubesvc.client.rest import ApiError
 from kubesvc.kernel.mounts import BindMount
-from kubesvc.util.clock import FakeClock, rfc3339
+from kubesvc.util.clock import FakeClock
+from kubesvc.util.golang import rfc3339
 
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 KUBE_API_ACCESS = {"name": "kube-api-access-x7k2p", "projected": {"defaultMode": 420, "sources": [

@@ -9,7 +9,8 @@ import pytest
 
 from kubesvc.agent.tokens import IssuedToken, TokenError, TokenManager, requires_refresh
 from kubesvc.client.rest import ApiError
-from kubesvc.util.clock import FakeClock, rfc3339
+from kubesvc.util.clock import FakeClock
+from kubesvc.util.golang import rfc3339
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 HOUR = IssuedToken("t", T0 + timedelta(seconds=3600), 3600, "uid")  # issued at T0, lives 1 h

@@ -31,7 +31,8 @@ from kubesvc.client.leaderelection import (
     validate_timing,
 )
 from kubesvc.client.rest import LEASES, ApiError, RestClient
-from kubesvc.util.clock import FakeClock, rfc3339_micro
+from kubesvc.util.clock import FakeClock
+from kubesvc.util.golang import rfc3339_micro
 from tests.support import cluster
 
 # -- timing checks -----------------------------------------------------------------------------

@@ -29,7 +29,8 @@ from datetime import datetime
 from kubesvc.api.conditions import transition_time
 from kubesvc.client.rest import LEASES, NODES, ApiError, ClientError, RestClient, is_already_exists, is_not_found
 from kubesvc.kernel import host
-from kubesvc.util.clock import Clock, RealClock, rfc3339, rfc3339_micro
+from kubesvc.util.clock import Clock, RealClock
+from kubesvc.util.golang import rfc3339, rfc3339_micro
 
 log = logging.getLogger("kubesvc.agent")
 

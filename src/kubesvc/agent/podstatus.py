@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from kubesvc.api.conditions import transition_time
-from kubesvc.util.clock import rfc3339
+from kubesvc.util.golang import rfc3339
 
 @dataclass
 class Termination:

@@ -28,7 +28,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from kubesvc.util.clock import Clock, parse_rfc3339
+from kubesvc.util.clock import Clock
+from kubesvc.util.golang import parse_rfc3339
 
 log = logging.getLogger("kubesvc.agent")
 

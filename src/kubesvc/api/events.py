@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from kubesvc.util.clock import rfc3339
+from kubesvc.util.golang import rfc3339
 
 
 def object_reference(obj: dict) -> dict:

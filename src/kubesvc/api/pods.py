@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from kubesvc.util.clock import rfc3339
+from kubesvc.util.golang import rfc3339
 
 POD_SCHEDULED = "PodScheduled"
 

@@ -44,7 +44,8 @@ from datetime import datetime, timedelta
 from kubesvc.api.errors import StatusError
 from kubesvc.apiserver.registry.store import Registry
 from kubesvc.storage import base as storage
-from kubesvc.util.clock import Clock, parse_rfc3339, rfc3339
+from kubesvc.util.clock import Clock
+from kubesvc.util.golang import parse_rfc3339, rfc3339
 
 log = logging.getLogger("kubesvc.apiserver")
 

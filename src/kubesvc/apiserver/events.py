@@ -16,7 +16,8 @@ import logging
 from kubesvc.api.errors import StatusError
 from kubesvc.api.events import event_name, event_namespace, new_event, object_reference, repeat_key
 from kubesvc.apiserver.registry.store import Registry
-from kubesvc.util.clock import Clock, rfc3339
+from kubesvc.util.clock import Clock
+from kubesvc.util.golang import rfc3339
 
 log = logging.getLogger("kubesvc.apiserver.events")
 FIELD_MANAGER = "kube-apiserver"

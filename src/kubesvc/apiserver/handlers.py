@@ -26,7 +26,7 @@ from kubesvc.apiserver import codec
 from kubesvc.apiserver.registry.pod import PodLogOptions, bind_pod, log_location
 from kubesvc.apiserver.registry.store import ListOptions, Store, parse_resource_version
 from kubesvc.apiserver.tables import to_table
-from kubesvc.util.clock import rfc3339
+from kubesvc.util.golang import rfc3339
 
 
 @dataclass

@@ -76,7 +76,8 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from kubesvc.client.rest import LEASES, ClientError, RestClient, is_not_found
-from kubesvc.util.clock import Clock, RealClock, rfc3339_micro
+from kubesvc.util.clock import Clock, RealClock
+from kubesvc.util.golang import rfc3339_micro
 
 log = logging.getLogger("kubesvc.leaderelection")
 

@@ -14,7 +14,8 @@ import logging
 
 from kubesvc.api.events import event_name, event_namespace, new_event, object_reference, repeat_key
 from kubesvc.client.rest import EVENTS, ApiError, ClientError, RestClient
-from kubesvc.util.clock import Clock, RealClock, rfc3339
+from kubesvc.util.clock import Clock, RealClock
+from kubesvc.util.golang import rfc3339
 
 log = logging.getLogger("kubesvc.client.record")
 

@@ -49,7 +49,8 @@ from kubesvc.serving.user import service_account_user
 from kubesvc.client.kubeconfig import ClientConfig
 from kubesvc.client.rest import NAMESPACES, ApiError, ClientError, RestClient, is_already_exists, is_not_found
 from kubesvc.controllers.serviceaccount.controller import SERVICEACCOUNTS
-from kubesvc.util.clock import Clock, RealClock, parse_rfc3339
+from kubesvc.util.clock import Clock, RealClock
+from kubesvc.util.golang import parse_rfc3339
 
 log = logging.getLogger("kubesvc.controllers.clientbuilder")
 

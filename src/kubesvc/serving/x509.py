@@ -52,7 +52,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, ObjectIdentifier
 
 from kubesvc.api import errors
 from kubesvc.serving.user import UserInfo
-from kubesvc.util.clock import rfc3339
+from kubesvc.util.golang import rfc3339
 
 CREDENTIAL_ID_KEY = "authentication.kubernetes.io/credential-id"
 UID_OID = ObjectIdentifier("0.9.2342.19200300.100.1.1")

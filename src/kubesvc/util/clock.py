@@ -2,8 +2,7 @@
 
 Kubernetes timestamps are RFC 3339 in UTC with second precision (``metav1.Time``) or
 microseconds (``metav1.MicroTime``, used by Leases and events.k8s.io Events): written and read
-by :mod:`kubesvc.util.golang` (``rfc3339``, ``rfc3339_micro``, ``parse_rfc3339``), which this
-module passes on for its older importers.
+by :mod:`kubesvc.util.golang` (``rfc3339``, ``rfc3339_micro``, ``parse_rfc3339``).
 """
 
 from __future__ import annotations
@@ -11,8 +10,6 @@ from __future__ import annotations
 import time
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
-
-from kubesvc.util.golang import parse_rfc3339, rfc3339, rfc3339_micro  # noqa: F401  (their home)
 
 
 class Clock(Protocol):

@@ -33,7 +33,8 @@ from kubesvc.apiserver.allocator.ranges import PortRange, prefix_contains_ip
 from kubesvc.apiserver.registry.store import ListOptions
 from kubesvc.apiserver.server import build_control_plane
 from kubesvc.storage.memory import MemoryBackend
-from kubesvc.util.clock import FakeClock, rfc3339
+from kubesvc.util.clock import FakeClock
+from kubesvc.util.golang import rfc3339
 
 CIDR = "10.96.0.0/24"
 PORTS = "30000-30100"

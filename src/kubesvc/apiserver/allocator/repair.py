@@ -93,7 +93,8 @@ from kubesvc.apiserver.allocator.service import EXTERNAL_NAME, ServiceAllocators
 from kubesvc.apiserver.events import EventRecorder
 from kubesvc.apiserver.registry.store import Registry, decode
 from kubesvc.storage import base as storage
-from kubesvc.util.clock import Clock, parse_rfc3339
+from kubesvc.util.clock import Clock
+from kubesvc.util.golang import parse_rfc3339
 
 log = logging.getLogger("kubesvc.apiserver.repair")
 

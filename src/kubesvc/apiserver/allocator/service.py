@@ -43,7 +43,7 @@ from kubesvc.apiserver.allocator.portalloc import PortAllocator
 from kubesvc.apiserver.allocator.ranges import IPRange, PortRange, canonical_ip
 from kubesvc.apiserver.registry.txn import Txn
 from kubesvc.storage import base as storage
-from kubesvc.util.clock import rfc3339
+from kubesvc.util.golang import rfc3339
 
 EXTERNAL_NAME = "ExternalName"
 NODE_PORT_TYPES = ("NodePort", "LoadBalancer")

@@ -61,7 +61,8 @@ from kubesvc.apiserver.allocator.service import DEFAULT_SERVICE_CIDR
 from kubesvc.apiserver.events import EventRecorder
 from kubesvc.apiserver.registry.store import ListOptions, Registry
 from kubesvc.util.aio import wait_event
-from kubesvc.util.clock import Clock, parse_rfc3339
+from kubesvc.util.clock import Clock
+from kubesvc.util.golang import parse_rfc3339
 
 log = logging.getLogger("kubesvc.apiserver.servicecidr")
 

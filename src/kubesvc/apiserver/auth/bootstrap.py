@@ -30,7 +30,8 @@ from typing import Callable, Sequence
 from kubesvc.api.validation_config import secret_bytes
 from kubesvc.apiserver.auth.tokens import Response
 from kubesvc.serving.user import BOOTSTRAPPERS_GROUP, UserInfo
-from kubesvc.util.clock import Clock, parse_rfc3339
+from kubesvc.util.clock import Clock
+from kubesvc.util.golang import parse_rfc3339
 
 log = logging.getLogger("kubesvc.apiserver.auth")
 

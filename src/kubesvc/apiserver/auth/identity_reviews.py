@@ -16,7 +16,8 @@ selfsubjectreview/rest.go; identity.md §7.2).
 from __future__ import annotations
 
 from kubesvc.api import errors
-from kubesvc.util.clock import Clock, rfc3339
+from kubesvc.util.clock import Clock
+from kubesvc.util.golang import rfc3339
 
 
 class IdentityReviews:

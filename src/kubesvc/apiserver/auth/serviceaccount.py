@@ -46,7 +46,8 @@ from kubesvc.apiserver.auth import jwt
 from kubesvc.apiserver.auth.tokens import AuthenticationError, Response, intersect
 from kubesvc.serving.user import UserInfo, service_account_groups, service_account_user, split_service_account
 from kubesvc.util import golang
-from kubesvc.util.clock import Clock, parse_rfc3339
+from kubesvc.util.clock import Clock
+from kubesvc.util.golang import parse_rfc3339
 
 LEGACY_ISSUER = "kubernetes/serviceaccount"
 LEEWAY = timedelta(minutes=1)  # go-jose jwt.DefaultLeeway

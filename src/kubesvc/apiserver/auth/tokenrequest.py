@@ -33,7 +33,8 @@ from kubesvc.api.errors import FieldError, StatusError
 from kubesvc.api.validation_meta import parse_group_version
 from kubesvc.apiserver.auth.options import ServiceAccountConfig
 from kubesvc.apiserver.auth.serviceaccount import TokenGenerator, bound_claims
-from kubesvc.util.clock import Clock, rfc3339
+from kubesvc.util.clock import Clock
+from kubesvc.util.golang import rfc3339
 
 KIND = "TokenRequest"
 GROUP = "authentication.k8s.io"

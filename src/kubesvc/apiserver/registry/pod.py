@@ -42,7 +42,7 @@ from kubesvc.apiserver.codec import int64_param, parameter_bool
 from kubesvc.apiserver.kubeletclient import kubelet_address, unknown_error
 from kubesvc.apiserver.registry.store import Store
 from kubesvc.util import golang
-from kubesvc.util.clock import rfc3339
+from kubesvc.util.golang import rfc3339
 
 
 # ---- binding ---------------------------------------------------------------------------------

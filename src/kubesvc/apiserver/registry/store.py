@@ -47,7 +47,8 @@ from kubesvc.apiserver.registry.strategy import Strategy, strategy_for
 from kubesvc.apiserver.registry.txn import Txn
 from kubesvc.storage import base as storage
 from kubesvc.util import golang
-from kubesvc.util.clock import Clock, parse_rfc3339, rfc3339
+from kubesvc.util.clock import Clock
+from kubesvc.util.golang import parse_rfc3339, rfc3339
 
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from kubesvc.controllers.endpointslice.util import pod_ready_transition
-from kubesvc.util.clock import parse_rfc3339
+from kubesvc.util.golang import parse_rfc3339
 
 
 @dataclass
