@@ -17,9 +17,10 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
-from tests.kernel.helpers import SYNCS, family_value, settled
+from tests.kernel.helpers import FULL_SYNCS, SYNCS, family_value, settled
 from tests.support.netns import ProxyProcess
 from tests.support.slowdown import scaled
 
@@ -72,25 +73,35 @@ async def execve_trace(proxy: ProxyProcess, out: Path):
     result.append(out.read_text(errors="replace") if out.exists() else "")
 
 
-async def synced_change(proxy: ProxyProcess, change, before: float) -> float:
+async def synced_change(proxy: ProxyProcess, change, before: float):
     """Make ``change`` (an awaitable factory) and wait until the proxy synced it and settled
-    again; how many syncs it made since its sync count was ``before``."""
+    again; its metrics then."""
     await change()
     deadline = time.monotonic() + scaled(30)
     while family_value(await asyncio.to_thread(proxy.metrics), SYNCS) == before:
         assert time.monotonic() < deadline, f"the change was never synced\n{proxy.log()}"
         await asyncio.sleep(0.1)
-    return family_value(await settled(proxy, quiet=scaled(1.0), timeout=scaled(60)), SYNCS) - before
+    return await settled(proxy, quiet=scaled(1.0), timeout=scaled(60))
+
+
+@dataclass
+class Traced:
+    started: Counter  # program name -> how many times
+    syncs: float  # syncs inside the traced window
+    full_syncs: float  # of which full (periodic resyncs)
+    text: str
+
+    def tail(self) -> str:
+        return self.text[-3000:]
 
 
 TRACE_PORTS = [{"name": "tcp", "port": 80, "targetPort": 8080, "protocol": "TCP"},
                {"name": "udp", "port": 53, "targetPort": 8080, "protocol": "UDP"}]
 
 
-async def traced_endpoint_change(kt, out: Path) -> tuple[Counter, float, str]:
+async def traced_endpoint_change(kt, out: Path) -> Traced:
     """A NodePort Service with TCP and UDP ports and two endpoints, synced; then, traced, one
-    endpoint turns unready (a UDP endpoint leaving: conntrack cleanup in the same sync). The
-    programs started, the number of syncs and the trace's text."""
+    endpoint turns unready (a UDP endpoint leaving: conntrack cleanup in the same sync)."""
     (node,) = kt.nodes
     labels = {"app": "trace"}
     first = await kt.pod(node, "tr-1", labels)
@@ -99,14 +110,19 @@ async def traced_endpoint_change(kt, out: Path) -> tuple[Counter, float, str]:
     proxy = kt.proxy(node)
     # the Service and its endpoints synced before the trace starts; a late sync of theirs that
     # still falls inside it is counted with the others
-    before = family_value(await settled(proxy, quiet=scaled(1.5), timeout=scaled(60)), SYNCS)
+    metrics = await settled(proxy, quiet=scaled(1.5), timeout=scaled(60))
+    before, full_before = family_value(metrics, SYNCS), family_value(metrics, FULL_SYNCS)
     async with execve_trace(proxy, out) as trace:
-        syncs = await synced_change(proxy, lambda: kt.set_ready(first, False), before)
-    return programs(trace[0]), syncs, trace[0]
+        after = await synced_change(proxy, lambda: kt.set_ready(first, False), before)
+    return Traced(programs(trace[0]), family_value(after, SYNCS) - before, family_value(after, FULL_SYNCS) - full_before, trace[0])
 
 
-def assert_only(started: Counter, allowed: set[str], syncs: float, trace: str) -> None:
-    """Nothing but ``allowed`` started, each at most once per sync."""
-    assert set(started) <= allowed, f"the sync started {dict(started)}\n{trace[-3000:]}"
-    for program in allowed:
-        assert started[program] <= syncs, f"{program} ran {started[program]} times in {syncs} syncs\n{trace[-3000:]}"
+def assert_only(traced: Traced, per_sync: dict[str, int], per_full_sync: dict[str, int] | None = None) -> None:
+    """Nothing started but the programs of ``per_sync`` (at most that many times per sync) and,
+    when full syncs fell in the window, of ``per_full_sync`` (that many times per full sync)."""
+    allowed = {name: count * traced.syncs for name, count in per_sync.items()}
+    for name, count in (per_full_sync or {}).items():
+        allowed[name] = allowed.get(name, 0) + count * traced.full_syncs
+    extra = {name: n for name, n in traced.started.items() if n > allowed.get(name, 0)}
+    assert not extra, (f"{dict(traced.started)} started in {traced.syncs} syncs ({traced.full_syncs} full); "
+                       f"allowed {allowed}\n{traced.tail()}")
