@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import time
 
 import pytest
 
@@ -150,6 +151,9 @@ def test_named_namespaces_alike(pair):
         assert (type(faked.value), faked.value.errno) == (type(real.value), real.value.errno), fn
     process = pod.popen("sleep", "60")
     fake.spawn(pod.name)
+    deadline = time.monotonic() + 5
+    while not knetns.pids_in(pod.name) and time.monotonic() < deadline:  # until ip netns exec has entered it
+        time.sleep(0.02)
     assert len(knetns.pids_in(pod.name)) == len(fake.pids_in(pod.name)) == 1
     assert len(knetns.kill_all_in(pod.name)) == len(fake.kill_all_in(pod.name)) == 1
     process.wait(timeout=10)
