@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from kubesvc.kernel.netlink import local_addresses, parse_addresses, unique_ips
-from kubesvc.api.validation_meta import parse_cidr_sloppy, parse_ip_sloppy
+from kubesvc.util.ipnet import parse_cidr_sloppy, parse_ip_sloppy
 from kubesvc.proxy.nodeportaddresses import NodePortAddresses, detect_node_ips, node_ips_from_node
 from kubesvc.proxy.types import IPV4, IPV6
 from tests.support import builders

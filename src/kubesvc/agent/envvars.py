@@ -53,7 +53,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 
 from kubesvc.api.quantity import parse_quantity
-from kubesvc.api.validation_meta import go_quote  # Go's %q to the letter (annotation values may hold control characters)
+from kubesvc.util.golang import quote as go_quote  # Go's %q to the letter (annotation values may hold control characters)
 from kubesvc.api.validation_meta import is_qualified_name
 from kubesvc.util.ipnet import join_host_port
 

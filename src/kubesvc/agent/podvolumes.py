@@ -32,7 +32,7 @@ from kubesvc.agent import atomic_writer, volumes
 from kubesvc.agent.envvars import host_allocatable
 from kubesvc.agent.tokens import TokenError, TokenManager
 from kubesvc.agent.volumes import MountConfigError, ObjectRef, VolumeError
-from kubesvc.api.validation_meta import go_quote
+from kubesvc.util.golang import quote as go_quote
 from kubesvc.client.rest import ClientError, is_not_found
 from kubesvc.kernel.mounts import BindMount
 from kubesvc.util.clock import Clock

@@ -43,7 +43,7 @@ from kubesvc.agent.volumes import MountConfigError
 from kubesvc.agent.podstatus import ContainerRecord, PodRuntimeState, Termination, generate_pod_status, merge_patch_for
 from kubesvc.agent.probes import ProbeResult, ProbeSpec, ProbeTracker, probe_event, run_check, run_probe, worker_result
 from kubesvc.agent.runtime import ContainerProcess, StartError
-from kubesvc.api.validation_meta import go_quote
+from kubesvc.util.golang import quote as go_quote
 from kubesvc.client.record import EventRecorder
 from kubesvc.client.rest import ApiError, ClientError, is_not_found
 from kubesvc.kernel.mounts import MountPlan, MountPlanError, plan_mounts

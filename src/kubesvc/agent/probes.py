@@ -47,7 +47,7 @@ import aiohttp
 
 from kubesvc.agent.envvars import expand
 from kubesvc.agent.runtime import DEFAULT_PATH, find_executable
-from kubesvc.api.validation_meta import go_quote  # Go's %q to the letter
+from kubesvc.util.golang import quote as go_quote  # Go's %q to the letter
 from kubesvc.kernel import process as kprocess
 from kubesvc.kernel.host import process_root
 from kubesvc.kernel.mounts import in_container

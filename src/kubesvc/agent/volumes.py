@@ -42,7 +42,7 @@ from pathlib import Path
 from kubesvc.agent.envvars import EnvError, container_resource_value, extract_field_path
 from kubesvc.api.defaults import DEFAULT_VOLUME_MODE
 from kubesvc.api.validation_config import secret_bytes
-from kubesvc.api.validation_meta import go_quote
+from kubesvc.util.golang import quote as go_quote
 from kubesvc.kernel.mounts import BindMount
 from kubesvc.util import golang
 

@@ -38,7 +38,8 @@ from typing import Any
 from kubesvc.api.errors import FieldError, invalid_value
 from kubesvc.api.quantity import parse_quantity
 from kubesvc.api.validation import validate_service_cluster_ips
-from kubesvc.api.validation_meta import index, ip_family
+from kubesvc.api.validation_meta import index
+from kubesvc.util.ipnet import ip_family
 
 __all__ = [
     "apply_defaults",

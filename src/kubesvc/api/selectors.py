@@ -48,7 +48,7 @@ from typing import Any, Iterable, Mapping
 
 from kubesvc.api.errors import StatusError, bad_request
 from kubesvc.api.schema import Scalar, Type, child
-from kubesvc.api.validation_meta import go_quote
+from kubesvc.util.golang import quote as go_quote
 from kubesvc.util import golang
 
 

@@ -38,7 +38,7 @@ from yarl import URL
 
 from kubesvc.api import errors
 from kubesvc.api.errors import StatusError
-from kubesvc.api.validation_meta import go_quote
+from kubesvc.util.golang import quote as go_quote
 from kubesvc.util import golang, ipnet
 from kubesvc.serving.streaming import relay
 

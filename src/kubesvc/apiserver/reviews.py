@@ -24,7 +24,7 @@ from aiohttp import web
 
 from kubesvc.api import errors
 from kubesvc.api.errors import FieldError, GoSyntax, invalid_value
-from kubesvc.api.validation_meta import go_quote
+from kubesvc.util.golang import quote as go_quote
 from kubesvc.apiserver.auth.attributes import Attributes, RequestInfo
 from kubesvc.apiserver.auth.authorizer import Decision
 from kubesvc.util import golang

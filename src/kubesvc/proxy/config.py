@@ -59,7 +59,8 @@ from kubesvc.api.decode import json_kind
 from kubesvc.api.errors import FieldError, GoSyntax, invalid_value
 from kubesvc.proxy.backend import ProxyOptions
 from kubesvc.proxy.localdetector import DETECT_LOCAL_MODES, new_local_detector
-from kubesvc.api.validation_meta import go_quote, parse_cidr_sloppy, parse_ip_sloppy
+from kubesvc.util.golang import quote as go_quote
+from kubesvc.util.ipnet import parse_cidr_sloppy, parse_ip_sloppy
 from kubesvc.proxy.nodeportaddresses import NODE_PORT_ADDRESSES_PRIMARY, NodePortAddresses, node_ips_from_node
 from kubesvc.proxy.types import IPV4
 from kubesvc.util import golang

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kubesvc.api.validation_meta import parse_cidr_sloppy
+from kubesvc.util.ipnet import parse_cidr_sloppy
 from kubesvc.proxy.types import IPV6
 
 CLUSTER_CIDR, NODE_CIDR, BRIDGE_INTERFACE, INTERFACE_NAME_PREFIX = "ClusterCIDR", "NodeCIDR", "BridgeInterface", "InterfaceNamePrefix"

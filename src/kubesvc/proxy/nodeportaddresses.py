@@ -28,7 +28,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping
 
-from kubesvc.api.validation_meta import parse_cidr_sloppy, parse_ip_sloppy
+from kubesvc.util.ipnet import parse_cidr_sloppy, parse_ip_sloppy
 from kubesvc.proxy.types import IPV4, IPV6
 
 IPV4_ZERO_CIDR, IPV6_ZERO_CIDR = "0.0.0.0/0", "::/0"

@@ -32,7 +32,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kubesvc.api.validation_meta import parse_cidr_sloppy, parse_ip_sloppy
+from kubesvc.util.ipnet import parse_cidr_sloppy, parse_ip_sloppy
 from kubesvc.proxy.types import (
     DEFAULT_STICKY_MAX_AGE_SECONDS,
     FAMILY_NAMES,

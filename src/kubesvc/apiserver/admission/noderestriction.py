@@ -35,7 +35,7 @@ from typing import Callable, Mapping
 
 from kubesvc.api import errors
 from kubesvc.api.errors import StatusError
-from kubesvc.api.validation_meta import go_quote
+from kubesvc.util.golang import quote as go_quote
 from kubesvc.apiserver.admission.strategy import CREATE, DELETE, UPDATE, admitted, object_name
 from kubesvc.apiserver.auth.context import current
 from kubesvc.apiserver.auth.node import MIRROR_ANNOTATION, NODE_LEASE_NAMESPACE, is_node_user, pod_references

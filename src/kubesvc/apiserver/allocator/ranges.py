@@ -28,7 +28,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-from kubesvc.api.validation_meta import parse_ip_sloppy
+from kubesvc.util.ipnet import parse_ip_sloppy
 from kubesvc.util import ipnet
 
 IPV6_MAX_SLOTS = 65535

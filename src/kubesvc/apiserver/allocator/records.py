@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from kubesvc.api.validation_meta import ip_family
+from kubesvc.util.ipnet import ip_family
 
 NODE_PORT_PREFIX = "/registry/servicenodeports/"
 IP_ADDRESS_PREFIX = "/registry/ipaddresses/"

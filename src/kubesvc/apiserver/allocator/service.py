@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 from kubesvc.api import defaults
 from kubesvc.api.errors import StatusError, internal, invalid, invalid_value
-from kubesvc.api.validation_meta import ip_family
+from kubesvc.util.ipnet import ip_family
 from kubesvc.apiserver.allocator import records
 from kubesvc.apiserver.allocator.ipalloc import AllocationError, AlreadyAllocated, IPFamilyAllocator
 from kubesvc.apiserver.allocator.metrics import AllocatorMetrics

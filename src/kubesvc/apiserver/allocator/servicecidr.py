@@ -54,7 +54,7 @@ from typing import Iterable, Sequence
 
 from kubesvc.api.conditions import transition_time
 from kubesvc.api.errors import StatusError
-from kubesvc.api.validation_meta import parse_cidr_sloppy, parse_ip_sloppy
+from kubesvc.util.ipnet import parse_cidr_sloppy, parse_ip_sloppy
 from kubesvc.apiserver.allocator import records
 from kubesvc.apiserver.allocator.ranges import prefix_contains_ip
 from kubesvc.apiserver.allocator.service import DEFAULT_SERVICE_CIDR

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 from kubesvc.api.errors import StatusError
-from kubesvc.api.validation_meta import go_quote
+from kubesvc.util.golang import quote as go_quote
 from kubesvc.apiserver.auth.attributes import Attributes, RequestInfo
 from kubesvc.apiserver.auth.rules import ALL, PolicyRule
 from kubesvc.serving.user import SYSTEM_PRIVILEGED_GROUP, UserInfo

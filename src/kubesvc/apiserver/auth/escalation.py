@@ -32,7 +32,7 @@ import copy
 from typing import Callable
 
 from kubesvc.api import errors
-from kubesvc.api.validation_meta import go_quote, go_string_list
+from kubesvc.util.golang import quote as go_quote, quote_strings as go_string_list
 from kubesvc.apiserver.auth.attributes import Attributes, RequestInfo
 from kubesvc.apiserver.auth.authorizer import Authorizer
 from kubesvc.apiserver.auth.context import RequestContext

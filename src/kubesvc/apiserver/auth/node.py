@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterator
 
-from kubesvc.api.validation_meta import go_quote
+from kubesvc.util.golang import quote as go_quote
 from kubesvc.apiserver.auth.attributes import Attributes
 from kubesvc.apiserver.auth.authorizer import Decision, RuleSet, Verdict
 from kubesvc.apiserver.auth.policy import node_rules

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from kubesvc.api.validation_meta import go_string_list
+from kubesvc.util.golang import quote_strings as go_string_list
 from kubesvc.apiserver.auth.attributes import RequestInfo
 
 ALL = "*"

@@ -41,7 +41,7 @@ from datetime import datetime, timedelta
 from typing import Protocol, Sequence
 
 from kubesvc.api.validation_config import secret_bytes
-from kubesvc.api.validation_meta import go_string_list
+from kubesvc.util.golang import quote_strings as go_string_list
 from kubesvc.apiserver.auth import jwt
 from kubesvc.apiserver.auth.tokens import AuthenticationError, Response, intersect
 from kubesvc.serving.user import UserInfo, service_account_groups, service_account_user, split_service_account

@@ -37,7 +37,7 @@ from yarl import URL
 from kubesvc.api import errors
 from kubesvc.api.errors import FieldError
 from kubesvc.api.pods import POD_SCHEDULED, update_pod_condition
-from kubesvc.api.validation_meta import go_quote
+from kubesvc.util.golang import quote as go_quote
 from kubesvc.apiserver.codec import int64_param, parameter_bool
 from kubesvc.apiserver.kubeletclient import kubelet_address, unknown_error
 from kubesvc.apiserver.registry.store import Store
