@@ -11,7 +11,6 @@ import dataclasses
 import pytest
 
 from kubesvc.kernel.fake.conntrack import FakeConntrack
-from kubesvc.proxy import proxier as proxier_module
 from kubesvc.proxy.backend import KernelPlan, Mode, ProxyOptions, SyncFailed, SyncRequest
 from kubesvc.proxy.healthcheck import ProxyHealthServer
 from kubesvc.proxy.metrics import ProxyMetrics
@@ -66,15 +65,15 @@ def ready_slice(service_name: str, ips: list[str], protocol: str = "TCP", name: 
 
 
 @pytest.fixture
-def conntrack(monkeypatch) -> FakeConntrack:
+def conntrack() -> FakeConntrack:
     """The node's conntrack table (a stateful fake) where the proxier deletes stale entries."""
-    table = FakeConntrack()
-    monkeypatch.setattr(proxier_module.kernel_conntrack, "delete_flows", table.delete_flows)
-    return table
+    return FakeConntrack()
 
 
-def new_proxier(backend, health=None) -> Proxier:
-    return Proxier(backend, ProxyOptions(node_name="node-a"), ProxyMetrics(), min_sync_period=0, health=health)
+def new_proxier(backend, health=None, conntrack: FakeConntrack | None = None) -> Proxier:
+    """A proxier over ``backend``; stale conntrack entries are deleted from ``conntrack`` (a fresh fake by default)."""
+    return Proxier(backend, ProxyOptions(node_name="node-a"), ProxyMetrics(), min_sync_period=0, health=health,
+                   conntrack=conntrack or FakeConntrack())
 
 
 def metric(proxier: Proxier, name: str, **labels) -> float:
@@ -93,7 +92,7 @@ async def test_nothing_is_synced_until_both_informers_synced():
     assert len(backend.requests) == 1
 
 
-async def test_first_sync_is_full_then_partial_with_only_the_changed_services(conntrack):
+async def test_first_sync_is_full_then_partial_with_only_the_changed_services():
     backend = RecordingBackend()
     proxier = new_proxier(backend)
     proxier.on_services_synced()
@@ -184,7 +183,7 @@ async def test_request_full_sync_and_topology_label_changes_force_full():
 
 async def test_udp_endpoint_replacement_deletes_conntrack_entries_to_the_old_backend(conntrack):
     backend = RecordingBackend()
-    proxier = new_proxier(backend)
+    proxier = new_proxier(backend, conntrack=conntrack)
     proxier.on_services_synced()
     proxier.on_endpoint_slices_synced()
     proxier.on_service_add(cluster_ip_service("dns", "10.96.0.10", "UDP"))

@@ -74,7 +74,8 @@ class Proxier:
     def __init__(self, mode: Mode, options: ProxyOptions, metrics: ProxyMetrics, *,
                  min_sync_period: float = 1.0, sync_period: float = 30.0, full_sync_period: float = FULL_SYNC_PERIOD,
                  health=None, service_health=None, nodeport_ips: Callable[[], Awaitable[tuple[str, ...] | None]] | None = None,
-                 node_ip: str = "", clean_conntrack: bool = True, report_pending: bool = True):
+                 node_ip: str = "", clean_conntrack: bool = True, report_pending: bool = True,
+                 conntrack: kernel_conntrack.Conntrack | None = None):
         self.mode = mode
         self.state = mode.initial_state()
         self.options = options
@@ -88,6 +89,7 @@ class Proxier:
         self.report_pending = report_pending
         self.node_ip = node_ip
         self.clean_conntrack = clean_conntrack
+        self.conntrack = conntrack or kernel_conntrack.Conntrack()  # or its fake (kernel.fake.conntrack)
         self.service_changes = ServiceChangeTracker(self.family)
         self.endpoint_changes = EndpointsChangeTracker(self.family, options.node_name, prefer_same_node=options.prefer_same_node)
         self.service_ports: ServicePortMap = ServicePorts()
@@ -293,7 +295,7 @@ class Proxier:
         started = time.monotonic()
         deleted = 0
         try:  # one dump of the table, every matching entry deleted (upstream ConntrackDeleteFilters)
-            deleted = await kernel_conntrack.delete_flows(filters, self.family)
+            deleted = await self.conntrack.delete_flows(filters, self.family)
         except CommandFailed as err:
             log.warning("failed to delete stale conntrack entries: %s", err)
         self.metrics.conntrack_reconciler_deleted_entries.labels(self.family_name).inc(deleted)
