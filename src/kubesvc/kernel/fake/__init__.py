@@ -1,6 +1,7 @@
 """Stateful fakes of the kernel interfaces beside them in ``kernel/``, for tests: each keeps
-the state the kernel would hold, applies a transaction all or nothing, and rejects what the
-kernel rejects (with the same ``exec.CommandFailed``), rather than recording calls. The packet
+the state the kernel would hold, applies a transaction as the kernel does (all or nothing for
+nft and iptables-restore; line by line for ipset restore), and rejects what the kernel rejects
+(with the same ``exec.CommandFailed`` or its subclass), rather than recording calls. The packet
 filters' fakes come with a tracer that walks a packet through the state as upstream's
 packet-flow tests do.
 
@@ -10,6 +11,8 @@ packet-flow tests do.
   ``tests/kernel/test_nft_fake.py``); ``nftables_trace``: the packet tracer over it;
 * ``ipset``: ``FakeIpset`` behind ``kernel.ipset.Ipset`` (held to the real ipset by
   ``tests/kernel/test_ipset_fake.py``);
+* ``netlink``: ``FakeLinks`` behind ``kernel.netlink.Links`` (the proxy's view: links by index
+  and their addresses);
 * ``links``: ``FakeNetwork`` behind ``kernel.links.Rtnetlink`` and ``kernel.netns.Namespaces``
   (named namespaces and their processes, bridges, veths, addresses, routes; held to the kernel
   by ``tests/kernel/test_links_fake.py``);
