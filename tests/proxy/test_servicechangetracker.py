@@ -9,6 +9,7 @@ import pytest
 from kubesvc.proxy.servicechangetracker import (
     ServiceChangeTracker,
     apply_service_changes,
+    cluster_ip_of_family,
     health_check_node_ports,
     service_ports_from_service,
 )
@@ -268,3 +269,16 @@ def test_apply_changes_keeps_ports_that_survive_an_update():
     result = apply(tracker, ports)
     assert sorted(k.port for k in ports) == ["p", "q"]
     assert result.deleted_udp_cluster_ips == frozenset()
+
+
+@pytest.mark.parametrize(("cluster_ip", "family", "want"), [
+    ("10.0.0.1", IPV4, "10.0.0.1"),
+    ("10.0.0.1", IPV6, ""),
+    ("fd00::1", IPV6, "fd00::1"),
+    ("::ffff:10.0.0.1", IPV4, "::ffff:10.0.0.1"),  # a mapped address is IPv4 (Go's To4)
+    ("not-an-ip", IPV4, "not-an-ip"),  # IsIPv6String is false: the IPv4 proxier gets it (and refuses it)
+    ("fe80::1%eth0", IPV6, ""),  # a zone is no IP
+])
+def test_cluster_ip_of_family_without_ip_families(cluster_ip, family, want):
+    """GetClusterIPByFamily for an object older than dual-stack: IsIPv6String decides."""
+    assert cluster_ip_of_family({"spec": {"clusterIP": cluster_ip}}, family) == want

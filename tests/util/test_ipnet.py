@@ -63,6 +63,15 @@ def test_ip_family(text, family):
     assert ipnet.ip_family(text) == family
 
 
+@pytest.mark.parametrize(("text", "version"), [
+    ("10.0.0.1", 4), ("010.000.0.1", 4), ("256.0.0.1", None), ("fd00::1", 6), ("::ffff:1.2.3.4", 4),
+    ("::ffff:01.2.3.4", 4), ("fe80::1%eth0", None), ("1.2.3.4:80", None), ("", None), ("nope", None),
+])
+def test_ip_version(text, version):
+    assert ipnet.ip_version(text) == version
+    assert ipnet.ip_version(text) == version  # cached path gives the same
+
+
 @pytest.mark.parametrize(("text", "family"), [
     ("10.0.0.0/8", "IPv4"), ("fd00::/64", "IPv6"), ("::ffff:1.2.3.0/120", "IPv4"), ("10.0.0.0", ""),
 ])

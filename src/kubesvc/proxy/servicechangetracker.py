@@ -32,11 +32,10 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kubesvc.util.ipnet import parse_cidr_sloppy, parse_ip_sloppy
+from kubesvc.util.ipnet import ip_version, parse_cidr_sloppy, parse_ip_sloppy
 from kubesvc.proxy.types import (
     DEFAULT_STICKY_MAX_AGE_SECONDS,
     FAMILY_NAMES,
-    IPV4,
     IPV6,
     ServicePort,
     ServicePortMap,
@@ -77,7 +76,8 @@ def cluster_ip_of_family(service: Mapping, family: int) -> str:
         cluster_ip = spec.get("clusterIP", "")
         if cluster_ip in ("", "None"):
             return ""
-        return cluster_ip if _ip_family(cluster_ip) == family else ""
+        # IsIPv6String: a text that is no IP counts as IPv4 (and is refused when parsed)
+        return cluster_ip if (ip_version(cluster_ip) == IPV6) == (family == IPV6) else ""
     cluster_ips = spec.get("clusterIPs") or []
     for index, name in enumerate(ip_families):
         if name == FAMILY_NAMES[family] and index < len(cluster_ips):
@@ -163,11 +163,6 @@ def _vip_mode_ingress_ips(service: Mapping) -> list[str]:
     return [entry["ip"] for entry in ingress if entry.get("ip") and entry.get("ipMode") in (None, "VIP")]
 
 
-def _ip_family(address: str) -> int:
-    ip = parse_ip_sloppy(address)
-    return IPV6 if ip is not None and ip.version == 6 else IPV4
-
-
 def _ips_of_family(addresses, family: int) -> tuple[str, ...]:
     """``proxyutil.MapIPsByIPFamily(...)[family]``, canonical text; invalid ones are dropped."""
     return _of_family(addresses, family, parse_ip_sloppy, "IP")
@@ -184,7 +179,7 @@ def _of_family(texts, family: int, parse, kind: str) -> tuple[str, ...]:
         parsed = parse(text)
         if parsed is None:
             log.error("Skipping invalid %s: %s", kind, text)
-        elif (IPV6 if parsed.version == 6 else IPV4) == family:
+        elif parsed.version == family:
             kept.append(str(parsed))
     return tuple(kept)
 

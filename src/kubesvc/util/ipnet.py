@@ -16,7 +16,8 @@ upstream spreads over Go's ``net`` package, ``k8s.io/utils/net`` (netutils) and
   ``"IPv6"`` (``v1.IPv4Protocol``, which ``discovery.AddressTypeIPv4`` equals), as
   ``Service.spec.ipFamilies`` and ``EndpointSlice.addressType`` carry them;
   :data:`FAMILY_NAMES` maps the one to the other. :func:`ip_family` and :func:`cidr_family` are
-  ``netutils.IPFamilyOfString`` / ``IPFamilyOfCIDRString``: a name, or "" for neither.
+  ``netutils.IPFamilyOfString`` / ``IPFamilyOfCIDRString``: a name, or "" for neither;
+  :func:`ip_version` the number (or None), ``ip_version(x) == IPV6`` being ``IsIPv6String``.
 - :func:`join_host_port` / :func:`split_host_port` are ``net.JoinHostPort`` /
   ``net.SplitHostPort``: brackets around a host with a colon; Go's reasons (``missing port in
   address``, ``too many colons in address`` ...).
@@ -117,6 +118,23 @@ def ip_family(value: str) -> str:
     if ip is None:
         return ""
     return FAMILY_NAMES[ip.version]
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _ip_version_with_colon(value: str) -> int | None:
+    ip = parse_ip_sloppy(value)
+    return None if ip is None else ip.version
+
+
+def ip_version(value: str) -> int | None:
+    """:data:`IPV4`, :data:`IPV6` or None (not an IP), as ParseIPSloppy reads ``value`` (a mapped
+    ``::ffff:1.2.3.4`` is 4, a zoned ``fe80::1%eth0`` is no IP). ``ip_version(x) == IPV6`` is
+    ``netutils.IsIPv6String``, the test upstream's callers make (an unparseable text counts as
+    IPv4 there). Cheap on the hot path: text without a colon is never IPv6 and is parsed only as
+    a dotted quad; IPv6 texts are cached."""
+    if ":" in value:
+        return _ip_version_with_colon(value)
+    return IPV4 if CANONICAL_IPV4.match(value) or _parse_ipv4_sloppy(value) is not None else None
 
 
 def cidr_family(value: str) -> str:
