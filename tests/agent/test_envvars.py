@@ -388,7 +388,10 @@ def test_pod_field_value_errors(field_ref, message):
     ("fd00::1", ["fd00::1", "10.0.0.1"], ["10.0.0.5", "fd00::5"], ("fd00::5", "fd00::5,10.0.0.5", "fd00::1", "fd00::1,10.0.0.1")),
     ("10.0.0.1", ["10.0.0.1"], ["10.0.0.5", "10.0.0.6"], ("10.0.0.5", "10.0.0.5", "10.0.0.1", "10.0.0.1")),
     ("10.0.0.1", [], [], ("", "", "10.0.0.1", "10.0.0.1")),
-], ids=["IPv6 node prefers the IPv6 pod IP", "one IP of a family", "no pod IPs yet"])
+    # IsIPv4String/IsIPv6String parse sloppily: a leading-zero IPv4 is one, a zoned IPv6 is none
+    ("10.0.0.1", ["10.0.0.1"], ["fe80::5%eth0", "010.0.0.5", "fd00::5"],
+     ("010.0.0.5", "010.0.0.5,fd00::5", "10.0.0.1", "10.0.0.1")),
+], ids=["IPv6 node prefers the IPv6 pod IP", "one IP of a family", "no pod IPs yet", "sloppy parsing"])
 def test_pod_and_host_ips(host_ip, host_ips, pod_ips, expected):
     values = tuple(pod_field_value({"fieldPath": path}, LABELLED, host_ip=host_ip, host_ips=host_ips, pod_ips=pod_ips)
                    for path in ("status.podIP", "status.podIPs", "status.hostIP", "status.hostIPs"))

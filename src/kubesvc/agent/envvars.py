@@ -45,7 +45,6 @@ Everything here is pure: objects are plain dicts in Kubernetes JSON shape.
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import os
 from collections import ChainMap
@@ -55,7 +54,7 @@ from decimal import Decimal
 from kubesvc.api.quantity import parse_quantity
 from kubesvc.util.golang import quote as go_quote  # Go's %q to the letter (annotation values may hold control characters)
 from kubesvc.api.validation_meta import is_qualified_name
-from kubesvc.util.ipnet import join_host_port
+from kubesvc.util.ipnet import IPV4, IPV6, ip_version, join_host_port
 
 MASTER_SERVICE_NAMESPACE = "default"
 MASTER_SERVICES = frozenset({"kubernetes"})
@@ -330,20 +329,14 @@ def _format_map(values: Mapping[str, str]) -> str:
 
 
 def _sort_pod_ips(pod_ips: list[str], node_ip: str) -> list[str]:
-    """``sortPodIPs``: the first valid IP of the node's family, then the first of the other."""
-    primary = 6 if _ip_version(node_ip) == 6 else 4
+    """``sortPodIPs``: the first valid IP of the node's family, then the first of the other
+    (``utilnet.IsIPv4String``/``IsIPv6String``: ParseIPSloppy, so ``010.0.0.1`` is an IPv4 and a
+    zoned ``fe80::1%eth0`` no IP)."""
+    primary = IPV6 if ip_version(node_ip) == IPV6 else IPV4
     ordered = []
-    for version in (primary, 10 - primary):
-        ordered += [ip for ip in pod_ips if _ip_version(ip) == version][:1]
+    for version in (primary, IPV4 + IPV6 - primary):
+        ordered += [ip for ip in pod_ips if ip_version(ip) == version][:1]
     return ordered
-
-
-def _ip_version(value: str) -> int | None:
-    try:
-        ip = ipaddress.ip_address(value)
-    except ValueError:
-        return None
-    return 4 if ip.version == 4 or ip.ipv4_mapped else 6
 
 
 # ---- downward API: resourceFieldRef (pkg/api/v1/resource) -------------------------------------
