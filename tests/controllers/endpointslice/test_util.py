@@ -17,6 +17,7 @@ from kubesvc.controllers.endpointslice.util import (
     LABEL_HEADLESS,
     LABEL_MANAGED_BY,
     LABEL_SERVICE_NAME,
+    address_family,
     address_types_for_service,
     endpoint_identity,
     endpoint_ports,
@@ -225,6 +226,9 @@ FIND_PORT_CASES = {
     "sidecar container port": ([{}], [{"restartPolicy": "Always", "ports": _cports(("a", 44, "TCP"))}], "a", 44),
     "containers before sidecars": ([{"ports": _cports(("a", 11, "TCP"))}], [{"restartPolicy": "Always", "ports": _cports(("a", 44, "TCP"))}], "a", 11),
     "plain init container port is ignored": ([{}], [{"ports": _cports(("a", 44, "TCP"))}], "a", None),
+    # (ours) intstr by its type: a JSON string is a name even when it is all digits
+    "digit string is a name, not a number": ([{"ports": _cports(("", 8080, "TCP"))}], None, "8080", None),
+    "non-ASCII digit string is a name": ([{"ports": _cports(("", 8080, "TCP"))}], None, "\u0668\u0660", None),
 }
 
 
@@ -288,6 +292,15 @@ def test_supported_service_address_type(spec, want):
     """TestSupportedServiceAddressType."""
     types = address_types_for_service({"metadata": {"name": "s"}, "spec": spec})
     assert len(types) == len(want) and set(types) == want
+
+
+@pytest.mark.parametrize("address, family", [
+    ("10.0.0.1", "IPv4"), ("010.0.0.1", "IPv4"), ("fd00::1", "IPv6"), ("::ffff:10.0.0.1", "IPv4"),
+    # (ours) utilnet.IsIPv6String decides: what is no IP counts as IPv4, colon or not
+    ("fe80::1%eth0", "IPv4"), ("not-an-ip", "IPv4"), ("", "IPv4"),
+])
+def test_address_family(address, family):
+    assert address_family(address) == family
 
 
 HINTS_ENABLED_CASES = {

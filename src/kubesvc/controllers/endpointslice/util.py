@@ -23,13 +23,12 @@ Objects are the API's JSON as dicts; nothing here does I/O.
 from __future__ import annotations
 
 import copy
-import functools
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from kubesvc.api.validation_meta import name_is_dns_subdomain
 from kubesvc.util.golang import parse_rfc3339, rfc3339_nano
-from kubesvc.util.ipnet import FAMILY_NAMES, IPV4_PROTOCOL, IPV6_PROTOCOL, canonical_address, parse_ip_sloppy
+from kubesvc.util.ipnet import IPV4_PROTOCOL, IPV6, IPV6_PROTOCOL, canonical_address, ip_version
 
 LABEL_SERVICE_NAME = "kubernetes.io/service-name"
 LABEL_MANAGED_BY = "endpointslice.kubernetes.io/managed-by"
@@ -98,13 +97,13 @@ def selects(service: dict) -> bool:
 # ---- ports -----------------------------------------------------------------------------------
 
 def find_port(pod: dict, service_port: dict) -> int | None:
-    """The container port a Service port targets on this Pod (``FindPort``): a number as is; a
-    name is looked up (name and protocol) in the containers, then in sidecar init containers."""
+    """The container port a Service port targets on this Pod (``FindPort``), by the type of the
+    int-or-string ``targetPort`` as intstr reads it: a JSON number as is; a JSON string is a name,
+    looked up (name and protocol) in the containers, then in sidecar init containers (``"8080"``
+    is a name too: it names no port, as upstream)."""
     target = service_port.get("targetPort", service_port.get("port"))
     if isinstance(target, int):
         return target
-    if isinstance(target, str) and target.isdigit():
-        return int(target)
     protocol = service_port.get("protocol", "TCP")
     spec = pod.get("spec") or {}
     sidecars = [c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"]
@@ -141,19 +140,11 @@ def port_map_key(ports: Iterable[dict] | None) -> PortMapKey:
 
 # ---- endpoints -------------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=1 << 16)
-def _parsed_address(address: str) -> tuple[str, str]:
-    """(family, canonical text) as Go's ParseIPSloppy sees the address (an IPv4-mapped IPv6
-    address is IPv4; ``010.001.002.003`` is ``10.1.2.3``); cached: every sync of a Service
-    re-derives every endpoint, and the same Pod IPs come back each time."""
-    ip = parse_ip_sloppy(address)
-    if ip is None:
-        return (IPV6_PROTOCOL if ":" in address else IPV4_PROTOCOL), address
-    return FAMILY_NAMES[ip.version], str(ip)
-
-
 def address_family(address: str) -> str:
-    return _parsed_address(address)[0]
+    """``IPv6`` when ``utilnet.IsIPv6String`` (ParseIPSloppy: a mapped ``::ffff:1.2.3.4`` is
+    IPv4), else ``IPv4``: a text that is no IP counts as IPv4, as upstream's endpoint controllers
+    and ``getAddressTypesForService`` test it."""
+    return IPV6_PROTOCOL if ip_version(address) == IPV6 else IPV4_PROTOCOL
 
 
 def address_types_for_service(service: dict) -> list[str]:
