@@ -11,6 +11,7 @@ from kubesvc.proxy.config import (
     ConfigError,
     KubeProxyConfiguration,
     ProxyFlags,
+    append_port_if_needed,
     apply_platform_defaults,
     check_ip_flag,
     check_ip_port_flag,
@@ -617,3 +618,13 @@ def test_check_ip_port_flag(value, error):
 def test_check_ip_flag():
     assert check_ip_flag("10.0.0.1") is None and check_ip_flag("") is None
     assert check_ip_flag("10.0.0.1:80") == '"10.0.0.1:80" is not a valid IP address'
+
+
+@pytest.mark.parametrize("address, joined", [
+    ("1.2.3.4", "1.2.3.4:10256"), ("fd00::1", "[fd00::1]:10256"), ("1.2.3.4:80", "1.2.3.4:80"),
+    ("[fd00::1]:80", "[fd00::1]:80"), ("not-an-ip", "not-an-ip"),
+    ("::ffff:1.2.3.4", "::ffff:1.2.3.4:10256"),  # To4() != nil: no brackets, as upstream
+])
+def test_append_port_if_needed(address, joined):
+    """proxyutil.AppendPortIfNeeded."""
+    assert append_port_if_needed(address, 10256) == joined

@@ -126,6 +126,8 @@ def append_port_if_needed(address: str, port: int) -> str:
     ip = parse_ip_sloppy(address)
     if ip is None:
         return address
+    # Not ipnet.join_host_port: upstream brackets by To4() == nil, not by a colon, so a mapped
+    # ::ffff:1.2.3.4 gets no brackets here
     return f"[{address}]:{port}" if ip.version == 6 else f"{address}:{port}"
 
 
