@@ -377,7 +377,7 @@ class NftState:
     """Bookkeeping between syncs; see the module docstring. Never changed in place once a
     plan returned it (``chains`` is replaced, not added to)."""
 
-    synced: bool = False  # a sync was planned from nothing, i.e. a full one
+    synced: bool = False  # False only before the first (full) sync was committed: nothing of ours to check
     base_chains_recreated: bool = False
     services: MutableMapping[str, ServiceRender] = field(default_factory=dict)
     kernel: Mapping[str, MutableMapping[str, str]] = field(default_factory=lambda: {c: {} for c in CONTAINERS})
