@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.kernel.helpers import FULL_SYNCS, SYNCS, family_value, settled
+from tests.kernel.helpers import FULL_SYNCS, SYNCS, settled
 from tests.support.netns import ProxyProcess
 from tests.support.slowdown import scaled
 
@@ -78,7 +78,7 @@ async def synced_change(proxy: ProxyProcess, change, before: float):
     again; its metrics then."""
     await change()
     deadline = time.monotonic() + scaled(30)
-    while family_value(await asyncio.to_thread(proxy.metrics), SYNCS) == before:
+    while (await asyncio.to_thread(proxy.metrics)).value(SYNCS) == before:
         assert time.monotonic() < deadline, f"the change was never synced\n{proxy.log()}"
         await asyncio.sleep(0.1)
     return await settled(proxy, quiet=scaled(1.0), timeout=scaled(60))
@@ -87,7 +87,7 @@ async def synced_change(proxy: ProxyProcess, change, before: float):
 @dataclass
 class Traced:
     started: Counter  # program name -> how many times
-    syncs: float  # syncs inside the traced window
+    syncs: float  # syncs inside the traced window, of every IP family's proxier
     full_syncs: float  # of which full (periodic resyncs)
     text: str
 
@@ -111,10 +111,10 @@ async def traced_endpoint_change(kt, out: Path) -> Traced:
     # the Service and its endpoints synced before the trace starts; a late sync of theirs that
     # still falls inside it is counted with the others
     metrics = await settled(proxy, quiet=scaled(1.5), timeout=scaled(60))
-    before, full_before = family_value(metrics, SYNCS), family_value(metrics, FULL_SYNCS)
+    before, full_before = metrics.value(SYNCS), metrics.value(FULL_SYNCS)
     async with execve_trace(proxy, out) as trace:
         after = await synced_change(proxy, lambda: kt.set_ready(first, False), before)
-    return Traced(programs(trace[0]), family_value(after, SYNCS) - before, family_value(after, FULL_SYNCS) - full_before, trace[0])
+    return Traced(programs(trace[0]), after.value(SYNCS) - before, after.value(FULL_SYNCS) - full_before, trace[0])
 
 
 def assert_only(traced: Traced, per_sync: dict[str, int], per_full_sync: dict[str, int] | None = None) -> None:
