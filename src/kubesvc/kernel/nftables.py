@@ -185,8 +185,8 @@ class NFTables:
             raise
 
     async def chain_rule_count(self, chain: str) -> int | None:
-        """How many rules chain ``chain`` of our table has; 0 if it or the table is gone (None
-        from a stand-in ``nft`` binary, which is asked with ``nft -j list chain`` instead)."""
+        """How many rules chain ``chain`` of our table has; None if it (or the table) is gone.
+        A stand-in ``nft`` binary is asked with ``nft -j list chain`` instead."""
         if self.nft == "nft":
             try:  # one small dump, answered at once: asked from the event loop's thread
                 return self._netlink.chain_rule_count(self.family_name, self.table, chain)

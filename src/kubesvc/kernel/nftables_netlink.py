@@ -69,6 +69,9 @@ NFTA_VERDICT_CODE = 1
 NFTA_VERDICT_CHAIN = 2
 NFTA_RULE_TABLE = 1
 NFTA_RULE_CHAIN = 2
+NFTA_CHAIN_TABLE = 1
+NFTA_CHAIN_NAME = 3
+NFT_MSG_GETCHAIN = 4
 NFTNL_UDATA_SET_ELEM_COMMENT = 0
 FAMILIES = {"ip": 2, "ip6": 10, "inet": 1}
 
@@ -337,10 +340,22 @@ class NftNetlink:
                     self._drain(sock)
                     raise failure
 
-    def chain_rule_count(self, family: str, table: str, chain: str) -> int:
-        """How many rules ``chain`` has (0 if it or the table does not exist)."""
+    def chain_rule_count(self, family: str, table: str, chain: str) -> int | None:
+        """How many rules ``chain`` has; None if it or the table does not exist (asked first:
+        the rule dump of a missing chain is as empty as that of an empty one)."""
         with self._lock:
             sock = self._socket()
+            seq = self._next()
+            payload = _nla(NFTA_CHAIN_TABLE, table.encode() + b"\0") + _nla(NFTA_CHAIN_NAME, chain.encode() + b"\0")
+            sock.send(_msg((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETCHAIN, NLM_F_REQUEST | NLM_F_ACK, seq, FAMILIES[family], payload))
+            while True:
+                code = next((code for mseq, code in _read_acks(sock.recv(1 << 16)) if mseq == seq), None)
+                if code is not None:
+                    break
+            if code == errno_codes.ENOENT:
+                return None
+            if code:
+                raise NetlinkFailed(code, f"list chain {family} {table} {chain}")
             seq = self._next()
             payload = _nla(NFTA_RULE_TABLE, table.encode() + b"\0") + _nla(NFTA_RULE_CHAIN, chain.encode() + b"\0")
             sock.send(_msg((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETRULE, NLM_F_REQUEST | NLM_F_DUMP, seq, FAMILIES[family], payload))
