@@ -6,7 +6,8 @@
   turns that into chain names, set/map names and per-container ``{key: value}`` in the same
   text form the rule builder writes (``"10.0.0.1 . tcp . 80" -> "goto service-..."``).
 * ``chain_rule_count(chain)`` counts one chain's rules (the interference monitor): one netlink
-  dump of that chain's rules (``kernel/nftables_netlink.py``), no ``nft`` and no listing.
+  query of the chain and a dump of its rules (``kernel/nftables_netlink.py``), no ``nft`` and no
+  listing.
 * ``delete_table_sync()`` removes the table; a missing table is not an error.
 
 Cost model worth knowing: before applying anything that adds a rule or an element, ``nft``

@@ -27,8 +27,9 @@ transaction with anything else, a set we have not seen declared, a set with flag
 type or expression outside the small vocabulary below is left to libnftables (``parse_elements_only``
 returns None).
 
-``chain_rule_count`` asks the kernel for one chain's rules (``NFT_MSG_GETRULE`` dump filtered by
-table and chain): the cost of the chain, not of the table, and no process.
+``chain_rule_count`` asks the kernel for one chain (``NFT_MSG_GETCHAIN``: gone or not) and its rules
+(``NFT_MSG_GETRULE`` dump filtered by table and chain): the cost of the chain, not of the table,
+and no process.
 """
 
 from __future__ import annotations
