@@ -19,7 +19,7 @@ that every sync leaves non-empty (``nat-prerouting``, which hooks us in, and ``s
 the dispatch). If either is gone or empty, someone deleted or flushed our table (``nft flush
 ruleset``, a firewall reload) and a full sync is requested at once. Upstream nftables mode
 has no such check (its iptables mode has the canary chains); we keep the promise in both.
-Each look is one netlink dump of that chain's rules (``NFTables.chain_rule_count``), the cost
+Each look is two small netlink queries, the chain and its rules (``NFTables.chain_rule_count``), the cost
 of the chain, not of the table: ``nft -j list chain`` fills nft's whole cache with every set
 element first (~1 s at 10k Services × 10).
 """
