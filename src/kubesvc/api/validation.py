@@ -38,16 +38,13 @@ from kubesvc.api.validation_meta import (
     GO_NIL,
     Errs,
     Meta,
-    cidr_family,
     child,
     each_invalid,
     elements,
     has_type,
     index,
-    ip_family,
     is_config_map_key,
     is_dns1123_subdomain,
-    is_dual_stack,
     is_fully_qualified_domain_name,
     is_http_header_name,
     is_qualified_name,
@@ -64,8 +61,6 @@ from kubesvc.api.validation_meta import (
     name_is_dns_label,
     name_is_dns_subdomain,
     nbytes,
-    parse_cidr_sloppy,
-    parse_ip_sloppy,
     path_segment_name,
     read,
     read_int,
@@ -84,6 +79,7 @@ from kubesvc.api.validation_meta import (
     validate_qualified_name,
     validate_non_special_ip,
 )
+from kubesvc.util.ipnet import cidr_family, ip_family, is_dual_stack, parse_cidr_sloppy, parse_ip_sloppy
 
 __all__ = ["validate", "validate_update", "validate_status_update", "validate_service_cluster_ips"]
 

@@ -33,11 +33,11 @@ import re
 from typing import Any, Callable, Iterator
 
 from kubesvc.api.errors import FieldError, forbidden_field, invalid_value, required, too_long
-from kubesvc.util import golang, ipnet
+from kubesvc.util import golang
+from kubesvc.util.ipnet import IPAddr, parse_cidr_sloppy, parse_ip_sloppy
 
 Errs = list[FieldError]
 NameFn = Callable[[str, bool], list[str]]
-IPAddr, IPNet = ipnet.IPAddr, ipnet.IPNet
 
 # field.Invalid(path, nil, ...) renders the bad value as the *string* "null" upstream
 # (field.Error.ErrorBody replaces nil and nil pointers with "null" before %q).
@@ -130,11 +130,6 @@ def read_str_map(errs: Errs, obj: Any, name: str, path: str) -> dict[str, str]:
 def nbytes(value: str) -> int:
     """Go's len(): UTF-8 bytes. surrogatepass keeps lone surrogates from JSON from raising."""
     return len(value.encode("utf-8", "surrogatepass"))
-
-
-# Go's %q of a string and of a []string (strconv.Quote): their home is util/golang
-go_quote = golang.quote
-go_string_list = golang.quote_strings
 
 
 # ---- format checks (apimachinery pkg/util/validation/validation.go, 1.32) ----------------------
@@ -334,9 +329,7 @@ def path_segment_name(name: str, prefix: bool) -> list[str]:
 
 # ---- IP addresses (k8s.io/utils/net sloppy parsing, Go net.IP semantics) ------------------------
 
-# netutils.ParseIPSloppy and the family helpers: their home is util/ipnet
-parse_ip_sloppy, parse_cidr_sloppy = ipnet.parse_ip_sloppy, ipnet.parse_cidr_sloppy
-ip_family, cidr_family, is_dual_stack = ipnet.ip_family, ipnet.cidr_family, ipnet.is_dual_stack
+# netutils.ParseIPSloppy and the family helpers live in util/ipnet; these are the validators on top
 
 
 def is_valid_ip(path: str, value: str) -> Errs:

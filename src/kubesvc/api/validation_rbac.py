@@ -29,7 +29,6 @@ from kubesvc.api.validation_meta import (
     child,
     each_invalid,
     elements,
-    go_quote,
     index,
     is_valid_label_value,
     name_is_dns_subdomain,
@@ -47,6 +46,7 @@ from kubesvc.api.validation_meta import (
 )
 from kubesvc.api.selectors import selector_from_label_selector
 from kubesvc.util import golang
+from kubesvc.util.golang import quote as go_quote
 
 GROUP = "rbac.authorization.k8s.io"
 SUBJECT_KINDS = ["ServiceAccount", "User", "Group"]
