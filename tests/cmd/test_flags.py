@@ -81,13 +81,15 @@ def test_pod_cidr_errors(value, message):
         flags.parse_pod_cidrs(value)
 
 
-@pytest.mark.parametrize(("value", "expected"), [("10.0.0.7", ["10.0.0.7"]), ("10.0.0.7,fd00::7", ["10.0.0.7", "fd00::7"])],
-                         ids=["one", "pair"])
+@pytest.mark.parametrize(("value", "expected"), [("10.0.0.7", ["10.0.0.7"]), ("10.0.0.7,fd00::7", ["10.0.0.7", "fd00::7"]),
+                                                ("", []), ("010.0.0.7", ["10.0.0.7"])],
+                         ids=["one", "pair", "none", "sloppy"])
 def test_node_ips(value, expected):
     assert flags.parse_node_ips(value) == expected
 
 
-@pytest.mark.parametrize("value", ["10.0.0.7,10.0.0.8", "nonsense"], ids=["same-family", "not-an-ip"])
+@pytest.mark.parametrize("value", ["10.0.0.7,10.0.0.8", "nonsense", "fe80::1%eth0", "10.0.0.7,fd00::7,10.0.0.8"],
+                         ids=["same-family", "not-an-ip", "zone", "three"])
 def test_node_ip_errors(value):
     with pytest.raises(ValueError, match="--node-ip"):
         flags.parse_node_ips(value)

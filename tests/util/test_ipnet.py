@@ -154,6 +154,30 @@ def test_parse_cidr_pair(text, expected):
         assert str(info.value) == expected
 
 
+IP_PAIRS = [
+    ("one", "10.0.0.7", ["10.0.0.7"]),
+    ("dual", "10.0.0.7, fd00::7", ["10.0.0.7", "fd00::7"]),
+    ("sloppy", "010.0.0.7,::ffff:1.2.3.4", "the two IPs must be of different IP families"),
+    ("leading zeros read as decimal", "010.0.0.7", ["10.0.0.7"]),
+    ("none", ",", "specify one IP, or two of different IP families"),
+    ("three", "10.0.0.7,fd00::7,10.0.0.8", "specify one IP, or two of different IP families"),
+    ("same family", "fd00::7,fd00::8", "the two IPs must be of different IP families"),
+    ("zone", "fe80::1%eth0", "invalid IP address: fe80::1%eth0"),
+    ("a CIDR is no IP", "10.0.0.0/8", "invalid IP address: 10.0.0.0/8"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [r[1:] for r in IP_PAIRS], ids=[r[0] for r in IP_PAIRS])
+def test_parse_ip_pair(text, expected):
+    """The one pair parser behind parse_cidr_pair, for IPs."""
+    if isinstance(expected, list):
+        assert [str(ip) for ip in ipnet.parse_ip_pair(text)] == expected
+    else:
+        with pytest.raises(ValueError) as info:
+            ipnet.parse_ip_pair(text)
+        assert str(info.value) == expected
+
+
 def test_parse_cidr_pair_loose_keeps_host_bits_out():
     assert [str(n) for n in ipnet.parse_cidr_pair("10.0.0.1/16", strict=False)] == ["10.0.0.0/16"]
 

@@ -162,15 +162,13 @@ def parse_pod_cidrs(value: str) -> list[str]:
 
 
 def parse_node_ips(value: str) -> list[str]:
-    """``--node-ip``: one IP, or two of different families."""
-    parts = [p.strip() for p in value.split(",") if p.strip()]
+    """``--node-ip``: nothing, one IP, or two of different families (ParseIPSloppy's text)."""
+    if not value.replace(",", "").strip():
+        return []
     try:
-        ips = [str(ipaddress.ip_address(p)) for p in parts]
+        return [str(ip) for ip in ipnet.parse_ip_pair(value)]
     except ValueError as exc:
-        raise ValueError(f"invalid --node-ip: {exc}") from None
-    if len(ips) > 2 or len({ipaddress.ip_address(i).version for i in ips}) != len(ips):
-        raise ValueError("--node-ip takes one IP, or two of different families")
-    return ips
+        raise ValueError(f"invalid --node-ip {value!r}: {exc}") from None
 
 
 def advertise_address(ctx, param, value: str | None) -> str | None:

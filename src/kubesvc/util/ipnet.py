@@ -25,7 +25,7 @@ upstream spreads over Go's ``net`` package, ``k8s.io/utils/net`` (netutils) and
   or ``N+K``, each number read with ``strconv.Atoi`` (whose error it passes on as it is).
 - :func:`parse_cidr_pair` reads a dual-stack flag value (``10.0.0.0/16,fd00::/108``): one
   CIDR, or two of different families, as kube-apiserver's ``--service-cluster-ip-range`` and
-  the node's pod CIDRs take them. (Strict by default, a kubesvc choice: host bits set are an
+  the node's pod CIDRs take them; :func:`parse_ip_pair` the same for IPs (``--node-ip``). (Strict by default, a kubesvc choice: host bits set are an
   error here, where ``ParseCIDRSloppy`` would clear them.)
 """
 
@@ -214,21 +214,39 @@ def parse_port_range(text: str) -> tuple[int, int]:
     return low, high - low + 1
 
 
-# ---- dual-stack CIDR pairs -----------------------------------------------------------------------
+# ---- dual-stack pairs (IPs or CIDRs) -------------------------------------------------------------
+
+
+def _parse_pair(value: str, parse_one, kind: str) -> list:
+    """``a`` or ``a,b`` (spaces and empty items ignored): one item, or two of different families."""
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if not 1 <= len(parts) <= 2:
+        raise ValueError(f"specify one {kind}, or two of different IP families")
+    items = [parse_one(part) for part in parts]
+    if len({item.version for item in items}) != len(items):
+        raise ValueError(f"the two {kind}s must be of different IP families")
+    return items
 
 
 def parse_cidr_pair(value: str, *, strict: bool = True) -> list[IPNet]:
-    """``a`` or ``a,b`` (spaces and empty items ignored): one CIDR, or two of different families.
-    ``strict``: host bits must be clear (``10.0.0.1/24`` is refused). ValueError otherwise."""
-    parts = [p.strip() for p in value.split(",") if p.strip()]
-    if not 1 <= len(parts) <= 2:
-        raise ValueError("specify one CIDR, or two of different IP families")
-    networks = []
-    for part in parts:
+    """One CIDR, or two of different families. ``strict``: host bits must be clear
+    (``10.0.0.1/24`` is refused). ValueError otherwise."""
+    def one(part: str) -> IPNet:
         try:
-            networks.append(ipaddress.ip_network(part, strict=strict))
+            return ipaddress.ip_network(part, strict=strict)
         except ValueError as exc:
             raise ValueError(f"invalid CIDR address: {part}: {exc}") from None
-    if len({n.version for n in networks}) != len(networks):
-        raise ValueError("the two CIDRs must be of different IP families")
-    return networks
+
+    return _parse_pair(value, one, "CIDR")
+
+
+def parse_ip_pair(value: str) -> list[IPAddr]:
+    """One IP, or two of different families, each read by ParseIPSloppy (as the kubelet's
+    ``nodeutil.ParseNodeIPArgument`` reads ``--node-ip``). ValueError otherwise."""
+    def one(part: str) -> IPAddr:
+        ip = parse_ip_sloppy(part)
+        if ip is None:
+            raise ValueError(f"invalid IP address: {part}")
+        return ip
+
+    return _parse_pair(value, one, "IP")
