@@ -26,7 +26,7 @@ import pytest
 
 from kubesvc.agent import podnet
 from kubesvc.agent.podnet import NodeNetwork, PodNetwork, PodNetworkError, RangeExhausted
-from tests.support.agent import netns_names
+from tests.support.netns import netns_names
 from tests.support.netns import Netns, bridge, call_in_netns, socket_in
 
 CIDR = "10.244.1.0/24"

@@ -7,7 +7,6 @@ Expected values are written out by hand from upstream."""
 import asyncio
 import json
 import socket
-import subprocess
 import time
 
 import pytest
@@ -19,7 +18,7 @@ from kubesvc.agent.probes import (
     resolve_port, run_check, run_probe, worker_result,
 )
 from kubesvc.serving.pki import ephemeral_serving_context
-from tests.support.netns import Netns
+from tests.support.netns import Netns, netns_pids
 
 S, F, U = ProbeResult.SUCCESS, ProbeResult.FAILURE, ProbeResult.UNKNOWN
 
@@ -544,10 +543,6 @@ def netns():
         yield ns.name
     finally:
         ns.close()
-
-
-def netns_pids(name):
-    return subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, check=True).stdout.split()
 
 
 @pytest.mark.parametrize("command,env,expected", [

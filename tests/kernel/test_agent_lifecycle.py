@@ -14,7 +14,8 @@ import time
 import pytest
 import yaml
 
-from tests.support.agent import netns_names as host_netns_names, requests_in
+from tests.support.agent import requests_in
+from tests.support.netns import netns_names as host_netns_names
 from tests.support.netns import wait_until as poll
 from tests.support.up import Machine, running_machine
 

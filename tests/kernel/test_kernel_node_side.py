@@ -36,8 +36,8 @@ from kubesvc.kernel.exec import CommandFailed
 from kubesvc.kernel.links import AddBridge, Address, DelLink, LinkFailed, LinkInfo, Route, SetUp
 from kubesvc.kernel.sysctl import SysctlFailed, read_sysctl, read_sysctl_async, write_sysctl, write_sysctl_async
 from tests.kernel.execve import programs
-from tests.support.agent import netns_names, nsenter_argv
-from tests.support.netns import REPO_ROOT, Netns, call_in_netns, wait_until
+from tests.support.agent import nsenter_argv
+from tests.support.netns import REPO_ROOT, Netns, call_in_netns, netns_names, wait_until
 
 pytestmark = pytest.mark.kernel
 

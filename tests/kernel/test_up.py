@@ -26,8 +26,8 @@ import time
 
 import pytest
 
-from tests.support.agent import RequestLoop, in_netns, is_failure, netns_pids, request_in, requests_in, tally
-from tests.support.netns import REPO_ROOT, Netns, wait_until
+from tests.support.agent import RequestLoop, in_netns, is_failure, request_in, requests_in, tally
+from tests.support.netns import REPO_ROOT, Netns, netns_pids, wait_until
 from tests.support.up import POD_NETNS_PREFIX, Machine, host_pod_namespaces, pod_namespaces_of, pod_uids_ever_stored, snapshot
 
 pytestmark = pytest.mark.kernel

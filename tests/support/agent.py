@@ -21,8 +21,6 @@ in the background and records every outcome with its time.
 from __future__ import annotations
 
 import collections
-import contextlib
-import os
 import secrets
 import signal
 import subprocess
@@ -32,36 +30,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.netns import REPO_ROOT, Node, call_in_netns, signal_and_wait
+from tests.support.netns import REPO_ROOT, LoggedProcess, Node, call_in_netns, netns_names, remove_netns, signal_and_wait
 
 
 def nsenter_argv(netns: str, *cmd: str) -> list[str]:
     """``cmd`` in network namespace ``netns`` only (the host's mount namespace kept)."""
     return ["nsenter", f"--net=/run/netns/{netns}", *map(str, cmd)]
-
-
-def netns_names() -> list[str]:
-    """``ip netns list``, names only (the host's view)."""
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
-    return [line.split()[0] for line in out.splitlines() if line.strip()]
-
-
-def netns_pids(name: str) -> list[int]:
-    out = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, check=False).stdout
-    return [int(p) for p in out.split() if p.isdigit()]
-
-
-def remove_netns(name: str) -> None:
-    """Kill everything inside namespace ``name`` and delete it (teardown of leftovers)."""
-    for _ in range(3):
-        pids = netns_pids(name)
-        if not pids:
-            break
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.05)
-    subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
 
 
 def link_names(netns: str) -> set[str]:
@@ -179,7 +153,7 @@ class RequestLoop:
 
 
 @dataclass(eq=False)
-class AgentProcess:
+class AgentProcess(LoggedProcess):
     """``kubesvc agent`` for ``node`` (see the module docstring); ``stop()`` sends SIGTERM and
     waits, ``cleanup()`` removes whatever it left (kill, leftover Pod namespaces), pass or fail."""
 
@@ -209,14 +183,6 @@ class AgentProcess:
             log.flush()
             self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
         return self
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def log(self, tail: int = 4000) -> str:
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return text[-tail:] if tail else text
 
     def pod_namespaces(self) -> list[str]:
         """The Pod namespaces this agent has (by its prefix), as ``ip netns list`` shows them."""

@@ -311,8 +311,7 @@ class Netns:
     # -- teardown
 
     def pids(self) -> list[int]:
-        result = _run(["ip", "netns", "pids", self.name], check=False)
-        return [int(p) for p in result.stdout.split() if p.isdigit()]
+        return netns_pids(self.name)
 
     def close(self) -> None:
         """Kill what runs inside (what we started, then anything they left), delete it."""
@@ -325,15 +324,48 @@ class Netns:
         for process in self.processes:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=5)
-        for _ in range(3):
-            leftovers = self.pids()
-            if not leftovers:
-                break
-            for pid in leftovers:  # children of our own processes (nft, iptables-restore...)
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.05)
-        _run(["ip", "netns", "del", self.name], check=False)
+        remove_netns(self.name)  # with the children of our own processes (nft, iptables-restore...)
+
+
+def netns_names() -> list[str]:
+    """``ip netns list``, names only: the tool's view (kernel tests hold kernel.netns to it)."""
+    return [line.split()[0] for line in _run(["ip", "netns", "list"]).stdout.splitlines() if line.strip()]
+
+
+def netns_pids(name: str) -> list[int]:
+    """``ip netns pids NAME`` ([] when there is no such namespace)."""
+    result = _run(["ip", "netns", "pids", name], check=False)
+    return [int(p) for p in result.stdout.split() if p.isdigit()]
+
+
+def remove_netns(name: str) -> None:
+    """Kill everything inside namespace ``name`` and delete it (teardown of a test's namespace or
+    of one its agent made: never fails)."""
+    for _ in range(3):
+        leftovers = netns_pids(name)
+        if not leftovers:
+            break
+        for pid in leftovers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    _run(["ip", "netns", "del", name], check=False)
+
+
+class LoggedProcess:
+    """A harness-started ``process`` whose output goes to ``log_path``: ``alive`` and the log's
+    tail (the agent's and the proxy's process holders share these)."""
+
+    process: "subprocess.Popen | None"
+    log_path: Path
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log(self, tail: int = 4000) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return text[-tail:] if tail else text
 
 
 def veth(a: Netns, a_name: str, b: Netns, b_name: str) -> None:
@@ -792,7 +824,7 @@ class ProxyFailed(AssertionError):
     pass
 
 
-class ProxyProcess:
+class ProxyProcess(LoggedProcess):
     """``kubesvc proxy`` running inside ``node``'s namespace as kube-proxy would run on a node:
 
         ip netns exec <node> python -m kubesvc proxy --kubeconfig <file> --hostname-override <node>
@@ -829,14 +861,6 @@ class ProxyProcess:
         if wait:
             self.wait_ready(timeout)
         return self
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def log(self, tail: int = 4000) -> str:
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return text[-tail:] if tail else text
 
     def _fail(self, why: str) -> ProxyFailed:
         return ProxyFailed(f"kubesvc proxy ({self.mode}) in {self.node.name}: {why}\n--- proxy log (tail) ---\n{self.log()}")

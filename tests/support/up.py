@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from tests.support.agent import netns_names, nsenter_argv, remove_netns
-from tests.support.netns import REPO_ROOT, Netns
+from tests.support.agent import nsenter_argv
+from tests.support.netns import REPO_ROOT, Netns, netns_names, remove_netns
 
 UP_LINE = re.compile(r"^kubesvc is up at https://127\.0\.0\.1:(\d+); kubeconfig: (\S+)$")
 POD_NETNS_PREFIX = "kubesvc-"  # the agent's Pod namespaces: kubesvc-<pod uid>
