@@ -6,7 +6,9 @@ Like client-go's recorder, an Event lives in the namespace of the object it is a
 (``default`` for cluster-scoped objects such as IPAddresses and ServiceCIDRs), is named
 ``<object>.<hex nanoseconds>``, and a repeat of the same (object, type, reason, message)
 bumps ``count`` and ``lastTimestamp`` of the existing Event instead of adding another
-(upstream's EventCorrelator aggregation, simplified to exact repeats).
+(upstream's EventCorrelator aggregation, simplified to exact repeats). The flow is
+``api.events.record_steps``, shared with the controllers' recorder; this module is its
+transport over the registry.
 """
 
 from __future__ import annotations
@@ -14,10 +16,9 @@ from __future__ import annotations
 import logging
 
 from kubesvc.api.errors import StatusError
-from kubesvc.api.events import event_name, event_namespace, new_event, object_reference, repeat_key
+from kubesvc.api.events import ALREADY_EXISTS, NOT_FOUND, Bump, Step, record_steps, run_steps
 from kubesvc.apiserver.registry.store import Registry
 from kubesvc.util.clock import Clock
-from kubesvc.util.golang import rfc3339
 
 log = logging.getLogger("kubesvc.apiserver.events")
 FIELD_MANAGER = "kube-apiserver"
@@ -29,7 +30,7 @@ class EventRecorder:
         self.clock = clock
         self.component = component
         self.action = action
-        self._recorded: dict[tuple, str] = {}  # (uid or name, type, reason, message) -> Event name
+        self._recorded: dict[tuple, dict] = {}  # (uid or name, type, reason, message) -> the Event
 
     def event(self, obj: dict, type_: str, reason: str, message: str, action: str | None = None) -> None:
         """Record one occurrence; never raises (an event is best effort, as upstream's)."""
@@ -39,30 +40,23 @@ class EventRecorder:
             log.warning("cannot record event %s %s: %s", reason, message, exc.message)
 
     def _record(self, obj: dict, type_: str, reason: str, message: str, action: str) -> None:
-        ref = object_reference(obj)
-        namespace = event_namespace(ref)
-        now = self.clock.now()
-        key = repeat_key(ref, type_, reason, message)
-        existing = self._recorded.get(key)
-        if existing is not None:
+        steps = record_steps(self._recorded, obj, type_, reason, message, component=self.component, action=action, now=self.clock.now())
+        run_steps(steps, self._carry_out)
+
+    def _carry_out(self, step: Step) -> dict | str:
+        if isinstance(step, Bump):
             def bump(current: dict) -> dict:
-                current["count"] = int(current.get("count") or 1) + 1
-                current["lastTimestamp"] = rfc3339(now)
+                current["count"], current["lastTimestamp"] = step.count, step.last_timestamp
                 return current
             try:
-                self.events.guaranteed_update(namespace, existing, bump, field_manager=FIELD_MANAGER)
-                return
+                return self.events.guaranteed_update(step.namespace, step.name, bump, field_manager=FIELD_MANAGER)
             except StatusError as exc:
-                if exc.code != 404:
-                    raise
-        event = new_event(ref, type_, reason, message, component=self.component, action=action, now=now)
-        for attempt in range(8):
-            name = event["metadata"]["name"] = event_name(ref, now, attempt)
-            try:
-                self.events.create(namespace, event, field_manager=FIELD_MANAGER)
-            except StatusError as exc:
-                if exc.code == 409:
-                    continue
+                if exc.code == 404:
+                    return NOT_FOUND
                 raise
-            self._recorded[key] = name
-            return
+        try:
+            return self.events.create(step.event["metadata"]["namespace"], step.event, field_manager=FIELD_MANAGER)
+        except StatusError as exc:
+            if exc.code == 409:
+                return ALREADY_EXISTS
+            raise

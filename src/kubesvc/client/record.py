@@ -4,7 +4,9 @@ an object (``Normal``) or what went wrong (``Warning``) as a core/v1 Event namin
 Recording is best effort and never blocks the caller: ``event`` queues a task and returns; a
 failed write is logged, never raised (upstream drops Events under pressure too). An exact
 repeat (same object, type, reason and message) is not a new Event: as client-go's
-``EventCorrelator``, the first one's ``count`` goes up and its ``lastTimestamp`` moves.
+``EventCorrelator``, the first one's ``count`` goes up and its ``lastTimestamp`` moves. The flow
+is ``api.events.record_steps``, shared with the apiserver's own recorder; this module drives it
+over the REST client.
 """
 
 from __future__ import annotations
@@ -12,10 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from kubesvc.api.events import event_name, event_namespace, new_event, object_reference, repeat_key
+from kubesvc.api.events import ALREADY_EXISTS, NOT_FOUND, Bump, Step, record_steps
 from kubesvc.client.rest import EVENTS, ApiError, ClientError, RestClient
 from kubesvc.util.clock import Clock, RealClock
-from kubesvc.util.golang import rfc3339
 
 log = logging.getLogger("kubesvc.client.record")
 
@@ -43,28 +44,28 @@ class EventRecorder:
             await asyncio.gather(*list(self._pending), return_exceptions=True)
 
     async def _record(self, obj: dict, type_: str, reason: str, message: str, action: str) -> None:
-        ref = object_reference(obj)
-        now = self.clock.now()
-        key = repeat_key(ref, type_, reason, message)
+        steps = record_steps(self._recorded, obj, type_, reason, message, component=self.component, action=action, now=self.clock.now())
         try:
-            existing = self._recorded.get(key)
-            if existing is not None:
-                count = int(existing.get("count") or 1) + 1
-                patch = {"count": count, "lastTimestamp": rfc3339(now)}
-                try:
-                    self._recorded[key] = await self._events.patch(existing["metadata"]["name"], patch, event_namespace(ref))
-                    return
-                except ApiError as exc:
-                    if exc.status != 404:
-                        raise
-            event = new_event(ref, type_, reason, message, component=self.component, action=action, now=now)
-            for attempt in range(8):
-                event["metadata"]["name"] = event_name(ref, now, attempt)
-                try:
-                    self._recorded[key] = await self._events.create(event)
-                    return
-                except ApiError as exc:
-                    if exc.status != 409:
-                        raise
+            step = next(steps)
+            while True:
+                step = steps.send(await self._carry_out(step))
+        except StopIteration:
+            pass
         except ClientError as exc:
-            log.warning("cannot record event %s %r about %s: %s", reason, message, ref.get("name"), exc)
+            name = (obj.get("metadata") or {}).get("name")
+            log.warning("cannot record event %s %r about %s: %s", reason, message, name, exc)
+
+    async def _carry_out(self, step: Step) -> dict | str:
+        if isinstance(step, Bump):
+            try:
+                return await self._events.patch(step.name, {"count": step.count, "lastTimestamp": step.last_timestamp}, step.namespace)
+            except ApiError as exc:
+                if exc.status == 404:
+                    return NOT_FOUND
+                raise
+        try:
+            return await self._events.create(step.event)
+        except ApiError as exc:
+            if exc.status == 409:
+                return ALREADY_EXISTS
+            raise
