@@ -185,3 +185,19 @@ def test_local_addresses_in_a_forked_child():
         got = f.read().decode()
     os.waitpid(pid, 0)
     assert got.split(",") == local_addresses(IPV4)
+
+
+def test_mapped_ipv4_cidr_is_ipv4():
+    """IsIPv4CIDRString: ``::ffff:10.0.0.0/104`` belongs to the IPv4 proxier, as Go's 10.0.0.0/8."""
+    v4, v6 = NodePortAddresses(["::ffff:10.0.0.0/104", "fd00::/64"], IPV4), NodePortAddresses(["::ffff:10.0.0.0/104", "fd00::/64"], IPV6)
+    assert v4.cidr_strings == ("::ffff:10.0.0.0/104",) and [str(c) for c in v4.cidrs] == ["10.0.0.0/8"]
+    assert v6.cidr_strings == ("fd00::/64",)
+    assert NodePortAddresses(["::ffff:127.0.0.0/104"], IPV4).contains_ipv4_loopback is True
+
+
+def test_local_detector_takes_a_mapped_ipv4_cluster_cidr_as_ipv4():
+    from kubesvc.proxy.localdetector import new_local_detector
+
+    cidrs = ["::ffff:10.0.0.0/104", "fd00::/48"]
+    assert new_local_detector("ClusterCIDR", IPV4, cidrs, []).cidr == "10.0.0.0/8"
+    assert new_local_detector("ClusterCIDR", IPV6, cidrs, []).cidr == "fd00::/48"

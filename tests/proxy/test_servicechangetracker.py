@@ -282,3 +282,12 @@ def test_apply_changes_keeps_ports_that_survive_an_update():
 def test_cluster_ip_of_family_without_ip_families(cluster_ip, family, want):
     """GetClusterIPByFamily for an object older than dual-stack: IsIPv6String decides."""
     assert cluster_ip_of_family({"spec": {"clusterIP": cluster_ip}}, family) == want
+
+
+def test_mapped_ipv4_source_range_is_ipv4():
+    """MapCIDRsByIPFamily: a mapped IPv4 CIDR is IPv4, written as Go prints it."""
+    svc = service("ns", "lb", service_port("p", 80, "TCP"), type="LoadBalancer", clusterIP="10.0.0.1", clusterIPs=["10.0.0.1", "fd00::1"],
+                  ipFamilies=["IPv4", "IPv6"], loadBalancerSourceRanges=["::ffff:10.0.0.0/104", "fd00::/64"])
+    (v4,) = service_ports_from_service(svc, IPV4).values()
+    (v6,) = service_ports_from_service(svc, IPV6).values()
+    assert v4.load_balancer_source_ranges == ("10.0.0.0/8",) and v6.load_balancer_source_ranges == ("fd00::/64",)

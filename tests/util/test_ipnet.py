@@ -182,6 +182,20 @@ def test_parse_cidr_pair_loose_keeps_host_bits_out():
     assert [str(n) for n in ipnet.parse_cidr_pair("10.0.0.1/16", strict=False)] == ["10.0.0.0/16"]
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    ("10.0.0.0/8", "10.0.0.0/8"), ("010.0.0.1/8", "10.0.0.0/8"), ("fd00::/64", "fd00::/64"),
+    ("::ffff:10.0.0.0/104", "10.0.0.0/8"), ("::ffff:10.1.2.3/128", "10.1.2.3/32"), ("::ffff:0:0/96", "0.0.0.0/0"),
+    ("::ffff:0:0/95", "::fffe:0:0/95"),  # shorter than 96: the masked address is no longer mapped
+    ("10.0.0.0", None),
+])
+def test_parse_cidr_go(text, expected):
+    """IPFamilyOfCIDR and IPNet.String() of ParseCIDRSloppy's network."""
+    parsed = ipnet.parse_cidr_go(text)
+    assert (str(parsed) if parsed is not None else None) == expected
+    if parsed is not None:
+        assert ipnet.cidr_family(text) == ipnet.FAMILY_NAMES[parsed.version]
+
+
 def test_to_cidr():
     assert ipnet.to_cidr("10.0.0.1") == "10.0.0.1/32"
     assert ipnet.to_cidr("fd00::1") == "fd00::1/128"

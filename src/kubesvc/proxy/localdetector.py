@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kubesvc.util.ipnet import parse_cidr_sloppy
+from kubesvc.util.ipnet import parse_cidr_go
 from kubesvc.proxy.types import IPV6
 
 CLUSTER_CIDR, NODE_CIDR, BRIDGE_INTERFACE, INTERFACE_NAME_PREFIX = "ClusterCIDR", "NodeCIDR", "BridgeInterface", "InterfaceNamePrefix"
@@ -75,7 +75,7 @@ def new_local_detector(mode: str, family: int, cluster_cidrs: list[str], node_po
     """The detector for one family; CIDRs of the other family are ignored."""
     def of_family(cidrs: list[str]) -> str:
         for cidr in cidrs:
-            net = parse_cidr_sloppy(cidr.strip())  # validation accepts Go's sloppy forms (010.0.0.0/8)
+            net = parse_cidr_go(cidr.strip())  # Go's sloppy forms (010.0.0.0/8); a mapped IPv4 CIDR is IPv4
             if net is not None and net.version == family:
                 return str(net)
         return ""

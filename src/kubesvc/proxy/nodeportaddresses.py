@@ -28,7 +28,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping
 
-from kubesvc.util.ipnet import parse_cidr_sloppy, parse_ip_sloppy
+from kubesvc.util.ipnet import parse_cidr_go, parse_ip_sloppy
 from kubesvc.proxy.types import IPV4, IPV6
 
 IPV4_ZERO_CIDR, IPV6_ZERO_CIDR = "0.0.0.0/0", "::/0"
@@ -38,11 +38,6 @@ IPV4_LOOPBACK_START = ipaddress.IPv4Address("127.0.0.0")
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-def family_of_cidr(text: str) -> int | None:
-    network = parse_cidr_sloppy(text)
-    return None if network is None else network.version
 
 
 def primary_cidrs(primary_ips: Iterable[str]) -> list[str]:
@@ -63,7 +58,8 @@ class NodePortAddresses:
         if strings == [NODE_PORT_ADDRESSES_PRIMARY]:
             strings = primary_cidrs(primary_ips)
         self.family = family
-        mine = [text for text in strings if family_of_cidr(text) == family]
+        # IsIPv4CIDRString: a mapped IPv4 CIDR (::ffff:10.0.0.0/104) is IPv4 (10.0.0.0/8)
+        mine = [text for text in strings if (net := parse_cidr_go(text)) is not None and net.version == family]
         if not mine:
             mine = [IPV4_ZERO_CIDR if family == IPV4 else IPV6_ZERO_CIDR]
         self.cidr_strings: tuple[str, ...] = tuple(mine)
@@ -71,7 +67,7 @@ class NodePortAddresses:
         self.match_all = False
         self.contains_ipv4_loopback = False
         for text in mine:
-            network = parse_cidr_sloppy(text)
+            network = parse_cidr_go(text)
             assert network is not None
             if network.version == IPV4 and (network.network_address.is_loopback or IPV4_LOOPBACK_START in network):
                 self.contains_ipv4_loopback = True

@@ -32,7 +32,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kubesvc.util.ipnet import ip_version, parse_cidr_sloppy, parse_ip_sloppy
+from kubesvc.util.ipnet import ip_version, parse_cidr_go, parse_ip_sloppy
 from kubesvc.proxy.types import (
     DEFAULT_STICKY_MAX_AGE_SECONDS,
     FAMILY_NAMES,
@@ -169,8 +169,9 @@ def _ips_of_family(addresses, family: int) -> tuple[str, ...]:
 
 
 def _cidrs_of_family(cidrs, family: int) -> tuple[str, ...]:
-    """``proxyutil.MapCIDRsByIPFamily(...)[family]``, masked like Go's ``*net.IPNet``."""
-    return _of_family(cidrs, family, parse_cidr_sloppy, "cidr")
+    """``proxyutil.MapCIDRsByIPFamily(...)[family]``, masked like Go's ``*net.IPNet`` (a mapped
+    ``::ffff:10.0.0.0/104`` is IPv4's ``10.0.0.0/8``)."""
+    return _of_family(cidrs, family, parse_cidr_go, "cidr")
 
 
 def _of_family(texts, family: int, parse, kind: str) -> tuple[str, ...]:

@@ -9,7 +9,9 @@ upstream spreads over Go's ``net`` package, ``k8s.io/utils/net`` (netutils) and
   (``::ffff:1.2.3.4``) is IPv4, as Go's ``To4()`` sees it; in a CIDR it keeps its 128-bit mask.
   :func:`canonical_address` is the parsed address's ``String()`` (cached; :data:`CANONICAL_IPV4`
   matches the dotted quads that are canonical already, the common case, without parsing), and
-  :func:`to_cidr` is ``utilproxy.ToCIDR`` (a host as ``/32`` or ``/128``).
+  :func:`to_cidr` is ``utilproxy.ToCIDR`` (a host as ``/32`` or ``/128``). :func:`parse_cidr_go`
+  is the parsed CIDR as Go's ``IPNet`` then acts (a mapped ``::ffff:10.0.0.0/104`` is
+  ``10.0.0.0/8``, of family IPv4): what the proxy sorts by family and writes into rules.
 - Families, defined here once. :data:`IPV4` / :data:`IPV6` are the numbers ``4`` / ``6``
   (Python's ``ip.version``), as ``kernel/`` and ``proxy/`` pass a family around (one proxier
   per family). :data:`IPV4_PROTOCOL` / :data:`IPV6_PROTOCOL` are the API's names, ``"IPv4"`` /
@@ -93,6 +95,20 @@ def parse_cidr_sloppy(value: str) -> IPNet | None:
     if ip is None or int(mask) > ip.max_prefixlen:
         return None
     return ipaddress.ip_network(f"{ip}/{int(mask)}", strict=False)
+
+
+def parse_cidr_go(value: str) -> IPNet | None:
+    """ParseCIDRSloppy's network as Go then treats it: a mapped IPv4 CIDR (``::ffff:10.0.0.0/104``,
+    a prefix of 96 or more) is the IPv4 network it stands for (``10.0.0.0/8``), the family
+    ``IPFamilyOfCIDR`` gives it and the text ``IPNet.String()`` prints for it. What kube-proxy
+    sorts by family (``MapCIDRsByIPFamily``, ``--nodeport-addresses``, the cluster CIDRs of
+    the local detector) and writes into rules."""
+    net = parse_cidr_sloppy(value)
+    if net is not None and net.version == 6:
+        mapped = net.network_address.ipv4_mapped
+        if mapped is not None:
+            return ipaddress.IPv4Network(f"{mapped}/{net.prefixlen - 96}")
+    return net
 
 
 @functools.lru_cache(maxsize=1 << 16)
