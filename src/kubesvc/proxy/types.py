@@ -88,7 +88,8 @@ class Endpoint(NamedTuple):
 
     @property
     def endpoint(self) -> str:
-        """``net.JoinHostPort(ip, port)``: ``10.0.0.1:80`` or ``[fd00::1]:80``."""
+        """``net.JoinHostPort(ip, port)``: ``10.0.0.1:80`` or ``[fd00::1]:80`` (ipnet.join_host_port
+        written inline: the call costs a third more, on every endpoint of every sync)."""
         return f"[{self.ip}]:{self.port}" if ":" in self.ip else f"{self.ip}:{self.port}"
 
     def __str__(self) -> str:

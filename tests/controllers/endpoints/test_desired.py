@@ -17,6 +17,7 @@ from kubesvc.controllers.endpoints.desired import (
     ANNOTATION_OVER_CAPACITY,
     MAX_CAPACITY,
     desired_subsets,
+    service_ip_family,
     endpoint_address,
     endpoint_port,
     plan_endpoints,
@@ -531,3 +532,12 @@ def _mutated(subset: dict, path: tuple, value) -> dict:
 )
 def test_endpoint_subsets_equal_ignore_resource_version(a, b, expected):
     assert subsets_equal_ignore_resource_version(a, b) is expected
+
+
+@pytest.mark.parametrize("pod_ip, family", [
+    ("10.0.0.5", "IPv4"), ("fd00::5", "IPv6"), ("::ffff:10.0.0.5", "IPv4"), ("fe80::5%eth0", "IPv4"), ("", "IPv4"),
+])
+def test_legacy_headless_service_takes_the_pod_ips_family(pod_ip, family):
+    """podToEndpointAddressForService without ipFamilies or a ClusterIP: IsIPv6String(pod.Status.PodIP)."""
+    service = {"metadata": {"name": "s", "namespace": "ns"}, "spec": {"clusterIP": "None"}}
+    assert service_ip_family(service, {"status": {"podIP": pod_ip}}) == family

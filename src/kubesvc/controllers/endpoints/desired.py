@@ -93,9 +93,8 @@ def service_ip_family(service: dict, pod: dict) -> str:
     cluster_ip = spec.get("clusterIP") or ""
     if cluster_ip and cluster_ip != CLUSTER_IP_NONE:
         return address_family(cluster_ip)
-    # legacy headless Service (no ipFamilies): trust the Pod's primary IP
-    primary = (pod.get("status") or {}).get("podIP") or ""
-    return IPV6_PROTOCOL if ":" in primary else IPV4_PROTOCOL
+    # legacy headless Service (no ipFamilies): trust the Pod's primary IP (IsIPv6String too)
+    return address_family((pod.get("status") or {}).get("podIP") or "")
 
 
 def endpoint_address(service: dict, pod: dict) -> dict | None:
