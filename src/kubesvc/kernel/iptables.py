@@ -186,17 +186,3 @@ class IptablesSync(_Commands):
             return False
         run_sync(self._cmd(table, "-D", chain, *args))
         return True
-
-
-def sysctl_path(name: str) -> str:
-    return "/proc/sys/" + name.replace(".", "/")
-
-
-async def read_sysctl(name: str, *, netns: str | None = None) -> str | None:
-    """A per-namespace sysctl (``net/netfilter/nf_conntrack_tcp_be_liberal``), None if unreadable."""
-    result = await run(in_netns(netns, ("cat", sysctl_path(name))), check=False)
-    return result.stdout.strip() if result.returncode == 0 else None
-
-
-async def write_sysctl(name: str, value: str, *, netns: str | None = None) -> None:
-    await run(in_netns(netns, ("sysctl", "-q", "-w", f"{name.replace('/', '.')}={value}")))

@@ -35,7 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kubesvc.kernel.exec import CleanupFailed, CommandFailed
-from kubesvc.kernel.iptables import PREPEND, Iptables, IptablesSync, has_random_fully, read_sysctl, write_sysctl
+from kubesvc.kernel.iptables import PREPEND, Iptables, IptablesSync, has_random_fully
+from kubesvc.kernel.sysctl import read_sysctl_async, write_sysctl_async
 from kubesvc.proxy.backend import KernelPlan, Mode, ProxyOptions, SyncRequest
 from kubesvc.proxy.iptables.rules import (CLEANUP_ONLY_JUMP_CHAINS, JUMP_CHAINS, KUBE_PROXY_CANARY, KUBELET_JUMP_CHAINS,
                                           TABLE_FILTER, TABLE_MANGLE, TABLE_NAT, Features, build_restore, chains_in_save,
@@ -143,7 +144,10 @@ class IptablesBackend(Mode[IptablesState]):
         except CommandFailed as err:
             log.warning("cannot tell the iptables version, assuming --random-fully works: %s", err)
             random_fully = True
-        liberal = await read_sysctl(SYSCTL_TCP_BE_LIBERAL, netns=self.netns)
+        try:
+            liberal = await read_sysctl_async(SYSCTL_TCP_BE_LIBERAL, netns=self.netns)
+        except CommandFailed:
+            liberal = None  # no nf_conntrack loaded: the default (strict)
         if liberal not in (None, "0"):
             log.info("nf_conntrack_tcp_be_liberal set, not installing DROP rules for INVALID packets")
         return Features(random_fully=random_fully, conntrack_tcp_be_liberal=liberal not in (None, "0"))
@@ -151,7 +155,7 @@ class IptablesBackend(Mode[IptablesState]):
     async def _set_route_localnet(self) -> None:
         # NodePorts on 127.0.0.1 need route_localnet (the KUBE-FIREWALL rule closes the hole).
         try:
-            await write_sysctl(SYSCTL_ROUTE_LOCALNET, "1", netns=self.netns)
+            await write_sysctl_async(SYSCTL_ROUTE_LOCALNET, "1", netns=self.netns)
             self._route_localnet_set = True
         except CommandFailed as err:
             log.warning("cannot set %s=1, NodePorts on localhost will not work: %s", SYSCTL_ROUTE_LOCALNET, err)
