@@ -76,9 +76,10 @@ def missing_prerequisites() -> list[str]:
     if os.geteuid() != 0:
         problems.append("kernel tests need root (network namespaces, nftables, iptables)")
     missing = [tool for tool in ("ip", "nft", "iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save",
-                                 "ip6tables-restore", "sysctl") if shutil.which(tool) is None]
+                                 "ip6tables-restore", "sysctl", "ipset", "conntrack", "strace") if shutil.which(tool) is None]
     if missing:
-        problems.append(f"missing on PATH: {', '.join(missing)} (Debian: apt-get install iproute2 nftables iptables procps)")
+        problems.append(f"missing on PATH: {', '.join(missing)} (Debian: apt-get install iproute2 nftables iptables procps ipset "
+                        "conntrack strace)")
     if not hasattr(_libc, "setns"):
         problems.append("libc has no setns()")
     if not problems:
