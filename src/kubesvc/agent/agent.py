@@ -32,6 +32,7 @@ from kubesvc.client.informer import Informer
 from kubesvc.client.record import EventRecorder
 from kubesvc.client.rest import PODS, SERVICES, ClientError, RestClient
 from kubesvc.util.clock import Clock, RealClock
+from kubesvc.util.aio import cancel_and_wait
 
 log = logging.getLogger("kubesvc.agent")
 
@@ -119,9 +120,7 @@ class Agent:
         self.services.stop()
         workers = list(self.workers.values())
         await asyncio.gather(*(w.shutdown(self.config.shutdown_grace, delete=False) for w in workers), return_exceptions=True)
-        for task in self._tasks:  # the heartbeat first: an in-flight beat must not re-report Ready
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks)  # the heartbeat first: an in-flight beat must not re-report Ready
         if self.heartbeat is not None:
             try:
                 await self.heartbeat.report_status(force=True, ready=False, ready_message="kubesvc agent stopped")

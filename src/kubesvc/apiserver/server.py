@@ -51,6 +51,7 @@ from prometheus_client import CollectorRegistry
 from kubesvc.storage import compact_to_window, open_backend
 from kubesvc.util.wakeable import WakeableLoop
 from kubesvc.util.clock import Clock, RealClock
+from kubesvc.util.aio import cancel_and_wait
 
 log = logging.getLogger("kubesvc.apiserver")
 
@@ -278,11 +279,7 @@ class APIServer:
                 self.endpoint_reconciler.remove()  # our address leaves the kubernetes Service now
             except Exception as err:  # noqa: BLE001 - stopping goes on; the lease expires in 15 s anyway
                 log.warning("unable to remove endpoints from kubernetes service: %s", err)
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks, raise_errors=True)
         if self.authorization is not None:
             await self.authorization.stop()
         if self.runner is not None:

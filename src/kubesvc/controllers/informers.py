@@ -17,6 +17,7 @@ from kubesvc.client.informer import Informer
 from kubesvc.client.rest import ENDPOINTS, ENDPOINTSLICES, NODES, PODS, SERVICES, Resource, RestClient
 from kubesvc.client.workqueue import WorkQueue
 from kubesvc.controllers.endpointslice.util import LABEL_SERVICE_NAME, pod_service_keys, services_to_update_on_pod_change
+from kubesvc.util.aio import cancel_and_wait
 
 POD_NODE_INDEX = "node"
 SLICE_SERVICE_INDEX = "service"
@@ -87,9 +88,7 @@ class SharedInformers:
     async def stop(self) -> None:
         for informer in self._informers.values():
             informer.stop()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
 
 

@@ -40,6 +40,7 @@ from kubesvc.kernel.netlink import local_addresses_async
 from kubesvc.proxy.proxier import Proxier
 from kubesvc.proxy.startup import READ_ONLY_SYSFS_MESSAGE, READ_ONLY_SYSFS_REASON, RETRY_BIND_EVERY, setup_conntrack
 from kubesvc.proxy.types import IPV4, IPV6
+from kubesvc.util.aio import cancel_and_wait
 
 log = logging.getLogger("kubesvc.proxy")
 
@@ -284,9 +285,7 @@ class ProxyServer:
     async def stop(self) -> None:
         for informer in self.informers:
             informer.stop()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks)
         for proxier in self.proxiers:
             if proxier.service_health is not None:
                 await proxier.service_health.sync_services({})

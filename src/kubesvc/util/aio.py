@@ -11,6 +11,7 @@ it (a server's ``stop()``) hangs. ``asyncio.wait`` never swallows the caller's c
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
 
 async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
@@ -23,3 +24,23 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
     finally:
         waiter.cancel()
     return event.is_set()
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Future], *, raise_errors: bool = False) -> None:
+    """Cancel ``tasks`` and wait until every one has finished (a component's ``stop()``).
+
+    The caller's own cancellation is never swallowed (``asyncio.wait``; the common
+    ``with suppress(CancelledError): await task`` swallows the caller's cancellation along with
+    the task's). A task that ended with an error other than its cancellation: the first such
+    error is raised with ``raise_errors``, else dropped as ``gather(..., return_exceptions=True)``
+    drops it (retrieved either way, so asyncio does not log it as never retrieved)."""
+    tasks = list(tasks)
+    for task in tasks:
+        task.cancel()
+    if not tasks:
+        return
+    await asyncio.wait(tasks)
+    errors = [task.exception() for task in tasks if not task.cancelled()]
+    first = next((error for error in errors if error is not None), None)
+    if raise_errors and first is not None:
+        raise first

@@ -16,7 +16,6 @@ default policy reconciled at start, and, with the Node mode, NodeRestriction adm
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Callable, Mapping
 
 from kubesvc.api.scheme import KindInfo
@@ -28,6 +27,7 @@ from kubesvc.apiserver.auth.node import NodeAuthorizer, NodeGraph
 from kubesvc.apiserver.auth.policy import ensure_bootstrap_policy
 from kubesvc.apiserver.auth.rbac import RBAC_GROUP, PolicyIndex, RBACAuthorizer
 from kubesvc.apiserver.auth.storefeed import StoreFeed
+from kubesvc.util.aio import cancel_and_wait
 
 MODES = ("AlwaysAllow", "AlwaysDeny", "Node", "RBAC")
 UPSTREAM_ONLY_MODES = ("ABAC", "Webhook")
@@ -125,8 +125,4 @@ class Authorization:
     async def stop(self) -> None:
         if self.feed is not None:
             await self.feed.stop()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks, raise_errors=True)

@@ -16,7 +16,6 @@ relists.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Callable
 
@@ -24,6 +23,7 @@ import msgspec
 
 from kubesvc.api.scheme import KindInfo
 from kubesvc.storage import base as storage
+from kubesvc.util.aio import cancel_and_wait
 
 log = logging.getLogger("kubesvc.apiserver.auth")
 
@@ -123,9 +123,5 @@ class StoreFeed:
         return revision
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks, raise_errors=True)
         self._tasks = []
