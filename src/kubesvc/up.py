@@ -41,7 +41,8 @@ from kubesvc.kernel import host, links
 from kubesvc.kernel import netns as knetns
 from kubesvc.kernel import process as kprocess
 from kubesvc.kernel.exec import CommandFailed
-from kubesvc.kernel.links import DelRoute, LinkFailed, Route
+from kubesvc.kernel.links import DelRoute, Route
+from kubesvc.kernel.netlink import NetlinkFailed
 
 log = logging.getLogger("kubesvc.up")
 
@@ -113,7 +114,7 @@ def remove_service_routes(cidrs: list[str]) -> list[str]:
     for cidr in cidrs:
         try:
             links.apply([DelRoute(cidr)])
-        except LinkFailed as err:
+        except NetlinkFailed as err:
             if err.returncode != errno.ESRCH:
                 errors.append(str(err))
     return errors

@@ -5,7 +5,7 @@
 * ``kernel/netns.py``: a namespace is identified by its nsfs inode; namespaces are made, found,
   emptied of their processes and removed as ``ip netns`` does, without an ``ip`` process.
 * ``kernel/links.py``: a plan of operations runs in the namespace it names (or the calling
-  thread's); a refusal is a ``LinkFailed`` carrying the operation, the errno and the kernel's
+  thread's); a refusal is a ``NetlinkFailed`` carrying the operation, the errno and the kernel's
   message; ``force`` tries every operation.
 * ``kernel/process.py``: a process spawned into a namespace runs there with the environment and
   directory given, in a session whose whole group ``kill_group`` reaches; ``terminate`` is
@@ -33,7 +33,8 @@ from kubesvc.kernel import links
 from kubesvc.kernel import netns as knetns
 from kubesvc.kernel import process as kprocess
 from kubesvc.kernel.exec import CommandFailed
-from kubesvc.kernel.links import AddBridge, Address, DelLink, LinkFailed, LinkInfo, Route, SetUp
+from kubesvc.kernel.links import AddBridge, Address, DelLink, LinkInfo, Route, SetUp
+from kubesvc.kernel.netlink import NetlinkFailed
 from kubesvc.kernel.sysctl import SysctlFailed, read_sysctl, read_sysctl_async, write_sysctl, write_sysctl_async
 from tests.kernel.execve import programs
 from tests.support.agent import nsenter_argv
@@ -121,7 +122,7 @@ def test_none_is_the_calling_threads_namespace(ns):
 
 
 def test_a_refusal_is_a_link_failed_and_force_tries_everything(ns):
-    with pytest.raises(LinkFailed) as caught:
+    with pytest.raises(NetlinkFailed) as caught:
         links.apply([DelLink("nosuch0"), AddBridge("br7", "02:00:00:00:00:07")], ns.name)
     err = caught.value
     assert isinstance(err, CommandFailed)

@@ -502,7 +502,7 @@ async def ensure_node_network(net: NodeNetwork) -> None:
 async def add_pod(net: NodeNetwork, pod_uid: str) -> PodNetwork:
     """The Pod's namespace, veth, addresses and routes; what exists already (after an agent
     restart) is reused, so calling it again returns the same PodNetwork. Raises RangeExhausted
-    when the podCIDR is full, ``LinkFailed`` (a CommandFailed) when the kernel refuses."""
+    when the podCIDR is full, ``NetlinkFailed`` (a CommandFailed) when the kernel refuses."""
     pod = net.pod(pod_uid)
     pod.ips = IPStore(net.ipam_dir).allocate(pod_uid, net.pod_cidrs, net.gateways)
     await knetns.on_thread_async(None, _plumb, net, pod)

@@ -18,8 +18,9 @@ open a netlink socket: each socket gets a plain selector loop. Namespaces themse
 (``netns add``/``del``) are files under /run/netns, whatever namespace the thread is in
 (:mod:`kubesvc.kernel.netns`).
 
-``apply`` stops at the first refusal and raises :class:`LinkFailed` (a ``CommandFailed`` whose
-argv is ``("netlink", <the operation>)``, code the errno, output the kernel's message); with
+``apply`` stops at the first refusal and raises ``kernel.netlink.NetlinkFailed`` (the package's
+one netlink error, a ``CommandFailed`` whose argv is ``("netlink", <the operation>)``, code the
+errno, output the kernel's message, ``op`` the operation value); with
 ``force=True`` it tries every operation and returns the failures, as ``ip -force -batch``.
 ``Rtnetlink`` is this module's interface; ``kernel/fake/links.py`` its stateful fake.
 """
@@ -36,31 +37,17 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kubesvc.kernel import netns as knetns
-from kubesvc.kernel.exec import CommandFailed
+from kubesvc.kernel.netlink import NetlinkFailed
 
 IFA_F_NODAD = 0x02
 RT_SCOPE_LINK = 253
 RTPROT_BOOT = 3  # what ``ip route add`` sets unless told otherwise (and does not print)
 
 
-class LinkFailed(CommandFailed):
-    """The kernel refused one operation: ``argv`` is ``("netlink", <operation>)``, ``returncode``
-    the errno, ``stderr`` the kernel's message; ``netns`` where it ran (None: the caller's)."""
-
-    def __init__(self, op: "Op | str", code: int, message: str, netns: str | None = None):
-        self.op, self.netns = op, netns
-        super().__init__(("netlink", str(op)), code, "", message, str(op))
-        where = f" (netns {netns})" if netns else ""
-        self.args = (f"{op}{where}: {message}",)
-
-    def __str__(self) -> str:
-        return self.args[0]
-
-
-def _failure(op: "Op | str", err: BaseException, netns: str | None) -> LinkFailed:
+def _failure(op: "Op | str", err: BaseException, netns: str | None) -> NetlinkFailed:
     code = getattr(err, "code", None) or getattr(err, "errno", None) or errno_.EIO
     message = getattr(err, "strerror", None) or (os.strerror(code) if code in errno_.errorcode else str(err))
-    return LinkFailed(op, code, message, netns)
+    return NetlinkFailed(op, code, message, netns)
 
 
 class _Ipr(Protocol):  # what the operations use: pyroute2's IPRoute and an index cache
@@ -312,13 +299,13 @@ class Session:
         return self._socket
 
     def apply(self, ops: Sequence[Op], *, force: bool = False) -> list[str]:
-        """``ops`` in order; :class:`LinkFailed` at the first refusal, or (``force``) every failure returned."""
+        """``ops`` in order; ``NetlinkFailed`` at the first refusal, or (``force``) every failure returned."""
         errors: list[str] = []
         for op in ops:
             try:
                 op.run(None if isinstance(op, (AddNetns, DelNetns)) else self.socket)
             except Exception as err:  # noqa: BLE001 - pyroute2's and the OS's refusals, translated once here
-                failure = err if isinstance(err, LinkFailed) else _failure(op, err, self.netns)
+                failure = err if isinstance(err, NetlinkFailed) else _failure(op, err, self.netns)
                 if not force:
                     raise failure from err
                 errors.append(str(failure))
@@ -353,7 +340,7 @@ def _apply_here(ops: Sequence[Op], netns: str | None, force: bool) -> list[str]:
 
 def apply(ops: Sequence[Op], netns: str | None = None, *, force: bool = False) -> list[str]:
     """Carry out ``ops`` in order inside ``netns`` (None: the calling thread's namespace).
-    Raises :class:`LinkFailed` at the first refusal, or with ``force`` returns every failure."""
+    Raises ``NetlinkFailed`` at the first refusal, or with ``force`` returns every failure."""
     if not ops:
         return []
     return knetns.on_thread(netns, _apply_here, list(ops), netns, force)
@@ -394,7 +381,7 @@ def parse_link_info(link: Any, addresses: Iterable[Any]) -> LinkInfo:
 
 
 def _query(request: str, fn, *args):
-    """``fn(ipr, *args)`` on a fresh socket; a refusal raised as :class:`LinkFailed` naming ``request``."""
+    """``fn(ipr, *args)`` on a fresh socket; a refusal raised as ``NetlinkFailed`` naming ``request``."""
     try:
         with _Socket() as sock:
             return fn(sock, *args)

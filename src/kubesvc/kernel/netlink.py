@@ -20,14 +20,15 @@ The other netlink families (IPVS in ``kernel.ipvs``, conntrack in ``kernel.connt
 same thread.
 
 Failures raise ``NetlinkFailed``, a ``CommandFailed`` whose argv is the request
-(``("netlink", "addr", "add", ...)``), whose code is the errno and whose output is the kernel's
-message. Parsing the kernel's messages (``parse_addresses``) is pure, tested on plain dicts.
+(``("netlink", "addr", "add", ...)``, or ``("netlink", <operation>)`` for ``kernel.links``'s
+operation values), whose code is the errno and whose output is the kernel's message: the one
+error of every netlink door of the package (rtnetlink here and in ``kernel.links``, IPVS,
+conntrack). Parsing the kernel's messages (``parse_addresses``) is pure, tested on plain dicts.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import errno as errno_
 import os
 import socket
@@ -38,7 +39,7 @@ from typing import Any, TypeVar
 
 from kubesvc.kernel import IPV4, IPV6
 from kubesvc.kernel.exec import CommandFailed
-from kubesvc.kernel.netns import CLONE_NEWNET, netns_path
+from kubesvc.kernel.netns import entered
 
 T = TypeVar("T")
 
@@ -46,15 +47,24 @@ _AF = {IPV4: socket.AF_INET, IPV6: socket.AF_INET6}
 _FAMILY_OF_AF = {socket.AF_INET: IPV4, socket.AF_INET6: IPV6}
 SCOPE_LINK = 253  # RT_SCOPE_LINK: fe80::/10, 169.254.0.0/16 as the kernel assigns them
 SCOPE_HOST = 254  # RT_SCOPE_HOST: loopback
-THREAD_SELF = "/proc/thread-self/ns/net"
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 class NetlinkFailed(CommandFailed):
-    """A netlink request was refused: ``argv`` names the request, ``returncode`` is the errno."""
+    """The kernel refused a netlink request: ``argv`` is ``("netlink", *request)`` (a tuple of
+    words, or one operation value of ``kernel.links`` printed as its ``ip -batch`` line, kept as
+    ``op``), ``returncode`` the errno, ``stderr`` the kernel's message, ``input_text`` the request
+    as one line; ``netns`` where it ran (None: the caller's)."""
 
-    def __init__(self, request: Sequence[str], code: int, message: str):
-        super().__init__(("netlink", *request), code, "", message)
+    def __init__(self, request: Sequence[str] | object, code: int, message: str, netns: str | None = None):
+        words = tuple(request) if isinstance(request, (tuple, list)) else (str(request),)
+        self.op, self.netns = request, netns
+        line = " ".join(words)
+        super().__init__(("netlink", *words), code, "", message, line)
+        where = f" (netns {netns})" if netns else ""
+        self.args = (f"{line}{where}: {message}",)
+
+    def __str__(self) -> str:
+        return self.args[0]
 
 
 # ---- the netlink thread ---------------------------------------------------------------------------
@@ -90,12 +100,6 @@ async def call_async(fn: Callable[..., T], *args) -> T:
     return await asyncio.wrap_future(_thread.submit(fn, *args))
 
 
-def _setns(fd: int) -> None:
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"setns: {os.strerror(err)}")
-
-
 def _make(factory: Callable[..., T], kwargs: dict) -> T:
     sock = factory(use_event_loop=asyncio.SelectorEventLoop(), **kwargs)
     if asyncio.iscoroutinefunction(getattr(sock, "setup_endpoint", None)):  # an Async* class: open it now
@@ -110,19 +114,7 @@ def open_socket(factory: Callable[..., T], netns: str | None = None, **kwargs) -
     socket is made."""
     if netns is None:
         return _make(factory, kwargs)
-    original = os.open(THREAD_SELF, os.O_RDONLY)
-    try:
-        target = os.open(netns_path(netns), os.O_RDONLY)
-        try:
-            _setns(target)
-            try:
-                return _make(factory, kwargs)
-            finally:
-                _setns(original)
-        finally:
-            os.close(target)
-    finally:
-        os.close(original)
+    return entered(netns, _make, factory, kwargs)
 
 
 def failed(request: Sequence[str], err: BaseException) -> NetlinkFailed:

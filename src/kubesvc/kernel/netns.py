@@ -78,9 +78,11 @@ def _open(target: str | int) -> int:
     return os.dup(target) if isinstance(target, int) else os.open(netns_path(target), os.O_RDONLY)
 
 
-def _entered(target: str | int, fn: Callable[..., T], *args) -> T:
-    """``fn(*args)`` on this thread after entering ``target`` (a name, an nsfs path or an open
-    nsfs fd), switching back afterwards."""
+def entered(target: str | int, fn: Callable[..., T], *args) -> T:
+    """``fn(*args)`` on *this* thread after entering ``target`` (a name, an nsfs path or an open
+    nsfs fd), switching back afterwards: the one ``setns`` of the package. For a thread that must
+    stay the same (``kernel.netlink``'s netlink thread opens each namespace's socket this way);
+    ``call_in``/``on_thread`` give a fresh one."""
     original = os.open(_THREAD_SELF, os.O_RDONLY)
     try:
         fd = _open(target)
@@ -119,7 +121,7 @@ def call_in(netns: str | None, fn: Callable[..., T], *args) -> T:
     raises its exception (``OSError`` if the namespace cannot be entered)."""
     if netns is None:
         return fn(*args)
-    return _on_new_thread(f"netns-{netns}", _entered, netns, fn, *args)
+    return _on_new_thread(f"netns-{netns}", entered, netns, fn, *args)
 
 
 def on_thread(netns: str | None, fn: Callable[..., T], *args) -> T:
@@ -129,7 +131,7 @@ def on_thread(netns: str | None, fn: Callable[..., T], *args) -> T:
         return call_in(netns, fn, *args)
     here = os.open(_THREAD_SELF, os.O_RDONLY)
     try:
-        return _on_new_thread("netns-here", _entered, here, fn, *args)
+        return _on_new_thread("netns-here", entered, here, fn, *args)
     finally:
         os.close(here)
 
@@ -138,7 +140,7 @@ async def on_thread_async(netns: str | None, fn: Callable[..., T], *args) -> T:
     """``on_thread`` without blocking the event loop (the namespace of None is the loop thread's)."""
     here = os.open(_THREAD_SELF, os.O_RDONLY) if netns is None else None
     try:
-        return await asyncio.to_thread(_entered, netns if here is None else here, fn, *args)
+        return await asyncio.to_thread(entered, netns if here is None else here, fn, *args)
     finally:
         if here is not None:
             os.close(here)

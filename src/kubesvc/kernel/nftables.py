@@ -72,7 +72,7 @@ import threading
 from collections.abc import Sequence
 
 from kubesvc.kernel.exec import CommandFailed, in_netns, run, run_sync
-from kubesvc.kernel.nftables_netlink import NetlinkFailed, NftNetlink, SetType, declared_set_types, parse_elements_only
+from kubesvc.kernel.nftables_netlink import NfNetlinkFailed, NftNetlink, SetType, declared_set_types, parse_elements_only
 from kubesvc.kernel import IPV4, IPV6
 
 KUBE_PROXY_TABLE = "kube-proxy"
@@ -164,8 +164,8 @@ class NFTables:
             return False
         try:
             self._netlink.apply(self.family_name, self.table, ops)
-        except (NetlinkFailed, OSError) as err:
-            code = err.errno if isinstance(err, NetlinkFailed) else (err.errno or 0)
+        except (NfNetlinkFailed, OSError) as err:
+            code = err.errno if isinstance(err, NfNetlinkFailed) else (err.errno or 0)
             raise CommandFailed(self.argv("-f", "-"), 1, "", f"Error: Could not process rule: {os.strerror(code) if code else err}\n"
                                 f"{getattr(err, 'what', '')}\n", text) from err
         return True
@@ -191,7 +191,7 @@ class NFTables:
         if self.nft == "nft":
             try:  # one small dump, answered at once: asked from the event loop's thread
                 return self._netlink.chain_rule_count(self.family_name, self.table, chain)
-            except (NetlinkFailed, OSError) as err:
+            except (NfNetlinkFailed, OSError) as err:
                 raise CommandFailed(self.argv("list", "chain", self.family_name, self.table, chain), 1, "", str(err)) from err
         try:
             objs = await self._json("list", "chain", self.family_name, self.table, chain)

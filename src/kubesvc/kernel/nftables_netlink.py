@@ -265,8 +265,9 @@ def _msg(kind: int, flags: int, seq: int, family: int, payload: bytes, res_id: i
     return struct.pack("=IHHII", 16 + len(body), kind, flags, seq, 0) + body
 
 
-class NetlinkFailed(Exception):
-    """The kernel refused a request: ``errno`` and the operation it refused (if known)."""
+class NfNetlinkFailed(Exception):
+    """The kernel refused an nf_tables request: ``errno`` and the operation it refused (if known).
+    Not a ``CommandFailed``: ``kernel.nftables`` turns it into nft's own failure."""
 
     def __init__(self, code: int, what: str = ""):
         super().__init__(f"{os.strerror(code)}{f' ({what})' if what else ''}")
@@ -302,7 +303,7 @@ class NftNetlink:
         return self._seq
 
     def apply(self, family: str, table: str, ops: list[ElementOp]) -> None:
-        """Apply ``ops`` as one batch; raises ``NetlinkFailed`` (nothing applied) on refusal."""
+        """Apply ``ops`` as one batch; raises ``NfNetlinkFailed`` (nothing applied) on refusal."""
         fam = FAMILIES[family]
         with self._lock:
             sock = self._socket()
@@ -322,19 +323,19 @@ class NftNetlink:
             msgs.append(_msg(NFNL_MSG_BATCH_END, NLM_F_REQUEST, self._next(), 0, b"", NFNL_SUBSYS_NFTABLES))
             data = b"".join(msgs)
             if len(data) > 4 << 20:
-                raise NetlinkFailed(errno_codes.EMSGSIZE, "batch too large")
+                raise NfNetlinkFailed(errno_codes.EMSGSIZE, "batch too large")
             _grow_sndbuf(sock, len(data))
             sock.send(data)
             pending = set(what)
-            failure: NetlinkFailed | None = None
+            failure: NfNetlinkFailed | None = None
             while pending:
                 for seq, code in _read_acks(sock.recv(65536)):
                     if seq == begin and code and failure is None:  # the commit itself failed
-                        failure = NetlinkFailed(code, "commit")
+                        failure = NfNetlinkFailed(code, "commit")
                     if seq in pending:
                         pending.discard(seq)
                         if code and failure is None:
-                            failure = NetlinkFailed(code, what.get(seq, ""))
+                            failure = NfNetlinkFailed(code, what.get(seq, ""))
                 if failure is not None:
                     # The batch was aborted as a whole; acks still due may never come (the
                     # kernel stops early on ENOMEM), so they are drained, not awaited.
@@ -356,7 +357,7 @@ class NftNetlink:
             if code == errno_codes.ENOENT:
                 return None
             if code:
-                raise NetlinkFailed(code, f"list chain {family} {table} {chain}")
+                raise NfNetlinkFailed(code, f"list chain {family} {table} {chain}")
             seq = self._next()
             payload = _nla(NFTA_RULE_TABLE, table.encode() + b"\0") + _nla(NFTA_RULE_CHAIN, chain.encode() + b"\0")
             sock.send(_msg((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETRULE, NLM_F_REQUEST | NLM_F_DUMP, seq, FAMILIES[family], payload))
@@ -372,7 +373,7 @@ class NftNetlink:
                         code = -struct.unpack_from("=i", data, offset + 16)[0]
                         if code in (errno_codes.ENOENT, 0):
                             return rules
-                        raise NetlinkFailed(code, f"list chain {family} {table} {chain}")
+                        raise NfNetlinkFailed(code, f"list chain {family} {table} {chain}")
                     rules += 1
 
     def _drain(self, sock: socket.socket) -> None:

@@ -21,7 +21,7 @@ It refuses what the kernel refuses, with its errno and message (held to the kern
   its subnet (the kernel's connected route, kept apart from the routes we add);
 * ``busy``: names whose deletion the test wants refused with EBUSY.
 
-``apply`` stops at the first refusal with ``LinkFailed``, or with ``force`` tries every
+``apply`` stops at the first refusal with ``NetlinkFailed``, or with ``force`` tries every
 operation and returns the failures, as ``kernel.links.apply``.
 """
 
@@ -33,8 +33,9 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kubesvc.kernel.links import (AddBridge, AddNetns, AddVeth, Address, DelAddress, DelLink, DelNetns, DelRoute, LinkFailed, LinkInfo, Op,
+from kubesvc.kernel.links import (AddBridge, AddNetns, AddVeth, Address, DelAddress, DelLink, DelNetns, DelRoute, LinkInfo, Op,
                                   Route, SetHairpin, SetUp)
+from kubesvc.kernel.netlink import NetlinkFailed
 
 MESSAGES = {errno.EEXIST: "File exists", errno.ENOENT: "No such file or directory", errno.EOPNOTSUPP: "Operation not supported",
             errno.EADDRNOTAVAIL: "Cannot assign requested address", errno.ENETDOWN: "Network is down",
@@ -129,7 +130,7 @@ class FakeNetwork:
             try:
                 self._run(op, ns)
             except Refused as err:
-                failure = LinkFailed(op, err.code, str(err), netns)
+                failure = NetlinkFailed(op, err.code, str(err), netns)
                 if not force:
                     raise failure from None
                 errors.append(str(failure))
