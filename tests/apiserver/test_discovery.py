@@ -204,3 +204,17 @@ KUBECTL_ACCEPT = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscove
 )
 def test_wants_aggregated(accept, expected):
     assert wants_aggregated(accept) == expected
+
+
+async def test_server_address_of_an_ipv6_bind_address_is_bracketed(tmp_path):
+    """serverAddressByClientCIDRs is net.JoinHostPort(host, port): ``[::1]:6443``, not ``::1:6443``."""
+    from kubesvc.apiserver.server import APIServer, ServerConfig
+
+    server = APIServer(ServerConfig(data_dir=tmp_path, bind_address="::1", secure_port=0))
+    await server.start()
+    try:
+        versions = server.runner.app["discovery"].api_versions()
+        (entry,) = versions["serverAddressByClientCIDRs"]
+        assert entry["serverAddress"] == f"[::1]:{server.port}"
+    finally:
+        await server.stop()

@@ -52,6 +52,7 @@ from kubesvc.storage import compact_to_window, open_backend
 from kubesvc.util.wakeable import WakeableLoop
 from kubesvc.util.clock import Clock, RealClock
 from kubesvc.util.aio import cancel_and_wait
+from kubesvc.util.ipnet import join_host_port
 
 log = logging.getLogger("kubesvc.apiserver")
 
@@ -235,7 +236,7 @@ class APIServer:
         kubelet_client = KubeletClient(kubelet_tls_context(kubelet_client_cert, config.kubelet_client_key or creds.kubelet_client.key,
                                                            config.kubelet_certificate_authority or creds.ca_cert))
         ensure_kubelet_api_admin_binding(self.registry, kubelet_client_user(kubelet_client_cert))
-        app = build_app(self.registry, self.clock, f"{config.bind_address}:{self.port}", metrics_registry, kubelet_client)
+        app = build_app(self.registry, self.clock, join_host_port(config.bind_address, self.port), metrics_registry, kubelet_client)
         app["namespace_finalizer"] = finalizer
         app["in_flight"] = InFlight(config.max_requests_inflight, config.max_mutating_requests_inflight)
         app["admission_waits"] = [plugin.wait_ready for plugin in admission]  # run by the create handlers
