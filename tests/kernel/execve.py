@@ -81,7 +81,7 @@ async def synced_change(proxy: ProxyProcess, change, before: float):
     while (await asyncio.to_thread(proxy.metrics)).value(SYNCS) == before:
         assert time.monotonic() < deadline, f"the change was never synced\n{proxy.log()}"
         await asyncio.sleep(0.1)
-    return await settled(proxy, quiet=scaled(1.0), timeout=scaled(60))
+    return await settled(proxy, quiet=QUIET, timeout=scaled(60))
 
 
 @dataclass
@@ -95,6 +95,9 @@ class Traced:
         return self.text[-3000:]
 
 
+# Seconds without a sync that count as settled; not scaled in the VM, where the IPVS module's
+# periodic resync (every 10 s per family) would never leave a longer quiet.
+QUIET = 1.5
 TRACE_PORTS = [{"name": "tcp", "port": 80, "targetPort": 8080, "protocol": "TCP"},
                {"name": "udp", "port": 53, "targetPort": 8080, "protocol": "UDP"}]
 
@@ -110,7 +113,7 @@ async def traced_endpoint_change(kt, out: Path) -> Traced:
     proxy = kt.proxy(node)
     # the Service and its endpoints synced before the trace starts; a late sync of theirs that
     # still falls inside it is counted with the others
-    metrics = await settled(proxy, quiet=scaled(1.5), timeout=scaled(60))
+    metrics = await settled(proxy, quiet=QUIET, timeout=scaled(60))
     before, full_before = metrics.value(SYNCS), metrics.value(FULL_SYNCS)
     async with execve_trace(proxy, out) as trace:
         after = await synced_change(proxy, lambda: kt.set_ready(first, False), before)
