@@ -96,6 +96,32 @@ class _Socket:
             self.loop.close()
 
 
+class Borrowed:
+    """A socket kept open elsewhere (``kernel.netlink``'s cached one for a namespace, used on the
+    netlink thread, which is *not* inside that namespace) as what the operations use: an index is
+    asked of that socket (``RTM_GETLINK`` by name), since ``if_nametoindex`` would answer for the
+    thread's namespace; remembered for this adapter's life (one call). Closing it is the owner's."""
+
+    def __init__(self, ipr: Any) -> None:
+        self.ipr = ipr
+        self.link, self.addr, self.route = ipr.link, ipr.addr, ipr.route
+        self._indexes: dict[str, int] = {}
+
+    def index(self, name: str) -> int:
+        if name not in self._indexes:
+            found = self.ipr.link_lookup(ifname=name)
+            if not found:
+                raise OSError(errno_.ENODEV, f"Cannot find device \"{name}\"")
+            self._indexes[name] = found[0]
+        return self._indexes[name]
+
+    def forget(self, name: str) -> None:
+        self._indexes.pop(name, None)
+
+    def close(self) -> None:
+        pass
+
+
 def _is_v6(address: str) -> bool:
     return ":" in address
 
@@ -151,6 +177,20 @@ class AddVeth:
 
     def run(self, ipr: _Ipr) -> None:
         ipr.link("add", ifname=self.name, kind="veth", peer={"ifname": self.peer, "net_ns_fd": knetns.netns_path(self.peer_netns)})
+
+
+@dataclass(frozen=True)
+class AddDummy:
+    """A dummy link, left down (upstream ``EnsureDummyDevice``): the IPVS proxier's ``kube-ipvs0``,
+    holding every Service IP so the node accepts packets for them (needs ``CONFIG_DUMMY``)."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return f"link add {self.name} type dummy"
+
+    def run(self, ipr: _Ipr) -> None:
+        ipr.link("add", ifname=self.name, kind="dummy")
 
 
 @dataclass(frozen=True)
@@ -259,7 +299,7 @@ class DelRoute:
         ipr.route("del", dst=str(ipaddress.ip_network(self.dst)))
 
 
-Op = AddNetns | DelNetns | AddBridge | AddVeth | DelLink | SetUp | SetHairpin | Address | DelAddress | Route | DelRoute
+Op = AddNetns | DelNetns | AddBridge | AddVeth | AddDummy | DelLink | SetUp | SetHairpin | Address | DelAddress | Route | DelRoute
 
 
 def render(ops: Iterable[Op]) -> list[str]:
@@ -275,11 +315,12 @@ class Session:
     """One netlink socket for several plans and lookups, opened lazily in the namespace of the
     thread that uses it first. For a function that already runs on a thread of its own (one that
     ``kernel.netns.on_thread`` gave it, with no event loop running): ``with Session() as s:
-    s.apply(...)``; a plan with only namespace operations opens no socket."""
+    s.apply(...)``; a plan with only namespace operations opens no socket. ``socket`` may be one
+    opened elsewhere (a ``Borrowed``), whatever thread runs the session."""
 
-    def __init__(self, netns: str | None = None):
+    def __init__(self, netns: str | None = None, socket: "_Socket | Borrowed | None" = None):
         self.netns = netns  # for messages only: the socket belongs to the opening thread's namespace
-        self._socket: _Socket | None = None
+        self._socket = socket
 
     def __enter__(self) -> "Session":
         return self
@@ -293,7 +334,7 @@ class Session:
             self._socket = None
 
     @property
-    def socket(self) -> _Socket:
+    def socket(self) -> "_Socket | Borrowed":
         if self._socket is None:
             self._socket = _Socket()
         return self._socket

@@ -151,8 +151,11 @@ def _route_call(request: Sequence[str], netns: str | None, fn: Callable[[Any], T
         try:
             return fn(_iproute(netns))
         except Exception as err:  # noqa: BLE001 - pyroute2's errors: translated once, here
-            if getattr(err, "code", None) is None:  # not the kernel's refusal: a broken socket
+            named = isinstance(err, NetlinkFailed)  # by ``kernel.links``, naming its operation
+            if getattr(err.__cause__ if named else err, "code", None) is None:  # not the kernel's refusal: a broken socket
                 _close(_routes.pop(netns, None))
+            if named:
+                raise
             raise failed(request, err) from err
     return body
 
@@ -216,6 +219,14 @@ async def local_addresses_async(family: int | None = None) -> list[str]:
 
 
 # ---- links and their addresses (the IPVS dummy device) -------------------------------------------
+# Link changes are ``kernel.links`` operation values run on the cached socket (``links.Borrowed``),
+# so a refusal names the ``ip -batch`` line as a Pod network plan's does.
+
+
+def _session(ipr, netns: str | None):
+    from kubesvc.kernel import links  # links imports this module (its error)
+
+    return links.Session(netns, links.Borrowed(ipr))
 
 
 def _link_index(ipr, name: str) -> int | None:
@@ -229,29 +240,34 @@ async def link_index(name: str, netns: str | None = None) -> int | None:
 
 
 async def ensure_dummy(name: str, netns: str | None = None) -> int:
-    """The index of dummy link ``name``, created (down, as upstream leaves it) when missing."""
+    """The index of dummy link ``name``, created (``links.AddDummy``: down, as upstream leaves it)
+    when missing."""
     def body(ipr) -> int:
-        index = _link_index(ipr, name)
-        if index is None:
-            ipr.link("add", ifname=name, kind="dummy")
-            index = _link_index(ipr, name)
-        return index
+        from kubesvc.kernel.links import AddDummy
+
+        session = _session(ipr, netns)
+        if not session.link_exists(name):
+            session.apply([AddDummy(name)])
+            session.socket.forget(name)
+        return session.socket.index(name)
     return await call_async(_route_call(("link", "add", name, "type", "dummy"), netns, body))
 
 
 def delete_link_sync(name: str, netns: str | None = None) -> bool:
-    """Delete link ``name``; False when it did not exist."""
+    """Delete link ``name`` (``links.DelLink``); False when it did not exist."""
     def body(ipr) -> bool:
-        index = _link_index(ipr, name)
-        if index is None:
+        from kubesvc.kernel.links import DelLink
+
+        session = _session(ipr, netns)
+        if not session.link_exists(name):
             return False
-        ipr.link("del", index=index)
+        session.apply([DelLink(name)])
         return True
     return call(_route_call(("link", "del", name), netns, body))
 
 
 def link_exists_sync(name: str, netns: str | None = None) -> bool:
-    return call(_route_call(("link", "get", name), netns, lambda ipr: _link_index(ipr, name) is not None))
+    return call(_route_call(("link", "get", name), netns, lambda ipr: _session(ipr, netns).link_exists(name)))
 
 
 def host_prefix(address: str) -> int:

@@ -33,7 +33,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kubesvc.kernel.links import (AddBridge, AddNetns, AddVeth, Address, DelAddress, DelLink, DelNetns, DelRoute, LinkInfo, Op,
+from kubesvc.kernel.links import (AddBridge, AddDummy, AddNetns, AddVeth, Address, DelAddress, DelLink, DelNetns, DelRoute, LinkInfo, Op,
                                   Route, SetHairpin, SetUp)
 from kubesvc.kernel.netlink import NetlinkFailed
 
@@ -52,7 +52,7 @@ class Refused(Exception):
 @dataclass(eq=False)
 class Link:
     name: str
-    kind: str | None = None  # "bridge", "veth"; None for lo
+    kind: str | None = None  # "bridge", "veth", "dummy"; None for lo
     up: bool = False
     master: str | None = None
     hairpin: bool = False
@@ -207,6 +207,9 @@ class FakeNetwork:
         elif isinstance(op, AddBridge):
             self._new(ns, op.name)
             ns.links[op.name] = Link(op.name, "bridge", mac=op.mac)
+        elif isinstance(op, AddDummy):
+            self._new(ns, op.name)
+            ns.links[op.name] = Link(op.name, "dummy")
         elif isinstance(op, AddVeth):
             self._new(ns, op.name)
             if op.peer_netns not in self.named:
