@@ -12,7 +12,7 @@ packet-flow tests do.
 * ``ipset``: ``FakeIpset`` behind ``kernel.ipset.Ipset`` (held to the real ipset by
   ``tests/kernel/test_ipset_fake.py``);
 * ``netlink``: ``FakeLinks`` behind ``kernel.netlink.Links`` (the proxy's view: links by index
-  and their addresses);
+  and their addresses), a view over one namespace of ``links``' ``FakeNetwork``;
 * ``links``: ``FakeNetwork`` behind ``kernel.links.Rtnetlink`` and ``kernel.netns.Namespaces``
   (named namespaces and their processes, bridges, veths, addresses, routes; held to the kernel
   by ``tests/kernel/test_links_fake.py``);

@@ -1,5 +1,8 @@
-"""In-memory links and addresses with the interface of ``kernel.netlink.Links``: ``links`` maps a
-link name to its addresses in order; indexes are given in creation order (``lo`` is 1)."""
+"""The proxy's view of links (``kernel.netlink.Links``: a link's index, its addresses, the
+IPVS dummy device) over one namespace of the one stateful rtnetlink fake, ``FakeNetwork``
+(``kernel/fake/links.py``), its changes made with the same operation values as the real one
+(``AddDummy``, ``Address``/``DelAddress``). ``links`` maps a link name to its addresses (IPs, in
+order); indexes are given in the order a link is first seen (``lo`` is 1)."""
 
 from __future__ import annotations
 
@@ -7,46 +10,55 @@ import errno
 import ipaddress
 
 from kubesvc.kernel import IPV4, IPV6
+from kubesvc.kernel.fake.links import FakeNetwork, Link
+from kubesvc.kernel.links import AddDummy, DelAddress
+from kubesvc.kernel.links import Address as AddressOp
 from kubesvc.kernel.netlink import SCOPE_HOST, Address, NetlinkFailed, host_prefix
 
 
 class FakeLinks:
-    def __init__(self, links: dict[str, list[str]] | None = None):
-        self.links: dict[str, list[str]] = {}
+    def __init__(self, links: dict[str, list[str]] | None = None, network: FakeNetwork | None = None, netns: str | None = None):
+        self.network, self.netns = network or FakeNetwork(), netns
         self.index: dict[str, int] = {}
+        ns = self.network.ns(netns)
         for name, addresses in (links or {"lo": ["127.0.0.1"]}).items():
-            self._add_link(name, addresses)
+            ns.links.setdefault(name, Link(name))
+            self._index(name)
+            self.network.apply([AddressOp(name, f"{ip}/{host_prefix(ip)}", replace=True) for ip in addresses], netns)
 
-    def _add_link(self, name: str, addresses: list[str] | None = None) -> int:
-        self.links[name] = list(addresses or [])
-        self.index[name] = len(self.index) + 1
-        return self.index[name]
+    @property
+    def links(self) -> dict[str, list[str]]:
+        return {name: [cidr.split("/")[0] for cidr in link.addresses] for name, link in self.network.ns(self.netns).links.items()}
+
+    def _index(self, name: str) -> int:
+        return self.index.setdefault(name, len(self.index) + 1)
 
     def _name(self, index: int) -> str:
         for name, i in self.index.items():
-            if i == index:
+            if i == index and name in self.network.ns(self.netns).links:
                 return name
         raise NetlinkFailed(("link", "get", str(index)), errno.ENODEV, "No such device")
 
     async def ensure_dummy(self, name: str) -> int:
-        return self.index[name] if name in self.links else self._add_link(name)
+        if name not in self.network.ns(self.netns).links:
+            self.network.apply([AddDummy(name)], self.netns)
+        return self._index(name)
 
     async def addresses(self, family: int | None = None) -> list[Address]:
         result = []
-        for name, addresses in self.links.items():
-            for text in addresses:
-                ip = ipaddress.ip_address(text)
-                fam = IPV6 if ip.version == 6 else IPV4
+        for name, link in self.network.ns(self.netns).links.items():
+            for cidr in link.addresses:
+                iface = ipaddress.ip_interface(cidr)
+                fam = IPV6 if iface.version == 6 else IPV4
                 if family is None or fam == family:
-                    result.append(Address(self.index[name], fam, text, host_prefix(text), SCOPE_HOST if ip.is_loopback else 0))
+                    result.append(Address(self._index(name), fam, str(iface.ip), iface.network.prefixlen,
+                                          SCOPE_HOST if iface.ip.is_loopback else 0))
         return result
 
     async def add_address(self, index: int, address: str) -> None:
-        bound = self.links[self._name(index)]
-        if address not in bound:
-            bound.append(address)
+        self.network.apply([AddressOp(self._name(index), f"{address}/{host_prefix(address)}", replace=True)], self.netns)
 
     async def del_address(self, index: int, address: str) -> None:
-        bound = self.links[self._name(index)]
-        if address in bound:
-            bound.remove(address)
+        name = self._name(index)
+        if address in self.links[name]:
+            self.network.apply([DelAddress(name, f"{address}/{host_prefix(address)}")], self.netns)
