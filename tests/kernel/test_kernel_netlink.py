@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from kubesvc.kernel import conntrack, netlink
+from kubesvc.kernel import conntrack, links, netlink
 from kubesvc.kernel.conntrack import FlowFilter
+from kubesvc.kernel.links import AddBridge
 from tests.support.netns import CLIENT_IP, NODE_IP, NodeTopology
 
 pytestmark = pytest.mark.kernel
@@ -101,3 +102,15 @@ async def test_addresses_bound_and_unbound_over_rtnetlink(topo):
     await netlink.del_address(index, "172.30.9.9", netns=node)  # not bound: fine
     assert "172.30.9.9" not in netlink.unique_ips(netlink.addresses(4, netns=node))
     assert "172.30.9.9" not in topo.node.ip("-4", "addr").stdout
+
+
+async def test_link_changes_run_kernel_links_operations_on_the_cached_socket(topo):
+    """ensure_dummy/delete_link_sync/link_exists_sync go through ``kernel.links`` operations on
+    the netlink thread's socket for the namespace: its links, not the thread's own namespace's."""
+    node = topo.node.name
+    links.apply([AddBridge("br6", "02:00:00:00:00:06")], node)
+    assert netlink.link_exists_sync("br6", node) and not netlink.link_exists_sync("br6")
+    assert await netlink.ensure_dummy("br6", node) == await netlink.link_index("br6", netns=node)  # there: kept as it is
+    assert netlink.delete_link_sync("br6", node) is True
+    assert netlink.delete_link_sync("br6", node) is False and not netlink.link_exists_sync("br6", node)
+    assert "br6" not in links.link_names(node)
