@@ -2,7 +2,8 @@
 kube-proxy in upstream ``pkg/proxy/util``'s ``RealNetwork``) and the few link/address changes the
 IPVS proxier makes on its dummy device (upstream ``pkg/proxy/ipvs/util/netlink_linux.go``:
 ``EnsureDummyDevice``, ``EnsureAddressBind``, ``UnbindAddress``, ``DeleteDummyDevice``, over
-vishvananda/netlink).
+vishvananda/netlink). The link changes are ``kernel.links`` operation values (``AddDummy``,
+``DelLink``), the same the Pod network's plans use, run here on the cached socket.
 
 kube-proxy needs the addresses for ``--nodeport-addresses``: a NodePort (and a health-check node
 port) is accepted only on the local addresses inside those CIDRs. They are read at every sync of
