@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.kernel.helpers import FULL_SYNCS, SYNCS, settled
+from tests.kernel.helpers import FULL_SYNCS, SYNCS, family_value, settled
 from tests.support.netns import ProxyProcess
 from tests.support.slowdown import scaled
 
@@ -73,12 +73,13 @@ async def execve_trace(proxy: ProxyProcess, out: Path):
     result.append(out.read_text(errors="replace") if out.exists() else "")
 
 
-async def synced_change(proxy: ProxyProcess, change, before: float):
-    """Make ``change`` (an awaitable factory) and wait until the proxy synced it and settled
-    again; its metrics then."""
+async def synced_change(proxy: ProxyProcess, change, before_ipv4: float):
+    """Make ``change`` (an awaitable factory, to IPv4 endpoints) and wait until the IPv4 proxier
+    synced (its count was ``before_ipv4``: another family's periodic sync does not count) and the
+    proxy settled again; its metrics then."""
     await change()
     deadline = time.monotonic() + scaled(30)
-    while (await asyncio.to_thread(proxy.metrics)).value(SYNCS) == before:
+    while family_value(await asyncio.to_thread(proxy.metrics), SYNCS) == before_ipv4:
         assert time.monotonic() < deadline, f"the change was never synced\n{proxy.log()}"
         await asyncio.sleep(0.1)
     return await settled(proxy, quiet=QUIET, timeout=scaled(60))
@@ -116,7 +117,7 @@ async def traced_endpoint_change(kt, out: Path) -> Traced:
     metrics = await settled(proxy, quiet=QUIET, timeout=scaled(60))
     before, full_before = metrics.value(SYNCS), metrics.value(FULL_SYNCS)
     async with execve_trace(proxy, out) as trace:
-        after = await synced_change(proxy, lambda: kt.set_ready(first, False), before)
+        after = await synced_change(proxy, lambda: kt.set_ready(first, False), family_value(metrics, SYNCS))
     return Traced(programs(trace[0]), after.value(SYNCS) - before, after.value(FULL_SYNCS) - full_before, trace[0])
 
 
