@@ -52,7 +52,9 @@ async def test_failed_partial_restore_is_followed_by_a_full_resync(kt):
     await kt.until(client, "tcp", b_vip, 80, 50, all_from({"b-1", "b-2"}), what="b with its new endpoint (after a full resync)",
                    wait=SYNC_PERIOD + 10, timeout=0.5)
     await kt.until(client, "tcp", a_vip, 80, 10, all_from({"a-1"}), what="a restored by the full resync", wait=SYNC_PERIOD + 10, timeout=0.5)
-    after = await asyncio.to_thread(proxy.metrics)
+    # The kernel holds the full restore a moment before the proxy's loop has seen iptables-restore
+    # exit and counted the sync: read the metrics once the proxy has settled, not at once.
+    after = await settled(proxy)
     failures = (family_value(after, "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total")
                 - family_value(before, "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total"))
     assert failures >= 1, f"the partial restore should have failed and been counted: {syncs(before)} -> {syncs(after)}\n{proxy.log()}"
