@@ -8,7 +8,6 @@ test_proxy_operations.py (the deleted table is rebuilt within syncPeriod).
 
 from __future__ import annotations
 
-import asyncio
 import shlex
 
 import pytest
