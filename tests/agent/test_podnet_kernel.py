@@ -26,7 +26,7 @@ import pytest
 
 from kubesvc.agent import podnet
 from kubesvc.agent.podnet import NodeNetwork, PodNetwork, PodNetworkError, RangeExhausted
-from tests.support.netns import netns_names
+from tests.support.netns import netns_names, netns_pids
 from tests.support.netns import Netns, bridge, call_in_netns, socket_in
 
 CIDR = "10.244.1.0/24"
@@ -262,6 +262,12 @@ def test_teardown_leaves_the_node_as_it_was_and_kills_what_ran_in_pods(node):
     pods = [node.run(podnet.add_pod, net, new_uid()) for _ in range(2)]
     sleeper = subprocess.Popen(["ip", "netns", "exec", pods[0].netns, "sleep", "600"])
     try:
+        # `ip netns exec` joins the namespace a moment after it starts (slower under load): tear
+        # down only once the process is in it, or it would simply not be there to kill.
+        deadline = time.monotonic() + 10
+        while sleeper.pid not in netns_pids(pods[0].netns):
+            assert time.monotonic() < deadline and sleeper.poll() is None, "the sleeper never entered the Pod's namespace"
+            time.sleep(0.01)
         assert node.run(podnet.teardown_node_network, net) == []
         assert sleeper.wait(timeout=5) == -9
     finally:
