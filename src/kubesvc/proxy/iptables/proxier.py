@@ -256,20 +256,8 @@ def cleanup_family(family: int = IPV4, *, netns: str | None = None, metrics: Pro
             ipt.delete_rule(jump.table, jump.src, *jump.args)
         except CommandFailed as err:
             errors.append(f"removing jump {jump.src} -> {jump.dst}: {err}")
-    for table in (TABLE_NAT, TABLE_FILTER):
-        try:
-            text = cleanup_input(table, chains_in_save(ipt.save(table)))
-        except CommandFailed as err:
-            errors.append(f"iptables-save -t {table}: {err}")
-            continue
-        if text is None:
-            continue
-        try:
-            ipt.restore(text, table=table)
-        except CommandFailed as err:
-            errors.append(f"iptables-restore -T {table}: {err}")
-            if metrics is not None:
-                metrics.iptables_restore_failures.labels(FAMILY_NAMES[family]).inc()
+    count_failure = metrics.iptables_restore_failures.labels(FAMILY_NAMES[family]).inc if metrics is not None else None
+    errors += remove_chains(ipt, cleanup_input, count_failure)
     try:
         if ipt.chain_exists(TABLE_MANGLE, KUBE_PROXY_CANARY):
             ipt.delete_chain(TABLE_MANGLE, KUBE_PROXY_CANARY)
@@ -279,3 +267,27 @@ def cleanup_family(family: int = IPV4, *, netns: str | None = None, metrics: Pro
         for error in errors:
             log.error("iptables cleanup: %s", error)
         raise CleanupFailed("iptables", [f"{FAMILY_NAMES[family]}: {error}" for error in errors])
+
+
+def remove_chains(ipt: IptablesSync, cleanup_text: Callable[[str, list[str]], str | None],
+                  on_restore_failure: Callable[[], None] | None = None) -> list[str]:
+    """The chain removal every iptables-based mode shares at cleanup: per table (nat, then
+    filter) one ``iptables-save``, ``cleanup_text(table, chains)`` (the mode's own restore input
+    flushing and deleting its chains, None: nothing of ours) and one ``iptables-restore``.
+    Both tables are tried; the failures are returned."""
+    errors: list[str] = []
+    for table in (TABLE_NAT, TABLE_FILTER):
+        try:
+            text = cleanup_text(table, chains_in_save(ipt.save(table)))
+        except CommandFailed as err:
+            errors.append(f"iptables-save -t {table}: {err}")
+            continue
+        if text is None:
+            continue
+        try:
+            ipt.restore(text, table=table)
+        except CommandFailed as err:
+            errors.append(f"iptables-restore -T {table}: {err}")
+            if on_restore_failure is not None:
+                on_restore_failure()
+    return errors

@@ -32,7 +32,8 @@ from kubesvc.kernel.exec import CommandFailed
 from kubesvc.kernel.iptables import Iptables, IptablesSync
 from kubesvc.proxy.backend import KernelPlan, Mode, ProxyOptions, SyncFailed, SyncRequest
 from kubesvc.proxy import proxier
-from kubesvc.proxy.iptables.rules import TABLE_FILTER, TABLE_NAT, chains_in_save
+from kubesvc.proxy.iptables.proxier import remove_chains
+from kubesvc.proxy.iptables.rules import TABLE_FILTER, TABLE_NAT
 from kubesvc.proxy.types import FAMILY_NAMES, IPV6, ServicePortName
 from kubesvc.proxy.userspace.loadbalancer import LoadBalancerRR
 from kubesvc.proxy.userspace.relay import CONNECT_TIMEOUTS, UDP_IDLE_TIMEOUT, Endpoint, TcpListener, UdpListener
@@ -161,11 +162,5 @@ def cleanup_family(family: int, netns: str | None = None) -> list[str]:
             ipt.delete_rule(jump.table, jump.src, *jump.args)
         except CommandFailed as err:
             errors.append(f"{FAMILY_NAMES[family]}: removing jump {jump.src} -> {jump.dst}: {err}")
-    for table in (TABLE_NAT, TABLE_FILTER):
-        try:
-            text = cleanup_input(table, chains_in_save(ipt.save(table)))
-            if text is not None:
-                ipt.restore(text, table=table)
-        except CommandFailed as err:
-            errors.append(f"{FAMILY_NAMES[family]}: {table}: {err}")
+    errors += [f"{FAMILY_NAMES[family]}: {error}" for error in remove_chains(ipt, cleanup_input)]
     return errors
