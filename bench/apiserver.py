@@ -1,10 +1,21 @@
 #!/usr/bin/env python3
 """Apiserver throughput and latency on this machine.
 
-Starts a private ``kubesvc apiserver`` (SQLite by default) on 127.0.0.1 and prints:
-creates/s and p50/p99 create latency (N Services, C concurrent clients), list latency for all
-N Services (one page and paged by 500, as kubectl does), and watch delivery latency from a
-write to each of W concurrent watchers.
+Starts a private ``kubesvc apiserver`` (SQLite by default, the admin's client certificate as
+authentication) on 127.0.0.1 and prints, each as medians and p99 over repeated runs:
+
+* fill: N Services created by C concurrent clients (creates/s over the whole fill, p50/p99);
+* creates at N: a further batch of ``--batch`` creates after the fill, timed on their own
+  (latency and creates/s at N objects, not averaged over the way from 0 to N);
+* list of the N Services, ``--list-runs`` times, one page and pages of 500 (as kubectl pages):
+  the time to the response's last byte with a client that reads the bytes and parses nothing
+  (the server's share), and apart from it the client's own JSON decoding of that body;
+* watch delivery: from sending a create to each of W watchers (a label selector that
+  matches only the bench's writes) receiving its event, ``--watch-writes`` writes;
+* the server's peak RSS (VmHWM), and the same list and watch figures from a peer in the same
+  run: the same data directory served again with ``--peer-flags`` (default
+  ``--watch-cache=false``: lists and watches from storage, the path before the watch cache),
+  with the ratio peer / default.
 
 Then the per-request cost of authentication and authorization (``--authz``) with
 ``--role-bindings`` RoleBindings (1,000) in the namespace asked about, in the same run for a
@@ -30,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import ssl
 import statistics
 import sys
@@ -42,18 +54,38 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.support.apiserver import start_apiserver  # noqa: E402
 
+SERVICES = "/api/v1/namespaces/default/services"
+
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def service(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": {"bench": "1"}},
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:8.2f} ms"
+
+
+def spread(values: list[float]) -> str:
+    """p50 and p99 of samples (seconds) as milliseconds."""
+    return f"p50 {ms(statistics.median(values))}   p99 {ms(percentile(values, .99))}"
+
+
+def service(name: str, labels: dict | None = None) -> dict:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels or {"bench": "1"}},
             "spec": {"selector": {"app": name}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}
 
 
-async def create_all(session, base, names, concurrency) -> list[float]:
+def peak_rss_mib(pid: int) -> float:
+    """The process's peak resident set (VmHWM), MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def create_all(session, base, names, concurrency) -> tuple[list[float], float]:
+    """Create the Services named, ``concurrency`` at a time: (latencies, elapsed)."""
     latencies: list[float] = []
     queue = list(reversed(names))
 
@@ -61,50 +93,83 @@ async def create_all(session, base, names, concurrency) -> list[float]:
         while queue:
             name = queue.pop()
             started = time.perf_counter()
-            async with session.post(f"{base}/api/v1/namespaces/default/services", json=service(name)) as response:
+            async with session.post(base + SERVICES, json=service(name)) as response:
                 await response.read()
                 assert response.status == 201, await response.text()
             latencies.append(time.perf_counter() - started)
 
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return latencies
-
-
-async def list_latency(session, base, page: int) -> tuple[float, int]:
     started = time.perf_counter()
-    count, token = 0, ""
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latencies, time.perf_counter() - started
+
+
+_CONTINUE = re.compile(rb'"continue":"([^"]*)"')
+
+
+async def list_raw(session, base, page: int) -> tuple[float, list[bytes]]:
+    """One list (all pages): the summed time from each request to its response's last byte,
+    the body read as bytes and not parsed (the continue token is found by a regular
+    expression in the list's metadata, outside the timing), and the bodies."""
+    elapsed, bodies, token = 0.0, [], ""
     while True:
         params = {"limit": str(page)} if page else {}
         if token:
             params["continue"] = token
-        async with session.get(f"{base}/api/v1/namespaces/default/services", params=params) as response:
-            body = await response.json()
-        count += len(body["items"])
-        token = body["metadata"].get("continue", "")
-        if not token:
-            return time.perf_counter() - started, count
+        started = time.perf_counter()
+        async with session.get(base + SERVICES, params=params) as response:
+            body = await response.read()
+        elapsed += time.perf_counter() - started
+        assert response.status == 200, body[:300]
+        bodies.append(body)
+        match = _CONTINUE.search(body, 0, 4096) if page else None
+        if not match:
+            return elapsed, bodies
+        token = match.group(1).decode()
 
 
-async def watch_latency(session, base, watchers: int, writes: int) -> list[float]:
-    async with session.get(f"{base}/api/v1/namespaces/default/services", params={"limit": "1"}) as response:
+async def list_figures(session, base, runs: int, expected: int) -> dict:
+    """Per page size: server times (to last byte) and the client's decoding time of each run."""
+    figures = {}
+    for page in (0, 500):
+        await list_raw(session, base, page)  # warm: connection, caches
+        served, decoded = [], []
+        for _ in range(runs):
+            elapsed, bodies = await list_raw(session, base, page)
+            started = time.perf_counter()
+            count = sum(len(json.loads(body)["items"]) for body in bodies)
+            decoded.append(time.perf_counter() - started)
+            served.append(elapsed)
+            assert count == expected, (count, expected)
+        figures[page] = (served, decoded, sum(len(b) for b in bodies))
+    return figures
+
+
+_NAME = re.compile(rb'"name":"(watched-[0-9]+)"')
+
+
+async def watch_latency(session, base, watchers: int, writes: int, round_: int) -> tuple[list[float], list[float]]:
+    """(delivery latencies, the writes' own latencies): from sending a create to each watcher
+    receiving its ADDED event; events are matched by name with a regular expression, not
+    parsed, so the client's decoding does not count."""
+    async with session.get(base + SERVICES, params={"limit": "1"}) as response:
         rv = (await response.json())["metadata"]["resourceVersion"]
-    sent: dict[str, float] = {}
+    label = f"watch-{round_}"
+    sent: dict[bytes, float] = {}
     latencies: list[float] = []
     ready = asyncio.Event()
     connected = 0
 
     async def watcher():
         nonlocal connected
-        params = {"watch": "true", "resourceVersion": rv, "timeoutSeconds": "120", "labelSelector": "bench=watch"}
-        async with session.get(f"{base}/api/v1/namespaces/default/services", params=params, timeout=aiohttp.ClientTimeout(total=None)) as response:
+        params = {"watch": "true", "resourceVersion": rv, "timeoutSeconds": "300", "labelSelector": f"bench={label}"}
+        async with session.get(base + SERVICES, params=params, timeout=aiohttp.ClientTimeout(total=None)) as response:
             connected += 1
             if connected == watchers:
                 ready.set()
             seen = 0
             async for line in response.content:
-                event = json.loads(line)
-                name = event["object"]["metadata"]["name"]
-                latencies.append(time.perf_counter() - sent[name])
+                arrived = time.perf_counter()
+                latencies.append(arrived - sent[_NAME.search(line).group(1)])
                 seen += 1
                 if seen == writes:
                     return
@@ -112,16 +177,18 @@ async def watch_latency(session, base, watchers: int, writes: int) -> list[float
     tasks = [asyncio.create_task(watcher()) for _ in range(watchers)]
     await asyncio.wait_for(ready.wait(), 60)
     await asyncio.sleep(0.5)
+    write_latencies = []
     for i in range(writes):
-        name = f"watched-{i}"
-        body = service(name)
-        body["metadata"]["labels"] = {"bench": "watch"}
-        sent[name] = time.perf_counter()
-        async with session.post(f"{base}/api/v1/namespaces/default/services", json=body) as response:
+        name = f"watched-{round_ * 100000 + i}"
+        body = service(name, {"bench": label})
+        sent[name.encode()] = started = time.perf_counter()
+        async with session.post(base + SERVICES, json=body) as response:
             await response.read()
+            assert response.status == 201
+        write_latencies.append(time.perf_counter() - started)
         await asyncio.sleep(0.05)
     await asyncio.wait_for(asyncio.gather(*tasks), 120)
-    return latencies
+    return latencies, write_latencies
 
 
 async def run(args) -> None:
@@ -131,30 +198,67 @@ async def run(args) -> None:
         await run_authz(args)
 
 
+def _session(server) -> aiohttp.ClientSession:
+    # as the admin (client certificate), keep-alive connections
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=server.tls_context(), limit=0))
+
+
+async def serve_figures(server, args, expected: int, round_: int) -> dict:
+    """List and watch figures from one running server."""
+    async with _session(server) as session:
+        lists = await list_figures(session, server.url, args.list_runs, expected)
+        watch, writes = await watch_latency(session, server.url, args.watchers, args.watch_writes, round_)
+    return {"lists": lists, "watch": watch, "writes": writes, "rss": peak_rss_mib(server.process.pid)}
+
+
+def print_serving(label: str, figures: dict, n: int, args) -> None:
+    for page, (served, decoded, size) in figures["lists"].items():
+        what = "one page" if not page else f"pages of {page}"
+        print(f"  [{label}] list {n} ({what}, {size / 2**20:.1f} MiB): server (to last byte) {spread(served)}   "
+              f"client decode p50 {ms(statistics.median(decoded))}")
+    print(f"  [{label}] watch, {args.watchers} watchers x {args.watch_writes} writes: delivery {spread(figures['watch'])}   "
+          f"(the write itself {spread(figures['writes'])})")
+    print(f"  [{label}] server peak RSS {figures['rss']:.0f} MiB")
+
+
 async def run_throughput(args) -> None:
     with tempfile.TemporaryDirectory(prefix="kubesvc-bench-") as tmp:
+        data = Path(tmp)
         extra = [f"--storage-backend={args.storage}"]
-        server = start_apiserver(Path(tmp), *extra)
+        server = start_apiserver(data, *extra)
         try:
-            connector = aiohttp.TCPConnector(ssl=server.tls_context(), limit=0)  # as the admin (client certificate)
-            async with aiohttp.ClientSession(connector=connector) as session:
+            async with _session(server) as session:
+                async with session.get(server.url + SERVICES) as response:
+                    existing = len((await response.json())["items"])  # default/kubernetes
                 names = [f"svc-{i:06d}" for i in range(args.services)]
-                started = time.perf_counter()
-                latencies = await create_all(session, server.url, names, args.concurrency)
-                elapsed = time.perf_counter() - started
-                print(f"storage={args.storage} services={args.services} concurrency={args.concurrency}")
-                print(f"create: {args.services / elapsed:8.0f} creates/s   p50 {percentile(latencies, .5) * 1e3:7.2f} ms   "
-                      f"p99 {percentile(latencies, .99) * 1e3:7.2f} ms")
-                for page in (0, 500):
-                    runs = [await list_latency(session, server.url, page) for _ in range(3)]
-                    best = min(r[0] for r in runs)
-                    label = "one page" if not page else f"pages of {page}"
-                    print(f"list {runs[0][1]} services ({label}): best of 3 {best * 1e3:8.1f} ms")
-                watch = await watch_latency(session, server.url, args.watchers, args.watch_writes)
-                print(f"watch: {args.watchers} watchers x {args.watch_writes} writes: delivery p50 {statistics.median(watch) * 1e3:6.2f} ms   "
-                      f"p99 {percentile(watch, .99) * 1e3:6.2f} ms   max {max(watch) * 1e3:6.2f} ms")
+                fill, fill_elapsed = await create_all(session, server.url, names, args.concurrency)
+                batch_names = [f"batch-{i:06d}" for i in range(args.batch)]
+                batch, batch_elapsed = await create_all(session, server.url, batch_names, args.concurrency)
+            total = existing + args.services + args.batch
+            print(f"storage={args.storage} services={args.services} concurrency={args.concurrency} list runs={args.list_runs}")
+            print(f"  fill 0 -> {args.services}: {args.services / fill_elapsed:8.0f} creates/s   {spread(fill)}")
+            print(f"  creates at {args.services} ({args.batch} more): {args.batch / batch_elapsed:8.0f} creates/s   {spread(batch)}")
+            ours = await serve_figures(server, args, total, 0)
         finally:
             server.stop()
+        print_serving("default", ours, total, args)
+        if args.storage != "sqlite" or not args.peer_flags:
+            return
+        try:
+            peer_server = start_apiserver(data, *extra, *args.peer_flags.split())
+        except RuntimeError as exc:
+            print(f"  [peer {args.peer_flags}] not run: the server did not start ({str(exc)[:200]})")
+            return
+        try:
+            peer = await serve_figures(peer_server, args, total + args.watch_writes, 1)
+        finally:
+            peer_server.stop()
+        print_serving(f"peer {args.peer_flags}", peer, total + args.watch_writes, args)
+        for page in (0, 500):
+            ratio = statistics.median(peer["lists"][page][0]) / statistics.median(ours["lists"][page][0])
+            print(f"  list ({'one page' if not page else f'pages of {page}'}) server time p50, peer / default: {ratio:5.2f}x")
+        ratio = percentile(peer["watch"], .99) / percentile(ours["watch"], .99)
+        print(f"  watch delivery p99, peer / default: {ratio:5.2f}x")
 
 
 # ---- authentication + authorization cost ------------------------------------------------------
@@ -281,7 +385,11 @@ def main() -> None:
     parser.add_argument("--services", type=int, default=10000)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--watchers", type=int, default=100)
-    parser.add_argument("--watch-writes", type=int, default=20)
+    parser.add_argument("--watch-writes", type=int, default=50)
+    parser.add_argument("--batch", type=int, default=1000, help="creates timed after the fill (latency at N)")
+    parser.add_argument("--list-runs", type=int, default=10)
+    parser.add_argument("--peer-flags", default="--watch-cache=false",
+                        help="apiserver flags of the peer serving the same data in the same run ('' for none)")
     parser.add_argument("--storage", choices=["sqlite", "memory"], default="sqlite")
     parser.add_argument("--only", choices=["all", "throughput", "authz"], default="all")
     parser.add_argument("--role-bindings", type=int, default=1000)
