@@ -1,8 +1,11 @@
 """The scheduler's shell: Pods without a node go to one, through the API (a small
 kube-scheduler, pkg/scheduler/schedule_one.go, run inside the controller-manager).
 
-Events only enqueue Pod keys; one worker places one Pod at a time, so each decision sees the
-ones before it:
+Events only enqueue Pod keys; one worker decides for one Pod at a time, so each decision sees
+the ones before it, and the binding runs on its own (upstream's scheduling cycle, then
+``go sched.bindingCycle(...)``): the worker *assumes* the Pod on its Node and takes the next
+key while the ``binding`` request is in flight, so a burst of Pods is bound concurrently (at
+most ``MAX_BINDINGS_IN_FLIGHT`` at once; the worker waits for a slot beyond that):
 
 * a Pod that needs scheduling (``placement.needs_scheduling``) is enqueued when it appears,
   and again when its spec changes (a toleration added, a gate removed);
@@ -17,8 +20,10 @@ Pods), so a burst of Pods still spreads. Then:
 
 * placed: ``POST pods/NAME/binding`` (the Pod's uid as precondition, as upstream's
   DefaultBinder) and a Normal ``Scheduled`` Event "Successfully assigned NS/POD to NODE";
-  a refused binding is a Warning ``FailedScheduling`` "Binding rejected: ..." and a retry,
-  unless the Pod is gone or was bound by someone else meanwhile;
+  a refused binding forgets the assumption (``ForgetPod``) and is a Warning
+  ``FailedScheduling`` "Binding rejected: ..." and a retry after the Pod's back-off (1 s
+  doubling to 10 s, upstream's ``podInitialBackoffSeconds``/``podMaxBackoffSeconds``), unless
+  the Pod is gone or was bound by someone else meanwhile;
 * not placed: a Warning ``FailedScheduling`` Event with the reason and the Pod's
   ``PodScheduled`` condition False, reason ``Unschedulable`` (a status patch only when the
   condition changes).
@@ -39,12 +44,21 @@ from kubesvc.client.workqueue import WorkQueue
 from kubesvc.controllers.informers import POD_NODE_INDEX, SharedInformers
 from kubesvc.controllers.runtime import run_workers
 from kubesvc.controllers.scheduler.placement import DEFAULT_SCHEDULER, is_terminal, needs_scheduling, pick_node
+from kubesvc.util.aio import cancel_and_wait
 from kubesvc.util.clock import Clock, RealClock
 
 log = logging.getLogger("kubesvc.controllers.scheduler")
 
 UNSCHEDULABLE_RETRY = 300.0  # seconds an unschedulable Pod waits at most before another try
 MAX_RETRIES = 15
+MAX_BINDINGS_IN_FLIGHT = 64  # binding requests at once: a burst is bound in parallel, within the apiserver's in-flight limit
+POD_INITIAL_BACKOFF = 1.0  # seconds before a Pod whose binding failed is tried again, doubling ...
+POD_MAX_BACKOFF = 10.0  # ... up to this (upstream's podInitialBackoffSeconds, podMaxBackoffSeconds)
+
+
+def binding_backoff(failures: int) -> float:
+    """Seconds before the next try of a Pod whose binding failed ``failures`` times in a row."""
+    return min(POD_INITIAL_BACKOFF * 2 ** (max(failures, 1) - 1), POD_MAX_BACKOFF)
 
 
 def scheduling_view(node: dict) -> tuple:
@@ -67,6 +81,9 @@ class Scheduler:
         self._nodes = informers.nodes
         self._assumed: dict[str, str] = {}  # pod key -> the node we bound it to, until the cache shows it
         self._unschedulable: set[str] = set()
+        self._binding_failures: dict[str, int] = {}  # pod key -> failed bindings in a row
+        self._binding_slots = asyncio.Semaphore(MAX_BINDINGS_IN_FLIGHT)
+        self._bindings: set[asyncio.Task] = set()
         self._pods.add_event_handler(self._on_pod_add, self._on_pod_update, self._on_pod_delete)
         self._nodes.add_event_handler(self._on_node_add, self._on_node_update, None)
 
@@ -74,8 +91,11 @@ class Scheduler:
         await asyncio.gather(self._pods.wait_for_sync(), self._nodes.wait_for_sync())
         for pod in self._pods.indexer.list():
             self._on_pod_add(pod)
-        # one worker: each decision must see the Pods placed before it
-        await run_workers("scheduler", self.queue, self.schedule, 1, MAX_RETRIES)
+        try:
+            # one worker: each decision must see the Pods placed (assumed) before it
+            await run_workers("scheduler", self.queue, self.schedule, 1, MAX_RETRIES)
+        finally:
+            await cancel_and_wait(list(self._bindings))
 
     # ---- event handlers: record and return -------------------------------------------------
 
@@ -98,6 +118,7 @@ class Scheduler:
         key = object_key(pod)
         self._assumed.pop(key, None)
         self._unschedulable.discard(key)
+        self._binding_failures.pop(key, None)
 
     def _on_node_add(self, node: dict) -> None:
         self._retry_unschedulable()
@@ -138,9 +159,35 @@ class Scheduler:
             await self._mark_unschedulable(pod, placement.reason)
             return
         self._unschedulable.discard(key)
-        await self._bind(pod, placement.node)
+        self._assumed[key] = placement.node  # assume: the next decision counts it on its Node
+        await self._binding_slots.acquire()
+        task = asyncio.create_task(self._binding_cycle(key, pod, placement.node))
+        self._bindings.add(task)
+        task.add_done_callback(self._bindings.discard)
 
-    async def _bind(self, pod: dict, node: str) -> None:
+    async def _binding_cycle(self, key: str, pod: dict, node: str) -> None:
+        """Bind an assumed Pod; on failure forget the assumption and try the Pod again after its
+        back-off (upstream ``handleBindingCycleError``)."""
+        try:
+            bound = await self._bind(pod, node)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure: forget, back off, retry
+            self._assumed.pop(key, None)
+            failures = self._binding_failures[key] = self._binding_failures.get(key, 0) + 1
+            delay = binding_backoff(failures)
+            log.info("scheduler: binding %s to %s failed (%d in a row), retrying in %gs: %s", key, node, failures, delay, exc)
+            self.queue.add_after(key, delay)
+        else:
+            self._binding_failures.pop(key, None)
+            if not bound:
+                self._assumed.pop(key, None)
+        finally:
+            self._binding_slots.release()
+
+    async def _bind(self, pod: dict, node: str) -> bool:
+        """``POST pods/NAME/binding``; False when there was nothing to bind (the Pod is gone, or
+        someone else bound it meanwhile)."""
         namespace, name = split_key(object_key(pod))
         binding = {"apiVersion": "v1", "kind": "Binding",
                    "metadata": {"name": name, "namespace": namespace, "uid": pod["metadata"].get("uid")},
@@ -149,12 +196,12 @@ class Scheduler:
             await self.client.create(PODS.path(namespace, name, "binding"), binding)
         except ApiError as exc:
             if is_not_found(exc) or (exc.status == 409 and "already assigned" in exc.message):
-                return  # gone, or bound by someone else meanwhile: nothing to do
+                return False  # gone, or bound by someone else meanwhile: nothing to do
             self.recorder.event(pod, "Warning", "FailedScheduling", f"Binding rejected: {exc.message}", action="Scheduling")
             raise
-        self._assumed[object_key(pod)] = node
         log.info("bound pod %s/%s to %s", namespace, name, node)
         self.recorder.event(pod, "Normal", "Scheduled", f"Successfully assigned {namespace}/{name} to {node}", action="Binding")
+        return True
 
     async def _mark_unschedulable(self, pod: dict, reason: str) -> None:
         """PodScheduled=False, Unschedulable, as a strategic-merge status patch of that one
