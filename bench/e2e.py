@@ -1,27 +1,46 @@
 #!/usr/bin/env python3
-"""The whole chain: Pod Ready -> reachable through its ClusterIP ("network programming latency").
+"""The whole chain: Pod Ready -> reachable through its ClusterIP ("network programming latency"),
+hop by hop, and 100 Pods created -> all bound.
 
 In a fresh network namespace (``ks-bench-e2e-<hex>``) it starts ``kubesvc up`` as a user does
 (``nsenter --net``, so the Pod namespaces the agent makes are ordinary host namespaces), then
-re-runs its measuring half inside that namespace (``nsenter --net ... bench/e2e.py --inside``):
+re-runs its measuring half inside that namespace (``nsenter --net ... bench/e2e.py --inside``).
+Each of ``--runs`` rounds:
 
 1. creates ``--pods`` Services, each selecting exactly one Pod-to-be (port 80 -> 8080);
-2. watches Pods from the current resourceVersion and creates the ``--pods`` Pods at once
-   (``--concurrency`` requests in flight): a small stdlib TCP server answering ``GET /`` with
-   the Pod's name, with a ``tcpSocket`` readiness probe (period 1 s), so Ready means listening;
-3. for each Pod, from the moment its IP shows in the watch, connects to its Service's
-   ClusterIP every ``--poll-interval`` seconds (all Pods concurrently) until the answer is that
-   Pod's name.
+2. watches Pods and EndpointSlices from the current resourceVersion and creates the ``--pods``
+   Pods at once (``--concurrency`` requests in flight): a small stdlib TCP server answering
+   with the Pod's name and the wall-clock time of the first connection it accepted (the
+   kubelet-style ``tcpSocket`` readiness probe, period 1 s), so Ready means listening;
+3. for each Pod, from the moment its IP shows in the watch, connects to its Service's ClusterIP
+   every ``--poll-interval`` seconds (all Pods concurrently) until the answer is that Pod's;
+4. meanwhile scrapes the proxy's ``/metrics`` (127.0.0.1:10249) every ``--scrape-interval``:
+   each change of ``kubeproxy_sync_proxy_rules_last_timestamp_seconds`` is one finished sync
+   (its end; its length from ``sync_proxy_rules_duration_seconds`` sum/count deltas);
+5. deletes the round's Pods and Services and waits until they are gone.
 
-Per Pod, the latency is from the watch event that first shows its ``Ready`` condition True to
-the first successful connection through the ClusterIP (status write -> EndpointSlice
-controller -> slice write -> proxy watch -> rate-limited sync -> nftables): p50/p90/p99/max,
-the wall time from the first create to the last Pod reachable, and for context Pod create ->
-Ready. At the end, SIGINT (Ctrl-C) stops ``kubesvc up``; the namespace is checked for
-leftovers and deleted.
+The hops of one Pod (upstream's chain: kubelet status manager -> EndpointSlice controller ->
+kube-proxy's informer and BoundedFrequencyRunner -> the kernel):
+
+* **agent**: the probe's connection accepted by the Pod -> the watch shows ``Ready`` True
+  (probe result, status PATCH, watch delivery);
+* **slice**: Ready in the API -> an EndpointSlice shows the Pod's endpoint ready (controller's
+  informer, queue, reconcile, slice write, watch delivery);
+* **proxy wait**: that slice -> the start of the proxy sync that programmed it (the proxy's
+  informer, then the runner: ``minSyncPeriod`` after the previous sync at most);
+* **proxy sync**: that sync's length;
+* **kernel**: the sync's end -> the first successful connection (at most ``--poll-interval`` late).
+
+"The sync that programmed it" is the latest sync that started before the first successful
+connection (syncs are at least ``minSyncPeriod`` apart). Also printed: the proxy's own
+``network_programming_duration_seconds`` (trigger-time annotation -> sync end, upstream's
+metric; its trigger times are whole seconds, so it reads coarse), the gaps between syncs, and
+from the first Pod create to the last Pod bound. At the end, SIGINT (Ctrl-C) stops ``kubesvc
+up``; the namespace is checked for leftovers and deleted. Figures pool all rounds; each round's
+p99 is printed too.
 
     python3 bench/e2e.py --pods 100
-    python3 bench/e2e.py --pods 20 --poll-interval 0.005
+    python3 bench/e2e.py --pods 20 --runs 1 --poll-interval 0.005
 """
 
 from __future__ import annotations
@@ -29,6 +48,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import re
@@ -49,24 +69,38 @@ sys.path.insert(0, str(ROOT / "src"))
 UP_LINE = re.compile(r"kubesvc is up at https://127\.0\.0\.1:(\d+); kubeconfig: (\S+)")
 NAMESPACE = "default"
 LABEL = "bench-e2e"
+METRICS_URL = "http://127.0.0.1:10249/metrics"
+# The Pod's server: its name and when it accepted its first connection (the readiness probe's).
 SERVER = """\
-import os, socket
-name = os.environ["POD_NAME"].encode() + b"\\n"
-reply = b"HTTP/1.0 200 OK\\r\\nContent-Length: %d\\r\\n\\r\\n%s" % (len(name), name)
+import os, socket, time
+name = os.environ["POD_NAME"].encode()
 sock = socket.socket()
 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 sock.bind(("", 8080))
 sock.listen(128)
+first = None
 while True:
     conn, _ = sock.accept()
+    if first is None:
+        first = b"%.6f" % time.time()
+    body = name + b" " + first + b"\\n"
     conn.settimeout(2)
     try:
         conn.recv(1024)
-        conn.sendall(reply)
+        conn.sendall(b"HTTP/1.0 200 OK\\r\\nContent-Length: %d\\r\\n\\r\\n%s" % (len(body), body))
     except OSError:
         pass
     conn.close()
 """
+SYNC_METRICS = re.compile(r'^kubeproxy_(sync_proxy_rules_last_timestamp_seconds|sync_proxy_rules_duration_seconds_sum|'
+                          r'sync_proxy_rules_duration_seconds_count)\{ip_family="IPv4"\} (\S+)$', re.M)
+PROGRAMMING_BUCKET = re.compile(r'^kubeproxy_network_programming_duration_seconds_bucket\{ip_family="IPv4",le="([^"]+)"\} (\S+)$', re.M)
+HOPS = (("agent", "probe accepted -> Ready in the API (agent status write)"),
+        ("slice", "Ready in the API -> EndpointSlice endpoint ready"),
+        ("wait", "slice ready -> proxy sync starts (informer + runner)"),
+        ("sync", "proxy sync (start -> end)"),
+        ("kernel", "proxy sync end -> first connection through the ClusterIP"),
+        ("latency", "Pod Ready -> reachable via ClusterIP"))
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -81,17 +115,29 @@ def figures(values: list[float], unit: str = "ms") -> str:
             f"max {max(v):8.1f} {unit}")
 
 
+def bucket_quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
+    """The upper bound of the bucket holding quantile ``q`` of a cumulative histogram delta."""
+    total = buckets[-1][1] if buckets else 0
+    if not total:
+        return None
+    for bound, count in buckets:
+        if count >= q * total:
+            return bound
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 # the measuring half (inside the namespace)
 
 
-def service_body(i: int) -> dict:
-    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": f"e2e-{i}", "namespace": NAMESPACE},
-            "spec": {"selector": {LABEL: f"p{i}"}, "ports": [{"protocol": "TCP", "port": 80, "targetPort": 8080}]}}
+def service_body(run: int, i: int) -> dict:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": f"e2e-{run}-{i}", "namespace": NAMESPACE},
+            "spec": {"selector": {LABEL: f"r{run}-p{i}"}, "ports": [{"protocol": "TCP", "port": 80, "targetPort": 8080}]}}
 
 
-def pod_body(i: int) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"e2e-{i}", "namespace": NAMESPACE, "labels": {LABEL: f"p{i}"}},
+def pod_body(run: int, i: int) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"e2e-{run}-{i}", "namespace": NAMESPACE, "labels": {LABEL: f"r{run}-p{i}"}},
             "spec": {"terminationGracePeriodSeconds": 1,
                      "containers": [{"name": "server", "image": "registry.k8s.io/e2e-test-images/agnhost:2.52",
                                      "command": ["python3", "-S", "-u", "-c", SERVER],
@@ -100,8 +146,9 @@ def pod_body(i: int) -> dict:
                                      "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}]}}
 
 
-async def attempt(host: str, timeout: float) -> str | None:
-    """One connection to ``host``:80 and ``GET /``: the first line of the body, or None."""
+async def attempt(host: str, timeout: float) -> tuple[str | None, str]:
+    """One connection to ``host``:80 and ``GET /``: the body (or None) and, for none, why
+    ("refused", "timeout", an errno name, "empty")."""
     loop = asyncio.get_running_loop()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setblocking(False)
@@ -116,26 +163,79 @@ async def attempt(host: str, timeout: float) -> str | None:
                     break
                 data += chunk
         _, _, body = data.decode(errors="replace").partition("\r\n\r\n")
-        return body.strip() or None
-    except (OSError, TimeoutError):
-        return None
+        return body.strip() or None, "empty"
+    except TimeoutError:
+        return None, "timeout"
+    except ConnectionRefusedError:
+        return None, "refused"
+    except OSError as err:
+        return None, errno.errorcode.get(err.errno or 0, "error")
     finally:
         sock.close()
 
 
-async def measure(args) -> dict:
-    from kubesvc.client.kubeconfig import load_kubeconfig
-    from kubesvc.client.rest import PODS, SERVICES, RestClient
+class SyncScraper:
+    """The proxy's finished syncs from its ``/metrics``: (start, end) on this process's monotonic
+    clock, one per change of the last-sync timestamp."""
+
+    def __init__(self, interval: float):
+        self.interval = interval
+        self.syncs: list[tuple[float, float]] = []
+        self.scrapes = 0
+        self._last: dict[str, float] = {}
+        self._wall_offset = time.time() - time.monotonic()
+
+    async def text(self, session) -> str:
+        async with session.get(METRICS_URL) as response:
+            return await response.text()
+
+    def record(self, text: str) -> None:
+        values = {name: float(value) for name, value in SYNC_METRICS.findall(text)}
+        last, self._last = self._last, values
+        stamp = values.get("sync_proxy_rules_last_timestamp_seconds")
+        if not last or stamp is None or stamp == last.get("sync_proxy_rules_last_timestamp_seconds"):
+            return
+        runs = values["sync_proxy_rules_duration_seconds_count"] - last["sync_proxy_rules_duration_seconds_count"]
+        took = (values["sync_proxy_rules_duration_seconds_sum"] - last["sync_proxy_rules_duration_seconds_sum"]) / max(runs, 1)
+        end = stamp - self._wall_offset
+        self.syncs.append((end - took, end))
+
+    async def run(self) -> None:
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session:
+            while True:
+                try:
+                    self.record(await self.text(session))
+                    self.scrapes += 1
+                except (aiohttp.ClientError, OSError, KeyError):
+                    pass
+                await asyncio.sleep(self.interval)
+
+    async def programming_buckets(self) -> list[tuple[float, float]]:
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session:
+            text = await self.text(session)
+        return [(float(bound), float(count)) for bound, count in PROGRAMMING_BUCKET.findall(text) if bound != "+Inf"]
+
+
+async def one_round(client, run: int, args) -> dict:
+    from kubesvc.client.rest import ENDPOINTSLICES, PODS, SERVICES
 
     n = args.pods
+    wall_offset = time.time() - time.monotonic()
     created: dict[str, float] = {}
     scheduled: dict[str, float] = {}
     has_ip: dict[str, float] = {}
     ready: dict[str, float] = {}
+    slice_ready: dict[str, float] = {}
+    accepted: dict[str, float] = {}
     reached: dict[str, float] = {}
+    last_failure: dict[str, tuple[float, str]] = {}  # the last failed attempt before reaching: when, why
     attempts = {"count": 0}
     vips: dict[str, str] = {}
-    pollers: list[asyncio.Task] = []
+    tasks: list[asyncio.Task] = []
     all_reached = asyncio.Event()
 
     async def poll(name: str) -> None:
@@ -144,16 +244,25 @@ async def measure(args) -> dict:
         while True:
             started = time.monotonic()
             attempts["count"] += 1
-            answer = await attempt(vip, args.attempt_timeout)
-            if answer == name:
+            body, why = await attempt(vip, args.attempt_timeout)
+            answer = (body or "").split()
+            if answer and answer[0] == name:
                 reached[name] = started
+                if len(answer) > 1:
+                    accepted[name] = float(answer[1]) - wall_offset
                 if len(reached) == n:
                     all_reached.set()
                 return
-            next_at += args.poll_interval
-            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            last_failure[name] = (started, why if body is None else "other Pod")
+            next_at = max(next_at + args.poll_interval, time.monotonic())
+            await asyncio.sleep(next_at - time.monotonic())
 
-    def observe(pod: dict) -> None:
+    def start_polling(name: str, now: float) -> None:
+        if name not in has_ip:
+            has_ip[name] = now
+            tasks.append(asyncio.create_task(poll(name)))
+
+    def observe_pod(pod: dict) -> None:
         name = pod["metadata"]["name"]
         if name not in vips:
             return
@@ -161,66 +270,124 @@ async def measure(args) -> dict:
         now = time.monotonic()
         if (pod.get("spec") or {}).get("nodeName") and name not in scheduled:
             scheduled[name] = now
-        if status.get("podIP") and name not in has_ip:
-            has_ip[name] = now
-            pollers.append(asyncio.create_task(poll(name)))
+        if status.get("podIP"):
+            start_polling(name, now)
         conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
         if conditions.get("Ready") == "True" and name not in ready:
             ready[name] = now
-            if name not in has_ip:
-                has_ip[name] = now
-                pollers.append(asyncio.create_task(poll(name)))
+            start_polling(name, now)
 
-    async with RestClient(load_kubeconfig(args.kubeconfig), field_manager="bench-e2e", timeout=120) as client:
-        services, pods = client.resource(SERVICES), client.resource(PODS)
-        semaphore = asyncio.Semaphore(args.concurrency)
+    def observe_slice(slice_: dict) -> None:
+        now = time.monotonic()
+        for endpoint in slice_.get("endpoints") or []:
+            name = (endpoint.get("targetRef") or {}).get("name")
+            if name in vips and name not in slice_ready and (endpoint.get("conditions") or {}).get("ready"):
+                slice_ready[name] = now
 
-        async def create_service(i: int) -> None:
-            async with semaphore:
-                obj = await services.create(service_body(i))
-                vips[f"e2e-{i}"] = obj["spec"]["clusterIP"]
+    services, pods, slices = client.resource(SERVICES), client.resource(PODS), client.resource(ENDPOINTSLICES)
+    semaphore = asyncio.Semaphore(args.concurrency)
 
-        began = time.monotonic()
-        await asyncio.gather(*(create_service(i) for i in range(n)))
-        print(f"  {n} Services created in {time.monotonic() - began:.2f} s", flush=True)
+    async def create_service(i: int) -> None:
+        async with semaphore:
+            obj = await services.create(service_body(run, i))
+            vips[f"e2e-{run}-{i}"] = obj["spec"]["clusterIP"]
 
-        version = (await pods.list(NAMESPACE))["metadata"]["resourceVersion"]
+    began = time.monotonic()
+    await asyncio.gather(*(create_service(i) for i in range(n)))
+    print(f"  round {run}: {n} Services created in {time.monotonic() - began:.2f} s", flush=True)
 
-        async def watch() -> None:
-            nonlocal version
-            while True:
-                async for kind, obj in pods.watch(NAMESPACE, resource_version=version, timeout_seconds=3600):
-                    version = obj.get("metadata", {}).get("resourceVersion", version)
-                    if kind in ("ADDED", "MODIFIED"):
-                        observe(obj)
+    async def watch(resource, observe) -> None:
+        version = (await resource.list(NAMESPACE))["metadata"]["resourceVersion"]
+        while True:
+            async for kind, obj in resource.watch(NAMESPACE, resource_version=version, timeout_seconds=3600):
+                version = obj.get("metadata", {}).get("resourceVersion", version)
+                if kind in ("ADDED", "MODIFIED"):
+                    observe(obj)
 
-        watcher = asyncio.create_task(watch())
+    watchers = [asyncio.create_task(watch(pods, observe_pod)), asyncio.create_task(watch(slices, observe_slice))]
+    scraper = SyncScraper(args.scrape_interval)
+    scraping = asyncio.create_task(scraper.run())
+    programmed_before = await scraper.programming_buckets()
+    await asyncio.sleep(0.5)  # both watches open, a first scrape taken
 
-        async def create_pod(i: int) -> None:
-            async with semaphore:
-                await pods.create(pod_body(i))
-                created[f"e2e-{i}"] = time.monotonic()
+    async def create_pod(i: int) -> None:
+        async with semaphore:
+            await pods.create(pod_body(run, i))
+            created[f"e2e-{run}-{i}"] = time.monotonic()
 
-        first_create = time.monotonic()
-        await asyncio.gather(*(create_pod(i) for i in range(n)))
-        print(f"  {n} Pods created in {time.monotonic() - first_create:.2f} s", flush=True)
-        try:
-            await asyncio.wait_for(all_reached.wait(), args.timeout)
-        except TimeoutError:
-            print(f"  timed out after {args.timeout} s: {len(ready)} Ready, {len(reached)} reachable", flush=True)
-        wall = max(reached.values(), default=time.monotonic()) - first_create
-        for task in [watcher, *pollers]:
-            task.cancel()
-        await asyncio.gather(watcher, *pollers, return_exceptions=True)
+    first_create = time.monotonic()
+    await asyncio.gather(*(create_pod(i) for i in range(n)))
+    print(f"  round {run}: {n} Pods created in {time.monotonic() - first_create:.2f} s", flush=True)
+    try:
+        await asyncio.wait_for(all_reached.wait(), args.timeout)
+    except TimeoutError:
+        print(f"  round {run}: timed out after {args.timeout} s: {len(ready)} Ready, {len(reached)} reachable", flush=True)
+    wall = max(reached.values(), default=time.monotonic()) - first_create
+    await asyncio.sleep(2 * args.scrape_interval + 0.05)  # the last sync's metrics
+    programmed_after = await scraper.programming_buckets()
+    for task in [*watchers, scraping, *tasks]:
+        task.cancel()
+    await asyncio.gather(*watchers, scraping, *tasks, return_exceptions=True)
 
-    latencies = {name: reached[name] - ready[name] for name in reached if name in ready}
+    hops: dict[str, list[float]] = {key: [] for key, _ in HOPS}
+    slowest = []
+    failures_after_sync: dict[str, int] = {}  # Pods whose last failed attempt began after the sync's end: why
+    for name, at in reached.items():
+        if name not in ready:
+            continue
+        hops["latency"].append(at - ready[name])
+        slowest.append((name, at - ready[name]))
+        if name in accepted:
+            hops["agent"].append(ready[name] - accepted[name])
+        if name in slice_ready:
+            hops["slice"].append(slice_ready[name] - ready[name])
+        sync = max((s for s in scraper.syncs if s[0] <= at), default=None)
+        if sync is not None and name in slice_ready:
+            hops["wait"].append(sync[0] - slice_ready[name])
+            hops["sync"].append(sync[1] - sync[0])
+            hops["kernel"].append(at - sync[1])
+            failed_at, why = last_failure.get(name, (None, "none"))
+            if failed_at is not None and failed_at >= sync[1]:
+                failures_after_sync[why] = failures_after_sync.get(why, 0) + 1
+    starts = [s for s, _ in scraper.syncs]
+    ends = [e for _, e in scraper.syncs]
+    gaps = [start - end for start, end in zip(starts[1:], ends)]
+    before = dict(programmed_before)
+    programmed = [(bound, count - before.get(bound, 0.0)) for bound, count in programmed_after]
+    bound_times = [scheduled[name] for name in scheduled if name in created]
+
+    # this round's objects away before the next round
+    await asyncio.gather(*(pods.delete(f"e2e-{run}-{i}", NAMESPACE) for i in range(n)), return_exceptions=True)
+    await asyncio.gather(*(services.delete(f"e2e-{run}-{i}", NAMESPACE) for i in range(n)), return_exceptions=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        left = [p for p in (await pods.list(NAMESPACE))["items"] if p["metadata"]["name"].startswith(f"e2e-{run}-")]
+        if not left:
+            break
+        await asyncio.sleep(0.5)
+
     return {"pods": n, "wall": wall, "attempts": attempts["count"],
             "ready": [ready[name] - created[name] for name in ready if name in created],
             "scheduled": [scheduled[name] - created[name] for name in scheduled if name in created],
+            "all_bound": (max(bound_times) - first_create) if len(bound_times) == n else None,
             "ip": [has_ip[name] - created[name] for name in has_ip if name in created],
-            "latency": list(latencies.values()), "reached": len(reached), "ready_count": len(ready),
-            "negative": sum(1 for v in latencies.values() if v < 0),
-            "slowest": sorted(latencies.items(), key=lambda kv: -kv[1])[:3]}
+            "hops": hops, "reached": len(reached), "ready_count": len(ready),
+            "syncs": len(scraper.syncs), "scrapes": scraper.scrapes, "sync_gaps": gaps,
+            "programming": {"p50": bucket_quantile(programmed, 0.5), "p99": bucket_quantile(programmed, 0.99),
+                            "count": programmed[-1][1] if programmed else 0},
+            "failures_after_sync": failures_after_sync, "negative": sum(1 for v in hops["latency"] if v < 0),
+            "slowest": sorted(slowest, key=lambda kv: -kv[1])[:3]}
+
+
+async def measure(args) -> list[dict]:
+    from kubesvc.client.kubeconfig import load_kubeconfig
+    from kubesvc.client.rest import RestClient
+
+    rounds = []
+    async with RestClient(load_kubeconfig(args.kubeconfig), field_manager="bench-e2e", timeout=120) as client:
+        for run in range(args.runs):
+            rounds.append(await one_round(client, run, args))
+    return rounds
 
 
 def inside(args) -> None:
@@ -234,8 +401,55 @@ def inside(args) -> None:
     print("RESULT " + json.dumps(result), flush=True)
 
 
+def report(rounds: list[dict]) -> None:
+    """Pooled figures over every round, each round's p99 beside them."""
+
+    def pooled(pick) -> list[float]:
+        return [v for r in rounds for v in pick(r)]
+
+    def per_round_p99(pick) -> str:
+        return ", ".join(f"{percentile(pick(r), 0.99) * 1000:.0f}" for r in rounds if pick(r))
+
+    n = sum(r["pods"] for r in rounds)
+    print(f"--- {len(rounds)} round(s) of {rounds[0]['pods']} Pods ({n} Pods in all)")
+    for label, key in (("Pod created -> bound to the node", "scheduled"), ("Pod created -> has an IP", "ip"),
+                       ("Pod created -> Ready", "ready")):
+        values = pooled(lambda r, key=key: r[key])
+        if values:
+            print(f"{label + ':':<58} {figures(values)}")
+    bound = [r["all_bound"] for r in rounds]
+    print(f"{'Pods created -> all bound (first create -> last bound):':<58} "
+          + ", ".join("incomplete" if b is None else f"{b:.2f} s" for b in bound))
+    print("hops (each Pod's):")
+    for key, label in HOPS:
+        values = pooled(lambda r, key=key: r["hops"][key])
+        if values:
+            print(f"  {label + ':':<56} {figures(values)}   (p99 per round: {per_round_p99(lambda r, key=key: r['hops'][key])} ms)")
+    gaps = pooled(lambda r: r["sync_gaps"])
+    if gaps:
+        print(f"  {'proxy: end of a sync -> start of the next:':<56} {figures(gaps)}")
+    for r in rounds:
+        prog = r["programming"]
+        if prog["count"]:
+            print(f"  proxy's network_programming_duration_seconds ({prog['count']:.0f} observations, bucket bounds): "
+                  f"p50 <= {prog['p50']} s, p99 <= {prog['p99']} s")
+    for r in rounds:
+        print(f"round: {r['syncs']} proxy syncs seen in {r['scrapes']} scrapes; wall time first Pod created -> last reachable "
+              f"{r['wall']:.2f} s; {r['attempts']} connection attempts; {r['reached']}/{r['pods']} reachable"
+              + (f"; {r['negative']} reachable before the watch showed them Ready" if r["negative"] else "")
+              + (f"; last failure after the sync's end: {r['failures_after_sync']}" if r["failures_after_sync"] else ""))
+    latency = pooled(lambda r: r["hops"]["latency"])
+    if latency:
+        print(f"Pod Ready -> reachable via ClusterIP: p50 {percentile(latency, 0.5) * 1000:.0f} ms, "
+              f"p99 {percentile(latency, 0.99) * 1000:.0f} ms over {len(latency)} Pods")
+
+
 # ---------------------------------------------------------------------------------------------
 # the outer half (the host): namespace, kubesvc up, Ctrl-C, cleanup
+
+
+# the children import this tree's kubesvc, installed or not
+CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
 
 
 def nsenter(netns: str, *argv: str) -> list[str]:
@@ -268,7 +482,7 @@ def outer(args) -> int:
         started = time.monotonic()
         with open(log_path, "ab") as log:
             up = subprocess.Popen(nsenter(netns, sys.executable, "-m", "kubesvc", "up", "--data-dir", workdir / "data", "--secure-port", "0"),
-                                  stdout=subprocess.PIPE, stderr=log, cwd=ROOT)
+                                  stdout=subprocess.PIPE, stderr=log, cwd=ROOT, env=CHILD_ENV)
         line = b""
         with selectors.DefaultSelector() as sel:
             sel.register(up.stdout, selectors.EVENT_READ)
@@ -284,9 +498,10 @@ def outer(args) -> int:
         print(f"{args.pods} Pods, each behind a ClusterIP Service of its own; polling each ClusterIP every "
               f"{args.poll_interval * 1000:.0f} ms once its Pod has an IP", flush=True)
         argv = nsenter(netns, sys.executable, str(Path(__file__).resolve()), "--inside", "--kubeconfig", match.group(2),
-                       "--pods", args.pods, "--poll-interval", args.poll_interval, "--concurrency", args.concurrency,
+                       "--pods", args.pods, "--runs", args.runs, "--poll-interval", args.poll_interval,
+                       "--scrape-interval", args.scrape_interval, "--concurrency", args.concurrency,
                        "--timeout", args.timeout, "--attempt-timeout", args.attempt_timeout)
-        child = subprocess.run(argv, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        child = subprocess.run(argv, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=CHILD_ENV)
         result = None
         for out in child.stdout.splitlines():
             if out.startswith("RESULT "):
@@ -296,19 +511,8 @@ def outer(args) -> int:
         if child.returncode != 0 or result is None:
             print(f"the measuring half failed ({child.returncode})", file=sys.stderr)
             return 1
-        if result["scheduled"]:
-            print(f"Pod created -> bound to the node ({len(result['scheduled'])} Pods): {figures(result['scheduled'])}")
-        if result["ip"]:
-            print(f"Pod created -> has an IP ({len(result['ip'])} Pods):        {figures(result['ip'])}")
-        if result["ready"]:
-            print(f"Pod created -> Ready ({len(result['ready'])} Pods):            {figures(result['ready'])}")
-        if result["latency"]:
-            print(f"Pod Ready -> reachable via ClusterIP ({len(result['latency'])} Pods): {figures(result['latency'])}")
-        print(f"wall time, first Pod created -> last Pod reachable: {result['wall']:.2f} s; "
-              f"{result['attempts']} connection attempts; {result['reached']}/{result['pods']} reachable")
-        if result["negative"]:
-            print(f"  note: {result['negative']} Pods were reachable before the watch showed them Ready")
-        status = 0 if result["reached"] == result["pods"] else 1
+        report(result)
+        status = 0 if all(r["reached"] == r["pods"] for r in result) else 1
     finally:
         if up is not None:
             stopping = time.monotonic()
@@ -330,7 +534,7 @@ def outer(args) -> int:
                 print(log_path.read_text(errors="replace")[-3000:], file=sys.stderr)
                 status = 1
                 with contextlib.suppress(Exception):
-                    subprocess.run(nsenter(netns, sys.executable, "-m", "kubesvc", "down", "--data-dir", workdir / "data"), cwd=ROOT,
+                    subprocess.run(nsenter(netns, sys.executable, "-m", "kubesvc", "down", "--data-dir", workdir / "data"), cwd=ROOT, env=CHILD_ENV,
                                    timeout=120)
         subprocess.run(["ip", "netns", "del", netns], check=False)
         shutil.rmtree(workdir, ignore_errors=True)
@@ -340,6 +544,8 @@ def outer(args) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pods", type=int, default=100)
+    parser.add_argument("--runs", type=int, default=3, help="rounds of --pods Pods, each deleted before the next")
+    parser.add_argument("--scrape-interval", type=float, default=0.02, help="seconds between scrapes of the proxy's /metrics")
     parser.add_argument("--poll-interval", type=float, default=0.01, help="seconds between connections to one ClusterIP")
     parser.add_argument("--attempt-timeout", type=float, default=0.5, help="seconds one connection may take")
     parser.add_argument("--concurrency", type=int, default=16, help="create requests in flight")
