@@ -2,9 +2,9 @@
 to it (every thread, and every child it forks) around one change, detached once the sync is over.
 
 Upstream kube-proxy starts only the restore tools (``iptables-restore``, ``ipset restore``) in a
-sync; everything else (addresses, links, conntrack, IPVS, nftables) is netlink. Our proxy is held
-to the same: tests/kernel/test_proxy_execve.py (nftables, iptables) and
-tests/kernel/vm/test_proxy_ipvs_execve.py (IPVS) assert on ``programs`` of what was traced.
+steady-state sync; everything else (addresses, links, conntrack, IPVS, nftables) is netlink. Our
+proxy is held to the same: tests/kernel/test_proxy_execve.py (nftables, iptables) and
+tests/kernel/vm/test_proxy_ipvs_schedulers.py (IPVS) assert on ``programs`` of what was traced.
 """
 
 from __future__ import annotations
@@ -73,13 +73,13 @@ async def execve_trace(proxy: ProxyProcess, out: Path):
     result.append(out.read_text(errors="replace") if out.exists() else "")
 
 
-async def synced_change(proxy: ProxyProcess, change, before_ipv4: float):
+async def synced_change(proxy: ProxyProcess, change, before_ipv4: float, counter: str = SYNCS):
     """Make ``change`` (an awaitable factory, to IPv4 endpoints) and wait until the IPv4 proxier
-    synced (its count was ``before_ipv4``: another family's periodic sync does not count) and the
-    proxy settled again; its metrics then."""
+    synced (its ``counter`` was ``before_ipv4``: another family's periodic sync does not count)
+    and the proxy settled again; its metrics then."""
     await change()
     deadline = time.monotonic() + scaled(30)
-    while family_value(await asyncio.to_thread(proxy.metrics), SYNCS) == before_ipv4:
+    while family_value(await asyncio.to_thread(proxy.metrics), counter) == before_ipv4:
         assert time.monotonic() < deadline, f"the change was never synced\n{proxy.log()}"
         await asyncio.sleep(0.1)
     return await settled(proxy, quiet=QUIET, timeout=scaled(60))
@@ -111,13 +111,19 @@ async def traced_endpoint_change(kt, out: Path) -> Traced:
     first = await kt.pod(node, "tr-1", labels)
     await kt.pod(node, "tr-2", labels)
     await kt.service("trace", labels, ports=TRACE_PORTS, type="NodePort")
-    proxy = kt.proxy(node)
-    # the Service and its endpoints synced before the trace starts; a late sync of theirs that
-    # still falls inside it is counted with the others
+    return await traced_sync(kt.proxy(node), lambda: kt.set_ready(first, False), out)
+
+
+async def traced_sync(proxy: ProxyProcess, change, out: Path, counter: str = SYNCS) -> Traced:
+    """What the proxy starts from the moment it has settled until ``change`` (an awaitable
+    factory) moved the IPv4 proxier's ``counter`` (``SYNCS``, or ``FULL_SYNCS`` for a change
+    that makes the sync full) and the proxy settled again."""
+    # what was made before synced before the trace starts; a late sync of it that still falls
+    # inside the trace is counted with the others
     metrics = await settled(proxy, quiet=QUIET, timeout=scaled(60))
     before, full_before = metrics.value(SYNCS), metrics.value(FULL_SYNCS)
     async with execve_trace(proxy, out) as trace:
-        after = await synced_change(proxy, lambda: kt.set_ready(first, False), family_value(metrics, SYNCS))
+        after = await synced_change(proxy, change, family_value(metrics, counter), counter)
     return Traced(programs(trace[0]), after.value(SYNCS) - before, after.value(FULL_SYNCS) - full_before, trace[0])
 
 

@@ -126,14 +126,48 @@ async def test_failed_save_skips_stale_cleanup_only():
     backend, ipt = fake_backend()
     c = cluster_with_one_service()
     await backend.run_sync(c.request())
+    real_save = ipt.save
 
     async def broken(table):
         raise CommandFailed(("iptables-save",), 1, "", "boom")
     ipt.save = broken
     c.set_endpoints(spn("ns1", "svc1"), ep("10.180.0.9"))
-    await backend.run_sync(c.request())
+    result = await backend.run_sync(c.request(full=True))
+    assert result.full
     assert "-X " not in backend.mode.ipt.restores[-1]
     assert ipt.chain_exists_sync("nat", "KUBE-SEP-SXIVWICOYRO3J4NJ")  # stale, kept for now
+    ipt.save = real_save
+    await backend.run_sync(c.request())  # the next sync, partial, deletes it
+    assert not ipt.chain_exists_sync("nat", "KUBE-SEP-SXIVWICOYRO3J4NJ")
+
+
+async def test_only_full_syncs_list_the_nat_table():
+    """A partial sync runs iptables-restore alone: it takes the per-Service chains from the
+    last successful sync instead of listing them, and still deletes the stale ones."""
+    backend, ipt = fake_backend()
+    saves = []
+    real_save = ipt.save
+
+    async def counting_save(table):
+        saves.append(table)
+        return await real_save(table)
+    ipt.save = counting_save
+    c = cluster_with_one_service()
+    c.add(port("ns2", "svc2", cluster_ip="172.30.0.42"))
+    c.set_endpoints(spn("ns2", "svc2"), ep("10.180.0.2"))
+    await backend.run_sync(c.request())
+    assert saves == ["nat"]
+    c.set_endpoints(spn("ns1", "svc1"), ep("10.180.0.9"))  # KUBE-SEP-SXIVWICOYRO3J4NJ goes stale
+    assert not (await backend.run_sync(c.request())).full
+    c.delete_service("ns2", "svc2")  # all of svc2's chains go stale
+    assert not (await backend.run_sync(c.request())).full
+    assert saves == ["nat"]
+    assert len(ipt.restores) == 3
+    nat = set(ipt.tables["nat"])
+    assert "KUBE-SEP-SXIVWICOYRO3J4NJ" not in nat and "KUBE-SVC-GNZBNJ2PO5MGZ6GT" not in nat
+    assert "KUBE-SVC-XPGD46QRK7WJZT7O" in nat
+    await backend.run_sync(c.request(full=True))
+    assert saves == ["nat", "nat"]
 
 
 async def test_ipv6_backend():
@@ -166,10 +200,33 @@ async def test_large_cluster_stale_listing_is_rate_limited():
     c.set_endpoints(spn("ns1", "svc1"), *(ep(f"10.1.{i // 250}.{i % 250 + 1}") for i in range(1001)))
     await backend.run_sync(c.request())
     now[0] = 10.0
-    await backend.run_sync(c.request())
+    await backend.run_sync(c.request(full=True))
     now[0] = 31.0
-    await backend.run_sync(c.request())
+    await backend.run_sync(c.request(full=True))
     assert saves == [0.0, 31.0]
+
+
+async def test_large_cluster_stale_chains_go_once_per_sync_period():
+    """In large-cluster mode stale chains stay until a sync period passed since stale chains
+    were last looked for, on partial syncs as on full ones."""
+    now = [0.0]
+    backend, ipt = fake_backend()
+    backend.mode.clock = lambda: now[0]
+    backend.mode.sync_period = 30.0
+    c = Cluster().add(port("ns1", "svc1", cluster_ip="172.30.0.41"))
+    c.add(port("ns2", "svc2", cluster_ip="172.30.0.42"))
+    c.set_endpoints(spn("ns1", "svc1"), *(ep(f"10.1.{i // 250}.{i % 250 + 1}") for i in range(1001)))
+    c.set_endpoints(spn("ns2", "svc2"), ep("10.180.0.2"))
+    await backend.run_sync(c.request())
+    svc2_chains = {"KUBE-SVC-GNZBNJ2PO5MGZ6GT", "KUBE-SEP-RS4RBKLTHTF2IUXJ"}
+    assert svc2_chains <= set(ipt.tables["nat"])
+    c.delete_service("ns2", "svc2")
+    now[0] = 10.0
+    assert not (await backend.run_sync(c.request())).full
+    assert svc2_chains <= set(ipt.tables["nat"])  # stale, kept for now
+    now[0] = 31.0
+    assert not (await backend.run_sync(c.request())).full
+    assert not svc2_chains & set(ipt.tables["nat"])
 
 
 def test_ten_thousand_services_build_fast():

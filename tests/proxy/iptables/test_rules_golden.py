@@ -9,6 +9,7 @@ the fake proxier's mark ``0x4000``; the real kube-proxy (and we) write Go's ``%#
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import textwrap
 
@@ -18,7 +19,6 @@ from kubesvc.kernel.fake.iptables import (TEST_EXTERNAL_CLIENT, TEST_NODE_IP, TE
                                           FakeIptables, Flow, check_flows, parse_dump, trace_packet)
 from kubesvc.kernel.iptables import APPEND
 from kubesvc.proxy.backend import SyncFailed
-from kubesvc.proxy.iptables.proxier import IptablesState
 from kubesvc.proxy.iptables.rules import LARGE_CLUSTER_ENDPOINTS_THRESHOLD, Features
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.types import IPV4, IPV6
@@ -708,7 +708,7 @@ async def test_sync_proxy_rules_large_cluster_mode():
     assert endpoints == 1
 
     # in large-cluster mode a deleted service's chains are not deleted at once ...
-    backend.state = IptablesState(last_stale_cleanup=now[0])
+    backend.state = dataclasses.replace(backend.state, last_stale_cleanup=now[0])
     c.delete_service("ns4", "svc4")
     c.set_endpoints(spn("ns4", "svc4", "p8082"))
     await backend.run_sync(c.request())
@@ -717,7 +717,7 @@ async def test_sync_proxy_rules_large_cluster_mode():
     assert "-X " not in backend.mode.ipt.restores[-1]
 
     # ... but once a sync period has passed
-    backend.state = IptablesState(last_stale_cleanup=now[0] - backend.mode.sync_period - 0.001)
+    backend.state = dataclasses.replace(backend.state, last_stale_cleanup=now[0] - backend.mode.sync_period - 0.001)
     await backend.run_sync(c.request())
     svc4, endpoints, _ = count_endpoints_and_comments(backend.mode.ipt.restores[-1], "10.4.0.1")
     assert (svc4, endpoints) == ("", 0)

@@ -6,11 +6,20 @@ Per sync:
 
 1. ``observe``: on full syncs only, make sure the jumps from the built-in hooks into our
    chains exist (``iptables -C``, else ``-I``); they cannot be part of the restore, which
-   would have to rewrite the hooks that other software also uses. Then list the nat chains
-   (``iptables-save -t nat``) to find stale per-Service chains — in large-cluster mode at most
-   once per sync period, as the save can take seconds there;
+   would have to rewrite the hooks that other software also uses. Then find the per-Service
+   nat chains that exist, to delete the stale ones — in large-cluster mode at most once per
+   sync period, as upstream;
 2. ``plan``: the input (pure ``rules.build_restore``);
 3. ``apply``: ``iptables-restore --noflush --counters`` once, for filter and nat together.
+
+Where the existing chains come from differs from upstream, which lists them with
+``iptables-save -t nat`` whenever it looks (every sync outside large-cluster mode): here a full
+sync lists them so, and a partial sync takes the per-Service chains the kernel held after the
+last successful sync (``IptablesState.nat_chains``: that sync's chains in use, plus the ones it
+did not look at). A partial sync only ever follows a successful one, whose restore the kernel
+accepted whole, so the two agree unless someone else changed the nat table; that is what full
+syncs (after a failure, the canary, every hour) repair. The stale chains go in the same syncs
+as upstream's, and a steady-state partial sync starts one process: ``iptables-restore``.
 
 Any failure counts ``sync_proxy_rules_iptables_restore_failures_total`` (and the partial
 counter for a partial sync), makes the next sync full, and raises ``SyncFailed`` (the
@@ -56,16 +65,19 @@ SYSCTL_TCP_BE_LIBERAL = "net/netfilter/nf_conntrack_tcp_be_liberal"
 
 @dataclass(frozen=True)
 class IptablesState:
-    """What the iptables mode remembers between syncs (upstream ``lastIPTablesCleanup``)."""
+    """What the iptables mode remembers between syncs: when stale chains were last looked for
+    (upstream ``lastIPTablesCleanup``), and the per-Service nat chains the kernel holds since
+    the last successful sync (read instead of ``iptables-save`` by partial syncs)."""
 
     last_stale_cleanup: float = float("-inf")
+    nat_chains: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
 class Observed:
     """Per-sync facts read or derived before planning."""
 
-    existing_nat_chains: set[str] | None  # None: not listed this time
+    existing_nat_chains: set[str] | frozenset[str] | None  # None: not looked for this time
     listed_at: float | None
     large: bool
     localhost_nodeports: bool
@@ -114,17 +126,23 @@ class IptablesBackend(Mode[IptablesState]):
         existing, listed_at = None, None
         now = self.clock()
         if not large or now - state.last_stale_cleanup > self.sync_period:
-            try:
-                existing, listed_at = chains_in_save(await self.ipt.save(TABLE_NAT)), now
-            except CommandFailed as err:
-                log.error("Failed to execute iptables-save: stale chains will not be deleted: %s", err)
+            if not request.full:
+                existing, listed_at = state.nat_chains, now
+            else:
+                try:
+                    existing, listed_at = chains_in_save(await self.ipt.save(TABLE_NAT)), now
+                except CommandFailed as err:
+                    log.error("Failed to execute iptables-save: stale chains will not be deleted: %s", err)
         return Observed(existing, listed_at, large, localhost_nodeports)
 
     def plan(self, request: SyncRequest, previous: IptablesState, observed: Observed) -> KernelPlan[IptablesState]:
         data = build_restore(request, self.options, existing_nat_chains=observed.existing_nat_chains,
                              features=self.features or Features(), large=observed.large,
                              localhost_nodeports=observed.localhost_nodeports)
-        following = previous if observed.listed_at is None else IptablesState(last_stale_cleanup=observed.listed_at)
+        if observed.listed_at is None:  # nothing looked for: what was there still is, besides this sync's
+            following = IptablesState(previous.last_stale_cleanup, previous.nat_chains | data.active_nat_chains)
+        else:  # every per-Service chain not in use was deleted
+            following = IptablesState(observed.listed_at, frozenset(data.active_nat_chains))
         return KernelPlan(kernel_input=data.text, next_state=following,
                           no_local_internal=data.no_local_internal, no_local_external=data.no_local_external,
                           written={TABLE_FILTER: data.filter_rules, TABLE_NAT: data.nat_rules_written},
