@@ -104,13 +104,14 @@ def test_entering_a_missing_namespace_raises_oserror():
 
 
 def test_a_plan_runs_in_the_named_namespace_and_shows_as_ip_would(ns):
-    plan = [AddBridge("br9", "02:00:00:00:00:09"), Address("br9", "10.9.0.1/24"), Address("br9", "fd09::1/64"), SetUp("br9"),
+    plan = [AddBridge("br9", "02:00:00:00:00:09"), Address("br9", "10.9.0.1/24"), Address("br9", "fd09::1/64", nodad=True), SetUp("br9"),
             Route("10.99.0.0/16", "br9", replace=False)]
     assert links.apply(plan, ns.name) == []
     assert links.link_info("br9", ns.name) == LinkInfo("bridge", ("10.9.0.1/24", "fd09::1/64"))
     assert "br9" in links.link_names(ns.name) and "br9" not in links.link_names()
     assert ns.ip("-o", "link", "show", "br9").stdout.split("link/ether ")[1].split()[0] == "02:00:00:00:00:09"
     assert ns.ip("route", "show", "10.99.0.0/16").stdout.startswith("10.99.0.0/16 dev br9 ")
+    assert "nodad" in ns.ip("-6", "-o", "addr", "show", "dev", "br9", "scope", "global").stdout
     assert links.routable("10.99.1.1", ns.name) and not links.routable("10.98.1.1", ns.name)
     assert links.link_info("nosuch", ns.name) is None
 

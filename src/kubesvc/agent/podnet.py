@@ -276,7 +276,7 @@ def plan_bridge_addresses(bridge: str, existing: LinkInfo | None, wanted: list[s
 def bridge_ops(bridge: str, mac: str, create: bool, addresses: list[str]) -> list[Op]:
     """Making the bridge (if ``create``), adding ``addresses`` (IPv6 without DAD), setting it up."""
     ops: list[Op] = [AddBridge(bridge, mac)] if create else []
-    ops += [Address(bridge, a) for a in addresses]
+    ops += [Address(bridge, a, nodad=True) for a in addresses]
     return ops + [SetUp(bridge)]
 
 
@@ -320,7 +320,7 @@ def pod_side_ops(ips: list[str], gateways: list[str]) -> list[Op]:
     ops: list[Op] = [SetUp("lo"), SetUp(POD_IFNAME)]
     for ip, gw in zip(ips, gateways):
         v6 = ipaddress.ip_address(ip).version == 6
-        ops += [Address(POD_IFNAME, f"{ip}/{128 if v6 else 32}", replace=True),
+        ops += [Address(POD_IFNAME, f"{ip}/{128 if v6 else 32}", replace=True, nodad=True),
                 Route(gw, POD_IFNAME, scope_link=not v6),
                 Route("::/0" if v6 else "0.0.0.0/0", POD_IFNAME, via=gw)]
     return ops

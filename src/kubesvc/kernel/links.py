@@ -235,18 +235,23 @@ class SetHairpin:
 
 @dataclass(frozen=True)
 class Address:
-    """``cidr`` on ``dev``: added (EEXIST if there), or ``replace``d; IPv6 without DAD."""
+    """``cidr`` on ``dev``: added (EEXIST if there), or ``replace``d; with ``nodad`` (IPv6 only:
+    ``IFA_F_NODAD``) usable at once, without duplicate address detection. The Pod network asks
+    for it; the IPVS proxier's binding on ``kube-ipvs0`` does not (upstream ``EnsureAddressBind``
+    sets no flags)."""
 
     dev: str
     cidr: str
     replace: bool = False
+    nodad: bool = False
 
     def __str__(self) -> str:
-        return f"address {'replace' if self.replace else 'add'} {self.cidr} dev {self.dev}" + (" nodad" if _is_v6(self.cidr) else "")
+        nodad = self.nodad and _is_v6(self.cidr)
+        return f"address {'replace' if self.replace else 'add'} {self.cidr} dev {self.dev}" + (" nodad" if nodad else "")
 
     def run(self, ipr: _Ipr) -> None:
         iface = ipaddress.ip_interface(self.cidr)
-        flags = {"flags": IFA_F_NODAD} if iface.version == 6 else {}
+        flags = {"flags": IFA_F_NODAD} if self.nodad and iface.version == 6 else {}
         ipr.addr("replace" if self.replace else "add", index=ipr.index(self.dev), address=str(iface.ip),
                  prefixlen=iface.network.prefixlen, **flags)
 
