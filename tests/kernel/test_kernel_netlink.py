@@ -94,14 +94,27 @@ async def test_addresses_bound_and_unbound_over_rtnetlink(topo):
     assert NODE_IP in netlink.unique_ips(netlink.addresses(4, netns=node))
     index = await netlink.link_index("vcli", netns=node)
     assert index is not None and await netlink.link_index("no-such-link", netns=node) is None
-    await netlink.add_address(index, "172.30.9.9", netns=node)
-    await netlink.add_address(index, "172.30.9.9", netns=node)  # already bound: fine
+    await netlink.add_address("vcli", "172.30.9.9", netns=node)
+    await netlink.add_address("vcli", "172.30.9.9", netns=node)  # already bound: fine
     bound = [a for a in await netlink.addresses_async(4, netns=node) if a.address == "172.30.9.9"]
     assert [(a.index, a.prefixlen) for a in bound] == [(index, 32)]
-    await netlink.del_address(index, "172.30.9.9", netns=node)
-    await netlink.del_address(index, "172.30.9.9", netns=node)  # not bound: fine
+    await netlink.del_address("vcli", "172.30.9.9", netns=node)
+    await netlink.del_address("vcli", "172.30.9.9", netns=node)  # not bound: fine
     assert "172.30.9.9" not in netlink.unique_ips(netlink.addresses(4, netns=node))
     assert "172.30.9.9" not in topo.node.ip("-4", "addr").stdout
+    with pytest.raises(netlink.NetlinkFailed, match="no-such-link"):
+        await netlink.add_address("no-such-link", "172.30.9.9", netns=node)
+
+
+async def test_an_ipv6_service_address_is_bound_as_upstream_binds_it(topo):
+    """/128, and without ``nodad`` (upstream ``EnsureAddressBind`` sets no flags; the kernel
+    runs duplicate address detection as for any address)."""
+    node = topo.node.name
+    await netlink.add_address("vcli", "fd00:30::9", netns=node)
+    shown = [line for line in topo.node.ip("-6", "-o", "addr", "show", "dev", "vcli").stdout.splitlines() if "fd00:30::9" in line]
+    assert len(shown) == 1 and "fd00:30::9/128" in shown[0] and "nodad" not in shown[0], shown
+    await netlink.del_address("vcli", "fd00:30::9", netns=node)
+    assert "fd00:30::9" not in topo.node.ip("-6", "addr").stdout
 
 
 async def test_link_changes_run_kernel_links_operations_on_the_cached_socket(topo):

@@ -2,8 +2,9 @@
 kube-proxy in upstream ``pkg/proxy/util``'s ``RealNetwork``) and the few link/address changes the
 IPVS proxier makes on its dummy device (upstream ``pkg/proxy/ipvs/util/netlink_linux.go``:
 ``EnsureDummyDevice``, ``EnsureAddressBind``, ``UnbindAddress``, ``DeleteDummyDevice``, over
-vishvananda/netlink). The link changes are ``kernel.links`` operation values (``AddDummy``,
-``DelLink``), the same the Pod network's plans use, run here on the cached socket.
+vishvananda/netlink). The link and address changes are ``kernel.links`` operation values
+(``AddDummy``, ``DelLink``, ``Address``, ``DelAddress``), the same the Pod network's plans use,
+run here on the cached socket; like upstream they name the device, not its index.
 
 kube-proxy needs the addresses for ``--nodeport-addresses``: a NodePort (and a health-check node
 port) is accepted only on the local addresses inside those CIDRs. They are read at every sync of
@@ -220,7 +221,7 @@ async def local_addresses_async(family: int | None = None) -> list[str]:
 
 
 # ---- links and their addresses (the IPVS dummy device) -------------------------------------------
-# Link changes are ``kernel.links`` operation values run on the cached socket (``links.Borrowed``),
+# Link and address changes are ``kernel.links`` operation values run on the cached socket (``links.Borrowed``),
 # so a refusal names the ``ip -batch`` line as a Pod network plan's does.
 
 
@@ -275,26 +276,32 @@ def host_prefix(address: str) -> int:
     return 128 if ":" in address else 32
 
 
-async def add_address(index: int, address: str, netns: str | None = None) -> None:
-    """Bind ``address`` as a host route (/32, /128) to link ``index``; already bound is fine."""
+async def add_address(dev: str, address: str, netns: str | None = None) -> None:
+    """Bind ``address`` as a host route (/32, /128) to link ``dev`` (``links.Address``; no
+    ``nodad``, as upstream's ``EnsureAddressBind``); already bound is fine."""
     def body(ipr) -> None:
+        from kubesvc.kernel.links import Address as AddressOp
+
         try:
-            ipr.addr("add", index=index, address=address, prefixlen=host_prefix(address))
-        except Exception as err:  # noqa: BLE001
-            if getattr(err, "code", None) != errno_.EEXIST:
+            _session(ipr, netns).apply([AddressOp(dev, f"{address}/{host_prefix(address)}")])
+        except NetlinkFailed as err:
+            if err.returncode != errno_.EEXIST:
                 raise
-    await call_async(_route_call(("addr", "add", f"{address}/{host_prefix(address)}", "dev", str(index)), netns, body))
+    await call_async(_route_call(("addr", "add", f"{address}/{host_prefix(address)}", "dev", dev), netns, body))
 
 
-async def del_address(index: int, address: str, netns: str | None = None) -> None:
-    """Unbind ``address`` from link ``index``; not bound is fine."""
+async def del_address(dev: str, address: str, netns: str | None = None) -> None:
+    """Unbind ``address`` from link ``dev`` (``links.DelAddress``, upstream ``UnbindAddress``);
+    not bound is fine."""
     def body(ipr) -> None:
+        from kubesvc.kernel.links import DelAddress
+
         try:
-            ipr.addr("del", index=index, address=address, prefixlen=host_prefix(address))
-        except Exception as err:  # noqa: BLE001
-            if getattr(err, "code", None) not in (errno_.EADDRNOTAVAIL, errno_.ENOENT, errno_.ESRCH):
+            _session(ipr, netns).apply([DelAddress(dev, f"{address}/{host_prefix(address)}")])
+        except NetlinkFailed as err:
+            if err.returncode not in (errno_.EADDRNOTAVAIL, errno_.ENOENT, errno_.ESRCH):
                 raise
-    await call_async(_route_call(("addr", "del", f"{address}/{host_prefix(address)}", "dev", str(index)), netns, body))
+    await call_async(_route_call(("addr", "del", f"{address}/{host_prefix(address)}", "dev", dev), netns, body))
 
 
 class Links:
@@ -310,8 +317,8 @@ class Links:
     async def addresses(self, family: int | None = None) -> list[Address]:
         return await addresses_async(family, self.netns)
 
-    async def add_address(self, index: int, address: str) -> None:
-        await add_address(index, address, self.netns)
+    async def add_address(self, dev: str, address: str) -> None:
+        await add_address(dev, address, self.netns)
 
-    async def del_address(self, index: int, address: str) -> None:
-        await del_address(index, address, self.netns)
+    async def del_address(self, dev: str, address: str) -> None:
+        await del_address(dev, address, self.netns)

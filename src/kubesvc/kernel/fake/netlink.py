@@ -6,14 +6,13 @@ order); indexes are given in the order a link is first seen (``lo`` is 1)."""
 
 from __future__ import annotations
 
-import errno
 import ipaddress
 
 from kubesvc.kernel import IPV4, IPV6
 from kubesvc.kernel.fake.links import FakeNetwork, Link
 from kubesvc.kernel.links import AddDummy, DelAddress
 from kubesvc.kernel.links import Address as AddressOp
-from kubesvc.kernel.netlink import SCOPE_HOST, Address, NetlinkFailed, host_prefix
+from kubesvc.kernel.netlink import SCOPE_HOST, Address, host_prefix
 
 
 class FakeLinks:
@@ -33,12 +32,6 @@ class FakeLinks:
     def _index(self, name: str) -> int:
         return self.index.setdefault(name, len(self.index) + 1)
 
-    def _name(self, index: int) -> str:
-        for name, i in self.index.items():
-            if i == index and name in self.network.ns(self.netns).links:
-                return name
-        raise NetlinkFailed(("link", "get", str(index)), errno.ENODEV, "No such device")
-
     async def ensure_dummy(self, name: str) -> int:
         if name not in self.network.ns(self.netns).links:
             self.network.apply([AddDummy(name)], self.netns)
@@ -55,10 +48,10 @@ class FakeLinks:
                                           SCOPE_HOST if iface.ip.is_loopback else 0))
         return result
 
-    async def add_address(self, index: int, address: str) -> None:
-        self.network.apply([AddressOp(self._name(index), f"{address}/{host_prefix(address)}", replace=True)], self.netns)
+    async def add_address(self, dev: str, address: str) -> None:
+        if address not in self.links.get(dev, ()):  # already bound is fine
+            self.network.apply([AddressOp(dev, f"{address}/{host_prefix(address)}")], self.netns)
 
-    async def del_address(self, index: int, address: str) -> None:
-        name = self._name(index)
-        if address in self.links[name]:
-            self.network.apply([DelAddress(name, f"{address}/{host_prefix(address)}")], self.netns)
+    async def del_address(self, dev: str, address: str) -> None:
+        if dev not in self.links or address in self.links[dev]:  # not bound is fine; no such link is not
+            self.network.apply([DelAddress(dev, f"{address}/{host_prefix(address)}")], self.netns)

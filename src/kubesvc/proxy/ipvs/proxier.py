@@ -72,7 +72,6 @@ class Observed:
 class IpvsInput:
     """One sync's kernel input, applied in this order (sets before the rules naming them)."""
 
-    dummy: int
     bind: tuple[str, ...]
     ipset_restore: str
     iptables_restore: str
@@ -131,7 +130,7 @@ class IpvsBackend(Mode[None]):
             log.debug("%d real servers draining at weight 0", len(changes.draining))
         wanted = set(state.addresses)
         kernel_input = IpvsInput(
-            dummy=observed.dummy, bind=tuple(a for a in state.addresses if a not in observed.bound),
+            bind=tuple(a for a in state.addresses if a not in observed.bound),
             ipset_restore=ipset_restore_input(state, self.family), iptables_restore=state.iptables,
             ensure_jumps=request.full, ops=tuple(changes.ops), unbind=tuple(sorted(observed.bound - wanted)))
         return KernelPlan(kernel_input=kernel_input, next_state=None,
@@ -141,7 +140,7 @@ class IpvsBackend(Mode[None]):
     async def apply(self, plan: KernelPlan[None]) -> None:
         todo: IpvsInput = plan.kernel_input
         for address in todo.bind:
-            await self.links.add_address(todo.dummy, address)
+            await self.links.add_address(DUMMY_DEVICE, address)
         await self.ipset.restore(todo.ipset_restore)
         await self.ipt.restore(todo.iptables_restore)  # declares every chain a jump names
         if todo.ensure_jumps:
@@ -149,7 +148,7 @@ class IpvsBackend(Mode[None]):
         for op in todo.ops:
             await asyncio.to_thread(self.ipvs.apply, op)
         for address in todo.unbind:
-            await self.links.del_address(todo.dummy, address)
+            await self.links.del_address(DUMMY_DEVICE, address)
 
     async def _set_sysctls(self) -> None:
         if self.family != IPV4:  # the net/ipv4/vs sysctls cover both families
