@@ -35,6 +35,26 @@ directory 0700.)
 
 Compacting to C deletes, in one transaction, each row superseded by a row in
 (previous C, C] and each tombstone in that range; this is kine's compaction, made incremental.
+
+**Durability.** ``journal_mode=WAL`` with ``synchronous=NORMAL``: a commit appends the
+transaction's pages to ``state.db-wal`` with write(2) before COMMIT returns, and only then is
+the write acknowledged (and published to watchers). Written pages belong to the kernel from
+then on, so ``kill -9`` of the apiserver loses no acknowledged write: the next open finds the
+frames in the WAL and reads them (tests/apiserver/test_allocation_api.py kills the server in
+the middle of a burst of creates and deletes and checks every acknowledged one). What NORMAL
+gives up against FULL is the fsync of the WAL at every commit (2.7 ms median, 25 ms p99 on a
+VM disk): after a power loss or kernel crash the last commits may be missing, but the file is
+never corrupt, because the WAL is fsynced before any checkpoint copies it into the database.
+etcd fsyncs every write; an apiserver whose store is on one machine's disk only loses what
+that machine's own crash takes with it.
+
+**Off the write path.** Checkpoints (copying WAL pages back into the database) run in a
+background thread (checkpoint.py), not inside a committing write, so a write costs its own
+statements and one write(2). The page cache is sized for 100k objects and their history
+(``cache_size``, 64 MiB: the five indexes of 200k rows, a Service and its IPAddress each,
+are about 50 MiB), so a write or a point read does not go to the file for index pages.
+Statements are prepared once: the sqlite3 module keeps each SQL text's compiled statement
+(``cached_statements``) and every statement here is a constant text with parameters.
 """
 
 from __future__ import annotations
@@ -59,6 +79,7 @@ from kubesvc.storage.base import (
     resolve_revision,
 )
 from kubesvc.storage.embedded import EmbeddedBackend
+from kubesvc.storage.sqlite.checkpoint import Checkpointer
 from kubesvc.storage.watch import WatchHub
 
 _SCHEMA = """
@@ -113,6 +134,9 @@ _SAVE_COMPACT_REVISION = """
 INSERT INTO kine_meta (name, value) VALUES ('compact_revision', ?)
 ON CONFLICT (name) DO UPDATE SET value = excluded.value"""
 
+_CACHE_KIB = 64 * 1024  # the page cache: see "Off the write path" in the module docstring
+_STATEMENTS = 64  # compiled statements kept by the sqlite3 module (its default is 128; we have a dozen)
+
 _ALL_ROWS = 2**62  # SQLite's integers are 64-bit: larger limits (up to Go's int64) mean all rows
 _MAX_KEY = "\U0010ffff"  # the range end of the empty prefix: the highest code point sorts above any key
 
@@ -123,14 +147,18 @@ class SQLiteBackend(EmbeddedBackend):
 
     def __init__(self, path: str, *, watch_ring_size: int = 10_000, watch_queue_size: int = 10_000):
         make_private(Path(path))
-        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, cached_statements=_STATEMENTS)
         self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")  # durable across kill -9: see the module docstring
+        self._conn.execute("PRAGMA wal_autocheckpoint=0")  # the Checkpointer's job, not a commit's
+        self._conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
+        self._conn.execute("PRAGMA busy_timeout=5000")  # the checkpointer's connection may hold a lock for a moment
         self._conn.executescript(_SCHEMA)
         self._lock = threading.Lock()  # guards the connection; held for a whole write and its publish
         self._revision = self._scalar("SELECT seq FROM sqlite_sequence WHERE name = 'kine'")
         self._compacted = self._scalar("SELECT value FROM kine_meta WHERE name = 'compact_revision'")
         self._hub = WatchHub(self._revision, ring_size=watch_ring_size, queue_size=watch_queue_size)
+        self.checkpointer = Checkpointer(path, self._lock)
 
     def current_revision(self) -> int:
         return self._revision
@@ -165,6 +193,7 @@ class SQLiteBackend(EmbeddedBackend):
             with self._transaction():
                 events = [self._append(op, self._revision + offset) for offset, op in enumerate(ops, 1)]
             self._revision += len(events)
+            self.checkpointer.committed()
             self._hub.publish(events)
         return TxnResult([event.kv for event in events])
 
@@ -172,10 +201,11 @@ class SQLiteBackend(EmbeddedBackend):
         with self._transaction():
             self._conn.execute(_COMPACT, {"after": self._compacted, "upto": revision})
             self._conn.execute(_SAVE_COMPACT_REVISION, (revision,))
-        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.checkpointer.wants_truncate()  # the freed pages leave the WAL at the next idle moment
 
     def close(self) -> None:
         self._hub.close()
+        self.checkpointer.close()
         with self._lock:
             self._conn.close()
 
