@@ -15,6 +15,7 @@ from kubesvc.agent.podnet import (IPStore, NodeNetwork, NodeRecord, PodNetwork, 
                                   next_free_ip, next_record, node_network_problems, node_side_ops, node_sysctls, node_teardown_ops,
                                   plan_bridge_addresses, pod_removal_ops, pod_side_ops, pods_from_state)
 from kubesvc.kernel.fake.links import FakeHostKernel, FakeNetwork
+from kubesvc.kernel.fake.sysctl import FakeSysctl
 from kubesvc.kernel.links import AddBridge, AddNetns, AddVeth, LinkInfo, SetUp, parse_link_info, render
 
 # ---------------------------------------------------------------------------------------------
@@ -357,3 +358,32 @@ def test_teardown_that_fails_keeps_the_state_for_another_try(tmp_path):
     assert errors == ["link del cbr0: Device or resource busy", "netns del ks-a-u1: Device or resource busy"]  # both plans tried
     assert network.netns_names() == ["ks-a-u1"] and "cbr0" in network.link_names()
     assert (tmp_path / "podnet.json").exists() and (tmp_path / "networks" / "cbr0" / "10.244.1.2").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# the API over injected fakes (NodeNetwork.kernel)
+
+
+async def test_the_api_goes_through_the_kernel_it_is_given(tmp_path):
+    """ensure_node_network, add_pod and remove_pod change only the rtnetlink, namespaces and
+    sysctls of ``NodeNetwork.kernel`` (here the stateful fakes)."""
+    network = FakeNetwork()
+    veth = host_veth_name("uid-1")
+    sysctl = FakeSysctl(links=("lo", "cbr0", veth))
+    net = NodeNetwork(["10.244.1.0/24"], state_dir=tmp_path, kernel=podnet.NodeKernel(network, network, sysctl))
+    await podnet.ensure_node_network(net)
+    assert network.link_info("cbr0") == LinkInfo("bridge", ("10.244.1.1/24",)) and network.ns().links["cbr0"].up
+    assert sysctl.read("net/ipv4/ip_forward") == "1" and sysctl.read("net/ipv4/conf/cbr0/send_redirects") == "0"
+
+    pod = await podnet.add_pod(net, "uid-1")
+    assert pod.ips == ["10.244.1.2"] and network.names() == ["kubesvc-uid-1"]
+    assert network.ns().links[veth].master == "cbr0" and network.ns().links[veth].hairpin
+    assert network.link_info("eth0", "kubesvc-uid-1") == LinkInfo("veth", ("10.244.1.2/32",))
+    assert {(r.dst, r.via) for r in network.routes("kubesvc-uid-1")} == {("10.244.1.1/32", None), ("0.0.0.0/0", "10.244.1.1")}
+    assert sysctl.read(f"net/ipv4/conf/{veth}/send_redirects") == "0"
+    assert await podnet.add_pod(net, "uid-1") == pod  # again: what exists is reused
+
+    network.spawn("kubesvc-uid-1")
+    await podnet.remove_pod(net, "uid-1")
+    assert network.names() == [] and veth not in network.link_names()
+    assert not (tmp_path / "networks" / "cbr0" / "10.244.1.2").exists()

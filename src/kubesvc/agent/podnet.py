@@ -57,11 +57,11 @@ knowing the podCIDR)::
     networks/<bridge>/last_reserved_ip.<n>   the last address handed out from podCIDR n
 
 Decisions are pure functions (names, :func:`next_free_ip`, bridge address plan, the link,
-address and route operations, sysctls); the I/O shell hands each plan to ``kernel.links.apply``
-(rtnetlink through pyroute2, one socket per namespace touched, no process), writes sysctls through
-``kernel.sysctl`` and finds namespaces and their processes through ``kernel.netns``. Like a CNI
-runtime, the caller retries a failed :func:`add_pod` (it completes what exists) or calls
-:func:`remove_pod` (it deletes what exists).
+address and route operations, sysctls); the I/O shell goes through the kernel doors it is given
+(``NodeNetwork.kernel``, a ``NodeKernel``): each plan to rtnetlink (``kernel.links``, pyroute2,
+one socket per plan, no process), sysctls to ``kernel.sysctl``, namespaces and their processes to
+``kernel.netns``. Like a CNI runtime, the caller retries a failed :func:`add_pod` (it completes
+what exists) or calls :func:`remove_pod` (it deletes what exists).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ from kubesvc.kernel import links
 from kubesvc.kernel import netns as knetns
 from kubesvc.kernel.links import (AddBridge, AddNetns, AddVeth, Address, DelAddress, DelLink, DelNetns, LinkInfo, Op, Route, SetHairpin,
                                   SetUp)
-from kubesvc.kernel.sysctl import SysctlFailed, write_sysctl
+from kubesvc.kernel.sysctl import Sysctl, SysctlFailed
 
 POD_IFNAME = "eth0"
 RECORD_FILE = "podnet.json"
@@ -113,15 +113,29 @@ class PodNetwork:
     host_veth: str
 
 
+@dataclass(frozen=True)
+class NodeKernel:
+    """The kernel doors the Pod network goes through, injected as the proxy's modes take theirs:
+    rtnetlink (``kernel.links`` itself is one ``Rtnetlink``), the named namespaces
+    (``kernel.netns`` itself) and the sysctls of the calling thread's namespace. A test gives
+    ``kernel.fake.links.FakeNetwork`` (both of the first two) and ``kernel.fake.sysctl.FakeSysctl``."""
+
+    rtnl: links.Rtnetlink = links  # type: ignore[assignment]
+    namespaces: knetns.Namespaces = knetns  # type: ignore[assignment]
+    sysctl: Sysctl = field(default_factory=Sysctl)
+
+
 @dataclass
 class NodeNetwork:
     """This node's Pod network: its podCIDRs (one, or an IPv4 and an IPv6 one), the bridge, the
-    prefix of every Pod namespace name (unique per agent on one machine) and where state lives."""
+    prefix of every Pod namespace name (unique per agent on one machine), where state lives, and
+    the kernel it is made in (``NodeKernel``: the real one unless a test gives fakes)."""
 
     pod_cidrs: list[str]
     bridge: str = "cbr0"
     netns_prefix: str = "kubesvc-"
     state_dir: Path = field(kw_only=True)
+    kernel: NodeKernel = field(default_factory=NodeKernel, kw_only=True, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         problems = node_network_problems(self.pod_cidrs, self.bridge, self.netns_prefix)
@@ -452,10 +466,10 @@ def next_record(net: NodeNetwork, previous: NodeRecord | None, existing: LinkInf
 # the shell: what exists here, the kernel's door
 
 
-def _write_sysctls(settings: Mapping[str, str]) -> None:
+def _write_sysctls(sysctl: Sysctl, settings: Mapping[str, str]) -> None:
     for key, value in settings.items():
         try:
-            write_sysctl(key, value)
+            sysctl.write(key, value)
         except SysctlFailed as err:
             raise PodNetworkError(f"sysctl {key.replace('/', '.')}={value}: {err.stderr}") from err
 
@@ -490,13 +504,19 @@ class HostKernel:
 async def ensure_node_network(net: NodeNetwork) -> None:
     """The bridge with its gateway addresses (created, or adopted if it exists), up, and the
     node's sysctls. Records what is ours in ``state_dir`` before touching the kernel."""
-    existing = await links.link_info_async(net.bridge)
+    await knetns.on_thread_async(None, _ensure_node_network, net)
+
+
+def _ensure_node_network(net: NodeNetwork) -> None:
+    """``ensure_node_network``'s work, on a thread in the agent's namespace."""
+    kernel = net.kernel
+    existing = kernel.rtnl.link_info(net.bridge)
     adding = plan_bridge_addresses(net.bridge, existing, net.bridge_addresses)
-    record = next_record(net, read_record(net.state_dir), existing, adding, knetns.current_name())
+    record = next_record(net, read_record(net.state_dir), existing, adding, kernel.namespaces.current_name())
     net.state_dir.mkdir(parents=True, exist_ok=True)
     _write_atomically(net.state_dir / RECORD_FILE, json.dumps(asdict(record), indent=1) + "\n")
-    await links.apply_async(bridge_ops(net.bridge, bridge_mac(net.bridge, net.pod_cidrs), existing is None, adding))
-    _write_sysctls(node_sysctls(net.bridge, {ipaddress.ip_network(c).version for c in net.pod_cidrs}))
+    kernel.rtnl.apply(bridge_ops(net.bridge, bridge_mac(net.bridge, net.pod_cidrs), existing is None, adding))
+    _write_sysctls(kernel.sysctl, node_sysctls(net.bridge, {ipaddress.ip_network(c).version for c in net.pod_cidrs}))
 
 
 async def add_pod(net: NodeNetwork, pod_uid: str) -> PodNetwork:
@@ -510,11 +530,11 @@ async def add_pod(net: NodeNetwork, pod_uid: str) -> PodNetwork:
 
 
 def _plumb(net: NodeNetwork, pod: PodNetwork) -> None:
-    """``add_pod``'s kernel half, on a thread in the agent's namespace: one socket here, one in the Pod's."""
-    with links.Session() as here:
-        here.apply(node_side_ops(net.bridge, pod, knetns.exists(pod.netns), here.link_exists(pod.host_veth)))
-    _write_sysctls({f"net/ipv4/conf/{pod.host_veth}/send_redirects": "0"})
-    links.apply(pod_side_ops(pod.ips, net.gateways), netns=pod.netns)
+    """``add_pod``'s kernel half, on a thread in the agent's namespace: one plan here, one in the Pod's."""
+    kernel = net.kernel
+    kernel.rtnl.apply(node_side_ops(net.bridge, pod, kernel.namespaces.exists(pod.netns), kernel.rtnl.link_exists(pod.host_veth)))
+    _write_sysctls(kernel.sysctl, {f"net/ipv4/conf/{pod.host_veth}/send_redirects": "0"})
+    kernel.rtnl.apply(pod_side_ops(pod.ips, net.gateways), pod.netns)
 
 
 async def kill_processes_in(netns: str) -> None:
@@ -526,17 +546,17 @@ async def remove_pod(net: NodeNetwork, pod_uid: str) -> None:
     """Kill what still runs in the Pod's namespace (it would otherwise live on in an anonymous
     namespace nothing can find), delete its veth and namespace, release its addresses. Idempotent."""
     pod = net.pod(pod_uid)
-    if knetns.exists(pod.netns):
-        knetns.kill_all_in(pod.netns)
-    await knetns.on_thread_async(None, _unplumb, pod)
+    namespaces = net.kernel.namespaces
+    if namespaces.exists(pod.netns):
+        namespaces.kill_all_in(pod.netns)
+    await knetns.on_thread_async(None, _unplumb, net.kernel, pod)
     store = IPStore(net.ipam_dir)
     store.release(ips_of(pod_uid, store.allocations(), net.pod_cidrs))
 
 
-def _unplumb(pod: PodNetwork) -> None:
-    """``remove_pod``'s kernel half, on a thread in the agent's namespace, with one socket."""
-    with links.Session() as here:
-        here.apply(pod_removal_ops(pod, knetns.exists(pod.netns), here.link_exists(pod.host_veth)))
+def _unplumb(kernel: NodeKernel, pod: PodNetwork) -> None:
+    """``remove_pod``'s kernel half, on a thread in the agent's namespace."""
+    kernel.rtnl.apply(pod_removal_ops(pod, kernel.namespaces.exists(pod.netns), kernel.rtnl.link_exists(pod.host_veth)))
 
 
 def existing_pods(net: NodeNetwork) -> dict[str, PodNetwork]:

@@ -377,6 +377,7 @@ class Rtnetlink(Protocol):
     def apply(self, ops: Sequence[Op], netns: str | None = None, *, force: bool = False) -> list[str]: ...
     def link_names(self, netns: str | None = None) -> set[str]: ...
     def link_info(self, name: str, netns: str | None = None) -> "LinkInfo | None": ...
+    def link_exists(self, name: str, netns: str | None = None) -> bool: ...
 
 
 def _apply_here(ops: Sequence[Op], netns: str | None, force: bool) -> list[str]:
@@ -467,6 +468,19 @@ def link_names(netns: str | None = None) -> set[str]:
 
 async def link_names_async(netns: str | None = None) -> set[str]:
     return await knetns.on_thread_async(netns, _link_names)
+
+
+def _link_exists(name: str) -> bool:
+    try:
+        socket.if_nametoindex(name)  # an ioctl in the thread's namespace: no netlink socket
+    except OSError:
+        return False
+    return True
+
+
+def link_exists(name: str, netns: str | None = None) -> bool:
+    """Whether there is a link ``name``."""
+    return knetns.on_thread(netns, _link_exists, name)
 
 
 def _routable(ip: str) -> bool:
