@@ -14,7 +14,7 @@ from aiohttp import web
 
 from kubesvc.agent.probes import (
     USER_AGENT, CheckOutcome, CheckResult, ExecAction, GRPCAction, HTTPGetAction, ProbeError, ProbeResult, ProbeSpec,
-    ProbeTracker, TCPSocketAction, format_url, probe_event, probe_exec, probe_http, probe_tcp, request_headers,
+    ProbeTracker, TCPSocketAction, format_url, next_check_at, probe_event, probe_exec, probe_http, probe_tcp, request_headers,
     resolve_port, run_check, run_probe, worker_result,
 )
 from kubesvc.serving.pki import ephemeral_serving_context
@@ -602,3 +602,24 @@ async def test_grpc_probe_fails():
 async def test_missing_handler_errors():
     assert await run_probe(ProbeSpec.from_dict({}), pod_ip="", container={"name": "c"}, env={}, netns=None) == (
         U, "missing probe handler for container c")
+
+
+# ---- the worker's cadence (worker.go: a time.Ticker of periodSeconds) ----------------------------
+
+
+@pytest.mark.parametrize("last_started, now, expected", [
+    (0.0, 0.3, 1.0),  # a 300 ms check does not stretch a 1 s period to 1.3 s
+    (1.0, 1.0, 2.0),  # an instant check on a tick: the next tick
+    (2.9999999999, 3.01, 4.0),  # started on tick 3 (float error): the next is tick 4, not 3 again
+    (1.0, 2.5, 2.5),  # the check outlasted tick 2: that tick is kept, the next check starts at once
+    (0.0, 2.2, 2.2),  # ticks 1 and 2 passed during it: one is kept, the other dropped
+    (2.2, 2.3, 3.0),  # after the late check, back on the grid
+    (0.4, 0.5, 1.0),  # a check off the grid (waited for the container to start): the next tick
+])
+def test_next_check_keeps_the_ticker_cadence(last_started, now, expected):
+    assert next_check_at(0.0, 1.0, last_started, now) == pytest.approx(expected)
+
+
+def test_next_check_grid_starts_at_the_origin():
+    assert next_check_at(100.0, 10.0, 100.0, 100.02) == pytest.approx(110.0)
+    assert next_check_at(100.0, 10.0, 110.0, 113.0) == pytest.approx(120.0)

@@ -41,7 +41,7 @@ from kubesvc.agent.podvolumes import PodVolumes, VolumeSetUpFailed
 from kubesvc.agent.tokens import TokenManager
 from kubesvc.agent.volumes import MountConfigError
 from kubesvc.agent.podstatus import ContainerRecord, PodRuntimeState, Termination, generate_pod_status, merge_patch_for
-from kubesvc.agent.probes import ProbeResult, ProbeSpec, ProbeTracker, probe_event, run_check, run_probe, worker_result
+from kubesvc.agent.probes import ProbeResult, ProbeSpec, ProbeTracker, next_check_at, probe_event, run_check, run_probe, worker_result
 from kubesvc.agent.runtime import ContainerProcess, StartError
 from kubesvc.util.golang import quote as go_quote
 from kubesvc.client.record import EventRecorder
@@ -430,6 +430,8 @@ class PodWorker:
     async def _probe_loop(self, slot: ContainerSlot, kind: str, tracker: ProbeTracker) -> None:
         spec = tracker.spec
         await asyncio.sleep(spec.initial_delay_seconds)
+        loop = asyncio.get_running_loop()
+        origin = loop.time()  # the ticker's start: checks keep this cadence however long each takes
         while not tracker.on_hold:
             if kind == "startup" and slot.record.started:
                 return
@@ -440,6 +442,7 @@ class PodWorker:
                 tracker.pod_deletion_requested()
                 return  # liveness and startup stop on graceful deletion; readiness keeps draining
             assert self.network is not None
+            check_started = loop.time()
             outcome = await run_check(spec, pod_ip=self.network.ips[0], container=slot.spec, env=slot.env, netns=self.network.netns,
                                       pid=_mount_namespace_pid(slot))
             event = probe_event(kind, outcome)
@@ -447,7 +450,7 @@ class PodWorker:
                 self._event("Warning", *event)
             if tracker.observe(worker_result(outcome)):
                 self._apply_probe(slot, kind, tracker)
-            await asyncio.sleep(spec.period_seconds)
+            await asyncio.sleep(next_check_at(origin, spec.period_seconds, check_started, loop.time()) - loop.time())
 
     def _apply_probe(self, slot: ContainerSlot, kind: str, tracker: ProbeTracker) -> None:
         record = slot.record

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import math
 import os
 import signal
 import socket
@@ -252,6 +253,18 @@ class ProbeTracker:
         changed = result is not self.result
         self.result = result
         return changed
+
+
+def next_check_at(origin: float, period: float, last_started: float, now: float) -> float:
+    """When the worker checks next: upstream's worker loops on a ``time.Ticker`` of
+    ``periodSeconds`` started with it (ticks at ``origin + k * period``), not on a sleep after
+    each check, so a check's own duration does not stretch the period. Go's ticker keeps at most
+    one tick for a busy receiver and drops the rest: after a check that outlasted a tick the next
+    one starts at once (``now``), then the cadence resumes on the grid."""
+    if period <= 0:
+        return now
+    k = math.floor((last_started - origin) / period + 1e-9) + 1  # the first tick after this check began
+    return max(origin + k * period, now)
 
 
 # ---- from a check to the worker (prober.go probe) ---------------------------------------------
