@@ -1,0 +1,117 @@
+"""A full sync's new slot-map and hairpin elements sent ahead of its transaction
+(``kernel.nftables.Transaction``, ``kernel/nftables_elements.py``).
+
+The pure part: which containers a full sync marks early (filled from nothing and not flushed),
+and that the transaction's text is still the whole transaction. The kernel part: the same full
+sync applied with the early batch and through ``nft -f`` alone leaves the same table; a refused
+batch leaves the whole text to nft.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+import pytest
+
+from kubesvc.kernel import nftables_elements
+from kubesvc.kernel.nftables import NFTables, Transaction, table_contents
+from kubesvc.kernel.nftables_netlink import NfNetlinkFailed
+from kubesvc.proxy.nftables import rules
+from tests.support.builders import ep, options, port, request
+from tests.support.netns import Netns
+
+SVC_A = port("ns", "a", cluster_ip="172.30.0.1")  # 20 endpoints: a slot map
+SVC_B = port("ns", "b", cluster_ip="172.30.0.2", protocol="UDP", port=53)
+SVC_C = port("ns", "c", cluster_ip="172.30.0.3")  # one endpoint: a direct dnat, no map
+A_IPS = [f"10.180.1.{i}" for i in range(10, 30)]
+PORTS = [
+    (SVC_A, tuple(ep(ip, 8080) for ip in A_IPS)),
+    (SVC_B, (ep("10.180.1.10", 5353), ep("10.180.0.3", 5353), ep("10.180.0.4", 5353))),
+    (SVC_C, (ep("10.180.0.9", 80),)),
+]
+PAIRS = {f"{ip} . {ip}" for ip in [*A_IPS, "10.180.0.3", "10.180.0.4", "10.180.0.9"]}
+
+
+def full_plan(snapshot: rules.KernelSnapshot) -> rules.SyncPlan:
+    return rules.build_sync(request(PORTS), options(), rules.NftState(), snapshot, 0.0)
+
+
+def map_of(text: str, svc: str) -> str:
+    """The endpoint map Service ``svc``'s dnat rule reads, from the text."""
+    return next(line.rsplit("@", 1)[1] for line in text.splitlines() if f"-{svc}/" in line and " map @" in line)
+
+
+def element_lines(text: str, containers) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(tuple(f"add element ip kube-proxy {c} " for c in containers))]
+
+
+def test_a_new_table_sends_endpoint_maps_and_hairpin_pairs_ahead():
+    tx = full_plan(rules.KernelSnapshot()).kernel_input
+    assert isinstance(tx, Transaction)
+    map_a, map_b = map_of(tx, "ns/a"), map_of(tx, "ns/b")
+    assert set(tx.early) == {map_a, map_b, rules.HAIRPIN_ENDPOINTS}
+    assert dict(tx.early[map_a]) == {str(i): f"{ip} . 8080" for i, ip in enumerate(A_IPS)}
+    assert set(tx.early[rules.HAIRPIN_ENDPOINTS]) == PAIRS and set(tx.early[rules.HAIRPIN_ENDPOINTS].values()) == {""}
+    # The text is still the whole transaction (what a fake kernel or a tracer reads) ...
+    assert f"add element ip kube-proxy {map_a} {{ 0 : 10.180.1.10 . 8080, 1 : 10.180.1.11 . 8080, " in tx
+    assert len(element_lines(tx, [map_a, map_b, rules.HAIRPIN_ENDPOINTS])) == 3
+    # ... and the rest is it without the lines of the sets sent ahead, the verdict maps and ClusterIPs kept.
+    rest = tx.rest([map_a, rules.HAIRPIN_ENDPOINTS])
+    assert element_lines(rest, [map_a, rules.HAIRPIN_ENDPOINTS]) == [] and len(element_lines(rest, [map_b])) == 1
+    assert "add element ip kube-proxy cluster-ips { 172.30.0.1, 172.30.0.2, 172.30.0.3 }" in rest
+    assert sorted(rest.splitlines()) == sorted(set(tx.splitlines()) - set(element_lines(tx, [map_a, rules.HAIRPIN_ENDPOINTS])))
+
+
+def test_containers_the_kernel_holds_or_that_are_flushed_are_not_early():
+    holds = full_plan(rules.KernelSnapshot(elements={rules.HAIRPIN_ENDPOINTS: {"10.180.0.9 . 10.180.0.9": ""}})).kernel_input
+    assert rules.HAIRPIN_ENDPOINTS not in holds.early and holds.early
+    assert element_lines(holds.rest(holds.early), [rules.HAIRPIN_ENDPOINTS])
+    unreadable = full_plan(rules.KernelSnapshot(sets=[rules.HAIRPIN_ENDPOINTS], elements={rules.HAIRPIN_ENDPOINTS: None})).kernel_input
+    assert rules.HAIRPIN_ENDPOINTS not in unreadable.early
+    assert "flush set ip kube-proxy hairpin-endpoints" in unreadable.rest(unreadable.early)
+
+
+def test_a_partial_sync_is_plain_text():
+    first = full_plan(rules.KernelSnapshot())
+    req = request([PORTS[0], (SVC_B, PORTS[1][1] + (ep("10.180.0.5", 5353),)), PORTS[2]], full=False, changed={"ns/b"})
+    plan = rules.build_sync(req, options(), first.next_state, None, 1.0)
+    assert not isinstance(plan.kernel_input, Transaction) and "10.180.0.5" in plan.kernel_input
+
+
+def listing(nft: NFTables) -> tuple:
+    chains, sets, elements = table_contents(asyncio.run(nft.list_table()))
+    return sorted(chains), sorted(sets), elements
+
+
+@pytest.mark.kernel
+def test_early_elements_leave_the_table_nft_alone_leaves(monkeypatch):
+    tx = full_plan(rules.KernelSnapshot()).kernel_input
+    ours, theirs = Netns.create("early"), Netns.create("early")
+    try:
+        sent = []
+        send = nftables_elements.send
+        monkeypatch.setattr(nftables_elements, "send", lambda *a: sent.append([name for name, _ in a[3]]) or send(*a))
+        with_early = NFTables(netns=ours.name)
+        with_early.run_sync(tx)
+        assert map_of(tx, "ns/a") in sent[0] and rules.HAIRPIN_ENDPOINTS in sent[0]
+        assert with_early.python_seconds > 0
+        text_only = NFTables(netns=theirs.name, nft=shutil.which("nft"))  # a stand-in binary: the whole text to nft
+        text_only.run_sync(tx)
+        assert listing(with_early) == listing(NFTables(netns=theirs.name))
+        terse = ("nft", "-t", "list", "table", "ip", "kube-proxy")
+        assert ours.run(*terse).stdout == theirs.run(*terse).stdout
+
+        # A refused batch: nothing of it applied, and nft applies the whole text.
+        for ns in (ours, theirs):
+            ns.run("nft", "delete", "table", "ip", "kube-proxy")
+
+        def refuse(*a):
+            raise NfNetlinkFailed(12, "add element")
+        monkeypatch.setattr(nftables_elements, "send", refuse)
+        NFTables(netns=ours.name).run_sync(tx)
+        text_only.run_sync(tx)
+        assert listing(NFTables(netns=ours.name)) == listing(NFTables(netns=theirs.name))
+    finally:
+        ours.close()
+        theirs.close()
