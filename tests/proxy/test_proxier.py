@@ -15,7 +15,9 @@ from kubesvc.proxy.backend import KernelPlan, Mode, ProxyOptions, SyncFailed, Sy
 from kubesvc.proxy.healthcheck import ProxyHealthServer
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.proxier import Proxier
+from kubesvc.proxy.runner import FakeTimers
 from kubesvc.proxy.types import ServicePortName
+from tests.support.cluster import running_task
 from tests.support.builders import endpoint, endpoint_slice, service, service_port, slice_port
 from kubesvc.util.clock import FakeClock
 
@@ -114,6 +116,53 @@ async def test_first_sync_is_full_then_partial_with_only_the_changed_services():
     assert metric(proxier, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count", ip_family="IPv4") == 1
     assert metric(proxier, "kubeproxy_sync_proxy_rules_endpoint_changes_total") == 3
     assert metric(proxier, "kubeproxy_sync_proxy_rules_service_changes_total") == 2
+
+
+async def test_a_change_after_a_quiet_minimum_interval_syncs_at_once_one_within_it_at_its_end():
+    """The sync scheduling upstream's BoundedFrequencyRunner gives kube-proxy, on fake time:
+    minSyncPeriod (1 s) counts from the end of one sync to the start of the next, and it is the
+    only wait. An endpoint change after a quiet second syncs at once (no timer advanced); one
+    during the second after a sync waits for exactly that second's end, and changes meanwhile
+    coalesce into that one sync."""
+    backend = RecordingBackend()
+    proxier = Proxier(backend, ProxyOptions(node_name="node-a"), ProxyMetrics(), min_sync_period=1.0, conntrack=FakeConntrack())
+    timers = FakeTimers()
+    proxier.runner.clock = timers
+
+    async def settle() -> None:
+        for _ in range(50):
+            await asyncio.sleep(0)
+
+    def synced_endpoints() -> list[str]:
+        return [str(ep) for ep in backend.requests[-1].endpoints.get(ServicePortName("ns", "web", "p", "TCP"), [])]
+
+    async with running_task(proxier.runner.loop()):
+        proxier.on_service_add(cluster_ip_service("web", "10.96.0.10"))
+        proxier.on_services_synced()
+        proxier.on_endpoint_slices_synced()
+        await settle()
+        assert len(backend.requests) == 1  # t=0: the first sync, at once
+        timers.advance(2.0)  # quiet, longer than minSyncPeriod
+        await settle()
+        assert len(backend.requests) == 1
+        proxier.on_endpoint_slice_add(ready_slice("web", ["10.244.0.1"]))
+        await settle()  # t=2.0: no time passes, the sync has run
+        assert len(backend.requests) == 2 and synced_endpoints() == ["10.244.0.1:8080"]
+        timers.advance(0.25)
+        proxier.on_endpoint_slice_update({}, ready_slice("web", ["10.244.0.1", "10.244.0.2"]))
+        await settle()
+        assert len(backend.requests) == 2  # t=2.25: within the second after the sync at 2.0
+        timers.advance(0.5)
+        proxier.on_endpoint_slice_update({}, ready_slice("web", ["10.244.0.1", "10.244.0.2", "10.244.0.3"]))
+        await settle()
+        assert len(backend.requests) == 2  # t=2.75
+        timers.advance(0.25)
+        await settle()  # t=3.0: exactly minSyncPeriod after the last sync ended, one sync for both changes
+        assert len(backend.requests) == 3
+        assert synced_endpoints() == ["10.244.0.1:8080", "10.244.0.2:8080", "10.244.0.3:8080"]
+        timers.advance(10.0)
+        await settle()
+        assert len(backend.requests) == 3  # nothing changed: no sync until the hourly one
 
 
 async def test_a_failed_sync_makes_the_next_one_full():
