@@ -24,3 +24,17 @@ def test_another_namespace_is_refused_in_one_line_naming_both():
     assert anonymous == ("refusing to clean up: the kubesvc up of /d ran in network namespace net:[4026532999], "
                          "this is net:[4026531840]; run kubesvc down there")
     assert netns_refusal({"dev": 5, "ino": 4026531840}, HERE, Path("/d")) is not None, "the device counts too"
+
+
+def test_up_hands_its_apiserver_flags_as_given_and_keeps_its_own():
+    from types import SimpleNamespace
+
+    from kubesvc.up import apiserver_args, without_flags
+
+    given = ["--node-name", "box", "--secure-port", "0", "--pod-cidr=10.1.0.0/24", "--anonymous-auth", "--data-dir", "rel", "--proxy-mode",
+             "iptables", "--watch-cache=false", "--kubelet-port", "0", "--node-ip=10.0.0.2", "-v", "2"]
+    assert without_flags(given, ("--node-name", "--pod-cidr", "--node-ip", "--proxy-mode", "--kubelet-port")) == [
+        "--secure-port", "0", "--anonymous-auth", "--data-dir", "rel", "--watch-cache=false", "-v", "2"]
+    config = SimpleNamespace(data_dir=Path("/abs/rel"), bind_address="0.0.0.0", advertise_address="10.244.0.1")
+    assert apiserver_args(given, config) == ["--secure-port", "0", "--anonymous-auth", "--watch-cache=false", "-v", "2",
+                                             "--data-dir", "/abs/rel", "--bind-address", "0.0.0.0", "--advertise-address", "10.244.0.1"]

@@ -1,9 +1,13 @@
-"""``kubesvc up`` and ``kubesvc down``: the whole system on this machine, in one process.
+"""``kubesvc up`` and ``kubesvc down``: the whole system on this machine.
 
-``up`` starts, in order: the apiserver (SQLite under ``--data-dir``), the controller-manager,
-the agent (this machine is the node: a Pod bridge, Pods in namespaces) and the proxy
-(nftables where ``nft`` works, else iptables), each talking to the apiserver over its API as
-they would across machines, each with its own client certificate and kubeconfig under
+``up`` starts the apiserver (SQLite under ``--data-dir``), waits for its ``/readyz``, then
+starts together the controller-manager (with the scheduler), the agent (this machine is the
+node: a Pod bridge, Pods in namespaces) and the proxy (nftables where ``nft`` works, else
+iptables). Each is a process of its own, the ``kubesvc <component>`` command with the flags
+``up`` derives, supervised by ``up`` (``cmd/supervisor.py``: readiness, logs under
+``<data-dir>/logs``, restart with back-off when one dies), so the system runs on every core as
+upstream's separate binaries (or k3s's goroutines) do. Each talks to the apiserver over its
+API as it would across machines, with its own client certificate and kubeconfig under
 ``<data-dir>/cred`` (``system:kube-controller-manager`` for its informers,
 ``system:kube-scheduler`` for the pod-scheduler, ``system:node:<name>`` for the agent,
 ``system:kube-proxy``); each controller is its kube-system ServiceAccount with TokenRequest
@@ -18,8 +22,10 @@ What ``up`` makes outside the data directory (namespaces, links, kernel rules, t
 recorded in ``<data-dir>/up.json`` (mode 0600), with the network namespace ``up`` runs in (the
 device and inode of its nsfs file, ``kernel.netns.identify``, and its name under /run/netns if
 it has one).
-Ctrl-C stops the components and removes all of it; ``kubesvc down --data-dir`` removes it after
-a crash (stopping a ``up`` still running first). Links, routes and kernel rules belong to a
+Ctrl-C (SIGINT or SIGTERM to ``up``) stops the components (SIGTERM; the apiserver last) and
+removes all of it, whatever a component left; ``kubesvc down --data-dir`` removes it after a
+crash (stopping a ``up`` still running first). The components die with ``up`` (a ``kill -9``
+of ``up`` leaves what one process would: the Pods' processes and the kernel state). Links, routes and kernel rules belong to a
 network namespace, so ``down`` run in another one would find none of them and could delete
 what is not ours there (a bridge, a route, the host's kube-proxy tables): it refuses, with one
 line naming both namespaces, and cleans nothing. The API objects stay in the store: the next
@@ -34,20 +40,25 @@ import ipaddress
 import json
 import logging
 import os
+import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from kubesvc.cmd.supervisor import LOG_DIR, ComponentFailed, Supervisor, describe_exit
 from kubesvc.kernel import host, links
 from kubesvc.kernel import netns as knetns
 from kubesvc.kernel import process as kprocess
 from kubesvc.kernel.exec import CommandFailed
 from kubesvc.kernel.links import DelRoute, Route
 from kubesvc.kernel.netlink import NetlinkFailed
+from kubesvc.util.aio import cancel_and_wait
 
 log = logging.getLogger("kubesvc.up")
 
 STATE_FILE = "up.json"
 AGENT_DIR = "agent"
+BRIDGE = "cbr0"  # the agent's Pod bridge
 
 
 @dataclass
@@ -122,76 +133,112 @@ def remove_service_routes(cidrs: list[str]) -> list[str]:
 
 # -- up ------------------------------------------------------------------------------------------
 
+APISERVER_LINE = re.compile(r"listening on (https://\S+); kubeconfig: (\S+)")
+PROXY_LINE = re.compile(r"running in (\S+) mode")
+READY_TIMEOUT = 120.0  # seconds a component has to announce itself (Python start-up on a loaded machine)
+APISERVER_READY_TIMEOUT = 60.0  # then /readyz
+STOP_GRACE = 15.0  # seconds between SIGTERM and SIGKILL (the agent: its Pods' grace, then its own cleanup)
+AGENT_SHUTDOWN_GRACE = "2s"  # each Pod's containers, between SIGTERM and SIGKILL, when up stops
+NODE_FLAGS = ("--node-name", "--pod-cidr", "--node-ip", "--proxy-mode", "--kubelet-port")  # up's own; not the apiserver's
+
+
+def kubesvc_argv(command: str, *args) -> list[str]:
+    """``python -m kubesvc COMMAND ARGS``, with this interpreter."""
+    return [sys.executable, "-m", "kubesvc", command, *map(str, args)]
+
+
+def without_flags(args: list[str], names: tuple[str, ...]) -> list[str]:
+    """``args`` without the options ``names`` (each takes a value, as ``--x v`` or ``--x=v``)."""
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in names:
+            skip = True
+        elif not arg.startswith(tuple(f"{name}=" for name in names)):
+            kept.append(arg)
+    return kept
+
+
+def apiserver_args(up_args: list[str], config) -> list[str]:
+    """``kubesvc apiserver``'s arguments: the apiserver flags ``up`` was given, as given, then
+    what ``up`` derived (the absolute data directory, the bind and advertise addresses for
+    Pods; the last of a repeated flag wins)."""
+    return [*without_flags(up_args, (*NODE_FLAGS, "--data-dir")), "--data-dir", str(config.data_dir),
+            "--bind-address", config.bind_address, "--advertise-address", config.advertise_address]
+
 
 class System:
-    """The controller-manager, agent and proxy of ``kubesvc up``, around a running apiserver."""
+    """The processes of ``kubesvc up``: the apiserver, then the controller-manager (with the
+    scheduler), the agent and the proxy, each a ``kubesvc <component>`` child of ``up``'s
+    supervisor with the kubeconfig of its own identity."""
 
-    def __init__(self, server, options: UpOptions):
-        self.server = server
+    def __init__(self, config, options: UpOptions, up_args: list[str], verbosity: int = 0, supervisor: Supervisor | None = None):
+        self.config = config
         self.options = options
-        self.data_dir: Path = server.config.data_dir
-        self.clients: list = []
-        self.agent = None
-        self.proxy = None
-        self.controller_manager: asyncio.Task | None = None
-        self.client_builder = None  # the controllers' clients (ServiceAccount tokens)
+        self.up_args = up_args
+        self.verbosity = ["-v", str(verbosity)] if verbosity else []
+        self.data_dir: Path = config.data_dir
+        self.supervisor = supervisor or Supervisor(self.data_dir / LOG_DIR)
+        self.url = ""
+        self.kubeconfig: Path | None = None
+        self.proxy_mode = ""
         self.state: dict = {"pid": os.getpid(), "pid_started": host.process_identity(os.getpid()), "netns": netns_record(),
                             "agent_state_dir": str(self.data_dir / AGENT_DIR / "network"), "service_routes": []}
 
-    async def _client(self, client_config, field_manager: str, user_agent: str, rate_limiter=None):
-        from kubesvc.client.rest import RestClient
-
-        client = RestClient(client_config, field_manager=field_manager, user_agent=user_agent, rate_limiter=rate_limiter)
-        self.clients.append(client)
-        return client
-
     async def start(self) -> None:
-        from kubesvc.agent.agent import Agent, AgentConfig
         from kubesvc.serving import pki
-        from kubesvc.client.flowcontrol import rate_limiter
-        from kubesvc.client.kubeconfig import load_kubeconfig
-        from kubesvc.controllers.clientbuilder import ServiceAccountClientBuilder
-        from kubesvc.controllers.manager import SCHEDULER, ControllerManager, ManagerConfig
-        from kubesvc.proxy.config import ProxyFlags, complete, resolve
-        from kubesvc.proxy.server import ProxyServer
 
-        options = self.options
-        kubeconfigs = self.server.component_kubeconfigs  # each component its own identity; none is the admin
-        _write_state(self.data_dir, self.state)  # before anything is made: down must find it after a crash
-        cm_client = await self._client(load_kubeconfig(kubeconfigs["controller-manager"]), "kube-controller-manager", "kubesvc-controller-manager")
-        scheduler_client = await self._client(load_kubeconfig(kubeconfigs["scheduler"]), "default-scheduler", "kubesvc-scheduler")
-        self.client_builder = ServiceAccountClientBuilder(cm_client)  # upstream's --use-service-account-credentials
-        self.controller_manager = asyncio.create_task(
-            ControllerManager(cm_client, ManagerConfig(leader_elect=False, secure_port=0), client_builder=self.client_builder,
-                              controller_clients={SCHEDULER: scheduler_client}).run())
+        options, data_dir = self.options, self.data_dir
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _write_state(data_dir, self.state)  # before anything is made: down must find it after a crash
+        line = await self.supervisor.start("apiserver", kubesvc_argv("apiserver", *apiserver_args(self.up_args, self.config)),
+                                           ready_timeout=READY_TIMEOUT)
+        match = APISERVER_LINE.search(line)
+        if not match:
+            raise ComponentFailed(f"apiserver: unexpected first line {line!r}")
+        self.url, self.kubeconfig = match.group(1), Path(match.group(2))
+        # a restarted apiserver keeps the address every kubeconfig names (--secure-port 0 picked it)
+        self.supervisor.components["apiserver"].argv += ["--secure-port", self.url.rsplit(":", 1)[1]]
+        await wait_until_ready(self.kubeconfig, APISERVER_READY_TIMEOUT)
 
-        agent_config = AgentConfig(node_name=options.node_name, pod_cidrs=options.pod_cidrs, node_ips=options.addresses(),
-                                   data_dir=self.data_dir / AGENT_DIR, kubelet_port=options.kubelet_port, shutdown_grace=2.0)
-        ca = pki.cluster_ca(self.data_dir)
-        serving = ca.node_serving(options.node_name, agent_config.node_ips)
-        agent_config.tls_cert_file, agent_config.tls_private_key_file, agent_config.client_ca_file = serving.cert, serving.key, ca.cert_path
-        node_kubeconfig = pki.write_node_kubeconfig(self.data_dir, self.server.url, options.node_name)
-        self.agent = Agent(await self._client(load_kubeconfig(node_kubeconfig), "kubelet", "kubesvc-agent"), agent_config)
-        await self.agent.start()
-        try:
-            ensure_service_routes(options.service_cidrs, agent_config.bridge, self.state["service_routes"])
-        finally:
-            _write_state(self.data_dir, self.state)
+        ca = pki.cluster_ca(data_dir)
+        node_ips = options.addresses()
+        serving = ca.node_serving(options.node_name, node_ips)
+        controller_manager = kubesvc_argv(
+            "controller-manager", "--kubeconfig", pki.kubeconfig_path(data_dir, "controller-manager"),
+            "--scheduler-kubeconfig", pki.kubeconfig_path(data_dir, "scheduler"), "--leader-elect=false", "--secure-port=0",
+            "--use-service-account-credentials=true", *self.verbosity)  # each controller its kube-system ServiceAccount
+        agent = kubesvc_argv(
+            "agent", "--kubeconfig", pki.write_node_kubeconfig(data_dir, self.url, options.node_name), "--node-name", options.node_name,
+            "--pod-cidr", ",".join(options.pod_cidrs), "--node-ip", ",".join(node_ips), "--data-dir", data_dir / AGENT_DIR, "--bridge", BRIDGE,
+            "--port", options.kubelet_port, "--tls-cert-file", serving.cert, "--tls-private-key-file", serving.key,
+            "--client-ca-file", ca.cert_path, "--shutdown-grace-period", AGENT_SHUTDOWN_GRACE, *self.verbosity)
+        proxy = kubesvc_argv(
+            "proxy", "--kubeconfig", pki.kubeconfig_path(data_dir, "proxy"), "--hostname-override", options.node_name,
+            "--cluster-cidr", ",".join(options.pod_cidrs), "--bind-address", node_ips[0],
+            *(["--proxy-mode", options.proxy_mode] if options.proxy_mode else []), *self.verbosity)
 
-        flags = ProxyFlags(kubeconfig=str(kubeconfigs["proxy"]), hostname_override=options.node_name,
-                           proxy_mode=options.proxy_mode or None, cluster_cidr=",".join(options.pod_cidrs),
-                           bind_address=agent_config.node_ips[0])
-        settings = resolve(complete(flags))
-        self.state["proxy_mode"] = settings.mode
-        _write_state(self.data_dir, self.state)
-        proxy_client = await self._client(load_kubeconfig(kubeconfigs["proxy"]), "kube-proxy", "kubesvc-proxy",
-                                          rate_limiter(settings.client_qps, settings.client_burst))  # clientConnection qps/burst
-        self.proxy = ProxyServer(proxy_client, settings)
-        await self.proxy.start()
+        async def agent_then_routes() -> None:
+            await self.supervisor.start("agent", agent, ready_timeout=READY_TIMEOUT)
+            try:
+                ensure_service_routes(options.service_cidrs, BRIDGE, self.state["service_routes"])
+            finally:
+                _write_state(data_dir, self.state)
+
+        async def the_proxy() -> None:
+            line = await self.supervisor.start("proxy", proxy, ready_timeout=READY_TIMEOUT)
+            self.proxy_mode = match.group(1) if (match := PROXY_LINE.search(line)) else ""
+            self.state["proxy_mode"] = self.proxy_mode
+            _write_state(data_dir, self.state)
+
+        await all_or_none([self.supervisor.start("controller-manager", controller_manager, ready_timeout=READY_TIMEOUT),
+                           agent_then_routes(), the_proxy()])
 
     async def stop(self) -> list[str]:
-        """Stop everything and remove what ``up`` made; returns what could not be removed. Each
-        step runs even if an earlier one failed."""
+        """Stop every component (the apiserver last: the agent reports its Node not ready) and
+        remove what ``up`` made, whatever a component left behind; returns what could not be
+        removed. Each step runs even if an earlier one failed."""
         from kubesvc.proxy.server import cleanup_leftovers
 
         errors: list[str] = []
@@ -202,43 +249,75 @@ class System:
             except Exception as err:  # noqa: BLE001 - keep cleaning; report at the end
                 errors.append(f"{name}: {err}")
 
-        if self.proxy is not None:
-            await step("proxy", self.proxy.stop())
+        codes = await self.supervisor.stop(["proxy", "agent", "controller-manager"], STOP_GRACE)
+        codes |= await self.supervisor.stop(["apiserver"], STOP_GRACE)
+        await self.supervisor.close()
+        for name, code in codes.items():
+            if code:
+                log.warning("%s exited with %s on stop (its log: %s)", name, describe_exit(code), self.data_dir / LOG_DIR / f"{name}.log")
         await step("proxy rules", asyncio.to_thread(cleanup_leftovers))
-        if self.agent is not None:
-            await step("agent", self.agent.stop())
-        if self.controller_manager is not None:
-            self.controller_manager.cancel()
-            await asyncio.gather(self.controller_manager, return_exceptions=True)
+        await step("pod network", asyncio.to_thread(teardown_pod_network, Path(self.state["agent_state_dir"])))
         await step("routes", asyncio.to_thread(remove_service_routes, self.state.get("service_routes") or []))
-        if self.client_builder is not None:
-            await step("controller clients", self.client_builder.close())
-        for client in self.clients:
-            await step("client", client.close())
         if not errors:
             _state_path(self.data_dir).unlink(missing_ok=True)
         return errors
 
 
-async def run_up(server, options: UpOptions, announce, stop: asyncio.Event) -> list[str]:
-    """Serve until ``stop`` (or a component dies); returns cleanup errors."""
-    await server.start()
-    system = System(server, options)
+def teardown_pod_network(state_dir: Path) -> list[str]:
+    """Remove what a stopped (or killed) agent left of the Pod network (nothing when it cleaned
+    up after itself); the errors."""
+    from kubesvc.agent import podnet
+
     try:
-        await system.start()
-        announce(server, system)
-        waiters = {asyncio.create_task(stop.wait())}
-        if system.controller_manager is not None:
-            waiters.add(system.controller_manager)
-        done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            if task is not system.controller_manager:
-                task.cancel()
-        if system.controller_manager in done:
-            system.controller_manager.result()  # a controller-manager that died takes the system down
+        return podnet.teardown_sync(state_dir)
+    except (CommandFailed, OSError) as err:
+        return [str(err)]
+
+
+async def all_or_none(coros) -> None:
+    """Run ``coros`` together; the first to fail cancels the others and its error is raised."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            if task.exception() is not None:
+                raise task.exception()
     finally:
+        await cancel_and_wait([t for t in tasks if not t.done()])
+
+
+async def wait_until_ready(kubeconfig: Path, timeout: float) -> None:
+    """Until the apiserver answers ``/readyz`` with 200 (as the admin of ``kubeconfig``)."""
+    from kubesvc.client.kubeconfig import load_kubeconfig
+    from kubesvc.client.rest import ClientError, RestClient
+
+    deadline = asyncio.get_running_loop().time() + timeout
+    async with RestClient(load_kubeconfig(kubeconfig), user_agent="kubesvc-up") as client:
+        while True:
+            try:
+                await client.get("/readyz")
+                return
+            except ClientError as err:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise ComponentFailed(f"apiserver not ready within {timeout:g}s: {err}") from None
+            await asyncio.sleep(0.1)
+
+
+async def run_up(config, options: UpOptions, up_args: list[str], verbosity: int, announce, stop: asyncio.Event) -> list[str]:
+    """Start every component, serve until ``stop``, stop and clean; returns cleanup errors. A
+    start that fails (or a ``stop`` during it) still stops and cleans what was started."""
+    system = System(config, options, up_args, verbosity)
+    starting = asyncio.create_task(system.start())
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if starting.done():
+            starting.result()
+            announce(system)
+            await stopping
+    finally:
+        await cancel_and_wait([starting, stopping])
         errors = await system.stop()
-        await server.stop()
     return errors
 
 
@@ -267,11 +346,10 @@ def netns_refusal(recorded: dict | None, here: knetns.NetnsId, data_dir: Path) -
             f"run {hint}")
 
 
-def down(data_dir: Path, *, wait: float = 30.0) -> list[str]:
+def down(data_dir: Path, *, wait: float = 45.0) -> list[str]:
     """Undo a ``kubesvc up`` of ``data_dir``: stop it if it still runs, then remove every
     namespace, link, rule and route it recorded. Returns errors (empty: clean). Raises
     :class:`DownRefused`, touching nothing, when run in another network namespace than ``up``."""
-    from kubesvc.agent import podnet
     from kubesvc.proxy.server import cleanup_leftovers
 
     state = read_state(data_dir)
@@ -290,10 +368,7 @@ def down(data_dir: Path, *, wait: float = 30.0) -> list[str]:
     errors = list(cleanup_leftovers())
     state_dir = state.get("agent_state_dir")
     if state_dir:
-        try:
-            errors += podnet.teardown_sync(Path(state_dir))
-        except (CommandFailed, OSError) as err:
-            errors.append(str(err))
+        errors += teardown_pod_network(Path(state_dir))
     errors += remove_service_routes(state.get("service_routes") or [])
     if not errors:
         _state_path(data_dir).unlink(missing_ok=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import sys
 from pathlib import Path
 
 import click
@@ -67,11 +68,14 @@ def detect_node_ip(pod_cidrs: list[str]) -> str | None:
               help="The key of --tls-cert-file.")
 @click.option("--client-ca-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="CA bundle that verifies callers' client certificates (without it every caller is refused).")
+@click.option("--shutdown-grace-period", default="5s", show_default=True, callback=flags.duration,
+              help="On SIGINT/SIGTERM, how long each Pod's containers get between SIGTERM and SIGKILL.")
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
 def agent_command(kubeconfig: str, node_name: str | None, pod_cidr: list[str], node_ip: list[str] | None, zone: str, data_dir: Path,
                   address: str, port: int, bridge: str, netns_prefix: str, tls_cert_file: Path | None, tls_private_key_file: Path | None,
-                  client_ca_file: Path | None, verbosity: int) -> None:
-    """Run the node agent: register the Node and run its Pods as processes in network namespaces."""
+                  client_ca_file: Path | None, shutdown_grace_period: float, verbosity: int) -> None:
+    """Run the node agent: register the Node and run its Pods as processes in network namespaces.
+    It prints one line on stdout once it runs (``kubesvc up`` waits for it)."""
     setup_logging(verbosity)
     from kubesvc.agent.agent import AgentConfig
     from kubesvc.agent.node import default_node_name
@@ -86,7 +90,7 @@ def agent_command(kubeconfig: str, node_name: str | None, pod_cidr: list[str], n
                          zone=zone, kubelet_bind_address=address, kubelet_port=port, bridge=bridge, netns_prefix=netns_prefix,
                          tls_cert_file=tls_cert_file and tls_cert_file.resolve(),
                          tls_private_key_file=tls_private_key_file and tls_private_key_file.resolve(),
-                         client_ca_file=client_ca_file and client_ca_file.resolve())
+                         client_ca_file=client_ca_file and client_ca_file.resolve(), shutdown_grace=shutdown_grace_period)
     install_uvloop()
     try:
         asyncio.run(_run(client_config, config))
@@ -96,17 +100,25 @@ def agent_command(kubeconfig: str, node_name: str | None, pod_cidr: list[str], n
         raise click.ClickException(f"cannot start the agent: {exc}") from None
 
 
-async def run_agent_until(client, config, stop: asyncio.Event) -> list[str]:
+async def run_agent_until(client, config, stop: asyncio.Event, announce=None) -> list[str]:
     """Start an agent, run it until ``stop`` is set, stop it; returns cleanup errors."""
     from kubesvc.agent.agent import Agent
 
     agent = Agent(client, config)
     try:
         await agent.start()
+        if announce is not None:
+            announce(agent)
         await stop.wait()
     finally:
         errors = await agent.stop()
     return errors
+
+
+def _announce(agent) -> None:
+    click.echo(f"kubesvc agent running for node {agent.config.node_name}: Pods in {','.join(agent.config.pod_cidrs)}, "
+               f"log server on port {agent.kubelet.port}")
+    sys.stdout.flush()
 
 
 async def _run(client_config, config) -> None:
@@ -114,6 +126,6 @@ async def _run(client_config, config) -> None:
 
     stop = stop_on_signals()
     async with RestClient(client_config, field_manager="kubelet", user_agent="kubesvc-agent") as client:
-        errors = await run_agent_until(client, config, stop)
+        errors = await run_agent_until(client, config, stop, _announce)
     if errors:
         raise click.ClickException("cleanup failed: " + "; ".join(errors))

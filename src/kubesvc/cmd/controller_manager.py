@@ -8,6 +8,7 @@ error; a lost leader Lease ends the process non-zero, as upstream's ``klog.Fatal
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import click
 
@@ -114,6 +115,8 @@ async def _run_until_stopped(manager) -> None:
 
     stop = stop_on_signals()
     running = asyncio.create_task(manager.run())
+    click.echo("kubesvc controller-manager running")  # kubesvc up waits for this line
+    sys.stdout.flush()
     stopping = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
     if running in done:

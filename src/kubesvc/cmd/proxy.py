@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import sys
 
 import click
 
@@ -138,6 +139,8 @@ async def _run(client_config, settings) -> None:
         try:
             await server.start()
             log.info("kube-proxy running in %s mode for node %s", server.settings.mode, settings.hostname)  # ipvs may have fallen back
+            click.echo(f"kubesvc proxy running in {server.settings.mode} mode for node {settings.hostname}")  # kubesvc up waits for it
+            sys.stdout.flush()
             await stop.wait()
         finally:
             await server.stop()

@@ -1,4 +1,5 @@
-"""``kubesvc up``: every component on this machine (the orchestration is ``kubesvc.up``).
+"""``kubesvc up``: every component on this machine, each a process of its own (the orchestration
+is ``kubesvc.up``, the supervision ``kubesvc.cmd.supervisor``).
 
 It takes the apiserver's flags (``--data-dir`` defaults to ``.kubesvc``) and the node's. A data
 directory that still holds the state of an ``up`` that did not clean up is refused, naming
@@ -15,13 +16,23 @@ import click
 
 from kubesvc.cmd import flags
 from kubesvc.cmd.apiserver import apiserver_options, server_config
+from kubesvc.cmd.supervisor import ComponentFailed
 from kubesvc.util.process import install_uvloop, setup_logging, stop_on_signals
 
 if TYPE_CHECKING:
-    from kubesvc.apiserver.server import APIServer, ServerConfig
+    from kubesvc.apiserver.server import ServerConfig
 
 
-@click.command("up")
+class RawArgsCommand(click.Command):
+    """A command that keeps the arguments it was given, as given (``up`` hands its apiserver
+    flags to ``kubesvc apiserver`` unchanged)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["kubesvc.raw_args"] = list(args)
+        return super().parse_args(ctx, args)
+
+
+@click.command("up", cls=RawArgsCommand)
 @apiserver_options(default_data_dir=".kubesvc")
 @click.option("--node-name", default=None, help="This machine's Node name (default: the hostname, lower-cased).")
 @click.option("--pod-cidr", default="10.244.0.0/24", show_default=True, help="The Pod address range of this node.")
@@ -32,11 +43,12 @@ if TYPE_CHECKING:
               help="The agent's log server port (kubectl logs); 0 picks a free one.")
 def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: str | None, proxy_mode: str | None, kubelet_port: int,
                **options) -> None:
-    """Run the whole system on this machine: apiserver (SQLite), controller-manager, node agent and proxy.
+    """Run the whole system on this machine: apiserver (SQLite), controller-manager, node agent and proxy,
+    each a process of its own (logs in <data-dir>/logs; one that dies is restarted).
     Ctrl-C stops it and removes every namespace, link and kernel rule it made."""
     setup_logging(verbosity)
     from kubesvc.agent.node import default_node_name
-    from kubesvc.cmd.agent import START_FAILURES, detect_node_ip
+    from kubesvc.cmd.agent import detect_node_ip
     from kubesvc.up import UpOptions, read_state, serve_pods
 
     try:
@@ -44,7 +56,7 @@ def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: st
         node_ips = flags.parse_node_ips(node_ip) if node_ip else [ip for ip in [detect_node_ip(pod_cidrs)] if ip]
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
-    config = server_config(**options)
+    config = server_config(**options)  # every flag checked here, before anything starts
     previous = read_state(config.data_dir)
     if previous is not None:
         raise click.ClickException(f"{config.data_dir} holds the state of a kubesvc up (pid {previous.get('pid')}) that did not clean up; "
@@ -52,30 +64,28 @@ def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: st
     up_options = UpOptions(node_name=node_name or default_node_name(), pod_cidrs=pod_cidrs,
                            service_cidrs=[c.strip() for c in config.service_cluster_ip_range.split(",") if c.strip()],
                            node_ips=node_ips, proxy_mode=proxy_mode or "", kubelet_port=kubelet_port)
-    serve_pods(config, up_options,
-               bind_address_given=click.get_current_context().get_parameter_source("bind_address") != click.core.ParameterSource.DEFAULT)
+    context = click.get_current_context()
+    serve_pods(config, up_options, bind_address_given=context.get_parameter_source("bind_address") != click.core.ParameterSource.DEFAULT)
 
-    def announce(server: APIServer, system) -> None:
-        click.echo(f"kubesvc is up at {server.url}; kubeconfig: {server.kubeconfig}")
-        click.echo(f"  node {up_options.node_name}: Pods in {','.join(pod_cidrs)}, proxy in {system.proxy.settings.mode} mode")
-        click.echo(f"  try: export KUBECONFIG={server.kubeconfig}; kubectl get nodes    (Ctrl-C stops and cleans up)")
+    def announce(system) -> None:
+        click.echo(f"kubesvc is up at {system.url}; kubeconfig: {system.kubeconfig}")
+        click.echo(f"  node {up_options.node_name}: Pods in {','.join(pod_cidrs)}, proxy in {system.proxy_mode} mode")
+        click.echo(f"  logs: {system.data_dir / 'logs'}/<component>.log")
+        click.echo(f"  try: export KUBECONFIG={system.kubeconfig}; kubectl get nodes    (Ctrl-C stops and cleans up)")
         sys.stdout.flush()
 
     install_uvloop()
     try:
-        errors = asyncio.run(_up(config, up_options, announce))
+        errors = asyncio.run(_up(config, up_options, context.meta.get("kubesvc.raw_args", []), verbosity, announce))
     except OSError as exc:
         raise click.ClickException(f"cannot start: {exc.strerror or exc}") from None
-    except START_FAILURES as exc:
+    except ComponentFailed as exc:
         raise click.ClickException(f"cannot start: {exc}") from None
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
     if errors:
         raise click.ClickException("cleanup failed (run kubesvc down to retry): " + "; ".join(errors))
 
 
-async def _up(config: ServerConfig, options, announce) -> list[str]:
-    from kubesvc.apiserver.server import APIServer
+async def _up(config: ServerConfig, options, up_args: list[str], verbosity: int, announce) -> list[str]:
     from kubesvc.up import run_up
 
-    return await run_up(APIServer(config), options, announce, stop_on_signals())
+    return await run_up(config, options, up_args, verbosity, announce, stop_on_signals())
