@@ -169,7 +169,7 @@ async def bench(args: argparse.Namespace) -> dict:
 
     options = ProxyOptions(node_name="bench-node", local_detector=new_local_detector("ClusterCIDR", 4, ["10.128.0.0/10"], []))
     metrics = ProxyMetrics()
-    backend = make_backend(args.mode, options, metrics)
+    backend = make_backend(args.mode, options)
     proxier = Proxier(backend, options, metrics, min_sync_period=0, sync_period=30, clean_conntrack=False)
     n, e = args.services, args.endpoints_per_service
     rss_start = status_mib("VmRSS")

@@ -50,8 +50,9 @@ NODE_IP_WAIT = 10.0
 disable_created_metrics()
 
 
-def make_backend(mode: str, options: ProxyOptions, metrics: ProxyMetrics, sync_period: float = 30.0, udp_idle_timeout: float = 0.25,
-                 ipvs=None):
+def make_backend(mode: str, options: ProxyOptions, *, sync_period: float = 30.0, udp_idle_timeout: float = 0.25, ipvs=None):
+    """The kernel mode ``mode`` for one family (the shared ``Proxier`` holds the metrics and
+    counts for every mode)."""
     if mode == "nftables":
         from kubesvc.proxy.nftables.proxier import NftablesBackend
         return NftablesBackend(options, check_period=sync_period)
@@ -159,8 +160,8 @@ class ProxyServer:
             if family == primary:  # one set of health-check listeners, on the primary family's addresses
                 service_health = ServiceHealthServer(self.node_name, addresses, self.health, self._health_failed)
             options = options_for_family(self.settings, family, node)
-            backend = make_backend(mode, options, self.metrics, self.settings.sync_period, self.settings.udp_idle_timeout,
-                                   ipvs=self.settings.ipvs)
+            backend = make_backend(mode, options, sync_period=self.settings.sync_period,
+                                   udp_idle_timeout=self.settings.udp_idle_timeout, ipvs=self.settings.ipvs)
             self.proxiers.append(Proxier(
                 backend, options, self.metrics, min_sync_period=self.settings.min_sync_period,
                 sync_period=self.settings.sync_period, health=self.health, service_health=service_health,
