@@ -1,27 +1,47 @@
 """Relaying connections to endpoints (upstream ``pkg/proxy/userspace/proxysocket.go`` and
-``udp_server.go``). TCP runs on raw non-blocking sockets in an epoll set of the relay's own,
-which the event loop watches as one descriptor (the same code on uvloop and on plain asyncio):
-no streams, no transports, no coroutine per connection or per chunk, a socket's registration
-changed only when what it waits for changes. Linux only (epoll, splice), as the proxy is.
+``udp_server.go``). TCP runs on raw sockets in an epoll set of the relay's own, which the event
+loop watches as one descriptor (the same code on uvloop and on plain asyncio): no streams, no
+transports, no coroutine per connection or per chunk, no timer per connection.
 
-TCP (``TcpListener``): the listener accepts in the event loop; per connection an endpoint is
-chosen (``choose(client_ip, reset, exclude)``) and dialled with upstream's increasing timeouts
-(250 ms, 500 ms, 1 s, 2 s), the next endpoint after each refusal or timeout, skipping those
-that already failed for this connection. All failed (or no endpoint): the client connection is
-reset. Nothing is read from the client before the endpoint answers (the kernel holds it).
+TCP (``TcpListener``): the listener accepts in a loop until the kernel's queue is empty; per
+connection an endpoint is chosen (``choose(client_ip, reset, exclude)``) and dialled with
+upstream's increasing timeouts (250 ms, 500 ms, 1 s, 2 s), the next endpoint after each
+refusal or timeout, skipping those that already failed for this connection. All failed (or no
+endpoint): the client connection is reset. Nothing is read from the client before the endpoint
+answers (the kernel holds it).
 
-Then each direction is a pump (``_Pump``) that moves bytes with ``splice(2)``, socket -> pipe ->
-socket, so the payload never enters Python (nor, on loopback, gets copied by the proxy at
-all); with ``splice=False``, or when no pipe can be had, it reads into a reusable buffer
-(``recv_into``) and sends from it. Either way a direction holds at most one pipe (``PIPE_SIZE``) or one
-buffer (``COPY_BUFFER``) of data: it reads only when that is empty, and while the destination
-cannot take it all it stops reading and waits for the destination to become writable, so a
-fast sender never fills memory (the kernel's socket buffers push back on it). Pipes and buffers
-are lent from a small pool while a direction has bytes in flight and given back when it is
-idle, so an idle connection holds two sockets and nothing else. A FIN is passed on as a FIN
-(``shutdown(SHUT_WR)``, half-close: the other direction keeps flowing); the relay closes both
-sockets when both directions have ended, and an error on either socket (a reset) resets the
-other.
+What a connection costs is mostly system calls, so the relay makes few (a 1-byte request and
+answer: accept, socket, connect, two ``epoll_ctl``, six recv/send, one shutdown, two close;
+HAProxy 2.6 makes about 19):
+
+* each socket is registered once, edge-triggered, for everything it may wait for (readable,
+  writable, peer FIN): what a direction waits for changes without a system call, and closing
+  the socket is its removal. Edge-triggered means a direction reads until the socket is empty
+  before it waits: a short read empties it (a TCP ``recv`` stops short only when the queue is
+  empty), unless the peer's FIN is known to be there (``EPOLLRDHUP``) or the read was a
+  splice (which also stops when the pipe is full), which read on to ``EAGAIN``. A direction
+  that has relayed ``WAKEUP_BUDGET`` bytes in one go yields and is resumed after the other
+  connections' events, since no new edge would come for what it left unread;
+* a connect completes when the endpoint's socket reports writable, a refusal when it reports
+  an error (``SO_ERROR`` is read only then), and dial timeouts are deadlines in a queue per
+  attempt (their order is their arrival order), served by one timer;
+* the client's socket stays in blocking mode (no ``O_NONBLOCK`` change after accept): every
+  read and write on it passes ``MSG_DONTWAIT``; ``TCP_NODELAY`` is inherited from the
+  listening socket, and set on the endpoint's socket only before a second write (Nagle only
+  holds back a write while earlier data is unacknowledged);
+* small exchanges are copied through a reusable buffer (``recv_into``, ``send``); a direction
+  whose read fills the buffer (``COPY_BUFFER``) is a bulk stream and, if ``splice`` is on,
+  moves on to ``splice(2)`` (socket -> pipe -> socket, the payload never enters Python), as
+  HAProxy's ``splice-auto`` splices only streams it has seen fill its buffers;
+* a FIN is passed on with ``shutdown(SHUT_WR)`` (half-close: the other direction keeps
+  flowing) and the last direction to end closes both sockets, without a shutdown.
+
+Either way a direction holds at most one pipe (``PIPE_SIZE``) or one buffer (``COPY_BUFFER``) of
+data: it reads only when that is empty, and while the destination cannot take it all it stops
+reading and waits for the destination to become writable, so a fast sender never fills memory
+(the kernel's socket buffers push back on it). Pipes and buffers are lent from a small pool
+while a direction has bytes in flight and given back when it is idle, so an idle connection
+holds two sockets and nothing else. An error on either socket (a reset) resets the other.
 
 UDP (``UdpListener``): one listening socket; per client address a *flow*, a connected UDP
 socket to the endpoint chosen for its first datagram, whose replies go back from the
@@ -41,6 +61,7 @@ import select
 import socket
 import struct
 import weakref
+from collections import deque
 from collections.abc import Callable, Collection
 
 from kubesvc.proxy.userspace.loadbalancer import NoEndpoints
@@ -56,10 +77,10 @@ UDP_IDLE_TIMEOUT = 0.25
 UDP_BUFFER = 65535
 UDP_PENDING_MAX = 64  # datagrams queued per flow while its socket opens
 
-# TCP: the most one direction of a connection holds in the proxy. A splice pipe asks for
-# PIPE_SIZE (the kernel's default pipe-max-size; less where the kernel refuses); the copy path
-# reads into a COPY_BUFFER. One direction relays at most WAKEUP_BUDGET bytes per wakeup, then
-# lets the other connections run.
+# TCP: the most one direction of a connection holds in the proxy. The copy path reads into a
+# COPY_BUFFER (a read that fills it marks a bulk stream); a splice pipe asks for PIPE_SIZE (the
+# kernel's default pipe-max-size; less where the kernel refuses). One direction relays at most
+# WAKEUP_BUDGET bytes per wakeup, then lets the other connections run.
 SPLICE = hasattr(os, "splice")  # Linux, Python >= 3.10
 PIPE_SIZE = 1 << 20
 COPY_BUFFER = 256 * 1024
@@ -90,11 +111,13 @@ def bound_socket(ip: str, kind: int, port: int = 0) -> socket.socket:
 _LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER 0: close with a RST rather than a FIN
 _SPLICE_FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK if SPLICE else 0
 _SOCK_NONBLOCK = getattr(socket, "SOCK_NONBLOCK", 0)
+_DONTWAIT = socket.MSG_DONTWAIT
 _AGAIN = (BlockingIOError, InterruptedError)
 _ACCEPT_RESOURCE_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 ACCEPT_RETRY_DELAY = 1.0  # asyncio's own pause when accept() runs out of descriptors
-_IN, _OUT = select.EPOLLIN, select.EPOLLOUT
+_IN, _OUT, _RDHUP, _ERR = select.EPOLLIN, select.EPOLLOUT, select.EPOLLRDHUP, select.EPOLLERR
 _ERRHUP = select.EPOLLERR | select.EPOLLHUP
+_WATCH = _IN | _OUT | _RDHUP | select.EPOLLET  # once per socket, for its whole life
 
 
 class _Pool:
@@ -136,29 +159,26 @@ _buffers = _Pool(lambda: bytearray(COPY_BUFFER))
 
 
 class _Poller:
-    """The relay's own epoll set, watched by the event loop as one descriptor: relayed sockets
-    are registered here once and changed only when what they wait for changes (the event
-    loop's ``add_reader``/``remove_reader`` would rebuild its registration at every step, and
-    uvloop's costs several system calls each time). One per event loop."""
+    """The relay's own epoll set, watched by the event loop as one descriptor: each relayed
+    socket is registered once, edge-triggered (the event loop's ``add_reader``/``remove_reader``
+    would rebuild its registration at every step, and uvloop's costs several system calls each
+    time). Directions that yielded with bytes left unread are resumed after the next batch of
+    events. One per event loop."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
         self.ep = select.epoll()
         self.handlers: dict[int, Callable[[int], None]] = {}
         self.dispatching = False
         self.closing: list[socket.socket] = []
+        self.resume: list[_Pump] = []
+        self.resume_scheduled = False
         loop.add_reader(self.ep.fileno(), self._dispatch)
 
-    def update(self, fd: int, old: int, new: int, handler: Callable[[int], None]) -> None:
-        """``fd`` waits for ``new`` (epoll bits) instead of ``old``; 0: nothing (unregistered,
-        so that a hang-up cannot be reported over and over)."""
-        if not old:
-            self.ep.register(fd, new)
-            self.handlers[fd] = handler
-        elif not new:
-            self.ep.unregister(fd)
-            del self.handlers[fd]
-        elif new != old:
-            self.ep.modify(fd, new)
+    def register(self, sock: socket.socket, handler: Callable[[int], None]) -> None:
+        fd = sock.fileno()
+        self.ep.register(fd, _WATCH)
+        self.handlers[fd] = handler
 
     def close(self, sock: socket.socket, registered: bool) -> None:
         """Close ``sock`` (closing removes it from the epoll set). Within a batch of events the
@@ -171,14 +191,26 @@ class _Poller:
         else:
             sock.close()
 
+    def later(self, pump: _Pump) -> None:
+        """Resume ``pump`` after the next batch of events (it left bytes unread: no new edge
+        would come for them)."""
+        self.resume.append(pump)
+        if not self.resume_scheduled:
+            self.resume_scheduled = True
+            self.loop.call_soon(self._dispatch)
+
     def _dispatch(self) -> None:
         handlers = self.handlers
+        resume, self.resume = self.resume, []
+        self.resume_scheduled = False
         self.dispatching = True
         try:
             for fd, events in self.ep.poll(0):
                 handler = handlers.get(fd)
                 if handler is not None:
                     handler(events)
+            for pump in resume:
+                pump.readable(0)
         finally:
             self.dispatching = False
             if self.closing:
@@ -197,7 +229,7 @@ def _poller(loop: asyncio.AbstractEventLoop) -> _Poller:
     return poller
 
 
-_IDLE, _READING, _WRITING, _DONE = range(4)
+_READING, _WRITING, _DONE = range(3)
 _CLIENT, _BACKEND = 0, 1
 
 
@@ -209,67 +241,56 @@ class _Pump:
     to be writable; the source is not read meanwhile. ``_DONE``: the source ended (FIN passed
     on) or the connection closed."""
 
-    __slots__ = ("conn", "src", "dst", "sfd", "dfd", "s", "d", "splice", "pipe", "buf", "capacity", "start", "inflight", "state",
-                 "other")
+    __slots__ = ("conn", "src", "dst", "sfd", "dfd", "s", "d", "splice", "piping", "pipe", "buf", "capacity", "start",
+                 "inflight", "state", "other", "fin_seen", "writes")
 
     def __init__(self, conn: _Connection, s: int, splice: bool):
         self.conn = conn
         self.s, self.d = s, 1 - s
         self.src, self.dst = conn.socks[s], conn.socks[1 - s]
         self.sfd, self.dfd = self.src.fileno(), self.dst.fileno()
-        self.splice = splice
+        self.splice = splice  # may move on to splice once the stream proves bulk
+        self.piping = False  # moving bytes with splice (else copying through buf)
         self.pipe: tuple[int, int, int] | None = None
         self.buf: bytearray | None = None
         self.capacity = 0  # of the pipe or buffer
         self.start = 0  # where the unsent bytes begin in buf
         self.inflight = 0
-        self.state = _IDLE
+        self.state = _READING
         self.other: _Pump | None = None
+        self.fin_seen = False  # the source reported its peer's FIN: read on to the end
+        self.writes = 0  # to the destination, for TCP_NODELAY before the second (endpoint side)
 
-    def _become(self, state: int) -> None:
-        """Move to ``state``, changing what the sockets wait for."""
-        old, self.state = self.state, state
-        conn = self.conn
-        if old == _READING:
-            conn.watch(self.s, -_IN)
-        elif old == _WRITING:
-            conn.watch(self.d, -_OUT)
-        if state == _READING:
-            conn.watch(self.s, _IN)
-        elif state == _WRITING:
-            conn.watch(self.d, _OUT)
+    # Both callbacks relay until the source is empty (stay reading), the destination would
+    # block (stop reading, wait for writing), the source ends, or the budget is spent (resumed
+    # after the next batch of events).
 
-    def begin(self) -> None:
-        """Start relaying, reading at once (the client has likely sent already)."""
-        try:
-            blocked = self._relay()
-            if self.state == _IDLE:  # (not ended)
-                self._become(_WRITING if blocked else _READING)
-        except OSError as err:
-            self.conn.fail(err)
-
-    # Both callbacks relay until the source would block (stay reading), the destination would
-    # block (stop reading, wait for writing), the source ends, or the budget is spent (the
-    # source is still readable: the next round of events comes back to it).
-
-    def readable(self) -> None:
+    def readable(self, events: int) -> None:
+        if events & _RDHUP:  # (remembered while writing too: no new edge will come for it)
+            self.fin_seen = True
+        if self.state != _READING:
+            return
         try:
             if self._relay():
-                self._become(_WRITING)
+                self.state = _WRITING
         except OSError as err:
             self.conn.fail(err)
 
     def writable(self) -> None:
+        if self.state != _WRITING:
+            return
         try:
-            if self._drain() and not self._relay() and self.state == _WRITING:
-                self._become(_READING)
+            if self._drain():
+                self.state = _READING
+                if self._relay():
+                    self.state = _WRITING
         except OSError as err:
             self.conn.fail(err)
 
     def _relay(self) -> bool:
-        """Read and pass on until something would block; True: blocked on the destination."""
+        """Read and pass on until the source is empty; True: blocked on the destination."""
         budget = WAKEUP_BUDGET
-        while budget > 0:
+        while True:
             n = self._fill()
             if n is None:  # nothing more to read for now: lend the pipe/buffer back
                 self._release()
@@ -279,23 +300,26 @@ class _Pump:
                 return False
             if not self._drain():
                 return True
-            if n < self.capacity:  # the socket had no more: wait for it to be readable again
+            if n < self.capacity and not self.fin_seen and self.pipe is None:  # a short recv: emptied
                 self._release()
                 return False
             budget -= n
-        return False
+            if budget <= 0:
+                self._release()
+                self.conn.poller.later(self)
+                return False
 
     def _fill(self) -> int | None:
         """Read what the pipe/buffer holds (only ever called when it is empty); None: would
         block, 0: end of stream."""
-        if self.splice:
+        if self.piping:
             pipe = self.pipe
             if pipe is None:
                 try:
                     pipe = self.pipe = _pipes.take()
-                except OSError as err:  # out of descriptors: this direction copies instead
+                except OSError as err:  # out of descriptors: this direction copies on
                     log.debug("%s: no pipe for splice (%s): copying", self.conn.listener.name, err)
-                    self.splice = False
+                    self.piping = self.splice = False
                     return self._fill()
                 self.capacity = pipe[2]
             try:
@@ -308,10 +332,13 @@ class _Pump:
                 buf = self.buf = _buffers.take()
                 self.capacity = len(buf)
             try:
-                n = self.src.recv_into(buf)
+                n = self.src.recv_into(buf, 0, _DONTWAIT)
             except _AGAIN:
                 return None
             self.start = 0
+            if n == self.capacity and self.splice:  # a bulk stream: splice from the next read on
+                self.conn.nonblocking()
+                self.piping = True
         self.inflight = n
         return n
 
@@ -319,27 +346,35 @@ class _Pump:
         """Write what is in flight; False: the destination took only part of it (its send
         buffer is full: wait until it is writable)."""
         left = self.inflight
+        if self.writes == 1 and self.d == _BACKEND:  # (the client's socket inherits it)
+            try:
+                self.dst.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        self.writes += 1
         try:
-            if self.pipe is not None:
+            if self.pipe is not None and self.buf is None:
                 n = os.splice(self.pipe[0], self.dfd, left, flags=_SPLICE_FLAGS)
             else:
                 start = self.start
                 with memoryview(self.buf) as view:
-                    n = self.dst.send(view[start:start + left])
+                    n = self.dst.send(view[start:start + left], _DONTWAIT)
                 self.start = start + n
         except _AGAIN:
             return False
         self.inflight = left = left - n
+        if not left and self.piping and self.buf is not None:  # the last copied bytes are out
+            _buffers.give(self.buf)
+            self.buf = None
         return not left
 
     def _eof(self) -> None:
         """The source sent its FIN (everything before it is passed on): pass it on."""
         self._release()
+        self.state = _DONE
         if self.other.state == _DONE:  # both ended: closing sends this FIN
-            self.state = _DONE
             self.conn.close()
             return
-        self._become(_DONE)
         try:
             self.dst.shutdown(socket.SHUT_WR)
         except OSError:  # the destination is gone already: the other direction finds out
@@ -347,7 +382,7 @@ class _Pump:
 
     def _release(self) -> None:
         if self.pipe is not None:
-            if self.inflight:  # bytes that will never be sent: do not hand them to another
+            if self.inflight and self.buf is None:  # bytes that will never be sent: do not hand them to another
                 _close_pipe(self.pipe)
             else:
                 _pipes.give(self.pipe)
@@ -358,59 +393,103 @@ class _Pump:
         self.inflight = 0
 
 
-def _established(sock: socket.socket) -> bool:
-    try:
-        sock.getpeername()  # ENOTCONN until the handshake is over (and after a refusal)
-    except OSError:
-        return False
-    return True
+class _DialDeadlines:
+    """Dial timeouts without a timer per connection: one queue per attempt (all deadlines in it
+    have the same timeout, so arrival order is deadline order) and one timer for the earliest.
+    A dial that completed stays queued until its deadline and is skipped then."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, timeouts: tuple[float, ...]):
+        self.loop, self.timeouts = loop, timeouts
+        self.queues: list[deque[tuple[float, _Connection, int]]] = [deque() for _ in timeouts]
+        self.timer: asyncio.TimerHandle | None = None
+        self.at = 0.0
+
+    def add(self, conn: _Connection, attempt: int) -> None:
+        deadline = self.loop.time() + self.timeouts[attempt]
+        self.queues[attempt].append((deadline, conn, conn.attempt))
+        if self.timer is None or deadline < self.at:
+            self._schedule(deadline)
+
+    def _schedule(self, deadline: float) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.at = deadline
+        self.timer = self.loop.call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
+        self.timer = None
+        now = self.loop.time()
+        for queue in self.queues:
+            while queue and queue[0][0] <= now:
+                _, conn, attempt = queue.popleft()
+                if conn.connecting and conn.attempt == attempt:  # (attempt: the dial it was queued for)
+                    conn.timed_out()
+        heads = [queue[0][0] for queue in self.queues if queue]
+        if heads and (self.timer is None or min(heads) < self.at):
+            self._schedule(min(heads))
+
+    def close(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        for queue in self.queues:
+            queue.clear()
 
 
 class _Connection:
     """An accepted client: dialling an endpoint, then two pumps."""
 
-    __slots__ = ("listener", "loop", "poller", "socks", "masks", "handlers", "client_ip", "endpoint", "tried", "attempt", "timer",
-                 "connecting", "pumps", "closed")
+    __slots__ = ("listener", "poller", "socks", "registered", "client_ip", "endpoint", "tried", "attempt", "connecting",
+                 "pumps", "closed", "blocking")
 
     def __init__(self, listener: TcpListener, client: socket.socket, client_ip: str):
         self.listener = listener
-        self.loop = listener.loop
         self.poller = listener.poller
         self.socks: list[socket.socket | None] = [client, None]
-        self.masks = [0, 0]  # what each socket waits for in the poller
-        self.handlers = (self._on_client, self._on_backend)
+        self.registered = [False, False]  # in the poller
         self.client_ip = client_ip
         self.endpoint: Endpoint | None = None
         self.tried: set[Endpoint] | None = None  # the endpoints that failed for this connection
         self.attempt = 0
-        self.timer: asyncio.TimerHandle | None = None
         self.connecting = False  # the backend socket waits for its connect to complete
         self.pumps: tuple[_Pump, _Pump] | None = None
         self.closed = False
+        self.blocking = True  # the client's socket (as accepted); the backend's never is
         listener.connections.add(self)
 
-    def watch(self, side: int, bits: int) -> None:
-        """Side ``side`` also waits for ``bits`` (negative: no longer)."""
-        old = self.masks[side]
-        new = self.masks[side] = old + bits
-        self.poller.update(self.socks[side].fileno(), old, new, self.handlers[side])
+    def nonblocking(self) -> None:
+        """Splice needs O_NONBLOCK on the sockets themselves (it has no MSG_DONTWAIT)."""
+        if self.blocking:
+            self.blocking = False
+            self.socks[_CLIENT].setblocking(False)
 
     def _on_client(self, events: int) -> None:
         up, down = self.pumps
-        if up.state == _READING and events & (_IN | _ERRHUP):
-            up.readable()
-        if down.state == _WRITING and events & (_OUT | _ERRHUP):
+        if events & (_IN | _RDHUP | _ERRHUP):
+            up.readable(events)
+        if events & (_OUT | _ERRHUP):
             down.writable()
+        if events & _ERR and not self.closed:  # reset while neither direction was reading it
+            self.fail(ConnectionResetError(errno.ECONNRESET, "client reset"))
 
     def _on_backend(self, events: int) -> None:
         if self.connecting:
-            self._connected()
+            if events & _ERRHUP:
+                sock = self.socks[_BACKEND]
+                err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) or errno.ECONNREFUSED
+                self._drop_backend()
+                self._failed(OSError(err, os.strerror(err)))
+                self._redial()
+            elif events & (_OUT | _IN):
+                self._relay(events)
             return
         up, down = self.pumps
-        if down.state == _READING and events & (_IN | _ERRHUP):
-            down.readable()
-        if up.state == _WRITING and events & (_OUT | _ERRHUP):
+        if events & (_IN | _RDHUP | _ERRHUP):
+            down.readable(events)
+        if events & (_OUT | _ERRHUP):
             up.writable()
+        if events & _ERR and not self.closed:
+            self.fail(ConnectionResetError(errno.ECONNRESET, "endpoint reset"))
 
     # ---- dialling: next endpoint after a refusal or a timeout ----
 
@@ -434,20 +513,16 @@ class _Connection:
                 continue
             err = sock.connect_ex(endpoint)
             if err in (errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK, 0):
-                self.socks[_BACKEND] = sock
-                if err == 0 or _established(sock):  # a local endpoint answers within connect()
-                    self._relay()
-                    return
-                try:
-                    self.watch(_BACKEND, _OUT)
+                try:  # writable once connected (at once if it already is), an error if refused
+                    self.poller.register(sock, self._on_backend)
                 except OSError as exc:
-                    self.masks[_BACKEND] = 0
-                    self.socks[_BACKEND] = None
                     sock.close()
                     self._failed(exc)
                     continue
+                self.socks[_BACKEND] = sock
+                self.registered[_BACKEND] = True
                 self.connecting = True
-                self.timer = self.loop.call_later(timeouts[attempt], self._timed_out)
+                listener.deadlines.add(self, attempt)
                 return
             sock.close()
             self._failed(OSError(err, os.strerror(err)))
@@ -470,25 +545,11 @@ class _Connection:
     def _drop_backend(self) -> None:
         """Forget the backend socket that did not connect."""
         self.connecting = False
-        self.masks[_BACKEND] = 0
+        self.registered[_BACKEND] = False
         self.poller.close(self.socks[_BACKEND], registered=True)
         self.socks[_BACKEND] = None
 
-    def _connected(self) -> None:
-        self.timer.cancel()
-        self.timer = None
-        err = self.socks[_BACKEND].getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        if err:
-            self._drop_backend()
-            self._failed(OSError(err, os.strerror(err)))
-            self._redial()
-        else:
-            self._relay()
-
-    def _timed_out(self) -> None:
-        self.timer = None
-        if not self.connecting:
-            return
+    def timed_out(self) -> None:
         self._drop_backend()
         self._failed(TimeoutError())
         self._redial()
@@ -502,24 +563,24 @@ class _Connection:
 
     # ---- relaying ----
 
-    def _relay(self) -> None:
-        backend = self.socks[_BACKEND]
-        try:  # (the client's is inherited from the listening socket)
-            backend.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
-            pass
+    def _relay(self, events: int) -> None:
+        """The endpoint answered: relay both ways, reading the client at once (it has likely
+        sent already), then watch it."""
+        self.connecting = False
         splice = self.listener.splice
         up, down = _Pump(self, _CLIENT, splice), _Pump(self, _BACKEND, splice)
         up.other, down.other = down, up
         self.pumps = (up, down)
-        down.state = _READING  # the backend: from waiting for its connect to waiting for data
-        self.connecting = False
-        try:
-            self.watch(_BACKEND, _IN - self.masks[_BACKEND])
-        except OSError as err:
-            self.fail(err)
-            return
-        up.begin()
+        up.readable(0)
+        if events & (_IN | _RDHUP):  # the endpoint spoke first
+            down.readable(events)
+        if not self.closed:
+            try:
+                self.poller.register(self.socks[_CLIENT], self._on_client)
+            except OSError as err:
+                self.fail(err)
+                return
+            self.registered[_CLIENT] = True
 
     def in_flight(self) -> int:
         """Bytes read from one side and not yet written to the other."""
@@ -531,9 +592,6 @@ class _Connection:
         self.closed = True
         self.listener.connections.discard(self)
         self.connecting = False
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
         if self.pumps is not None:
             for pump in self.pumps:
                 pump.state = _DONE
@@ -548,8 +606,8 @@ class _Connection:
                         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
                     except OSError:
                         pass
-                self.poller.close(sock, registered=bool(self.masks[side]))
-                self.masks[side] = 0
+                self.poller.close(sock, registered=self.registered[side])
+                self.registered[side] = False
 
     def close(self) -> None:
         """Both directions ended: close both (what was written is still delivered)."""
@@ -570,7 +628,7 @@ class _Connection:
 
 class TcpListener:
     """A listening socket relaying each connection to an endpoint from ``choose``; ``splice``
-    False: copy through a buffer even where splice(2) is available."""
+    False: copy through a buffer even where splice(2) is available (True: splice bulk streams)."""
 
     def __init__(self, choose: Chooser, *, name: str = "", timeouts: tuple[float, ...] = CONNECT_TIMEOUTS, backlog: int = 1024,
                  splice: bool | None = None):
@@ -583,6 +641,7 @@ class TcpListener:
         self.sock: socket.socket | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.poller: _Poller | None = None
+        self.deadlines: _DialDeadlines | None = None
         self.paused: asyncio.TimerHandle | None = None
         self.port = 0
         self.failed_dials = 0
@@ -596,6 +655,7 @@ class TcpListener:
             self.port = sock.getsockname()[1]
             self.loop = asyncio.get_running_loop()
             self.poller = _poller(self.loop)
+            self.deadlines = _DialDeadlines(self.loop, self.timeouts)
             self.loop.add_reader(sock.fileno(), self._accept)
         except BaseException:
             sock.close()
@@ -604,22 +664,22 @@ class TcpListener:
         return self
 
     def _accept(self) -> None:
-        sock = self.sock
+        """Accept until the kernel's queue is empty (at most ``backlog`` at a time)."""
+        accept = self.sock.accept
         for _ in range(self.backlog):
             try:
-                client, addr = sock.accept()
+                client, addr = accept()  # (blocking, as accepted: MSG_DONTWAIT on every call)
             except _AGAIN:
                 return
             except OSError as err:
                 if err.errno in _ACCEPT_RESOURCE_ERRORS:
                     log.error("%s: cannot accept connections (%s): pausing %.0f s", self.name, err, ACCEPT_RETRY_DELAY)
-                    self.loop.remove_reader(sock.fileno())
+                    self.loop.remove_reader(self.sock.fileno())
                     self.paused = self.loop.call_later(ACCEPT_RETRY_DELAY, self._resume)
                     return
                 continue  # ECONNABORTED and the like: that client is gone already
             conn = None
             try:
-                client.setblocking(False)
                 conn = _Connection(self, client, addr[0])
                 conn.dial()
             except Exception:
@@ -654,6 +714,7 @@ class TcpListener:
             for conn in list(self.connections):
                 conn.abort()
             self.connections.clear()
+            self.deadlines.close()
 
 
 # ---- UDP -----------------------------------------------------------------------------------
