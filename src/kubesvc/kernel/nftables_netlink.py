@@ -63,6 +63,8 @@ NFTA_SET_ELEM_LIST_SET = 2
 NFTA_SET_ELEM_LIST_ELEMENTS = 3
 NFTA_SET_ELEM_KEY = 1
 NFTA_SET_ELEM_DATA = 2
+NFTA_SET_ELEM_FLAGS = 3
+NFT_SET_ELEM_INTERVAL_END = 1
 NFTA_SET_ELEM_USERDATA = 6
 NFTA_DATA_VALUE = 1
 NFTA_DATA_VERDICT = 2
@@ -95,6 +97,7 @@ MAX_ATTR = 0xFFFF - 512  # an element list is one attribute (u16 length): split 
 class SetType:
     key: tuple[str, ...]  # field kinds
     data: tuple[str, ...] | None  # None: a set; ("verdict",): a verdict map
+    interval: bool = False  # ``flags interval`` on a one-field key: elements are ranges
 
 
 def _kinds(spec: str, typeof: bool) -> tuple[str, ...] | None:
@@ -137,34 +140,41 @@ def _parse_declaration(body: str) -> SetType | None:
         return None
     clauses = [c.strip() for c in body[1:-1].split(";") if c.strip()]
     spec = None
+    interval = False
     for clause in clauses:
         word = clause.split(" ", 1)[0]
         if word in ("type", "typeof") and spec is None:
             spec = (word == "typeof", clause[len(word):].strip())
+        elif clause == "flags interval":
+            interval = True
         elif word not in ("comment", "size", "policy"):
-            return None  # flags, timeouts, elements, ...: leave it to nft
+            return None  # other flags, timeouts, elements, ...: leave it to nft
     if spec is None:
         return None
     typeof, text = spec
     key_text, colon, data_text = text.partition(" : ")
     key = _kinds(key_text, typeof)
-    if key is None or "verdict" in key:
-        return None
+    if key is None or "verdict" in key or (interval and len(key) != 1):
+        return None  # (ranges of concatenations are pipapo elements, encoded otherwise)
     data = None
     if colon:
         data = ("verdict",) if data_text.strip() == "verdict" else _kinds(data_text, typeof)
         if data is None or ("verdict" in data and len(data) > 1):
             return None
-    return SetType(key, data)
+    return SetType(key, data, interval)
 
 
 # -- parsing an element-only transaction -------------------------------------------------------
+
+# (key attr payload, data attr payload, userdata, NFTA_SET_ELEM_FLAGS)
+Element = tuple[bytes, bytes | None, bytes | None, int]
+
 
 @dataclass
 class ElementOp:
     delete: bool
     set: str
-    elements: list[tuple[bytes, bytes | None, bytes | None]]  # (key attr payload, data attr payload, userdata)
+    elements: list[Element]
 
 
 _ELEMENT_LINE = re.compile(r"(add|delete) element (\S+) (\S+) (\S+) \{ (.*) \}")
@@ -186,14 +196,16 @@ def parse_elements_only(text: str, family: str, table: str, types: dict[str, Set
             return None
         delete = m.group(1) == "delete"
         try:
-            elements = [_encode_element(item.strip(), set_type, delete) for item in _SPLIT.findall(m.group(5))]
+            elements = [e for item in _SPLIT.findall(m.group(5)) for e in _encode_element(item.strip(), set_type, delete)]
         except (ValueError, OSError, KeyError, struct.error):
             return None
         ops.append(ElementOp(delete, m.group(4), elements))
     return ops
 
 
-def _encode_element(item: str, set_type: SetType, delete: bool) -> tuple[bytes, bytes | None, bytes | None]:
+def _encode_element(item: str, set_type: SetType, delete: bool) -> list[Element]:
+    """One element of the text as the kernel elements nft sends for it: one, or for a range
+    of an interval set two (see ``_interval``)."""
     comment = None
     if ' comment "' in item:
         key_text, _, rest = item.partition(' comment "')
@@ -201,7 +213,6 @@ def _encode_element(item: str, set_type: SetType, delete: bool) -> tuple[bytes, 
         value_text = rest.partition(" : ")[2] if rest.strip() else ""
     else:
         key_text, _, value_text = item.partition(" : ")
-    key = _nla(NFTA_DATA_VALUE, _encode_fields(key_text, set_type.key))
     data = userdata = None
     if set_type.data is not None and not delete:
         if not value_text:
@@ -217,7 +228,42 @@ def _encode_element(item: str, set_type: SetType, delete: bool) -> tuple[bytes, 
         if len(raw) > 255:
             raise ValueError("comment too long")
         userdata = bytes((NFTNL_UDATA_SET_ELEM_COMMENT, len(raw))) + raw
-    return key, data, userdata
+    if set_type.interval:
+        return _interval(key_text.strip(), set_type.key[0], data, userdata)
+    return [(_nla(NFTA_DATA_VALUE, _encode_fields(key_text, set_type.key)), data, userdata, 0)]
+
+
+def _interval(text: str, kind: str, data: bytes | None, userdata: bytes | None) -> list[Element]:
+    """A range ``low-high`` (or one value) of an interval set as nft 1.0.6 sends it to the
+    rbtree set: the start ``low`` carrying the data, then an element ``high + 1`` flagged
+    ``NFT_SET_ELEM_INTERVAL_END`` (none when ``high`` is the largest value). Keys are in network
+    order, host-order ``numgen`` values included: nft converts the register before the lookup
+    (``byteorder reg 1 = hton(reg 1, 4, 4)``). A deletion names the same two elements.
+    (nft also adds an end element at 0 below a set's first range; the kernel does not need
+    it and listings do not show it.)"""
+    if kind not in ("u32h", "port", "ipv4"):
+        raise ValueError(f"ranges of {kind} are not encoded here")
+    low_text, dash, high_text = text.partition("-")
+    width = {"u32h": 32, "port": 16, "ipv4": 32}[kind]
+
+    def number(word: str) -> int:
+        word = word.strip()
+        if kind == "ipv4":
+            return int.from_bytes(socket.inet_pton(socket.AF_INET, word), "big")
+        value = int(word)
+        if not 0 <= value < 1 << width:
+            raise ValueError(word)
+        return value
+
+    low = number(low_text)
+    high = number(high_text) if dash else low
+    if high < low:
+        raise ValueError(f"empty range {text!r}")
+    size = width // 8
+    out: list[Element] = [(_nla(NFTA_DATA_VALUE, low.to_bytes(size, "big")), data, userdata, 0)]
+    if high + 1 < 1 << width:
+        out.append((_nla(NFTA_DATA_VALUE, (high + 1).to_bytes(size, "big")), None, None, NFT_SET_ELEM_INTERVAL_END))
+    return out
 
 
 def _encode_fields(text: str, kinds: tuple[str, ...]) -> bytes:
@@ -387,11 +433,12 @@ class NftNetlink:
             sock.settimeout(10.0)
 
 
-def _chunks(elements: list[tuple[bytes, bytes | None, bytes | None]]):
+def _chunks(elements: list[Element]):
     chunk: list[bytes] = []
     size = 0
-    for index, (key, data, userdata) in enumerate(elements, 1):
-        body = _nla(NFTA_SET_ELEM_KEY, key, nested=True)
+    for index, (key, data, userdata, flags) in enumerate(elements, 1):
+        body = _nla(NFTA_SET_ELEM_FLAGS, struct.pack("!I", flags)) if flags else b""
+        body += _nla(NFTA_SET_ELEM_KEY, key, nested=True)
         if data is not None:
             body += _nla(NFTA_SET_ELEM_DATA, data, nested=True)
         if userdata is not None:

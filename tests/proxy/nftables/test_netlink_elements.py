@@ -27,6 +27,7 @@ add set ip {t} cluster-ips {{ type ipv4_addr ; comment "Active ClusterIPs" ; }}
 add set ip {t} hairpin-endpoints {{ type ipv4_addr . ipv4_addr ; }}
 add map ip {t} endpoints-00 {{ typeof numgen random mod 1 : ip daddr . tcp dport ; }}
 add map ip {t} endpoints-udp-00 {{ typeof numgen random mod 1 : ip daddr . udp dport ; }}
+add map ip {t} endpoint-ranges-00 {{ typeof numgen random mod 1 : ip daddr . tcp dport ; flags interval ; }}
 add set ip {t} affinity-x {{ type ipv4_addr ; flags dynamic,timeout ; timeout 10s ; }}
 """
 ELEMENTS = """add element ip {t} service-ips {{ 10.96.0.1 . tcp . 80 : goto service-abc, 10.96.0.2 . udp . 53 : drop }}
@@ -41,6 +42,16 @@ delete element ip {t} service-ips {{ 10.96.0.2 . udp . 53 }}
 delete element ip {t} no-endpoint-nodeports {{ sctp . 30081 }}
 add element ip {t} endpoints-00 {{ 0 : 10.9.9.9 . 80 }}
 """
+# an interval map: two endpoints in a block, then a third added (the ranges re-split in one
+# batch), one replaced, a block below the first and one ending at the top of the u32 space
+RANGES = ["""add element ip {t} endpoint-ranges-00 {{ 1048576-1572863 : 10.1.2.3 . 8080, 1572864-2097151 : 10.1.2.4 . 8080 }}
+""", """delete element ip {t} endpoint-ranges-00 {{ 1048576-1572863, 1572864-2097151 }}
+add element ip {t} hairpin-endpoints {{ 10.1.2.5 . 10.1.2.5 }}
+add element ip {t} endpoint-ranges-00 {{ 1048576-1398101 : 10.1.2.3 . 8080, 1398102-1747626 : 10.1.2.4 . 8080, 1747627-2097151 : 10.1.2.5 . 8080 }}
+""", """delete element ip {t} endpoint-ranges-00 {{ 1398102-1747626 }}
+add element ip {t} endpoint-ranges-00 {{ 1398102-1747626 : 10.1.2.9 . 8080 }}
+""", """add element ip {t} endpoint-ranges-00 {{ 0-1048575 : 10.7.7.7 . 1, 4293918720-4294967295 : 10.7.7.8 . 2 }}
+"""]
 
 
 def test_declarations_understood_and_not():
@@ -50,6 +61,7 @@ def test_declarations_understood_and_not():
     assert types["cluster-ips"] == SetType(("ipv4",), None)
     assert types["hairpin-endpoints"] == SetType(("ipv4", "ipv4"), None)
     assert types["endpoints-00"] == SetType(("u32h",), ("ipv4", "port"))
+    assert types["endpoint-ranges-00"] == SetType(("u32h",), ("ipv4", "port"), interval=True)
     assert types["affinity-x"] is None  # flags: left to nft
     assert declared_set_types(DECLARATIONS.format(t="other"), "ip", "kube-proxy") == {}
     assert declared_set_types(DECLARATIONS.format(t="kube-proxy"), "ip6", "kube-proxy") == {}
@@ -61,6 +73,11 @@ def test_only_element_transactions_on_known_sets_go_over_netlink():
     assert ops is not None and [(op.delete, op.set, len(op.elements)) for op in ops][:2] == [(False, "service-ips", 2), (False, "no-endpoint-nodeports", 2)]
     assert [op.delete for op in ops[-4:]] == [True, True, True, False]
     assert parse_elements_only("", "ip", "kube-proxy", types) == []
+    # a range is two kernel elements (start with the data, end flagged), in network order
+    (op,) = parse_elements_only(RANGES[0].format(t="kube-proxy"), "ip", "kube-proxy", types)
+    assert [(key[4:], data is not None, flags) for key, data, _, flags in op.elements] == [
+        ((1048576).to_bytes(4, "big"), True, 0), ((1572864).to_bytes(4, "big"), False, 1),
+        ((1572864).to_bytes(4, "big"), True, 0), ((2097152).to_bytes(4, "big"), False, 1)]
 
 
 @pytest.mark.parametrize("text", [
@@ -84,7 +101,7 @@ CHILD = textwrap.dedent("""
     from kubesvc.kernel.nftables import NFTables, table_contents, is_not_found
     from kubesvc.kernel import nftables_netlink
 
-    DECLARATIONS, ELEMENTS, CHANGES = json.loads(sys.argv[1])
+    DECLARATIONS, STEPS = json.loads(sys.argv[1])
     sent = []
     apply = nftables_netlink.NftNetlink.apply
     def spy(self, family, table, ops):
@@ -97,10 +114,13 @@ CHILD = textwrap.dedent("""
     out = {"same": []}
     for nft, t in ((ours, "nl"), (theirs, "bin")):
         nft.run_sync(DECLARATIONS.format(t=t))
-    for text in (ELEMENTS, CHANGES):
+    def listing(t):
+        return subprocess.run(["nft", "list", "table", "ip", t], capture_output=True, text=True).stdout.replace(t, "T")
+    for text in STEPS:
         for nft, t in ((ours, "nl"), (theirs, "bin")):
             nft.run_sync(text.format(t=t))
-        out["same"].append(table_contents(asyncio.run(ours.list_table()))[2] == table_contents(asyncio.run(theirs.list_table()))[2])
+        out["same"].append(table_contents(asyncio.run(ours.list_table()))[2] == table_contents(asyncio.run(theirs.list_table()))[2]
+                           and listing("nl") == listing("bin"))
     before = subprocess.run(["nft", "list", "table", "ip", "nl"], capture_output=True, text=True).stdout
     bad = "add element ip nl hairpin-endpoints { 10.0.0.1 . 10.0.0.1 }\\ndelete element ip nl cluster-ips { 10.0.0.99 }\\n"
     try:
@@ -116,7 +136,7 @@ CHILD = textwrap.dedent("""
     binary_in_ns = NFTables(table="nl2", in_process=False)  # the stock binary: elements over netlink too
     binary_in_ns.run_sync(DECLARATIONS.format(t="nl2"))
     sent.clear()
-    binary_in_ns.run_sync(ELEMENTS.format(t="nl2"))
+    binary_in_ns.run_sync(STEPS[0].format(t="nl2"))
     out["binary_sent"] = list(sent)
     print(json.dumps(out))
 """)
@@ -126,13 +146,13 @@ CHILD = textwrap.dedent("""
 def test_netlink_elements_list_back_as_nft_wrote_them():
     ns = Netns.create("nl")  # prerequisites checked by tests/conftest.py (kernel tests fail, never skip)
     try:
-        proc = ns.run(sys.executable, "-c", CHILD, json.dumps([DECLARATIONS, ELEMENTS, CHANGES]), check=False, timeout=60)
+        proc = ns.run(sys.executable, "-c", CHILD, json.dumps([DECLARATIONS, [ELEMENTS, CHANGES, *RANGES]]), check=False, timeout=60)
         assert proc.returncode == 0, proc.stderr
         out = json.loads(proc.stdout.strip().splitlines()[-1])
     finally:
         ns.close()
-    assert out["same"] == [True, True]
-    assert out["sent"] == ["nl", "nl", "nl"]  # every element transaction went over netlink, the refused one too
+    assert out["same"] == [True] * 6  # elements and nft's listing of the whole table
+    assert out["sent"] == ["nl"] * 7  # every element transaction went over netlink, the refused one too
     assert out["failed"] == {"argv": ["nft", "-f", "-"], "not_found": True,
                              "input": "add element ip nl hairpin-endpoints { 10.0.0.1 . 10.0.0.1 }\ndelete element ip nl cluster-ips { 10.0.0.99 }\n"}
     assert out["unchanged"]  # the batch is atomic: the hairpin element of the refused batch is not there

@@ -151,8 +151,8 @@ CASES = [
     ("cluster-ip-two-endpoints", port("ns1", "svc1", cluster_ip=CIP), TWO, {}, [
         "add element ip kube-proxy service-ips { 172.30.0.41 . tcp . 80 : goto " + SVC + " }",
         f"add rule ip kube-proxy {SVC} ip daddr 172.30.0.41 tcp dport 80 ip saddr != 10.0.0.0/8 jump mark-for-masquerade",
-        f"add rule ip kube-proxy {SVC} meta l4proto tcp dnat ip addr . port to numgen random mod 2 offset 0 map @",
-        "0 : 10.180.0.1 . 8080, 1 : 10.180.0.2 . 8080",
+        f"add rule ip kube-proxy {SVC} meta l4proto tcp dnat ip addr . port to numgen random mod 1048576 offset 0 map @endpoint-ranges-",
+        "0-524287 : 10.180.0.1 . 8080, 524288-1048575 : 10.180.0.2 . 8080",
         "add element ip kube-proxy hairpin-endpoints { 10.180.0.1 . 10.180.0.1, 10.180.0.2 . 10.180.0.2 }",
         "add element ip kube-proxy cluster-ips { 172.30.0.41 }",
     ], [EXT, "no-endpoint-services {"]),
@@ -259,8 +259,8 @@ def test_ipv6_syntax():
     text = plan.text
     assert "add table ip6 kube-proxy" in text
     assert "ip6 daddr fd00:30::41 tcp dport 80 ip6 saddr != fd00:1::/64 jump mark-for-masquerade" in text
-    assert "meta l4proto tcp dnat ip6 addr . port to numgen random mod 2 offset 0 map @" in text
-    assert "typeof numgen random mod 1 : ip6 daddr . tcp dport" in text
+    assert "meta l4proto tcp dnat ip6 addr . port to numgen random mod 1048576 offset 0 map @endpoint-ranges-" in text
+    assert "typeof numgen random mod 1 : ip6 daddr . tcp dport ; flags interval ;" in text
     assert "fd00:1::1 . fd00:1::1" in text and "type ipv6_addr . ipv6_addr" in text
     assert "ip6 daddr { fd00:30::/112 } drop" in text
 
@@ -314,18 +314,42 @@ def test_shared_hairpin_element_stays_until_its_last_owner_goes():
 
 
 def test_slot_block_reused_when_endpoint_count_stays_within_it():
-    four = tuple(ep(f"10.180.0.{i}", 80) for i in range(1, 5))
-    _, state = build([(port("ns1", "svc1", cluster_ip=CIP), four), (port("ns2", "svc2", cluster_ip="172.30.0.42"), TWO)])
+    """Above RANGE_MAX_ENDPOINTS (exact slots): a block is kept while the count fits it."""
+    many = tuple(ep(f"10.180.0.{i}", 80) for i in range(1, 33))  # 32: a block of 32 slots
+    _, state = build([(port("ns1", "svc1", cluster_ip=CIP), many), (port("ns2", "svc2", cluster_ip="172.30.0.42"), TWO)])
     block = state.services["ns1/svc1"].slots[SVC]
-    _, state = build([(port("ns1", "svc1", cluster_ip=CIP), four[:3]), (port("ns2", "svc2", cluster_ip="172.30.0.42"), TWO)],
+    assert block[1] == 32 and block[2] == rules.endpoint_map(SVC)
+    _, state = build([(port("ns1", "svc1", cluster_ip=CIP), many[:31]), (port("ns2", "svc2", cluster_ip="172.30.0.42"), TWO)],
                      state=state, full=False, changed={"ns1/svc1"})
     assert state.services["ns1/svc1"].slots[SVC] == block
-    five = four + (ep("10.180.0.5", 80),)
-    plan, state = build([(port("ns1", "svc1", cluster_ip=CIP), five), (port("ns2", "svc2", cluster_ip="172.30.0.42"), TWO)],
+    more = many + (ep("10.180.1.1", 80),)
+    plan, state = build([(port("ns1", "svc1", cluster_ip=CIP), more), (port("ns2", "svc2", cluster_ip="172.30.0.42"), TWO)],
                         state=state, full=False, changed={"ns1/svc1"})
     new_block = state.services["ns1/svc1"].slots[SVC]
-    assert new_block != block and new_block[1] == 8
-    assert f"offset {new_block[0]} map @{rules.endpoint_map(SVC)}" in plan.text
+    assert new_block != block and new_block[1] == 64
+    assert f"numgen random mod 33 offset {new_block[0]} map @{rules.endpoint_map(SVC)}" in plan.text
+
+
+@pytest.mark.parametrize("before,after", [(2, 3), (3, 2), (2, 16), (16, 9)])
+def test_an_endpoint_count_change_up_to_16_changes_range_elements_only(before, after):
+    """2..16 endpoints: the chain's fixed block of an interval map, one range per endpoint, so
+    a changed count rewrites no rule (a rule would make the kernel validate the whole table)."""
+    eps = tuple(ep(f"10.180.0.{i}", 80) for i in range(1, 17))
+    _, state = build([(port("ns1", "svc1", cluster_ip=CIP), eps[:before])])
+    block = state.services["ns1/svc1"].slots[SVC]
+    assert block[2] == rules.endpoint_range_map(SVC) and block[1] == 1 << 20
+    plan, state = build([(port("ns1", "svc1", cluster_ip=CIP), eps[:after])], state=state, full=False, changed={"ns1/svc1"})
+    assert state.services["ns1/svc1"].slots[SVC] == block
+    assert all(line.startswith(("add element ", "delete element ")) for line in lines(plan)), plan.text
+    base, size = block[0], 1 << 20
+    ranges = {k: v for k, v in state.kernel[block[2]].items()}
+    # every endpoint once, in order, the block covered without gap, shares within one number
+    bounds = sorted((int(k.split("-")[0]), int(k.split("-")[1]), v) for k, v in ranges.items())
+    assert sorted(v for *_, v in bounds) == sorted(f"10.180.0.{i} . 80" for i in range(1, after + 1))
+    assert bounds[0][0] == base and bounds[-1][1] == base + size - 1
+    assert all(b[1] + 1 == c[0] for b, c in zip(bounds, bounds[1:]))
+    sizes = {high - low + 1 for low, high, _ in bounds}
+    assert sizes <= {size // after, size // after + 1}
 
 
 @pytest.mark.parametrize("change", ["nodeport_ips", "service_cidrs", "node_ip"], ids=lambda c: c)
@@ -409,13 +433,13 @@ def test_non_tcp_endpoints_use_their_own_protocols_endpoint_maps(protocol):
     dns = port("ns1", "dns", "dns", 53, protocol, cluster_ip="172.30.0.10")
     plan, state = build([(dns, (ep("10.180.0.1", 5353), ep("10.180.0.2", 5353)))])
     (chain,) = state.services["ns1/dns"].slots
-    emap = rules.endpoint_map(chain, proto)
-    assert emap.startswith(f"endpoints-{proto}-")
+    emap = rules.endpoint_range_map(chain, proto)
+    assert emap.startswith(f"endpoint-ranges-{proto}-") and rules.endpoint_map(chain, proto).startswith(f"endpoints-{proto}-")
     assert f"typeof numgen random mod 1 : ip daddr . {proto} dport" in plan.text
-    assert f"meta l4proto {proto} dnat ip addr . port to numgen random mod 2 offset 0 map @{emap}" in plan.text
+    assert f"meta l4proto {proto} dnat ip addr . port to numgen random mod 1048576 offset 0 map @{emap}" in plan.text
     plan, state = build([(dns, (ep("10.180.0.3", 5353), ep("10.180.0.4", 5353), ep("10.180.0.5", 5353)))],
                         state=state, full=False, changed={"ns1/dns"})
-    assert f"map @{emap}" in plan.text
+    assert f"add element ip kube-proxy {emap} {{ " in plan.text and "add rule" not in plan.text
 
 
 def test_endpoint_replaced_within_the_slot_block_changes_only_elements():

@@ -274,6 +274,11 @@ def normalize(datatype: str, word: str) -> str:
                 raise ValueError
             return str(port)
         if datatype in ("integer", "mark"):
+            if "-" in word:  # a range (allowed in interval sets only, checked by the caller)
+                low, high = (int(normalize(datatype, w), 0) for w in word.split("-", 1))
+                if high < low:
+                    raise ValueError
+                return str(low) if low == high else f"{low}-{high}" if datatype == "integer" else f"0x{low:08x}-0x{high:08x}"
             number = int(word, 0)
             if not 0 <= number < 1 << 32:
                 raise ValueError
@@ -643,6 +648,8 @@ def dump_table(table: Table) -> str:
 
 def _json_part(datatype: str, word: str):
     if datatype in ("inet_service", "integer"):
+        if "-" in word:
+            return {"range": [int(w) for w in word.split("-", 1)]}
         return int(word)
     if datatype in ("ipv4_addr", "ipv6_addr") and "/" in word:
         addr, length = word.split("/")

@@ -23,7 +23,8 @@ Each piece's meaning:
 
 * lookups in named sets and maps use the fake's elements; ``vmap`` runs the element's verdict;
   ``dnat … to numgen random mod N offset S map @m`` lands on *every* endpoint of slots
-  [S, S+N) (upstream's tracer follows every branch of its ``numgen`` vmap the same way);
+  [S, S+N) (upstream's tracer follows every branch of its ``numgen`` vmap the same way), or,
+  in an interval map, of the ranges that must exactly cover [S, S+N);
 * ``numgen random mod K 0`` (our ClientIP-affinity choice) matches, and the rule's DNAT is
   recorded without ending the chain, so every endpoint is listed, as the iptables tracer does
   for ``--probability``;
@@ -232,13 +233,41 @@ class Tracer:
         s = self._set(m["map"])
         n, offset = int(m["mod"]), int(m["offset"] or 0)
         self.matches.append(text)
-        for slot in range(offset, offset + n):
-            elem = s.elements.get(str(slot))
-            if elem is None:
-                raise TraceError(f"slot {slot} of @{m['map']} is empty (rule {text!r})")
-            ip, port = elem.value.split(" . ")
+        if "interval" in s.flags:
+            values = self._ranges(s, offset, offset + n, m["map"], text)
+        else:
+            values = []
+            for slot in range(offset, offset + n):
+                elem = s.elements.get(str(slot))
+                if elem is None:
+                    raise TraceError(f"slot {slot} of @{m['map']} is empty (rule {text!r})")
+                values.append(elem.value)
+        for value in values:
+            ip, port = value.split(" . ")
             self.outputs.append(f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}")
         return "dnat"
+
+    @staticmethod
+    def _ranges(s, start: int, end: int, name: str, text: str) -> list[str]:
+        """The values of the ranges of interval map ``s`` within [start, end), in order; they
+        must cover it with no gap (a number no range holds would find no endpoint)."""
+        found = []
+        for key, elem in s.elements.items():
+            low, _, high = key.partition("-")
+            low, high = int(low), int(high or low)
+            if low < end and high >= start:
+                if low < start or high >= end:
+                    raise TraceError(f"range {key} of @{name} crosses the block [{start}, {end}) (rule {text!r})")
+                found.append((low, high, elem.value))
+        found.sort()
+        at = start
+        for low, high, _ in found:
+            if low != at:
+                raise TraceError(f"numbers {at}-{low - 1} of @{name} hold no endpoint (rule {text!r})")
+            at = high + 1
+        if at != end:
+            raise TraceError(f"numbers {at}-{end - 1} of @{name} hold no endpoint (rule {text!r})")
+        return [value for *_, value in found]
 
     def _masquerade(self, m, text):
         self.matches.append(text)
