@@ -42,6 +42,7 @@ here), capping Update entries at 10, the last-applied-annotation helpers
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -65,9 +66,12 @@ _KEY_DEFAULTS = {"protocol": "TCP"}
 Path = tuple[str, ...]
 
 
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # json.dumps's, built once
+
+
 def _go_json(value: Any) -> str:
     """Compact JSON as Go's encoder writes it (non-ASCII kept, ``<>&`` and U+2028/9 escaped)."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    text = _COMPACT_JSON.encode(value)
     for char in "<>&\u2028\u2029":
         text = text.replace(char, f"\\u{ord(char):04x}")
     return text
@@ -399,6 +403,45 @@ def _diff(old: Any, new: Any, schema: Type | None) -> _Diff:
     return diff
 
 
+def _added(value: Any, schema: Type | None, pe: str, node: FieldSet) -> None:
+    """``_compare(_MISSING, value, ...)`` at ``node``'s child ``pe``, written for the case where
+    only ``added`` can grow (a create compares every field against nothing): the element
+    itself and, below a non-empty container, every item, built into the tree directly."""
+    node.members.add(pe)
+    if value and _container(schema, value) is not None:
+        below = node.children.get(pe)
+        if below is None:
+            below = node.children[pe] = FieldSet()
+        for item_pe, item in _items(schema, value).items():
+            _added(item, _child_type(schema, item_pe), item_pe, below)
+
+
+def _diff_from_zero(zero: dict, new: dict, schema: Type | None) -> _Diff:
+    """``_diff(zero, new)`` for a create: ``zero`` holds only empty top-level structs, so a key
+    of ``new`` is added unless zero has it, and a struct zero has is added field by field when
+    ``new`` gives it content. Same sets as the general walk, without its bookkeeping."""
+    diff = _Diff()
+    if not new or _container(schema, new) != "map":
+        _compare(zero, new, schema, (), diff)
+        return diff
+    for pe, item in _items(schema, new).items():
+        child_schema = _child_type(schema, pe)
+        if pe[2:] not in zero:
+            _added(item, child_schema, pe, diff.added)
+        elif item == {}:
+            continue  # {} as in zero: neither added nor changed
+        elif isinstance(item, dict) and _container(child_schema, item) == "map":
+            below = diff.added.children.setdefault(pe, FieldSet())
+            for item_pe, value in _items(child_schema, item).items():
+                _added(value, _child_type(child_schema, item_pe), item_pe, below)
+        else:
+            _compare({}, item, child_schema, (pe,), diff)
+    for name in zero:
+        if name not in new:
+            diff.removed.insert(("f:" + name,))
+    return diff
+
+
 def _compare(old: Any, new: Any, schema: Type | None, path: Path, diff: _Diff) -> None:
     kind = _descent(schema, old, new)
     if kind is not None:
@@ -487,6 +530,7 @@ class _Entry:
 Managed = dict[str, _Entry]  # by identity
 
 
+@functools.lru_cache(maxsize=1024)  # a handful of managers write most objects
 def _identity(manager: str, operation: str, api_version: str, subresource: str) -> str:
     """Upstream's manager identifier (BuildManagerIdentifier): one entry per manager, operation,
     subresource and, for updates only, apiVersion."""
@@ -571,7 +615,9 @@ def _wire(entry: _Entry) -> dict:
 def _encode(managed: Managed) -> list[dict]:
     """managedFields in upstream order: Apply before Update, then oldest first, then by manager,
     apiVersion and subresource (sortEncodedManagedFields)."""
-    entries = [copy.deepcopy(_wire(e)) for e in managed.values()]
+    # an entry read from an object is copied (it may be shared with that object); one built
+    # here by _wire is new already
+    entries = [copy.deepcopy(e.wire) if e.wire is not None else _wire(e) for e in managed.values()]
     return sorted(entries, key=lambda w: (w["operation"], _seconds(w.get("time")), w.get("manager", ""),
                                           w["apiVersion"], w.get("subresource", "")))
 
@@ -616,11 +662,11 @@ def _zero(schema: Type) -> dict:
 
 
 def _record_update(managed: Managed, old: dict, new: dict, *, manager: str, schema: Type,
-                   api_version: str, subresource: str, now: str) -> Managed:
+                   api_version: str, subresource: str, now: str, from_zero: bool = False) -> Managed:
     """Updater.Update plus managedFieldsUpdater: the writer takes what it added or changed,
     everyone loses what the write changed or removed; the writer's time moves only when it
     took something."""
-    diff = _diff(old, new, schema)
+    diff = _diff_from_zero(old, new, schema) if from_zero else _diff(old, new, schema)
     changed = diff.added.union(diff.modified)
     managed = _disown(managed, changed.union(diff.removed))
     taken = changed.difference(_UNTRACKED)
@@ -657,7 +703,8 @@ def track_update(old: dict | None, new: dict, *, manager: str, schema: Type, api
         keep_status = bool(subresource)
         before = _content(old if old is not None else _zero(schema), keep_status=keep_status)
         managed = _record_update(managed, before, _content(new, keep_status=keep_status), manager=manager,
-                                 schema=schema, api_version=api_version, subresource=subresource, now=now)
+                                 schema=schema, api_version=api_version, subresource=subresource, now=now,
+                                 from_zero=old is None)
     _store(new, managed)
 
 

@@ -26,7 +26,6 @@ allocate a serviceIP: range is full``.
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 import time
@@ -213,15 +212,14 @@ class ServiceAllocators:
         if template is None:
             template = self._ip_address_template = self._ip_address_store.prepare_new(
                 None, records.ip_address_object(ip, namespace, name), field_manager="kube-apiserver")
-        obj = copy.deepcopy(template)
-        meta = obj["metadata"]
-        meta["name"] = ip
-        meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = rfc3339(self._ip_address_store.clock.now())
-        meta["labels"][records.LABEL_IP_FAMILY] = ip_family(ip)
-        for entry in meta.get("managedFields") or []:
-            entry["time"] = meta["creationTimestamp"]
-        obj["spec"]["parentRef"] = records.service_ref(namespace, name)
+        # a copy of the parts that change, sharing the rest with the template (a deepcopy of
+        # it was half the cost of an allocation); the object only lives until it is encoded
+        now = rfc3339(self._ip_address_store.clock.now())
+        meta = {**template["metadata"], "name": ip, "uid": str(uuid.uuid4()), "creationTimestamp": now,
+                "labels": {**template["metadata"]["labels"], records.LABEL_IP_FAMILY: ip_family(ip)}}
+        if "managedFields" in meta:
+            meta["managedFields"] = [{**entry, "time": now} for entry in meta["managedFields"]]
+        obj = {**template, "metadata": meta, "spec": {**template["spec"], "parentRef": records.service_ref(namespace, name)}}
         return encode(obj)
 
 
