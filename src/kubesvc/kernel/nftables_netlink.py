@@ -20,6 +20,10 @@ does: addresses and ports in network order, protocols one byte, integers from ``
 host order, each field of a concatenation padded to 4 bytes; verdicts as
 ``NFTA_DATA_VERDICT``; a comment as nft's element userdata (``NFTNL_UDATA_SET_ELEM_COMMENT``,
 NUL-terminated). Such elements list back from ``nft`` exactly as if ``nft`` had added them.
+Ranges of an interval set with a one-field key (``flags interval``; the proxy's endpoint range
+maps) are sent as nft 1.0.6 sends them to the kernel's rbtree set: a start element carrying
+the data and an end element ``high + 1`` flagged ``NFT_SET_ELEM_INTERVAL_END``, keys in network
+order (host-order ``numgen`` values too: nft converts the register before such a lookup).
 
 The types come from the declarations in the transactions the caller has run
 (``declared_set_types``: ``add set|map ... { type ... ; }`` or ``{ typeof ... ; }``); a

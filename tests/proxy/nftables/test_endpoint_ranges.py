@@ -126,3 +126,5 @@ async def test_refused_element_batch_changes_nothing_and_the_next_sync_is_full(t
     result = await be.run_sync(dataclasses.replace(added, changed_services=frozenset()))
     assert result.full  # the shared proxier: the failed sync left the previous state, so full now
     assert set(landed(connect(topo.client, CIP, 80, count=40))) == {"pod1", "pod2", "pod3"}
+    again = await be.run_sync(dataclasses.replace(added, full=True))
+    assert again.written["elements"] == 0  # the ranges read back from the kernel are the ones rendered
