@@ -6,12 +6,15 @@ authentication) on 127.0.0.1 and prints, each as medians and p99 over repeated r
 
 * fill: N Services created by C concurrent clients (creates/s over the whole fill, p50/p99);
 * creates at N: a further batch of ``--batch`` creates after the fill, timed on their own
-  (latency and creates/s at N objects, not averaged over the way from 0 to N);
+  (latency and creates/s at N objects, not averaged over the way from 0 to N), then another
+  batch on each server of the comparison below;
 * list of the N Services, ``--list-runs`` times, one page and pages of 500 (as kubectl pages):
   the time to the response's last byte with a client that reads the bytes and parses nothing
   (the server's share), and apart from it the client's own JSON decoding of that body;
 * watch delivery: from sending a create to each of W watchers (a label selector that
   matches only the bench's writes) receiving its event, ``--watch-writes`` writes;
+* the server's CPU time per create and per list (from /proc: what the machine's load does
+  not inflate, unlike the wall-clock figures);
 * the server's peak RSS (VmHWM), and the same list and watch figures from a peer in the same
   run: the same data directory served again with ``--peer-flags`` (default
   ``--watch-cache=false``: lists and watches from storage, the path before the watch cache),
@@ -41,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import ssl
 import statistics
@@ -82,6 +86,13 @@ def peak_rss_mib(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's CPU time so far (user + system): a server's cost per request that the
+    machine's load does not inflate, unlike the wall-clock times."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def create_all(session, base, names, concurrency) -> tuple[list[float], float]:
@@ -127,12 +138,14 @@ async def list_raw(session, base, page: int) -> tuple[float, list[bytes]]:
         token = match.group(1).decode()
 
 
-async def list_figures(session, base, runs: int, expected: int) -> dict:
-    """Per page size: server times (to last byte) and the client's decoding time of each run."""
+async def list_figures(session, base, runs: int, expected: int, pid: int) -> dict:
+    """Per page size: server times (to last byte), the client's decoding time of each run, the
+    bytes of one list and the server's CPU time per list."""
     figures = {}
     for page in (0, 500):
         await list_raw(session, base, page)  # warm: connection, caches
         served, decoded = [], []
+        cpu_before = cpu_seconds(pid)
         for _ in range(runs):
             elapsed, bodies = await list_raw(session, base, page)
             started = time.perf_counter()
@@ -140,7 +153,8 @@ async def list_figures(session, base, runs: int, expected: int) -> dict:
             decoded.append(time.perf_counter() - started)
             served.append(elapsed)
             assert count == expected, (count, expected)
-        figures[page] = (served, decoded, sum(len(b) for b in bodies))
+        cpu = (cpu_seconds(pid) - cpu_before) / runs
+        figures[page] = (served, decoded, sum(len(b) for b in bodies), cpu)
     return figures
 
 
@@ -204,18 +218,25 @@ def _session(server) -> aiohttp.ClientSession:
 
 
 async def serve_figures(server, args, expected: int, round_: int) -> dict:
-    """List and watch figures from one running server."""
+    """Creates at N, list and watch figures from one running server."""
+    pid = server.process.pid
     async with _session(server) as session:
-        lists = await list_figures(session, server.url, args.list_runs, expected)
+        cpu_before = cpu_seconds(pid)
+        creates, elapsed = await create_all(session, server.url, [f"more{round_}-{i:06d}" for i in range(args.batch)], args.concurrency)
+        cpu = (cpu_seconds(pid) - cpu_before) / args.batch
+        lists = await list_figures(session, server.url, args.list_runs, expected + args.batch, pid)
         watch, writes = await watch_latency(session, server.url, args.watchers, args.watch_writes, round_)
-    return {"lists": lists, "watch": watch, "writes": writes, "rss": peak_rss_mib(server.process.pid)}
+    return {"creates": (creates, args.batch / elapsed, cpu), "lists": lists, "watch": watch, "writes": writes, "rss": peak_rss_mib(pid)}
 
 
 def print_serving(label: str, figures: dict, n: int, args) -> None:
-    for page, (served, decoded, size) in figures["lists"].items():
+    creates, rate, cpu = figures["creates"]
+    print(f"  [{label}] creates at {n} ({args.batch} more): {rate:8.0f} creates/s   {spread(creates)}   server CPU {cpu * 1e6:6.0f} us/create")
+    n += args.batch
+    for page, (served, decoded, size, cpu) in figures["lists"].items():
         what = "one page" if not page else f"pages of {page}"
         print(f"  [{label}] list {n} ({what}, {size / 2**20:.1f} MiB): server (to last byte) {spread(served)}   "
-              f"client decode p50 {ms(statistics.median(decoded))}")
+              f"server CPU {ms(cpu)}/list   client decode p50 {ms(statistics.median(decoded))}")
     print(f"  [{label}] watch, {args.watchers} watchers x {args.watch_writes} writes: delivery {spread(figures['watch'])}   "
           f"(the write itself {spread(figures['writes'])})")
     print(f"  [{label}] server peak RSS {figures['rss']:.0f} MiB")
@@ -231,13 +252,18 @@ async def run_throughput(args) -> None:
                 async with session.get(server.url + SERVICES) as response:
                     existing = len((await response.json())["items"])  # default/kubernetes
                 names = [f"svc-{i:06d}" for i in range(args.services)]
+                cpu_before = cpu_seconds(server.process.pid)
                 fill, fill_elapsed = await create_all(session, server.url, names, args.concurrency)
+                cpu_fill = cpu_seconds(server.process.pid)
                 batch_names = [f"batch-{i:06d}" for i in range(args.batch)]
                 batch, batch_elapsed = await create_all(session, server.url, batch_names, args.concurrency)
+                cpu_batch = cpu_seconds(server.process.pid)
             total = existing + args.services + args.batch
             print(f"storage={args.storage} services={args.services} concurrency={args.concurrency} list runs={args.list_runs}")
-            print(f"  fill 0 -> {args.services}: {args.services / fill_elapsed:8.0f} creates/s   {spread(fill)}")
-            print(f"  creates at {args.services} ({args.batch} more): {args.batch / batch_elapsed:8.0f} creates/s   {spread(batch)}")
+            print(f"  fill 0 -> {args.services}: {args.services / fill_elapsed:8.0f} creates/s   {spread(fill)}   "
+                  f"server CPU {(cpu_fill - cpu_before) / args.services * 1e6:6.0f} us/create")
+            print(f"  creates at {args.services} ({args.batch} more): {args.batch / batch_elapsed:8.0f} creates/s   {spread(batch)}   "
+                  f"server CPU {(cpu_batch - cpu_fill) / args.batch * 1e6:6.0f} us/create")
             ours = await serve_figures(server, args, total, 0)
         finally:
             server.stop()
@@ -250,13 +276,15 @@ async def run_throughput(args) -> None:
             print(f"  [peer {args.peer_flags}] not run: the server did not start ({str(exc)[:200]})")
             return
         try:
-            peer = await serve_figures(peer_server, args, total + args.watch_writes, 1)
+            peer = await serve_figures(peer_server, args, total + args.batch + args.watch_writes, 1)
         finally:
             peer_server.stop()
-        print_serving(f"peer {args.peer_flags}", peer, total + args.watch_writes, args)
+        print_serving(f"peer {args.peer_flags}", peer, total + args.batch + args.watch_writes, args)
         for page in (0, 500):
             ratio = statistics.median(peer["lists"][page][0]) / statistics.median(ours["lists"][page][0])
-            print(f"  list ({'one page' if not page else f'pages of {page}'}) server time p50, peer / default: {ratio:5.2f}x")
+            cpu_ratio = peer["lists"][page][3] / ours["lists"][page][3]
+            print(f"  list ({'one page' if not page else f'pages of {page}'}), peer / default: server time p50 {ratio:5.2f}x   "
+                  f"server CPU {cpu_ratio:5.2f}x")
         ratio = percentile(peer["watch"], .99) / percentile(ours["watch"], .99)
         print(f"  watch delivery p99, peer / default: {ratio:5.2f}x")
 

@@ -31,6 +31,7 @@ from kubesvc.apiserver.app import build_app
 from kubesvc.apiserver.auth.endpoints import install as install_authentication
 from kubesvc.apiserver.auth.options import AuthenticationOptions
 from kubesvc.serving.x509 import X509Authenticator
+from kubesvc.apiserver.cacher import WatchCache
 from kubesvc.apiserver.registry.store import ListOptions, Registry
 from kubesvc.apiserver.allocator.metrics import AllocatorMetrics
 from kubesvc.apiserver.allocator.repair import Repair
@@ -70,6 +71,7 @@ class ServerConfig:
     feature_gates: dict[str, bool] = field(default_factory=dict)
     compaction_interval: float = 300.0
     compaction_retain_revisions: int = 10000
+    watch_cache: bool = True  # --watch-cache: lists and watches from memory (apiserver/cacher.py)
     repair_services_interval: float = 180.0
     # identity (identity.md §5.1, §6.1); None: the generated cluster CA and certificates in <data-dir>/pki
     advertise_address: str | None = None
@@ -237,6 +239,9 @@ class APIServer:
                                                            config.kubelet_certificate_authority or creds.ca_cert))
         ensure_kubelet_api_admin_binding(self.registry, kubelet_client_user(kubelet_client_cert))
         app = build_app(self.registry, self.clock, join_host_port(config.bind_address, self.port), metrics_registry, kubelet_client)
+        watch_cache = WatchCache(self.backend, [store.info for store in self.registry.stores.values()]) if config.watch_cache else None
+        if watch_cache is not None:
+            app["watch_cache"] = watch_cache
         app["namespace_finalizer"] = finalizer
         app["in_flight"] = InFlight(config.max_requests_inflight, config.max_mutating_requests_inflight)
         app["admission_waits"] = [plugin.wait_ready for plugin in admission]  # run by the create handlers
@@ -256,6 +261,7 @@ class APIServer:
         self.component_kubeconfigs = auth.write_component_kubeconfigs(config.data_dir, self.url)
         self.authorization.start()
         self._tasks = [
+            *([watch_cache.start()] if watch_cache is not None else []),
             asyncio.create_task(system_objects.run()),
             asyncio.create_task(finalizer.run()),
             asyncio.create_task(self._compactor()),

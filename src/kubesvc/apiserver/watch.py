@@ -27,6 +27,7 @@ from aiohttp import web
 from kubesvc.api.errors import StatusError
 from kubesvc.api.selectors import parse_field_selector
 from kubesvc.apiserver import codec
+from kubesvc.apiserver.cacher import WireEvent
 from kubesvc.apiserver.handlers import Target, list_options
 from kubesvc.apiserver.tables import to_table
 
@@ -57,16 +58,23 @@ async def watch_objects(request: web.Request, target: Target) -> web.StreamRespo
     queue: asyncio.Queue = asyncio.Queue()
     first_table = True
 
-    def encode_event(event_type: str, obj: dict) -> bytes:
+    def encode_event(event_type: str, obj: dict | WireEvent) -> bytes:
         nonlocal first_table
+        if isinstance(obj, WireEvent):  # from the watch cache: encoded once for every watcher
+            if not as_table:
+                return obj.line
+            obj = obj.decode()
         if as_table and event_type not in ("ERROR", "BOOKMARK"):
             obj = to_table(info, [obj], include_object=include_object, now=clock.now(),
                            list_meta={"resourceVersion": obj["metadata"].get("resourceVersion", "")}, columns=first_table)
             first_table = False
         return codec.to_json({"type": event_type, "object": obj}) + b"\n"
 
+    cache = request.app.get("watch_cache")
     try:
-        objects = target.store.watch(target.namespace, opts, send_initial=send_initial)
+        objects = await cache.watch(info, target.namespace, opts, send_initial=send_initial) if cache is not None else None
+        if objects is None:
+            objects = target.store.watch(target.namespace, opts, send_initial=send_initial)
     except StatusError as exc:
         await response.write(encode_event("ERROR", exc.status()))
         await response.write_eof()

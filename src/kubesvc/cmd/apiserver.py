@@ -66,6 +66,8 @@ def apiserver_options(default_data_dir: str | None):
                          help="Seconds between compactions."),
             click.option("--compaction-retain-revisions", type=click.IntRange(min=1), default=10000, show_default=True,
                          help="Revisions of history kept for watches and consistent lists."),
+            click.option("--watch-cache", type=flags.GO_BOOL, is_flag=False, flag_value=True, default=True, show_default=True,
+                         help="Serve lists and watches from the in-memory watch cache (false: from storage, each object decoded per request)."),
             click.option("--repair-services-interval", type=click.FloatRange(min=0.1), default=180.0, show_default=True,
                          help="Seconds between passes of the ClusterIP and NodePort repair loops (upstream's RepairServicesInterval)."),
             click.option("--advertise-address", default=None, callback=flags.advertise_address,
@@ -164,7 +166,7 @@ def _authentication_options(anonymous_auth=True, token_auth_file=None, enable_bo
 
 
 def server_config(data_dir, storage_backend, bind_address, secure_port, service_cluster_ip_range, service_node_port_range, feature_gates,
-                  compaction_interval, compaction_retain_revisions, repair_services_interval, advertise_address=None, client_ca_file=None,
+                  compaction_interval, compaction_retain_revisions, repair_services_interval, watch_cache=True, advertise_address=None, client_ca_file=None,
                   kubelet_client_certificate=None, kubelet_client_key=None, kubelet_certificate_authority=None,
                   authorization_modes=("Node", "RBAC"), enable_admission_plugins="", disable_admission_plugins="", endpoint_reconciler_type="lease",
                   max_requests_inflight=400, max_mutating_requests_inflight=200, read_header_timeout=32.0, idle_connection_timeout=90.0,
@@ -189,6 +191,7 @@ def server_config(data_dir, storage_backend, bind_address, secure_port, service_
         compaction_interval=compaction_interval,
         compaction_retain_revisions=compaction_retain_revisions,
         repair_services_interval=repair_services_interval,
+        watch_cache=watch_cache,
         advertise_address=advertise_address,
         client_ca_file=client_ca_file and client_ca_file.resolve(),
         kubelet_client_certificate=kubelet_client_certificate and kubelet_client_certificate.resolve(),

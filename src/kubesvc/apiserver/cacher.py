@@ -1,0 +1,534 @@
+"""The watch cache: lists and watches served from memory, each object encoded once per write.
+
+kube-apiserver's cacher (k8s.io/apiserver/pkg/storage/cacher) keeps, per resource, the current
+objects and a ring of recent events, fed by one storage watch; lists and watches are answered
+from it instead of from etcd. This is that, for the embedded backends:
+
+* **One storage watch** of every key feeds all resources (:class:`WatchCache`), so the cache's
+  revision is the store's revision as soon as the pump has taken what is queued. Each event
+  is parsed once, its ``metadata.resourceVersion`` filled in and encoded once
+  (:class:`Cached`): the bytes a list or a watch event carries, shared by every reader. Beside
+  the bytes sits what selectors need (name, namespace, labels, the kind's selectable fields).
+* **Lists** are a concatenation of those bytes in key order. Every cached read is consistent:
+  it first waits until the cache has applied every write committed before the request (upstream
+  ``ConsistentListFromCache``'s wait for the storage's current revision; here one loop turn).
+  That also satisfies ``resourceVersion="0"`` (any) and ``N`` (not older than N). What the cache
+  does not answer goes to storage as before (``Store.list``): ``resourceVersionMatch=Exact``
+  and continue tokens, as 1.32's cacher delegates them. A first page (``limit``) is cut from
+  the cache at its revision, with etcd3's continue token for that revision, so the next pages
+  read storage at the same revision: one consistent snapshot, as before.
+* **Watches** start from the ring: events after the requested revision, exactly once and in
+  order, then live events. Below the ring's window, or below the storage's compaction point,
+  a watch gets 410 Expired (``too old resource version: N (oldest)``) and the client relists,
+  as from the cacher. Without a resourceVersion, or with "0", the watch starts with a synthetic
+  ADDED for every current object (the cache's snapshot), then follows it. An event going to N
+  watchers is encoded once (:meth:`CachedEvent.wire`). Selector transitions become ADDED /
+  DELETED as in the cacher's ``watchCacheEvent`` filtering (an object leaving the selection is
+  DELETED with its previous state at the event's revision).
+* **Bookmarks**: a watch that asks for progress gets a BOOKMARK at the cache's revision once
+  every event up to it has been queued to it (the storage's progress notification passes
+  through the same pump).
+
+At start the cache reads the store as of ``max(compaction point, current - capacity)`` and
+replays the history after it, so watches resumed across an apiserver restart keep working
+while the ring reaches back to them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import AsyncIterator, Iterable
+
+import msgspec
+
+from kubesvc.api import errors
+from kubesvc.api.errors import StatusError
+from kubesvc.api.scheme import KindInfo
+from kubesvc.storage import base as storage
+
+log = logging.getLogger("kubesvc.apiserver.cacher")
+
+_decode = msgspec.json.Decoder().decode
+_encode = msgspec.json.Encoder().encode
+
+DEFAULT_CAPACITY = 10_000  # events kept per resource (upstream's watch cache grows to ~100k)
+FRESHNESS_TIMEOUT = 3.0  # upstream's waitUntilFreshAndBlock waits 3 s; then storage answers
+WATCHER_BACKLOG = 10_000  # undelivered events after which a watcher is closed (it re-watches)
+
+
+def selection_view(obj: dict, info: KindInfo) -> dict:
+    """What label and field selectors read of ``obj``: name, namespace, labels and the kind's
+    selectable fields (``info.field_labels``) at their paths, nothing else."""
+    meta = obj.get("metadata") or {}
+    view: dict = {"metadata": {k: meta[k] for k in ("name", "namespace", "labels") if k in meta}}
+    for path in info.field_labels.values():
+        _copy_path(obj, view, path)
+    return view
+
+
+def _copy_path(source: dict, target: dict, path: tuple[str, ...]) -> None:
+    for step in path[:-1]:
+        source = source.get(step) if isinstance(source, dict) else None
+        if not isinstance(source, dict):
+            return
+        target = target.setdefault(step, {})
+    if isinstance(source, dict) and path[-1] in source:
+        target[path[-1]] = source[path[-1]]
+
+
+_fields = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode  # one level parsed, the rest skipped
+
+
+def _rv_field(revision: int) -> bytes:
+    return b'"resourceVersion":"%d"' % revision
+
+
+def stamp(value: bytes, revision: int, info: KindInfo) -> tuple[bytes, int, dict] | None:
+    """The stored JSON with ``"resourceVersion":"<revision>"`` added as the last field of its
+    metadata (where decoding, setting it and encoding puts it: the same bytes), the offset of
+    that field, and the selection view; without parsing more than the top level, the metadata
+    and the selectable fields. None when the value is not the compact encoding this relies on
+    (then the caller decodes and encodes)."""
+    top = _fields(value)
+    meta_raw = top.get("metadata")
+    if meta_raw is None:
+        return None
+    offset = 1  # past "{"
+    for key, raw in top.items():
+        key_length = len(_encode(key)) + 1  # "key":
+        if key == "metadata":
+            break
+        offset += key_length + len(raw) + 1  # value and ","
+    start = offset + key_length
+    end = start + len(meta_raw)
+    if value[end - 1:end] != b"}" or value[start:start + 1] != b"{":
+        return None
+    meta = _fields(meta_raw)
+    if "resourceVersion" in meta:
+        return None
+    view_meta = {k: _decode(meta[k]) for k in ("name", "namespace", "labels") if k in meta}
+    view: dict = {"metadata": view_meta}
+    parsed: dict[str, object] = {}
+    for path in info.field_labels.values():
+        head = path[0]
+        if head == "metadata" or head not in top:
+            if head == "metadata":
+                _copy_path({"metadata": {k: _decode(v) for k, v in meta.items() if k != "managedFields"}}, view, path)
+            continue
+        if head not in parsed:
+            parsed[head] = _decode(top[head])
+        _copy_path(parsed, view, path)
+    rv_at = end - 1 + (len(meta_raw) > 2)  # after the "," that follows a non-empty metadata
+    separator = b"," if len(meta_raw) > 2 else b""
+    return b"".join((value[:end - 1], separator, _rv_field(revision), value[end - 1:])), rv_at, view
+
+
+class Cached:
+    """One object as of one revision: its JSON as served (resourceVersion filled in), where
+    that resourceVersion field starts (-1: unknown), and its selection view."""
+
+    __slots__ = ("key", "raw", "view", "revision", "rv_at")
+
+    def __init__(self, key: str, raw: bytes, view: dict, revision: int, rv_at: int = -1):
+        self.key, self.raw, self.view, self.revision, self.rv_at = key, raw, view, revision, rv_at
+
+    @classmethod
+    def from_value(cls, key: str, value: bytes, revision: int, info: KindInfo) -> "Cached":
+        """A stored value (JSON without resourceVersion, registry/store.py ``encode``) at ``revision``."""
+        stamped = stamp(value, revision, info)
+        if stamped is not None:
+            raw, rv_at, view = stamped
+            return cls(key, raw, view, revision, rv_at)
+        obj = _decode(value)
+        obj.setdefault("metadata", {})["resourceVersion"] = str(revision)
+        return cls(key, _encode(obj), selection_view(obj, info), revision)
+
+    def at(self, revision: int) -> "Cached":
+        """The same object stamped with another revision (a deletion's)."""
+        if self.rv_at >= 0:
+            old = len(_rv_field(self.revision))
+            raw = b"".join((self.raw[:self.rv_at], _rv_field(revision), self.raw[self.rv_at + old:]))
+            return Cached(self.key, raw, self.view, revision, self.rv_at)
+        obj = _decode(self.raw)
+        obj["metadata"]["resourceVersion"] = str(revision)
+        return Cached(self.key, _encode(obj), self.view, revision)
+
+    def decode(self) -> dict:
+        return _decode(self.raw)
+
+
+class WireEvent:
+    """A watch event ready for the wire: the JSON line and the object's bytes (a Table watch
+    decodes those)."""
+
+    __slots__ = ("line", "raw")
+
+    def __init__(self, event_type: str, raw: bytes):
+        self.raw = raw
+        self.line = b'{"type":"' + event_type.encode() + b'","object":' + raw + b"}\n"
+
+    def decode(self) -> dict:
+        return _decode(self.raw)
+
+
+class CachedEvent:
+    """One change of one key: ``obj`` is the new state (for a deletion, the last state at the
+    deletion's revision), ``prev`` the state before (None for a creation)."""
+
+    __slots__ = ("type", "revision", "key", "obj", "prev", "_wire", "_prev_gone")
+
+    def __init__(self, event_type: str, revision: int, key: str, obj: Cached, prev: Cached | None):
+        self.type, self.revision, self.key, self.obj, self.prev = event_type, revision, key, obj, prev
+        self._wire: dict[str, WireEvent] = {}
+        self._prev_gone: Cached | None = None
+
+    def wire(self, event_type: str, obj: Cached) -> WireEvent:
+        """The line for ``event_type`` of ``obj``, encoded once for every watcher."""
+        key = event_type if obj is self.obj else "prev:" + event_type
+        found = self._wire.get(key)
+        if found is None:
+            found = self._wire[key] = WireEvent(event_type, obj.raw)
+        return found
+
+    def prev_gone(self) -> Cached:
+        """The previous state at this event's revision: what a watcher whose selection the
+        object leaves receives as DELETED (as the storage watch sends it)."""
+        if self._prev_gone is None:
+            self._prev_gone = self.prev.at(self.revision)
+        return self._prev_gone
+
+
+def translate(event: CachedEvent, opts) -> tuple[str, Cached] | None:
+    """The event a watcher with ``opts`` (registry ListOptions) sees, if any: selector
+    transitions become ADDED / DELETED."""
+    if event.type == "DELETED":
+        return ("DELETED", event.obj) if opts.matches(event.obj.view) else None
+    now_matches = opts.matches(event.obj.view)
+    if event.prev is None:
+        return ("ADDED", event.obj) if now_matches else None
+    if not opts.filtered:
+        return "MODIFIED", event.obj
+    was_matching = opts.matches(event.prev.view)
+    if now_matches:
+        return ("MODIFIED" if was_matching else "ADDED"), event.obj
+    return ("DELETED", event.prev_gone()) if was_matching else None
+
+
+@dataclass
+class ListPage:
+    items: list[Cached]
+    meta: dict  # ListMeta: resourceVersion, continue, remainingItemCount
+
+
+class Cacher:
+    """One resource's objects (in key order) and recent events."""
+
+    def __init__(self, info: KindInfo, revision: int, capacity: int):
+        self.info = info
+        self.prefix = info.key_prefix()
+        self._objects: dict[str, Cached] = {}
+        self._keys: list[str] = []  # sorted: lists and pages walk it
+        self._ring: deque[CachedEvent] = deque()
+        self._capacity = max(1, capacity)
+        self._ring_after = revision  # the ring holds every event of this resource above this
+        self.watchers: set[CacheWatch] = set()
+
+    def load(self, kv: storage.KeyValue) -> None:
+        """An object of the initial state (no event)."""
+        if kv.key not in self._objects:
+            bisect.insort(self._keys, kv.key)
+        self._objects[kv.key] = Cached.from_value(kv.key, kv.value, kv.mod_revision, self.info)
+
+    def apply(self, event: storage.Event) -> None:
+        key, revision = event.kv.key, event.kv.mod_revision
+        prev = self._objects.get(key)
+        if event.type == "DELETE":
+            if prev is None:  # not seen (cannot happen with one ordered watch): the storage's value
+                prev = Cached.from_value(key, event.kv.value, event.prev_kv.mod_revision if event.prev_kv else revision, self.info)
+            else:
+                del self._objects[key]
+                del self._keys[bisect.bisect_left(self._keys, key)]
+            cached_event = CachedEvent("DELETED", revision, key, prev.at(revision), prev)
+        else:
+            obj = Cached.from_value(key, event.kv.value, revision, self.info)
+            if prev is None:
+                bisect.insort(self._keys, key)
+            self._objects[key] = obj
+            cached_event = CachedEvent("ADDED" if prev is None else "MODIFIED", revision, key, obj, prev)
+        if len(self._ring) == self._capacity:
+            self._ring_after = self._ring.popleft().revision
+        self._ring.append(cached_event)
+        for watcher in list(self.watchers):
+            watcher.offer(cached_event)
+
+    def oldest(self) -> int:
+        """The lowest revision a watch may start after."""
+        return self._ring_after
+
+    def events_after(self, revision: int, prefix: str) -> list[CachedEvent]:
+        newer = []
+        for event in reversed(self._ring):
+            if event.revision <= revision:
+                break
+            if event.key.startswith(prefix):
+                newer.append(event)
+        newer.reverse()
+        return newer
+
+    def objects(self, prefix: str, start: str = "") -> Iterable[Cached]:
+        """Current objects under ``prefix`` from key ``start`` on, in key order."""
+        keys, objects = self._keys, self._objects
+        index = bisect.bisect_left(keys, max(prefix, start))
+        while index < len(keys):
+            key = keys[index]
+            if not key.startswith(prefix):
+                return
+            yield objects[key]
+            index += 1
+
+    def page(self, namespace: str | None, opts, revision: int) -> ListPage:
+        """One list page at the cache's ``revision`` with ``Store._list_range``'s paging:
+        without selectors the limit is the page and the token points past its last key, with
+        ``remainingItemCount``; with selectors the page fills with matches and the token points
+        past the last match when any key follows. An exact name (``metadata.name=``) is never
+        paged, as ``Store._list_one``."""
+        from kubesvc.apiserver.registry.store import encode_continue  # the registry's token format
+
+        prefix = self.info.key_prefix(namespace)
+        meta: dict = {"resourceVersion": str(revision)}
+        name = opts.field_selector.exact_name() if opts.field_selector is not None else None
+        limit = 0 if name is not None and "/" not in name else max(0, opts.limit)
+        if not opts.filtered:
+            if not limit:
+                return ListPage(list(self.objects(prefix)), meta)
+            start = bisect.bisect_left(self._keys, prefix)
+            end = bisect.bisect_left(self._keys, _prefix_end(prefix))
+            keys = self._keys[start:min(end, start + limit)]
+            if start + limit < end and keys:
+                meta["continue"] = encode_continue(revision, keys[-1][len(prefix):] + "\x00")
+                meta["remainingItemCount"] = end - start - limit
+            return ListPage([self._objects[key] for key in keys], meta)
+        items: list[Cached] = []
+        matches = opts.matches
+        for obj in self.objects(prefix):
+            if matches(obj.view):
+                items.append(obj)
+                if limit and len(items) == limit:
+                    next_start = obj.key + "\x00"
+                    if next(iter(self.objects(prefix, next_start)), None) is not None:
+                        meta["continue"] = encode_continue(revision, next_start[len(prefix):])
+                    break
+        return ListPage(items, meta)
+
+
+def _prefix_end(prefix: str) -> str:
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+class CacheWatch:
+    """One client's watch on the cache: (type, WireEvent) pairs, and BOOKMARKs as dicts; the
+    interface of the registry's ObjectWatch (``request_progress``, ``close``, ``async for``)."""
+
+    def __init__(self, cache: "WatchCache", cacher: Cacher, prefix: str, opts, after: int, initial: list[Cached]):
+        self._cache, self._cacher, self._prefix, self._opts, self._after = cache, cacher, prefix, opts, after
+        self._pending: deque = deque(("ADDED", WireEvent("ADDED", obj.raw)) for obj in initial if opts.matches(obj.view))
+        self._ready = asyncio.Event()
+        self._closed = False
+        if self._pending:
+            self._ready.set()
+
+    def offer(self, event: CachedEvent) -> None:
+        if self._closed or event.revision <= self._after or not event.key.startswith(self._prefix):
+            return
+        seen = translate(event, self._opts)
+        if seen is None:
+            return
+        if len(self._pending) >= WATCHER_BACKLOG:  # too slow: end it, the client re-watches
+            self.close()
+            return
+        self._pending.append((seen[0], event.wire(*seen)))
+        self._ready.set()
+
+    def bookmark(self, revision: int) -> None:
+        if not self._closed:
+            info = self._cacher.info
+            self._pending.append(("BOOKMARK", {"kind": info.kind, "apiVersion": info.api_version, "metadata": {"resourceVersion": str(revision)}}))
+            self._ready.set()
+
+    def request_progress(self) -> None:
+        self._cache.request_bookmark(self)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._cacher.watchers.discard(self)
+            self._cache.forget_bookmark(self)
+            self._ready.set()
+
+    async def __aiter__(self) -> AsyncIterator[tuple[str, object]]:
+        try:
+            while True:
+                while self._pending:
+                    yield self._pending.popleft()
+                if self._closed:
+                    return
+                self._ready.clear()
+                await self._ready.wait()
+        finally:
+            self.close()
+
+
+class WatchCache:
+    """Every stored resource's Cacher, fed by one storage watch (see the module docstring)."""
+
+    def __init__(self, backend: storage.Backend, kinds: Iterable[KindInfo], *, capacity: int = DEFAULT_CAPACITY):
+        self.backend = backend
+        self.capacity = capacity
+        self._kinds = list(kinds)
+        self.revision = 0
+        self._cachers: dict[str, Cacher] = {}
+        self._by_kind: dict[tuple[str, str], Cacher] = {}
+        self._advanced = asyncio.Event()
+        self._bookmarks: set[CacheWatch] = set()
+        self._watch: storage.Watch | None = None
+        self._task: asyncio.Task | None = None
+
+    # ---- feeding -----------------------------------------------------------------------------
+    def start(self) -> asyncio.Task:
+        """Load the state and start the pump (returns its task, to cancel at stop)."""
+        self._load()
+        self._task = asyncio.create_task(self._pump())
+        return self._task
+
+    def _load(self) -> None:
+        backend = self.backend
+        current, compacted = backend.current_revision(), backend.compact_revision()
+        start = max(compacted, current - self.capacity, min(current, 1))
+        for watcher in [w for c in self._cachers.values() for w in c.watchers]:
+            watcher.close()  # a re-initialised cache ends its watches: they re-watch (and may get 410)
+        self._cachers = {info.key_prefix(): Cacher(info, start, self.capacity) for info in self._kinds}
+        self._by_kind = {(c.info.group, c.info.resource): c for c in self._cachers.values()}
+        for kv in backend.list("", revision=start).kvs:
+            cacher = self._cacher_for(kv.key)
+            if cacher is not None:
+                cacher.load(kv)
+        self.revision = start
+        self._watch = backend.watch("", start)
+
+    def _cacher_for(self, key: str) -> Cacher | None:
+        """The resource a key belongs to: /registry/<prefix>/..., the prefix one or two segments."""
+        parts = key.split("/", 4)
+        if len(parts) < 4:
+            return None
+        if len(parts) == 5:
+            found = self._cachers.get(f"/{parts[1]}/{parts[2]}/{parts[3]}/")
+            if found is not None:
+                return found
+        return self._cachers.get(f"/{parts[1]}/{parts[2]}/")
+
+    async def _pump(self) -> None:
+        while True:
+            assert self._watch is not None
+            try:
+                async for batch in self._watch:
+                    self._apply(batch)
+            except Exception:  # noqa: BLE001 - a cache that missed an event must not serve: start over
+                log.exception("watch cache: reloading after an error at revision %d", self.revision)
+                self._watch.close()
+                self._load()
+                continue
+            # the storage ended the watch (this pump fell behind): resume, or start over
+            try:
+                self._watch = self.backend.watch("", self.revision)
+            except storage.Compacted:
+                log.warning("watch cache fell behind the compaction point at %d: reloading", self.revision)
+                self._load()
+
+    def _apply(self, batch: list[storage.Event]) -> None:
+        progressed = False
+        for event in batch:
+            if event.type == "PROGRESS":
+                progressed = True
+                self.revision = max(self.revision, event.kv.mod_revision)
+                continue
+            cacher = self._cacher_for(event.kv.key)
+            if cacher is not None:
+                cacher.apply(event)
+            self.revision = event.kv.mod_revision
+        if progressed and self._bookmarks:
+            waiting, self._bookmarks = self._bookmarks, set()
+            for watcher in waiting:
+                watcher.bookmark(self.revision)
+        self._advanced.set()
+        self._advanced = asyncio.Event()
+
+    def request_bookmark(self, watcher: CacheWatch) -> None:
+        self._bookmarks.add(watcher)
+        if self._watch is not None:
+            self._watch.request_progress()
+
+    def forget_bookmark(self, watcher: CacheWatch) -> None:
+        self._bookmarks.discard(watcher)
+
+    async def fresh(self) -> bool:
+        """Wait until every write committed before now is in the cache; False if that took
+        longer than FRESHNESS_TIMEOUT (the caller then reads storage)."""
+        target = self.backend.current_revision()
+        if self.revision >= target:
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + FRESHNESS_TIMEOUT
+        while self.revision < target:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._advanced.wait(), remaining)
+        return True
+
+    # ---- reading -----------------------------------------------------------------------------
+    def cacher(self, info: KindInfo) -> Cacher | None:
+        return self._by_kind.get((info.group, info.resource))
+
+    async def list(self, info: KindInfo, namespace: str | None, opts) -> ListPage | None:
+        """A list page from the cache, or None when storage must answer (see the module docstring)."""
+        cacher = self.cacher(info)
+        if cacher is None or opts.continue_token or opts.resource_version_match == "Exact":
+            return None
+        if opts.resource_version and opts.resource_version > self.backend.current_revision():
+            return None  # storage's answer for a future revision
+        if not await self.fresh():
+            return None
+        return cacher.page(namespace, opts, self.revision)
+
+    async def watch(self, info: KindInfo, namespace: str | None, opts, *, send_initial: bool) -> CacheWatch | None:
+        """A watch from the cache (410 Expired below its window, raised before anything streams),
+        or None when storage must answer."""
+        cacher = self.cacher(info)
+        if cacher is None:
+            return None
+        after = opts.resource_version or 0
+        current = self.backend.current_revision()
+        if after > current:
+            raise StatusError(504, "Timeout", f"Too large resource version: {after}, current: {current}")
+        if not await self.fresh():
+            return None
+        prefix = info.key_prefix(namespace)
+        initial: list[Cached] = []
+        if send_initial or not after:
+            after = self.revision
+            if send_initial:
+                initial = list(cacher.objects(prefix))
+        oldest = max(cacher.oldest(), self.backend.compact_revision())
+        if after < oldest:
+            raise errors.gone(f"too old resource version: {after} ({oldest})")
+        watcher = CacheWatch(self, cacher, prefix, opts, after, initial)
+        for event in cacher.events_after(after, prefix):
+            watcher.offer(event)
+        cacher.watchers.add(watcher)
+        return watcher

@@ -1,0 +1,261 @@
+"""The watch cache (apiserver/cacher.py) against the registry's storage path, in-process on the
+memory backend: lists equal storage's after decoding, watches get exactly the events after
+their revision, 410 below the window, selectors and their transitions, bookmarks."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+
+import msgspec
+import pytest
+
+from kubesvc.api.errors import StatusError
+from kubesvc.api.selectors import parse_field_selector, parse_label_selector
+from kubesvc.apiserver.cacher import WatchCache, WireEvent
+from kubesvc.apiserver.registry.store import ListOptions
+from kubesvc.apiserver.server import build_control_plane
+from kubesvc.storage.memory import MemoryBackend
+from kubesvc.util.clock import FakeClock
+
+
+@pytest.fixture
+def registry():
+    reg, _ = build_control_plane(MemoryBackend(), FakeClock(), ["10.96.0.0/16"])
+    reg.store("", "namespaces").create(None, {"metadata": {"name": "other"}}, field_manager="t")
+    return reg
+
+
+def svc(name: str, labels: dict | None = None, type_: str | None = None) -> dict:
+    spec: dict = {"ports": [{"port": 80}]}
+    if type_:
+        spec["type"] = type_
+    return {"metadata": {"name": name, "labels": labels or {}}, "spec": spec}
+
+
+async def started(registry, capacity: int = 100) -> WatchCache:
+    cache = WatchCache(registry.backend, [store.info for store in registry.stores.values()], capacity=capacity)
+    cache.start()
+    await asyncio.sleep(0)
+    return cache
+
+
+async def stop(cache: WatchCache) -> None:
+    cache._task.cancel()
+    await asyncio.gather(cache._task, return_exceptions=True)
+
+
+def services_info(registry):
+    return registry.store("", "services").info
+
+
+def as_objects(page) -> list[dict]:
+    return [msgspec.json.decode(obj.raw) for obj in page.items]
+
+
+async def take(watch, count: int, timeout: float = 2.0) -> list[tuple[str, dict]]:
+    """The next ``count`` events of a cache watch as (type, object); one iteration per watch
+    (leaving an ``async for`` over the watch closes it)."""
+    stream = _streams.setdefault(watch, aiter(watch))
+    events = []
+    for _ in range(count):
+        event_type, payload = await asyncio.wait_for(anext(stream), timeout)
+        events.append((event_type, payload.decode() if isinstance(payload, WireEvent) else payload))
+    return events
+
+
+_streams: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def names(events) -> list[tuple[str, str]]:
+    return [(t, o["metadata"].get("name", "")) for t, o in events]
+
+
+@pytest.mark.parametrize("namespace, options", [
+    (None, ListOptions()),
+    ("default", ListOptions()),
+    ("other", ListOptions(label_selector=parse_label_selector("tier=web"))),
+    (None, ListOptions(label_selector=parse_label_selector("tier in (web,db),!gone"))),
+    (None, ListOptions(field_selector=parse_field_selector("spec.type=NodePort", {"spec.type": ("spec", "type")}))),
+    (None, ListOptions(field_selector=parse_field_selector("metadata.name=b", {}))),
+    ("default", ListOptions(limit=2)),
+    (None, ListOptions(limit=3, label_selector=parse_label_selector("tier"))),
+    (None, ListOptions(limit=100)),
+], ids=["all", "namespace", "label-in-namespace", "set-based", "field", "exact-name", "page", "page-filtered", "limit-above-count"])
+async def test_list_from_cache_equals_list_from_storage(registry, namespace, options):
+    services = registry.store("", "services")
+    for ns in ("default", "other"):
+        services.create(ns, svc("a", {"tier": "web"}), field_manager="t")
+        services.create(ns, svc("b", {"tier": "db"}, "NodePort"), field_manager="t")
+        services.create(ns, svc("c", {"tier": "web", "gone": "yes"}), field_manager="t")
+    services.guaranteed_update("default", "a", lambda o: {**o, "metadata": {**o["metadata"], "labels": {"tier": "db"}}}, field_manager="t")
+    services.delete("other", "c", {})
+    cache = await started(registry)
+    try:
+        page = await cache.list(services.info, namespace, options)
+        items, meta = services.list(namespace, options)
+        assert as_objects(page) == items and page.meta == meta
+        assert items  # the case selects something
+        # every cached item is byte for byte what the storage path serves
+        assert [obj.raw for obj in page.items] == [msgspec.json.encode(item) for item in items]
+        if "continue" in meta:  # the next page from storage continues the cached first one
+            rest, _ = services.list(namespace, ListOptions(limit=100, continue_token=meta["continue"],
+                                                           label_selector=options.label_selector))
+            everything, _ = services.list(namespace, ListOptions(label_selector=options.label_selector))
+            assert items + rest == everything
+    finally:
+        await stop(cache)
+
+
+async def test_list_waits_for_writes_committed_before_it(registry):
+    services = registry.store("", "services")
+    cache = await started(registry)
+    try:
+        created = services.create("default", svc("late"), field_manager="t")  # the pump has not run yet
+        page = await cache.list(services.info, "default", ListOptions())
+        assert [o["metadata"]["name"] for o in as_objects(page)] == ["late"]
+        assert page.meta["resourceVersion"] == created["metadata"]["resourceVersion"]
+    finally:
+        await stop(cache)
+
+
+async def test_list_delegates_exact_and_continue_to_storage(registry):
+    services = registry.store("", "services")
+    created = services.create("default", svc("a"), field_manager="t")
+    cache = await started(registry)
+    try:
+        rv = int(created["metadata"]["resourceVersion"])
+        assert await cache.list(services.info, "default", ListOptions(resource_version=rv, resource_version_match="Exact")) is None
+        assert await cache.list(services.info, "default", ListOptions(continue_token="x")) is None
+    finally:
+        await stop(cache)
+
+
+async def test_watch_from_a_revision_in_the_window_gets_exactly_the_events_after_it(registry):
+    services = registry.store("", "services")
+    cache = await started(registry)
+    try:
+        first = services.create("default", svc("a"), field_manager="t")
+        services.create("other", svc("elsewhere"), field_manager="t")
+        modified = services.guaranteed_update("default", "a", lambda o: {**o, "metadata": {**o["metadata"], "labels": {"x": "1"}}},
+                                              field_manager="t")
+        services.create("default", svc("b"), field_manager="t")
+        deleted, _ = services.delete("default", "a", {})
+        watch = await cache.watch(services.info, "default", ListOptions(resource_version=int(first["metadata"]["resourceVersion"])),
+                                  send_initial=False)
+        events = await take(watch, 3)
+        assert names(events) == [("MODIFIED", "a"), ("ADDED", "b"), ("DELETED", "a")]
+        assert events[0][1] == modified
+        assert events[2][1]["metadata"]["resourceVersion"] == deleted["metadata"]["resourceVersion"]
+        # live events follow, once
+        later = services.create("default", svc("c"), field_manager="t")
+        assert await take(watch, 1) == [("ADDED", later)]
+        watch.close()
+    finally:
+        await stop(cache)
+
+
+async def test_watch_below_the_window_is_410(registry):
+    services = registry.store("", "services")
+    cache = await started(registry, capacity=3)
+    try:
+        first = services.create("default", svc("s0"), field_manager="t")
+        for i in range(1, 5):
+            services.create("default", svc(f"s{i}"), field_manager="t")
+        await cache.fresh()
+        with pytest.raises(StatusError) as gone:
+            await cache.watch(services.info, "default", ListOptions(resource_version=int(first["metadata"]["resourceVersion"])),
+                              send_initial=False)
+        assert gone.value.code == 410 and gone.value.reason == "Expired"
+        assert gone.value.message.startswith(f"too old resource version: {first['metadata']['resourceVersion']} (")
+    finally:
+        await stop(cache)
+
+
+async def test_watch_without_resource_version_starts_with_current_objects(registry):
+    services = registry.store("", "services")
+    services.create("default", svc("a", {"tier": "web"}), field_manager="t")
+    services.create("default", svc("b", {"tier": "db"}), field_manager="t")
+    cache = await started(registry)
+    try:
+        watch = await cache.watch(services.info, "default", ListOptions(label_selector=parse_label_selector("tier=web")), send_initial=True)
+        assert names(await take(watch, 1)) == [("ADDED", "a")]
+        services.create("default", svc("c", {"tier": "web"}), field_manager="t")
+        assert names(await take(watch, 1)) == [("ADDED", "c")]
+        watch.close()
+    finally:
+        await stop(cache)
+
+
+async def test_selector_transitions_become_added_and_deleted(registry):
+    services = registry.store("", "services")
+    cache = await started(registry)
+
+    def relabel(name: str, tier: str):
+        return services.guaranteed_update("default", name, lambda o: {**o, "metadata": {**o["metadata"], "labels": {"tier": tier}}},
+                                          field_manager="t")
+
+    try:
+        services.create("default", svc("a", {"tier": "db"}), field_manager="t")
+        await cache.fresh()
+        watch = await cache.watch(services.info, "default", ListOptions(label_selector=parse_label_selector("tier=web"),
+                                                                        resource_version=registry.backend.current_revision()),
+                                  send_initial=False)
+        joined = relabel("a", "web")
+        relabel("a", "web2")
+        events = await take(watch, 2)
+        assert names(events) == [("ADDED", "a"), ("DELETED", "a")]
+        assert events[0][1] == joined
+        # what left the selection is reported in its last matching state, at the revision it left
+        left = events[1][1]
+        assert left["metadata"]["labels"] == {"tier": "web"}
+        assert left["metadata"]["resourceVersion"] == str(registry.backend.current_revision())
+        watch.close()
+    finally:
+        await stop(cache)
+
+
+async def test_an_event_for_many_watchers_is_encoded_once(registry):
+    services = registry.store("", "services")
+    cache = await started(registry)
+    try:
+        watches = [await cache.watch(services.info, None, ListOptions(resource_version=registry.backend.current_revision()),
+                                     send_initial=False) for _ in range(3)]
+        services.create("default", svc("a"), field_manager="t")
+        await cache.fresh()
+        received = [(await anext(aiter(watch)))[1] for watch in watches]
+        assert received[0] is received[1] is received[2]
+        assert received[0].line.startswith(b'{"type":"ADDED","object":{')
+    finally:
+        await stop(cache)
+
+
+async def test_bookmark_after_progress_request_carries_the_current_revision(registry):
+    services = registry.store("", "services")
+    cache = await started(registry)
+    try:
+        watch = await cache.watch(services.info, "default", ListOptions(resource_version=registry.backend.current_revision()),
+                                  send_initial=False)
+        registry.store("", "configmaps").create("default", {"metadata": {"name": "elsewhere"}}, field_manager="t")
+        watch.request_progress()
+        assert await take(watch, 1) == [("BOOKMARK", {"kind": "Service", "apiVersion": "v1",
+                                                      "metadata": {"resourceVersion": str(registry.backend.current_revision())}})]
+        watch.close()
+    finally:
+        await stop(cache)
+
+
+async def test_resumes_watches_from_before_a_restart(registry):
+    """A new cache (an apiserver restart) replays recent history: a watch from an older
+    revision gets what followed it."""
+    services = registry.store("", "services")
+    first = services.create("default", svc("a"), field_manager="t")
+    services.create("default", svc("b"), field_manager="t")
+    cache = await started(registry)
+    try:
+        watch = await cache.watch(services.info, "default", ListOptions(resource_version=int(first["metadata"]["resourceVersion"])),
+                                  send_initial=False)
+        assert names(await take(watch, 1)) == [("ADDED", "b")]
+        watch.close()
+    finally:
+        await stop(cache)
