@@ -98,11 +98,13 @@ async def test_list_from_cache_equals_list_from_storage(registry, namespace, opt
         assert items  # the case selects something
         # every cached item is byte for byte what the storage path serves
         assert [obj.raw for obj in page.items] == [msgspec.json.encode(item) for item in items]
-        if "continue" in meta:  # the next page from storage continues the cached first one
-            rest, _ = services.list(namespace, ListOptions(limit=100, continue_token=meta["continue"],
-                                                           label_selector=options.label_selector))
+        if "continue" in meta:  # the next page, from the cache (nothing changed) as from storage
+            following = ListOptions(limit=options.limit, continue_token=meta["continue"], label_selector=options.label_selector)
+            cached_next = await cache.list(services.info, namespace, following)
+            stored_next = services.list(namespace, following)
+            assert (as_objects(cached_next), cached_next.meta) == stored_next
             everything, _ = services.list(namespace, ListOptions(label_selector=options.label_selector))
-            assert items + rest == everything
+            assert items + stored_next[0] == everything[:len(items) + len(stored_next[0])]
     finally:
         await stop(cache)
 
@@ -119,14 +121,32 @@ async def test_list_waits_for_writes_committed_before_it(registry):
         await stop(cache)
 
 
-async def test_list_delegates_exact_and_continue_to_storage(registry):
+async def test_next_page_after_a_change_comes_from_storage_at_the_first_pages_revision(registry):
+    services = registry.store("", "services")
+    for name in "abcd":
+        services.create("default", svc(name), field_manager="t")
+    cache = await started(registry)
+    try:
+        first = await cache.list(services.info, "default", ListOptions(limit=2))
+        services.delete("default", "c", {})  # after the first page: not in its snapshot's view
+        following = ListOptions(limit=2, continue_token=first.meta["continue"])
+        assert await cache.list(services.info, "default", following) is None
+        rest, meta = services.list("default", following)
+        assert [o["metadata"]["name"] for o in rest] == ["c", "d"] and meta["resourceVersion"] == first.meta["resourceVersion"]
+    finally:
+        await stop(cache)
+
+
+async def test_list_delegates_exact_to_storage(registry):
     services = registry.store("", "services")
     created = services.create("default", svc("a"), field_manager="t")
     cache = await started(registry)
     try:
         rv = int(created["metadata"]["resourceVersion"])
         assert await cache.list(services.info, "default", ListOptions(resource_version=rv, resource_version_match="Exact")) is None
-        assert await cache.list(services.info, "default", ListOptions(continue_token="x")) is None
+        with pytest.raises(StatusError) as invalid:  # as storage refuses it
+            await cache.list(services.info, "default", ListOptions(continue_token="x"))
+        assert invalid.value.code == 400
     finally:
         await stop(cache)
 

@@ -13,10 +13,12 @@ from it instead of from etcd. This is that, for the embedded backends:
   it first waits until the cache has applied every write committed before the request (upstream
   ``ConsistentListFromCache``'s wait for the storage's current revision; here one loop turn).
   That also satisfies ``resourceVersion="0"`` (any) and ``N`` (not older than N). What the cache
-  does not answer goes to storage as before (``Store.list``): ``resourceVersionMatch=Exact``
-  and continue tokens, as 1.32's cacher delegates them. A first page (``limit``) is cut from
-  the cache at its revision, with etcd3's continue token for that revision, so the next pages
-  read storage at the same revision: one consistent snapshot, as before.
+  does not answer goes to storage as before (``Store.list``): ``resourceVersionMatch=Exact``,
+  as 1.32's cacher delegates it. A first page (``limit``) is cut from the cache at its
+  revision, with etcd3's continue token for that revision; a next page comes from the cache
+  too while none of the resource's objects changed after the token's revision (the cached
+  state is then the state at that revision), else from storage at that revision: one
+  consistent snapshot either way, as before.
 * **Watches** start from the ring: events after the requested revision, exactly once and in
   order, then live events. Below the ring's window, or below the storage's compaction point,
   a watch gets 410 Expired (``too old resource version: N (oldest)``) and the client relists,
@@ -49,6 +51,7 @@ import msgspec
 from kubesvc.api import errors
 from kubesvc.api.errors import StatusError
 from kubesvc.api.scheme import KindInfo
+from kubesvc.apiserver.registry.store import decode_continue, encode_continue  # the registry's token format
 from kubesvc.storage import base as storage
 
 log = logging.getLogger("kubesvc.apiserver.cacher")
@@ -236,6 +239,7 @@ class Cacher:
         self._ring: deque[CachedEvent] = deque()
         self._capacity = max(1, capacity)
         self._ring_after = revision  # the ring holds every event of this resource above this
+        self._last_change = revision  # the newest revision that may have changed an object here
         self.watchers: set[CacheWatch] = set()
 
     def load(self, kv: storage.KeyValue) -> None:
@@ -260,6 +264,7 @@ class Cacher:
                 bisect.insort(self._keys, key)
             self._objects[key] = obj
             cached_event = CachedEvent("ADDED" if prev is None else "MODIFIED", revision, key, obj, prev)
+        self._last_change = revision
         if len(self._ring) == self._capacity:
             self._ring_after = self._ring.popleft().revision
         self._ring.append(cached_event)
@@ -291,31 +296,32 @@ class Cacher:
             yield objects[key]
             index += 1
 
-    def page(self, namespace: str | None, opts, revision: int) -> ListPage:
-        """One list page at the cache's ``revision`` with ``Store._list_range``'s paging:
+    def unchanged_since(self, revision: int) -> bool:
+        """Whether the cached objects are this resource's state as of ``revision`` too."""
+        return self._last_change <= revision
+
+    def page(self, namespace: str | None, opts, revision: int, start_key: str = "") -> ListPage:
+        """One list page at ``revision`` (the cache's, or a continue token's when
+        :meth:`unchanged_since` it) from ``start_key`` on, with ``Store._list_range``'s paging:
         without selectors the limit is the page and the token points past its last key, with
         ``remainingItemCount``; with selectors the page fills with matches and the token points
         past the last match when any key follows. An exact name (``metadata.name=``) is never
         paged, as ``Store._list_one``."""
-        from kubesvc.apiserver.registry.store import encode_continue  # the registry's token format
-
         prefix = self.info.key_prefix(namespace)
         meta: dict = {"resourceVersion": str(revision)}
         name = opts.field_selector.exact_name() if opts.field_selector is not None else None
         limit = 0 if name is not None and "/" not in name else max(0, opts.limit)
         if not opts.filtered:
-            if not limit:
-                return ListPage(list(self.objects(prefix)), meta)
-            start = bisect.bisect_left(self._keys, prefix)
+            start = bisect.bisect_left(self._keys, max(prefix, start_key))
             end = bisect.bisect_left(self._keys, _prefix_end(prefix))
-            keys = self._keys[start:min(end, start + limit)]
-            if start + limit < end and keys:
+            keys = self._keys[start:min(end, start + limit) if limit else end]
+            if limit and start + limit < end and keys:
                 meta["continue"] = encode_continue(revision, keys[-1][len(prefix):] + "\x00")
                 meta["remainingItemCount"] = end - start - limit
             return ListPage([self._objects[key] for key in keys], meta)
         items: list[Cached] = []
         matches = opts.matches
-        for obj in self.objects(prefix):
+        for obj in self.objects(prefix, start_key):
             if matches(obj.view):
                 items.append(obj)
                 if limit and len(items) == limit:
@@ -498,13 +504,20 @@ class WatchCache:
     async def list(self, info: KindInfo, namespace: str | None, opts) -> ListPage | None:
         """A list page from the cache, or None when storage must answer (see the module docstring)."""
         cacher = self.cacher(info)
-        if cacher is None or opts.continue_token or opts.resource_version_match == "Exact":
+        if cacher is None or opts.resource_version_match == "Exact":
             return None
         if opts.resource_version and opts.resource_version > self.backend.current_revision():
             return None  # storage's answer for a future revision
         if not await self.fresh():
             return None
-        return cacher.page(namespace, opts, self.revision)
+        if not opts.continue_token:
+            return cacher.page(namespace, opts, self.revision)
+        # a next page: from the cache while nothing of this resource changed since the token's revision
+        revision, start_key = decode_continue(opts.continue_token, info.key_prefix(namespace))
+        name = opts.field_selector.exact_name() if opts.field_selector is not None else None
+        if name is not None or revision < self.backend.compact_revision() or not cacher.unchanged_since(revision):
+            return None
+        return cacher.page(namespace, opts, revision, start_key)
 
     async def watch(self, info: KindInfo, namespace: str | None, opts, *, send_initial: bool) -> CacheWatch | None:
         """A watch from the cache (410 Expired below its window, raised before anything streams),
