@@ -47,6 +47,7 @@ import errno
 import os
 import select
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -204,7 +205,7 @@ def relay(args) -> None:
         backend = UserspaceBackend(options)
         await Proxier(backend, options, ProxyMetrics()).run_sync(request)
         loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
-        how = "splice" if getattr(relay_module, "SPLICE", False) else "copy"
+        how = "copy+splice" if getattr(relay_module, "SPLICE", False) else "copy"
         print(f"ready {backend.proxy_port(name)} {loop},{how}", flush=True)
         await asyncio.Event().wait()
 
@@ -237,14 +238,18 @@ def upload(addr, n: int) -> float:
     return n / elapsed / 1e6
 
 
-def connections(addr, seconds: float, concurrency: int) -> float:
-    """Connections per second, ``concurrency`` in flight: connect, ``C``, read ``c``, close."""
+def connections(addr, seconds: float, concurrency: int, latencies: list[float] | None = None, limit: int = 0) -> float:
+    """Connections per second, ``concurrency`` in flight: connect, ``C``, read ``c``, close; for
+    ``seconds`` (or ``limit`` connections started). Each one's time from connect to the answer
+    is appended to ``latencies``."""
     poll = select.epoll()
     family = socket.AF_INET6 if ":" in addr[0] else socket.AF_INET
     open_: dict[int, tuple[socket.socket, float]] = {}
-    count = failed = slow = 0
+    count = failed = slow = started = 0
 
     def start_one() -> None:
+        nonlocal started
+        started += 1
         s = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
         err = s.connect_ex(addr)
         if err not in (0, errno.EINPROGRESS):
@@ -260,13 +265,16 @@ def connections(addr, seconds: float, concurrency: int) -> float:
 
     def finish(fd: int) -> None:
         nonlocal slow
-        s, started = open_.pop(fd)
+        s, began = open_.pop(fd)
+        took = time.perf_counter() - began
         s.close()  # (closing removes it from the epoll set)
-        slow += time.perf_counter() - started > 0.2  # a lost SYN waits 1 s for its retransmission
+        slow += took > 0.2  # a lost SYN waits 1 s for its retransmission
+        if latencies is not None:
+            latencies.append(took)
 
     start = time.perf_counter()
     deadline = start + seconds
-    for _ in range(concurrency):
+    for _ in range(min(concurrency, limit) if limit else concurrency):
         start_one()
     while open_:
         now = time.perf_counter()
@@ -288,7 +296,7 @@ def connections(addr, seconds: float, concurrency: int) -> float:
                 count += ok
                 failed += not ok
                 finish(fd)
-            if now < deadline:
+            if (started < limit) if limit else now < deadline:
                 start_one()
     elapsed = time.perf_counter() - start
     poll.close()
@@ -358,6 +366,9 @@ class Path_:
         self.values: dict[str, list[float]] = {phase: [] for phase in PHASES}
         self.cpu: dict[str, list[float]] = {phase: [0.0] * 5 for phase in PHASES}  # seconds, client, server, proxy, rest
         self.units: dict[str, float] = {phase: 0.0 for phase in PHASES}
+        self.latencies: list[float] = []  # of every connection in the connections/s runs
+        self.syscalls: dict[str, float] | None = None  # per connection, from strace -c
+        self.peak_rss_kib = 0
 
     def run(self, phase: str, server_pid: int, fn, *args) -> None:
         pids = [None, server_pid] + ([self.proxy_pid] if self.proxy_pid else [])
@@ -381,40 +392,101 @@ def median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
-def report(paths: list[Path_], args) -> None:
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def peak_rss_kib(pid: int) -> int:
+    """The process's peak resident set (``VmHWM``), KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
+def syscalls_per_connection(pid: int, addr, count: int, concurrency: int) -> dict[str, float] | None:
+    """``strace -c -f`` on ``pid`` while ``count`` connections go through it: system calls per
+    connection, by name (``total`` too). None without strace."""
+    if not shutil.which("strace"):
+        return None
+    out = Path(tempfile.mkdtemp()) / "strace"
+    tracer = subprocess.Popen(["strace", "-c", "-f", "-o", str(out), "-p", str(pid)], stderr=subprocess.PIPE, text=True)
+    tracer.stderr.readline()  # "strace: Process N attached"
+    time.sleep(0.2)  # (its threads too)
+    connections(addr, 3600, concurrency, limit=count)
+    tracer.send_signal(signal.SIGINT)
+    tracer.wait()
+    calls: dict[str, float] = {}
+    for line in out.read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and parts[3].isdigit():  # % time, seconds, usecs/call, calls, [errors,] syscall
+            calls[parts[-1]] = int(parts[3]) / count
+    return calls
+
+
+def ratios(path: Path_, peer: Path_, phase: str) -> list[float]:
+    """``path``'s figure over ``peer``'s, round by round (both measured in the same round)."""
+    return [v / d for v, d in zip(path.values[phase], peer.values[phase])]
+
+
+def spread(values: list[float]) -> str:
+    return f"{median(values):5.2f} [{min(values):4.2f}-{max(values):4.2f}]"
+
+
+def report(paths: list[Path_], args, load: tuple[float, float]) -> None:
     direct = paths[0]
     cpus = f"CPUs {args.cpus}" if args.cpus else f"{os.cpu_count()} CPUs"
     print(f"\n{args.bytes / 2**20:.0f} MiB per bulk transfer, connections for {args.seconds:g} s with {args.concurrency} in flight; "
-          f"{args.repeat} interleaved rounds; {cpus} shared by client, proxy and server.\n"
+          f"{args.repeat} interleaved rounds; {cpus} shared by client, proxy and server; load average "
+          f"{load[0]:.1f} before, {load[1]:.1f} after.\n"
           f"Each figure is the median over the rounds; each ratio the median of the round-by-round ratios to direct "
           f"(measured in the same round) [lowest-highest].\n")
-    print(f"{'path':46} {'download MB/s':>13} {'ratio':>17} {'upload MB/s':>12} {'ratio':>17} {'conn/s':>8} {'ratio':>17}")
+    print(f"{'path':50} {'download MB/s':>13} {'ratio':>17} {'upload MB/s':>12} {'ratio':>17} {'conn/s':>8} {'ratio':>17}")
     for p in paths:
         cells = []
         for phase, width in zip(PHASES, (13, 12, 8)):
-            ratios = [v / d for v, d in zip(p.values[phase], direct.values[phase])]
-            cells.append(f"{median(p.values[phase]):{width}.0f} {median(ratios):5.2f} [{min(ratios):4.2f}-{max(ratios):4.2f}]")
-        print(f"{p.name:46} {' '.join(cells)}")
+            cells.append(f"{median(p.values[phase]):{width}.0f} {spread(ratios(p, direct, phase))}")
+        print(f"{p.name:50} {' '.join(cells)}")
+    print("\nPer connection (connect, 1 byte each way, close), over every connection of every round: latency from\n"
+          "connect to close; the proxy's system calls (strace -c -f over "
+          f"{args.strace_connections} connections after the rounds), peak RSS of the proxy (VmHWM):")
+    print(f"{'path':50} {'p50 us':>7} {'p99 us':>7} {'syscalls':>9}  {'peak RSS':>9}  most frequent calls per connection")
+    for p in paths:
+        calls = p.syscalls or {}
+        top = sorted(((n, c) for c, n in calls.items() if c != "total"), reverse=True)[:8]
+        print(f"{p.name:50} {1e6 * percentile(p.latencies, 0.5):7.0f} {1e6 * percentile(p.latencies, 0.99):7.0f} "
+              f"{calls.get('total', float('nan')):9.1f}  "
+              + (f"{p.peak_rss_kib / 1024:6.1f} MiB" if p.proxy_pid else f"{'-':>9}") + "  "
+              + ", ".join(f"{c} {n:.2f}" for n, c in top))
     print("\nCPU used while measuring, % of one core (client / server / proxy / rest of the machine: kernel threads,\n"
           "other processes), over all rounds:")
-    print(f"{'path':46} {'download':>21} {'upload':>21} {'connections':>21}")
+    print(f"{'path':50} {'download':>21} {'upload':>21} {'connections':>21}")
     for p in paths:
         cells = []
         for phase in PHASES:
             elapsed, *used = p.cpu[phase]
             cells.append(" / ".join("  -" if i == 2 and not p.proxy_pid else f"{max(0.0, 100 * u / elapsed):3.0f}"
                                     for i, u in enumerate(used)))
-        print(f"{p.name:46} {cells[0]:>21} {cells[1]:>21} {cells[2]:>21}")
+        print(f"{p.name:50} {cells[0]:>21} {cells[1]:>21} {cells[2]:>21}")
     print("\nWhat the proxy itself costs (its CPU time per unit relayed; lower is better):")
-    print(f"{'path':46} {'download s/GB':>14} {'upload s/GB':>12} {'us/connection':>14}")
+    print(f"{'path':50} {'download s/GB':>14} {'upload s/GB':>12} {'us/connection':>14}")
     for p in paths[1:]:
         down, up, conns = (p.cpu[phase][3] / p.units[phase] for phase in PHASES)
-        print(f"{p.name:46} {1000 * down:14.2f} {1000 * up:12.2f} {1e6 * conns:14.0f}")
-    print("\nanchor: Go userspace kube-proxy 0.36 of direct throughput (kubernetes PR #16344)")
+        print(f"{p.name:50} {1000 * down:14.2f} {1000 * up:12.2f} {1e6 * conns:14.0f}")
+    ours = paths[1]
+    print(f"\n{ours.name}: download {spread(ratios(ours, direct, 'download'))}, upload "
+          f"{spread(ratios(ours, direct, 'upload'))} of direct (target >= 0.6)")
+    for peer in paths[2:]:
+        print(f"{ours.name}: connections/s {spread(ratios(ours, peer, 'conns'))} x {peer.name} (target >= 1.0); "
+              f"throughput x {peer.name}: download {spread(ratios(ours, peer, 'download'))}, upload "
+              f"{spread(ratios(ours, peer, 'upload'))}")
+    print("anchor: Go userspace kube-proxy 0.36 of direct throughput (kubernetes PR #16344)")
 
 
 def inside(args) -> None:
     setup_links()
+    load_before = os.getloadavg()[0]
     if args.cpus:  # client (this process), server and proxies all on these CPUs
         os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
     me = [sys.executable, str(Path(__file__).resolve())]
@@ -446,12 +518,16 @@ def inside(args) -> None:
             for p in paths[k:] + paths[:k]:
                 p.run("download", server.pid, download, args.bytes)
                 p.run("upload", server.pid, upload, args.bytes)
-                p.run("conns", server.pid, connections, args.seconds, args.concurrency)
+                p.run("conns", server.pid, connections, args.seconds, args.concurrency, p.latencies)
+        for p in paths[1:]:
+            if args.strace_connections:
+                p.syscalls = syscalls_per_connection(p.proxy_pid, p.addr, args.strace_connections, args.concurrency)
+            p.peak_rss_kib = peak_rss_kib(p.proxy_pid)
     finally:
         for p in procs:
             p.kill()
             p.wait()
-    report(paths, args)
+    report(paths, args, (load_before, os.getloadavg()[0]))
 
 
 def main() -> None:
@@ -465,6 +541,8 @@ def main() -> None:
     parser.add_argument("--relay-copy", action="store_true", help="our relay copies through a buffer instead of splice(2)")
     parser.add_argument("--cpus", help="run client, server and proxies on these CPUs only, e.g. 0 (one core: what each "
                                            "path costs, without the scheduler's placement of three processes on the cores)")
+    parser.add_argument("--strace-connections", type=int, default=2000,
+                        help="count each proxy's system calls (strace -c -f) over this many connections after the rounds (0: not)")
     parser.add_argument("--no-haproxy", action="store_true")
     parser.add_argument("--haproxy-splice", action="store_true", help="also HAProxy with option splice-auto")
     parser.add_argument("--role", choices=("server", "relay"), help=argparse.SUPPRESS)
@@ -479,7 +557,8 @@ def main() -> None:
     else:
         if os.geteuid() != 0:
             raise SystemExit("needs root (a network namespace of its own)")
-        raise SystemExit(in_namespace([str(Path(__file__).resolve()), *sys.argv[1:]]))
+        code, _ = in_namespace([str(Path(__file__).resolve()), *sys.argv[1:]])
+        raise SystemExit(code)
 
 
 if __name__ == "__main__":

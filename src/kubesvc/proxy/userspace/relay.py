@@ -61,6 +61,7 @@ import select
 import socket
 import struct
 import weakref
+import _socket
 from collections import deque
 from collections.abc import Callable, Collection
 
@@ -155,7 +156,7 @@ def _close_pipe(pipe: tuple[int, int, int]) -> None:
 
 
 _pipes = _Pool(_make_pipe, _close_pipe)
-_buffers = _Pool(lambda: bytearray(COPY_BUFFER))
+_buffers = _Pool(lambda: memoryview(bytearray(COPY_BUFFER)))  # (a view: slices for send() copy nothing)
 
 
 class _Poller:
@@ -252,7 +253,7 @@ class _Pump:
         self.splice = splice  # may move on to splice once the stream proves bulk
         self.piping = False  # moving bytes with splice (else copying through buf)
         self.pipe: tuple[int, int, int] | None = None
-        self.buf: bytearray | None = None
+        self.buf: memoryview | None = None
         self.capacity = 0  # of the pipe or buffer
         self.start = 0  # where the unsent bytes begin in buf
         self.inflight = 0
@@ -357,8 +358,7 @@ class _Pump:
                 n = os.splice(self.pipe[0], self.dfd, left, flags=_SPLICE_FLAGS)
             else:
                 start = self.start
-                with memoryview(self.buf) as view:
-                    n = self.dst.send(view[start:start + left], _DONTWAIT)
+                n = self.dst.send(self.buf[start:start + left], _DONTWAIT)
                 self.start = start + n
         except _AGAIN:
             return False
@@ -505,7 +505,7 @@ class _Connection:
                 break
             self.endpoint = endpoint
             try:
-                sock = socket.socket(socket.AF_INET6 if ":" in endpoint[0] else socket.AF_INET, socket.SOCK_STREAM | _SOCK_NONBLOCK)
+                sock = _socket.socket(socket.AF_INET6 if ":" in endpoint[0] else socket.AF_INET, socket.SOCK_STREAM | _SOCK_NONBLOCK)
                 if not _SOCK_NONBLOCK:
                     sock.setblocking(False)
             except OSError as exc:
@@ -665,10 +665,10 @@ class TcpListener:
 
     def _accept(self) -> None:
         """Accept until the kernel's queue is empty (at most ``backlog`` at a time)."""
-        accept = self.sock.accept
+        accept, family = self.sock._accept, self.sock.family
         for _ in range(self.backlog):
-            try:
-                client, addr = accept()  # (blocking, as accepted: MSG_DONTWAIT on every call)
+            try:  # (the C-level accept and socket: socket.socket's Python layer costs more than the calls)
+                fd, addr = accept()
             except _AGAIN:
                 return
             except OSError as err:
@@ -678,6 +678,11 @@ class TcpListener:
                     self.paused = self.loop.call_later(ACCEPT_RETRY_DELAY, self._resume)
                     return
                 continue  # ECONNABORTED and the like: that client is gone already
+            try:
+                client = _socket.socket(family, socket.SOCK_STREAM, 0, fd)  # blocking, as accepted: MSG_DONTWAIT on every call
+            except OSError:
+                os.close(fd)
+                continue
             conn = None
             try:
                 conn = _Connection(self, client, addr[0])
