@@ -287,6 +287,35 @@ def test_a_reset_on_one_side_resets_the_other(run, splice, who):
     run(main())
 
 
+def test_a_client_reset_after_its_fin_resets_the_endpoint_at_once(run, splice):
+    """The client sends, half-closes, then resets while the endpoint has not answered: the relay
+    does not wait for the endpoint to write before it notices; the endpoint's connection is
+    reset (its next send fails) and the relayed connection ends."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        backend_listener = socket.create_server((HOST, 0))
+        backend_listener.setblocking(False)
+        listener = await listen(splice, backend_listener.getsockname())
+        client = await connect(listener.port)
+        backend, _ = await loop.sock_accept(backend_listener)
+        backend.setblocking(False)
+        try:
+            await loop.sock_sendall(client, b"request")
+            client.shutdown(socket.SHUT_WR)
+            assert await asyncio.wait_for(recv_all(backend), 5) == b"request"  # (and the FIN)
+            reset(client)
+            await until(lambda: not listener.connections, "the relay to end the connection")
+            with pytest.raises((BrokenPipeError, ConnectionResetError)):
+                for _ in range(500):
+                    backend.send(b"late answer")
+                    await asyncio.sleep(0.01)
+        finally:
+            for s in (client, backend, backend_listener):
+                s.close()
+            listener.close(connections=True)
+    run(main())
+
+
 def test_slow_reader_pushes_back_on_the_sender(run, splice):
     """The backend sends 128 MiB to a client that reads nothing for a while: the relay stops
     reading, so the backend's sends block after what the socket buffers and one pipe (or
