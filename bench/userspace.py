@@ -9,12 +9,14 @@ Re-runs itself inside a fresh namespace, then starts, each as its own process:
   (receive until EOF into a 4 MiB buffer, then acknowledge the count) handed to a thread of
   their own;
 * **userspace**: ``kubesvc proxy``'s ``UserspaceBackend`` (uvloop if installed, unless
-  ``--relay-loop asyncio``; splice, unless ``--relay-copy``) with one Service 10.96.0.1:80 whose
-  endpoint is the server, synced once, so the client goes through the real portal rule
-  (``iptables-restore``: DNAT in nat ``OUTPUT``) to the relay;
-* **haproxy** (``mode tcp``, one thread, a plain TCP proxy) in front of the same server, if
-  installed (``apt-get install -y haproxy``); with ``--haproxy-splice`` a second one with
-  ``option splice-auto`` (kernel splicing, as our relay does);
+  ``--relay-loop asyncio``; bulk streams spliced, unless ``--relay-copy``) with one Service
+  10.96.0.1:80 whose endpoint is the server, synced once, measured twice: through the real
+  portal rule (``iptables-restore``: DNAT in nat ``OUTPUT``) and at the relay's own port, as
+  HAProxy is reached;
+* **haproxy** (``mode tcp``, one thread, a plain TCP proxy) on the same address in front of
+  the same server, if installed (``apt-get install -y haproxy``, or ``scripts/install.sh``);
+  with ``--haproxy-splice`` a second one with ``option splice-auto`` (kernel splicing, as our
+  relay does for bulk streams);
 
 and measures from this process (the client), for each path: bulk download and upload (MB/s, one
 connection of ``--bytes``), and new connections per second (``--concurrency`` connections in
@@ -32,6 +34,13 @@ ratios (direct measured in the same round), with their range. Then the CPU each 
 while measuring (% of one core: user and system time from ``/proc``), and what the rest of the
 machine used meanwhile (kernel threads, other processes): client, proxy and server share the
 machine's cores, so these tell who limits a figure, and how noisy the run was.
+
+Per connection: latency from connect to close (p50, p99 over every connection of every round);
+after the rounds, each proxy's system calls per connection (``strace -c -f`` attached while
+``--strace-connections`` connections go through it) and its peak RSS (``VmHWM``). Last, our
+relay against the targets: throughput over direct and connections/s over HAProxy, round by
+round. The load average before and after is printed: on a shared machine, compare only
+figures from the same run.
 
     python3 bench/userspace.py --bytes 1073741824 --seconds 5
 
@@ -318,7 +327,7 @@ def wait_port(port: int, timeout: float = 10) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            socket.create_connection((NODE_IP, port), timeout=0.2).close()
             return
         except OSError:
             time.sleep(0.05)
@@ -335,7 +344,7 @@ defaults
     timeout client 60s
     timeout server 60s
 listen bench
-    bind 127.0.0.1:{port}
+    bind {NODE_IP}:{port}
     {"option splice-auto" if splice else ""}
     server s1 {NODE_IP}:{SERVER_PORT}
 """)
@@ -474,13 +483,14 @@ def report(paths: list[Path_], args, load: tuple[float, float]) -> None:
     for p in paths[1:]:
         down, up, conns = (p.cpu[phase][3] / p.units[phase] for phase in PHASES)
         print(f"{p.name:50} {1000 * down:14.2f} {1000 * up:12.2f} {1e6 * conns:14.0f}")
-    ours = paths[1]
-    print(f"\n{ours.name}: download {spread(ratios(ours, direct, 'download'))}, upload "
-          f"{spread(ratios(ours, direct, 'upload'))} of direct (target >= 0.6)")
-    for peer in paths[2:]:
-        print(f"{ours.name}: connections/s {spread(ratios(ours, peer, 'conns'))} x {peer.name} (target >= 1.0); "
-              f"throughput x {peer.name}: download {spread(ratios(ours, peer, 'download'))}, upload "
-              f"{spread(ratios(ours, peer, 'upload'))}")
+    print()
+    for ours in paths[1:3]:
+        print(f"{ours.name}: download {spread(ratios(ours, direct, 'download'))}, upload "
+              f"{spread(ratios(ours, direct, 'upload'))} of direct (target >= 0.6)")
+        for peer in paths[3:]:
+            print(f"{ours.name}: connections/s {spread(ratios(ours, peer, 'conns'))} x {peer.name} (target >= 1.0); "
+                  f"throughput x {peer.name}: download {spread(ratios(ours, peer, 'download'))}, upload "
+                  f"{spread(ratios(ours, peer, 'upload'))}")
     print("anchor: Go userspace kube-proxy 0.36 of direct throughput (kubernetes PR #16344)")
 
 
@@ -498,8 +508,10 @@ def inside(args) -> None:
         relay_argv = [*me, "--role", "relay", "--relay-loop", args.relay_loop] + (["--relay-copy"] if args.relay_copy else [])
         proxy, line = start(relay_argv, "userspace relay")
         procs.append(proxy)
-        _, _, how = line.split()
+        _, port, how = line.split()
         paths.append(Path_(f"userspace ({how}, via {CLUSTER_IP}:80)", (CLUSTER_IP, 80), proxy.pid))
+        # the same relay addressed as HAProxy is (its own port, no portal DNAT in the client's path)
+        paths.append(Path_(f"userspace ({how}, its port)", (NODE_IP, int(port)), proxy.pid))
         if shutil.which("haproxy") and not args.no_haproxy:
             for port, splice in ((HAPROXY_PORT, False), *(((HAPROXY_SPLICE_PORT, True),) if args.haproxy_splice else ())):
                 cfg = Path(tempfile.mkdtemp()) / "haproxy.cfg"
@@ -507,7 +519,7 @@ def inside(args) -> None:
                 ha = subprocess.Popen(["haproxy", "-db", "-f", str(cfg)], stdout=subprocess.DEVNULL)
                 procs.append(ha)
                 wait_port(port)
-                paths.append(Path_(f"haproxy (mode tcp, 1 thread{', splice-auto' if splice else ''})", ("127.0.0.1", port), ha.pid))
+                paths.append(Path_(f"haproxy (mode tcp, 1 thread{', splice-auto' if splice else ''})", (NODE_IP, port), ha.pid))
         else:
             print("haproxy not installed: skipped (apt-get install -y haproxy)")
         for p in paths:  # warm up
