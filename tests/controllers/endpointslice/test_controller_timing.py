@@ -1,14 +1,18 @@
 """When the EndpointSlice controller looks at a Service after an event (upstream
 ``endpointslice_controller.go``: ``addPod``/``updatePod`` queue after
 ``--endpointslice-updates-batch-period``, default 0, i.e. at once; Service events at once;
-EndpointSlice changes by someone else after ``endpointSliceChangeMinSyncDelay``, 1 s).
+EndpointSlice changes by someone else after ``endpointSliceChangeMinSyncDelay``, 1 s; a sync
+that found the slice cache behind our own writes after its back-off, or, ours only, as soon as
+a slice of that Service changes in the cache).
 Handlers are called directly and the work queue is read on a fake clock, so "at once" means
 with no time passed at all.
 """
 
 from __future__ import annotations
 
-from kubesvc.controllers.endpointslice.controller import EndpointSliceController
+import pytest
+
+from kubesvc.controllers.endpointslice.controller import EndpointSliceController, StaleInformerCache
 from kubesvc.controllers.endpointslice.reconciler import CONTROLLER_NAME
 from kubesvc.controllers.informers import SharedInformers
 from kubesvc.util.clock import FakeClock
@@ -16,16 +20,31 @@ from tests.support import builders
 
 
 class _NoAPI:
-    """The handlers never talk to the API."""
+    """The handlers never talk to the API; a sync's slice writes are recorded."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, str]] = []
 
     def resource(self, resource):
         return self
+
+    async def create(self, obj: dict) -> dict:
+        self.writes.append(("create", obj["metadata"].get("generateName", "")))
+        return {**obj, "metadata": {**obj["metadata"], "name": "web-new", "uid": "u2", "generation": 1}}
+
+    async def update(self, obj: dict) -> dict:
+        self.writes.append(("update", obj["metadata"]["name"]))
+        return {**obj, "metadata": {**obj["metadata"], "generation": obj["metadata"]["generation"] + 1}}
+
+    async def delete(self, name: str, namespace: str | None = None) -> None:
+        self.writes.append(("delete", name))
 
 
 def controller(**options) -> tuple[EndpointSliceController, FakeClock]:
     clock = FakeClock()
     client = _NoAPI()
     c = EndpointSliceController(client, SharedInformers(client), clock=clock, **options)
+    c.api = client
     c._services.indexer.upsert(builders.service("ns", "web", selector={"app": "web"}))
     return c, clock
 
@@ -73,6 +92,42 @@ async def test_a_slice_changed_by_someone_else_is_looked_at_after_a_second():
     slice_ = {"metadata": {"name": "web-abc", "namespace": "ns", "uid": "u1", "generation": 1,
                            "labels": {"kubernetes.io/service-name": "web", "endpointslice.kubernetes.io/managed-by": CONTROLLER_NAME}}}
     c._on_slice_add(slice_)
+    clock.advance(0.999)
+    assert await queued(c) == set()
+    clock.advance(0.001)
+    assert await queued(c) == {"ns/web"}
+
+
+def our_slice(generation: int) -> dict:
+    return {"metadata": {"name": "web-abc", "namespace": "ns", "uid": "u1", "generation": generation, "resourceVersion": str(generation),
+                         "labels": {"kubernetes.io/service-name": "web", "endpointslice.kubernetes.io/managed-by": CONTROLLER_NAME}},
+            "addressType": "IPv4", "endpoints": [], "ports": []}
+
+
+async def stale_sync(c: EndpointSliceController) -> None:
+    """A sync that finds the slice cache behind our own last write (generation 2 written, 1
+    cached), then the worker's error path: re-queued after the back-off (1 s)."""
+    c._slices.indexer.upsert(our_slice(1))
+    c.tracker.update(our_slice(2))
+    with pytest.raises(StaleInformerCache):
+        await c.sync_service("ns/web")
+    c.queue.add_rate_limited("ns/web")
+
+
+async def test_a_sync_that_found_the_cache_stale_runs_again_once_our_write_arrives_not_after_its_back_off():
+    c, clock = controller()
+    await stale_sync(c)
+    assert await queued(c) == set()
+    c._slices.indexer.upsert(our_slice(2))
+    c._on_slice_update(our_slice(1), our_slice(2))  # our write echoing back: no time has passed
+    assert await queued(c) == {"ns/web"}
+    await c.sync_service("ns/web")  # the cache has caught up: the sync goes through to the API
+    assert c.api.writes
+
+
+async def test_without_a_slice_change_a_stale_sync_waits_out_its_back_off():
+    c, clock = controller()
+    await stale_sync(c)
     clock.advance(0.999)
     assert await queued(c) == set()
     clock.advance(0.001)

@@ -16,7 +16,11 @@ Events only enqueue a Service key; a worker syncs it:
 A sync reads only caches: the Service, its Pods (selector in its namespace), its slices
 (service-name label, managed by this controller, not being deleted). If the slice cache is
 older than our own last writes (``tracker``), the sync is retried later instead of creating
-duplicates. It then performs the plan: creates (not while the Service is being deleted, and
+duplicates: upstream retries it after the error back-off only (1 s, doubling); here it is also
+retried as soon as one of the Service's slices changes in the cache, which is what it waits
+for (under load the Pod watch often delivers a Ready change before the slice watch delivers
+our write for the same Service, and a blind second was then added to Ready -> reachable).
+It then performs the plan: creates (not while the Service is being deleted, and
 not in a terminating namespace), updates, deletes, each stamped with the trigger time.
 """
 
@@ -76,6 +80,7 @@ class EndpointSliceController:
         # upstream: defaultSyncBackOff 1 s doubling to maxSyncBackOff 1000 s per Service
         self.queue = WorkQueue(ItemExponentialBackoff(1.0, 1000.0), clock=self.clock)
         self.tracker = EndpointSliceTracker()
+        self._behind_cache: set[str] = set()  # Services whose last sync found the slice cache stale
         self.trigger_times = TriggerTimeTracker()
         self._slices_api = client.resource(ENDPOINTSLICES)
         self._services = informers.services
@@ -117,7 +122,18 @@ class EndpointSliceController:
             key = f"{slice_['metadata'].get('namespace', '')}/{service_name}"
             self.queue.add_after(key, max(ENDPOINT_SLICE_CHANGE_MIN_SYNC_DELAY, self.batch_period))
 
+    def _retry_if_behind(self, slice_: dict) -> None:
+        """A slice of a Service whose sync found the cache stale changed in the cache (most
+        often our own write arriving): sync it now rather than after its back-off. A cache still
+        stale fails the sync again, which waits for the next change or the back-off."""
+        service_name = (slice_["metadata"].get("labels") or {}).get(LABEL_SERVICE_NAME)
+        key = f"{slice_['metadata'].get('namespace', '')}/{service_name}"
+        if service_name and key in self._behind_cache:
+            self._behind_cache.discard(key)
+            self.queue.add(key)
+
     def _on_slice_add(self, slice_: dict) -> None:
+        self._retry_if_behind(slice_)
         if self._managed(slice_) and self.tracker.should_sync(slice_):
             self._enqueue_for_slice(slice_)
 
@@ -125,6 +141,7 @@ class EndpointSliceController:
         def service_name(slice_: dict) -> str | None:
             return (slice_["metadata"].get("labels") or {}).get(LABEL_SERVICE_NAME)
 
+        self._retry_if_behind(new)
         if service_name(old) != service_name(new):
             # moved to another Service: both need a sync, and the old one must stop waiting
             # for a slice it will never see again
@@ -135,6 +152,7 @@ class EndpointSliceController:
             self._enqueue_for_slice(new)
 
     def _on_slice_delete(self, slice_: dict) -> None:
+        self._retry_if_behind(slice_)
         if self._managed(slice_) and self.tracker.has(slice_) and not self.tracker.handle_deletion(slice_):
             self._enqueue_for_slice(slice_)
 
@@ -145,10 +163,12 @@ class EndpointSliceController:
             await self._sync(key)
         except StaleInformerCache:
             self.metrics.syncs.labels("stale").inc()
+            self._behind_cache.add(key)  # (no await since the check: no slice event came between)
             raise
         except Exception:
             self.metrics.syncs.labels("error").inc()
             raise
+        self._behind_cache.discard(key)
         self.metrics.syncs.labels("success").inc()
 
     async def _sync(self, key: str) -> None:
