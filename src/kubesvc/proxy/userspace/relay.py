@@ -157,6 +157,7 @@ def _close_pipe(pipe: tuple[int, int, int]) -> None:
 
 _pipes = _Pool(_make_pipe, _close_pipe)
 _buffers = _Pool(lambda: memoryview(bytearray(COPY_BUFFER)))  # (a view: slices for send() copy nothing)
+_scratch = _buffers.take()  # what the relay copies through when the destination takes it all
 
 
 class _Poller:
@@ -289,8 +290,55 @@ class _Pump:
             self.conn.fail(err)
 
     def _relay(self) -> bool:
-        """Read and pass on until the source is empty; True: blocked on the destination."""
+        """Read and pass on until the source is empty; True: blocked on the destination.
+
+        Copying, the bytes go through the relay's scratch buffer; only what the destination
+        did not take stays with this direction, which then keeps that buffer (and the relay
+        takes another scratch buffer). Most connections never hold a buffer of their own."""
+        global _scratch
+        if self.buf is not None and not self.inflight:
+            _buffers.give(self.buf)
+            self.buf = None
+        if self.piping or self.buf is not None:
+            return self._relay_held(WAKEUP_BUDGET)
+        src, dst = self.src, self.dst
         budget = WAKEUP_BUDGET
+        while True:
+            scratch = _scratch
+            try:
+                n = src.recv_into(scratch, 0, _DONTWAIT)
+            except _AGAIN:
+                return False
+            if n == 0:
+                self._eof()
+                return False
+            if self.writes == 1 and self.d == _BACKEND:  # (the client's socket inherits it)
+                dst.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.writes += 1
+            try:
+                sent = dst.send(scratch[:n], _DONTWAIT)
+            except _AGAIN:
+                sent = 0
+            if sent < n:  # the destination is full: keep the rest, wait for it to be writable
+                self.buf, self.capacity, self.start, self.inflight = scratch, COPY_BUFFER, sent, n - sent
+                _scratch = _buffers.take()
+                if n == COPY_BUFFER and self.splice:
+                    self.conn.nonblocking()
+                    self.piping = True
+                return True
+            if n < COPY_BUFFER and not self.fin_seen:  # a short recv: emptied
+                return False
+            budget -= n
+            if budget <= 0:
+                self.conn.poller.later(self)
+                return False
+            if self.splice:  # a bulk stream: splice from here on
+                self.conn.nonblocking()
+                self.piping = True
+                return self._relay_held(budget)
+
+    def _relay_held(self, budget: int) -> bool:
+        """``_relay`` with a pipe or a buffer of this direction's own."""
         while True:
             n = self._fill()
             if n is None:  # nothing more to read for now: lend the pipe/buffer back
