@@ -138,8 +138,8 @@ class NFTables:
         self.in_process = in_process
         self._set_types: dict[str, SetType | None] = {}  # sets our transactions declared (stock nft only)
         self._netlink = NftNetlink(netns)
-        # Of the last run, the seconds spent in Python (parsing and encoding elements for
-        # netlink) rather than waiting on nft or the kernel: bench/proxy.py counts them as Python.
+        # Seconds spent in Python (parsing and encoding elements for netlink) rather than
+        # waiting on nft or the kernel, summed over every call: bench/proxy.py counts them as Python.
         self.python_seconds = 0.0
 
     def argv(self, *args: str) -> list[str]:
@@ -148,7 +148,6 @@ class NFTables:
     # -- transactions ---------------------------------------------------------------------
 
     async def run(self, text: str) -> None:
-        self.python_seconds = 0.0
         if isinstance(text, Transaction) and text.early and self.nft == "nft":
             text = await asyncio.to_thread(self._send_early, text)
         # An element batch takes well under a millisecond: sent from the event loop's own
@@ -162,7 +161,6 @@ class NFTables:
             self._learn(text)
 
     def run_sync(self, text: str) -> None:
-        self.python_seconds = 0.0
         if isinstance(text, Transaction) and text.early and self.nft == "nft":
             text = self._send_early(text)
         self._run_sync(text)
@@ -205,20 +203,23 @@ class NFTables:
         encoded = []
         for name, elements in tx.early.items():
             set_type = self._set_types.get(name)
-            try:
-                payloads = None if set_type is None else nftables_elements.encode(set_type, elements)
-            except (ValueError, OSError, OverflowError):
-                payloads = None  # nft will name the element it cannot take
-            if payloads is not None:
+            payloads = None if set_type is None else nftables_elements.encode(set_type, elements)
+            if payloads is not None:  # others stay in the text
                 encoded.append((name, payloads))
-        self.python_seconds += time.perf_counter() - started
-        if not encoded:
+        try:
+            batch = nftables_elements.Batch(self.family_name, self.table, encoded) if encoded else None
+        except (ValueError, OSError, OverflowError):
+            batch = None  # an element it cannot take: nft will name it
+        finally:
+            self.python_seconds += time.perf_counter() - started
+        if batch is None:
             return str(tx)
         try:
-            nftables_elements.send(self.netns, self.family_name, self.table, encoded)
+            nftables_elements.send(self.netns, batch)
         except (NfNetlinkFailed, OSError) as err:
             log.info("sending %d sets' new elements ahead of the transaction failed (%s); nft adds them", len(encoded), err)
             return str(tx)
+        del batch
         started = time.perf_counter()
         rest = tx.rest([name for name, _ in encoded])
         self.python_seconds += time.perf_counter() - started

@@ -26,7 +26,8 @@ import errno as errno_codes
 import socket
 import struct
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import islice
 
 from kubesvc.kernel.netns import call_in
 from kubesvc.kernel.nftables_netlink import (
@@ -111,10 +112,11 @@ def _head(length: int, kind: int) -> bytes:
     return struct.pack("=HH", length, kind)
 
 
-def encode(set_type: SetType, elements: Mapping[str, str]) -> list[bytes] | None:
+def encode(set_type: SetType, elements: Mapping[str, str]) -> Iterator[bytes] | None:
     """``{key text: data text}`` (data ``""`` for a set) → the payloads of
-    ``NFTA_SET_ELEM_LIST_ELEMENTS``, each under 64 KiB; None when the type is not one this
-    module encodes. A malformed element raises ``ValueError``/``OSError``/``OverflowError``."""
+    ``NFTA_SET_ELEM_LIST_ELEMENTS``, each under 64 KiB, made as they are iterated (a malformed
+    element raises ``ValueError``/``OSError``/``OverflowError`` then); None when the type is not
+    one this module encodes."""
     if getattr(set_type, "interval", False):
         return None  # ranges: two kernel elements each (kernel/nftables_netlink.py), left to the text
     key = _value(set_type.key)
@@ -127,65 +129,85 @@ def encode(set_type: SetType, elements: Mapping[str, str]) -> list[bytes] | None
     if set_type.data is None:
         size = 4 + key_attr
         head = _head(size, NFTA_LIST_ELEM | NESTED) + _head(key_attr, 1 | NESTED) + _head(4 + key_len, 1)
-        items = _pairs(head, set_type.key, elements) if not key_pad else None
-        if items is None:
-            items = [head + key_of(k) + key_pad for k in elements]
-    else:
-        data = None if "verdict" in set_type.data else _value(set_type.data)
-        if data is None:
-            return None
-        data_of, data_len = data
-        data_pad = b"\0" * (-data_len % 4)
-        data_attr = 4 + 4 + data_len + len(data_pad)
-        size = 4 + key_attr + data_attr
-        head = _head(size, NFTA_LIST_ELEM | NESTED) + _head(key_attr, 1 | NESTED) + _head(4 + key_len, 1)
-        mid = key_pad + _head(data_attr, 2 | NESTED) + _head(4 + data_len, 1)
-        items = _slots(head, mid, set_type, elements)
-        if items is None:
-            items = [head + key_of(k) + mid + data_of(v) + data_pad for k, v in elements.items()]
-    per_chunk = max(1, MAX_ATTR // size)
-    return [b"".join(items[i:i + per_chunk]) for i in range(0, len(items), per_chunk)]
+        if set_type.key in (("ipv4", "ipv4"), ("ipv6", "ipv6")):
+            return _pairs(head, set_type.key, elements, MAX_ATTR // size)
+        return _chunks(lambda k, v: head + key_of(k) + key_pad, elements, MAX_ATTR // size)
+    data = None if "verdict" in set_type.data else _value(set_type.data)
+    if data is None:
+        return None
+    data_of, data_len = data
+    data_pad = b"\0" * (-data_len % 4)
+    data_attr = 4 + 4 + data_len + len(data_pad)
+    size = 4 + key_attr + data_attr
+    head = _head(size, NFTA_LIST_ELEM | NESTED) + _head(key_attr, 1 | NESTED) + _head(4 + key_len, 1)
+    mid = key_pad + _head(data_attr, 2 | NESTED) + _head(4 + data_len, 1)
+    if set_type.key == ("u32h",) and set_type.data in (("ipv4", "port"), ("ipv6", "port")):
+        return _slots(head, mid, set_type.data[0], elements, MAX_ATTR // size)
+    return _chunks(lambda k, v: head + key_of(k) + mid + data_of(v) + data_pad, elements, MAX_ATTR // size)
+
+
+def _chunks(element: Callable[[str, str], bytes], elements: Mapping[str, str], per_chunk: int) -> Iterator[bytes]:
+    items = iter(elements.items())
+    while part := list(islice(items, per_chunk)):
+        yield b"".join([element(k, v) for k, v in part])
 
 
 # The two shapes of nearly every element of a full sync, written out (one pack per element,
 # no per-field calls): at 5k Services × 50 there are 250k of each.
 
-def _slots(head: bytes, mid: bytes, set_type: SetType, elements: Mapping[str, str]) -> list[bytes] | None:
+def _slots(head: bytes, mid: bytes, kind: str, elements: Mapping[str, str], per_chunk: int) -> Iterator[bytes]:
     """Slot map elements: ``numgen`` slot (host order) → ``address . port``."""
-    if set_type.key != ("u32h",) or set_type.data not in (("ipv4", "port"), ("ipv6", "port")):
-        return None
-    family, size = (socket.AF_INET, 4) if set_type.data[0] == "ipv4" else (socket.AF_INET6, 16)
+    family, size = (socket.AF_INET, 4) if kind == "ipv4" else (socket.AF_INET6, 16)
     pack = struct.Struct(f"={len(head)}sI{len(mid)}s{size}sH2x").pack
     htons, pton = socket.htons, _pton
-    out = []
-    append = out.append
-    for k, v in elements.items():
-        address, _, port = v.partition(" . ")
-        append(pack(head, int(k), mid, pton(family, address), htons(int(port))))
-    return out
+    items = iter(elements.items())
+    while part := list(islice(items, per_chunk)):
+        yield b"".join([pack(head, int(k), mid, pton(family, (a := v.partition(" . "))[0]), htons(int(a[2]))) for k, v in part])
 
 
-def _pairs(head: bytes, kinds: tuple[str, ...], elements: Mapping[str, str]) -> list[bytes] | None:
+def _pairs(head: bytes, kinds: tuple[str, ...], elements: Mapping[str, str], per_chunk: int) -> Iterator[bytes]:
     """Hairpin pairs ``address . address`` (the same address twice, but any pair is encoded)."""
-    if kinds not in (("ipv4", "ipv4"), ("ipv6", "ipv6")):
-        return None
     family = socket.AF_INET if kinds[0] == "ipv4" else socket.AF_INET6
     pton = _pton
-    out = []
-    append = out.append
-    for k in elements:
+
+    def pair(k: str) -> bytes:
         a, sep, b = k.partition(" . ")
         if not sep:
             raise ValueError(f"{k!r} is not a pair")
-        raw = pton(family, a)
-        append(head + raw + (raw if a == b else pton(family, b)))
-    return out
+        return head + pton(family, a) + pton(family, b)
+    keys = iter(elements)
+    while part := list(islice(keys, per_chunk)):
+        # the usual pair, one address twice, without a call; anything else through pair()
+        yield b"".join([head + raw + raw if (a := k.partition(" . "))[0] == a[2] and (raw := pton(family, a[0])) else pair(k)
+                        for k in part])
 
 
-def send(netns: str | None, family: str, table: str, sets: list[tuple[str, list[bytes]]]) -> None:
-    """Add the encoded elements of each ``(set, payloads)`` in one batch; raises
-    ``NfNetlinkFailed`` (nothing applied) if the kernel refuses any of it."""
-    fam = FAMILIES[family]
+class Batch:
+    """One nf_tables batch of element additions, built before it is sent (the Python part)."""
+
+    def __init__(self, family: str, table: str, sets: list[tuple[str, Iterable[bytes]]]):
+        fam = FAMILIES[family]
+        seq = 1
+        data = bytearray(_msg(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, seq, 0, b"", NFNL_SUBSYS_NFTABLES))
+        self.begin = seq
+        self.sets = [name for name, _ in sets]
+        self.what: dict[int, str] = {}
+        kind = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWSETELEM
+        flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE
+        table_attr = _nla(NFTA_SET_ELEM_LIST_TABLE, table.encode() + b"\0")
+        for name, payloads in sets:
+            head = table_attr + _nla(NFTA_SET_ELEM_LIST_SET, name.encode() + b"\0")
+            for payload in payloads:
+                seq += 1
+                self.what[seq] = f"add element {family} {table} {name}"
+                data += _msg(kind, flags, seq, fam, head + _head(4 + len(payload), NFTA_SET_ELEM_LIST_ELEMENTS | NESTED) + payload)
+        seq += 1
+        data += _msg(NFNL_MSG_BATCH_END, NLM_F_REQUEST, seq, 0, b"", NFNL_SUBSYS_NFTABLES)
+        self.data = data
+
+
+def send(netns: str | None, batch: Batch) -> None:
+    """Send ``batch``; raises ``NfNetlinkFailed`` (nothing applied) if the kernel refuses any of it."""
     sock = call_in(netns, socket.socket, socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_NETFILTER)
     try:
         sock.bind((0, 0))
@@ -194,32 +216,17 @@ def send(netns: str | None, family: str, table: str, sets: list[tuple[str, list[
             sock.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)
         except OSError:
             pass
-        seq = 1
-        msgs = [_msg(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, seq, 0, b"", NFNL_SUBSYS_NFTABLES)]
-        begin = seq
-        what: dict[int, str] = {}
-        kind = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWSETELEM
-        flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE
-        table_attr = _nla(NFTA_SET_ELEM_LIST_TABLE, table.encode() + b"\0")
-        for name, payloads in sets:
-            head = table_attr + _nla(NFTA_SET_ELEM_LIST_SET, name.encode() + b"\0")
-            for payload in payloads:
-                seq += 1
-                what[seq] = f"add element {family} {table} {name}"
-                msgs.append(_msg(kind, flags, seq, fam, head + _head(4 + len(payload), NFTA_SET_ELEM_LIST_ELEMENTS | NESTED) + payload))
-        seq += 1
-        msgs.append(_msg(NFNL_MSG_BATCH_END, NLM_F_REQUEST, seq, 0, b"", NFNL_SUBSYS_NFTABLES))
-        data = b"".join(msgs)
+        data = batch.data
         _grow_sndbuf(sock, len(data))
-        _grow_rcvbuf(sock, len(msgs) * 1024)  # an ack per message, each a buffer of its own (as nft)
+        _grow_rcvbuf(sock, len(batch.what) * 1024)  # an ack per message, each a buffer of its own (as nft)
         sent = sock.send(data)
         if sent != len(data):
             raise NfNetlinkFailed(errno_codes.EMSGSIZE, "batch truncated")
-        pending = set(what)
+        pending = set(batch.what)
         while pending:
             for mseq, code in _read_acks(sock.recv(1 << 20)):
-                if code and (mseq == begin or mseq in pending):
-                    raise NfNetlinkFailed(code, "commit" if mseq == begin else what[mseq])
+                if code and (mseq == batch.begin or mseq in pending):
+                    raise NfNetlinkFailed(code, "commit" if mseq == batch.begin else batch.what[mseq])
                 pending.discard(mseq)
     finally:
         sock.close()

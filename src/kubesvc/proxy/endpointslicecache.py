@@ -43,13 +43,14 @@ Services × 50 took 0.19-0.21 s of CPU against 0.35-0.44 s before, measured side
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from kubesvc.proxy.types import FAMILY_NAMES, Endpoint, EndpointsMap, ServicePortName
 from kubesvc.util import golang
-from kubesvc.util.ipnet import CANONICAL_IPV4, canonical_address
+from kubesvc.util.ipnet import canonical_address
 
 log = logging.getLogger("kubesvc.proxy")
 
@@ -214,20 +215,33 @@ class EndpointsChangeTracker:
     def _parse_slice(self, namespace: str, service: str, raw: _PendingSlice) -> _Slice:
         """One slice's endpoints per port. The loop is written out (no helper calls, the
         ``ip:port`` key built once, Endpoints made only for a place they take): at startup it
-        runs once per endpoint of the cluster."""
+        runs once per endpoint of the cluster. An IPv4 address is canonical as it is when
+        ``inet_pton`` takes it (four decimal octets without leading zeros: the dotted quad
+        ``ParseIPSloppy`` prints), ~4x cheaper than matching ``CANONICAL_IPV4``."""
         ports = self._valid_ports(namespace, service, raw.ports)
         chosen_by_port: dict[ServicePortName, dict[str, Endpoint]] = {key: {} for key, _ in ports}
-        places = [(chosen_by_port[key], number) for key, number in ports]
+        places = [(chosen_by_port[key], number, f":{number}") for key, number in ports]
         node_name = self.node_name
         prefer_same_node = self.prefer_same_node
-        canonical_ipv4 = CANONICAL_IPV4.match
+        ipv4 = self.address_type == "IPv4"
+        pton, af_inet = socket.inet_pton, socket.AF_INET
+        new, endpoint_type = _new_endpoint, Endpoint
         for endpoint in raw.endpoints:
             addresses = endpoint.get("addresses")
             if not addresses:
                 log.error("Ignoring invalid endpoint port with empty address: %s", endpoint)
                 continue
-            address = addresses[0]
-            ip = address if canonical_ipv4(address) else canonical_address(address)
+            ip = addresses[0]
+            if ipv4:
+                try:
+                    pton(af_inet, ip)
+                    host = ip
+                except (OSError, TypeError, ValueError):
+                    ip = canonical_address(ip)
+                    host = f"[{ip}]" if ":" in ip else ip
+            else:
+                ip = canonical_address(ip)
+                host = f"[{ip}]" if ":" in ip else ip
             conditions = endpoint.get("conditions") or _NO_CONDITIONS
             ready, serving = conditions.get("ready"), conditions.get("serving")
             terminating = conditions.get("terminating") is True
@@ -241,14 +255,13 @@ class EndpointsChangeTracker:
             is_local = bool(node_name) and endpoint.get("nodeName") == node_name
             ready = ready is None or ready is True
             serving = serving is None or serving is True
-            host = f"[{ip}]:" if ":" in ip else f"{ip}:"
-            for chosen, number in places:
-                key = f"{host}{number}"
+            for chosen, number, suffix in places:
+                key = host + suffix
                 # A non-terminating endpoint replaces an earlier one with the same ip:port; a
                 # terminating one only fills an empty place (as _keep_preferred).
                 if terminating and key in chosen:
                     continue
-                chosen[key] = _new_endpoint(Endpoint, (ip, number, is_local, ready, serving, terminating, zone_hints, node_hints))
+                chosen[key] = new(endpoint_type, (ip, number, is_local, ready, serving, terminating, zone_hints, node_hints))
         by_port = {key: _sorted(chosen) for key, chosen in chosen_by_port.items() if chosen}
         return _Slice(raw.ports, raw.endpoints, by_port)
 

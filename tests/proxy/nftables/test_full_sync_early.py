@@ -91,7 +91,7 @@ def test_early_elements_leave_the_table_nft_alone_leaves(monkeypatch):
     try:
         sent = []
         send = nftables_elements.send
-        monkeypatch.setattr(nftables_elements, "send", lambda *a: sent.append([name for name, _ in a[3]]) or send(*a))
+        monkeypatch.setattr(nftables_elements, "send", lambda netns, batch: sent.append(batch.sets) or send(netns, batch))
         with_early = NFTables(netns=ours.name)
         with_early.run_sync(tx)
         assert map_of(tx, "ns/a") in sent[0] and rules.HAIRPIN_ENDPOINTS in sent[0]
