@@ -25,16 +25,32 @@ from tests.support.netns import ProxyProcess
 from tests.support.slowdown import scaled
 
 # 1234  execve("/usr/sbin/iptables-restore", ["iptables-restore", ...], 0x... /* 5 vars */) = 0
-_EXECVE = re.compile(r'^(?:\[pid\s+)?(\d+)\]?\s+execve\("([^"]+)".*\)\s+=\s+(-?\d+)')
+# or, when another traced process's event came in between, in two lines:
+# 1234  execve("/usr/sbin/iptables-restore", ["iptables-restore", ...], 0x... /* 5 vars */ <unfinished ...>
+# 1234  <... execve resumed>)               = 0
+_PID = r'^(?:\[pid\s+)?(\d+)\]?\s+'
+_EXECVE = re.compile(_PID + r'execve\("([^"]+)"')
+_RESUMED = re.compile(_PID + r'<\.\.\. execve resumed>')
+_RESULT = re.compile(r'\)\s+=\s+(-?\d+)')
 
 
 def programs(trace: str) -> Counter:
     """The programs started (successful execve calls), by file name, with how often."""
     found: Counter = Counter()
+    unfinished: dict[str, str] = {}  # pid -> the program its execve names
     for line in trace.splitlines():
-        m = _EXECVE.match(line.strip())
-        if m and m.group(3) == "0":
-            found[os.path.basename(m.group(2))] += 1
+        line = line.strip()
+        path = None
+        if m := _EXECVE.match(line):
+            if line.endswith("<unfinished ...>"):
+                unfinished[m.group(1)] = m.group(2)
+                continue
+            path = m.group(2)
+        elif m := _RESUMED.match(line):
+            path = unfinished.pop(m.group(1), None)
+        result = _RESULT.search(line)
+        if path is not None and result and result.group(1) == "0":
+            found[os.path.basename(path)] += 1
     return found
 
 
@@ -82,7 +98,7 @@ async def synced_change(proxy: ProxyProcess, change, before_ipv4: float, counter
     while family_value(await asyncio.to_thread(proxy.metrics), counter) == before_ipv4:
         assert time.monotonic() < deadline, f"the change was never synced\n{proxy.log()}"
         await asyncio.sleep(0.1)
-    return await settled(proxy, quiet=QUIET, timeout=scaled(60))
+    return await settled(proxy, quiet=scaled(QUIET), timeout=scaled(60))
 
 
 @dataclass
@@ -96,8 +112,9 @@ class Traced:
         return self.text[-3000:]
 
 
-# Seconds without a sync that count as settled; not scaled in the VM, where the IPVS module's
-# periodic resync (every 10 s per family) would never leave a longer quiet.
+# Seconds without a sync that count as settled (scaled: in the VM a sync takes seconds, and one
+# still running when the trace ends would be traced but not counted). A traced proxy must have
+# no periodic resync due meanwhile (a long --*-sync-period), or it would never be quiet so long.
 QUIET = 1.5
 TRACE_PORTS = [{"name": "tcp", "port": 80, "targetPort": 8080, "protocol": "TCP"},
                {"name": "udp", "port": 53, "targetPort": 8080, "protocol": "UDP"}]
@@ -120,7 +137,7 @@ async def traced_sync(proxy: ProxyProcess, change, out: Path, counter: str = SYN
     that makes the sync full) and the proxy settled again."""
     # what was made before synced before the trace starts; a late sync of it that still falls
     # inside the trace is counted with the others
-    metrics = await settled(proxy, quiet=QUIET, timeout=scaled(60))
+    metrics = await settled(proxy, quiet=scaled(QUIET), timeout=scaled(60))
     before, full_before = metrics.value(SYNCS), metrics.value(FULL_SYNCS)
     async with execve_trace(proxy, out) as trace:
         after = await synced_change(proxy, change, family_value(metrics, counter), counter)

@@ -890,7 +890,7 @@ class ProxyProcess(LoggedProcess):
         return self.node.ns.http_get(self.healthz_port, path)
 
     def metrics(self) -> Metrics:
-        status, body = self.node.ns.http_get(self.metrics_port, "/metrics", timeout=5)
+        status, body = self.node.ns.http_get(self.metrics_port, "/metrics", timeout=scaled(5))  # a traced proxy in the VM is slow
         if status != 200:
             raise self._fail(f"/metrics answered {status}: {body[:300]}")
         return Metrics(body)

@@ -1,6 +1,10 @@
-"""``kubesvc proxy --proxy-mode ipvs`` with each ``--ipvs-scheduler``, and ``--cleanup``, on a
-kernel that has IPVS (in the VM: see tests/kernel/vm/test_proxy_ipvs.py). Each scheduler costs a
-proxy start, about half a minute under emulation.
+"""``kubesvc proxy --proxy-mode ipvs`` on a kernel that has IPVS (in the VM: see
+tests/kernel/vm/test_proxy_ipvs.py): the processes one steady-state sync starts, each
+``--ipvs-scheduler``, and ``--cleanup``. Each scheduler costs a proxy start, about half a minute
+under emulation.
+
+No test here needs the periodic resync, so it is an hour away: a traced sync is then the only
+one in its window (tests/kernel/vm/test_proxy_ipvs.py tests the resync).
 """
 
 from __future__ import annotations
@@ -9,12 +13,50 @@ import asyncio
 
 import pytest
 
-from tests.kernel.vm.ipvs import (ECHO, MODES, NAMES, NODE_COUNT, PROXY_FLAGS, ipvs_table, three_backends,  # noqa: F401
-                                  virtual_server, wait_for_kernel)
+from kubesvc.client.rest import ENDPOINTSLICES
+from tests.kernel.execve import TRACE_PORTS, assert_only, traced_sync
+from tests.kernel.vm.ipvs import (ECHO, MODES, NAMES, NODE_COUNT, ipvs_table, three_backends,  # noqa: F401
+                                  virtual_server, wait_for_kernel, weights)
+from tests.kernel.vm.ipvs import PROXY_FLAGS as RESYNCING_FLAGS
 from tests.support.held_connection import HeldConnections
 from tests.support.slowdown import scaled
 
 pytestmark = pytest.mark.kernel
+
+PROXY_FLAGS = tuple(f for f in RESYNCING_FLAGS if not f.startswith("--ipvs-sync-period=")) + ("--ipvs-sync-period=1h",)
+
+# One steady-state sync starts only the restore tools upstream runs, once each: ipset restore
+# (every set) and iptables-restore (the static rules). kube-ipvs0 and its addresses, the IPVS
+# table and conntrack cleanup go over netlink, sysctls through /proc/sys (tests/kernel/execve.py).
+PER_SYNC = {"ipset": 1, "iptables-restore": 1, "ip6tables-restore": 1}
+# Endpoints without Pods: an IPVS real server needs no process behind it to be programmed, and
+# each Pod is a Python start, slow under emulation.
+TRACE_IPS = ("10.244.250.1", "10.244.250.2")
+SLICE_PORTS = [{"name": "tcp", "port": 8080, "protocol": "TCP"}, {"name": "udp", "port": 8080, "protocol": "UDP"}]
+
+
+def _endpoints(*unready: str) -> list[dict]:
+    return [{"addresses": [ip], "conditions": {"ready": ip not in unready}} for ip in TRACE_IPS]
+
+
+async def test_a_steady_state_sync_starts_only_ipset_and_iptables_restore(kt, tmp_path):
+    """A NodePort Service with TCP and UDP ports and two endpoints, programmed; then, traced,
+    one endpoint turns unready (its real servers go, and its UDP flows: conntrack cleanup)."""
+    (node,) = kt.nodes
+    svc = await kt.service("trace", None, ports=TRACE_PORTS, type="NodePort")
+    vip = svc["spec"]["clusterIP"]
+    await kt.endpoint_slice("trace", "trace-1", _endpoints(), SLICE_PORTS)
+    await wait_for_kernel(kt, "the traced Service's real servers", lambda: weights(node, vip, 80) == dict.fromkeys(TRACE_IPS, 1))
+
+    async def one_unready():
+        await kt.client.resource(ENDPOINTSLICES).patch("trace-1", {"endpoints": _endpoints(TRACE_IPS[0])}, kt.namespace)
+
+    traced = await traced_sync(kt.proxy(node), one_unready, tmp_path / "strace.out")
+    assert traced.full_syncs == 0, f"a full sync fell inside the traced window\n{traced.tail()}"
+    assert_only(traced, PER_SYNC)
+    assert traced.started["ipset"] >= 1 and traced.started["iptables-restore"] >= 1, f"restores not traced\n{traced.tail()}"
+    # the unready endpoint takes no new connections (weight 0 while draining, or gone)
+    assert weights(node, vip, 80).get(TRACE_IPS[0], 0) == 0 and weights(node, vip, 80)[TRACE_IPS[1]] == 1
 
 
 def _one_backend(result: dict) -> bool:
