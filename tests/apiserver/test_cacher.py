@@ -279,3 +279,25 @@ async def test_resumes_watches_from_before_a_restart(registry):
         watch.close()
     finally:
         await stop(cache)
+
+
+@pytest.mark.parametrize("stored", [
+    {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a", "labels": {"x": "1"}}, "spec": {"type": "NodePort"}},
+    {"spec": {"template": {"metadata": {"name": "inner"}}}, "metadata": {"name": "b"}, "kind": "Service"},
+    {"kind": "Service", "metadata": {}},
+    {"kind": "Service", "metadata": {"name": "c\u00e9\\\"", "namespace": "n"}, "status": {}},
+], ids=["usual", "nested-metadata-first", "empty-metadata", "escapes"])
+@pytest.mark.parametrize("read_first", [False, True], ids=["unread", "read"])
+def test_cached_object_is_the_stored_one_with_its_resource_version(registry, stored, read_first):
+    from kubesvc.apiserver.cacher import Cached
+    from kubesvc.apiserver.registry.store import decode
+    from kubesvc.storage.base import KeyValue
+
+    cached = Cached("k", msgspec.json.encode(stored), 7, services_info(registry))
+    if read_first:
+        assert msgspec.json.decode(cached.raw) == {**stored, "metadata": {**stored["metadata"], "resourceVersion": "7"}}
+    deleted = cached.at(12)
+    assert msgspec.json.decode(deleted.raw) == {**stored, "metadata": {**stored["metadata"], "resourceVersion": "12"}}
+    assert deleted.view["metadata"] == {k: v for k, v in stored["metadata"].items() if k in ("name", "namespace", "labels")}
+    # byte for byte what the storage path (decode, then encode) serves
+    assert deleted.raw == msgspec.json.encode(decode(KeyValue("k", msgspec.json.encode(stored), 1, 12)))

@@ -132,34 +132,59 @@ def stamp(value: bytes, revision: int, info: KindInfo) -> tuple[bytes, int, dict
 
 
 class Cached:
-    """One object as of one revision: its JSON as served (resourceVersion filled in), where
-    that resourceVersion field starts (-1: unknown), and its selection view."""
+    """One object as of one revision. Its JSON as served (resourceVersion filled in) and its
+    selection view are made from the stored value on first use and kept, as upstream's
+    cachingObject serialises once on first use: a write nobody lists or watches costs no
+    encoding, one listed or watched is encoded once for every reader."""
 
-    __slots__ = ("key", "raw", "view", "revision", "rv_at")
+    __slots__ = ("key", "revision", "_info", "_value", "_raw", "_view", "_rv_at")
 
-    def __init__(self, key: str, raw: bytes, view: dict, revision: int, rv_at: int = -1):
-        self.key, self.raw, self.view, self.revision, self.rv_at = key, raw, view, revision, rv_at
+    def __init__(self, key: str, value: bytes, revision: int, info: KindInfo):
+        """``value``: the stored JSON (without resourceVersion, registry/store.py ``encode``)."""
+        self.key, self.revision, self._info, self._value = key, revision, info, value
+        self._raw: bytes | None = None
+        self._view: dict | None = None
+        self._rv_at = -1  # where the resourceVersion field starts in raw (-1: unknown)
 
-    @classmethod
-    def from_value(cls, key: str, value: bytes, revision: int, info: KindInfo) -> "Cached":
-        """A stored value (JSON without resourceVersion, registry/store.py ``encode``) at ``revision``."""
-        stamped = stamp(value, revision, info)
+    from_value = classmethod(lambda cls, key, value, revision, info: cls(key, value, revision, info))
+
+    @property
+    def raw(self) -> bytes:
+        if self._raw is None:
+            self._materialize()
+        return self._raw
+
+    @property
+    def view(self) -> dict:
+        if self._raw is None:
+            self._materialize()
+        return self._view
+
+    def _materialize(self) -> None:
+        stamped = stamp(self._value, self.revision, self._info)
         if stamped is not None:
-            raw, rv_at, view = stamped
-            return cls(key, raw, view, revision, rv_at)
-        obj = _decode(value)
-        obj.setdefault("metadata", {})["resourceVersion"] = str(revision)
-        return cls(key, _encode(obj), selection_view(obj, info), revision)
+            self._raw, self._rv_at, self._view = stamped
+        else:
+            obj = _decode(self._value)
+            obj.setdefault("metadata", {})["resourceVersion"] = str(self.revision)
+            self._raw, self._view = _encode(obj), selection_view(obj, self._info)
+        self._value = None
 
     def at(self, revision: int) -> "Cached":
         """The same object stamped with another revision (a deletion's)."""
-        if self.rv_at >= 0:
+        if self._raw is None:
+            return Cached(self.key, self._value, revision, self._info)
+        other = Cached(self.key, b"", revision, self._info)
+        other._view, other._value = self._view, None
+        if self._rv_at >= 0:
             old = len(_rv_field(self.revision))
-            raw = b"".join((self.raw[:self.rv_at], _rv_field(revision), self.raw[self.rv_at + old:]))
-            return Cached(self.key, raw, self.view, revision, self.rv_at)
-        obj = _decode(self.raw)
-        obj["metadata"]["resourceVersion"] = str(revision)
-        return Cached(self.key, _encode(obj), self.view, revision)
+            other._raw = b"".join((self._raw[:self._rv_at], _rv_field(revision), self._raw[self._rv_at + old:]))
+            other._rv_at = self._rv_at
+        else:
+            obj = _decode(self._raw)
+            obj["metadata"]["resourceVersion"] = str(revision)
+            other._raw = _encode(obj)
+        return other
 
     def decode(self) -> dict:
         return _decode(self.raw)
