@@ -10,7 +10,7 @@ import pytest
 
 from kubesvc.kernel.fake.iptables import TEST_NODE_NAME
 from kubesvc.proxy.backend import ProxyOptions
-from kubesvc.proxy.ipvs.rules import (FLAG_PERSISTENT, FLAG_SOURCE_HASH, SCHEDULERS, VirtualServerKey, build_state,
+from kubesvc.proxy.ipvs.rules import (FLAG_PERSISTENT, FLAG_SOURCE_HASH, SCHEDULERS, VirtualServerKey, build_state, cleanup_input,
                                       ipset_restore_input)
 from kubesvc.proxy.localdetector import new_local_detector
 from kubesvc.proxy.types import IPV4
@@ -167,3 +167,11 @@ def test_ipv6_set_names_are_cut_to_the_kernels_31_characters_as_upstream():
     assert names["CLUSTER-IP"] == "KUBE-6-CLUSTER-IP"
     assert set_name(next(i for i in ALL_SETS if i.name == "LOAD-BALANCER-SOURCE-CIDR"), IPV4) == "KUBE-LOAD-BALANCER-SOURCE-CIDR"
     assert len(set(names.values())) == len(ALL_SETS), "cutting must not make two sets one"
+
+
+def test_cleanup_input_flushes_then_deletes_only_the_chains_that_exist():
+    save_nat = ["KUBE-SERVICES", "KUBE-NODE-PORT", "KUBE-SVC-XPGD46QRK7WJZT7O", "OTHER", "POSTROUTING"]
+    assert cleanup_input("nat", save_nat) == ("*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-NODE-PORT - [0:0]\n"
+                                              "-X KUBE-SERVICES\n-X KUBE-NODE-PORT\nCOMMIT\n")
+    assert cleanup_input("filter", ["KUBE-IPVS-FILTER", "INPUT"]) == "*filter\n:KUBE-IPVS-FILTER - [0:0]\n-X KUBE-IPVS-FILTER\nCOMMIT\n"
+    assert cleanup_input("filter", ["INPUT", "FORWARD"]) is None

@@ -603,6 +603,13 @@ def cleanup_input(table: str, existing_chains: Iterable[str]) -> str | None:
     chains = [c for c in _CLEANUP_CHAINS[table] if c in existing]
     if table == TABLE_NAT:
         chains += sorted(c for c in existing if is_service_chain_name(c))
+    return chain_removal_input(table, chains)
+
+
+def chain_removal_input(table: str, chains: list[str]) -> str | None:
+    """Restore input deleting ``chains`` of ``table`` (the iptables-based modes' cleanup): each
+    declared first, which flushes it, so none still jumps to another when the deletions come;
+    ``None`` for no chains."""
     if not chains:
         return None
     return "\n".join([f"*{table}", *(f":{c} - [0:0]" for c in chains), *(f"-X {c}" for c in chains), "COMMIT", ""])

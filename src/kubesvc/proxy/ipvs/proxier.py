@@ -37,17 +37,18 @@ from dataclasses import dataclass
 
 from kubesvc.kernel import ipset as kernel_ipset
 from kubesvc.kernel import modules, netlink
-from kubesvc.kernel.exec import CleanupFailed, CommandFailed, CommandResult, run
+from kubesvc.kernel.exec import CommandFailed, CommandResult, run
 from kubesvc.kernel.ipvs import IpvsError
 from kubesvc.kernel.iptables import PREPEND, Iptables, IptablesSync
 from kubesvc.kernel.sysctl import Sysctl
+from kubesvc.proxy import proxier
 from kubesvc.proxy.backend import KernelPlan, Mode, ProxyOptions, SyncRequest
 from kubesvc.proxy.config import IPVSSettings
+from kubesvc.proxy.iptables.proxier import remove_chains
 from kubesvc.proxy.ipvs.plan import plan
-from kubesvc.proxy.ipvs.rules import (ALL_SETS, DUMMY_DEVICE, FILTER_CHAINS, JUMP_CHAINS, NAT_CHAINS, TABLE_FILTER, TABLE_NAT,
-                                      build_state, ipset_restore_input, set_name)
+from kubesvc.proxy.ipvs.rules import ALL_SETS, DUMMY_DEVICE, JUMP_CHAINS, build_state, cleanup_input, ipset_restore_input, set_name
 from kubesvc.proxy.ipvs.table import IpvsTable
-from kubesvc.proxy.types import FAMILY_NAMES, IPV4, IPV6
+from kubesvc.proxy.types import FAMILY_NAMES, IPV4
 
 log = logging.getLogger("kubesvc.proxy.ipvs")
 
@@ -186,9 +187,6 @@ class IpvsBackend(Mode[None]):
             request_full_sync()
 
 
-IPVS_CHAINS = ((TABLE_NAT, NAT_CHAINS), (TABLE_FILTER, FILTER_CHAINS))
-
-
 def ipvs_state_present(netns: str | None = None) -> bool:
     """Whether IPVS mode can have left anything here: the kernel's IPVS table exists (the module
     is loaded) or our dummy device does. Loads no module."""
@@ -196,43 +194,44 @@ def ipvs_state_present(netns: str | None = None) -> bool:
 
 
 def cleanup_leftovers(netns: str | None = None, *, ipvs=None) -> None:
-    """Remove what IPVS mode makes (upstream ``CleanupLeftovers``): every IPVS virtual server,
-    ``kube-ipvs0``, the jumps from the built-in chains, every chain of the rule set (flushed
-    first, so none still references another; including those it shares by name with iptables
-    mode), then the ipsets (a set still named by a rule cannot be destroyed). Upstream runs it
-    on ``--cleanup`` and when switching to a mode that is not iptables-based, never at iptables
-    mode's start (the shared chains would go dark until its first sync); so does
-    ``server.ProxyServer``. Skipped where IPVS never ran. Blocking."""
+    """Remove what IPVS mode makes (upstream ``CleanupLeftovers``), IPv4 then IPv6 in the shared
+    family loop (``proxier.cleanup_leftovers``: both tried, one ``CleanupFailed`` listing every
+    failure). Upstream runs it on ``--cleanup`` and when switching to a mode that is not
+    iptables-based, never at iptables mode's start (the shared chains would go dark until its
+    first sync); so does ``server.ProxyServer``. Skipped where IPVS never ran. Blocking."""
     if ipvs is None:
         if not ipvs_state_present(netns):
             return
         from kubesvc.kernel.ipvs import NetlinkIpvs
         ipvs = NetlinkIpvs(netns)
+    proxier.cleanup_leftovers("ipvs", lambda family, ns: cleanup_family(family, ns, ipvs=ipvs), netns)
+
+
+def cleanup_family(family: int, netns: str | None, *, ipvs) -> list[str]:
+    """One family's part, in upstream's order: its IPVS virtual servers, ``kube-ipvs0`` (it holds
+    both families' addresses: the first family's pass deletes it, the second finds it gone),
+    the jumps from the built-in chains, every chain of the rule set (``iptables.remove_chains``:
+    one save and one restore per table, as the other iptables-based modes), then the family's
+    ipsets (a set still named by a rule cannot be destroyed). Returns the failures."""
+    name = FAMILY_NAMES[family]
     errors: list[str] = []
-    for family in (IPV4, IPV6):
-        try:
-            ipvs.flush(family)
-        except IpvsError as err:
-            errors.append(f"flushing IPVS ({FAMILY_NAMES[family]}): {err}")
+    try:
+        ipvs.flush(family)
+    except IpvsError as err:
+        errors.append(f"flushing IPVS ({name}): {err}")
     try:
         netlink.delete_link_sync(DUMMY_DEVICE, netns)
     except CommandFailed as err:
         errors.append(f"deleting {DUMMY_DEVICE}: {err}")
-    for family in (IPV4, IPV6):
-        ipt = IptablesSync(family, netns=netns)
-        if not ipt.available():
-            continue
+    ipt = IptablesSync(family, netns=netns)
+    if not ipt.available():
+        return errors
+    for jump in JUMP_CHAINS:
         try:
-            for jump in JUMP_CHAINS:
-                ipt.delete_rule(jump.table, jump.src, *jump.args)
-            present = [(table, chain) for table, chains in IPVS_CHAINS for chain in chains if ipt.chain_exists(table, chain)]
-            for table, chain in present:
-                ipt.flush_chain(table, chain)
-            for table, chain in present:
-                ipt.delete_chain(table, chain)
+            ipt.delete_rule(jump.table, jump.src, *jump.args)
         except CommandFailed as err:
-            errors.append(f"{FAMILY_NAMES[family]} iptables: {err}")
-        for info in ALL_SETS:
-            kernel_ipset.destroy_sync(set_name(info, family), netns)
-    if errors:
-        raise CleanupFailed("ipvs", errors)
+            errors.append(f"{name}: removing jump {jump.src} -> {jump.dst}: {err}")
+    errors += [f"{name}: {error}" for error in remove_chains(ipt, cleanup_input)]
+    for info in ALL_SETS:
+        kernel_ipset.destroy_sync(set_name(info, family), netns)
+    return errors

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from kubesvc.proxy.backend import ProxyOptions, SyncRequest
 from kubesvc.proxy.iptables.rules import (KUBE_FORWARD, KUBE_MARK_MASQ, KUBE_POSTROUTING, KUBE_PROXY_FIREWALL, KUBE_SERVICES,
-                                          TABLE_FILTER, TABLE_NAT, JumpChain)
+                                          TABLE_FILTER, TABLE_NAT, JumpChain, chain_removal_input)
 from kubesvc.proxy.topology import categorize_endpoints
 from kubesvc.proxy.types import IPV6, Endpoint
 
@@ -341,6 +341,14 @@ def build_iptables(options: ProxyOptions, ipsets: Mapping[str, tuple[str, ...]])
     lines = ["*filter", *(f":{c} - [0:0]" for c in FILTER_CHAINS), *flt, "COMMIT",
              "*nat", *(f":{c} - [0:0]" for c in NAT_CHAINS), *nat, "COMMIT"]
     return "\n".join(lines) + "\n"
+
+
+def cleanup_input(table: str, existing_chains: Iterable[str]) -> str | None:
+    """Restore input that flushes and deletes those of IPVS mode's chains in ``table`` that
+    exist (names from ``iptables-save``; those it shares by name with iptables mode too: upstream
+    ``iptablesCleanupChains``); ``None`` if there are none."""
+    existing = set(existing_chains)
+    return chain_removal_input(table, [c for c in {TABLE_NAT: NAT_CHAINS, TABLE_FILTER: FILTER_CHAINS}[table] if c in existing])
 
 
 def _rule(chain: str, *args: str) -> str:
