@@ -32,7 +32,9 @@ kube-proxy's informer and BoundedFrequencyRunner -> the kernel):
 * **kernel**: the sync's end -> the first successful connection (at most ``--poll-interval`` late).
 
 "The sync that programmed it" is the latest sync that started before the first successful
-connection (syncs are at least ``minSyncPeriod`` apart). Also printed: the proxy's own
+connection (syncs are at least ``minSyncPeriod`` apart). The proxy's watch may see a slice
+before the bench's does, so "proxy wait" can be slightly negative; "kernel" includes the
+bench's own lateness (a poll every ``--poll-interval``, an attempt that timed out retried). Also printed: the proxy's own
 ``network_programming_duration_seconds`` (trigger-time annotation -> sync end, upstream's
 metric; its trigger times are whole seconds, so it reads coarse), the gaps between syncs, and
 from the first Pod create to the last Pod bound. At the end, SIGINT (Ctrl-C) stops ``kubesvc
@@ -188,6 +190,7 @@ class SyncScraper:
         self.interval = interval
         self.syncs: list[tuple[float, float]] = []
         self.scrapes = 0
+        self.merged = 0  # syncs that finished between two scrapes with another one (a slow scrape)
         self._last: dict[str, float] = {}
         self._wall_offset = time.time() - time.monotonic()
 
@@ -202,6 +205,7 @@ class SyncScraper:
         if not last or stamp is None or stamp == last.get("sync_proxy_rules_last_timestamp_seconds"):
             return
         runs = values["sync_proxy_rules_duration_seconds_count"] - last["sync_proxy_rules_duration_seconds_count"]
+        self.merged += max(0, int(runs) - 1)
         took = (values["sync_proxy_rules_duration_seconds_sum"] - last["sync_proxy_rules_duration_seconds_sum"]) / max(runs, 1)
         end = stamp - self._wall_offset
         self.syncs.append((end - took, end))
@@ -379,7 +383,7 @@ async def one_round(client, run: int, args) -> dict:
             "all_bound": (max(bound_times) - first_create) if len(bound_times) == n else None,
             "ip": [has_ip[name] - created[name] for name in has_ip if name in created],
             "hops": hops, "reached": len(reached), "ready_count": len(ready),
-            "syncs": len(scraper.syncs), "scrapes": scraper.scrapes, "sync_gaps": gaps,
+            "syncs": len(scraper.syncs), "scrapes": scraper.scrapes, "merged_syncs": scraper.merged, "sync_gaps": gaps,
             "programming": {"p50": bucket_quantile(programmed, 0.5), "p99": bucket_quantile(programmed, 0.99),
                             "count": programmed[-1][1] if programmed else 0},
             "last_failures": last_failures, "negative": sum(1 for v in hops["latency"] if v < 0),
@@ -441,7 +445,8 @@ def report(rounds: list[dict]) -> None:
             print(f"  proxy's network_programming_duration_seconds ({prog['count']:.0f} observations, bucket bounds): "
                   f"p50 <= {prog['p50']} s, p99 <= {prog['p99']} s")
     for r in rounds:
-        print(f"round: {r['syncs']} proxy syncs seen in {r['scrapes']} scrapes; wall time first Pod created -> last reachable "
+        merged = f" ({r['merged_syncs']} more merged into them by slow scrapes)" if r["merged_syncs"] else ""
+        print(f"round: {r['syncs']} proxy syncs{merged} seen in {r['scrapes']} scrapes; wall time first Pod created -> last reachable "
               f"{r['wall']:.2f} s; {r['attempts']} connection attempts; {r['reached']}/{r['pods']} reachable"
               + (f"; {r['negative']} reachable before the watch showed them Ready" if r["negative"] else "")
               + (f"; the last failed attempt (why, begun before/after the sync's end): {r['last_failures']}" if r["last_failures"] else ""))
@@ -555,7 +560,8 @@ def main() -> None:
     parser.add_argument("--scrape-interval", type=float, default=0.25,
                         help="seconds between scrapes of the proxy's /metrics (below minSyncPeriod, so no sync is missed)")
     parser.add_argument("--poll-interval", type=float, default=0.01, help="seconds between connections to one ClusterIP")
-    parser.add_argument("--attempt-timeout", type=float, default=0.5, help="seconds one connection may take")
+    parser.add_argument("--attempt-timeout", type=float, default=0.2,
+                        help="seconds one connection may take (a timed-out attempt is retried at once, so this bounds how late a reach is seen)")
     parser.add_argument("--concurrency", type=int, default=16, help="create requests in flight")
     parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for every Pod to be reachable")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)

@@ -1,0 +1,45 @@
+"""bench/e2e.py's reading of the proxy's metrics: one finished sync per change of the
+last-sync timestamp, its length from the duration histogram's sum/count deltas, and the upper
+bound of a histogram bucket as a quantile. Expected values written out by hand."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SPEC = importlib.util.spec_from_file_location("bench_e2e", Path(__file__).resolve().parent.parent / "bench" / "e2e.py")
+e2e = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(e2e)
+
+
+def metrics(stamp: float, count: int, total: float) -> str:
+    return (f'kubeproxy_sync_proxy_rules_last_timestamp_seconds{{ip_family="IPv4"}} {stamp}\n'
+            f'kubeproxy_sync_proxy_rules_duration_seconds_sum{{ip_family="IPv4"}} {total}\n'
+            f'kubeproxy_sync_proxy_rules_duration_seconds_count{{ip_family="IPv4"}} {count}\n'
+            f'kubeproxy_sync_proxy_rules_duration_seconds_count{{ip_family="IPv6"}} 99\n')
+
+
+def test_each_new_sync_timestamp_is_one_sync_with_its_length():
+    scraper = e2e.SyncScraper(0.25)
+    scraper._wall_offset = 1000.0  # wall clock = monotonic + 1000
+    scraper.record(metrics(1100.0, 3, 0.5))  # the first scrape only sets the baseline
+    scraper.record(metrics(1100.0, 3, 0.5))  # nothing new
+    scraper.record(metrics(1102.0, 4, 0.75))  # one sync of 0.25 s, ended at wall 1102
+    assert scraper.syncs == [(pytest.approx(101.75), pytest.approx(102.0))]
+    scraper.record(metrics(1105.0, 6, 1.05))  # two syncs between scrapes: the last one's end, their mean length
+    assert scraper.syncs[-1] == (pytest.approx(104.85), pytest.approx(105.0))
+    assert scraper.merged == 1
+
+
+def test_bucket_quantile_is_the_upper_bound_of_the_bucket_holding_it():
+    buckets = [(0.25, 0.0), (0.5, 10.0), (1.0, 90.0), (2.0, 100.0)]
+    assert e2e.bucket_quantile(buckets, 0.5) == 1.0
+    assert e2e.bucket_quantile(buckets, 0.99) == 2.0
+    assert e2e.bucket_quantile(buckets, 0.1) == 0.5
+    assert e2e.bucket_quantile([(1.0, 0.0)], 0.5) is None
+
+
+def test_percentile_picks_the_nearest_rank():
+    values = [float(v) for v in range(1, 101)]
+    assert e2e.percentile(values, 0.5) == 51.0  # index round(0.5 * 99) = 50 (round half to even)
+    assert e2e.percentile(values, 0.99) == 99.0
