@@ -301,3 +301,34 @@ def test_cached_object_is_the_stored_one_with_its_resource_version(registry, sto
     assert deleted.view["metadata"] == {k: v for k, v in stored["metadata"].items() if k in ("name", "namespace", "labels")}
     # byte for byte what the storage path (decode, then encode) serves
     assert deleted.raw == msgspec.json.encode(decode(KeyValue("k", msgspec.json.encode(stored), 1, 12)))
+
+
+# -- over HTTP: the same answers with and without the watch cache --------------------------------
+
+
+@pytest.mark.parametrize("flag", ["--watch-cache=true", "--watch-cache=false"], ids=["cache", "storage"])
+def test_lists_and_watches_over_http(fresh_apiserver, flag):
+    import json
+
+    server = fresh_apiserver(flag)
+    http = server.session()
+    base = f"{server.url}/api/v1/namespaces/default/services"
+    for name, tier in (("a", "web"), ("b", "db"), ("c", "web")):
+        assert http.post(base, json=svc(name, {"tier": tier})).status_code == 201
+    listed = http.get(base, params={"labelSelector": "tier=web"}).json()
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["a", "c"]
+    first = http.get(base, params={"limit": "2"}).json()
+    rest = http.get(base, params={"limit": "2", "continue": first["metadata"]["continue"]}).json()
+    assert [i["metadata"]["name"] for i in first["items"] + rest["items"]] == ["a", "b", "c", "kubernetes"]
+    assert first["metadata"]["remainingItemCount"] == 2 and rest["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+    rv = listed["metadata"]["resourceVersion"]
+    patched = http.patch(f"{base}/a", data=json.dumps({"metadata": {"labels": {"tier": "db"}}}),
+                         headers={"Content-Type": "application/merge-patch+json"}).json()
+    assert http.delete(f"{base}/c").status_code == 200
+    with http.get(base, params={"watch": "true", "resourceVersion": rv, "labelSelector": "tier=web", "timeoutSeconds": "1"},
+                  stream=True) as response:
+        events = [json.loads(line) for line in response.iter_lines() if line]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("DELETED", "a"), ("DELETED", "c")]
+    # a left the selection: its last matching state at the revision it left
+    assert events[0]["object"]["metadata"]["labels"] == {"tier": "web"}
+    assert events[0]["object"]["metadata"]["resourceVersion"] == patched["metadata"]["resourceVersion"]

@@ -401,6 +401,26 @@ class CacheWatch:
             self._cache.forget_bookmark(self)
             self._ready.set()
 
+    async def next_batch(self, timeout: float) -> list | None:
+        """The events due, waiting up to ``timeout`` for one ([] then); None once closed (the
+        watch handler's interface: one write per batch, no task in between)."""
+        if not self._pending:
+            if self._closed:
+                return None
+            self._ready.clear()
+            try:
+                await asyncio.wait_for(self._ready.wait(), timeout)
+            except asyncio.TimeoutError:
+                return []
+            if not self._pending:
+                return None if self._closed else []
+        items = list(self._pending)
+        self._pending.clear()
+        return items
+
+    async def aclose(self) -> None:
+        self.close()
+
     async def __aiter__(self) -> AsyncIterator[tuple[str, object]]:
         try:
             while True:

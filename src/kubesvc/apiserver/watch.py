@@ -27,7 +27,7 @@ from aiohttp import web
 from kubesvc.api.errors import StatusError
 from kubesvc.api.selectors import parse_field_selector
 from kubesvc.apiserver import codec
-from kubesvc.apiserver.cacher import WireEvent
+from kubesvc.apiserver.cacher import CacheWatch, WireEvent
 from kubesvc.apiserver.handlers import Target, list_options
 from kubesvc.apiserver.tables import to_table
 
@@ -55,7 +55,6 @@ async def watch_objects(request: web.Request, target: Target) -> web.StreamRespo
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     next_bookmark = min(loop.time() + BOOKMARK_INTERVAL, deadline - BOOKMARK_BEFORE_DEADLINE)
-    queue: asyncio.Queue = asyncio.Queue()
     first_table = True
 
     def encode_event(event_type: str, obj: dict | WireEvent) -> bytes:
@@ -80,41 +79,75 @@ async def watch_objects(request: web.Request, target: Target) -> web.StreamRespo
         await response.write_eof()
         return response
 
-    async def pump() -> None:
-        try:
-            async for event in objects:
-                await queue.put(event)
-        finally:
-            await queue.put(None)
-
-    pump_task = asyncio.create_task(pump())
+    source = objects if isinstance(objects, CacheWatch) else _Pumped(objects)
     try:
         while True:
             now = loop.time()
             if now >= deadline:
                 break
             wake = min(deadline, next_bookmark if bookmarks else deadline, now + DISCONNECT_POLL)
-            try:
-                item = await asyncio.wait_for(queue.get(), timeout=max(0.0, wake - now))
-            except asyncio.TimeoutError:
+            items = await source.next_batch(max(0.0, wake - now))
+            if items is None:
+                break
+            if not items:
                 if request.transport is None or request.transport.is_closing():
                     break
                 if bookmarks and loop.time() >= next_bookmark:
-                    objects.request_progress()
+                    source.request_progress()
                     next_bookmark = min(loop.time() + BOOKMARK_INTERVAL, deadline - BOOKMARK_BEFORE_DEADLINE)
                     if next_bookmark <= loop.time():
                         next_bookmark = deadline + 1
                 continue
-            if item is None:
-                break
-            await response.write(encode_event(*item))
+            # everything already due in one write (each line a whole event, flushed together)
+            await response.write(b"".join([encode_event(*item) for item in items]))
     except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
         pass
     finally:
-        objects.close()
-        pump_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await pump_task
+        await source.aclose()
     with contextlib.suppress(ConnectionResetError, ConnectionError, RuntimeError):
         await response.write_eof()
     return response
+
+
+class _Pumped:
+    """A storage watch (the registry's ObjectWatch) read by a task into a queue, behind the
+    watch cache's ``next_batch`` interface."""
+
+    def __init__(self, objects):
+        self._objects = objects
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._ended = False
+        self._task = asyncio.create_task(self._pump())
+
+    async def _pump(self) -> None:
+        try:
+            async for event in self._objects:
+                await self._queue.put(event)
+        finally:
+            await self._queue.put(None)
+
+    async def next_batch(self, timeout: float) -> list | None:
+        """The events due, waiting up to ``timeout`` for one ([] then); None once the watch ended."""
+        if self._ended:
+            return None
+        try:
+            first = await asyncio.wait_for(self._queue.get(), timeout=timeout)
+        except asyncio.TimeoutError:
+            return []
+        items = []
+        while first is not None:
+            items.append(first)
+            if self._queue.empty():
+                return items
+            first = self._queue.get_nowait()
+        self._ended = True
+        return items or None
+
+    def request_progress(self) -> None:
+        self._objects.request_progress()
+
+    async def aclose(self) -> None:
+        self._objects.close()
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._task
