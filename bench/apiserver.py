@@ -227,8 +227,11 @@ async def serve_figures(server, args, expected: int, round_: int) -> dict:
         creates, elapsed = await create_all(session, server.url, [f"more{round_}-{i:06d}" for i in range(args.batch)], args.concurrency)
         cpu = (cpu_seconds(pid) - cpu_before) / args.batch
         lists = await list_figures(session, server.url, args.list_runs, expected + args.batch, pid)
+        cpu_before_watch = cpu_seconds(pid)
         watch, writes = await watch_latency(session, server.url, args.watchers, args.watch_writes, round_)
-    return {"creates": (creates, args.batch / elapsed, cpu), "lists": lists, "watch": watch, "writes": writes, "rss": peak_rss_mib(pid)}
+        watch_cpu = (cpu_seconds(pid) - cpu_before_watch) / args.watch_writes
+    return {"creates": (creates, args.batch / elapsed, cpu), "lists": lists, "watch": watch, "writes": writes, "watch_cpu": watch_cpu,
+            "rss": peak_rss_mib(pid)}
 
 
 def print_serving(label: str, figures: dict, n: int, args) -> None:
@@ -240,7 +243,7 @@ def print_serving(label: str, figures: dict, n: int, args) -> None:
         print(f"  [{label}] list {n} ({what}, {size / 2**20:.1f} MiB): server (to last byte) {spread(served)}   "
               f"server CPU {ms(cpu)}/list   client decode p50 {ms(statistics.median(decoded))}   (first, untimed run: {ms(first)})")
     print(f"  [{label}] watch, {args.watchers} watchers x {args.watch_writes} writes: delivery {spread(figures['watch'])}   "
-          f"(the write itself {spread(figures['writes'])})")
+          f"(the write itself {spread(figures['writes'])})   server CPU {ms(figures['watch_cpu'])}/write and its {args.watchers} deliveries")
     print(f"  [{label}] server peak RSS {figures['rss']:.0f} MiB")
 
 
@@ -288,7 +291,8 @@ async def run_throughput(args) -> None:
             print(f"  list ({'one page' if not page else f'pages of {page}'}), peer / default: server time p50 {ratio:5.2f}x   "
                   f"server CPU {cpu_ratio:5.2f}x")
         ratio = percentile(peer["watch"], .99) / percentile(ours["watch"], .99)
-        print(f"  watch delivery p99, peer / default: {ratio:5.2f}x")
+        print(f"  watch delivery, peer / default: p99 {ratio:5.2f}x   server CPU per write and its deliveries "
+              f"{peer['watch_cpu'] / ours['watch_cpu']:5.2f}x")
 
 
 # ---- authentication + authorization cost ------------------------------------------------------
