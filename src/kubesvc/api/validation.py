@@ -160,17 +160,30 @@ class _Port:
         self.app_protocol = read(errs, port, "appProtocol", path, str)
 
 
-class _Service:
-    """The ServiceSpec fields validation reads; nil pointers stay None."""
+class _ClusterIPFields:
+    """The ServiceSpec fields ``_cluster_ips_related`` reads, and only those: allocation runs
+    that check on every create and update, before validation reads everything else."""
 
     def __init__(self, errs: Errs, obj: Any):
-        spec = read_map(errs, obj, "spec", "")
+        spec = self._spec = read_map(errs, obj, "spec", "")
         p = "spec"
         self.type = read_str(errs, spec, "type", p)
         self.cluster_ip = read_str(errs, spec, "clusterIP", p)
         self.cluster_ips = read_str_list(errs, spec, "clusterIPs", p)
         self.ip_families = read_str_list(errs, spec, "ipFamilies", p)
         self.ip_family_policy = read(errs, spec, "ipFamilyPolicy", p, str)
+
+    @property
+    def headless(self) -> bool:
+        return self.cluster_ips == ["None"]
+
+
+class _Service(_ClusterIPFields):
+    """The ServiceSpec fields validation reads; nil pointers stay None."""
+
+    def __init__(self, errs: Errs, obj: Any):
+        super().__init__(errs, obj)
+        spec, p = self._spec, "spec"
         self.ports_given = bool(read_list([], spec, "ports", p))
         self.ports = [_Port(errs, port, index("spec.ports", i)) for i, port in elements(errs, read_list(errs, spec, "ports", p), "spec.ports", dict)]
         self.selector = read_str_map(errs, spec, "selector", p)
@@ -186,10 +199,6 @@ class _Service:
         self.lb_class = read(errs, spec, "loadBalancerClass", p, str)
         self.traffic_distribution = read(errs, spec, "trafficDistribution", p, str)
         self.annotations = Meta([], obj).annotations
-
-    @property
-    def headless(self) -> bool:
-        return self.cluster_ips == ["None"]
 
     @property
     def externally_accessible(self) -> bool:
@@ -306,10 +315,10 @@ def validate_service_cluster_ips(obj: Any) -> list[FieldError]:
     ipFamilyPolicy hold known values, at most one IP per family. Exported because allocation
     runs it before choosing families (upstream does the same); wrongly typed fields read as
     absent here and are reported by ``validate``."""
-    return _cluster_ips_related(_Service([], obj))
+    return _cluster_ips_related(_ClusterIPFields([], obj))
 
 
-def _cluster_ips_related(svc: _Service) -> Errs:
+def _cluster_ips_related(svc: _ClusterIPFields) -> Errs:
     if svc.type == "ExternalName":
         return []
     errs: Errs = []

@@ -130,6 +130,8 @@ def canonical_address(address: str) -> str:
 
 def ip_family(value: str) -> str:
     """"IPv4", "IPv6" or "" (not an IP): netutils.IPFamilyOfString."""
+    if CANONICAL_IPV4.match(value):  # most IPs asked about: no parse needed
+        return "IPv4"
     ip = parse_ip_sloppy(value)
     if ip is None:
         return ""
