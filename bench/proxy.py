@@ -13,6 +13,11 @@ each size's peak memory is its own), then:
    Service and endpoints maps (the shared Proxier path), building the transaction and
    bookkeeping, and the kernel calls. **Python** is everything but the kernel calls (reading
    the table back, the transaction itself), so its share is what the proxy's own code costs;
+   the Python inside the kernel layer (parsing and packing elements for netlink batches,
+   ``NFTables.python_seconds``) counts as Python. Beside the wall times, the sync's **CPU**
+   seconds: the proxy in user mode, in kernel mode (netlink batches, page faults) and its
+   ``nft`` children, with the load average: on a shared machine wall time stretches with the
+   load, CPU time much less;
 3. makes ``--changes`` (≥ 20) **single endpoint changes** of each kind, each a partial sync of
    its own on a Service spread over the range: one endpoint **replaced** by a new address (a
    rolling update: only set elements change), then one endpoint **added** (the endpoint count
@@ -187,7 +192,9 @@ async def bench(args: argparse.Namespace) -> dict:
     proxier.services_synced = proxier.endpoint_slices_synced = True
     fed = time.perf_counter() - fed
 
+    cpu = os.times()
     full_total, full_python, full_kernel = await timed_sync(proxier)
+    cpu = [after - before for before, after in zip(cpu, os.times())]
     full = proxier.last_result
 
     # Single endpoint changes, each a partial sync of its own, on Services spread over the range
@@ -220,6 +227,9 @@ async def bench(args: argparse.Namespace) -> dict:
     out = {
         "mode": args.mode, "services": n, "endpoints": e, "feed_s": fed,
         "full_s": full_total, "full_python_s": full_python, "full_kernel_s": full_kernel, "full_written": full.written,
+        # CPU seconds of the full sync: this process in user mode (Python, and libnftables when
+        # in-process), in kernel mode (netlink batches, page faults), and its nft children
+        "full_cpu_user_s": cpu[0], "full_cpu_sys_s": cpu[1], "full_cpu_children_s": cpu[2] + cpu[3],
     }
     for kind, changes in series.items():
         totals = [t for t, *_ in changes]
@@ -228,6 +238,7 @@ async def bench(args: argparse.Namespace) -> dict:
                      "count": len(changes), "median_python_ms": median[1] * 1e3, "median_kernel_ms": median[2] * 1e3,
                      "written": median[3].written}
     return out | {
+        "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
         "rss_start_mib": rss_start, "rss_end_mib": status_mib("VmRSS"), "rss_peak_mib": status_mib("VmHWM"),
         "connect_p50_us": pct(latencies, 0.5) * 1e6 if latencies else None,
         "connect_p99_us": pct(latencies, 0.99) * 1e6 if latencies else None,
@@ -242,6 +253,8 @@ def report(r: dict) -> None:
     print(f"  feeding the change trackers (not timed below): {r['feed_s']:.2f} s")
     print(f"  full sync:    {r['full_s']:.3f} s  (Python {r['full_python_s']:.3f} s = {100 * r['full_python_s'] / r['full_s']:.0f} %, "
           f"kernel {r['full_kernel_s']:.3f} s); written: {written}")
+    print(f"  full sync CPU: proxy user {r['full_cpu_user_s']:.2f} s, proxy system {r['full_cpu_sys_s']:.2f} s, "
+          f"nft children {r['full_cpu_children_s']:.2f} s (about the wall time on an idle machine; load average {r['load']})")
     for kind in ("replaced", "added"):
         c = r[kind]
         print(f"  one endpoint {kind} ({c['count']} partial syncs): p50 {c['p50_ms']:.1f} ms, p99 {c['p99_ms']:.1f} ms, "
