@@ -92,8 +92,14 @@ def _omit_empty_lists(meta: dict) -> None:
             del meta[name]
 
 
-def _same_object(a: dict, b: dict) -> bool:
-    return encode(a) == encode(b)
+def _changed_value(new: dict, stored: storage.KeyValue, old: dict) -> bytes | None:
+    """What to store for ``new``, or None when it is the object ``stored`` holds (``old`` is
+    that object, decoded): a write that changes nothing is not written. The stored bytes are
+    ``encode(old)`` for everything this store wrote, so they are compared first and the new
+    object is encoded once for both the comparison and the write; ``encode(old)`` still
+    decides for a value written otherwise."""
+    value = encode(new)
+    return None if value == stored.value or value == encode(old) else value
 
 
 @dataclass
@@ -512,9 +518,10 @@ class Store:
             if wanted_rv not in (None, "") and str(wanted_rv) != str(kv.mod_revision):
                 raise errors.conflict(self.info.resource, name, self.info.group)
             new, txn = self._prepare_update(old, desired, field_manager=field_manager, subresource=subresource, track=track, dry_run=dry_run)
-            if dry_run or _same_object(new, old):
+            value = _changed_value(new, kv, old)
+            if dry_run or value is None:
                 txn.revert()
-                return new if dry_run and not _same_object(new, old) else old
+                return new if dry_run and value is not None else old
             meta = new["metadata"]
             key = self._key(namespace, name)
             if _delete_during_update(old, new, self.strategy):
@@ -522,7 +529,7 @@ class Store:
                 txn = self.strategy.begin_delete(old)
                 write: storage.Op = storage.Delete(key, kv.mod_revision)
             else:
-                write = storage.Update(key, encode(new), kv.mod_revision)
+                write = storage.Update(key, value, kv.mod_revision)
             result = self._write(txn, write, name)
             if result is None:
                 continue
@@ -541,9 +548,10 @@ class Store:
             current = decode(kv)
             self._check_preconditions(name, current["metadata"], preconditions or {})
             new = mutate(copy.deepcopy(current))
-            if dry_run or _same_object(new, current):
+            value = None if dry_run else _changed_value(new, kv, current)
+            if value is None:
                 return new
-            result = self._write(Txn(), storage.Update(kv.key, encode(new), kv.mod_revision), name)
+            result = self._write(Txn(), storage.Update(kv.key, value, kv.mod_revision), name)
             if result is None:
                 continue
             new["metadata"]["resourceVersion"] = str(result.revision)
@@ -651,11 +659,12 @@ class Store:
                 self.strategy.admit_delete(obj)  # admission refuses dry runs too
             if plan.action == "mark":
                 new = plan.obj
-                if dry_run or _same_object(new, obj):
+                value = None if dry_run else _changed_value(new, kv, obj)
+                if value is None:
                     return new, False
                 # marking is an update: hooks see it (a ServiceCIDR being deleted stops serving)
                 txn = self.strategy.begin_update(new, obj, False, "")
-                result = self._write(txn, storage.Update(kv.key, encode(new), kv.mod_revision), name)
+                result = self._write(txn, storage.Update(kv.key, value, kv.mod_revision), name)
                 if result is None:
                     continue
                 new["metadata"]["resourceVersion"] = str(result.revision)
