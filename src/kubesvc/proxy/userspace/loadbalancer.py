@@ -92,8 +92,9 @@ class LoadBalancerRR(Generic[K, E]):
         entry = self._entries.get(key)
         if entry is None or not entry.endpoints:
             raise NoEndpoints(f"missing endpoints for {key}")
-        now = self.clock()
-        if entry.affinity and not reset:
+        affinity = entry.affinity
+        now = self.clock() if affinity else 0.0  # (a clock read per connection only where it is used)
+        if affinity and not reset:
             session = entry.sessions.get(client_ip)
             if session is not None and int(now - session.last_used) < entry.ttl:
                 session.last_used = now
@@ -109,7 +110,7 @@ class LoadBalancerRR(Generic[K, E]):
                     entry.index += step
                     break
         entry.index = (entry.index + 1) % n
-        if entry.affinity:
+        if affinity:
             entry.sessions[client_ip] = _Session(chosen, now)
         return chosen
 

@@ -243,14 +243,13 @@ class _Pump:
     to be writable; the source is not read meanwhile. ``_DONE``: the source ended (FIN passed
     on) or the connection closed."""
 
-    __slots__ = ("conn", "src", "dst", "sfd", "dfd", "s", "d", "splice", "piping", "pipe", "buf", "capacity", "start",
+    __slots__ = ("conn", "src", "dst", "to_backend", "splice", "piping", "pipe", "buf", "capacity", "start",
                  "inflight", "state", "other", "fin_seen", "writes")
 
     def __init__(self, conn: _Connection, s: int, splice: bool):
         self.conn = conn
-        self.s, self.d = s, 1 - s
         self.src, self.dst = conn.socks[s], conn.socks[1 - s]
-        self.sfd, self.dfd = self.src.fileno(), self.dst.fileno()
+        self.to_backend = s == _CLIENT
         self.splice = splice  # may move on to splice once the stream proves bulk
         self.piping = False  # moving bytes with splice (else copying through buf)
         self.pipe: tuple[int, int, int] | None = None
@@ -312,7 +311,7 @@ class _Pump:
             if n == 0:
                 self._eof()
                 return False
-            if self.writes == 1 and self.d == _BACKEND:  # (the client's socket inherits it)
+            if self.writes == 1 and self.to_backend:  # (the client's socket inherits it)
                 dst.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.writes += 1
             try:
@@ -372,7 +371,7 @@ class _Pump:
                     return self._fill()
                 self.capacity = pipe[2]
             try:
-                n = os.splice(self.sfd, pipe[1], self.capacity, flags=_SPLICE_FLAGS)
+                n = os.splice(self.src.fileno(), pipe[1], self.capacity, flags=_SPLICE_FLAGS)
             except _AGAIN:
                 return None
         else:
@@ -395,7 +394,7 @@ class _Pump:
         """Write what is in flight; False: the destination took only part of it (its send
         buffer is full: wait until it is writable)."""
         left = self.inflight
-        if self.writes == 1 and self.d == _BACKEND:  # (the client's socket inherits it)
+        if self.writes == 1 and self.to_backend:  # (the client's socket inherits it)
             try:
                 self.dst.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
@@ -403,7 +402,7 @@ class _Pump:
         self.writes += 1
         try:
             if self.pipe is not None and self.buf is None:
-                n = os.splice(self.pipe[0], self.dfd, left, flags=_SPLICE_FLAGS)
+                n = os.splice(self.pipe[0], self.dst.fileno(), left, flags=_SPLICE_FLAGS)
             else:
                 start = self.start
                 n = self.dst.send(self.buf[start:start + left], _DONTWAIT)
@@ -512,6 +511,8 @@ class _Connection:
             self.socks[_CLIENT].setblocking(False)
 
     def _on_client(self, events: int) -> None:
+        if self.pumps is None:
+            return
         up, down = self.pumps
         if events & (_IN | _RDHUP | _ERRHUP):
             up.readable(events)
@@ -530,6 +531,8 @@ class _Connection:
                 self._redial()
             elif events & (_OUT | _IN):
                 self._relay(events)
+            return
+        if self.pumps is None:
             return
         up, down = self.pumps
         if events & (_IN | _RDHUP | _ERRHUP):
@@ -640,10 +643,12 @@ class _Connection:
         self.closed = True
         self.listener.connections.discard(self)
         self.connecting = False
-        if self.pumps is not None:
+        if self.pumps is not None:  # (no cycles left: refcounting frees the connection, not the GC)
             for pump in self.pumps:
                 pump.state = _DONE
                 pump._release()
+                pump.other = None
+            self.pumps = None
         return True
 
     def _close(self, reset: bool) -> None:
