@@ -37,6 +37,21 @@ def full_plan(snapshot: rules.KernelSnapshot) -> rules.SyncPlan:
     return rules.build_sync(request(PORTS), options(), rules.NftState(), snapshot, 0.0)
 
 
+@pytest.fixture(autouse=True)
+def any_share(monkeypatch):
+    """These few elements are a small part of the text: early all the same."""
+    monkeypatch.setattr(rules, "EARLY_MIN_SHARE", 0.0)
+
+
+def test_early_only_when_the_elements_are_most_of_the_text(monkeypatch):
+    monkeypatch.setattr(rules, "EARLY_MIN_SHARE", 0.5)
+    assert not isinstance(full_plan(rules.KernelSnapshot()).kernel_input, Transaction)  # a few elements beside the fixed part
+    many = [(port("ns", f"s{i}", cluster_ip=f"172.30.1.{i}"), tuple(ep(f"10.{i}.{j // 250}.{j % 250}", 80) for j in range(500)))
+            for i in range(4)]
+    assert isinstance(rules.build_sync(request(many), options(), rules.NftState(), rules.KernelSnapshot(), 0.0).kernel_input,
+                      Transaction)  # 4000 elements
+
+
 def map_of(text: str, svc: str) -> str:
     """The endpoint map Service ``svc``'s dnat rule reads, from the text."""
     return next(line.rsplit("@", 1)[1] for line in text.splitlines() if f"-{svc}/" in line and " map @" in line)

@@ -243,6 +243,10 @@ SLOT_SPACE = 1 << 32  # numgen yields u32
 # the transaction lands. A slot map is read only in the blocks of the rules that the transaction
 # itself writes; a hairpin pair only for traffic already DNATed to that address.
 EARLY_CONTAINERS = frozenset(ENDPOINT_MAPS) | {HAIRPIN_ENDPOINTS}
+# ... worth it when those additions are most of the text: at 5k × 50, 27 of its 30 MB. When they
+# are a small part (10k × 2: the hairpin pairs, 0.7 of 5 MB) the text without them is nearly a
+# second copy of the transaction (peak RSS +6 MiB) for little parsing spared: sent whole.
+EARLY_MIN_SHARE = 0.5
 
 
 @dataclass(slots=True)
@@ -755,10 +759,12 @@ class _Tx:
             self.n_rules += len(bodies)
 
     def kernel_input(self) -> str:
-        """The text; with ``early`` additions a ``Transaction`` that also knows the text without them."""
-        if not self.early:
-            return self.text()
-        return Transaction(self.text(), self.early, self.text)
+        """The text; with ``early`` additions that are at least EARLY_MIN_SHARE of it, a
+        ``Transaction`` that also knows the text without them."""
+        text = self.text()
+        if not self.early or sum(len(self.add_elements[c][0]) for c in self.early) < EARLY_MIN_SHARE * len(text):
+            return text
+        return Transaction(text, self.early, self.text)
 
     def text(self, skip: Collection[str] = ()) -> str:
         p = self.prefix
