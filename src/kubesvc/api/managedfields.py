@@ -618,6 +618,8 @@ def _encode(managed: Managed) -> list[dict]:
     # an entry read from an object is copied (it may be shared with that object); one built
     # here by _wire is new already
     entries = [copy.deepcopy(e.wire) if e.wire is not None else _wire(e) for e in managed.values()]
+    if len(entries) < 2:
+        return entries  # a create's one entry: no times to parse for a sort
     return sorted(entries, key=lambda w: (w["operation"], _seconds(w.get("time")), w.get("manager", ""),
                                           w["apiVersion"], w.get("subresource", "")))
 

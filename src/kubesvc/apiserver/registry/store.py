@@ -292,6 +292,7 @@ class Store:
         self.clock = clock
         self.registry = registry
         self.strategy = strategy
+        self._namespaces_seen: dict[str, tuple[int, bool]] = {}  # Namespace key -> (revision, terminating)
 
     # ---- helpers -----------------------------------------------------------------------------
     def _key(self, namespace: str | None, name: str) -> str:
@@ -401,9 +402,21 @@ class Store:
         ns_kv = self.backend.get(self.registry.store("", "namespaces").info.key(None, namespace or ""))
         if ns_kv is None:
             raise errors.not_found("namespaces", namespace or "")
-        ns = _json_decode(ns_kv.value)
-        if (ns.get("metadata") or {}).get("deletionTimestamp") or (ns.get("status") or {}).get("phase") == "Terminating":
+        if self._terminating(ns_kv):
             raise namespace_lifecycle.terminating(self.info, obj, namespace or "")
+
+    def _terminating(self, ns_kv: storage.KeyValue) -> bool:
+        """Whether the Namespace stored as ``ns_kv`` is being deleted; remembered per revision
+        of it, so creates in a namespace do not decode the same Namespace each time."""
+        seen = self._namespaces_seen.get(ns_kv.key)
+        if seen is not None and seen[0] == ns_kv.mod_revision:
+            return seen[1]
+        ns = _json_decode(ns_kv.value)
+        terminating = bool((ns.get("metadata") or {}).get("deletionTimestamp") or (ns.get("status") or {}).get("phase") == "Terminating")
+        if len(self._namespaces_seen) >= 1024:
+            self._namespaces_seen.clear()
+        self._namespaces_seen[ns_kv.key] = (ns_kv.mod_revision, terminating)
+        return terminating
 
     def prepare_new(self, namespace: str | None, obj: dict, *, field_manager: str, managed: bool = True) -> dict:
         """Everything a create does before the write: the object as it would be stored (no
@@ -430,7 +443,7 @@ class Store:
             meta.pop(system_field, None)
         meta.pop("selfLink", None)
         meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = self._now()
+        meta["creationTimestamp"] = now = self._now()
         if self.strategy.bumps_generation:
             meta["generation"] = 1
         self.strategy.prepare_for_create(obj)
@@ -442,7 +455,7 @@ class Store:
             if field_errors:
                 raise self._invalid(meta.get("name") or "", field_errors)
             if managed:
-                track_update(None, obj, manager=field_manager, schema=self.info.schema, api_version=self.info.api_version, now=self._now())
+                track_update(None, obj, manager=field_manager, schema=self.info.schema, api_version=self.info.api_version, now=now)
         except BaseException:
             txn.revert()
             raise
