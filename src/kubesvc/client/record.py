@@ -1,8 +1,12 @@
 """Events through the API, as client-go's ``tools/record``: a component reports what it did to
 an object (``Normal``) or what went wrong (``Warning``) as a core/v1 Event naming it.
 
-Recording is best effort and never blocks the caller: ``event`` queues a task and returns; a
-failed write is logged, never raised (upstream drops Events under pressure too). An exact
+Recording is best effort and never blocks the caller: ``event`` queues the Event and returns;
+one sender writes the queue in order, as client-go's broadcaster feeds one sink goroutine (so a
+burst of a thousand Events is a thousand writes one after another on one connection, not a
+thousand connections opened at once beside the component's real work); a failed write is
+logged, never raised, and beyond ``MAX_QUEUED`` waiting Events new ones are dropped (upstream's
+queue of 1000, ``DropIfChannelFull``). An exact
 repeat (same object, type, reason and message) is not a new Event: as client-go's
 ``EventCorrelator``, the first one's ``count`` goes up and its ``lastTimestamp`` moves. The flow
 is ``api.events.record_steps``, shared with the apiserver's own recorder; this module drives it
@@ -13,12 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 
 from kubesvc.api.events import ALREADY_EXISTS, NOT_FOUND, Bump, Step, record_steps
 from kubesvc.client.rest import EVENTS, ApiError, ClientError, RestClient
 from kubesvc.util.clock import Clock, RealClock
 
 log = logging.getLogger("kubesvc.client.record")
+
+MAX_QUEUED = 1000
 
 
 class EventRecorder:
@@ -30,21 +37,33 @@ class EventRecorder:
         self.component = component
         self.clock = clock or RealClock()
         self._recorded: dict[tuple, dict] = {}
-        self._pending: set[asyncio.Task] = set()
+        self._queue: deque[tuple] = deque()
+        self._sender: asyncio.Task | None = None
 
     def event(self, obj: dict, type_: str, reason: str, message: str, action: str = "") -> None:
         """Queue one Event; returns at once (call from sync code or handlers)."""
-        task = asyncio.get_running_loop().create_task(self._record(obj, type_, reason, message, action))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        if len(self._queue) >= MAX_QUEUED:
+            log.warning("dropping event %s %r about %s: %d events already wait", reason, message, (obj.get("metadata") or {}).get("name"),
+                        len(self._queue))
+            return
+        self._queue.append((obj, type_, reason, message, action, self.clock.now()))
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.get_running_loop().create_task(self._send_queued())
 
     async def flush(self) -> None:
         """Wait for the Events queued so far (tests, shutdown)."""
-        while self._pending:
-            await asyncio.gather(*list(self._pending), return_exceptions=True)
+        while self._sender is not None and not self._sender.done():
+            await asyncio.gather(self._sender, return_exceptions=True)
 
-    async def _record(self, obj: dict, type_: str, reason: str, message: str, action: str) -> None:
-        steps = record_steps(self._recorded, obj, type_, reason, message, component=self.component, action=action, now=self.clock.now())
+    async def _send_queued(self) -> None:
+        while self._queue:
+            try:
+                await self._record(*self._queue.popleft())
+            except Exception:  # best effort: the next Events still go out
+                log.exception("cannot record an event")
+
+    async def _record(self, obj: dict, type_: str, reason: str, message: str, action: str, now) -> None:
+        steps = record_steps(self._recorded, obj, type_, reason, message, component=self.component, action=action, now=now)
         try:
             step = next(steps)
             while True:

@@ -51,7 +51,7 @@ log = logging.getLogger("kubesvc.controllers.scheduler")
 
 UNSCHEDULABLE_RETRY = 300.0  # seconds an unschedulable Pod waits at most before another try
 MAX_RETRIES = 15
-MAX_BINDINGS_IN_FLIGHT = 64  # binding requests at once: a burst is bound in parallel, within the apiserver's in-flight limit
+MAX_BINDINGS_IN_FLIGHT = 16  # binding requests at once: a burst is bound in parallel, within the apiserver's in-flight limit
 POD_INITIAL_BACKOFF = 1.0  # seconds before a Pod whose binding failed is tried again, doubling ...
 POD_MAX_BACKOFF = 10.0  # ... up to this (upstream's podInitialBackoffSeconds, podMaxBackoffSeconds)
 
