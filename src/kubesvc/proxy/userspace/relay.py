@@ -516,7 +516,7 @@ class _Connection:
         up, down = self.pumps
         if events & (_IN | _RDHUP | _ERRHUP):
             up.readable(events)
-        if events & (_OUT | _ERRHUP):
+        if down.state == _WRITING and events & (_OUT | _ERRHUP):  # (writable is reported with every event)
             down.writable()
         if events & _ERR and not self.closed:  # reset while neither direction was reading it
             self.fail(ConnectionResetError(errno.ECONNRESET, "client reset"))
@@ -537,7 +537,7 @@ class _Connection:
         up, down = self.pumps
         if events & (_IN | _RDHUP | _ERRHUP):
             down.readable(events)
-        if events & (_OUT | _ERRHUP):
+        if up.state == _WRITING and events & (_OUT | _ERRHUP):
             up.writable()
         if events & _ERR and not self.closed:
             self.fail(ConnectionResetError(errno.ECONNRESET, "endpoint reset"))
