@@ -51,6 +51,8 @@ from kubesvc.util.aio import wait_event
 from kubesvc.util.clock import Clock
 from kubesvc.util.golang import format_duration
 
+STATUS_RETRY_SECONDS = 1.0  # after a failed status write with no newer status to write
+
 log = logging.getLogger("kubesvc.agent")
 
 STOPPED_FOR_GOOD = object()
@@ -591,12 +593,18 @@ class PodWorker:
                     log.warning("pod %s: status update refused: %s", _describe(self.pod), err)
                 return  # gone, or another Pod now: never retried
             log.warning("pod %s: status update failed: %s", _describe(self.pod), err)
-            await asyncio.sleep(1.0)
-            self._dirty.set()
+            await self._retry_status_later()
         except ClientError as err:
             log.warning("pod %s: status update failed: %s", _describe(self.pod), err)
-            await asyncio.sleep(1.0)
-            self._dirty.set()
+            await self._retry_status_later()
+
+    async def _retry_status_later(self) -> None:
+        """After a failed status write: again in ``STATUS_RETRY_SECONDS``, or at once when the
+        status changes meanwhile (the kubelet's status manager writes a new status on its next
+        sync whatever the last one did), e.g. a readiness result reaching the API without
+        waiting out the rest of a retry delay."""
+        await wait_event(self._dirty, STATUS_RETRY_SECONDS)
+        self._dirty.set()
 
 
 def _mount_namespace_pid(slot: ContainerSlot) -> int | None:
