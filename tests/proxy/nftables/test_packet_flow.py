@@ -368,3 +368,24 @@ def test_the_tracer_refuses_a_rule_it_cannot_read():
                  "add rule ip kube-proxy nat-prerouting meta skuid 0 accept\n")
     with pytest.raises(TraceError, match="meta skuid 0"):
         trace_packet(nft, "10.0.0.2", "tcp", "10.0.0.3", 80)
+
+
+@pytest.mark.parametrize("ranges,outcome", [
+    ("16-23 : 10.1.0.1 . 80, 24-31 : 10.1.0.2 . 80", "10.1.0.1:80, 10.1.0.2:80"),
+    ("16-23 : 10.1.0.1 . 80, 25-31 : 10.1.0.2 . 80", "numbers 24-24 of @m hold no endpoint"),
+    ("16-23 : 10.1.0.1 . 80", "numbers 24-31 of @m hold no endpoint"),
+    ("16-23 : 10.1.0.1 . 80, 24-40 : 10.1.0.2 . 80", "range 24-40 of @m crosses the block"),
+], ids=["covered", "a gap", "the end missing", "a range past the block"])
+def test_the_tracer_follows_every_range_of_a_block_and_refuses_a_block_not_covered(ranges, outcome):
+    """An endpoint range map (``flags interval``): the DNAT may land on any range of the block,
+    and a number of the block no range holds would find no endpoint."""
+    nft = FakeNFTables()
+    nft.run_sync("add table ip kube-proxy\nadd chain ip kube-proxy nat-prerouting { type nat hook prerouting priority -100 ; }\n"
+                 "add map ip kube-proxy m { typeof numgen random mod 1 : ip daddr . tcp dport ; flags interval ; }\n"
+                 "add rule ip kube-proxy nat-prerouting meta l4proto tcp dnat ip addr . port to numgen random mod 16 offset 16 map @m\n"
+                 f"add element ip kube-proxy m {{ {ranges} }}\n")
+    if ":" in outcome:
+        assert trace_packet(nft, "10.0.0.2", "tcp", "10.0.0.3", 80)[1] == outcome
+    else:
+        with pytest.raises(TraceError, match=outcome):
+            trace_packet(nft, "10.0.0.2", "tcp", "10.0.0.3", 80)
