@@ -408,10 +408,11 @@ class CacheWatch:
             if self._closed:
                 return None
             self._ready.clear()
+            timer = asyncio.get_running_loop().call_later(timeout, self._ready.set)  # cheaper than wait_for's task
             try:
-                await asyncio.wait_for(self._ready.wait(), timeout)
-            except asyncio.TimeoutError:
-                return []
+                await self._ready.wait()
+            finally:
+                timer.cancel()
             if not self._pending:
                 return None if self._closed else []
         items = list(self._pending)
