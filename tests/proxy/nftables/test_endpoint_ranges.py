@@ -128,3 +128,33 @@ async def test_refused_element_batch_changes_nothing_and_the_next_sync_is_full(t
     assert set(landed(connect(topo.client, CIP, 80, count=40))) == {"pod1", "pod2", "pod3"}
     again = await be.run_sync(dataclasses.replace(added, full=True))
     assert again.written["elements"] == 0  # the ranges read back from the kernel are the ones rendered
+
+
+async def test_ipv6_range_elements_over_netlink_list_as_nft_text_writes_them(batches):
+    """The ip6 table: addresses of 16 bytes in the map's data; the same syncs through netlink
+    and through nft text give the same table, UDP (its own range maps) included."""
+    web6 = port("ns", "web", cluster_ip="fd00:30::10")
+    dns6 = port("ns", "dns", "dns", 53, "UDP", cluster_ip="fd00:30::53")
+    eps = [ep(f"fd00:1::{k}", 8080) for k in range(1, 5)]
+    dns = [ep(f"fd00:1::{k}", 5353) for k in range(1, 4)]
+    steps = [request([(web6, tuple(eps[:2])), (dns6, tuple(dns[:2]))], service_cidrs=("fd00:30::/112",)),
+             request([(web6, tuple(eps[:3])), (dns6, tuple(dns))], service_cidrs=("fd00:30::/112",), full=False,
+                     changed={"ns/web", "ns/dns"}),
+             request([(web6, (eps[1], eps[3])), (dns6, tuple(dns[1:]))], service_cidrs=("fd00:30::/112",), full=False,
+                     changed={"ns/web", "ns/dns"})]
+    by_netlink, by_text = Netns.create("r6nl"), Netns.create("r6tx")
+    try:
+        tables = []
+        for ns, nft in ((by_netlink, "nft"), (by_text, shutil.which("nft"))):
+            opts = options("fd00:1::/64", family=6)
+            be = Proxier(NftablesBackend(opts, nft=NFTables(6, netns=ns.name, nft=nft)), opts, ProxyMetrics())
+            for req in steps:
+                result = await be.run_sync(req)
+                assert result.full == req.full and (req.full or result.written["rules"] == 0)
+            tables.append(ns.run("nft", "list", "table", "ip6", "kube-proxy").stdout)
+        assert len(batches) == 2  # the two partial syncs of the first namespace, nothing of the second
+        assert tables[0] == tables[1]
+        assert "fd00:1::2 . 8080" in tables[0] and "fd00:1::3 . 5353" in tables[0] and "flags interval" in tables[0]
+    finally:
+        by_netlink.close()
+        by_text.close()
