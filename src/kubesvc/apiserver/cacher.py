@@ -146,8 +146,6 @@ class Cached:
         self._view: dict | None = None
         self._rv_at = -1  # where the resourceVersion field starts in raw (-1: unknown)
 
-    from_value = classmethod(lambda cls, key, value, revision, info: cls(key, value, revision, info))
-
     @property
     def raw(self) -> bytes:
         if self._raw is None:
@@ -271,20 +269,20 @@ class Cacher:
         """An object of the initial state (no event)."""
         if kv.key not in self._objects:
             bisect.insort(self._keys, kv.key)
-        self._objects[kv.key] = Cached.from_value(kv.key, kv.value, kv.mod_revision, self.info)
+        self._objects[kv.key] = Cached(kv.key, kv.value, kv.mod_revision, self.info)
 
     def apply(self, event: storage.Event) -> None:
         key, revision = event.kv.key, event.kv.mod_revision
         prev = self._objects.get(key)
         if event.type == "DELETE":
             if prev is None:  # not seen (cannot happen with one ordered watch): the storage's value
-                prev = Cached.from_value(key, event.kv.value, event.prev_kv.mod_revision if event.prev_kv else revision, self.info)
+                prev = Cached(key, event.kv.value, event.prev_kv.mod_revision if event.prev_kv else revision, self.info)
             else:
                 del self._objects[key]
                 del self._keys[bisect.bisect_left(self._keys, key)]
             cached_event = CachedEvent("DELETED", revision, key, prev.at(revision), prev)
         else:
-            obj = Cached.from_value(key, event.kv.value, revision, self.info)
+            obj = Cached(key, event.kv.value, revision, self.info)
             if prev is None:
                 bisect.insort(self._keys, key)
             self._objects[key] = obj
