@@ -4,6 +4,9 @@ Background loops, each the in-process stand-in for an upstream component:
 
 * the compactor (kube-apiserver's ``--etcd-compaction-interval``): keeps the newest
   ``--compaction-retain-revisions`` revisions; watches and lists below get 410 Expired;
+* the watch cache (kube-apiserver's cacher, ``--watch-cache``): one storage watch keeping every
+  resource's objects and recent events in memory, which lists and watches are served from
+  (apiserver/cacher.py);
 * the namespace finalizer (kube-controller-manager's namespace controller): a namespace marked
   for deletion has its content deleted, then its ``kubernetes`` finalizer removed, and goes.
 """
