@@ -130,3 +130,27 @@ def test_early_elements_leave_the_table_nft_alone_leaves(monkeypatch):
     finally:
         ours.close()
         theirs.close()
+
+
+@pytest.mark.kernel
+def test_ipv6_early_elements_leave_the_table_nft_alone_leaves(monkeypatch):
+    from kubesvc.proxy.types import IPV6
+
+    sent = []
+    send = nftables_elements.send
+    monkeypatch.setattr(nftables_elements, "send", lambda netns, batch: sent.append(batch.sets) or send(netns, batch))
+
+    ports = [(port("ns", f"s{i}", cluster_ip=f"fd00:96::{i + 1:x}"), tuple(ep(f"fd00:10::{i:x}:{j + 1:x}", 8080) for j in range(20)))
+             for i in range(3)]
+    tx = rules.build_sync(request(ports), options("fd00:10::/64", IPV6), rules.NftState(), rules.KernelSnapshot(), 0.0).kernel_input
+    assert isinstance(tx, Transaction) and rules.HAIRPIN_ENDPOINTS in tx.early
+    ours, theirs = Netns.create("early6"), Netns.create("early6")
+    try:
+        NFTables(IPV6, netns=ours.name).run_sync(tx)
+        assert sent and rules.HAIRPIN_ENDPOINTS in sent[0]
+        NFTables(IPV6, netns=theirs.name, nft=shutil.which("nft")).run_sync(tx)
+        assert listing(NFTables(IPV6, netns=ours.name)) == listing(NFTables(IPV6, netns=theirs.name))
+        assert "fd00:10::1:14 . fd00:10::1:14" in listing(NFTables(IPV6, netns=ours.name))[2][rules.HAIRPIN_ENDPOINTS]
+    finally:
+        ours.close()
+        theirs.close()
