@@ -59,6 +59,16 @@ atomicity and a ``CommandFailed`` carrying the kernel's error text on refusal. S
 the binary and in a ``netns`` (the socket is made inside it), unless ``nft`` is a stand-in
 binary. ``KUBESVC_NFT_IN_PROCESS=0`` (or ``in_process=False``) forces the binary;
 without the library the binary is used silently.
+
+A full sync into a new table is mostly elements (at 5k Services × 50: 510k of its 30 MB of
+text), which ``nft`` parses at ~6 µs each. Its plan can be a ``Transaction``: the whole text,
+plus the element additions that nothing in the kernel reads before the transaction lands (new
+endpoint slots, hairpin pairs). ``run`` then declares the table and sets in a transaction of
+their declarations alone, sends those elements as one netlink batch packed in Python
+(``kernel/nftables_elements.py``, ~1 µs each) and runs the rest of the text through ``nft``;
+packets still meet the transaction whole. A stand-in ``nft`` binary gets the whole text.
+(Several smaller batches, sent by a thread while the next is packed, measured slower: 5.4 s
+against 3.7 s for the 510k elements, load average ~19; each batch is a commit of its own.)
 """
 
 from __future__ import annotations
