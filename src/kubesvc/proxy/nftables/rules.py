@@ -1167,7 +1167,8 @@ def _reconcile_all(state: NftState, tx: _Tx, early: set[str] = frozenset(), shar
         elems = kernel_of[container]
         if container in early and elems:
             # One text for all of them (no list of 250k strings kept while the text is built).
-            tx.add_elements[container] = [", ".join([f"{key} : {value}" if value else key for key, value in elems.items()])]
+            # (a set's values are all "", a map's never are: joined without a format per element)
+            tx.add_elements[container] = [", ".join(elems) if CONTAINERS[container] == "set" else ", ".join(map(" : ".join, elems.items()))]
             tx.n_elements += len(elems)
             tx.early[container] = elems
             continue
