@@ -772,7 +772,8 @@ class TcpListener:
             for conn in list(self.connections):
                 conn.abort()
             self.connections.clear()
-            self.deadlines.close()
+            if self.deadlines is not None:
+                self.deadlines.close()
 
 
 # ---- UDP -----------------------------------------------------------------------------------
