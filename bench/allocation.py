@@ -11,7 +11,8 @@ then measures the latency of allocating ``--samples`` more with N held:
   (b) the allocator's decision alone: ``allocate_next()`` on the IP family's bitmap (the
       random-start scan) followed by an untimed ``unmark``;
 
-and the duration of one repair pass (``Repair.run_once()``) with its report (leaks,
+(with the SQLite backend, the WAL checkpoints that ran beside those samples: see
+storage/sqlite/checkpoint.py), and the duration of one repair pass (``Repair.run_once()``) with its report (leaks,
 duplicates), then a second pass timed step by step (snapshot, plan, apply + index reload). The same is
 done for NodePort/LoadBalancer Services at ``--nodeport-size`` (the default port range has
 only 2768 ports). Latencies are printed with their share of the SLO: 99.9 % of ClusterIP
@@ -181,10 +182,23 @@ class Bench:
             allocator.unmark(port)
         return latencies
 
+    def checkpoints(self) -> tuple[int, int, int]:
+        """The SQLite checkpointer's counts so far (passive runs, catch-ups under the write
+        lock, idle truncations); zeros for the memory backend."""
+        checkpointer = getattr(self.backend, "checkpointer", None)
+        if checkpointer is None:
+            return 0, 0, 0
+        return checkpointer.passive_runs, checkpointer.catch_ups, checkpointer.truncates
+
     def measure(self, label: str, kind: str, samples: int, decision) -> None:
         gc.collect()
+        before = self.checkpoints()
         e2e = self.end_to_end(f"{label}-sample", kind, samples)
         print(latency_line(f"Store.create ({self.args.backend}), {samples} samples", e2e), flush=True)
+        if self.args.backend == "sqlite":
+            passive, catch_ups, truncates = (after - start for after, start in zip(self.checkpoints(), before))
+            print(f"    WAL checkpoints beside those samples: {passive} passive, {catch_ups} caught up under the write lock "
+                  f"(each a pause for the writes behind it), {truncates} idle truncations", flush=True)
         gc.collect()
         alone = decision(samples)
         print(latency_line(f"allocator decision alone, {samples} samples", alone), flush=True)
