@@ -63,7 +63,7 @@ without the library the binary is used silently.
 A full sync into a new table is mostly elements (at 5k Services × 50: 510k of its 30 MB of
 text), which ``nft`` parses at ~6 µs each. Its plan can be a ``Transaction``: the whole text,
 plus the element additions that nothing in the kernel reads before the transaction lands (new
-endpoint slots, hairpin pairs). ``run`` then declares the table and sets in a transaction of
+endpoint slots and ranges, hairpin pairs). ``run`` then declares the table and sets in a transaction of
 their declarations alone, sends those elements as one netlink batch packed in Python
 (``kernel/nftables_elements.py``, ~1 µs each) and runs the rest of the text through ``nft``;
 packets still meet the transaction whole. A stand-in ``nft`` binary gets the whole text.
@@ -82,7 +82,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from kubesvc.kernel import nftables_elements
 from kubesvc.kernel.exec import CommandFailed, in_netns, run, run_sync
@@ -98,18 +98,30 @@ class Transaction(str):
     """An ``nft -f`` text (the whole transaction: this string) whose element additions
     ``early`` (set → ``{key: data}``, keys the set does not hold, in sets no rule reads them
     from before the text lands) may be sent ahead of it as one netlink batch
-    (``kernel/nftables_elements.py``); ``rest(sets)`` is the text without the additions to
-    ``sets``. Anything that only reads the text (a fake kernel, a tracer) sees the whole
-    transaction."""
+    (``kernel/nftables_elements.py``); ``spans`` says where each such set's one ``add element``
+    line is in the text (start, end past its newline). Anything that only reads the text (a
+    fake kernel, a tracer) sees the whole transaction."""
 
     early: Mapping[str, Mapping[str, str]]
-    rest: Callable[[Collection[str]], str]
+    spans: Mapping[str, tuple[int, int]]
 
-    def __new__(cls, text: str, early: Mapping[str, Mapping[str, str]], rest: Callable[[Collection[str]], str]) -> Transaction:
+    def __new__(cls, text: str, early: Mapping[str, Mapping[str, str]], spans: Mapping[str, tuple[int, int]]) -> Transaction:
         self = super().__new__(cls, text)
         self.early = early
-        self.rest = rest
+        self.spans = spans
         return self
+
+    def rest(self, sets: Collection[str]) -> str:
+        """The text without the ``add element`` lines of ``sets``: cut from it, one copy (the
+        planner puts those lines last, so usually a single slice)."""
+        pieces, position = [], 0
+        for start, end in sorted(self.spans[name] for name in sets if name in self.spans):
+            if start > position:
+                pieces.append(self[position:start])
+            position = end
+        if position < len(self):
+            pieces.append(self[position:])
+        return pieces[0] if len(pieces) == 1 else "".join(pieces)
 
 
 _DECLARATION = re.compile(r"^add (?:table|set|map) .*$", re.M)
@@ -203,7 +215,8 @@ class NFTables:
         sent, or the whole ``tx`` when none could go (then nft applies all of it, or says what
         is wrong). Sets whose type or elements this module does not encode stay in the text."""
         started = time.perf_counter()
-        declarations = "\n".join(_DECLARATION.findall(tx.rest(tx.early))) + "\n"
+        # (the declarations all come before the element lines: read in place, no copy made)
+        declarations = "\n".join(_DECLARATION.findall(tx, 0, min((start for start, _ in tx.spans.values()), default=len(tx)))) + "\n"
         self.python_seconds += time.perf_counter() - started
         try:
             self._run_sync(declarations)

@@ -16,8 +16,9 @@ transaction atomically still. The batch is sent as nft would send it (``NFNL_MSG
 exactly as if ``nft`` had added them. The kernel applies the batch whole or not at all.
 
 Only sets and maps whose key and data are addresses, protocols, ports and ``numgen`` integers
-are encoded (no verdicts, no comments: those stay in the text); ``encode`` answers None for
-anything else and the caller sends the text as it is.
+are encoded (no verdicts, no comments: those stay in the text), and ranges of interval maps
+(the endpoint range maps) as ``kernel/nftables_netlink.py`` encodes them; ``encode`` answers
+None for anything else and the caller sends the text as it is.
 """
 
 from __future__ import annotations
@@ -32,23 +33,29 @@ from itertools import islice
 from kubesvc.kernel.netns import call_in
 from kubesvc.kernel.nftables_netlink import (
     FAMILIES,
+    INTERVAL_KINDS,
     MAX_ATTR,
     NETLINK_NETFILTER,
     NFNL_MSG_BATCH_BEGIN,
     NFNL_MSG_BATCH_END,
     NFNL_SUBSYS_NFTABLES,
+    NFTA_DATA_VALUE,
     NFT_MSG_NEWSETELEM,
     NLM_F_ACK,
     NLM_F_CREATE,
     NLM_F_REQUEST,
     PROTOCOLS,
+    Element,
     NfNetlinkFailed,
     SetType,
+    _encode_fields,
     _grow_sndbuf,
+    _interval,
     _msg,
     _nla,
     _read_acks,
 )
+from kubesvc.kernel.nftables_netlink import _chunks as _interval_chunks
 
 NFTA_SET_ELEM_LIST_TABLE = 1
 NFTA_SET_ELEM_LIST_SET = 2
@@ -118,7 +125,7 @@ def encode(set_type: SetType, elements: Mapping[str, str]) -> Iterator[bytes] | 
     element raises ``ValueError``/``OSError``/``OverflowError`` then); None when the type is not
     one this module encodes."""
     if getattr(set_type, "interval", False):
-        return None  # ranges: two kernel elements each (kernel/nftables_netlink.py), left to the text
+        return _ranges(set_type, elements)
     key = _value(set_type.key)
     if key is None:
         return None
@@ -144,6 +151,65 @@ def encode(set_type: SetType, elements: Mapping[str, str]) -> Iterator[bytes] | 
     if set_type.key == ("u32h",) and set_type.data in (("ipv4", "port"), ("ipv6", "port")):
         return _slots(head, mid, set_type.data[0], elements, MAX_ATTR // size)
     return _chunks(lambda k, v: head + key_of(k) + mid + data_of(v) + data_pad, elements, MAX_ATTR // size)
+
+
+def _ranges(set_type: SetType, elements: Mapping[str, str]) -> Iterator[bytes] | None:
+    """Ranges ``low-high`` of an interval set or map (the endpoint range maps): each the two
+    kernel elements nft 1.0.6 sends to the rbtree set, a start carrying the data and an end
+    ``high + 1`` flagged ``NFT_SET_ELEM_INTERVAL_END``, keys in network order, encoded by
+    ``kernel/nftables_netlink.py`` as a partial sync's ranges are. nft spends far more on a
+    range than on a plain element (its interval code sorts, merges and checks overlaps of the
+    whole set), so these are worth sending ahead even when they are few."""
+    kind = set_type.key[0]
+    if kind not in INTERVAL_KINDS or (set_type.data is not None and "verdict" in set_type.data):
+        return None
+    data_kinds = set_type.data
+    if kind == "u32h" and data_kinds in (("ipv4", "port"), ("ipv6", "port")):
+        return _slot_ranges(data_kinds[0], elements)
+
+    def kernel_elements() -> Iterator[Element]:
+        try:
+            for key, value in elements.items():
+                data = None if data_kinds is None else _nla(NFTA_DATA_VALUE, _encode_fields(value, data_kinds))
+                yield from _interval(key, kind, data, None)
+        except struct.error as err:  # a port past 65535: refused as any other malformed element
+            raise ValueError(str(err)) from err
+    return _interval_chunks(kernel_elements())
+
+
+def _slot_ranges(kind: str, elements: Mapping[str, str]) -> Iterator[bytes]:
+    """The endpoint range maps' elements written out (one pack per kernel element, as
+    ``_slots``): ``low-high`` of ``numgen`` numbers → ``address . port``; the same bytes as
+    the generic path but for the elements' attribute type (nft's NFTA_LIST_ELEM, which
+    the kernel does not read)."""
+    family, size = (socket.AF_INET, 4) if kind == "ipv4" else (socket.AF_INET6, 16)
+    data_len = size + 4  # address, port, 2 bytes of padding
+    data_attr = 4 + 4 + data_len
+    start_size = 4 + 12 + data_attr
+    # NFTA_LIST_ELEM { KEY { VALUE low } DATA { VALUE address . port } }
+    start = struct.Struct(f"=HHHHHHIHHHH{size}sH2x").pack
+    start_heads = (start_size, NFTA_LIST_ELEM | NESTED, 12, 1 | NESTED, 8, 1)
+    data_heads = (data_attr, 2 | NESTED, 4 + data_len, 1)
+    # NFTA_LIST_ELEM { FLAGS NFT_SET_ELEM_INTERVAL_END (big-endian) KEY { VALUE high + 1 } }
+    end = struct.Struct("=HHHHIHHHHI").pack
+    end_heads = (24, NFTA_LIST_ELEM | NESTED, 8, 3)
+    end_flags = socket.htonl(1)
+    htonl, htons, pton = socket.htonl, socket.htons, _pton
+    per_chunk = MAX_ATTR // (start_size + 24)
+    items = iter(elements.items())
+    while part := list(islice(items, per_chunk)):
+        out = []
+        for key, value in part:
+            low_text, dash, high_text = key.partition("-")
+            low = int(low_text)
+            high = int(high_text) if dash else low
+            if not 0 <= low <= high <= 0xFFFFFFFF:
+                raise ValueError(f"{key!r} is not a range of u32")
+            address, _, port = value.partition(" . ")
+            out.append(start(*start_heads, htonl(low), *data_heads, pton(family, address), htons(int(port))))
+            if high < 0xFFFFFFFF:  # none past the top of the space (as nft)
+                out.append(end(*end_heads, end_flags, 12, 1 | NESTED, 8, 1, htonl(high + 1)))
+        yield b"".join(out)
 
 
 def _chunks(element: Callable[[str, str], bytes], elements: Mapping[str, str], per_chunk: int) -> Iterator[bytes]:

@@ -94,6 +94,7 @@ _TYPEOF = (
     (re.compile(r"(tcp|udp|sctp|th) (s|d)port"), "port"),
     (re.compile(r"meta l4proto"), "proto"),
 )
+INTERVAL_KINDS = ("u32h", "port", "ipv4")  # one-field keys whose ranges ``_interval`` encodes
 MAX_ATTR = 0xFFFF - 512  # an element list is one attribute (u16 length): split before that
 
 
@@ -245,7 +246,7 @@ def _interval(text: str, kind: str, data: bytes | None, userdata: bytes | None) 
     (``byteorder reg 1 = hton(reg 1, 4, 4)``). A deletion names the same two elements.
     (nft also adds an end element at 0 below a set's first range; the kernel does not need
     it and listings do not show it.)"""
-    if kind not in ("u32h", "port", "ipv4"):
+    if kind not in INTERVAL_KINDS:
         raise ValueError(f"ranges of {kind} are not encoded here")
     low_text, dash, high_text = text.partition("-")
     width = {"u32h": 32, "port": 16, "ipv4": 32}[kind]

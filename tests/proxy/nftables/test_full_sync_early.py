@@ -1,4 +1,4 @@
-"""A full sync's new slot-map and hairpin elements sent ahead of its transaction
+"""A full sync's new slot-map, range-map and hairpin elements sent ahead of its transaction
 (``kernel.nftables.Transaction``, ``kernel/nftables_elements.py``).
 
 The pure part: which containers a full sync marks early (filled from nothing and not flushed),
@@ -10,7 +10,9 @@ batch leaves the whole text to nft.
 from __future__ import annotations
 
 import asyncio
+import errno
 import shutil
+import struct
 
 import pytest
 
@@ -43,9 +45,14 @@ def any_share(monkeypatch):
     monkeypatch.setattr(rules, "EARLY_MIN_SHARE", 0.0)
 
 
-def test_early_only_when_the_elements_are_most_of_the_text(monkeypatch):
+def test_early_only_when_the_elements_are_most_of_the_text_or_hold_ranges(monkeypatch):
     monkeypatch.setattr(rules, "EARLY_MIN_SHARE", 0.5)
-    assert not isinstance(full_plan(rules.KernelSnapshot()).kernel_input, Transaction)  # a few elements beside the fixed part
+    no_ranges = [PORTS[0], PORTS[2]]  # 20 endpoints (slots) and one (no map)
+    assert not isinstance(rules.build_sync(request(no_ranges), options(), rules.NftState(), rules.KernelSnapshot(), 0.0).kernel_input,
+                          Transaction)  # a few elements beside the fixed part
+    # SVC_B's 3 endpoints are ranges, which nft's interval code makes dear whatever their share
+    tx = full_plan(rules.KernelSnapshot()).kernel_input
+    assert isinstance(tx, Transaction) and map_of(tx, "ns/b").startswith(rules.RANGE_MAP_PREFIX) and map_of(tx, "ns/b") in tx.early
     many = [(port("ns", f"s{i}", cluster_ip=f"172.30.1.{i}"), tuple(ep(f"10.{i}.{j // 250}.{j % 250}", 80) for j in range(500)))
             for i in range(4)]
     assert isinstance(rules.build_sync(request(many), options(), rules.NftState(), rules.KernelSnapshot(), 0.0).kernel_input,
@@ -110,6 +117,8 @@ def test_early_elements_leave_the_table_nft_alone_leaves(monkeypatch):
         with_early = NFTables(netns=ours.name)
         with_early.run_sync(tx)
         assert map_of(tx, "ns/a") in sent[0] and rules.HAIRPIN_ENDPOINTS in sent[0]
+        assert map_of(tx, "ns/b") in sent[0]  # the range map too
+        assert map_of(tx, "ns/b") not in [line.split()[4] for line in element_lines(tx.rest(sent[0]), [map_of(tx, "ns/b")])]
         assert with_early.python_seconds > 0
         text_only = NFTables(netns=theirs.name, nft=shutil.which("nft"))  # a stand-in binary: the whole text to nft
         text_only.run_sync(tx)
@@ -154,3 +163,88 @@ def test_ipv6_early_elements_leave_the_table_nft_alone_leaves(monkeypatch):
     finally:
         ours.close()
         theirs.close()
+
+
+# Services of 2..16 endpoints (range maps), TCP and UDP, several sharing each map: adjacent
+# blocks and ranges, as a full sync of a node with many small Services writes them.
+RANGE_PORTS = [(port("ns", f"r{i}", cluster_ip=f"172.30.2.{i + 1}", protocol=("UDP" if i % 5 == 4 else "TCP")),
+                tuple(ep(f"10.181.{i}.{j + 1}", 8000 + i) for j in range(2 + i % 15)))
+               for i in range(40)]
+
+
+@pytest.mark.kernel
+def test_early_ranges_leave_the_table_nft_alone_leaves(monkeypatch):
+    monkeypatch.setattr(rules, "EARLY_MIN_SHARE", 0.5)  # the gate as it is: ranges go early whatever their share
+    tx = rules.build_sync(request(RANGE_PORTS), options(), rules.NftState(), rules.KernelSnapshot(), 0.0).kernel_input
+    range_maps = {c for c in tx.early if c.startswith(rules.RANGE_MAP_PREFIX)}
+    assert isinstance(tx, Transaction) and len(range_maps) > 1 and any("-udp-" in c for c in range_maps)
+    sent = []
+    send = nftables_elements.send
+    monkeypatch.setattr(nftables_elements, "send", lambda netns, batch: sent.append(batch.sets) or send(netns, batch))
+    ours, theirs = Netns.create("earlyr"), Netns.create("earlyr")
+    try:
+        NFTables(netns=ours.name).run_sync(tx)
+        assert range_maps <= set(sent[0])
+        NFTables(netns=theirs.name, nft=shutil.which("nft")).run_sync(tx)
+        ranges = listing(NFTables(netns=ours.name))[2]
+        assert ranges == listing(NFTables(netns=theirs.name))[2]
+        terse = ("nft", "-t", "list", "table", "ip", "kube-proxy")
+        assert ours.run(*terse).stdout == theirs.run(*terse).stdout
+        # what nft lists: Service r3's 5 endpoints split its block of 2^20 in 5 (hand-computed)
+        r3 = map_of(tx, "ns/r3")
+        listed = ours.run("nft", "list", "map", "ip", "kube-proxy", r3).stdout
+        low = min(int(key.split("-")[0]) for key, value in tx.early[r3].items() if value == "10.181.3.1 . 8003")
+        assert f"{low}-{low + 209714} : 10.181.3.1 . 8003" in listed
+        assert f"{low + 209715}-{low + 419429} : 10.181.3.2 . 8003" in listed
+    finally:
+        ours.close()
+        theirs.close()
+
+
+@pytest.mark.kernel
+def test_a_batch_the_kernel_refuses_applies_nothing_and_nft_applies_the_whole_text(monkeypatch):
+    """A real refusal: the batch also names a set that does not exist, so the kernel aborts it
+    whole (ENOENT); none of its ranges stay, and nft writes everything."""
+    tx = rules.build_sync(request(RANGE_PORTS), options(), rules.NftState(), rules.KernelSnapshot(), 0.0).kernel_input
+    batch_class, real_send = nftables_elements.Batch, nftables_elements.send
+    refused = []
+
+    def with_a_missing_set(family, table, sets):
+        return batch_class(family, table, [*sets, ("no-such-map", [b""])])
+
+    def send(netns, batch):
+        try:
+            real_send(netns, batch)
+        except NfNetlinkFailed as err:
+            refused.append(err.errno)
+            raise
+    monkeypatch.setattr(nftables_elements, "Batch", with_a_missing_set)
+    monkeypatch.setattr(nftables_elements, "send", send)
+    ours, theirs = Netns.create("earlyx"), Netns.create("earlyx")
+    try:
+        NFTables(netns=ours.name).run_sync(tx)
+        assert refused == [errno.ENOENT]
+        NFTables(netns=theirs.name, nft=shutil.which("nft")).run_sync(tx)
+        assert listing(NFTables(netns=ours.name)) == listing(NFTables(netns=theirs.name))
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_a_range_is_a_start_with_the_data_and_an_end_past_it():
+    """Byte for byte as nft 1.0.6 sends ``0-524287 : 10.0.0.1 . 80`` to an interval map keyed
+    by ``numgen`` (written out by hand: netlink headers in host order, the key big-endian)."""
+    from kubesvc.kernel.nftables_netlink import SetType
+
+    def head(length, kind):
+        return struct.pack("=HH", length, kind)
+    start = (head(32, 0x8001) + head(12, 0x8001) + head(8, 1) + bytes([0, 0, 0, 0])
+             + head(16, 0x8002) + head(12, 1) + bytes([10, 0, 0, 1, 0, 80, 0, 0]))
+    end = head(24, 0x8001) + head(8, 3) + bytes([0, 0, 0, 1]) + head(12, 0x8001) + head(8, 1) + bytes([0, 8, 0, 0])
+    top = (head(32, 0x8001) + head(12, 0x8001) + head(8, 1) + bytes([0xFF, 0xF0, 0, 0])
+           + head(16, 0x8002) + head(12, 1) + bytes([10, 0, 0, 2, 0x1F, 0x90, 0, 0]))  # to the top: no end
+    ranges = {"0-524287": "10.0.0.1 . 80", "4293918720-4294967295": "10.0.0.2 . 8080"}
+    assert list(nftables_elements.encode(SetType(("u32h",), ("ipv4", "port"), interval=True), ranges)) == [start + end + top]
+    with pytest.raises(ValueError):
+        list(nftables_elements.encode(SetType(("u32h",), ("ipv4", "port"), interval=True), {"5-4": "10.0.0.1 . 80"}))
+    assert nftables_elements.encode(SetType(("u32h",), ("verdict",), interval=True), {"0-1": "drop"}) is None

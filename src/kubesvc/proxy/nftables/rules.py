@@ -246,6 +246,8 @@ EARLY_CONTAINERS = frozenset(ENDPOINT_MAPS) | {HAIRPIN_ENDPOINTS}
 # ... worth it when those additions are most of the text: at 5k × 50, 27 of its 30 MB. When they
 # are a small part (10k × 2: the hairpin pairs, 0.7 of 5 MB) the text without them is nearly a
 # second copy of the transaction (peak RSS +6 MiB) for little parsing spared: sent whole.
+# Unless they hold ranges: nft's interval code costs far more per range than the text's size
+# says (at 10k × 2, 20k ranges, 0.8 of the 6.4 MB, cost nft ~0.5 s of the full sync's CPU).
 EARLY_MIN_SHARE = 0.5
 
 
@@ -761,14 +763,19 @@ class _Tx:
     def kernel_input(self) -> str:
         """The text; with ``early`` additions that are at least EARLY_MIN_SHARE of it, a
         ``Transaction`` that also knows the text without them."""
-        text = self.text()
-        if not self.early or sum(len(self.add_elements[c][0]) for c in self.early) < EARLY_MIN_SHARE * len(text):
+        text, spans = self.text()
+        if not self.early:
             return text
-        return Transaction(text, self.early, self.text)
+        if not RANGE_MAPS.intersection(self.early) and sum(len(self.add_elements[c][0]) for c in self.early) < EARLY_MIN_SHARE * len(text):
+            return text
+        return Transaction(text, self.early, spans)
 
-    def text(self, skip: Collection[str] = ()) -> str:
+    def text(self) -> tuple[str, dict[str, tuple[int, int]]]:
+        """The text, and where the element line of each ``early`` container is in it (start,
+        end past its newline), so the text without them is cut from it (``Transaction.rest``)
+        and this ``_Tx`` is not kept for it."""
         p = self.prefix
-        skip = set(skip)
+        spans: dict[str, tuple[int, int]] = {}
         parts: list[str] = []
         for name, keys in self.del_elements.items():
             if keys:
@@ -777,11 +784,16 @@ class _Tx:
         parts.extend(self.del_sets)
         parts.extend(self.add_sets)
         parts.extend(self.rules)
+        offset = sum(map(len, parts)) + len(parts)  # each part is followed by a newline
         for name, elems in self.add_elements.items():
-            if elems and name not in skip:
-                parts.append(f"add element {p} {name} {{ {', '.join(elems)} }}")
+            if elems:
+                line = f"add element {p} {name} {{ {', '.join(elems)} }}"
+                if name in self.early:
+                    spans[name] = (offset, offset + len(line) + 1)
+                parts.append(line)
+                offset += len(line) + 1
         parts.append("")
-        return "\n".join(parts)
+        return "\n".join(parts), spans
 
 
 def _element_text(key: str, value: str, comment: str) -> str:
