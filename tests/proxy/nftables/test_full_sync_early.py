@@ -45,14 +45,14 @@ def any_share(monkeypatch):
     monkeypatch.setattr(rules, "EARLY_MIN_SHARE", 0.0)
 
 
-def test_early_only_when_the_elements_are_most_of_the_text_or_hold_ranges(monkeypatch):
+def test_early_only_when_the_elements_are_most_of_the_text(monkeypatch):
     monkeypatch.setattr(rules, "EARLY_MIN_SHARE", 0.5)
-    no_ranges = [PORTS[0], PORTS[2]]  # 20 endpoints (slots) and one (no map)
-    assert not isinstance(rules.build_sync(request(no_ranges), options(), rules.NftState(), rules.KernelSnapshot(), 0.0).kernel_input,
-                          Transaction)  # a few elements beside the fixed part
-    # SVC_B's 3 endpoints are ranges, which nft's interval code makes dear whatever their share
-    tx = full_plan(rules.KernelSnapshot()).kernel_input
-    assert isinstance(tx, Transaction) and map_of(tx, "ns/b").startswith(rules.RANGE_MAP_PREFIX) and map_of(tx, "ns/b") in tx.early
+    assert not isinstance(full_plan(rules.KernelSnapshot()).kernel_input, Transaction)  # a few elements beside the fixed part
+    # ranges too: 300 Services of 16 endpoints, 4800 ranges
+    ranged = [(port("ns", f"r{i}", cluster_ip=f"172.30.{i // 250}.{i % 250 + 1}"), tuple(ep(f"10.{i // 250}.{i % 250}.{j + 1}", 80) for j in range(16)))
+              for i in range(300)]
+    tx = rules.build_sync(request(ranged), options(), rules.NftState(), rules.KernelSnapshot(), 0.0).kernel_input
+    assert isinstance(tx, Transaction) and any(c.startswith(rules.RANGE_MAP_PREFIX) for c in tx.early)
     many = [(port("ns", f"s{i}", cluster_ip=f"172.30.1.{i}"), tuple(ep(f"10.{i}.{j // 250}.{j % 250}", 80) for j in range(500)))
             for i in range(4)]
     assert isinstance(rules.build_sync(request(many), options(), rules.NftState(), rules.KernelSnapshot(), 0.0).kernel_input,
@@ -174,7 +174,6 @@ RANGE_PORTS = [(port("ns", f"r{i}", cluster_ip=f"172.30.2.{i + 1}", protocol=("U
 
 @pytest.mark.kernel
 def test_early_ranges_leave_the_table_nft_alone_leaves(monkeypatch):
-    monkeypatch.setattr(rules, "EARLY_MIN_SHARE", 0.5)  # the gate as it is: ranges go early whatever their share
     tx = rules.build_sync(request(RANGE_PORTS), options(), rules.NftState(), rules.KernelSnapshot(), 0.0).kernel_input
     range_maps = {c for c in tx.early if c.startswith(rules.RANGE_MAP_PREFIX)}
     assert isinstance(tx, Transaction) and len(range_maps) > 1 and any("-udp-" in c for c in range_maps)
