@@ -20,9 +20,12 @@ each size's peak memory is its own), then:
    load, CPU time much less;
 3. makes ``--changes`` (≥ 20) **single endpoint changes** of each kind, each a partial sync of
    its own on a Service spread over the range: one endpoint **replaced** by a new address (a
-   rolling update: only set elements change), then one endpoint **added** (the endpoint count
-   changes, so the Service's chain is rewritten); p50/p99/max of the whole sync, with the
-   Python/kernel split of the median;
+   rolling update: only map elements change), then one endpoint **added** (the endpoint count
+   changes: for 2..16 endpoints the Service's ranges in its endpoint range map are re-split,
+   elements only, its chain untouched; past 16 endpoints (slot maps, ``numgen mod N``) and from
+   one endpoint to two the chain's rule is rewritten); p50/p99/max of the whole sync, with the Python/kernel split of the median, and
+   the **CPU** of each sync (the process's user + system time and any ``nft`` child's, around
+   that one change; p50/p99): on a loaded machine the wall time is mostly waiting for a core;
 4. reports the process's **peak RSS** (``VmHWM`` of ``/proc/self/status``: the high-water mark
    over feeding, the full sync and the changes) and its RSS at the end (``VmRSS``);
 5. measures **first-packet connect latency** (TCP connect through the ClusterIP of the last
@@ -77,6 +80,11 @@ def in_namespace(argv: list[str]) -> tuple[int, list[str]]:
         return proc.wait(), lines
     finally:
         subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def setup_links() -> None:
@@ -200,7 +208,8 @@ async def bench(args: argparse.Namespace) -> dict:
     # Single endpoint changes, each a partial sync of its own, on Services spread over the range
     # (never the last one, whose endpoint answers the connect test): first one endpoint
     # replaced by a new address (a Pod replaced: the Service's chain stays, only elements
-    # change), then one endpoint added (the count changes: the chain's rule is rewritten).
+    # change), then one endpoint added (the count changes: for 2..16 endpoints the Service's
+    # ranges are re-split, elements only; past 16, ``numgen mod N``, the rule is rewritten).
     series = {}
     targets = max(1, n - 1)
     for kind in ("replaced", "added"):
@@ -216,8 +225,13 @@ async def bench(args: argparse.Namespace) -> dict:
                 ips.append(new_ip)
             slices[i] = endpoint_slice(i, ips, old["metadata"]["generation"] + 1)
             proxier.on_endpoint_slice_update(old, slices[i])
-            changes.append((*await timed_sync(proxier), proxier.last_result))
-        if any(result.full for *_, result in changes):
+            # CPU of the sync alone: this process (user + system, all threads; nanoseconds, not
+            # os.times()'s 10 ms ticks) and any nft child it waited for
+            cpu_before, children_before = time.process_time(), children_cpu()
+            timed = await timed_sync(proxier)
+            spent = time.process_time() - cpu_before + children_cpu() - children_before
+            changes.append((*timed, proxier.last_result, spent))
+        if any(result.full for _, _, _, result, _ in changes):
             raise SystemExit("an endpoint change made a full sync; the figures would not mean what they say")
 
     last_ip = service(n - 1)["spec"]["clusterIP"]
@@ -233,8 +247,10 @@ async def bench(args: argparse.Namespace) -> dict:
     }
     for kind, changes in series.items():
         totals = [t for t, *_ in changes]
+        cpus = [c[4] for c in changes]
         median = sorted(changes, key=lambda c: c[0])[len(changes) // 2]
         out[kind] = {"p50_ms": pct(totals, 0.50) * 1e3, "p99_ms": pct(totals, 0.99) * 1e3, "max_ms": max(totals) * 1e3,
+                     "cpu_p50_ms": pct(cpus, 0.50) * 1e3, "cpu_p99_ms": pct(cpus, 0.99) * 1e3,
                      "count": len(changes), "median_python_ms": median[1] * 1e3, "median_kernel_ms": median[2] * 1e3,
                      "written": median[3].written}
     return out | {
@@ -259,7 +275,8 @@ def report(r: dict) -> None:
         c = r[kind]
         print(f"  one endpoint {kind} ({c['count']} partial syncs): p50 {c['p50_ms']:.1f} ms, p99 {c['p99_ms']:.1f} ms, "
               f"max {c['max_ms']:.1f} ms (median: Python {c['median_python_ms']:.1f} ms, kernel {c['median_kernel_ms']:.1f} ms; "
-              f"written: {', '.join(f'{k} {v}' for k, v in sorted(c['written'].items()))})")
+              f"written: {', '.join(f'{k} {v}' for k, v in sorted(c['written'].items()))}); "
+              f"CPU p50 {c['cpu_p50_ms']:.1f} ms, p99 {c['cpu_p99_ms']:.1f} ms")
     print(f"  proxy RSS: peak {r['rss_peak_mib']:.0f} MiB (VmHWM), at the end {r['rss_end_mib']:.0f} MiB, at start {r['rss_start_mib']:.0f} MiB")
     if r["connects"]:
         print(f"  first-packet connect latency via ClusterIP: p50 {r['connect_p50_us']:.0f} µs, p99 {r['connect_p99_us']:.0f} µs, "
@@ -267,13 +284,15 @@ def report(r: dict) -> None:
 
 
 def table(results: list[dict]) -> None:
-    print("\n| mode | Services × endpoints | full sync (Python share) | endpoint replaced p50 / p99 | endpoint added p50 / p99 | peak RSS | connect p50 / p99 |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| mode | Services × endpoints | full sync (Python share) | full sync CPU | endpoint replaced p50 / p99 (CPU p50 / p99) "
+          "| endpoint added p50 / p99 (CPU p50 / p99) | peak RSS | connect p50 / p99 |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in results:
         connect = f"{r['connect_p50_us']:.0f} / {r['connect_p99_us']:.0f} µs" if r["connects"] else ""
         print(f"| {r['mode']} | {r['services']:,} × {r['endpoints']} | {r['full_s']:.2f} s ({100 * r['full_python_s'] / r['full_s']:.0f} %) "
-              f"| {r['replaced']['p50_ms']:.1f} / {r['replaced']['p99_ms']:.1f} ms | {r['added']['p50_ms']:.1f} / {r['added']['p99_ms']:.1f} ms "
-              f"| {r['rss_peak_mib']:.0f} MiB | {connect} |")
+              f"| {r['full_cpu_user_s'] + r['full_cpu_sys_s'] + r['full_cpu_children_s']:.2f} s "
+              + "".join(f"| {r[k]['p50_ms']:.1f} / {r[k]['p99_ms']:.1f} ms ({r[k]['cpu_p50_ms']:.1f} / {r[k]['cpu_p99_ms']:.1f}) " for k in ("replaced", "added"))
+              + f"| {r['rss_peak_mib']:.0f} MiB | {connect} |")
 
 
 def parse_sizes(text: str) -> list[tuple[int, int]]:
