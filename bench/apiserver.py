@@ -10,7 +10,9 @@ authentication) on 127.0.0.1 and prints, each as medians and p99 over repeated r
   batch on each server of the comparison below;
 * list of the N Services, ``--list-runs`` times, one page and pages of 500 (as kubectl pages):
   the time to the response's last byte with a client that reads the bytes and parses nothing
-  (the server's share), and apart from it the client's own JSON decoding of that body; the
+  (the server's share), the time to its first byte (the server sends the headers once the
+  body is built: its time without the transfer), and apart from those the client's own JSON
+  decoding of that body; the
   first list, not counted in these, is shown apart (the watch cache encodes an object on its
   first read, so that list pays for the objects written since);
 * watch delivery: from sending a create to each of W watchers (a label selector that
@@ -122,21 +124,24 @@ _CONTINUE = re.compile(rb'"continue":"([^"]*)"')
 async def list_raw(session, base, page: int) -> tuple[float, list[bytes]]:
     """One list (all pages): the summed time from each request to its response's last byte,
     the body read as bytes and not parsed (the continue token is found by a regular
-    expression in the list's metadata, outside the timing), and the bodies."""
-    elapsed, bodies, token = 0.0, [], ""
+    expression in the list's metadata, outside the timing), the summed time to each response's
+    headers (the server sends them once the whole body is built: its own time, without the
+    transfer to this client), and the bodies."""
+    elapsed, headers, bodies, token = 0.0, 0.0, [], ""
     while True:
         params = {"limit": str(page)} if page else {}
         if token:
             params["continue"] = token
         started = time.perf_counter()
         async with session.get(base + SERVICES, params=params) as response:
+            headers += time.perf_counter() - started  # the server built the body before its first byte
             body = await response.read()
         elapsed += time.perf_counter() - started
         assert response.status == 200, body[:300]
         bodies.append(body)
         match = _CONTINUE.search(body, 0, 4096) if page else None
         if not match:
-            return elapsed, bodies
+            return elapsed, headers, bodies
         token = match.group(1).decode()
 
 
@@ -145,18 +150,19 @@ async def list_figures(session, base, runs: int, expected: int, pid: int) -> dic
     bytes of one list and the server's CPU time per list."""
     figures = {}
     for page in (0, 500):
-        first, _ = await list_raw(session, base, page)  # warm: connection, caches (the watch cache encodes on first read)
-        served, decoded = [], []
+        first, _, _ = await list_raw(session, base, page)  # warm: connection, caches (the watch cache encodes on first read)
+        served, built, decoded = [], [], []
         cpu_before = cpu_seconds(pid)
         for _ in range(runs):
-            elapsed, bodies = await list_raw(session, base, page)
+            elapsed, headers, bodies = await list_raw(session, base, page)
+            built.append(headers)
             started = time.perf_counter()
             count = sum(len(json.loads(body)["items"]) for body in bodies)
             decoded.append(time.perf_counter() - started)
             served.append(elapsed)
             assert count == expected, (count, expected)
         cpu = (cpu_seconds(pid) - cpu_before) / runs
-        figures[page] = (served, decoded, sum(len(b) for b in bodies), cpu, first)
+        figures[page] = (served, decoded, sum(len(b) for b in bodies), cpu, first, built)
     return figures
 
 
@@ -238,10 +244,11 @@ def print_serving(label: str, figures: dict, n: int, args) -> None:
     creates, rate, cpu = figures["creates"]
     print(f"  [{label}] creates at {n} ({args.batch} more): {rate:8.0f} creates/s   {spread(creates)}   server CPU {cpu * 1e6:6.0f} us/create")
     n += args.batch
-    for page, (served, decoded, size, cpu, first) in figures["lists"].items():
+    for page, (served, decoded, size, cpu, first, built) in figures["lists"].items():
         what = "one page" if not page else f"pages of {page}"
         print(f"  [{label}] list {n} ({what}, {size / 2**20:.1f} MiB): server (to last byte) {spread(served)}   "
-              f"server CPU {ms(cpu)}/list   client decode p50 {ms(statistics.median(decoded))}   (first, untimed run: {ms(first)})")
+              f"to first byte {spread(built)}   server CPU {ms(cpu)}/list   client decode p50 {ms(statistics.median(decoded))}   "
+              f"(first, untimed run: {ms(first)})")
     print(f"  [{label}] watch, {args.watchers} watchers x {args.watch_writes} writes: delivery {spread(figures['watch'])}   "
           f"(the write itself {spread(figures['writes'])})   server CPU {ms(figures['watch_cpu'])}/write and its {args.watchers} deliveries")
     print(f"  [{label}] server peak RSS {figures['rss']:.0f} MiB")
