@@ -247,11 +247,13 @@ EARLY_CONTAINERS = frozenset(ENDPOINT_MAPS) | {HAIRPIN_ENDPOINTS}
 # are a small part (10k × 2: the hairpin pairs, 0.7 of 5 MB) the text without them is nearly a
 # second copy of the transaction (peak RSS +6 MiB) for little parsing spared: sent whole.
 # Ranges (endpoint range maps) go ahead by the same rule. Sending them ahead whatever their
-# share was measured and not kept: at 10k × 2 (20k ranges, 0.8 of 6.4 MB) the full sync's CPU
-# was 2.24 s against 2.31 s for the whole text and 2.03 s with only the hairpin pairs ahead
-# (medians of 3, load ~2): nft's CPU fell less than the ranges cost it inside the text, and
-# peak RSS rose 144 -> 149 MiB. Where they are most of the text (5k × 10: 50k ranges) they
-# go ahead, 1.5-1.8 s of CPU against 1.8 s with them in the text.
+# share was measured and not kept: the rest of the text still adds elements, so nft 1.0.6
+# first reads back the elements of every interval set (``NFT_CACHE_SETELEM_MAYBE`` in its
+# src/cache.c), the ranges just sent included. At 10k × 2 (20k ranges, 0.8 of 6.4 MB) the
+# full sync's CPU was 2.24 s against 2.31 s for the whole text and 2.03 s with only the
+# hairpin pairs ahead (medians of 3, load ~2), peak RSS 144 -> 149 MiB; at 10k × 10 3.8-3.9 s
+# with the ranges ahead, 3.7 s with only the hairpin pairs, 4.4-5.2 s for the whole text
+# (two runs each, load ~3; fewer distinct endpoint addresses than bench/proxy.py uses).
 EARLY_MIN_SHARE = 0.5
 
 
