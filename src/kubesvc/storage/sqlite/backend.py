@@ -79,7 +79,7 @@ from kubesvc.storage.base import (
     resolve_revision,
 )
 from kubesvc.storage.embedded import EmbeddedBackend
-from kubesvc.storage.sqlite.checkpoint import Checkpointer
+from kubesvc.storage.sqlite.checkpoint import CATCH_UP_FRAMES, Checkpointer
 from kubesvc.storage.watch import WatchHub
 
 _SCHEMA = """
@@ -137,6 +137,7 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value"""
 _CACHE_KIB = 64 * 1024  # the page cache: see "Off the write path" in the module docstring
 _STATEMENTS = 64  # compiled statements kept by the sqlite3 module (its default is 128; we have a dozen)
 
+_PAGE_BYTES = 4096  # SQLite's default page size, which the schema keeps
 _ALL_ROWS = 2**62  # SQLite's integers are 64-bit: larger limits (up to Go's int64) mean all rows
 _MAX_KEY = "\U0010ffff"  # the range end of the empty prefix: the highest code point sorts above any key
 
@@ -145,12 +146,18 @@ class SQLiteBackend(EmbeddedBackend):
     """Thread-safe: one connection behind one lock, so reads and writes take turns (SQLite
     answers in microseconds, a list of 10k keys in tens of milliseconds)."""
 
-    def __init__(self, path: str, *, watch_ring_size: int = 10_000, watch_queue_size: int = 10_000):
+    def __init__(self, path: str, *, watch_ring_size: int = 10_000, watch_queue_size: int = 10_000,
+                 wal_catch_up_frames: int = CATCH_UP_FRAMES):
         make_private(Path(path))
         self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, cached_statements=_STATEMENTS)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")  # durable across kill -9: see the module docstring
-        self._conn.execute("PRAGMA wal_autocheckpoint=0")  # the Checkpointer's job, not a commit's
+        # Checkpoints are the Checkpointer's job, not a commit's. A commit checkpoints only as a
+        # backstop, when the WAL has grown to twice the Checkpointer's catch-up mark (its thread
+        # starved of CPU), and a WAL that starts over is cut back to the catch-up mark: bounded
+        # on disk whatever the scheduling.
+        self._conn.execute(f"PRAGMA wal_autocheckpoint={2 * wal_catch_up_frames}")
+        self._conn.execute(f"PRAGMA journal_size_limit={wal_catch_up_frames * _PAGE_BYTES}")
         self._conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
         self._conn.execute("PRAGMA busy_timeout=5000")  # the checkpointer's connection may hold a lock for a moment
         self._conn.executescript(_SCHEMA)
@@ -158,7 +165,7 @@ class SQLiteBackend(EmbeddedBackend):
         self._revision = self._scalar("SELECT seq FROM sqlite_sequence WHERE name = 'kine'")
         self._compacted = self._scalar("SELECT value FROM kine_meta WHERE name = 'compact_revision'")
         self._hub = WatchHub(self._revision, ring_size=watch_ring_size, queue_size=watch_queue_size)
-        self.checkpointer = Checkpointer(path, self._lock)
+        self.checkpointer = Checkpointer(path, self._lock, catch_up_frames=wal_catch_up_frames)
 
     def current_revision(self) -> int:
         return self._revision

@@ -19,6 +19,10 @@ a connection of its own:
   lock for one more PASSIVE, which copies the few frames written since the last one, and the
   next write starts the WAL over. That is the one pause writers see, once per
   ``catch_up_frames`` pages of writes instead of once per 1,000.
+* A backstop for a thread starved of CPU (a loaded machine): the backend's own connection
+  checkpoints inside a commit once the WAL reaches twice ``catch_up_frames``
+  (``wal_autocheckpoint``), and a WAL that starts over is cut back to ``catch_up_frames``
+  pages (``journal_size_limit``), so the file stays bounded whatever the scheduling.
 * TRUNCATE when the store has been idle for ``idle_seconds``: the WAL file shrinks to zero
   bytes (also under the lock: it must not race a writer, and nothing is writing anyway).
 
@@ -35,15 +39,17 @@ import time
 
 log = logging.getLogger(__name__)
 
+CATCH_UP_FRAMES = 32768  # pages of 4 KiB: the WAL stays near 128 MiB at most (a 100k-Service store is ~500 MiB)
+
 
 class Checkpointer:
     def __init__(self, path: str, lock: threading.Lock, *, interval: float = 0.5, kick_every: int = 256,
-                 catch_up_frames: int = 32768, idle_seconds: float = 1.0):
+                 catch_up_frames: int = CATCH_UP_FRAMES, idle_seconds: float = 1.0):
         self._path = path
         self._lock = lock  # the backend's: held by every write, so holding it means no writer
         self.interval = interval
         self.kick_every = kick_every
-        self.catch_up_frames = catch_up_frames  # 32,768 pages of 4 KiB: the WAL stays near 128 MiB at most (a 100k-Service store is ~500 MiB)
+        self.catch_up_frames = catch_up_frames
         self.idle_seconds = idle_seconds
         self._kick = threading.Event()
         self._stop = threading.Event()
