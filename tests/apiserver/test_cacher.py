@@ -332,3 +332,24 @@ def test_lists_and_watches_over_http(fresh_apiserver, flag):
     # a left the selection: its last matching state at the revision it left
     assert events[0]["object"]["metadata"]["labels"] == {"tier": "web"}
     assert events[0]["object"]["metadata"]["resourceVersion"] == patched["metadata"]["resourceVersion"]
+
+
+@pytest.mark.parametrize("flag", ["--watch-cache=true", "--watch-cache=false"], ids=["cache", "storage"])
+def test_continue_token_from_the_future_is_refused_as_by_storage(fresh_apiserver, flag):
+    """A continue token whose revision the store has not reached (forged, or from another
+    cluster) is 504 "Too large resource version", from the cache as from storage: the cache
+    must not cut a page at a revision it does not have."""
+    from kubesvc.apiserver.registry.store import encode_continue
+
+    server = fresh_apiserver(flag)
+    http = server.session()
+    base = f"{server.url}/api/v1/namespaces/default/services"
+    assert http.post(base, json=svc("a")).status_code == 201
+    current = int(http.get(base).json()["metadata"]["resourceVersion"])
+    token = encode_continue(1_000_000_000, "a\x00")
+    response = http.get(base, params={"limit": "1", "continue": token})
+    assert response.status_code == 504, response.text
+    status = response.json()
+    assert status["kind"] == "Status" and status["code"] == 504 and status["reason"] == "Timeout"
+    assert status["message"].startswith("Too large resource version: 1000000000, current: ")
+    assert int(status["message"].rsplit(" ", 1)[1]) >= current

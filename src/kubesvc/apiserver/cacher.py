@@ -561,6 +561,8 @@ class WatchCache:
         name = opts.field_selector.exact_name() if opts.field_selector is not None else None
         if name is not None or revision < self.backend.compact_revision() or not cacher.unchanged_since(revision):
             return None
+        if revision > self.revision:  # a token from beyond the store (forged): storage's 504 Too large resource version
+            return None
         return cacher.page(namespace, opts, revision, start_key)
 
     async def watch(self, info: KindInfo, namespace: str | None, opts, *, send_initial: bool) -> CacheWatch | None:
