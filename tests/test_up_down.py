@@ -38,3 +38,12 @@ def test_up_hands_its_apiserver_flags_as_given_and_keeps_its_own():
     config = SimpleNamespace(data_dir=Path("/abs/rel"), bind_address="0.0.0.0", advertise_address="10.244.0.1")
     assert apiserver_args(given, config) == ["--secure-port", "0", "--anonymous-auth", "--watch-cache=false", "-v", "2",
                                              "--data-dir", "/abs/rel", "--bind-address", "0.0.0.0", "--advertise-address", "10.244.0.1"]
+
+
+def test_the_apiserver_announcement_is_read_whole_when_the_data_dir_has_spaces():
+    from kubesvc.up import APISERVER_LINE
+
+    line = "kubesvc apiserver listening on https://127.0.0.1:6443; kubeconfig: /home/a b/my data/.kubesvc/kubeconfig"
+    match = APISERVER_LINE.search(line)
+    assert match.group(1) == "https://127.0.0.1:6443"
+    assert match.group(2) == "/home/a b/my data/.kubesvc/kubeconfig"

@@ -133,7 +133,7 @@ def remove_service_routes(cidrs: list[str]) -> list[str]:
 
 # -- up ------------------------------------------------------------------------------------------
 
-APISERVER_LINE = re.compile(r"listening on (https://\S+); kubeconfig: (\S+)")
+APISERVER_LINE = re.compile(r"listening on (https://\S+); kubeconfig: (.+)$")  # the path may hold spaces
 PROXY_LINE = re.compile(r"running in (\S+) mode")
 READY_TIMEOUT = 120.0  # seconds a component has to announce itself (Python start-up on a loaded machine)
 APISERVER_READY_TIMEOUT = 60.0  # then /readyz

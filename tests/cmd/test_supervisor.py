@@ -117,3 +117,31 @@ async def test_stop_is_sigterm_then_sigkill_after_the_grace(supervisor):
     assert codes == {"polite": -signal.SIGTERM, "stubborn": -signal.SIGKILL}
     await asyncio.sleep(0.2)
     assert all(c.restarts == 0 for c in supervisor.components.values()), "a stopped component is not restarted"
+
+
+async def test_a_broken_stderr_does_not_stall_the_component_and_its_log_stays_private(tmp_path):
+    """``kubesvc up 2>&1 | head``: once up's stderr is gone, the component's output is still
+    drained into its log file, so the component never blocks on a full pipe."""
+    echoed: list[str] = []
+
+    def closed_after_first(text: str) -> None:
+        if echoed:
+            raise BrokenPipeError(32, "Broken pipe")
+        echoed.append(text)
+
+    chatty = "import sys; print('ready', flush=True)\nfor i in range(20000): print('line', i, '-' * 60)\nsys.stdout.flush(); print('done', flush=True)"
+    made = Supervisor(tmp_path / "logs", policy=BackoffPolicy(initial=5, cap=5, reset_after=10), echo=closed_after_first)
+    try:
+        await made.start("web", script(chatty), ready_timeout=20)
+        log_file = tmp_path / "logs" / "web.log"
+
+        async def finished():
+            while not (log_file.exists() and log_file.read_text().endswith("done\n")):
+                await asyncio.sleep(0.05)
+
+        await asyncio.wait_for(finished(), 20)  # 1.3 MB through a 64 KiB pipe: it never blocked
+        assert echoed == ["web: ready\n"]
+        assert len(log_file.read_text().splitlines()) == 20002
+        assert os.stat(log_file).st_mode & 0o777 == 0o600
+    finally:
+        await made.close()

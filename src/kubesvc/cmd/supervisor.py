@@ -130,7 +130,9 @@ class Supervisor:
         component.ready = asyncio.get_running_loop().create_future()
         component.process = await kprocess.spawn(component.argv, env=self.env, cwd=os.getcwd(), die_with_parent=True)
         component.started_at = self.clock()
-        log_file = open(self.log_dir / f"{component.name}.log", "ab", buffering=0)  # noqa: SIM115 - closed by _relay
+        # 0600 as every log kubesvc writes (they may quote requests); closed by _not_ready_on_exit
+        log_fd = os.open(self.log_dir / f"{component.name}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        log_file = open(log_fd, "ab", buffering=0)  # noqa: SIM115
         relays = [asyncio.create_task(self._relay(component, component.process.stdout, log_file, announces=True)),
                   asyncio.create_task(self._relay(component, component.process.stderr, log_file, announces=False))]
         waiter = asyncio.create_task(self._not_ready_on_exit(component, relays, log_file))
@@ -154,9 +156,19 @@ class Supervisor:
         while line := await stream.readline():
             if announces and not component.ready.done():
                 component.ready.set_result(line.decode(errors="replace").strip())
-            log_file.write(line)
             component.last_lines.append(line.decode(errors="replace").rstrip())
-            self.echo((prefix + line).decode(errors="replace"))
+            # The pipe is drained whatever happens to the copies: a component whose output is
+            # no longer read blocks on its next write once the pipe's 64 KiB are full (for the
+            # apiserver, its event loop and so the whole cluster). A full disk or a closed
+            # stderr (``kubesvc up 2>&1 | head``) loses the copy, not the component.
+            with contextlib.suppress(OSError):
+                log_file.write(line)
+            if self.echo is not None:
+                try:
+                    self.echo((prefix + line).decode(errors="replace"))
+                except OSError as err:
+                    log.warning("stopped copying component output to stderr: %s", err)
+                    self.echo = None
 
     @staticmethod
     def _quote(component: Component) -> str:
