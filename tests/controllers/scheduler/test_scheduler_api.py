@@ -161,7 +161,7 @@ async def test_a_burst_of_pods_is_bound_concurrently_and_still_spread(fresh_apis
 
             nodes = await eventually(all_bound, message="all 20 Pods bound")
             took = time.monotonic() - started
-        assert took < 3.0, f"20 bindings of 0.3 s each took {took:.2f}s: not concurrent"
+        assert took < 5.0, f"20 bindings of 0.3 s each took {took:.2f}s: not concurrent (one after another: 6 s)"
         assert slow.most_in_flight >= 10, slow.most_in_flight
         assert sorted(Counter(nodes).values()) == [10, 10], Counter(nodes)
 
