@@ -50,7 +50,10 @@ that machine's own crash takes with it.
 
 **Off the write path.** Checkpoints (copying WAL pages back into the database) run in a
 background thread (checkpoint.py), not inside a committing write, so a write costs its own
-statements and one write(2). The page cache is sized for 100k objects and their history
+statements and one write(2). The one exception is a backstop: if that thread is starved of CPU
+long enough for the WAL to reach twice its catch-up mark (256 MiB by default), the committing
+write checkpoints (``wal_autocheckpoint``), a pause of seconds that keeps the file bounded;
+on a machine with a CPU to spare it never happens. The page cache is sized for 100k objects and their history
 (``cache_size``, 64 MiB: the five indexes of 200k rows, a Service and its IPAddress each,
 are about 50 MiB), so a write or a point read does not go to the file for index pages.
 Statements are prepared once: the sqlite3 module keeps each SQL text's compiled statement
