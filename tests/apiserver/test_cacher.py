@@ -303,6 +303,75 @@ def test_cached_object_is_the_stored_one_with_its_resource_version(registry, sto
     assert deleted.raw == msgspec.json.encode(decode(KeyValue("k", msgspec.json.encode(stored), 1, 12)))
 
 
+class _BreakingWatch:
+    """A storage watch that fails at its first batch."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def close(self):
+        self.inner.close()
+
+    def request_progress(self):
+        self.inner.request_progress()
+
+    async def __aiter__(self):
+        async for _ in self.inner:
+            raise RuntimeError("storage watch broke")
+        yield []  # pragma: no cover - makes this an async generator
+
+
+class FlakyBackend(MemoryBackend):
+    """A memory backend whose storage watches fail as planned, one plan entry per watch() call:
+    "raise" (watch() raises), "break" (the watch fails at its first batch), then ones that work."""
+
+    def __init__(self):
+        super().__init__()
+        self.plan: list[str] = []
+
+    def watch(self, prefix, after_revision):
+        step = self.plan.pop(0) if self.plan else "ok"
+        if step == "raise":
+            raise RuntimeError("storage unavailable")
+        watch = super().watch(prefix, after_revision)
+        return _BreakingWatch(watch) if step == "break" else watch
+
+
+@pytest.mark.parametrize("plan, failures", [
+    (["raise", "raise", "raise"], 3),  # the first load fails, then two reloads
+    (["break", "raise", "raise"], 3),  # the pump's watch fails on a write, then two reloads
+], ids=["at-start", "while-running"])
+async def test_a_failed_pump_retries_and_storage_answers_meanwhile(plan, failures, caplog):
+    backend = FlakyBackend()
+    registry, _ = build_control_plane(backend, FakeClock(), ["10.96.0.0/16"])
+    services = registry.store("", "services")
+    services.create("default", svc("a"), field_manager="t")
+    backend.plan = list(plan)
+    cache = WatchCache(backend, [store.info for store in registry.stores.values()], capacity=100)
+    loop = asyncio.get_running_loop()
+    with caplog.at_level("WARNING", logger="kubesvc.apiserver.cacher"):
+        cache.start()
+        await asyncio.sleep(0)
+        try:
+            services.create("default", svc("b"), field_manager="t")  # breaks the "while-running" pump's watch
+            began = loop.time()
+            assert await cache.list(services.info, "default", ListOptions()) is None  # storage answers
+            assert await cache.watch(services.info, "default", ListOptions(), send_initial=True) is None
+            assert loop.time() - began < 0.5  # at once, not after the 3 s freshness wait
+            while not cache.ready and loop.time() - began < 5:  # back-off 0.1 + 0.2 + 0.4 s
+                await asyncio.sleep(0.05)
+            services.create("default", svc("c"), field_manager="t")
+            page = await cache.list(services.info, "default", ListOptions())
+            assert page is not None  # the cache serves again
+            items, meta = services.list("default", ListOptions())
+            assert as_objects(page) == items and page.meta == meta
+            assert [o["metadata"]["name"] for o in items] == ["a", "b", "c"]
+        finally:
+            await stop(cache)
+    logged = [r for r in caplog.records if r.name == "kubesvc.apiserver.cacher" and r.levelname == "ERROR"]
+    assert len(logged) == failures  # each failure logged
+
+
 # -- over HTTP: the same answers with and without the watch cache --------------------------------
 
 

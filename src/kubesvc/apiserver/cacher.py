@@ -31,6 +31,10 @@ from it instead of from etcd. This is that, for the embedded backends:
   every event up to it has been queued to it (the storage's progress notification passes
   through the same pump).
 
+While the pump is down (the storage watch or the reload failed) the cache is not ready: lists
+and watches go to storage at once, as upstream's cacher answers from etcd until it is ready
+again, and the pump retries with back-off (0.1 s doubling to 5 s), logging each failure.
+
 At start the cache reads the store as of ``max(compaction point, current - capacity)`` and
 replays the history after it, so watches resumed across an apiserver restart keep working
 while the ring reaches back to them.
@@ -62,6 +66,12 @@ _encode = msgspec.json.Encoder().encode
 DEFAULT_CAPACITY = 10_000  # events kept per resource (upstream's watch cache grows to ~100k)
 FRESHNESS_TIMEOUT = 3.0  # upstream's waitUntilFreshAndBlock waits 3 s; then storage answers
 WATCHER_BACKLOG = 10_000  # undelivered events after which a watcher is closed (it re-watches)
+RETRY_FIRST, RETRY_MAX = 0.1, 5.0  # the pump's back-off after a failure, doubling (seconds)
+
+
+def retry_delay(failures: int) -> float:
+    """How long the pump waits before its next attempt after ``failures`` consecutive ones."""
+    return min(RETRY_MAX, RETRY_FIRST * 2 ** max(0, failures - 1))
 
 
 def selection_view(obj: dict, info: KindInfo) -> dict:
@@ -447,20 +457,37 @@ class WatchCache:
         self._bookmarks: set[CacheWatch] = set()
         self._watch: storage.Watch | None = None
         self._task: asyncio.Task | None = None
+        self.ready = False  # loaded and fed by a live storage watch; else storage answers
 
     # ---- feeding -----------------------------------------------------------------------------
     def start(self) -> asyncio.Task:
-        """Load the state and start the pump (returns its task, to cancel at stop)."""
-        self._load()
+        """Load the state and start the pump (returns its task, to cancel at stop). A failed
+        load is the pump's to retry; storage answers meanwhile."""
+        try:
+            self._load()
+        except Exception:  # noqa: BLE001 - the apiserver serves from storage until the pump loads
+            log.exception("watch cache: loading failed; lists and watches go to storage until it loads")
+            self._reset()
         self._task = asyncio.create_task(self._pump())
         return self._task
 
+    def _reset(self) -> None:
+        """Not ready: the storage watch closed, the cache's watches ended (they re-watch, from
+        storage or a reloaded cache, and may get 410), waiting readers woken to go to storage."""
+        self.ready = False
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        for watcher in [w for c in self._cachers.values() for w in c.watchers]:
+            watcher.close()
+        self._advanced.set()
+        self._advanced = asyncio.Event()
+
     def _load(self) -> None:
+        self._reset()
         backend = self.backend
         current, compacted = backend.current_revision(), backend.compact_revision()
         start = max(compacted, current - self.capacity, min(current, 1))
-        for watcher in [w for c in self._cachers.values() for w in c.watchers]:
-            watcher.close()  # a re-initialised cache ends its watches: they re-watch (and may get 410)
         self._cachers = {info.key_prefix(): Cacher(info, start, self.capacity) for info in self._kinds}
         self._by_kind = {(c.info.group, c.info.resource): c for c in self._cachers.values()}
         for kv in backend.list("", revision=start).kvs:
@@ -469,6 +496,7 @@ class WatchCache:
                 cacher.load(kv)
         self.revision = start
         self._watch = backend.watch("", start)
+        self.ready = True
 
     def _cacher_for(self, key: str) -> Cacher | None:
         """The resource a key belongs to: /registry/<prefix>/..., the prefix one or two segments."""
@@ -482,22 +510,28 @@ class WatchCache:
         return self._cachers.get(f"/{parts[1]}/{parts[2]}/")
 
     async def _pump(self) -> None:
+        failures = 0  # in a row, without a batch applied in between
         while True:
-            assert self._watch is not None
             try:
+                if self._watch is None:
+                    self._load()
                 async for batch in self._watch:
                     self._apply(batch)
-            except Exception:  # noqa: BLE001 - a cache that missed an event must not serve: start over
-                log.exception("watch cache: reloading after an error at revision %d", self.revision)
-                self._watch.close()
-                self._load()
-                continue
-            # the storage ended the watch (this pump fell behind): resume, or start over
-            try:
+                    failures = 0
+                # the storage ended the watch (this pump fell behind): resume where the cache is
                 self._watch = self.backend.watch("", self.revision)
             except storage.Compacted:
                 log.warning("watch cache fell behind the compaction point at %d: reloading", self.revision)
-                self._load()
+                self._reset()
+                if failures:  # again: it is not a one-off race with the compactor
+                    await asyncio.sleep(retry_delay(failures))
+                failures += 1
+            except Exception:  # noqa: BLE001 - a cache that missed an event must not serve: start over
+                failures += 1
+                delay = retry_delay(failures)
+                log.exception("watch cache: failed at revision %d (storage answers); reloading in %.1f s", self.revision, delay)
+                self._reset()
+                await asyncio.sleep(delay)
 
     def _apply(self, batch: list[storage.Event]) -> None:
         progressed = False
@@ -527,13 +561,17 @@ class WatchCache:
 
     async def fresh(self) -> bool:
         """Wait until every write committed before now is in the cache; False if that took
-        longer than FRESHNESS_TIMEOUT (the caller then reads storage)."""
+        longer than FRESHNESS_TIMEOUT or the cache is not ready (the caller then reads storage)."""
+        if not self.ready:
+            return False
         target = self.backend.current_revision()
         if self.revision >= target:
             return True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + FRESHNESS_TIMEOUT
         while self.revision < target:
+            if not self.ready:  # the pump failed while this waited
+                return False
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
@@ -548,7 +586,7 @@ class WatchCache:
     async def list(self, info: KindInfo, namespace: str | None, opts) -> ListPage | None:
         """A list page from the cache, or None when storage must answer (see the module docstring)."""
         cacher = self.cacher(info)
-        if cacher is None or opts.resource_version_match == "Exact":
+        if cacher is None or not self.ready or opts.resource_version_match == "Exact":
             return None
         if opts.resource_version and opts.resource_version > self.backend.current_revision():
             return None  # storage's answer for a future revision
@@ -569,7 +607,7 @@ class WatchCache:
         """A watch from the cache (410 Expired below its window, raised before anything streams),
         or None when storage must answer."""
         cacher = self.cacher(info)
-        if cacher is None:
+        if cacher is None or not self.ready:
             return None
         after = opts.resource_version or 0
         current = self.backend.current_revision()
