@@ -17,6 +17,7 @@ from kubesvc.controllers.endpointslice.reconciler import CONTROLLER_NAME
 from kubesvc.controllers.informers import SharedInformers
 from kubesvc.util.clock import FakeClock
 from tests.support import builders
+from tests.support.workqueue import queued
 
 
 class _NoAPI:
@@ -47,16 +48,6 @@ def controller(**options) -> tuple[EndpointSliceController, FakeClock]:
     c.api = client
     c._services.indexer.upsert(builders.service("ns", "web", selector={"app": "web"}))
     return c, clock
-
-
-async def queued(c: EndpointSliceController) -> set[str]:
-    """The keys a worker may take now (taken and marked done)."""
-    keys = set()
-    while len(c.queue):
-        key = await c.queue.get()
-        keys.add(key)
-        c.queue.done(key)
-    return keys
 
 
 def web_pod(ready: bool, rv: str) -> dict:

@@ -14,6 +14,7 @@ from kubesvc.controllers.mirroring.controller import EndpointSliceMirroringContr
 from kubesvc.controllers.mirroring.reconciler import CONTROLLER_NAME
 from kubesvc.util.clock import FakeClock
 from tests.support import builders
+from tests.support.workqueue import queued
 
 BATCH = 5.0
 SERVICE_NAME = "kubernetes.io/service-name"
@@ -31,16 +32,6 @@ def controller() -> tuple[EndpointSliceMirroringController, FakeClock]:
     clock = FakeClock()
     client = _NoAPI()
     return EndpointSliceMirroringController(client, SharedInformers(client), batch_period=BATCH, clock=clock), clock
-
-
-async def queued(c: EndpointSliceMirroringController) -> set[str]:
-    """The keys ready for a worker now (taken and marked done)."""
-    keys = set()
-    while len(c.queue):
-        key = await c.queue.get()
-        keys.add(key)
-        c.queue.done(key)
-    return keys
 
 
 def endpoints(rv: str = "1", labels: dict | None = None, annotations: dict | None = None) -> dict:
