@@ -346,7 +346,7 @@ class Cacher:
         limit = 0 if name is not None and "/" not in name else max(0, opts.limit)
         if not opts.filtered:
             start = bisect.bisect_left(self._keys, max(prefix, start_key))
-            end = bisect.bisect_left(self._keys, _prefix_end(prefix))
+            end = bisect.bisect_left(self._keys, storage.prefix_end(prefix))
             keys = self._keys[start:min(end, start + limit) if limit else end]
             if limit and start + limit < end and keys:
                 meta["continue"] = encode_continue(revision, keys[-1][len(prefix):] + "\x00")
@@ -363,10 +363,6 @@ class Cacher:
                         meta["continue"] = encode_continue(revision, next_start[len(prefix):])
                     break
         return ListPage(items, meta)
-
-
-def _prefix_end(prefix: str) -> str:
-    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
 class CacheWatch:

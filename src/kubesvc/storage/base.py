@@ -196,6 +196,14 @@ class Backend(Protocol):
 # The rules above as pure functions, shared by the embedded implementations.
 
 
+MAX_KEY = "\U0010ffff"  # the range end of the empty prefix: the highest code point sorts above any key
+
+
+def prefix_end(prefix: str) -> str:
+    """The least key above every key that starts with ``prefix`` (etcd's range_end for a prefix)."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1) if prefix else MAX_KEY
+
+
 def resolve_revision(requested: int, current: int, compacted: int) -> int:
     """The revision a read or watch at ``requested`` (0: now) sees. Reading at the compact
     revision itself is allowed (each key's value as of then is kept), below it is not."""

@@ -79,6 +79,7 @@ from kubesvc.storage.base import (
     RevisionMismatch,
     TxnResult,
     apply_op,
+    prefix_end,
     resolve_revision,
 )
 from kubesvc.storage.embedded import EmbeddedBackend
@@ -142,7 +143,6 @@ _STATEMENTS = 64  # compiled statements kept by the sqlite3 module (its default 
 
 _PAGE_BYTES = 4096  # SQLite's default page size, which the schema keeps
 _ALL_ROWS = 2**62  # SQLite's integers are 64-bit: larger limits (up to Go's int64) mean all rows
-_MAX_KEY = "\U0010ffff"  # the range end of the empty prefix: the highest code point sorts above any key
 
 
 class SQLiteBackend(EmbeddedBackend):
@@ -182,7 +182,7 @@ class SQLiteBackend(EmbeddedBackend):
             return self._newest(key, at)[1]
 
     def list(self, prefix: str, *, revision: int = 0, limit: int = 0, start_key: str = "") -> ListResult:
-        end = _prefix_end(prefix)
+        end = prefix_end(prefix)
         with self._lock:
             at = resolve_revision(revision, self._revision, self._compacted)
             sql_limit = limit + 1 if 0 < limit < _ALL_ROWS else -1  # a limit past any table is no limit
@@ -196,7 +196,7 @@ class SQLiteBackend(EmbeddedBackend):
 
     def count(self, prefix: str) -> int:
         with self._lock:
-            return self._count(prefix, _prefix_end(prefix), self._revision)
+            return self._count(prefix, prefix_end(prefix), self._revision)
 
     def txn(self, ops: Sequence[Op]) -> TxnResult:
         with self._lock:
@@ -261,7 +261,7 @@ class SQLiteBackend(EmbeddedBackend):
         return self._conn.execute(_COUNT, (start, end, revision)).fetchone()[0]
 
     def _events_after(self, prefix: str, revision: int) -> list[Event]:
-        return [_event(row) for row in self._conn.execute(_EVENTS_AFTER, (revision, prefix, _prefix_end(prefix)))]
+        return [_event(row) for row in self._conn.execute(_EVENTS_AFTER, (revision, prefix, prefix_end(prefix)))]
 
     def _scalar(self, sql: str) -> int:
         row = self._conn.execute(sql).fetchone()
@@ -272,11 +272,6 @@ def _event(row: tuple) -> Event:
     row_id, name, created, deleted, create_revision, prev_revision, value, old_value = row
     prev = None if created else KeyValue(name, old_value, create_revision, prev_revision)
     return Event("DELETE" if deleted else "PUT", KeyValue(name, value, create_revision, row_id), prev)
-
-
-def _prefix_end(prefix: str) -> str:
-    """The least key above every key that starts with ``prefix`` (etcd's range_end for a prefix)."""
-    return prefix[:-1] + chr(ord(prefix[-1]) + 1) if prefix else _MAX_KEY
 
 
 def make_private(database: Path) -> None:
