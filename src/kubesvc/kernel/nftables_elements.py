@@ -35,35 +35,37 @@ from kubesvc.kernel.nftables_netlink import (
     FAMILIES,
     INTERVAL_KINDS,
     MAX_ATTR,
+    NETLINK_CAP_ACK,
     NETLINK_NETFILTER,
     NFNL_MSG_BATCH_BEGIN,
     NFNL_MSG_BATCH_END,
     NFNL_SUBSYS_NFTABLES,
     NFTA_DATA_VALUE,
+    NFTA_SET_ELEM_LIST_ELEMENTS,
+    NFTA_SET_ELEM_LIST_SET,
+    NFTA_SET_ELEM_LIST_TABLE,
     NFT_MSG_NEWSETELEM,
+    NLA_F_NESTED,
     NLM_F_ACK,
     NLM_F_CREATE,
     NLM_F_REQUEST,
     PROTOCOLS,
+    SOL_NETLINK,
     Element,
     NfNetlinkFailed,
     SetType,
-    _encode_fields,
-    _grow_sndbuf,
-    _interval,
-    _msg,
-    _nla,
-    _read_acks,
+    element_chunks,
+    encode_fields,
+    grow_rcvbuf,
+    grow_sndbuf,
+    interval_elements,
+    message,
+    nla,
+    read_acks,
 )
-from kubesvc.kernel.nftables_netlink import _chunks as _interval_chunks
 
-NFTA_SET_ELEM_LIST_TABLE = 1
-NFTA_SET_ELEM_LIST_SET = 2
-NFTA_SET_ELEM_LIST_ELEMENTS = 3
-NFTA_LIST_ELEM = 1
-NESTED = 0x8000
-SOL_NETLINK = 270
-NETLINK_CAP_ACK = 10  # errors echo only the header, not a 64 KiB message
+NFTA_LIST_ELEM = 1  # nft's attribute type for each element of a list (the kernel does not read it)
+NESTED = NLA_F_NESTED
 
 _pton = socket.inet_pton
 _BYTEORDER = sys.byteorder
@@ -170,11 +172,11 @@ def _ranges(set_type: SetType, elements: Mapping[str, str]) -> Iterator[bytes] |
     def kernel_elements() -> Iterator[Element]:
         try:
             for key, value in elements.items():
-                data = None if data_kinds is None else _nla(NFTA_DATA_VALUE, _encode_fields(value, data_kinds))
-                yield from _interval(key, kind, data, None)
+                data = None if data_kinds is None else nla(NFTA_DATA_VALUE, encode_fields(value, data_kinds))
+                yield from interval_elements(key, kind, data, None)
         except struct.error as err:  # a port past 65535: refused as any other malformed element
             raise ValueError(str(err)) from err
-    return _interval_chunks(kernel_elements())
+    return element_chunks(kernel_elements())
 
 
 def _slot_ranges(kind: str, elements: Mapping[str, str]) -> Iterator[bytes]:
@@ -254,21 +256,21 @@ class Batch:
     def __init__(self, family: str, table: str, sets: list[tuple[str, Iterable[bytes]]]):
         fam = FAMILIES[family]
         seq = 1
-        data = bytearray(_msg(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, seq, 0, b"", NFNL_SUBSYS_NFTABLES))
+        data = bytearray(message(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, seq, 0, b"", NFNL_SUBSYS_NFTABLES))
         self.begin = seq
         self.sets = [name for name, _ in sets]
         self.what: dict[int, str] = {}
         kind = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWSETELEM
         flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE
-        table_attr = _nla(NFTA_SET_ELEM_LIST_TABLE, table.encode() + b"\0")
+        table_attr = nla(NFTA_SET_ELEM_LIST_TABLE, table.encode() + b"\0")
         for name, payloads in sets:
-            head = table_attr + _nla(NFTA_SET_ELEM_LIST_SET, name.encode() + b"\0")
+            head = table_attr + nla(NFTA_SET_ELEM_LIST_SET, name.encode() + b"\0")
             for payload in payloads:
                 seq += 1
                 self.what[seq] = f"add element {family} {table} {name}"
-                data += _msg(kind, flags, seq, fam, head + _head(4 + len(payload), NFTA_SET_ELEM_LIST_ELEMENTS | NESTED) + payload)
+                data += message(kind, flags, seq, fam, head + _head(4 + len(payload), NFTA_SET_ELEM_LIST_ELEMENTS | NESTED) + payload)
         seq += 1
-        data += _msg(NFNL_MSG_BATCH_END, NLM_F_REQUEST, seq, 0, b"", NFNL_SUBSYS_NFTABLES)
+        data += message(NFNL_MSG_BATCH_END, NLM_F_REQUEST, seq, 0, b"", NFNL_SUBSYS_NFTABLES)
         self.data = data
 
 
@@ -283,24 +285,17 @@ def send(netns: str | None, batch: Batch) -> None:
         except OSError:
             pass
         data = batch.data
-        _grow_sndbuf(sock, len(data))
-        _grow_rcvbuf(sock, len(batch.what) * 1024)  # an ack per message, each a buffer of its own (as nft)
+        grow_sndbuf(sock, len(data))
+        grow_rcvbuf(sock, len(batch.what) * 1024)  # an ack per message, each a buffer of its own (as nft)
         sent = sock.send(data)
         if sent != len(data):
             raise NfNetlinkFailed(errno_codes.EMSGSIZE, "batch truncated")
         pending = set(batch.what)
         while pending:
-            for mseq, code in _read_acks(sock.recv(1 << 20)):
+            for mseq, code in read_acks(sock.recv(1 << 20)):
                 if code and (mseq == batch.begin or mseq in pending):
                     raise NfNetlinkFailed(code, "commit" if mseq == batch.begin else batch.what[mseq])
                 pending.discard(mseq)
     finally:
         sock.close()
 
-
-def _grow_rcvbuf(sock: socket.socket, size: int) -> None:
-    if size > sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 2:
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, 33, size)  # SO_RCVBUFFORCE (root)
-        except OSError:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)

@@ -62,6 +62,8 @@ NLM_F_DUMP = 0x300
 NLMSG_ERROR = 0x2
 NLMSG_DONE = 0x3
 NLA_F_NESTED = 0x8000
+SOL_NETLINK = 270
+NETLINK_CAP_ACK = 10  # errors echo only the header, not a 64 KiB message
 NFTA_SET_ELEM_LIST_TABLE = 1
 NFTA_SET_ELEM_LIST_SET = 2
 NFTA_SET_ELEM_LIST_ELEMENTS = 3
@@ -94,7 +96,7 @@ _TYPEOF = (
     (re.compile(r"(tcp|udp|sctp|th) (s|d)port"), "port"),
     (re.compile(r"meta l4proto"), "proto"),
 )
-INTERVAL_KINDS = ("u32h", "port", "ipv4")  # one-field keys whose ranges ``_interval`` encodes
+INTERVAL_KINDS = ("u32h", "port", "ipv4")  # one-field keys whose ranges ``interval_elements`` encodes
 MAX_ATTR = 0xFFFF - 512  # an element list is one attribute (u16 length): split before that
 
 
@@ -210,7 +212,7 @@ def parse_elements_only(text: str, family: str, table: str, types: dict[str, Set
 
 def _encode_element(item: str, set_type: SetType, delete: bool) -> list[Element]:
     """One element of the text as the kernel elements nft sends for it: one, or for a range
-    of an interval set two (see ``_interval``)."""
+    of an interval set two (see ``interval_elements``)."""
     comment = None
     if ' comment "' in item:
         key_text, _, rest = item.partition(' comment "')
@@ -223,9 +225,9 @@ def _encode_element(item: str, set_type: SetType, delete: bool) -> list[Element]
         if not value_text:
             raise ValueError("a map element needs a value")
         if set_type.data == ("verdict",):
-            data = _nla(NFTA_DATA_VERDICT, _encode_verdict(value_text.strip()), nested=True)
+            data = nla(NFTA_DATA_VERDICT, _encode_verdict(value_text.strip()), nested=True)
         else:
-            data = _nla(NFTA_DATA_VALUE, _encode_fields(value_text, set_type.data))
+            data = nla(NFTA_DATA_VALUE, encode_fields(value_text, set_type.data))
     elif value_text and not delete:
         raise ValueError("a set element has no value")
     if comment and not delete:
@@ -234,11 +236,11 @@ def _encode_element(item: str, set_type: SetType, delete: bool) -> list[Element]
             raise ValueError("comment too long")
         userdata = bytes((NFTNL_UDATA_SET_ELEM_COMMENT, len(raw))) + raw
     if set_type.interval:
-        return _interval(key_text.strip(), set_type.key[0], data, userdata)
-    return [(_nla(NFTA_DATA_VALUE, _encode_fields(key_text, set_type.key)), data, userdata, 0)]
+        return interval_elements(key_text.strip(), set_type.key[0], data, userdata)
+    return [(nla(NFTA_DATA_VALUE, encode_fields(key_text, set_type.key)), data, userdata, 0)]
 
 
-def _interval(text: str, kind: str, data: bytes | None, userdata: bytes | None) -> list[Element]:
+def interval_elements(text: str, kind: str, data: bytes | None, userdata: bytes | None) -> list[Element]:
     """A range ``low-high`` (or one value) of an interval set as nft 1.0.6 sends it to the
     rbtree set: the start ``low`` carrying the data, then an element ``high + 1`` flagged
     ``NFT_SET_ELEM_INTERVAL_END`` (none when ``high`` is the largest value). Keys are in network
@@ -265,13 +267,13 @@ def _interval(text: str, kind: str, data: bytes | None, userdata: bytes | None) 
     if high < low:
         raise ValueError(f"empty range {text!r}")
     size = width // 8
-    out: list[Element] = [(_nla(NFTA_DATA_VALUE, low.to_bytes(size, "big")), data, userdata, 0)]
+    out: list[Element] = [(nla(NFTA_DATA_VALUE, low.to_bytes(size, "big")), data, userdata, 0)]
     if high + 1 < 1 << width:
-        out.append((_nla(NFTA_DATA_VALUE, (high + 1).to_bytes(size, "big")), None, None, NFT_SET_ELEM_INTERVAL_END))
+        out.append((nla(NFTA_DATA_VALUE, (high + 1).to_bytes(size, "big")), None, None, NFT_SET_ELEM_INTERVAL_END))
     return out
 
 
-def _encode_fields(text: str, kinds: tuple[str, ...]) -> bytes:
+def encode_fields(text: str, kinds: tuple[str, ...]) -> bytes:
     parts = [p.strip() for p in text.strip().split(" . ")]
     if len(parts) != len(kinds):
         raise ValueError(f"{text!r} does not have {len(kinds)} fields")
@@ -297,21 +299,22 @@ def _encode_fields(text: str, kinds: tuple[str, ...]) -> bytes:
 
 def _encode_verdict(text: str) -> bytes:
     if text in VERDICTS:
-        return _nla(NFTA_VERDICT_CODE, struct.pack("!i", VERDICTS[text]))
+        return nla(NFTA_VERDICT_CODE, struct.pack("!i", VERDICTS[text]))
     word, _, chain = text.partition(" ")
     if word not in CHAIN_VERDICTS or not chain or " " in chain:
         raise ValueError(f"unknown verdict {text!r}")
-    return _nla(NFTA_VERDICT_CODE, struct.pack("!i", CHAIN_VERDICTS[word])) + _nla(NFTA_VERDICT_CHAIN, chain.encode() + b"\0")
+    return nla(NFTA_VERDICT_CODE, struct.pack("!i", CHAIN_VERDICTS[word])) + nla(NFTA_VERDICT_CHAIN, chain.encode() + b"\0")
 
 
 # -- the wire -----------------------------------------------------------------------------------
+# (public: kernel/nftables_elements.py builds its batches from the same helpers)
 
-def _nla(kind: int, payload: bytes, nested: bool = False) -> bytes:
+def nla(kind: int, payload: bytes, nested: bool = False) -> bytes:
     length = 4 + len(payload)
     return struct.pack("=HH", length, kind | (NLA_F_NESTED if nested else 0)) + payload + b"\0" * (-length % 4)
 
 
-def _msg(kind: int, flags: int, seq: int, family: int, payload: bytes, res_id: int = 0) -> bytes:
+def message(kind: int, flags: int, seq: int, family: int, payload: bytes, res_id: int = 0) -> bytes:
     body = struct.pack("=BBH", family, 0, socket.htons(res_id)) + payload
     return struct.pack("=IHHII", 16 + len(body), kind, flags, seq, 0) + body
 
@@ -361,26 +364,26 @@ class NftNetlink:
             msgs: list[bytes] = []
             what: dict[int, str] = {}
             begin = self._next()
-            msgs.append(_msg(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, begin, 0, b"", NFNL_SUBSYS_NFTABLES))
-            head_attrs = _nla(NFTA_SET_ELEM_LIST_TABLE, table.encode() + b"\0")
+            msgs.append(message(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, begin, 0, b"", NFNL_SUBSYS_NFTABLES))
+            head_attrs = nla(NFTA_SET_ELEM_LIST_TABLE, table.encode() + b"\0")
             for op in ops:
                 kind = (NFNL_SUBSYS_NFTABLES << 8) | (NFT_MSG_DELSETELEM if op.delete else NFT_MSG_NEWSETELEM)
                 flags = NLM_F_REQUEST | NLM_F_ACK | (0 if op.delete else NLM_F_CREATE)
-                head = head_attrs + _nla(NFTA_SET_ELEM_LIST_SET, op.set.encode() + b"\0")
-                for chunk in _chunks(op.elements):
+                head = head_attrs + nla(NFTA_SET_ELEM_LIST_SET, op.set.encode() + b"\0")
+                for chunk in element_chunks(op.elements):
                     seq = self._next()
                     what[seq] = f"{'delete' if op.delete else 'add'} element {family} {table} {op.set}"
-                    msgs.append(_msg(kind, flags, seq, fam, head + _nla(NFTA_SET_ELEM_LIST_ELEMENTS, chunk, nested=True)))
-            msgs.append(_msg(NFNL_MSG_BATCH_END, NLM_F_REQUEST, self._next(), 0, b"", NFNL_SUBSYS_NFTABLES))
+                    msgs.append(message(kind, flags, seq, fam, head + nla(NFTA_SET_ELEM_LIST_ELEMENTS, chunk, nested=True)))
+            msgs.append(message(NFNL_MSG_BATCH_END, NLM_F_REQUEST, self._next(), 0, b"", NFNL_SUBSYS_NFTABLES))
             data = b"".join(msgs)
             if len(data) > 4 << 20:
                 raise NfNetlinkFailed(errno_codes.EMSGSIZE, "batch too large")
-            _grow_sndbuf(sock, len(data))
+            grow_sndbuf(sock, len(data))
             sock.send(data)
             pending = set(what)
             failure: NfNetlinkFailed | None = None
             while pending:
-                for seq, code in _read_acks(sock.recv(65536)):
+                for seq, code in read_acks(sock.recv(65536)):
                     if seq == begin and code and failure is None:  # the commit itself failed
                         failure = NfNetlinkFailed(code, "commit")
                     if seq in pending:
@@ -399,10 +402,10 @@ class NftNetlink:
         with self._lock:
             sock = self._socket()
             seq = self._next()
-            payload = _nla(NFTA_CHAIN_TABLE, table.encode() + b"\0") + _nla(NFTA_CHAIN_NAME, chain.encode() + b"\0")
-            sock.send(_msg((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETCHAIN, NLM_F_REQUEST | NLM_F_ACK, seq, FAMILIES[family], payload))
+            payload = nla(NFTA_CHAIN_TABLE, table.encode() + b"\0") + nla(NFTA_CHAIN_NAME, chain.encode() + b"\0")
+            sock.send(message((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETCHAIN, NLM_F_REQUEST | NLM_F_ACK, seq, FAMILIES[family], payload))
             while True:
-                code = next((code for mseq, code in _read_acks(sock.recv(1 << 16)) if mseq == seq), None)
+                code = next((code for mseq, code in read_acks(sock.recv(1 << 16)) if mseq == seq), None)
                 if code is not None:
                     break
             if code == errno_codes.ENOENT:
@@ -410,8 +413,8 @@ class NftNetlink:
             if code:
                 raise NfNetlinkFailed(code, f"list chain {family} {table} {chain}")
             seq = self._next()
-            payload = _nla(NFTA_RULE_TABLE, table.encode() + b"\0") + _nla(NFTA_RULE_CHAIN, chain.encode() + b"\0")
-            sock.send(_msg((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETRULE, NLM_F_REQUEST | NLM_F_DUMP, seq, FAMILIES[family], payload))
+            payload = nla(NFTA_RULE_TABLE, table.encode() + b"\0") + nla(NFTA_RULE_CHAIN, chain.encode() + b"\0")
+            sock.send(message((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETRULE, NLM_F_REQUEST | NLM_F_DUMP, seq, FAMILIES[family], payload))
             rules = 0
             while True:
                 data = sock.recv(1 << 20)
@@ -438,17 +441,18 @@ class NftNetlink:
             sock.settimeout(10.0)
 
 
-def _chunks(elements: list[Element]):
+def element_chunks(elements: list[Element]):
+    """``elements`` as the payloads of ``NFTA_SET_ELEM_LIST_ELEMENTS``, each under ``MAX_ATTR``."""
     chunk: list[bytes] = []
     size = 0
     for index, (key, data, userdata, flags) in enumerate(elements, 1):
-        body = _nla(NFTA_SET_ELEM_FLAGS, struct.pack("!I", flags)) if flags else b""
-        body += _nla(NFTA_SET_ELEM_KEY, key, nested=True)
+        body = nla(NFTA_SET_ELEM_FLAGS, struct.pack("!I", flags)) if flags else b""
+        body += nla(NFTA_SET_ELEM_KEY, key, nested=True)
         if data is not None:
-            body += _nla(NFTA_SET_ELEM_DATA, data, nested=True)
+            body += nla(NFTA_SET_ELEM_DATA, data, nested=True)
         if userdata is not None:
-            body += _nla(NFTA_SET_ELEM_USERDATA, userdata)
-        elem = _nla(index & 0x7FFF or 1, body, nested=True)
+            body += nla(NFTA_SET_ELEM_USERDATA, userdata)
+        elem = nla(index & 0x7FFF or 1, body, nested=True)
         if chunk and size + len(elem) > MAX_ATTR:
             yield b"".join(chunk)
             chunk, size = [], 0
@@ -469,15 +473,23 @@ def _messages(data: bytes):
         offset += (length + 3) & ~3
 
 
-def _read_acks(data: bytes):
+def read_acks(data: bytes):
     for kind, seq, offset in _messages(data):
         if kind == NLMSG_ERROR:
             yield seq, -struct.unpack_from("=i", data, offset + 16)[0]
 
 
-def _grow_sndbuf(sock: socket.socket, size: int) -> None:
+def grow_sndbuf(sock: socket.socket, size: int) -> None:
     if size > sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) // 2:
         try:
             sock.setsockopt(socket.SOL_SOCKET, 32, size * 2)  # SO_SNDBUFFORCE (root)
         except OSError:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size * 2)
+
+
+def grow_rcvbuf(sock: socket.socket, size: int) -> None:
+    if size > sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 2:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, 33, size)  # SO_RCVBUFFORCE (root)
+        except OSError:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
