@@ -123,3 +123,17 @@ async def test_without_a_slice_change_a_stale_sync_waits_out_its_back_off():
     assert await queued(c) == set()
     clock.advance(0.001)
     assert await queued(c) == {"ns/web"}
+
+
+async def test_a_deleted_service_no_longer_waits_for_its_slices():
+    """Its slices go with it (garbage collection), so no slice event may ever come to clear it:
+    the deletion itself forgets that its sync found the cache stale."""
+    c, _ = controller()
+    await stale_sync(c)
+    assert c._behind_cache == {"ns/web"}
+    service = c._services.indexer.remove("ns/web")
+    c._on_service_delete(service)
+    assert c._behind_cache == set()
+    assert await queued(c) == {"ns/web"}  # its deletion is synced at once, not after the back-off
+    await c.sync_service("ns/web")
+    assert c.api.writes == []

@@ -87,7 +87,7 @@ class EndpointSliceController:
         self._pods = informers.pods
         self._nodes = informers.nodes
         self._slices = informers.endpoint_slices
-        self._services.add_event_handler(self._enqueue_service, lambda old, new: self._enqueue_service(new), self._enqueue_service)
+        self._services.add_event_handler(self._enqueue_service, lambda old, new: self._enqueue_service(new), self._on_service_delete)
         self._pod_events = ServicesOfPods(self._services, self.queue, batch_period)
         self._pod_events.attach(self._pods)
         self._nodes.add_event_handler(self._on_node_change, self._on_node_update, self._on_node_change)
@@ -101,6 +101,14 @@ class EndpointSliceController:
     def _enqueue_service(self, service: dict) -> None:
         meta = service["metadata"]
         self.queue.add(f"{meta.get('namespace', '')}/{meta['name']}")
+
+    def _on_service_delete(self, service: dict) -> None:
+        """A deleted Service no longer waits for its slices to catch up: its sync (queued here)
+        only forgets it, and its slices go with it (garbage collection), so a slice event may
+        never come to take it out of ``_behind_cache``."""
+        meta = service["metadata"]
+        self._behind_cache.discard(f"{meta.get('namespace', '')}/{meta['name']}")
+        self._enqueue_service(service)
 
     def _on_node_change(self, node: dict) -> None:
         for pod in self._pods.indexer.by_index(POD_NODE_INDEX, node["metadata"]["name"]):
