@@ -25,6 +25,7 @@ is full), as in iptables mode.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Collection
 
@@ -63,6 +64,8 @@ class UserspaceBackend(Mode[None]):
         self.kernel_usable: bool | None = None if program_kernel else False
         self.clock = clock
         self.balancer: LoadBalancerRR[PortalKey, Endpoint] = LoadBalancerRR(clock)
+        # TCP connections choose on the relay thread while syncs change the balancer here
+        self.balancing = threading.Lock()
         self.listeners: dict[PortalKey, TcpListener | UdpListener] = {}
 
     def proxy_port(self, name: ServicePortName, kind: str = "internal") -> int:
@@ -71,10 +74,11 @@ class UserspaceBackend(Mode[None]):
         return listener.port if listener else 0
 
     def _chooser(self, key: PortalKey):
-        balancer = self.balancer
+        balancer, lock = self.balancer, self.balancing
 
         def choose(client_ip: str, reset: bool, exclude: Collection[Endpoint]) -> Endpoint:
-            return balancer.next_endpoint(key, client_ip, reset=reset, exclude=exclude)
+            with lock:
+                return balancer.next_endpoint(key, client_ip, reset=reset, exclude=exclude)
         return choose
 
     async def _open(self, key: PortalKey, protocol: str) -> TcpListener | UdpListener:
@@ -104,7 +108,8 @@ class UserspaceBackend(Mode[None]):
         for key, portal in portals.portals.items():
             sp = portal.service_port
             endpoints = tuple((ep.ip, ep.port) for ep in portal.endpoints)
-            self.balancer.update(key, endpoints, affinity=sp.client_ip_affinity, ttl_seconds=sp.sticky_max_age_seconds)
+            with self.balancing:
+                self.balancer.update(key, endpoints, affinity=sp.client_ip_affinity, ttl_seconds=sp.sticky_max_age_seconds)
             listener = self.listeners.get(key)
             if listener is None:
                 try:
@@ -117,9 +122,11 @@ class UserspaceBackend(Mode[None]):
                 listener.drop_flows(set(endpoints))
         for key in [k for k in self.listeners if k not in portals.portals]:
             self.listeners.pop(key).close()
-            self.balancer.delete(key)
+            with self.balancing:
+                self.balancer.delete(key)
             log.info("Closed proxy port for %s (%s)", *key)
-        self.balancer.cleanup_stale_sessions()
+        with self.balancing:
+            self.balancer.cleanup_stale_sessions()
         ports = {key: listener.port for key, listener in self.listeners.items()}
         data = build_restore(portals, ports, node_ip=node_ip, nodeport_ips=nodeport_ips)
         plan.written = {TABLE_FILTER: data.filter_rules, TABLE_NAT: data.nat_rules}
@@ -139,8 +146,8 @@ class UserspaceBackend(Mode[None]):
         return True
 
     async def close(self) -> None:
-        """Nothing runs in the background (the listeners live in the event loop); stopping
-        closes them."""
+        """Stopping closes the listeners (TCP's on the relay thread, which stays for the next
+        ones; UDP's on the event loop)."""
         for listener in self.listeners.values():
             listener.close(connections=True)
         self.listeners.clear()

@@ -1,7 +1,8 @@
 """Relaying connections to endpoints (upstream ``pkg/proxy/userspace/proxysocket.go`` and
-``udp_server.go``). TCP runs on raw sockets in an epoll set of the relay's own, which the event
-loop watches as one descriptor (the same code on uvloop and on plain asyncio): no streams, no
-transports, no coroutine per connection or per chunk, no timer per connection.
+``udp_server.go``). TCP runs on raw sockets on the relay's own thread and epoll loop
+(``loop.RelayLoop``), whatever event loop the proxy runs: no streams, no transports, no
+coroutine per connection or per chunk, no timer per connection. UDP runs on the proxy's event
+loop.
 
 TCP (``TcpListener``): the listener accepts in a loop until the kernel's queue is empty; per
 connection an endpoint is chosen (``choose(client_ip, reset, exclude)``) and dialled with
@@ -60,12 +61,13 @@ import os
 import select
 import socket
 import struct
-import weakref
+import time
 import _socket
 from collections import deque
 from collections.abc import Callable, Collection
 
 from kubesvc.proxy.userspace.loadbalancer import NoEndpoints
+from kubesvc.proxy.userspace.loop import RelayLoop, Timer, relay_loop
 
 log = logging.getLogger("kubesvc.proxy.userspace")
 
@@ -119,6 +121,7 @@ ACCEPT_RETRY_DELAY = 1.0  # asyncio's own pause when accept() runs out of descri
 _IN, _OUT, _RDHUP, _ERR = select.EPOLLIN, select.EPOLLOUT, select.EPOLLRDHUP, select.EPOLLERR
 _ERRHUP = select.EPOLLERR | select.EPOLLHUP
 _WATCH = _IN | _OUT | _RDHUP | select.EPOLLET  # once per socket, for its whole life
+_monotonic = time.monotonic
 
 
 class _Pool:
@@ -158,77 +161,6 @@ def _close_pipe(pipe: tuple[int, int, int]) -> None:
 _pipes = _Pool(_make_pipe, _close_pipe)
 _buffers = _Pool(lambda: memoryview(bytearray(COPY_BUFFER)))  # (a view: slices for send() copy nothing)
 _scratch = _buffers.take()  # what the relay copies through when the destination takes it all
-
-
-class _Poller:
-    """The relay's own epoll set, watched by the event loop as one descriptor: each relayed
-    socket is registered once, edge-triggered (the event loop's ``add_reader``/``remove_reader``
-    would rebuild its registration at every step, and uvloop's costs several system calls each
-    time). Directions that yielded with bytes left unread are resumed after the next batch of
-    events. One per event loop."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.loop = loop
-        self.ep = select.epoll()
-        self.handlers: dict[int, Callable[[int], None]] = {}
-        self.dispatching = False
-        self.closing: list[socket.socket] = []
-        self.resume: list[_Pump] = []
-        self.resume_scheduled = False
-        loop.add_reader(self.ep.fileno(), self._dispatch)
-
-    def register(self, sock: socket.socket, handler: Callable[[int], None]) -> None:
-        fd = sock.fileno()
-        self.ep.register(fd, _WATCH)
-        self.handlers[fd] = handler
-
-    def close(self, sock: socket.socket, registered: bool) -> None:
-        """Close ``sock`` (closing removes it from the epoll set). Within a batch of events the
-        close waits for the batch's end, so that no descriptor number is reused by a new socket
-        while an event for the old one is still to be handed out."""
-        if registered:
-            self.handlers.pop(sock.fileno(), None)
-        if self.dispatching:
-            self.closing.append(sock)
-        else:
-            sock.close()
-
-    def later(self, pump: _Pump) -> None:
-        """Resume ``pump`` after the next batch of events (it left bytes unread: no new edge
-        would come for them)."""
-        self.resume.append(pump)
-        if not self.resume_scheduled:
-            self.resume_scheduled = True
-            self.loop.call_soon(self._dispatch)
-
-    def _dispatch(self) -> None:
-        handlers = self.handlers
-        resume, self.resume = self.resume, []
-        self.resume_scheduled = False
-        self.dispatching = True
-        try:
-            for fd, events in self.ep.poll(0):
-                handler = handlers.get(fd)
-                if handler is not None:
-                    handler(events)
-            for pump in resume:
-                pump.readable(0)
-        finally:
-            self.dispatching = False
-            if self.closing:
-                closing, self.closing = self.closing, []
-                for sock in closing:
-                    sock.close()
-
-
-_pollers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Poller] = weakref.WeakKeyDictionary()
-
-
-def _poller(loop: asyncio.AbstractEventLoop) -> _Poller:
-    poller = _pollers.get(loop)
-    if poller is None:
-        poller = _pollers[loop] = _Poller(loop)
-    return poller
 
 
 _READING, _WRITING, _DONE = range(3)
@@ -445,14 +377,14 @@ class _DialDeadlines:
     have the same timeout, so arrival order is deadline order) and one timer for the earliest.
     A dial that completed stays queued until its deadline and is skipped then."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, timeouts: tuple[float, ...]):
+    def __init__(self, loop: RelayLoop, timeouts: tuple[float, ...]):
         self.loop, self.timeouts = loop, timeouts
         self.queues: list[deque[tuple[float, _Connection, int]]] = [deque() for _ in timeouts]
-        self.timer: asyncio.TimerHandle | None = None
+        self.timer: Timer | None = None
         self.at = 0.0
 
     def add(self, conn: _Connection, attempt: int) -> None:
-        deadline = self.loop.time() + self.timeouts[attempt]
+        deadline = _monotonic() + self.timeouts[attempt]
         self.queues[attempt].append((deadline, conn, conn.attempt))
         if self.timer is None or deadline < self.at:
             self._schedule(deadline)
@@ -465,7 +397,7 @@ class _DialDeadlines:
 
     def _expire(self) -> None:
         self.timer = None
-        now = self.loop.time()
+        now = _monotonic()
         for queue in self.queues:
             while queue and queue[0][0] <= now:
                 _, conn, attempt = queue.popleft()
@@ -565,7 +497,7 @@ class _Connection:
             err = sock.connect_ex(endpoint)
             if err in (errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK, 0):
                 try:  # writable once connected (at once if it already is), an error if refused
-                    self.poller.register(sock, self._on_backend)
+                    self.poller.register(sock, self._on_backend, _WATCH)
                 except OSError as exc:
                     sock.close()
                     self._failed(exc)
@@ -627,7 +559,7 @@ class _Connection:
             down.readable(events)
         if not self.closed:
             try:
-                self.poller.register(self.socks[_CLIENT], self._on_client)
+                self.poller.register(self.socks[_CLIENT], self._on_client, _WATCH)
             except OSError as err:
                 self.fail(err)
                 return
@@ -681,7 +613,12 @@ class _Connection:
 
 class TcpListener:
     """A listening socket relaying each connection to an endpoint from ``choose``; ``splice``
-    False: copy through a buffer even where splice(2) is available (True: splice bulk streams)."""
+    False: copy through a buffer even where splice(2) is available (True: splice bulk streams).
+
+    The listener and its connections live on the relay thread (``loop.RelayLoop``): ``choose``
+    is called there, so it must be safe against the thread that changes its endpoints (the
+    proxier holds a lock around both). ``start``, ``close`` and ``in_flight`` may be called
+    from any thread."""
 
     def __init__(self, choose: Chooser, *, name: str = "", timeouts: tuple[float, ...] = CONNECT_TIMEOUTS, backlog: int = 1024,
                  splice: bool | None = None):
@@ -690,12 +627,11 @@ class TcpListener:
         self.timeouts = timeouts
         self.backlog = backlog
         self.splice = SPLICE if splice is None else splice and SPLICE
-        self.connections: set[_Connection] = set()
+        self.connections: set[_Connection] = set()  # (changed on the relay thread only)
         self.sock: socket.socket | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.poller: _Poller | None = None
+        self.poller: RelayLoop | None = None
         self.deadlines: _DialDeadlines | None = None
-        self.paused: asyncio.TimerHandle | None = None
+        self.paused: Timer | None = None
         self.port = 0
         self.failed_dials = 0
         self.rejected = 0
@@ -706,17 +642,16 @@ class TcpListener:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it
             sock.listen(self.backlog)
             self.port = sock.getsockname()[1]
-            self.loop = asyncio.get_running_loop()
-            self.poller = _poller(self.loop)
-            self.deadlines = _DialDeadlines(self.loop, self.timeouts)
-            self.loop.add_reader(sock.fileno(), self._accept)
+            self.poller = loop = relay_loop()
+            self.deadlines = _DialDeadlines(loop, self.timeouts)
+            loop.call(loop.register, sock, self._accept, _IN)  # (level-triggered: accepts at most backlog a time)
         except BaseException:
             sock.close()
             raise
         self.sock = sock
         return self
 
-    def _accept(self) -> None:
+    def _accept(self, events: int) -> None:
         """Accept until the kernel's queue is empty (at most ``backlog`` at a time)."""
         accept, family = self.sock._accept, self.sock.family
         for _ in range(self.backlog):
@@ -727,8 +662,8 @@ class TcpListener:
             except OSError as err:
                 if err.errno in _ACCEPT_RESOURCE_ERRORS:
                     log.error("%s: cannot accept connections (%s): pausing %.0f s", self.name, err, ACCEPT_RETRY_DELAY)
-                    self.loop.remove_reader(self.sock.fileno())
-                    self.paused = self.loop.call_later(ACCEPT_RETRY_DELAY, self._resume)
+                    self.poller.unregister(self.sock)
+                    self.paused = self.poller.call_at(_monotonic() + ACCEPT_RETRY_DELAY, self._resume)
                     return
                 continue  # ECONNABORTED and the like: that client is gone already
             try:
@@ -750,23 +685,30 @@ class TcpListener:
     def _resume(self) -> None:
         self.paused = None
         if self.sock is not None:
-            self.loop.add_reader(self.sock.fileno(), self._accept)
+            self.poller.register(self.sock, self._accept, _IN)
 
     def in_flight(self) -> int:
         """Bytes the relay holds for all its connections (at most one pipe or buffer per
         direction)."""
-        return sum(conn.in_flight() for conn in self.connections)
+        if self.poller is None:
+            return 0
+        return self.poller.call(lambda: sum(conn.in_flight() for conn in self.connections))
 
     def close(self, *, connections: bool = False) -> None:
-        """Stop accepting; with ``connections`` also cut the relayed ones (otherwise they live on
-        to their end, as upstream's when a Service port goes away)."""
+        """Stop accepting (the port is closed when this returns); with ``connections`` also cut
+        the relayed ones (otherwise they live on to their end, as upstream's when a Service port
+        goes away)."""
+        if self.poller is not None:
+            self.poller.call(self._close, connections)
+
+    def _close(self, connections: bool) -> None:
         if self.sock is not None:
             if self.paused is not None:
                 self.paused.cancel()
                 self.paused = None
+                self.sock.close()
             else:
-                self.loop.remove_reader(self.sock.fileno())
-            self.sock.close()
+                self.poller.close(self.sock, registered=True)
             self.sock = None
         if connections:
             for conn in list(self.connections):
