@@ -14,6 +14,29 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
+# etcd for --storage-backend etcd3 and its tests. Debian's etcd-server package starts and enables
+# a system etcd on 127.0.0.1:2379 when installed; kubesvc runs etcd processes of its own, so that
+# one is kept from starting (policy-rc.d answers 101 "action forbidden" to invoke-rc.d and
+# deb-systemd-invoke during the install) and is disabled and stopped afterwards.
+if ! command -v etcd >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  policy=/usr/sbin/policy-rc.d
+  if [ ! -e "$policy" ]; then
+    trap 'rm -f "$policy"' EXIT
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+  fi
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends etcd-server >/dev/null
+fi
+if [ -d /run/systemd/system ] && systemctl is-enabled --quiet etcd.service 2>/dev/null; then
+  systemctl disable --now etcd.service >/dev/null 2>&1 || true
+fi
+if [ -x /etc/init.d/etcd ] && ls /etc/rc[2-5].d/S*etcd >/dev/null 2>&1; then
+  # only the service's own process (its pidfile): `/etc/init.d/etcd stop` kills every etcd
+  start-stop-daemon --stop --quiet --oknodo --pidfile /run/etcd.pid --exec /usr/bin/etcd || true
+  update-rc.d etcd disable >/dev/null 2>&1 || true
+fi
 command -v kubectl >/dev/null 2>&1 || echo "note: kubectl is not installed; the API tests need it" >&2
 
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'

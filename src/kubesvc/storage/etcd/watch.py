@@ -1,0 +1,163 @@
+"""One storage watch as one etcd watch, on a gRPC stream of its own (kube-apiserver's
+``etcd3/watcher.go``).
+
+* A watch "after revision N" is etcd's ``WatchCreateRequest{start_revision: N+1, prev_kv,
+  progress_notify}`` over the prefix's range, with the ``hasleader`` metadata
+  (``clientv3.WithRequireLeader``): a member that has lost its leader ends the stream instead of
+  keeping it open and silent.
+* etcd's events map one to one: ``PUT`` stays PUT (a create when ``create_revision ==
+  mod_revision``); ``DELETE`` carries an empty value in etcd, so the deleted value is taken from
+  ``prev_kv`` (kube's watcher does the same; a non-create event without ``prev_kv`` is an error
+  there too). etcd never splits one revision's events over two responses, so each response is
+  one batch.
+* A response with no events is a progress notification (``IsProgressNotify``): every event up
+  to ``header.revision`` under the range has been sent. It becomes a PROGRESS event, which the
+  watch cache turns into a bookmark. ``request_progress()`` sends ``WatchProgressRequest``; etcd
+  answers it only while the watcher is synced, and since PR #9869 broadcasts the answer to every
+  watcher of the stream, which is why each watch has a stream of its own (as the cacher has).
+  etcd before 3.4.25 may send it ahead of events still queued (etcd issue #15220): the watch
+  cache must not base consistent reads on it there.
+* etcd before 3.4.24 may send an event twice (etcd #15275): events at or below the newest
+  revision already delivered are dropped.
+* A watcher behind the compact revision is cancelled by etcd (``compact_revision`` set, "the
+  client should treat the watcher as canceled"); the stream failing (member gone, no leader)
+  ends it too. Either way the iteration ends and the consumer re-watches from the last revision
+  it saw: the backend then answers Compacted, or resumes it on a live member.
+* A consumer ``queue_size`` batches behind is dropped, as the embedded backends drop one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import AsyncIterator, Callable
+
+import grpc
+from aetcd import rpc
+
+from kubesvc.storage.base import Event, KeyValue
+
+log = logging.getLogger(__name__)
+
+Name = Callable[[bytes], str]
+
+
+def to_event(event, name: Name) -> Event:
+    kv = event.kv
+    key = name(kv.key)
+    prev = KeyValue(key, event.prev_kv.value, event.prev_kv.create_revision, event.prev_kv.mod_revision) \
+        if event.HasField("prev_kv") else None
+    if event.type == rpc.Event.EventType.DELETE:
+        if prev is None:
+            raise ValueError(f"etcd event received with PrevKv=nil (key={key!r}, modRevision={kv.mod_revision}, type=DELETE)")
+        return Event("DELETE", KeyValue(key, prev.value, prev.create_revision, kv.mod_revision), prev)
+    return Event("PUT", KeyValue(key, kv.value, kv.create_revision, kv.mod_revision), prev)
+
+
+class EtcdWatch:
+    """The base.Watch protocol over one etcd watch stream; started by :meth:`start`."""
+
+    def __init__(self, call, name: Name, queue_size: int, on_close: Callable[["EtcdWatch"], None]):
+        self._call = call
+        self._name = name
+        self._queue_size = queue_size
+        self._on_close = on_close
+        self._batches: deque[list[Event]] = deque()
+        self._ready = asyncio.Event()
+        self._closed = False
+        self._delivered = 0  # newest revision queued (duplicate suppression)
+        self._writing = asyncio.Lock()
+        self._pump: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self.watch_id = -1
+
+    async def start(self, create: "rpc.WatchCreateRequest") -> "rpc.WatchResponse":
+        """Send the create request and return etcd's answer to it (``canceled`` set when it
+        refused); :meth:`run` then reads the stream in the background."""
+        await self._call.write(rpc.WatchRequest(create_request=create))
+        first = await self._call.read()
+        if first is not grpc.aio.EOF and first.created:
+            self.watch_id = first.watch_id
+            # events after the start revision, or after now for a watch from now
+            self._delivered = create.start_revision - 1 if create.start_revision else first.header.revision
+        return first
+
+    def run(self) -> None:
+        self._pump = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        try:
+            while not self._closed:
+                response = await self._call.read()
+                if response is grpc.aio.EOF or response.canceled:
+                    if response is not grpc.aio.EOF and response.compact_revision:
+                        log.info("etcd cancelled a watch: compacted at %d", response.compact_revision)
+                    break
+                self._receive(response)
+        except (grpc.aio.AioRpcError, asyncio.CancelledError) as error:
+            if not self._closed and isinstance(error, grpc.aio.AioRpcError):
+                log.info("etcd watch stream ended: %s", error.details())
+        except Exception:  # noqa: BLE001 - a malformed event ends this watch, the consumer re-watches
+            log.exception("etcd watch failed")
+        finally:
+            self._end()
+
+    def _receive(self, response) -> None:
+        if response.events:
+            batch = [to_event(e, self._name) for e in response.events if e.kv.mod_revision > self._delivered]
+            if not batch:
+                return
+            self._delivered = batch[-1].kv.mod_revision
+        else:  # progress notification: everything up to header.revision was sent
+            revision = response.header.revision
+            if revision < self._delivered:
+                return
+            batch = [Event("PROGRESS", KeyValue("", b"", 0, revision))]
+        if len(self._batches) >= self._queue_size:
+            log.warning("etcd watch consumer is %d batches behind: closing its watch", len(self._batches))
+            self.close()
+            return
+        self._batches.append(batch)
+        self._ready.set()
+
+    def request_progress(self) -> None:
+        if not self._closed:
+            task = asyncio.ensure_future(self._write(rpc.WatchRequest(progress_request=rpc.WatchProgressRequest())))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _write(self, request) -> None:
+        try:
+            async with self._writing:
+                await self._call.write(request)
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, asyncio.CancelledError):
+            pass  # the stream is gone: its reader ends the watch
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._batches.clear()
+            self._call.cancel()
+            self._end()
+
+    def _end(self) -> None:
+        self._closed = True
+        self._ready.set()
+        self._on_close(self)
+
+    async def __aiter__(self) -> AsyncIterator[list[Event]]:
+        try:
+            while True:
+                if self._batches:
+                    events: list[Event] = []
+                    while self._batches:
+                        events.extend(self._batches.popleft())
+                    yield events
+                    continue
+                if self._closed:
+                    return
+                self._ready.clear()
+                await self._ready.wait()
+        finally:
+            self.close()
