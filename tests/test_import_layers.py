@@ -14,7 +14,7 @@ AST test since the tool is not a dependency here):
     5 serving   what every HTTP server shares: listening sockets, query parameters, streaming
     6 client    REST client, kubeconfig, informers, work queue, leader election, event recorder
     7 components, each on its own: ``apiserver``, ``controllers``, ``proxy``, ``agent``, ``dns``
-    8 commands  ``cmd`` (one module per command), ``up`` (orchestration), ``cli``, ``__main__``
+    8 commands  ``cmd`` (one module per command), ``up``, ``cluster`` (orchestration), ``cli``, ``__main__``
     ==========  =================================================================================
 
 A module may import its own layer and the layers below it, never a layer above; the components
@@ -50,7 +50,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("serving",),
     ("client",),
     ("apiserver", "controllers", "proxy", "agent", "dns"),
-    ("cmd", "up", "cli", "__main__"),
+    ("cmd", "up", "cluster", "cli", "__main__"),
 ]
 INDEPENDENT = {"apiserver", "controllers", "proxy", "agent", "dns"}
 
