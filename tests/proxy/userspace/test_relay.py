@@ -608,6 +608,44 @@ def test_no_descriptor_is_left_behind(run, splice):
     run(main())
 
 
+def test_tcp_relays_while_the_proxy_event_loop_is_busy(run):
+    """TCP is relayed on a thread of its own: a proxy event loop held up (a long sync, a slow
+    callback) does not hold up relayed connections. A blocking client in another thread gets
+    its answers while this loop sleeps."""
+    import threading
+    import time
+
+    def blocking_exchange(port: int, out: list) -> None:
+        with socket.create_connection((HOST, port), timeout=5) as sock:
+            for i in range(20):
+                sock.sendall(b"ping %d" % i)
+                out.append(sock.recv(100))
+
+    async def main():
+        server = socket.create_server((HOST, 0))
+
+        def echo() -> None:  # a blocking echo server in its own thread
+            conn, _ = server.accept()
+            with conn:
+                while data := conn.recv(100):
+                    conn.sendall(data)
+        threading.Thread(target=echo, daemon=True).start()
+        listener = await listen(False, server.getsockname())
+        answers: list[bytes] = []
+        client = threading.Thread(target=blocking_exchange, args=(listener.port, answers))
+        try:
+            client.start()
+            started = time.monotonic()
+            while client.is_alive() and time.monotonic() - started < 5:
+                time.sleep(0.01)  # the event loop blocked all along
+            assert answers == [b"ping %d" % i for i in range(20)]
+        finally:
+            client.join(5)
+            listener.close(connections=True)
+            server.close()
+    run(main())
+
+
 # ---- UDP -----------------------------------------------------------------------------------
 
 
