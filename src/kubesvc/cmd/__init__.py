@@ -20,6 +20,7 @@ COMMANDS = {
     "apiserver": "kubesvc.cmd.apiserver:apiserver_command",
     "controller-manager": "kubesvc.cmd.controller_manager:controller_manager_command",
     "down": "kubesvc.cmd.down:down_command",
+    "etcd-snapshot": "kubesvc.cmd.etcd_snapshot:etcd_snapshot_command",
     "proxy": "kubesvc.cmd.proxy:proxy_command",
     "up": "kubesvc.cmd.up:up_command",
 }
