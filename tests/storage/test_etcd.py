@@ -94,6 +94,18 @@ async def test_an_etcd_that_never_answers_fails_at_the_request_timeout():
     silent.close()
 
 
+async def test_several_servers_one_of_them_down_keep_serving(etcd):
+    """--etcd-servers with a dead member among them: requests go to the live one (and the TLS
+    name check passes on "localhost", which every member certificate carries)."""
+    dead = etcd.client_url.rsplit(":", 1)[0] + ":9"
+    backend = EtcdBackend(EtcdConfig((dead, etcd.client_url), etcd.tls.ca_file, etcd.tls.cert_file, etcd.tls.key_file,
+                                     prefix=etcd.new_prefix()))
+    for i in range(5):
+        await backend.create(f"/registry/services/k{i}", b"v")
+    assert await backend.count("/registry/services/") == 5
+    await backend.close()
+
+
 async def test_without_the_client_certificate_etcd_refuses(etcd):
     backend = EtcdBackend(EtcdConfig((etcd.client_url,), etcd.tls.ca_file, request_timeout=2))
     with pytest.raises(Unavailable):

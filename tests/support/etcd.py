@@ -97,11 +97,12 @@ def _issue_tls(directory: Path) -> tuple[list[str], ClientTLS]:
     return flags, ClientTLS(str(ca.cert_path), str(client.cert), str(client.key))
 
 
-def start_etcd(*, tls: bool = False, timeout: float = 20) -> RunningEtcd:
-    """A fresh single-member etcd, answering once it has elected itself leader."""
+def start_etcd(*, tls: bool = False, tmpfs: bool = True, timeout: float = 20) -> RunningEtcd:
+    """A fresh single-member etcd, answering once it has elected itself leader; its data on
+    tmpfs unless ``tmpfs`` is False (benchmarks: the fsyncs a real disk costs)."""
     if not os.access(ETCD, os.X_OK):
         pytest.fail(f"etcd is not installed ({ETCD}): scripts/install.sh installs Debian's etcd-server", pytrace=False)
-    base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    base = "/dev/shm" if tmpfs and os.access("/dev/shm", os.W_OK) else None
     data_dir = Path(tempfile.mkdtemp(prefix="kubesvc-etcd-", dir=base))
     client_port, peer_port = _free_ports(2)
     scheme = "https" if tls else "http"

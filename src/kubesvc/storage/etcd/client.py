@@ -8,7 +8,8 @@ stream) to the members in ``--etcd-servers``, with kube-apiserver's client setti
 * no client-side cap on a response's size (``MaxCallRecvMsgSize = math.MaxInt32``): a list of
   10,000 objects is tens of megabytes, above gRPC's 4 MiB default;
 * several members: gRPC's ``round_robin`` over their addresses, so a request goes to a member
-  that is connected and a dead one is skipped (clientv3 balances the same way);
+  that is connected and a dead one is skipped (clientv3 balances the same way); they must be
+  IP addresses, and with TLS each member's certificate must name ``localhost``;
 * every request carries a deadline (``request_timeout``): with no member reachable it fails
   with ``UNAVAILABLE`` at once (connection refused), and a member that accepts but never
   answers (no quorum, a partition) fails it at the deadline, never later.
@@ -94,8 +95,10 @@ def open_channel(config: EtcdConfig) -> grpc.aio.Channel:
         ("grpc.enable_retries", 0),  # a Txn must not be resent behind the caller's back
     ]
     if address.startswith(("ipv4:", "ipv6:")) and tls:
-        # one name to check every member's certificate against: the first server's address
-        options.append(("grpc.ssl_target_name_override", _host_port(config.servers[0])[0]))
+        # gRPC checks every member's certificate against one name, and the members' addresses
+        # differ: "localhost", which kubeadm's, k3s's and kubesvc's member certificates all
+        # carry; the chain is still verified against --etcd-cafile, the etcd cluster's CA
+        options.append(("grpc.ssl_target_name_override", "localhost"))
     if not tls:
         return grpc.aio.insecure_channel(address, options=options)
     credentials = grpc.ssl_channel_credentials(
