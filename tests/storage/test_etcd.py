@@ -5,7 +5,6 @@ itself runs over every backend in test_contract.py."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
