@@ -22,6 +22,7 @@ COMMANDS = {
     "down": "kubesvc.cmd.down:down_command",
     "etcd-snapshot": "kubesvc.cmd.etcd_snapshot:etcd_snapshot_command",
     "proxy": "kubesvc.cmd.proxy:proxy_command",
+    "token": "kubesvc.cmd.token:token_command",
     "up": "kubesvc.cmd.up:up_command",
 }
 

@@ -1,0 +1,148 @@
+"""``kubesvc token create|list|delete``: bootstrap tokens, as ``kubeadm token`` (the Secrets, the
+output and the checks are in ``kubesvc.cluster.tokens``). They talk to the apiserver as the
+admin of ``--kubeconfig`` (default: ``<data-dir>/kubeconfig``, the admin kubeconfig of this
+machine's ``kubesvc up``, as kubeadm defaults to ``/etc/kubernetes/admin.conf``)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timezone
+from pathlib import Path
+
+import click
+
+from kubesvc.cmd import flags
+
+SECRETS = "/api/v1/namespaces/kube-system/secrets"
+
+
+def _kubeconfig_options(fn):
+    fn = click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                      help="The kubeconfig to talk to the cluster with (default: <data-dir>/kubeconfig).")(fn)
+    return click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=".kubesvc", show_default=True,
+                        help="The data directory of this machine's kubesvc up.")(fn)
+
+
+def _client(kubeconfig: Path | None, data_dir: Path):
+    from kubesvc.client.kubeconfig import load_kubeconfig
+    from kubesvc.client.rest import RestClient
+
+    path = kubeconfig or data_dir / "kubeconfig"
+    if not path.exists():
+        raise click.ClickException(f"no kubeconfig at {path}: pass --kubeconfig, or --data-dir of a running kubesvc up")
+    return RestClient(load_kubeconfig(path), user_agent="kubesvc-token", field_manager="kubesvc")
+
+
+def _run(coro):
+    from kubesvc.client.rest import ApiError, ClientError
+    from kubesvc.cluster.tokens import TokenError
+
+    try:
+        return asyncio.run(coro)
+    except TokenError as err:
+        raise click.ClickException(str(err)) from None
+    except ApiError as err:
+        raise click.ClickException(err.message or str(err)) from None
+    except ClientError as err:
+        raise click.ClickException(f"cannot reach the apiserver: {err}") from None
+
+
+@click.group("token", context_settings={"help_option_names": ["-h", "--help"]})
+def token_command() -> None:
+    """Manage bootstrap tokens (kube-system Secrets of type bootstrap.kubernetes.io/token): what
+    kubesvc up --server --token presents to join this cluster."""
+
+
+def _csv(ctx, param, value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+@token_command.command("create")
+@_kubeconfig_options
+@click.option("--ttl", default="24h0m0s", show_default=True, callback=flags.duration,
+              help="The duration before the token expires (e.g. 1s, 2m, 3h): the apiserver refuses it from then on (no token "
+                   "cleaner deletes its Secret here, as kube-controller-manager's does). If set to '0', the token will never expire.")
+@click.option("--usages", default="signing,authentication", show_default=True, callback=_csv,
+              help="Describes the ways in which this token can be used (signing, authentication).")
+@click.option("--groups", default="system:bootstrappers:kubeadm:default-node-token", show_default=True, callback=_csv,
+              help="Extra groups that this token will authenticate as when used for authentication. Must match "
+                   "\"\\Asystem:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]\\z\"")
+@click.option("--description", default="", help="A human friendly description of how this token is used.")
+@click.argument("token", required=False)
+def create_command(data_dir: Path, kubeconfig: Path | None, ttl: float, usages: list[str], groups: list[str], description: str,
+                   token: str | None) -> None:
+    """Create a bootstrap token on the server and print it (TOKEN: the one to write, [a-z0-9]{6}.[a-z0-9]{16}; default random)."""
+    from kubesvc.client.rest import is_already_exists
+    from kubesvc.cluster import tokens
+
+    token = token or tokens.generate()
+    secret = _checked(tokens.token_secret, token, ttl=ttl, now=datetime.now(timezone.utc), usages=usages, groups=groups,
+                      description=description)
+
+    async def create() -> None:
+        async with _client(kubeconfig, data_dir) as client:
+            try:
+                await client.create(SECRETS, secret)
+            except Exception as err:
+                if is_already_exists(err):
+                    raise tokens.TokenError(f'a token with id "{token.split(".")[0]}" already exists') from None
+                raise
+
+    _run(create())
+    click.echo(token)
+
+
+def _checked(fn, *args, **kwargs):
+    """``fn(...)``, a TokenError (kubeadm's words) as the command's one-line error."""
+    from kubesvc.cluster.tokens import TokenError
+
+    try:
+        return fn(*args, **kwargs)
+    except TokenError as err:
+        raise click.ClickException(str(err)) from None
+
+
+@token_command.command("list")
+@_kubeconfig_options
+def list_command(data_dir: Path, kubeconfig: Path | None) -> None:
+    """List the bootstrap tokens on the server."""
+    from kubesvc.apiserver.auth.bootstrap import SECRET_TYPE
+    from kubesvc.cluster import tokens
+
+    async def listed() -> list[dict]:
+        async with _client(kubeconfig, data_dir) as client:
+            return (await client.list(SECRETS, {"fieldSelector": f"type={SECRET_TYPE}"})).get("items") or []
+
+    now = datetime.now(timezone.utc)
+    rows = [tokens.HEADER]
+    for secret in _run(listed()):
+        if secret.get("type") != SECRET_TYPE:
+            continue
+        try:
+            rows.append(tokens.row(tokens.from_secret(secret), now))
+        except tokens.TokenError as err:
+            click.echo(str(err), err=True)
+    click.echo(tokens.tabwrite(rows), nl=False)
+
+
+@token_command.command("delete")
+@_kubeconfig_options
+@click.argument("tokens_or_ids", metavar="[token-value] ...", nargs=-1, required=True)
+def delete_command(data_dir: Path, kubeconfig: Path | None, tokens_or_ids: tuple[str, ...]) -> None:
+    """Delete bootstrap tokens on the server (each a token [a-z0-9]{6}.[a-z0-9]{16} or its ID [a-z0-9]{6})."""
+    from kubesvc.apiserver.auth.bootstrap import SECRET_PREFIX
+    from kubesvc.client.rest import ApiError
+    from kubesvc.cluster import tokens
+
+    ids = [_checked(tokens.token_id_of, t) for t in tokens_or_ids]
+
+    async def delete() -> None:
+        async with _client(kubeconfig, data_dir) as client:
+            for token_id in ids:
+                try:
+                    await client.delete(f"{SECRETS}/{SECRET_PREFIX}{token_id}")
+                except ApiError as err:
+                    raise tokens.TokenError(f'failed to delete bootstrap token "{token_id}": {err.message}') from None
+                click.echo(f'bootstrap token "{token_id}" deleted')
+
+    _run(delete())
