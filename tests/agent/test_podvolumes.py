@@ -96,7 +96,7 @@ async def test_service_account_volume_files_modes_and_refresh(env):
     assert mode(directory / "token") == 0o644
 
     assert volumes.mounts_for(pod()["spec"]["containers"][0]) == [BindMount(str(directory), SA_MOUNT, True)]
-    volumes.tear_down()
+    await volumes.tear_down()
     assert not (kubelet / "pods" / "pod-uid-1").exists()
 
 

@@ -7,6 +7,11 @@ worker per Pod bound to the node (upstream kubelet's ``syncLoop`` over a Pod sou
   start a container before the Service informer has synced once).
 * A Pod gets a worker the first time it is seen alive; a ``deletionTimestamp`` starts its
   graceful termination; a Pod that disappears from the API (force deletion) is killed at once.
+  Workers run side by side, as the kubelet's pod workers do (a goroutine per Pod); at most
+  ``parallel_pod_setups`` set up volumes and sandboxes at once, in the order the Pods came,
+  so the first Pods of a burst run while the last ones wait. Nothing slow runs on the event
+  loop's thread (netlink, namespaces, sysctls, files and forks go to worker threads), so the
+  loop stays free for probes, status writes and the informers however many Pods start.
 * At start, namespaces of Pods that no longer exist (left by a crash) are removed; a Pod whose
   namespace survives is restarted in it, keeping its address.
 * Stopping the agent stops every container (there is no runtime to keep them), reports them
@@ -53,6 +58,7 @@ class AgentConfig:
     backoff_base: float = 10.0
     backoff_max: float = 300.0
     shutdown_grace: float = 5.0
+    parallel_pod_setups: int = 8  # Pods whose volumes and sandbox are set up at once (podworker.WorkerContext.setup_slots)
     extra_labels: dict[str, str] = field(default_factory=dict)
     # kubelet's --tls-cert-file, --tls-private-key-file, --client-ca-file (kubeletauth.py)
     tls_cert_file: Path | None = None
@@ -91,6 +97,7 @@ class Agent:
         self.tokens = TokenManager(self._request_token, self.clock)  # projected ServiceAccount tokens
         self.services = Informer(client, SERVICES)
         self.workers: dict[str, PodWorker] = {}
+        self._setup_slots = asyncio.Semaphore(config.parallel_pod_setups)
         self._done: set[str] = set()  # UIDs whose worker finished: never run again
         self._tasks: list[asyncio.Task] = []
         self._stopping = False
@@ -137,7 +144,7 @@ class Agent:
             node_name=self.config.node_name, host_ips=list(self.config.node_ips), network=self.network,
             log_root=self.config.data_dir / "pods", pods=self.pods_api, recorder=self.recorder, services=self.services.indexer.list,
             clock=self.clock, backoff_base=self.config.backoff_base, backoff_max=self.config.backoff_max,
-            kubelet_dir=self.config.data_dir / "kubelet", api=self.client, tokens=self.tokens)
+            kubelet_dir=self.config.data_dir / "kubelet", api=self.client, tokens=self.tokens, setup_slots=self._setup_slots)
 
     async def _request_token(self, namespace: str, service_account: str, request: dict) -> dict:
         """TokenRequest (``serviceaccounts/<sa>/token``), as the kubelet's token manager sends it."""

@@ -66,6 +66,7 @@ what exists) or calls :func:`remove_pod` (it deletes what exists).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import ipaddress
@@ -522,41 +523,46 @@ def _ensure_node_network(net: NodeNetwork) -> None:
 async def add_pod(net: NodeNetwork, pod_uid: str) -> PodNetwork:
     """The Pod's namespace, veth, addresses and routes; what exists already (after an agent
     restart) is reused, so calling it again returns the same PodNetwork. Raises RangeExhausted
-    when the podCIDR is full, ``NetlinkFailed`` (a CommandFailed) when the kernel refuses."""
+    when the podCIDR is full, ``NetlinkFailed`` (a CommandFailed) when the kernel refuses.
+    All of it (the address files too) runs on a thread: the caller's event loop keeps serving
+    while Pods are set up, several at once (``IPStore.reserve`` is exclusive, so concurrent
+    allocations never share an address)."""
+    return await knetns.on_thread_async(None, _add_pod, net, pod_uid)
+
+
+def _add_pod(net: NodeNetwork, pod_uid: str) -> PodNetwork:
+    """``add_pod``'s work, on a thread in the agent's namespace: the addresses, then one plan
+    here and one in the Pod's namespace."""
     pod = net.pod(pod_uid)
     pod.ips = IPStore(net.ipam_dir).allocate(pod_uid, net.pod_cidrs, net.gateways)
-    await knetns.on_thread_async(None, _plumb, net, pod)
-    return pod
-
-
-def _plumb(net: NodeNetwork, pod: PodNetwork) -> None:
-    """``add_pod``'s kernel half, on a thread in the agent's namespace: one plan here, one in the Pod's."""
     kernel = net.kernel
     kernel.rtnl.apply(node_side_ops(net.bridge, pod, kernel.namespaces.exists(pod.netns), kernel.rtnl.link_exists(pod.host_veth)))
     _write_sysctls(kernel.sysctl, {f"net/ipv4/conf/{pod.host_veth}/send_redirects": "0"})
     kernel.rtnl.apply(pod_side_ops(pod.ips, net.gateways), pod.netns)
+    return pod
 
 
 async def kill_processes_in(netns: str) -> None:
-    """SIGKILL every process inside network namespace ``netns`` (``ip netns pids``)."""
-    knetns.kill_all_in(netns)
+    """SIGKILL every process inside network namespace ``netns`` (``ip netns pids``: a walk of
+    /proc, on a thread)."""
+    await asyncio.to_thread(knetns.kill_all_in, netns)
 
 
 async def remove_pod(net: NodeNetwork, pod_uid: str) -> None:
     """Kill what still runs in the Pod's namespace (it would otherwise live on in an anonymous
-    namespace nothing can find), delete its veth and namespace, release its addresses. Idempotent."""
-    pod = net.pod(pod_uid)
-    namespaces = net.kernel.namespaces
-    if namespaces.exists(pod.netns):
-        namespaces.kill_all_in(pod.netns)
-    await knetns.on_thread_async(None, _unplumb, net.kernel, pod)
+    namespace nothing can find), delete its veth and namespace, release its addresses. Idempotent.
+    Runs on a thread, as ``add_pod``."""
+    await knetns.on_thread_async(None, _remove_pod, net, pod_uid)
+
+
+def _remove_pod(net: NodeNetwork, pod_uid: str) -> None:
+    """``remove_pod``'s work, on a thread in the agent's namespace."""
+    pod, kernel = net.pod(pod_uid), net.kernel
+    if kernel.namespaces.exists(pod.netns):
+        kernel.namespaces.kill_all_in(pod.netns)
+    kernel.rtnl.apply(pod_removal_ops(pod, kernel.namespaces.exists(pod.netns), kernel.rtnl.link_exists(pod.host_veth)))
     store = IPStore(net.ipam_dir)
     store.release(ips_of(pod_uid, store.allocations(), net.pod_cidrs))
-
-
-def _unplumb(kernel: NodeKernel, pod: PodNetwork) -> None:
-    """``remove_pod``'s kernel half, on a thread in the agent's namespace."""
-    kernel.rtnl.apply(pod_removal_ops(pod, kernel.namespaces.exists(pod.netns), kernel.rtnl.link_exists(pod.host_veth)))
 
 
 def existing_pods(net: NodeNetwork) -> dict[str, PodNetwork]:

@@ -23,6 +23,7 @@ path and its errors are the same: a 404 is ``configmap "x" not found``).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 from collections.abc import Mapping
@@ -91,10 +92,9 @@ class PodVolumes:
     # -- set up and refresh
 
     async def set_up(self) -> None:
-        """Every volume in place; raises VolumeSetUpFailed listing those that are not."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.directory, volumes.POD_DIR_MODE)
-        self.staging_root.mkdir(mode=0o700, exist_ok=True)
+        """Every volume in place; raises VolumeSetUpFailed listing those that are not. The
+        objects and tokens are fetched on the event loop; the files are made on a thread."""
+        await asyncio.to_thread(self._make_pod_directories)
         failures = []
         fetched: dict[ObjectRef, dict | None] = {}  # each object read once per pass, however many volumes name it
         for volume in self._volumes():
@@ -104,9 +104,7 @@ class PodVolumes:
                 continue
             path = volumes.volume_dir(self.directory, volume)
             try:
-                if not path.is_dir():
-                    path.mkdir(parents=True)
-                    os.chmod(path, directory_mode(volume))
+                await asyncio.to_thread(_make_volume_directory, path, directory_mode(volume))
                 if kind in volumes.ATOMIC_KINDS:
                     await self._write(volume, path, fetched)
             except (VolumeError, OSError, ValueError) as err:
@@ -145,7 +143,7 @@ class PodVolumes:
             self._allocatable = host_allocatable()
         payload = volumes.volume_payload(volume, self.pod, objects=objects, token=lambda p: tokens[id(p)],
                                          node_allocatable=self._allocatable or {})
-        atomic_writer.write(path, payload, self.clock.now())
+        await asyncio.to_thread(atomic_writer.write, path, payload, self.clock.now())
 
     async def _fetch(self, ref: ObjectRef) -> dict | None:
         try:
@@ -173,9 +171,20 @@ class PodVolumes:
             result.append(mount)
         return result
 
-    def tear_down(self) -> None:
+    async def tear_down(self) -> None:
         self.tokens.forget_pod(self.uid)
-        shutil.rmtree(self.directory, ignore_errors=True)
+        await asyncio.to_thread(shutil.rmtree, self.directory, ignore_errors=True)
+
+    def _make_pod_directories(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.directory, volumes.POD_DIR_MODE)
+        self.staging_root.mkdir(mode=0o700, exist_ok=True)
+
+
+def _make_volume_directory(path: Path, mode: int) -> None:
+    if not path.is_dir():
+        path.mkdir(parents=True)
+        os.chmod(path, mode)
 
 
 def _downward_items(volume: Mapping) -> list[Mapping]:

@@ -8,7 +8,10 @@
    atomic-writer volumes are refreshed every ``volume_resync`` seconds (and when the Pod's
    labels or annotations change), which is when a projected token gets renewed.
    **Sandbox**: the Pod's network namespace, veth and address (``podnet.add_pod``); the
-   ``PodReadyToStartContainers`` condition and ``status.podIP(s)`` follow.
+   ``PodReadyToStartContainers`` condition and ``status.podIP(s)`` follow. Volumes and
+   sandbox take one of the node's setup places (``WorkerContext.setup_slots``), given up
+   while a failed step waits out its back-off; their files, netlink and forks run on worker
+   threads, never on the event loop.
 2. **Init containers** run one after another, each to a zero exit; then every container starts.
 3. **Each container** is supervised: its environment (the Service variables, ``env``,
    ``fieldRef``s) and its mounts (its own mount namespace, ``kernel/mounts.py``) are computed
@@ -80,6 +83,9 @@ class WorkerContext:
     api: object = None
     tokens: TokenManager | None = None
     volume_resync: float = 60.0  # the kubelet's sync period, when projected files are renewed
+    # how many Pods have their volumes and sandbox set up at once (None: no bound); a Pod
+    # waiting out a back-off holds no place
+    setup_slots: asyncio.Semaphore | None = None
 
 
 def _describe(pod: dict) -> str:
@@ -215,19 +221,17 @@ class PodWorker:
 
     async def _run_pod(self) -> None:
         self.start_time = self.ctx.clock.now()
-        if not await self._set_up_volumes():
-            return  # terminated while waiting for its volumes
-        delay = 1.0
-        while self.network is None:
-            try:
-                self.network = await podnet.add_pod(self.ctx.network, self.uid)
-            except Exception as err:  # reported, then retried with back-off, as the kubelet's sync loop does
-                self._message = f"Failed to create pod sandbox: {err}"
-                self._event("Warning", "FailedCreatePodSandBox", self._message)
-                self._mark_dirty()
-                if await wait_event(self._terminate, delay):
-                    return
-                delay = min(delay * 2, self.ctx.backoff_max)
+        place = _SetupSlot(self.ctx.setup_slots)
+        try:
+            await place.take()
+            if self.terminating:
+                return  # deleted while it waited for its place
+            if not await self._set_up_volumes(place):
+                return  # terminated while waiting for its volumes
+            if not await self._create_sandbox(place):
+                return
+        finally:
+            place.give_back()
         self._message = ""
         self._mark_dirty()
         for slot in self.init_slots:
@@ -242,7 +246,7 @@ class PodWorker:
         if self.network is not None and not self.terminating:
             await self._remove_sandbox()  # terminal Pod: upstream tears the sandbox down too
 
-    async def _set_up_volumes(self) -> bool:
+    async def _set_up_volumes(self, place: "_SetupSlot") -> bool:
         """The Pod's volumes in place (retried until they are, or the Pod terminates: False)."""
         if self.ctx.kubelet_dir is None or self.ctx.tokens is None:
             return True
@@ -254,10 +258,25 @@ class PodWorker:
                 break
             except VolumeSetUpFailed as err:
                 self._report_mount_failures(err.failures)
-            if await wait_event(self._terminate, delay):
+            if not await place.back_off(self._terminate, delay):
                 return False
             delay = min(delay * 2, VOLUME_RETRY_MAX)
         self._volume_refresher = asyncio.create_task(self._refresh_volumes_forever())
+        return True
+
+    async def _create_sandbox(self, place: "_SetupSlot") -> bool:
+        """The Pod's network (retried with back-off until it exists, or the Pod terminates: False)."""
+        delay = 1.0
+        while self.network is None:
+            try:
+                self.network = await podnet.add_pod(self.ctx.network, self.uid)
+            except Exception as err:  # reported, then retried with back-off, as the kubelet's sync loop does
+                self._message = f"Failed to create pod sandbox: {err}"
+                self._event("Warning", "FailedCreatePodSandBox", self._message)
+                self._mark_dirty()
+                if not await place.back_off(self._terminate, delay):
+                    return False
+                delay = min(delay * 2, self.ctx.backoff_max)
         return True
 
     def _report_mount_failures(self, failures: list[tuple[str, str]]) -> None:
@@ -541,7 +560,7 @@ class PodWorker:
             self._volume_refresher.cancel()
             await asyncio.gather(self._volume_refresher, return_exceptions=True)
         if self.volumes is not None:
-            self.volumes.tear_down()
+            await self.volumes.tear_down()
         if self._writer is not None:  # one writer at a time: the final status is written here
             self._writer.cancel()
             await asyncio.gather(self._writer, return_exceptions=True)
@@ -605,6 +624,36 @@ class PodWorker:
         waiting out the rest of a retry delay."""
         await wait_event(self._dirty, STATUS_RETRY_SECONDS)
         self._dirty.set()
+
+
+class _SetupSlot:
+    """A Pod's place among those being set up at once (``WorkerContext.setup_slots``): taken
+    before its volumes, given back once its sandbox exists, and given up meanwhile while it
+    waits out a back-off, so a Pod that cannot start holds no place. Waiters get places in
+    the order they asked (asyncio's semaphore is fair), so a burst of Pods is set up in the
+    order the Pods came."""
+
+    def __init__(self, slots: asyncio.Semaphore | None):
+        self._slots = slots
+        self._held = False
+
+    async def take(self) -> None:
+        if self._slots is not None and not self._held:
+            await self._slots.acquire()
+            self._held = True
+
+    def give_back(self) -> None:
+        if self._held:
+            self._held = False
+            self._slots.release()
+
+    async def back_off(self, terminate: asyncio.Event, delay: float) -> bool:
+        """Wait ``delay`` without the place, then take it again; False if ``terminate`` came first."""
+        self.give_back()
+        if await wait_event(terminate, delay):
+            return False
+        await self.take()
+        return True
 
 
 def _mount_namespace_pid(slot: ContainerSlot) -> int | None:

@@ -97,15 +97,12 @@ class ContainerProcess:
         await self._process.wait()
 
     async def start(self) -> None:
+        """Checks, log file and the process itself, each off the event loop (files are looked
+        up and opened on a thread, the process forked on one: ``kernel.process.spawn``)."""
         if not self.argv:
             raise StartError("no command")
-        if self.mounts is None:  # else the mount helper checks both in the container's view
-            if not os.path.isdir(self.cwd):
-                raise StartError(f'failed to create containerd task: chdir to cwd ("{self.cwd}") set in config.json failed: no such file or directory')
-            if find_executable(self.argv[0], self.env, self.cwd) is None:
-                raise StartError(f'exec: "{self.argv[0]}": executable file not found in $PATH')
+        self._log = await asyncio.to_thread(self._prepare)
         env = {"PATH": DEFAULT_PATH, **self.env}
-        self._log = ContainerLogFile(self.log_path)
         argv, status_read, status_write = self.argv, None, None
         if self.mounts is not None:
             status_read, status_write = os.pipe2(os.O_CLOEXEC)
@@ -128,6 +125,15 @@ class ContainerProcess:
             if failure:
                 await self.wait()
                 raise StartError(failure)
+
+    def _prepare(self) -> ContainerLogFile:
+        """The runtime's checks before a start, then the log file (on a thread)."""
+        if self.mounts is None:  # else the mount helper checks both in the container's view
+            if not os.path.isdir(self.cwd):
+                raise StartError(f'failed to create containerd task: chdir to cwd ("{self.cwd}") set in config.json failed: no such file or directory')
+            if find_executable(self.argv[0], self.env, self.cwd) is None:
+                raise StartError(f'exec: "{self.argv[0]}": executable file not found in $PATH')
+        return ContainerLogFile(self.log_path)
 
     async def wait(self) -> Exit:
         assert self._process is not None

@@ -9,7 +9,13 @@ network namespace it runs through ``ip netns exec NAME``, which enters the names
 into a running container is ``nsenter`` over that container's pid (``kernel.mounts.in_container``).
 
 ``spawn`` raises ``OSError`` when the command cannot be started at all (the runtime's
-``StartError``, or an exec probe's "unknown" result, for the callers to decide). ``alive`` and
+``StartError``, or an exec probe's "unknown" result, for the callers to decide).
+
+The fork and exec happen on a worker thread, never on the event loop's: ``asyncio`` (and uvloop,
+whose libuv forks) would copy the whole agent's page tables on the loop thread for every
+container and exec probe, holding every Pod's status write and probe meanwhile. CPython's
+``subprocess`` uses ``vfork`` where it can; the caller's loop then reads the child's pipes, and
+learns of its exit from a ``pidfd`` (Linux 5.3) becoming readable, reaping that pid alone. ``alive`` and
 ``terminate`` are what ``kubesvc down`` does to a ``kubesvc up`` still running.
 
 ``kubesvc up`` starts its components with ``die_with_parent``: the kernel sends them SIGKILL
@@ -25,27 +31,97 @@ import contextlib
 import ctypes
 import os
 import signal
+import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 
 from kubesvc.kernel.exec import in_netns
 
-Process = asyncio.subprocess.Process
-
-
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PIPE_LIMIT = 2**16  # each pipe's StreamReader buffer (asyncio's default)
+
+
+class Process:
+    """A process ``spawn`` started, as its callers hold it (what they used of
+    ``asyncio.subprocess.Process``): ``pid``, ``returncode`` (negative: killed by that signal),
+    ``stdout``/``stderr`` stream readers (``stderr`` None when merged) and ``wait()``."""
+
+    def __init__(self, popen: subprocess.Popen, stdout: asyncio.StreamReader, stderr: asyncio.StreamReader | None,
+                 exited: asyncio.Future):
+        self._popen = popen
+        self.stdout = stdout
+        self.stderr = stderr
+        self._exited = exited
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._exited.result() if self._exited.done() else None
+
+    async def wait(self) -> int:
+        """Until the process has exited; its exit code (negative: the signal that killed it)."""
+        return await asyncio.shield(self._exited)
 
 
 async def spawn(argv: Sequence[str], *, env: Mapping[str, str], cwd: str, netns: str | None = None, merge_stderr: bool = False,
                 pass_fds: Sequence[int] = (), die_with_parent: bool = False) -> Process:
     """``argv`` started in a session of its own (inside network namespace ``netns`` if given),
     stdin /dev/null, stdout piped, stderr piped or (``merge_stderr``) into stdout; ``pass_fds``
-    stay open in the child; with ``die_with_parent`` it gets SIGKILL when this process dies."""
-    pipe = asyncio.subprocess.PIPE
-    return await asyncio.create_subprocess_exec(
-        *in_netns(netns, argv), env=dict(env), cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=pipe,
-        stderr=asyncio.subprocess.STDOUT if merge_stderr else pipe, start_new_session=True, pass_fds=tuple(pass_fds),
-        preexec_fn=_death_signal(os.getpid()) if die_with_parent else None)
+    stay open in the child; with ``die_with_parent`` it gets SIGKILL when this process dies.
+    Forked on a worker thread (see the module docstring)."""
+    loop = asyncio.get_running_loop()
+    starting = asyncio.ensure_future(asyncio.to_thread(
+        subprocess.Popen, in_netns(netns, argv), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE, start_new_session=True, pass_fds=tuple(pass_fds),
+        preexec_fn=_death_signal(os.getpid()) if die_with_parent else None))
+    try:
+        popen = await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        starting.add_done_callback(_abandon)  # started after all: nobody will hold it
+        raise
+    return await _attach(loop, popen)
+
+
+async def _attach(loop: asyncio.AbstractEventLoop, popen: subprocess.Popen) -> Process:
+    """The loop's view of a started child: its pipes as stream readers, its exit from a pidfd."""
+    exited = loop.create_future()
+    pidfd = os.pidfd_open(popen.pid)
+
+    def reap() -> None:
+        try:
+            pid, status = os.waitpid(popen.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere: its status is lost
+            pid, status = popen.pid, 255 << 8
+        if pid == 0:
+            return
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+        popen.returncode = os.waitstatus_to_exitcode(status)  # so Popen never waits for it again
+        if not exited.done():
+            exited.set_result(popen.returncode)
+
+    loop.add_reader(pidfd, reap)
+    return Process(popen, await _reader(loop, popen.stdout), await _reader(loop, popen.stderr) if popen.stderr else None, exited)
+
+
+async def _reader(loop: asyncio.AbstractEventLoop, pipe) -> asyncio.StreamReader:
+    reader = asyncio.StreamReader(limit=PIPE_LIMIT, loop=loop)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), pipe)
+    return reader
+
+
+def _abandon(starting: asyncio.Future) -> None:
+    """A child whose ``spawn`` was cancelled while it was being started: killed with its group
+    and reaped on a thread of its own."""
+    if starting.cancelled() or starting.exception() is not None:
+        return
+    popen = starting.result()
+    kill_group(popen.pid, signal.SIGKILL)
+    threading.Thread(target=popen.wait, name=f"reap-{popen.pid}", daemon=True).start()
 
 
 def _death_signal(parent: int):
