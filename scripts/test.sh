@@ -8,6 +8,7 @@
 # environment (apiserver, namespaces, proxies) stays on one worker. With no arguments (the
 # whole suite), the IPVS tests start first in their VM in the background
 # (tests/support/ipvs_vm.py): tests/kernel/test_proxy_ipvs_vm.py collects their result.
+# The 40 slowest tests are listed at the end: the suite must stay under 15 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -eq 0 ]; then
@@ -19,4 +20,4 @@ if [ $# -eq 0 ]; then
   python3 -m tests.support.ipvs_vm start "$run_dir"
   export KUBESVC_IPVS_VM_RUN="$run_dir"
 fi
-python3 -m pytest -q -m "not slow" -p no:cacheprovider -n 2 --dist loadfile "$@"
+python3 -m pytest -q -m "not slow" -p no:cacheprovider -n 2 --dist loadfile --durations=40 "$@"
