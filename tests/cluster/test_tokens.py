@@ -27,7 +27,7 @@ def test_secret_of_a_token_is_kubeadms():
     assert decoded(secret) == {"token-id": "abcdef", "token-secret": "0123456789abcdef", "description": "second server",
                                "expiration": "2026-11-28T03:00:00Z", "usage-bootstrap-signing": "true",
                                "usage-bootstrap-authentication": "true",
-                               "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token"}
+                               "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token,system:bootstrappers:kubesvc:server"}
     forever = decoded(tokens.token_secret("abcdef.0123456789abcdef", ttl=0, now=NOW, usages=["signing"], groups=[]))
     assert forever == {"token-id": "abcdef", "token-secret": "0123456789abcdef", "usage-bootstrap-signing": "true"}
 
@@ -55,7 +55,8 @@ def test_short_human_duration(seconds, text):
 
 
 def test_list_table_is_go_tabwriter_aligned():
-    listed = tokens.from_secret(tokens.token_secret("abcdef.0123456789abcdef", ttl=7200, now=NOW, description="x"))
+    listed = tokens.from_secret(tokens.token_secret("abcdef.0123456789abcdef", ttl=7200, now=NOW, description="x",
+                                                    groups=["system:bootstrappers:kubeadm:default-node-token"]))
     forever = tokens.from_secret(tokens.token_secret("zyxwvu.0123456789abcdef", ttl=0, now=NOW, usages=["signing"], groups=[]))
     text = tokens.tabwrite([tokens.HEADER, tokens.row(listed, NOW + timedelta(seconds=1)), tokens.row(forever, NOW)])
     assert text.splitlines() == [
@@ -94,7 +95,8 @@ def test_create_list_delete_against_a_real_apiserver(tmp_path):
 
         code, review = whoami(server, token)
         assert code == 201 and review["status"]["userInfo"]["username"] == f"system:bootstrap:{token_id}"
-        assert set(review["status"]["userInfo"]["groups"]) >= {"system:bootstrappers", "system:bootstrappers:kubeadm:default-node-token"}
+        assert set(review["status"]["userInfo"]["groups"]) >= {"system:bootstrappers", "system:bootstrappers:kubeadm:default-node-token",
+                                                               "system:bootstrappers:kubesvc:server"}
 
         kubesvc("token", "create", *kubeconfig, "abcdef.0123456789abcdef", "--ttl", "0", "--usages", "signing", "--groups", "")
         again = kubesvc("token", "create", *kubeconfig, "abcdef.0123456789abcdef", check=False)

@@ -7,15 +7,18 @@ A token ``<id>.<secret>`` (6 and 16 of ``[a-z0-9]``, from ``secrets``) lives in 
 ``token-id``, ``token-secret``, ``expiration`` (RFC 3339, UTC, now + ``--ttl``: 24h by
 default, ``0`` for a token that never expires), ``usage-bootstrap-<usage>: "true"`` per usage
 (``signing``, ``authentication``), ``auth-extra-groups`` (comma list, each
-``system:bootstrappers:...``; default kubeadm's ``system:bootstrappers:kubeadm:default-node-token``)
-and ``description`` when given. Groups only make sense for a token that authenticates, so
+``system:bootstrappers:...``; default kubeadm's ``system:bootstrappers:kubeadm:default-node-token``
+and ``system:bootstrappers:kubesvc:server``, which lets the token join a server machine:
+``cluster/join.py``; a node-only token names the first alone) and ``description`` when given. Groups only make sense for a token that authenticates, so
 kubeadm refuses them without the ``authentication`` usage.
 
 ``create`` prints the token alone; ``list`` prints kubeadm's table (Go tabwriter, minimum width
 10, padding 3): TOKEN, TTL (``ShortHumanDuration`` of what is left; ``<forever>``), EXPIRES
 (RFC 3339; ``<never>``), USAGES, DESCRIPTION, EXTRA GROUPS (``<none>`` for empty ones);
 ``delete`` takes tokens or token IDs and prints ``bootstrap token "<id>" deleted`` for each.
-The same token is what ``kubesvc up --server --token`` presents to join a server machine.
+The same token is what ``kubesvc up --server --token`` presents to join a server machine: on a
+cluster server ``create`` also signs ``kube-public/cluster-info`` with a token that has the
+``signing`` usage and ``delete`` removes the signature (kubeadm's bootstrap signer's job).
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ USAGE_PREFIX = "usage-bootstrap-"
 DESCRIPTION_KEY = "description"
 DEFAULT_TTL = 24 * 3600.0
 DEFAULT_USAGES = ("signing", "authentication")
-DEFAULT_GROUPS = ("system:bootstrappers:kubeadm:default-node-token",)
+SERVER_GROUP = "system:bootstrappers:kubesvc:server"  # may read the server bootstrap bundle (cluster/join.py)
+DEFAULT_GROUPS = ("system:bootstrappers:kubeadm:default-node-token", SERVER_GROUP)
 TOKEN_ID_PATTERN = r"\A[a-z0-9]{6}\Z"
 
 

@@ -64,16 +64,17 @@ def _csv(ctx, param, value: str) -> list[str]:
                    "cleaner deletes its Secret here, as kube-controller-manager's does). If set to '0', the token will never expire.")
 @click.option("--usages", default="signing,authentication", show_default=True, callback=_csv,
               help="Describes the ways in which this token can be used (signing, authentication).")
-@click.option("--groups", default="system:bootstrappers:kubeadm:default-node-token", show_default=True, callback=_csv,
-              help="Extra groups that this token will authenticate as when used for authentication. Must match "
-                   "\"\\Asystem:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]\\z\"")
+@click.option("--groups", default="system:bootstrappers:kubeadm:default-node-token,system:bootstrappers:kubesvc:server", show_default=True,
+              callback=_csv, help="Extra groups that this token will authenticate as when used for authentication. Must match "
+                                  "\"\\Asystem:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]\\z\". system:bootstrappers:kubesvc:server "
+                                  "lets it join a server machine (kubesvc up --server).")
 @click.option("--description", default="", help="A human friendly description of how this token is used.")
 @click.argument("token", required=False)
 def create_command(data_dir: Path, kubeconfig: Path | None, ttl: float, usages: list[str], groups: list[str], description: str,
                    token: str | None) -> None:
     """Create a bootstrap token on the server and print it (TOKEN: the one to write, [a-z0-9]{6}.[a-z0-9]{16}; default random)."""
     from kubesvc.client.rest import is_already_exists
-    from kubesvc.cluster import tokens
+    from kubesvc.cluster import join, tokens
 
     token = token or tokens.generate()
     secret = _checked(tokens.token_secret, token, ttl=ttl, now=datetime.now(timezone.utc), usages=usages, groups=groups,
@@ -87,6 +88,8 @@ def create_command(data_dir: Path, kubeconfig: Path | None, ttl: float, usages: 
                 if is_already_exists(err):
                     raise tokens.TokenError(f'a token with id "{token.split(".")[0]}" already exists') from None
                 raise
+            if "signing" in usages:
+                await join.sign(client, *token.split("."))
 
     _run(create())
     click.echo(token)
@@ -132,7 +135,7 @@ def delete_command(data_dir: Path, kubeconfig: Path | None, tokens_or_ids: tuple
     """Delete bootstrap tokens on the server (each a token [a-z0-9]{6}.[a-z0-9]{16} or its ID [a-z0-9]{6})."""
     from kubesvc.apiserver.auth.bootstrap import SECRET_PREFIX
     from kubesvc.client.rest import ApiError
-    from kubesvc.cluster import tokens
+    from kubesvc.cluster import join, tokens
 
     ids = [_checked(tokens.token_id_of, t) for t in tokens_or_ids]
 
@@ -143,6 +146,7 @@ def delete_command(data_dir: Path, kubeconfig: Path | None, tokens_or_ids: tuple
                     await client.delete(f"{SECRETS}/{SECRET_PREFIX}{token_id}")
                 except ApiError as err:
                     raise tokens.TokenError(f'failed to delete bootstrap token "{token_id}": {err.message}') from None
+                await join.unsign(client, token_id)
                 click.echo(f'bootstrap token "{token_id}" deleted')
 
     _run(delete())
