@@ -18,6 +18,16 @@ that covers the Service range (a namespace with no uplink, as the tests use), th
 routed onto the Pod bridge so that a connection to a ClusterIP gets past routing to the
 proxy's DNAT; with a default route nothing is added.
 
+**Several server machines** (k3s's embedded etcd): ``up --cluster-init`` first starts an etcd
+member under ``<data-dir>/etcd`` (``cluster/``: peer and client TLS from an etcd CA under
+``<data-dir>/pki/etcd``) and runs the apiserver on it (``--storage-backend etcd3`` against the
+local member, bootstrap tokens on), then publishes what joining servers read
+(``cluster/join.py``). ``up --server https://<first>:6443 --token <token>`` on another machine
+fetches the cluster's certificate authorities with the token, joins etcd as a learner promoted
+once in sync, and runs its own apiserver on its own member. In both the controller-manager is
+leader-elected (one of them works at a time) and the member stops last. A machine whose
+member has data restarts as it was, without the token.
+
 What ``up`` makes outside the data directory (namespaces, links, kernel rules, that route) is
 recorded in ``<data-dir>/up.json`` (mode 0600), with the network namespace ``up`` runs in (the
 device and inode of its nsfs file, ``kernel.netns.identify``, and its name under /run/netns if
@@ -69,6 +79,14 @@ class UpOptions:
     node_ips: list[str] | None = None
     proxy_mode: str = ""
     kubelet_port: int = 10250
+    cluster_init: bool = False  # this machine starts an etcd cluster (k3s's --cluster-init)
+    server: str | None = None  # or joins the one of this server machine (k3s's --server) ...
+    token: str | None = None  # ... with this bootstrap token
+
+    @property
+    def clustered(self) -> bool:
+        """On etcd, with an etcd member of its own (else: SQLite)."""
+        return self.cluster_init or bool(self.server)
 
     def addresses(self) -> list[str]:
         """The node's addresses: the given or detected ones, else (no uplink) its Pod gateway."""
@@ -140,6 +158,7 @@ APISERVER_READY_TIMEOUT = 60.0  # then /readyz
 STOP_GRACE = 15.0  # seconds between SIGTERM and SIGKILL (the agent: its Pods' grace, then its own cleanup)
 AGENT_SHUTDOWN_GRACE = "2s"  # each Pod's containers, between SIGTERM and SIGKILL, when up stops
 NODE_FLAGS = ("--node-name", "--pod-cidr", "--node-ip", "--proxy-mode", "--kubelet-port")  # up's own; not the apiserver's
+CLUSTER_FLAGS = ("--server", "--token")  # up's own too, with --cluster-init (no value)
 
 
 def kubesvc_argv(command: str, *args) -> list[str]:
@@ -164,8 +183,8 @@ def apiserver_args(up_args: list[str], config) -> list[str]:
     """``kubesvc apiserver``'s arguments: the apiserver flags ``up`` was given, as given, then
     what ``up`` derived (the absolute data directory, the bind and advertise addresses for
     Pods; the last of a repeated flag wins)."""
-    return [*without_flags(up_args, (*NODE_FLAGS, "--data-dir")), "--data-dir", str(config.data_dir),
-            "--bind-address", config.bind_address, "--advertise-address", config.advertise_address]
+    kept = [arg for arg in without_flags(up_args, (*NODE_FLAGS, *CLUSTER_FLAGS, "--data-dir")) if arg != "--cluster-init"]
+    return [*kept, "--data-dir", str(config.data_dir), "--bind-address", config.bind_address, "--advertise-address", config.advertise_address]
 
 
 class System:
@@ -185,6 +204,8 @@ class System:
         self.proxy_mode = ""
         self.state: dict = {"pid": os.getpid(), "pid_started": host.process_identity(os.getpid()), "netns": netns_record(),
                             "agent_state_dir": str(self.data_dir / AGENT_DIR / "network"), "service_routes": []}
+        self.etcd_member = None  # cluster.etcd_process.RunningMember, on etcd
+        self.storage_args: list[str] = []  # the apiserver's --storage-backend etcd3 and --etcd-* flags, on etcd
 
     async def start(self) -> None:
         from kubesvc.serving import pki
@@ -192,7 +213,9 @@ class System:
         options, data_dir = self.options, self.data_dir
         data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         _write_state(data_dir, self.state)  # before anything is made: down must find it after a crash
-        line = await self.supervisor.start("apiserver", kubesvc_argv("apiserver", *apiserver_args(self.up_args, self.config)),
+        if options.clustered:
+            await self.start_etcd()
+        line = await self.supervisor.start("apiserver", kubesvc_argv("apiserver", *apiserver_args(self.up_args, self.config), *self.storage_args),
                                            ready_timeout=READY_TIMEOUT)
         match = APISERVER_LINE.search(line)
         if not match:
@@ -201,13 +224,16 @@ class System:
         # a restarted apiserver keeps the address every kubeconfig names (--secure-port 0 picked it)
         self.supervisor.components["apiserver"].argv += ["--secure-port", self.url.rsplit(":", 1)[1]]
         await wait_until_ready(self.kubeconfig, APISERVER_READY_TIMEOUT)
+        if options.cluster_init:
+            await publish_join_material(self.kubeconfig, data_dir, f"https://{host_port(self.config.advertise_address)}:{self.url.rsplit(':', 1)[1]}")
 
         ca = pki.cluster_ca(data_dir)
         node_ips = options.addresses()
         serving = ca.node_serving(options.node_name, node_ips)
         controller_manager = kubesvc_argv(
             "controller-manager", "--kubeconfig", pki.kubeconfig_path(data_dir, "controller-manager"),
-            "--scheduler-kubeconfig", pki.kubeconfig_path(data_dir, "scheduler"), "--leader-elect=false", "--secure-port=0",
+            "--scheduler-kubeconfig", pki.kubeconfig_path(data_dir, "scheduler"),
+            f"--leader-elect={str(options.clustered).lower()}", "--secure-port=0",  # several servers: one leader
             "--use-service-account-credentials=true", *self.verbosity)  # each controller its kube-system ServiceAccount
         agent = kubesvc_argv(
             "agent", "--kubeconfig", pki.write_node_kubeconfig(data_dir, self.url, options.node_name), "--node-name", options.node_name,
@@ -235,6 +261,32 @@ class System:
         await all_or_none([self.supervisor.start("controller-manager", controller_manager, ready_timeout=READY_TIMEOUT),
                            agent_then_routes(), the_proxy()])
 
+    async def start_etcd(self) -> None:
+        """This machine's etcd member (``cluster.etcd_process``): a new cluster with
+        ``--cluster-init``; with ``--server``, the certificate authorities fetched with the token
+        (``cluster.join``), then a join. A member with data restarts as it was (no token
+        needed). A failure is one line (ComponentFailed) and leaves none of the files it made."""
+        from kubesvc.cluster import etcd_member, etcd_process
+        from kubesvc.cluster import join as cluster_join
+
+        options, data_dir = self.options, self.data_dir
+        endpoints: list[str] = []
+        made: list[Path] = []
+        try:
+            if options.server and not etcd_member.has_wal(data_dir):
+                fetched = await cluster_join.fetch(options.server, options.token or "")
+                made = cluster_join.install(data_dir, fetched)
+                endpoints = [cluster_join.etcd_endpoint(options.server)]
+            self.etcd_member = await etcd_process.start_member(self.supervisor, data_dir, self.config.advertise_address, join=endpoints)
+        except (cluster_join.JoinFailed, etcd_process.EtcdFailed) as err:
+            for path in made:
+                path.unlink(missing_ok=True)
+            raise ComponentFailed(str(err)) from None
+        ca, cert, key = etcd_member.client_tls(data_dir)
+        self.storage_args = ["--storage-backend", "etcd3", "--etcd-servers", self.etcd_member.spec.local_client_url,
+                             "--etcd-cafile", str(ca), "--etcd-certfile", str(cert), "--etcd-keyfile", str(key),
+                             "--enable-bootstrap-token-auth=true"]  # joining servers (and nodes) present bootstrap tokens
+
     async def stop(self) -> list[str]:
         """Stop every component (the apiserver last: the agent reports its Node not ready) and
         remove what ``up`` made, whatever a component left behind; returns what could not be
@@ -251,6 +303,7 @@ class System:
 
         codes = await self.supervisor.stop(["proxy", "agent", "controller-manager"], STOP_GRACE)
         codes |= await self.supervisor.stop(["apiserver"], STOP_GRACE)
+        codes |= await self.supervisor.stop(["etcd"], STOP_GRACE)
         await self.supervisor.close()
         for name, code in codes.items():
             if code:
@@ -284,6 +337,23 @@ async def all_or_none(coros) -> None:
                 raise task.exception()
     finally:
         await cancel_and_wait([t for t in tasks if not t.done()])
+
+
+def host_port(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
+
+
+async def publish_join_material(kubeconfig: Path, data_dir: Path, server: str) -> None:
+    """What servers joining this one read (``cluster.join.publish``), as the admin."""
+    from kubesvc.client.kubeconfig import load_kubeconfig
+    from kubesvc.client.rest import ClientError, RestClient
+    from kubesvc.cluster import join as cluster_join
+
+    try:
+        async with RestClient(load_kubeconfig(kubeconfig), user_agent="kubesvc-up", field_manager="kubesvc") as client:
+            await cluster_join.publish(client, data_dir, server)
+    except ClientError as err:
+        raise ComponentFailed(f"cannot publish the join material for other servers: {err}") from None
 
 
 async def wait_until_ready(kubeconfig: Path, timeout: float) -> None:

@@ -41,21 +41,30 @@ class RawArgsCommand(click.Command):
               help="The proxy's mode (default: nftables where available, else iptables).")
 @click.option("--kubelet-port", type=click.IntRange(0, 65535), default=10250, show_default=True,
               help="The agent's log server port (kubectl logs); 0 picks a free one.")
+@click.option("--cluster-init", is_flag=True, default=False,
+              help="Start a cluster of several server machines: an etcd member of this machine, the apiserver on it (k3s's flag).")
+@click.option("--server", "join_server", default=None, metavar="URL",
+              help="Join the cluster of this server machine (https://<first>:6443) as another server, with --token.")
+@click.option("--token", default=None, envvar="KUBESVC_TOKEN", help="The bootstrap token to join with (kubesvc token create on a server; "
+              "or $KUBESVC_TOKEN, kept out of the process list).")
 def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: str | None, proxy_mode: str | None, kubelet_port: int,
-               **options) -> None:
+               cluster_init: bool, join_server: str | None, token: str | None, **options) -> None:
     """Run the whole system on this machine: apiserver (SQLite), controller-manager, node agent and proxy,
     each a process of its own (logs in <data-dir>/logs; one that dies is restarted).
-    Ctrl-C stops it and removes every namespace, link and kernel rule it made."""
+    Ctrl-C stops it and removes every namespace, link and kernel rule it made.
+    With --cluster-init (first server) or --server URL --token TOKEN (the others) the apiserver is on
+    an etcd cluster, one member per server machine, and several machines share one control plane."""
     setup_logging(verbosity)
     from kubesvc.agent.node import default_node_name
     from kubesvc.cmd.agent import detect_node_ip
-    from kubesvc.up import UpOptions, read_state, serve_pods
+    from kubesvc.up import UpOptions, host_port, read_state, serve_pods
 
     try:
         pod_cidrs = flags.parse_pod_cidrs(pod_cidr)
         node_ips = flags.parse_node_ips(node_ip) if node_ip else [ip for ip in [detect_node_ip(pod_cidrs)] if ip]
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+    check_cluster_flags(cluster_init, join_server, token, options)
     config = server_config(**options)  # every flag checked here, before anything starts
     previous = read_state(config.data_dir)
     if previous is not None:
@@ -63,7 +72,8 @@ def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: st
                                    f"run: kubesvc down --data-dir {options['data_dir']}")
     up_options = UpOptions(node_name=node_name or default_node_name(), pod_cidrs=pod_cidrs,
                            service_cidrs=[c.strip() for c in config.service_cluster_ip_range.split(",") if c.strip()],
-                           node_ips=node_ips, proxy_mode=proxy_mode or "", kubelet_port=kubelet_port)
+                           node_ips=node_ips, proxy_mode=proxy_mode or "", kubelet_port=kubelet_port,
+                           cluster_init=cluster_init, server=join_server, token=token)
     context = click.get_current_context()
     serve_pods(config, up_options, bind_address_given=context.get_parameter_source("bind_address") != click.core.ParameterSource.DEFAULT)
 
@@ -71,6 +81,10 @@ def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: st
         click.echo(f"kubesvc is up at {system.url}; kubeconfig: {system.kubeconfig}")
         click.echo(f"  node {up_options.node_name}: Pods in {','.join(pod_cidrs)}, proxy in {system.proxy_mode} mode")
         click.echo(f"  logs: {system.data_dir / 'logs'}/<component>.log")
+        if system.etcd_member is not None:
+            member = system.etcd_member
+            click.echo(f"  etcd member {member.spec.name} at {member.spec.client_url}; another server joins with: kubesvc token create, "
+                       f"then there: kubesvc up --server https://{host_port(config.advertise_address)}:{system.url.rsplit(':', 1)[1]} --token <token>")
         click.echo(f"  try: export KUBECONFIG={system.kubeconfig}; kubectl get nodes    (Ctrl-C stops and cleans up)")
         sys.stdout.flush()
 
@@ -83,6 +97,21 @@ def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: st
         raise click.ClickException(f"cannot start: {exc}") from None
     if errors:
         raise click.ClickException("cleanup failed (run kubesvc down to retry): " + "; ".join(errors))
+
+
+def check_cluster_flags(cluster_init: bool, server: str | None, token: str | None, options: dict) -> None:
+    """--cluster-init and --server exclude each other; --server needs --token and an https URL;
+    either puts the apiserver on etcd, so no other storage may be asked for."""
+    if cluster_init and server:
+        raise click.UsageError("--cluster-init starts a cluster and --server joins one: give one of them")
+    if server and not token:
+        raise click.UsageError("--server needs --token (print one on a server with: kubesvc token create)")
+    if token and not server:
+        raise click.UsageError("--token goes with --server")
+    if server and not server.startswith("https://"):
+        raise click.BadParameter(f"{server} is not an https:// URL of a server machine (https://<address>:6443)", param_hint="--server")
+    if (cluster_init or server) and options.get("storage_backend") not in (None, "sqlite"):
+        raise click.UsageError("--cluster-init and --server run the apiserver on this machine's etcd member: drop --storage-backend")
 
 
 async def _up(config: ServerConfig, options, up_args: list[str], verbosity: int, announce) -> list[str]:

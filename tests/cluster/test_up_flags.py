@@ -1,0 +1,36 @@
+"""``kubesvc up``'s cluster flags: what goes together, and that none of them reaches the
+apiserver's command line (up derives the apiserver's etcd flags itself)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+
+def up(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kubesvc", "up", *args], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--cluster-init", "--server", "https://10.0.0.1:6443", "--token", "abcdef.0123456789abcdef"],
+     "--cluster-init starts a cluster and --server joins one: give one of them"),
+    (["--server", "https://10.0.0.1:6443"], "--server needs --token (print one on a server with: kubesvc token create)"),
+    (["--token", "abcdef.0123456789abcdef"], "--token goes with --server"),
+    (["--server", "10.0.0.1:6443", "--token", "abcdef.0123456789abcdef"], "is not an https:// URL of a server machine"),
+    (["--cluster-init", "--storage-backend", "memory"], "drop --storage-backend"),
+], ids=["both", "server-without-token", "token-without-server", "not-https", "storage-backend"])
+def test_refused_before_anything_starts(args, message, tmp_path):
+    result = up("--data-dir", str(tmp_path / "d"), *args)
+    assert result.returncode == 2 and message in result.stderr.splitlines()[-1], result.stderr
+    assert not (tmp_path / "d").exists()
+
+
+def test_cluster_flags_stay_with_up():
+    from kubesvc.up import apiserver_args
+
+    config = SimpleNamespace(data_dir="/d", bind_address="0.0.0.0", advertise_address="10.0.0.2")
+    given = ["--server", "https://10.0.0.1:6443", "--token=abcdef.0123456789abcdef", "--cluster-init", "-v", "2"]
+    assert apiserver_args(given, config) == ["-v", "2", "--data-dir", "/d", "--bind-address", "0.0.0.0", "--advertise-address", "10.0.0.2"]
