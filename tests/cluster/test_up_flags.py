@@ -3,15 +3,16 @@ apiserver's command line (up derives the apiserver's etcd flags itself)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
+from click.testing import CliRunner
+
+from kubesvc.cmd import main
 
 
-def up(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kubesvc", "up", *args], capture_output=True, text=True, timeout=60)
+def up(*args: str):
+    return CliRunner().invoke(main, ["up", *args])
 
 
 @pytest.mark.parametrize("args, message", [
@@ -24,7 +25,7 @@ def up(*args: str) -> subprocess.CompletedProcess:
 ], ids=["both", "server-without-token", "token-without-server", "not-https", "storage-backend"])
 def test_refused_before_anything_starts(args, message, tmp_path):
     result = up("--data-dir", str(tmp_path / "d"), *args)
-    assert result.returncode == 2 and message in result.stderr.splitlines()[-1], result.stderr
+    assert result.exit_code == 2 and message in result.output.splitlines()[-1], result.output
     assert not (tmp_path / "d").exists()
 
 
