@@ -247,3 +247,70 @@ def test_a_range_is_a_start_with_the_data_and_an_end_past_it():
     with pytest.raises(ValueError):
         list(nftables_elements.encode(SetType(("u32h",), ("ipv4", "port"), interval=True), {"5-4": "10.0.0.1 . 80"}))
     assert nftables_elements.encode(SetType(("u32h",), ("verdict",), interval=True), {"0-1": "drop"}) is None
+
+
+
+@pytest.mark.kernel
+async def test_early_batch_accepted_then_the_text_refused_the_next_full_sync_converges(monkeypatch):
+    """A table that holds our chains but not yet a Service's range map elements: a full sync
+    sends them ahead (the batch lands), then nft refuses the rest of the text. The sync fails,
+    the proxier keeps its previous state and makes the next sync full; that one reads the
+    elements back, sends none of them again, and leaves the table the same transaction applied
+    by nft alone leaves, with traffic spread over both endpoints and a Pod reaching itself
+    masqueraded."""
+    import collections
+    import dataclasses
+
+    from kubesvc.proxy.backend import SyncFailed
+    from kubesvc.proxy.metrics import ProxyMetrics
+    from kubesvc.proxy.nftables.proxier import NftablesBackend
+    from kubesvc.proxy.proxier import Proxier
+    from tests.support.netns import POD_CIDR, NodeTopology
+
+    topo = NodeTopology(pods=3, default_via_client=True)
+    reference = Netns.create("earlyc")
+    try:
+        for k, pod in enumerate(topo.pods, start=1):
+            topo.serve(pod, f"pod{k}", tcp=(8080,))
+        opts = options(POD_CIDR)
+        nft = NFTables(netns=topo.node.name)
+        proxier = Proxier(NftablesBackend(opts, nft=nft), opts, ProxyMetrics())
+        web = port("ns", "web", cluster_ip="172.30.0.10")
+        cidrs = ("172.30.0.0/16",)
+        await proxier.run_sync(request([(web, (ep(topo.pod_ip(1), 8080),))], service_cidrs=cidrs))  # one endpoint: no map
+        req = request([(web, (ep(topo.pod_ip(1), 8080), ep(topo.pod_ip(2), 8080)))], service_cidrs=cidrs)  # two: a range map
+
+        sent = []
+        send = nftables_elements.send
+        monkeypatch.setattr(nftables_elements, "send", lambda netns, batch: sent.append(batch.sets) or send(netns, batch))
+        rest = Transaction.rest
+        monkeypatch.setattr(Transaction, "rest", lambda self, sets: rest(self, sets) + "add rule ip kube-proxy no-such-chain accept\n")
+        with pytest.raises(SyncFailed):
+            await proxier.run_sync(req)
+        [early] = sent
+        [range_map] = early  # the hairpin set already held pod1's pair: not sent ahead
+        assert range_map.startswith(rules.RANGE_MAP_PREFIX)
+        _, _, held = table_contents(await nft.list_table())
+        assert set(held[range_map].values()) == {f"{topo.pod_ip(1)} . 8080", f"{topo.pod_ip(2)} . 8080"}  # the batch landed
+        assert set(held[rules.HAIRPIN_ENDPOINTS]) == {f"{topo.pod_ip(1)} . {topo.pod_ip(1)}"}  # the text did not
+
+        monkeypatch.setattr(Transaction, "rest", rest)
+        result = await proxier.run_sync(dataclasses.replace(req, full=False))
+        assert result.full  # the failure made it full
+        assert len(sent) == 1  # nothing went ahead again: the kernel held those elements already
+
+        NFTables(netns=reference.name, nft=shutil.which("nft")).run_sync(
+            rules.build_sync(req, opts, rules.NftState(), rules.KernelSnapshot(), 0.0).kernel_input)
+        assert table_contents(await nft.list_table()) == table_contents(await NFTables(netns=reference.name).list_table())
+        terse = ("nft", "-t", "list", "table", "ip", "kube-proxy")
+        assert topo.node.run(*terse).stdout == reference.run(*terse).stdout
+
+        outcomes = [outcome for outcome, _ in NodeTopology.attempts(topo.client, "172.30.0.10", 80, count=24)]
+        assert all(o.startswith("pod") for o in outcomes), outcomes
+        assert set(collections.Counter(o.split()[0] for o in outcomes)) == {"pod1", "pod2"}
+        for outcome, _ in NodeTopology.attempts(topo.pods[0], "172.30.0.10", 80, count=16):
+            server, peer = outcome.split()
+            assert peer == (topo.pod_gw(1) if server == "pod1" else topo.pod_ip(1))  # hairpin: masqueraded
+    finally:
+        reference.close()
+        topo.close()
