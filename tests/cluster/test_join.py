@@ -73,3 +73,50 @@ def test_install_refuses_a_data_dir_of_another_cluster(tmp_path):
 
 def test_etcd_endpoint_of_the_server():
     assert join.etcd_endpoint("https://192.168.77.11:6443") == "https://192.168.77.11:2379"
+
+
+def test_fetch_against_a_real_apiserver(tmp_path):
+    """``up --cluster-init``'s publish, ``token create``'s signature and a joiner's fetch, over
+    HTTPS against a real apiserver: the right token gets the server's CA files, a wrong one, a
+    node-only one and a deleted one each get one line."""
+    import asyncio
+    import subprocess
+    import sys
+
+    from kubesvc.client.kubeconfig import load_kubeconfig
+    from kubesvc.client.rest import RestClient
+    from kubesvc.cluster import etcd_member
+    from tests.support.apiserver import running_apiserver
+
+    def kubesvc(*args):
+        return subprocess.run([sys.executable, "-m", "kubesvc", *map(str, args)], capture_output=True, text=True, timeout=120,
+                              check=True).stdout.strip()
+
+    async def publish(server):
+        async with RestClient(load_kubeconfig(server.kubeconfig)) as client:
+            await join.publish(client, server.data_dir, server.url)
+
+    with running_apiserver(tmp_path / "first", "--enable-bootstrap-token-auth=true") as server:
+        etcd_member.etcd_ca(server.data_dir)
+        before = kubesvc("token", "create", "--kubeconfig", server.kubeconfig)  # signed by publish
+        asyncio.run(publish(server))
+        after = kubesvc("token", "create", "--kubeconfig", server.kubeconfig)  # signed by token create
+        node_only = kubesvc("token", "create", "--kubeconfig", server.kubeconfig, "--groups", "system:bootstrappers:kubeadm:default-node-token")
+        for token in (before, after):
+            fetched = asyncio.run(join.fetch(server.url, token))
+            assert fetched.ca_pem == (server.data_dir / "pki" / "ca.crt").read_bytes()
+            join.install(tmp_path / "second", fetched)
+            for relative in join.BUNDLE_FILES.values():
+                assert (tmp_path / "second" / relative).read_bytes() == (server.data_dir / relative).read_bytes()
+
+        def line(token):
+            with pytest.raises(join.JoinFailed) as failed:
+                asyncio.run(join.fetch(server.url, token))
+            assert "\n" not in str(failed.value)
+            return str(failed.value)
+
+        assert "does not match" in line(after.split(".")[0] + ".0000000000000000")
+        assert "may not join servers" in line(node_only)
+        kubesvc("token", "delete", "--kubeconfig", server.kubeconfig, after)
+        assert "does not know token" in line(after)
+        assert line("not-a-token").startswith("--token must be a bootstrap token")
