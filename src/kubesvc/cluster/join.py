@@ -263,17 +263,34 @@ def cluster_info_data(content: str, token_secrets: list[dict], now: datetime) ->
 
 async def sign(client, token_id: str, token_secret: str) -> bool:
     """Add ``token_id``'s signature to ``cluster-info`` (False: there is none, not a cluster server)."""
-    from kubesvc.client.rest import is_not_found
-
-    try:
-        current = await client.get(CLUSTER_INFO_PATH)
-    except Exception as err:
-        if is_not_found(err):
-            return False
-        raise
+    current = await _cluster_info(client)
+    if current is None:
+        return False
     content = (current.get("data") or {}).get("kubeconfig", "")
     await client.patch(CLUSTER_INFO_PATH, {"data": {JWS_PREFIX + token_id: detached_jws(content, token_id, token_secret)}})
     return True
+
+
+async def published_server(client) -> str | None:
+    """The server URL ``cluster-info`` publishes (None: not a cluster server)."""
+    current = await _cluster_info(client)
+    if current is None:
+        return None
+    try:
+        return yaml.safe_load(current["data"]["kubeconfig"])["clusters"][0]["cluster"]["server"]
+    except (KeyError, IndexError, TypeError, yaml.YAMLError):
+        return None
+
+
+async def _cluster_info(client) -> dict | None:
+    from kubesvc.client.rest import is_not_found
+
+    try:
+        return await client.get(CLUSTER_INFO_PATH)
+    except Exception as err:
+        if is_not_found(err):
+            return None
+        raise
 
 
 async def unsign(client, token_id: str) -> None:

@@ -69,9 +69,11 @@ def _csv(ctx, param, value: str) -> list[str]:
                                   "\"\\Asystem:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]\\z\". system:bootstrappers:kubesvc:server "
                                   "lets it join a server machine (kubesvc up --server).")
 @click.option("--description", default="", help="A human friendly description of how this token is used.")
+@click.option("--print-join-command", is_flag=True, default=False,
+              help="Instead of printing only the token, print the full 'kubesvc up --server ... --token ...' that joins another server.")
 @click.argument("token", required=False)
 def create_command(data_dir: Path, kubeconfig: Path | None, ttl: float, usages: list[str], groups: list[str], description: str,
-                   token: str | None) -> None:
+                   print_join_command: bool, token: str | None) -> None:
     """Create a bootstrap token on the server and print it (TOKEN: the one to write, [a-z0-9]{6}.[a-z0-9]{16}; default random)."""
     from kubesvc.client.rest import is_already_exists
     from kubesvc.cluster import join, tokens
@@ -80,8 +82,12 @@ def create_command(data_dir: Path, kubeconfig: Path | None, ttl: float, usages: 
     secret = _checked(tokens.token_secret, token, ttl=ttl, now=datetime.now(timezone.utc), usages=usages, groups=groups,
                       description=description)
 
-    async def create() -> None:
+    async def create() -> str | None:
         async with _client(kubeconfig, data_dir) as client:
+            server = await join.published_server(client) if print_join_command else None
+            if print_join_command and server is None:
+                raise tokens.TokenError("this cluster publishes no server to join (no kube-public/cluster-info): "
+                                        "it was not started with kubesvc up --cluster-init")
             try:
                 await client.create(SECRETS, secret)
             except Exception as err:
@@ -90,9 +96,10 @@ def create_command(data_dir: Path, kubeconfig: Path | None, ttl: float, usages: 
                 raise
             if "signing" in usages:
                 await join.sign(client, *token.split("."))
+            return server
 
-    _run(create())
-    click.echo(token)
+    server = _run(create())
+    click.echo(f"kubesvc up --server {server} --token {token}" if print_join_command else token)
 
 
 def _checked(fn, *args, **kwargs):
