@@ -51,6 +51,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -306,7 +307,7 @@ class System:
         codes |= await self.supervisor.stop(["etcd"], STOP_GRACE)
         await self.supervisor.close()
         for name, code in codes.items():
-            if code:
+            if code and not (name == "etcd" and code == -signal.SIGTERM):  # etcd re-raises SIGTERM once it has shut down cleanly
                 log.warning("%s exited with %s on stop (its log: %s)", name, describe_exit(code), self.data_dir / LOG_DIR / f"{name}.log")
         await step("proxy rules", asyncio.to_thread(cleanup_leftovers))
         await step("pod network", asyncio.to_thread(teardown_pod_network, Path(self.state["agent_state_dir"])))

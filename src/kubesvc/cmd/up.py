@@ -65,6 +65,10 @@ def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: st
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     check_cluster_flags(cluster_init, join_server, token, options)
+    from kubesvc.cluster.etcd_member import load_spec
+
+    if not join_server and options.get("storage_backend") in (None, "sqlite") and load_spec(options["data_dir"]) is not None:
+        cluster_init = True  # a server machine of a cluster restarts on its etcd member, flags or not (as k3s's)
     config = server_config(**options)  # every flag checked here, before anything starts
     previous = read_state(config.data_dir)
     if previous is not None:
