@@ -4,8 +4,8 @@ health read, and ``Maintenance.Snapshot``.
 
 aetcd (the project's etcd client) has neither TLS nor learners (``add_member`` takes no
 ``isLearner``, there is no ``MemberPromote``), so this shell calls the generated stubs aetcd
-ships (``aetcd.rpc``) over a ``grpc.aio.secure_channel`` of its own, presenting the client
-certificate of the etcd CA. Endpoints are tried in order: a call that finds one unreachable
+ships (``aetcd.rpc``) over the etcd backend's TLS channel (``storage.etcd.client``), one per
+endpoint, presenting the client certificate of the etcd CA. Endpoints are tried in order: a call that finds one unreachable
 (``UNAVAILABLE``, a deadline) goes to the next, as clientv3's balancer does for requests
 that were never sent. Every gRPC error leaves here as :class:`EtcdError`, its text etcd's own
 (``etcdserver: ...``), so callers decide on etcd's words (``etcd_member.promote_outcome``).
@@ -16,13 +16,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 from typing import Sequence
-from urllib.parse import urlsplit
 
 import grpc
 from aetcd.rpc import rpc_pb2 as rpc
 from aetcd.rpc import rpc_pb2_grpc as stubs
 
 from kubesvc.cluster.etcd_member import Member
+from kubesvc.storage.etcd.client import EtcdConfig, open_channel
 
 DEFAULT_TIMEOUT = 5.0
 HEALTH_KEY = b"health"  # etcdctl endpoint health reads it; it need not exist
@@ -41,12 +41,6 @@ class EtcdError(Exception):
         return self.code in UNREACHABLE
 
 
-def grpc_target(endpoint: str) -> str:
-    """``host:port`` of ``https://host:port`` (what gRPC dials; IPv6 keeps its brackets)."""
-    parts = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
-    return parts.netloc
-
-
 def member_of(proto) -> Member:
     return Member(proto.ID, proto.name, tuple(proto.peerURLs), tuple(proto.clientURLs), proto.isLearner)
 
@@ -60,12 +54,13 @@ class EtcdAPI:
             raise ValueError("no etcd endpoint")
         self.endpoints = list(endpoints)
         self.timeout = timeout
-        self._credentials = grpc.ssl_channel_credentials(Path(ca).read_bytes(), Path(key).read_bytes(), Path(cert).read_bytes())
+        self._files = (str(ca), str(cert), str(key))
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def _channel(self, endpoint: str) -> grpc.aio.Channel:
         if endpoint not in self._channels:
-            self._channels[endpoint] = grpc.aio.secure_channel(grpc_target(endpoint), self._credentials)
+            ca, cert, key = self._files
+            self._channels[endpoint] = open_channel(EtcdConfig(servers=(endpoint,), ca_file=ca, cert_file=cert, key_file=key))
         return self._channels[endpoint]
 
     async def close(self) -> None:
