@@ -125,3 +125,14 @@ def test_certificates_from_the_etcd_ca(tmp_path):
     again = em.member_tls(tmp_path, ["192.168.77.13"], "box")
     assert again.peer_cert.read_bytes() == tls.peer_cert.read_bytes()  # kept while it says the same
     assert stat.S_IMODE((tmp_path / "pki").stat().st_mode) == 0o700
+
+
+def test_etcd_last_error_is_its_own_words():
+    from kubesvc.cluster.etcd_process import last_error
+
+    lines = ['{"level":"info","msg":"configuring peer listeners"}',
+             '{"level":"fatal","msg":"discovery failed","error":"listen tcp 127.0.0.1:2379: bind: address already in use"}',
+             '{"level":"info","msg":"closing"}']
+    assert last_error(lines) == "discovery failed: listen tcp 127.0.0.1:2379: bind: address already in use"
+    assert last_error(['{"level":"info","msg":"starting"}', "panic: runtime error"]) == "panic: runtime error"
+    assert last_error([]) == ""

@@ -14,15 +14,24 @@ that were never sent. Every gRPC error leaves here as :class:`EtcdError`, its te
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Sequence
 
-import grpc
-from aetcd.rpc import rpc_pb2 as rpc
-from aetcd.rpc import rpc_pb2_grpc as stubs
+# ``kubesvc up`` forks its components (and restarts etcd) after these calls have started gRPC's
+# threads. With gRPC's fork support on, a child forked while another thread is inside gRPC may
+# die of SIGSEGV before it execs (seen: "Other threads are currently calling into gRPC,
+# skipping fork() handlers", then the restarted etcd killed by signal 11). Our children exec
+# at once and never use this process's gRPC, so the fork handlers are not wanted; the setting
+# is read when grpc is first imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
-from kubesvc.cluster.etcd_member import Member
-from kubesvc.storage.etcd.client import EtcdConfig, open_channel
+import grpc  # noqa: E402
+from aetcd.rpc import rpc_pb2 as rpc  # noqa: E402
+from aetcd.rpc import rpc_pb2_grpc as stubs  # noqa: E402
+
+from kubesvc.cluster.etcd_member import Member  # noqa: E402
+from kubesvc.storage.etcd.client import EtcdConfig, open_channel  # noqa: E402
 
 DEFAULT_TIMEOUT = 5.0
 HEALTH_KEY = b"health"  # etcdctl endpoint health reads it; it need not exist

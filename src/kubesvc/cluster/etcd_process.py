@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import shutil
 from dataclasses import dataclass
@@ -75,7 +76,8 @@ async def start_member(supervisor: Supervisor, data_dir: Path, address: str, *, 
         await _run(supervisor, em.etcd_argv(spec, data_dir, tls, em.initial_cluster([(spec.name, [spec.peer_url])]), "new", binary),
                    start_timeout)
         async with _api([spec.local_client_url], tls) as api:
-            await _until(lambda: api.healthy(spec.local_client_url), start_timeout, "etcd did not elect itself leader")
+            await _until(lambda: api.healthy(spec.local_client_url), start_timeout, "etcd did not elect itself leader",
+                         supervisor=supervisor)
             status = await api.status(spec.local_client_url)
         return RunningMember(spec, tls, status.header.member_id, joined=False)
     return await _join(supervisor, data_dir, spec, tls, binary, join, start_timeout, promote_timeout)
@@ -98,7 +100,7 @@ async def _join(supervisor, data_dir, spec, tls, binary, join, start_timeout, pr
             ours = plan.reuse or added
             em.save_spec(data_dir, spec)
             await _run(supervisor, em.etcd_argv(spec, data_dir, tls, plan.cluster(spec, ours), "existing", binary), start_timeout)
-            await _until(lambda: api.status(spec.local_client_url), start_timeout, "etcd did not start")
+            await _until(lambda: api.status(spec.local_client_url), start_timeout, "etcd did not start", supervisor=supervisor)
             await _promote(api, ours.id, promote_timeout)
         except BaseException:
             await _undo_join(supervisor, api, data_dir, added)
@@ -111,7 +113,7 @@ async def _restart(supervisor, data_dir, spec, tls, binary, join, start_timeout,
     await _run(supervisor, em.etcd_argv(spec, data_dir, tls, em.initial_cluster([(spec.name, [spec.peer_url])]), "existing", binary),
                start_timeout)
     async with _api([spec.local_client_url], tls) as local:
-        status = await _until(lambda: local.status(spec.local_client_url), start_timeout, "etcd did not start")
+        status = await _until(lambda: local.status(spec.local_client_url), start_timeout, "etcd did not start", supervisor=supervisor)
         if not status.isLearner:
             return RunningMember(spec, tls, status.header.member_id, joined=bool(join))
         peers = list(join)
@@ -140,17 +142,51 @@ def _unreachable(endpoints: Sequence[str], err: EtcdError) -> str:
 async def _run(supervisor: Supervisor, argv: list[str], timeout: float) -> None:
     try:
         await supervisor.start(COMPONENT, argv, ready_timeout=timeout)
-    except ComponentFailed as err:
-        raise EtcdFailed(" ".join(str(err).split())) from None
+    except ComponentFailed:
+        raise EtcdFailed(_exit_line(supervisor)) from None
 
 
-async def _until(call, timeout: float, what: str, every: float = 0.2):
-    """``await call()`` until it succeeds; EtcdFailed naming ``what`` and etcd's last word."""
+def last_error(lines) -> str:
+    """etcd's own words for why it stopped: the ``msg`` and ``error`` of its last zap line
+    that has an error (or the last line as it is)."""
+    fallback = ""
+    for line in reversed(list(lines)):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            entry = None
+        if not isinstance(entry, dict):
+            fallback = fallback or line.strip()
+        elif entry.get("error") or entry.get("level") in ("fatal", "panic", "error"):
+            return ": ".join(str(entry[k]) for k in ("msg", "error") if entry.get(k))
+        else:
+            fallback = fallback or str(entry.get("msg", ""))
+    return fallback
+
+
+def _exit_line(supervisor: Supervisor) -> str:
+    component = supervisor.components.get(COMPONENT)
+    lines = component.last_lines if component else ()
+    log_path = supervisor.log_dir / f"{COMPONENT}.log"
+    return f"etcd exited: {last_error(lines) or 'no output'} (its log: {log_path})"
+
+
+def _exited(supervisor: Supervisor) -> bool:
+    component = supervisor.components.get(COMPONENT)
+    return component is not None and (bool(component.exits) or (component.process is not None
+                                                                 and component.process.returncode is not None))
+
+
+async def _until(call, timeout: float, what: str, every: float = 0.2, supervisor: Supervisor | None = None):
+    """``await call()`` until it succeeds; EtcdFailed naming ``what`` and etcd's last word, at
+    once when the etcd process has exited meanwhile (a port in use, a bad data directory)."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         try:
             return await call()
         except EtcdError as err:
+            if supervisor is not None and _exited(supervisor):
+                raise EtcdFailed(_exit_line(supervisor)) from None
             if asyncio.get_running_loop().time() > deadline:
                 raise EtcdFailed(f"{what} within {timeout:g}s: {err.message}") from None
         await asyncio.sleep(every)
