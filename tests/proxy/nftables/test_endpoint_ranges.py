@@ -112,7 +112,7 @@ async def test_refused_element_batch_changes_nothing_and_the_next_sync_is_full(t
     first, added, _ = syncs(topo)
     await be.run_sync(first)
     (emap,) = {block[2] for block in be.state.services["ns/web"].slots.values()}
-    web_ranges = [k for k in be.state.kernel[emap] if be.state.owners[emap].get(k) == "ns/web"]
+    web_ranges = [k for k in be.state.held(emap) if be.state.owned(emap).get(k) == "ns/web"]
     # someone deletes one of our ranges: the batch's delete of it is refused (ENOENT)
     topo.nft("delete", "element", "ip", "kube-proxy", emap, "{", web_ranges[0], "}")
     before = topo.nft("list", "table", "ip", "kube-proxy")

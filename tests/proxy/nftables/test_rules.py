@@ -342,7 +342,7 @@ def test_an_endpoint_count_change_up_to_16_changes_range_elements_only(before, a
     assert state.services["ns1/svc1"].slots[SVC] == block
     assert all(line.startswith(("add element ", "delete element ")) for line in lines(plan)), plan.text
     base, size = block[0], 1 << 20
-    ranges = {k: v for k, v in state.kernel[block[2]].items()}
+    ranges = state.held(block[2])
     # every endpoint once, in order, the block covered without gap, shares within one number
     bounds = sorted((int(k.split("-")[0]), int(k.split("-")[1]), v) for k, v in ranges.items())
     assert sorted(v for *_, v in bounds) == sorted(f"10.180.0.{i} . 80" for i in range(1, after + 1))
@@ -365,20 +365,20 @@ def test_fixed_input_change_makes_sync_full(change):
 
 def test_a_plan_leaves_the_previous_state_alone():
     _, state = build(two_services())
-    services, kernel = dict(state.services), {c: dict(v) for c, v in state.kernel.items()}
-    owners = {c: {k: (set(o) if isinstance(o, set) else o) for k, o in v.items()} for c, v in state.owners.items()}
+    services, kernel = dict(state.services), {c: state.held(c) for c in rules.CONTAINERS}
+    owners = {c: {k: (set(o) if isinstance(o, set) else o) for k, o in state.owned(c).items()} for c in rules.CONTAINERS}
     chains, allocators = set(state.chains), {m: (a.next, {c: list(f) for c, f in a.free.items()}) for m, a in state.allocators.items()}
     plan, after = build(two_services(eps_a=TWO[:1], eps_b=()), state=state, full=False, changed={"ns1/svc1", "ns2/svc2"})
     assert plan.text
-    assert dict(state.services) == services and {c: dict(v) for c, v in state.kernel.items()} == kernel
-    assert {c: dict(v) for c, v in state.owners.items()} == owners and set(state.chains) == chains
+    assert dict(state.services) == services and {c: state.held(c) for c in rules.CONTAINERS} == kernel
+    assert {c: state.owned(c) for c in rules.CONTAINERS} == owners and set(state.chains) == chains
     assert {m: (a.next, a.free) for m, a in state.allocators.items()} == allocators
     assert after.services["ns1/svc1"] is not services["ns1/svc1"]
 
 
 def test_full_sync_reconciles_against_snapshot():
     _, state = build(two_services())
-    kernel = {c: dict(v) for c, v in state.kernel.items()}
+    kernel = {c: state.held(c) for c in rules.CONTAINERS}
     kernel[rules.CLUSTER_IPS]["172.30.9.9"] = ""  # someone else's element
     del kernel[rules.SERVICE_IPS][f"{CIP} . tcp . 80"]  # lost
     kernel[rules.NO_ENDPOINT_SERVICES] = None  # unreadable
@@ -473,10 +473,10 @@ def test_partial_plans_end_where_one_full_plan_does():
         _, state = build(list(desired.values()), state=state, full=False, changed={f"ns1/{name}"})
     _, fresh = build(list(desired.values()))
     for c in rules.CONTAINERS:
-        assert set(state.kernel[c]) == set(state.owners[c]), c  # the kernel holds what someone owns
+        assert set(state.held(c)) == set(state.owned(c)), c  # the kernel holds what someone owns
         if c in rules.ENDPOINT_MAP_PROTOCOLS:  # slot numbers depend on the history; the endpoints do not
-            assert sorted(state.kernel[c].values()) == sorted(fresh.kernel[c].values()), c
+            assert sorted(state.held(c).values()) == sorted(fresh.held(c).values()), c
         else:
-            assert dict(state.kernel[c]) == dict(fresh.kernel[c]) and dict(state.owners[c]) == dict(fresh.owners[c]), c
+            assert state.held(c) == fresh.held(c) and state.owned(c) == fresh.owned(c), c
     assert set(state.services) == set(fresh.services)
     assert {c for r in state.services.values() for c in r.chains} == {c for r in fresh.services.values() for c in r.chains}

@@ -89,7 +89,8 @@ from __future__ import annotations
 
 import ipaddress
 import zlib
-from collections.abc import Collection, Iterable, Iterator, Mapping, MutableMapping
+from itertools import chain as concatenated
+from collections.abc import Collection, ItemsView, Iterable, Iterator, Mapping, MutableMapping, ValuesView
 from dataclasses import dataclass, field, replace
 
 from kubesvc.kernel.nftables import Transaction
@@ -217,6 +218,12 @@ RANGE_MAPS = frozenset(_range_map_name(proto, k) for proto, shards in ENDPOINT_M
 ENDPOINT_MAP_PROTOCOLS = {name(proto, k): proto for name in (_endpoint_map_name, _range_map_name)
                           for proto, shards in ENDPOINT_MAP_SHARDS.items() for k in range(shards)}
 ENDPOINT_MAPS = tuple(ENDPOINT_MAP_PROTOCOLS)
+# Every key of an endpoint map lies in one chain's block, so it has one owner (that chain's
+# Service) and, once a sync is committed, the kernel holds exactly what the renders hold. They
+# get no per-key bookkeeping (``NftState.kernel``/``owners`` stay empty for them): a full sync
+# compares the snapshot with the renders, a partial one the changed Services' old renders with
+# their new ones. At 5k Services × 50 that is 250k keys not entered in two more dicts.
+EXCLUSIVE_CONTAINERS = frozenset(ENDPOINT_MAPS)
 
 
 def endpoint_map_spec(name: str, proto: str, ipx: str) -> str:
@@ -478,6 +485,7 @@ class NftState:
     service_rules: int = 0
     no_local_internal: int = 0
     no_local_external: int = 0
+    exclusive_elements: int = 0  # elements of the EXCLUSIVE_CONTAINERS (the renders')
 
     def due_stale_chains(self, older_than: float) -> list[str]:
         return sorted(c for c, since in self.stale_chains.items() if since < older_than)
@@ -494,8 +502,23 @@ class NftState:
         return {
             "chains": self.fixed_chains + len(self.chains),
             "rules": self.fixed_rules + self.service_rules,
-            "elements": elements,
+            "elements": elements + self.exclusive_elements,
         }
+
+    def held(self, container: str) -> dict[str, str]:
+        """What the kernel holds in ``container`` once this state is committed."""
+        if container not in EXCLUSIVE_CONTAINERS:
+            return dict(self.kernel[container])
+        out: dict[str, str] = {}
+        for render in self.services.values():
+            out.update(render.elements.get(container, ()))
+        return out
+
+    def owned(self, container: str) -> dict[str, object]:
+        """Who owns each element of ``container``: a Service, or a set of them."""
+        if container not in EXCLUSIVE_CONTAINERS:
+            return dict(self.owners[container])
+        return {key: svc for svc, render in self.services.items() for key in render.elements.get(container, ())}
 
 
 @dataclass
@@ -961,6 +984,9 @@ def build_sync(request: SyncRequest, options: ProxyOptions, previous: NftState, 
     old_sets: set[str] = set()
     new_chains: set[str] = set()
     new_sets: dict[str, int] = {}
+    # a partial sync's endpoint map elements: the changed Services' before and after (EXCLUSIVE_CONTAINERS)
+    exclusive_old: dict[str, dict[str, str]] = {}
+    exclusive_new: dict[str, dict[str, str]] = {}
     for svc in names:
         old = services.pop(svc, None)
         ports = ports_by_service.get(svc)
@@ -977,6 +1003,7 @@ def build_sync(request: SyncRequest, options: ProxyOptions, previous: NftState, 
             state.no_local_internal -= old.no_local_internal
             state.no_local_external -= old.no_local_external
             state.service_rules -= sum(len(r) for r in old.chains.values())
+            state.exclusive_elements -= _exclusive(old, exclusive_old if touched is not None else None)
             if touched is not None:
                 _unclaim(state, svc, old, touched)
         if new is not None:
@@ -985,6 +1012,7 @@ def build_sync(request: SyncRequest, options: ProxyOptions, previous: NftState, 
             state.no_local_internal += new.no_local_internal
             state.no_local_external += new.no_local_external
             state.service_rules += sum(len(r) for r in new.chains.values())
+            state.exclusive_elements += _exclusive(new, exclusive_new if touched is not None else None)
             if touched is not None:
                 _claim(state, svc, new, touched)
             for chain, bodies in new.chains.items():
@@ -1003,8 +1031,10 @@ def build_sync(request: SyncRequest, options: ProxyOptions, previous: NftState, 
     if full:
         shared = _claim_all(state)
         _reconcile_all(state, tx, early, shared)
+        _reconcile_all_exclusive(state, tx, early)
     else:
         _reconcile(state, touched, tx)
+        _reconcile_exclusive(exclusive_old, exclusive_new, tx)
 
     # Chains: active ones leave the stale list; ones nobody renders any more become stale.
     if full:
@@ -1070,6 +1100,8 @@ def _release_slots(allocators: Allocators, old: ServiceRender, new: ServiceRende
 
 def _claim(state: NftState, svc: str, render: ServiceRender, touched: dict[str, set[str]]) -> None:
     for container, elems in render.elements.items():
+        if container in EXCLUSIVE_CONTAINERS:
+            continue
         owners = state.owners[container]
         t = touched[container]
         for key in elems:
@@ -1083,6 +1115,8 @@ def _claim(state: NftState, svc: str, render: ServiceRender, touched: dict[str, 
 
 def _unclaim(state: NftState, svc: str, render: ServiceRender, touched: dict[str, set[str]]) -> None:
     for container, elems in render.elements.items():
+        if container in EXCLUSIVE_CONTAINERS:
+            continue
         owners = state.owners[container]
         t = touched[container]
         for key in elems:
@@ -1102,6 +1136,8 @@ def _claim_all(state: NftState) -> set[str]:
     shared: set[str] = set()
     for svc, render in state.services.items():
         for container, elems in render.elements.items():
+            if container in EXCLUSIVE_CONTAINERS:
+                continue
             owners = state.owners[container]
             if owners.keys().isdisjoint(elems):
                 owners.update(dict.fromkeys(elems, svc))
@@ -1159,17 +1195,20 @@ def _reconcile_all(state: NftState, tx: _Tx, early: set[str] = frozenset(), shar
     may be sent ahead of the transaction (``tx.early``); those without ``shared`` elements (each
     owned by one Service) are each Service's elements, taken whole."""
     services, owners_of, kernel_of = state.services, state.owners, state.kernel
+    shared_containers = [container for container in CONTAINERS if container not in EXCLUSIVE_CONTAINERS]
     dels_of: dict[str, list[str]] = {}
-    for container in CONTAINERS:
+    for container in shared_containers:
         owners, kernel = owners_of[container], kernel_of[container]
         dels = [key for key in kernel if key not in owners] if kernel else []
         for key in dels:
             del kernel[key]
         dels_of[container] = dels
-    adds_of: dict[str, list[str]] = {container: [] for container in CONTAINERS}
+    adds_of: dict[str, list[str]] = {container: [] for container in shared_containers}
     for svc, render in services.items():
         comments = render.comments
         for container, elems in render.elements.items():
+            if container in EXCLUSIVE_CONTAINERS:
+                continue  # _reconcile_all_exclusive
             if container in early:  # nothing there yet: the owner's value goes in, no comparison, no text yet
                 if shared is not None and container not in shared:
                     kernel_of[container].update(elems)
@@ -1196,7 +1235,7 @@ def _reconcile_all(state: NftState, tx: _Tx, early: set[str] = frozenset(), shar
                 else:  # _element_text without the call: nearly every element of a full sync
                     adds.append(f"{key} : {value}" if value else key)
                 kernel[key] = value
-    for container in CONTAINERS:
+    for container in shared_containers:
         elems = kernel_of[container]
         if container in early and elems:
             # One text for all of them (no list of 250k strings kept while the text is built).
@@ -1206,6 +1245,123 @@ def _reconcile_all(state: NftState, tx: _Tx, early: set[str] = frozenset(), shar
             tx.early[container] = elems
             continue
         _queue(tx, container, dels_of[container], adds_of[container])
+
+
+def _exclusive(render: ServiceRender, into: dict[str, dict[str, str]] | None) -> int:
+    """How many elements ``render`` has in the EXCLUSIVE_CONTAINERS; added to ``into`` (per
+    container) unless None."""
+    n = 0
+    for container, elems in render.elements.items():
+        if container in EXCLUSIVE_CONTAINERS and elems:
+            n += len(elems)
+            if into is not None:
+                held = into.get(container)
+                if held is None:
+                    into[container] = dict(elems)
+                else:
+                    held.update(elems)
+    return n
+
+
+def _reconcile_all_exclusive(state: NftState, tx: _Tx, early: Collection[str]) -> None:
+    """A full sync's endpoint map elements (EXCLUSIVE_CONTAINERS): the renders' against the
+    snapshot's. Into an ``early`` map (the kernel holds none) the renders' elements go as they
+    are, joined without a copy (``Joined``)."""
+    parts_of: dict[str, list[dict[str, str]]] = {}
+    for render in state.services.values():
+        for container, elems in render.elements.items():
+            if container in EXCLUSIVE_CONTAINERS and elems:
+                parts = parts_of.get(container)
+                if parts is None:
+                    parts_of[container] = [elems]
+                else:
+                    parts.append(elems)
+    kernel_of = state.kernel
+    for container in ENDPOINT_MAPS:
+        parts = parts_of.get(container, [])
+        held = kernel_of[container]
+        kernel_of[container] = {}  # the renders are the record from now on
+        if container in early:
+            if parts:
+                elems = Joined(parts)
+                tx.add_elements[container] = [", ".join(map(" : ".join, elems.items()))]
+                tx.n_elements += len(elems)
+                tx.early[container] = elems
+            continue
+        desired: dict[str, str] = {}
+        for elems in parts:
+            desired.update(elems)
+        dels = [key for key in held if key not in desired]
+        adds = []
+        for key, value in desired.items():
+            have = held.get(key)
+            if have == value:
+                continue
+            if have is not None:
+                dels.append(key)
+            adds.append(f"{key} : {value}")
+        _queue(tx, container, dels, adds)
+
+
+def _reconcile_exclusive(old_of: dict[str, dict[str, str]], new_of: dict[str, dict[str, str]], tx: _Tx) -> None:
+    """A partial sync's endpoint map elements: what the changed Services held (the kernel's,
+    since the state was committed) against what they hold now. No other Service has a key in
+    their blocks."""
+    for container in ENDPOINT_MAPS:
+        old, new = old_of.get(container), new_of.get(container)
+        if old is None and new is None:
+            continue
+        old, new = old or {}, new or {}
+        dels: list[str] = []
+        adds: list[str] = []
+        for key in sorted(old.keys() | new.keys()):
+            have, value = old.get(key), new.get(key)
+            if have == value:
+                continue
+            if have is not None:
+                dels.append(key)
+            if value is not None:
+                adds.append(f"{key} : {value}")
+        _queue(tx, container, dels, adds)
+
+
+class Joined(Mapping):
+    """Dicts with disjoint keys read as one, without a copy: a container's elements over the
+    renders that hold them."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list[dict[str, str]]):
+        self.parts = parts
+
+    def __getitem__(self, key: str) -> str:
+        for part in self.parts:
+            value = part.get(key)
+            if value is not None:
+                return value
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return concatenated.from_iterable(self.parts)
+
+    def __len__(self) -> int:
+        return sum(map(len, self.parts))
+
+    def items(self) -> ItemsView:
+        return _JoinedItems(self)
+
+    def values(self) -> ValuesView:
+        return _JoinedValues(self)
+
+
+class _JoinedItems(ItemsView):
+    def __iter__(self):
+        return concatenated.from_iterable(part.items() for part in self._mapping.parts)
+
+
+class _JoinedValues(ValuesView):
+    def __iter__(self):
+        return concatenated.from_iterable(part.values() for part in self._mapping.parts)
 
 
 def _queue(tx: _Tx, container: str, dels: list[str], adds: list[str]) -> None:
