@@ -191,9 +191,11 @@ async def fetch(server: str, token: str, timeout: float = 15.0) -> Fetched:
     try:
         async with aiohttp.ClientSession(timeout=limits) as session:
             async with session.get(base + CLUSTER_INFO_PATH, ssl=False) as response:  # not trusted yet: the signature decides
+                if response.status == 404:
+                    raise JoinFailed(f"{server} has no kube-public/cluster-info: is it a server started with kubesvc up --cluster-init?")
                 if response.status != 200:
-                    raise JoinFailed(f"{server} answered {response.status} for kube-public/cluster-info: is it a kubesvc up --cluster-init "
-                                     "server?")
+                    raise JoinFailed(f"{server} could not read kube-public/cluster-info ({response.status}: {await _message(response)}): "
+                                     "if its etcd lost its quorum, start its other servers, then retry")
                 cluster_info = await response.json()
             ca_pem, _ = trusted_ca(cluster_info, token_id, token_secret, server)
             context = ssl.create_default_context(cadata=ca_pem.decode())
@@ -209,6 +211,15 @@ async def fetch(server: str, token: str, timeout: float = 15.0) -> Fetched:
     except (aiohttp.ClientError, TimeoutError, OSError) as err:
         raise JoinFailed(f"cannot reach {server} ({err or type(err).__name__}): check the URL and that kubesvc up runs there") from None
     return Fetched(ca_pem, bundle)
+
+
+async def _message(response) -> str:
+    """The ``message`` of an error Status, else the start of the body."""
+    text = await response.text()
+    try:
+        return str(json.loads(text).get("message") or text[:200])
+    except (ValueError, AttributeError):
+        return text[:200].strip()
 
 
 def install(data_dir: Path, fetched: Fetched) -> list[Path]:
