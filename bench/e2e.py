@@ -34,7 +34,8 @@ kube-proxy's informer and BoundedFrequencyRunner -> the kernel):
 "The sync that programmed it" is the latest sync that started before the first successful
 connection (syncs are at least ``minSyncPeriod`` apart). The proxy's watch may see a slice
 before the bench's does, so "proxy wait" can be slightly negative; "kernel" includes the
-bench's own lateness (a poll every ``--poll-interval``, an attempt that timed out retried). Also printed: the proxy's own
+bench's own lateness (a try every ``--poll-interval``; tries overlap, so a SYN lost before the
+rules changed delays nothing). Also printed: the proxy's own
 ``network_programming_duration_seconds`` (trigger-time annotation -> sync end, upstream's
 metric; its trigger times are whole seconds, so it reads coarse), the gaps between syncs, and
 from the first Pod create to the last Pod bound. At the end, SIGINT (Ctrl-C) stops ``kubesvc
@@ -54,21 +55,17 @@ import errno
 import json
 import os
 import re
-import secrets
-import selectors
-import shutil
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "bench")]
 
-UP_LINE = re.compile(r"kubesvc is up at https://127\.0\.0\.1:(\d+); kubeconfig: (\S+)")
+from upns import UpFailed, UpInNamespace, cpu_report, cpu_seconds  # noqa: E402 - bench/upns.py, after the path
+
 NAMESPACE = "default"
 LABEL = "bench-e2e"
 METRICS_URL = "http://127.0.0.1:10249/metrics"
@@ -242,30 +239,45 @@ async def one_round(client, run: int, args) -> dict:
     slice_ready: dict[str, float] = {}
     accepted: dict[str, float] = {}
     reached: dict[str, float] = {}
-    last_failure: dict[str, tuple[float, str]] = {}  # the last failed attempt before reaching: when, why
+    failures: dict[str, list[tuple[float, str]]] = {}  # each failed attempt: when it began, why
     attempts = {"count": 0}
     vips: dict[str, str] = {}
     tasks: list[asyncio.Task] = []
     all_reached = asyncio.Event()
 
     async def poll(name: str) -> None:
+        """A connection to the Pod's ClusterIP begun every ``--poll-interval``, whether or not the
+        one before has finished (a SYN lost before the rules changed must not hold back the next
+        try), until one is answered by this Pod; the Pod was reached when the earliest such
+        try began (tries still in flight are waited for: an earlier one may answer last)."""
         vip = vips[name]
-        next_at = time.monotonic()
-        while True:
-            started = time.monotonic()
+        answered = asyncio.Event()
+        tries: set[asyncio.Task] = set()
+
+        async def one(started: float) -> None:
             attempts["count"] += 1
             body, why = await attempt(vip, args.attempt_timeout)
             answer = (body or "").split()
             if answer and answer[0] == name:
-                reached[name] = started
-                if len(answer) > 1:
-                    accepted[name] = float(answer[1]) - wall_offset
-                if len(reached) == n:
-                    all_reached.set()
-                return
-            last_failure[name] = (started, why if body is None else "other Pod")
+                if started < reached.get(name, float("inf")):
+                    reached[name] = started
+                    if len(answer) > 1:
+                        accepted[name] = float(answer[1]) - wall_offset
+                answered.set()
+            else:
+                failures.setdefault(name, []).append((started, why if body is None else "other Pod"))
+
+        next_at = time.monotonic()
+        while not answered.is_set():
+            task = asyncio.create_task(one(time.monotonic()))
+            tries.add(task)
+            task.add_done_callback(tries.discard)
             next_at = max(next_at + args.poll_interval, time.monotonic())
-            await asyncio.sleep(next_at - time.monotonic())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(answered.wait(), next_at - time.monotonic())
+        await asyncio.gather(*tries, return_exceptions=True)
+        if len(reached) == n:
+            all_reached.set()
 
     def start_polling(name: str) -> None:
         # From Ready on: nothing routes to a Pod before (the proxy programs ready endpoints
@@ -356,7 +368,7 @@ async def one_round(client, run: int, args) -> dict:
             hops["wait"].append(sync[0] - slice_ready[name])
             hops["sync"].append(sync[1] - sync[0])
             hops["kernel"].append(at - sync[1])
-            failed_at, why = last_failure.get(name, (None, "none"))
+            failed_at, why = max(((t, w) for t, w in failures.get(name, []) if t < at), default=(None, "none"))
             if failed_at is not None:
                 when = "after" if failed_at >= sync[1] else "before"
                 last_failures[f"{why} {when}"] = last_failures.get(f"{why} {when}", 0) + 1
@@ -460,97 +472,36 @@ def report(rounds: list[dict]) -> None:
 # the outer half (the host): namespace, kubesvc up, Ctrl-C, cleanup
 
 
-# the children import this tree's kubesvc, installed or not
-CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
-
-
-def nsenter(netns: str, *argv: str) -> list[str]:
-    return ["nsenter", f"--net=/run/netns/{netns}", *map(str, argv)]
-
-
-def leftovers(netns: str) -> list[str]:
-    found = []
-    links = subprocess.run(["ip", "-n", netns, "-o", "link", "show"], capture_output=True, text=True).stdout.splitlines()
-    if [line for line in links if ": lo:" not in line]:
-        found.append(f"links: {[line.split(':')[1].strip() for line in links]}")
-    routes = subprocess.run(["ip", "-n", netns, "route"], capture_output=True, text=True).stdout.strip()
-    if routes:
-        found.append(f"routes: {routes!r}")
-    tables = subprocess.run(nsenter(netns, "nft", "list", "tables"), capture_output=True, text=True).stdout.strip()
-    if tables:
-        found.append(f"nft tables: {tables!r}")
-    return found
-
-
 def outer(args) -> int:
-    netns = f"ks-bench-e2e-{secrets.token_hex(3)}"
-    workdir = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
-    subprocess.run(["ip", "netns", "add", netns], check=True)
-    up: subprocess.Popen | None = None
-    log_path = workdir / "up.log"
     status = 1
     try:
-        subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True)
-        started = time.monotonic()
-        with open(log_path, "ab") as log:
-            up = subprocess.Popen(nsenter(netns, sys.executable, "-m", "kubesvc", "up", "--data-dir", workdir / "data", "--secure-port", "0"),
-                                  stdout=subprocess.PIPE, stderr=log, cwd=ROOT, env=CHILD_ENV)
-        line = b""
-        with selectors.DefaultSelector() as sel:
-            sel.register(up.stdout, selectors.EVENT_READ)
-            while time.monotonic() - started < 60 and up.poll() is None:
-                if sel.select(timeout=0.2):
-                    line = up.stdout.readline()
-                    break
-        match = UP_LINE.search(line.decode(errors="replace"))
-        if not match:
-            print(f"kubesvc up did not start: {line!r}\n{log_path.read_text()[-3000:]}", file=sys.stderr)
-            return 1
-        print(f"kubesvc up in {netns}: up in {time.monotonic() - started:.2f} s", flush=True)
-        print(f"{args.pods} Pods, each behind a ClusterIP Service of its own; polling each ClusterIP every "
-              f"{args.poll_interval * 1000:.0f} ms once its Pod is Ready", flush=True)
-        argv = nsenter(netns, sys.executable, str(Path(__file__).resolve()), "--inside", "--kubeconfig", match.group(2),
-                       "--pods", args.pods, "--runs", args.runs, "--poll-interval", args.poll_interval,
-                       "--scrape-interval", args.scrape_interval, "--concurrency", args.concurrency,
-                       "--timeout", args.timeout, "--attempt-timeout", args.attempt_timeout)
-        child = subprocess.run(argv, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=CHILD_ENV)
-        result = None
-        for out in child.stdout.splitlines():
-            if out.startswith("RESULT "):
-                result = json.loads(out[len("RESULT "):])
-            else:
-                print(out, flush=True)
-        if child.returncode != 0 or result is None:
-            print(f"the measuring half failed ({child.returncode})", file=sys.stderr)
-            return 1
-        report(result)
-        status = 0 if all(r["reached"] == r["pods"] for r in result) else 1
-    finally:
-        if up is not None:
-            stopping = time.monotonic()
-            if up.poll() is None:
-                up.send_signal(signal.SIGINT)
-            try:
-                code = up.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                up.kill()
-                code = up.wait()
-                print("kubesvc up did not stop within 60 s of SIGINT: killed", file=sys.stderr)
-                status = 1
-            if up.stdout is not None:
-                up.stdout.close()
-            left = leftovers(netns)
-            print(f"Ctrl-C: kubesvc up exited {code} after {time.monotonic() - stopping:.2f} s; "
-                  f"{'nothing left in ' + netns if not left else 'LEFT: ' + '; '.join(left)}")
-            if code != 0 or left:
-                print(log_path.read_text(errors="replace")[-3000:], file=sys.stderr)
-                status = 1
-                with contextlib.suppress(Exception):
-                    subprocess.run(nsenter(netns, sys.executable, "-m", "kubesvc", "down", "--data-dir", workdir / "data"), cwd=ROOT, env=CHILD_ENV,
-                                   timeout=120)
-        subprocess.run(["ip", "netns", "del", netns], check=False)
-        shutil.rmtree(workdir, ignore_errors=True)
-    return status
+        with UpInNamespace("ks-bench-e2e", src=args.src.resolve()) as up:
+            print(f"kubesvc up ({up.src}) in {up.netns}: up in {up.started_in:.2f} s", flush=True)
+            print(f"{args.pods} Pods, each behind a ClusterIP Service of its own; polling each ClusterIP every "
+                  f"{args.poll_interval * 1000:.0f} ms once its Pod is Ready", flush=True)
+            argv = up.nsenter(sys.executable, str(Path(__file__).resolve()), "--inside", "--kubeconfig", up.kubeconfig,
+                              "--pods", args.pods, "--runs", args.runs, "--poll-interval", args.poll_interval,
+                              "--scrape-interval", args.scrape_interval, "--concurrency", args.concurrency,
+                              "--timeout", args.timeout, "--attempt-timeout", args.attempt_timeout)
+            cpu_before, began = cpu_seconds(up.process.pid), time.monotonic()
+            child = subprocess.run(argv, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=up.env)
+            cpu = cpu_report(cpu_before, cpu_seconds(up.process.pid), time.monotonic() - began)
+            result = None
+            for out in child.stdout.splitlines():
+                if out.startswith("RESULT "):
+                    result = json.loads(out[len("RESULT "):])
+                else:
+                    print(out, flush=True)
+            if child.returncode != 0 or result is None:
+                print(f"the measuring half failed ({child.returncode})", file=sys.stderr)
+                return 1
+            report(result)
+            print(f"kubesvc up during the rounds: {cpu}; load {' '.join(f'{v:.2f}' for v in os.getloadavg())}", flush=True)
+            status = 0 if all(r["reached"] == r["pods"] for r in result) else 1
+    except UpFailed as err:
+        print(err, file=sys.stderr)
+        return 1
+    return status if up.clean else 1
 
 
 def main() -> None:
@@ -561,9 +512,11 @@ def main() -> None:
                         help="seconds between scrapes of the proxy's /metrics (below minSyncPeriod, so no sync is missed)")
     parser.add_argument("--poll-interval", type=float, default=0.01, help="seconds between connections to one ClusterIP")
     parser.add_argument("--attempt-timeout", type=float, default=0.2,
-                        help="seconds one connection may take (a timed-out attempt is retried at once, so this bounds how late a reach is seen)")
+                        help="seconds one connection may take (tries overlap: a slow one does not hold back the next)")
     parser.add_argument("--concurrency", type=int, default=16, help="create requests in flight")
     parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for every Pod to be reachable")
+    parser.add_argument("--src", type=Path, default=ROOT / "src",
+                        help="the src directory whose kubesvc up is measured (e.g. another commit's: git archive <commit> src | tar -x -C DIR)")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -28,18 +28,16 @@ import json
 import os
 import re
 import secrets
-import selectors
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-UP_LINE = re.compile(r"kubesvc is up at https://127\.0\.0\.1:(\d+); kubeconfig: (\S+)")
+sys.path.insert(0, str(ROOT / "bench"))
+
+from upns import UpFailed, UpInNamespace, child_env, process_tree  # noqa: E402 - bench/upns.py, after the path
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -122,23 +120,6 @@ def inside(args) -> None:
 # the outer half (the host): namespace, kubesvc up, Ctrl-C, cleanup
 
 
-def nsenter(netns: str, *argv) -> list[str]:
-    return ["nsenter", f"--net=/run/netns/{netns}", *map(str, argv)]
-
-
-def process_tree(pid: int) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        try:
-            for task in os.listdir(f"/proc/{current}/task"):
-                todo += [int(c) for c in Path(f"/proc/{current}/task/{task}/children").read_text().split()]
-        except OSError:
-            continue
-    return found
-
-
 def peak_rss_mib(pids: list[int]) -> float:
     total = 0
     for pid in pids:
@@ -153,73 +134,27 @@ def peak_rss_mib(pids: list[int]) -> float:
     return total / 1024
 
 
-def leftovers(netns: str) -> list[str]:
-    found = []
-    links = subprocess.run(["ip", "-n", netns, "-o", "link", "show"], capture_output=True, text=True).stdout.splitlines()
-    if [line for line in links if ": lo:" not in line]:
-        found.append(f"links: {[line.split(':')[1].strip() for line in links]}")
-    tables = subprocess.run(nsenter(netns, "nft", "list", "tables"), capture_output=True, text=True).stdout.strip()
-    if tables:
-        found.append(f"nft tables: {tables!r}")
-    return found
-
-
 def run_once(label: str, src: Path, args) -> list[dict] | None:
-    netns = f"ks-bench-sched-{secrets.token_hex(3)}"
-    workdir = Path(tempfile.mkdtemp(prefix="bench-sched-"))
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    subprocess.run(["ip", "netns", "add", netns], check=True)
-    up: subprocess.Popen | None = None
-    log_path = workdir / "up.log"
     try:
-        subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True)
-        with open(log_path, "ab") as log:
-            up = subprocess.Popen(nsenter(netns, sys.executable, "-m", "kubesvc", "up", "--data-dir", workdir / "data", "--secure-port", "0"),
-                                  stdout=subprocess.PIPE, stderr=log, cwd=workdir, env=env)
-        line, started = b"", time.monotonic()
-        with selectors.DefaultSelector() as sel:
-            sel.register(up.stdout, selectors.EVENT_READ)
-            while time.monotonic() - started < 90 and up.poll() is None:
-                if sel.select(timeout=0.2):
-                    line = up.stdout.readline()
-                    break
-        match = UP_LINE.search(line.decode(errors="replace"))
-        if not match:
-            print(f"{label}: kubesvc up did not start: {line!r}\n{log_path.read_text()[-3000:]}", file=sys.stderr)
+        with UpInNamespace("ks-bench-sched", src=src, label=label) as up:
+            print(f"{label}: kubesvc up ({src}) in {up.netns}, up in {up.started_in:.2f} s", flush=True)
+            time.sleep(args.settle)  # the Node registered and every informer synced
+            argv = up.nsenter(sys.executable, str(Path(__file__).resolve()), "--inside", "--kubeconfig", up.kubeconfig, "--pods", args.pods,
+                              "--rounds", args.rounds, "--concurrency", args.concurrency, "--timeout", args.timeout)
+            child = subprocess.run(argv, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=child_env(ROOT / "src"))
+            assert up.process is not None
+            rss = peak_rss_mib(process_tree(up.process.pid))
+            for out in child.stdout.splitlines():
+                if out.startswith("RESULT "):
+                    rounds = json.loads(out[len("RESULT "):])
+                    for r in rounds:
+                        r["rss"] = rss
+                    return rounds
+            print(f"{label}: the measuring half failed ({child.returncode})", file=sys.stderr)
             return None
-        print(f"{label}: kubesvc up ({src}) in {netns}, up in {time.monotonic() - started:.2f} s", flush=True)
-        time.sleep(args.settle)  # the Node registered and every informer synced
-        argv = nsenter(netns, sys.executable, str(Path(__file__).resolve()), "--inside", "--kubeconfig", match.group(2), "--pods", args.pods,
-                       "--rounds", args.rounds, "--concurrency", args.concurrency, "--timeout", args.timeout)
-        child = subprocess.run(argv, stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
-        rss = peak_rss_mib(process_tree(up.pid))
-        for out in child.stdout.splitlines():
-            if out.startswith("RESULT "):
-                rounds = json.loads(out[len("RESULT "):])
-                for r in rounds:
-                    r["rss"] = rss
-                return rounds
-        print(f"{label}: the measuring half failed ({child.returncode})", file=sys.stderr)
+    except UpFailed as err:
+        print(err, file=sys.stderr)
         return None
-    finally:
-        if up is not None:
-            stopping = time.monotonic()
-            if up.poll() is None:
-                up.send_signal(signal.SIGINT)
-            try:
-                code = up.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                up.kill()
-                code = up.wait()
-            left = leftovers(netns)
-            print(f"{label}: Ctrl-C: kubesvc up exited {code} after {time.monotonic() - stopping:.2f} s; "
-                  f"{'nothing left' if not left else 'LEFT: ' + '; '.join(left)}", flush=True)
-            if code != 0 or left:
-                print(log_path.read_text(errors="replace")[-3000:], file=sys.stderr)
-                subprocess.run(nsenter(netns, sys.executable, "-m", "kubesvc", "down", "--data-dir", workdir / "data"), cwd=workdir, env=env,
-                               timeout=120, check=False)
-        subprocess.run(["ip", "netns", "del", netns], check=False)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def report(label: str, rounds: list[dict], n: int) -> float | None:
