@@ -48,13 +48,15 @@ import ipaddress
 import json
 import re
 import secrets
+import shutil
 import socket
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from kubesvc.serving import pki
@@ -300,9 +302,7 @@ def etcd_ca(data_dir: Path, now: datetime | None = None) -> pki.ClusterCA:
     directory = pki.private_dir(etcd_pki_dir(data_dir))
     cert, key = directory / "ca.crt", directory / "ca.key"
     if not (cert.exists() and key.exists()):
-        from cryptography.hazmat.primitives import serialization
-
-        ca_cert, ca_key = pki.new_ca(now or datetime.now().astimezone(), ETCD_CA_NAME)
+        ca_cert, ca_key = pki.new_ca(now or datetime.now(timezone.utc), ETCD_CA_NAME)
         pki.write_private(key, ca_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                     serialization.NoEncryption()))
         pki.write_private(cert, ca_cert.public_bytes(serialization.Encoding.PEM))
@@ -327,8 +327,6 @@ def client_tls(data_dir: Path) -> tuple[Path, Path, Path]:
 
 def remove_tree(path: Path) -> None:
     """Delete ``path`` and what is under it (a join's half-made data directory)."""
-    import shutil
-
     if path.exists():
         shutil.rmtree(path)
 
@@ -338,6 +336,3 @@ def env_without_etcd(env: dict[str, str]) -> dict[str, str]:
     stray ``ETCD_INITIAL_CLUSTER`` from an earlier ``etcdctl member add`` would conflict."""
     return {k: v for k, v in env.items() if not k.startswith("ETCD_")}
 
-
-__all__ = ["CLIENT_PORT", "PEER_PORT", "JoinPlan", "JoinRefused", "Member", "MemberSpec", "MemberTLS", "client_tls", "etcd_argv",
-           "has_wal", "initial_cluster", "member_spec", "member_tls", "plan_join", "promote_outcome"]

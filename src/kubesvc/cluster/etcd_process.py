@@ -244,5 +244,3 @@ async def stop_member(supervisor: Supervisor, grace: float = STOP_GRACE) -> int 
     codes = await supervisor.stop([COMPONENT], grace)
     return codes.get(COMPONENT)
 
-
-__all__ = ["EtcdFailed", "RunningMember", "start_member", "stop_member"]
