@@ -14,11 +14,11 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-# etcd for --storage-backend etcd3 and its tests. Debian's etcd-server package starts and enables
+# etcd for --storage-backend etcd3, kubesvc's managed members and their tests. Debian's etcd-server package starts and enables
 # a system etcd on 127.0.0.1:2379 when installed; kubesvc runs etcd processes of its own, so that
 # one is kept from starting (policy-rc.d answers 101 "action forbidden" to invoke-rc.d and
 # deb-systemd-invoke during the install) and is disabled and stopped afterwards.
-if ! command -v etcd >/dev/null 2>&1; then
+if ! command -v etcd >/dev/null 2>&1 || ! command -v etcdctl >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   policy=/usr/sbin/policy-rc.d
   if [ ! -e "$policy" ]; then
@@ -27,7 +27,7 @@ if ! command -v etcd >/dev/null 2>&1; then
     chmod 755 "$policy"
   fi
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends etcd-server >/dev/null
+  apt-get install -y -qq --no-install-recommends etcd-server etcd-client >/dev/null  # etcdctl: snapshot restore (etcd 3.4)
 fi
 if [ -d /run/systemd/system ] && systemctl is-enabled --quiet etcd.service 2>/dev/null; then
   systemctl disable --now etcd.service >/dev/null 2>&1 || true
