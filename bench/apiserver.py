@@ -39,7 +39,12 @@ from the cluster CA:
 Each is repeated ``--authz-runs`` times; the figures are medians over runs of each run's
 median and p99.
 
+``--storage sqlite,etcd`` runs the throughput part once per storage in one run (etcd: a
+fresh single-member etcd, tests/support/etcd.py, its data on disk unless ``--etcd-tmpfs``, and
+the apiserver on ``--storage-backend etcd3``) and prints each figure's ratio to the first's.
+
     python3 bench/apiserver.py --services 10000 --concurrency 8 --watchers 100
+    python3 bench/apiserver.py --only throughput --storage sqlite,etcd
     python3 bench/apiserver.py --only authz --role-bindings 1000 --authz-runs 5
 """
 
@@ -61,6 +66,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.support.apiserver import start_apiserver  # noqa: E402
+from tests.support.etcd import start_etcd  # noqa: E402
 
 SERVICES = "/api/v1/namespaces/default/services"
 
@@ -215,7 +221,9 @@ async def watch_latency(session, base, watchers: int, writes: int, round_: int) 
 
 async def run(args) -> None:
     if args.only in ("all", "throughput"):
-        await run_throughput(args)
+        storages = args.storage.split(",")
+        figures = {storage: await run_throughput(args, storage) for storage in storages}
+        print_storage_ratios(figures)
     if args.only in ("all", "authz"):
         await run_authz(args)
 
@@ -254,39 +262,58 @@ def print_serving(label: str, figures: dict, n: int, args) -> None:
     print(f"  [{label}] server peak RSS {figures['rss']:.0f} MiB")
 
 
-async def run_throughput(args) -> None:
+def print_storage_ratios(figures: dict) -> None:
+    """Each storage's figures over the first storage's, from the same run."""
+    (first, base), *others = figures.items()
+    for storage, ours in others:
+        print(f"{storage} / {first}: fill creates/s {ours['fill_rate'] / base['fill_rate']:5.2f}x   "
+              f"create p99 at N {percentile(ours['batch'], .99) / percentile(base['batch'], .99):5.2f}x   "
+              f"creates/s at N {ours['batch_rate'] / base['batch_rate']:5.2f}x   "
+              f"CPU per create (apiserver + etcd) {ours['cpu_create'] / base['cpu_create']:5.2f}x   "
+              f"list one page p50 {statistics.median(ours['lists'][0][0]) / statistics.median(base['lists'][0][0]):5.2f}x   "
+              f"watch delivery p99 {percentile(ours['watch'], .99) / percentile(base['watch'], .99):5.2f}x")
+
+
+async def run_throughput(args, storage: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="kubesvc-bench-") as tmp:
         data = Path(tmp)
-        extra = [f"--storage-backend={args.storage}"]
+        etcd = start_etcd(tmpfs=args.etcd_tmpfs) if storage == "etcd" else None
+        extra = etcd.flags() if etcd else [f"--storage-backend={storage}"]
         server = start_apiserver(data, *extra)
         try:
             async with _session(server) as session:
                 async with session.get(server.url + SERVICES) as response:
                     existing = len((await response.json())["items"])  # default/kubernetes
                 names = [f"svc-{i:06d}" for i in range(args.services)]
-                cpu_before = cpu_seconds(server.process.pid)
+                cpu_before, etcd_before = cpu_seconds(server.process.pid), etcd and cpu_seconds(etcd.process.pid)
                 fill, fill_elapsed = await create_all(session, server.url, names, args.concurrency)
-                cpu_fill = cpu_seconds(server.process.pid)
+                cpu_fill, etcd_fill = cpu_seconds(server.process.pid), etcd and cpu_seconds(etcd.process.pid)
                 batch_names = [f"batch-{i:06d}" for i in range(args.batch)]
                 batch, batch_elapsed = await create_all(session, server.url, batch_names, args.concurrency)
-                cpu_batch = cpu_seconds(server.process.pid)
+                cpu_batch, etcd_batch = cpu_seconds(server.process.pid), etcd and cpu_seconds(etcd.process.pid)
             total = existing + args.services + args.batch
-            print(f"storage={args.storage} services={args.services} concurrency={args.concurrency} list runs={args.list_runs}")
+            print(f"storage={storage} services={args.services} concurrency={args.concurrency} list runs={args.list_runs}")
             print(f"  fill 0 -> {args.services}: {args.services / fill_elapsed:8.0f} creates/s   {spread(fill)}   "
-                  f"server CPU {(cpu_fill - cpu_before) / args.services * 1e6:6.0f} us/create")
+                  f"server CPU {(cpu_fill - cpu_before) / args.services * 1e6:6.0f} us/create"
+                  + (f" + etcd's {(etcd_fill - etcd_before) / args.services * 1e6:6.0f} us/create" if etcd else ""))
             print(f"  creates at {args.services} ({args.batch} more): {args.batch / batch_elapsed:8.0f} creates/s   {spread(batch)}   "
-                  f"server CPU {(cpu_batch - cpu_fill) / args.batch * 1e6:6.0f} us/create")
+                  f"server CPU {(cpu_batch - cpu_fill) / args.batch * 1e6:6.0f} us/create"
+                  + (f" + etcd's {(etcd_batch - etcd_fill) / args.batch * 1e6:6.0f} us/create" if etcd else ""))
             ours = await serve_figures(server, args, total, 0)
+            ours["cpu_create"] = (cpu_batch - cpu_fill + ((etcd_batch - etcd_fill) if etcd else 0)) / args.batch
         finally:
             server.stop()
+            if etcd:
+                etcd.stop()
         print_serving("default", ours, total, args)
-        if args.storage != "sqlite" or not args.peer_flags:
-            return
+        ours.update(fill_rate=args.services / fill_elapsed, batch=batch, batch_rate=args.batch / batch_elapsed)
+        if storage != "sqlite" or not args.peer_flags:
+            return ours
         try:
             peer_server = start_apiserver(data, *extra, *args.peer_flags.split())
         except RuntimeError as exc:
             print(f"  [peer {args.peer_flags}] not run: the server did not start ({str(exc)[:200]})")
-            return
+            return ours
         try:
             peer = await serve_figures(peer_server, args, total + args.batch + args.watch_writes, 1)
         finally:
@@ -300,6 +327,7 @@ async def run_throughput(args) -> None:
         ratio = percentile(peer["watch"], .99) / percentile(ours["watch"], .99)
         print(f"  watch delivery, peer / default: p99 {ratio:5.2f}x   server CPU per write and its deliveries "
               f"{peer['watch_cpu'] / ours['watch_cpu']:5.2f}x")
+    return ours
 
 
 # ---- authentication + authorization cost ------------------------------------------------------
@@ -346,7 +374,7 @@ async def run_authz(args) -> None:
     from kubesvc.apiserver.server import APIServer, ServerConfig
 
     with tempfile.TemporaryDirectory(prefix="kubesvc-bench-authz-") as tmp:
-        server = APIServer(ServerConfig(data_dir=Path(tmp), storage_backend=args.storage, secure_port=0))
+        server = APIServer(ServerConfig(data_dir=Path(tmp), storage_backend=args.storage.split(",")[0].replace("etcd", "sqlite"), secure_port=0))
         await server.start()
         try:
             ca = pki.cluster_ca(Path(tmp))
@@ -431,7 +459,9 @@ def main() -> None:
     parser.add_argument("--list-runs", type=int, default=10)
     parser.add_argument("--peer-flags", default="--watch-cache=false",
                         help="apiserver flags of the peer serving the same data in the same run ('' for none)")
-    parser.add_argument("--storage", choices=["sqlite", "memory"], default="sqlite")
+    parser.add_argument("--storage", default="sqlite",
+                        help="sqlite, memory or etcd, or a comma list of them measured one after another (ratios to the first)")
+    parser.add_argument("--etcd-tmpfs", action="store_true", help="etcd's data on tmpfs (no fsync cost) instead of disk")
     parser.add_argument("--only", choices=["all", "throughput", "authz"], default="all")
     parser.add_argument("--role-bindings", type=int, default=1000)
     parser.add_argument("--authz-runs", type=int, default=5)

@@ -56,14 +56,16 @@ def apiserver_options(default_data_dir: str | None):
         options = [
             click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=default_data_dir, required=default_data_dir is None,
                          help="Directory for the SQLite store, credentials and the kubeconfig."),
-            click.option("--storage-backend", type=click.Choice(["sqlite", "memory"]), default="sqlite", show_default=True),
+            click.option("--storage-backend", type=click.Choice(["sqlite", "etcd3", "memory"]), default="sqlite", show_default=True,
+                         help="sqlite: <data-dir>/state.db, for one apiserver; etcd3: the etcd cluster at --etcd-servers, which several apiservers share."),
+            *_etcd_flags(),
             click.option("--bind-address", default="127.0.0.1", show_default=True),
             click.option("--secure-port", type=click.IntRange(0, 65535), default=6443, show_default=True, help="0 picks a free port."),
             click.option("--service-cluster-ip-range", default="10.96.0.0/12", show_default=True, callback=flags.service_cidrs),
             click.option("--service-node-port-range", default="30000-32767", show_default=True, callback=flags.port_range),
             click.option("--feature-gates", default="", callback=flags.feature_gates(), help="Comma-separated Name=true|false pairs."),
-            click.option("--etcd-compaction-interval", "compaction_interval", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
-                         help="Seconds between compactions."),
+            click.option("--etcd-compaction-interval", "compaction_interval", default="5m0s", show_default=True, callback=_interval,
+                         help="The interval of compaction requests (a duration, or seconds). If 0, the compaction request from apiserver is disabled."),
             click.option("--compaction-retain-revisions", type=click.IntRange(min=1), default=10000, show_default=True,
                          help="Revisions of history kept for watches and consistent lists."),
             click.option("--watch-cache", type=flags.GO_BOOL, is_flag=False, flag_value=True, default=True, show_default=True,
@@ -96,6 +98,44 @@ def apiserver_options(default_data_dir: str | None):
         return fn
 
     return decorate
+
+
+def _interval(ctx, param, value: str) -> float:
+    """A Go duration (kube-apiserver's ``5m0s``) or a plain number of seconds."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        return flags.duration(ctx, param, value)
+    if seconds < 0:
+        raise click.BadParameter(f"{value} must not be negative")
+    return seconds
+
+
+def _etcd_flags() -> list:
+    """kube-apiserver's etcd flags (``k8s.io/apiserver/pkg/server/options/etcd.go``), for
+    ``--storage-backend etcd3`` (storage/etcd)."""
+    existing = click.Path(dir_okay=False, exists=True, path_type=Path)
+    return [
+        click.option("--etcd-servers", default="", help="List of etcd servers to connect with (scheme://ip:port), comma separated."),
+        click.option("--etcd-cafile", type=existing, default=None, help="SSL Certificate Authority file used to secure etcd communication."),
+        click.option("--etcd-certfile", type=existing, default=None, help="SSL certification file used to secure etcd communication."),
+        click.option("--etcd-keyfile", type=existing, default=None, help="SSL key file used to secure etcd communication."),
+        click.option("--etcd-prefix", default="/registry", show_default=True, help="The prefix to prepend to all resource paths in etcd."),
+    ]
+
+
+def etcd_config(etcd_servers: str, etcd_cafile, etcd_certfile, etcd_keyfile, etcd_prefix: str, compaction_interval: float):
+    """The etcd backend's configuration from the --etcd-* flags (``click.BadParameter`` with
+    kube-apiserver's words when they do not fit together)."""
+    from kubesvc.storage.etcd import EtcdConfig
+
+    servers = tuple(server.strip() for server in etcd_servers.split(",") if server.strip())
+    if not servers:
+        raise click.BadParameter("--etcd-servers must be specified")
+    if (etcd_certfile is None) != (etcd_keyfile is None):
+        raise click.BadParameter("--etcd-certfile and --etcd-keyfile go together")
+    resolved = [path and str(path.resolve()) for path in (etcd_cafile, etcd_certfile, etcd_keyfile)]
+    return EtcdConfig(servers, *resolved, prefix=etcd_prefix, compaction_interval=compaction_interval)
 
 
 def _connection_flags() -> list:
@@ -170,6 +210,7 @@ def server_config(data_dir, storage_backend, bind_address, secure_port, service_
                   kubelet_client_certificate=None, kubelet_client_key=None, kubelet_certificate_authority=None,
                   authorization_modes=("Node", "RBAC"), enable_admission_plugins="", disable_admission_plugins="", endpoint_reconciler_type="lease",
                   max_requests_inflight=400, max_mutating_requests_inflight=200, read_header_timeout=32.0, idle_connection_timeout=90.0,
+                  etcd_servers="", etcd_cafile=None, etcd_certfile=None, etcd_keyfile=None, etcd_prefix="/registry",
                   **authentication) -> ServerConfig:
     """The ``ServerConfig`` of ``apiserver_options``' flags (cross-flag checks as ``click.BadParameter``)."""
     from kubesvc.apiserver.admission.plugins import resolve_admission_plugins
@@ -180,6 +221,8 @@ def server_config(data_dir, storage_backend, bind_address, secure_port, service_
     admission_plugins, problems = resolve_admission_plugins(enable_admission_plugins, disable_admission_plugins)
     if problems:
         raise click.BadParameter(", ".join(problems))
+    etcd = etcd_config(etcd_servers, etcd_cafile, etcd_certfile, etcd_keyfile, etcd_prefix, compaction_interval) \
+        if storage_backend == "etcd3" else None
     return ServerConfig(
         data_dir=data_dir.resolve(),
         storage_backend=storage_backend,
@@ -205,6 +248,7 @@ def server_config(data_dir, storage_backend, bind_address, secure_port, service_
         read_header_timeout=read_header_timeout,
         idle_connection_timeout=idle_connection_timeout,
         authentication=_authentication_options(**authentication),
+        **({"etcd": etcd} if etcd else {}),
     )
 
 

@@ -8,8 +8,28 @@
   answers as storage errors.
 """
 
+from kubesvc.storage.base import StorageError
 from kubesvc.storage.etcd.backend import EtcdBackend
 from kubesvc.storage.etcd.client import EtcdConfig
 from kubesvc.storage.etcd.errors import Unavailable
 
-__all__ = ["EtcdBackend", "EtcdConfig", "Unavailable"]
+__all__ = ["EtcdBackend", "EtcdConfig", "EtcdUnreachable", "Unavailable", "open_etcd"]
+
+
+class EtcdUnreachable(ValueError):
+    """etcd did not answer when the apiserver started; ``str()`` is the one line to print."""
+
+
+async def open_etcd(config: EtcdConfig) -> EtcdBackend:
+    """An etcd backend that has answered one quorum read (and learned the compact revision)."""
+    try:
+        backend = EtcdBackend(config)
+    except (ValueError, OSError) as error:  # a malformed --etcd-servers, an unreadable TLS file
+        raise EtcdUnreachable(f"cannot use etcd at {config.endpoints}: {error}") from None
+    try:
+        return await backend.open()
+    except StorageError as error:
+        await backend.close()
+        detail = str(error).removeprefix(f"etcd ({config.endpoints}): ")
+        raise EtcdUnreachable(f"cannot reach etcd at {config.endpoints}: {detail} "
+                              "(check --etcd-servers, --etcd-cafile, --etcd-certfile, --etcd-keyfile)") from None
