@@ -39,14 +39,19 @@ def full_plan(snapshot: rules.KernelSnapshot) -> rules.SyncPlan:
     return rules.build_sync(request(PORTS), options(), rules.NftState(), snapshot, 0.0)
 
 
+SHARES = {"EARLY_MIN_SHARE": rules.EARLY_MIN_SHARE, "AFTER_MIN_SHARE": rules.AFTER_MIN_SHARE}
+
+
 @pytest.fixture(autouse=True)
 def any_share(monkeypatch):
-    """These few elements are a small part of the text: early all the same."""
-    monkeypatch.setattr(rules, "EARLY_MIN_SHARE", 0.0)
+    """These few elements are a small part of the text: early (or after) all the same."""
+    for name in SHARES:
+        monkeypatch.setattr(rules, name, 0.0)
 
 
 def test_early_only_when_the_elements_are_most_of_the_text(monkeypatch):
-    monkeypatch.setattr(rules, "EARLY_MIN_SHARE", 0.5)
+    for name, share in SHARES.items():
+        monkeypatch.setattr(rules, name, share)
     assert not isinstance(full_plan(rules.KernelSnapshot()).kernel_input, Transaction)  # a few elements beside the fixed part
     # ranges too: 300 Services of 16 endpoints, 4800 ranges
     ranged = [(port("ns", f"r{i}", cluster_ip=f"172.30.{i // 250}.{i % 250 + 1}"), tuple(ep(f"10.{i // 250}.{i % 250}.{j + 1}", 80) for j in range(16)))
