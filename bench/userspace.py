@@ -8,8 +8,9 @@ Re-runs itself inside a fresh namespace, then starts, each as its own process:
   one byte, close once the client has) answered in the loop; ``D n`` (send n bytes) and ``U n``
   (receive until EOF into a 4 MiB buffer, then acknowledge the count) handed to a thread of
   their own;
-* **userspace**: ``kubesvc proxy``'s ``UserspaceBackend`` (uvloop if installed, unless
-  ``--relay-loop asyncio``; bulk streams spliced, unless ``--relay-copy``) with one Service
+* **userspace**: ``kubesvc proxy``'s ``UserspaceBackend`` (its TCP relay on a thread and epoll
+  loop of its own; the proxy's event loop uvloop if installed, unless ``--relay-loop asyncio``;
+  bulk streams spliced, unless ``--relay-copy``) with one Service
   10.96.0.1:80 whose endpoint is the server, synced once, measured twice: through the real
   portal rule (``iptables-restore``: DNAT in nat ``OUTPUT``) and at the relay's own port, as
   HAProxy is reached;
@@ -188,6 +189,8 @@ def serve() -> None:
 
 
 def relay(args) -> None:
+    if args.relay_src:  # a baseline: kubesvc from another source tree
+        sys.path.insert(0, args.relay_src)
     import asyncio
 
     from kubesvc.proxy.backend import ProxyOptions, SyncRequest
@@ -211,9 +214,11 @@ def relay(args) -> None:
         request = SyncRequest(full=True, service_ports={name: ServicePort(name, CLUSTER_IP, 80, "TCP")},
                               endpoints={name: (Endpoint(NODE_IP, SERVER_PORT, is_local=True),)}, node_ip=NODE_IP)
         options = ProxyOptions(node_name="bench")
-        backend = UserspaceBackend(options)
+        backend = UserspaceBackend(options, program_kernel=not args.relay_src)  # (a baseline: no portal rules)
         await Proxier(backend, options, ProxyMetrics()).run_sync(request)
         loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
+        if hasattr(relay_module, "relay_loop"):  # TCP relayed on a thread and epoll loop of its own
+            loop = "epoll thread"
         how = "copy+splice" if getattr(relay_module, "SPLICE", False) else "copy"
         print(f"ready {backend.proxy_port(name)} {loop},{how}", flush=True)
         await asyncio.Event().wait()
@@ -372,6 +377,7 @@ class Path_:
 
     def __init__(self, name: str, addr, proxy_pid: int | None = None):
         self.name, self.addr, self.proxy_pid = name, addr, proxy_pid
+        self.ours = False  # our relay at HEAD (measured against the targets)
         self.values: dict[str, list[float]] = {phase: [] for phase in PHASES}
         self.cpu: dict[str, list[float]] = {phase: [0.0] * 5 for phase in PHASES}  # seconds, client, server, proxy, rest
         self.units: dict[str, float] = {phase: 0.0 for phase in PHASES}
@@ -484,11 +490,12 @@ def report(paths: list[Path_], args, load: tuple[float, float]) -> None:
         down, up, conns = (p.cpu[phase][3] / p.units[phase] for phase in PHASES)
         print(f"{p.name:50} {1000 * down:14.2f} {1000 * up:12.2f} {1e6 * conns:14.0f}")
     print()
-    for ours in paths[1:3]:
+    for ours in [p for p in paths if p.ours]:
         print(f"{ours.name}: download {spread(ratios(ours, direct, 'download'))}, upload "
               f"{spread(ratios(ours, direct, 'upload'))} of direct (target >= 0.6)")
-        for peer in paths[3:]:
-            print(f"{ours.name}: connections/s {spread(ratios(ours, peer, 'conns'))} x {peer.name} (target >= 1.0); "
+        for peer in [p for p in paths[1:] if not p.ours]:
+            target = " (target >= 1.0)" if peer.name.startswith("haproxy") else ""
+            print(f"{ours.name}: connections/s {spread(ratios(ours, peer, 'conns'))} x {peer.name}{target}; "
                   f"throughput x {peer.name}: download {spread(ratios(ours, peer, 'download'))}, upload "
                   f"{spread(ratios(ours, peer, 'upload'))}")
     print("anchor: Go userspace kube-proxy 0.36 of direct throughput (kubernetes PR #16344)")
@@ -512,6 +519,12 @@ def inside(args) -> None:
         paths.append(Path_(f"userspace ({how}, via {CLUSTER_IP}:80)", (CLUSTER_IP, 80), proxy.pid))
         # the same relay addressed as HAProxy is (its own port, no portal DNAT in the client's path)
         paths.append(Path_(f"userspace ({how}, its port)", (NODE_IP, int(port)), proxy.pid))
+        paths[1].ours = paths[2].ours = True
+        for src in args.baseline:  # A/B: the relay of another source tree, at its own port, in the same rounds
+            base, line = start(relay_argv + ["--relay-src", str(Path(src).resolve())], "baseline relay")
+            procs.append(base)
+            _, port, how = line.split()
+            paths.append(Path_(f"baseline {Path(src).resolve().parent.name} ({how}, its port)", (NODE_IP, int(port)), base.pid))
         if shutil.which("haproxy") and not args.no_haproxy:
             for port, splice in ((HAPROXY_PORT, False), *(((HAPROXY_SPLICE_PORT, True),) if args.haproxy_splice else ())):
                 cfg = Path(tempfile.mkdtemp()) / "haproxy.cfg"
@@ -555,9 +568,14 @@ def main() -> None:
                                            "path costs, without the scheduler's placement of three processes on the cores)")
     parser.add_argument("--strace-connections", type=int, default=2000,
                         help="count each proxy's system calls (strace -c -f) over this many connections after the rounds (0: not)")
+    parser.add_argument("--baseline", metavar="SRC", action="append", default=[],
+                        help="also measure the relay of another kubesvc source tree (its src/ directory, e.g. after "
+                        "`git archive <commit> | tar -x -C /tmp/base`: /tmp/base/src) in the same rounds, at its own "
+                        "port: an A/B of versions in one run (repeatable)")
     parser.add_argument("--no-haproxy", action="store_true")
     parser.add_argument("--haproxy-splice", action="store_true", help="also HAProxy with option splice-auto")
     parser.add_argument("--role", choices=("server", "relay"), help=argparse.SUPPRESS)
+    parser.add_argument("--relay-src", help=argparse.SUPPRESS)
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role == "server":

@@ -34,6 +34,7 @@ from collections import deque
 from collections.abc import Callable
 
 log = logging.getLogger("kubesvc.proxy.userspace")
+_monotonic = time.monotonic
 
 MAX_EVENTS = 256  # per epoll_wait (the rest wait for the next one; level or edge, none is lost)
 
@@ -79,12 +80,11 @@ class RelayLoop:
         self.handlers.pop(fd, None)
         self.ep.unregister(fd)
 
-    def close(self, sock, registered: bool) -> None:
-        """Close ``sock`` (closing removes it from the epoll set); within a batch of events, at
-        the batch's end, so that no descriptor number is reused by a new socket while an event
-        for the old one is still to be handed out."""
-        if registered:
-            self.handlers.pop(sock.fileno(), None)
+    def close(self, sock) -> None:
+        """Close ``sock`` (closing removes it from the epoll set, whether it was registered or
+        not); within a batch of events, at the batch's end, so that no descriptor number is
+        reused by a new socket while an event for the old one is still to be handed out."""
+        self.handlers.pop(sock.fileno(), None)  # (only this socket can hold its number while open)
         if self.dispatching:
             self.closing.append(sock)
         else:
@@ -160,10 +160,9 @@ class RelayLoop:
                     log.exception("userspace relay: a timer failed")
 
     def _run(self) -> None:
-        poll, handlers = self.ep.poll, self.handlers
+        poll, handlers, timers = self.ep.poll, self.handlers, self.timers
         while True:
-            events = poll(self._timeout(), MAX_EVENTS)
-            resume, self.resume = self.resume, []
+            events = poll(self._timeout() if self.resume or timers else -1, MAX_EVENTS)
             self.dispatching = True
             try:
                 for fd, mask in events:
@@ -173,12 +172,14 @@ class RelayLoop:
                             handler(mask)
                         except Exception:
                             log.exception("userspace relay: an event handler failed")
-                for pump in resume:
-                    try:
-                        pump.readable(0)
-                    except Exception:
-                        log.exception("userspace relay: an event handler failed")
-                if self.timers:
+                if self.resume:
+                    resume, self.resume = self.resume, []
+                    for pump in resume:
+                        try:
+                            pump.readable(0)
+                        except Exception:
+                            log.exception("userspace relay: an event handler failed")
+                if timers and timers[0][0] <= _monotonic():
                     self._expire()
             finally:
                 self.dispatching = False

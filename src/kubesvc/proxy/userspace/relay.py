@@ -121,7 +121,12 @@ ACCEPT_RETRY_DELAY = 1.0  # asyncio's own pause when accept() runs out of descri
 _IN, _OUT, _RDHUP, _ERR = select.EPOLLIN, select.EPOLLOUT, select.EPOLLRDHUP, select.EPOLLERR
 _ERRHUP = select.EPOLLERR | select.EPOLLHUP
 _WATCH = _IN | _OUT | _RDHUP | select.EPOLLET  # once per socket, for its whole life
+# The client's socket is watched for writing only once a direction first waits to write to it
+# (one epoll_ctl MOD, for bulk streams only): registered writable, it would report an event at
+# once, to no purpose, on every connection.
+_WATCH_READ = _IN | _RDHUP | select.EPOLLET
 _monotonic = time.monotonic
+_CONNECTING = (errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK, 0)
 
 
 class _Pool:
@@ -205,7 +210,7 @@ class _Pump:
             return
         try:
             if self._relay():
-                self.state = _WRITING
+                self._wait_writable()
         except OSError as err:
             self.conn.fail(err)
 
@@ -216,9 +221,14 @@ class _Pump:
             if self._drain():
                 self.state = _READING
                 if self._relay():
-                    self.state = _WRITING
+                    self._wait_writable()
         except OSError as err:
             self.conn.fail(err)
+
+    def _wait_writable(self) -> None:
+        self.state = _WRITING
+        if not self.to_backend:
+            self.conn.watch_client_writable()
 
     def _relay(self) -> bool:
         """Read and pass on until the source is empty; True: blocked on the destination.
@@ -418,14 +428,14 @@ class _DialDeadlines:
 class _Connection:
     """An accepted client: dialling an endpoint, then two pumps."""
 
-    __slots__ = ("listener", "poller", "socks", "registered", "client_ip", "endpoint", "tried", "attempt", "connecting",
+    __slots__ = ("listener", "poller", "socks", "client_watch", "client_ip", "endpoint", "tried", "attempt", "connecting",
                  "pumps", "closed", "blocking")
 
     def __init__(self, listener: TcpListener, client: socket.socket, client_ip: str):
         self.listener = listener
         self.poller = listener.poller
-        self.socks: list[socket.socket | None] = [client, None]
-        self.registered = [False, False]  # in the poller
+        self.socks: list[socket.socket | None] = [client, None]  # (a socket is in the epoll set until closed)
+        self.client_watch = 0  # what the client's socket is registered for (0: not yet)
         self.client_ip = client_ip
         self.endpoint: Endpoint | None = None
         self.tried: set[Endpoint] | None = None  # the endpoints that failed for this connection
@@ -435,6 +445,11 @@ class _Connection:
         self.closed = False
         self.blocking = True  # the client's socket (as accepted); the backend's never is
         listener.connections.add(self)
+
+    def watch_client_writable(self) -> None:
+        if self.client_watch == _WATCH_READ:
+            self.client_watch = _WATCH
+            self.poller.ep.modify(self.socks[_CLIENT].fileno(), _WATCH)  # (reports writable at once if it is)
 
     def nonblocking(self) -> None:
         """Splice needs O_NONBLOCK on the sockets themselves (it has no MSG_DONTWAIT)."""
@@ -495,15 +510,17 @@ class _Connection:
                 self._failed(exc)
                 continue
             err = sock.connect_ex(endpoint)
-            if err in (errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK, 0):
+            if err in _CONNECTING:
+                poller = self.poller
+                fd = sock.fileno()
                 try:  # writable once connected (at once if it already is), an error if refused
-                    self.poller.register(sock, self._on_backend, _WATCH)
+                    poller.ep.register(fd, _WATCH)
                 except OSError as exc:
                     sock.close()
                     self._failed(exc)
                     continue
+                poller.handlers[fd] = self._on_backend
                 self.socks[_BACKEND] = sock
-                self.registered[_BACKEND] = True
                 self.connecting = True
                 listener.deadlines.add(self, attempt)
                 return
@@ -528,8 +545,7 @@ class _Connection:
     def _drop_backend(self) -> None:
         """Forget the backend socket that did not connect."""
         self.connecting = False
-        self.registered[_BACKEND] = False
-        self.poller.close(self.socks[_BACKEND], registered=True)
+        self.poller.close(self.socks[_BACKEND])
         self.socks[_BACKEND] = None
 
     def timed_out(self) -> None:
@@ -558,12 +574,13 @@ class _Connection:
         if events & (_IN | _RDHUP):  # the endpoint spoke first
             down.readable(events)
         if not self.closed:
+            watch = _WATCH if down.state == _WRITING else _WATCH_READ
             try:
-                self.poller.register(self.socks[_CLIENT], self._on_client, _WATCH)
+                self.poller.register(self.socks[_CLIENT], self._on_client, watch)
             except OSError as err:
                 self.fail(err)
                 return
-            self.registered[_CLIENT] = True
+            self.client_watch = watch
 
     def in_flight(self) -> int:
         """Bytes read from one side and not yet written to the other."""
@@ -578,21 +595,27 @@ class _Connection:
         if self.pumps is not None:  # (no cycles left: refcounting frees the connection, not the GC)
             for pump in self.pumps:
                 pump.state = _DONE
-                pump._release()
+                if pump.pipe is not None or pump.buf is not None:
+                    pump._release()
                 pump.other = None
             self.pumps = None
         return True
 
     def _close(self, reset: bool) -> None:
-        for side, sock in enumerate(self.socks):
+        poller = self.poller
+        handlers, deferred = poller.handlers, poller.dispatching  # (poller.close, inlined: every connection ends here)
+        for sock in self.socks:
             if sock is not None:
                 if reset:
                     try:
                         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
                     except OSError:
                         pass
-                self.poller.close(sock, registered=self.registered[side])
-                self.registered[side] = False
+                handlers.pop(sock.fileno(), None)
+                if deferred:
+                    poller.closing.append(sock)
+                else:
+                    sock.close()
 
     def close(self) -> None:
         """Both directions ended: close both (what was written is still delivered)."""
@@ -708,7 +731,7 @@ class TcpListener:
                 self.paused = None
                 self.sock.close()
             else:
-                self.poller.close(self.sock, registered=True)
+                self.poller.close(self.sock)
             self.sock = None
         if connections:
             for conn in list(self.connections):
