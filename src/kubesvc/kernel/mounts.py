@@ -43,7 +43,6 @@ Only the Python standard library is used here: the script runs before anything e
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import json
 import os
 import posixpath
@@ -160,7 +159,9 @@ def in_container(pid: int, argv: Sequence[str]) -> list[str]:
 
 class _Libc:
     def __init__(self) -> None:
-        self.lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # the interpreter's own libc (dlopen of the program): ctypes.util.find_library would
+        # run /sbin/ldconfig -p, a process per container start
+        self.lib = ctypes.CDLL(None, use_errno=True)
         self.lib.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
         self.lib.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
