@@ -100,6 +100,8 @@ while True:
 SYNC_METRICS = re.compile(r'^kubeproxy_(sync_proxy_rules_last_timestamp_seconds|sync_proxy_rules_duration_seconds_sum|'
                           r'sync_proxy_rules_duration_seconds_count)\{ip_family="IPv4"\} (\S+)$', re.M)
 PROGRAMMING_BUCKET = re.compile(r'^kubeproxy_network_programming_duration_seconds_bucket\{ip_family="IPv4",le="([^"]+)"\} (\S+)$', re.M)
+API_METRIC = re.compile(r'^apiserver_request_(total|duration_seconds_sum)\{([^}]*)\} (\S+)$', re.M)
+API_LABEL = re.compile(r'(\w+)="([^"]*)"')
 HOPS = (("agent", "probe accepted -> Ready in the API (agent status write)"),
         ("slice", "Ready in the API -> EndpointSlice endpoint ready"),
         ("wait", "slice ready -> proxy sync starts (informer + runner)"),
@@ -129,6 +131,29 @@ def bucket_quantile(buckets: list[tuple[float, float]], q: float) -> float | Non
         if count >= q * total:
             return bound
     return None
+
+
+def api_requests(text: str) -> dict[str, list[float]]:
+    """``"VERB resource[/subresource]": [requests, seconds spent]`` from the apiserver's /metrics."""
+    found: dict[str, list[float]] = {}
+    for metric, labels, value in API_METRIC.findall(text):
+        label = dict(API_LABEL.findall(labels))
+        resource = label.get("resource", "") + (f"/{label['subresource']}" if label.get("subresource") else "")
+        entry = found.setdefault(f"{label.get('verb', '')} {resource}", [0.0, 0.0])
+        entry[0 if metric == "total" else 1] += float(value)
+    return found
+
+
+def api_report(before: dict[str, list[float]], after: dict[str, list[float]], most: int = 8) -> str:
+    """The round's busiest request kinds: count and mean server latency."""
+    rows = []
+    for kind, (count, seconds) in after.items():
+        was = before.get(kind, [0.0, 0.0])
+        n, spent = count - was[0], seconds - was[1]
+        if n > 0 and not kind.startswith("WATCH"):
+            rows.append((n, kind, spent / n))
+    rows.sort(reverse=True)
+    return ", ".join(f"{kind} {n:.0f} ({mean * 1000:.0f} ms)" for n, kind, mean in rows[:most])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,6 +362,7 @@ async def one_round(client, run: int, args) -> dict:
             await pods.create(pod_body(run, i))
             created[f"e2e-{run}-{i}"] = time.monotonic()
 
+    api_before = api_requests(await client.get("/metrics"))
     first_create = time.monotonic()
     await asyncio.gather(*(create_pod(i) for i in range(n)))
     print(f"  round {run}: {n} Pods created in {time.monotonic() - first_create:.2f} s", flush=True)
@@ -347,6 +373,7 @@ async def one_round(client, run: int, args) -> dict:
     wall = max(reached.values(), default=time.monotonic()) - first_create
     await asyncio.sleep(2 * args.scrape_interval + 0.05)  # the last sync's metrics
     programmed_after = await scraper.programming_buckets()
+    api = api_report(api_before, api_requests(await client.get("/metrics")))
     for task in [*watchers, scraping, *tasks]:
         task.cancel()
     await asyncio.gather(*watchers, scraping, *tasks, return_exceptions=True)
@@ -396,6 +423,7 @@ async def one_round(client, run: int, args) -> dict:
             "ip": [has_ip[name] - created[name] for name in has_ip if name in created],
             "hops": hops, "reached": len(reached), "ready_count": len(ready),
             "syncs": len(scraper.syncs), "scrapes": scraper.scrapes, "merged_syncs": scraper.merged, "sync_gaps": gaps,
+            "api": api,
             "programming": {"p50": bucket_quantile(programmed, 0.5), "p99": bucket_quantile(programmed, 0.99),
                             "count": programmed[-1][1] if programmed else 0},
             "last_failures": last_failures, "negative": sum(1 for v in hops["latency"] if v < 0),
@@ -462,6 +490,8 @@ def report(rounds: list[dict]) -> None:
               f"{r['wall']:.2f} s; {r['attempts']} connection attempts; {r['reached']}/{r['pods']} reachable"
               + (f"; {r['negative']} reachable before the watch showed them Ready" if r["negative"] else "")
               + (f"; the last failed attempt (why, begun before/after the sync's end): {r['last_failures']}" if r["last_failures"] else ""))
+    for r in rounds:
+        print(f"round: apiserver requests from the first create to the last reach (count, mean server time): {r['api']}")
     latency = pooled(lambda r: r["hops"]["latency"])
     if latency:
         print(f"Pod Ready -> reachable via ClusterIP: p50 {percentile(latency, 0.5) * 1000:.0f} ms, "

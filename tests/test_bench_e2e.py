@@ -43,3 +43,18 @@ def test_percentile_picks_the_nearest_rank():
     values = [float(v) for v in range(1, 101)]
     assert e2e.percentile(values, 0.5) == 51.0  # index round(0.5 * 99) = 50 (round half to even)
     assert e2e.percentile(values, 0.99) == 99.0
+
+
+def test_apiserver_requests_by_kind_with_their_mean_server_time():
+    def text(puts: int, put_seconds: float) -> str:
+        return (f'apiserver_request_total{{code="200",group="discovery.k8s.io",resource="endpointslices",subresource="",verb="PUT",version="v1"}} {puts}\n'
+                f'apiserver_request_total{{code="409",group="discovery.k8s.io",resource="endpointslices",subresource="",verb="PUT",version="v1"}} 1.0\n'
+                f'apiserver_request_duration_seconds_sum{{group="discovery.k8s.io",resource="endpointslices",subresource="",verb="PUT",version="v1"}} {put_seconds}\n'
+                'apiserver_request_total{code="200",group="",resource="pods",subresource="status",verb="PATCH",version="v1"} 7.0\n'
+                'apiserver_request_duration_seconds_sum{group="",resource="pods",subresource="status",verb="PATCH",version="v1"} 0.7\n'
+                'apiserver_request_total{code="200",group="",resource="pods",subresource="",verb="WATCH",version="v1"} 3.0\n')
+
+    before = e2e.api_requests(text(10, 1.0))
+    assert before["PUT endpointslices"] == [11.0, 1.0] and before["PATCH pods/status"] == [7.0, 0.7]
+    after = e2e.api_requests(text(30, 3.0))  # 20 more PUTs taking 2 s: 100 ms each; no PATCH; watches left out
+    assert e2e.api_report(before, after) == "PUT endpointslices 20 (100 ms)"
