@@ -10,13 +10,18 @@ authentication) on 127.0.0.1 and prints, each as medians and p99 over repeated r
   batch on each server of the comparison below;
 * list of the N Services, ``--list-runs`` times, one page and pages of 500 (as kubectl pages):
   the time to the response's last byte with a client that reads the bytes and parses nothing
-  (the server's share), the time to its first byte (the server sends the headers once the
-  body is built: its time without the transfer), and apart from those the client's own JSON
-  decoding of that body; the
+  (the server's share), the time to its first byte (from storage the server sends the
+  headers once the body is built: its time without the transfer; the watch cache sends them
+  first and streams the body in pieces, so there it is the time to start), and apart from
+  those the client's own JSON decoding of that body; the
   first list, not counted in these, is shown apart (the watch cache encodes an object on its
   first read, so that list pays for the objects written since);
 * watch delivery: from sending a create to each of W watchers (a label selector that
-  matches only the bench's writes) receiving its event, ``--watch-writes`` writes;
+  matches only the bench's writes) receiving its event, ``--watch-writes`` writes, the writes'
+  own latency beside it and the server's CPU per write and its W deliveries (counted once the
+  watchers are connected). The watchers are raw TLS connections that parse nothing (no HTTP
+  client, no JSON), so with W of them in this one process the client's per-event work does
+  not queue into the figure;
 * the server's CPU time per create and per list (from /proc: what the machine's load does
   not inflate, unlike the wall-clock figures);
 * the server's peak RSS (VmHWM), and the same list and watch figures from a peer in the same
@@ -60,6 +65,7 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 
 import aiohttp
@@ -131,8 +137,8 @@ async def list_raw(session, base, page: int) -> tuple[float, list[bytes]]:
     """One list (all pages): the summed time from each request to its response's last byte,
     the body read as bytes and not parsed (the continue token is found by a regular
     expression in the list's metadata, outside the timing), the summed time to each response's
-    headers (the server sends them once the whole body is built: its own time, without the
-    transfer to this client), and the bodies."""
+    headers (from storage sent once the whole body is built: the server's own time without
+    the transfer; the watch cache streams the body after them), and the bodies."""
     elapsed, headers, bodies, token = 0.0, 0.0, [], ""
     while True:
         params = {"limit": str(page)} if page else {}
@@ -140,7 +146,7 @@ async def list_raw(session, base, page: int) -> tuple[float, list[bytes]]:
             params["continue"] = token
         started = time.perf_counter()
         async with session.get(base + SERVICES, params=params) as response:
-            headers += time.perf_counter() - started  # the server built the body before its first byte
+            headers += time.perf_counter() - started
             body = await response.read()
         elapsed += time.perf_counter() - started
         assert response.status == 200, body[:300]
@@ -175,10 +181,46 @@ async def list_figures(session, base, runs: int, expected: int, pid: int) -> dic
 _NAME = re.compile(rb'"name":"(watched-[0-9]+)"')
 
 
-async def watch_latency(session, base, watchers: int, writes: int, round_: int) -> tuple[list[float], list[float]]:
-    """(delivery latencies, the writes' own latencies): from sending a create to each watcher
-    receiving its ADDED event; events are matched by name with a regular expression, not
-    parsed, so the client's decoding does not count."""
+class _RawWatch(asyncio.Protocol):
+    """One watcher on its own TLS connection that parses nothing: the time each bench object's
+    name arrives in a complete line (the server's delivery, without an HTTP client's per-event
+    work, which with 100 watchers in one client process would queue behind each other)."""
+
+    def __init__(self, sent: dict[bytes, float], latencies: list[float], writes: int, connected, done: asyncio.Future):
+        self.sent, self.latencies, self.writes, self.connected, self.done = sent, latencies, writes, connected, done
+        self.partial = b""
+        self.seen = 0
+        self.transport = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        arrived = time.perf_counter()
+        if self.connected is not None and b" 200 " in data[:64]:  # the response's headers: the watch is open
+            connected, self.connected = self.connected, None
+            connected()
+        data = self.partial + data
+        complete = data.rfind(b"\n") + 1
+        self.partial = data[complete:]
+        for match in _NAME.finditer(data, 0, complete):
+            self.latencies.append(arrived - self.sent[match.group(1)])
+            self.seen += 1
+        if self.seen >= self.writes and not self.done.done():
+            self.done.set_result(None)
+            self.transport.close()
+
+    def connection_lost(self, exc) -> None:
+        if not self.done.done():
+            self.done.set_exception(exc or ConnectionError("watch ended early"))
+
+
+async def watch_latency(session, base, watchers: int, writes: int, round_: int, tls: ssl.SSLContext, pid: int) -> tuple[list[float], list[float], float]:
+    """(delivery latencies, the writes' own latencies, the server's CPU seconds per write and its
+    deliveries, counted once the watchers are connected): from sending a create to each watcher
+    receiving its ADDED event. The watchers are raw TLS connections that find the object's name
+    in each line with a regular expression (``_RawWatch``): no HTTP client, no JSON parsing, so
+    the client's own work does not count (as the list figures' raw client)."""
     async with session.get(base + SERVICES, params={"limit": "1"}) as response:
         rv = (await response.json())["metadata"]["resourceVersion"]
     label = f"watch-{round_}"
@@ -187,24 +229,26 @@ async def watch_latency(session, base, watchers: int, writes: int, round_: int) 
     ready = asyncio.Event()
     connected = 0
 
-    async def watcher():
+    def one_connected():
         nonlocal connected
-        params = {"watch": "true", "resourceVersion": rv, "timeoutSeconds": "300", "labelSelector": f"bench={label}"}
-        async with session.get(base + SERVICES, params=params, timeout=aiohttp.ClientTimeout(total=None)) as response:
-            connected += 1
-            if connected == watchers:
-                ready.set()
-            seen = 0
-            async for line in response.content:
-                arrived = time.perf_counter()
-                latencies.append(arrived - sent[_NAME.search(line).group(1)])
-                seen += 1
-                if seen == writes:
-                    return
+        connected += 1
+        if connected == watchers:
+            ready.set()
 
-    tasks = [asyncio.create_task(watcher()) for _ in range(watchers)]
+    loop = asyncio.get_running_loop()
+    url = urllib.parse.urlsplit(base)
+    query = urllib.parse.urlencode({"watch": "true", "resourceVersion": rv, "timeoutSeconds": "300", "labelSelector": f"bench={label}"})
+    request = f"GET {SERVICES}?{query} HTTP/1.1\r\nHost: {url.netloc}\r\nAccept: application/json\r\n\r\n".encode()
+    finished = []
+    for _ in range(watchers):
+        done = loop.create_future()
+        transport, _ = await loop.create_connection(lambda: _RawWatch(sent, latencies, writes, one_connected, done),
+                                                    url.hostname, url.port, ssl=tls, server_hostname=url.hostname)
+        transport.write(request)
+        finished.append(done)
     await asyncio.wait_for(ready.wait(), 60)
     await asyncio.sleep(0.5)
+    cpu_before = cpu_seconds(pid)  # the watchers' TLS handshakes are not the writes' cost
     write_latencies = []
     for i in range(writes):
         name = f"watched-{round_ * 100000 + i}"
@@ -215,8 +259,8 @@ async def watch_latency(session, base, watchers: int, writes: int, round_: int) 
             assert response.status == 201
         write_latencies.append(time.perf_counter() - started)
         await asyncio.sleep(0.05)
-    await asyncio.wait_for(asyncio.gather(*tasks), 120)
-    return latencies, write_latencies
+    await asyncio.wait_for(asyncio.gather(*finished), 120)
+    return latencies, write_latencies, (cpu_seconds(pid) - cpu_before) / writes
 
 
 async def run(args) -> None:
@@ -241,9 +285,7 @@ async def serve_figures(server, args, expected: int, round_: int) -> dict:
         creates, elapsed = await create_all(session, server.url, [f"more{round_}-{i:06d}" for i in range(args.batch)], args.concurrency)
         cpu = (cpu_seconds(pid) - cpu_before) / args.batch
         lists = await list_figures(session, server.url, args.list_runs, expected + args.batch, pid)
-        cpu_before_watch = cpu_seconds(pid)
-        watch, writes = await watch_latency(session, server.url, args.watchers, args.watch_writes, round_)
-        watch_cpu = (cpu_seconds(pid) - cpu_before_watch) / args.watch_writes
+        watch, writes, watch_cpu = await watch_latency(session, server.url, args.watchers, args.watch_writes, round_, server.tls_context(), pid)
     return {"creates": (creates, args.batch / elapsed, cpu), "lists": lists, "watch": watch, "writes": writes, "watch_cpu": watch_cpu,
             "rss": peak_rss_mib(pid)}
 
