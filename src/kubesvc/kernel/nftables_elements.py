@@ -16,9 +16,10 @@ transaction atomically still. The batch is sent as nft would send it (``NFNL_MSG
 exactly as if ``nft`` had added them. The kernel applies the batch whole or not at all.
 
 Only sets and maps whose key and data are addresses, protocols, ports and ``numgen`` integers
-are encoded (no verdicts, no comments: those stay in the text), and ranges of interval maps
-(the endpoint range maps) as ``kernel/nftables_netlink.py`` encodes them; ``encode`` answers
-None for anything else and the caller sends the text as it is.
+are encoded, verdict maps (``goto``/``jump`` a chain, or a plain verdict; never a comment:
+commented elements stay in the text), and ranges of interval maps (the endpoint range maps) as
+``kernel/nftables_netlink.py`` encodes them; ``encode`` answers None for anything else and the
+caller sends the text as it is.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from kubesvc.kernel.nftables_netlink import (
     NFNL_MSG_BATCH_END,
     NFNL_SUBSYS_NFTABLES,
     NFTA_DATA_VALUE,
+    NFTA_DATA_VERDICT,
+    NFTA_SET_ELEM_DATA,
     NFTA_SET_ELEM_LIST_ELEMENTS,
     NFTA_SET_ELEM_LIST_SET,
     NFTA_SET_ELEM_LIST_TABLE,
@@ -56,6 +59,7 @@ from kubesvc.kernel.nftables_netlink import (
     SetType,
     element_chunks,
     encode_fields,
+    encode_verdict,
     grow_rcvbuf,
     grow_sndbuf,
     interval_elements,
@@ -141,6 +145,8 @@ def encode(set_type: SetType, elements: Mapping[str, str]) -> Iterator[bytes] | 
         if set_type.key in (("ipv4", "ipv4"), ("ipv6", "ipv6")):
             return _pairs(head, set_type.key, elements, MAX_ATTR // size)
         return _chunks(lambda k, v: head + key_of(k) + key_pad, elements, MAX_ATTR // size)
+    if set_type.data == ("verdict",):
+        return _verdicts(key_of, key_len, elements)
     data = None if "verdict" in set_type.data else _value(set_type.data)
     if data is None:
         return None
@@ -153,6 +159,25 @@ def encode(set_type: SetType, elements: Mapping[str, str]) -> Iterator[bytes] | 
     if set_type.key == ("u32h",) and set_type.data in (("ipv4", "port"), ("ipv6", "port")):
         return _slots(head, mid, set_type.data[0], elements, MAX_ATTR // size)
     return _chunks(lambda k, v: head + key_of(k) + mid + data_of(v) + data_pad, elements, MAX_ATTR // size)
+
+
+def _verdicts(key_of: Callable[[str], bytes], key_len: int, elements: Mapping[str, str]) -> Iterator[bytes]:
+    """Verdict map elements (``... : goto <chain>``; no comments here), each as long as its
+    chain's name makes it, so chunked by size."""
+    key_pad = b"\0" * (-key_len % 4)
+    key_attr = _head(8 + key_len + len(key_pad), 1 | NESTED) + _head(4 + key_len, 1)
+    chunk: list[bytes] = []
+    size = 0
+    for key, value in elements.items():
+        body = key_attr + key_of(key) + key_pad + nla(NFTA_SET_ELEM_DATA, nla(NFTA_DATA_VERDICT, encode_verdict(value), nested=True), nested=True)
+        element = _head(4 + len(body), NFTA_LIST_ELEM | NESTED) + body
+        if chunk and size + len(element) > MAX_ATTR:
+            yield b"".join(chunk)
+            chunk, size = [], 0
+        chunk.append(element)
+        size += len(element)
+    if chunk:
+        yield b"".join(chunk)
 
 
 def _ranges(set_type: SetType, elements: Mapping[str, str]) -> Iterator[bytes] | None:

@@ -225,7 +225,7 @@ def _encode_element(item: str, set_type: SetType, delete: bool) -> list[Element]
         if not value_text:
             raise ValueError("a map element needs a value")
         if set_type.data == ("verdict",):
-            data = nla(NFTA_DATA_VERDICT, _encode_verdict(value_text.strip()), nested=True)
+            data = nla(NFTA_DATA_VERDICT, encode_verdict(value_text.strip()), nested=True)
         else:
             data = nla(NFTA_DATA_VALUE, encode_fields(value_text, set_type.data))
     elif value_text and not delete:
@@ -297,7 +297,7 @@ def encode_fields(text: str, kinds: tuple[str, ...]) -> bytes:
     return out
 
 
-def _encode_verdict(text: str) -> bytes:
+def encode_verdict(text: str) -> bytes:
     if text in VERDICTS:
         return nla(NFTA_VERDICT_CODE, struct.pack("!i", VERDICTS[text]))
     word, _, chain = text.partition(" ")

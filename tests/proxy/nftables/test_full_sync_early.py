@@ -77,7 +77,8 @@ def test_a_new_table_sends_endpoint_maps_and_hairpin_pairs_ahead():
     tx = full_plan(rules.KernelSnapshot()).kernel_input
     assert isinstance(tx, Transaction)
     map_a, map_b = map_of(tx, "ns/a"), map_of(tx, "ns/b")
-    assert set(tx.early) == {map_a, map_b, rules.HAIRPIN_ENDPOINTS}
+    # a new table: every element after the text, the dispatch map and the ClusterIPs as data too
+    assert tx.after and set(tx.early) == {map_a, map_b, rules.HAIRPIN_ENDPOINTS, rules.CLUSTER_IPS, rules.SERVICE_IPS}
     assert dict(tx.early[map_a]) == {str(i): f"{ip} . 8080" for i, ip in enumerate(A_IPS)}
     assert set(tx.early[rules.HAIRPIN_ENDPOINTS]) == PAIRS and set(tx.early[rules.HAIRPIN_ENDPOINTS].values()) == {""}
     # The text is still the whole transaction (what a fake kernel or a tracer reads) ...

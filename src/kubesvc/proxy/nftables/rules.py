@@ -276,6 +276,9 @@ EARLY_MIN_SHARE = 0.5
 # Worth it whenever the element lines are a fair part of the text (AFTER_MIN_SHARE), since
 # they all leave nft: at 10k × 2 (0.4 of the text) the full sync's CPU went from 3.1 to 2.3-2.8 s.
 AFTER_MIN_SHARE = 0.25
+# ... and the containers besides EARLY_CONTAINERS the batch then takes as data (never commented;
+# the no-endpoint maps' elements carry their Service's name and are read from their lines)
+AFTER_CONTAINERS = frozenset({CLUSTER_IPS, SERVICE_IPS, SERVICE_NODEPORTS, FIREWALL_IPS})
 
 
 @dataclass(slots=True)
@@ -956,6 +959,8 @@ def build_sync(request: SyncRequest, options: ProxyOptions, previous: NftState, 
         # Nothing of ours in the table (no service chain, every container empty and readable):
         # the element additions may follow the rest of the text (see AFTER below).
         tx.after = not state.chains and all(not state.kernel[c] and snapshot.elements.get(c, {}) is not None for c in CONTAINERS)
+        if tx.after:  # then the dispatch maps and ClusterIPs go as data too (not read back from their lines)
+            early |= AFTER_CONTAINERS
     else:
         state = _fork(previous)
 
