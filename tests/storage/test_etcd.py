@@ -5,6 +5,7 @@ itself runs over every backend in test_contract.py."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 import pytest
@@ -13,8 +14,9 @@ from aetcd import rpc
 from kubesvc.storage.base import Create, Delete, KeyNotFound, Update
 from kubesvc.storage.etcd import EtcdBackend, EtcdConfig, Unavailable
 from kubesvc.storage.etcd.compactor import Compactor, CompactorState, after_tick
+from kubesvc.storage.etcd.backend import supports_request_watch_progress
 from kubesvc.storage.etcd.keys import KeySpace
-from tests.support.etcd import running_etcd
+from tests.support.etcd import ETCD, running_etcd
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +111,24 @@ async def test_without_the_client_certificate_etcd_refuses(etcd):
     backend = EtcdBackend(EtcdConfig((etcd.client_url,), etcd.tls.ca_file, request_timeout=2))
     with pytest.raises(Unavailable):
         await backend.get("/registry/services/a")
+    await backend.close()
+
+
+@pytest.mark.parametrize(("version", "supported"), [
+    ("3.4.23", False), ("3.4.31", True), ("3.5.12", False), ("3.5.13", True), ("3.6.0", True), ("3.6.0-rc.1", True),
+    ("3.3.27", False), ("garbage", False),
+])
+def test_request_watch_progress_only_where_etcd_orders_it_with_events(version, supported):
+    """kube-apiserver's endpointSupportsRequestWatchProgress (etcd #15220, #17507)."""
+    assert supports_request_watch_progress(version) is supported
+
+
+async def test_open_reads_the_members_version(etcd):
+    installed = subprocess.run([ETCD, "--version"], capture_output=True, text=True).stdout.split()[2]  # "etcd Version: 3.4.23"
+    backend = await EtcdBackend(config(etcd)).open()
+    assert backend.server_version == installed
+    if installed == "3.4.23":  # Debian bookworm's
+        assert backend.request_watch_progress is False
     await backend.close()
 
 

@@ -33,6 +33,11 @@ again on open.
 
 Watches: watch.py. Compaction: compactor.py runs upstream's compare-and-swap on
 ``compact_rev_key`` so that several apiservers compact once per interval.
+
+``request_watch_progress`` says whether etcd's progress notifications can prove a watch has
+caught up (kube-apiserver's ``endpointSupportsRequestWatchProgress``, etcd issues #15220 and
+#17507): etcd 3.4.31+, 3.5.13+ or 3.6+, checked with ``Status`` on the member :meth:`open`
+reaches. Debian's 3.4.23 is not: the watch cache then serves consistent reads from etcd.
 """
 
 from __future__ import annotations
@@ -84,6 +89,20 @@ def _result(op: Op, response: "rpc.ResponseOp", revision: int) -> KeyValue:
     return KeyValue(op.key, prev.value, prev.create_revision, revision)
 
 
+def supports_request_watch_progress(version: str) -> bool:
+    """Whether an etcd server of ``version`` (``3.4.23``) sends progress notifications in order
+    with its events: 3.4.31+, 3.5.13+, 3.6+."""
+    try:
+        major, minor, patch = (int(part) for part in version.split("-")[0].split(".")[:3])
+    except ValueError:
+        return False
+    if (major, minor) == (3, 4):
+        return patch >= 31
+    if (major, minor) == (3, 5):
+        return patch >= 13
+    return (major, minor) >= (3, 6)
+
+
 def first_failure(ops: Sequence[Op], current: dict[str, KeyValue | None]) -> StorageError:
     """The error of the first operation whose condition fails when applied in order to
     ``current`` (the keys' values when the Txn was refused)."""
@@ -112,6 +131,8 @@ class EtcdBackend:
         self._watches: set[EtcdWatch] = set()
         self._compacted = 0
         self._closed = False
+        self.request_watch_progress = False  # set by open() from the member's version
+        self.server_version = ""
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -161,8 +182,12 @@ class EtcdBackend:
     # --- the Backend protocol -------------------------------------------------------------------
 
     async def open(self) -> "EtcdBackend":
-        """Check that etcd answers (one quorum read) and learn its compact revision."""
+        """Check that etcd answers (one quorum read), learn its compact revision and whether its
+        progress notifications can be trusted."""
         await self.current_revision()
+        status = await self._call(self._maintenance.Status, rpc.StatusRequest())
+        self.server_version = status.version
+        self.request_watch_progress = supports_request_watch_progress(status.version)
         await self._learn_compaction()
         return self
 
