@@ -169,8 +169,9 @@ class EtcdBackend:
             watch = EtcdWatch(call, self.keys.name, 1, lambda _: None)
             first = await watch.start(rpc.WatchCreateRequest(key=PROBE_KEY, start_revision=1))
             if first is not grpc.aio.EOF and first.created and not first.canceled:
-                # etcd reports compaction asynchronously (its unsynced-watcher loop, every 100 ms)
-                response = await asyncio.wait_for(call.read(), 0.5)
+                # etcd reports compaction asynchronously, from its unsynced-watcher loop (every
+                # 100 ms); events or silence mean history reaches back to revision 1
+                response = await asyncio.wait_for(call.read(), 0.3)
                 first = response
             if first is not grpc.aio.EOF and first.compact_revision > self._compacted:
                 self._compacted = first.compact_revision
