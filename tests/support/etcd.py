@@ -50,6 +50,7 @@ class RunningEtcd:
     client_url: str
     peer_url: str
     tls: ClientTLS | None = None
+    command: list[str] = field(default_factory=list, repr=False)
     _prefixes: int = field(default=0, repr=False)
 
     @property
@@ -71,6 +72,19 @@ class RunningEtcd:
 
     def log(self) -> str:
         return (self.data_dir / "etcd.log").read_text(errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL, keeping the data directory (restart() brings the member back on it)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def restart(self, timeout: float = 20) -> None:
+        """The same member again, on its data and ports (after kill())."""
+        self.kill()
+        self.process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, start_new_session=True)
+        _wait_healthy(self, scaled(timeout))
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -119,7 +133,7 @@ def start_etcd(*, tls: bool = False, tmpfs: bool = True, timeout: float = 20) ->
     ]
     process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)
-    etcd = RunningEtcd(process, data_dir, client_url, peer_url, client_tls)
+    etcd = RunningEtcd(process, data_dir, client_url, peer_url, client_tls, cmd)
     try:
         _wait_healthy(etcd, scaled(timeout))
     except BaseException:

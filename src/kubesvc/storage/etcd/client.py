@@ -93,6 +93,11 @@ def open_channel(config: EtcdConfig) -> grpc.aio.Channel:
         ("grpc.max_send_message_length", 2**31 - 1),
         ("grpc.lb_policy_name", "round_robin"),
         ("grpc.enable_retries", 0),  # a Txn must not be resent behind the caller's back
+        # reconnect to a member that comes back within seconds (gRPC's default backoff grows
+        # to 120 s); meanwhile requests fail at once with UNAVAILABLE
+        ("grpc.initial_reconnect_backoff_ms", 200),
+        ("grpc.min_reconnect_backoff_ms", 200),
+        ("grpc.max_reconnect_backoff_ms", 3_000),
     ]
     if address.startswith(("ipv4:", "ipv6:")) and tls:
         # gRPC checks every member's certificate against one name, and the members' addresses
