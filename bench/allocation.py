@@ -25,6 +25,7 @@ allocations under 500 ms (KEP-1880 ``allocation_duration_seconds``).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import ipaddress
 import os
@@ -100,21 +101,21 @@ def describe_report(report) -> str:
             f"events={len(report.events)}")
 
 
-def run_repair(registry, allocators, clock) -> str:
+async def run_repair(registry, allocators, clock) -> str:
     gc.collect()
     repair = Repair(registry, allocators, clock)
     started = time.perf_counter()
-    report = repair.run_once()
+    report = await repair.run_once()
     elapsed = time.perf_counter() - started
     lines = [f"  repair pass (Repair.run_once): {fmt_seconds(elapsed)}   report: {describe_report(report)}"]
     # a second pass, step by step (what run_once does): where the time goes
     gc.collect()
     t0 = time.perf_counter()
-    snapshot = repair.snapshot()
+    snapshot = await repair.snapshot()
     t1 = time.perf_counter()
     plans = repair.plan(snapshot)
     t2 = time.perf_counter()
-    repair.apply(*plans)
+    await repair.apply(*plans)
     t3 = time.perf_counter()
     lines.append(f"    second pass, by step: snapshot (read + decode) {fmt_seconds(t1 - t0)}   plan {fmt_seconds(t2 - t1)}   "
                  f"apply + index reload {fmt_seconds(t3 - t2)}   total {fmt_seconds(t3 - t0)}")
@@ -122,25 +123,28 @@ def run_repair(registry, allocators, clock) -> str:
 
 
 class Bench:
-    def __init__(self, args, data_dir: str):
+    @classmethod
+    async def open(cls, args, data_dir: str) -> "Bench":
+        self = cls()
         self.args = args
         self.data_dir = data_dir
         self.clock = RealClock()
         self.backend = open_backend(args.backend, data_dir)
-        self.registry, self.allocators = build_control_plane(self.backend, self.clock, [args.cidr], args.port_range)
+        self.registry, self.allocators = await build_control_plane(self.backend, self.clock, [args.cidr], args.port_range)
         self.services = self.registry.store("", "services")
         self.family = self.allocators.cluster_families[0]
+        return self
 
-    def close(self) -> None:
-        self.backend.close()
+    async def close(self) -> None:
+        await self.backend.close()
 
     # ---- filling -----------------------------------------------------------------------------
-    def fill(self, prefix: str, start: int, stop: int, kinds: tuple[str, ...]) -> str:
+    async def fill(self, prefix: str, start: int, stop: int, kinds: tuple[str, ...]) -> str:
         """Create Services ``prefix-<start>`` .. ``prefix-<stop-1>``, types taken in turn from kinds."""
         count = stop - start
         started = time.perf_counter()
         for i in range(start, stop):
-            self.services.create("default", service(f"{prefix}-{i:06d}", kinds[i % len(kinds)]), field_manager="bench")
+            await self.services.create("default", service(f"{prefix}-{i:06d}", kinds[i % len(kinds)]), field_manager="bench")
         elapsed = time.perf_counter() - started
         rate = count / elapsed if elapsed > 0 else float("inf")
         disk = f"   store {disk_usage(self.data_dir) / 2**20:.0f} MiB on disk" if self.args.backend == "sqlite" else ""
@@ -148,18 +152,18 @@ class Bench:
                 f"{disk}   RSS {rss_bytes() / 2**20:.0f} MiB")
 
     # ---- measuring ---------------------------------------------------------------------------
-    def end_to_end(self, prefix: str, kind: str, samples: int) -> list[float]:
+    async def end_to_end(self, prefix: str, kind: str, samples: int) -> list[float]:
         latencies = []
         for i in range(samples):
             name = f"{prefix}-{i:06d}"
             body = service(name, kind)
             started = time.perf_counter()
-            created = self.services.create("default", body, field_manager="bench")
+            created = await self.services.create("default", body, field_manager="bench")
             latencies.append(time.perf_counter() - started)
             assert created["spec"].get("clusterIP"), created
             if kind != "ClusterIP":
                 assert created["spec"]["ports"][0].get("nodePort"), created
-            self.services.delete("default", name, {})
+            await self.services.delete("default", name, {})
         return latencies
 
     def ip_decision(self, samples: int) -> list[float]:
@@ -190,10 +194,10 @@ class Bench:
             return 0, 0, 0
         return checkpointer.passive_runs, checkpointer.catch_ups, checkpointer.truncates
 
-    def measure(self, label: str, kind: str, samples: int, decision) -> None:
+    async def measure(self, label: str, kind: str, samples: int, decision) -> None:
         gc.collect()
         before = self.checkpoints()
-        e2e = self.end_to_end(f"{label}-sample", kind, samples)
+        e2e = await self.end_to_end(f"{label}-sample", kind, samples)
         print(latency_line(f"Store.create ({self.args.backend}), {samples} samples", e2e), flush=True)
         if self.args.backend == "sqlite":
             passive, catch_ups, truncates = (after - start for after, start in zip(self.checkpoints(), before))
@@ -202,7 +206,7 @@ class Bench:
         gc.collect()
         alone = decision(samples)
         print(latency_line(f"allocator decision alone, {samples} samples", alone), flush=True)
-        print(run_repair(self.registry, self.allocators, self.clock), flush=True)
+        print(await run_repair(self.registry, self.allocators, self.clock), flush=True)
 
 
 def default_sizes(cidr: str) -> list[int]:
@@ -210,6 +214,36 @@ def default_sizes(cidr: str) -> list[int]:
     if ipaddress.ip_network(cidr, strict=False).num_addresses >= 2**20:  # a /12 or wider
         sizes.append(100000)
     return sizes
+
+
+async def run(args, sizes: list[int], parser: argparse.ArgumentParser) -> None:
+    with tempfile.TemporaryDirectory(prefix="kubesvc-bench-alloc-") as tmp:
+        bench = await Bench.open(args, tmp)
+        try:
+            capacity = bench.allocators.families[bench.family].ranges[0].range.slots
+            print(f"backend={args.backend} cidr={args.cidr} ({capacity:,} allocatable IPs) "
+                  f"samples={args.samples} python={sys.version.split()[0]} cpus={os.cpu_count()}")
+            filled = 0
+            for size in sizes:
+                if size + 1 > capacity:
+                    print(f"N={size}: skipped, the range holds only {capacity:,} IPs")
+                    continue
+                print(f"N={size:,} ClusterIP Services allocated", flush=True)
+                print(await bench.fill("svc", filled, size, ("ClusterIP",)), flush=True)
+                filled = size
+                await bench.measure(f"ip{size}", "ClusterIP", args.samples, bench.ip_decision)
+
+            if args.nodeport_size:
+                ports = bench.allocators.ports
+                if args.nodeport_size + 1 > ports.bitmap.size:
+                    parser.error(f"--nodeport-size {args.nodeport_size}: the range holds only {ports.bitmap.size} ports")
+                print(f"NodePort: N={args.nodeport_size:,} NodePort/LoadBalancer Services allocated "
+                      f"(range {args.port_range}, {ports.bitmap.size} ports; "
+                      f"on top of the {filled:,} ClusterIP Services above)", flush=True)
+                print(await bench.fill("np", 0, args.nodeport_size, ("NodePort", "LoadBalancer")), flush=True)
+                await bench.measure(f"np{args.nodeport_size}", "NodePort", args.samples, bench.port_decision)
+        finally:
+            await bench.close()
 
 
 def main() -> None:
@@ -225,33 +259,7 @@ def main() -> None:
     args = parser.parse_args()
     sizes = sorted({int(s) for s in args.sizes.split(",")}) if args.sizes else default_sizes(args.cidr)
 
-    with tempfile.TemporaryDirectory(prefix="kubesvc-bench-alloc-") as tmp:
-        bench = Bench(args, tmp)
-        try:
-            capacity = bench.allocators.families[bench.family].ranges[0].range.slots
-            print(f"backend={args.backend} cidr={args.cidr} ({capacity:,} allocatable IPs) "
-                  f"samples={args.samples} python={sys.version.split()[0]} cpus={os.cpu_count()}")
-            filled = 0
-            for size in sizes:
-                if size + 1 > capacity:
-                    print(f"N={size}: skipped, the range holds only {capacity:,} IPs")
-                    continue
-                print(f"N={size:,} ClusterIP Services allocated", flush=True)
-                print(bench.fill("svc", filled, size, ("ClusterIP",)), flush=True)
-                filled = size
-                bench.measure(f"ip{size}", "ClusterIP", args.samples, bench.ip_decision)
-
-            if args.nodeport_size:
-                ports = bench.allocators.ports
-                if args.nodeport_size + 1 > ports.bitmap.size:
-                    parser.error(f"--nodeport-size {args.nodeport_size}: the range holds only {ports.bitmap.size} ports")
-                print(f"NodePort: N={args.nodeport_size:,} NodePort/LoadBalancer Services allocated "
-                      f"(range {args.port_range}, {ports.bitmap.size} ports; "
-                      f"on top of the {filled:,} ClusterIP Services above)", flush=True)
-                print(bench.fill("np", 0, args.nodeport_size, ("NodePort", "LoadBalancer")), flush=True)
-                bench.measure(f"np{args.nodeport_size}", "NodePort", args.samples, bench.port_decision)
-        finally:
-            bench.close()
+    asyncio.run(run(args, sizes, parser))
 
 
 if __name__ == "__main__":

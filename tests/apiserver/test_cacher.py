@@ -20,9 +20,9 @@ from kubesvc.util.clock import FakeClock
 
 
 @pytest.fixture
-def registry():
-    reg, _ = build_control_plane(MemoryBackend(), FakeClock(), ["10.96.0.0/16"])
-    reg.store("", "namespaces").create(None, {"metadata": {"name": "other"}}, field_manager="t")
+async def registry():
+    reg, _ = await build_control_plane(MemoryBackend(), FakeClock(), ["10.96.0.0/16"])
+    await reg.store("", "namespaces").create(None, {"metadata": {"name": "other"}}, field_manager="t")
     return reg
 
 
@@ -35,7 +35,7 @@ def svc(name: str, labels: dict | None = None, type_: str | None = None) -> dict
 
 async def started(registry, capacity: int = 100) -> WatchCache:
     cache = WatchCache(registry.backend, [store.info for store in registry.stores.values()], capacity=capacity)
-    cache.start()
+    await cache.start()
     await asyncio.sleep(0)
     return cache
 
@@ -85,15 +85,15 @@ def names(events) -> list[tuple[str, str]]:
 async def test_list_from_cache_equals_list_from_storage(registry, namespace, options):
     services = registry.store("", "services")
     for ns in ("default", "other"):
-        services.create(ns, svc("a", {"tier": "web"}), field_manager="t")
-        services.create(ns, svc("b", {"tier": "db"}, "NodePort"), field_manager="t")
-        services.create(ns, svc("c", {"tier": "web", "gone": "yes"}), field_manager="t")
-    services.guaranteed_update("default", "a", lambda o: {**o, "metadata": {**o["metadata"], "labels": {"tier": "db"}}}, field_manager="t")
-    services.delete("other", "c", {})
+        await services.create(ns, svc("a", {"tier": "web"}), field_manager="t")
+        await services.create(ns, svc("b", {"tier": "db"}, "NodePort"), field_manager="t")
+        await services.create(ns, svc("c", {"tier": "web", "gone": "yes"}), field_manager="t")
+    await services.guaranteed_update("default", "a", lambda o: {**o, "metadata": {**o["metadata"], "labels": {"tier": "db"}}}, field_manager="t")
+    await services.delete("other", "c", {})
     cache = await started(registry)
     try:
         page = await cache.list(services.info, namespace, options)
-        items, meta = services.list(namespace, options)
+        items, meta = await services.list(namespace, options)
         assert as_objects(page) == items and page.meta == meta
         assert items  # the case selects something
         # every cached item is byte for byte what the storage path serves
@@ -101,9 +101,9 @@ async def test_list_from_cache_equals_list_from_storage(registry, namespace, opt
         if "continue" in meta:  # the next page, from the cache (nothing changed) as from storage
             following = ListOptions(limit=options.limit, continue_token=meta["continue"], label_selector=options.label_selector)
             cached_next = await cache.list(services.info, namespace, following)
-            stored_next = services.list(namespace, following)
+            stored_next = await services.list(namespace, following)
             assert (as_objects(cached_next), cached_next.meta) == stored_next
-            everything, _ = services.list(namespace, ListOptions(label_selector=options.label_selector))
+            everything, _ = await services.list(namespace, ListOptions(label_selector=options.label_selector))
             assert items + stored_next[0] == everything[:len(items) + len(stored_next[0])]
     finally:
         await stop(cache)
@@ -113,7 +113,7 @@ async def test_list_waits_for_writes_committed_before_it(registry):
     services = registry.store("", "services")
     cache = await started(registry)
     try:
-        created = services.create("default", svc("late"), field_manager="t")  # the pump has not run yet
+        created = await services.create("default", svc("late"), field_manager="t")  # the pump has not run yet
         page = await cache.list(services.info, "default", ListOptions())
         assert [o["metadata"]["name"] for o in as_objects(page)] == ["late"]
         assert page.meta["resourceVersion"] == created["metadata"]["resourceVersion"]
@@ -124,14 +124,14 @@ async def test_list_waits_for_writes_committed_before_it(registry):
 async def test_next_page_after_a_change_comes_from_storage_at_the_first_pages_revision(registry):
     services = registry.store("", "services")
     for name in "abcd":
-        services.create("default", svc(name), field_manager="t")
+        await services.create("default", svc(name), field_manager="t")
     cache = await started(registry)
     try:
         first = await cache.list(services.info, "default", ListOptions(limit=2))
-        services.delete("default", "c", {})  # after the first page: not in its snapshot's view
+        await services.delete("default", "c", {})  # after the first page: not in its snapshot's view
         following = ListOptions(limit=2, continue_token=first.meta["continue"])
         assert await cache.list(services.info, "default", following) is None
-        rest, meta = services.list("default", following)
+        rest, meta = await services.list("default", following)
         assert [o["metadata"]["name"] for o in rest] == ["c", "d"] and meta["resourceVersion"] == first.meta["resourceVersion"]
     finally:
         await stop(cache)
@@ -139,7 +139,7 @@ async def test_next_page_after_a_change_comes_from_storage_at_the_first_pages_re
 
 async def test_list_delegates_exact_to_storage(registry):
     services = registry.store("", "services")
-    created = services.create("default", svc("a"), field_manager="t")
+    created = await services.create("default", svc("a"), field_manager="t")
     cache = await started(registry)
     try:
         rv = int(created["metadata"]["resourceVersion"])
@@ -155,12 +155,12 @@ async def test_watch_from_a_revision_in_the_window_gets_exactly_the_events_after
     services = registry.store("", "services")
     cache = await started(registry)
     try:
-        first = services.create("default", svc("a"), field_manager="t")
-        services.create("other", svc("elsewhere"), field_manager="t")
-        modified = services.guaranteed_update("default", "a", lambda o: {**o, "metadata": {**o["metadata"], "labels": {"x": "1"}}},
+        first = await services.create("default", svc("a"), field_manager="t")
+        await services.create("other", svc("elsewhere"), field_manager="t")
+        modified = await services.guaranteed_update("default", "a", lambda o: {**o, "metadata": {**o["metadata"], "labels": {"x": "1"}}},
                                               field_manager="t")
-        services.create("default", svc("b"), field_manager="t")
-        deleted, _ = services.delete("default", "a", {})
+        await services.create("default", svc("b"), field_manager="t")
+        deleted, _ = await services.delete("default", "a", {})
         watch = await cache.watch(services.info, "default", ListOptions(resource_version=int(first["metadata"]["resourceVersion"])),
                                   send_initial=False)
         events = await take(watch, 3)
@@ -168,7 +168,7 @@ async def test_watch_from_a_revision_in_the_window_gets_exactly_the_events_after
         assert events[0][1] == modified
         assert events[2][1]["metadata"]["resourceVersion"] == deleted["metadata"]["resourceVersion"]
         # live events follow, once
-        later = services.create("default", svc("c"), field_manager="t")
+        later = await services.create("default", svc("c"), field_manager="t")
         assert await take(watch, 1) == [("ADDED", later)]
         watch.close()
     finally:
@@ -179,9 +179,9 @@ async def test_watch_below_the_window_is_410(registry):
     services = registry.store("", "services")
     cache = await started(registry, capacity=3)
     try:
-        first = services.create("default", svc("s0"), field_manager="t")
+        first = await services.create("default", svc("s0"), field_manager="t")
         for i in range(1, 5):
-            services.create("default", svc(f"s{i}"), field_manager="t")
+            await services.create("default", svc(f"s{i}"), field_manager="t")
         await cache.fresh()
         with pytest.raises(StatusError) as gone:
             await cache.watch(services.info, "default", ListOptions(resource_version=int(first["metadata"]["resourceVersion"])),
@@ -194,13 +194,13 @@ async def test_watch_below_the_window_is_410(registry):
 
 async def test_watch_without_resource_version_starts_with_current_objects(registry):
     services = registry.store("", "services")
-    services.create("default", svc("a", {"tier": "web"}), field_manager="t")
-    services.create("default", svc("b", {"tier": "db"}), field_manager="t")
+    await services.create("default", svc("a", {"tier": "web"}), field_manager="t")
+    await services.create("default", svc("b", {"tier": "db"}), field_manager="t")
     cache = await started(registry)
     try:
         watch = await cache.watch(services.info, "default", ListOptions(label_selector=parse_label_selector("tier=web")), send_initial=True)
         assert names(await take(watch, 1)) == [("ADDED", "a")]
-        services.create("default", svc("c", {"tier": "web"}), field_manager="t")
+        await services.create("default", svc("c", {"tier": "web"}), field_manager="t")
         assert names(await take(watch, 1)) == [("ADDED", "c")]
         watch.close()
     finally:
@@ -211,25 +211,25 @@ async def test_selector_transitions_become_added_and_deleted(registry):
     services = registry.store("", "services")
     cache = await started(registry)
 
-    def relabel(name: str, tier: str):
-        return services.guaranteed_update("default", name, lambda o: {**o, "metadata": {**o["metadata"], "labels": {"tier": tier}}},
+    async def relabel(name: str, tier: str):
+        return await services.guaranteed_update("default", name, lambda o: {**o, "metadata": {**o["metadata"], "labels": {"tier": tier}}},
                                           field_manager="t")
 
     try:
-        services.create("default", svc("a", {"tier": "db"}), field_manager="t")
+        await services.create("default", svc("a", {"tier": "db"}), field_manager="t")
         await cache.fresh()
         watch = await cache.watch(services.info, "default", ListOptions(label_selector=parse_label_selector("tier=web"),
-                                                                        resource_version=registry.backend.current_revision()),
+                                                                        resource_version=await registry.backend.current_revision()),
                                   send_initial=False)
-        joined = relabel("a", "web")
-        relabel("a", "web2")
+        joined = await relabel("a", "web")
+        await relabel("a", "web2")
         events = await take(watch, 2)
         assert names(events) == [("ADDED", "a"), ("DELETED", "a")]
         assert events[0][1] == joined
         # what left the selection is reported in its last matching state, at the revision it left
         left = events[1][1]
         assert left["metadata"]["labels"] == {"tier": "web"}
-        assert left["metadata"]["resourceVersion"] == str(registry.backend.current_revision())
+        assert left["metadata"]["resourceVersion"] == str(await registry.backend.current_revision())
         watch.close()
     finally:
         await stop(cache)
@@ -239,9 +239,9 @@ async def test_an_event_for_many_watchers_is_encoded_once(registry):
     services = registry.store("", "services")
     cache = await started(registry)
     try:
-        watches = [await cache.watch(services.info, None, ListOptions(resource_version=registry.backend.current_revision()),
+        watches = [await cache.watch(services.info, None, ListOptions(resource_version=await registry.backend.current_revision()),
                                      send_initial=False) for _ in range(3)]
-        services.create("default", svc("a"), field_manager="t")
+        await services.create("default", svc("a"), field_manager="t")
         await cache.fresh()
         received = [(await anext(aiter(watch)))[1] for watch in watches]
         assert received[0] is received[1] is received[2]
@@ -254,12 +254,12 @@ async def test_bookmark_after_progress_request_carries_the_current_revision(regi
     services = registry.store("", "services")
     cache = await started(registry)
     try:
-        watch = await cache.watch(services.info, "default", ListOptions(resource_version=registry.backend.current_revision()),
+        watch = await cache.watch(services.info, "default", ListOptions(resource_version=await registry.backend.current_revision()),
                                   send_initial=False)
-        registry.store("", "configmaps").create("default", {"metadata": {"name": "elsewhere"}}, field_manager="t")
+        await registry.store("", "configmaps").create("default", {"metadata": {"name": "elsewhere"}}, field_manager="t")
         watch.request_progress()
         assert await take(watch, 1) == [("BOOKMARK", {"kind": "Service", "apiVersion": "v1",
-                                                      "metadata": {"resourceVersion": str(registry.backend.current_revision())}})]
+                                                      "metadata": {"resourceVersion": str(await registry.backend.current_revision())}})]
         watch.close()
     finally:
         await stop(cache)
@@ -269,8 +269,8 @@ async def test_resumes_watches_from_before_a_restart(registry):
     """A new cache (an apiserver restart) replays recent history: a watch from an older
     revision gets what followed it."""
     services = registry.store("", "services")
-    first = services.create("default", svc("a"), field_manager="t")
-    services.create("default", svc("b"), field_manager="t")
+    first = await services.create("default", svc("a"), field_manager="t")
+    await services.create("default", svc("b"), field_manager="t")
     cache = await started(registry)
     try:
         watch = await cache.watch(services.info, "default", ListOptions(resource_version=int(first["metadata"]["resourceVersion"])),
@@ -329,11 +329,11 @@ class FlakyBackend(MemoryBackend):
         super().__init__()
         self.plan: list[str] = []
 
-    def watch(self, prefix, after_revision):
+    async def watch(self, prefix, after_revision):
         step = self.plan.pop(0) if self.plan else "ok"
         if step == "raise":
             raise RuntimeError("storage unavailable")
-        watch = super().watch(prefix, after_revision)
+        watch = await super().watch(prefix, after_revision)
         return _BreakingWatch(watch) if step == "break" else watch
 
 
@@ -343,27 +343,27 @@ class FlakyBackend(MemoryBackend):
 ], ids=["at-start", "while-running"])
 async def test_a_failed_pump_retries_and_storage_answers_meanwhile(plan, failures, caplog):
     backend = FlakyBackend()
-    registry, _ = build_control_plane(backend, FakeClock(), ["10.96.0.0/16"])
+    registry, _ = await build_control_plane(backend, FakeClock(), ["10.96.0.0/16"])
     services = registry.store("", "services")
-    services.create("default", svc("a"), field_manager="t")
+    await services.create("default", svc("a"), field_manager="t")
     backend.plan = list(plan)
     cache = WatchCache(backend, [store.info for store in registry.stores.values()], capacity=100)
     loop = asyncio.get_running_loop()
     with caplog.at_level("WARNING", logger="kubesvc.apiserver.cacher"):
-        cache.start()
+        await cache.start()
         await asyncio.sleep(0)
         try:
-            services.create("default", svc("b"), field_manager="t")  # breaks the "while-running" pump's watch
+            await services.create("default", svc("b"), field_manager="t")  # breaks the "while-running" pump's watch
             began = loop.time()
             assert await cache.list(services.info, "default", ListOptions()) is None  # storage answers
             assert await cache.watch(services.info, "default", ListOptions(), send_initial=True) is None
             assert loop.time() - began < 0.5  # at once, not after the 3 s freshness wait
             while not cache.ready and loop.time() - began < 5:  # back-off 0.1 + 0.2 + 0.4 s
                 await asyncio.sleep(0.05)
-            services.create("default", svc("c"), field_manager="t")
+            await services.create("default", svc("c"), field_manager="t")
             page = await cache.list(services.info, "default", ListOptions())
             assert page is not None  # the cache serves again
-            items, meta = services.list("default", ListOptions())
+            items, meta = await services.list("default", ListOptions())
             assert as_objects(page) == items and page.meta == meta
             assert [o["metadata"]["name"] for o in items] == ["a", "b", "c"]
         finally:

@@ -56,118 +56,118 @@ def clock():
 
 
 @pytest.fixture
-def registry(clock):
-    reg, _ = build_control_plane(MemoryBackend(), clock, ["10.96.0.0/16"])
+async def registry(clock):
+    reg, _ = await build_control_plane(MemoryBackend(), clock, ["10.96.0.0/16"])
     return reg
 
 
-def _service(registry, name="web", **meta):
-    return registry.store("", "services").create("default", {"metadata": {"name": name, **meta}, "spec": {"ports": [{"port": 80}]}}, field_manager="t")
+async def _service(registry, name="web", **meta):
+    return await registry.store("", "services").create("default", {"metadata": {"name": name, **meta}, "spec": {"ports": [{"port": 80}]}}, field_manager="t")
 
 
-def test_policies_mark_switch_and_finally_delete(registry, clock):
+async def test_policies_mark_switch_and_finally_delete(registry, clock):
     services = registry.store("", "services")
-    _service(registry)
-    marked, deleted = services.delete("default", "web", {"propagationPolicy": "Orphan"})
+    await _service(registry)
+    marked, deleted = await services.delete("default", "web", {"propagationPolicy": "Orphan"})
     meta = marked["metadata"]
     assert not deleted and (meta["deletionTimestamp"], meta["deletionGracePeriodSeconds"], meta["finalizers"]) == (NOW, 0, ["orphan"])
     clock.advance(10)
-    switched, deleted = services.delete("default", "web", {"propagationPolicy": "Foreground"})
+    switched, deleted = await services.delete("default", "web", {"propagationPolicy": "Foreground"})
     assert not deleted and switched["metadata"]["finalizers"] == ["foregroundDeletion"]
     assert switched["metadata"]["deletionTimestamp"] == NOW  # the first mark's time stays
-    again, _ = services.delete("default", "web", {})  # no policy: keeps what it has, writes nothing
+    again, _ = await services.delete("default", "web", {})  # no policy: keeps what it has, writes nothing
     assert again["metadata"]["resourceVersion"] == switched["metadata"]["resourceVersion"]
-    _, deleted = services.delete("default", "web", {"propagationPolicy": "Background"})
+    _, deleted = await services.delete("default", "web", {"propagationPolicy": "Background"})
     assert deleted
     with pytest.raises(StatusError) as gone:
-        services.get("default", "web")
+        await services.get("default", "web")
     assert gone.value.code == 404
 
 
-def test_removing_the_last_gc_finalizer_completes_the_deletion(registry):
+async def test_removing_the_last_gc_finalizer_completes_the_deletion(registry):
     services = registry.store("", "services")
-    created = _service(registry)
-    services.delete("default", "web", {"propagationPolicy": "Foreground"})
+    created = await _service(registry)
+    await services.delete("default", "web", {"propagationPolicy": "Foreground"})
 
     def drop(current):
         del current["metadata"]["finalizers"]
         return current
 
-    services.guaranteed_update("default", "web", drop, field_manager="gc")
+    await services.guaranteed_update("default", "web", drop, field_manager="gc")
     with pytest.raises(StatusError):
-        services.get("default", "web")
+        await services.get("default", "web")
     # the Service's ClusterIP went with it: a new Service may take it
     same_ip = {"metadata": {"name": "same-ip"}, "spec": {"clusterIP": created["spec"]["clusterIP"], "ports": [{"port": 80}]}}
-    assert services.create("default", same_ip, field_manager="t")["spec"]["clusterIP"] == created["spec"]["clusterIP"]
+    assert (await services.create("default", same_ip, field_manager="t"))["spec"]["clusterIP"] == created["spec"]["clusterIP"]
 
 
-def test_foreground_keeps_other_finalizers(registry):
-    _service(registry, finalizers=["example.com/hold"])
-    marked, _ = registry.store("", "services").delete("default", "web", {"propagationPolicy": "Foreground"})
+async def test_foreground_keeps_other_finalizers(registry):
+    await _service(registry, finalizers=["example.com/hold"])
+    marked, _ = await registry.store("", "services").delete("default", "web", {"propagationPolicy": "Foreground"})
     assert marked["metadata"]["finalizers"] == ["example.com/hold", "foregroundDeletion"]
 
 
-def test_graceful_pod_deletion_with_a_policy(registry, clock):
+async def test_graceful_pod_deletion_with_a_policy(registry, clock):
     pods = registry.store("", "pods")
-    pods.create("default", {"metadata": {"name": "p"}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]}}, field_manager="t")
-    marked, deleted = pods.delete("default", "p", {"propagationPolicy": "Orphan"})
+    await pods.create("default", {"metadata": {"name": "p"}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]}}, field_manager="t")
+    marked, deleted = await pods.delete("default", "p", {"propagationPolicy": "Orphan"})
     meta = marked["metadata"]
     assert not deleted and (meta["deletionTimestamp"], meta["deletionGracePeriodSeconds"], meta["finalizers"]) == ("2026-01-01T00:00:30Z", 30, ["orphan"])
     # while the grace period runs, a later DELETE changes nothing, not even the finalizers
-    same, deleted = pods.delete("default", "p", {"propagationPolicy": "Foreground"})
+    same, deleted = await pods.delete("default", "p", {"propagationPolicy": "Foreground"})
     assert not deleted and same["metadata"]["finalizers"] == ["orphan"]
 
     def drop(current):
         del current["metadata"]["finalizers"]
         return current
 
-    pods.guaranteed_update("default", "p", drop, field_manager="gc")  # its kubelet still has to finish it
-    assert "finalizers" not in pods.get("default", "p")["metadata"]
+    await pods.guaranteed_update("default", "p", drop, field_manager="gc")  # its kubelet still has to finish it
+    assert "finalizers" not in (await pods.get("default", "p"))["metadata"]
     clock.advance(5)
-    shortened, deleted = pods.delete("default", "p", {"gracePeriodSeconds": 10})
+    shortened, deleted = await pods.delete("default", "p", {"gracePeriodSeconds": 10})
     assert not deleted and shortened["metadata"]["deletionTimestamp"] == "2026-01-01T00:00:10Z"
-    _, deleted = pods.delete("default", "p", {"gracePeriodSeconds": 0})
+    _, deleted = await pods.delete("default", "p", {"gracePeriodSeconds": 0})
     assert deleted
 
 
-def test_unscheduled_pod_with_foreground_is_marked_at_once(registry):
+async def test_unscheduled_pod_with_foreground_is_marked_at_once(registry):
     pods = registry.store("", "pods")
-    pods.create("default", {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}, field_manager="t")
-    marked, deleted = pods.delete("default", "p", {"propagationPolicy": "Foreground"})
+    await pods.create("default", {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}, field_manager="t")
+    marked, deleted = await pods.delete("default", "p", {"propagationPolicy": "Foreground"})
     meta = marked["metadata"]
     assert not deleted and (meta["deletionTimestamp"], meta["deletionGracePeriodSeconds"], meta["finalizers"]) == (NOW, 0, ["foregroundDeletion"])
 
 
-def test_events_never_get_gc_finalizers(registry):
+async def test_events_never_get_gc_finalizers(registry):
     events = registry.store("", "events")
-    events.create("default", {"metadata": {"name": "e"}, "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
+    await events.create("default", {"metadata": {"name": "e"}, "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
                               "reason": "R", "message": "m", "type": "Normal"}, field_manager="t")
-    _, deleted = events.delete("default", "e", {"propagationPolicy": "Orphan"})
+    _, deleted = await events.delete("default", "e", {"propagationPolicy": "Orphan"})
     assert deleted
 
 
-def test_marking_bumps_generation_once_and_dry_run_writes_nothing(registry):
+async def test_marking_bumps_generation_once_and_dry_run_writes_nothing(registry):
     slices = registry.store("discovery.k8s.io", "endpointslices")
-    created = slices.create("default", {"metadata": {"name": "s"}, "addressType": "IPv4", "endpoints": []}, field_manager="t")
-    preview, deleted = slices.delete("default", "s", {"propagationPolicy": "Orphan"}, dry_run=True)
+    created = await slices.create("default", {"metadata": {"name": "s"}, "addressType": "IPv4", "endpoints": []}, field_manager="t")
+    preview, deleted = await slices.delete("default", "s", {"propagationPolicy": "Orphan"}, dry_run=True)
     assert not deleted and preview["metadata"]["finalizers"] == ["orphan"]
-    assert slices.get("default", "s") == created
-    marked, _ = slices.delete("default", "s", {"propagationPolicy": "Orphan"})
+    assert await slices.get("default", "s") == created
+    marked, _ = await slices.delete("default", "s", {"propagationPolicy": "Orphan"})
     assert marked["metadata"]["generation"] == created["metadata"]["generation"] + 1
-    switched, _ = slices.delete("default", "s", {"propagationPolicy": "Foreground"})
+    switched, _ = await slices.delete("default", "s", {"propagationPolicy": "Foreground"})
     assert switched["metadata"]["generation"] == marked["metadata"]["generation"]
 
 
-def test_a_write_naming_another_uid_is_refused(registry):
+async def test_a_write_naming_another_uid_is_refused(registry):
     services = registry.store("", "services")
-    _service(registry)
+    await _service(registry)
 
     def other_uid(current):
         current["metadata"]["uid"] = str(uuid.uuid4())
         return current
 
     with pytest.raises(StatusError) as refused:
-        services.guaranteed_update("default", "web", other_uid, field_manager="t")
+        await services.guaranteed_update("default", "web", other_uid, field_manager="t")
     assert refused.value.code == 422 and "metadata.uid" in refused.value.message and "field is immutable" in refused.value.message
 
 

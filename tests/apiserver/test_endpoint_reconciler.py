@@ -55,66 +55,69 @@ def test_endpoint_slice_from_endpoints(ips, family):
 
 
 @pytest.fixture
-def shared():
+async def shared():
     """One store and clock for several apiservers."""
     clock = FakeClock()
-    registry, _ = build_control_plane(MemoryBackend(), clock, ["10.96.0.0/16"])
+    registry, _ = await build_control_plane(MemoryBackend(), clock, ["10.96.0.0/16"])
     return registry, clock
 
 
-def addresses(registry) -> tuple[list[str], list[str]]:
-    eps = registry.store("", "endpoints").get("default", "kubernetes")
+async def addresses(registry) -> tuple[list[str], list[str]]:
+    eps = await registry.store("", "endpoints").get("default", "kubernetes")
     eps_ips = [a["ip"] for s in eps.get("subsets") or [] for a in s["addresses"]]
-    eslice = registry.store("discovery.k8s.io", "endpointslices").get("default", "kubernetes")
+    eslice = await registry.store("discovery.k8s.io", "endpointslices").get("default", "kubernetes")
     return eps_ips, [a for e in eslice["endpoints"] for a in e["addresses"]]
 
 
-def test_apiservers_join_expire_and_leave(shared):
+async def test_apiservers_join_expire_and_leave(shared):
     registry, clock = shared
     first = EndpointReconciler(registry, "192.0.2.1", 6443, clock)
     second = EndpointReconciler(registry, "192.0.2.2", 6443, clock)
-    first.reconcile(True)
-    second.reconcile(True)
-    first.reconcile()
-    assert addresses(registry) == (["192.0.2.1", "192.0.2.2"], ["192.0.2.1", "192.0.2.2"])
-    version = registry.store("", "endpoints").get("default", "kubernetes")["metadata"]["resourceVersion"]
-    first.reconcile()
-    assert registry.store("", "endpoints").get("default", "kubernetes")["metadata"]["resourceVersion"] == version  # nothing to write
+    await first.reconcile(True)
+    await second.reconcile(True)
+    await first.reconcile()
+    assert await addresses(registry) == (["192.0.2.1", "192.0.2.2"], ["192.0.2.1", "192.0.2.2"])
+    version = (await registry.store("", "endpoints").get("default", "kubernetes"))["metadata"]["resourceVersion"]
+    await first.reconcile()
+    assert (await registry.store("", "endpoints").get("default", "kubernetes"))["metadata"]["resourceVersion"] == version  # nothing to write
 
     clock.advance(16)  # the second stopped renewing: its 15 s lease is over
-    first.reconcile()
-    assert addresses(registry) == (["192.0.2.1"], ["192.0.2.1"])
+    await first.reconcile()
+    assert await addresses(registry) == (["192.0.2.1"], ["192.0.2.1"])
 
-    first.remove()  # the last one leaves: the objects stay, empty
-    assert addresses(registry) == ([], [])
-    first.reconcile()  # stopped: does nothing more
-    assert addresses(registry) == ([], [])
+    await first.remove()  # the last one leaves: the objects stay, empty
+    assert await addresses(registry) == ([], [])
+    await first.reconcile()  # stopped: does nothing more
+    assert await addresses(registry) == ([], [])
 
 
-def test_a_deleted_slice_and_edited_endpoints_come_back(shared):
+async def test_a_deleted_slice_and_edited_endpoints_come_back(shared):
     registry, clock = shared
     reconciler = EndpointReconciler(registry, "192.0.2.1", 6443, clock)
-    reconciler.reconcile(True)
-    registry.store("discovery.k8s.io", "endpointslices").delete("default", "kubernetes", {})
-    eps = registry.store("", "endpoints").get("default", "kubernetes")
+    await reconciler.reconcile(True)
+    await registry.store("discovery.k8s.io", "endpointslices").delete("default", "kubernetes", {})
+    eps = await registry.store("", "endpoints").get("default", "kubernetes")
     eps["subsets"][0]["addresses"] = [{"ip": "198.51.100.7"}]
-    registry.store("", "endpoints").update("default", "kubernetes", eps, field_manager="someone")
-    reconciler.reconcile()
-    assert addresses(registry) == (["192.0.2.1"], ["192.0.2.1"])
+    await registry.store("", "endpoints").update("default", "kubernetes", eps, field_manager="someone")
+    await reconciler.reconcile()
+    assert await addresses(registry) == (["192.0.2.1"], ["192.0.2.1"])
 
 
-def test_loopback_advertise_address_is_not_reconciled(shared):
+async def test_loopback_advertise_address_is_not_reconciled(shared):
     registry, clock = shared
-    EndpointReconciler(registry, "127.0.0.1", 6443, clock).reconcile(True)
-    assert registry.store("", "endpoints").list("default", ListOptions())[0] == []
+    await EndpointReconciler(registry, "127.0.0.1", 6443, clock).reconcile(True)
+    assert (await registry.store("", "endpoints").list("default", ListOptions()))[0] == []
 
 
-def test_no_live_lease_refuses_to_erase(shared, monkeypatch):
+async def test_no_live_lease_refuses_to_erase(shared, monkeypatch):
     registry, clock = shared
     reconciler = EndpointReconciler(registry, "192.0.2.1", 6443, clock)
-    monkeypatch.setattr(reconciler.leases, "update", lambda ip: None)  # a store that lost our write
+    async def lost(ip: str) -> None:  # a store that lost our write
+        return None
+
+    monkeypatch.setattr(reconciler.leases, "update", lost)
     with pytest.raises(RuntimeError, match=NO_LEASES):
-        reconciler.reconcile()
+        await reconciler.reconcile()
 
 
 def test_kubectl_sees_the_advertise_address(fresh_apiserver):

@@ -13,8 +13,8 @@ from kubesvc.util.clock import FakeClock
 
 
 @pytest.fixture
-def registry():
-    reg, _ = build_control_plane(MemoryBackend(), FakeClock(), ["10.96.0.0/16"])
+async def registry():
+    reg, _ = await build_control_plane(MemoryBackend(), FakeClock(), ["10.96.0.0/16"])
     return reg
 
 
@@ -22,112 +22,112 @@ def svc(name: str, **extra) -> dict:
     return {"metadata": {"name": name, **extra}, "spec": {"ports": [{"port": 80}]}}
 
 
-def test_create_fills_system_fields_and_defaults(registry):
+async def test_create_fills_system_fields_and_defaults(registry):
     services = registry.store("", "services")
-    created = services.create("default", svc("web"), field_manager="test")
+    created = await services.create("default", svc("web"), field_manager="test")
     meta = created["metadata"]
     assert meta["namespace"] == "default" and meta["uid"] and meta["creationTimestamp"] == "2026-01-01T00:00:00Z"
     assert created["spec"]["ports"] == [{"port": 80, "protocol": "TCP", "targetPort": 80}]
     assert meta["managedFields"][0]["manager"] == "test"
-    assert services.get("default", "web") == created
+    assert await services.get("default", "web") == created
 
 
-def test_generate_name_appends_five_characters(registry):
+async def test_generate_name_appends_five_characters(registry):
     services = registry.store("", "services")
-    created = services.create("default", {"metadata": {"generateName": "web-"}, "spec": {"ports": [{"port": 80}]}}, field_manager="t")
+    created = await services.create("default", {"metadata": {"generateName": "web-"}, "spec": {"ports": [{"port": 80}]}}, field_manager="t")
     name = created["metadata"]["name"]
     assert name.startswith("web-") and len(name) == len("web-") + 5
 
 
-def test_missing_namespace_is_404(registry):
+async def test_missing_namespace_is_404(registry):
     with pytest.raises(StatusError) as err:
-        registry.store("", "services").create("nope", svc("web"), field_manager="t")
+        await registry.store("", "services").create("nope", svc("web"), field_manager="t")
     assert (err.value.code, err.value.message) == (404, 'namespaces "nope" not found')
 
 
-def test_noop_update_keeps_resource_version(registry):
+async def test_noop_update_keeps_resource_version(registry):
     services = registry.store("", "services")
-    created = services.create("default", svc("web"), field_manager="t")
-    same, _ = services.update("default", "web", created, field_manager="t")
+    created = await services.create("default", svc("web"), field_manager="t")
+    same, _ = await services.update("default", "web", created, field_manager="t")
     assert same["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
-    assert registry.backend.current_revision() == int(created["metadata"]["resourceVersion"])
+    assert await registry.backend.current_revision() == int(created["metadata"]["resourceVersion"])
 
 
-def test_stale_resource_version_is_conflict(registry):
+async def test_stale_resource_version_is_conflict(registry):
     services = registry.store("", "services")
-    created = services.create("default", svc("web"), field_manager="t")
+    created = await services.create("default", svc("web"), field_manager="t")
     newer = dict(created, metadata={**created["metadata"], "labels": {"a": "1"}})
-    services.update("default", "web", newer, field_manager="t")
+    await services.update("default", "web", newer, field_manager="t")
     stale = dict(created, metadata={**created["metadata"], "labels": {"b": "1"}})
     with pytest.raises(StatusError) as err:
-        services.update("default", "web", stale, field_manager="t")
+        await services.update("default", "web", stale, field_manager="t")
     assert err.value.code == 409 and err.value.reason == "Conflict"
 
 
-def test_status_is_only_written_through_the_subresource(registry):
+async def test_status_is_only_written_through_the_subresource(registry):
     services = registry.store("", "services")
-    created = services.create("default", svc("web"), field_manager="t")
+    created = await services.create("default", svc("web"), field_manager="t")
     created["status"] = {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}
-    main, _ = services.update("default", "web", created, field_manager="t")
+    main, _ = await services.update("default", "web", created, field_manager="t")
     assert main["status"] == {"loadBalancer": {}}
-    status, _ = services.update("default", "web", created, field_manager="t", subresource="status")
+    status, _ = await services.update("default", "web", created, field_manager="t", subresource="status")
     assert status["status"]["loadBalancer"]["ingress"] == [{"ip": "192.0.2.1"}]
 
 
-def test_finalizers_hold_deletion_until_removed(registry):
+async def test_finalizers_hold_deletion_until_removed(registry):
     services = registry.store("", "services")
-    services.create("default", svc("web", finalizers=["example.com/x"]), field_manager="t")
-    marked, deleted_now = services.delete("default", "web", {})
+    await services.create("default", svc("web", finalizers=["example.com/x"]), field_manager="t")
+    marked, deleted_now = await services.delete("default", "web", {})
     assert not deleted_now and marked["metadata"]["deletionTimestamp"]
 
     def drop_finalizers(current):
         current["metadata"]["finalizers"] = []
         return current
 
-    services.guaranteed_update("default", "web", drop_finalizers, field_manager="t")
+    await services.guaranteed_update("default", "web", drop_finalizers, field_manager="t")
     with pytest.raises(StatusError) as err:
-        services.get("default", "web")
+        await services.get("default", "web")
     assert err.value.code == 404
 
 
-def test_pod_on_a_node_is_deleted_gracefully(registry):
+async def test_pod_on_a_node_is_deleted_gracefully(registry):
     pods = registry.store("", "pods")
     pod = {"metadata": {"name": "p"}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]}}
-    pods.create("default", pod, field_manager="t")
-    marked, deleted_now = pods.delete("default", "p", {})
+    await pods.create("default", pod, field_manager="t")
+    marked, deleted_now = await pods.delete("default", "p", {})
     assert not deleted_now and marked["metadata"]["deletionGracePeriodSeconds"] == 30
-    _, deleted_now = pods.delete("default", "p", {"gracePeriodSeconds": 0})
+    _, deleted_now = await pods.delete("default", "p", {"gracePeriodSeconds": 0})
     assert deleted_now
 
 
-def test_list_pages_with_continue_bound_to_first_revision(registry):
+async def test_list_pages_with_continue_bound_to_first_revision(registry):
     services = registry.store("", "services")
     for i in range(5):
-        services.create("default", svc(f"s{i}"), field_manager="t")
-    page, meta = services.list("default", ListOptions(limit=2))
+        await services.create("default", svc(f"s{i}"), field_manager="t")
+    page, meta = await services.list("default", ListOptions(limit=2))
     assert [o["metadata"]["name"] for o in page] == ["s0", "s1"] and meta["remainingItemCount"] == 3
-    services.delete("default", "s3", {})
+    await services.delete("default", "s3", {})
     names = [o["metadata"]["name"] for o in page]
     while meta.get("continue"):
-        page, meta = services.list("default", ListOptions(limit=2, continue_token=meta["continue"]))
+        page, meta = await services.list("default", ListOptions(limit=2, continue_token=meta["continue"]))
         names += [o["metadata"]["name"] for o in page]
     assert names == ["s0", "s1", "s2", "s3", "s4"]  # a consistent snapshot: s3 still listed
 
 
-def test_label_selector_pages_fill_up(registry):
+async def test_label_selector_pages_fill_up(registry):
     services = registry.store("", "services")
     for i in range(10):
-        services.create("default", svc(f"s{i}", labels={"even": str(i % 2 == 0).lower()}), field_manager="t")
+        await services.create("default", svc(f"s{i}", labels={"even": str(i % 2 == 0).lower()}), field_manager="t")
     opts = ListOptions(label_selector=parse_label_selector("even=true"), limit=3)
-    page, meta = services.list("default", opts)
+    page, meta = await services.list("default", opts)
     assert [o["metadata"]["name"] for o in page] == ["s0", "s2", "s4"] and meta.get("continue")
 
 
-def test_namespace_delete_marks_terminating(registry):
+async def test_namespace_delete_marks_terminating(registry):
     namespaces = registry.store("", "namespaces")
-    namespaces.create(None, {"metadata": {"name": "x"}}, field_manager="t")
-    marked, deleted_now = namespaces.delete(None, "x", {})
+    await namespaces.create(None, {"metadata": {"name": "x"}}, field_manager="t")
+    marked, deleted_now = await namespaces.delete(None, "x", {})
     assert not deleted_now and marked["status"]["phase"] == "Terminating"
     with pytest.raises(StatusError) as err:
-        registry.store("", "services").create("x", svc("web"), field_manager="t")
+        await registry.store("", "services").create("x", svc("web"), field_manager="t")
     assert err.value.code == 403 and "is being terminated" in err.value.message

@@ -4,14 +4,16 @@ the memory store) and to open_backend."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import random
 import sqlite3
+import threading
 
 import pytest
 
 from kubesvc.storage import MemoryBackend, SQLiteBackend, contract, open_backend
-from kubesvc.storage.base import Backend, Create, Delete, RevisionMismatch, StorageError, Update
+from kubesvc.storage.base import Backend, Create, Delete, KeyValue, RevisionMismatch, StorageError, Update
 
 
 async def run(check, argument) -> None:
@@ -21,7 +23,7 @@ async def run(check, argument) -> None:
 
 
 @pytest.fixture(params=["memory", "sqlite"])
-def make_backend(request, tmp_path):
+async def make_backend(request, tmp_path):
     opened: list[Backend] = []
 
     def make(**options) -> Backend:
@@ -34,7 +36,7 @@ def make_backend(request, tmp_path):
 
     yield make
     for backend in opened:
-        backend.close()
+        await backend.close()
 
 
 @pytest.mark.parametrize("check", contract.CHECKS, ids=lambda check: check.__name__)
@@ -47,6 +49,47 @@ async def test_sqlite_durability(check, tmp_path):
     await run(check, lambda: SQLiteBackend(str(tmp_path / "state.db")))
 
 
+def race_threads(threads: int, attempt) -> list[object]:
+    """Run ``attempt(i)`` on ``threads`` threads released together; each result or exception."""
+    barrier = threading.Barrier(threads)
+    outcomes: list[object] = [None] * threads
+
+    def run_one(i: int) -> None:
+        barrier.wait()
+        try:
+            outcomes[i] = attempt(i)
+        except Exception as error:  # noqa: BLE001 - the outcome under test
+            outcomes[i] = error
+
+    workers = [threading.Thread(target=run_one, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return outcomes
+
+
+async def test_embedded_backends_are_thread_safe(make_backend):
+    """The embedded stores' synchronous primitives from racing threads (a writer thread may call
+    them): one winner per conditional write, every create watched once and in order."""
+    backend = make_backend()
+    base = backend.sync_create(contract.key("a"), b"v0")
+    outcomes = race_threads(20, lambda i: backend.sync_update(contract.key("a"), b"v%d" % i, base.mod_revision))
+    winners = [o for o in outcomes if isinstance(o, KeyValue)]
+    assert len(winners) == 1 and sum(isinstance(o, RevisionMismatch) for o in outcomes) == 19
+
+    start = backend.sync_current_revision()
+    events = aiter(await backend.watch(contract.SERVICES, start))
+    watched = asyncio.ensure_future(contract.receive(events, 400))
+
+    def create_fifty(thread: int) -> list[KeyValue]:
+        return [backend.sync_create(contract.key(f"t{thread}/k{i}"), b"v") for i in range(50)]
+
+    created = [kv for kvs in await asyncio.to_thread(race_threads, 8, create_fifty) for kv in kvs]
+    assert sorted(kv.mod_revision for kv in created) == list(range(start + 1, start + 401))
+    assert [e.kv.mod_revision for e in await watched] == list(range(start + 1, start + 401))
+
+
 def test_sqlite_agrees_with_memory_on_a_random_history(tmp_path):
     """Differential check of the SQL (newest row per name, tombstones, incremental compaction)
     against the reference in-memory store: same outcomes, and the same reads at every revision."""
@@ -56,38 +99,38 @@ def test_sqlite_agrees_with_memory_on_a_random_history(tmp_path):
 
     def outcome(backend: Backend, op):
         try:
-            return backend.txn([op]).results
+            return backend.sync_txn([op]).results
         except StorageError as error:
             return type(error), str(error)
 
     def assert_same_reads() -> None:
-        for revision in range(memory.compact_revision(), memory.current_revision() + 1):
+        for revision in range(memory.compact_revision(), memory.sync_current_revision() + 1):
             for prefix in ("/registry/services/", "/registry/", "/registry/pods/3", ""):
-                assert memory.list(prefix, revision=revision) == sqlite.list(prefix, revision=revision)
-                assert memory.list(prefix, revision=revision, limit=2, start_key="/registry/pods/2") == \
-                    sqlite.list(prefix, revision=revision, limit=2, start_key="/registry/pods/2")
-            assert [memory.get(key, revision) for key in keys] == [sqlite.get(key, revision) for key in keys]
-        assert [memory.count(p) for p in ("/registry/", "/registry/services")] == \
-            [sqlite.count(p) for p in ("/registry/", "/registry/services")]
+                assert memory.sync_list(prefix, revision=revision) == sqlite.sync_list(prefix, revision=revision)
+                assert memory.sync_list(prefix, revision=revision, limit=2, start_key="/registry/pods/2") == \
+                    sqlite.sync_list(prefix, revision=revision, limit=2, start_key="/registry/pods/2")
+            assert [memory.sync_get(key, revision) for key in keys] == [sqlite.sync_get(key, revision) for key in keys]
+        assert [memory.sync_count(p) for p in ("/registry/", "/registry/services")] == \
+            [sqlite.sync_count(p) for p in ("/registry/", "/registry/services")]
 
     for _ in range(400):
         key = rng.choice(keys)
-        current = memory.get(key)
+        current = memory.sync_get(key)
         expected = rng.choice([0, current.mod_revision if current else 0, rng.randint(1, 400)])
         op = rng.choice([Create(key, rng.randbytes(3)), Update(key, rng.randbytes(3), expected), Delete(key, expected)])
         assert outcome(memory, op) == outcome(sqlite, op)
         if rng.random() < 0.03:
             assert_same_reads()
-            target = rng.randint(memory.compact_revision(), memory.current_revision())
-            memory.compact(target)
-            sqlite.compact(target)
+            target = rng.randint(memory.compact_revision(), memory.sync_current_revision())
+            memory.sync_compact(target)
+            sqlite.sync_compact(target)
     assert_same_reads()
-    memory.close()
-    sqlite.close()
+    memory.sync_close()
+    sqlite.sync_close()
 
 
 def test_sqlite_has_kines_table_and_indexes(tmp_path):
-    SQLiteBackend(str(tmp_path / "state.db")).close()
+    SQLiteBackend(str(tmp_path / "state.db")).sync_close()
     db = sqlite3.connect(tmp_path / "state.db")
     columns = [row[1] for row in db.execute("PRAGMA table_info(kine)")]
     indexes = {row[1]: row[2] for row in db.execute("PRAGMA index_list(kine)")}  # name -> unique
@@ -105,17 +148,17 @@ def test_sqlite_has_kines_table_and_indexes(tmp_path):
 
 def test_sqlite_compaction_deletes_superseded_rows_and_tombstones(tmp_path):
     backend = SQLiteBackend(str(tmp_path / "state.db"))
-    backend.create("/a", b"a1")
-    a2 = backend.update("/a", b"a2")
-    backend.create("/b", b"b1")
-    backend.delete("/b")
-    c1 = backend.create("/c", b"c1")
-    c2 = backend.update("/c", b"c2")
-    backend.compact(c1.mod_revision)
+    backend.sync_create("/a", b"a1")
+    a2 = backend.sync_update("/a", b"a2")
+    backend.sync_create("/b", b"b1")
+    backend.sync_delete("/b")
+    c1 = backend.sync_create("/c", b"c1")
+    c2 = backend.sync_update("/c", b"c2")
+    backend.sync_compact(c1.mod_revision)
     db = sqlite3.connect(tmp_path / "state.db")
     rows = db.execute("SELECT name, id FROM kine ORDER BY id").fetchall()
     db.close()
-    backend.close()
+    backend.sync_close()
     assert rows == [("/a", a2.mod_revision), ("/c", c1.mod_revision), ("/c", c2.mod_revision)]
 
 
@@ -124,19 +167,19 @@ def test_sqlite_unique_name_prev_revision_guard_is_a_conflict(tmp_path):
     the file) makes its conditional write collide on UNIQUE(name, prev_revision)."""
     path = str(tmp_path / "state.db")
     backend = SQLiteBackend(path)
-    first = backend.create("/k", b"v1")
-    second = backend.update("/k", b"v2")
-    backend.compact(second.mod_revision)  # frees id 1, which the intruder reuses below
+    first = backend.sync_create("/k", b"v1")
+    second = backend.sync_update("/k", b"v2")
+    backend.sync_compact(second.mod_revision)  # frees id 1, which the intruder reuses below
     intruder = sqlite3.connect(path)
     with intruder:
         intruder.execute("INSERT INTO kine VALUES (?, '/k', 0, 0, ?, ?, x'00', x'00')",
                          (first.mod_revision, first.create_revision, second.mod_revision))
     intruder.close()
     with pytest.raises(RevisionMismatch) as conflict:
-        backend.update("/k", b"v3", expected_revision=second.mod_revision)
+        backend.sync_update("/k", b"v3", expected_revision=second.mod_revision)
     assert conflict.value.actual == second.mod_revision
-    assert backend.current_revision() == second.mod_revision
-    backend.close()
+    assert backend.sync_current_revision() == second.mod_revision
+    backend.sync_close()
 
 
 @pytest.mark.parametrize(
@@ -148,7 +191,7 @@ def test_sqlite_unique_name_prev_revision_guard_is_a_conflict(tmp_path):
 def test_open_backend(spec, kind, tmp_path):
     backend = open_backend(spec.replace("/ABS", str(tmp_path / "elsewhere.db")), str(tmp_path / "data"))
     assert isinstance(backend, kind)
-    backend.close()
+    backend.sync_close()
     if spec == "sqlite":
         assert (tmp_path / "data" / "state.db").exists()
     if spec.startswith("sqlite://"):

@@ -37,9 +37,9 @@ def test_commits_do_not_checkpoint(tmp_path):
     backend = SQLiteBackend(str(db))
     backend.checkpointer.close()  # nothing checkpoints now, unless a commit does
     for i in range(3000):
-        backend.create(f"/registry/services/specs/default/s{i}", VALUE)
+        backend.sync_create(f"/registry/services/specs/default/s{i}", VALUE)
     assert wal_bytes(db) > 8 * 2**20
-    backend.close()
+    backend.sync_close()
 
 
 def test_idle_store_truncates_its_wal_and_keeps_everything(tmp_path):
@@ -47,15 +47,15 @@ def test_idle_store_truncates_its_wal_and_keeps_everything(tmp_path):
     backend = SQLiteBackend(str(db))
     backend.checkpointer.idle_seconds = 0.2
     for i in range(2000):
-        backend.create(f"/registry/services/specs/default/s{i}", VALUE)
+        backend.sync_create(f"/registry/services/specs/default/s{i}", VALUE)
     assert wal_bytes(db) > 2**20
     assert wait_until(lambda: backend.checkpointer.truncates >= 1), "an idle store's WAL is truncated"
     assert wal_bytes(db) == 0
-    assert len(backend.list("/registry/services/").kvs) == 2000
-    backend.close()
+    assert len(backend.sync_list("/registry/services/").kvs) == 2000
+    backend.sync_close()
     reopened = SQLiteBackend(str(db))
-    assert len(reopened.list("/registry/services/").kvs) == 2000
-    reopened.close()
+    assert len(reopened.sync_list("/registry/services/").kvs) == 2000
+    reopened.sync_close()
 
 
 def test_wal_stays_bounded_under_continuous_writes(tmp_path):
@@ -67,11 +67,11 @@ def test_wal_stays_bounded_under_continuous_writes(tmp_path):
     checkpointer.idle_seconds = 3600  # never idle here
     checkpointer.kick_every = 50
     for i in range(8000):
-        backend.create(f"/registry/services/specs/default/s{i:05d}", VALUE)
+        backend.sync_create(f"/registry/services/specs/default/s{i:05d}", VALUE)
     assert checkpointer.catch_ups >= 1
     assert wal_bytes(db) < 4 * checkpointer.catch_up_frames * 4096
-    assert len(backend.list("/registry/services/").kvs) == 8000
-    backend.close()
+    assert len(backend.sync_list("/registry/services/").kvs) == 8000
+    backend.sync_close()
 
 
 
@@ -86,14 +86,14 @@ def test_wal_stays_bounded_when_the_checkpointer_never_runs(tmp_path):
     checkpointer.kick_every = 10**9
     checkpointer.idle_seconds = 3600
     for i in range(8000):
-        backend.create(f"/registry/services/specs/default/s{i:05d}", VALUE)
+        backend.sync_create(f"/registry/services/specs/default/s{i:05d}", VALUE)
     assert checkpointer.passive_runs <= 1 and checkpointer.catch_ups == 0  # at most the run already waiting when interval changed
     assert wal_bytes(db) < 3 * 2000 * 4096
-    assert len(backend.list("/registry/services/").kvs) == 8000
-    backend.close()
+    assert len(backend.sync_list("/registry/services/").kvs) == 8000
+    backend.sync_close()
     reopened = SQLiteBackend(str(db))
-    assert len(reopened.list("/registry/services/").kvs) == 8000
-    reopened.close()
+    assert len(reopened.sync_list("/registry/services/").kvs) == 8000
+    reopened.sync_close()
 
 
 _WRITER = textwrap.dedent("""
@@ -102,7 +102,7 @@ _WRITER = textwrap.dedent("""
     backend = SQLiteBackend(sys.argv[1])
     backend.checkpointer.close()  # every acknowledged write stays in the WAL only
     for i in range(100000):
-        backend.create(f"/registry/configmaps/default/c{i}", b"v%d" % i)
+        backend.sync_create(f"/registry/configmaps/default/c{i}", b"v%d" % i)
         print(i, flush=True)  # acknowledged
 """)
 
@@ -122,7 +122,7 @@ def test_acknowledged_writes_survive_kill_9(tmp_path):
     writer.stdout.close()
     assert wal_bytes(db) > 0, "the writes were in the WAL, not checkpointed"
     backend = SQLiteBackend(str(db))
-    stored = {kv.key: kv.value for kv in backend.list("/registry/configmaps/").kvs}
-    backend.close()
+    stored = {kv.key: kv.value for kv in backend.sync_list("/registry/configmaps/").kvs}
+    backend.sync_close()
     for i in range(acknowledged + 1):
         assert stored[f"/registry/configmaps/default/c{i}"] == b"v%d" % i

@@ -237,7 +237,7 @@ async def status_middleware(request: web.Request, handler) -> web.StreamResponse
     started = time.monotonic()
     code = 500
     try:
-        authorize_request(request)
+        await authorize_request(request)
         response = await handler(request)
         code = response.status
         return response
@@ -258,10 +258,10 @@ async def status_middleware(request: web.Request, handler) -> web.StreamResponse
         _observe(request, code, time.monotonic() - started)
 
 
-def authorize_request(request: web.Request) -> None:
+async def authorize_request(request: web.Request) -> None:
     """Authentication, then authorization (upstream WithAuthentication -> WithImpersonation ->
     WithAuthorization): ``request["user"]`` is who asks, ``request["request_info"]`` what."""
-    user = request.app["authenticator"].authenticate(request)
+    user = await request.app["authenticator"].authenticate(request)
     user = impersonate(request.headers, request.path, user, request.app["authorizer"])
     info = request.get("request_info") or request_info(request.method, request.path, request.query)  # the in-flight filter's, if it ran
     request["user"], request["request_info"] = user, info

@@ -456,11 +456,11 @@ class WatchCache:
         self.ready = False  # loaded and fed by a live storage watch; else storage answers
 
     # ---- feeding -----------------------------------------------------------------------------
-    def start(self) -> asyncio.Task:
+    async def start(self) -> asyncio.Task:
         """Load the state and start the pump (returns its task, to cancel at stop). A failed
         load is the pump's to retry; storage answers meanwhile."""
         try:
-            self._load()
+            await self._load()
         except Exception:  # noqa: BLE001 - the apiserver serves from storage until the pump loads
             log.exception("watch cache: loading failed; lists and watches go to storage until it loads")
             self._reset()
@@ -479,19 +479,19 @@ class WatchCache:
         self._advanced.set()
         self._advanced = asyncio.Event()
 
-    def _load(self) -> None:
+    async def _load(self) -> None:
         self._reset()
         backend = self.backend
-        current, compacted = backend.current_revision(), backend.compact_revision()
+        current, compacted = await backend.current_revision(), backend.compact_revision()
         start = max(compacted, current - self.capacity, min(current, 1))
         self._cachers = {info.key_prefix(): Cacher(info, start, self.capacity) for info in self._kinds}
         self._by_kind = {(c.info.group, c.info.resource): c for c in self._cachers.values()}
-        for kv in backend.list("", revision=start).kvs:
+        for kv in (await backend.list("", revision=start)).kvs:
             cacher = self._cacher_for(kv.key)
             if cacher is not None:
                 cacher.load(kv)
         self.revision = start
-        self._watch = backend.watch("", start)
+        self._watch = await backend.watch("", start)
         self.ready = True
 
     def _cacher_for(self, key: str) -> Cacher | None:
@@ -510,12 +510,12 @@ class WatchCache:
         while True:
             try:
                 if self._watch is None:
-                    self._load()
+                    await self._load()
                 async for batch in self._watch:
                     self._apply(batch)
                     failures = 0
                 # the storage ended the watch (this pump fell behind): resume where the cache is
-                self._watch = self.backend.watch("", self.revision)
+                self._watch = await self.backend.watch("", self.revision)
             except storage.Compacted:
                 log.warning("watch cache fell behind the compaction point at %d: reloading", self.revision)
                 self._reset()
@@ -560,7 +560,7 @@ class WatchCache:
         longer than FRESHNESS_TIMEOUT or the cache is not ready (the caller then reads storage)."""
         if not self.ready:
             return False
-        target = self.backend.current_revision()
+        target = await self.backend.current_revision()
         if self.revision >= target:
             return True
         loop = asyncio.get_running_loop()
@@ -584,7 +584,7 @@ class WatchCache:
         cacher = self.cacher(info)
         if cacher is None or not self.ready or opts.resource_version_match == "Exact":
             return None
-        if opts.resource_version and opts.resource_version > self.backend.current_revision():
+        if opts.resource_version and opts.resource_version > await self.backend.current_revision():
             return None  # storage's answer for a future revision
         if not await self.fresh():
             return None
@@ -606,7 +606,7 @@ class WatchCache:
         if cacher is None or not self.ready:
             return None
         after = opts.resource_version or 0
-        current = self.backend.current_revision()
+        current = await self.backend.current_revision()
         if after > current:
             raise StatusError(504, "Timeout", f"Too large resource version: {after}, current: {current}")
         if not await self.fresh():

@@ -133,24 +133,24 @@ class MasterLeases:
         return json.dumps({"kind": "Endpoints", "apiVersion": "v1", "metadata": {"name": ip},
                            "subsets": [{"addresses": [{"ip": ip}]}], "expiresAt": rfc3339(expires)}).encode()
 
-    def update(self, ip: str) -> None:
+    async def update(self, ip: str) -> None:
         key, value = LEASE_PREFIX + ip, self._value(ip, self.clock.now() + self.ttl)
         for _ in range(5):  # another apiserver of the same address racing: write after it
-            current = self.backend.get(key)
+            current = await self.backend.get(key)
             try:
                 if current is None:
-                    self.backend.create(key, value)
+                    await self.backend.create(key, value)
                 else:
-                    self.backend.update(key, value, current.mod_revision)
+                    await self.backend.update(key, value, current.mod_revision)
                 return
             except (storage.KeyExists, storage.RevisionMismatch, storage.KeyNotFound):
                 continue
 
-    def live(self) -> list[str]:
+    async def live(self) -> list[str]:
         """The addresses of unexpired leases (expired ones are deleted)."""
         now = self.clock.now()
         ips = []
-        for kv in self.backend.list(LEASE_PREFIX).kvs:
+        for kv in (await self.backend.list(LEASE_PREFIX)).kvs:
             try:
                 lease = json.loads(kv.value)
                 ip = lease["subsets"][0]["addresses"][0]["ip"]
@@ -159,16 +159,16 @@ class MasterLeases:
                 ip, expired = "", True
             if expired:
                 try:
-                    self.backend.delete(kv.key, kv.mod_revision)
+                    await self.backend.delete(kv.key, kv.mod_revision)
                 except storage.StorageError:
                     pass  # renewed or removed meanwhile
             elif ip:
                 ips.append(ip)
         return ips
 
-    def remove(self, ip: str) -> None:
+    async def remove(self, ip: str) -> None:
         try:
-            self.backend.delete(LEASE_PREFIX + ip)
+            await self.backend.delete(LEASE_PREFIX + ip)
         except storage.KeyNotFound:
             pass
 
@@ -199,71 +199,71 @@ class EndpointReconciler:
     def enabled(self) -> bool:
         return reachable_address(self.advertise)
 
-    def reconcile(self, reconcile_ports: bool = False) -> None:
+    async def reconcile(self, reconcile_ports: bool = False) -> None:
         """``ReconcileEndpoints``: renew our lease, then make the objects match the live leases."""
         if not self.enabled or self._stopping:
             return
-        self.leases.update(self.advertise)
-        self._sync(reconcile_ports)
+        await self.leases.update(self.advertise)
+        await self._sync(reconcile_ports)
 
-    def remove(self) -> None:
+    async def remove(self) -> None:
         """``StopReconciling`` + ``RemoveEndpoints``: our address leaves now."""
         if not self.enabled:
             return
         self._stopping = True
-        self.leases.remove(self.advertise)
-        self._sync(reconcile_ports=True)
+        await self.leases.remove(self.advertise)
+        await self._sync(reconcile_ports=True)
 
-    def _sync(self, reconcile_ports: bool) -> None:
-        ips = self.leases.live()
+    async def _sync(self, reconcile_ports: bool) -> None:
+        ips = await self.leases.live()
         if not ips and not self._stopping:
             raise RuntimeError(NO_LEASES)
-        current = self._get(self.endpoints)
+        current = await self._get(self.endpoints)
         desired = reconciled_endpoints(current, ips, self.ports, reconcile_ports)
         if desired is None:
             endpoints = current
         else:
             log.warning("resetting endpoints for master service %r to %s", NAME, sorted(ips))
-            endpoints = self._write(self.endpoints, current, desired)
-        self._ensure_slice(endpoints)
+            endpoints = await self._write(self.endpoints, current, desired)
+        await self._ensure_slice(endpoints)
 
-    def _get(self, store) -> dict | None:
+    async def _get(self, store) -> dict | None:
         try:
-            return store.get(NAMESPACE, NAME)
+            return await store.get(NAMESPACE, NAME)
         except StatusError as err:
             if err.code == 404:
                 return None
             raise
 
-    def _write(self, store, current: dict | None, desired: dict) -> dict:
+    async def _write(self, store, current: dict | None, desired: dict) -> dict:
         if current is None:
             try:
-                return store.create(NAMESPACE, desired, field_manager=FIELD_MANAGER)
+                return await store.create(NAMESPACE, desired, field_manager=FIELD_MANAGER)
             except StatusError as err:
                 if err.code != 409:
                     raise
                 return desired  # another apiserver made it: the next pass looks again
-        result, _ = store.update(NAMESPACE, NAME, desired, field_manager=FIELD_MANAGER)
+        result, _ = await store.update(NAMESPACE, NAME, desired, field_manager=FIELD_MANAGER)
         return result
 
-    def _ensure_slice(self, endpoints: dict) -> None:
+    async def _ensure_slice(self, endpoints: dict) -> None:
         desired = endpoint_slice_for(endpoints)
-        current = self._get(self.slices)
+        current = await self._get(self.slices)
         if current is not None and current.get("addressType") != desired["addressType"]:
-            self.slices.delete(NAMESPACE, NAME, {})  # a family change needs a new slice
+            await self.slices.delete(NAMESPACE, NAME, {})  # a family change needs a new slice
             current = None
         if current is None:
-            self._write(self.slices, None, desired)
+            await self._write(self.slices, None, desired)
         elif slice_differs(current, desired):
             updated = {**desired, "metadata": {**current["metadata"], "labels": desired["metadata"]["labels"]}}
-            self._write(self.slices, current, updated)
+            await self._write(self.slices, current, updated)
 
     async def run(self, interval: float = INTERVAL) -> None:
         """First pass reconciles ports too, as upstream's start; then every ``interval``."""
         reconcile_ports = True
         while True:
             try:
-                self.reconcile(reconcile_ports)
+                await self.reconcile(reconcile_ports)
                 reconcile_ports = False
             except Exception as err:  # noqa: BLE001 - a conflict or a store hiccup: the next pass retries
                 log.warning("unable to sync kubernetes service endpoints: %s", err)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 
 from kubesvc.api.errors import StatusError
-from kubesvc.api.events import ALREADY_EXISTS, NOT_FOUND, Bump, Step, record_steps, run_steps
+from kubesvc.api.events import ALREADY_EXISTS, NOT_FOUND, Bump, Step, record_steps
 from kubesvc.apiserver.registry.store import Registry
 from kubesvc.util.clock import Clock
 
@@ -32,30 +32,35 @@ class EventRecorder:
         self.action = action
         self._recorded: dict[tuple, dict] = {}  # (uid or name, type, reason, message) -> the Event
 
-    def event(self, obj: dict, type_: str, reason: str, message: str, action: str | None = None) -> None:
+    async def event(self, obj: dict, type_: str, reason: str, message: str, action: str | None = None) -> None:
         """Record one occurrence; never raises (an event is best effort, as upstream's)."""
         try:
-            self._record(obj, type_, reason, message, action if action is not None else self.action)
+            await self._record(obj, type_, reason, message, action if action is not None else self.action)
         except StatusError as exc:
             log.warning("cannot record event %s %s: %s", reason, message, exc.message)
 
-    def _record(self, obj: dict, type_: str, reason: str, message: str, action: str) -> None:
+    async def _record(self, obj: dict, type_: str, reason: str, message: str, action: str) -> None:
         steps = record_steps(self._recorded, obj, type_, reason, message, component=self.component, action=action, now=self.clock.now())
-        run_steps(steps, self._carry_out)
+        try:  # run_steps's loop, with each step's write awaited
+            step = next(steps)
+            while True:
+                step = steps.send(await self._carry_out(step))
+        except StopIteration:
+            pass
 
-    def _carry_out(self, step: Step) -> dict | str:
+    async def _carry_out(self, step: Step) -> dict | str:
         if isinstance(step, Bump):
             def bump(current: dict) -> dict:
                 current["count"], current["lastTimestamp"] = step.count, step.last_timestamp
                 return current
             try:
-                return self.events.guaranteed_update(step.namespace, step.name, bump, field_manager=FIELD_MANAGER)
+                return await self.events.guaranteed_update(step.namespace, step.name, bump, field_manager=FIELD_MANAGER)
             except StatusError as exc:
                 if exc.code == 404:
                     return NOT_FOUND
                 raise
         try:
-            return self.events.create(step.event["metadata"]["namespace"], step.event, field_manager=FIELD_MANAGER)
+            return await self.events.create(step.event["metadata"]["namespace"], step.event, field_manager=FIELD_MANAGER)
         except StatusError as exc:
             if exc.code == 409:
                 return ALREADY_EXISTS

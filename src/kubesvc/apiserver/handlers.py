@@ -115,7 +115,7 @@ def _check_name_and_namespace(target: Target, obj: dict) -> None:
 
 
 async def get_object(request: web.Request, target: Target) -> web.Response:
-    obj = target.store.get(target.namespace, target.name)
+    obj = await target.store.get(target.namespace, target.name)
     return render(request, target.info, obj)
 
 
@@ -134,7 +134,7 @@ async def list_objects(request: web.Request, target: Target) -> web.Response:
         head = codec.to_json({"kind": info.list_kind, "apiVersion": info.api_version, "metadata": page.meta})
         body = b"".join((head[:-1], b',"items":[', b",".join([obj.raw for obj in page.items]), b"]}"))
         return web.Response(body=body, content_type="application/json")
-    items, list_meta = target.store.list(target.namespace, opts)
+    items, list_meta = await target.store.list(target.namespace, opts)
     if codec.wants_table(request.headers.get("Accept")):
         table = to_table(info, items, include_object=codec.include_object_mode(request.query), now=request.app["clock"].now(), list_meta=list_meta)
         return json_response(table)
@@ -147,13 +147,13 @@ async def create_object(request: web.Request, target: Target) -> web.Response:
     obj, warnings = _decode_write_body(await request.read(), request, info, opts.field_validation)
     _check_name_and_namespace(target, obj)
     await wait_for_admission(request, target, obj)
-    created = target.store.create(target.namespace, obj, field_manager=opts.field_manager, dry_run=opts.dry_run)
+    created = await target.store.create(target.namespace, obj, field_manager=opts.field_manager, dry_run=opts.dry_run)
     return render(request, info, created, 201, _warning_headers(warnings))
 
 
 async def wait_for_admission(request: web.Request, target: Target, obj: dict) -> None:
     """Admission plugins that may wait for what they look up (upstream's retried lookups,
-    e.g. ServiceAccount's for ``default``) before the store's synchronous create."""
+    e.g. ServiceAccount's for ``default``) before the store's create, which never waits."""
     for wait in request.app.get("admission_waits", ()):
         await wait(target.info, target.namespace, obj)
 
@@ -163,7 +163,7 @@ async def update_object(request: web.Request, target: Target) -> web.Response:
     opts = codec.write_options(request.query, request.headers.get("User-Agent"))
     obj, warnings = _decode_write_body(await request.read(), request, info, opts.field_validation)
     _check_name_and_namespace(target, obj)
-    result, created = target.store.update(target.namespace, target.name, obj, field_manager=opts.field_manager,
+    result, created = await target.store.update(target.namespace, target.name, obj, field_manager=opts.field_manager,
                                           subresource=target.subresource, dry_run=opts.dry_run)
     return render(request, info, result, 201 if created else 200, _warning_headers(warnings))
 
@@ -194,7 +194,7 @@ async def patch_object(request: web.Request, target: Target) -> web.Response:
         warnings[:] = found
         return decoded
 
-    result = target.store.guaranteed_update(target.namespace, target.name, mutate, field_manager=opts.field_manager,
+    result = await target.store.guaranteed_update(target.namespace, target.name, mutate, field_manager=opts.field_manager,
                                             subresource=target.subresource, dry_run=opts.dry_run)
     return render(request, info, result, 200, _warning_headers(warnings))
 
@@ -218,8 +218,8 @@ async def _server_side_apply(request: web.Request, target: Target, opts: codec.W
             raise StatusError(status["code"], status["reason"], status["message"], status.get("details")) from None
 
     for _attempt in range(3):
-        if store.backend.get(info.key(target.namespace, target.name)) is not None:
-            result = store.guaranteed_update(target.namespace, target.name, applied, field_manager=opts.field_manager,
+        if await store.backend.get(info.key(target.namespace, target.name)) is not None:
+            result = await store.guaranteed_update(target.namespace, target.name, applied, field_manager=opts.field_manager,
                                              subresource=target.subresource, dry_run=opts.dry_run, track=False)
             return render(request, info, result, 200, _warning_headers(warnings))
         if target.subresource:
@@ -228,7 +228,7 @@ async def _server_side_apply(request: web.Request, target: Target, opts: codec.W
         new.setdefault("metadata", {})["name"] = target.name
         await wait_for_admission(request, target, new)
         try:
-            created = store.create(target.namespace, new, field_manager=opts.field_manager, dry_run=opts.dry_run, managed=False)
+            created = await store.create(target.namespace, new, field_manager=opts.field_manager, dry_run=opts.dry_run, managed=False)
         except StatusError as create_error:
             if create_error.code == 409 and create_error.reason == "AlreadyExists":
                 continue  # created meanwhile by someone else: apply to theirs
@@ -279,7 +279,7 @@ async def delete_object(request: web.Request, target: Target) -> web.Response:
     info = target.info
     options = await delete_options(request)
     dry_run = codec.write_options(request.query, request.headers.get("User-Agent")).dry_run or options.get("dryRun") == ["All"]
-    obj, deleted_now = target.store.delete(target.namespace, target.name, options, dry_run=dry_run)
+    obj, deleted_now = await target.store.delete(target.namespace, target.name, options, dry_run=dry_run)
     if info.kind == "Namespace" and not dry_run:
         request.app["namespace_finalizer"].kick()
     if info.delete_returns_object or not deleted_now:
@@ -298,9 +298,9 @@ async def delete_collection(request: web.Request, target: Target) -> web.Respons
     opts = list_options(request.query, info)
     options = await delete_options(request)
     dry_run = codec.write_options(request.query, request.headers.get("User-Agent")).dry_run
-    deleted = target.store.delete_collection(target.namespace, opts, options, dry_run=dry_run)
+    deleted = await target.store.delete_collection(target.namespace, opts, options, dry_run=dry_run)
     return json_response({"kind": info.list_kind, "apiVersion": info.api_version,
-                          "metadata": {"resourceVersion": str(target.store.backend.current_revision())}, "items": deleted})
+                          "metadata": {"resourceVersion": str(await target.store.backend.current_revision())}, "items": deleted})
 
 
 # ---- the Pod's action subresources -----------------------------------------------------------
@@ -314,7 +314,7 @@ async def create_binding(request: web.Request, target: Target) -> web.Response:
     binding, warnings = _decode_write_body(await request.read(), request, BINDING_INFO, opts.field_validation)
     _check_name_and_namespace(Target(target.store, target.namespace, None), binding)
     name = target.name if target.name is not None else (binding.get("metadata") or {}).get("name", "")
-    bind_pod(target.store, target.namespace or "", name, binding, dry_run=opts.dry_run)
+    await bind_pod(target.store, target.namespace or "", name, binding, dry_run=opts.dry_run)
     return json_response(SUCCESS_CREATED, 201, _warning_headers(warnings))
 
 
@@ -358,7 +358,7 @@ async def create_unstored(request: web.Request, info: KindInfo, key: tuple[str, 
 
 async def read_pod_log(request: web.Request, target: Target) -> web.StreamResponse:
     """``GET pods/NAME/log``: the container's log, streamed from its node agent."""
-    location = log_location(target.store, target.namespace or "", target.name or "", PodLogOptions.from_query(request.query))
+    location = await log_location(target.store, target.namespace or "", target.name or "", PodLogOptions.from_query(request.query))
     if location is None:
         return web.Response(status=204)  # not on a node yet: no log, no content (upstream StreamObject)
     return await request.app["kubelet_client"].stream(request, location, resource="pods/log", name=target.name or "")

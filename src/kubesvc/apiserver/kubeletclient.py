@@ -172,7 +172,7 @@ def kubelet_api_admin_binding(user: str) -> dict:
             "subjects": [kubelet_api_admin_subject(user)]}
 
 
-def ensure_kubelet_api_admin_binding(registry, user: str, field_manager: str = "kube-apiserver") -> None:
+async def ensure_kubelet_api_admin_binding(registry, user: str, field_manager: str = "kube-apiserver") -> None:
     """Bind ``user`` to ``system:kubelet-api-admin``: the binding is created if missing, and the
     user added to its subjects if someone replaced them (other subjects are kept)."""
     bindings = registry.store(RBAC_GROUP, "clusterrolebindings")
@@ -180,11 +180,11 @@ def ensure_kubelet_api_admin_binding(registry, user: str, field_manager: str = "
         return
     subject = kubelet_api_admin_subject(user)
     try:
-        current = bindings.get(None, KUBELET_API_ADMIN_BINDING)
+        current = await bindings.get(None, KUBELET_API_ADMIN_BINDING)
     except StatusError as exc:
         if exc.code != 404:
             raise
-        bindings.create(None, kubelet_api_admin_binding(user), field_manager=field_manager)
+        await bindings.create(None, kubelet_api_admin_binding(user), field_manager=field_manager)
         return
     if subject in (current.get("subjects") or []):
         return
@@ -194,7 +194,7 @@ def ensure_kubelet_api_admin_binding(registry, user: str, field_manager: str = "
             obj["subjects"] = [*(obj.get("subjects") or []), subject]
         return obj
 
-    bindings.guaranteed_update(None, KUBELET_API_ADMIN_BINDING, add_subject, field_manager=field_manager)
+    await bindings.guaranteed_update(None, KUBELET_API_ADMIN_BINDING, add_subject, field_manager=field_manager)
 
 
 class KubeletClient:

@@ -35,15 +35,15 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 RECONCILE_INTERVAL = 1.0
 
 
-def ensure_system_namespaces(registry: Registry) -> list[str]:
+async def ensure_system_namespaces(registry: Registry) -> list[str]:
     """Create the system namespaces that are missing; the names created."""
     namespaces = registry.store("", "namespaces")
     created = []
     for name in SYSTEM_NAMESPACES:
-        if namespaces.backend.get(namespaces.info.key(None, name)) is not None:
+        if await namespaces.backend.get(namespaces.info.key(None, name)) is not None:
             continue
         try:
-            namespaces.create(None, {"metadata": {"name": name}}, field_manager=FIELD_MANAGER)
+            await namespaces.create(None, {"metadata": {"name": name}}, field_manager=FIELD_MANAGER)
         except StatusError as exc:
             if exc.code != 409:  # AlreadyExists: someone else was quicker
                 raise
@@ -62,13 +62,13 @@ class KubernetesService:
     def desired_ports(self) -> list[dict]:
         return [{"name": "https", "protocol": "TCP", "port": 443, "targetPort": self.port}]
 
-    def ensure(self) -> None:
+    async def ensure(self) -> None:
         try:
-            current = self.services.get(NAMESPACE, NAME)
+            current = await self.services.get(NAMESPACE, NAME)
         except StatusError as exc:
             if exc.code != 404:
                 raise
-            self._create()
+            await self._create()
             return
         spec = current.get("spec") or {}
         if spec.get("ports") != self.desired_ports() or spec.get("type") != "ClusterIP":
@@ -76,12 +76,12 @@ class KubernetesService:
                 obj["spec"]["ports"] = self.desired_ports()
                 obj["spec"]["type"] = "ClusterIP"
                 return obj
-            self.services.guaranteed_update(NAMESPACE, NAME, fix, field_manager=FIELD_MANAGER)
+            await self.services.guaranteed_update(NAMESPACE, NAME, fix, field_manager=FIELD_MANAGER)
 
-    def exists(self) -> bool:
-        return self.services.backend.get(self.services.info.key(NAMESPACE, NAME)) is not None
+    async def exists(self) -> bool:
+        return await self.services.backend.get(self.services.info.key(NAMESPACE, NAME)) is not None
 
-    def _create(self) -> None:
+    async def _create(self) -> None:
         service = {
             "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": {"provider": "kubernetes", "component": "apiserver"}},
             "spec": {
@@ -93,7 +93,7 @@ class KubernetesService:
             },
         }
         try:
-            self.services.create(NAMESPACE, service, field_manager=FIELD_MANAGER)
+            await self.services.create(NAMESPACE, service, field_manager=FIELD_MANAGER)
         except StatusError as exc:
             if exc.message != self._last_error:  # once, not every pass of the loop
                 log.error("cannot create the kubernetes Service: %s", exc.message)
@@ -108,18 +108,18 @@ class SystemObjects:
         self.service = service
         self.interval = interval
 
-    def reconcile(self) -> None:
-        for name in ensure_system_namespaces(self.registry):
+    async def reconcile(self) -> None:
+        for name in await ensure_system_namespaces(self.registry):
             log.warning("recreated namespace %s", name)
-        if not self.service.exists():
-            self.service.ensure()
-            if self.service.exists():
+        if not await self.service.exists():
+            await self.service.ensure()
+            if await self.service.exists():
                 log.warning("recreated service %s/%s", NAMESPACE, NAME)
 
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
             try:
-                self.reconcile()
+                await self.reconcile()
             except Exception:  # keep the loop alive; the next pass retries
                 log.exception("keeping the system namespaces and the kubernetes Service failed")

@@ -89,12 +89,12 @@ class InFlight:
             self.read_only -= 1
 
 
-def _privileged(request: web.Request) -> bool:
+async def _privileged(request: web.Request) -> bool:
     """Is the request's user (as authenticated and impersonated) in ``system:masters``? Any
     credential problem is not: the 429 stands."""
     app = request.app
     try:
-        user = app["authenticator"].authenticate(request)
+        user = await app["authenticator"].authenticate(request)
         user = impersonate(request.headers, request.path, user, app["authorizer"])
     except StatusError:
         return False
@@ -112,7 +112,7 @@ async def in_flight_middleware(request: web.Request, handler) -> web.StreamRespo
         return await handler(request)
     mutating = is_mutating(info)
     if not buckets.try_acquire(mutating):
-        if _privileged(request):
+        if await _privileged(request):
             return await handler(request)
         refusal = too_many_requests()
         return json_response(refusal.status(), 429, {"Retry-After": str(RETRY_AFTER_SECONDS)})

@@ -103,9 +103,9 @@ class NamespaceFinalizer:
     def kick(self) -> None:
         self._loop.kick()
 
-    def sweep(self) -> None:
+    async def sweep(self) -> None:
         namespaces = self.registry.store("", "namespaces")
-        items, _ = namespaces.list(None, ListOptions())
+        items, _ = await namespaces.list(None, ListOptions())
         for ns in items:
             meta = ns["metadata"]
             if not meta.get("deletionTimestamp"):
@@ -113,8 +113,8 @@ class NamespaceFinalizer:
             name = meta["name"]
             remaining = 0
             for store in self.registry.namespaced_stores():
-                store.delete_collection(name, ListOptions(), {"gracePeriodSeconds": 0})
-                remaining += len(store.list(name, ListOptions(limit=1))[0])
+                await store.delete_collection(name, ListOptions(), {"gracePeriodSeconds": 0})
+                remaining += len((await store.list(name, ListOptions(limit=1)))[0])
             if remaining:
                 continue
 
@@ -124,17 +124,17 @@ class NamespaceFinalizer:
                 return current
 
             with contextlib.suppress(StatusError):
-                namespaces.guaranteed_update(None, name, drop_kubernetes_finalizer, field_manager=FIELD_MANAGER, subresource="finalize")
+                await namespaces.guaranteed_update(None, name, drop_kubernetes_finalizer, field_manager=FIELD_MANAGER, subresource="finalize")
 
     async def run(self) -> None:
         await self._loop.run()
 
 
-def bootstrap(registry: Registry) -> None:
-    ensure_system_namespaces(registry)
+async def bootstrap(registry: Registry) -> None:
+    await ensure_system_namespaces(registry)
 
 
-def build_control_plane(backend, clock: Clock, cidrs: list[str], node_port_range: str = "30000-32767", *,
+async def build_control_plane(backend, clock: Clock, cidrs: list[str], node_port_range: str = "30000-32767", *,
                         static_subrange: bool = True, node_port_static_subrange: bool = True,
                         metrics_registry: CollectorRegistry | None = None,
                         authorization: Authorization | None = None,
@@ -154,12 +154,12 @@ def build_control_plane(backend, clock: Clock, cidrs: list[str], node_port_range
     strategies = NamespaceLifecycle().strategies(strategies)  # always on
     registry = Registry(all_kinds(), backend, clock, strategies)
     allocators.attach(registry)
-    bootstrap(registry)
+    await bootstrap(registry)
     if authorization is not None:
-        authorization.attach(registry)
-    controller = ensure_default_service_cidr(registry, [r.cidr for r in allocators.flag_ranges])
+        await authorization.attach(registry)
+    controller = await ensure_default_service_cidr(registry, [r.cidr for r in allocators.flag_ranges])
     allocators.service_cidr_controller = controller
-    allocators.load()
+    await allocators.load()
     return registry, allocators
 
 
@@ -219,7 +219,7 @@ class APIServer:
         cidrs = [c.strip() for c in config.service_cluster_ip_range.split(",") if c.strip()]
         self.authorization = Authorization(config.authorization_modes)
         admission = [ServiceAccountAdmission(lambda: self.registry)] if SERVICE_ACCOUNT in config.admission_plugins else []
-        self.registry, self.allocators = build_control_plane(
+        self.registry, self.allocators = await build_control_plane(
             self.backend, self.clock, cidrs, config.service_node_port_range,
             static_subrange=config.feature_gates.get("ServiceIPStaticSubrange", True),
             node_port_static_subrange=config.feature_gates.get("ServiceNodePortStaticSubrange", True), metrics_registry=metrics_registry,
@@ -233,14 +233,14 @@ class APIServer:
         sock = _listening_socket(config.bind_address, config.secure_port)
         self.port = sock.getsockname()[1]
         kubernetes_service = KubernetesService(self.registry, self.allocators, self.port)
-        kubernetes_service.ensure()
+        await kubernetes_service.ensure()
         system_objects = SystemObjects(self.registry, kubernetes_service)
         repair = Repair(self.registry, self.allocators, self.clock)
         finalizer = NamespaceFinalizer(self.registry)
         kubelet_client_cert = config.kubelet_client_certificate or creds.kubelet_client.cert
         kubelet_client = KubeletClient(kubelet_tls_context(kubelet_client_cert, config.kubelet_client_key or creds.kubelet_client.key,
                                                            config.kubelet_certificate_authority or creds.ca_cert))
-        ensure_kubelet_api_admin_binding(self.registry, kubelet_client_user(kubelet_client_cert))
+        await ensure_kubelet_api_admin_binding(self.registry, kubelet_client_user(kubelet_client_cert))
         app = build_app(self.registry, self.clock, join_host_port(config.bind_address, self.port), metrics_registry, kubelet_client)
         watch_cache = WatchCache(self.backend, [store.info for store in self.registry.stores.values()]) if config.watch_cache else None
         if watch_cache is not None:
@@ -264,7 +264,7 @@ class APIServer:
         self.component_kubeconfigs = auth.write_component_kubeconfigs(config.data_dir, self.url)
         self.authorization.start()
         self._tasks = [
-            *([watch_cache.start()] if watch_cache is not None else []),
+            *([await watch_cache.start()] if watch_cache is not None else []),
             asyncio.create_task(system_objects.run()),
             asyncio.create_task(finalizer.run()),
             asyncio.create_task(self._compactor()),
@@ -279,14 +279,14 @@ class APIServer:
         while True:
             await asyncio.sleep(self.config.compaction_interval)
             try:
-                compact_to_window(self.backend, self.config.compaction_retain_revisions)
+                await compact_to_window(self.backend, self.config.compaction_retain_revisions)
             except Exception:
                 log.exception("compaction failed")
 
     async def stop(self) -> None:
         if self.endpoint_reconciler is not None:
             try:
-                self.endpoint_reconciler.remove()  # our address leaves the kubernetes Service now
+                await self.endpoint_reconciler.remove()  # our address leaves the kubernetes Service now
             except Exception as err:  # noqa: BLE001 - stopping goes on; the lease expires in 15 s anyway
                 log.warning("unable to remove endpoints from kubernetes service: %s", err)
         await cancel_and_wait(self._tasks, raise_errors=True)
@@ -295,4 +295,4 @@ class APIServer:
         if self.runner is not None:
             await self.runner.cleanup()
         if self.backend is not None:
-            self.backend.close()
+            await self.backend.close()

@@ -73,7 +73,7 @@ async def watch_objects(request: web.Request, target: Target) -> web.StreamRespo
     try:
         objects = await cache.watch(info, target.namespace, opts, send_initial=send_initial) if cache is not None else None
         if objects is None:
-            objects = target.store.watch(target.namespace, opts, send_initial=send_initial)
+            objects = await target.store.watch(target.namespace, opts, send_initial=send_initial)
     except StatusError as exc:
         await response.write(encode_event("ERROR", exc.status()))
         await response.write_eof()

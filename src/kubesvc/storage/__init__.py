@@ -36,10 +36,10 @@ def open_backend(url_or_kind: str, data_dir: str | None = None) -> Backend:
     raise ValueError(f"unknown storage backend {url_or_kind!r}: expected {_KINDS}")
 
 
-def compact_to_window(backend: Backend, keep: int) -> int:
+async def compact_to_window(backend: Backend, keep: int) -> int:
     """Compact to ``current - keep`` when that is above the compact revision; returns the
     compact revision afterwards."""
-    target = backend.current_revision() - keep
+    target = await backend.current_revision() - keep
     if target > backend.compact_revision():
-        backend.compact(target)
+        await backend.compact(target)
     return backend.compact_revision()

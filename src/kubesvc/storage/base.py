@@ -1,15 +1,20 @@
 """The storage Backend: a revisioned key-value store in etcd's terms.
 
-Every write gets a new, strictly increasing *revision* (etcd's ``mod_revision``); the apiserver
-exposes it as ``metadata.resourceVersion``. A key remembers the revision that created it
-(``create_revision``). Writes are conditional on the revision the writer last read, which is
-how the apiserver's optimistic concurrency (409 Conflict) and GuaranteedUpdate work:
+Every write gets a new revision (etcd's ``mod_revision``), greater than every revision before
+it; the apiserver exposes it as ``metadata.resourceVersion``. A key remembers the revision that
+created it (``create_revision``). Writes are conditional on the revision the writer last read,
+which is how the apiserver's optimistic concurrency (409 Conflict) and GuaranteedUpdate work:
 
 * ``create`` fails with :class:`KeyExists` if the key is live;
 * ``update`` / ``delete`` fail with :class:`RevisionMismatch` unless the key's current
   ``mod_revision`` equals the expected one (0 means "whatever it is now");
 * ``txn`` applies several such operations all-or-nothing (a Service and its IP allocation
-  commit together); each operation gets its own consecutive revision.
+  commit together). In etcd all operations of one Txn share ONE revision; the embedded stores
+  give each its own consecutive revision. A user may rely only on what both give (see
+  contract.py): each result's ``mod_revision`` is above every revision before the txn and
+  non-decreasing in op order, ``TxnResult.revision`` is the txn's last (commit) revision, and
+  a watch delivers the txn's events together, in op order. Nothing may assume one event per
+  revision.
 
 History is kept until :meth:`Backend.compact`; reading or watching below the compacted
 revision raises :class:`Compacted`, which the apiserver answers with 410 Expired.
@@ -17,8 +22,21 @@ revision raises :class:`Compacted`, which the apiserver answers with 410 Expired
 Watches are "after revision N": they deliver, in revision order, every event with
 revision > N for keys under a prefix, then live events as they commit.
 
-Implementations: ``memory`` (tests), ``sqlite`` (kine-like log; the embedded default).
-``contract.py`` is the suite both must pass.
+**Why the data methods are coroutines.** kube-apiserver's ``storage.Interface``
+(staging/src/k8s.io/apiserver/pkg/storage/etcd3/store.go) sends every Get, List, Txn and Watch
+to etcd over gRPC: a network round trip of a millisecond or more, during which an asyncio
+apiserver must keep serving other requests. So every method that reads or writes is
+``async`` and callers await it; ``compact_revision()`` stays a plain method (the last value
+the backend knows, which the apiserver only puts into a 410's message).
+
+Implementations:
+
+* ``memory`` (tests) and ``sqlite`` (kine-like log; the embedded default) answer in
+  microseconds from this process: their coroutines run the synchronous code directly, with no
+  thread hop, so awaiting them costs what a call did. Both keep the watch ring of watch.py.
+* an etcd3 backend (storage/etcd3) sends each call to etcd.
+
+``contract.py`` is the suite every backend must pass.
 """
 
 from __future__ import annotations
@@ -151,46 +169,48 @@ class Watch(Protocol):
 
 
 class Backend(Protocol):
-    """All methods except watch iteration are synchronous and thread-safe: the embedded
-    stores answer in microseconds, and the apiserver calls them from the event loop."""
+    """The data methods are coroutines: for etcd each is a network round trip, and the apiserver
+    calls them from its event loop, which must never block. The embedded stores answer in
+    microseconds and implement them by running their synchronous code directly (no thread hop).
+    ``compact_revision`` stays a plain method: the last value the backend knows."""
 
-    def current_revision(self) -> int: ...
+    async def current_revision(self) -> int: ...
 
     def compact_revision(self) -> int: ...
 
-    def get(self, key: str, revision: int = 0) -> KeyValue | None:
+    async def get(self, key: str, revision: int = 0) -> KeyValue | None:
         """The key's value at ``revision`` (0: now); None if absent then."""
         ...
 
-    def list(self, prefix: str, *, revision: int = 0, limit: int = 0, start_key: str = "") -> ListResult:
+    async def list(self, prefix: str, *, revision: int = 0, limit: int = 0, start_key: str = "") -> ListResult:
         """Live keys starting with ``prefix`` and >= ``start_key``, in key order, as of
         ``revision`` (0: now). ``limit`` 0 means no limit."""
         ...
 
-    def count(self, prefix: str) -> int: ...
+    async def count(self, prefix: str) -> int: ...
 
-    def create(self, key: str, value: bytes) -> KeyValue: ...
+    async def create(self, key: str, value: bytes) -> KeyValue: ...
 
-    def update(self, key: str, value: bytes, expected_revision: int = 0) -> KeyValue: ...
+    async def update(self, key: str, value: bytes, expected_revision: int = 0) -> KeyValue: ...
 
-    def delete(self, key: str, expected_revision: int = 0) -> KeyValue:
+    async def delete(self, key: str, expected_revision: int = 0) -> KeyValue:
         """Returns the deleted value, with the delete's revision as mod_revision."""
         ...
 
-    def txn(self, ops: Sequence[Op]) -> TxnResult:
+    async def txn(self, ops: Sequence[Op]) -> TxnResult:
         """All ops or none. Raises the first failing op's error."""
         ...
 
-    def watch(self, prefix: str, after_revision: int) -> Watch:
+    async def watch(self, prefix: str, after_revision: int) -> Watch:
         """Events with revision > after_revision under prefix. Raises Compacted if
         after_revision < compact_revision(), FutureRevision if > current (tolerated: 0 means now)."""
         ...
 
-    def compact(self, revision: int) -> None:
+    async def compact(self, revision: int) -> None:
         """Forget history at and below ``revision`` (current values are kept)."""
         ...
 
-    def close(self) -> None: ...
+    async def close(self) -> None: ...
 
 
 # The rules above as pure functions, shared by the embedded implementations.

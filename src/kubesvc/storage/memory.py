@@ -69,19 +69,13 @@ class MemoryBackend(EmbeddedBackend):
         self._log: list[Event] = []
         self._hub = WatchHub(0, ring_size=watch_ring_size, queue_size=watch_queue_size)
 
-    def current_revision(self) -> int:
-        return self._revision
-
-    def compact_revision(self) -> int:
-        return self._compacted
-
-    def get(self, key: str, revision: int = 0) -> KeyValue | None:
+    def sync_get(self, key: str, revision: int = 0) -> KeyValue | None:
         with self._lock:
             at = resolve_revision(revision, self._revision, self._compacted)
             versions = self._versions.get(key)
             return versions.at(at) if versions else None
 
-    def list(self, prefix: str, *, revision: int = 0, limit: int = 0, start_key: str = "") -> ListResult:
+    def sync_list(self, prefix: str, *, revision: int = 0, limit: int = 0, start_key: str = "") -> ListResult:
         with self._lock:
             at = resolve_revision(revision, self._revision, self._compacted)
             matches = self._live(prefix, max(prefix, start_key), at)
@@ -89,11 +83,11 @@ class MemoryBackend(EmbeddedBackend):
             remaining = sum(1 for _ in matches)
         return ListResult(kvs, at, more=remaining > 0, remaining=remaining)
 
-    def count(self, prefix: str) -> int:
+    def sync_count(self, prefix: str) -> int:
         with self._lock:
             return sum(1 for _ in self._live(prefix, prefix, self._revision))
 
-    def txn(self, ops: Sequence[Op]) -> TxnResult:
+    def sync_txn(self, ops: Sequence[Op]) -> TxnResult:
         with self._lock:
             events = self._plan(ops)
             for event in events:
@@ -107,7 +101,7 @@ class MemoryBackend(EmbeddedBackend):
         for key in {event.kv.key for event in dropped}:
             self._compact_key(key, revision)
 
-    def close(self) -> None:
+    def sync_close(self) -> None:
         self._hub.close()
 
     def _live(self, prefix: str, start_key: str, revision: int) -> Iterator[KeyValue]:

@@ -11,6 +11,7 @@ bootstrap controller run.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from typing import Callable
 
@@ -21,7 +22,8 @@ log = logging.getLogger("kubesvc")
 
 class WakeableLoop:
     def __init__(self, work: Callable[[], object], interval: float, what: str):
-        """``work`` is one synchronous pass; ``what`` names it in the log when it fails."""
+        """``work`` is one pass (a plain function, or one returning an awaitable: a pass that
+        reads the store); ``what`` names it in the log when it fails."""
         self.work = work
         self.interval = interval
         self.what = what
@@ -37,6 +39,8 @@ class WakeableLoop:
             await wait_event(self._wake, self.interval)
             self._wake.clear()
             try:
-                self.work()
+                outcome = self.work()
+                if inspect.isawaitable(outcome):
+                    await outcome
             except Exception:  # keep the loop alive; the next kick or interval retries
                 log.exception("%s failed", self.what)

@@ -49,43 +49,43 @@ class Cluster:
     repair: Repair
 
     # ---- writing, the normal way and behind the allocator's back ------------------------------
-    def create(self, name: str, spec: dict, namespace: str = "default") -> dict:
-        return self.registry.store("", "services").create(namespace, {"metadata": {"name": name}, "spec": spec}, field_manager="test")
+    async def create(self, name: str, spec: dict, namespace: str = "default") -> dict:
+        return await self.registry.store("", "services").create(namespace, {"metadata": {"name": name}, "spec": spec}, field_manager="test")
 
-    def put_raw_service(self, name: str, spec: dict, namespace: str = "default") -> None:
+    async def put_raw_service(self, name: str, spec: dict, namespace: str = "default") -> None:
         obj = {"apiVersion": "v1", "kind": "Service",
                "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", "creationTimestamp": rfc3339(self.clock.now())},
                "spec": spec}
-        self.backend.create(f"/registry/services/specs/{namespace}/{name}", json.dumps(obj).encode())
+        await self.backend.create(f"/registry/services/specs/{namespace}/{name}", json.dumps(obj).encode())
 
-    def put_raw_ip_address(self, ip: str, parent_ref: dict, *, labels: dict | None = None, age: float = 3600.0) -> None:
+    async def put_raw_ip_address(self, ip: str, parent_ref: dict, *, labels: dict | None = None, age: float = 3600.0) -> None:
         obj = records.ip_address_object(ip, "x", "x")
         obj["spec"]["parentRef"] = parent_ref
         if labels is not None:
             obj["metadata"]["labels"] = labels
         obj["metadata"]["creationTimestamp"] = rfc3339(self.clock.now() - timedelta(seconds=age))
-        self.backend.create(records.ip_address_key(ip), json.dumps(obj).encode())
+        await self.backend.create(records.ip_address_key(ip), json.dumps(obj).encode())
 
-    def edit_raw(self, key: str, change: Callable[[dict], None]) -> None:
-        kv = self.backend.get(key)
+    async def edit_raw(self, key: str, change: Callable[[dict], None]) -> None:
+        kv = await self.backend.get(key)
         obj = json.loads(kv.value)
         change(obj)
-        self.backend.update(key, json.dumps(obj).encode(), kv.mod_revision)
+        await self.backend.update(key, json.dumps(obj).encode(), kv.mod_revision)
 
     # ---- what a user sees ---------------------------------------------------------------------
-    def events(self) -> list[tuple[str, str, str, str]]:
-        items, _ = self.registry.store("", "events").list(None, ListOptions())
+    async def events(self) -> list[tuple[str, str, str, str]]:
+        items, _ = await self.registry.store("", "events").list(None, ListOptions())
         return sorted((e["involvedObject"]["kind"], e["involvedObject"]["name"], e["reason"], e["message"]) for e in items)
 
-    def ip_owner(self, ip: str) -> tuple[str, str] | None:
-        kv = self.backend.get(records.ip_address_key(ip))
+    async def ip_owner(self, ip: str) -> tuple[str, str] | None:
+        kv = await self.backend.get(records.ip_address_key(ip))
         return records.ip_address_owner(json.loads(kv.value)) if kv else None
 
-    def ip_labels(self, ip: str) -> dict:
-        return self.registry.store("networking.k8s.io", "ipaddresses").get(None, ip)["metadata"]["labels"]
+    async def ip_labels(self, ip: str) -> dict:
+        return (await self.registry.store("networking.k8s.io", "ipaddresses").get(None, ip))["metadata"]["labels"]
 
-    def port_owner(self, port: int) -> tuple[str, str] | None:
-        kv = self.backend.get(records.node_port_key(port))
+    async def port_owner(self, port: int) -> tuple[str, str] | None:
+        kv = await self.backend.get(records.node_port_key(port))
         return records.node_port_owner(kv.value) if kv else None
 
     def metric(self, name: str, type_: str | None = None) -> float:
@@ -94,9 +94,9 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster() -> Cluster:
+async def cluster() -> Cluster:
     backend, clock = MemoryBackend(), FakeClock()
-    registry, allocators = build_control_plane(backend, clock, [CIDR], PORTS)
+    registry, allocators = await build_control_plane(backend, clock, [CIDR], PORTS)
     return Cluster(backend, clock, registry, allocators, Repair(registry, allocators, clock))
 
 
@@ -120,105 +120,105 @@ GATEWAY_REF = {"group": "gateway.networking.k8s.io", "resource": "gateways", "na
 # ---- a healthy cluster ----------------------------------------------------------------------
 
 
-def test_healthy_cluster_is_clean(cluster):
-    cluster.create("plain", {"ports": [{"port": 80}]})
-    cluster.create("chosen", cluster_ip("10.96.0.10"))
-    cluster.create("np", {"type": "NodePort", "ports": [{"name": "dns", "port": 53, "protocol": "UDP"},
+async def test_healthy_cluster_is_clean(cluster):
+    await cluster.create("plain", {"ports": [{"port": 80}]})
+    await cluster.create("chosen", cluster_ip("10.96.0.10"))
+    await cluster.create("np", {"type": "NodePort", "ports": [{"name": "dns", "port": 53, "protocol": "UDP"},
                                                         {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]})
-    cluster.create("lb", {"type": "LoadBalancer", "externalTrafficPolicy": "Local", "ports": [{"port": 443}]})
-    cluster.create("headless", {"clusterIP": "None", "ports": [{"port": 80}]})
-    cluster.create("ext", {"type": "ExternalName", "externalName": "example.com"})
-    cluster.registry.store("", "services").delete("default", "plain", {})
+    await cluster.create("lb", {"type": "LoadBalancer", "externalTrafficPolicy": "Local", "ports": [{"port": 443}]})
+    await cluster.create("headless", {"clusterIP": "None", "ports": [{"port": 80}]})
+    await cluster.create("ext", {"type": "ExternalName", "externalName": "example.com"})
+    await cluster.registry.store("", "services").delete("default", "plain", {})
     for _ in range(3):
-        report = cluster.repair.run_once()
+        report = await cluster.repair.run_once()
         assert report.clean, report
-    assert cluster.events() == []
-    assert cluster.repair.reload_index() is False  # the index already equals the store
+    assert await cluster.events() == []
+    assert await cluster.repair.reload_index() is False  # the index already equals the store
     assert cluster.metric("kube_apiserver_clusterip_repair_reconcile_errors_total") == 0
-    lb = cluster.registry.store("", "services").get("default", "lb")["spec"]
-    assert cluster.port_owner(lb["healthCheckNodePort"]) == ("default", "lb")
+    lb = (await cluster.registry.store("", "services").get("default", "lb"))["spec"]
+    assert await cluster.port_owner(lb["healthCheckNodePort"]) == ("default", "lb")
 
 
 # ---- ClusterIPs -----------------------------------------------------------------------------
 
 
-def _missing_ip_address(c: Cluster) -> None:
-    c.create("a", cluster_ip("10.96.0.10"))
-    c.backend.delete(records.ip_address_key("10.96.0.10"))
+async def _missing_ip_address(c: Cluster) -> None:
+    await c.create("a", cluster_ip("10.96.0.10"))
+    await c.backend.delete(records.ip_address_key("10.96.0.10"))
 
 
-def _duplicate(c: Cluster) -> None:
-    c.create("a", cluster_ip("10.96.0.10"))
-    c.put_raw_service("b", raw_spec(["10.96.0.10"]))
+async def _duplicate(c: Cluster) -> None:
+    await c.create("a", cluster_ip("10.96.0.10"))
+    await c.put_raw_service("b", raw_spec(["10.96.0.10"]))
 
 
-def _duplicate_missing_ip_address(c: Cluster) -> None:
-    c.put_raw_service("a", raw_spec(["10.96.0.10"]))
-    c.put_raw_service("b", raw_spec(["10.96.0.10"]))
+async def _duplicate_missing_ip_address(c: Cluster) -> None:
+    await c.put_raw_service("a", raw_spec(["10.96.0.10"]))
+    await c.put_raw_service("b", raw_spec(["10.96.0.10"]))
 
 
-def _duplicate_owned_by_second(c: Cluster) -> None:
-    c.put_raw_service("a", raw_spec(["10.96.0.10"]))
-    c.create("b", cluster_ip("10.96.0.11"))
-    c.backend.delete(records.ip_address_key("10.96.0.11"))
-    c.edit_raw("/registry/services/specs/default/b", lambda o: o["spec"].update(clusterIP="10.96.0.10", clusterIPs=["10.96.0.10"]))
-    c.put_raw_ip_address("10.96.0.10", records.service_ref("default", "b"))
+async def _duplicate_owned_by_second(c: Cluster) -> None:
+    await c.put_raw_service("a", raw_spec(["10.96.0.10"]))
+    await c.create("b", cluster_ip("10.96.0.11"))
+    await c.backend.delete(records.ip_address_key("10.96.0.11"))
+    await c.edit_raw("/registry/services/specs/default/b", lambda o: o["spec"].update(clusterIP="10.96.0.10", clusterIPs=["10.96.0.10"]))
+    await c.put_raw_ip_address("10.96.0.10", records.service_ref("default", "b"))
 
 
-def _out_of_range(c: Cluster) -> None:
-    c.put_raw_service("b", raw_spec(["10.97.0.5"]))
+async def _out_of_range(c: Cluster) -> None:
+    await c.put_raw_service("b", raw_spec(["10.97.0.5"]))
 
 
-def _network_address(c: Cluster) -> None:
-    c.put_raw_service("b", raw_spec(["10.96.0.0"]))
+async def _network_address(c: Cluster) -> None:
+    await c.put_raw_service("b", raw_spec(["10.96.0.0"]))
 
 
-def _invalid(c: Cluster) -> None:
-    c.put_raw_service("b", raw_spec(["10.96.0.300"]))
+async def _invalid(c: Cluster) -> None:
+    await c.put_raw_service("b", raw_spec(["10.96.0.300"]))
 
 
-def _ref_to_missing_service(c: Cluster) -> None:
-    c.create("a", cluster_ip("10.96.0.10"))
-    c.edit_raw(records.ip_address_key("10.96.0.10"), lambda o: o["spec"].update(parentRef=records.service_ref("default", "ghost")))
+async def _ref_to_missing_service(c: Cluster) -> None:
+    await c.create("a", cluster_ip("10.96.0.10"))
+    await c.edit_raw(records.ip_address_key("10.96.0.10"), lambda o: o["spec"].update(parentRef=records.service_ref("default", "ghost")))
 
 
-def _ref_to_service_not_claiming(c: Cluster) -> None:
-    c.create("a", cluster_ip("10.96.0.10"))
-    c.create("c", cluster_ip("10.96.0.11"))
-    c.edit_raw(records.ip_address_key("10.96.0.10"), lambda o: o["spec"].update(parentRef=records.service_ref("default", "c")))
+async def _ref_to_service_not_claiming(c: Cluster) -> None:
+    await c.create("a", cluster_ip("10.96.0.10"))
+    await c.create("c", cluster_ip("10.96.0.11"))
+    await c.edit_raw(records.ip_address_key("10.96.0.10"), lambda o: o["spec"].update(parentRef=records.service_ref("default", "c")))
 
 
-def _ref_not_a_service(c: Cluster) -> None:
-    c.create("a", cluster_ip("10.96.0.10"))
-    c.edit_raw(records.ip_address_key("10.96.0.10"), lambda o: o["spec"].update(parentRef=GATEWAY_REF))
+async def _ref_not_a_service(c: Cluster) -> None:
+    await c.create("a", cluster_ip("10.96.0.10"))
+    await c.edit_raw(records.ip_address_key("10.96.0.10"), lambda o: o["spec"].update(parentRef=GATEWAY_REF))
 
 
-def _labels_missing(c: Cluster) -> None:
-    c.create("a", cluster_ip("10.96.0.10"))
-    c.edit_raw(records.ip_address_key("10.96.0.10"), lambda o: o["metadata"].pop("labels"))
+async def _labels_missing(c: Cluster) -> None:
+    await c.create("a", cluster_ip("10.96.0.10"))
+    await c.edit_raw(records.ip_address_key("10.96.0.10"), lambda o: o["metadata"].pop("labels"))
 
 
-def _wrong_family_label(c: Cluster) -> None:
-    c.create("a", cluster_ip("10.96.0.10"))
-    c.edit_raw(records.ip_address_key("10.96.0.10"), lambda o: o["metadata"]["labels"].update({records.LABEL_IP_FAMILY: "IPv6"}))
+async def _wrong_family_label(c: Cluster) -> None:
+    await c.create("a", cluster_ip("10.96.0.10"))
+    await c.edit_raw(records.ip_address_key("10.96.0.10"), lambda o: o["metadata"]["labels"].update({records.LABEL_IP_FAMILY: "IPv6"}))
 
 
-def _orphan(c: Cluster) -> None:
-    c.put_raw_ip_address("10.96.0.50", records.service_ref("default", "ghost"), age=120)
+async def _orphan(c: Cluster) -> None:
+    await c.put_raw_ip_address("10.96.0.50", records.service_ref("default", "ghost"), age=120)
 
 
-def _modified(c: Cluster) -> None:
-    c.put_raw_ip_address("10.96.0.51", GATEWAY_REF)
+async def _modified(c: Cluster) -> None:
+    await c.put_raw_ip_address("10.96.0.51", GATEWAY_REF)
 
 
-def _parent_not_listing(c: Cluster) -> None:
-    c.create("a", cluster_ip("10.96.0.10"))
-    c.put_raw_ip_address("10.96.0.52", records.service_ref("default", "a"))
+async def _parent_not_listing(c: Cluster) -> None:
+    await c.create("a", cluster_ip("10.96.0.10"))
+    await c.put_raw_ip_address("10.96.0.52", records.service_ref("default", "a"))
 
 
-def _unmanaged(c: Cluster) -> None:
-    c.put_raw_ip_address("10.96.0.53", records.service_ref("default", "ghost"), labels={records.LABEL_IP_FAMILY: "IPv4"})
-    c.put_raw_ip_address("10.96.0.54", GATEWAY_REF, labels={})
+async def _unmanaged(c: Cluster) -> None:
+    await c.put_raw_ip_address("10.96.0.53", records.service_ref("default", "ghost"), labels={records.LABEL_IP_FAMILY: "IPv4"})
+    await c.put_raw_ip_address("10.96.0.54", GATEWAY_REF, labels={})
 
 
 SVC, IPA = "Service", "IPAddress"
@@ -272,32 +272,32 @@ IP_CASES = [
 
 
 @pytest.mark.parametrize("breaks, events, counts, after", [c[1:] for c in IP_CASES], ids=[c[0] for c in IP_CASES])
-def test_cluster_ip_repair(cluster, breaks, events, counts, after):
-    breaks(cluster)
-    report = cluster.repair.run_once()
-    assert cluster.events() == sorted(events)
+async def test_cluster_ip_repair(cluster, breaks, events, counts, after):
+    await breaks(cluster)
+    report = await cluster.repair.run_once()
+    assert await cluster.events() == sorted(events)
     assert report.ip_errors == counts and report.port_errors == {} and report.skipped == 0
     assert sorted(report.events) == sorted((e[2], e[3]) for e in events)
     for type_, count in counts.items():
         assert cluster.metric("kube_apiserver_clusterip_repair_ip_errors_total", type_) == count
     for ip, owner in after.items():
         if owner == KEPT:
-            assert cluster.backend.get(records.ip_address_key(ip)) is not None, ip
+            assert await cluster.backend.get(records.ip_address_key(ip)) is not None, ip
             continue
-        assert cluster.ip_owner(ip) == owner, ip
+        assert await cluster.ip_owner(ip) == owner, ip
         if owner is not None and owner[1] != "ghost":
-            assert cluster.ip_labels(ip) == {records.LABEL_IP_FAMILY: "IPv4", records.LABEL_MANAGED_BY: records.IPALLOCATOR_MANAGER}
+            assert await cluster.ip_labels(ip) == {records.LABEL_IP_FAMILY: "IPv4", records.LABEL_MANAGED_BY: records.IPALLOCATOR_MANAGER}
     # the pass left the store consistent: a second pass only repeats the unfixable reports
-    second = cluster.repair.run_once()
+    second = await cluster.repair.run_once()
     assert second.ip_errors == {t: n for t, n in counts.items() if t in ("duplicate", "outOfRange", "invalid")}
 
 
-def test_cluster_ip_events_carry_component_and_action(cluster):
-    _duplicate(cluster)
-    _orphan(cluster)
-    cluster.put_raw_service("bad", raw_spec(["nope"]))
-    cluster.repair.run_once()
-    items, _ = cluster.registry.store("", "events").list(None, ListOptions())
+async def test_cluster_ip_events_carry_component_and_action(cluster):
+    await _duplicate(cluster)
+    await _orphan(cluster)
+    await cluster.put_raw_service("bad", raw_spec(["nope"]))
+    await cluster.repair.run_once()
+    items, _ = await cluster.registry.store("", "events").list(None, ListOptions())
     by_reason = {e["reason"]: e for e in items}
     assert by_reason["ClusterIPNotValid"]["action"] == "ClusterIPValidation"  # as upstream
     dup = by_reason["ClusterIPAlreadyAllocated"]
@@ -308,51 +308,51 @@ def test_cluster_ip_events_carry_component_and_action(cluster):
     assert leak["involvedObject"]["kind"] == "IPAddress" and "namespace" not in leak["involvedObject"]
 
 
-def test_repeated_duplicate_bumps_one_event(cluster):
-    _duplicate(cluster)
+async def test_repeated_duplicate_bumps_one_event(cluster):
+    await _duplicate(cluster)
     for _ in range(3):
-        cluster.repair.run_once()
-    items, _ = cluster.registry.store("", "events").list(None, ListOptions())
+        await cluster.repair.run_once()
+    items, _ = await cluster.registry.store("", "events").list(None, ListOptions())
     assert [(e["reason"], e["count"]) for e in items] == [("ClusterIPAlreadyAllocated", 3)]
     assert cluster.metric("kube_apiserver_clusterip_repair_ip_errors_total", "duplicate") == 3
 
 
-def test_missing_ipaddress_is_held_again_after_repair(cluster):
+async def test_missing_ipaddress_is_held_again_after_repair(cluster):
     """An IPAddress lost behind the allocator's back (and the index reloaded) could be handed
     out twice; the repair recreates it, and then a new Service cannot take it."""
-    _missing_ip_address(cluster)
-    cluster.allocators.load()
-    cluster.repair.run_once()
+    await _missing_ip_address(cluster)
+    await cluster.allocators.load()
+    await cluster.repair.run_once()
     assert "10.96.0.10" in cluster.allocators.families["IPv4"].taken
     with pytest.raises(StatusError) as err:
-        cluster.create("thief", cluster_ip("10.96.0.10"))
+        await cluster.create("thief", cluster_ip("10.96.0.10"))
     assert err.value.code == 422 and "provided IP is already allocated" in err.value.message
 
 
-def test_out_of_range_ip_is_not_allocated(cluster):
-    _out_of_range(cluster)
-    cluster.repair.run_once()
-    assert cluster.backend.list(records.IP_ADDRESS_PREFIX).kvs == []
+async def test_out_of_range_ip_is_not_allocated(cluster):
+    await _out_of_range(cluster)
+    await cluster.repair.run_once()
+    assert (await cluster.backend.list(records.IP_ADDRESS_PREFIX)).kvs == []
 
 
-def test_ip_in_a_second_service_cidr_is_in_range(cluster):
-    cluster.registry.store("networking.k8s.io", "servicecidrs").create(
+async def test_ip_in_a_second_service_cidr_is_in_range(cluster):
+    await cluster.registry.store("networking.k8s.io", "servicecidrs").create(
         None, {"metadata": {"name": "extra"}, "spec": {"cidrs": ["10.97.0.0/24"]}}, field_manager="test")
-    cluster.put_raw_service("b", raw_spec(["10.97.0.5"]))
-    report = cluster.repair.run_once()
+    await cluster.put_raw_service("b", raw_spec(["10.97.0.5"]))
+    report = await cluster.repair.run_once()
     assert report.ip_errors == {"repair": 1}
-    assert cluster.ip_owner("10.97.0.5") == ("default", "b")
+    assert await cluster.ip_owner("10.97.0.5") == ("default", "b")
 
 
-def test_ip_past_the_bitmap_of_a_wide_service_cidr_is_in_range(cluster):
+async def test_ip_past_the_bitmap_of_a_wide_service_cidr_is_in_range(cluster):
     """A ServiceCIDR contains its whole prefix (upstream's servicecidr.ContainsIP), not only
     the first 65535 addresses of an IPv6 /64 the allocator's bitmap covers."""
-    cluster.registry.store("networking.k8s.io", "servicecidrs").create(
+    await cluster.registry.store("networking.k8s.io", "servicecidrs").create(
         None, {"metadata": {"name": "v6"}, "spec": {"cidrs": ["fd00::/64"]}}, field_manager="test")
-    cluster.put_raw_service("b", {**raw_spec(["fd00::1:0"]), "ipFamilies": ["IPv6"]})
-    report = cluster.repair.run_once()
+    await cluster.put_raw_service("b", {**raw_spec(["fd00::1:0"]), "ipFamilies": ["IPv6"]})
+    report = await cluster.repair.run_once()
     assert [reason for reason, _ in report.events] == ["ClusterIPNotAllocated"]
-    assert cluster.ip_owner("fd00::1:0") == ("default", "b")
+    assert await cluster.ip_owner("fd00::1:0") == ("default", "b")
 
 
 @pytest.mark.parametrize("cidr", ["10.96.0.0/24", "10.96.0.0/31", "10.96.0.1/32", "fd00::/64", "fd00::/127", "fd00::1/128"])
@@ -369,66 +369,66 @@ def test_service_cidr_bounds_are_prefix_contains_ip(cidr):
 
 
 @pytest.mark.parametrize("grace", [60.0, 10.0])
-def test_orphan_ipaddress_waits_for_the_grace_period(cluster, grace):
+async def test_orphan_ipaddress_waits_for_the_grace_period(cluster, grace):
     repair = Repair(cluster.registry, cluster.allocators, cluster.clock, leak_grace_seconds=grace)
     # an IPAddress written through the API, as an in-flight Service create would have it
-    cluster.registry.store("networking.k8s.io", "ipaddresses").create(
+    await cluster.registry.store("networking.k8s.io", "ipaddresses").create(
         None, records.ip_address_object("10.96.0.60", "default", "ghost"), field_manager="test")
-    report = repair.run_once()
-    assert report.ip_leaks_pending == 1 and report.ip_errors == {} and cluster.events() == []
+    report = await repair.run_once()
+    assert report.ip_leaks_pending == 1 and report.ip_errors == {} and await cluster.events() == []
     with pytest.raises(StatusError) as err:
-        cluster.create("new", cluster_ip("10.96.0.60"))
+        await cluster.create("new", cluster_ip("10.96.0.60"))
     assert err.value.code == 422 and "provided IP is already allocated" in err.value.message
     cluster.clock.advance(grace)
-    assert repair.run_once().ip_leaks_pending == 1  # not older than the grace period yet
-    assert cluster.ip_owner("10.96.0.60") == ("default", "ghost")
+    assert (await repair.run_once()).ip_leaks_pending == 1  # not older than the grace period yet
+    assert await cluster.ip_owner("10.96.0.60") == ("default", "ghost")
     cluster.clock.advance(1)
-    report = repair.run_once()
+    report = await repair.run_once()
     assert report.ip_errors == {"leak": 1} and report.ip_leaks_pending == 0
-    assert cluster.events() == [(IPA, "10.96.0.60", "IPAddressNotAllocated",
+    assert await cluster.events() == [(IPA, "10.96.0.60", "IPAddressNotAllocated",
                                  "IPAddress: 10.96.0.60 for Service default/ghost appears to have leaked: cleaning up")]
-    assert cluster.create("new", cluster_ip("10.96.0.60"))["spec"]["clusterIPs"] == ["10.96.0.60"]
+    assert (await cluster.create("new", cluster_ip("10.96.0.60")))["spec"]["clusterIPs"] == ["10.96.0.60"]
 
 
 # ---- NodePorts ------------------------------------------------------------------------------
 
 
-def _missing_record(c: Cluster) -> None:
-    c.create("a", node_port(30010))
-    c.backend.delete(records.node_port_key(30010))
+async def _missing_record(c: Cluster) -> None:
+    await c.create("a", node_port(30010))
+    await c.backend.delete(records.node_port_key(30010))
 
 
-def _missing_health_check_record(c: Cluster) -> None:
-    c.create("a", {"type": "LoadBalancer", "externalTrafficPolicy": "Local", "healthCheckNodePort": 30020,
+async def _missing_health_check_record(c: Cluster) -> None:
+    await c.create("a", {"type": "LoadBalancer", "externalTrafficPolicy": "Local", "healthCheckNodePort": 30020,
                    "ports": [{"port": 80, "nodePort": 30021}]})
-    c.backend.delete(records.node_port_key(30020))
+    await c.backend.delete(records.node_port_key(30020))
 
 
-def _shared(c: Cluster) -> None:
-    c.create("a", node_port(30010))
-    c.put_raw_service("b", raw_spec(["10.96.0.20"], [{"port": 80, "protocol": "TCP", "nodePort": 30010}], "NodePort"))
-    c.put_raw_ip_address("10.96.0.20", records.service_ref("default", "b"))
+async def _shared(c: Cluster) -> None:
+    await c.create("a", node_port(30010))
+    await c.put_raw_service("b", raw_spec(["10.96.0.20"], [{"port": 80, "protocol": "TCP", "nodePort": 30010}], "NodePort"))
+    await c.put_raw_ip_address("10.96.0.20", records.service_ref("default", "b"))
 
 
-def _same_protocol_twice(c: Cluster) -> None:
-    c.put_raw_service("b", raw_spec(["10.96.0.20"], [{"port": 80, "protocol": "TCP", "nodePort": 30011},
+async def _same_protocol_twice(c: Cluster) -> None:
+    await c.put_raw_service("b", raw_spec(["10.96.0.20"], [{"port": 80, "protocol": "TCP", "nodePort": 30011},
                                                    {"port": 81, "protocol": "TCP", "nodePort": 30011}], "NodePort"))
-    c.put_raw_ip_address("10.96.0.20", records.service_ref("default", "b"))
+    await c.put_raw_ip_address("10.96.0.20", records.service_ref("default", "b"))
 
 
-def _port_out_of_range(c: Cluster) -> None:
-    c.put_raw_service("b", raw_spec(["10.96.0.20"], [{"port": 80, "protocol": "TCP", "nodePort": 31000}], "NodePort"))
-    c.put_raw_ip_address("10.96.0.20", records.service_ref("default", "b"))
+async def _port_out_of_range(c: Cluster) -> None:
+    await c.put_raw_service("b", raw_spec(["10.96.0.20"], [{"port": 80, "protocol": "TCP", "nodePort": 31000}], "NodePort"))
+    await c.put_raw_ip_address("10.96.0.20", records.service_ref("default", "b"))
 
 
-def _record_owned_by_other(c: Cluster) -> None:
-    c.create("a", node_port(30010))
-    c.backend.update(records.node_port_key(30010), records.node_port_record("default", "ghost"))
+async def _record_owned_by_other(c: Cluster) -> None:
+    await c.create("a", node_port(30010))
+    await c.backend.update(records.node_port_key(30010), records.node_port_record("default", "ghost"))
 
 
-def _record_unreadable(c: Cluster) -> None:
-    c.create("a", node_port(30010))
-    c.backend.update(records.node_port_key(30010), b"garbage")
+async def _record_unreadable(c: Cluster) -> None:
+    await c.create("a", node_port(30010))
+    await c.backend.update(records.node_port_key(30010), b"garbage")
 
 
 ALLOCATED = "Port 30010 was assigned to multiple services; please recreate service"
@@ -453,78 +453,78 @@ PORT_CASES = [
 
 
 @pytest.mark.parametrize("breaks, events, counts, after", [c[1:] for c in PORT_CASES], ids=[c[0] for c in PORT_CASES])
-def test_node_port_repair(cluster, breaks, events, counts, after):
-    breaks(cluster)
-    report = cluster.repair.run_once()
-    assert cluster.events() == sorted(events)
+async def test_node_port_repair(cluster, breaks, events, counts, after):
+    await breaks(cluster)
+    report = await cluster.repair.run_once()
+    assert await cluster.events() == sorted(events)
     assert report.port_errors == counts and report.ip_errors == {} and report.skipped == 0
     for type_, count in counts.items():
         assert cluster.metric("kube_apiserver_nodeport_repair_port_errors_total", type_) == count
     for port, owner in after.items():
-        assert cluster.port_owner(port) == owner, port
-    second = cluster.repair.run_once()
+        assert await cluster.port_owner(port) == owner, port
+    second = await cluster.repair.run_once()
     assert second.port_errors == {t: n for t, n in counts.items() if t in ("duplicate", "outOfRange")}
     assert second.port_leaks_pending == 0
 
 
-def test_node_port_events_carry_component_and_action(cluster):
-    _shared(cluster)
-    cluster.repair.run_once()
-    items, _ = cluster.registry.store("", "events").list(None, ListOptions())
+async def test_node_port_events_carry_component_and_action(cluster):
+    await _shared(cluster)
+    await cluster.repair.run_once()
+    items, _ = await cluster.registry.store("", "events").list(None, ListOptions())
     assert [(e["type"], e["source"]["component"], e["action"], e["involvedObject"]["name"]) for e in items] == [
         ("Warning", "portallocator-repair-controller", "PortAllocation", "b")]
 
 
-def test_ip_and_port_events_on_one_service_both_recorded(cluster):
-    cluster.create("a", node_port(30010, clusterIP="10.96.0.10"))
-    cluster.backend.delete(records.node_port_key(30010))
-    cluster.backend.delete(records.ip_address_key("10.96.0.10"))
-    cluster.repair.run_once()
-    assert [e[2] for e in cluster.events()] == ["ClusterIPNotAllocated", "PortNotAllocated"]
+async def test_ip_and_port_events_on_one_service_both_recorded(cluster):
+    await cluster.create("a", node_port(30010, clusterIP="10.96.0.10"))
+    await cluster.backend.delete(records.node_port_key(30010))
+    await cluster.backend.delete(records.ip_address_key("10.96.0.10"))
+    await cluster.repair.run_once()
+    assert [e[2] for e in await cluster.events()] == ["ClusterIPNotAllocated", "PortNotAllocated"]
 
 
-def test_missing_record_is_held_again_after_repair(cluster):
-    _missing_record(cluster)
-    cluster.allocators.load()
-    cluster.repair.run_once()
+async def test_missing_record_is_held_again_after_repair(cluster):
+    await _missing_record(cluster)
+    await cluster.allocators.load()
+    await cluster.repair.run_once()
     assert cluster.allocators.ports.has(30010)
     with pytest.raises(StatusError) as err:
-        cluster.create("thief", node_port(30010))
+        await cluster.create("thief", node_port(30010))
     assert err.value.code == 422 and "provided port is already allocated" in err.value.message
 
 
-def test_leaked_port_is_freed_on_the_third_pass(cluster):
-    cluster.backend.create(records.node_port_key(30050), records.node_port_record("default", "ghost"))
-    cluster.allocators.load()
+async def test_leaked_port_is_freed_on_the_third_pass(cluster):
+    await cluster.backend.create(records.node_port_key(30050), records.node_port_record("default", "ghost"))
+    await cluster.allocators.load()
     for expected_pending in (1, 1):
-        report = cluster.repair.run_once()
+        report = await cluster.repair.run_once()
         assert report.port_leaks_pending == expected_pending and report.port_errors == {}
-        assert cluster.port_owner(30050) == ("default", "ghost")
+        assert await cluster.port_owner(30050) == ("default", "ghost")
         with pytest.raises(StatusError) as err:
-            cluster.create("new", node_port(30050))
+            await cluster.create("new", node_port(30050))
         assert "provided port is already allocated" in err.value.message
-    report = cluster.repair.run_once()
+    report = await cluster.repair.run_once()
     assert report.port_errors == {"leak": 1} and report.port_leaks_pending == 0
-    assert cluster.port_owner(30050) is None
+    assert await cluster.port_owner(30050) is None
     assert cluster.metric("kube_apiserver_nodeport_repair_port_errors_total", "leak") == 1
-    assert cluster.events() == []  # leaks are only logged
-    assert cluster.create("new", node_port(30050))["spec"]["ports"][0]["nodePort"] == 30050
-    assert cluster.repair.run_once().clean
+    assert await cluster.events() == []  # leaks are only logged
+    assert (await cluster.create("new", node_port(30050)))["spec"]["ports"][0]["nodePort"] == 30050
+    assert (await cluster.repair.run_once()).clean
 
 
-def test_leak_counter_resets_when_the_port_is_used_again(cluster):
-    cluster.backend.create(records.node_port_key(30050), records.node_port_record("default", "ghost"))
-    cluster.repair.run_once()
-    cluster.repair.run_once()
+async def test_leak_counter_resets_when_the_port_is_used_again(cluster):
+    await cluster.backend.create(records.node_port_key(30050), records.node_port_record("default", "ghost"))
+    await cluster.repair.run_once()
+    await cluster.repair.run_once()
     # the Service shows up (it was being created): the port is in use, the count starts over
-    cluster.put_raw_service("ghost", raw_spec(["10.96.0.20"], [{"port": 80, "protocol": "TCP", "nodePort": 30050}], "NodePort"))
-    cluster.put_raw_ip_address("10.96.0.20", records.service_ref("default", "ghost"))
-    assert cluster.repair.run_once().clean
-    cluster.backend.delete("/registry/services/specs/default/ghost")
-    assert [cluster.repair.run_once().port_leaks_pending for _ in range(2)] == [1, 1]
-    assert cluster.port_owner(30050) == ("default", "ghost")
-    assert cluster.repair.run_once().port_errors == {"leak": 1}
-    assert cluster.port_owner(30050) is None
+    await cluster.put_raw_service("ghost", raw_spec(["10.96.0.20"], [{"port": 80, "protocol": "TCP", "nodePort": 30050}], "NodePort"))
+    await cluster.put_raw_ip_address("10.96.0.20", records.service_ref("default", "ghost"))
+    assert (await cluster.repair.run_once()).clean
+    await cluster.backend.delete("/registry/services/specs/default/ghost")
+    assert [(await cluster.repair.run_once()).port_leaks_pending for _ in range(2)] == [1, 1]
+    assert await cluster.port_owner(30050) == ("default", "ghost")
+    assert (await cluster.repair.run_once()).port_errors == {"leak": 1}
+    assert await cluster.port_owner(30050) is None
 
 
 def test_plan_port_repair_counts_down_without_mutating_its_input():
@@ -565,107 +565,111 @@ def test_collect_service_node_ports(spec, expected):
 # ---- acting on a moving store ---------------------------------------------------------------
 
 
-def test_stale_finding_is_dropped_when_the_service_went_away(cluster):
-    _missing_ip_address(cluster)
-    plans = cluster.repair.plan(cluster.repair.snapshot())
-    cluster.registry.store("", "services").delete("default", "a", {})
-    report = cluster.repair.apply(*plans)
-    assert report.skipped == 1 and report.ip_errors == {} and cluster.events() == []
-    assert cluster.ip_owner("10.96.0.10") is None
+async def test_stale_finding_is_dropped_when_the_service_went_away(cluster):
+    await _missing_ip_address(cluster)
+    plans = cluster.repair.plan(await cluster.repair.snapshot())
+    await cluster.registry.store("", "services").delete("default", "a", {})
+    report = await cluster.repair.apply(*plans)
+    assert report.skipped == 1 and report.ip_errors == {} and await cluster.events() == []
+    assert await cluster.ip_owner("10.96.0.10") is None
 
 
-def test_stale_finding_is_dropped_when_the_service_changed(cluster):
-    cluster.create("a", node_port(30010))
-    cluster.put_raw_service("b", raw_spec(["10.97.0.5"], [{"port": 80, "protocol": "TCP", "nodePort": 30010}], "NodePort"))
-    plans = cluster.repair.plan(cluster.repair.snapshot())
+async def test_stale_finding_is_dropped_when_the_service_changed(cluster):
+    await cluster.create("a", node_port(30010))
+    await cluster.put_raw_service("b", raw_spec(["10.97.0.5"], [{"port": 80, "protocol": "TCP", "nodePort": 30010}], "NodePort"))
+    plans = cluster.repair.plan(await cluster.repair.snapshot())
     assert [f.reason for f in plans[0].findings + plans[1].findings] == ["ClusterIPOutOfRange", "PortAlreadyAllocated"]
-    cluster.edit_raw("/registry/services/specs/default/b", lambda o: o["spec"].update(clusterIP="10.96.0.30", clusterIPs=["10.96.0.30"]))
-    cluster.edit_raw("/registry/services/specs/default/b", lambda o: o["spec"]["ports"][0].update(nodePort=30011))
-    report = cluster.repair.apply(*plans)
-    assert report.skipped == 2 and report.ip_errors == report.port_errors == {} and cluster.events() == []
+    await cluster.edit_raw("/registry/services/specs/default/b", lambda o: o["spec"].update(clusterIP="10.96.0.30", clusterIPs=["10.96.0.30"]))
+    await cluster.edit_raw("/registry/services/specs/default/b", lambda o: o["spec"]["ports"][0].update(nodePort=30011))
+    report = await cluster.repair.apply(*plans)
+    assert report.skipped == 2 and report.ip_errors == report.port_errors == {} and await cluster.events() == []
 
 
-def test_concurrent_fix_is_not_an_error(cluster):
-    _missing_ip_address(cluster)
-    plans = cluster.repair.plan(cluster.repair.snapshot())
-    cluster.registry.store("networking.k8s.io", "ipaddresses").create(
+async def test_concurrent_fix_is_not_an_error(cluster):
+    await _missing_ip_address(cluster)
+    plans = cluster.repair.plan(await cluster.repair.snapshot())
+    await cluster.registry.store("networking.k8s.io", "ipaddresses").create(
         None, records.ip_address_object("10.96.0.10", "default", "a"), field_manager="someone")
-    report = cluster.repair.apply(*plans)
-    assert report.skipped == 1 and report.ip_errors == {} and cluster.events() == []
+    report = await cluster.repair.apply(*plans)
+    assert report.skipped == 1 and report.ip_errors == {} and await cluster.events() == []
     assert cluster.metric("kube_apiserver_clusterip_repair_reconcile_errors_total") == 0
 
 
-def test_leaked_port_rewritten_since_the_snapshot_is_kept(cluster):
-    cluster.backend.create(records.node_port_key(30050), records.node_port_record("default", "ghost"))
-    cluster.repair.run_once()
-    cluster.repair.run_once()
-    plans = cluster.repair.plan(cluster.repair.snapshot())
-    cluster.backend.update(records.node_port_key(30050), records.node_port_record("default", "ghost2"))
-    report = cluster.repair.apply(*plans)
-    assert report.skipped == 1 and cluster.port_owner(30050) == ("default", "ghost2")
+async def test_leaked_port_rewritten_since_the_snapshot_is_kept(cluster):
+    await cluster.backend.create(records.node_port_key(30050), records.node_port_record("default", "ghost"))
+    await cluster.repair.run_once()
+    await cluster.repair.run_once()
+    plans = cluster.repair.plan(await cluster.repair.snapshot())
+    await cluster.backend.update(records.node_port_key(30050), records.node_port_record("default", "ghost2"))
+    report = await cluster.repair.apply(*plans)
+    assert report.skipped == 1 and await cluster.port_owner(30050) == ("default", "ghost2")
 
 
-def test_orphan_ipaddress_claimed_since_the_snapshot_is_kept(cluster):
-    _orphan(cluster)
-    plans = cluster.repair.plan(cluster.repair.snapshot())
-    cluster.put_raw_service("ghost", raw_spec(["10.96.0.50"]))
-    report = cluster.repair.apply(*plans)
-    assert report.skipped == 1 and cluster.ip_owner("10.96.0.50") == ("default", "ghost")
+async def test_orphan_ipaddress_claimed_since_the_snapshot_is_kept(cluster):
+    await _orphan(cluster)
+    plans = cluster.repair.plan(await cluster.repair.snapshot())
+    await cluster.put_raw_service("ghost", raw_spec(["10.96.0.50"]))
+    report = await cluster.repair.apply(*plans)
+    assert report.skipped == 1 and await cluster.ip_owner("10.96.0.50") == ("default", "ghost")
 
 
-def test_leaked_port_claimed_since_the_snapshot_is_kept(cluster):
-    cluster.backend.create(records.node_port_key(30050), records.node_port_record("default", "ghost"))
-    cluster.repair.run_once()
-    cluster.repair.run_once()
-    plans = cluster.repair.plan(cluster.repair.snapshot())
+async def test_leaked_port_claimed_since_the_snapshot_is_kept(cluster):
+    await cluster.backend.create(records.node_port_key(30050), records.node_port_record("default", "ghost"))
+    await cluster.repair.run_once()
+    await cluster.repair.run_once()
+    plans = cluster.repair.plan(await cluster.repair.snapshot())
     assert [f.op.verb for f in plans[1].findings] == ["delete"]
-    cluster.put_raw_service("ghost", raw_spec(["10.96.0.20"], [{"port": 80, "protocol": "TCP", "nodePort": 30050}], "NodePort"))
-    report = cluster.repair.apply(*plans)
-    assert report.skipped == 1 and report.port_errors == {} and cluster.port_owner(30050) == ("default", "ghost")
+    await cluster.put_raw_service("ghost", raw_spec(["10.96.0.20"], [{"port": 80, "protocol": "TCP", "nodePort": 30050}], "NodePort"))
+    report = await cluster.repair.apply(*plans)
+    assert report.skipped == 1 and report.port_errors == {} and await cluster.port_owner(30050) == ("default", "ghost")
     assert cluster.allocators.ports.has(30050)
 
 
-def test_snapshot_reads_one_revision(cluster):
-    cluster.create("a", cluster_ip("10.96.0.10"))
-    revision = cluster.backend.current_revision()
-    cluster.create("b", cluster_ip("10.96.0.11"))
-    old = take_snapshot(cluster.backend, revision)
+async def test_snapshot_reads_one_revision(cluster):
+    await cluster.create("a", cluster_ip("10.96.0.10"))
+    revision = await cluster.backend.current_revision()
+    await cluster.create("b", cluster_ip("10.96.0.11"))
+    old = await take_snapshot(cluster.backend, revision)
     assert old.revision == revision
     assert list(old.services) == [("default", "a")] and list(old.ip_addresses) == ["10.96.0.10"]
     assert plan_ip_repair(old, cluster.clock.now()).findings == []
 
 
-def test_snapshot_reads_in_pages(cluster, monkeypatch):
+async def test_snapshot_reads_in_pages(cluster, monkeypatch):
     for i in range(5):
-        cluster.create(f"s{i}", node_port(30010 + i, clusterIP=f"10.96.0.{10 + i}"))
-    revision = cluster.backend.current_revision()
+        await cluster.create(f"s{i}", node_port(30010 + i, clusterIP=f"10.96.0.{10 + i}"))
+    revision = await cluster.backend.current_revision()
     monkeypatch.setattr(repair_module, "_PAGE", 2)
-    cluster.create("late", cluster_ip("10.96.0.20"))  # after the revision read: not seen
-    snapshot = take_snapshot(cluster.backend, revision)
+    await cluster.create("late", cluster_ip("10.96.0.20"))  # after the revision read: not seen
+    snapshot = await take_snapshot(cluster.backend, revision)
     assert list(snapshot.services) == [("default", f"s{i}") for i in range(5)]
     assert sorted(snapshot.ip_addresses) == [f"10.96.0.{10 + i}" for i in range(5)]
     assert sorted(snapshot.node_ports) == [30010 + i for i in range(5)]
-    assert cluster.repair.run_once().clean
+    assert (await cluster.repair.run_once()).clean
 
 
-def test_index_equals_store_after_a_pass(cluster, monkeypatch):
+async def test_index_equals_store_after_a_pass(cluster, monkeypatch):
     """Keys written behind the allocator's back are in its index after the pass; the
     repair's own writes keep the index exact without a full reload."""
-    cluster.put_raw_ip_address("10.96.0.53", records.service_ref("default", "ghost"), labels={})
-    cluster.backend.create(records.node_port_key(30050), records.node_port_record("default", "ghost"))
-    cluster.repair.run_once()
+    await cluster.put_raw_ip_address("10.96.0.53", records.service_ref("default", "ghost"), labels={})
+    await cluster.backend.create(records.node_port_key(30050), records.node_port_record("default", "ghost"))
+    await cluster.repair.run_once()
     assert "10.96.0.53" in cluster.allocators.families["IPv4"].taken
     assert cluster.allocators.ports.has(30050)
-    cluster.create("a", node_port(30010, clusterIP="10.96.0.10"))
-    cluster.backend.delete(records.ip_address_key("10.96.0.10"))
-    cluster.backend.delete(records.node_port_key(30010))
-    cluster.allocators.load()  # the index forgets them: the repair's writes must tell it
+    await cluster.create("a", node_port(30010, clusterIP="10.96.0.10"))
+    await cluster.backend.delete(records.ip_address_key("10.96.0.10"))
+    await cluster.backend.delete(records.node_port_key(30010))
+    await cluster.allocators.load()  # the index forgets them: the repair's writes must tell it
     loads = []
     real_load = cluster.allocators.load
-    monkeypatch.setattr(cluster.allocators, "load", lambda: (loads.append(1), real_load()))
-    cluster.repair.run_once()
-    cluster.repair.run_once()
-    cluster.repair.run_once()  # the leaked port 30050 goes now
+    async def counting_load() -> None:
+        loads.append(1)
+        await real_load()
+
+    monkeypatch.setattr(cluster.allocators, "load", counting_load)
+    await cluster.repair.run_once()
+    await cluster.repair.run_once()
+    await cluster.repair.run_once()  # the leaked port 30050 goes now
     assert loads == [] and not cluster.allocators.ports.has(30050)
     assert cluster.allocators.ports.has(30010) and "10.96.0.10" in cluster.allocators.families["IPv4"].taken
 
@@ -674,47 +678,47 @@ def test_index_equals_store_after_a_pass(cluster, monkeypatch):
 
 
 async def test_run_survives_a_failing_pass(cluster):
-    _missing_ip_address(cluster)
+    await _missing_ip_address(cluster)
     real_snapshot = cluster.repair.snapshot
     calls = []
 
-    def flaky():
+    async def flaky(*, offload: bool = False):
         calls.append(1)
         if len(calls) == 1:
             raise RuntimeError("storage hiccup")
-        return real_snapshot()
+        return await real_snapshot(offload=offload)
 
     cluster.repair.snapshot = flaky
     task = asyncio.create_task(cluster.repair.run(0.01))
     try:
         for _ in range(500):
-            if cluster.ip_owner("10.96.0.10") is not None:
+            if await cluster.ip_owner("10.96.0.10") is not None:
                 break
             await asyncio.sleep(0.01)
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-    assert cluster.ip_owner("10.96.0.10") == ("default", "a")
+    assert await cluster.ip_owner("10.96.0.10") == ("default", "a")
     assert cluster.metric("kube_apiserver_clusterip_repair_reconcile_errors_total") == 1
     assert cluster.metric("kube_apiserver_nodeport_repair_reconcile_errors_total") == 1
     assert len(calls) >= 2
 
 
 async def test_run_makes_its_first_pass_at_once(cluster):
-    _missing_record(cluster)
-    cluster.put_raw_ip_address("10.96.0.53", records.service_ref("default", "ghost"), labels={})
+    await _missing_record(cluster)
+    await cluster.put_raw_ip_address("10.96.0.53", records.service_ref("default", "ghost"), labels={})
     task = asyncio.create_task(cluster.repair.run(3600))
     try:
         # the pass repairs the port on the loop, then settles the index after a check in a
         # worker thread: wait for both, or a loaded machine cancels it in between
         for _ in range(500):
-            if cluster.port_owner(30010) is not None and "10.96.0.53" in cluster.allocators.families["IPv4"].taken:
+            if await cluster.port_owner(30010) is not None and "10.96.0.53" in cluster.allocators.families["IPv4"].taken:
                 break
             await asyncio.sleep(0.01)
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-    assert cluster.port_owner(30010) == ("default", "a")
+    assert await cluster.port_owner(30010) == ("default", "a")
     assert "10.96.0.53" in cluster.allocators.families["IPv4"].taken  # the index was reloaded

@@ -47,8 +47,15 @@ class FixedStart:
 class Cluster:
     """A control plane on the memory backend with helpers for Service writes."""
 
-    def __init__(self, cidrs=(V4_16,), node_ports: str = "30000-32767", static_subrange: bool = True):
-        self.registry, self.allocators = build_control_plane(MemoryBackend(), FakeClock(), list(cidrs), node_ports,
+    @classmethod
+    async def open(cls, *args, **kwargs):
+        """Construct and set up (the control plane is built with awaits)."""
+        self = cls.__new__(cls)
+        await self._setup(*args, **kwargs)
+        return self
+
+    async def _setup(self, cidrs=(V4_16,), node_ports: str = "30000-32767", static_subrange: bool = True):
+        self.registry, self.allocators = await build_control_plane(MemoryBackend(), FakeClock(), list(cidrs), node_ports,
                                                              static_subrange=static_subrange)
         self.services = self.registry.store("", "services")
         self.ipaddresses = self.registry.store("networking.k8s.io", "ipaddresses")
@@ -62,57 +69,57 @@ class Cluster:
         self.allocators.ports.rng = rng
 
     # ---- writes -------------------------------------------------------------------------------
-    def create(self, name: str, spec: dict | None = None, *, dry_run: bool = False) -> dict:
+    async def create(self, name: str, spec: dict | None = None, *, dry_run: bool = False) -> dict:
         spec = {"ports": [{"port": 80}]} if spec is None else spec
-        return self.services.create("default", {"metadata": {"name": name}, "spec": copy.deepcopy(spec)},
+        return await self.services.create("default", {"metadata": {"name": name}, "spec": copy.deepcopy(spec)},
                                     field_manager="test", dry_run=dry_run)
 
-    def put(self, name: str, change, *, dry_run: bool = False) -> dict:
+    async def put(self, name: str, change, *, dry_run: bool = False) -> dict:
         """PUT: GET, change the object in place, write it back whole."""
-        obj = self.services.get("default", name)
+        obj = await self.services.get("default", name)
         change(obj)
-        new, created = self.services.update("default", name, obj, field_manager="test", dry_run=dry_run)
+        new, created = await self.services.update("default", name, obj, field_manager="test", dry_run=dry_run)
         assert not created
         return new
 
-    def mutate(self, name: str, change) -> dict:
+    async def mutate(self, name: str, change) -> dict:
         def apply(current: dict) -> dict:
             change(current)
             return current
 
-        return self.services.guaranteed_update("default", name, apply, field_manager="test")
+        return await self.services.guaranteed_update("default", name, apply, field_manager="test")
 
-    def delete(self, name: str) -> None:
-        _, deleted = self.services.delete("default", name, {})
+    async def delete(self, name: str) -> None:
+        _, deleted = await self.services.delete("default", name, {})
         assert deleted
 
     # ---- reads --------------------------------------------------------------------------------
-    def get(self, name: str) -> dict:
-        return self.services.get("default", name)
+    async def get(self, name: str) -> dict:
+        return await self.services.get("default", name)
 
-    def service_names(self) -> set[str]:
-        items, _ = self.services.list("default", ListOptions())
+    async def service_names(self) -> set[str]:
+        items, _ = await self.services.list("default", ListOptions())
         return {s["metadata"]["name"] for s in items}
 
-    def ip_addresses(self) -> dict[str, dict]:
-        items, _ = self.ipaddresses.list(None, ListOptions())
+    async def ip_addresses(self) -> dict[str, dict]:
+        items, _ = await self.ipaddresses.list(None, ListOptions())
         return {o["metadata"]["name"]: o for o in items}
 
-    def node_port_records(self) -> dict[int, tuple[str, str] | None]:
+    async def node_port_records(self) -> dict[int, tuple[str, str] | None]:
         return {int(kv.key[len(records.NODE_PORT_PREFIX):]): records.node_port_owner(kv.value)
-                for kv in self.backend.list(records.NODE_PORT_PREFIX).kvs}
+                for kv in (await self.backend.list(records.NODE_PORT_PREFIX)).kvs}
 
-    def plant_ip_address(self, ip: str, owner: str = "ghost") -> None:
+    async def plant_ip_address(self, ip: str, owner: str = "ghost") -> None:
         """An IPAddress written straight into storage, behind the allocator's index."""
-        self.backend.create(records.ip_address_key(ip), json.dumps(records.ip_address_object(ip, "default", owner)).encode())
+        await self.backend.create(records.ip_address_key(ip), json.dumps(records.ip_address_object(ip, "default", owner)).encode())
 
-    def plant_node_port(self, port: int, owner: str = "ghost") -> None:
-        self.backend.create(records.node_port_key(port), records.node_port_record("default", owner))
+    async def plant_node_port(self, port: int, owner: str = "ghost") -> None:
+        await self.backend.create(records.node_port_key(port), records.node_port_record("default", owner))
 
-    def assert_consistent(self) -> None:
+    async def assert_consistent(self) -> None:
         """No IP or nodePort is held by two Services; every held value has its record, owned by
         the holder; every record owned by an existing Service is held by it."""
-        items, _ = self.services.list("default", ListOptions())
+        items, _ = await self.services.list("default", ListOptions())
         by_ip: dict[str, str] = {}
         by_port: dict[int, str] = {}
         for svc in items:
@@ -127,14 +134,14 @@ class Cluster:
             for port in ports:
                 assert port not in by_port, f"{port} held by {by_port[port]} and {name}"
                 by_port[port] = name
-        addresses = self.ip_addresses()
+        addresses = await self.ip_addresses()
         for ip, name in by_ip.items():
             assert addresses[ip]["spec"]["parentRef"]["name"] == name
         for ip, obj in addresses.items():
             owner = obj["spec"]["parentRef"]["name"]
             if owner in {s["metadata"]["name"] for s in items}:
                 assert by_ip.get(ip) == owner, f"IPAddress {ip} of {owner} is not its clusterIP"
-        port_records = self.node_port_records()
+        port_records = await self.node_port_records()
         for port, name in by_port.items():
             assert port_records[port] == ("default", name)
         for port, owner in port_records.items():
@@ -150,9 +157,9 @@ def ip_set(first: str, last: str) -> set[str]:
     return {str(ipaddress.ip_address(i)) for i in range(ip_int(first), ip_int(last) + 1)}
 
 
-def raises(code: int, fn, *args, **kwargs) -> StatusError:
+async def raises(code: int, fn, *args, **kwargs) -> StatusError:
     with pytest.raises(StatusError) as info:
-        fn(*args, **kwargs)
+        await fn(*args, **kwargs)
     assert info.value.code == code, info.value.message
     return info.value
 
@@ -168,47 +175,47 @@ def node_port_spec(*ports: dict, **extra) -> dict:
 # ==== §1.3 bands: the worked examples ==========================================================
 
 
-def test_slash24_upper_band_then_lower_band_then_full():
-    cluster = Cluster(["10.96.0.0/24"])
-    upper = {cluster.create(f"u{i}")["spec"]["clusterIP"] for i in range(238)}
+async def test_slash24_upper_band_then_lower_band_then_full():
+    cluster = await Cluster.open(["10.96.0.0/24"])
+    upper = {(await cluster.create(f"u{i}"))["spec"]["clusterIP"] for i in range(238)}
     assert upper == ip_set("10.96.0.17", "10.96.0.254")
-    lower = {cluster.create(f"l{i}")["spec"]["clusterIP"] for i in range(16)}
+    lower = {(await cluster.create(f"l{i}"))["spec"]["clusterIP"] for i in range(16)}
     assert lower == ip_set("10.96.0.1", "10.96.0.16")
-    error = raises(500, cluster.create, "full")
+    error = await raises(500, cluster.create, "full")
     assert error.message == FULL
-    assert len(cluster.ip_addresses()) == 254
-    assert "full" not in cluster.service_names()
-    cluster.assert_consistent()
+    assert len(await cluster.ip_addresses()) == 254
+    assert "full" not in await cluster.service_names()
+    await cluster.assert_consistent()
 
 
 @pytest.mark.parametrize("cidr", ["10.96.0.0/20", "10.96.0.0/16", "10.96.0.0/12"], ids=["slash20", "slash16", "slash12"])
-def test_static_band_ends_at_10_96_1_0(cidr):
-    cluster = Cluster([cidr])
-    got = [cluster.create(f"s{i}")["spec"]["clusterIP"] for i in range(300)]
+async def test_static_band_ends_at_10_96_1_0(cidr):
+    cluster = await Cluster.open([cidr])
+    got = [(await cluster.create(f"s{i}"))["spec"]["clusterIP"] for i in range(300)]
     assert len(set(got)) == 300
     assert all(ip_int(ip) > ip_int("10.96.1.0") for ip in got)
     assert all(ipaddress.ip_address(ip) in ipaddress.ip_network(cidr) for ip in got)
 
 
-def test_kube_dns_address_is_always_free_after_many_dynamic_creates():
-    cluster = Cluster([V4_16])
+async def test_kube_dns_address_is_always_free_after_many_dynamic_creates():
+    cluster = await Cluster.open([V4_16])
     for i in range(500):
-        cluster.create(f"s{i}")
-    dns = cluster.create("kube-dns", single("10.96.0.10", ports=[{"name": "dns", "port": 53, "protocol": "UDP"}]))
+        await cluster.create(f"s{i}")
+    dns = await cluster.create("kube-dns", single("10.96.0.10", ports=[{"name": "dns", "port": 53, "protocol": "UDP"}]))
     assert dns["spec"]["clusterIPs"] == ["10.96.0.10"]
-    error = raises(422, cluster.create, "dns2", single("10.96.0.10"))
+    error = await raises(422, cluster.create, "dns2", single("10.96.0.10"))
     assert error.message == ('Service "dns2" is invalid: spec.clusterIPs: Invalid value: ["10.96.0.10"]: '
                              "failed to allocate IP 10.96.0.10: provided IP is already allocated")
-    assert cluster.ip_addresses()["10.96.0.10"]["spec"]["parentRef"]["name"] == "kube-dns"
-    cluster.assert_consistent()
+    assert (await cluster.ip_addresses())["10.96.0.10"]["spec"]["parentRef"]["name"] == "kube-dns"
+    await cluster.assert_consistent()
 
 
 @pytest.mark.parametrize("ip", ["10.96.0.1", "10.96.0.16", "10.96.1.0", "10.96.1.1", "10.96.255.254"],
                          ids=["network+1", "static", "last-static", "first-dynamic", "last"])
-def test_user_chosen_ip_anywhere_in_range(ip):
-    cluster = Cluster([V4_16])
-    assert cluster.create("pick", single(ip))["spec"]["clusterIP"] == ip
-    assert ip in cluster.ip_addresses()
+async def test_user_chosen_ip_anywhere_in_range(ip):
+    cluster = await Cluster.open([V4_16])
+    assert (await cluster.create("pick", single(ip)))["spec"]["clusterIP"] == ip
+    assert ip in await cluster.ip_addresses()
 
 
 EXPLICIT_IP_ERRORS = [
@@ -223,16 +230,16 @@ EXPLICIT_IP_ERRORS = [
 
 
 @pytest.mark.parametrize(("cidrs", "taken", "ip", "suffix"), [row[1:] for row in EXPLICIT_IP_ERRORS], ids=[row[0] for row in EXPLICIT_IP_ERRORS])
-def test_user_chosen_ip_errors(cidrs, taken, ip, suffix):
-    cluster = Cluster(cidrs)
+async def test_user_chosen_ip_errors(cidrs, taken, ip, suffix):
+    cluster = await Cluster.open(cidrs)
     extra = {"ipFamilies": ["IPv6"]} if ":" in ip else {}
     if taken:
-        cluster.create("first", single(taken, **extra))
-    before = set(cluster.ip_addresses())
-    error = raises(422, cluster.create, "foo", single(ip, **extra))
+        await cluster.create("first", single(taken, **extra))
+    before = set(await cluster.ip_addresses())
+    error = await raises(422, cluster.create, "foo", single(ip, **extra))
     assert error.message == f'Service "foo" is invalid: spec.clusterIPs: Invalid value: ["{ip}"]: failed to allocate IP {ip}: {suffix}'
-    assert set(cluster.ip_addresses()) == before
-    assert "foo" not in cluster.service_names()
+    assert set(await cluster.ip_addresses()) == before
+    assert "foo" not in await cluster.service_names()
 
 
 PINNED_STARTS = [
@@ -246,19 +253,19 @@ PINNED_STARTS = [
 
 
 @pytest.mark.parametrize(("static_subrange", "where", "expected"), [row[1:] for row in PINNED_STARTS], ids=[row[0] for row in PINNED_STARTS])
-def test_service_ip_static_subrange_gate(static_subrange, where, expected):
-    cluster = Cluster(["10.96.0.0/24"], static_subrange=static_subrange)
+async def test_service_ip_static_subrange_gate(static_subrange, where, expected):
+    cluster = await Cluster.open(["10.96.0.0/24"], static_subrange=static_subrange)
     cluster.pin_random(where)
-    assert [cluster.create(f"s{i}")["spec"]["clusterIP"] for i in range(len(expected))] == expected
+    assert [(await cluster.create(f"s{i}"))["spec"]["clusterIP"] for i in range(len(expected))] == expected
 
 
-def test_without_static_subrange_every_ip_is_dynamic():
+async def test_without_static_subrange_every_ip_is_dynamic():
     # ServiceIPStaticSubrange=false: all 254 addresses are handed out dynamically, and the
     # next create is full -- no address is held back for user-chosen IPs
-    cluster = Cluster(["10.96.0.0/24"], static_subrange=False)
-    got = {cluster.create(f"s{i}")["spec"]["clusterIP"] for i in range(254)}
+    cluster = await Cluster.open(["10.96.0.0/24"], static_subrange=False)
+    got = {(await cluster.create(f"s{i}"))["spec"]["clusterIP"] for i in range(254)}
     assert got == ip_set("10.96.0.1", "10.96.0.254")
-    assert raises(500, cluster.create, "full").message == FULL
+    assert (await raises(500, cluster.create, "full")).message == FULL
 
 
 # ==== §1.4 IPAddress objects ==================================================================
@@ -268,33 +275,33 @@ def test_without_static_subrange_every_ip_is_dynamic():
     ([V4_16], single("10.96.0.42"), "IPv4"),
     (DUAL, {"clusterIP": "fd00:10:96::42", "clusterIPs": ["fd00:10:96::42"], "ipFamilies": ["IPv6"], "ports": [{"port": 80}]}, "IPv6"),
 ], ids=["v4", "v6"])
-def test_ip_address_object_for_each_allocated_ip(cidrs, spec, family):
-    cluster = Cluster(cidrs)
-    svc = cluster.create("web", spec)
+async def test_ip_address_object_for_each_allocated_ip(cidrs, spec, family):
+    cluster = await Cluster.open(cidrs)
+    svc = await cluster.create("web", spec)
     ip = svc["spec"]["clusterIP"]
-    obj = cluster.ipaddresses.get(None, ip)
+    obj = await cluster.ipaddresses.get(None, ip)
     assert obj["apiVersion"] == "networking.k8s.io/v1" and obj["kind"] == "IPAddress"
     assert obj["metadata"]["name"] == ip
     assert obj["metadata"]["labels"] == {"ipaddress.kubernetes.io/ip-family": family,
                                          "ipaddress.kubernetes.io/managed-by": "ipallocator.k8s.io"}
     assert obj["spec"]["parentRef"] == {"group": "", "resource": "services", "namespace": "default", "name": "web"}
-    cluster.delete("web")
-    assert ip not in cluster.ip_addresses()
+    await cluster.delete("web")
+    assert ip not in await cluster.ip_addresses()
     # released: the same IP can be taken again
-    assert cluster.create("again", spec)["spec"]["clusterIP"] == ip
+    assert (await cluster.create("again", spec))["spec"]["clusterIP"] == ip
 
 
-def test_dual_stack_service_has_one_ip_address_per_family():
-    cluster = Cluster(DUAL)
-    svc = cluster.create("dual", {"ipFamilyPolicy": "RequireDualStack", "ports": [{"port": 80}]})
+async def test_dual_stack_service_has_one_ip_address_per_family():
+    cluster = await Cluster.open(DUAL)
+    svc = await cluster.create("dual", {"ipFamilyPolicy": "RequireDualStack", "ports": [{"port": 80}]})
     v4, v6 = svc["spec"]["clusterIPs"]
-    addresses = cluster.ip_addresses()
+    addresses = await cluster.ip_addresses()
     assert set(addresses) == {v4, v6}
     assert addresses[v4]["metadata"]["labels"]["ipaddress.kubernetes.io/ip-family"] == "IPv4"
     assert addresses[v6]["metadata"]["labels"]["ipaddress.kubernetes.io/ip-family"] == "IPv6"
     assert ip_int(v6) > ip_int("fd00:10:96::100")  # /112: offset 256 -> dynamic from ::101
-    cluster.delete("dual")
-    assert cluster.ip_addresses() == {}
+    await cluster.delete("dual")
+    assert await cluster.ip_addresses() == {}
 
 
 # ==== §1.6 dual-stack: TestCreateInitIPFields ==================================================
@@ -332,23 +339,23 @@ INIT_IP_FIELDS = [
 
 @pytest.mark.parametrize(("cidrs", "fields", "policy", "families", "cluster_ips"), [row[1:] for row in INIT_IP_FIELDS],
                          ids=[row[0] for row in INIT_IP_FIELDS])
-def test_create_init_ip_fields(cidrs, fields, policy, families, cluster_ips):
-    cluster = Cluster(cidrs)
+async def test_create_init_ip_fields(cidrs, fields, policy, families, cluster_ips):
+    cluster = await Cluster.open(cidrs)
     spec = {"ports": [{"port": 80}], **fields}
-    svc = cluster.create("foo", spec)["spec"]
+    svc = (await cluster.create("foo", spec))["spec"]
     assert svc["ipFamilyPolicy"] == policy
     assert svc["ipFamilies"] == families
     if cluster_ips is not None:
         assert svc["clusterIPs"] == cluster_ips
     assert svc["clusterIP"] == svc["clusterIPs"][0]
     if svc["clusterIPs"] == ["None"]:
-        assert cluster.ip_addresses() == {}
+        assert await cluster.ip_addresses() == {}
         return
     assert len(svc["clusterIPs"]) == len(families)
     for ip, family in zip(svc["clusterIPs"], families):
         assert ("IPv6" if ":" in ip else "IPv4") == family
         assert any(ipaddress.ip_address(ip) in ipaddress.ip_network(c) for c in cidrs)
-    assert set(cluster.ip_addresses()) == set(svc["clusterIPs"])
+    assert set(await cluster.ip_addresses()) == set(svc["clusterIPs"])
 
 
 MULTIPLE_IPS = ("must be 'RequireDualStack' or 'PreferDualStack' when multiple cluster IPs are specified")
@@ -388,194 +395,194 @@ INIT_IP_FIELD_ERRORS = [
 
 
 @pytest.mark.parametrize(("cidrs", "fields", "message"), [row[1:] for row in INIT_IP_FIELD_ERRORS], ids=[row[0] for row in INIT_IP_FIELD_ERRORS])
-def test_create_init_ip_fields_errors(cidrs, fields, message):
-    cluster = Cluster(cidrs)
-    error = raises(422, cluster.create, "foo", {"ports": [{"port": 80}], **fields})
+async def test_create_init_ip_fields_errors(cidrs, fields, message):
+    cluster = await Cluster.open(cidrs)
+    error = await raises(422, cluster.create, "foo", {"ports": [{"port": 80}], **fields})
     if message.startswith("Service "):
         assert error.message == message
     else:
         assert message in error.message
-    assert cluster.ip_addresses() == {}
-    assert cluster.service_names() == set()
+    assert await cluster.ip_addresses() == {}
+    assert await cluster.service_names() == set()
 
 
-def test_dual_stack_secondary_taken_releases_the_primary():
-    cluster = Cluster(DUAL)
-    cluster.create("first", {"clusterIP": V6, "clusterIPs": [V6], "ipFamilies": ["IPv6"], "ports": [{"port": 80}]})
-    error = raises(422, cluster.create, "foo", {"clusterIP": V4, "clusterIPs": [V4, V6], "ipFamilyPolicy": "RequireDualStack",
+async def test_dual_stack_secondary_taken_releases_the_primary():
+    cluster = await Cluster.open(DUAL)
+    await cluster.create("first", {"clusterIP": V6, "clusterIPs": [V6], "ipFamilies": ["IPv6"], "ports": [{"port": 80}]})
+    error = await raises(422, cluster.create, "foo", {"clusterIP": V4, "clusterIPs": [V4, V6], "ipFamilyPolicy": "RequireDualStack",
                                                 "ports": [{"port": 80}]})
     assert error.message == (f'Service "foo" is invalid: spec.clusterIPs: Invalid value: ["{V4}","{V6}"]: '
                              f"failed to allocate IP {V6}: provided IP is already allocated")
-    assert set(cluster.ip_addresses()) == {V6}
-    assert cluster.create("v4", single(V4))["spec"]["clusterIP"] == V4
+    assert set(await cluster.ip_addresses()) == {V6}
+    assert (await cluster.create("v4", single(V4)))["spec"]["clusterIP"] == V4
 
 
-def test_upgrade_to_prefer_dual_stack_then_downgrade_releases_the_secondary():
-    cluster = Cluster(DUAL)
-    v4 = cluster.create("s")["spec"]["clusterIP"]
-    upgraded = cluster.mutate("s", lambda o: o["spec"].update(ipFamilyPolicy="PreferDualStack"))["spec"]
+async def test_upgrade_to_prefer_dual_stack_then_downgrade_releases_the_secondary():
+    cluster = await Cluster.open(DUAL)
+    v4 = (await cluster.create("s"))["spec"]["clusterIP"]
+    upgraded = (await cluster.mutate("s", lambda o: o["spec"].update(ipFamilyPolicy="PreferDualStack")))["spec"]
     assert upgraded["ipFamilies"] == ["IPv4", "IPv6"]
     assert upgraded["clusterIPs"][0] == v4 and len(upgraded["clusterIPs"]) == 2
     v6 = upgraded["clusterIPs"][1]
     assert ipaddress.ip_address(v6) in ipaddress.ip_network(V6_112)
-    assert cluster.ip_addresses()[v6]["spec"]["parentRef"]["name"] == "s"
-    assert cluster.get("s")["spec"]["clusterIPs"] == [v4, v6]
+    assert (await cluster.ip_addresses())[v6]["spec"]["parentRef"]["name"] == "s"
+    assert (await cluster.get("s"))["spec"]["clusterIPs"] == [v4, v6]
 
     # downgrade: a PUT with ipFamilyPolicy SingleStack, lists left as they are
-    downgraded = cluster.put("s", lambda o: o["spec"].update(ipFamilyPolicy="SingleStack"))["spec"]
+    downgraded = (await cluster.put("s", lambda o: o["spec"].update(ipFamilyPolicy="SingleStack")))["spec"]
     assert downgraded["clusterIPs"] == [v4] and downgraded["ipFamilies"] == ["IPv4"]
-    assert set(cluster.ip_addresses()) == {v4}
+    assert set(await cluster.ip_addresses()) == {v4}
     # the released IPv6 address is free again
-    again = cluster.create("v6", {"clusterIP": v6, "clusterIPs": [v6], "ipFamilies": ["IPv6"], "ports": [{"port": 80}]})
+    again = await cluster.create("v6", {"clusterIP": v6, "clusterIPs": [v6], "ipFamilies": ["IPv6"], "ports": [{"port": 80}]})
     assert again["spec"]["clusterIPs"] == [v6]
-    cluster.assert_consistent()
+    await cluster.assert_consistent()
 
 
-def test_upgrade_to_require_dual_stack_with_a_chosen_secondary():
-    cluster = Cluster(DUAL)
-    v4 = cluster.create("s")["spec"]["clusterIP"]
-    spec = cluster.put("s", lambda o: o["spec"].update(ipFamilyPolicy="RequireDualStack", clusterIPs=[v4, "fd00:10:96::99"]))["spec"]
+async def test_upgrade_to_require_dual_stack_with_a_chosen_secondary():
+    cluster = await Cluster.open(DUAL)
+    v4 = (await cluster.create("s"))["spec"]["clusterIP"]
+    spec = (await cluster.put("s", lambda o: o["spec"].update(ipFamilyPolicy="RequireDualStack", clusterIPs=[v4, "fd00:10:96::99"])))["spec"]
     assert spec["clusterIPs"] == [v4, "fd00:10:96::99"] and spec["ipFamilies"] == ["IPv4", "IPv6"]
-    assert "fd00:10:96::99" in cluster.ip_addresses()
+    assert "fd00:10:96::99" in await cluster.ip_addresses()
 
 
-def test_downgrade_needs_single_stack():
-    cluster = Cluster(DUAL)
-    svc = cluster.create("s", {"ipFamilyPolicy": "PreferDualStack", "ports": [{"port": 80}]})["spec"]
+async def test_downgrade_needs_single_stack():
+    cluster = await Cluster.open(DUAL)
+    svc = (await cluster.create("s", {"ipFamilyPolicy": "PreferDualStack", "ports": [{"port": 80}]}))["spec"]
     v4, v6 = svc["clusterIPs"]
-    error = raises(422, cluster.put, "s", lambda o: o["spec"].update(clusterIPs=[v4]))
+    error = await raises(422, cluster.put, "s", lambda o: o["spec"].update(clusterIPs=[v4]))
     assert error.message == ('Service "s" is invalid: spec.ipFamilyPolicy: Invalid value: "PreferDualStack": '
                              "must be 'SingleStack' to release the secondary cluster IP")
-    assert cluster.get("s")["spec"]["clusterIPs"] == [v4, v6]
-    assert set(cluster.ip_addresses()) == {v4, v6}
+    assert (await cluster.get("s"))["spec"]["clusterIPs"] == [v4, v6]
+    assert set(await cluster.ip_addresses()) == {v4, v6}
 
 
-def test_unchanged_prefer_dual_stack_is_not_auto_upgraded_on_update():
+async def test_unchanged_prefer_dual_stack_is_not_auto_upgraded_on_update():
     # created as PreferDualStack on a single-stack cluster: an unrelated update keeps it single
-    cluster = Cluster([V4_16])
-    cluster.create("s", {"ipFamilyPolicy": "PreferDualStack", "ports": [{"port": 80}]})
-    spec = cluster.put("s", lambda o: o["metadata"].setdefault("labels", {}).update(a="b"))["spec"]
+    cluster = await Cluster.open([V4_16])
+    await cluster.create("s", {"ipFamilyPolicy": "PreferDualStack", "ports": [{"port": 80}]})
+    spec = (await cluster.put("s", lambda o: o["metadata"].setdefault("labels", {}).update(a="b")))["spec"]
     assert spec["ipFamilies"] == ["IPv4"] and len(spec["clusterIPs"]) == 1
 
 
 # ==== §1.7 headless, ExternalName, type changes ================================================
 
 
-def test_headless_allocates_nothing():
-    cluster = Cluster([V4_16])
-    svc = cluster.create("h", {"clusterIP": "None", "selector": {"app": "x"}})["spec"]
+async def test_headless_allocates_nothing():
+    cluster = await Cluster.open([V4_16])
+    svc = (await cluster.create("h", {"clusterIP": "None", "selector": {"app": "x"}}))["spec"]
     assert svc["clusterIP"] == "None" and svc["clusterIPs"] == ["None"]
-    assert cluster.ip_addresses() == {}
-    cluster.delete("h")
-    assert cluster.ip_addresses() == {}
+    assert await cluster.ip_addresses() == {}
+    await cluster.delete("h")
+    assert await cluster.ip_addresses() == {}
 
 
-def test_external_name_allocates_nothing():
-    cluster = Cluster([V4_16])
-    svc = cluster.create("e", {"type": "ExternalName", "externalName": "db.example.com"})["spec"]
+async def test_external_name_allocates_nothing():
+    cluster = await Cluster.open([V4_16])
+    svc = (await cluster.create("e", {"type": "ExternalName", "externalName": "db.example.com"}))["spec"]
     for key in ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"):
         assert key not in svc
-    assert cluster.ip_addresses() == {}
-    assert cluster.node_port_records() == {}
+    assert await cluster.ip_addresses() == {}
+    assert await cluster.node_port_records() == {}
 
 
-def test_cluster_ip_to_external_name_releases_and_wipes():
-    cluster = Cluster(DUAL)
-    ips = cluster.create("s", {"ipFamilyPolicy": "RequireDualStack", "ports": [{"port": 80}]})["spec"]["clusterIPs"]
+async def test_cluster_ip_to_external_name_releases_and_wipes():
+    cluster = await Cluster.open(DUAL)
+    ips = (await cluster.create("s", {"ipFamilyPolicy": "RequireDualStack", "ports": [{"port": 80}]}))["spec"]["clusterIPs"]
 
     def to_external_name(obj):
         obj["spec"].update(type="ExternalName", externalName="db.example.com")
 
-    spec = cluster.put("s", to_external_name)["spec"]
+    spec = (await cluster.put("s", to_external_name))["spec"]
     for key in ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"):
         assert key not in spec, key
-    assert cluster.ip_addresses() == {}
+    assert await cluster.ip_addresses() == {}
     # both addresses are free again
-    again = cluster.create("again", {"clusterIP": ips[0], "clusterIPs": ips, "ipFamilyPolicy": "RequireDualStack", "ports": [{"port": 80}]})
+    again = await cluster.create("again", {"clusterIP": ips[0], "clusterIPs": ips, "ipFamilyPolicy": "RequireDualStack", "ports": [{"port": 80}]})
     assert again["spec"]["clusterIPs"] == ips
 
 
-def test_external_name_to_cluster_ip_allocates():
-    cluster = Cluster([V4_16])
-    cluster.create("e", {"type": "ExternalName", "externalName": "db.example.com"})
+async def test_external_name_to_cluster_ip_allocates():
+    cluster = await Cluster.open([V4_16])
+    await cluster.create("e", {"type": "ExternalName", "externalName": "db.example.com"})
 
     def to_cluster_ip(obj):
         obj["spec"]["type"] = "ClusterIP"
         obj["spec"].pop("externalName")
         obj["spec"]["ports"] = [{"port": 80}]
 
-    spec = cluster.put("e", to_cluster_ip)["spec"]
+    spec = (await cluster.put("e", to_cluster_ip))["spec"]
     assert spec["ipFamilyPolicy"] == "SingleStack" and spec["ipFamilies"] == ["IPv4"]
     assert ip_int(spec["clusterIP"]) > ip_int("10.96.1.0")
-    assert cluster.ip_addresses()[spec["clusterIP"]]["spec"]["parentRef"]["name"] == "e"
+    assert (await cluster.ip_addresses())[spec["clusterIP"]]["spec"]["parentRef"]["name"] == "e"
 
 
-def test_node_port_to_external_name_releases_ip_and_node_ports():
-    cluster = Cluster([V4_16])
-    svc = cluster.create("n", node_port_spec({"port": 80, "nodePort": 30080}))["spec"]
-    spec = cluster.put("n", lambda o: o["spec"].update(type="ExternalName", externalName="x.example.com"))["spec"]
+async def test_node_port_to_external_name_releases_ip_and_node_ports():
+    cluster = await Cluster.open([V4_16])
+    svc = (await cluster.create("n", node_port_spec({"port": 80, "nodePort": 30080})))["spec"]
+    spec = (await cluster.put("n", lambda o: o["spec"].update(type="ExternalName", externalName="x.example.com")))["spec"]
     assert "clusterIP" not in spec and all("nodePort" not in p for p in spec["ports"])
     assert "externalTrafficPolicy" not in spec
-    assert svc["clusterIP"] not in cluster.ip_addresses()
-    assert cluster.node_port_records() == {}
+    assert svc["clusterIP"] not in await cluster.ip_addresses()
+    assert await cluster.node_port_records() == {}
 
 
-def test_cluster_ip_is_immutable():
-    cluster = Cluster([V4_16])
-    ip = cluster.create("s", single("10.96.7.7"))["spec"]["clusterIP"]
-    error = raises(422, cluster.put, "s", lambda o: o["spec"].update(clusterIP="10.96.0.50", clusterIPs=["10.96.0.50"]))
+async def test_cluster_ip_is_immutable():
+    cluster = await Cluster.open([V4_16])
+    ip = (await cluster.create("s", single("10.96.7.7")))["spec"]["clusterIP"]
+    error = await raises(422, cluster.put, "s", lambda o: o["spec"].update(clusterIP="10.96.0.50", clusterIPs=["10.96.0.50"]))
     assert error.message == 'Service "s" is invalid: spec.clusterIPs[0]: Invalid value: ["10.96.0.50"]: may not change once set'
-    assert cluster.get("s")["spec"]["clusterIPs"] == [ip]
-    assert set(cluster.ip_addresses()) == {ip}
+    assert (await cluster.get("s"))["spec"]["clusterIPs"] == [ip]
+    assert set(await cluster.ip_addresses()) == {ip}
     # the IP it tried to move to was not taken
-    assert cluster.create("other", single("10.96.0.50"))["spec"]["clusterIP"] == "10.96.0.50"
+    assert (await cluster.create("other", single("10.96.0.50")))["spec"]["clusterIP"] == "10.96.0.50"
 
 
-def test_put_without_cluster_ip_keeps_the_allocated_one():
+async def test_put_without_cluster_ip_keeps_the_allocated_one():
     # patchAllocatedValues: a PUT that omits server-allocated values keeps them
-    cluster = Cluster([V4_16])
-    ip = cluster.create("s")["spec"]["clusterIP"]
+    cluster = await Cluster.open([V4_16])
+    ip = (await cluster.create("s"))["spec"]["clusterIP"]
 
     def omit(obj):
         obj["spec"].pop("clusterIP")
         obj["spec"].pop("clusterIPs")
 
-    assert cluster.put("s", omit)["spec"]["clusterIPs"] == [ip]
-    assert set(cluster.ip_addresses()) == {ip}
+    assert (await cluster.put("s", omit))["spec"]["clusterIPs"] == [ip]
+    assert set(await cluster.ip_addresses()) == {ip}
 
 
 # ==== §2 NodePorts ==============================================================================
 
 
-def test_default_range_dynamic_node_ports_are_above_the_static_band():
-    cluster = Cluster([V4_16])
-    ports = [cluster.create(f"n{i}", node_port_spec())["spec"]["ports"][0]["nodePort"] for i in range(60)]
+async def test_default_range_dynamic_node_ports_are_above_the_static_band():
+    cluster = await Cluster.open([V4_16])
+    ports = [(await cluster.create(f"n{i}", node_port_spec()))["spec"]["ports"][0]["nodePort"] for i in range(60)]
     assert len(set(ports)) == 60
     assert all(30086 <= p <= 32767 for p in ports)
-    assert set(cluster.node_port_records()) == set(ports)
+    assert set(await cluster.node_port_records()) == set(ports)
 
 
-def test_small_node_port_range_upper_band_then_lower_then_full():
+async def test_small_node_port_range_upper_band_then_lower_then_full():
     # 30000-30063: size 64, offset min(max(16, 64/32), 128) = 16
-    cluster = Cluster([V4_16], node_ports="30000-30063")
-    upper = {cluster.create(f"u{i}", node_port_spec())["spec"]["ports"][0]["nodePort"] for i in range(48)}
+    cluster = await Cluster.open([V4_16], node_ports="30000-30063")
+    upper = {(await cluster.create(f"u{i}", node_port_spec()))["spec"]["ports"][0]["nodePort"] for i in range(48)}
     assert upper == set(range(30016, 30064))
-    lower = {cluster.create(f"l{i}", node_port_spec())["spec"]["ports"][0]["nodePort"] for i in range(16)}
+    lower = {(await cluster.create(f"l{i}", node_port_spec()))["spec"]["ports"][0]["nodePort"] for i in range(16)}
     assert lower == set(range(30000, 30016))
-    before = set(cluster.ip_addresses())
-    error = raises(500, cluster.create, "full", node_port_spec())
+    before = set(await cluster.ip_addresses())
+    error = await raises(500, cluster.create, "full", node_port_spec())
     assert error.message == PORTS_FULL
     # the clusterIP taken before the nodePort step failed was not kept
-    assert set(cluster.ip_addresses()) == before
-    assert "full" not in cluster.service_names()
-    cluster.assert_consistent()
+    assert set(await cluster.ip_addresses()) == before
+    assert "full" not in await cluster.service_names()
+    await cluster.assert_consistent()
 
 
-def test_static_node_port_is_free_while_dynamic_band_fills():
-    cluster = Cluster([V4_16], node_ports="30000-30063")
+async def test_static_node_port_is_free_while_dynamic_band_fills():
+    cluster = await Cluster.open([V4_16], node_ports="30000-30063")
     for i in range(48):
-        cluster.create(f"u{i}", node_port_spec())
-    svc = cluster.create("static", node_port_spec({"port": 80, "nodePort": 30005}))
+        await cluster.create(f"u{i}", node_port_spec())
+    svc = await cluster.create("static", node_port_spec({"port": 80, "nodePort": 30005}))
     assert svc["spec"]["ports"][0]["nodePort"] == 30005
 
 
@@ -595,14 +602,14 @@ NODE_PORT_ERRORS = [
 
 
 @pytest.mark.parametrize(("ports", "message"), [row[1:] for row in NODE_PORT_ERRORS], ids=[row[0] for row in NODE_PORT_ERRORS])
-def test_explicit_node_port_errors(ports, message):
-    cluster = Cluster([V4_16])
-    cluster.create("first", node_port_spec({"port": 80, "nodePort": 30001}))
-    ips_before, records_before = set(cluster.ip_addresses()), cluster.node_port_records()
-    error = raises(422, cluster.create, "foo", node_port_spec(*ports))
+async def test_explicit_node_port_errors(ports, message):
+    cluster = await Cluster.open([V4_16])
+    await cluster.create("first", node_port_spec({"port": 80, "nodePort": 30001}))
+    ips_before, records_before = set(await cluster.ip_addresses()), await cluster.node_port_records()
+    error = await raises(422, cluster.create, "foo", node_port_spec(*ports))
     assert error.message == message
-    assert set(cluster.ip_addresses()) == ips_before
-    assert cluster.node_port_records() == records_before  # 30002 of the second row was not kept
+    assert set(await cluster.ip_addresses()) == ips_before
+    assert await cluster.node_port_records() == records_before  # 30002 of the second row was not kept
 
 
 SHARED_NODE_PORTS = [
@@ -615,36 +622,36 @@ SHARED_NODE_PORTS = [
 
 
 @pytest.mark.parametrize(("ports", "shared"), [row[1:] for row in SHARED_NODE_PORTS], ids=[row[0] for row in SHARED_NODE_PORTS])
-def test_same_port_number_shares_one_node_port(ports, shared):
-    cluster = Cluster([V4_16])
-    got = cluster.create("dns", node_port_spec(*ports))["spec"]["ports"]
+async def test_same_port_number_shares_one_node_port(ports, shared):
+    cluster = await Cluster.open([V4_16])
+    got = (await cluster.create("dns", node_port_spec(*ports)))["spec"]["ports"]
     node_ports = {p["nodePort"] for p in got}
     assert len(node_ports) == 1
     if shared is not None:
         assert node_ports == {shared}
-    assert cluster.node_port_records() == {node_ports.pop(): ("default", "dns")}
+    assert await cluster.node_port_records() == {node_ports.pop(): ("default", "dns")}
 
 
-def test_node_ports_released_on_delete():
-    cluster = Cluster([V4_16])
-    svc = cluster.create("n", node_port_spec({"name": "a", "port": 80, "nodePort": 30001}, {"name": "b", "port": 81}))
+async def test_node_ports_released_on_delete():
+    cluster = await Cluster.open([V4_16])
+    svc = await cluster.create("n", node_port_spec({"name": "a", "port": 80, "nodePort": 30001}, {"name": "b", "port": 81}))
     ports = {p["nodePort"] for p in svc["spec"]["ports"]}
-    assert set(cluster.node_port_records()) == ports
-    cluster.delete("n")
-    assert cluster.node_port_records() == {}
-    assert cluster.ip_addresses() == {}
-    again = cluster.create("again", node_port_spec(*[{"name": n, "port": 80 + i, "nodePort": p} for i, (n, p) in enumerate(zip("ab", sorted(ports)))]))
+    assert set(await cluster.node_port_records()) == ports
+    await cluster.delete("n")
+    assert await cluster.node_port_records() == {}
+    assert await cluster.ip_addresses() == {}
+    again = await cluster.create("again", node_port_spec(*[{"name": n, "port": 80 + i, "nodePort": p} for i, (n, p) in enumerate(zip("ab", sorted(ports)))]))
     assert {p["nodePort"] for p in again["spec"]["ports"]} == ports
 
 
-def test_cluster_ip_to_node_port_allocates():
-    cluster = Cluster([V4_16])
-    cluster.create("s")
-    spec = cluster.put("s", lambda o: o["spec"].update(type="NodePort"))["spec"]
+async def test_cluster_ip_to_node_port_allocates():
+    cluster = await Cluster.open([V4_16])
+    await cluster.create("s")
+    spec = (await cluster.put("s", lambda o: o["spec"].update(type="NodePort")))["spec"]
     port = spec["ports"][0]["nodePort"]
     assert 30086 <= port <= 32767
     assert spec["externalTrafficPolicy"] == "Cluster"
-    assert cluster.node_port_records() == {port: ("default", "s")}
+    assert await cluster.node_port_records() == {port: ("default", "s")}
 
 
 NODE_PORT_TO_CLUSTER_IP = [
@@ -658,128 +665,128 @@ NODE_PORT_TO_CLUSTER_IP = [
 
 
 @pytest.mark.parametrize("change", [row[1] for row in NODE_PORT_TO_CLUSTER_IP], ids=[row[0] for row in NODE_PORT_TO_CLUSTER_IP])
-def test_node_port_to_cluster_ip_releases_and_wipes(change):
-    cluster = Cluster([V4_16])
-    svc = cluster.create("n", node_port_spec({"name": "a", "port": 80, "nodePort": 30001}, {"name": "b", "port": 81}))
+async def test_node_port_to_cluster_ip_releases_and_wipes(change):
+    cluster = await Cluster.open([V4_16])
+    svc = await cluster.create("n", node_port_spec({"name": "a", "port": 80, "nodePort": 30001}, {"name": "b", "port": 81}))
     ports = {p["nodePort"] for p in svc["spec"]["ports"]}
 
     def to_cluster_ip(obj):
         obj["spec"]["type"] = "ClusterIP"
         change(obj["spec"]["ports"])
 
-    spec = cluster.put("n", to_cluster_ip)["spec"]
+    spec = (await cluster.put("n", to_cluster_ip))["spec"]
     assert all("nodePort" not in p for p in spec["ports"])
     assert "externalTrafficPolicy" not in spec
-    assert cluster.node_port_records() == {}
+    assert await cluster.node_port_records() == {}
     # the released ports can be taken explicitly again
     for i, port in enumerate(sorted(ports)):
-        cluster.create(f"again{i}", node_port_spec({"port": 80, "nodePort": port}))
+        await cluster.create(f"again{i}", node_port_spec({"port": 80, "nodePort": port}))
 
 
-def test_node_port_to_cluster_ip_with_a_new_node_port_is_rejected():
-    cluster = Cluster([V4_16])
-    cluster.create("n", node_port_spec({"port": 80, "nodePort": 30001}))
+async def test_node_port_to_cluster_ip_with_a_new_node_port_is_rejected():
+    cluster = await Cluster.open([V4_16])
+    await cluster.create("n", node_port_spec({"port": 80, "nodePort": 30001}))
 
     def to_cluster_ip(obj):
         obj["spec"]["type"] = "ClusterIP"
         obj["spec"]["ports"][0]["nodePort"] = 30002
 
-    error = raises(422, cluster.put, "n", to_cluster_ip)
+    error = await raises(422, cluster.put, "n", to_cluster_ip)
     assert error.message == 'Service "n" is invalid: spec.ports[0].nodePort: Forbidden: may not be used when `type` is \'ClusterIP\''
-    assert cluster.node_port_records() == {30001: ("default", "n")}
+    assert await cluster.node_port_records() == {30001: ("default", "n")}
 
 
-def test_node_port_collision_through_update():
-    cluster = Cluster([V4_16])
-    cluster.create("a", node_port_spec({"port": 80, "nodePort": 30001}))
-    own = cluster.create("b", node_port_spec())["spec"]["ports"][0]["nodePort"]
+async def test_node_port_collision_through_update():
+    cluster = await Cluster.open([V4_16])
+    await cluster.create("a", node_port_spec({"port": 80, "nodePort": 30001}))
+    own = (await cluster.create("b", node_port_spec()))["spec"]["ports"][0]["nodePort"]
 
     def take(obj):
         obj["spec"]["ports"][0]["nodePort"] = 30001
 
-    error = raises(422, cluster.put, "b", take)
+    error = await raises(422, cluster.put, "b", take)
     assert error.message == 'Service "b" is invalid: spec.ports[0].nodePort: Invalid value: 30001: provided port is already allocated'
-    assert cluster.get("b")["spec"]["ports"][0]["nodePort"] == own
-    assert cluster.node_port_records() == {30001: ("default", "a"), own: ("default", "b")}
+    assert (await cluster.get("b"))["spec"]["ports"][0]["nodePort"] == own
+    assert await cluster.node_port_records() == {30001: ("default", "a"), own: ("default", "b")}
 
 
-def test_node_port_change_through_update_moves_the_record():
-    cluster = Cluster([V4_16])
-    cluster.create("b", node_port_spec({"port": 80, "nodePort": 30001}))
-    spec = cluster.put("b", lambda o: o["spec"]["ports"][0].update(nodePort=30002))["spec"]
+async def test_node_port_change_through_update_moves_the_record():
+    cluster = await Cluster.open([V4_16])
+    await cluster.create("b", node_port_spec({"port": 80, "nodePort": 30001}))
+    spec = (await cluster.put("b", lambda o: o["spec"]["ports"][0].update(nodePort=30002)))["spec"]
     assert spec["ports"][0]["nodePort"] == 30002
-    assert cluster.node_port_records() == {30002: ("default", "b")}
-    cluster.create("c", node_port_spec({"port": 80, "nodePort": 30001}))
+    assert await cluster.node_port_records() == {30002: ("default", "b")}
+    await cluster.create("c", node_port_spec({"port": 80, "nodePort": 30001}))
 
 
-def test_put_without_node_ports_keeps_them():
-    cluster = Cluster([V4_16])
-    port = cluster.create("n", node_port_spec())["spec"]["ports"][0]["nodePort"]
-    spec = cluster.put("n", lambda o: o["spec"]["ports"][0].pop("nodePort"))["spec"]
+async def test_put_without_node_ports_keeps_them():
+    cluster = await Cluster.open([V4_16])
+    port = (await cluster.create("n", node_port_spec()))["spec"]["ports"][0]["nodePort"]
+    spec = (await cluster.put("n", lambda o: o["spec"]["ports"][0].pop("nodePort")))["spec"]
     assert spec["ports"][0]["nodePort"] == port
-    assert cluster.node_port_records() == {port: ("default", "n")}
+    assert await cluster.node_port_records() == {port: ("default", "n")}
 
 
 def lb(**extra) -> dict:
     return {"type": "LoadBalancer", "ports": [{"port": 80}], **extra}
 
 
-def test_health_check_node_port_for_load_balancer_local():
-    cluster = Cluster([V4_16])
-    spec = cluster.create("lb", lb(externalTrafficPolicy="Local"))["spec"]
+async def test_health_check_node_port_for_load_balancer_local():
+    cluster = await Cluster.open([V4_16])
+    spec = (await cluster.create("lb", lb(externalTrafficPolicy="Local")))["spec"]
     hc, port = spec["healthCheckNodePort"], spec["ports"][0]["nodePort"]
     assert hc != port and 30086 <= hc <= 32767
-    assert cluster.node_port_records() == {hc: ("default", "lb"), port: ("default", "lb")}
+    assert await cluster.node_port_records() == {hc: ("default", "lb"), port: ("default", "lb")}
     # switching to Cluster releases and wipes it
-    spec = cluster.put("lb", lambda o: o["spec"].update(externalTrafficPolicy="Cluster"))["spec"]
+    spec = (await cluster.put("lb", lambda o: o["spec"].update(externalTrafficPolicy="Cluster")))["spec"]
     assert "healthCheckNodePort" not in spec
-    assert cluster.node_port_records() == {port: ("default", "lb")}
-    cluster.create("reuse", node_port_spec({"port": 80, "nodePort": hc}))
+    assert await cluster.node_port_records() == {port: ("default", "lb")}
+    await cluster.create("reuse", node_port_spec({"port": 80, "nodePort": hc}))
 
 
-def test_health_check_node_port_allocated_when_switching_to_local():
-    cluster = Cluster([V4_16])
-    cluster.create("lb", lb())
-    spec = cluster.put("lb", lambda o: o["spec"].update(externalTrafficPolicy="Local"))["spec"]
-    assert spec["healthCheckNodePort"] in cluster.node_port_records()
+async def test_health_check_node_port_allocated_when_switching_to_local():
+    cluster = await Cluster.open([V4_16])
+    await cluster.create("lb", lb())
+    spec = (await cluster.put("lb", lambda o: o["spec"].update(externalTrafficPolicy="Local")))["spec"]
+    assert spec["healthCheckNodePort"] in await cluster.node_port_records()
 
 
-def test_user_chosen_health_check_node_port():
-    cluster = Cluster([V4_16])
-    spec = cluster.create("lb", lb(externalTrafficPolicy="Local", healthCheckNodePort=30100))["spec"]
+async def test_user_chosen_health_check_node_port():
+    cluster = await Cluster.open([V4_16])
+    spec = (await cluster.create("lb", lb(externalTrafficPolicy="Local", healthCheckNodePort=30100)))["spec"]
     assert spec["healthCheckNodePort"] == 30100
-    assert cluster.node_port_records()[30100] == ("default", "lb")
-    cluster.delete("lb")
-    assert cluster.node_port_records() == {}
+    assert (await cluster.node_port_records())[30100] == ("default", "lb")
+    await cluster.delete("lb")
+    assert await cluster.node_port_records() == {}
 
 
 @pytest.mark.parametrize("extra", [{}, {"externalTrafficPolicy": "Cluster"}], ids=["default-policy", "Cluster"])
-def test_no_health_check_node_port_without_local(extra):
-    cluster = Cluster([V4_16])
-    spec = cluster.create("lb", lb(**extra))["spec"]
+async def test_no_health_check_node_port_without_local(extra):
+    cluster = await Cluster.open([V4_16])
+    spec = (await cluster.create("lb", lb(**extra)))["spec"]
     assert "healthCheckNodePort" not in spec
-    assert len(cluster.node_port_records()) == 1
+    assert len(await cluster.node_port_records()) == 1
 
 
-def test_load_balancer_to_cluster_ip_releases_everything_node_port():
-    cluster = Cluster([V4_16])
-    cluster.create("lb", lb(externalTrafficPolicy="Local"))
-    spec = cluster.put("lb", lambda o: o["spec"].update(type="ClusterIP"))["spec"]
+async def test_load_balancer_to_cluster_ip_releases_everything_node_port():
+    cluster = await Cluster.open([V4_16])
+    await cluster.create("lb", lb(externalTrafficPolicy="Local"))
+    spec = (await cluster.put("lb", lambda o: o["spec"].update(type="ClusterIP")))["spec"]
     for key in ("healthCheckNodePort", "externalTrafficPolicy", "allocateLoadBalancerNodePorts"):
         assert key not in spec, key
     assert all("nodePort" not in p for p in spec["ports"])
-    assert cluster.node_port_records() == {}
+    assert await cluster.node_port_records() == {}
 
 
-def test_allocate_load_balancer_node_ports_false():
-    cluster = Cluster([V4_16])
-    spec = cluster.create("lb", lb(allocateLoadBalancerNodePorts=False))["spec"]
+async def test_allocate_load_balancer_node_ports_false():
+    cluster = await Cluster.open([V4_16])
+    spec = (await cluster.create("lb", lb(allocateLoadBalancerNodePorts=False)))["spec"]
     assert all("nodePort" not in p for p in spec["ports"])
-    assert cluster.node_port_records() == {}
+    assert await cluster.node_port_records() == {}
     # a user-given one is still allocated
-    spec = cluster.create("lb2", lb(allocateLoadBalancerNodePorts=False, ports=[{"port": 80, "nodePort": 30007}]))["spec"]
+    spec = (await cluster.create("lb2", lb(allocateLoadBalancerNodePorts=False, ports=[{"port": 80, "nodePort": 30007}])))["spec"]
     assert spec["ports"][0]["nodePort"] == 30007
-    assert cluster.node_port_records() == {30007: ("default", "lb2")}
+    assert await cluster.node_port_records() == {30007: ("default", "lb2")}
 
 
 # ==== atomicity: failed and dry-run writes allocate nothing ====================================
@@ -787,132 +794,132 @@ def test_allocate_load_balancer_node_ports_false():
 BAD_PORT_NAME = "Bad_Name"
 
 
-def test_create_failing_validation_after_allocation_leaves_nothing():
-    cluster = Cluster([V4_16])
+async def test_create_failing_validation_after_allocation_leaves_nothing():
+    cluster = await Cluster.open([V4_16])
     spec = node_port_spec({"name": BAD_PORT_NAME, "port": 80, "nodePort": 30050}, clusterIP="10.96.0.50", clusterIPs=["10.96.0.50"])
-    error = raises(422, cluster.create, "bad", spec)
+    error = await raises(422, cluster.create, "bad", spec)
     assert error.message.startswith('Service "bad" is invalid: spec.ports[0].name: Invalid value: "Bad_Name"')
-    assert cluster.ip_addresses() == {}
-    assert cluster.node_port_records() == {}
+    assert await cluster.ip_addresses() == {}
+    assert await cluster.node_port_records() == {}
     spec["ports"][0]["name"] = "good"
-    svc = cluster.create("bad", spec)["spec"]
+    svc = (await cluster.create("bad", spec))["spec"]
     assert svc["clusterIP"] == "10.96.0.50" and svc["ports"][0]["nodePort"] == 30050
 
 
-def test_failed_dynamic_creates_do_not_leak_from_the_index():
+async def test_failed_dynamic_creates_do_not_leak_from_the_index():
     # /29: 6 addresses, offset 0. Six creates failing validation, then six good ones fit.
-    cluster = Cluster(["10.96.0.0/29"], node_ports="30000-30005")
+    cluster = await Cluster.open(["10.96.0.0/29"], node_ports="30000-30005")
     for i in range(6):
-        raises(422, cluster.create, f"bad{i}", node_port_spec({"name": BAD_PORT_NAME, "port": 80}))
-    assert cluster.ip_addresses() == {} and cluster.node_port_records() == {}
-    got = {cluster.create(f"good{i}", node_port_spec())["spec"]["clusterIP"] for i in range(6)}
+        await raises(422, cluster.create, f"bad{i}", node_port_spec({"name": BAD_PORT_NAME, "port": 80}))
+    assert await cluster.ip_addresses() == {} and await cluster.node_port_records() == {}
+    got = {(await cluster.create(f"good{i}", node_port_spec()))["spec"]["clusterIP"] for i in range(6)}
     assert got == ip_set("10.96.0.1", "10.96.0.6")
-    assert set(cluster.node_port_records()) == set(range(30000, 30006))
+    assert set(await cluster.node_port_records()) == set(range(30000, 30006))
 
 
-def test_dry_run_create_allocates_nothing():
-    cluster = Cluster(DUAL)
+async def test_dry_run_create_allocates_nothing():
+    cluster = await Cluster.open(DUAL)
     spec = node_port_spec({"port": 80, "nodePort": 30050}, clusterIP="10.96.0.50", clusterIPs=["10.96.0.50"],
                           ipFamilyPolicy="PreferDualStack")
-    dry = cluster.create("dry", spec, dry_run=True)["spec"]
+    dry = (await cluster.create("dry", spec, dry_run=True))["spec"]
     assert dry["clusterIPs"][0] == "10.96.0.50" and len(dry["clusterIPs"]) == 2
     assert dry["ports"][0]["nodePort"] == 30050
-    assert cluster.ip_addresses() == {} and cluster.node_port_records() == {}
-    assert cluster.service_names() == set()
-    real = cluster.create("dry", spec)["spec"]
+    assert await cluster.ip_addresses() == {} and await cluster.node_port_records() == {}
+    assert await cluster.service_names() == set()
+    real = (await cluster.create("dry", spec))["spec"]
     assert real["clusterIPs"][0] == "10.96.0.50" and real["ports"][0]["nodePort"] == 30050
 
 
-def test_dry_run_dynamic_creates_do_not_fill_the_range():
-    cluster = Cluster(["10.96.0.0/29"])
+async def test_dry_run_dynamic_creates_do_not_fill_the_range():
+    cluster = await Cluster.open(["10.96.0.0/29"])
     for i in range(20):
-        cluster.create(f"dry{i}", dry_run=True)
-    assert {cluster.create(f"s{i}")["spec"]["clusterIP"] for i in range(6)} == ip_set("10.96.0.1", "10.96.0.6")
+        await cluster.create(f"dry{i}", dry_run=True)
+    assert {(await cluster.create(f"s{i}"))["spec"]["clusterIP"] for i in range(6)} == ip_set("10.96.0.1", "10.96.0.6")
 
 
-def test_dry_run_update_allocates_nothing():
-    cluster = Cluster(DUAL)
-    before = cluster.create("s")
-    dry = cluster.put("s", lambda o: o["spec"].update(type="NodePort", ipFamilyPolicy="PreferDualStack"), dry_run=True)["spec"]
+async def test_dry_run_update_allocates_nothing():
+    cluster = await Cluster.open(DUAL)
+    before = await cluster.create("s")
+    dry = (await cluster.put("s", lambda o: o["spec"].update(type="NodePort", ipFamilyPolicy="PreferDualStack"), dry_run=True))["spec"]
     assert dry["ports"][0].get("nodePort") and len(dry["clusterIPs"]) == 2
-    assert cluster.get("s") == before
-    assert set(cluster.ip_addresses()) == set(before["spec"]["clusterIPs"])
-    assert cluster.node_port_records() == {}
+    assert await cluster.get("s") == before
+    assert set(await cluster.ip_addresses()) == set(before["spec"]["clusterIPs"])
+    assert await cluster.node_port_records() == {}
 
 
-def test_failed_update_allocates_nothing():
-    cluster = Cluster(DUAL)
-    cluster.create("s")
+async def test_failed_update_allocates_nothing():
+    cluster = await Cluster.open(DUAL)
+    await cluster.create("s")
 
     def upgrade_with_bad_port(obj):
         obj["spec"].update(type="NodePort", ipFamilyPolicy="PreferDualStack")
         obj["spec"]["ports"][0]["name"] = BAD_PORT_NAME
 
-    raises(422, cluster.put, "s", upgrade_with_bad_port)
-    assert len(cluster.ip_addresses()) == 1
-    assert cluster.node_port_records() == {}
-    cluster.assert_consistent()
+    await raises(422, cluster.put, "s", upgrade_with_bad_port)
+    assert len(await cluster.ip_addresses()) == 1
+    assert await cluster.node_port_records() == {}
+    await cluster.assert_consistent()
 
 
 # ==== a stale index: records in storage that the allocator does not know about ================
 
 
-def test_stale_index_last_free_ip_planted_gives_range_full():
-    cluster = Cluster(["10.96.0.0/29"])  # 6 slots, all dynamic
-    taken = {cluster.create(f"s{i}")["spec"]["clusterIP"] for i in range(5)}
+async def test_stale_index_last_free_ip_planted_gives_range_full():
+    cluster = await Cluster.open(["10.96.0.0/29"])  # 6 slots, all dynamic
+    taken = {(await cluster.create(f"s{i}"))["spec"]["clusterIP"] for i in range(5)}
     (last,) = ip_set("10.96.0.1", "10.96.0.6") - taken
-    cluster.plant_ip_address(last)
-    error = raises(500, cluster.create, "late")
+    await cluster.plant_ip_address(last)
+    error = await raises(500, cluster.create, "late")
     assert error.message == FULL
-    assert "late" not in cluster.service_names()
-    assert cluster.ip_addresses()[last]["spec"]["parentRef"]["name"] == "ghost"
-    cluster.assert_consistent()
+    assert "late" not in await cluster.service_names()
+    assert (await cluster.ip_addresses())[last]["spec"]["parentRef"]["name"] == "ghost"
+    await cluster.assert_consistent()
     # and the index now knows: still full, no retry storm
-    assert raises(500, cluster.create, "later").message == FULL
+    assert (await raises(500, cluster.create, "later")).message == FULL
 
 
-def test_stale_index_planted_ip_is_skipped_for_a_free_one():
-    cluster = Cluster(["10.96.0.0/29"])
-    taken = {cluster.create(f"s{i}")["spec"]["clusterIP"] for i in range(4)}
+async def test_stale_index_planted_ip_is_skipped_for_a_free_one():
+    cluster = await Cluster.open(["10.96.0.0/29"])
+    taken = {(await cluster.create(f"s{i}"))["spec"]["clusterIP"] for i in range(4)}
     free = sorted(ip_set("10.96.0.1", "10.96.0.6") - taken, key=ip_int)
-    cluster.plant_ip_address(free[0])
-    got = cluster.create("next")["spec"]["clusterIP"]
+    await cluster.plant_ip_address(free[0])
+    got = (await cluster.create("next"))["spec"]["clusterIP"]
     # whichever the allocator tried first, the planted one is never handed out
     assert got == free[1]
-    assert raises(500, cluster.create, "full").message == FULL
-    assert cluster.ip_addresses()[free[0]]["spec"]["parentRef"]["name"] == "ghost"
-    cluster.assert_consistent()
+    assert (await raises(500, cluster.create, "full")).message == FULL
+    assert (await cluster.ip_addresses())[free[0]]["spec"]["parentRef"]["name"] == "ghost"
+    await cluster.assert_consistent()
 
 
-def test_stale_index_user_chosen_ip_planted():
-    cluster = Cluster([V4_16])
-    cluster.plant_ip_address("10.96.0.5")
-    error = raises(422, cluster.create, "foo", single("10.96.0.5"))
+async def test_stale_index_user_chosen_ip_planted():
+    cluster = await Cluster.open([V4_16])
+    await cluster.plant_ip_address("10.96.0.5")
+    error = await raises(422, cluster.create, "foo", single("10.96.0.5"))
     assert error.message == ('Service "foo" is invalid: spec.clusterIPs: Invalid value: ["10.96.0.5"]: '
                              "failed to allocate IP 10.96.0.5: provided IP is already allocated")
-    assert cluster.ip_addresses()["10.96.0.5"]["spec"]["parentRef"]["name"] == "ghost"
-    assert cluster.service_names() == set()
+    assert (await cluster.ip_addresses())["10.96.0.5"]["spec"]["parentRef"]["name"] == "ghost"
+    assert await cluster.service_names() == set()
 
 
-def test_stale_index_user_chosen_node_port_planted():
-    cluster = Cluster([V4_16])
-    cluster.plant_node_port(30001)
-    error = raises(422, cluster.create, "foo", node_port_spec({"port": 80, "nodePort": 30001}))
+async def test_stale_index_user_chosen_node_port_planted():
+    cluster = await Cluster.open([V4_16])
+    await cluster.plant_node_port(30001)
+    error = await raises(422, cluster.create, "foo", node_port_spec({"port": 80, "nodePort": 30001}))
     assert error.message == 'Service "foo" is invalid: spec.ports[0].nodePort: Invalid value: 30001: provided port is already allocated'
-    assert cluster.node_port_records() == {30001: ("default", "ghost")}
-    assert cluster.ip_addresses() == {}
+    assert await cluster.node_port_records() == {30001: ("default", "ghost")}
+    assert await cluster.ip_addresses() == {}
 
 
-def test_stale_index_last_free_node_port_planted_gives_range_full():
-    cluster = Cluster([V4_16], node_ports="30000-30015")  # size 16: offset 0
-    taken = {cluster.create(f"s{i}", node_port_spec())["spec"]["ports"][0]["nodePort"] for i in range(15)}
+async def test_stale_index_last_free_node_port_planted_gives_range_full():
+    cluster = await Cluster.open([V4_16], node_ports="30000-30015")  # size 16: offset 0
+    taken = {(await cluster.create(f"s{i}", node_port_spec()))["spec"]["ports"][0]["nodePort"] for i in range(15)}
     (last,) = set(range(30000, 30016)) - taken
-    cluster.plant_node_port(last)
-    error = raises(500, cluster.create, "late", node_port_spec())
+    await cluster.plant_node_port(last)
+    error = await raises(500, cluster.create, "late", node_port_spec())
     assert error.message == PORTS_FULL
-    assert cluster.node_port_records()[last] == ("default", "ghost")
-    assert len(cluster.ip_addresses()) == 15
-    cluster.assert_consistent()
+    assert (await cluster.node_port_records())[last] == ("default", "ghost")
+    assert len(await cluster.ip_addresses()) == 15
+    await cluster.assert_consistent()
 
 
 class Spinning(Exception):
@@ -932,32 +939,32 @@ def limit_storage_transactions(cluster: Cluster, limit: int) -> None:
     cluster.backend.txn = limited
 
 
-def test_stale_index_during_dual_stack_upgrade():
+async def test_stale_index_during_dual_stack_upgrade():
     # every IPv6 address planted behind the index: the upgrade retries (at most once per
     # address), then reports full
-    cluster = Cluster(["10.96.0.0/24", "fd00:10:96::/125"])  # 7 IPv6 slots, offset 0
-    v4 = cluster.create("s")["spec"]["clusterIP"]
+    cluster = await Cluster.open(["10.96.0.0/24", "fd00:10:96::/125"])  # 7 IPv6 slots, offset 0
+    v4 = (await cluster.create("s"))["spec"]["clusterIP"]
     for ip in ip_set("fd00:10:96::1", "fd00:10:96::7"):
-        cluster.plant_ip_address(ip)
+        await cluster.plant_ip_address(ip)
     limit_storage_transactions(cluster, 50)
-    error = raises(500, cluster.mutate, "s", lambda o: o["spec"].update(ipFamilyPolicy="PreferDualStack"))
+    error = await raises(500, cluster.mutate, "s", lambda o: o["spec"].update(ipFamilyPolicy="PreferDualStack"))
     assert error.message == FULL
-    assert cluster.get("s")["spec"]["clusterIPs"] == [v4]
-    assert all(o["spec"]["parentRef"]["name"] == "ghost" for ip, o in cluster.ip_addresses().items() if ip != v4)
+    assert (await cluster.get("s"))["spec"]["clusterIPs"] == [v4]
+    assert all(o["spec"]["parentRef"]["name"] == "ghost" for ip, o in (await cluster.ip_addresses()).items() if ip != v4)
 
 
-def test_stale_index_whole_ip_range_planted_gives_range_full():
-    cluster = Cluster(["10.96.0.0/28"])  # 14 slots, offset 0: 14 conflicts before the index knows
+async def test_stale_index_whole_ip_range_planted_gives_range_full():
+    cluster = await Cluster.open(["10.96.0.0/28"])  # 14 slots, offset 0: 14 conflicts before the index knows
     for ip in ip_set("10.96.0.1", "10.96.0.14"):
-        cluster.plant_ip_address(ip)
-    error = raises(500, cluster.create, "late")
+        await cluster.plant_ip_address(ip)
+    error = await raises(500, cluster.create, "late")
     assert error.message == FULL
 
 
-def test_stale_index_whole_node_port_range_planted_gives_range_full():
-    cluster = Cluster([V4_16], node_ports="30000-30015")
+async def test_stale_index_whole_node_port_range_planted_gives_range_full():
+    cluster = await Cluster.open([V4_16], node_ports="30000-30015")
     for port in range(30000, 30016):
-        cluster.plant_node_port(port)
-    error = raises(500, cluster.create, "late", node_port_spec())
+        await cluster.plant_node_port(port)
+    error = await raises(500, cluster.create, "late", node_port_spec())
     assert error.message == PORTS_FULL
-    assert cluster.ip_addresses() == {}
+    assert await cluster.ip_addresses() == {}

@@ -71,14 +71,14 @@ def test_has_expired_without_expiration():
     assert not has_expired(secret(), NOW)
 
 
-def test_authenticator_reads_the_secret_named_by_the_token_id():
+async def test_authenticator_reads_the_secret_named_by_the_token_id():
     asked = []
 
-    def lookup(name):
+    async def lookup(name):
         asked.append(name)
         return secret()
 
     tokens = BootstrapTokens(lookup, FakeClock(NOW))
-    assert tokens.authenticate_token("abcdef.0123456789abcdef", ()).user == USER
-    assert tokens.authenticate_token("not-a-bootstrap-token", ()) is None
+    assert (await tokens.authenticate_token("abcdef.0123456789abcdef", ())).user == USER
+    assert await tokens.authenticate_token("not-a-bootstrap-token", ()) is None
     assert asked == ["bootstrap-token-abcdef"]

@@ -96,7 +96,7 @@ def guard():
     roles = {("ClusterRole", "pods"): {"rules": [{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]}]},
              ("ClusterRole", "everything"): {"rules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}]}}
 
-    def get_role(kind, namespace, name):
+    async def get_role(kind, namespace, name):
         if (kind, name) not in roles:
             raise StatusError(404, "NotFound", f'{kind.lower()}s.rbac.authorization.k8s.io "{name}" not found')
         return roles[(kind, name)]
@@ -149,14 +149,14 @@ GUARD_CASES = [
 
 
 @pytest.mark.parametrize("case", GUARD_CASES, ids=[c[0] for c in GUARD_CASES])
-def test_guard(guard, case):
+async def test_guard(guard, case):
     _, check, ctx, new, old, refused = case
     resource = {"role": "roles", "clusterrole": "clusterroles", "binding": "rolebindings"}[check]
     call = guard.check_binding if check == "binding" else guard.check_role
     if refused is None:
-        call(ctx, resource, new, old)
+        await call(ctx, resource, new, old)
         return
     with pytest.raises(StatusError) as error:
-        call(ctx, resource, new, old)
+        await call(ctx, resource, new, old)
     assert error.value.code in (403, 404)
     assert refused in error.value.message

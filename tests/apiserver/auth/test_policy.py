@@ -123,21 +123,21 @@ def test_aggregated_rules():
 
 
 @pytest.fixture
-def control_plane():
+async def control_plane():
     authorization = Authorization(parse_modes("Node,RBAC"))
-    registry, _ = build_control_plane(MemoryBackend(), FakeClock(), ["10.96.0.0/16"], authorization=authorization)
+    registry, _ = await build_control_plane(MemoryBackend(), FakeClock(), ["10.96.0.0/16"], authorization=authorization)
     return registry, authorization
 
 
-def test_bootstrap_policy_on_a_registry(control_plane):
+async def test_bootstrap_policy_on_a_registry(control_plane):
     registry, authorization = control_plane
     roles = registry.store("rbac.authorization.k8s.io", "clusterroles")
-    view = roles.get(None, "view")
+    view = await roles.get(None, "view")
     assert {"verbs": ["get", "list", "watch"], "apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"]} in view["rules"]
-    admin = roles.get(None, "admin")
+    admin = await roles.get(None, "admin")
     assert len(admin["rules"]) > len(view["rules"])  # admin gathers edit, which gathers view
     assert view["metadata"]["labels"]["kubernetes.io/bootstrapping"] == "rbac-defaults"
-    assert registry.store("rbac.authorization.k8s.io", "roles").get("kube-system", "extension-apiserver-authentication-reader")
+    assert await registry.store("rbac.authorization.k8s.io", "roles").get("kube-system", "extension-apiserver-authentication-reader")
     anonymous = UserInfo("system:anonymous", groups=("system:unauthenticated",))
     chain = authorization.authorizer
     assert chain.authorize(Attributes(anonymous, RequestInfo(False, "/version", "get"))).decision is Decision.ALLOW
@@ -148,31 +148,31 @@ def test_bootstrap_policy_on_a_registry(control_plane):
         'RBAC: allowed by ClusterRoleBinding "system:node-proxier" of ClusterRole "system:node-proxier" to User "system:kube-proxy"')
 
 
-def test_reconcile_keeps_user_changes_and_restores_defaults(control_plane):
+async def test_reconcile_keeps_user_changes_and_restores_defaults(control_plane):
     registry, authorization = control_plane
     roles = registry.store("rbac.authorization.k8s.io", "clusterroles")
     extra = {"verbs": ["get"], "apiGroups": [""], "resources": ["nodes"]}
-    roles.guaranteed_update(None, "system:kube-dns", lambda r: {**r, "rules": [extra]}, field_manager="test")
-    roles.guaranteed_update(None, "system:heapster", lambda r: {**r, "metadata": {**r["metadata"], "annotations": {AUTO_UPDATE: "false"}},
+    await roles.guaranteed_update(None, "system:kube-dns", lambda r: {**r, "rules": [extra]}, field_manager="test")
+    await roles.guaranteed_update(None, "system:heapster", lambda r: {**r, "metadata": {**r["metadata"], "annotations": {AUTO_UPDATE: "false"}},
                                                                 "rules": []}, field_manager="test")
-    ensure_bootstrap_policy(registry)  # the next start
-    dns = roles.get(None, "system:kube-dns")["rules"]
+    await ensure_bootstrap_policy(registry)  # the next start
+    dns = (await roles.get(None, "system:kube-dns"))["rules"]
     assert dns[0] == extra and {"verbs": ["list"], "apiGroups": [""], "resources": ["endpoints"]} in dns
-    assert roles.get(None, "system:heapster")["rules"] == []
+    assert (await roles.get(None, "system:heapster"))["rules"] == []
 
 
-def test_aggregator_follows_labelled_roles(control_plane):
+async def test_aggregator_follows_labelled_roles(control_plane):
     registry, authorization = control_plane
     roles = registry.store("rbac.authorization.k8s.io", "clusterroles")
     crd_rule = {"verbs": ["get"], "apiGroups": ["example.com"], "resources": ["widgets"]}
-    roles.create(None, {"metadata": {"name": "widgets-view", "labels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"}},
+    await roles.create(None, {"metadata": {"name": "widgets-view", "labels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"}},
                         "rules": [crd_rule]}, field_manager="test")
-    assert ClusterRoleAggregator(registry).sync() == 3  # view, then edit, then admin
+    assert await ClusterRoleAggregator(registry).sync() == 3  # view, then edit, then admin
     for name in ("view", "edit", "admin"):
-        assert crd_rule in roles.get(None, name)["rules"]
-    roles.delete(None, "widgets-view", {})
-    ClusterRoleAggregator(registry).sync()
-    assert all(crd_rule not in r.get("rules", []) for r in roles.list(None, ListOptions())[0])
+        assert crd_rule in (await roles.get(None, name))["rules"]
+    await roles.delete(None, "widgets-view", {})
+    await ClusterRoleAggregator(registry).sync()
+    assert all(crd_rule not in r.get("rules", []) for r in (await roles.list(None, ListOptions()))[0])
 
 
 def test_parse_modes():

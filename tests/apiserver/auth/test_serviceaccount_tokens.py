@@ -48,16 +48,16 @@ class Objects:
             raise AuthenticationError(f'{resource} "{name}" not found')
         return found
 
-    def service_account(self, namespace, name):
+    async def service_account(self, namespace, name):
         return self._get("serviceaccounts", namespace, name)
 
-    def secret(self, namespace, name):
+    async def secret(self, namespace, name):
         return self._get("secrets", namespace, name)
 
-    def pod(self, namespace, name):
+    async def pod(self, namespace, name):
         return self._get("pods", namespace, name)
 
-    def node(self, name):
+    async def node(self, name):
         return self._get("nodes", "", name)
 
 
@@ -86,8 +86,8 @@ def test_binding_a_secret_with_a_pod_is_an_error():
         bound_claims(SA, ["a"], 3600, NOW, pod=POD, secret=SECRET)
 
 
-def test_a_pod_bound_token_is_the_service_account_with_pod_and_node_extras():
-    response = authenticator().authenticate_token(bound_token(pod=POD, node=NODE), [ISSUER])
+async def test_a_pod_bound_token_is_the_service_account_with_pod_and_node_extras():
+    response = await authenticator().authenticate_token(bound_token(pod=POD, node=NODE), [ISSUER])
     user = response.user
     assert (user.name, user.uid, user.groups) == ("system:serviceaccount:ns:builder", "sa-uid", ("system:serviceaccounts", "system:serviceaccounts:ns"))
     assert user.extra == {POD_NAME_KEY: ("web",), POD_UID_KEY: ("pod-uid",), CREDENTIAL_ID_KEY: ("JTI=the-jti",),
@@ -95,14 +95,14 @@ def test_a_pod_bound_token_is_the_service_account_with_pod_and_node_extras():
     assert response.audiences == (ISSUER,)
 
 
-def test_es256_keys_work_and_the_kid_picks_the_key():
+async def test_es256_keys_work_and_the_kid_picks_the_key():
     token = bound_token(key=EC_KEY)
-    response = authenticator(keys=(KEY.public_key(), EC_KEY.public_key())).authenticate_token(token, [ISSUER])
+    response = await authenticator(keys=(KEY.public_key(), EC_KEY.public_key())).authenticate_token(token, [ISSUER])
     assert response.user.name == "system:serviceaccount:ns:builder"
 
 
-def test_any_accepted_issuer_verifies():
-    assert authenticator().authenticate_token(bound_token(issuer="https://old.example"), [ISSUER]) is not None
+async def test_any_accepted_issuer_verifies():
+    assert await authenticator().authenticate_token(bound_token(issuer="https://old.example"), [ISSUER]) is not None
 
 
 def _deleted(minutes_ago: float) -> str:
@@ -137,21 +137,21 @@ REJECTIONS = [
 @pytest.mark.parametrize("case,objects,error", REJECTIONS, ids=[
     "expired", "not-yet-valid", "wrong-audience", "unknown-key", "service-account-gone", "service-account-recreated",
     "service-account-deleting", "pod-gone", "pod-deleting", "pod-recreated", "secret-gone", "secret-recreated", "node-gone", "node-recreated"])
-def test_rejections(case, objects, error):
+async def test_rejections(case, objects, error):
     with pytest.raises(AuthenticationError) as info:
-        authenticator(objects).authenticate_token(case["token"], [ISSUER])
+        await authenticator(objects).authenticate_token(case["token"], [ISSUER])
     assert str(info.value) == error
 
 
 @pytest.mark.parametrize("issued,ok", [(NOW - timedelta(seconds=3600 + 59), True), (NOW + timedelta(seconds=59), True)],
                          ids=["expired-within-leeway", "future-within-leeway"])
-def test_one_minute_of_leeway(issued, ok):
-    assert (authenticator().authenticate_token(bound_token(issued=issued), [ISSUER]) is not None) == ok
+async def test_one_minute_of_leeway(issued, ok):
+    assert (await authenticator().authenticate_token(bound_token(issued=issued), [ISSUER]) is not None) == ok
 
 
-def test_deleted_within_a_minute_still_works():
+async def test_deleted_within_a_minute_still_works():
     objects = Objects(**{"pods/ns/web": obj("web", "pod-uid", deleted=_deleted(0.5))})
-    assert authenticator(objects).authenticate_token(bound_token(pod=POD), [ISSUER]) is not None
+    assert await authenticator(objects).authenticate_token(bound_token(pod=POD), [ISSUER]) is not None
 
 
 def _unsigned(header: bytes, payload: bytes) -> str:
@@ -169,10 +169,10 @@ OUR_ISSUER = f'{{"iss":"{ISSUER}"}}'.encode()
     _unsigned(b'[]', OUR_ISSUER),
 ], ids=["bootstrap-token", "opaque", "json", "other-issuer", "issuer-list", "issuer-object", "issuer-number", "deep-payload",
         "deep-header", "header-not-an-object"])
-def test_tokens_of_others_are_not_ours(token):
+async def test_tokens_of_others_are_not_ours(token):
     """upstream ``hasCorrectIssuer`` reads ``iss`` as a string or not at all, and a token
     ``jwt.ParseSigned`` refuses is not the authenticator's either."""
-    assert authenticator().authenticate_token(token, [ISSUER]) is None
+    assert await authenticator().authenticate_token(token, [ISSUER]) is None
 
 
 def legacy_secret(token: str, **meta) -> dict:
@@ -185,10 +185,10 @@ def legacy_token(**override) -> str:
     return TokenGenerator(LEGACY_ISSUER, KEY).generate({k: v for k, v in claims.items() if v is not None})
 
 
-def test_legacy_token():
+async def test_legacy_token():
     token = legacy_token()
     objects = Objects(**{"secrets/ns/builder-token": legacy_secret(token)})
-    response = authenticator(objects, legacy=True).authenticate_token(token, [ISSUER])
+    response = await authenticator(objects, legacy=True).authenticate_token(token, [ISSUER])
     assert (response.user.name, response.user.uid, response.user.extra) == ("system:serviceaccount:ns:builder", "sa-uid", {})
     assert response.audiences == (ISSUER,)
 
@@ -204,26 +204,26 @@ def test_legacy_token():
     ({}, "other-token", "Token does not match server's copy"),
     ({}, "deleting", "Token has been invalidated"),
 ], ids=["sub", "namespace", "secret-name", "sa-name", "sa-uid", "sub-mismatch", "secret-gone", "secret-holds-another-token", "secret-deleting"])
-def test_legacy_rejections(override, secret, error):
+async def test_legacy_rejections(override, secret, error):
     token = legacy_token(**override)
     stored = {"same": legacy_secret(token), "other-token": legacy_secret("x"), None: None,
               "deleting": legacy_secret(token, deletionTimestamp="2026-03-01T11:59:59Z")}[secret]
     objects = Objects(**{"secrets/ns/builder-token": stored})
     with pytest.raises(AuthenticationError) as info:
-        authenticator(objects, legacy=True).authenticate_token(token, [ISSUER])
+        await authenticator(objects, legacy=True).authenticate_token(token, [ISSUER])
     assert str(info.value) == error
 
 
-def test_legacy_without_lookup_trusts_the_signature():
-    assert authenticator(Objects(), legacy=True, lookup=False).authenticate_token(legacy_token(), [ISSUER]) is not None
+async def test_legacy_without_lookup_trusts_the_signature():
+    assert await authenticator(Objects(), legacy=True, lookup=False).authenticate_token(legacy_token(), [ISSUER]) is not None
 
 
-def test_a_bound_token_is_not_a_legacy_one():
-    assert authenticator(legacy=True).authenticate_token(bound_token(), [ISSUER]) is None
+async def test_a_bound_token_is_not_a_legacy_one():
+    assert await authenticator(legacy=True).authenticate_token(bound_token(), [ISSUER]) is None
 
 
-def test_signature_is_checked_before_claims():
+async def test_signature_is_checked_before_claims():
     header, payload, _ = bound_token().split(".")
     forged = f"{header}.{payload}.{jwt.b64url_encode(b'x' * 256)}"
     with pytest.raises(AuthenticationError, match="error in cryptographic primitive"):
-        authenticator().authenticate_token(forged, [ISSUER])
+        await authenticator().authenticate_token(forged, [ISSUER])

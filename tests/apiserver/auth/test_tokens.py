@@ -97,7 +97,7 @@ class Fixed:
         self.answer = answer
         self.calls = 0
 
-    def authenticate_token(self, token, audiences):
+    async def authenticate_token(self, token, audiences):
         self.calls += 1
         if isinstance(self.answer, Exception):
             raise self.answer
@@ -114,36 +114,36 @@ ALICE = Response(UserInfo("alice"))
     ([AuthenticationError("bad sig"), None], None, "bad sig"),
     ([AuthenticationError("a"), AuthenticationError("b")], None, "[a, b]"),
 ], ids=["second-wins", "error-then-success", "nobody", "one-error", "errors-aggregated"])
-def test_token_union(answers, result, error):
+async def test_token_union(answers, result, error):
     union = TokenUnion([Fixed(a) for a in answers])
     if error:
         with pytest.raises(AuthenticationError) as info:
-            union.authenticate_token("t", ())
+            await union.authenticate_token("t", ())
         assert str(info.value) == error
     else:
-        assert union.authenticate_token("t", ()) == result
+        assert await union.authenticate_token("t", ()) == result
 
 
-def test_cache_keeps_successes_ten_seconds_and_failures_not_at_all():
+async def test_cache_keeps_successes_ten_seconds_and_failures_not_at_all():
     now = [0.0]
     inner = Fixed(ALICE)
     cache = CachedTokens(inner, lambda: now[0])
-    assert cache.authenticate_token("t", ()) == ALICE
+    assert await cache.authenticate_token("t", ()) == ALICE
     inner.answer = None
     now[0] = 9.9
-    assert cache.authenticate_token("t", ()) == ALICE
-    assert cache.authenticate_token("t", ("other-audience",)) is None
+    assert await cache.authenticate_token("t", ()) == ALICE
+    assert await cache.authenticate_token("t", ("other-audience",)) is None
     now[0] = 10.1
-    assert cache.authenticate_token("t", ()) is None
+    assert await cache.authenticate_token("t", ()) is None
     assert inner.calls == 3
-    cache.authenticate_token("t", ())
+    await cache.authenticate_token("t", ())
     assert inner.calls == 4
 
 
-def test_cache_is_bounded():
+async def test_cache_is_bounded():
     cache = CachedTokens(Fixed(ALICE), lambda: 0.0, size=2)
     for token in "abc":
-        cache.authenticate_token(token, ())
+        await cache.authenticate_token(token, ())
     assert len(cache._cache) == 2
 
 
@@ -173,14 +173,14 @@ STATIC = StaticTokens({"good": UserInfo("alice", "u1", ("devs",))})
     (Credentials(websocket_protocols=(_protocol(b"good"),)), True, None, "missing additional subprotocol"),
 ], ids=["anonymous", "no-anonymous", "token", "bad-token-never-anonymous", "other-scheme-is-anonymous", "certificate-first",
         "websocket-token", "websocket-error"])
-def test_request_chain(credentials, anonymous, user, error):
+async def test_request_chain(credentials, anonymous, user, error):
     authenticator = Authenticator(STATIC, anonymous=anonymous)
     if error:
         with pytest.raises(AuthenticationError) as info:
-            authenticator.authenticate_credentials(credentials)
+            await authenticator.authenticate_credentials(credentials)
         assert str(info.value) == error
         return
-    response = authenticator.authenticate_credentials(credentials)
+    response = await authenticator.authenticate_credentials(credentials)
     if user is ANONYMOUS_USER or user is None:
         assert response is None
     else:
@@ -188,15 +188,15 @@ def test_request_chain(credentials, anonymous, user, error):
 
 
 @pytest.mark.parametrize("header", ["Bearer \udcff\udcfe", "Bearer caf\udce9"], ids=["not-utf-8", "latin-1"])
-def test_a_token_that_is_not_utf_8_is_invalid(header):
+async def test_a_token_that_is_not_utf_8_is_invalid(header):
     """aiohttp hands header bytes that are not UTF-8 on as surrogate escapes; such a token is
     no one's (Go compares the bytes), never an encoding error."""
     authenticator = Authenticator(CachedTokens(TokenUnion([STATIC]), lambda: 0.0))
     with pytest.raises(AuthenticationError, match="invalid bearer token"):
-        authenticator.authenticate_credentials(Credentials(authorization=header))
+        await authenticator.authenticate_credentials(Credentials(authorization=header))
 
 
-def test_audiences_outside_the_api_audiences_are_refused():
+async def test_audiences_outside_the_api_audiences_are_refused():
     authenticator = Authenticator(Fixed(Response(UserInfo("sa"), ("elsewhere",))), api_audiences=("https://kubernetes.default.svc",))
     with pytest.raises(AuthenticationError, match="unable to match audience"):
-        authenticator.authenticate_credentials(Credentials(authorization="Bearer x"))
+        await authenticator.authenticate_credentials(Credentials(authorization="Bearer x"))

@@ -52,7 +52,7 @@ def terminating(info: KindInfo, obj: dict | None, namespace: str) -> StatusError
 class NamespaceLifecycle:
     """The plugin: in front of the Namespace strategy, it refuses deleting the immortal ones."""
 
-    def admit(self, info: KindInfo, operation: str, subresource: str, new: dict | None, old: dict | None) -> None:
+    async def admit(self, info: KindInfo, operation: str, subresource: str, new: dict | None, old: dict | None) -> None:
         if info.kind == "Namespace" and operation == DELETE:
             refused = refuse_delete(((old or {}).get("metadata") or {}).get("name", ""))
             if refused is not None:

@@ -213,13 +213,13 @@ class NodeRestriction:
     def __init__(self, registry_getter: Callable[[], object]):
         self._registry = registry_getter
 
-    def _node_uid(self, name: str) -> str | None:
+    async def _node_uid(self, name: str) -> str | None:
         try:
-            return _meta(self._registry().store("", "nodes").get(None, name)).get("uid")
+            return _meta(await self._registry().store("", "nodes").get(None, name)).get("uid")
         except StatusError:
             return None
 
-    def admit(self, info, operation: str, subresource: str, new: dict | None, old: dict | None) -> None:
+    async def admit(self, info, operation: str, subresource: str, new: dict | None, old: dict | None) -> None:
         """One write of ``info``'s kind; raises the 403 (or a lookup's 404)."""
         who = _node_user()
         if who is None:
@@ -231,7 +231,9 @@ class NodeRestriction:
             raise errors.forbidden(info.resource, name, info.group, f"could not determine node from user {go_quote(user.name)}")
         try:
             if info.kind == "Pod":
-                admit_pod(node, operation, subresource, new, old, self._node_uid)
+                # the one lookup the decision may make (a Pod create), read before it
+                uid = await self._node_uid(node) if operation == CREATE and not subresource else None
+                admit_pod(node, operation, subresource, new, old, lambda _name: uid)
             elif info.kind == "Node":
                 admit_node(node, operation, new, old)
             elif info.kind == "Lease":
@@ -251,14 +253,30 @@ class NodeRestriction:
                 name = create.name or "Unknown"
                 if not node:
                     raise errors.forbidden("serviceaccounts", name, "", f"could not determine node from user {go_quote(user.name)}")
-                pods = self._registry().store("", "pods")
+                pod, missing = await _bound_pod(self._registry().store("", "pods"), create.namespace, create.body)
                 try:
-                    admit_token_request(node, create.body, lambda pod: pods.get(create.namespace, pod))
+                    admit_token_request(node, create.body, lambda _name: _raise(missing) if missing is not None else pod)
                 except Refused as refused:
                     raise errors.forbidden("serviceaccounts", name, "", str(refused)) from None
             return await handler(request, create)
 
         return admitted_token_request
+
+
+async def _bound_pod(pods, namespace: str | None, token_request: dict) -> tuple[dict | None, Exception | None]:
+    """The Pod a TokenRequest's boundObjectRef names (read before the decision, which asks for
+    it only once the reference is well formed), or the store's error for it."""
+    ref = _spec(token_request).get("boundObjectRef")
+    if not isinstance(ref, dict) or not ref.get("name"):
+        return None, None
+    try:
+        return await pods.get(namespace, str(ref["name"])), None
+    except StatusError as err:
+        return None, err
+
+
+def _raise(error: Exception):
+    raise error
 
 
 RESTRICTED_KINDS = ("Pod", "Node", "Lease")

@@ -15,7 +15,7 @@ On Pod **create** (other operations, subresources and other kinds pass untouched
    account NS/SA: serviceaccount "SA" not found``. Upstream retries a missing ``default`` up to
    10 times, 100-200 ms apart (the ServiceAccount controller makes it just after the
    namespace); :meth:`ServiceAccountAdmission.wait_ready` is that wait, run by the create
-   handler before the (synchronous) store.
+   handler before the store's create (whose admission then looks it up once, without waiting).
 4. Unless ``automountServiceAccountToken`` is false (the Pod's setting wins over the
    ServiceAccount's; unset means true), the token volume is added: the first existing volume
    named ``kube-api-access-*`` is reused, else ``kube-api-access-<5 random chars>`` (the
@@ -160,6 +160,12 @@ def secret_reference_problem(service_account: Mapping, pod: Mapping) -> str | No
     return None
 
 
+def account_name(pod: dict) -> str:
+    """The ServiceAccount a Pod being created runs as (step 1 of the module docstring)."""
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    return spec.get("serviceAccountName") or spec.get("serviceAccount") or DEFAULT_SERVICE_ACCOUNT
+
+
 def admit_pod(pod: dict, namespace: str, lookup: Callable[[str, str], dict | None],
               new_volume_name: Callable[[], str] = generate_volume_name) -> None:
     """Steps 1-6 of the module docstring on a Pod being created, in place; raises Refused.
@@ -194,20 +200,24 @@ class ServiceAccountAdmission:
         self._registry = registry_getter
         self._sleep = sleep
 
-    def lookup(self, namespace: str, name: str) -> dict | None:
+    async def lookup(self, namespace: str, name: str) -> dict | None:
         try:
-            return self._registry().store("", "serviceaccounts").get(namespace, name)
+            return await self._registry().store("", "serviceaccounts").get(namespace, name)
         except StatusError as err:
             if err.code == 404:
                 return None
             raise
 
-    def admit(self, info, operation: str, subresource: str, new: dict | None, old: dict | None) -> None:
+    async def admit(self, info, operation: str, subresource: str, new: dict | None, old: dict | None) -> None:
         """Only a Pod's create is admitted (changed in place, or refused with a 403)."""
         if info.kind != "Pod" or operation != CREATE or subresource or new is None:
             return
+        namespace = (new.get("metadata") or {}).get("namespace") or ""
+        account = None
+        if MIRROR_ANNOTATION not in (((new.get("metadata") or {}).get("annotations")) or {}):
+            account = await self.lookup(namespace, account_name(new))  # the one admit_pod asks for
         try:
-            admit_pod(new, (new.get("metadata") or {}).get("namespace") or "", self.lookup)
+            admit_pod(new, namespace, lambda _namespace, _name: account)
         except Refused as refused:
             raise errors.forbidden(info.resource, object_name(new), info.group, str(refused)) from None
 
@@ -222,7 +232,7 @@ class ServiceAccountAdmission:
         if name != DEFAULT_SERVICE_ACCOUNT:
             return
         for _ in range(DEFAULT_LOOKUP_ATTEMPTS - 1):
-            if self.lookup(namespace, name) is not None:
+            if await self.lookup(namespace, name) is not None:
                 return
             await self._sleep(random.uniform(0.1, 0.2))
 

@@ -27,8 +27,9 @@ CREATE, UPDATE, DELETE = "CREATE", "UPDATE", "DELETE"
 
 
 class Plugin(Protocol):
-    def admit(self, info: KindInfo, operation: str, subresource: str, new: dict | None, old: dict | None) -> None:
-        """Refuse the write (a StatusError), or change ``new`` in place, or do nothing."""
+    async def admit(self, info: KindInfo, operation: str, subresource: str, new: dict | None, old: dict | None) -> None:
+        """Refuse the write (a StatusError), or change ``new`` in place, or do nothing. A
+        coroutine: a plugin may read the store (a ServiceAccount, a Node)."""
 
 
 StrategyFactory = Callable[[KindInfo], object]
@@ -61,24 +62,24 @@ class AdmittedStrategy:
     def __getattr__(self, name: str):
         return getattr(self._inner, name)
 
-    def begin_create(self, obj: dict, dry_run: bool):
-        self._plugin.admit(self._inner.info, CREATE, "", obj, None)
-        return self._inner.begin_create(obj, dry_run)
+    async def begin_create(self, obj: dict, dry_run: bool):
+        await self._plugin.admit(self._inner.info, CREATE, "", obj, None)
+        return await self._inner.begin_create(obj, dry_run)
 
-    def begin_update(self, new: dict, old: dict, dry_run: bool, subresource: str):
+    async def begin_update(self, new: dict, old: dict, dry_run: bool, subresource: str):
         if marks_deleted(new, old):
-            self._plugin.admit(self._inner.info, DELETE, "", None, copy.deepcopy(old))
+            await self._plugin.admit(self._inner.info, DELETE, "", None, copy.deepcopy(old))
         else:
-            self._plugin.admit(self._inner.info, UPDATE, subresource, new, old)
-        return self._inner.begin_update(new, old, dry_run, subresource)
+            await self._plugin.admit(self._inner.info, UPDATE, subresource, new, old)
+        return await self._inner.begin_update(new, old, dry_run, subresource)
 
-    def begin_delete(self, obj: dict):
-        self._plugin.admit(self._inner.info, DELETE, "", None, obj)
-        return self._inner.begin_delete(obj)
+    async def begin_delete(self, obj: dict):
+        await self._plugin.admit(self._inner.info, DELETE, "", None, obj)
+        return await self._inner.begin_delete(obj)
 
-    def admit_delete(self, obj: dict) -> None:
+    async def admit_delete(self, obj: dict) -> None:
         """A dry-run DELETE: admitted as a real one is (upstream admits dry runs), nothing written."""
-        self._plugin.admit(self._inner.info, DELETE, "", None, obj)
+        await self._plugin.admit(self._inner.info, DELETE, "", None, obj)
         inner = getattr(self._inner, "admit_delete", None)
         if inner is not None:
-            inner(obj)
+            await inner(obj)

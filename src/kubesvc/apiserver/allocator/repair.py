@@ -23,7 +23,8 @@ operator writing storage by hand or a bug left inconsistent. They are built in t
   (``load()``) only if they differ, e.g. after keys were written behind the apiserver's
   back; the repair's own writes keep it exact.
 
-:meth:`Repair.run` reads, decides and compares in a worker thread and acts on the event
+:meth:`Repair.run` reads the store in pages on the event loop (the storage calls are
+coroutines), decodes each page, decides and compares in a worker thread, and acts on the event
 loop, so a pass over 100k Services stalls the loop for milliseconds, not seconds.
 
 ClusterIPs (repairip.go's Service loop, then its IPAddress loop):
@@ -81,7 +82,7 @@ import ipaddress
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Iterator, Literal
+from typing import Any, AsyncIterator, Callable, Literal
 
 import msgspec
 
@@ -294,22 +295,33 @@ class Snapshot:
     node_ports: dict[int, NodePortRecord]
 
 
-# The snapshot reads from a worker thread in pages, so that no single list holds the
-# backend's lock (and the event loop's writes) for long.
+# The snapshot reads in pages, so that no single list holds the backend (and the event loop's
+# writes) for long; the run loop decodes each page in a worker thread.
 _PAGE = 20_000
 _SERVICE_PREFIX = scheme.by_resource("", "v1", "services").key_prefix()
 _SERVICE_CIDR_PREFIX = scheme.by_resource("networking.k8s.io", "v1", "servicecidrs").key_prefix()
 
 
-def _list(backend: storage.Backend, prefix: str, revision: int) -> Iterator[storage.KeyValue]:
+async def _pages(backend: storage.Backend, prefix: str, revision: int) -> AsyncIterator[list[storage.KeyValue]]:
     """Every key under ``prefix`` at ``revision``, ``_PAGE`` keys at a time."""
     start = prefix
     while True:
-        result = backend.list(prefix, revision=revision, limit=_PAGE, start_key=start)
-        yield from result.kvs
+        result = await backend.list(prefix, revision=revision, limit=_PAGE, start_key=start)
+        yield result.kvs
         if not result.more or not result.kvs:
             return
         start = result.kvs[-1].key + "\x00"
+
+
+async def _each_page(backend: storage.Backend, prefix: str, revision: int, take: Callable[[list[storage.KeyValue]], None],
+                     offload: bool) -> None:
+    """``take(page)`` for every page; in a worker thread with ``offload`` (``take`` is pure
+    decoding into the caller's collections, and the loop awaits it before the next page)."""
+    async for page in _pages(backend, prefix, revision):
+        if offload:
+            await asyncio.to_thread(take, page)
+        else:
+            take(page)
 
 
 def _decode_stored(kv: storage.KeyValue, typed: Callable[[bytes], Any], stored_view: Callable[..., Any],
@@ -327,30 +339,44 @@ def _decode_stored(kv: storage.KeyValue, typed: Callable[[bytes], Any], stored_v
     return dict_view(obj, *args) if isinstance(obj, dict) else None
 
 
-def take_snapshot(backend: storage.Backend, revision: int = 0) -> Snapshot:
-    """Read the four collections at one revision (0: the current one)."""
-    at = revision or backend.current_revision()
+async def take_snapshot(backend: storage.Backend, revision: int = 0, *, offload: bool = False) -> Snapshot:
+    """Read the four collections at one revision (0: the current one). With ``offload`` each
+    page is decoded in a worker thread (100k Services take seconds to decode)."""
+    at = revision or await backend.current_revision()
     services: dict[ServiceKey, ServiceView] = {}
-    for kv in _list(backend, _SERVICE_PREFIX, at):
-        namespace, _, name = kv.key[len(_SERVICE_PREFIX):].partition("/")
-        view = _decode_stored(kv, _decode_service, _view_stored_service, view_service)
-        if view is not None and name:
-            services[(namespace, name)] = view
     ip_addresses: dict[str, IPAddressView] = {}
-    for kv in _list(backend, records.IP_ADDRESS_PREFIX, at):
-        view = _decode_stored(kv, _decode_ip_address, _view_stored_ip_address, view_ip_address, kv.mod_revision)
-        if view is not None:
-            ip_addresses[records.ip_of_key(kv.key)] = view
     cidrs: list[str] = []
-    for kv in _list(backend, _SERVICE_CIDR_PREFIX, at):
-        obj = _decode_kv(kv)
-        if obj is not None:
-            cidrs += [c for c in _dict(obj.get("spec")).get("cidrs") or [] if isinstance(c, str)]
     node_ports: dict[int, NodePortRecord] = {}
-    for kv in _list(backend, records.NODE_PORT_PREFIX, at):
-        port = records.port_of_key(kv.key)
-        if port is not None:
-            node_ports[port] = NodePortRecord(records.node_port_owner(kv.value), kv.mod_revision)
+
+    def take_services(page: list[storage.KeyValue]) -> None:
+        for kv in page:
+            namespace, _, name = kv.key[len(_SERVICE_PREFIX):].partition("/")
+            view = _decode_stored(kv, _decode_service, _view_stored_service, view_service)
+            if view is not None and name:
+                services[(namespace, name)] = view
+
+    def take_ip_addresses(page: list[storage.KeyValue]) -> None:
+        for kv in page:
+            view = _decode_stored(kv, _decode_ip_address, _view_stored_ip_address, view_ip_address, kv.mod_revision)
+            if view is not None:
+                ip_addresses[records.ip_of_key(kv.key)] = view
+
+    def take_cidrs(page: list[storage.KeyValue]) -> None:
+        for kv in page:
+            obj = _decode_kv(kv)
+            if obj is not None:
+                cidrs.extend(c for c in _dict(obj.get("spec")).get("cidrs") or [] if isinstance(c, str))
+
+    def take_node_ports(page: list[storage.KeyValue]) -> None:
+        for kv in page:
+            port = records.port_of_key(kv.key)
+            if port is not None:
+                node_ports[port] = NodePortRecord(records.node_port_owner(kv.value), kv.mod_revision)
+
+    await _each_page(backend, _SERVICE_PREFIX, at, take_services, offload)
+    await _each_page(backend, records.IP_ADDRESS_PREFIX, at, take_ip_addresses, offload)
+    await _each_page(backend, _SERVICE_CIDR_PREFIX, at, take_cidrs, offload)
+    await _each_page(backend, records.NODE_PORT_PREFIX, at, take_node_ports, offload)
     return Snapshot(at, services, ip_addresses, cidrs, node_ports)
 
 
@@ -673,102 +699,112 @@ class Repair:
         self.port_leaks: dict[int, int] = {}  # the last applied pass's PortRepairPlan.leak_counters
 
     # ---- one pass ----------------------------------------------------------------------------
-    def snapshot(self) -> Snapshot:
-        return take_snapshot(self.backend)
+    async def snapshot(self, *, offload: bool = False) -> Snapshot:
+        return await take_snapshot(self.backend, offload=offload)
 
     def plan(self, snapshot: Snapshot) -> tuple[IPRepairPlan, PortRepairPlan]:
         """Both loops' decisions over ``snapshot`` (pure: safe in a worker thread)."""
         return (plan_ip_repair(snapshot, self.clock.now(), self.leak_grace_seconds),
                 plan_port_repair(snapshot, self.allocators.ports.range, self.port_leaks))
 
-    def _snapshot_and_plan(self) -> tuple[IPRepairPlan, PortRepairPlan]:
-        """A failure counts in both loops' reconcile_errors metric."""
+    async def _snapshot_and_plan(self, *, offload: bool = False) -> tuple[IPRepairPlan, PortRepairPlan]:
+        """A failure counts in both loops' reconcile_errors metric. With ``offload`` the
+        decoding and the deciding run in a worker thread."""
         try:
-            return self.plan(self.snapshot())
+            snapshot = await self.snapshot(offload=offload)
+            return await asyncio.to_thread(self.plan, snapshot) if offload else self.plan(snapshot)
         except Exception:
             self.metrics.ip_repair_reconcile_errors.inc()
             self.metrics.port_repair_reconcile_errors.inc()
             raise
 
-    def run_once(self) -> RepairReport:
+    async def run_once(self) -> RepairReport:
         """Snapshot, decide, act, reload the index. Raises the first failure after counting it
         in the reconcile_errors metric of the loop it belongs to (both for the snapshot)."""
-        return self.apply(*self._snapshot_and_plan())
+        return await self.apply(*await self._snapshot_and_plan())
 
-    def apply(self, ip_plan: IPRepairPlan, port_plan: PortRepairPlan, *, reload_index: bool = True) -> RepairReport:
+    async def apply(self, ip_plan: IPRepairPlan, port_plan: PortRepairPlan, *, reload_index: bool = True) -> RepairReport:
         """Act on the plans; then (unless told not to) make the allocators' index equal
         the store."""
         report = RepairReport(ip_plan.revision)
         services: dict[ServiceKey, CurrentService] = {}  # each Service is read once per pass
         failure: BaseException | None = None
         try:
-            self._apply_ips(ip_plan, report, services)
+            await self._apply_ips(ip_plan, report, services)
         except Exception as exc:
             self.metrics.ip_repair_reconcile_errors.inc()
             failure = exc
         try:
-            self._apply_ports(port_plan, report, services)
+            await self._apply_ports(port_plan, report, services)
         except Exception as exc:
             self.metrics.port_repair_reconcile_errors.inc()
             failure = failure or exc
         if reload_index:
-            self.reload_index()
+            await self.reload_index()
         if failure is not None:
             raise failure
         return report
 
-    def reload_index(self) -> bool:
+    async def reload_index(self) -> bool:
         """Make the allocators' index equal the store. A full ``load()`` parses every
         allocated IP (seconds for 100k, on the event loop), so first compare the store's
         keys with the index; True when a reload was needed."""
-        return self._settle_index(self.store_matches_index(self.index_state()))
+        return await self._settle_index(await self.store_matches_index(await self.index_state()))
 
-    def _settle_index(self, matches: bool) -> bool:
+    async def _settle_index(self, matches: bool) -> bool:
         """Refresh the ServiceCIDR ranges if the index matches the store, else reload it all
         (``load()`` refreshes the ranges too); True when reloaded."""
         if matches:
-            self.allocators.sync_cidrs()
+            await self.allocators.sync_cidrs()
             return False
         log.info("repair: the allocators' index differs from the store; reloading it")
-        self.allocators.load()
+        await self.allocators.load()
         return True
 
-    def index_state(self) -> IndexState:
+    async def index_state(self) -> IndexState:
         """The index as of now, with the store revision it should match (call on the loop)."""
-        return IndexState(self.backend.current_revision(),
+        return IndexState(await self.backend.current_revision(),
                           {family: frozenset(allocator.taken) for family, allocator in self.allocators.families.items()},
                           frozenset(self.allocators.ports.ports()))
 
-    def store_matches_index(self, state: IndexState) -> bool:
+    async def store_matches_index(self, state: IndexState, *, offload: bool = False) -> bool:
         """Whether the store's IPAddress and NodePort keys at ``state.revision`` are the
-        index's (reads the backend only: safe in a worker thread)."""
+        index's (with ``offload``, each page's keys are parsed in a worker thread)."""
         stored: dict[str, set[str]] = {family: set() for family in state.ips}
         port_range = self.allocators.ports.range
-        stored_ports = set()
-        try:
-            for kv in _list(self.backend, records.IP_ADDRESS_PREFIX, state.revision):
+        stored_ports: set[int] = set()
+
+        def take_ips(page: list[storage.KeyValue]) -> None:
+            for kv in page:
                 ip = records.ip_of_key(kv.key)
                 family = stored.get("IPv6" if ":" in ip else "IPv4")
                 if family is not None:
                     family.add(ip)
-            for kv in _list(self.backend, records.NODE_PORT_PREFIX, state.revision):
+
+        def take_ports(page: list[storage.KeyValue]) -> None:
+            for kv in page:
                 port = records.port_of_key(kv.key)
                 if port is not None and port_range.slot_of(port) is not None:
                     stored_ports.add(port)
+
+        try:
+            await _each_page(self.backend, records.IP_ADDRESS_PREFIX, state.revision, take_ips, offload)
+            await _each_page(self.backend, records.NODE_PORT_PREFIX, state.revision, take_ports, offload)
         except storage.Compacted:
             return False
         return stored_ports == state.ports and all(stored[family] == ips for family, ips in state.ips.items())
 
     async def run(self, interval: float) -> None:
-        """A pass now, then every ``interval`` seconds. Reading and deciding happen in a worker
-        thread (the backend is thread-safe, the decisions pure), and so does comparing the
-        index with the store; acting and reloading the index happen on the event loop, where
-        every other allocator write happens."""
+        """A pass now, then every ``interval`` seconds. Reading happens on the event loop in
+        pages (the storage calls are coroutines); decoding each page and deciding happen in a
+        worker thread (the decisions are pure), and so does comparing the index with the
+        store; acting and reloading the index happen on the event loop, where every other
+        allocator write happens."""
         while True:
             try:
-                plans = await asyncio.to_thread(self._snapshot_and_plan)
-                report = self.apply(*plans, reload_index=False)
-                self._settle_index(await asyncio.to_thread(self.store_matches_index, self.index_state()))
+                plans = await self._snapshot_and_plan(offload=True)
+                report = await self.apply(*plans, reload_index=False)
+                await self._settle_index(await self.store_matches_index(await self.index_state(), offload=True))
                 if not report.clean:
                     log.info("repair pass at revision %d: ClusterIPs %s, NodePorts %s, %d pending leaks, %d skipped",
                              report.revision, report.ip_errors, report.port_errors,
@@ -780,61 +816,61 @@ class Repair:
             await asyncio.sleep(interval)
 
     # ---- acting ------------------------------------------------------------------------------
-    def _service_now(self, key: ServiceKey, services: dict[ServiceKey, CurrentService]) -> CurrentService:
+    async def _service_now(self, key: ServiceKey, services: dict[ServiceKey, CurrentService]) -> CurrentService:
         """The Service as stored now and its view, read once per pass (``services``)."""
         if key not in services:
-            kv = self.backend.get(self.services.info.key(*key))
+            kv = await self.backend.get(self.services.info.key(*key))
             obj = _decode_kv(kv) if kv is not None else None
             services[key] = (obj, view_service(obj)) if obj is not None else None
         return services[key]
 
-    def _record(self, recorder: EventRecorder, finding: Finding, obj: dict | None, report: RepairReport) -> None:
+    async def _record(self, recorder: EventRecorder, finding: Finding, obj: dict | None, report: RepairReport) -> None:
         if finding.log:
             log.warning("%s", finding.log)
         if finding.reason is None or obj is None:
             return
-        recorder.event(obj, "Warning", finding.reason, finding.message or "", action=finding.action)
+        await recorder.event(obj, "Warning", finding.reason, finding.message or "", action=finding.action)
         report.events.append((finding.reason, finding.message or ""))
 
     def _count(self, counts: dict[str, int], type_: str) -> None:
         counts[type_] = counts.get(type_, 0) + 1
 
-    def _apply_ips(self, plan: IPRepairPlan, report: RepairReport, services: dict[ServiceKey, CurrentService]) -> None:
+    async def _apply_ips(self, plan: IPRepairPlan, report: RepairReport, services: dict[ServiceKey, CurrentService]) -> None:
         report.ip_leaks_pending = len(plan.pending_leaks)
         for finding in plan.findings:
-            obj = self._ip_finding_holds(finding, services)
-            if obj is None or not self._apply_ip_op(finding.op):
+            obj = await self._ip_finding_holds(finding, services)
+            if obj is None or not await self._apply_ip_op(finding.op):
                 report.skipped += 1
                 continue
-            self._record(self.ip_events, finding, obj, report)
+            await self._record(self.ip_events, finding, obj, report)
             self._count(report.ip_errors, finding.type)
             self.metrics.ip_repair_errors.labels(finding.type).inc()
 
-    def _ip_finding_holds(self, finding: Finding, services: dict[ServiceKey, CurrentService]) -> dict | None:
+    async def _ip_finding_holds(self, finding: Finding, services: dict[ServiceKey, CurrentService]) -> dict | None:
         """The current object the finding's event is about, if the finding still stands (an
         IPAddress changed since is left to the write's resourceVersion precondition)."""
         if finding.subject[0] == "service":
-            current = self._service_now(finding.subject[1:], services)
+            current = await self._service_now(finding.subject[1:], services)
             return current[0] if current is not None and finding.claim in current[1].cluster_ips else None
         op = finding.op
         assert isinstance(op, IPOp)
-        parent = self._service_now(op.service, services) if op.service is not None else None
+        parent = await self._service_now(op.service, services) if op.service is not None else None
         if parent is not None and canonical_ip(op.ip) in claimed_ips(parent[1]):
             return None  # the parent holds it now
-        kv = self.backend.get(records.ip_address_key(op.ip))
+        kv = await self.backend.get(records.ip_address_key(op.ip))
         return _decode_kv(kv) if kv is not None else None
 
-    def _apply_ip_op(self, op: IPOp | PortOp | None) -> bool:
+    async def _apply_ip_op(self, op: IPOp | PortOp | None) -> bool:
         """Perform the write; False when a concurrent change got there first (404/409)."""
         if op is None:
             return True
         assert isinstance(op, IPOp)
         try:
             if op.verb in ("recreate", "delete"):
-                self.ip_addresses.delete(None, op.ip, {"preconditions": {"resourceVersion": str(op.revision)}})
+                await self.ip_addresses.delete(None, op.ip, {"preconditions": {"resourceVersion": str(op.revision)}})
             if op.verb in ("create", "recreate"):
                 namespace, name = op.service
-                self.ip_addresses.create(None, records.ip_address_object(op.ip, namespace, name), field_manager=FIELD_MANAGER)
+                await self.ip_addresses.create(None, records.ip_address_object(op.ip, namespace, name), field_manager=FIELD_MANAGER)
         except StatusError as exc:
             if exc.code in (404, 409):
                 log.info("repair: IPAddress %s changed concurrently (%s); leaving it to the next pass", op.ip, exc.message)
@@ -842,25 +878,25 @@ class Repair:
             raise
         return True
 
-    def _apply_ports(self, plan: PortRepairPlan, report: RepairReport, services: dict[ServiceKey, CurrentService]) -> None:
+    async def _apply_ports(self, plan: PortRepairPlan, report: RepairReport, services: dict[ServiceKey, CurrentService]) -> None:
         self.port_leaks = plan.leak_counters
         report.port_leaks_pending = len(plan.leak_counters)
         for finding in plan.findings:
             obj: dict | None = {}
             if finding.subject[0] == "service":
-                current = self._service_now(finding.subject[1:], services)
+                current = await self._service_now(finding.subject[1:], services)
                 if current is None or finding.claim not in current[1].node_ports:
                     report.skipped += 1
                     continue
                 obj = current[0]
-            if not self._apply_port_op(finding.op, services):
+            if not await self._apply_port_op(finding.op, services):
                 report.skipped += 1
                 continue
-            self._record(self.port_events, finding, obj, report)
+            await self._record(self.port_events, finding, obj, report)
             self._count(report.port_errors, finding.type)
             self.metrics.port_repair_errors.labels(finding.type).inc()
 
-    def _apply_port_op(self, op: IPOp | PortOp | None, services: dict[ServiceKey, CurrentService]) -> bool:
+    async def _apply_port_op(self, op: IPOp | PortOp | None, services: dict[ServiceKey, CurrentService]) -> bool:
         """Write the record on the backend (and tell the index, as a Service write's commit
         would); False when a concurrent change got there first."""
         if op is None:
@@ -869,15 +905,15 @@ class Repair:
         key = records.node_port_key(op.port)
         try:
             if op.verb == "create":
-                self.backend.create(key, records.node_port_record(*op.owner))
+                await self.backend.create(key, records.node_port_record(*op.owner))
                 self.allocators.ports.mark(op.port)
             elif op.verb == "update":
-                self.backend.update(key, records.node_port_record(*op.owner), op.revision)
+                await self.backend.update(key, records.node_port_record(*op.owner), op.revision)
             else:
-                owner = self._service_now(op.owner, services) if op.owner is not None else None
+                owner = await self._service_now(op.owner, services) if op.owner is not None else None
                 if owner is not None and op.port in owner[1].node_ports:
                     return False  # its owner uses it now
-                self.backend.delete(key, op.revision)
+                await self.backend.delete(key, op.revision)
                 self.allocators.ports.unmark(op.port)
         except (storage.KeyExists, storage.KeyNotFound, storage.RevisionMismatch) as exc:
             log.info("repair: NodePort record %d changed concurrently (%s); leaving it to the next pass", op.port, exc)

@@ -109,25 +109,25 @@ class ServiceAllocators:
         """network+1 of each flag range: the ``kubernetes`` Service's clusterIPs."""
         return [r.first_ip() for r in self.flag_ranges]
 
-    def load(self) -> None:
+    async def load(self) -> None:
         """Rebuild the index from the store: ServiceCIDRs, IPAddresses and NodePort records."""
-        self.sync_cidrs()
+        await self.sync_cidrs()
         by_family: dict[str, set[str]] = {f: set() for f in self.families}
-        for kv in self.backend.list(records.IP_ADDRESS_PREFIX).kvs:
+        for kv in (await self.backend.list(records.IP_ADDRESS_PREFIX)).kvs:
             ip = records.ip_of_key(kv.key)
             family = "IPv6" if ":" in ip else "IPv4"  # IPAddress names are canonical IPs
             if family in by_family:
                 by_family[family].add(ip)
         for family, ips in by_family.items():
             self.families[family].reset(ips)
-        ports = (records.port_of_key(kv.key) for kv in self.backend.list(records.NODE_PORT_PREFIX).kvs)
+        ports = (records.port_of_key(kv.key) for kv in (await self.backend.list(records.NODE_PORT_PREFIX)).kvs)
         self.ports.reset({port for port in ports if port is not None})
 
-    def sync_cidrs(self) -> None:
+    async def sync_cidrs(self) -> None:
         """Usable ranges per family from the ServiceCIDR objects: not being deleted, Ready
         not False (upstream assumes Ready when no controller set it yet); the default
         ``kubernetes`` one first, then by creation time and name."""
-        cidrs = [json.loads(kv.value) for kv in self.backend.list("/registry/servicecidrs/").kvs]
+        cidrs = [json.loads(kv.value) for kv in (await self.backend.list("/registry/servicecidrs/")).kvs]
         usable = [c for c in cidrs if _usable_service_cidr(c)]
         usable.sort(key=lambda c: (c["metadata"]["name"] != DEFAULT_SERVICE_CIDR, c["metadata"].get("creationTimestamp", ""), c["metadata"]["name"]))
         for family, allocator in self.families.items():
@@ -152,7 +152,8 @@ class ServiceAllocators:
             (allocator.mark if taken else allocator.unmark)(ip)
 
     # ---- the three entry points --------------------------------------------------------------
-    def begin_create(self, svc: dict, dry_run: bool) -> Txn:
+    async def begin_create(self, svc: dict, dry_run: bool) -> Txn:
+        await self._ensure_ip_address_template()
         request = _Request(self, svc, dry_run)
         errs = defaults.default_service_ip_families(svc, self.cluster_families)
         if errs:
@@ -169,39 +170,47 @@ class ServiceAllocators:
             raise
         return request.txn
 
-    def begin_update(self, new: dict, old: dict, dry_run: bool) -> Txn:
+    async def begin_update(self, new: dict, old: dict, dry_run: bool) -> Txn:
+        await self._ensure_ip_address_template()
         request = _Request(self, new, dry_run)
         errs = defaults.default_service_ip_families(new, self.cluster_families, old)
         if errs:
             raise invalid("Service", request.name, errs)
         spec, old_spec = _spec(new), _spec(old)
         try:
-            request.update_cluster_ips(spec, old_spec)
+            await request.update_cluster_ips(spec, old_spec)
             if old_spec.get("type") in NODE_PORT_TYPES and spec.get("type") in (EXTERNAL_NAME, "ClusterIP"):
                 for port in collect_node_ports(old_spec):
-                    request.release_port(port)
+                    await request.release_port(port)
             if spec.get("type") in NODE_PORT_TYPES:
-                request.update_node_ports(spec, old_spec)
-            request.update_health_check_node_port(spec, old_spec)
+                await request.update_node_ports(spec, old_spec)
+            await request.update_health_check_node_port(spec, old_spec)
         except BaseException:
             request.txn.revert()
             raise
         defaults.drop_type_dependent_fields(new, old)
         return request.txn
 
-    def begin_delete(self, svc: dict) -> Txn:
+    async def begin_delete(self, svc: dict) -> Txn:
         request = _Request(self, svc, dry_run=False)
         spec = _spec(svc)
         if spec.get("type") != EXTERNAL_NAME and not is_headless(spec):
             for ip in spec.get("clusterIPs") or []:
-                request.release_ip(ip)
+                await request.release_ip(ip)
         for port in collect_node_ports(spec):
-            request.release_port(port)
+            await request.release_port(port)
         if needs_health_check(spec) and spec.get("healthCheckNodePort"):
-            request.release_port(spec["healthCheckNodePort"])
+            await request.release_port(spec["healthCheckNodePort"])
         return request.txn
 
     # ---- store records -----------------------------------------------------------------------
+    async def _ensure_ip_address_template(self) -> None:
+        """Run the IPAddress store's create pipeline once, for :meth:`ip_address_value`'s
+        template (any IP and owner do: every field they fill is replaced per allocation)."""
+        if self._ip_address_template is None and self._ip_address_store is not None:
+            self._ip_address_template = await self._ip_address_store.prepare_new(
+                None, records.ip_address_object(_TEMPLATE_IP, "default", "template"), field_manager="kube-apiserver")
+
     def ip_address_value(self, ip: str, namespace: str, name: str) -> bytes:
         """The stored IPAddress, as the IPAddress store would create it. Every one has the same
         shape, so the store's pipeline (defaults, validation, managedFields) runs once for a
@@ -209,9 +218,6 @@ class ServiceAllocators:
         from kubesvc.apiserver.registry.store import encode  # the registry imports us
 
         template = self._ip_address_template
-        if template is None:
-            template = self._ip_address_template = self._ip_address_store.prepare_new(
-                None, records.ip_address_object(ip, namespace, name), field_manager="kube-apiserver")
         # a copy of the parts that change, sharing the rest with the template (a deepcopy of
         # it was half the cost of an allocation); the object only lives until it is encoded
         now = rfc3339(self._ip_address_store.clock.now())
@@ -221,6 +227,9 @@ class ServiceAllocators:
             meta["managedFields"] = [{**entry, "time": now} for entry in meta["managedFields"]]
         obj = {**template, "metadata": meta, "spec": {**template["spec"], "parentRef": records.service_ref(namespace, name)}}
         return encode(obj)
+
+
+_TEMPLATE_IP = "192.0.2.1"  # TEST-NET-1 (RFC 5737): the template's placeholder, never stored
 
 
 def _usable_service_cidr(obj: dict) -> bool:
@@ -259,7 +268,7 @@ class _Request:
         if ips:
             spec["clusterIP"] = ips[0]
 
-    def update_cluster_ips(self, spec: dict, old_spec: dict) -> None:
+    async def update_cluster_ips(self, spec: dict, old_spec: dict) -> None:
         if defaults.unchanged_prefer_dual_stack(spec, old_spec):
             return
         old_type, new_type = old_spec.get("type"), spec.get("type")
@@ -270,7 +279,7 @@ class _Request:
             return
         if old_type != EXTERNAL_NAME and new_type == EXTERNAL_NAME:
             for ip in old_spec.get("clusterIPs") or []:
-                self.release_ip(ip)
+                await self.release_ip(ip)
             return
         old_families, families = old_spec.get("ipFamilies") or [], spec.get("ipFamilies") or []
         if len(old_families) == 1 and len(families) == 2:
@@ -282,7 +291,7 @@ class _Request:
         elif len(old_families) == 2 and len(families) == 1:
             old_ips = old_spec.get("clusterIPs") or []
             if len(old_ips) > 1:
-                self.release_ip(old_ips[1])
+                await self.release_ip(old_ips[1])
 
     def reserve_ip(self, family: str, ip: str, spec: dict) -> str:
         allocators = self.allocators
@@ -314,12 +323,12 @@ class _Request:
         value = list(spec.get("clusterIPs") or [])
         return invalid("Service", self.name, [invalid_value("spec.clusterIPs", value, f"failed to allocate IP {ip}: {exc}")])
 
-    def release_ip(self, ip: str) -> None:
+    async def release_ip(self, ip: str) -> None:
         chosen = canonical_ip(ip)
         if chosen is None:
             return
         key = records.ip_address_key(chosen)
-        if not self._release_record(key, lambda kv: records.ip_address_owner(json.loads(kv.value))):
+        if not await self._release_record(key, lambda kv: records.ip_address_owner(json.loads(kv.value))):
             return
         self.txn.on_commit(lambda: self.allocators.mark_ip(chosen, False))
         self.txn.on_commit(self.allocators.kick_service_cidrs)  # a ServiceCIDR waiting to go may now go
@@ -349,7 +358,7 @@ class _Request:
                 else:
                     self.reserve_port(node_port, self._port_invalid(i, node_port))
 
-    def update_node_ports(self, spec: dict, old_spec: dict) -> None:
+    async def update_node_ports(self, spec: dict, old_spec: dict) -> None:
         old_numbers = collect_node_ports(old_spec)
         reserved: set[int] = set()
         seen: list[tuple[Any, int]] = []
@@ -371,7 +380,7 @@ class _Request:
         new_numbers = collect_node_ports(spec)
         for number in old_numbers:
             if number not in new_numbers:
-                self.release_port(number)
+                await self.release_port(number)
 
     def alloc_health_check_node_port(self, spec: dict) -> None:
         requested = spec.get("healthCheckNodePort") or 0
@@ -380,12 +389,12 @@ class _Request:
         else:
             spec["healthCheckNodePort"] = self.reserve_port(0, lambda exc: internal(f"failed to allocate a HealthCheck NodePort {requested}: {exc}"))
 
-    def update_health_check_node_port(self, spec: dict, old_spec: dict) -> None:
+    async def update_health_check_node_port(self, spec: dict, old_spec: dict) -> None:
         needed, needs = needs_health_check(old_spec), needs_health_check(spec)
         if needs and not needed:
             self.alloc_health_check_node_port(spec)
         elif needed and not needs and old_spec.get("healthCheckNodePort"):
-            self.release_port(old_spec["healthCheckNodePort"])
+            await self.release_port(old_spec["healthCheckNodePort"])
 
     def reserve_port(self, port: int, error: Callable[[Exception], StatusError]) -> int:
         allocators = self.allocators
@@ -411,20 +420,20 @@ class _Request:
     def _port_invalid(self, index: int, port: int) -> Callable[[Exception], StatusError]:
         return lambda exc: invalid("Service", self.name, [invalid_value(f"spec.ports[{index}].nodePort", port, str(exc))])
 
-    def release_port(self, port: int) -> None:
+    async def release_port(self, port: int) -> None:
         key = records.node_port_key(port)
-        if not self._release_record(key, lambda kv: records.node_port_owner(kv.value)):
+        if not await self._release_record(key, lambda kv: records.node_port_owner(kv.value)):
             return
         self.txn.on_commit(lambda: self.allocators.ports.unmark(port))
 
     # ---- shared ------------------------------------------------------------------------------
-    def _release_record(self, key: str, owner_of: Callable[[storage.KeyValue], tuple[str, str] | None]) -> bool:
+    async def _release_record(self, key: str, owner_of: Callable[[storage.KeyValue], tuple[str, str] | None]) -> bool:
         """Delete the allocation record in the write's transaction if this Service owns it.
         False when it belongs to another Service (a duplicate the repair loop reports)."""
         if key in self._released or self.dry_run:
             return False
         self._released.add(key)
-        kv = self.allocators.backend.get(key)
+        kv = await self.allocators.backend.get(key)
         if kv is None:
             return True
         if owner_of(kv) != (self.namespace, self.name):

@@ -290,28 +290,28 @@ class ServiceCIDRController:
             self._wake.clear()
             due: float | None = None
             try:
-                due = self.sync()
+                due = await self.sync()
             except Exception:
                 log.exception("ServiceCIDR sync failed")
             timeout = interval if due is None else min(interval, max(due, 0.01))
             await wait_event(self._wake, timeout)
 
     # ---- one pass -----------------------------------------------------------------------------
-    def sync(self) -> float | None:
+    async def sync(self) -> float | None:
         """One pass over all ServiceCIDRs, the default one first. Returns the seconds until a
         deleting ServiceCIDR's grace period ends (the next pass then frees it), or None."""
         try:
-            self.sync_default()
+            await self.sync_default()
         except StatusError as exc:  # upstream these are two controllers: one failing does not stop the other
             log.warning("default ServiceCIDR: %s", exc.message)
-        items, _ = self.store.list(None, ListOptions())
+        items, _ = await self.store.list(None, ListOptions())
         due: float | None = None
         now = self.clock.now()
         for obj in items:
-            ips = self._ip_addresses_in(obj) if needs_ip_addresses(obj, items) else []
+            ips = await self._ip_addresses_in(obj) if needs_ip_addresses(obj, items) else []
             plan = plan_service_cidr(obj, items, ips, now)
             try:
-                self._apply(obj, plan)
+                await self._apply(obj, plan)
             except StatusError as exc:
                 if exc.code != 404:
                     log.warning("ServiceCIDR %s: %s", _name(obj), exc.message)
@@ -319,61 +319,61 @@ class ServiceCIDRController:
                 due = plan.wait_seconds if due is None else min(due, plan.wait_seconds)
         return due
 
-    def _ip_addresses_in(self, obj: dict) -> list[dict]:
+    async def _ip_addresses_in(self, obj: dict) -> list[dict]:
         """The IPAddresses inside ``obj``'s CIDRs: chosen by key (the name is the IP), so only
         those few are decoded."""
         networks = _networks(obj)
         found = []
-        for kv in self.backend.list(records.IP_ADDRESS_PREFIX).kvs:
+        for kv in (await self.backend.list(records.IP_ADDRESS_PREFIX)).kvs:
             address = parse_ip_sloppy(kv.key[len(records.IP_ADDRESS_PREFIX):])
             if address is not None and any(prefix_contains_ip(net, address) for net in networks):
                 found.append(json.loads(kv.value))
         return found
 
-    def sync_default(self) -> None:
+    async def sync_default(self) -> None:
         """The default ServiceCIDR controller's pass (upstream runs it until it succeeds before
         the apiserver serves): create, upgrade to dual stack, or mark Ready."""
         now = self.clock.now()
         try:
-            obj: dict | None = self.store.get(None, DEFAULT_SERVICE_CIDR)
+            obj: dict | None = await self.store.get(None, DEFAULT_SERVICE_CIDR)
         except StatusError as exc:
             if exc.code != 404:
                 raise
             obj = None
         plan = plan_default(obj, self.flag_cidrs, now)
         if plan.create is not None:
-            obj = self._create_default(list(plan.create))
+            obj = await self._create_default(list(plan.create))
             plan = plan_default(obj, self.flag_cidrs, now)  # upstream syncs the status at once
         if plan.upgrade is not None:
-            self._upgrade_default(obj, list(plan.upgrade))
+            await self._upgrade_default(obj, list(plan.upgrade))
             return
         if plan.warning is not None:
             key, reason, message = plan.warning
             if key not in self._reported:
                 log.info("default ServiceCIDR: %s", message)
-                self.default_events.event(obj, "Warning", reason, message)
+                await self.default_events.event(obj, "Warning", reason, message)
                 self._reported.add(key)
         if plan.condition is not None:
             try:
-                self.store.guaranteed_update(None, DEFAULT_SERVICE_CIDR, self._set_condition(plan.condition, allow_deleting=False),
+                await self.store.guaranteed_update(None, DEFAULT_SERVICE_CIDR, self._set_condition(plan.condition, allow_deleting=False),
                                              field_manager=FIELD_MANAGER, subresource="status")
             except StatusError as exc:
                 log.info("error updating default ServiceCIDR status: %s", exc.message)
-                self.default_events.event(obj, "Warning", REASON_DEFAULT_ERROR, "The default ServiceCIDR Status can not be set to Ready=True")
+                await self.default_events.event(obj, "Warning", REASON_DEFAULT_ERROR, "The default ServiceCIDR Status can not be set to Ready=True")
 
-    def _create_default(self, cidrs: list[str]) -> dict:
+    async def _create_default(self, cidrs: list[str]) -> dict:
         desired = {"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR",
                    "metadata": {"name": DEFAULT_SERVICE_CIDR}, "spec": {"cidrs": cidrs}}
         log.info("creating default ServiceCIDR with CIDRs: %s", go_list(cidrs))
         try:
-            return self.store.create(None, desired, field_manager=FIELD_MANAGER)
+            return await self.store.create(None, desired, field_manager=FIELD_MANAGER)
         except StatusError as exc:
             if exc.code == 409 and exc.reason == "AlreadyExists":
-                return self.store.get(None, DEFAULT_SERVICE_CIDR)
-            self.default_events.event(desired, "Warning", REASON_DEFAULT_ERROR, "The default ServiceCIDR can not be created")
+                return await self.store.get(None, DEFAULT_SERVICE_CIDR)
+            await self.default_events.event(desired, "Warning", REASON_DEFAULT_ERROR, "The default ServiceCIDR can not be created")
             raise
 
-    def _upgrade_default(self, obj: dict, cidrs: list[str]) -> None:
+    async def _upgrade_default(self, obj: dict, cidrs: list[str]) -> None:
         log.info("updating default ServiceCIDR from single-stack (%s) to dual-stack (%s)", go_list(_cidrs(obj)), go_list(cidrs))
 
         def upgrade(current: dict) -> dict:
@@ -381,26 +381,26 @@ class ServiceCIDRController:
             return current
 
         try:
-            self.store.guaranteed_update(None, DEFAULT_SERVICE_CIDR, upgrade, field_manager=FIELD_MANAGER)
+            await self.store.guaranteed_update(None, DEFAULT_SERVICE_CIDR, upgrade, field_manager=FIELD_MANAGER)
         except StatusError as exc:
             message = f"The default ServiceCIDR can not be upgraded from {cidrs[0]} to dual stack {go_list(cidrs)} : {exc.message}"
-            self.default_events.event(obj, "Warning", REASON_DEFAULT_ERROR, message)
+            await self.default_events.event(obj, "Warning", REASON_DEFAULT_ERROR, message)
 
-    def _apply(self, obj: dict, plan: ServiceCIDRPlan) -> None:
+    async def _apply(self, obj: dict, plan: ServiceCIDRPlan) -> None:
         name = _name(obj)
         if plan.add_finalizer:
-            self.store.guaranteed_update(None, name, _add_finalizer, field_manager=CONTROLLER_FIELD_MANAGER)
+            await self.store.guaranteed_update(None, name, _add_finalizer, field_manager=CONTROLLER_FIELD_MANAGER)
         if plan.condition is not None:
             try:
-                self.store.guaranteed_update(None, name, self._set_condition(plan.condition, allow_deleting=True),
+                await self.store.guaranteed_update(None, name, self._set_condition(plan.condition, allow_deleting=True),
                                              field_manager=CONTROLLER_FIELD_MANAGER, subresource="status")
             except StatusError as exc:
                 if exc.code != 404 and plan.condition["status"] == "True":
-                    self.events.event(obj, "Warning", REASON_ERROR, "The ServiceCIDR Status can not be set to Ready=True")
+                    await self.events.event(obj, "Warning", REASON_ERROR, "The ServiceCIDR Status can not be set to Ready=True")
                 raise
         if plan.remove_finalizer:
             log.info("ServiceCIDR %s: no IPAddress depends on it any more, removing the finalizer", name)
-            self.store.guaranteed_update(None, name, _remove_finalizer, field_manager=CONTROLLER_FIELD_MANAGER)
+            await self.store.guaranteed_update(None, name, _remove_finalizer, field_manager=CONTROLLER_FIELD_MANAGER)
 
     @staticmethod
     def _set_condition(condition: dict, *, allow_deleting: bool):
@@ -431,10 +431,10 @@ def _remove_finalizer(current: dict) -> dict:
     return current
 
 
-def ensure_default_service_cidr(registry: Registry, cidrs: list[str]) -> ServiceCIDRController:
+async def ensure_default_service_cidr(registry: Registry, cidrs: list[str]) -> ServiceCIDRController:
     """Startup: the default ServiceCIDR exists (and is Ready) before the apiserver serves.
     Returns the controller, whose :meth:`ServiceCIDRController.run` keeps it so afterwards
     (reuse it, so a flag mismatch is reported once)."""
     controller = ServiceCIDRController(registry, registry.clock, cidrs)
-    controller.sync_default()
+    await controller.sync_default()
     return controller

@@ -63,18 +63,18 @@ class ClusterRoleAggregator:
     async def run(self) -> None:
         await self._loop.run()
 
-    def sync(self) -> int:
+    async def sync(self) -> int:
         """Aggregate until nothing changes; returns how many roles were written."""
         written = 0
         for _ in range(_MAX_PASSES):
-            roles, _ = self.store.list(None, ListOptions())
+            roles, _ = await self.store.list(None, ListOptions())
             changed = 0
             for role in roles:
                 wanted = aggregated_rules(role, roles)
                 if wanted is None or wanted == (role.get("rules") or []):
                     continue
                 with contextlib.suppress(StatusError):  # gone or changed meanwhile: the next pass sees it
-                    self.store.guaranteed_update(None, role["metadata"]["name"], lambda current, wanted=wanted: {**current, "rules": wanted},
+                    await self.store.guaranteed_update(None, role["metadata"]["name"], lambda current, wanted=wanted: {**current, "rules": wanted},
                                                  field_manager=FIELD_MANAGER)
                     changed += 1
             written += changed

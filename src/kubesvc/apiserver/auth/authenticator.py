@@ -74,7 +74,7 @@ class Authenticator:
         self.api_audiences = tuple(api_audiences)
         self.anonymous = anonymous
 
-    def authenticate(self, request) -> UserInfo:
+    async def authenticate(self, request) -> UserInfo:
         """The request's user; a 401 Status when a credential fails (or none, without anonymous)."""
         errors_seen: list[Exception] = []
         certificate_user = None
@@ -86,7 +86,7 @@ class Authenticator:
         headers = request.headers
         protocols = tuple(headers.getall("Sec-WebSocket-Protocol", ())) if is_websocket_request(headers) else ()
         try:
-            response = self.authenticate_credentials(Credentials(certificate_user, headers.get("Authorization"), protocols), errors_seen)
+            response = await self.authenticate_credentials(Credentials(certificate_user, headers.get("Authorization"), protocols), errors_seen)
         except AuthenticationError as exc:
             log.debug("unable to authenticate %s %s: %s", request.method, request.path, exc)
             raise errors.unauthorized() from None
@@ -96,11 +96,11 @@ class Authenticator:
             raise errors.unauthorized()
         return response.user
 
-    def authenticate_credentials(self, credentials: Credentials, errors_seen: list[Exception] | None = None) -> Response | None:
+    async def authenticate_credentials(self, credentials: Credentials, errors_seen: list[Exception] | None = None) -> Response | None:
         """The union, the group adder and the audience check; None: no credential at all.
         Raises AuthenticationError when a credential was presented and none succeeded."""
         errors_seen = list(errors_seen or ())
-        response = self._union(credentials, errors_seen)
+        response = await self._union(credentials, errors_seen)
         if response is None:
             if errors_seen:
                 raise aggregate(errors_seen)
@@ -109,7 +109,7 @@ class Authenticator:
             raise AuthenticationError(f"unable to match audience: {list(response.audiences)} , accepted: {list(self.api_audiences)}")
         return Response(with_authenticated_group(response.user), response.audiences)
 
-    def _union(self, credentials: Credentials, errors_seen: list[Exception]) -> Response | None:
+    async def _union(self, credentials: Credentials, errors_seen: list[Exception]) -> Response | None:
         if credentials.certificate_user is not None:
             return Response(credentials.certificate_user)
         if self.tokens is None:
@@ -117,7 +117,7 @@ class Authenticator:
         bearer = bearer_from_header(credentials.authorization)
         if bearer.token is not None:
             try:
-                response = self.tokens.authenticate_token(bearer.token, self.api_audiences)
+                response = await self.tokens.authenticate_token(bearer.token, self.api_audiences)
             except AuthenticationError as exc:
                 errors_seen.append(exc)
             else:
@@ -128,7 +128,7 @@ class Authenticator:
             try:
                 token, _ = bearer_from_websocket_protocols(credentials.websocket_protocols)
                 if token is not None:
-                    response = self.tokens.authenticate_token(token, self.api_audiences)
+                    response = await self.tokens.authenticate_token(token, self.api_audiences)
                     if response is not None:
                         return response
                     errors_seen.append(AuthenticationError(INVALID_BEARER_TOKEN))
@@ -136,12 +136,12 @@ class Authenticator:
                 errors_seen.append(exc)
         return None
 
-    def review_token(self, token: str, audiences: Sequence[str]) -> tuple[Response | None, str]:
+    async def review_token(self, token: str, audiences: Sequence[str]) -> tuple[Response | None, str]:
         """A TokenReview: the request authenticator run on a request carrying only
         ``Authorization: Bearer <token>``, for ``audiences`` (the API audiences when empty).
         Returns (the response or None, the error text)."""
         reviewer = Authenticator(self.tokens, api_audiences=tuple(audiences) or self.api_audiences, anonymous=self.anonymous)
         try:
-            return reviewer.authenticate_credentials(Credentials(authorization="Bearer " + token)), ""
+            return await reviewer.authenticate_credentials(Credentials(authorization="Bearer " + token)), ""
         except AuthenticationError as exc:
             return None, str(exc)

@@ -25,7 +25,7 @@ import hmac
 import logging
 import re
 from datetime import datetime
-from typing import Callable, Sequence
+from typing import Awaitable, Callable, Sequence
 
 from kubesvc.api.validation_config import secret_bytes
 from kubesvc.apiserver.auth.tokens import Response
@@ -116,27 +116,27 @@ def authenticate(token_id: str, token_secret: str, secret: dict | None, now: dat
 class BootstrapTokens:
     """The token authenticator: ``lookup(name)`` reads a kube-system Secret (None if missing)."""
 
-    def __init__(self, lookup: Callable[[str], dict | None], clock: Clock):
+    def __init__(self, lookup: Callable[[str], Awaitable[dict | None]], clock: Clock):
         self.lookup = lookup
         self.clock = clock
 
-    def authenticate_token(self, token: str, audiences: Sequence[str]) -> Response | None:
+    async def authenticate_token(self, token: str, audiences: Sequence[str]) -> Response | None:
         parsed = parse_token(token)
         if parsed is None:
             return None
-        user = authenticate(parsed[0], parsed[1], self.lookup(SECRET_PREFIX + parsed[0]), self.clock.now())
+        user = authenticate(parsed[0], parsed[1], await self.lookup(SECRET_PREFIX + parsed[0]), self.clock.now())
         return Response(user) if user is not None else None
 
 
-def registry_secret_lookup(registry) -> Callable[[str], dict | None]:
+def registry_secret_lookup(registry) -> Callable[[str], Awaitable[dict | None]]:
     from kubesvc.api.errors import StatusError
 
-    def lookup(name: str) -> dict | None:
+    async def lookup(name: str) -> dict | None:
         store = registry.store("", "secrets")
         if store is None:
             return None
         try:
-            return store.get(SECRET_NAMESPACE, name)
+            return await store.get(SECRET_NAMESPACE, name)
         except StatusError:
             return None
 

@@ -29,7 +29,7 @@ sorted; ``; resolution errors: [...]`` follows when some held rules could not be
 from __future__ import annotations
 
 import copy
-from typing import Callable
+from typing import Awaitable, Callable
 
 from kubesvc.api import errors
 from kubesvc.util.golang import quote as go_quote, quote_strings as go_string_list
@@ -85,7 +85,7 @@ class EscalationGuard:
     user holds, and how to read a referenced role from the store (``get_role(kind,
     namespace, name)`` returning the object or raising the store's 404)."""
 
-    def __init__(self, authorizer: Authorizer, policy: PolicyIndex, get_role: Callable[[str, str, str], dict]):
+    def __init__(self, authorizer: Authorizer, policy: PolicyIndex, get_role: Callable[[str, str, str], Awaitable[dict]]):
         self.authorizer = authorizer
         self.policy = policy
         self.get_role = get_role
@@ -111,7 +111,7 @@ class EscalationGuard:
         if message is not None:
             raise errors.forbidden(resource, name, RBAC_GROUP, message)
 
-    def check_role(self, request: RequestContext | None, resource: str, new: dict, old: dict | None) -> None:
+    async def check_role(self, request: RequestContext | None, resource: str, new: dict, old: dict | None) -> None:
         """A Role or ClusterRole create (``old`` None) or update."""
         if request is None or self._privileged(request.user) or only_gc_fields_changed(new, old):
             return
@@ -124,7 +124,7 @@ class EscalationGuard:
             if not covers(held, FULL_AUTHORITY)[0]:
                 raise errors.forbidden(resource, name, RBAC_GROUP, AGGREGATION_NEEDS_ADMIN)
 
-    def check_binding(self, request: RequestContext | None, resource: str, new: dict, old: dict | None) -> None:
+    async def check_binding(self, request: RequestContext | None, resource: str, new: dict, old: dict | None) -> None:
         """A RoleBinding or ClusterRoleBinding create (``old`` None) or update."""
         if request is None or self._privileged(request.user) or only_gc_fields_changed(new, old):
             return
@@ -136,6 +136,6 @@ class EscalationGuard:
         role_resource = "roles" if kind == "Role" else "clusterroles"
         if self._allowed(request.user, "bind", role_resource, namespace, role_name):
             return
-        role = self.get_role(kind, namespace, role_name)  # a missing role: the store's 404
+        role = await self.get_role(kind, namespace, role_name)  # a missing role: the store's 404
         name = (new.get("metadata") or {}).get("name") or ""
         self._confirm(request, resource, name, rules_from_api(role.get("rules")))

@@ -28,14 +28,14 @@ class IdentityReviews:
         self.clock = clock
 
     async def token_review(self, request, create) -> dict:
-        return self.review_token(create.body)
+        return await self.review_token(create.body)
 
-    def review_token(self, body: dict) -> dict:
+    async def review_token(self, body: dict) -> dict:
         spec = dict(body.get("spec") or {})
         token = spec.get("token") or ""
         if not token:
             raise errors.bad_request("token is required for TokenReview in authentication")
-        response, error = self.authenticator.review_token(token, tuple(spec.get("audiences") or ()))
+        response, error = await self.authenticator.review_token(token, tuple(spec.get("audiences") or ()))
         status: dict = {}
         if response is not None:
             status["authenticated"] = True

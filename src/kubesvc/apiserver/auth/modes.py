@@ -92,17 +92,17 @@ class Authorization:
         if self.node_restriction is not None and key in handlers:
             handlers[key] = self.node_restriction.wrap_token_requests(handlers[key])
 
-    def attach(self, registry) -> None:
+    async def attach(self, registry) -> None:
         """Load the views from ``registry``'s store, then reconcile the default policy and
-        aggregate the ClusterRoles (all synchronous: done before the apiserver serves)."""
+        aggregate the ClusterRoles (all done before the apiserver serves)."""
         self.registry = registry
         kinds: list[KindInfo] = [registry.store(RBAC_GROUP, r).info for r in RBAC_RESOURCES] + [registry.store("", "pods").info]
         self.feed = StoreFeed(registry.backend, kinds, self._apply)
         self.guard = EscalationGuard(self.authorizer, self.policy, self._get_role)
         self.aggregator = ClusterRoleAggregator(registry)
-        self._watch_from = self.feed.load()
-        ensure_bootstrap_policy(registry)
-        self.aggregator.sync()
+        self._watch_from = await self.feed.load()
+        await ensure_bootstrap_policy(registry)
+        await self.aggregator.sync()
 
     def _apply(self, info: KindInfo, namespace: str, name: str, obj: dict | None) -> None:
         if info.group == RBAC_GROUP:
@@ -112,10 +112,10 @@ class Authorization:
         elif info.kind == "Pod":
             self.graph.apply(namespace, name, obj)
 
-    def _get_role(self, kind: str, namespace: str, name: str) -> dict:
+    async def _get_role(self, kind: str, namespace: str, name: str) -> dict:
         if kind == "Role":
-            return self.registry.store(RBAC_GROUP, "roles").get(namespace, name)
-        return self.registry.store(RBAC_GROUP, "clusterroles").get(None, name)
+            return await self.registry.store(RBAC_GROUP, "roles").get(namespace, name)
+        return await self.registry.store(RBAC_GROUP, "clusterroles").get(None, name)
 
     def start(self) -> None:
         """Follow the store from where :meth:`attach` read it; run the aggregation loop."""

@@ -532,12 +532,12 @@ def reconcile_binding(existing: dict | None, expected: dict) -> Reconciled:
 # ---- applying it through the registry --------------------------------------------------------
 
 
-def _reconcile_one(store, namespace: str | None, expected: dict, reconcile, field_manager: str) -> None:
+async def _reconcile_one(store, namespace: str | None, expected: dict, reconcile, field_manager: str) -> None:
     name = expected["metadata"]["name"]
     kind = expected["kind"]
     for _attempt in range(5):
         try:
-            existing = store.get(namespace, name)
+            existing = await store.get(namespace, name)
         except StatusError as exc:
             if exc.code != 404:
                 raise
@@ -550,13 +550,13 @@ def _reconcile_one(store, namespace: str | None, expected: dict, reconcile, fiel
             return
         try:
             if result.operation == "create":
-                store.create(namespace, result.obj, field_manager=field_manager)
+                await store.create(namespace, result.obj, field_manager=field_manager)
             elif result.operation == "recreate":
-                store.delete(namespace, name, {"preconditions": {"uid": existing["metadata"]["uid"]}})
-                store.create(namespace, result.obj, field_manager=field_manager)
+                await store.delete(namespace, name, {"preconditions": {"uid": existing["metadata"]["uid"]}})
+                await store.create(namespace, result.obj, field_manager=field_manager)
             else:
                 # result.obj carries the resourceVersion read: a change since is a 409, and a retry
-                store.guaranteed_update(namespace, name, lambda current: copy.deepcopy(result.obj), field_manager=field_manager)
+                await store.guaranteed_update(namespace, name, lambda current: copy.deepcopy(result.obj), field_manager=field_manager)
             return
         except StatusError as exc:
             if exc.code not in (404, 409):
@@ -564,7 +564,7 @@ def _reconcile_one(store, namespace: str | None, expected: dict, reconcile, fiel
     log.warning("could not reconcile %s %s: it kept changing", kind.lower(), name)
 
 
-def ensure_bootstrap_policy(registry, field_manager: str = "kube-apiserver") -> None:
+async def ensure_bootstrap_policy(registry, field_manager: str = "kube-apiserver") -> None:
     """The ``rbac/bootstrap-roles`` post-start hook: every default ClusterRole, then every
     ClusterRoleBinding, then the namespaced Roles and RoleBindings whose namespace exists."""
     roles = registry.store(RBAC_GROUP, "clusterroles")
@@ -573,20 +573,20 @@ def ensure_bootstrap_policy(registry, field_manager: str = "kube-apiserver") -> 
     namespaced_bindings = registry.store(RBAC_GROUP, "rolebindings")
     namespaces = registry.store("", "namespaces")
 
-    def namespace_exists(name: str) -> bool:
+    async def namespace_exists(name: str) -> bool:
         try:
-            namespaces.get(None, name)
+            await namespaces.get(None, name)
             return True
         except StatusError:
             return False
 
     for role in cluster_roles() + controller_roles():
-        _reconcile_one(roles, None, role.to_api(), reconcile_role, field_manager)
+        await _reconcile_one(roles, None, role.to_api(), reconcile_role, field_manager)
     for binding in cluster_role_bindings() + controller_role_bindings():
-        _reconcile_one(bindings, None, binding.to_api(), reconcile_binding, field_manager)
+        await _reconcile_one(bindings, None, binding.to_api(), reconcile_binding, field_manager)
     for role in namespace_roles():
-        if namespace_exists(role.namespace):
-            _reconcile_one(namespaced_roles, role.namespace, role.to_api(), reconcile_role, field_manager)
+        if await namespace_exists(role.namespace):
+            await _reconcile_one(namespaced_roles, role.namespace, role.to_api(), reconcile_role, field_manager)
     for binding in namespace_role_bindings():
-        if namespace_exists(binding.namespace):
-            _reconcile_one(namespaced_bindings, binding.namespace, binding.to_api(), reconcile_binding, field_manager)
+        if await namespace_exists(binding.namespace):
+            await _reconcile_one(namespaced_bindings, binding.namespace, binding.to_api(), reconcile_binding, field_manager)

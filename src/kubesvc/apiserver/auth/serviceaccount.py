@@ -98,13 +98,13 @@ class ObjectGetter(Protocol):
     """Reads of the objects a token is bound to; each returns the object, or raises
     AuthenticationError with the not-found message when it is missing."""
 
-    def service_account(self, namespace: str, name: str) -> dict: ...
+    async def service_account(self, namespace: str, name: str) -> dict: ...
 
-    def secret(self, namespace: str, name: str) -> dict: ...
+    async def secret(self, namespace: str, name: str) -> dict: ...
 
-    def pod(self, namespace: str, name: str) -> dict: ...
+    async def pod(self, namespace: str, name: str) -> dict: ...
 
-    def node(self, name: str) -> dict: ...
+    async def node(self, name: str) -> dict: ...
 
 
 # ---- making tokens -------------------------------------------------------------------------------
@@ -226,11 +226,11 @@ def _str_ref(value: object) -> tuple[str, str] | None:
     return name, uid
 
 
-def _check_bound(kind: str, fetch, claimed_uid: str, invalid_if_deleted_before: datetime, uid_first: bool = False) -> None:
+async def _check_bound(kind: str, fetch, claimed_uid: str, invalid_if_deleted_before: datetime, uid_first: bool = False) -> None:
     """The object a token is bound to must exist, not have been deleted over a minute ago, and
     have the uid in the token (upstream checks a Node's uid before its deletion)."""
     try:
-        obj = fetch()
+        obj = await fetch()
     except AuthenticationError:
         raise AuthenticationError("service account token has been invalidated") from None
     mismatch = claimed_uid != _uid(obj)
@@ -242,7 +242,7 @@ def _check_bound(kind: str, fetch, claimed_uid: str, invalid_if_deleted_before: 
         raise AuthenticationError(f"{kind} UID ({_uid(obj)}) does not match service account {kind} ref claim ({claimed_uid})")
 
 
-def validate_bound(claims: dict, getter: ObjectGetter, now: datetime) -> ServiceAccountInfo:
+async def validate_bound(claims: dict, getter: ObjectGetter, now: datetime) -> ServiceAccountInfo:
     """upstream ``validator.Validate`` for a signature-checked bound token."""
     check_times(claims, now)
     private = claims.get("kubernetes.io") or {}
@@ -254,28 +254,28 @@ def validate_bound(claims: dict, getter: ObjectGetter, now: datetime) -> Service
     if not isinstance(namespace, str):
         raise AuthenticationError("invalid kubernetes.io claim")
     invalid_if_deleted_before = now - LEEWAY
-    service_account = getter.service_account(namespace, sa_ref[0])
+    service_account = await getter.service_account(namespace, sa_ref[0])
     if _deleted_before(service_account, invalid_if_deleted_before):
         raise AuthenticationError(f"service account {namespace}/{sa_ref[0]} has been deleted")
     if _uid(service_account) != sa_ref[1]:
         raise AuthenticationError(f"service account UID ({_uid(service_account)}) does not match claim ({sa_ref[1]})")
     if secret_ref is not None:
-        _check_bound("secret", lambda: getter.secret(namespace, secret_ref[0]), secret_ref[1], invalid_if_deleted_before)
+        await _check_bound("secret", lambda: getter.secret(namespace, secret_ref[0]), secret_ref[1], invalid_if_deleted_before)
     pod_name = pod_uid = ""
     if pod_ref is not None:
-        _check_bound("pod", lambda: getter.pod(namespace, pod_ref[0]), pod_ref[1], invalid_if_deleted_before)
+        await _check_bound("pod", lambda: getter.pod(namespace, pod_ref[0]), pod_ref[1], invalid_if_deleted_before)
         pod_name, pod_uid = pod_ref
     node_name = node_uid = ""
     if node_ref is not None:
         if pod_ref is None:  # a node-bound token: the node must still be there (a Pod-bound one only names it)
-            _check_bound("node", lambda: getter.node(node_ref[0]), node_ref[1], invalid_if_deleted_before, uid_first=True)
+            await _check_bound("node", lambda: getter.node(node_ref[0]), node_ref[1], invalid_if_deleted_before, uid_first=True)
         node_name, node_uid = node_ref
     jti = claims.get("jti") or ""
     return ServiceAccountInfo(namespace, sa_ref[0], sa_ref[1], pod_name, pod_uid, node_name, node_uid,
                               f"JTI={jti}" if isinstance(jti, str) and jti else "")
 
 
-def validate_legacy(claims: dict, token: str, getter: ObjectGetter, lookup: bool) -> ServiceAccountInfo:
+async def validate_legacy(claims: dict, token: str, getter: ObjectGetter, lookup: bool) -> ServiceAccountInfo:
     """upstream ``legacyValidator.Validate`` for a signature-checked Secret-based token."""
     values = []
     for name, label in _LEGACY_REQUIRED_CLAIMS:
@@ -288,14 +288,14 @@ def validate_legacy(claims: dict, token: str, getter: ObjectGetter, lookup: bool
         raise AuthenticationError("sub claim is invalid")
     if lookup:
         try:
-            secret = getter.secret(namespace, secret_name)
+            secret = await getter.secret(namespace, secret_name)
         except AuthenticationError:
             raise AuthenticationError("Token has been invalidated") from None
         if (secret.get("metadata") or {}).get("deletionTimestamp"):
             raise AuthenticationError("Token has been invalidated")
         if not hmac.compare_digest(secret_bytes((secret.get("data") or {}).get(SERVICE_ACCOUNT_TOKEN_KEY)), token.encode()):
             raise AuthenticationError("Token does not match server's copy")
-        service_account = getter.service_account(namespace, sa_name)
+        service_account = await getter.service_account(namespace, sa_name)
         if (service_account.get("metadata") or {}).get("deletionTimestamp"):
             raise AuthenticationError(f"ServiceAccount {namespace}/{sa_name} has been deleted")
         if _uid(service_account) != sa_uid:
@@ -320,7 +320,7 @@ class JWTAuthenticator:
         self.legacy = legacy
         self.lookup = lookup
 
-    def authenticate_token(self, token: str, audiences: Sequence[str]) -> Response | None:
+    async def authenticate_token(self, token: str, audiences: Sequence[str]) -> Response | None:
         if jwt.unverified_issuer(token) not in self.issuers:
             return None
         try:
@@ -352,9 +352,9 @@ class JWTAuthenticator:
         if not granted and self.implicit_audiences:
             raise AuthenticationError(f"token audiences {go_string_list(presented)} is invalid for the target audiences {go_string_list(requested)}")
         if self.legacy:
-            info = validate_legacy(claims, token, self.getter, self.lookup)
+            info = await validate_legacy(claims, token, self.getter, self.lookup)
         else:
-            info = validate_bound(claims, self.getter, self.clock.now())
+            info = await validate_bound(claims, self.getter, self.clock.now())
         return Response(info.user_info(), granted)
 
 
@@ -365,25 +365,25 @@ class RegistryGetter:
     def __init__(self, registry):
         self.registry = registry
 
-    def _get(self, resource: str, namespace: str | None, name: str) -> dict:
+    async def _get(self, resource: str, namespace: str | None, name: str) -> dict:
         from kubesvc.api.errors import StatusError
 
         store = self.registry.store("", resource)
         if store is None:
             raise AuthenticationError(f'{resource} "{name}" not found')
         try:
-            return store.get(namespace, name)
+            return await store.get(namespace, name)
         except StatusError as exc:
             raise AuthenticationError(exc.message) from None
 
-    def service_account(self, namespace: str, name: str) -> dict:
-        return self._get("serviceaccounts", namespace, name)
+    async def service_account(self, namespace: str, name: str) -> dict:
+        return await self._get("serviceaccounts", namespace, name)
 
-    def secret(self, namespace: str, name: str) -> dict:
-        return self._get("secrets", namespace, name)
+    async def secret(self, namespace: str, name: str) -> dict:
+        return await self._get("secrets", namespace, name)
 
-    def pod(self, namespace: str, name: str) -> dict:
-        return self._get("pods", namespace, name)
+    async def pod(self, namespace: str, name: str) -> dict:
+        return await self._get("pods", namespace, name)
 
-    def node(self, name: str) -> dict:
-        return self._get("nodes", None, name)
+    async def node(self, name: str) -> dict:
+        return await self._get("nodes", None, name)

@@ -67,20 +67,20 @@ class StoreFeed:
             return
         self.apply(info, namespace, name, obj)
 
-    def load(self) -> int:
-        """List every kind now (synchronously); returns the revision to watch from."""
-        revision = self.backend.current_revision()
+    async def load(self) -> int:
+        """List every kind now; returns the revision to watch from."""
+        revision = await self.backend.current_revision()
         for info in self.kinds:
-            for kv in self.backend.list(info.key_prefix(), revision=revision).kvs:
+            for kv in (await self.backend.list(info.key_prefix(), revision=revision)).kvs:
                 self._apply_kv(info, kv.key, kv.value, kv.mod_revision)
         return revision
 
-    def refresh(self, info: KindInfo, namespace: str | None, name: str) -> None:
+    async def refresh(self, info: KindInfo, namespace: str | None, name: str) -> None:
         """Apply a key's current state now (after a write through this apiserver commits)."""
         key = info.key(namespace, name)
-        kv = self.backend.get(key)
+        kv = await self.backend.get(key)
         if kv is None:
-            self._apply_kv(info, key, None, self.backend.current_revision())
+            self._apply_kv(info, key, None, await self.backend.current_revision())
         else:
             self._apply_kv(info, key, kv.value, kv.mod_revision)
 
@@ -91,19 +91,22 @@ class StoreFeed:
         prefix = info.key_prefix()
         while True:
             try:
-                watch = self.backend.watch(prefix, after)
+                watch = await self.backend.watch(prefix, after)
             except storage.Compacted:
-                after = self._relist(info)
+                after = await self._relist(info)
                 continue
             try:
                 async for batch in watch:
+                    delivered = after
                     for event in batch:
                         if event.type == "PROGRESS":
                             continue
                         value = event.kv.value if event.type == "PUT" else None
                         self._apply_kv(info, event.kv.key, value, event.kv.mod_revision)
-                        after = max(after, event.kv.mod_revision)
-                    self._watched[prefix] = after
+                        delivered = max(delivered, event.kv.mod_revision)
+                    # resume after a whole batch only: in etcd a transaction's events share one
+                    # revision, so resuming "after" a revision applied in part would lose the rest
+                    after = self._watched[prefix] = delivered
             except asyncio.CancelledError:
                 raise
             except Exception:  # keep the view alive: re-watch from the last revision seen
@@ -112,9 +115,9 @@ class StoreFeed:
                 watch.close()
             await asyncio.sleep(0.1)
 
-    def _relist(self, info: KindInfo) -> int:
-        revision = self.backend.current_revision()
-        listed = self.backend.list(info.key_prefix(), revision=revision)
+    async def _relist(self, info: KindInfo) -> int:
+        revision = await self.backend.current_revision()
+        listed = await self.backend.list(info.key_prefix(), revision=revision)
         present = {kv.key for kv in listed.kvs}
         for kv in listed.kvs:
             self._apply_kv(info, kv.key, kv.value, kv.mod_revision)

@@ -82,11 +82,11 @@ def token_lifetime(requested: int, *, max_seconds: int, extend: bool, pod_bound:
     return Lifetime(requested, requested, 0, warning)
 
 
-def _get(registry, resource: str, namespace: str | None, name: str) -> dict:
+async def _get(registry, resource: str, namespace: str | None, name: str) -> dict:
     store = registry.store("", resource)
     if store is None:
         raise errors.not_found(resource, name)
-    return store.get(namespace, name)
+    return await store.get(namespace, name)
 
 
 class TokenRequests:
@@ -99,12 +99,12 @@ class TokenRequests:
         self.clock = clock
 
     async def handle(self, request, create) -> dict:
-        answer, warning = self.create(create.namespace or "", create.name or "", create.body)
+        answer, warning = await self.create(create.namespace or "", create.name or "", create.body)
         if warning:
             request.setdefault("warnings", []).append(warning)
         return answer
 
-    def create(self, namespace: str, name: str, body: dict, now: datetime | None = None) -> tuple[dict, str]:
+    async def create(self, namespace: str, name: str, body: dict, now: datetime | None = None) -> tuple[dict, str]:
         """(the answered TokenRequest without kind/apiVersion, a warning or "")."""
         meta = dict(body.get("metadata") or {})
         if meta.get("name") and meta["name"] != name:
@@ -112,7 +112,7 @@ class TokenRequests:
         if meta.get("namespace") and meta["namespace"] != namespace:
             raise errors.invalid(KIND, name, [errors.invalid_value("metadata.namespace", meta["namespace"],
                                                                    "must match the service account namespace if specified")], GROUP)
-        service_account = _get(self.registry, "serviceaccounts", namespace, name)
+        service_account = await _get(self.registry, "serviceaccounts", namespace, name)
         spec = dict(body.get("spec") or {})
         audiences = list(spec.get("audiences") or self.config.api_audiences)
         spec["audiences"] = audiences
@@ -126,7 +126,7 @@ class TokenRequests:
         problems = validate_expiration(requested)
         if problems:
             raise errors.invalid(KIND, "", problems, GROUP)
-        bound = self._bound_objects(namespace, name, spec.get("boundObjectRef"))
+        bound = await self._bound_objects(namespace, name, spec.get("boundObjectRef"))
         lifetime = token_lifetime(requested, max_seconds=self.config.max_expiration_seconds, extend=self.config.extend_expiration,
                                   pod_bound=bound.get("pod") is not None, audiences=audiences, api_audiences=self.config.api_audiences)
         spec["expirationSeconds"] = lifetime.granted_seconds
@@ -135,31 +135,31 @@ class TokenRequests:
         status = {"token": token, "expirationTimestamp": rfc3339(now + timedelta(seconds=lifetime.granted_seconds))}
         return {"metadata": meta, "spec": spec, "status": status}, lifetime.warning
 
-    def _bound_objects(self, namespace: str, service_account: str, ref: dict | None) -> dict:
+    async def _bound_objects(self, namespace: str, service_account: str, ref: dict | None) -> dict:
         if not ref:
             return {}
         group, version, kind = group_version_kind(ref.get("apiVersion") or "", ref.get("kind") or "")
         ref_name, ref_uid = ref.get("name") or "", ref.get("uid") or ""
         bound: dict = {}
         if group == "" and kind == "Pod":
-            pod = _get(self.registry, "pods", namespace, ref_name)
+            pod = await _get(self.registry, "pods", namespace, ref_name)
             if (pod.get("spec") or {}).get("serviceAccountName", "default") != service_account:
                 raise errors.bad_request(f'cannot bind token for serviceaccount "{service_account}" to pod running with different serviceaccount name.')
             bound["pod"] = pod
             node_name = (pod.get("spec") or {}).get("nodeName")
             if node_name:
                 try:
-                    bound["node"] = _get(self.registry, "nodes", None, node_name)
+                    bound["node"] = await _get(self.registry, "nodes", None, node_name)
                 except StatusError as exc:
                     if exc.code != 404:
                         raise
                     bound["node"] = {"metadata": {"name": node_name}}  # named without a uid, as upstream
             uid = pod["metadata"].get("uid", "")
         elif group == "" and kind == "Node":
-            bound["node"] = _get(self.registry, "nodes", None, ref_name)
+            bound["node"] = await _get(self.registry, "nodes", None, ref_name)
             uid = bound["node"]["metadata"].get("uid", "")
         elif group == "" and kind == "Secret":
-            bound["secret"] = _get(self.registry, "secrets", namespace, ref_name)
+            bound["secret"] = await _get(self.registry, "secrets", namespace, ref_name)
             uid = bound["secret"]["metadata"].get("uid", "")
         else:
             raise errors.bad_request(f"cannot bind token to object of type {group}/{version}, Kind={kind}")

@@ -58,7 +58,7 @@ class Response:
 
 
 class TokenAuthenticator(Protocol):
-    def authenticate_token(self, token: str, audiences: Sequence[str]) -> Response | None: ...
+    async def authenticate_token(self, token: str, audiences: Sequence[str]) -> Response | None: ...
 
 
 def aggregate(errors: Sequence[Exception]) -> AuthenticationError:
@@ -240,7 +240,7 @@ class StaticTokens:
     def from_file(cls, path: str | Path) -> "StaticTokens":
         return cls(read_token_file(path))
 
-    def authenticate_token(self, token: str, audiences: Sequence[str]) -> Response | None:
+    async def authenticate_token(self, token: str, audiences: Sequence[str]) -> Response | None:
         user = self._tokens.get(token)
         return Response(user) if user is not None else None
 
@@ -254,11 +254,11 @@ class TokenUnion:
     def __init__(self, authenticators: Sequence[TokenAuthenticator]):
         self.authenticators = list(authenticators)
 
-    def authenticate_token(self, token: str, audiences: Sequence[str]) -> Response | None:
+    async def authenticate_token(self, token: str, audiences: Sequence[str]) -> Response | None:
         errors: list[Exception] = []
         for authenticator in self.authenticators:
             try:
-                response = authenticator.authenticate_token(token, audiences)
+                response = await authenticator.authenticate_token(token, audiences)
             except AuthenticationError as exc:
                 errors.append(exc)
                 continue
@@ -288,7 +288,7 @@ class CachedTokens:
         digest.update(b"\x01" + token.encode("utf-8", "surrogateescape"))
         return digest.digest()
 
-    def authenticate_token(self, token: str, audiences: Sequence[str]) -> Response | None:
+    async def authenticate_token(self, token: str, audiences: Sequence[str]) -> Response | None:
         key = self._key(token, audiences)
         now = self.monotonic()
         hit = self._cache.get(key)
@@ -296,7 +296,7 @@ class CachedTokens:
             if hit[0] > now:
                 return hit[1]
             del self._cache[key]
-        response = self.inner.authenticate_token(token, audiences)
+        response = await self.inner.authenticate_token(token, audiences)
         if response is not None and self.ttl > 0:
             self._cache[key] = (now + self.ttl, response)
             while len(self._cache) > self.size:
@@ -314,11 +314,11 @@ class AudienceAgnostic:
         self.inner = inner
         self.implicit_audiences = tuple(implicit_audiences)
 
-    def authenticate_token(self, token: str, audiences: Sequence[str]) -> Response | None:
+    async def authenticate_token(self, token: str, audiences: Sequence[str]) -> Response | None:
         if not audiences:
-            return self.inner.authenticate_token(token, audiences)
+            return await self.inner.authenticate_token(token, audiences)
         granted = intersect(self.implicit_audiences, audiences)
         if not granted:
             return None
-        response = self.inner.authenticate_token(token, audiences)
+        response = await self.inner.authenticate_token(token, audiences)
         return Response(response.user, granted) if response is not None else None

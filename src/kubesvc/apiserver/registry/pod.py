@@ -81,7 +81,7 @@ def assign_pod(pod: dict, node: str, annotations: Mapping[str, str] | None, now:
     return pod
 
 
-def bind_pod(pods: Store, namespace: str, name: str, binding: dict, *, dry_run: bool) -> None:
+async def bind_pod(pods: Store, namespace: str, name: str, binding: dict, *, dry_run: bool) -> None:
     """``BindingREST.Create``: ``name`` is the Pod's name from the URL (or, for the legacy
     ``bindings`` collection, the Binding's own name)."""
     meta = binding.get("metadata") or {}
@@ -96,7 +96,7 @@ def bind_pod(pods: Store, namespace: str, name: str, binding: dict, *, dry_run: 
     now = pods.clock.now()
     preconditions = {"uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}
     try:
-        pods.update_in_storage(namespace, name, lambda pod: assign_pod(pod, node, meta.get("annotations"), now),
+        await pods.update_in_storage(namespace, name, lambda pod: assign_pod(pod, node, meta.get("annotations"), now),
                                preconditions=preconditions, dry_run=dry_run)
     except BindingRefused as refused:
         raise errors.conflict("pods/binding", name, "", str(refused)) from None
@@ -199,17 +199,17 @@ def choose_container(pod: dict, requested: str) -> str:
     raise errors.bad_request(message)
 
 
-def log_location(pods: Store, namespace: str, name: str, options: PodLogOptions) -> URL | None:
+async def log_location(pods: Store, namespace: str, name: str, options: PodLogOptions) -> URL | None:
     """The node agent URL of the container's log; None when the Pod is on no node yet."""
     problems = options.validate()
     if problems:
         raise errors.invalid("PodLogOptions", name, problems)
-    pod = pods.get(namespace, name)
+    pod = await pods.get(namespace, name)
     container = choose_container(pod, options.container)
     node_name = (pod.get("spec") or {}).get("nodeName")
     if not node_name:
         return None
-    node = pods.registry.store("", "nodes").get(None, node_name)
+    node = await pods.registry.store("", "nodes").get(None, node_name)
     host, port = kubelet_address(node)
     return URL.build(scheme="https", host=host, port=port, path=f"/containerLogs/{namespace}/{name}/{container}",
                      query=options.kubelet_query())

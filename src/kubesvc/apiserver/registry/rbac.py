@@ -21,13 +21,13 @@ from kubesvc.apiserver.registry.txn import Txn
 
 
 class EscalationCheck(Protocol):
-    def check_role(self, request: RequestContext | None, resource: str, new: dict, old: dict | None) -> None: ...
+    async def check_role(self, request: RequestContext | None, resource: str, new: dict, old: dict | None) -> None: ...
 
-    def check_binding(self, request: RequestContext | None, resource: str, new: dict, old: dict | None) -> None: ...
+    async def check_binding(self, request: RequestContext | None, resource: str, new: dict, old: dict | None) -> None: ...
 
 
 class PolicyFeed(Protocol):
-    def refresh(self, info: KindInfo, namespace: str | None, name: str) -> None: ...
+    async def refresh(self, info: KindInfo, namespace: str | None, name: str) -> None: ...
 
 
 class RBACHooks(Protocol):
@@ -44,14 +44,14 @@ class RBACStrategy(Strategy):
         super().__init__(info)
         self.authorization = authorization
 
-    def _check(self, new: dict, old: dict | None) -> None:
+    async def _check(self, new: dict, old: dict | None) -> None:
         guard = self.authorization.guard
         if guard is None:
             return
         if self.info.kind in ("Role", "ClusterRole"):
-            guard.check_role(current(), self.info.resource, new, old)
+            await guard.check_role(current(), self.info.resource, new, old)
         else:
-            guard.check_binding(current(), self.info.resource, new, old)
+            await guard.check_binding(current(), self.info.resource, new, old)
 
     def _refresh_on_commit(self, obj: dict, dry_run: bool) -> Txn:
         txn = Txn()
@@ -61,15 +61,15 @@ class RBACStrategy(Strategy):
             txn.on_commit(lambda: feed.refresh(self.info, meta.get("namespace"), meta.get("name") or ""))
         return txn
 
-    def begin_create(self, obj: dict, dry_run: bool) -> Txn:
+    async def begin_create(self, obj: dict, dry_run: bool) -> Txn:
         if not self.validate(obj):
-            self._check(obj, None)
+            await self._check(obj, None)
         return self._refresh_on_commit(obj, dry_run)
 
-    def begin_update(self, new: dict, old: dict, dry_run: bool, subresource: str) -> Txn:
+    async def begin_update(self, new: dict, old: dict, dry_run: bool, subresource: str) -> Txn:
         if not marks_deleted(new, old) and not self.validate_update(new, old):  # a DELETE marking it is no grant
-            self._check(new, old)
+            await self._check(new, old)
         return self._refresh_on_commit(new, dry_run)
 
-    def begin_delete(self, obj: dict) -> Txn:
+    async def begin_delete(self, obj: dict) -> Txn:
         return self._refresh_on_commit(obj, False)

@@ -304,8 +304,8 @@ class Store:
     def _now(self) -> str:
         return rfc3339(self.clock.now())
 
-    def _get_kv(self, namespace: str | None, name: str) -> storage.KeyValue:
-        kv = self.backend.get(self._key(namespace, name))
+    async def _get_kv(self, namespace: str | None, name: str) -> storage.KeyValue:
+        kv = await self.backend.get(self._key(namespace, name))
         if kv is None:
             raise self._not_found(name)
         return kv
@@ -324,10 +324,10 @@ class Store:
                                   f"Precondition failed: ResourceVersion in precondition: {preconditions['resourceVersion']}, ResourceVersion in object meta: {meta['resourceVersion']}")
 
     # ---- read --------------------------------------------------------------------------------
-    def get(self, namespace: str | None, name: str) -> dict:
-        return decode(self._get_kv(namespace, name))
+    async def get(self, namespace: str | None, name: str) -> dict:
+        return decode(await self._get_kv(namespace, name))
 
-    def list(self, namespace: str | None, opts: ListOptions) -> tuple[list[dict], dict]:
+    async def list(self, namespace: str | None, opts: ListOptions) -> tuple[list[dict], dict]:
         prefix = self.info.key_prefix(namespace)
         revision = 0
         start_key = prefix
@@ -338,8 +338,8 @@ class Store:
         name = opts.field_selector.exact_name() if opts.field_selector is not None else None
         try:
             if name is not None and "/" not in name:
-                return self._list_one(namespace, name, opts, revision)
-            return self._list_range(prefix, start_key, opts, revision)
+                return await self._list_one(namespace, name, opts, revision)
+            return await self._list_range(prefix, start_key, opts, revision)
         except storage.Compacted:
             if opts.continue_token:
                 raise errors.gone(_CONTINUE_TOO_OLD) from None
@@ -347,24 +347,24 @@ class Store:
         except storage.FutureRevision as exc:
             raise StatusError(504, "Timeout", f"Too large resource version: {exc.requested}, current: {exc.current}") from None
 
-    def _list_one(self, namespace, name, opts: ListOptions, revision: int) -> tuple[list[dict], dict]:
-        at = revision or self.backend.current_revision()
+    async def _list_one(self, namespace, name, opts: ListOptions, revision: int) -> tuple[list[dict], dict]:
+        at = revision or await self.backend.current_revision()
         items = []
         if self.info.namespaced and namespace is None:
-            result = self.backend.list(self.info.key_prefix(), revision=at)
+            result = await self.backend.list(self.info.key_prefix(), revision=at)
             items = [decode(kv) for kv in result.kvs if kv.key.rsplit("/", 1)[-1] == name]
         else:
-            kv = self.backend.get(self._key(namespace, name), revision=at)
+            kv = await self.backend.get(self._key(namespace, name), revision=at)
             items = [decode(kv)] if kv else []
         return [o for o in items if opts.matches(o)], {"resourceVersion": str(at)}
 
-    def _list_range(self, prefix: str, start_key: str, opts: ListOptions, revision: int) -> tuple[list[dict], dict]:
+    async def _list_range(self, prefix: str, start_key: str, opts: ListOptions, revision: int) -> tuple[list[dict], dict]:
         """One page. Without selectors the backend's limit is the page; with selectors, fetch
         batches until the page is full (as etcd3's store does), so the token may point past
         non-matching keys."""
         limit = max(0, opts.limit)
         if not opts.filtered:
-            result = self.backend.list(prefix, revision=revision, limit=limit, start_key=start_key)
+            result = await self.backend.list(prefix, revision=revision, limit=limit, start_key=start_key)
             meta: dict = {"resourceVersion": str(result.revision)}
             if result.more and result.kvs:
                 meta["continue"] = encode_continue(result.revision, result.kvs[-1].key[len(prefix):] + "\x00")
@@ -374,7 +374,7 @@ class Store:
         at, next_start = revision, start_key
         batch = max(limit * 2, 256) if limit else 0
         while True:
-            result = self.backend.list(prefix, revision=at, limit=batch, start_key=next_start)
+            result = await self.backend.list(prefix, revision=at, limit=batch, start_key=next_start)
             at = result.revision
             for kv in result.kvs:
                 obj = decode(kv)
@@ -390,16 +390,16 @@ class Store:
                 return items, {"resourceVersion": str(at)}
             break
         meta = {"resourceVersion": str(at)}
-        if self.backend.list(prefix, revision=at, limit=1, start_key=next_start).kvs:
+        if (await self.backend.list(prefix, revision=at, limit=1, start_key=next_start)).kvs:
             meta["continue"] = encode_continue(at, next_start[len(prefix):])
         return items, meta
 
     # ---- create ------------------------------------------------------------------------------
-    def _check_namespace(self, namespace: str | None, obj: dict | None = None) -> None:
+    async def _check_namespace(self, namespace: str | None, obj: dict | None = None) -> None:
         """NamespaceLifecycle admission for a create (admission/namespace_lifecycle.py)."""
         if not self.info.namespaced:
             return
-        ns_kv = self.backend.get(self.registry.store("", "namespaces").info.key(None, namespace or ""))
+        ns_kv = await self.backend.get(self.registry.store("", "namespaces").info.key(None, namespace or ""))
         if ns_kv is None:
             raise errors.not_found("namespaces", namespace or "")
         if self._terminating(ns_kv):
@@ -418,14 +418,14 @@ class Store:
         self._namespaces_seen[ns_kv.key] = (ns_kv.mod_revision, terminating)
         return terminating
 
-    def prepare_new(self, namespace: str | None, obj: dict, *, field_manager: str, managed: bool = True) -> dict:
+    async def prepare_new(self, namespace: str | None, obj: dict, *, field_manager: str, managed: bool = True) -> dict:
         """Everything a create does before the write: the object as it would be stored (no
         side effects: allocations are only checked, as for a dry run)."""
-        new, txn = self._prepare_new(namespace, obj, field_manager=field_manager, managed=managed, dry_run=True)
+        new, txn = await self._prepare_new(namespace, obj, field_manager=field_manager, managed=managed, dry_run=True)
         txn.revert()
         return new
 
-    def _prepare_new(self, namespace: str | None, obj: dict, *, field_manager: str, managed: bool, dry_run: bool) -> tuple[dict, Txn]:
+    async def _prepare_new(self, namespace: str | None, obj: dict, *, field_manager: str, managed: bool, dry_run: bool) -> tuple[dict, Txn]:
         obj = copy.deepcopy(obj)
         obj["apiVersion"], obj["kind"] = self.info.api_version, self.info.kind
         meta = obj.setdefault("metadata", {})
@@ -449,7 +449,7 @@ class Store:
         self.strategy.prepare_for_create(obj)
         self.strategy.default(obj)
         _omit_empty_lists(meta)
-        txn = self.strategy.begin_create(obj, dry_run)
+        txn = await self.strategy.begin_create(obj, dry_run)
         try:
             field_errors = self.strategy.validate(obj)
             if field_errors:
@@ -461,21 +461,21 @@ class Store:
             raise
         return obj, txn
 
-    def create(self, namespace: str | None, obj: dict, *, field_manager: str, dry_run: bool = False, managed: bool = True) -> dict:
-        self._check_namespace(namespace, obj)
+    async def create(self, namespace: str | None, obj: dict, *, field_manager: str, dry_run: bool = False, managed: bool = True) -> dict:
+        await self._check_namespace(namespace, obj)
         name_collisions = 0
         # an allocator's stale choice retries with the choice marked taken, so those retries
         # end at the latest with "range is full"; only generated names have an attempt limit
         while name_collisions < _MAX_NAME_ATTEMPTS:
-            new, txn = self._prepare_new(namespace, obj, field_manager=field_manager, managed=managed, dry_run=dry_run)
+            new, txn = await self._prepare_new(namespace, obj, field_manager=field_manager, managed=managed, dry_run=dry_run)
             key = self._key(namespace, new["metadata"]["name"])
             if dry_run:
                 txn.revert()
-                if self.backend.get(key) is not None:
+                if await self.backend.get(key) is not None:
                     raise errors.already_exists(self.info.resource, new["metadata"]["name"], self.info.group)
                 return new
             try:
-                result = self.backend.txn([*txn.ops, storage.Create(key, encode(new))])
+                result = await self.backend.txn([*txn.ops, storage.Create(key, encode(new))])
             except storage.KeyExists as exc:
                 failure = self._create_conflict(exc.key, key, obj, new, txn)
                 txn.revert()
@@ -486,7 +486,7 @@ class Store:
             except BaseException:
                 txn.revert()
                 raise
-            txn.commit()
+            await txn.commit()
             new["metadata"]["resourceVersion"] = str(result.revision)
             return new
         raise errors.StatusError(504, "AlreadyExists", "failed to generate a unique name")
@@ -504,7 +504,7 @@ class Store:
         return errors.internal(f"storage key {conflict_key} already exists")
 
     # ---- update ------------------------------------------------------------------------------
-    def guaranteed_update(
+    async def guaranteed_update(
         self,
         namespace: str | None,
         name: str,
@@ -522,7 +522,7 @@ class Store:
         may raise StatusError. A desired object whose resourceVersion differs from the current
         one is a 409 (the client's precondition)."""
         while True:
-            kv = self._get_kv(namespace, name)
+            kv = await self._get_kv(namespace, name)
             old = decode(kv)
             desired = mutate(copy.deepcopy(old))
             wanted_rv = (desired.get("metadata") or {}).get("resourceVersion") if isinstance(desired.get("metadata"), dict) else None
@@ -530,7 +530,7 @@ class Store:
                 raise errors.conflict(self.info.resource, name, self.info.group)
             if wanted_rv not in (None, "") and str(wanted_rv) != str(kv.mod_revision):
                 raise errors.conflict(self.info.resource, name, self.info.group)
-            new, txn = self._prepare_update(old, desired, field_manager=field_manager, subresource=subresource, track=track, dry_run=dry_run)
+            new, txn = await self._prepare_update(old, desired, field_manager=field_manager, subresource=subresource, track=track, dry_run=dry_run)
             value = _changed_value(new, kv, old)
             if dry_run or value is None:
                 txn.revert()
@@ -539,17 +539,17 @@ class Store:
             key = self._key(namespace, name)
             if _delete_during_update(old, new, self.strategy):
                 txn.revert()
-                txn = self.strategy.begin_delete(old)
+                txn = await self.strategy.begin_delete(old)
                 write: storage.Op = storage.Delete(key, kv.mod_revision)
             else:
                 write = storage.Update(key, value, kv.mod_revision)
-            result = self._write(txn, write, name)
+            result = await self._write(txn, write, name)
             if result is None:
                 continue
             meta["resourceVersion"] = str(result.revision)
             return new
 
-    def update_in_storage(self, namespace: str | None, name: str, mutate: Callable[[dict], dict], *,
+    async def update_in_storage(self, namespace: str | None, name: str, mutate: Callable[[dict], dict], *,
                           preconditions: Mapping | None = None, dry_run: bool = False) -> dict:
         """Upstream ``Storage.GuaranteedUpdate`` on its own, as subresource REST code calls it
         (BindingREST): read, check ``preconditions`` (uid, resourceVersion), ``mutate(current)``,
@@ -557,26 +557,26 @@ class Store:
         managedFields: the mutation is the whole rule (a Pod update could never set
         ``spec.nodeName``). ``mutate`` may raise to refuse."""
         while True:
-            kv = self._get_kv(namespace, name)
+            kv = await self._get_kv(namespace, name)
             current = decode(kv)
             self._check_preconditions(name, current["metadata"], preconditions or {})
             new = mutate(copy.deepcopy(current))
             value = None if dry_run else _changed_value(new, kv, current)
             if value is None:
                 return new
-            result = self._write(Txn(), storage.Update(kv.key, value, kv.mod_revision), name)
+            result = await self._write(Txn(), storage.Update(kv.key, value, kv.mod_revision), name)
             if result is None:
                 continue
             new["metadata"]["resourceVersion"] = str(result.revision)
             return new
 
-    def _write(self, txn: Txn, write: storage.Op, name: str) -> storage.TxnResult | None:
+    async def _write(self, txn: Txn, write: storage.Op, name: str) -> storage.TxnResult | None:
         """One transaction: the strategy's operations and the object's own write, then the
         Txn's commit hooks. None means a lost race: re-read and try again (a precondition the
         client pinned is checked on the re-read). A vanished object is a 404; an allocation
         record that already exists is the allocator's to judge (retry, or its error)."""
         try:
-            result = self.backend.txn([*txn.ops, write])
+            result = await self.backend.txn([*txn.ops, write])
         except storage.RevisionMismatch:
             txn.revert()
             return None
@@ -594,10 +594,10 @@ class Store:
         except BaseException:
             txn.revert()
             raise
-        txn.commit()
+        await txn.commit()
         return result
 
-    def _prepare_update(self, old: dict, desired: dict, *, field_manager: str, subresource: str, track: bool, dry_run: bool) -> tuple[dict, Txn]:
+    async def _prepare_update(self, old: dict, desired: dict, *, field_manager: str, subresource: str, track: bool, dry_run: bool) -> tuple[dict, Txn]:
         if not isinstance(desired.get("metadata"), dict):
             raise self._invalid(old["metadata"]["name"], [errors.invalid_value("metadata", desired.get("metadata"), "must be an object")])
         new = desired
@@ -621,7 +621,7 @@ class Store:
         _omit_empty_lists(new["metadata"])
         if self.strategy.bumps_generation and self.strategy.generation_changed(new, old):
             meta["generation"] = int(old_meta.get("generation", 1)) + 1
-        txn = self.strategy.begin_update(new, old, dry_run, subresource)
+        txn = await self.strategy.begin_update(new, old, dry_run, subresource)
         try:
             field_errors = self.strategy.validate_update(new, old)
             if field_errors:
@@ -633,16 +633,16 @@ class Store:
             raise
         return new, txn
 
-    def update(self, namespace: str | None, name: str, obj: dict, *, field_manager: str, subresource: str = "", dry_run: bool = False) -> tuple[dict, bool]:
+    async def update(self, namespace: str | None, name: str, obj: dict, *, field_manager: str, subresource: str = "", dry_run: bool = False) -> tuple[dict, bool]:
         """PUT: returns (object, created)."""
         meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
         body_rv = parse_resource_version(str(meta.get("resourceVersion"))) if meta.get("resourceVersion") not in (None, "") else None
-        if self.backend.get(self._key(namespace, name)) is None:
+        if await self.backend.get(self._key(namespace, name)) is None:
             if self.strategy.allow_create_on_update and not subresource:
-                self._check_namespace(namespace, obj)
+                await self._check_namespace(namespace, obj)
                 if body_rv:
                     raise self._not_found(name)
-                return self.create(namespace, obj, field_manager=field_manager, dry_run=dry_run), True
+                return await self.create(namespace, obj, field_manager=field_manager, dry_run=dry_run), True
             raise self._not_found(name)
 
         def replace(current: dict) -> dict:
@@ -652,16 +652,16 @@ class Store:
                 desired_meta["resourceVersion"] = current["metadata"]["resourceVersion"]
             return desired
 
-        return self.guaranteed_update(namespace, name, replace, field_manager=field_manager, subresource=subresource, dry_run=dry_run), False
+        return await self.guaranteed_update(namespace, name, replace, field_manager=field_manager, subresource=subresource, dry_run=dry_run), False
 
     # ---- delete ------------------------------------------------------------------------------
-    def delete(self, namespace: str | None, name: str, options: dict, *, dry_run: bool = False) -> tuple[dict, bool]:
+    async def delete(self, namespace: str | None, name: str, options: dict, *, dry_run: bool = False) -> tuple[dict, bool]:
         """Returns (object, deleted_now). Marks instead of deleting when finalizers (including
         the garbage collector's, from the propagation policy) or a grace period keep the object
         around; see :func:`plan_delete`."""
         preconditions = options.get("preconditions") or {}
         while True:
-            kv = self._get_kv(namespace, name)
+            kv = await self._get_kv(namespace, name)
             obj = decode(kv)
             meta = obj["metadata"]
             self._check_preconditions(name, meta, preconditions)
@@ -669,33 +669,33 @@ class Store:
             if plan.action == "keep":
                 return obj, False
             if dry_run and hasattr(self.strategy, "admit_delete"):
-                self.strategy.admit_delete(obj)  # admission refuses dry runs too
+                await self.strategy.admit_delete(obj)  # admission refuses dry runs too
             if plan.action == "mark":
                 new = plan.obj
                 value = None if dry_run else _changed_value(new, kv, obj)
                 if value is None:
                     return new, False
                 # marking is an update: hooks see it (a ServiceCIDR being deleted stops serving)
-                txn = self.strategy.begin_update(new, obj, False, "")
-                result = self._write(txn, storage.Update(kv.key, value, kv.mod_revision), name)
+                txn = await self.strategy.begin_update(new, obj, False, "")
+                result = await self._write(txn, storage.Update(kv.key, value, kv.mod_revision), name)
                 if result is None:
                     continue
                 new["metadata"]["resourceVersion"] = str(result.revision)
                 return new, False
             if dry_run:
                 return obj, True
-            result = self._write(self.strategy.begin_delete(obj), storage.Delete(kv.key, kv.mod_revision), name)
+            result = await self._write(await self.strategy.begin_delete(obj), storage.Delete(kv.key, kv.mod_revision), name)
             if result is None:
                 continue
             obj["metadata"]["resourceVersion"] = str(result.revision)
             return obj, True
 
-    def delete_collection(self, namespace: str | None, opts: ListOptions, options: dict, *, dry_run: bool = False) -> list[dict]:
-        items, _ = self.list(namespace, ListOptions(opts.label_selector, opts.field_selector))
+    async def delete_collection(self, namespace: str | None, opts: ListOptions, options: dict, *, dry_run: bool = False) -> list[dict]:
+        items, _ = await self.list(namespace, ListOptions(opts.label_selector, opts.field_selector))
         deleted = []
         for item in items:
             try:
-                obj, _ = self.delete(item["metadata"].get("namespace"), item["metadata"]["name"], options, dry_run=dry_run)
+                obj, _ = await self.delete(item["metadata"].get("namespace"), item["metadata"]["name"], options, dry_run=dry_run)
             except StatusError as exc:
                 if exc.code == 404:
                     continue
@@ -704,34 +704,38 @@ class Store:
         return deleted
 
     # ---- watch -------------------------------------------------------------------------------
-    def watch(self, namespace: str | None, opts: ListOptions, *, send_initial: bool) -> "ObjectWatch":
-        """Open a watch now (410 Expired is raised here, before anything streams)."""
-        return ObjectWatch(self, namespace, opts, send_initial)
+    async def watch(self, namespace: str | None, opts: ListOptions, *, send_initial: bool) -> "ObjectWatch":
+        """Open a watch now (410 Expired is raised here, before anything streams). With
+        ``send_initial`` it first lists and watches after that list's revision."""
+        backend = self.backend
+        prefix = self.info.key_prefix(namespace)
+        initial: list[storage.KeyValue] = []
+        after = opts.resource_version or 0
+        if send_initial:
+            listed = await backend.list(prefix)
+            initial, after = listed.kvs, listed.revision
+        elif after == 0:
+            after = await backend.current_revision()
+        try:
+            stream = await backend.watch(prefix, after)
+        except storage.Compacted:
+            raise errors.gone(f"too old resource version: {after} ({backend.compact_revision()})") from None
+        except storage.FutureRevision as exc:
+            raise StatusError(504, "Timeout", f"Too large resource version: {exc.requested}, current: {exc.current}") from None
+        return ObjectWatch(self, opts, initial, stream)
 
 
 class ObjectWatch:
     """A watch of one kind's objects: (type, object) pairs, types ADDED / MODIFIED / DELETED /
     BOOKMARK. With ``send_initial`` it first lists (synthetic ADDEDs) and watches after that
     list's revision, so nothing falls between. Selector transitions become ADDED/DELETED as in
-    the watch cache. ``request_progress()`` makes a BOOKMARK follow every event already due."""
+    the watch cache. ``request_progress()`` makes a BOOKMARK follow every event already due.
+    Opened by :meth:`Store.watch`."""
 
-    def __init__(self, store: Store, namespace: str | None, opts: ListOptions, send_initial: bool):
+    def __init__(self, store: Store, opts: ListOptions, initial: list[storage.KeyValue], stream: storage.Watch):
         self.store, self.opts = store, opts
-        backend = store.backend
-        prefix = store.info.key_prefix(namespace)
-        self._initial: list[storage.KeyValue] = []
-        after = opts.resource_version or 0
-        if send_initial:
-            listed = backend.list(prefix)
-            self._initial, after = listed.kvs, listed.revision
-        elif after == 0:
-            after = backend.current_revision()
-        try:
-            self._stream = backend.watch(prefix, after)
-        except storage.Compacted:
-            raise errors.gone(f"too old resource version: {after} ({backend.compact_revision()})") from None
-        except storage.FutureRevision as exc:
-            raise StatusError(504, "Timeout", f"Too large resource version: {exc.requested}, current: {exc.current}") from None
+        self._initial = initial
+        self._stream = stream
 
     def request_progress(self) -> None:
         self._stream.request_progress()

@@ -36,20 +36,20 @@ class Allocations(Protocol):
     the registry): upstream's ``registry/core/service/storage`` holds its allocators behind
     interfaces the same way."""
 
-    def begin_create(self, svc: dict, dry_run: bool) -> Txn:
+    async def begin_create(self, svc: dict, dry_run: bool) -> Txn:
         """Allocate a new Service's ClusterIPs and NodePorts into a transaction."""
 
-    def begin_update(self, new: dict, old: dict, dry_run: bool) -> Txn:
+    async def begin_update(self, new: dict, old: dict, dry_run: bool) -> Txn:
         """Allocate what an update adds and release what it drops."""
 
-    def begin_delete(self, svc: dict) -> Txn:
+    async def begin_delete(self, svc: dict) -> Txn:
         """Release a deleted Service's ClusterIPs and NodePorts."""
 
     def mark_ip(self, ip: str, taken: bool) -> None:
         """An IPAddress object was written (taken) or deleted: keep the allocators' index."""
 
-    def sync_cidrs(self) -> None:
-        """ServiceCIDRs changed: recompute the usable ranges."""
+    async def sync_cidrs(self) -> None:
+        """ServiceCIDRs changed: recompute the usable ranges (reads them from the store)."""
 
 
 class Strategy:
@@ -121,13 +121,13 @@ class Strategy:
     # ---- side effects committed with the write ------------------------------------------------
     # Called after defaulting and before validation (upstream's BeginCreate/BeginUpdate hooks
     # run before BeforeCreate/BeforeUpdate), for the main resource and every subresource.
-    def begin_create(self, obj: dict, dry_run: bool) -> Txn:
+    async def begin_create(self, obj: dict, dry_run: bool) -> Txn:
         return Txn()
 
-    def begin_update(self, new: dict, old: dict, dry_run: bool, subresource: str) -> Txn:
+    async def begin_update(self, new: dict, old: dict, dry_run: bool, subresource: str) -> Txn:
         return Txn()
 
-    def begin_delete(self, obj: dict) -> Txn:
+    async def begin_delete(self, obj: dict) -> Txn:
         return Txn()
 
 
@@ -148,18 +148,18 @@ class ServiceStrategy(Strategy):
         defaults.patch_allocated_values(new, old)
         defaults.normalize_cluster_ips(new, old)
 
-    def begin_create(self, obj: dict, dry_run: bool) -> Txn:
+    async def begin_create(self, obj: dict, dry_run: bool) -> Txn:
         if validation_meta.validate_object_meta(obj, namespaced=True, name_fn=validation_meta.name_is_dns1035_label):
             return Txn()  # nothing to allocate for: validation reports the bad metadata
-        return self.allocators.begin_create(obj, dry_run)
+        return await self.allocators.begin_create(obj, dry_run)
 
-    def begin_update(self, new: dict, old: dict, dry_run: bool, subresource: str) -> Txn:
+    async def begin_update(self, new: dict, old: dict, dry_run: bool, subresource: str) -> Txn:
         if subresource:
             return Txn()
-        return self.allocators.begin_update(new, old, dry_run)
+        return await self.allocators.begin_update(new, old, dry_run)
 
-    def begin_delete(self, obj: dict) -> Txn:
-        return self.allocators.begin_delete(obj)
+    async def begin_delete(self, obj: dict) -> Txn:
+        return await self.allocators.begin_delete(obj)
 
 
 class IPAddressStrategy(Strategy):
@@ -170,10 +170,10 @@ class IPAddressStrategy(Strategy):
         super().__init__(info)
         self.allocators = allocators
 
-    def begin_create(self, obj: dict, dry_run: bool) -> Txn:
+    async def begin_create(self, obj: dict, dry_run: bool) -> Txn:
         return self._mark(obj, True, dry_run)
 
-    def begin_delete(self, obj: dict) -> Txn:
+    async def begin_delete(self, obj: dict) -> Txn:
         return self._mark(obj, False, False)
 
     def _mark(self, obj: dict, taken: bool, dry_run: bool) -> Txn:
@@ -197,13 +197,13 @@ class ServiceCIDRStrategy(Strategy):
         super().prepare_for_create(obj)
         obj.pop("status", None)
 
-    def begin_create(self, obj: dict, dry_run: bool) -> Txn:
+    async def begin_create(self, obj: dict, dry_run: bool) -> Txn:
         return self._resync(dry_run)
 
-    def begin_update(self, new: dict, old: dict, dry_run: bool, subresource: str) -> Txn:
+    async def begin_update(self, new: dict, old: dict, dry_run: bool, subresource: str) -> Txn:
         return self._resync(dry_run)
 
-    def begin_delete(self, obj: dict) -> Txn:
+    async def begin_delete(self, obj: dict) -> Txn:
         return self._resync(False)
 
     def _resync(self, dry_run: bool) -> Txn:

@@ -17,7 +17,8 @@ when the write may simply be retried with a fresh choice.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+import inspect
+from typing import Awaitable, Callable
 
 from kubesvc.api.errors import StatusError
 from kubesvc.storage.base import Op
@@ -28,12 +29,12 @@ ConflictHandler = Callable[[], "StatusError | None"]
 @dataclass
 class Txn:
     ops: list[Op] = field(default_factory=list)
-    _on_commit: list[Callable[[], None]] = field(default_factory=list)
+    _on_commit: list[Callable[[], "Awaitable[None] | None"]] = field(default_factory=list)
     _on_revert: list[Callable[[], None]] = field(default_factory=list)
     _conflicts: dict[str, ConflictHandler] = field(default_factory=dict)
     _conflicted: set[str] = field(default_factory=set)
 
-    def on_commit(self, hook: Callable[[], None]) -> None:
+    def on_commit(self, hook: Callable[[], "Awaitable[None] | None"]) -> None:
         self._on_commit.append(hook)
 
     def on_revert(self, hook: Callable[[], None]) -> None:
@@ -52,10 +53,15 @@ class Txn:
         self._conflicted.add(key)
         return self._conflicts[key]()
 
-    def commit(self) -> None:
-        for hook in self._on_commit:
-            hook()
+    async def commit(self) -> None:
+        """Run the commit hooks in order; a hook that reads the store (the allocators' ranges,
+        the policy index's refresh) returns an awaitable, awaited before the next hook."""
+        hooks = list(self._on_commit)
         self._on_commit.clear()
+        for hook in hooks:
+            outcome = hook()
+            if inspect.isawaitable(outcome):
+                await outcome
         self._on_revert.clear()
 
     def revert(self) -> None:

@@ -170,18 +170,12 @@ class SQLiteBackend(EmbeddedBackend):
         self._hub = WatchHub(self._revision, ring_size=watch_ring_size, queue_size=watch_queue_size)
         self.checkpointer = Checkpointer(path, self._lock, catch_up_frames=wal_catch_up_frames)
 
-    def current_revision(self) -> int:
-        return self._revision
-
-    def compact_revision(self) -> int:
-        return self._compacted
-
-    def get(self, key: str, revision: int = 0) -> KeyValue | None:
+    def sync_get(self, key: str, revision: int = 0) -> KeyValue | None:
         with self._lock:
             at = resolve_revision(revision, self._revision, self._compacted)
             return self._newest(key, at)[1]
 
-    def list(self, prefix: str, *, revision: int = 0, limit: int = 0, start_key: str = "") -> ListResult:
+    def sync_list(self, prefix: str, *, revision: int = 0, limit: int = 0, start_key: str = "") -> ListResult:
         end = prefix_end(prefix)
         with self._lock:
             at = resolve_revision(revision, self._revision, self._compacted)
@@ -194,11 +188,11 @@ class SQLiteBackend(EmbeddedBackend):
         kvs = [KeyValue(*row) for row in rows]  # name, value, create_revision, mod_revision
         return ListResult(kvs, at, more=remaining > 0, remaining=remaining)
 
-    def count(self, prefix: str) -> int:
+    def sync_count(self, prefix: str) -> int:
         with self._lock:
             return self._count(prefix, prefix_end(prefix), self._revision)
 
-    def txn(self, ops: Sequence[Op]) -> TxnResult:
+    def sync_txn(self, ops: Sequence[Op]) -> TxnResult:
         with self._lock:
             with self._transaction():
                 events = [self._append(op, self._revision + offset) for offset, op in enumerate(ops, 1)]
@@ -213,7 +207,7 @@ class SQLiteBackend(EmbeddedBackend):
             self._conn.execute(_SAVE_COMPACT_REVISION, (revision,))
         self.checkpointer.wants_truncate()  # the freed pages leave the WAL at the next idle moment
 
-    def close(self) -> None:
+    def sync_close(self) -> None:
         self._hub.close()
         self.checkpointer.close()
         with self._lock:
