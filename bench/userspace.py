@@ -218,7 +218,7 @@ def relay(args) -> None:
         await Proxier(backend, options, ProxyMetrics()).run_sync(request)
         loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
         if hasattr(relay_module, "relay_loop"):  # TCP relayed on a thread and epoll loop of its own
-            loop = "epoll thread"
+            loop = "epoll-thread"
         how = "copy+splice" if getattr(relay_module, "SPLICE", False) else "copy"
         print(f"ready {backend.proxy_port(name)} {loop},{how}", flush=True)
         await asyncio.Event().wait()
@@ -363,6 +363,11 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
 
 
+def user_seconds(pid: int) -> float:
+    """The user part of ``cpu_seconds`` (for a proxy: its own code, not the kernel's work)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11]) / CLK_TCK
+
+
 def machine_busy_seconds() -> float:
     """CPU seconds the whole machine spent busy (not idle, not waiting for I/O) so far."""
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -381,6 +386,7 @@ class Path_:
         self.values: dict[str, list[float]] = {phase: [] for phase in PHASES}
         self.cpu: dict[str, list[float]] = {phase: [0.0] * 5 for phase in PHASES}  # seconds, client, server, proxy, rest
         self.units: dict[str, float] = {phase: 0.0 for phase in PHASES}
+        self.proxy_user: dict[str, float] = {phase: 0.0 for phase in PHASES}  # seconds, of the proxy's cpu
         self.latencies: list[float] = []  # of every connection in the connections/s runs
         self.syscalls: dict[str, float] | None = None  # per connection, from strace -c
         self.peak_rss_kib = 0
@@ -388,11 +394,14 @@ class Path_:
     def run(self, phase: str, server_pid: int, fn, *args) -> None:
         pids = [None, server_pid] + ([self.proxy_pid] if self.proxy_pid else [])
         before = [cpu_seconds(p) for p in pids]
+        user_before = user_seconds(self.proxy_pid) if self.proxy_pid else 0.0
         busy = machine_busy_seconds()
         t0 = time.perf_counter()
         value = fn(self.addr, *args)
         elapsed = time.perf_counter() - t0
         used = [cpu_seconds(p) - b for p, b in zip(pids, before)]
+        if self.proxy_pid:
+            self.proxy_user[phase] += user_seconds(self.proxy_pid) - user_before
         rest = machine_busy_seconds() - busy - sum(used)
         self.values[phase].append(value)
         self.units[phase] += value * elapsed  # bytes (MB) or connections
@@ -484,11 +493,27 @@ def report(paths: list[Path_], args, load: tuple[float, float]) -> None:
             cells.append(" / ".join("  -" if i == 2 and not p.proxy_pid else f"{max(0.0, 100 * u / elapsed):3.0f}"
                                     for i, u in enumerate(used)))
         print(f"{p.name:50} {cells[0]:>21} {cells[1]:>21} {cells[2]:>21}")
-    print("\nWhat the proxy itself costs (its CPU time per unit relayed; lower is better):")
-    print(f"{'path':50} {'download s/GB':>14} {'upload s/GB':>12} {'us/connection':>14}")
+    print("\nWhat the proxy itself costs (its CPU time per unit relayed; lower is better), and of that its own\n"
+          "code's share (user time; the rest is the kernel's work for its system calls):")
+    print(f"{'path':50} {'download s/GB':>14} {'upload s/GB':>12} {'us/connection':>14} {'user us/conn':>13}")
     for p in paths[1:]:
         down, up, conns = (p.cpu[phase][3] / p.units[phase] for phase in PHASES)
-        print(f"{p.name:50} {1000 * down:14.2f} {1000 * up:12.2f} {1e6 * conns:14.0f}")
+        print(f"{p.name:50} {1000 * down:14.2f} {1000 * up:12.2f} {1e6 * conns:14.0f} "
+              f"{1e6 * p.proxy_user['conns'] / p.units['conns']:13.0f}")
+    cpus = len(args.cpus.split(",")) if args.cpus else os.cpu_count()
+    print(f"\nWhat {cpus} CPUs allow at most: the CPU time one GB costs the client, server and proxy together (the\n"
+          "rest of the machine left out); bytes per CPU-second against direct's; and the ceiling: the throughput if\n"
+          "that kept every CPU busy with nothing else running, over direct's measured median (on a quiet machine, a\n"
+          "ratio above the ceiling is physically out of reach here, however the processes are placed):")
+    print(f"{'path':50} {'download s/GB':>14} {'x direct':>9} {'ceiling':>8} {'upload s/GB':>12} {'x direct':>9} {'ceiling':>8}")
+    for p in paths:
+        cells = []
+        for phase in ("download", "upload"):
+            per_gb = 1000 * sum(p.cpu[phase][1:4]) / p.units[phase]
+            direct_per_gb = 1000 * sum(direct.cpu[phase][1:4]) / direct.units[phase]
+            cells.append(f"{per_gb:{14 if phase == 'download' else 12}.2f} {direct_per_gb / per_gb:9.2f} "
+                         f"{cpus / per_gb * 1000 / median(direct.values[phase]):8.2f}")
+        print(f"{p.name:50} {' '.join(cells)}")
     print()
     for ours in [p for p in paths if p.ours]:
         print(f"{ours.name}: download {spread(ratios(ours, direct, 'download'))}, upload "
@@ -533,7 +558,7 @@ def inside(args) -> None:
                 procs.append(ha)
                 wait_port(port)
                 paths.append(Path_(f"haproxy (mode tcp, 1 thread{', splice-auto' if splice else ''})", (NODE_IP, port), ha.pid))
-        else:
+        elif not args.no_haproxy:
             print("haproxy not installed: skipped (apt-get install -y haproxy)")
         for p in paths:  # warm up
             connections(p.addr, 0.2, args.concurrency)
