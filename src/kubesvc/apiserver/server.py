@@ -2,8 +2,10 @@
 
 Background loops, each the in-process stand-in for an upstream component:
 
-* the compactor (kube-apiserver's ``--etcd-compaction-interval``): keeps the newest
-  ``--compaction-retain-revisions`` revisions; watches and lists below get 410 Expired;
+* the compactor (kube-apiserver's ``--etcd-compaction-interval``, 0: none): on SQLite it keeps
+  the newest ``--compaction-retain-revisions`` revisions; on etcd it is upstream's
+  compare-and-swap on ``compact_rev_key`` (storage/etcd/compactor.py), so that several
+  apiservers compact once per interval; watches and lists below get 410 Expired;
 * the watch cache (kube-apiserver's cacher, ``--watch-cache``): one storage watch keeping every
   resource's objects and recent events in memory, which lists and watches are served from
   (apiserver/cacher.py);
@@ -22,6 +24,7 @@ import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -58,6 +61,9 @@ from kubesvc.util.clock import Clock, RealClock
 from kubesvc.util.aio import cancel_and_wait
 from kubesvc.util.ipnet import join_host_port
 
+if TYPE_CHECKING:  # the etcd client (gRPC) loads only for --storage-backend etcd3
+    from kubesvc.storage.etcd import EtcdConfig
+
 log = logging.getLogger("kubesvc.apiserver")
 
 FIELD_MANAGER = "kube-apiserver"
@@ -74,6 +80,7 @@ class ServerConfig:
     feature_gates: dict[str, bool] = field(default_factory=dict)
     compaction_interval: float = 300.0
     compaction_retain_revisions: int = 10000
+    etcd: EtcdConfig | None = None  # --storage-backend etcd3: --etcd-servers and the other --etcd-* flags
     watch_cache: bool = True  # --watch-cache: lists and watches from memory (apiserver/cacher.py)
     repair_services_interval: float = 180.0
     # identity (identity.md §5.1, §6.1); None: the generated cluster CA and certificates in <data-dir>/pki
@@ -211,10 +218,15 @@ class APIServer:
     async def start(self) -> None:
         config = self.config
         prepare_data_dir(config.data_dir)  # 0700, writable with room, or one line and exit
-        try:
-            self.backend = open_backend(config.storage_backend, str(config.data_dir))
-        except (OSError, sqlite3.Error) as exc:
-            raise storage_error(config.data_dir, exc) from None
+        if config.storage_backend == "etcd3":
+            from kubesvc.storage.etcd import EtcdConfig, open_etcd
+
+            self.backend = await open_etcd(config.etcd or EtcdConfig())  # one line (ValueError) when it does not answer
+        else:
+            try:
+                self.backend = open_backend(config.storage_backend, str(config.data_dir))
+            except (OSError, sqlite3.Error) as exc:
+                raise storage_error(config.data_dir, exc) from None
         metrics_registry = CollectorRegistry()
         cidrs = [c.strip() for c in config.service_cluster_ip_range.split(",") if c.strip()]
         self.authorization = Authorization(config.authorization_modes)
@@ -267,7 +279,7 @@ class APIServer:
             *([await watch_cache.start()] if watch_cache is not None else []),
             asyncio.create_task(system_objects.run()),
             asyncio.create_task(finalizer.run()),
-            asyncio.create_task(self._compactor()),
+            *([asyncio.create_task(self._compactor())] if config.compaction_interval else []),
             asyncio.create_task(self.allocators.service_cidr_controller.run()),
             asyncio.create_task(repair.run(config.repair_services_interval)),
         ]
@@ -276,6 +288,10 @@ class APIServer:
             self._tasks.append(asyncio.create_task(self.endpoint_reconciler.run()))
 
     async def _compactor(self) -> None:
+        if self.config.storage_backend == "etcd3":
+            from kubesvc.storage.etcd.compactor import Compactor
+
+            await Compactor(self.backend, self.config.compaction_interval).run()
         while True:
             await asyncio.sleep(self.config.compaction_interval)
             try:
