@@ -201,7 +201,7 @@ def test_open_backend(spec, kind, tmp_path):
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("etcd://127.0.0.1:2379", "etcd backend is not implemented yet"),
+        ("etcd://127.0.0.1:2379", "--storage-backend etcd3 and --etcd-servers"),
         ("sqlite", "needs a data directory"),
         ("postgres://db", "unknown storage backend 'postgres://db'"),
     ],

@@ -5,7 +5,8 @@
 * ``memory`` or ``memory://``: MemoryBackend, forgotten when the process exits (tests);
 * ``sqlite``: SQLiteBackend on ``<data_dir>/state.db``, the embedded default;
 * ``sqlite:///abs/path.db``: SQLiteBackend on that file;
-* ``etcd://...``: reserved for the distributed store.
+* etcd is not a URL here: ``--storage-backend etcd3`` with ``--etcd-servers`` (storage/etcd,
+  ``open_etcd``), since it is a network client that must be awaited open.
 
 ``compact_to_window`` is the apiserver's compactor, run on a timer. Like kine's, it keeps the
 newest N revisions so that watchers and paginated lists a little behind do not get 410s.
@@ -32,7 +33,7 @@ def open_backend(url_or_kind: str, data_dir: str | None = None) -> Backend:
     if url_or_kind.startswith("sqlite://") and len(url_or_kind) > len("sqlite://"):
         return SQLiteBackend(url_or_kind.removeprefix("sqlite://"))
     if url_or_kind == "etcd" or url_or_kind.startswith("etcd://"):
-        raise ValueError("etcd backend is not implemented yet")
+        raise ValueError("etcd is opened with --storage-backend etcd3 and --etcd-servers, not a storage URL")
     raise ValueError(f"unknown storage backend {url_or_kind!r}: expected {_KINDS}")
 
 

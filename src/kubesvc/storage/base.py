@@ -34,7 +34,7 @@ Implementations:
 * ``memory`` (tests) and ``sqlite`` (kine-like log; the embedded default) answer in
   microseconds from this process: their coroutines run the synchronous code directly, with no
   thread hop, so awaiting them costs what a call did. Both keep the watch ring of watch.py.
-* an etcd3 backend (storage/etcd3) sends each call to etcd.
+* etcd (storage/etcd, ``--storage-backend etcd3``) sends each call to etcd over gRPC.
 
 ``contract.py`` is the suite every backend must pass.
 """
