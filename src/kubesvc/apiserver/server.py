@@ -38,10 +38,12 @@ from kubesvc.apiserver.auth.endpoints import install as install_authentication
 from kubesvc.apiserver.auth.options import AuthenticationOptions
 from kubesvc.serving.x509 import X509Authenticator
 from kubesvc.apiserver.cacher import WatchCache
+from kubesvc.apiserver.cacher_metrics import WatchCacheMetrics
 from kubesvc.apiserver.registry.store import ListOptions, Registry
 from kubesvc.apiserver.allocator.metrics import AllocatorMetrics
 from kubesvc.apiserver.allocator.repair import Repair
 from kubesvc.apiserver.allocator.service import ServiceAllocators
+from kubesvc.apiserver.allocator.follow import AllocationFeed
 from kubesvc.apiserver.allocator.servicecidr import ensure_default_service_cidr
 from kubesvc.serving.x509 import request_client_certificates
 from kubesvc.apiserver.kubeletclient import KubeletClient, ensure_kubelet_api_admin_binding, kubelet_client_user, kubelet_tls_context
@@ -231,6 +233,7 @@ class APIServer:
         cidrs = [c.strip() for c in config.service_cluster_ip_range.split(",") if c.strip()]
         self.authorization = Authorization(config.authorization_modes)
         admission = [ServiceAccountAdmission(lambda: self.registry)] if SERVICE_ACCOUNT in config.admission_plugins else []
+        loaded_since = await self.backend.current_revision()  # the allocators' index follows the store from here
         self.registry, self.allocators = await build_control_plane(
             self.backend, self.clock, cidrs, config.service_node_port_range,
             static_subrange=config.feature_gates.get("ServiceIPStaticSubrange", True),
@@ -254,7 +257,10 @@ class APIServer:
                                                            config.kubelet_certificate_authority or creds.ca_cert))
         await ensure_kubelet_api_admin_binding(self.registry, kubelet_client_user(kubelet_client_cert))
         app = build_app(self.registry, self.clock, join_host_port(config.bind_address, self.port), metrics_registry, kubelet_client)
-        watch_cache = WatchCache(self.backend, [store.info for store in self.registry.stores.values()]) if config.watch_cache else None
+        cache_metrics = WatchCacheMetrics(metrics_registry)  # watch events are counted with the cache off too
+        app["watch_cache_metrics"] = cache_metrics
+        watch_cache = (WatchCache(self.backend, [store.info for store in self.registry.stores.values()], metrics=cache_metrics)
+                       if config.watch_cache else None)
         if watch_cache is not None:
             app["watch_cache"] = watch_cache
         app["namespace_finalizer"] = finalizer
@@ -282,10 +288,17 @@ class APIServer:
             *([asyncio.create_task(self._compactor())] if config.compaction_interval else []),
             asyncio.create_task(self.allocators.service_cidr_controller.run()),
             asyncio.create_task(repair.run(config.repair_services_interval)),
+            *self._follow_allocations(loaded_since),
         ]
         if config.endpoint_reconciler_type == "lease":  # default/kubernetes endpoints at the live apiservers' advertise addresses
             self.endpoint_reconciler = EndpointReconciler(self.registry, self.advertise_address, self.port, self.clock)
             self._tasks.append(asyncio.create_task(self.endpoint_reconciler.run()))
+
+    def _follow_allocations(self, since: int) -> list[asyncio.Task]:
+        """Keep the allocators' index current with every apiserver's writes (allocator/follow.py)."""
+        feed = AllocationFeed(self.allocators, self.backend)
+        feed.since(since)
+        return feed.start()
 
     async def _compactor(self) -> None:
         if self.config.storage_backend == "etcd3":

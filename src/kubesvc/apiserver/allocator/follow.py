@@ -1,0 +1,129 @@
+"""The allocators' index follows the store, so several apiservers share one picture.
+
+Each apiserver keeps the taken ClusterIPs and NodePorts in memory (bitmaps: a choice is a bit
+scan, not a store read). The store decides every race: an allocation is the create of its
+record (``/registry/ipaddresses/<ip>``, ``/registry/servicenodeports/<port>``) in the Service's
+transaction, so two apiservers can never commit the same IP or port; a stale index costs a
+retry (the record exists: the choice is marked taken and another is made), never a duplicate.
+
+Upstream keeps the index current the same way: the IPAddress allocator reads an IPAddress
+informer (pkg/registry/core/service/ipallocator/ipallocator.go, ``ipAddressLister``), so an
+IP taken or freed through any apiserver is seen by all, and the ServiceCIDR allocator reads a
+ServiceCIDR informer. Without it an apiserver only learns of the other apiservers' writes at
+its next repair pass (allocator/repair.py reloads an index that differs from the store): until
+then it retries on IPs another apiserver took and, worse, answers "range is full" for IPs
+another apiserver has freed.
+
+:class::class:`AllocationFeed` is that informer: a storage watch of each record kind (IPAddresses,
+NodePort records, ServiceCIDRs) from the revision the index was loaded at, applied in order (a record created: taken; deleted: free; a ServiceCIDR changed:
+the ranges re-read). Applying an event is idempotent, so this apiserver's own writes, which
+its commit hooks apply at once, change nothing when they come back through the watch. A watch
+that ends resumes from the last batch applied; one below the compaction point reloads the
+index and watches from there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from kubesvc.apiserver.allocator import records
+from kubesvc.apiserver.allocator.service import ServiceAllocators
+from kubesvc.storage import base as storage
+
+log = logging.getLogger("kubesvc.apiserver.allocator")
+
+SERVICE_CIDR_PREFIX = "/registry/servicecidrs/"
+PREFIXES = (records.IP_ADDRESS_PREFIX, records.NODE_PORT_PREFIX, SERVICE_CIDR_PREFIX)
+RETRY_SECONDS = 0.5
+
+
+def index_change(event: storage.Event) -> tuple[str, object, bool] | None:
+    """What a storage event means for the index: ("ip", ip, taken), ("port", port, taken),
+    ("cidrs", None, True) for a ServiceCIDR change, or None (another kind, or a progress
+    notification)."""
+    if event.type == "PROGRESS":
+        return None
+    key, taken = event.kv.key, event.type == "PUT"
+    if key.startswith(records.IP_ADDRESS_PREFIX):
+        return "ip", records.ip_of_key(key), taken
+    if key.startswith(records.NODE_PORT_PREFIX):
+        port = records.port_of_key(key)
+        return ("port", port, taken) if port is not None else None
+    if key.startswith(SERVICE_CIDR_PREFIX):
+        return "cidrs", None, True
+    return None
+
+
+class AllocationFeed:
+    def __init__(self, allocators: ServiceAllocators, backend: storage.Backend):
+        self.allocators = allocators
+        self.backend = backend
+        self.revisions = {prefix: 0 for prefix in PREFIXES}  # per watch: every event up to it is in the index
+        self._tasks: list[asyncio.Task] = []
+
+    async def load(self) -> None:
+        """Read the index from the store and remember the revision to watch from. The
+        revision is read first: events between it and the reads come again through the
+        watch, which is harmless (applying them is idempotent and in order)."""
+        revision = await self.backend.current_revision()
+        await self.allocators.load()
+        self.revisions = {prefix: revision for prefix in PREFIXES}
+
+    def since(self, revision: int) -> None:
+        """The index was loaded at ``revision`` or later: watch from there (replaying a few
+        events the load already saw is harmless)."""
+        self.revisions = {prefix: revision for prefix in PREFIXES}
+
+    async def apply(self, prefix: str, batch: list[storage.Event]) -> None:
+        resync_cidrs = False
+        for event in batch:
+            change = index_change(event)
+            if change is None:
+                continue
+            kind, value, taken = change
+            if kind == "ip":
+                self.allocators.mark_ip(str(value), taken)
+            elif kind == "port":
+                (self.allocators.ports.mark if taken else self.allocators.ports.unmark)(int(value))
+            else:
+                resync_cidrs = True
+        if resync_cidrs:
+            await self.allocators.sync_cidrs()
+        # a whole batch at once: in etcd a transaction's events share one revision
+        self.revisions[prefix] = max([self.revisions[prefix], *(e.kv.mod_revision for e in batch)])
+
+    def start(self) -> list[asyncio.Task]:
+        """Follow the store from the loaded revision (call :meth:`load` first)."""
+        self._tasks = [asyncio.create_task(self.follow(prefix)) for prefix in PREFIXES]
+        return self._tasks
+
+    async def follow(self, prefix: str) -> None:
+        while True:
+            try:
+                watch = await self.backend.watch(prefix, self.revisions[prefix])
+            except storage.Compacted:
+                log.info("allocator index fell behind the compaction point at %d: reloading", self.revisions[prefix])
+                await self._reload()
+                continue
+            except Exception:  # noqa: BLE001 - the store is away: the index keeps what it has
+                log.exception("allocator index: cannot watch the store; retrying")
+                await asyncio.sleep(RETRY_SECONDS)
+                continue
+            try:
+                async for batch in watch:
+                    await self.apply(prefix, batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - resume from the last batch applied
+                log.exception("allocator index: following the store failed; resuming")
+                await asyncio.sleep(RETRY_SECONDS)
+            finally:
+                watch.close()
+
+    async def _reload(self) -> None:
+        try:
+            await self.load()
+        except Exception:  # noqa: BLE001
+            log.exception("allocator index: reload failed; retrying")
+            await asyncio.sleep(RETRY_SECONDS)
