@@ -58,6 +58,18 @@ on a machine with a CPU to spare it never happens. The page cache is sized for 1
 are about 50 MiB), so a write or a point read does not go to the file for index pages.
 Statements are prepared once: the sqlite3 module keeps each SQL text's compiled statement
 (``cached_statements``) and every statement here is a constant text with parameters.
+
+**Group commit.** The Backend's coroutines never run SQLite on the event loop's thread. A
+write is queued to one writer thread (writer.py), which owns the write connection and
+commits everything queued in one SQLite transaction: each write checks its own condition
+against what is committed and what its batch wrote before it, takes the next revisions, and
+fails alone (a transaction of several writes rolls back to its savepoint); COMMIT is one
+write(2) for the batch instead of one per write. Only after COMMIT are the revision and the
+events published (in revision order) and the writers answered, so an acknowledged write is
+durable as above, and visible to the next read and watch. Reads use a second connection, a
+WAL reader, which sees every committed write without waiting for the writer. The ``sync_*``
+methods (for code outside an event loop) run the same commit on the caller's thread, taking
+turns with the writer.
 """
 
 from __future__ import annotations
@@ -71,19 +83,24 @@ from typing import Iterator, Sequence
 
 from kubesvc.storage.base import (
     Create,
+    Delete,
     Event,
+    FutureRevision,
     KeyExists,
     KeyValue,
     ListResult,
     Op,
     RevisionMismatch,
+    StorageError,
     TxnResult,
+    Update,
     apply_op,
     prefix_end,
     resolve_revision,
 )
 from kubesvc.storage.embedded import EmbeddedBackend
 from kubesvc.storage.sqlite.checkpoint import CATCH_UP_FRAMES, Checkpointer
+from kubesvc.storage.sqlite.writer import GroupCommitter
 from kubesvc.storage.watch import WatchHub
 
 _SCHEMA = """
@@ -126,7 +143,7 @@ JOIN (SELECT MAX(id) AS id FROM kine WHERE name >= ? AND name < ? AND id <= ? GR
   ON kv.id = newest.id
 WHERE kv.deleted = 0"""
 
-_EVENTS_AFTER = f"SELECT {_COLUMNS} FROM kine WHERE id > ? AND name >= ? AND name < ? ORDER BY id"
+_EVENTS_AFTER = f"SELECT {_COLUMNS} FROM kine WHERE id > ? AND id <= ? AND name >= ? AND name < ? ORDER BY id"
 
 _COMPACT = """
 DELETE FROM kine WHERE id IN (
@@ -146,13 +163,14 @@ _ALL_ROWS = 2**62  # SQLite's integers are 64-bit: larger limits (up to Go's int
 
 
 class SQLiteBackend(EmbeddedBackend):
-    """Thread-safe: one connection behind one lock, so reads and writes take turns (SQLite
-    answers in microseconds, a list of 10k keys in tens of milliseconds)."""
+    """Thread-safe. Two connections: writes go through the group committer's thread
+    (writer.py), which owns the write connection; reads use a connection of their own, a WAL
+    reader that sees every committed write and never waits for one in progress."""
 
     def __init__(self, path: str, *, watch_ring_size: int = 10_000, watch_queue_size: int = 10_000,
                  wal_catch_up_frames: int = CATCH_UP_FRAMES):
         make_private(Path(path))
-        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, cached_statements=_STATEMENTS)
+        self._conn = _connect(path)  # the write connection: the writer thread's, or whoever holds _write_lock
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")  # durable across kill -9: see the module docstring
         # Checkpoints are the Checkpointer's job, not a commit's. A commit checkpoints only as a
@@ -161,26 +179,29 @@ class SQLiteBackend(EmbeddedBackend):
         # on disk whatever the scheduling.
         self._conn.execute(f"PRAGMA wal_autocheckpoint={2 * wal_catch_up_frames}")
         self._conn.execute(f"PRAGMA journal_size_limit={wal_catch_up_frames * _PAGE_BYTES}")
-        self._conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
-        self._conn.execute("PRAGMA busy_timeout=5000")  # the checkpointer's connection may hold a lock for a moment
         self._conn.executescript(_SCHEMA)
-        self._lock = threading.Lock()  # guards the connection; held for a whole write and its publish
+        self._reader = _connect(path)
+        # Three locks, always taken in this order when nested (never the other way round):
+        self._write_lock = threading.Lock()  # the write connection: a batch, a compaction, a checkpoint catch-up
+        self._lock = threading.Lock()  # a commit's publication (revision + watch events) against a watch's start
+        self._read_lock = threading.Lock()  # the read connection
         self._revision = self._scalar("SELECT seq FROM sqlite_sequence WHERE name = 'kine'")
         self._compacted = self._scalar("SELECT value FROM kine_meta WHERE name = 'compact_revision'")
         self._hub = WatchHub(self._revision, ring_size=watch_ring_size, queue_size=watch_queue_size)
-        self.checkpointer = Checkpointer(path, self._lock, catch_up_frames=wal_catch_up_frames)
+        self.checkpointer = Checkpointer(path, self._write_lock, catch_up_frames=wal_catch_up_frames)
+        self._writer = GroupCommitter(self._commit)
 
     def sync_get(self, key: str, revision: int = 0) -> KeyValue | None:
-        with self._lock:
-            at = resolve_revision(revision, self._revision, self._compacted)
-            return self._newest(key, at)[1]
+        at = resolve_revision(revision, self._revision, self._compacted)
+        with self._read_lock:
+            return _newest(self._reader, key, at)[1]
 
     def sync_list(self, prefix: str, *, revision: int = 0, limit: int = 0, start_key: str = "") -> ListResult:
         end = prefix_end(prefix)
-        with self._lock:
-            at = resolve_revision(revision, self._revision, self._compacted)
+        at = resolve_revision(revision, self._revision, self._compacted)
+        with self._read_lock:
             sql_limit = limit + 1 if 0 < limit < _ALL_ROWS else -1  # a limit past any table is no limit
-            rows = self._conn.execute(_LIST, (max(prefix, start_key), end, at, sql_limit)).fetchall()
+            rows = self._reader.execute(_LIST, (max(prefix, start_key), end, at, sql_limit)).fetchall()
             remaining = 0
             if limit and len(rows) > limit:
                 rows = rows[:limit]
@@ -189,17 +210,86 @@ class SQLiteBackend(EmbeddedBackend):
         return ListResult(kvs, at, more=remaining > 0, remaining=remaining)
 
     def sync_count(self, prefix: str) -> int:
-        with self._lock:
+        with self._read_lock:
             return self._count(prefix, prefix_end(prefix), self._revision)
 
+    # ---- writes: queued to the writer thread, committed in batches --------------------------
+    async def txn(self, ops: Sequence[Op]) -> TxnResult:
+        return await self._writer.submit(ops)
+
+    async def create(self, key: str, value: bytes) -> KeyValue:
+        return (await self._writer.submit((Create(key, value),))).results[0]
+
+    async def update(self, key: str, value: bytes, expected_revision: int = 0) -> KeyValue:
+        return (await self._writer.submit((Update(key, value, expected_revision),))).results[0]
+
+    async def delete(self, key: str, expected_revision: int = 0) -> KeyValue:
+        return (await self._writer.submit((Delete(key, expected_revision),))).results[0]
+
     def sync_txn(self, ops: Sequence[Op]) -> TxnResult:
-        with self._lock:
+        """A transaction committed on the calling thread (a batch of one), in turn with the writer's."""
+        outcome = self._commit([ops])[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def writes_per_commit(self) -> float:
+        """Transactions per SQLite commit so far through the writer (1.0: no batching yet)."""
+        return self._writer.items / self._writer.batches if self._writer.batches else 1.0
+
+    def _commit(self, batch: Sequence[Sequence[Op]]) -> list[TxnResult | BaseException]:
+        """One SQLite transaction for the whole batch; per transaction of the batch, in order, its
+        result or its error. Each transaction checks its own conditions against everything before
+        it (the batch's earlier ones included) and takes the next revisions; one that fails
+        takes none and leaves no row. Then, before anyone is answered: COMMIT (the write(2) to
+        the WAL that makes them durable, see the module docstring), the revision, and the
+        events published to watches in revision order."""
+        outcomes: list[TxnResult | BaseException] = []
+        events: list[Event] = []
+        with self._write_lock:
+            revision = self._revision
             with self._transaction():
-                events = [self._append(op, self._revision + offset) for offset, op in enumerate(ops, 1)]
-            self._revision += len(events)
-            self.checkpointer.committed()
-            self._hub.publish(events)
-        return TxnResult([event.kv for event in events])
+                for ops in batch:
+                    try:
+                        done = self._apply(ops, revision)
+                    except StorageError as err:
+                        outcomes.append(err)
+                        continue
+                    revision += len(done)
+                    events.extend(done)
+                    outcomes.append(TxnResult([event.kv for event in done]))
+            with self._lock:
+                self._revision = revision
+                self._hub.publish(events)
+            self.checkpointer.committed(len(batch))
+        return outcomes
+
+    def _apply(self, ops: Sequence[Op], revision: int) -> list[Event]:
+        """Append the rows of one transaction after ``revision``, all or none: a single write
+        fails before its row exists (a failed INSERT is undone by SQLite itself), several share
+        a savepoint."""
+        if len(ops) == 1:
+            return [self._append(ops[0], revision + 1)]
+        self._conn.execute("SAVEPOINT txn")
+        try:
+            events = [self._append(op, revision + offset) for offset, op in enumerate(ops, 1)]
+        except BaseException:
+            self._conn.execute("ROLLBACK TO txn")
+            self._conn.execute("RELEASE txn")
+            raise
+        self._conn.execute("RELEASE txn")
+        return events
+
+    def sync_compact(self, revision: int) -> None:
+        """Compacting at or below the compact revision is a no-op (the write connection's lock
+        first, as every write takes it)."""
+        with self._write_lock:
+            if revision <= self._compacted:
+                return
+            if revision > self._revision:
+                raise FutureRevision(revision, self._revision)
+            self._forget(revision)
+            self._compacted = revision
 
     def _forget(self, revision: int) -> None:
         with self._transaction():
@@ -208,10 +298,13 @@ class SQLiteBackend(EmbeddedBackend):
         self.checkpointer.wants_truncate()  # the freed pages leave the WAL at the next idle moment
 
     def sync_close(self) -> None:
+        self._writer.close()  # what is queued commits first
         self._hub.close()
         self.checkpointer.close()
-        with self._lock:
+        with self._write_lock:
             self._conn.close()
+        with self._read_lock:
+            self._reader.close()
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -227,7 +320,7 @@ class SQLiteBackend(EmbeddedBackend):
 
     def _append(self, op: Op, revision: int) -> Event:
         """Check ``op`` against the key's newest row and append its row at ``revision``."""
-        newest_id, current = self._newest(op.key, revision - 1)
+        newest_id, current = _newest(self._conn, op.key, revision - 1)
         event = apply_op(op, current, revision)
         kv, prev = event.kv, event.prev_kv
         row = (revision, kv.key, event.is_create, event.type == "DELETE", kv.create_revision, newest_id,
@@ -242,24 +335,36 @@ class SQLiteBackend(EmbeddedBackend):
             raise RevisionMismatch(op.key, op.expected_revision, newest_id) from err
         return event
 
-    def _newest(self, key: str, revision: int) -> tuple[int, KeyValue | None]:
-        """The id of the key's newest row as of ``revision`` (0: none), and its live value
-        (None if there is no row or it is a tombstone)."""
-        row = self._conn.execute(_NEWEST_ROW, (key, revision)).fetchone()
-        if row is None:
-            return 0, None
-        row_id, deleted, create_revision, value = row
-        return row_id, None if deleted else KeyValue(key, value, create_revision, row_id)
-
     def _count(self, start: str, end: str, revision: int) -> int:
-        return self._conn.execute(_COUNT, (start, end, revision)).fetchone()[0]
+        return self._reader.execute(_COUNT, (start, end, revision)).fetchone()[0]
 
     def _events_after(self, prefix: str, revision: int) -> list[Event]:
-        return [_event(row) for row in self._conn.execute(_EVENTS_AFTER, (revision, prefix, prefix_end(prefix)))]
+        """History after ``revision`` up to the published revision (called under ``_lock``):
+        rows committed but not yet published reach the watch with their publication."""
+        with self._read_lock:
+            rows = self._reader.execute(_EVENTS_AFTER, (revision, self._revision, prefix, prefix_end(prefix))).fetchall()
+        return [_event(row) for row in rows]
 
     def _scalar(self, sql: str) -> int:
         row = self._conn.execute(sql).fetchone()
         return row[0] if row else 0
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, cached_statements=_STATEMENTS)
+    conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
+    conn.execute("PRAGMA busy_timeout=5000")  # the checkpointer's connection may hold a lock for a moment
+    return conn
+
+
+def _newest(conn: sqlite3.Connection, key: str, revision: int) -> tuple[int, KeyValue | None]:
+    """The id of the key's newest row as of ``revision`` (0: none), and its live value
+    (None if there is no row or it is a tombstone)."""
+    row = conn.execute(_NEWEST_ROW, (key, revision)).fetchone()
+    if row is None:
+        return 0, None
+    row_id, deleted, create_revision, value = row
+    return row_id, None if deleted else KeyValue(key, value, create_revision, row_id)
 
 
 def _event(row: tuple) -> Event:

@@ -46,7 +46,7 @@ class Checkpointer:
     def __init__(self, path: str, lock: threading.Lock, *, interval: float = 0.5, kick_every: int = 256,
                  catch_up_frames: int = CATCH_UP_FRAMES, idle_seconds: float = 1.0):
         self._path = path
-        self._lock = lock  # the backend's: held by every write, so holding it means no writer
+        self._lock = lock  # the backend's write lock: held by every commit, so holding it means no writer
         self.interval = interval
         self.kick_every = kick_every
         self.catch_up_frames = catch_up_frames
@@ -60,11 +60,12 @@ class Checkpointer:
         self._thread = threading.Thread(target=self._run, name="sqlite-checkpointer", daemon=True)
         self._thread.start()
 
-    def committed(self) -> None:
-        """Called by the backend after each commit (under its lock: no atomics needed)."""
+    def committed(self, writes: int = 1) -> None:
+        """Called by the backend after each commit of ``writes`` transactions (under its lock:
+        no atomics needed)."""
         self._dirty = True
         self._last_commit = time.monotonic()
-        self._commits += 1
+        self._commits += writes
         if self._commits >= self.kick_every:
             self._commits = 0
             self._kick.set()
