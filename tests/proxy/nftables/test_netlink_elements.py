@@ -175,3 +175,29 @@ def test_large_transactions_run_in_a_child_nft_small_ones_in_process(monkeypatch
     nft.run_sync("add chain ip kube-proxy x\n")
     nft.run_sync("add chain ip kube-proxy x\n" + "# padding\n" * (nftables.LARGE_TRANSACTION // 10 + 1))
     assert calls == [("in-process", ["nft", "-f", "-"]), ("trim",), ("child", ["nft", "-f", "-"])]
+
+
+def test_slots_read_as_the_dict_nft_lists_and_pack_as_their_text_does():
+    """``Slots`` (an endpoint map's blocks, made without a string per slot) reads as the dict
+    ``{"<slot>": "<address> . <port>"}``, writes the line's text, and packs to the bytes the
+    text of the same elements packs to (that path is checked against the kernel above)."""
+    from kubesvc.kernel import nftables_elements
+
+    slots = nftables_elements.Slots()
+    slots.add(8, (("10.0.0.1", 80), ("10.0.0.2", 8080)))
+    slots.add(0, (("10.0.0.3", 53),))
+    assert dict(slots.items()) == {"8": "10.0.0.1 . 80", "9": "10.0.0.2 . 8080", "0": "10.0.0.3 . 53"} == dict(slots)
+    assert len(slots) == 3 and list(slots) == ["8", "9", "0"] and slots["9"] == "10.0.0.2 . 8080"
+    for missing in ("10", "7", "08", "x", 8):
+        assert missing not in slots
+    assert slots.text() == "8 : 10.0.0.1 . 80, 9 : 10.0.0.2 . 8080, 0 : 10.0.0.3 . 53"
+    joined = nftables_elements.Joined([slots, {"20": "10.0.0.4 . 443"}])
+    assert dict(joined.items()) == {**dict(slots.items()), "20": "10.0.0.4 . 443"} and len(joined) == 4
+
+    slot_map = SetType(("u32h",), ("ipv4", "port"))
+    as_text = {"8": "10.0.0.1 . 80", "9": "10.0.0.2 . 8080", "0": "10.0.0.3 . 53"}
+    assert list(nftables_elements.encode(slot_map, slots)) == list(nftables_elements.encode(slot_map, as_text))
+    other = nftables_elements.Slots()
+    other.add(20, (("10.0.0.4", 443),))
+    assert (list(nftables_elements.encode(slot_map, nftables_elements.Joined([slots, other])))
+            == list(nftables_elements.encode(slot_map, {**as_text, "20": "10.0.0.4 . 443"})))

@@ -89,11 +89,11 @@ from __future__ import annotations
 
 import ipaddress
 import zlib
-from itertools import chain as concatenated
-from collections.abc import Collection, ItemsView, Iterable, Iterator, Mapping, MutableMapping, ValuesView
+from collections.abc import Collection, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
 
 from kubesvc.kernel.nftables import Transaction
+from kubesvc.kernel.nftables_elements import Joined, Slots
 from kubesvc.proxy.backend import KernelPlan, ProxyOptions, SyncRequest
 from kubesvc.proxy.nftables.naming import (
     AFFINITY_PREFIX,
@@ -286,7 +286,7 @@ class ServiceRender:
     """What one Service (all its ports) put into the table."""
 
     chains: dict[str, list[str]] = field(default_factory=dict)  # chain → rule bodies
-    elements: dict[str, dict[str, str]] = field(default_factory=dict)  # container → key → value
+    elements: dict[str, Mapping[str, str]] = field(default_factory=dict)  # container → key → value (slot maps: Slots)
     comments: dict[tuple[str, str], str] = field(default_factory=dict)  # (container, key) → comment
     affinity_sets: dict[str, int] = field(default_factory=dict)  # set → timeout seconds
     slots: dict[str, tuple[int, int, str]] = field(default_factory=dict)  # chain → (base, capacity, endpoint map)
@@ -517,7 +517,9 @@ class NftState:
             return dict(self.kernel[container])
         out: dict[str, str] = {}
         for render in self.services.values():
-            out.update(render.elements.get(container, ()))
+            elems = render.elements.get(container)
+            if elems:
+                out.update(elems.items())
         return out
 
     def owned(self, container: str) -> dict[str, object]:
@@ -742,9 +744,9 @@ def _endpoint_rules(rules: list[str], chain: str, eps: tuple[Endpoint, ...], pro
     rules.append(f"meta l4proto {proto} dnat {ctx.ipx} addr . port to numgen random mod {n} offset {base} map @{emap}")
     slots = out.elements.get(emap)
     if slots is None:
-        slots = out.elements[emap] = {}
-    # (ip, port) by index, slots numbered by map(str, range): 250k of them in a full sync at 5k × 50
-    slots.update(zip(map(str, range(base, base + n)), [f"{ep[0]} . {ep[1]}" for ep in eps]))
+        slots = out.elements[emap] = Slots()
+    # slot base + i → eps[i] (address . port), without a string per slot: 250k of them in a full sync at 5k × 50
+    slots.add(base, eps)
 
 
 def _endpoint_ranges(rules: list[str], chain: str, eps: tuple[Endpoint, ...], proto: str, ctx: _Ctx, out: ServiceRender,
@@ -1268,9 +1270,9 @@ def _exclusive(render: ServiceRender, into: dict[str, dict[str, str]] | None) ->
             if into is not None:
                 held = into.get(container)
                 if held is None:
-                    into[container] = dict(elems)
+                    into[container] = dict(elems.items())
                 else:
-                    held.update(elems)
+                    held.update(elems.items())
     return n
 
 
@@ -1295,13 +1297,14 @@ def _reconcile_all_exclusive(state: NftState, tx: _Tx, early: Collection[str]) -
         if container in early:
             if parts:
                 elems = Joined(parts)
-                tx.add_elements[container] = [", ".join(map(" : ".join, elems.items()))]
+                tx.add_elements[container] = [", ".join([part.text() if isinstance(part, Slots) else ", ".join(map(" : ".join, part.items()))
+                                                         for part in parts])]
                 tx.n_elements += len(elems)
                 tx.early[container] = elems
             continue
         desired: dict[str, str] = {}
         for elems in parts:
-            desired.update(elems)
+            desired.update(elems.items())
         dels = [key for key in held if key not in desired]
         adds = []
         for key, value in desired.items():
@@ -1334,45 +1337,6 @@ def _reconcile_exclusive(old_of: dict[str, dict[str, str]], new_of: dict[str, di
             if value is not None:
                 adds.append(f"{key} : {value}")
         _queue(tx, container, dels, adds)
-
-
-class Joined(Mapping):
-    """Dicts with disjoint keys read as one, without a copy: a container's elements over the
-    renders that hold them."""
-
-    __slots__ = ("parts",)
-
-    def __init__(self, parts: list[dict[str, str]]):
-        self.parts = parts
-
-    def __getitem__(self, key: str) -> str:
-        for part in self.parts:
-            value = part.get(key)
-            if value is not None:
-                return value
-        raise KeyError(key)
-
-    def __iter__(self) -> Iterator[str]:
-        return concatenated.from_iterable(self.parts)
-
-    def __len__(self) -> int:
-        return sum(map(len, self.parts))
-
-    def items(self) -> ItemsView:
-        return _JoinedItems(self)
-
-    def values(self) -> ValuesView:
-        return _JoinedValues(self)
-
-
-class _JoinedItems(ItemsView):
-    def __iter__(self):
-        return concatenated.from_iterable(part.items() for part in self._mapping.parts)
-
-
-class _JoinedValues(ValuesView):
-    def __iter__(self):
-        return concatenated.from_iterable(part.values() for part in self._mapping.parts)
 
 
 def _queue(tx: _Tx, container: str, dels: list[str], adds: list[str]) -> None:
