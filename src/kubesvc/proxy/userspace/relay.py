@@ -11,13 +11,17 @@ refusal or timeout, skipping those that already failed for this connection. All 
 endpoint): the client connection is reset. Nothing is read from the client before the endpoint
 answers (the kernel holds it).
 
-What a connection costs is mostly system calls, so the relay makes few (a 1-byte request and
-answer: accept, socket, connect, two ``epoll_ctl``, six recv/send, one shutdown, two close;
-HAProxy 2.6 makes about 19):
+What a connection costs is system calls (the kernel's work, about as much as HAProxy's) and
+the Python between them, so the relay makes few calls and few events (a 1-byte request and
+answer: accept, socket, connect, two ``epoll_ctl``, six recv/send, one shutdown, two close,
+four events; HAProxy 2.6 makes about 19 calls):
 
-* each socket is registered once, edge-triggered, for everything it may wait for (readable,
-  writable, peer FIN): what a direction waits for changes without a system call, and closing
-  the socket is its removal. Edge-triggered means a direction reads until the socket is empty
+* each socket is registered once, edge-triggered: the endpoint's for everything it may wait for
+  (readable, writable, peer FIN), the client's for reading and its peer's FIN, and for writing
+  too (one ``EPOLL_CTL_MOD``) only once a direction first waits to write to it (registered
+  writable from the start, it would report one useless event per connection). What a
+  direction waits for then changes without a system call, and closing the socket is its
+  removal. Edge-triggered means a direction reads until the socket is empty
   before it waits: a short read empties it (a TCP ``recv`` stops short only when the queue is
   empty), unless the peer's FIN is known to be there (``EPOLLRDHUP``) or the read was a
   splice (which also stops when the pipe is full), which read on to ``EAGAIN``. A direction
