@@ -46,6 +46,7 @@ from kubesvc.apiserver.limits import in_flight_middleware
 from kubesvc.apiserver.registry.store import Registry
 from kubesvc.apiserver.subresources import POD_BINDING, POD_LOG, SERVICE_ACCOUNT_TOKEN, action, legacy_action
 from kubesvc.apiserver.watch import watch_objects
+from kubesvc.storage.base import StorageError
 from kubesvc.util.clock import Clock
 
 log = logging.getLogger("kubesvc.apiserver")
@@ -250,6 +251,13 @@ async def status_middleware(request: web.Request, handler) -> web.StreamResponse
     except web.HTTPException as exc:
         code = exc.status
         return error_response(StatusError(exc.status, exc.reason.replace(" ", ""), exc.text or exc.reason))
+    except StorageError as exc:
+        # the store failed (etcd unreachable, no quorum, a request timed out): kube-apiserver passes
+        # etcd's error through ErrorToAPIStatus as a 500 with its text and no reason; not a bug,
+        # so one log line, no traceback
+        log.warning("storage failed serving %s %s: %s", request.method, request.path, exc)
+        code = 500
+        return error_response(StatusError(500, "", str(exc)))
     except Exception as exc:  # the last line of defence: a bug is a 500 Status, never a traceback to the client
         log.exception("internal error serving %s %s", request.method, request.path)
         code = 500
