@@ -44,3 +44,43 @@ def test_counters_and_watch_event_sizes_under_upstream_names():
         assert expected in lines, expected
     # no list served for endpointslices yet: no list series for it
     assert not any("cache_list" in line and "endpointslices" in line for line in lines)
+
+
+def scrape(http, url: str) -> dict[str, float]:
+    """/metrics as {series: value} (series with their labels, as exposed)."""
+    samples = {}
+    for line in http.get(f"{url}/metrics").text.splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            samples[series] = float(value)
+    return samples
+
+
+def test_a_list_and_a_watch_show_on_metrics(fresh_apiserver):
+    """Over HTTP: the counters move as a client lists and watches Services, the gauges show the
+    cache's revision and capacity."""
+    import json
+
+    server = fresh_apiserver()
+    http = server.session()
+    base = f"{server.url}/api/v1/namespaces/default/services"
+    rv = http.get(base).json()["metadata"]["resourceVersion"]
+    before = scrape(http, server.url)
+    for name in ("a", "b"):
+        assert http.post(base, json={"metadata": {"name": name}, "spec": {"ports": [{"port": 80}]}}).status_code == 201
+    listed = http.get(base).json()
+    with http.get(base, params={"watch": "true", "resourceVersion": rv, "timeoutSeconds": "1"}, stream=True) as response:
+        lines = [line for line in response.iter_lines() if line]
+    after = scrape(http, server.url)
+    services = '{group="",resource="services"}'
+    assert after["apiserver_watch_cache_events_received_total" + services] - before["apiserver_watch_cache_events_received_total" + services] == 2
+    assert after["apiserver_watch_cache_events_dispatched_total" + services] - before["apiserver_watch_cache_events_dispatched_total" + services] == 2
+    assert after["apiserver_watch_cache_initializations_total" + services] == 1
+    assert after['apiserver_cache_list_total{group="",index="",resource="services"}'] - before['apiserver_cache_list_total{group="",index="",resource="services"}'] == 1
+    assert after['apiserver_cache_list_returned_objects_total{group="",resource="services"}'] - before['apiserver_cache_list_returned_objects_total{group="",resource="services"}'] == 3
+    assert after["apiserver_watch_cache_resource_version" + services] >= int(listed["metadata"]["resourceVersion"])
+    assert after["watch_cache_capacity" + services] == 10000
+    assert [json.loads(line)["type"] for line in lines] == ["ADDED", "ADDED"]
+    watched = '{group="",kind="services",version="v1"}'
+    assert after["apiserver_watch_events_total" + watched] == 2
+    assert after["apiserver_watch_events_sizes_sum" + watched] == sum(len(line) + 1 for line in lines)  # each line with its newline

@@ -91,6 +91,15 @@ def gone(message: str) -> StatusError:
     return StatusError(410, "Expired", message)
 
 
+def too_large_resource_version(requested: int, current: int, retry_after_seconds: int = 1) -> StatusError:
+    """k8s.io/apiserver/pkg/storage NewTooLargeResourceVersionError: a read at a resourceVersion
+    the server has not reached (a NewTimeoutError with the ResourceVersionTooLarge cause, which
+    client-go's reflector recognises and retries)."""
+    return StatusError(504, "Timeout", f"Timeout: Too large resource version: {requested}, current: {current}",
+                       {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                        "retryAfterSeconds": retry_after_seconds})
+
+
 def too_large(message: str = "the request is too large") -> StatusError:
     return StatusError(413, "RequestEntityTooLarge", message)
 

@@ -94,7 +94,9 @@ class Metrics:
 
 
 def error_response(exc: StatusError) -> web.Response:
-    return handlers.json_response(exc.status(), exc.code)
+    """The Status, with ``Retry-After`` when it says when to retry (upstream's ErrorNegotiated)."""
+    retry = (exc.details or {}).get("retryAfterSeconds")
+    return handlers.json_response(exc.status(), exc.code, {"Retry-After": str(retry)} if retry else None)
 
 
 def _resolve(request: web.Request, registry: Registry) -> handlers.Target | UnstoredTarget | None:

@@ -2,25 +2,45 @@
 
 kube-apiserver's cacher (k8s.io/apiserver/pkg/storage/cacher) keeps, per resource, the current
 objects and a ring of recent events, fed by one storage watch; lists and watches are answered
-from it instead of from etcd. This is that, for the embedded backends:
+from it instead of from etcd. This is that, over any backend (embedded or etcd):
 
-* **One storage watch** of every key feeds all resources (:class:`WatchCache`), so the cache's
-  revision is the store's revision as soon as the pump has taken what is queued. Each event
+* **One storage watch** of every key feeds all resources (:class:`WatchCache`), where upstream
+  opens one per resource. Each resource's cacher sees exactly the events its own watch would
+  deliver, in the same order (a prefix's events are a subsequence of the whole keyspace's, and
+  etcd orders both by revision). What differs: one watch stream instead of one per resource;
+  a failure reloads every resource (upstream: the failing one); and the cache's revision is
+  global, so a quiet resource is as fresh as the busiest one without a progress notification
+  (upstream needs one per quiet resource). A revision made outside the watched keys (etcd's
+  ``compact_rev_key``, another program's keys) brings no event: consistent reads wait for it
+  with progress requests, below. Each event
   is parsed once, its ``metadata.resourceVersion`` filled in and encoded once
   (:class:`Cached`): the bytes a list or a watch event carries, shared by every reader. Beside
   the bytes sits what selectors need (name, namespace, labels, the kind's selectable fields).
-* **Lists** are a concatenation of those bytes in key order. Every cached read is consistent:
-  it first waits until the cache has applied every write committed before the request (upstream
-  ``ConsistentListFromCache``'s wait for the storage's current revision; here one loop turn).
-  That also satisfies ``resourceVersion="0"`` (any) and ``N`` (not older than N). What the cache
-  does not answer goes to storage as before (``Store.list``): ``resourceVersionMatch=Exact``,
+* **Lists** are a concatenation of those bytes in key order, by resourceVersion as upstream's
+  cacher serves them (reference/etcd-ha.md 3.2):
+
+  * unset, a consistent read: from the cache once it reached the storage's current revision
+    (``ConsistentListFromCache``; one loop turn on the embedded backends), asking the storage
+    watch for progress every 100 ms while it waits (``ConditionalProgressRequester``), storage
+    after 3 s. From storage at once when the backend's progress notifications cannot prove the
+    cache caught up (``request_watch_progress = False``: etcd before 3.4.31), as kube-apiserver
+    reads etcd then;
+  * ``"0"``: whatever the cache holds now (any freshness);
+  * ``N``: once the cache reached N (``waitUntilFreshAndBlock``); after 3 s, 504 ``Timeout:
+    Too large resource version: N, current: M`` with the ``ResourceVersionTooLarge`` cause and
+    ``retryAfterSeconds`` 1, which client-go retries.
+
+  What the cache does not answer goes to storage as before (``Store.list``): ``resourceVersionMatch=Exact``,
   as 1.32's cacher delegates it. A first page (``limit``) is cut from the cache at its
   revision, with etcd3's continue token for that revision; a next page comes from the cache
   too while none of the resource's objects changed after the token's revision (the cached
   state is then the state at that revision), else from storage at that revision: one
   consistent snapshot either way, as before.
 * **Watches** start from the ring: events after the requested revision, exactly once and in
-  order, then live events. Below the ring's window, or below the storage's compaction point,
+  order, then live events. A revision beyond the cache's (a client that moved from an
+  apiserver whose cache was further on; every apiserver's cache follows the same storage, so
+  revisions are global) is accepted and gets the events after it once they arrive, as
+  upstream's cacher accepts it: no gap and no repeat across apiservers. Below the ring's window, or below the storage's compaction point,
   a watch gets 410 Expired (``too old resource version: N (oldest)``) and the client relists,
   as from the cacher. Without a resourceVersion, or with "0", the watch starts with a synthetic
   ADDED for every current object (the cache's snapshot), then follows it. An event going to N
@@ -29,7 +49,16 @@ from it instead of from etcd. This is that, for the embedded backends:
   DELETED with its previous state at the event's revision).
 * **Bookmarks**: a watch that asks for progress gets a BOOKMARK at the cache's revision once
   every event up to it has been queued to it (the storage's progress notification passes
-  through the same pump).
+  through the same pump; without reliable notifications, at once at the cache's own revision),
+  never below the revision the watch started from.
+* **Events that share a revision** (etcd puts every operation of a Txn at one revision; the
+  embedded backends give each its own): a storage batch holds whole revisions (etcd never
+  splits a revision across watch responses), so the cache's revision always names a state it
+  holds completely. A watch "after N" takes all or none of a revision's events; the ring's
+  window is "every event above ``oldest()``", so dropping the first of a revision's events
+  moves the window past that whole revision (a watch from before it gets 410).
+* **Metrics**: upstream's ``apiserver_watch_cache_*``, ``apiserver_cache_list_*`` and the
+  watch handler's ``apiserver_watch_events_*`` (apiserver/cacher_metrics.py).
 
 While the pump is down (the storage watch or the reload failed) the cache is not ready: lists
 and watches go to storage at once, as upstream's cacher answers from etcd until it is ready
@@ -48,15 +77,16 @@ import contextlib
 import logging
 from collections import deque
 from dataclasses import dataclass
-from typing import AsyncIterator, Iterable
+from typing import AsyncIterator, Callable, Iterable
 
 import msgspec
 
 from kubesvc.api import errors
-from kubesvc.api.errors import StatusError
 from kubesvc.api.scheme import KindInfo
+from kubesvc.apiserver.cacher_metrics import ResourceCounts, WatchCacheMetrics
 from kubesvc.apiserver.registry.store import decode_continue, encode_continue  # the registry's token format
 from kubesvc.storage import base as storage
+from kubesvc.storage.embedded import EmbeddedBackend
 
 log = logging.getLogger("kubesvc.apiserver.cacher")
 
@@ -64,7 +94,8 @@ _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
 
 DEFAULT_CAPACITY = 10_000  # events kept per resource (upstream's watch cache grows to ~100k)
-FRESHNESS_TIMEOUT = 3.0  # upstream's waitUntilFreshAndBlock waits 3 s; then storage answers
+FRESHNESS_TIMEOUT = 3.0  # upstream's waitUntilFreshAndBlock waits 3 s; then storage answers (or 504)
+PROGRESS_REQUEST_PERIOD = 0.1  # upstream's progressRequestPeriod: how often a waiting read asks for progress
 WATCHER_BACKLOG = 10_000  # undelivered events after which a watcher is closed (it re-watches)
 RETRY_FIRST, RETRY_MAX = 0.1, 5.0  # the pump's back-off after a failure, doubling (seconds)
 
@@ -259,18 +290,21 @@ def translate(event: CachedEvent, opts) -> tuple[str, Cached] | None:
 class ListPage:
     items: list[Cached]
     meta: dict  # ListMeta: resourceVersion, continue, remainingItemCount
+    fetched: int = 0  # objects read to make the page (apiserver_cache_list_fetched_objects_total)
 
 
 class Cacher:
     """One resource's objects (in key order) and recent events."""
 
-    def __init__(self, info: KindInfo, revision: int, capacity: int):
+    def __init__(self, info: KindInfo, revision: int, capacity: int, counts: ResourceCounts | None = None):
+        """``counts``: the resource's metrics (cacher_metrics.py), which outlive this cacher."""
         self.info = info
+        self.counts = counts if counts is not None else ResourceCounts()
         self.prefix = info.key_prefix()
         self._objects: dict[str, Cached] = {}
         self._keys: list[str] = []  # sorted: lists and pages walk it
         self._ring: deque[CachedEvent] = deque()
-        self._capacity = max(1, capacity)
+        self.capacity = max(1, capacity)
         self._ring_after = revision  # the ring holds every event of this resource above this
         self._last_change = revision  # the newest revision that may have changed an object here
         self.watchers: set[CacheWatch] = set()
@@ -298,11 +332,14 @@ class Cacher:
             self._objects[key] = obj
             cached_event = CachedEvent("ADDED" if prev is None else "MODIFIED", revision, key, obj, prev)
         self._last_change = revision
-        if len(self._ring) == self._capacity:
+        if len(self._ring) == self.capacity:
             self._ring_after = self._ring.popleft().revision
         self._ring.append(cached_event)
+        counts = self.counts
+        counts.received += 1
         for watcher in list(self.watchers):
             watcher.offer(cached_event)
+        counts.dispatched += 1
 
     def oldest(self) -> int:
         """The lowest revision a watch may start after."""
@@ -351,10 +388,12 @@ class Cacher:
             if limit and start + limit < end and keys:
                 meta["continue"] = encode_continue(revision, keys[-1][len(prefix):] + "\x00")
                 meta["remainingItemCount"] = end - start - limit
-            return ListPage([self._objects[key] for key in keys], meta)
+            return ListPage([self._objects[key] for key in keys], meta, len(keys))
         items: list[Cached] = []
         matches = opts.matches
+        page = ListPage(items, meta)
         for obj in self.objects(prefix, start_key):
+            page.fetched += 1
             if matches(obj.view):
                 items.append(obj)
                 if limit and len(items) == limit:
@@ -362,18 +401,25 @@ class Cacher:
                     if next(iter(self.objects(prefix, next_start)), None) is not None:
                         meta["continue"] = encode_continue(revision, next_start[len(prefix):])
                     break
-        return ListPage(items, meta)
+        return page
 
 
 class CacheWatch:
     """One client's watch on the cache: (type, WireEvent) pairs, and BOOKMARKs as dicts; the
-    interface of the registry's ObjectWatch (``request_progress``, ``close``, ``async for``)."""
+    interface of the registry's ObjectWatch (``request_progress``, ``close``, ``async for``).
+
+    ``sink``, when the consumer sets one, takes an event as the pump dispatches it (the watch
+    handler writes the line to its connection there and then), so an event for N watchers is N
+    writes in one pass instead of N tasks woken to write it. It is used only while nothing is
+    queued before the event (order), and it declines (returns False) when the connection is
+    backed up; the event is then queued as without it."""
 
     def __init__(self, cache: "WatchCache", cacher: Cacher, prefix: str, opts, after: int, initial: list[Cached]):
         self._cache, self._cacher, self._prefix, self._opts, self._after = cache, cacher, prefix, opts, after
         self._pending: deque = deque(("ADDED", WireEvent("ADDED", obj.raw)) for obj in initial if opts.matches(obj.view))
         self._ready = asyncio.Event()
         self._closed = False
+        self.sink: Callable[[str, WireEvent], bool] | None = None
         if self._pending:
             self._ready.set()
 
@@ -383,14 +429,17 @@ class CacheWatch:
         seen = translate(event, self._opts)
         if seen is None:
             return
+        wire = event.wire(*seen)
+        if self.sink is not None and not self._pending and self.sink(seen[0], wire):
+            return
         if len(self._pending) >= WATCHER_BACKLOG:  # too slow: end it, the client re-watches
             self.close()
             return
-        self._pending.append((seen[0], event.wire(*seen)))
+        self._pending.append((seen[0], wire))
         self._ready.set()
 
     def bookmark(self, revision: int) -> None:
-        if not self._closed:
+        if not self._closed and revision >= self._after:  # never behind where the client said it is (a watch from ahead)
             info = self._cacher.info
             self._pending.append(("BOOKMARK", {"kind": info.kind, "apiVersion": info.api_version, "metadata": {"resourceVersion": str(revision)}}))
             self._ready.set()
@@ -401,6 +450,7 @@ class CacheWatch:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            self.sink = None
             self._cacher.watchers.discard(self)
             self._cache.forget_bookmark(self)
             self._ready.set()
@@ -442,10 +492,13 @@ class CacheWatch:
 class WatchCache:
     """Every stored resource's Cacher, fed by one storage watch (see the module docstring)."""
 
-    def __init__(self, backend: storage.Backend, kinds: Iterable[KindInfo], *, capacity: int = DEFAULT_CAPACITY):
+    def __init__(self, backend: storage.Backend, kinds: Iterable[KindInfo], *, capacity: int = DEFAULT_CAPACITY,
+                 metrics: WatchCacheMetrics | None = None):
         self.backend = backend
         self.capacity = capacity
         self._kinds = list(kinds)
+        self.metrics = metrics if metrics is not None else WatchCacheMetrics()
+        self.metrics.attach(self)
         self.revision = 0
         self._cachers: dict[str, Cacher] = {}
         self._by_kind: dict[tuple[str, str], Cacher] = {}
@@ -484,7 +537,8 @@ class WatchCache:
         backend = self.backend
         current, compacted = await backend.current_revision(), backend.compact_revision()
         start = max(compacted, current - self.capacity, min(current, 1))
-        self._cachers = {info.key_prefix(): Cacher(info, start, self.capacity) for info in self._kinds}
+        self._cachers = {info.key_prefix(): Cacher(info, start, self.capacity, self.metrics.resource(info.group, info.resource))
+                         for info in self._kinds}
         self._by_kind = {(c.info.group, c.info.resource): c for c in self._cachers.values()}
         for kv in (await backend.list("", revision=start)).kvs:
             cacher = self._cacher_for(kv.key)
@@ -493,6 +547,8 @@ class WatchCache:
         self.revision = start
         self._watch = await backend.watch("", start)
         self.ready = True
+        for cacher in self._cachers.values():
+            cacher.counts.initializations += 1
 
     def _cacher_for(self, key: str) -> Cacher | None:
         """The resource a key belongs to: /registry/<prefix>/..., the prefix one or two segments."""
@@ -548,21 +604,45 @@ class WatchCache:
         self._advanced = asyncio.Event()
 
     def request_bookmark(self, watcher: CacheWatch) -> None:
-        self._bookmarks.add(watcher)
-        if self._watch is not None:
-            self._watch.request_progress()
+        if self._request_progress():  # the storage's marker comes after every event up to its revision
+            self._bookmarks.add(watcher)
+        else:  # every event up to the cache's revision is queued to the watcher already
+            watcher.bookmark(self.revision)
 
     def forget_bookmark(self, watcher: CacheWatch) -> None:
         self._bookmarks.discard(watcher)
+
+    def _request_progress(self) -> bool:
+        """Ask the storage watch for a progress notification (etcd's RequestProgress), where the
+        storage answers it reliably; True if asked."""
+        if self._watch is None or not self.progress_reliable:
+            return False
+        self._watch.request_progress()
+        return True
+
+    @property
+    def progress_reliable(self) -> bool:
+        """Whether the storage's progress notifications can prove the cache caught up: the
+        embedded backends' always can (queued under the write lock); another backend says so
+        with ``request_watch_progress`` (etcd's RequestProgress: from 3.4.31 / 3.5.13, as
+        kube-apiserver's feature check), and is not trusted without it."""
+        return getattr(self.backend, "request_watch_progress", isinstance(self.backend, EmbeddedBackend))
 
     async def fresh(self) -> bool:
         """Wait until every write committed before now is in the cache; False if that took
         longer than FRESHNESS_TIMEOUT or the cache is not ready (the caller then reads storage)."""
         if not self.ready:
             return False
-        target = await self.backend.current_revision()
+        return await self.reach(await self.backend.current_revision())
+
+    async def reach(self, target: int) -> bool:
+        """Wait until the cache holds every event up to revision ``target`` (upstream's
+        waitUntilFreshAndBlock), at most FRESHNESS_TIMEOUT, asking the storage watch for
+        progress every PROGRESS_REQUEST_PERIOD meanwhile (upstream's ConditionalProgressRequester:
+        a revision made outside the cached keys brings no event); False on timeout or when the
+        cache stops being ready meanwhile."""
         if self.revision >= target:
-            return True
+            return self.ready
         loop = asyncio.get_running_loop()
         deadline = loop.time() + FRESHNESS_TIMEOUT
         while self.revision < target:
@@ -571,45 +651,69 @@ class WatchCache:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
+            self._request_progress()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._advanced.wait(), remaining)
-        return True
+                await asyncio.wait_for(self._advanced.wait(), min(remaining, PROGRESS_REQUEST_PERIOD))
+        return self.ready
 
     # ---- reading -----------------------------------------------------------------------------
     def cacher(self, info: KindInfo) -> Cacher | None:
         return self._by_kind.get((info.group, info.resource))
+
+    def capacities(self) -> list[tuple[str, str, int]]:
+        """(group, resource, ring capacity) of every cached resource (the metrics' gauges)."""
+        return [(c.info.group, c.info.resource, c.capacity) for c in self._cachers.values()]
+
+    @staticmethod
+    def _served(cacher: Cacher, page: ListPage) -> ListPage:
+        counts = cacher.counts
+        counts.lists += 1
+        counts.fetched += page.fetched
+        counts.returned += len(page.items)
+        return page
 
     async def list(self, info: KindInfo, namespace: str | None, opts) -> ListPage | None:
         """A list page from the cache, or None when storage must answer (see the module docstring)."""
         cacher = self.cacher(info)
         if cacher is None or not self.ready or opts.resource_version_match == "Exact":
             return None
-        if opts.resource_version and opts.resource_version > await self.backend.current_revision():
-            return None  # storage's answer for a future revision
-        if not await self.fresh():
-            return None
-        if not opts.continue_token:
-            return cacher.page(namespace, opts, self.revision)
-        # a next page: from the cache while nothing of this resource changed since the token's revision
-        revision, start_key = decode_continue(opts.continue_token, info.key_prefix(namespace))
-        name = opts.field_selector.exact_name() if opts.field_selector is not None else None
-        if name is not None or revision < self.backend.compact_revision() or not cacher.unchanged_since(revision):
-            return None
-        if revision > self.revision:  # a token from beyond the store (forged): storage's 504 Too large resource version
-            return None
-        return cacher.page(namespace, opts, revision, start_key)
+        if opts.continue_token:
+            # a next page: from the cache while nothing of this resource changed since the
+            # token's revision (the cached state is then the state at that revision, however
+            # far behind the storage the cache is; with reliable progress it first catches up,
+            # so a change committed before the request sends the page to storage)
+            if self.progress_reliable and not await self.fresh():
+                return None
+            revision, start_key = decode_continue(opts.continue_token, info.key_prefix(namespace))
+            name = opts.field_selector.exact_name() if opts.field_selector is not None else None
+            if name is not None or revision < self.backend.compact_revision() or not cacher.unchanged_since(revision):
+                return None
+            if revision > self.revision:  # a token from beyond the cache (forged, or another apiserver's): storage answers
+                return None
+            return self._served(cacher, cacher.page(namespace, opts, revision, start_key))
+        if opts.resource_version is None:  # a consistent read
+            if not self.progress_reliable:  # as kube-apiserver on etcd < 3.4.31: from storage
+                return None
+            if not await self.fresh():
+                return None
+        elif opts.resource_version and not await self.reach(opts.resource_version):  # "0": whatever the cache holds
+            if not self.ready:
+                return None
+            raise errors.too_large_resource_version(opts.resource_version, self.revision)
+        return self._served(cacher, cacher.page(namespace, opts, self.revision))
 
     async def watch(self, info: KindInfo, namespace: str | None, opts, *, send_initial: bool) -> CacheWatch | None:
         """A watch from the cache (410 Expired below its window, raised before anything streams),
-        or None when storage must answer."""
+        or None when storage must answer. From revision N it needs no freshness: events up to
+        the cache's revision are in the ring, later ones follow live, and an N beyond the cache
+        (a client coming from another apiserver) gets the events after N once they arrive, as
+        upstream's cacher accepts such a watch. Without a revision it starts at the storage's
+        current state where progress is reliable, else at the cache's (upstream's legacy "any")."""
         cacher = self.cacher(info)
         if cacher is None or not self.ready:
             return None
         after = opts.resource_version or 0
-        current = await self.backend.current_revision()
-        if after > current:
-            raise StatusError(504, "Timeout", f"Too large resource version: {after}, current: {current}")
-        if not await self.fresh():
+        if not after and self.progress_reliable and not await self.fresh():
             return None
         prefix = info.key_prefix(namespace)
         initial: list[Cached] = []
