@@ -330,6 +330,32 @@ def test_slot_block_reused_when_endpoint_count_stays_within_it():
     assert f"numgen random mod 33 offset {new_block[0]} map @{rules.endpoint_map(SVC)}" in plan.text
 
 
+
+def test_a_replaced_endpoint_takes_the_slot_of_the_one_it_replaces():
+    """Slots (past 16 endpoints) stay with their endpoints: a Pod replaced in a Service of 20
+    rewrites its one slot, not every slot after it in sorted order; then one removed leaves its
+    slot to the endpoint of the block's last slot, which the smaller count no longer reaches."""
+    ips = [f"10.180.1.{i}" for i in range(10, 30)]  # sorted as text and as numbers alike
+    svc = port("ns1", "svc1", cluster_ip=CIP)
+    emap = rules.endpoint_map(SVC)
+    _, state = build([(svc, tuple(ep(ip, 8080) for ip in ips))])
+    base = state.services["ns1/svc1"].slots[SVC][0]
+    assert state.held(emap) == {str(base + i): f"{ip} . 8080" for i, ip in enumerate(ips)}
+
+    replaced = ips[:5] + ["10.180.1.99"] + ips[6:]  # 10.180.1.15 replaced
+    plan, state = build([(svc, tuple(ep(ip, 8080) for ip in replaced))], state=state, full=False, changed={"ns1/svc1"})
+    assert f"delete element ip kube-proxy {emap} {{ {base + 5} }}" in lines(plan)
+    assert f"add element ip kube-proxy {emap} {{ {base + 5} : 10.180.1.99 . 8080 }}" in lines(plan)
+    assert plan.written["elements"] == 4  # that slot, out and in; the hairpin pair, out and in
+    assert state.held(emap) == {str(base + i): f"{ip} . 8080" for i, ip in enumerate(replaced)}
+
+    fewer = [ip for ip in replaced if ip != "10.180.1.12"]  # 19 endpoints: slots base..base+18
+    plan, state = build([(svc, tuple(ep(ip, 8080) for ip in fewer))], state=state, full=False, changed={"ns1/svc1"})
+    expected = dict(enumerate(replaced))
+    expected[2] = expected.pop(19)  # 10.180.1.29 moves from the last slot into the free one
+    assert state.held(emap) == {str(base + i): f"{ip} . 8080" for i, ip in expected.items()}
+    assert f"numgen random mod 19 offset {base} map @{emap}" in plan.text
+
 @pytest.mark.parametrize("before,after", [(2, 3), (3, 2), (2, 16), (16, 9)])
 def test_an_endpoint_count_change_up_to_16_changes_range_elements_only(before, after):
     """2..16 endpoints: the chain's fixed block of an interval map, one range per endpoint, so

@@ -738,6 +738,7 @@ def _endpoint_rules(rules: list[str], chain: str, eps: tuple[Endpoint, ...], pro
     if block is not None and block[2] == emap and n <= block[1] <= 2 * SlotAllocator.capacity(n):
         base = block[0]
         out.slots[chain] = block
+        eps = _keeping_slots(eps, _block_endpoints(old, emap, base))
     else:
         base, cap = ctx.allocator(emap).alloc(n)
         out.slots[chain] = (base, cap, emap)
@@ -747,6 +748,33 @@ def _endpoint_rules(rules: list[str], chain: str, eps: tuple[Endpoint, ...], pro
         slots = out.elements[emap] = Slots()
     # slot base + i → eps[i] (address . port), without a string per slot: 250k of them in a full sync at 5k × 50
     slots.add(base, eps)
+
+
+def _block_endpoints(render: ServiceRender, emap: str, base: int) -> tuple[Endpoint, ...]:
+    """The endpoints ``render`` put in the slots from ``base`` of ``emap``, in slot order."""
+    slots = render.elements.get(emap)
+    if isinstance(slots, Slots):
+        for start, endpoints in slots.blocks:
+            if start == base:
+                return endpoints  # type: ignore[return-value]
+    return ()
+
+
+def _keeping_slots(eps: tuple[Endpoint, ...], before: tuple[Endpoint, ...]) -> tuple[Endpoint, ...]:
+    """``eps`` in slot order for a block that held ``before``: an endpoint still there keeps its
+    slot while the block still has it, the others fill the free slots in ``eps``' order. A Pod
+    replaced in a Service of 50 then rewrites its one slot, not every slot after it in sorted
+    order (~70 elements). Each slot still holds one endpoint, so the choice stays uniform."""
+    if not before:
+        return eps
+    n = len(eps)
+    unplaced = {ep.endpoint: ep for ep in eps}
+    order: list[Endpoint | None] = [unplaced.pop(ep.endpoint, None) for ep in before[:n]]
+    order.extend([None] * (n - len(order)))
+    if unplaced:
+        newcomers = iter(unplaced.values())
+        order = [ep if ep is not None else next(newcomers) for ep in order]
+    return tuple(order)  # type: ignore[arg-type]
 
 
 def _endpoint_ranges(rules: list[str], chain: str, eps: tuple[Endpoint, ...], proto: str, ctx: _Ctx, out: ServiceRender,
