@@ -262,3 +262,24 @@ async def test_two_caches_over_one_etcd():
             await stop(b)
             await store_a.close()
             await store_b.close()
+
+
+async def test_a_revisions_events_reach_the_connection_in_one_write():
+    """The watch handler's sink gets each storage batch whole (one write to the connection), so
+    a client cut off mid-revision never resumes "after" it with part of it unseen; a sink that
+    declines (a backed-up connection) leaves them queued, in order."""
+    backend = ScriptedBackend(10)
+    cache = await started(backend)
+    try:
+        watch = await cache.watch(SERVICES, "default", ListOptions(resource_version=10), send_initial=False)
+        writes = []
+        watch.sink = lambda items: writes.append([wire.decode()["metadata"]["name"] for _, wire in items]) or True
+        await backend.commit(put("a", 11), put("b", 11))
+        await backend.commit(put("c", 12))
+        assert writes == [["a", "b"], ["c"]]
+        watch.sink = lambda items: False
+        await backend.commit(put("d", 13), put("e", 13))
+        assert await events_of(watch, 2) == [("ADDED", "d"), ("ADDED", "e")]
+        watch.close()
+    finally:
+        await stop(cache)

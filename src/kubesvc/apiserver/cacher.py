@@ -408,18 +408,22 @@ class CacheWatch:
     """One client's watch on the cache: (type, WireEvent) pairs, and BOOKMARKs as dicts; the
     interface of the registry's ObjectWatch (``request_progress``, ``close``, ``async for``).
 
-    ``sink``, when the consumer sets one, takes an event as the pump dispatches it (the watch
-    handler writes the line to its connection there and then), so an event for N watchers is N
-    writes in one pass instead of N tasks woken to write it. It is used only while nothing is
-    queued before the event (order), and it declines (returns False) when the connection is
-    backed up; the event is then queued as without it."""
+    ``sink``, when the consumer sets one, takes the events of each storage batch as the pump
+    dispatches it (the watch handler writes them to its connection there and then, in one
+    write), so an event for N watchers is N writes in one pass instead of N tasks woken to
+    write it, and the events of one revision (an etcd Txn's) never go out in separate writes:
+    a client cut off between two of them cannot resume "after" that revision having seen only
+    part of it. It is used only while nothing is queued before the events (order), and it
+    declines (returns False) when the connection is backed up; the events are then queued as
+    without it."""
 
     def __init__(self, cache: "WatchCache", cacher: Cacher, prefix: str, opts, after: int, initial: list[Cached]):
         self._cache, self._cacher, self._prefix, self._opts, self._after = cache, cacher, prefix, opts, after
         self._pending: deque = deque(("ADDED", WireEvent("ADDED", obj.raw)) for obj in initial if opts.matches(obj.view))
         self._ready = asyncio.Event()
         self._closed = False
-        self.sink: Callable[[str, WireEvent], bool] | None = None
+        self.sink: Callable[[list[tuple[str, WireEvent]]], bool] | None = None
+        self._outgoing: list[tuple[str, WireEvent]] = []  # this batch's events for the sink (flush)
         if self._pending:
             self._ready.set()
 
@@ -429,14 +433,28 @@ class CacheWatch:
         seen = translate(event, self._opts)
         if seen is None:
             return
-        wire = event.wire(*seen)
-        if self.sink is not None and not self._pending and self.sink(seen[0], wire):
+        item = (seen[0], event.wire(*seen))
+        if self.sink is not None and not self._pending:
+            if not self._outgoing:
+                self._cache.flush_after_batch(self)
+            self._outgoing.append(item)
             return
+        self._queue(item)
+
+    def _queue(self, item: tuple) -> None:
         if len(self._pending) >= WATCHER_BACKLOG:  # too slow: end it, the client re-watches
             self.close()
             return
-        self._pending.append((seen[0], wire))
+        self._pending.append(item)
         self._ready.set()
+
+    def flush(self) -> None:
+        """The batch's events to the sink in one go; queued when it declines."""
+        items, self._outgoing = self._outgoing, []
+        if not items or self._closed or (self.sink is not None and self.sink(items)):
+            return
+        for item in items:
+            self._queue(item)
 
     def bookmark(self, revision: int) -> None:
         if not self._closed and revision >= self._after:  # never behind where the client said it is (a watch from ahead)
@@ -504,6 +522,7 @@ class WatchCache:
         self._by_kind: dict[tuple[str, str], Cacher] = {}
         self._advanced = asyncio.Event()
         self._bookmarks: set[CacheWatch] = set()
+        self._flushing: list[CacheWatch] = []  # watchers holding events of the batch being applied
         self._watch: storage.Watch | None = None
         self._task: asyncio.Task | None = None
         self.ready = False  # loaded and fed by a live storage watch; else storage answers
@@ -596,12 +615,19 @@ class WatchCache:
             if cacher is not None:
                 cacher.apply(event)
             self.revision = event.kv.mod_revision
+        if self._flushing:
+            flushing, self._flushing = self._flushing, []
+            for watcher in flushing:
+                watcher.flush()
         if progressed and self._bookmarks:
             waiting, self._bookmarks = self._bookmarks, set()
             for watcher in waiting:
                 watcher.bookmark(self.revision)
         self._advanced.set()
         self._advanced = asyncio.Event()
+
+    def flush_after_batch(self, watcher: CacheWatch) -> None:
+        self._flushing.append(watcher)
 
     def request_bookmark(self, watcher: CacheWatch) -> None:
         if self._request_progress():  # the storage's marker comes after every event up to its revision

@@ -130,18 +130,20 @@ DIRECT_WRITE_LIMIT = 64 * 1024  # bytes waiting in the transport past which even
 
 
 def _direct_writer(transport, sizes):
-    """The cache watch's sink: an event line written to the connection as one HTTP chunk,
-    framed as aiohttp's chunked writer frames it. The response's headers went out at prepare,
-    and aiohttp's writer puts a write's bytes into the transport before it awaits anything, so
-    these writes and the handler's own stay in the order they were made."""
+    """The cache watch's sink: a storage batch's event lines written to the connection as one
+    HTTP chunk, framed as aiohttp's chunked writer frames it. The response's headers went out
+    at prepare, and aiohttp's writer puts a write's bytes into the transport before it awaits
+    anything, so these writes and the handler's own stay in the order they were made."""
 
-    def write(event_type: str, wire: WireEvent) -> bool:
+    def write(items: list[tuple[str, WireEvent]]) -> bool:
         if transport.is_closing() or transport.get_write_buffer_size() > DIRECT_WRITE_LIMIT:
             return False
-        line = wire.line
-        transport.write(b"%x\r\n%b\r\n" % (len(line), line))
+        lines = [wire.line for _, wire in items]
+        data = lines[0] if len(lines) == 1 else b"".join(lines)
+        transport.write(b"%x\r\n%b\r\n" % (len(data), data))
         if sizes is not None:
-            sizes.observe(len(line))
+            for line in lines:
+                sizes.observe(len(line))
         return True
 
     return write
