@@ -12,10 +12,10 @@ from it instead of from etcd. This is that, over any backend (embedded or etcd):
   global, so a quiet resource is as fresh as the busiest one without a progress notification
   (upstream needs one per quiet resource). A revision made outside the watched keys (etcd's
   ``compact_rev_key``, another program's keys) brings no event: consistent reads wait for it
-  with progress requests, below. Each event
-  is parsed once, its ``metadata.resourceVersion`` filled in and encoded once
-  (:class:`Cached`): the bytes a list or a watch event carries, shared by every reader. Beside
-  the bytes sits what selectors need (name, namespace, labels, the kind's selectable fields).
+  with progress requests, below. Each event is parsed once, its ``metadata.resourceVersion``
+  filled in and encoded once (:class:`Cached`): the bytes a list or a watch event carries,
+  shared by every reader. Beside the bytes sits what selectors need (name, namespace, labels,
+  the kind's selectable fields).
 * **Lists** are a concatenation of those bytes in key order, by resourceVersion as upstream's
   cacher serves them (reference/etcd-ha.md 3.2):
 
@@ -30,20 +30,22 @@ from it instead of from etcd. This is that, over any backend (embedded or etcd):
     Too large resource version: N, current: M`` with the ``ResourceVersionTooLarge`` cause and
     ``retryAfterSeconds`` 1, which client-go retries.
 
-  What the cache does not answer goes to storage as before (``Store.list``): ``resourceVersionMatch=Exact``,
-  as 1.32's cacher delegates it. A first page (``limit``) is cut from the cache at its
-  revision, with etcd3's continue token for that revision; a next page comes from the cache
-  too while none of the resource's objects changed after the token's revision (the cached
-  state is then the state at that revision), else from storage at that revision: one
-  consistent snapshot either way, as before.
+  What the cache does not answer goes to storage as before (``Store.list``):
+  ``resourceVersionMatch=Exact``, as 1.32's cacher delegates it. A first page (``limit``) is
+  cut from the cache at its revision, with etcd3's continue token for that revision; a next
+  page comes from the cache too while none of the resource's objects changed after the
+  token's revision (the cached state is then the state at that revision), else from storage
+  at that revision: one consistent snapshot either way, as before. A list is written out in
+  pieces (handlers.stream_list).
 * **Watches** start from the ring: events after the requested revision, exactly once and in
   order, then live events. A revision beyond the cache's (a client that moved from an
   apiserver whose cache was further on; every apiserver's cache follows the same storage, so
   revisions are global) is accepted and gets the events after it once they arrive, as
-  upstream's cacher accepts it: no gap and no repeat across apiservers. Below the ring's window, or below the storage's compaction point,
-  a watch gets 410 Expired (``too old resource version: N (oldest)``) and the client relists,
-  as from the cacher. Without a resourceVersion, or with "0", the watch starts with a synthetic
-  ADDED for every current object (the cache's snapshot), then follows it. An event going to N
+  upstream's cacher accepts it: no gap and no repeat across apiservers. Below the ring's
+  window, or below the storage's compaction point, a watch gets 410 Expired (``too old
+  resource version: N (oldest)``) and the client relists, as from the cacher. Without a
+  resourceVersion, or with "0", the watch starts with a synthetic ADDED for every current
+  object (the cache's snapshot), then follows it. An event going to N
   watchers is encoded once (:meth:`CachedEvent.wire`). Selector transitions become ADDED /
   DELETED as in the cacher's ``watchCacheEvent`` filtering (an object leaving the selection is
   DELETED with its previous state at the event's revision).
