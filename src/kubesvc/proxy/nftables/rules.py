@@ -64,16 +64,22 @@ Partial syncs (upstream NFT "partial sync")
 -------------------------------------------
 A full sync re-creates every fixed chain, rule and container and reconciles every element of
 every set/map against the kernel's actual content (listed by the caller into a
-``KernelSnapshot``); into endpoint maps and the hairpin set that hold nothing yet (a new table)
-its additions are marked ``early`` (``kernel.nftables.Transaction``): nothing reads those keys
+``KernelSnapshot``); into endpoint maps and the hairpin set that hold nothing yet its
+additions are marked ``early`` (``kernel.nftables.Transaction``): nothing reads those keys
 before the transaction lands, so the kernel layer may send them ahead as one netlink batch,
-which at 5k Services × 50 spares ``nft`` parsing 500k elements. Then ``NftState`` remembers, per Service, what it rendered: its chains
-with their rules, its elements, its affinity sets, its slot blocks, its no-local counts. A
-partial sync renders only ``request.changed_services`` (unchanged ones are not even
+which at 5k Services × 50 spares ``nft`` parsing 500k elements. Into a table that holds
+nothing of ours at all (a new one) every element addition goes *after* the rest of the text
+instead, in one batch (``Transaction.after``, see AFTER below): maps bound by rules while
+still empty spare the kernel a walk of their elements per binding. Then ``NftState``
+remembers, per Service, what it rendered: its chains with their rules, its elements (a slot
+map's as blocks of endpoints, ``Slots``), its affinity sets, its slot blocks, its no-local
+counts. A partial sync renders only ``request.changed_services`` (unchanged ones are not even
 categorized), flushes and rewrites their chains, and adds/deletes only the elements whose
-owners changed. Elements are owned by Services (two ports of one Service share their
-ClusterIP element; a Pod IP behind two Services shares a hairpin element) and leave the kernel
-when their last owner does. Chains no Service uses any more are flushed now and deleted by the
+owners changed; a reused slot block keeps each remaining endpoint in its slot. Elements are
+owned by Services (two ports of one Service share their ClusterIP element; a Pod IP behind
+two Services shares a hairpin element) and leave the kernel when their last owner does; an
+endpoint map's keys each lie in one chain's block, so those need no owner records
+(``EXCLUSIVE_CONTAINERS``). Chains no Service uses any more are flushed now and deleted by the
 caller in a later, separate transaction (kernels before 6.2 need a moment to notice a chain is
 no longer referenced by a map element); stale affinity sets are deleted at once.
 
