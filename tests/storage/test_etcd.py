@@ -146,6 +146,7 @@ async def test_two_compactors_on_one_etcd_compact_once_per_round():
     with running_etcd() as etcd:
         backends = [await EtcdBackend(EtcdConfig((etcd.client_url,))).open() for _ in range(2)]
         compactors = [Compactor(backend, interval=0) for backend in backends]
+        everything = await backends[0].watch("", await backends[0].current_revision())
         rounds = []
         for round_number in range(4):
             before = await backends[0].current_revision()
@@ -158,5 +159,13 @@ async def test_two_compactors_on_one_etcd_compact_once_per_round():
             assert targets[1] == 0 and targets[0] > earlier  # the first to tick compacts, once
         fresh = await EtcdBackend(EtcdConfig((etcd.client_url,))).open()
         assert fresh.compact_revision() == rounds[-1][0][0]  # learned from etcd on open
+        # the CAS key is under the prefix: a watch of everything sees every revision etcd gave out
+        seen = []
+        async for batch in everything:
+            seen += batch
+            if seen[-1].kv.mod_revision == await fresh.current_revision():
+                break
+        assert {e.kv.key for e in seen} >= {"/registry/compact_rev_key"}
+        everything.close()
         for backend in (*backends, fresh):
             await backend.close()

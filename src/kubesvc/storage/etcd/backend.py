@@ -32,7 +32,7 @@ compactions, a watch cancelled for compaction, and a probe when a read is refuse
 again on open.
 
 Watches: watch.py. Compaction: compactor.py runs upstream's compare-and-swap on
-``compact_rev_key`` so that several apiservers compact once per interval.
+``<prefix>/compact_rev_key`` so that several apiservers compact once per interval.
 
 ``request_watch_progress`` says whether etcd's progress notifications can prove a watch has
 caught up (kube-apiserver's ``endpointSupportsRequestWatchProgress``, etcd issues #15220 and
@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 MOD = rpc.Compare.CompareTarget.MOD
 EQUAL, GREATER = rpc.Compare.CompareResult.EQUAL, rpc.Compare.CompareResult.GREATER
 HAS_LEADER = (("hasleader", "true"),)  # clientv3.WithRequireLeader
-PROBE_KEY = b"compact_rev_key"
+HEALTH_KEY = "/registry/health"  # read, never written: kube-apiserver's etcd health probe reads it too
 
 
 def _condition(op: Op, key: bytes) -> "rpc.Compare":
@@ -131,6 +131,7 @@ class EtcdBackend:
         self._watches: set[EtcdWatch] = set()
         self._compacted = 0
         self._closed = False
+        self._probe = self.keys.key(HEALTH_KEY)
         self.request_watch_progress = False  # set by open() from the member's version
         self.server_version = ""
 
@@ -167,7 +168,7 @@ class EtcdBackend:
         call = self._watch_stub.Watch(timeout=self._timeout)
         try:
             watch = EtcdWatch(call, self.keys.name, 1, lambda _: None)
-            first = await watch.start(rpc.WatchCreateRequest(key=PROBE_KEY, start_revision=1))
+            first = await watch.start(rpc.WatchCreateRequest(key=self._probe, start_revision=1))
             if first is not grpc.aio.EOF and first.created and not first.canceled:
                 # etcd reports compaction asynchronously, from its unsynced-watcher loop (every
                 # 100 ms); events or silence mean history reaches back to revision 1
@@ -193,7 +194,7 @@ class EtcdBackend:
         return self
 
     async def current_revision(self) -> int:
-        return (await self._range(PROBE_KEY, count_only=True)).header.revision
+        return (await self._range(self._probe, count_only=True)).header.revision
 
     def compact_revision(self) -> int:
         return self._compacted
@@ -261,7 +262,7 @@ class EtcdBackend:
             # refuse a revision below the compact revision or above the current one at once (a
             # watch would be cancelled later, or wait for the revision): a one-key read at it
             # answers both. Reading *at* the compact revision is allowed, so a watch after it is too
-            await self._range(PROBE_KEY, revision=after_revision, count_only=True)
+            await self._range(self._probe, revision=after_revision, count_only=True)
         if self._closed:
             raise errors.Unavailable("etcd backend is closed")
         call = self._watch_stub.Watch(metadata=HAS_LEADER)

@@ -1,7 +1,13 @@
 """Compaction every ``--etcd-compaction-interval`` (default 5 min, 0 off), as kube-apiserver's
 ``storage/etcd3/compact.go``: several apiservers on one etcd compact once per interval between
-them, coordinated by a compare-and-swap on the key ``compact_rev_key`` (no prefix: upstream keeps
-it outside every resource prefix, and kube-apiservers sharing the etcd coordinate on it too).
+them, coordinated by a compare-and-swap on a key ``compact_rev_key``.
+
+Upstream's key is ``compact_rev_key`` outside every prefix. kubesvc's is
+``<--etcd-prefix>/compact_rev_key``: then every write kubesvc makes to etcd is under the prefix,
+so the watch cache, which watches the whole prefix, sees every revision etcd hands out and can
+tell it has caught up with etcd's current revision without progress notifications (unreliable
+before etcd 3.4.31, which Debian's 3.4.23 is). kubesvc does not share an etcd with
+kube-apiservers (its values are JSON, theirs protobuf), so nothing else needs the bare key.
 
 Each tick::
 
@@ -31,7 +37,7 @@ from kubesvc.storage.base import StorageError
 
 log = logging.getLogger(__name__)
 
-COMPACT_REV_KEY = b"compact_rev_key"
+COMPACT_REV_KEY = "/registry/compact_rev_key"  # under --etcd-prefix (keys.py)
 
 
 @dataclass
@@ -52,14 +58,15 @@ class Compactor:
         self.backend = backend
         self.interval = interval
         self.state = CompactorState()
+        self.key = backend.keys.key(COMPACT_REV_KEY)
 
     async def tick(self) -> int:
         """One round; returns the revision compacted to (0: none)."""
         backend = self.backend
-        compare = rpc.Compare(key=COMPACT_REV_KEY, target=rpc.Compare.CompareTarget.VERSION,
+        compare = rpc.Compare(key=self.key, target=rpc.Compare.CompareTarget.VERSION,
                               result=rpc.Compare.CompareResult.EQUAL, version=self.state.local_version)
-        put = rpc.RequestOp(request_put=rpc.PutRequest(key=COMPACT_REV_KEY, value=str(self.state.revision).encode()))
-        get = rpc.RequestOp(request_range=rpc.RangeRequest(key=COMPACT_REV_KEY))
+        put = rpc.RequestOp(request_put=rpc.PutRequest(key=self.key, value=str(self.state.revision).encode()))
+        get = rpc.RequestOp(request_range=rpc.RangeRequest(key=self.key))
         response = await backend._txn([compare], [put], [get])
         remote_version = 0
         if not response.succeeded:

@@ -9,9 +9,8 @@ kube-apiserver joins ``--etcd-prefix`` in front of the resource prefix
 
 A prefix (for list, count and watch) becomes etcd's ``[key, range_end)``, ``range_end`` being the
 prefix with its last byte incremented (clientv3's ``GetPrefixRangeEnd``). The empty prefix,
-which the watch cache uses for "everything", is the whole ``--etcd-prefix`` range. Keys outside
-it (``compact_rev_key``, which upstream deliberately keeps outside every prefix) are never
-listed or watched.
+which the watch cache uses for "everything", is the whole ``--etcd-prefix`` range: every key
+kubesvc writes is in it, the compactor's ``compact_rev_key`` too (compactor.py says why).
 """
 
 from __future__ import annotations
