@@ -250,7 +250,7 @@ class APIServer:
         kubernetes_service = KubernetesService(self.registry, self.allocators, self.port)
         await kubernetes_service.ensure()
         system_objects = SystemObjects(self.registry, kubernetes_service)
-        repair = Repair(self.registry, self.allocators, self.clock)
+        repair = Repair(self.registry, self.allocators, self.clock, index_follows_store=True)  # _follow_allocations
         finalizer = NamespaceFinalizer(self.registry)
         kubelet_client_cert = config.kubelet_client_certificate or creds.kubelet_client.cert
         kubelet_client = KubeletClient(kubelet_tls_context(kubelet_client_cert, config.kubelet_client_key or creds.kubelet_client.key,

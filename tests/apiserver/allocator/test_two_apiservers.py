@@ -5,6 +5,7 @@ allocation (issue 18: "allocation repair safe to run in every apiserver")."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -127,3 +128,31 @@ async def test_both_repair_loops_together_keep_every_allocation_and_fix_a_leak_o
     for _ in range(2):
         for server in (first, second):
             assert (await server.repair.run_once()).clean
+
+
+async def test_a_following_index_is_reloaded_only_when_a_difference_outlives_a_pass(pair, monkeypatch):
+    """With the index following the store, a difference at a repair pass is usually a write
+    the watch has not delivered yet; only one still there at the next pass (a broken feed)
+    reloads the whole index."""
+    first, second = pair
+    repair = Repair(second.registry, second.allocators, second.registry.clock, index_follows_store=True)
+    loads = []
+    real_load = second.allocators.load
+
+    async def counting_load() -> None:
+        loads.append(1)
+        await real_load()
+
+    monkeypatch.setattr(second.allocators, "load", counting_load)
+    backend = second.registry.backend
+    lagging = records.ip_address_object("10.96.0.5", "default", "elsewhere")
+    await backend.create(records.ip_address_key("10.96.0.5"), json.dumps(lagging).encode())  # not delivered yet
+    assert await repair.reload_index() is False and loads == []
+    await settle()  # the watch delivers it
+    assert "10.96.0.5" in second.taken()
+    assert await repair.reload_index() is False and loads == []
+
+    second.allocators.mark_ip("10.96.0.4", True)  # the index drifts (a feed that missed a delete)
+    assert await repair.reload_index() is False and loads == []  # first seen: maybe in flight
+    assert await repair.reload_index() is True and loads == [1]  # still there: reloaded
+    assert "10.96.0.4" not in second.taken() and "10.96.0.5" in second.taken()

@@ -685,11 +685,13 @@ class Repair:
     """Both repair loops over one Registry and its allocators."""
 
     def __init__(self, registry: "Registry", allocators: "ServiceAllocators", clock: Clock, *,
-                 leak_grace_seconds: float = LEAK_GRACE_SECONDS):
+                 leak_grace_seconds: float = LEAK_GRACE_SECONDS, index_follows_store: bool = False):
         self.registry = registry
         self.allocators = allocators
         self.clock = clock
         self.leak_grace_seconds = leak_grace_seconds
+        self.index_follows_store = index_follows_store  # see _settle_index
+        self._differences: frozenset = frozenset()  # the index's differences from the store at the last pass
         self.backend = registry.backend
         self.metrics = allocators.metrics
         self.ip_addresses = registry.store("networking.k8s.io", "ipaddresses")
@@ -749,14 +751,26 @@ class Repair:
         """Make the allocators' index equal the store. A full ``load()`` parses every
         allocated IP (seconds for 100k, on the event loop), so first compare the store's
         keys with the index; True when a reload was needed."""
-        return await self._settle_index(await self.store_matches_index(await self.index_state()))
+        return await self._settle_index(await self.index_differences(await self.index_state()))
 
-    async def _settle_index(self, matches: bool) -> bool:
+    async def _settle_index(self, differences: frozenset | None) -> bool:
         """Refresh the ServiceCIDR ranges if the index matches the store, else reload it all
-        (``load()`` refreshes the ranges too); True when reloaded."""
-        if matches:
+        (``load()`` refreshes the ranges too); True when reloaded.
+
+        With ``index_follows_store`` (allocator/follow.py feeds the index from storage
+        watches, as every apiserver of several does), a difference is usually another
+        apiserver's write the watch has not delivered yet: the index is reloaded only when a
+        difference is still there at the next pass (a broken feed), not at every pass of a
+        busy cluster (a reload of 100k IPs stalls the loop for seconds)."""
+        if differences == frozenset():
+            self._differences = frozenset()
             await self.allocators.sync_cidrs()
             return False
+        if self.index_follows_store and differences is not None and not differences & self._differences:
+            self._differences = differences
+            await self.allocators.sync_cidrs()
+            return False
+        self._differences = frozenset()
         log.info("repair: the allocators' index differs from the store; reloading it")
         await self.allocators.load()
         return True
@@ -770,6 +784,11 @@ class Repair:
     async def store_matches_index(self, state: IndexState, *, offload: bool = False) -> bool:
         """Whether the store's IPAddress and NodePort keys at ``state.revision`` are the
         index's (with ``offload``, each page's keys are parsed in a worker thread)."""
+        return await self.index_differences(state, offload=offload) == frozenset()
+
+    async def index_differences(self, state: IndexState, *, offload: bool = False) -> frozenset | None:
+        """The IPs and ports where the store's keys at ``state.revision`` and the index
+        differ (("ip", ip) and ("port", port)); None when that revision is compacted away."""
         stored: dict[str, set[str]] = {family: set() for family in state.ips}
         port_range = self.allocators.ports.range
         stored_ports: set[int] = set()
@@ -791,8 +810,11 @@ class Repair:
             await _each_page(self.backend, records.IP_ADDRESS_PREFIX, state.revision, take_ips, offload)
             await _each_page(self.backend, records.NODE_PORT_PREFIX, state.revision, take_ports, offload)
         except storage.Compacted:
-            return False
-        return stored_ports == state.ports and all(stored[family] == ips for family, ips in state.ips.items())
+            return None
+        differing = {("port", port) for port in stored_ports ^ state.ports}
+        for family, ips in state.ips.items():
+            differing.update(("ip", ip) for ip in stored[family] ^ ips)
+        return frozenset(differing)
 
     async def run(self, interval: float) -> None:
         """A pass now, then every ``interval`` seconds. Reading happens on the event loop in
@@ -804,7 +826,7 @@ class Repair:
             try:
                 plans = await self._snapshot_and_plan(offload=True)
                 report = await self.apply(*plans, reload_index=False)
-                await self._settle_index(await self.store_matches_index(await self.index_state(), offload=True))
+                await self._settle_index(await self.index_differences(await self.index_state(), offload=True))
                 if not report.clean:
                     log.info("repair pass at revision %d: ClusterIPs %s, NodePorts %s, %d pending leaks, %d skipped",
                              report.revision, report.ip_errors, report.port_errors,
