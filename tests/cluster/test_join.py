@@ -80,17 +80,19 @@ def test_fetch_against_a_real_apiserver(tmp_path):
     HTTPS against a real apiserver: the right token gets the server's CA files, a wrong one, a
     node-only one and a deleted one each get one line."""
     import asyncio
-    import subprocess
-    import sys
+
+    from click.testing import CliRunner
 
     from kubesvc.client.kubeconfig import load_kubeconfig
     from kubesvc.client.rest import RestClient
     from kubesvc.cluster import etcd_member
+    from kubesvc.cmd import main
     from tests.support.apiserver import running_apiserver
 
     def kubesvc(*args):
-        return subprocess.run([sys.executable, "-m", "kubesvc", *map(str, args)], capture_output=True, text=True, timeout=120,
-                              check=True).stdout.strip()
+        outcome = CliRunner().invoke(main, [str(a) for a in args])
+        assert outcome.exit_code == 0, (outcome.output, outcome.exception)
+        return outcome.stdout.strip()
 
     async def publish(server):
         async with RestClient(load_kubeconfig(server.kubeconfig)) as client:

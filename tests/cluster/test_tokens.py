@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import base64
 import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from click.testing import CliRunner
 
 from kubesvc.cluster import tokens
+from kubesvc.cmd import main
 from tests.support.apiserver import running_apiserver
 
 NOW = datetime(2026, 11, 27, 3, 0, 0, tzinfo=timezone.utc)
@@ -68,9 +69,12 @@ def test_list_table_is_go_tabwriter_aligned():
 
 
 def kubesvc(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "kubesvc", *map(str, args)], capture_output=True, text=True, timeout=120)
+    """The command run in this process (click's runner: no interpreter start per call), its
+    outcome as a CompletedProcess."""
+    outcome = CliRunner().invoke(main, [str(a) for a in args])
+    result = subprocess.CompletedProcess(args, outcome.exit_code, outcome.stdout, outcome.stderr)
     if check and result.returncode != 0:
-        raise AssertionError(f"kubesvc {' '.join(map(str, args))}: {result.returncode}\n{result.stdout}\n{result.stderr}")
+        raise AssertionError(f"kubesvc {' '.join(map(str, args))}: {result.returncode}\n{result.stdout}\n{result.stderr}\n{outcome.exception!r}")
     return result
 
 
