@@ -356,6 +356,24 @@ def test_a_replaced_endpoint_takes_the_slot_of_the_one_it_replaces():
     assert state.held(emap) == {str(base + i): f"{ip} . 8080" for i, ip in expected.items()}
     assert f"numgen random mod 19 offset {base} map @{emap}" in plan.text
 
+
+def test_a_replaced_endpoint_takes_the_range_of_the_one_it_replaces():
+    """The same for 2..16 endpoints (ranges): with the count unchanged, the replacement takes its
+    predecessor's range; only that range's value changes."""
+    ips = ["10.180.1.10", "10.180.1.11", "10.180.1.12", "10.180.1.13"]
+    svc = port("ns1", "svc1", cluster_ip=CIP)
+    emap = rules.endpoint_range_map(SVC)
+    _, state = build([(svc, tuple(ep(ip, 8080) for ip in ips))])
+    base = state.services["ns1/svc1"].slots[SVC][0]
+    quarter = (1 << 20) // 4
+    ranges = [f"{base + i * quarter}-{base + (i + 1) * quarter - 1}" for i in range(4)]
+    assert state.held(emap) == {r: f"{ip} . 8080" for r, ip in zip(ranges, ips)}
+    replaced = ["10.180.1.10", "10.180.1.99", "10.180.1.12", "10.180.1.13"]  # .11 replaced by .99 (sorts last)
+    plan, state = build([(svc, tuple(ep(ip, 8080) for ip in sorted(replaced)))], state=state, full=False, changed={"ns1/svc1"})
+    assert state.held(emap) == {r: f"{ip} . 8080" for r, ip in zip(ranges, replaced)}
+    assert f"add element ip kube-proxy {emap} {{ {ranges[1]} : 10.180.1.99 . 8080 }}" in lines(plan)
+    assert plan.written["elements"] == 4  # that range, out and in; the hairpin pair, out and in
+
 @pytest.mark.parametrize("before,after", [(2, 3), (3, 2), (2, 16), (16, 9)])
 def test_an_endpoint_count_change_up_to_16_changes_range_elements_only(before, after):
     """2..16 endpoints: the chain's fixed block of an interval map, one range per endpoint, so

@@ -744,7 +744,7 @@ def _endpoint_rules(rules: list[str], chain: str, eps: tuple[Endpoint, ...], pro
     if block is not None and block[2] == emap and n <= block[1] <= 2 * SlotAllocator.capacity(n):
         base = block[0]
         out.slots[chain] = block
-        eps = _keeping_slots(eps, _block_endpoints(old, emap, base))
+        eps = _keeping_places(eps, [ep.endpoint for ep in _block_endpoints(old, emap, base)], _endpoint_key)
     else:
         base, cap = ctx.allocator(emap).alloc(n)
         out.slots[chain] = (base, cap, emap)
@@ -766,16 +766,34 @@ def _block_endpoints(render: ServiceRender, emap: str, base: int) -> tuple[Endpo
     return ()
 
 
-def _keeping_slots(eps: tuple[Endpoint, ...], before: tuple[Endpoint, ...]) -> tuple[Endpoint, ...]:
-    """``eps`` in slot order for a block that held ``before``: an endpoint still there keeps its
-    slot while the block still has it, the others fill the free slots in ``eps``' order. A Pod
-    replaced in a Service of 50 then rewrites its one slot, not every slot after it in sorted
-    order (~70 elements). Each slot still holds one endpoint, so the choice stays uniform."""
+def _endpoint_key(ep: Endpoint) -> str:
+    return ep.endpoint
+
+
+def _range_value(ep: Endpoint) -> str:
+    return f"{ep.ip} . {ep.port}"
+
+
+def _range_order(ranges: Mapping[str, str] | None, base: int, n: int) -> list[str]:
+    """The values of the ``n`` ranges a render put in the block from ``base``, in range order;
+    [] when it held another count there (then every range is re-split anyway)."""
+    if not ranges:
+        return []
+    mine = sorted((low, value) for key, value in ranges.items() if base <= (low := int(key.partition("-")[0])) < base + RANGE_BLOCK)
+    return [value for _, value in mine] if len(mine) == n else []
+
+
+def _keeping_places(eps: tuple[Endpoint, ...], before: list[str], key) -> tuple[Endpoint, ...]:
+    """``eps`` in the order of a block's places (slots, or ranges of the same count) that held
+    ``before`` (each place's ``key``): an endpoint still there keeps its place while the block
+    still has it, the others fill the free places in ``eps``' order. A Pod replaced in a Service
+    of 50 then rewrites its one slot, not every slot after it in sorted order (~70 elements).
+    Each place still holds one endpoint, so the choice stays uniform."""
     if not before:
         return eps
     n = len(eps)
-    unplaced = {ep.endpoint: ep for ep in eps}
-    order: list[Endpoint | None] = [unplaced.pop(ep.endpoint, None) for ep in before[:n]]
+    unplaced = {key(ep): ep for ep in eps}
+    order: list[Endpoint | None] = [unplaced.pop(k, None) for k in before[:n]]
     order.extend([None] * (n - len(order)))
     if unplaced:
         newcomers = iter(unplaced.values())
@@ -793,6 +811,7 @@ def _endpoint_ranges(rules: list[str], chain: str, eps: tuple[Endpoint, ...], pr
     if block is not None and block[2] == emap:
         base = block[0]
         out.slots[chain] = block
+        eps = _keeping_places(eps, _range_order(old.elements.get(emap), base, len(eps)), _range_value)  # type: ignore[union-attr]
     else:
         base, cap = ctx.allocator(emap).alloc(len(eps))
         out.slots[chain] = (base, cap, emap)
