@@ -283,3 +283,27 @@ async def test_a_revisions_events_reach_the_connection_in_one_write():
         watch.close()
     finally:
         await stop(cache)
+
+
+async def test_consistent_list_from_cache_without_progress_when_every_revision_is_watched():
+    """A backend whose every revision is a write under the watched keys (kubesvc's own etcd,
+    its compactor's key under the prefix) lets a consistent list wait for the cache's events
+    alone, without asking etcd for progress (3.4.23 cannot order it with events); a revision
+    that never comes as an event sends the list to storage after the wait."""
+    backend = ScriptedBackend(10, request_watch_progress=False, answers_progress=False)
+    backend.watch_sees_every_revision = True
+    cache = await started(backend)
+    try:
+        backend.revision = 11  # committed, its event still on its way
+
+        async def arrives():
+            await asyncio.sleep(0.1)
+            await backend.commit(put("a", 11))
+
+        arriving = asyncio.create_task(arrives())
+        page = await asyncio.wait_for(cache.list(SERVICES, "default", ListOptions()), 2)
+        await arriving
+        assert [obj.decode()["metadata"]["name"] for obj in page.items] == ["a"] and page.meta["resourceVersion"] == "11"
+        assert backend.watches[-1].progress_requests == 0
+    finally:
+        await stop(cache)

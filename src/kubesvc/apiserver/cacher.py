@@ -24,7 +24,9 @@ from it instead of from etcd. This is that, over any backend (embedded or etcd):
     watch for progress every 100 ms while it waits (``ConditionalProgressRequester``), storage
     after 3 s. From storage at once when the backend's progress notifications cannot prove the
     cache caught up (``request_watch_progress = False``: etcd before 3.4.31), as kube-apiserver
-    reads etcd then;
+    reads etcd then, unless every revision of the storage is a write the cache watches
+    (``watch_sees_every_revision``: an etcd only kubesvc writes to), when the cache's own events
+    reach the current revision without notifications;
   * ``"0"``: whatever the cache holds now (any freshness);
   * ``N``: once the cache reached N (``waitUntilFreshAndBlock``); after 3 s, 504 ``Timeout:
     Too large resource version: N, current: M`` with the ``ResourceVersionTooLarge`` cause and
@@ -656,6 +658,16 @@ class WatchCache:
         kube-apiserver's feature check), and is not trusted without it."""
         return getattr(self.backend, "request_watch_progress", isinstance(self.backend, EmbeddedBackend))
 
+    @property
+    def sees_every_revision(self) -> bool:
+        """Whether every revision the storage hands out is a write under the watched keys (a
+        backend says so with ``watch_sees_every_revision``: an etcd that only kubesvc writes to,
+        its compactor's key under the prefix too). Then the cache reaches the storage's current
+        revision by events alone, and a consistent read can wait for that without progress
+        notifications; a revision made elsewhere after all costs that read the 3 s wait, then
+        storage answers it."""
+        return getattr(self.backend, "watch_sees_every_revision", False)
+
     async def fresh(self) -> bool:
         """Wait until every write committed before now is in the cache; False if that took
         longer than FRESHNESS_TIMEOUT or the cache is not ready (the caller then reads storage)."""
@@ -720,7 +732,7 @@ class WatchCache:
                 return None
             return self._served(cacher, cacher.page(namespace, opts, revision, start_key))
         if opts.resource_version is None:  # a consistent read
-            if not self.progress_reliable:  # as kube-apiserver on etcd < 3.4.31: from storage
+            if not (self.progress_reliable or self.sees_every_revision):  # as kube-apiserver on etcd < 3.4.31: from storage
                 return None
             if not await self.fresh():
                 return None
