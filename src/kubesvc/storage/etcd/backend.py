@@ -37,7 +37,27 @@ Watches: watch.py. Compaction: compactor.py runs upstream's compare-and-swap on
 ``request_watch_progress`` says whether etcd's progress notifications can prove a watch has
 caught up (kube-apiserver's ``endpointSupportsRequestWatchProgress``, etcd issues #15220 and
 #17507): etcd 3.4.31+, 3.5.13+ or 3.6+, checked with ``Status`` on the member :meth:`open`
-reaches. Debian's 3.4.23 is not: the watch cache then serves consistent reads from etcd.
+reaches. Debian's 3.4.23 is not.
+
+``watch_sees_every_revision = True`` says that every revision this etcd hands out is a write
+under ``--etcd-prefix``, i.e. an event of the watch cache's one watch of the whole prefix; the
+cache then serves a consistent read (resourceVersion="") once its own events reach etcd's
+current revision (one Range's header revision), without progress notifications, so on 3.4.23
+too. Why it holds for kubesvc's etcd: a revision is made only by a Put, DeleteRange or Txn that
+changes a key (etcd's mvcc store bumps it once per write txn with changes), and every key kubesvc
+writes goes through this backend's :class:`KeySpace` (the registry's objects, the endpoint
+reconciler's ``masterleases`` (expiry in the value, no etcd lease), events, IPAddresses, the
+allocators' records) or is the compactor's ``<prefix>/compact_rev_key`` (compactor.py).
+Measured on 3.4.23 (not a revision): LeaseGrant, LeaseRevoke and lease expiry without keys
+(kubesvc attaches no lease to a key), Compact, MemberAdd/MemberRemove (raft configuration, not
+the key-value store), Status, Alarm, Defragment; the cluster package's member, health and
+snapshot calls are of these kinds. The limit: another writer in the same etcd outside the
+prefix (another program, a second kubesvc under another ``--etcd-prefix``, an etcdctl put)
+makes revisions no event announces; every consistent list then waits the cache's freshness
+timeout (3 s) and is answered by etcd (correct, slower) until a kubesvc write passes that
+revision (an apiserver with a non-loopback advertise address renews its master lease every
+10 s). Such a setup should set the attribute False, as kube-apiserver assumes of etcd.
+tests/apiserver/test_cacher_etcd_fresh.py shows both on a real etcd.
 """
 
 from __future__ import annotations
@@ -133,6 +153,7 @@ class EtcdBackend:
         self._closed = False
         self._probe = self.keys.key(HEALTH_KEY)
         self.request_watch_progress = False  # set by open() from the member's version
+        self.watch_sees_every_revision = True  # only kubesvc writes, all under the prefix (module docstring)
         self.server_version = ""
 
     # --- plumbing ---------------------------------------------------------------------------
