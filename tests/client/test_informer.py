@@ -479,3 +479,23 @@ async def test_recovers_after_the_server_restarts(fresh_apiserver, tmp_path):
             await eventually(lambda: len(recorder.events) == 3, timeout=20, message="recovery")
             assert informer.indexer.keys() == [f"{namespace}/b"]
     assert recorder.kinds() == [("add", "a"), ("add", "b"), ("delete", "a")]
+
+
+async def test_a_worker_woken_by_an_event_runs_before_the_rest_of_a_burst_is_applied():
+    """Fifty events in one read of the stream (the scripted watch yields them without a pause):
+    the worker the first one wakes runs while the others are still to come, not after all 50."""
+    api = ScriptedApi(listings=[(10, [])], watches=[[("ADDED", _obj(f"p{i}", 11 + i)) for i in range(50)]])
+    informer = _informer(api)
+    woken = asyncio.Event()
+    informer.add_event_handler(lambda obj: woken.set(), None, None)
+    cached_when_woken: list[int] = []
+
+    async def worker() -> None:
+        await woken.wait()
+        cached_when_woken.append(len(informer.indexer))
+
+    task = asyncio.create_task(worker())
+    async with running(informer):
+        await eventually(lambda: len(informer.indexer) == 50)
+    await task
+    assert cached_when_woken[0] <= 2

@@ -24,7 +24,9 @@ This is client-go's reflector + store + shared informer, in one asyncio task.
 
 **Handlers** are plain callables ``on_add(obj)``, ``on_update(old, new)``, ``on_delete(obj)``,
 called in order, one event at a time, inline in the reflector; they should only record the
-change (enqueue a key, update a tracker) and return. A handler added late first receives an
+change (enqueue a key, update a tracker) and return. Between two watch events the reflector
+lets the event loop run, so the workers woken by one event start on it while the rest of a
+burst that arrived in one read is still being applied. A handler added late first receives an
 add for every object already cached, as client-go's shared informer does. ``on_update`` is not
 called when the RV did not change (a relist re-reading an unchanged object), except for the
 periodic resync: every ``resync_period`` seconds, ``on_update(obj, obj)`` for every cached
@@ -215,6 +217,10 @@ class Informer:
                 self._apply(event_type, obj)
                 version = resource_version(obj) or version
                 self._last_resource_version = version
+                # One read of the stream often holds a burst of events (100 Pods created at
+                # once); let the work each one queued start before the next is applied, as
+                # client-go's workers run beside its handlers, not after the whole burst.
+                await asyncio.sleep(0)
         if events == 0 and clock.time() - started < VERY_SHORT_WATCH:
             raise VeryShortWatch(f"watch from {version} ended at once without events")
         return version
