@@ -22,7 +22,7 @@ async def run(check, argument) -> None:
         await outcome
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "sqlite-group-commit"])
 async def make_backend(request, tmp_path):
     opened: list[Backend] = []
 
@@ -30,7 +30,8 @@ async def make_backend(request, tmp_path):
         if request.param == "memory":
             backend = MemoryBackend(**options)
         else:
-            backend = SQLiteBackend(str(tmp_path / f"state-{len(opened)}.db"), **options)
+            group_commit = request.param == "sqlite-group-commit"
+            backend = SQLiteBackend(str(tmp_path / f"state-{len(opened)}.db"), group_commit=group_commit, **options)
         opened.append(backend)
         return backend
 

@@ -14,7 +14,7 @@ from kubesvc.storage.base import Create, Delete, KeyExists, RevisionMismatch, Up
 
 @pytest.fixture
 async def backend(tmp_path):
-    store = SQLiteBackend(str(tmp_path / "state.db"))
+    store = SQLiteBackend(str(tmp_path / "state.db"), group_commit=True)
     yield store
     await store.close()
 
@@ -90,11 +90,11 @@ async def test_the_transaction_that_fails_in_a_batch_leaves_no_row(backend, tmp_
 
 async def test_close_commits_what_is_queued(tmp_path):
     """Writes queued when the store closes are committed and acknowledged, not dropped."""
-    backend = SQLiteBackend(str(tmp_path / "state.db"))
+    backend = SQLiteBackend(str(tmp_path / "state.db"), group_commit=True)
     writes = [asyncio.create_task(backend.create(f"/c/{i}", b"v")) for i in range(50)]
     await asyncio.sleep(0)  # every write is queued
     await backend.close()
     assert len(await asyncio.gather(*writes)) == 50
-    reopened = SQLiteBackend(str(tmp_path / "state.db"))
+    reopened = SQLiteBackend(str(tmp_path / "state.db"), group_commit=True)
     assert len((await reopened.list("/c/")).kvs) == 50
     await reopened.close()

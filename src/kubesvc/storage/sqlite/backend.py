@@ -163,12 +163,20 @@ _ALL_ROWS = 2**62  # SQLite's integers are 64-bit: larger limits (up to Go's int
 
 
 class SQLiteBackend(EmbeddedBackend):
-    """Thread-safe. Two connections: writes go through the group committer's thread
-    (writer.py), which owns the write connection; reads use a connection of their own, a WAL
-    reader that sees every committed write and never waits for one in progress."""
+    """Thread-safe. Two connections: writes use the write connection; reads use a connection of
+    their own, a WAL reader that sees every committed write and never waits for one in progress.
+
+    Writes commit on the caller's thread by default (the event loop's: a commit is a few hundred
+    microseconds and no fsync, see Durability). ``group_commit=True`` queues them to the group
+    committer's thread instead (writer.py), which commits everything queued in one transaction.
+    It is off by default because the hop back to a busy event loop costs the writer a whole loop
+    iteration: in the apiserver under a burst, Pod creates, bindings and EndpointSlice updates
+    went from 2-9 ms to 107-251 ms of server time (bench/e2e.py's request table), and in process,
+    with the loop busy, a create's wait rose from p50 0.3 ms to 29 ms; the batching gained about
+    15 % of creates/s (W1's A/B at load 8-14), too little for that latency."""
 
     def __init__(self, path: str, *, watch_ring_size: int = 10_000, watch_queue_size: int = 10_000,
-                 wal_catch_up_frames: int = CATCH_UP_FRAMES):
+                 wal_catch_up_frames: int = CATCH_UP_FRAMES, group_commit: bool = False):
         make_private(Path(path))
         self._conn = _connect(path)  # the write connection: the writer thread's, or whoever holds _write_lock
         self._conn.execute("PRAGMA journal_mode=WAL")
@@ -189,7 +197,7 @@ class SQLiteBackend(EmbeddedBackend):
         self._compacted = self._scalar("SELECT value FROM kine_meta WHERE name = 'compact_revision'")
         self._hub = WatchHub(self._revision, ring_size=watch_ring_size, queue_size=watch_queue_size)
         self.checkpointer = Checkpointer(path, self._write_lock, catch_up_frames=wal_catch_up_frames)
-        self._writer = GroupCommitter(self._commit)
+        self._writer = GroupCommitter(self._commit) if group_commit else None
 
     def sync_get(self, key: str, revision: int = 0) -> KeyValue | None:
         at = resolve_revision(revision, self._revision, self._compacted)
@@ -213,18 +221,20 @@ class SQLiteBackend(EmbeddedBackend):
         with self._read_lock:
             return self._count(prefix, prefix_end(prefix), self._revision)
 
-    # ---- writes: queued to the writer thread, committed in batches --------------------------
+    # ---- writes: committed here, or queued to the writer thread (group_commit) ---------------
     async def txn(self, ops: Sequence[Op]) -> TxnResult:
+        if self._writer is None:
+            return self.sync_txn(ops)
         return await self._writer.submit(ops)
 
     async def create(self, key: str, value: bytes) -> KeyValue:
-        return (await self._writer.submit((Create(key, value),))).results[0]
+        return (await self.txn((Create(key, value),))).results[0]
 
     async def update(self, key: str, value: bytes, expected_revision: int = 0) -> KeyValue:
-        return (await self._writer.submit((Update(key, value, expected_revision),))).results[0]
+        return (await self.txn((Update(key, value, expected_revision),))).results[0]
 
     async def delete(self, key: str, expected_revision: int = 0) -> KeyValue:
-        return (await self._writer.submit((Delete(key, expected_revision),))).results[0]
+        return (await self.txn((Delete(key, expected_revision),))).results[0]
 
     def sync_txn(self, ops: Sequence[Op]) -> TxnResult:
         """A transaction committed on the calling thread (a batch of one), in turn with the writer's."""
@@ -235,7 +245,7 @@ class SQLiteBackend(EmbeddedBackend):
 
     def writes_per_commit(self) -> float:
         """Transactions per SQLite commit so far through the writer (1.0: no batching yet)."""
-        return self._writer.items / self._writer.batches if self._writer.batches else 1.0
+        return self._writer.items / self._writer.batches if self._writer is not None and self._writer.batches else 1.0
 
     def _commit(self, batch: Sequence[Sequence[Op]]) -> list[TxnResult | BaseException]:
         """One SQLite transaction for the whole batch; per transaction of the batch, in order, its
@@ -298,7 +308,8 @@ class SQLiteBackend(EmbeddedBackend):
         self.checkpointer.wants_truncate()  # the freed pages leave the WAL at the next idle moment
 
     def sync_close(self) -> None:
-        self._writer.close()  # what is queued commits first
+        if self._writer is not None:
+            self._writer.close()  # what is queued commits first
         self._hub.close()
         self.checkpointer.close()
         with self._write_lock:
