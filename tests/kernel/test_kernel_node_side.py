@@ -183,7 +183,8 @@ def test_named_namespaces_are_made_found_emptied_and_removed():
 async def test_spawn_runs_in_the_namespace_with_env_and_cwd(ns, tmp_path):
     process = await kprocess.spawn(["sh", "-c", 'readlink /proc/self/ns/net; echo "$GREETING"; pwd; echo oops >&2'],
                                    env={"PATH": os.environ["PATH"], "GREETING": "hi"}, cwd=str(tmp_path), netns=ns.name, merge_stderr=True)
-    out, _ = await process.communicate()
+    out = await process.stdout.read()  # spawn's Process has the readers and wait(), not communicate()
+    await process.wait()
     ident = knetns.identify(knetns.netns_path(ns.name))
     assert out.decode().splitlines() == [f"net:[{ident.ino}]", "hi", str(tmp_path), "oops"]
     assert process.returncode == 0 and os.getsid(0) != process.pid
