@@ -459,7 +459,7 @@ async def run_authz(args) -> None:
                     for name, der in ders.items():
                         request = make_mocked_request("GET", path, app=app, transport=_PeerCertificate(der))
                         started = time.perf_counter()
-                        authorize_request(request)
+                        await authorize_request(request)
                         samples[name].append(time.perf_counter() - started)
                         assert request["user"].name == (BENCH_USER if name == BENCH_USER else pki.ADMIN_USER)
                 for name in identities:
