@@ -21,6 +21,7 @@ Behaviour clients depend on (api-compat.md §3.3, G9):
   (:class:`~kubesvc.apiserver.cacher.CacheWatch`'s sink), not by this handler's task woken for
   it: one pass over N watchers instead of N task switches. The handler still writes what
   queued (a backed-up connection, the initial events, bookmarks, Table output).
+* A watch the store cannot start (etcd unreachable) is one ERROR event with a 500 Status.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from kubesvc.apiserver import codec
 from kubesvc.apiserver.cacher import CacheWatch, WireEvent
 from kubesvc.apiserver.handlers import Target, list_options
 from kubesvc.apiserver.tables import to_table
+from kubesvc.storage.base import StorageError
 
 BOOKMARK_INTERVAL = 60.0
 BOOKMARK_BEFORE_DEADLINE = 2.0
@@ -89,8 +91,12 @@ async def watch_objects(request: web.Request, target: Target) -> web.StreamRespo
         objects = await cache.watch(info, target.namespace, opts, send_initial=send_initial) if cache is not None else None
         if objects is None:
             objects = await target.store.watch(target.namespace, opts, send_initial=send_initial)
-    except StatusError as exc:
-        await send([encode_event("ERROR", exc.status())])
+    except (StatusError, StorageError) as exc:
+        # the 200 is out: a watch that cannot start ends with one ERROR event; a store that is
+        # away (etcd unreachable) is the 500 with the store's words that the status middleware
+        # gives a request before its headers (kube-apiserver's etcd3 watcher sends it so)
+        status = exc if isinstance(exc, StatusError) else StatusError(500, "", str(exc))
+        await send([encode_event("ERROR", status.status())])
         await response.write_eof()
         return response
 
