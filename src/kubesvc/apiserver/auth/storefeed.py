@@ -10,7 +10,8 @@ already sees it; the watch then brings the same change again, and changes of oth
 apiservers sharing the store. Every applied change is remembered by its key's revision, so
 a late or repeated event never rolls a key back. A watch that ends (slow consumer) is
 resumed from the last revision it delivered; one that fell below the compaction point
-relists.
+relists; one the store cannot open (etcd unreachable) is asked again every RETRY_SECONDS,
+so the view never stops following.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ log = logging.getLogger("kubesvc.apiserver.auth")
 Handler = Callable[[KindInfo, str, str, "dict | None"], None]
 _decode = msgspec.json.Decoder().decode
 _MAX_TOMBSTONES = 4096
+RETRY_SECONDS = 0.5  # a store that is away (etcd unreachable) is asked again after this
 
 
 class StoreFeed:
@@ -91,9 +93,14 @@ class StoreFeed:
         prefix = info.key_prefix()
         while True:
             try:
-                watch = await self.backend.watch(prefix, after)
-            except storage.Compacted:
-                after = await self._relist(info)
+                try:
+                    watch = await self.backend.watch(prefix, after)
+                except storage.Compacted:
+                    after = await self._relist(info)
+                    continue
+            except storage.StorageError as err:  # the store is away: the view keeps what it has, and asks again
+                log.warning("watch of %s for the authorizers: %s; retrying in %.1f s", prefix, err, RETRY_SECONDS)
+                await asyncio.sleep(RETRY_SECONDS)
                 continue
             try:
                 async for batch in watch:
