@@ -14,7 +14,7 @@ its next repair pass (allocator/repair.py reloads an index that differs from the
 then it retries on IPs another apiserver took and, worse, answers "range is full" for IPs
 another apiserver has freed.
 
-:class::class:`AllocationFeed` is that informer: a storage watch of each record kind (IPAddresses,
+:class:`AllocationFeed` is that informer: a storage watch of each record kind (IPAddresses,
 NodePort records, ServiceCIDRs) from the revision the index was loaded at, applied in order (a record created: taken; deleted: free; a ServiceCIDR changed:
 the ranges re-read). Applying an event is idempotent, so this apiserver's own writes, which
 its commit hooks apply at once, change nothing when they come back through the watch. A watch
@@ -106,7 +106,11 @@ class AllocationFeed:
                 log.info("allocator index fell behind the compaction point at %d: reloading", self.revisions[prefix])
                 await self._reload()
                 continue
-            except Exception:  # noqa: BLE001 - the store is away: the index keeps what it has
+            except storage.StorageError as err:  # the store is away (etcd unreachable): one line, not a traceback
+                log.warning("allocator index: cannot watch %s (%s); retrying", prefix, err)
+                await asyncio.sleep(RETRY_SECONDS)
+                continue
+            except Exception:  # noqa: BLE001 - a bug: the index keeps what it has
                 log.exception("allocator index: cannot watch the store; retrying")
                 await asyncio.sleep(RETRY_SECONDS)
                 continue
