@@ -59,10 +59,11 @@ are about 50 MiB), so a write or a point read does not go to the file for index 
 Statements are prepared once: the sqlite3 module keeps each SQL text's compiled statement
 (``cached_statements``) and every statement here is a constant text with parameters.
 
-**Group commit.** The Backend's coroutines never run SQLite on the event loop's thread. A
-write is queued to one writer thread (writer.py), which owns the write connection and
-commits everything queued in one SQLite transaction: each write checks its own condition
-against what is committed and what its batch wrote before it, takes the next revisions, and
+**Group commit** (``group_commit=True``; off by default, see SQLiteBackend). Then no write runs
+SQLite on the event loop's thread (reads still do, on the reader connection): a write is
+queued to one writer thread (writer.py), which owns the write connection and commits
+everything queued in one SQLite transaction: each write checks its own condition against
+what is committed and what its batch wrote before it, takes the next revisions, and
 fails alone (a transaction of several writes rolls back to its savepoint); COMMIT is one
 write(2) for the batch instead of one per write. Only after COMMIT are the revision and the
 events published (in revision order) and the writers answered, so an acknowledged write is
