@@ -48,3 +48,31 @@ async def test_a_watch_that_cannot_open_is_retried_and_the_view_catches_up(monke
         assert not any(task.done() for task in feed._tasks)
     finally:
         await feed.stop()
+
+
+async def test_a_refresh_the_store_cannot_answer_leaves_the_change_to_the_watch():
+    """After a write through this apiserver commits, its refresh reads the store; a store that
+    is away just then must not fail the (committed) write's request: the watch applies it."""
+    backend = MemoryBackend()
+    await backend.create("/registry/configmaps/default/seed", b"{}")
+    info = next(kind for kind in all_kinds() if kind.group == "rbac.authorization.k8s.io" and kind.resource == "rolebindings")
+    seen: list[tuple[str, str, bool]] = []
+    feed = StoreFeed(backend, [info], lambda _info, namespace, name, obj: seen.append((namespace, name, obj is not None)))
+    feed.start(await feed.load())
+    get = backend.get
+
+    async def away(key: str, revision: int = 0):
+        raise StorageError("etcd (https://10.0.0.1:2379): request to etcd timed out")
+
+    try:
+        await backend.create(info.key("default", "rb"), b'{"metadata":{"name":"rb","namespace":"default"}}')
+        backend.get = away
+        await feed.refresh(info, "default", "rb")  # no exception
+        backend.get = get
+        for _ in range(200):
+            if seen:
+                break
+            await asyncio.sleep(0.01)
+        assert seen == [("default", "rb", True)]
+    finally:
+        await feed.stop()

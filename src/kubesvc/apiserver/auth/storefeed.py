@@ -78,13 +78,18 @@ class StoreFeed:
         return revision
 
     async def refresh(self, info: KindInfo, namespace: str | None, name: str) -> None:
-        """Apply a key's current state now (after a write through this apiserver commits)."""
+        """Apply a key's current state now (after a write through this apiserver commits). A
+        store that cannot be read just then (etcd unreachable) leaves it to the watch: the write
+        has committed, and its request must not fail for this."""
         key = info.key(namespace, name)
-        kv = await self.backend.get(key)
-        if kv is None:
-            self._apply_kv(info, key, None, await self.backend.current_revision())
-        else:
-            self._apply_kv(info, key, kv.value, kv.mod_revision)
+        try:
+            kv = await self.backend.get(key)
+            if kv is None:
+                self._apply_kv(info, key, None, await self.backend.current_revision())
+            else:
+                self._apply_kv(info, key, kv.value, kv.mod_revision)
+        except storage.StorageError as err:
+            log.warning("reading %s for the authorizers after its write: %s; the watch brings it", key, err)
 
     def start(self, after_revision: int) -> None:
         self._tasks = [asyncio.create_task(self._follow(info, after_revision)) for info in self.kinds]
