@@ -64,9 +64,13 @@ class EmbeddedBackend:
             after = resolve_revision(after_revision, self._revision, self._compacted)
             return self._hub.subscribe(prefix, after, self._events_after)
 
+    def _compaction_lock(self) -> threading.Lock:
+        """The lock a compaction holds: the one every write takes (SQLite: its write connection's)."""
+        return self._lock
+
     def sync_compact(self, revision: int) -> None:
         """Compacting at or below the compact revision is a no-op."""
-        with self._lock:
+        with self._compaction_lock():
             if revision <= self._compacted:
                 return
             if revision > self._revision:

@@ -86,7 +86,6 @@ from kubesvc.storage.base import (
     Create,
     Delete,
     Event,
-    FutureRevision,
     KeyExists,
     KeyValue,
     ListResult,
@@ -291,16 +290,9 @@ class SQLiteBackend(EmbeddedBackend):
         self._conn.execute("RELEASE txn")
         return events
 
-    def sync_compact(self, revision: int) -> None:
-        """Compacting at or below the compact revision is a no-op (the write connection's lock
-        first, as every write takes it)."""
-        with self._write_lock:
-            if revision <= self._compacted:
-                return
-            if revision > self._revision:
-                raise FutureRevision(revision, self._revision)
-            self._forget(revision)
-            self._compacted = revision
+    def _compaction_lock(self) -> threading.Lock:
+        """Compaction takes the write connection's lock first, as every write does."""
+        return self._write_lock
 
     def _forget(self, revision: int) -> None:
         with self._transaction():
