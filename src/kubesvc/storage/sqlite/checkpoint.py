@@ -7,8 +7,8 @@ that crosses the line pays for copying every page and for two fsyncs, and here i
 the backend's lock, so every request behind it waits (ClusterIP allocation p99.9 at 100k
 Services was 9 ms for that reason alone).
 
-The backend turns that off (``PRAGMA wal_autocheckpoint=0``) and runs this thread instead, on
-a connection of its own:
+The backend moves that mark to twice ``catch_up_frames`` (a backstop, below) and runs this
+thread instead, on a connection of its own:
 
 * PASSIVE checkpoints, when kicked (every ``kick_every`` commits) or every ``interval``
   seconds. PASSIVE copies what is committed without taking the write lock, so writers go on
