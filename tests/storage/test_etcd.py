@@ -169,3 +169,14 @@ async def test_two_compactors_on_one_etcd_compact_once_per_round():
         everything.close()
         for backend in (*backends, fresh):
             await backend.close()
+
+
+@pytest.mark.parametrize("flag", ["/registry", "/t1"])
+def test_everything_is_the_prefix_and_its_slash_not_a_longer_prefix(flag):
+    """The empty prefix (the watch cache's "everything") covers <prefix>/..., never the keys of
+    another --etcd-prefix that starts with the same characters (/registry2, /t10)."""
+    begin, end = KeySpace.of(flag).range("")
+    assert begin <= f"{flag}/compact_rev_key".encode() < end
+    assert begin <= f"{flag}/services/specs/default/web".encode() < end
+    assert not begin <= f"{flag}2/services/specs/default/web".encode() < end
+    assert not begin <= f"{flag}0/services/specs/default/web".encode() < end

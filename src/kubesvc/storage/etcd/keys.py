@@ -9,8 +9,9 @@ kube-apiserver joins ``--etcd-prefix`` in front of the resource prefix
 
 A prefix (for list, count and watch) becomes etcd's ``[key, range_end)``, ``range_end`` being the
 prefix with its last byte incremented (clientv3's ``GetPrefixRangeEnd``). The empty prefix,
-which the watch cache uses for "everything", is the whole ``--etcd-prefix`` range: every key
-kubesvc writes is in it, the compactor's ``compact_rev_key`` too (compactor.py says why).
+which the watch cache uses for "everything", is the range of ``<--etcd-prefix>/``: every key
+kubesvc writes is in it, the compactor's ``compact_rev_key`` too (compactor.py says why), and
+nothing of another ``--etcd-prefix`` sharing the etcd (``/registry2/...``).
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ class KeySpace:
 
     def range(self, prefix: str, start_key: str = "") -> tuple[bytes, bytes]:
         """``[start, end)`` of the keys starting with ``prefix`` and >= ``start_key``."""
-        if REGISTRY.startswith(prefix):  # "", "/", "/reg": everything kubesvc stores
-            prefix = REGISTRY
+        if REGISTRY.startswith(prefix):  # "", "/", "/reg": everything kubesvc stores, under "<prefix>/"
+            prefix = REGISTRY + "/"  # (not "/registry2/...", another --etcd-prefix on the same etcd)
         begin = self.key(prefix)
         end = bytes_prefix_end(begin)
         if start_key.startswith(REGISTRY):
