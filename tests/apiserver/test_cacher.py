@@ -17,6 +17,7 @@ from kubesvc.apiserver.registry.store import ListOptions
 from kubesvc.apiserver.server import build_control_plane
 from kubesvc.storage.memory import MemoryBackend
 from kubesvc.util.clock import FakeClock
+from tests.support.watchcache import start_cache, stop_cache as stop
 
 
 @pytest.fixture
@@ -34,15 +35,7 @@ def svc(name: str, labels: dict | None = None, type_: str | None = None) -> dict
 
 
 async def started(registry, capacity: int = 100) -> WatchCache:
-    cache = WatchCache(registry.backend, [store.info for store in registry.stores.values()], capacity=capacity)
-    await cache.start()
-    await asyncio.sleep(0)
-    return cache
-
-
-async def stop(cache: WatchCache) -> None:
-    cache._task.cancel()
-    await asyncio.gather(cache._task, return_exceptions=True)
+    return await start_cache(registry.backend, [store.info for store in registry.stores.values()], capacity)
 
 
 def services_info(registry):

@@ -17,6 +17,7 @@ from kubesvc.storage import base as storage
 from kubesvc.storage.etcd import EtcdBackend, EtcdConfig
 from kubesvc.storage.memory import MemoryBackend
 from tests.support.etcd import running_etcd
+from tests.support.watchcache import start_cache, stop_cache as stop
 
 SERVICES = by_resource("", "v1", "services")
 
@@ -90,15 +91,7 @@ class ScriptedBackend:
 
 
 async def started(backend, capacity: int = 100) -> WatchCache:
-    cache = WatchCache(backend, [SERVICES], capacity=capacity)
-    await cache.start()
-    await asyncio.sleep(0)
-    return cache
-
-
-async def stop(cache: WatchCache) -> None:
-    cache._task.cancel()
-    await asyncio.gather(cache._task, return_exceptions=True)
+    return await start_cache(backend, [SERVICES], capacity)
 
 
 async def events_of(watch, count: int) -> list[tuple[str, str]]:

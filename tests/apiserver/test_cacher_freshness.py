@@ -18,6 +18,7 @@ from kubesvc.apiserver.registry.store import ListOptions
 from kubesvc.apiserver.server import build_control_plane
 from kubesvc.storage.memory import MemoryBackend
 from kubesvc.util.clock import FakeClock
+from tests.support.watchcache import start_cache, stop_cache as stop
 
 
 @pytest.fixture
@@ -31,15 +32,7 @@ def svc(name: str) -> dict:
 
 
 async def started(registry) -> WatchCache:
-    cache = WatchCache(registry.backend, [store.info for store in registry.stores.values()])
-    await cache.start()
-    await asyncio.sleep(0)
-    return cache
-
-
-async def stop(cache: WatchCache) -> None:
-    cache._task.cancel()
-    await asyncio.gather(cache._task, return_exceptions=True)
+    return await start_cache(registry.backend, [store.info for store in registry.stores.values()])
 
 
 async def test_list_ahead_of_the_cache_waits_for_the_write_that_reaches_it(registry):
