@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for tool in ip:iproute2 nft:nftables iptables:iptables conntrack:conntrack sysctl:procps curl:curl nsenter:util-linux ipset:ipset haproxy:haproxy ipvsadm:ipvsadm strace:strace; do
+for tool in ip:iproute2 nft:nftables iptables:iptables conntrack:conntrack sysctl:procps curl:curl nsenter:util-linux ipset:ipset haproxy:haproxy ipvsadm:ipvsadm strace:strace dig:bind9-dnsutils dnsmasq:dnsmasq-base; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
