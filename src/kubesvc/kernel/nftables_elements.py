@@ -67,6 +67,7 @@ from kubesvc.kernel.nftables_netlink import (
     message,
     nla,
     read_acks,
+    size_chunks,
 )
 
 NFTA_LIST_ELEM = 1  # nft's attribute type for each element of a list (the kernel does not read it)
@@ -271,18 +272,12 @@ def _verdicts(key_of: Callable[[str], bytes], key_len: int, elements: Mapping[st
     chain's name makes it, so chunked by size."""
     key_pad = b"\0" * (-key_len % 4)
     key_attr = _head(8 + key_len + len(key_pad), 1 | NESTED) + _head(4 + key_len, 1)
-    chunk: list[bytes] = []
-    size = 0
-    for key, value in elements.items():
-        body = key_attr + key_of(key) + key_pad + nla(NFTA_SET_ELEM_DATA, nla(NFTA_DATA_VERDICT, encode_verdict(value), nested=True), nested=True)
-        element = _head(4 + len(body), NFTA_LIST_ELEM | NESTED) + body
-        if chunk and size + len(element) > MAX_ATTR:
-            yield b"".join(chunk)
-            chunk, size = [], 0
-        chunk.append(element)
-        size += len(element)
-    if chunk:
-        yield b"".join(chunk)
+
+    def encoded() -> Iterator[bytes]:
+        for key, value in elements.items():
+            body = key_attr + key_of(key) + key_pad + nla(NFTA_SET_ELEM_DATA, nla(NFTA_DATA_VERDICT, encode_verdict(value), nested=True), nested=True)
+            yield _head(4 + len(body), NFTA_LIST_ELEM | NESTED) + body
+    return size_chunks(encoded())
 
 
 def _ranges(set_type: SetType, elements: Mapping[str, str]) -> Iterator[bytes] | None:

@@ -44,6 +44,7 @@ import re
 import socket
 import struct
 import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from kubesvc.kernel.netns import call_in
@@ -443,21 +444,29 @@ class NftNetlink:
 
 def element_chunks(elements: list[Element]):
     """``elements`` as the payloads of ``NFTA_SET_ELEM_LIST_ELEMENTS``, each under ``MAX_ATTR``."""
+    def encoded():
+        for index, (key, data, userdata, flags) in enumerate(elements, 1):
+            body = nla(NFTA_SET_ELEM_FLAGS, struct.pack("!I", flags)) if flags else b""
+            body += nla(NFTA_SET_ELEM_KEY, key, nested=True)
+            if data is not None:
+                body += nla(NFTA_SET_ELEM_DATA, data, nested=True)
+            if userdata is not None:
+                body += nla(NFTA_SET_ELEM_USERDATA, userdata)
+            yield nla(index & 0x7FFF or 1, body, nested=True)
+    return size_chunks(encoded())
+
+
+def size_chunks(encoded_elements: Iterable[bytes]) -> Iterator[bytes]:
+    """Encoded list elements joined into runs, each under ``MAX_ATTR``: the element list is one
+    netlink attribute with a 16-bit length, so a batch of many elements spans several messages."""
     chunk: list[bytes] = []
     size = 0
-    for index, (key, data, userdata, flags) in enumerate(elements, 1):
-        body = nla(NFTA_SET_ELEM_FLAGS, struct.pack("!I", flags)) if flags else b""
-        body += nla(NFTA_SET_ELEM_KEY, key, nested=True)
-        if data is not None:
-            body += nla(NFTA_SET_ELEM_DATA, data, nested=True)
-        if userdata is not None:
-            body += nla(NFTA_SET_ELEM_USERDATA, userdata)
-        elem = nla(index & 0x7FFF or 1, body, nested=True)
-        if chunk and size + len(elem) > MAX_ATTR:
+    for element in encoded_elements:
+        if chunk and size + len(element) > MAX_ATTR:
             yield b"".join(chunk)
             chunk, size = [], 0
-        chunk.append(elem)
-        size += len(elem)
+        chunk.append(element)
+        size += len(element)
     if chunk:
         yield b"".join(chunk)
 
