@@ -82,6 +82,16 @@ def in_namespace(argv: list[str]) -> tuple[int, list[str]]:
         subprocess.run(["ip", "netns", "del", name], check=False)
 
 
+def rerun_in_own_namespace(script: str) -> None:
+    """The outer half of a bench that runs inside a namespace of its own: needs root, re-runs
+    ``script`` with this process's arguments plus ``--inside`` in a fresh namespace, and exits
+    with its code."""
+    if os.geteuid() != 0:
+        raise SystemExit("needs root (a network namespace of its own)")
+    code, _ = in_namespace([str(Path(script).resolve()), *sys.argv[1:]])
+    raise SystemExit(code)
+
+
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime

@@ -71,7 +71,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from proxy import in_namespace  # noqa: E402  (bench/proxy.py: re-run this script in a fresh namespace)
+from proxy import rerun_in_own_namespace  # noqa: E402  (bench/proxy.py: re-run this script in a fresh namespace)
 
 NODE_IP = "10.250.0.1"  # on a port-less bridge in the namespace
 SERVER_PORT = 8080
@@ -610,10 +610,7 @@ def main() -> None:
     elif args.inside:
         inside(args)
     else:
-        if os.geteuid() != 0:
-            raise SystemExit("needs root (a network namespace of its own)")
-        code, _ = in_namespace([str(Path(__file__).resolve()), *sys.argv[1:]])
-        raise SystemExit(code)
+        rerun_in_own_namespace(__file__)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import userspace as bench  # noqa: E402  (its server, relay role, client and namespace set-up)
-from proxy import in_namespace  # noqa: E402
+from proxy import rerun_in_own_namespace  # noqa: E402
 
 
 def floor_relay() -> None:
@@ -194,10 +194,7 @@ def main() -> None:
     elif args.inside:
         inside(args)
     else:
-        if os.geteuid() != 0:
-            raise SystemExit("needs root (a network namespace of its own)")
-        code, _ = in_namespace([str(Path(__file__).resolve()), *sys.argv[1:]])
-        raise SystemExit(code)
+        rerun_in_own_namespace(__file__)
 
 
 if __name__ == "__main__":
