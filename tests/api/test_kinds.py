@@ -30,6 +30,8 @@ UPSTREAM = {
     ("rbac.authorization.k8s.io", "clusterroles"): ("ClusterRole", "clusterrole", False, (), (), ()),
     ("rbac.authorization.k8s.io", "rolebindings"): ("RoleBinding", "rolebinding", True, (), (), ()),
     ("rbac.authorization.k8s.io", "clusterrolebindings"): ("ClusterRoleBinding", "clusterrolebinding", False, (), (), ()),
+    ("certificates.k8s.io", "certificatesigningrequests"): ("CertificateSigningRequest", "certificatesigningrequest", False, ("csr",), (),
+                                                           ("approval", "status")),
     # create-only: answered, never stored
     ("authentication.k8s.io", "tokenreviews"): ("TokenReview", "tokenreview", False, (), (), ()),
     ("authentication.k8s.io", "selfsubjectreviews"): ("SelfSubjectReview", "selfsubjectreview", False, (), (), ()),

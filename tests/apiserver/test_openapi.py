@@ -14,7 +14,8 @@ from kubesvc.api.schema import STRING, F, Obj
 from kubesvc.apiserver.openapi import PATCH_CONTENT_TYPES, OpenAPI
 
 GROUP_VERSIONS = ["api/v1", "apis/discovery.k8s.io/v1", "apis/networking.k8s.io/v1", "apis/coordination.k8s.io/v1",
-                  "apis/rbac.authorization.k8s.io/v1", "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1"]
+                  "apis/rbac.authorization.k8s.io/v1", "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1",
+                  "apis/certificates.k8s.io/v1"]
 WRITES = ("post", "put", "patch")
 
 

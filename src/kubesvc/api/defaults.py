@@ -623,4 +623,5 @@ _DEFAULTERS = {
     "ClusterRole": _nothing,
     "RoleBinding": _role_binding,
     "ClusterRoleBinding": _role_binding,
+    "CertificateSigningRequest": _nothing,  # certificates/v1 has no defaulting functions
 }

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from kubesvc.api import validation_config, validation_rbac
+from kubesvc.api import validation_certificates, validation_config, validation_rbac
 from kubesvc.api.errors import FieldError, duplicate, forbidden_field, invalid_value, not_supported, required, too_many
 from kubesvc.api.validation_meta import (
     GO_NIL,
@@ -1625,6 +1625,8 @@ _KINDS: dict[str, _Rules] = {
     "RoleBinding": _Rules(validation_rbac.validate_role_binding, validation_rbac.validate_role_binding_update),
     "ClusterRoleBinding": _Rules(validation_rbac.validate_cluster_role_binding,
                                  validation_rbac.validate_cluster_role_binding_update),
+    "CertificateSigningRequest": _Rules(validation_certificates.validate_csr, validation_certificates.validate_csr_update,
+                                        validation_certificates.validate_csr_status_update),
 }
 
 

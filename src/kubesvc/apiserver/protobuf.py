@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import base64
 import enum
+from datetime import datetime, timezone
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
@@ -57,6 +58,8 @@ class _Kind(enum.Enum):
     BYTES_MAP = "map<string,bytes>"  # JSON: the values base64-encoded (Secret data, ConfigMap binaryData)
     EXTRA_MAP = "map<string,ExtraValue>"  # JSON: string lists (a user's "extra" attributes)
     INT_OR_STRING = "IntOrString"
+    BASE64 = "bytes as JSON carries them"  # a []byte field: base64 in JSON (CSR request, certificate)
+    TIME = "Time"  # meta/v1 Time {1: seconds, 2: nanos}: RFC 3339 in JSON, "" (dropped) when zero
 
 
 _VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
@@ -68,6 +71,8 @@ _WIRE_TYPE_OF = {
     _Kind.BYTES_MAP: _LENGTH_DELIMITED,
     _Kind.EXTRA_MAP: _LENGTH_DELIMITED,
     _Kind.INT_OR_STRING: _LENGTH_DELIMITED,
+    _Kind.BASE64: _LENGTH_DELIMITED,
+    _Kind.TIME: _LENGTH_DELIMITED,
     _Kind.INT32: _VARINT,
     _Kind.INT64: _VARINT,
     _Kind.BOOL: _VARINT,
@@ -247,6 +252,21 @@ _TOKEN_REQUEST: Message = {
     }),
 }
 
+# what kubectl certificate approve|deny PUT to .../approval (certificates/v1 generated.proto)
+_CSR_CONDITION: Message = {
+    1: _string("type"), 6: _string("status"), 2: _string("reason"), 3: _string("message"),
+    4: _Field("lastUpdateTime", _Kind.TIME), 5: _Field("lastTransitionTime", _Kind.TIME),
+}
+_CERTIFICATE_SIGNING_REQUEST: Message = {
+    1: _message("metadata", _OBJECT_META),
+    2: _message("spec", {
+        1: _Field("request", _Kind.BASE64), 7: _string("signerName"),
+        8: _Field("expirationSeconds", _Kind.INT32, pointer=True), 5: _string("usages", repeated=True),
+        2: _string("username"), 3: _string("uid"), 4: _string("groups", repeated=True), 6: _Field("extra", _Kind.EXTRA_MAP),
+    }),
+    3: _message("status", {1: _message("conditions", _CSR_CONDITION, repeated=True), 2: _Field("certificate", _Kind.BASE64)}),
+}
+
 _RBAC = "rbac.authorization.k8s.io/v1"
 _AUTHZ = "authorization.k8s.io/v1"
 _AUTHN = "authentication.k8s.io/v1"
@@ -267,6 +287,7 @@ SUPPORTED_KINDS: dict[tuple[str, str], Message] = {
     (_AUTHN, "TokenReview"): _TOKEN_REVIEW,
     (_AUTHN, "SelfSubjectReview"): _SELF_SUBJECT_REVIEW,
     (_AUTHN, "TokenRequest"): _TOKEN_REQUEST,
+    ("certificates.k8s.io/v1", "CertificateSigningRequest"): _CERTIFICATE_SIGNING_REQUEST,
 }
 
 
@@ -333,6 +354,18 @@ def _int_or_string(data: bytes) -> int | str:
 _EXTRA_VALUE: Message = {1: _string("items", repeated=True)}  # authentication/authorization v1 ExtraValue
 
 
+def _time(data: bytes) -> str:
+    """meta/v1 Time as JSON has it (RFC 3339, whole seconds); "" for Go's zero time."""
+    decoded = _decode_fields(data, {1: _Field("seconds", _Kind.INT64), 2: _Field("nanos", _Kind.INT32)})
+    seconds = decoded.get("seconds", 0)
+    if not seconds and not decoded.get("nanos"):
+        return ""
+    try:
+        return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return ""  # before year 1 or after 9999: no RFC 3339 form; as absent
+
+
 def _map_entry(data: bytes, value_kind: _Kind = _Kind.STRING) -> tuple[str, Any]:
     entry = _decode_fields(data, {1: _string("key"), 2: _Field("value", value_kind)})
     return entry.get("key", ""), entry.get("value", "" if value_kind is _Kind.STRING else b"")
@@ -349,6 +382,10 @@ def _scalar(field: _Field, value: int | bytes) -> Any:
         return _decode_message(value, field.message or {})
     if field.kind is _Kind.INT_OR_STRING:
         return _int_or_string(value)
+    if field.kind is _Kind.BASE64:
+        return base64.b64encode(value).decode("ascii")
+    if field.kind is _Kind.TIME:
+        return _time(value)
     return value
 
 

@@ -120,6 +120,15 @@ _LEASE_COLUMNS = [
     _AGE,
 ]
 
+_CSR_COLUMNS = [  # printers.go certificateSigningRequestColumnDefinitions ("Requestor" documents spec.request there)
+    _NAME,
+    _AGE,
+    _column("SignerName", 'signerName indicates the requested signer, and is a qualified name.\n\nList/watch requests for CertificateSigningRequests can filter on this field using a "spec.signerName=NAME" fieldSelector.\n\nWell-known Kubernetes signers are:\n 1. "kubernetes.io/kube-apiserver-client": issues client certificates that can be used to authenticate to kube-apiserver.\n  Requests for this signer are never auto-approved by kube-controller-manager, can be issued by the "csrsigning" controller in kube-controller-manager.\n 2. "kubernetes.io/kube-apiserver-client-kubelet": issues client certificates that kubelets use to authenticate to kube-apiserver.\n  Requests for this signer can be auto-approved by the "csrapproving" controller in kube-controller-manager, and can be issued by the "csrsigning" controller in kube-controller-manager.\n 3. "kubernetes.io/kubelet-serving" issues serving certificates that kubelets use to serve TLS endpoints, which kube-apiserver can connect to securely.\n  Requests for this signer are never auto-approved by kube-controller-manager, and can be issued by the "csrsigning" controller in kube-controller-manager.\n\nMore details are available at https://k8s.io/docs/reference/access-authn-authz/certificate-signing-requests/#kubernetes-signers\n\nCustom signerNames can also be specified. The signer defines:\n 1. Trust distribution: how trust (CA bundles) are distributed.\n 2. Permitted subjects: and behavior when a disallowed subject is requested.\n 3. Required, permitted, or forbidden x509 extensions in the request (including whether subjectAltNames are allowed, which types, restrictions on allowed values) and behavior when a disallowed extension is requested.\n 4. Required, permitted, or forbidden key usages / extended key usages.\n 5. Expiration/certificate lifetime: whether it is fixed by the signer, configurable by the admin.\n 6. Whether or not requests for CA certificates are allowed.'),
+    _column("Requestor", 'request contains an x509 certificate signing request encoded in a "CERTIFICATE REQUEST" PEM block. When serialized as JSON or YAML, the data is additionally base64-encoded.'),
+    _column("RequestedDuration", "expirationSeconds is the requested duration of validity of the issued certificate. The certificate signer may issue a certificate with a different validity duration so a client must check the delta between the notBefore and and notAfter fields in the issued certificate to determine the actual duration.\n\nThe minimum valid value for expirationSeconds is 600, i.e. 10 minutes."),
+    _column("Condition", 'conditions applied to the request. Known conditions are "Approved", "Denied", and "Failed".'),
+]
+
 _IP_ADDRESS_COLUMNS = [
     _NAME,
     _column("ParentRef", "ParentRef references the resource that an IPAddress is attached to. An IPAddress must reference a parent object."),
@@ -542,6 +551,24 @@ def _lease_cells(lease: JSONObject, clock: _Clock) -> list:
     return [_str(lease, "metadata", "name"), _str(lease, "spec", "holderIdentity"), clock.since(_get(lease, "metadata", "creationTimestamp"))]
 
 
+def csr_condition(csr: JSONObject) -> str:
+    """Upstream ``extractCSRStatus``: Denied over Approved over Pending, then ,Failed and ,Issued."""
+    types = {_str(c, "type") for c in _list(csr, "status", "conditions") if isinstance(c, Mapping)}
+    text = "Denied" if "Denied" in types else "Approved" if "Approved" in types else "Pending"
+    if "Failed" in types:
+        text += ",Failed"
+    if _str(csr, "status", "certificate"):
+        text += ",Issued"
+    return text
+
+
+def _csr_cells(csr: JSONObject, clock: _Clock) -> list:
+    seconds = _get(csr, "spec", "expirationSeconds")
+    duration = human_duration(seconds) if isinstance(seconds, int) and not isinstance(seconds, bool) else "<none>"
+    return [_str(csr, "metadata", "name"), clock.since(_get(csr, "metadata", "creationTimestamp")),
+            _str(csr, "spec", "signerName") or "<none>", _str(csr, "spec", "username"), duration, csr_condition(csr)]
+
+
 def _ip_address_cells(ip: JSONObject, clock: _Clock) -> list:
     parent = _get(ip, "spec", "parentRef")
     parent_text = "<none>"
@@ -626,6 +653,7 @@ PRINTERS: dict[str, tuple[list[dict], _Printer]] = {
     "ConfigMap": (_CONFIG_MAP_COLUMNS, _config_map_cells),
     "RoleBinding": (_ROLE_BINDING_COLUMNS, _binding_cells),
     "ClusterRoleBinding": (_CLUSTER_ROLE_BINDING_COLUMNS, _binding_cells),
+    "CertificateSigningRequest": (_CSR_COLUMNS, _csr_cells),
 }
 
 _POD_PHASE_CONDITIONS = {

@@ -75,12 +75,15 @@ class Authorization:
         """``overrides`` plus the RBAC kinds' strategy (escalation checks, the index kept
         current as their writes commit) and, with the Node mode, NodeRestriction admission in
         front of the Pod, Node and Lease strategies (as kubeadm and k3s enable it with Node)."""
+        from kubesvc.apiserver.registry.certificates import CSRStrategy
         from kubesvc.apiserver.registry.rbac import RBACStrategy
         from kubesvc.apiserver.registry.strategy import strategy_for
 
         merged = dict(overrides or {})
         for kind in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"):
             merged[kind] = lambda info: RBACStrategy(info, self)
+        # CertificateApproval / CertificateSigning admission ask this chain about signers
+        merged.setdefault("CertificateSigningRequest", lambda info: CSRStrategy(info, self.authorizer))
         if self.node_restriction is not None:
             for kind in RESTRICTED_KINDS:
                 merged[kind] = self.node_restriction.wrap(merged.get(kind) or strategy_for)

@@ -615,6 +615,8 @@ class Store:
             self.strategy.prepare_for_status_update(new, old)
         elif subresource == "finalize":
             self.strategy.prepare_for_finalize(new, old)
+        elif subresource:  # another view of the object (certificatesigningrequests/approval)
+            self.strategy.prepare_for_subresource_update(subresource, new, old)
         else:
             self.strategy.prepare_for_update(new, old)
         self.strategy.default(new)
@@ -623,7 +625,8 @@ class Store:
             meta["generation"] = int(old_meta.get("generation", 1)) + 1
         txn = await self.strategy.begin_update(new, old, dry_run, subresource)
         try:
-            field_errors = self.strategy.validate_update(new, old)
+            field_errors = (self.strategy.validate_subresource_update(subresource, new, old) if subresource
+                            else self.strategy.validate_update(new, old))
             if field_errors:
                 raise self._invalid(old_meta["name"], field_errors)
             if track:

@@ -102,8 +102,17 @@ class Strategy:
     def prepare_for_finalize(self, new: dict, old: dict) -> None:
         raise NotImplementedError  # only namespaces have /finalize; routing never gets here
 
+    def prepare_for_subresource_update(self, subresource: str, new: dict, old: dict) -> None:
+        """A view subresource other than status/finalize (certificatesigningrequests/approval)."""
+        self.prepare_for_update(new, old)
+
     def validate_update(self, new: dict, old: dict) -> list[FieldError]:
         return validation.validate_update(self.info.kind, new, old, namespaced=self.info.namespaced)
+
+    def validate_subresource_update(self, subresource: str, new: dict, old: dict) -> list[FieldError]:
+        """A subresource write (status, finalize, approval); the main resource's rules unless a
+        kind has its own (CertificateSigningRequests: upstream's per-subresource validation)."""
+        return self.validate_update(new, old)
 
     # ---- delete ------------------------------------------------------------------------------
     def deletion_blocked(self, obj: dict) -> bool:
@@ -282,7 +291,14 @@ class EndpointSliceStrategy(Strategy):
         return body(new) != body(old) or (new["metadata"].get("labels") or {}) != (old["metadata"].get("labels") or {})
 
 
-STRATEGIES: dict[str, type[Strategy]] = {
+def _csr_strategy(info: KindInfo) -> Strategy:
+    """Without authorization (tests) no signer checks; ``auth.modes`` gives the chain."""
+    from kubesvc.apiserver.registry.certificates import CSRStrategy
+
+    return CSRStrategy(info, None)
+
+
+STRATEGIES: dict[str, Callable[[KindInfo], Strategy]] = {
     "Pod": PodStrategy,
     "Namespace": NamespaceStrategy,
     "Endpoints": CreateOnUpdateStrategy,
@@ -290,6 +306,7 @@ STRATEGIES: dict[str, type[Strategy]] = {
     "Node": CreateOnUpdateStrategy,
     "Event": EventStrategy,
     "EndpointSlice": EndpointSliceStrategy,
+    "CertificateSigningRequest": _csr_strategy,
 }
 
 
