@@ -59,6 +59,16 @@ async def run_workers(name: str, queue: WorkQueue, sync: Callable[[Hashable], Aw
             group.create_task(work())
 
 
+def omitempty(value):
+    """A status as the API serializes it (Go's ``omitempty``): zero counts, empty strings,
+    lists and maps left out, so a freshly computed status compares equal to the stored one."""
+    if isinstance(value, dict):
+        return {k: omitempty(v) for k, v in value.items() if v not in (None, 0, [], {}, "")}
+    if isinstance(value, list):
+        return [omitempty(v) for v in value]
+    return value
+
+
 def _describe(exc: BaseException) -> str:
     return str(exc) if isinstance(exc, ClientError) else f"{type(exc).__name__}: {exc}"
 

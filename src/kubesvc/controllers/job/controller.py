@@ -1,0 +1,367 @@
+"""The Job controller's shell (pkg/controller/job/job_controller.go, NonIndexed Jobs): informers
+enqueue Job keys, a worker syncs one from the caches (``decisions`` decides).
+
+A sync: claims the Job's Pods (selector ``batch.kubernetes.io/controller-uid``); finds the Pods
+that finished since the last count; decides whether the Job failed (back-off limit, active
+deadline) or succeeded; otherwise creates Pods (slow start, after the failure back-off) or
+deletes the excess; then writes the status through ``uncountedTerminatedPods`` and removes the
+Pods' tracking finalizers, so each finished Pod is counted once. Pods are created only when
+the controller's expectations are met (every earlier create and delete seen by the
+informer), and a Pod whose finalizer removal is not yet seen is not counted again.
+
+A tracking finalizer left on a Pod whose Job is gone or finished is removed as soon as the Pod
+is finished or being deleted (upstream's orphan queue), so such Pods do not hang Terminating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from collections.abc import Hashable
+
+from kubesvc.api.selectors import selector_from_label_selector
+from kubesvc.client.cache import split_key
+from kubesvc.client.record import EventRecorder
+from kubesvc.client.rest import PODS, ApiError, Resource, RestClient, is_not_found
+from kubesvc.client.workqueue import ItemExponentialBackoff, WorkQueue
+from kubesvc.controllers import controllerref
+from kubesvc.controllers.expectations import Expectations
+from kubesvc.controllers.job import decisions as jd
+from kubesvc.controllers.informers import SharedInformers
+from kubesvc.controllers.podcontrol import PodControl, pod_from_template, slow_start_batch
+from kubesvc.controllers.runtime import omitempty, run_workers
+from kubesvc.util.clock import Clock, RealClock
+from kubesvc.util.golang import rfc3339
+
+log = logging.getLogger("kubesvc.controllers.job")
+
+JOBS = Resource("batch", "v1", "jobs", True, "Job")
+COMPONENT = "job-controller"
+REMOVE_FINALIZER_PATCH = {"metadata": {"$deleteFromPrimitiveList/finalizers": [jd.JOB_TRACKING_FINALIZER]}}
+
+
+def _key(obj: dict) -> str:
+    return f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+
+
+class JobController:
+    def __init__(self, client: RestClient, informers: SharedInformers, *, workers: int = 5, recorder: EventRecorder | None = None,
+                 clock: Clock | None = None):
+        self.client = client
+        self.workers = workers
+        self.clock = clock or RealClock()
+        self.recorder = recorder or EventRecorder(client, COMPONENT, self.clock)
+        # API errors: 1 s doubling to 1 min (DefaultJobApiBackOff, MaxJobApiBackOff)
+        self.queue = WorkQueue(ItemExponentialBackoff(1.0, 60.0), clock=self.clock)
+        self.orphan_queue = WorkQueue(ItemExponentialBackoff(1.0, 60.0), clock=self.clock)
+        self.expectations = Expectations(self.clock)
+        self._finalizer_expectations: dict[str, set[str]] = {}  # job key -> pod uids
+        self._backoff: dict[str, jd.BackoffRecord] = {}
+        self._jobs_api = client.resource(JOBS)
+        self._pods_api = client.resource(PODS)
+        self._pod_control = PodControl(client, self.recorder)
+        self._jobs = informers.informer(JOBS)
+        self._pods = informers.pods
+        self._jobs.add_event_handler(self._enqueue, self._on_job_update, self._on_job_delete)
+        self._pods.add_event_handler(self._on_pod_add, self._on_pod_update, self._on_pod_delete)
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(run_workers("job", self.queue, self.sync, self.workers))
+            group.create_task(run_workers("job-orphan-pods", self.orphan_queue, self._remove_orphan_finalizer, 1))
+
+    # ---- handlers ----------------------------------------------------------------------------
+
+    def _enqueue(self, job: dict) -> None:
+        self.queue.add(_key(job))
+
+    def _on_job_update(self, old: dict, new: dict) -> None:
+        self._enqueue(new)
+        # a new activeDeadlineSeconds: look again when it passes
+        after = jd.seconds_to_active_deadline(new, self.clock.now())
+        if after is not None and after > 0 and (old.get("spec") or {}).get("activeDeadlineSeconds") != (new.get("spec") or {}).get("activeDeadlineSeconds"):
+            self.queue.add_after(_key(new), after)
+
+    def _on_job_delete(self, job: dict) -> None:
+        self._enqueue(job)
+        for pod in self._pods.indexer.by_index("namespace", job["metadata"].get("namespace", "")):
+            if jd.has_tracking_finalizer(pod):
+                self._check_orphan(pod)
+
+    def _job_of(self, pod: dict) -> dict | None:
+        ref = controllerref.controller_ref(pod)
+        if ref is None or ref.get("kind") != "Job":
+            return None
+        job = self._jobs.indexer.get(ref.get("name", ""), pod["metadata"].get("namespace"))
+        if job is None or job["metadata"].get("uid") != ref.get("uid"):
+            return None
+        return job
+
+    def _check_orphan(self, pod: dict) -> None:
+        if not jd.has_tracking_finalizer(pod):
+            return
+        ref = controllerref.controller_ref(pod)
+        if ref is not None and ref.get("kind") != "Job":
+            return
+        job = self._job_of(pod)
+        if job is None or jd.is_finished(job):
+            if not jd.is_active(pod):
+                self.orphan_queue.add(_key(pod))
+
+    def _on_pod_add(self, pod: dict) -> None:
+        job = self._job_of(pod)
+        if job is None:
+            self._check_orphan(pod)
+            return
+        key = _key(job)
+        if pod["metadata"].get("deletionTimestamp"):
+            self.expectations.deletion_observed(key, _key(pod))
+        self.expectations.creation_observed(key)
+        self.queue.add(key)
+
+    def _on_pod_update(self, old: dict, new: dict) -> None:
+        if old["metadata"].get("resourceVersion") == new["metadata"].get("resourceVersion"):
+            return
+        job = self._job_of(new)
+        if job is None:
+            self._check_orphan(new)
+            return
+        key = _key(job)
+        if new["metadata"].get("deletionTimestamp") and not old["metadata"].get("deletionTimestamp"):
+            self.expectations.deletion_observed(key, _key(new))
+        if not jd.has_tracking_finalizer(new):
+            self._finalizer_expectations.get(key, set()).discard(new["metadata"].get("uid"))
+        self.queue.add(key)
+
+    def _on_pod_delete(self, pod: dict) -> None:
+        job = self._job_of(pod)
+        if job is None:
+            return
+        key = _key(job)
+        self.expectations.deletion_observed(key, _key(pod))
+        self._finalizer_expectations.get(key, set()).discard(pod["metadata"].get("uid"))
+        self.queue.add(key)
+
+    async def _remove_orphan_finalizer(self, key: Hashable) -> None:
+        namespace, name = split_key(str(key))
+        pod = self._pods.indexer.get(name, namespace)
+        if pod is None or not jd.has_tracking_finalizer(pod):
+            return
+        job = self._job_of(pod)
+        if job is not None and not jd.is_finished(job):
+            return
+        await self._remove_finalizer(pod)
+
+    async def _remove_finalizer(self, pod: dict) -> None:
+        try:
+            await self._pods_api.patch(pod["metadata"]["name"], REMOVE_FINALIZER_PATCH, pod["metadata"]["namespace"], patch_type="strategic")
+        except ApiError as exc:
+            if not is_not_found(exc):
+                raise
+
+    # ---- the sync ----------------------------------------------------------------------------
+
+    async def sync(self, key: Hashable) -> None:
+        key = str(key)
+        namespace, name = split_key(key)
+        cached = self._jobs.indexer.get(name, namespace)
+        if cached is None:
+            self.expectations.delete(key)
+            self._finalizer_expectations.pop(key, None)
+            self._backoff.pop(key, None)
+            return
+        job = copy.deepcopy(cached)
+        if jd.is_finished(job):
+            self._backoff.pop(key, None)
+            for pod in self._claimed_pods(job):
+                if jd.has_tracking_finalizer(pod) and not jd.is_active(pod):
+                    await self._remove_finalizer(pod)
+            return
+        satisfied = self.expectations.satisfied(key)
+        now = self.clock.now()
+        pods = await self._claim(job)
+        status = copy.deepcopy(job.get("status") or {})
+        uncounted = status.get("uncountedTerminatedPods") or {}
+        uncounted_succeeded = set(uncounted.get("succeeded") or [])
+        uncounted_failed = set(uncounted.get("failed") or [])
+        expected_removals = self._finalizer_expectations.setdefault(key, set())
+        active = [p for p in pods if jd.is_active(p)]
+        terminating = [p for p in pods if jd.is_terminating(p)]
+        newly_succeeded, newly_failed = [], []
+        for pod in pods:
+            uid = pod["metadata"].get("uid")
+            if not jd.has_tracking_finalizer(pod) or uid in uncounted_succeeded or uid in uncounted_failed or uid in expected_removals:
+                continue
+            if jd.phase(pod) == "Succeeded":
+                newly_succeeded.append(pod)
+            elif jd.is_failed(pod, job):
+                newly_failed.append(pod)
+        newly_succeeded = newly_succeeded[:jd.MAX_UNCOUNTED_PODS]
+        newly_failed = newly_failed[:max(0, jd.MAX_UNCOUNTED_PODS - len(newly_succeeded))]
+        succeeded = int(status.get("succeeded") or 0) + len(uncounted_succeeded) + len(newly_succeeded)
+        failed = int(status.get("failed") or 0) + len(uncounted_failed) + len(newly_failed)
+        suspended = bool((job.get("spec") or {}).get("suspend"))
+        if not suspended and not status.get("startTime"):
+            status["startTime"] = rfc3339(now)
+            job.setdefault("status", {})["startTime"] = status["startTime"]
+            after = jd.seconds_to_active_deadline(job, now)
+            if after is not None:
+                self.queue.add_after(key, max(after, 0))
+        record = jd.next_backoff_record(self._backoff.get(key, jd.BackoffRecord()), newly_succeeded, newly_failed)
+        conditions = status.setdefault("conditions", [])
+        failure = jd.failure(job, failed, now)
+        finishing = False
+        if failure is not None:
+            finishing = True
+            if jd.set_condition(conditions, jd.new_condition(jd.FAILURE_TARGET, *failure, now)):
+                pass
+        elif jd.is_complete(job, succeeded, len(active)) or jd.condition(job, jd.SUCCESS_CRITERIA_MET):
+            finishing = True
+            jd.set_condition(conditions, jd.new_condition(jd.SUCCESS_CRITERIA_MET, *jd.COMPLETIONS_REACHED, now))
+        if finishing:
+            if active:
+                await self._delete_pods(job, key, active)
+                terminating += active
+                active = []
+        elif satisfied:
+            active = await self._manage(job, key, active, succeeded, terminating, record, now)
+        if not finishing and not jd.condition(job, jd.FAILURE_TARGET):
+            self._suspend_conditions(job, conditions, suspended, status, now)
+        status["active"] = len(active)
+        status["ready"] = sum(1 for p in active if jd.is_ready(p))
+        status["terminating"] = len(terminating)
+        self._backoff[key] = record
+        await self._track_and_remove_finalizers(job, key, status, pods, newly_succeeded, newly_failed, finishing, now)
+
+    def _claimed_pods(self, job: dict) -> list[dict]:
+        uid = job["metadata"].get("uid")
+        return [p for p in self._pods.indexer.by_index("namespace", job["metadata"].get("namespace", ""))
+                if (controllerref.controller_ref(p) or {}).get("uid") == uid]
+
+    async def _claim(self, job: dict) -> list[dict]:
+        try:
+            selector = selector_from_label_selector((job.get("spec") or {}).get("selector"))
+        except Exception:
+            return []
+        candidates = self._pods.indexer.by_index("namespace", job["metadata"].get("namespace", ""))
+
+        async def fresh():
+            try:
+                return await self._jobs_api.get(job["metadata"]["name"], job["metadata"]["namespace"])
+            except ApiError as exc:
+                if is_not_found(exc):
+                    return None
+                raise
+
+        return await controllerref.claim(job, candidates, selector, self._pods_api, "batch/v1", "Job", fresh)
+
+    async def _manage(self, job: dict, key: str, active: list[dict], succeeded: int, terminating: list[dict],
+                      record: jd.BackoffRecord, now) -> list[dict]:
+        """``manageJob``: delete the excess or create what is missing; returns the active Pods."""
+        if (job.get("spec") or {}).get("suspend"):
+            if active:
+                await self._delete_pods(job, key, active)
+            return []
+        want = jd.want_active(job, succeeded, len(active))
+        if len(active) > want:
+            # newest and least ready go first (ActivePods order, reversed: controller_utils)
+            victims = sorted(active, key=lambda p: (jd.is_ready(p), p["metadata"].get("creationTimestamp") or ""))[:len(active) - want]
+            await self._delete_pods(job, key, victims[:jd.MAX_POD_CREATE_DELETE_PER_SYNC])
+            return [p for p in active if p not in victims]
+        diff = want - len(active)
+        if jd.only_replace_failed(job):
+            diff -= len(terminating)
+        if diff <= 0:
+            return active
+        wait = jd.remaining_backoff(record, now)
+        if wait > 0:
+            self.queue.add_after(key, wait)
+            return active
+        diff = min(diff, jd.MAX_POD_CREATE_DELETE_PER_SYNC)
+        template = (job.get("spec") or {}).get("template") or {}
+        pod = pod_from_template(template, job, "batch/v1", "Job", generate_name=jd.pod_name_prefix(job["metadata"]["name"]),
+                                extra_finalizers=(jd.JOB_TRACKING_FINALIZER,))
+        self.expectations.expect_creations(key, diff)
+
+        async def create_one() -> None:
+            try:
+                await self._pod_control.create(job, copy.deepcopy(pod))
+            except Exception:
+                self.expectations.creation_observed(key)  # its event will never come
+                raise
+
+        created, error = await slow_start_batch(diff, create_one)
+        if error is not None:
+            skipped = diff - created - 1
+            for _ in range(max(0, skipped)):
+                self.expectations.creation_observed(key)
+            raise error
+        return active
+
+    async def _delete_pods(self, job: dict, key: str, pods: list[dict]) -> None:
+        """Tracking finalizer off first, then DELETE (``deleteJobPods``)."""
+        self.expectations.expect_deletions(key, [_key(p) for p in pods])
+        errors = []
+        for pod in pods:
+            try:
+                if jd.has_tracking_finalizer(pod):
+                    self._finalizer_expectations.setdefault(key, set()).add(pod["metadata"].get("uid"))
+                await self._pod_control.delete(job, pod)
+            except ApiError as exc:
+                self.expectations.deletion_observed(key, _key(pod))
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def _suspend_conditions(self, job: dict, conditions: list[dict], suspended: bool, status: dict, now) -> None:
+        if suspended:
+            if jd.set_condition(conditions, jd.new_condition(jd.SUSPENDED, "JobSuspended", "Job suspended", now)):
+                self.recorder.event(job, "Normal", "Suspended", "Job suspended")
+        elif jd.condition(job, jd.SUSPENDED) is not None:
+            if jd.set_condition(conditions, jd.new_condition(jd.SUSPENDED, "JobResumed", "Job resumed", now, status="False")):
+                self.recorder.event(job, "Normal", "Resumed", "Job resumed")
+                status["startTime"] = rfc3339(now)  # the active deadline counts from the resume
+
+    async def _track_and_remove_finalizers(self, job: dict, key: str, status: dict, pods: list[dict], newly_succeeded: list[dict],
+                                           newly_failed: list[dict], finishing: bool, now) -> None:
+        """``trackJobStatusAndRemoveFinalizers``: finished Pods into ``uncountedTerminatedPods``
+        (written), their finalizers off, then into ``succeeded``/``failed`` (written); the
+        final condition once nothing is left terminating or uncounted."""
+        uncounted = status.get("uncountedTerminatedPods") or {}
+        succeeded_uids = list(uncounted.get("succeeded") or []) + [p["metadata"]["uid"] for p in newly_succeeded]
+        failed_uids = list(uncounted.get("failed") or []) + [p["metadata"]["uid"] for p in newly_failed]
+        status["uncountedTerminatedPods"] = {"succeeded": succeeded_uids, "failed": failed_uids} if succeeded_uids or failed_uids else {}
+        if newly_succeeded or newly_failed:
+            await self._write_status(job, status)
+        by_uid = {p["metadata"].get("uid"): p for p in pods}
+        expected = self._finalizer_expectations.setdefault(key, set())
+        for uid in succeeded_uids + failed_uids:
+            pod = by_uid.get(uid)
+            if pod is not None and jd.has_tracking_finalizer(pod) and uid not in expected:
+                expected.add(uid)
+                try:
+                    await self._remove_finalizer(pod)
+                except ApiError:
+                    expected.discard(uid)
+                    raise
+        # every uncounted Pod's finalizer is now off (or the Pod gone): count them
+        status["succeeded"] = int(status.get("succeeded") or 0) + len(succeeded_uids)
+        status["failed"] = int(status.get("failed") or 0) + len(failed_uids)
+        status["uncountedTerminatedPods"] = {}
+        conditions = status.setdefault("conditions", [])
+        if finishing and status.get("terminating", 0) == 0 and status.get("active", 0) == 0:
+            target = next((c for c in conditions if c.get("type") == jd.FAILURE_TARGET and c.get("status") == "True"), None)
+            if target is not None:
+                if jd.set_condition(conditions, jd.new_condition(jd.FAILED, target.get("reason", ""), target.get("message", ""), now)):
+                    self.recorder.event(job, "Warning", target.get("reason", ""), target.get("message", ""))
+            elif jd.set_condition(conditions, jd.new_condition(jd.COMPLETE, *jd.COMPLETIONS_REACHED, now)):
+                status["completionTime"] = rfc3339(now)
+                self.recorder.event(job, "Normal", "Completed", "Job completed")
+        if omitempty(status) != omitempty(job.get("status") or {}):
+            await self._write_status(job, status)
+
+    async def _write_status(self, job: dict, status: dict) -> None:
+        job["status"] = copy.deepcopy(status)
+        updated = await self._jobs_api.update_status(job)
+        job["metadata"]["resourceVersion"] = updated["metadata"].get("resourceVersion")

@@ -1,0 +1,212 @@
+"""The Job controller's decisions as pure functions (pkg/controller/job/job_controller.go,
+backoff_utils.go; NonIndexed completion mode).
+
+* **How many Pods run.** ``parallelism`` at most; with ``completions`` set, no more than the
+  completions still missing; without it (a work queue) ``parallelism`` until one Pod
+  succeeded, then only those still running.
+* **Counting.** Every Pod is created with the ``batch.kubernetes.io/job-tracking`` finalizer.
+  A finished Pod (Succeeded; Failed, or being deleted without having succeeded) is first
+  written into ``status.uncountedTerminatedPods``, then its finalizer is removed, then it
+  moves into ``succeeded``/``failed``: a Pod is counted exactly once even when it is deleted
+  right after finishing.
+* **Back-off.** After failures the next Pod waits ``10 s · 2^(n-1)`` (n failures since the
+  last success), at most 10 minutes, from the last failure's finish time.
+* **The end.** ``failed > backoffLimit`` (default 6): ``BackoffLimitExceeded``; running longer
+  than ``activeDeadlineSeconds``: ``DeadlineExceeded``; enough successes:
+  ``CompletionsReached``. As in 1.32 the Job first gets the interim condition
+  (``FailureTarget`` / ``SuccessCriteriaMet``) and its remaining Pods are deleted; ``Failed`` /
+  ``Complete`` follow once no Pod is left terminating or uncounted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from kubesvc.util.golang import parse_rfc3339, rfc3339
+
+JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
+DEFAULT_BACKOFF = 10.0  # seconds (DefaultJobPodFailureBackOff)
+MAX_BACKOFF = 600.0  # MaxJobPodFailureBackOff
+MAX_POD_CREATE_DELETE_PER_SYNC = 500
+MAX_UNCOUNTED_PODS = 500
+DEFAULT_BACKOFF_LIMIT = 6
+
+COMPLETE, FAILED, FAILURE_TARGET, SUCCESS_CRITERIA_MET, SUSPENDED = "Complete", "Failed", "FailureTarget", "SuccessCriteriaMet", "Suspended"
+BACKOFF_LIMIT_EXCEEDED = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+DEADLINE_EXCEEDED = ("DeadlineExceeded", "Job was active longer than specified deadline")
+COMPLETIONS_REACHED = ("CompletionsReached", "Reached expected number of succeeded pods")
+
+
+def phase(pod: dict) -> str:
+    return (pod.get("status") or {}).get("phase") or ""
+
+
+def is_active(pod: dict) -> bool:
+    """``IsPodActive``: not finished and not being deleted."""
+    return phase(pod) not in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp")
+
+
+def is_terminating(pod: dict) -> bool:
+    return phase(pod) not in ("Succeeded", "Failed") and bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def only_replace_failed(job: dict) -> bool:
+    spec = job.get("spec") or {}
+    return spec.get("podReplacementPolicy") == "Failed" or spec.get("podFailurePolicy") is not None
+
+
+def is_failed(pod: dict, job: dict) -> bool:
+    """``isPodFailed``: Failed, or (unless only Failed Pods are replaced) being deleted
+    without having succeeded: an orphan that never reaches Failed still counts."""
+    if phase(pod) == "Failed":
+        return True
+    if only_replace_failed(job):
+        return False
+    return bool(pod["metadata"].get("deletionTimestamp")) and phase(pod) != "Succeeded"
+
+
+def is_ready(pod: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def has_tracking_finalizer(pod: dict) -> bool:
+    return JOB_TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or [])
+
+
+def condition(job: dict, type_: str) -> dict | None:
+    for c in (job.get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_ and c.get("status") == "True":
+            return c
+    return None
+
+
+def is_finished(job: dict) -> bool:
+    return condition(job, COMPLETE) is not None or condition(job, FAILED) is not None
+
+
+def new_condition(type_: str, reason: str, message: str, now: datetime, status: str = "True") -> dict:
+    stamp = rfc3339(now)
+    return {"type": type_, "status": status, "lastProbeTime": stamp, "lastTransitionTime": stamp, "reason": reason, "message": message}
+
+
+def set_condition(conditions: list[dict], new: dict) -> bool:
+    """``ensureJobConditionStatus``: add it, or update status/reason/message of the existing one
+    (transition time moves only with the status). Whether anything changed."""
+    for index, existing in enumerate(conditions):
+        if existing.get("type") != new["type"]:
+            continue
+        if existing.get("status") == new["status"] and existing.get("reason") == new["reason"] and existing.get("message") == new["message"]:
+            return False
+        updated = dict(new)
+        if existing.get("status") == new["status"]:
+            updated["lastTransitionTime"] = existing.get("lastTransitionTime")
+        conditions[index] = updated
+        return True
+    if new["status"] != "True":
+        return False  # a condition not there need not be written False
+    conditions.append(new)
+    return True
+
+
+def want_active(job: dict, succeeded: int, active: int) -> int:
+    """How many Pods should run now (``manageJob``)."""
+    spec = job.get("spec") or {}
+    parallelism = int(spec.get("parallelism") if spec.get("parallelism") is not None else 1)
+    completions = spec.get("completions")
+    if completions is None:
+        # a work queue: once one succeeded, no new ones
+        return active if succeeded > 0 else parallelism
+    return max(0, min(int(completions) - succeeded, parallelism))
+
+
+def is_complete(job: dict, succeeded: int, active: int) -> bool:
+    completions = (job.get("spec") or {}).get("completions")
+    if completions is None:
+        return succeeded > 0 and active == 0
+    return succeeded >= int(completions)
+
+
+def backoff_limit(job: dict) -> int:
+    limit = (job.get("spec") or {}).get("backoffLimit")
+    return DEFAULT_BACKOFF_LIMIT if limit is None else int(limit)
+
+
+def finish_time(pod: dict) -> datetime:
+    """``getFinishedTime``: the latest container finish, else when it stopped being Ready,
+    else its deletion, else its creation."""
+    status = pod.get("status") or {}
+    finished = []
+    for container in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
+        terminated = (container.get("state") or {}).get("terminated") or {}
+        if terminated.get("finishedAt"):
+            finished.append(parse_rfc3339(terminated["finishedAt"]))
+    if finished:
+        return max(finished)
+    for c in status.get("conditions") or []:
+        if c.get("type") == "Ready" and c.get("status") == "False" and c.get("lastTransitionTime"):
+            return parse_rfc3339(c["lastTransitionTime"])
+    stamp = pod["metadata"].get("deletionTimestamp") or pod["metadata"].get("creationTimestamp")
+    return parse_rfc3339(stamp)
+
+
+@dataclass
+class BackoffRecord:
+    """``backoffRecord``: failures since the last success and when the last one finished."""
+
+    failures_after_last_success: int = 0
+    last_failure_time: datetime | None = None
+
+
+def next_backoff_record(record: BackoffRecord, newly_succeeded: list[dict], newly_failed: list[dict]) -> BackoffRecord:
+    """``newBackoffRecord``: a success after the failures resets the count."""
+    if not newly_succeeded and not newly_failed:
+        return record
+    last_success = max((finish_time(p) for p in newly_succeeded), default=None)
+    failures = sorted(finish_time(p) for p in newly_failed)
+    if last_success is not None:
+        after = [t for t in failures if t > last_success]
+        return BackoffRecord(len(after), after[-1] if after else None)
+    return BackoffRecord(record.failures_after_last_success + len(failures), failures[-1] if failures else record.last_failure_time)
+
+
+def remaining_backoff(record: BackoffRecord, now: datetime) -> float:
+    """Seconds until the next Pod may be created (0: now)."""
+    if record.failures_after_last_success == 0 or record.last_failure_time is None:
+        return 0.0
+    delay = min(DEFAULT_BACKOFF * 2 ** (record.failures_after_last_success - 1), MAX_BACKOFF)
+    waited = (now - record.last_failure_time).total_seconds()
+    return max(0.0, delay - waited)
+
+
+def past_active_deadline(job: dict, now: datetime) -> bool:
+    deadline = (job.get("spec") or {}).get("activeDeadlineSeconds")
+    start = (job.get("status") or {}).get("startTime")
+    if deadline is None or not start:
+        return False
+    return now - parse_rfc3339(start) >= timedelta(seconds=int(deadline))
+
+
+def seconds_to_active_deadline(job: dict, now: datetime) -> float | None:
+    deadline = (job.get("spec") or {}).get("activeDeadlineSeconds")
+    start = (job.get("status") or {}).get("startTime")
+    if deadline is None or not start:
+        return None
+    return (parse_rfc3339(start) + timedelta(seconds=int(deadline)) - now).total_seconds()
+
+
+def failure(job: dict, failed: int, now: datetime) -> tuple[str, str] | None:
+    """The reason and message a Job fails with now, if it does (FailureTarget first)."""
+    target = condition(job, FAILURE_TARGET)
+    if target is not None:
+        return target.get("reason", ""), target.get("message", "")
+    if failed > backoff_limit(job):
+        return BACKOFF_LIMIT_EXCEEDED
+    if past_active_deadline(job, now):
+        return DEADLINE_EXCEEDED
+    return None
+
+
+def pod_name_prefix(job_name: str) -> str:
+    """``generateName`` of the Job's Pods: ``<job>-`` (the apiserver adds 5 characters)."""
+    return f"{job_name}-"
