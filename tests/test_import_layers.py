@@ -13,8 +13,11 @@ AST test since the tool is not a dependency here):
     4 kernel    the only code that touches the host (nft, iptables, ipset, IPVS, netlink, ...)
     5 serving   what every HTTP server shares: listening sockets, query parameters, streaming
     6 client    REST client, kubeconfig, informers, work queue, leader election, event recorder
-    7 components, each on its own: ``apiserver``, ``controllers``, ``proxy``, ``agent``, ``dns``
-    8 commands  ``cmd`` (one module per command), ``up``, ``cluster`` (orchestration), ``cli``, ``__main__``
+    7 components, each on its own: ``apiserver``, ``controllers``, ``proxy``, ``agent``, ``dns``,
+                ``explain`` (the diagnosis of a Service, from the API and the nodes), ``podnetwork``
+                (routes between nodes' Pod CIDRs)
+    8 commands  ``cmd`` (one module per command), ``up``, ``cluster`` and ``nodejoin`` (orchestration),
+                ``cli``, ``__main__``
     ==========  =================================================================================
 
 A module may import its own layer and the layers below it, never a layer above; the components
@@ -49,10 +52,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("kernel",),
     ("serving",),
     ("client",),
-    ("apiserver", "controllers", "proxy", "agent", "dns"),
-    ("cmd", "up", "cluster", "cli", "__main__"),
+    ("apiserver", "controllers", "proxy", "agent", "dns", "explain", "podnetwork"),
+    ("cmd", "up", "cluster", "nodejoin", "cli", "__main__"),
 ]
-INDEPENDENT = {"apiserver", "controllers", "proxy", "agent", "dns"}
+INDEPENDENT = {"apiserver", "controllers", "proxy", "agent", "dns", "explain", "podnetwork"}
 
 # (importing module, imported module or package) -> why it is still allowed.
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
