@@ -2,7 +2,8 @@
 etcd serves), driven by the real kubectl: a Service gets its ClusterIP, reads back, lists and
 watches; a second apiserver process on the same etcd sees it and its changes; an etcd that
 does not answer is one line at start and a fast 5xx at run time, and once it is back the
-apiservers write again."""
+apiservers write again; watches open when etcd goes end cleanly and, re-opened from their
+last resourceVersion once it is back, miss nothing."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import sys
 import time
 
 import pytest
+import requests
 
 from tests.support.apiserver import running_apiserver
 from tests.support.etcd import running_etcd
@@ -91,3 +93,95 @@ def test_etcd_unreachable_at_start_is_one_line(tmp_path):
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "etcd" in lines[0] and "127.0.0.1:9" in lines[0], result.stderr
+
+
+def create_configmap(session, server, name: str, timeout: float = 30):
+    return session.post(f"{server.url}/api/v1/namespaces/default/configmaps", timeout=timeout,
+                        json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"name": name}})
+
+
+def watch_events(response) -> tuple[list[dict], str]:
+    """Every event of a watch response until the apiserver ends it, and how it ended ("clean":
+    the chunked body was closed properly; else the client's error)."""
+    events = []
+    try:
+        for line in response.iter_lines():
+            if line:
+                events.append(json.loads(line))
+    except requests.RequestException as exc:
+        return events, f"{type(exc).__name__}: {exc}"
+    return events, "clean"
+
+
+def test_etcd_gone_at_run_time_fails_requests_fast_and_watches_resume_from_their_resource_version(etcd, tmp_path):
+    """etcd killed under a running apiserver: reads and writes are a 5xx Status at once (not at
+    the client's timeout), an open watch ends cleanly (the client re-watches), a re-watch while
+    etcd is away ends with a 500 ERROR event; once etcd is back, a re-watch from the last
+    resourceVersion the client saw delivers every write made since, through either apiserver.
+    An etcd that never answers makes a read a 500 at etcd's request deadline."""
+    prefix = f"--etcd-prefix={etcd.new_prefix()}"
+    with running_apiserver(tmp_path / "one", *etcd.flags(), prefix) as one, \
+            running_apiserver(tmp_path / "two", *etcd.flags(), prefix) as two:
+        session = one.session()
+        configmaps = f"{one.url}/api/v1/namespaces/default/configmaps"
+        assert create_configmap(session, one, "before").status_code == 201
+        listed = session.get(configmaps, timeout=30).json()
+        watch = session.get(configmaps, params={"watch": "1", "resourceVersion": listed["metadata"]["resourceVersion"]},
+                            stream=True, timeout=(5, 60))
+        assert watch.status_code == 200
+        lines = watch.iter_lines()
+        assert create_configmap(session, one, "c1").status_code == 201
+        first = json.loads(next(line for line in lines if line))
+        assert (first["type"], first["object"]["metadata"]["name"]) == ("ADDED", "c1")
+        last_seen = first["object"]["metadata"]["resourceVersion"]
+
+        etcd.kill()
+        started = time.monotonic()
+        rest, ending = watch_events(watch)
+        assert ending == "clean" and time.monotonic() - started < 15, ending
+        assert [e["type"] for e in rest] in ([], ["ERROR"]), rest  # nothing after c1 was written
+
+        for method, url, body in (("GET", f"{configmaps}/c1", None), ("GET", configmaps, None),
+                                  ("POST", configmaps, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "down"}}),
+                                  ("DELETE", f"{configmaps}/c1", None)):
+            started = time.monotonic()
+            answer = session.request(method, url, json=body, timeout=30)
+            assert time.monotonic() - started < 10, (method, url)
+            status = answer.json()
+            assert 500 <= answer.status_code < 600 and status["kind"] == "Status" and status["code"] == answer.status_code, \
+                (method, url, answer.status_code, status)
+        started = time.monotonic()
+        rewatch = session.get(configmaps, params={"watch": "1", "resourceVersion": last_seen}, stream=True, timeout=(5, 30))
+        events, ending = watch_events(rewatch) if rewatch.status_code == 200 else ([rewatch.json()], "status")
+        assert time.monotonic() - started < 10 and ending in ("clean", "status"), ending
+        assert [e.get("object", e).get("code") for e in events] == [500], events
+
+        etcd.restart()
+        deadline = time.monotonic() + 30
+        while (answer := create_configmap(two.session(), two, "c2", timeout=10)).status_code != 201:
+            assert answer.status_code >= 500 and time.monotonic() < deadline, (answer.status_code, answer.text)
+            time.sleep(0.2)
+        assert create_configmap(session, one, "c3").status_code == 201
+
+        # the client re-watches from the last resourceVersion it saw: every later write, once
+        resumed = session.get(configmaps, params={"watch": "1", "resourceVersion": last_seen}, stream=True, timeout=(5, 60))
+        assert resumed.status_code == 200
+        names, events = [], resumed.iter_lines()
+        while len(names) < 2:
+            event = json.loads(next(line for line in events if line))
+            assert event["type"] == "ADDED", event
+            names.append(event["object"]["metadata"]["name"])
+        resumed.close()
+        assert names == ["c2", "c3"]
+
+        # an etcd that takes connections and never answers (stopped, as behind a partition):
+        # a 500 Status at etcd's request deadline (5 s), long before the client's timeout
+        etcd.pause()
+        try:
+            started = time.monotonic()
+            answer = session.get(f"{configmaps}/c1", timeout=60)
+            assert time.monotonic() - started < 15 and answer.status_code == 500, (answer.status_code, answer.text)
+            assert "request to etcd timed out" in answer.json()["message"], answer.text
+        finally:
+            etcd.resume()
+        assert session.get(f"{configmaps}/c1", timeout=30).status_code == 200

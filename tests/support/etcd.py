@@ -79,6 +79,14 @@ class RunningEtcd:
             self.process.kill()
             self.process.wait()
 
+    def pause(self) -> None:
+        """SIGSTOP: connections are still accepted (by the kernel) and never answered, as with a
+        member cut off by a partition; resume() with SIGCONT."""
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
+
     def restart(self, timeout: float = 20) -> None:
         """The same member again, on its data and ports (after kill())."""
         self.kill()
