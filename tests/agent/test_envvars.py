@@ -8,8 +8,8 @@ order: the container's own variables as declared, then the Service variables (Se
 import pytest
 
 from kubesvc.agent.envvars import (
-    EnvError, container_argv, container_environment, container_resource_value, expand, pod_field_value, service_env_vars,
-    services_for_pod,
+    EnvError, ObjectRef, container_argv, container_environment, container_resource_value, env_objects, expand, pod_field_value,
+    service_env_vars, services_for_pod,
 )
 
 # ---- FromServices ------------------------------------------------------------------------------
@@ -540,12 +540,93 @@ def test_container_argv(container, expected):
     assert container_argv(container, {"GREETING": "hello", "PORT": "8080"}) == expected
 
 
+@pytest.mark.parametrize("container,expected", [
+    ({"args": ["sh", "-c", "echo $(GREETING)"]}, ["sh", "-c", "echo hello"]),
+    ({"command": [], "args": ["sleep", "$(PORT)"]}, ["sleep", "8080"]),
+], ids=["args only", "empty command, args"])
+def test_args_without_command_are_the_command_line(container, expected):
+    """An image without ENTRYPOINT (busybox; every image here) runs ``args`` as they are."""
+    assert container_argv(container, {"GREETING": "hello", "PORT": "8080"}) == expected
+
+
 @pytest.mark.parametrize("container", [
-    {"name": "web", "image": "nginx:1.27", "args": ["-g", "daemon off;"]},
-    {"name": "web", "image": "nginx:1.27", "command": []},
-], ids=["args only", "empty command"])
+    {"name": "web", "image": "nginx:1.27"},
+    {"name": "web", "image": "nginx:1.27", "command": [], "args": []},
+], ids=["neither", "both empty"])
 def test_container_argv_needs_a_command(container):
     with pytest.raises(EnvError) as err:
         container_argv(container, {})
     assert str(err.value) == ("kubesvc runs no images, so container 'web' needs a command: its image 'nginx:1.27' is recorded, "
                               "not pulled, and has no entrypoint here")
+
+
+# ---- ConfigMaps and Secrets (TestMakeEnvironmentVariables' configmap/secret cases) --------------
+
+CONFIG_MAP = {"metadata": {"name": "test-config-map", "namespace": "test1"},
+              "data": {"REPLACE_ME": "FOO", "DUPE_TEST": "CONFIG_MAP", "1234": "abc", "1z": "abc"},
+              "binaryData": {"BINARY": "YWJj"}}
+SECRET = {"metadata": {"name": "test-secret", "namespace": "test1"},
+          "data": {"REPLACE_ME": "Rk9P", "DUPE_TEST": "U0VDUkVU", "raw": "/w=="}}  # FOO, SECRET, 0xff
+OBJECTS = {ObjectRef("configmap", "test-config-map"): CONFIG_MAP, ObjectRef("secret", "test-secret"): SECRET}
+
+
+def env_of(container, objects=OBJECTS, warnings=None):
+    return container_environment(pod("test1", False), container, [], host_ip=TEST_HOST_IP, host_ips=[TEST_HOST_IP], pod_ips=[],
+                                 objects=objects, warnings=warnings)
+
+
+def test_env_from_config_map_with_prefix_and_invalid_keys():
+    warnings = []
+    env = env_of({"envFrom": [{"configMapRef": {"name": "test-config-map"}},
+                              {"prefix": "p_", "configMapRef": {"name": "test-config-map"}}],
+                  "env": [var("TEST_LITERAL", "test-test-test"), var("EXPANSION_TEST", "$(REPLACE_ME)"),
+                          var("DUPE_TEST", "ENV_VAR")]}, warnings=warnings)
+    assert env == [("REPLACE_ME", "FOO"), ("DUPE_TEST", "ENV_VAR"), ("p_REPLACE_ME", "FOO"), ("p_DUPE_TEST", "CONFIG_MAP"),
+                   ("p_1234", "abc"), ("p_1z", "abc"), ("TEST_LITERAL", "test-test-test"), ("EXPANSION_TEST", "FOO")]
+    assert warnings == ["Keys [1234, 1z] from the EnvFrom configMap test1/test-config-map were skipped since they are considered "
+                        "invalid environment variable names."]
+
+
+def test_env_from_secret_decodes_and_later_sources_win():
+    warnings = []
+    env = env_of({"envFrom": [{"configMapRef": {"name": "test-config-map"}}, {"secretRef": {"name": "test-secret"}}]}, warnings=warnings)
+    assert env == [("REPLACE_ME", "FOO"), ("DUPE_TEST", "SECRET"), ("raw", "\udcff")]
+    assert warnings == ["Keys [1234, 1z] from the EnvFrom configMap test1/test-config-map were skipped since they are considered "
+                        "invalid environment variable names."]
+    assert "\udcff".encode(errors="surrogateescape") == b"\xff"  # what the process receives
+
+
+def test_key_refs():
+    env = env_of({"env": [var("A", valueFrom={"configMapKeyRef": {"name": "test-config-map", "key": "REPLACE_ME"}}),
+                          var("B", valueFrom={"secretKeyRef": {"name": "test-secret", "key": "DUPE_TEST"}}),
+                          var("C", valueFrom={"configMapKeyRef": {"name": "test-config-map", "key": "nope", "optional": True}}),
+                          var("D", valueFrom={"secretKeyRef": {"name": "absent", "key": "k", "optional": True}}),
+                          var("E", valueFrom={"configMapKeyRef": {"name": "test-config-map", "key": "BINARY", "optional": True}}),
+                          var("F", "$(A)-$(B)-$(C)")]})
+    assert env == [("A", "FOO"), ("B", "SECRET"), ("F", "FOO-SECRET-$(C)")]
+
+
+@pytest.mark.parametrize("container,message", [
+    ({"env": [var("X", valueFrom={"configMapKeyRef": {"name": "test-config-map", "key": "nope"}})]},
+     "couldn't find key nope in ConfigMap test1/test-config-map"),
+    ({"env": [var("X", valueFrom={"secretKeyRef": {"name": "test-secret", "key": "nope"}})]},
+     "couldn't find key nope in Secret test1/test-secret"),
+    ({"env": [var("X", valueFrom={"configMapKeyRef": {"name": "test-config-map", "key": "BINARY"}})]},
+     "couldn't find key BINARY in ConfigMap test1/test-config-map"),
+    ({"envFrom": [{"secretRef": {"name": "other"}}]}, 'secret "other" not found'),
+], ids=["configmap key", "secret key", "binaryData is not read", "envFrom secret"])
+def test_key_ref_errors(container, message):
+    with pytest.raises(EnvError) as err:
+        env_of(container)
+    assert str(err.value) == message
+
+
+def test_optional_env_from_missing_is_skipped():
+    assert env_of({"envFrom": [{"secretRef": {"name": "absent", "optional": True}}], "env": [var("A", "a")]}) == [("A", "a")]
+
+
+def test_env_objects_names_each_object_once():
+    container = {"envFrom": [{"configMapRef": {"name": "a"}}, {"secretRef": {"name": "s"}}],
+                 "env": [var("X", valueFrom={"configMapKeyRef": {"name": "a", "key": "k"}}),
+                         var("Y", valueFrom={"secretKeyRef": {"name": "t", "key": "k"}}), var("Z", "z")]}
+    assert env_objects(container) == [ObjectRef("configmap", "a"), ObjectRef("secret", "s"), ObjectRef("secret", "t")]

@@ -194,7 +194,10 @@ def test_aggregated_discovery_lists_them_as_upstream():
                                    "scope": "Namespaced", "singularResource": "binding", "verbs": ["create"]}
     assert by_name["pods"]["subresources"] == [
         {"subresource": "binding", "responseKind": {"group": "", "version": "v1", "kind": "Binding"}, "verbs": ["create"]},
+        {"subresource": "exec", "responseKind": {"group": "", "version": "v1", "kind": "PodExecOptions"}, "verbs": ["create", "get"]},
         {"subresource": "log", "responseKind": {"group": "", "version": "v1", "kind": "Pod"}, "verbs": ["get"]},
+        {"subresource": "portforward", "responseKind": {"group": "", "version": "v1", "kind": "PodPortForwardOptions"},
+         "verbs": ["create", "get"]},
         {"subresource": "status", "responseKind": {"group": "", "version": "v1", "kind": "Pod"}, "verbs": ["get", "patch", "update"]},
     ]
     assert [r["resource"] for r in core_v1] == sorted(by_name)

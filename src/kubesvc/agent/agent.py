@@ -32,6 +32,7 @@ from kubesvc.agent.kubeletserver import KubeletServer, PodLogInfo
 from kubesvc.agent.node import NodeHeartbeat, NodeIdentity
 from kubesvc.agent.podvolumes import remove_orphans as remove_orphan_volumes
 from kubesvc.agent.podworker import PodWorker, WorkerContext, delete_for_good
+from kubesvc.agent.streaming import ExecTarget
 from kubesvc.agent.tokens import TokenManager
 from kubesvc.client.informer import Informer
 from kubesvc.client.record import EventRecorder
@@ -91,7 +92,8 @@ class Agent:
         self.recorder = EventRecorder(client, "kubelet")
         self.kubelet = KubeletServer(config.kubelet_bind_address, config.kubelet_port, config.data_dir / "pods", self._pod_log_info,
                                      node_name=config.node_name, tls=config.serving_context(),
-                                     authorizer=SubjectAccessReviewAuthorizer(client, clock=self.clock))
+                                     authorizer=SubjectAccessReviewAuthorizer(client, clock=self.clock),
+                                     exec_target=self._exec_target, pod_netns=self._pod_netns)
         self.heartbeat: NodeHeartbeat | None = None
         self.pods = Informer(client, PODS, field_selector=f"spec.nodeName={config.node_name}")
         self.tokens = TokenManager(self._request_token, self.clock)  # projected ServiceAccount tokens
@@ -207,6 +209,31 @@ class Agent:
         task = asyncio.create_task(coro)
         self._tasks.append(task)
         task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    def _worker(self, namespace: str, name: str) -> PodWorker | None:
+        for worker in self.workers.values():
+            meta = worker.pod["metadata"]
+            if meta.get("namespace") == namespace and meta["name"] == name:
+                return worker
+        return None
+
+    def _exec_target(self, namespace: str, name: str, container: str) -> ExecTarget | str | None:
+        """Where ``kubectl exec`` into that container runs (None: no such Pod here; a string:
+        kubelet's reason it cannot)."""
+        worker = self._worker(namespace, name)
+        if worker is None:
+            return None
+        slot = next((s for s in worker.init_slots + worker.slots if s.name == container), None)
+        process = slot.process if slot is not None and slot.record.running else None
+        if process is None or process.returncode is not None or worker.network is None:
+            return f'container not found ("{container}")'  # kubelet's findContainer
+        return ExecTarget(netns=worker.network.netns, env=dict(slot.env), working_dir=slot.spec.get("workingDir") or "/",
+                          pid=process.pid if process.mounts is not None else None)
+
+    def _pod_netns(self, namespace: str, name: str) -> str | None:
+        """The Pod's network namespace, for ``kubectl port-forward``."""
+        worker = self._worker(namespace, name)
+        return worker.network.netns if worker is not None and worker.network is not None else None
 
     def _pod_log_info(self, namespace: str, name: str) -> PodLogInfo | None:
         for worker in self.workers.values():

@@ -21,15 +21,25 @@ Services (no cluster IP) give nothing.
 ``makeEnvironmentVariables`` then resolves the container's ``env`` in order: a ``value`` has its
 ``$(VAR)`` references expanded (``third_party/forked/golang/expansion``) against the variables
 declared so far and the Service variables; a ``valueFrom`` reads the Pod (the downward API:
-``fieldRef``, ``resourceFieldRef``) or a ConfigMap/Secret. kubesvc stores no ConfigMaps or
-Secrets, so those behave as the kubelet behaves when the object is missing: the container cannot
-start (``CreateContainerConfigError``) unless the reference is ``optional``, in which case the
-variable (or the whole ``envFrom`` source) is skipped. An explicit variable wins over a Service
+``fieldRef``, ``resourceFieldRef``) or a ConfigMap/Secret key (``configMapKeyRef``,
+``secretKeyRef``). Before ``env``, every ``envFrom`` source adds each key of its ConfigMap's
+``data`` (not ``binaryData``) or Secret's decoded ``data``, ``prefix`` prepended; a key that is
+then no valid variable name (``IsEnvVarName``: ``[-._a-zA-Z][-._a-zA-Z0-9]*``) is skipped, and
+the skipped keys, sorted, make one ``InvalidEnvironmentVariableNames`` warning
+(``Keys [1badkey, 2alsobad] from the EnvFrom configMap default/myconfig were skipped since they
+are considered invalid environment variable names.``). A ConfigMap or Secret that is missing
+fails the container (``CreateContainerConfigError`` with ``configmap "x" not found``) unless the
+reference is ``optional``: then the variable (or the whole ``envFrom`` source) is left out; so is
+a missing key of an optional ``configMapKeyRef``/``secretKeyRef``, and a missing key of a required
+one fails with ``couldn't find key K in ConfigMap ns/name``. The objects are read before this
+pure step (``env_objects`` names them) and passed in. An explicit variable wins over a Service
 variable of the same name.
 
 Finally the command line: ``command`` and ``args`` with ``$(VAR)`` expanded against the finished
-environment (``ExpandContainerCommandAndArgs``). kubesvc runs no images, so there is no image
-entrypoint to fall back on: a container without ``command`` cannot start.
+environment (``ExpandContainerCommandAndArgs``). A runtime runs the image's ENTRYPOINT with
+``args`` when ``command`` is empty; kubesvc runs no images, whose ENTRYPOINT is thus empty, so
+``args`` alone are the command line (``args[0]`` the program, as with busybox, whose image has no
+entrypoint), and a container with neither cannot start.
 
 Order. The kubelet builds these as Go maps, so its order is random. Ours is deterministic:
 ``services_for_pod`` returns Services sorted by name (the key of upstream's map, which also
@@ -47,11 +57,14 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections import ChainMap
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 
 from kubesvc.api.quantity import parse_quantity
+from kubesvc.api.validation_config import secret_bytes
 from kubesvc.util.golang import quote as go_quote  # Go's %q to the letter (annotation values may hold control characters)
 from kubesvc.api.validation_meta import is_qualified_name
 from kubesvc.util.ipnet import IPV4, IPV6, ip_version, join_host_port
@@ -191,8 +204,36 @@ def _read_variable_name(rest: str) -> tuple[str, bool, int]:
 # ---- the container's environment (makeEnvironmentVariables) ------------------------------------
 
 
+@dataclass(frozen=True)
+class ObjectRef:
+    """A ConfigMap or Secret a Pod reads (its environment or its volumes), in the Pod's namespace."""
+
+    kind: str  # "configmap" | "secret"
+    name: str
+
+
+ObjectLookup = Mapping[ObjectRef, "dict | None"]  # each read object, None when it is not found
+_ENV_VAR_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+
+
+def env_objects(container: dict) -> list[ObjectRef]:
+    """The ConfigMaps and Secrets ``container``'s ``envFrom`` and ``env`` read, in order, once each."""
+    refs: dict[ObjectRef, None] = {}
+    for source in container.get("envFrom") or []:
+        for kind, ref_key in (("configmap", "configMapRef"), ("secret", "secretRef")):
+            if isinstance(source.get(ref_key), dict):
+                refs[ObjectRef(kind, source[ref_key].get("name") or "")] = None
+    for var in container.get("env") or []:
+        value_from = var.get("valueFrom") or {}
+        for kind, ref_key in (("configmap", "configMapKeyRef"), ("secret", "secretKeyRef")):
+            if isinstance(value_from.get(ref_key), dict):
+                refs[ObjectRef(kind, value_from[ref_key].get("name") or "")] = None
+    return list(refs)
+
+
 def container_environment(pod: dict, container: dict, services: Iterable[dict], *, host_ip: str, host_ips: list[str],
-                          pod_ips: list[str], node_allocatable: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+                          pod_ips: list[str], node_allocatable: Mapping[str, str] | None = None,
+                          objects: ObjectLookup | None = None, warnings: list[str] | None = None) -> list[tuple[str, str]]:
     """The environment the kubelet gives ``container``: its ``envFrom`` and ``env`` resolved,
     then the Service variables it did not override (order: see the module docstring).
 
@@ -200,13 +241,17 @@ def container_environment(pod: dict, container: dict, services: Iterable[dict], 
     are the node's addresses (``status.hostIP(s)``), ``pod_ips`` the Pod's. ``node_allocatable``
     (a ResourceList, e.g. ``{"cpu": "4", "memory": "8Gi"}``) stands in for limits a container
     does not set when a ``resourceFieldRef`` reads them, as the kubelet does; by default the
-    host's CPU count and memory. Raises :class:`EnvError` where the kubelet fails the container.
+    host's CPU count and memory. ``objects`` holds the ConfigMaps and Secrets ``env_objects``
+    names (absent or None: not found). The ``InvalidEnvironmentVariableNames`` messages are
+    appended to ``warnings``. Raises :class:`EnvError` where the kubelet fails the container.
     """
     _enable_service_links(pod)  # checked before anything else, Services or not, as upstream does
+    objects = objects or {}
+    namespace = pod["metadata"].get("namespace") or ""
     service_env = dict(service_env_vars(services))
     declared: dict[str, str] = {}
     for source in container.get("envFrom") or []:
-        _check_env_from(source)
+        declared.update(_env_from(source, namespace, objects, warnings))
     for var in container.get("env") or []:
         value = var.get("value") or ""
         value_from = var.get("valueFrom")
@@ -215,21 +260,47 @@ def container_environment(pod: dict, container: dict, services: Iterable[dict], 
             value = expand(value, ChainMap(declared, service_env))
         elif value_from:
             resolved = _value_from(value_from, pod, container, host_ip=host_ip, host_ips=host_ips, pod_ips=pod_ips,
-                                   node_allocatable=node_allocatable)
+                                   node_allocatable=node_allocatable, objects=objects)
             if resolved is None:
-                continue  # an optional ConfigMap/Secret that is not there: no variable at all
+                continue  # an optional ConfigMap/Secret (or key) that is not there: no variable at all
             value = resolved
         declared[var["name"]] = value
     return list(declared.items()) + [(name, value) for name, value in service_env.items() if name not in declared]
 
 
-def _check_env_from(source: dict) -> None:
-    """One ``envFrom`` source: its ConfigMap or Secret never exists here, so it adds no
-    variables, and fails the container unless it is optional."""
-    for kind, ref_key in (("configmap", "configMapRef"), ("secret", "secretRef")):
+def _object_data(kind: str, obj: dict) -> dict[str, str]:
+    """A ConfigMap's ``data`` (``binaryData`` is not read for the environment) or a Secret's
+    decoded ``data``; bytes that are no UTF-8 survive to the process (surrogate escapes)."""
+    data = obj.get("data") or {}
+    if kind == "secret":
+        return {k: secret_bytes(v).decode(errors="surrogateescape") for k, v in data.items()}
+    return {k: v for k, v in data.items() if isinstance(v, str)}
+
+
+def _env_from(source: dict, namespace: str, objects: ObjectLookup, warnings: list[str] | None) -> dict[str, str]:
+    """One ``envFrom`` source's variables (none when it is optional and missing)."""
+    for kind, ref_key, label in (("configmap", "configMapRef", "configMap"), ("secret", "secretRef", "secret")):
         ref = source.get(ref_key)
-        if ref is not None and not ref.get("optional"):
+        if ref is None:
+            continue
+        obj = objects.get(ObjectRef(kind, ref.get("name") or ""))
+        if obj is None:
+            if ref.get("optional"):
+                return {}
             raise EnvError(_not_found(kind, ref))
+        prefix = source.get("prefix") or ""
+        result, invalid = {}, []
+        for key, value in _object_data(kind, obj).items():
+            name = prefix + key
+            if _ENV_VAR_NAME.fullmatch(name):
+                result[name] = value
+            else:
+                invalid.append(name)
+        if invalid and warnings is not None:
+            warnings.append(f"Keys [{', '.join(sorted(invalid))}] from the EnvFrom {label} {namespace}/{ref.get('name') or ''} "
+                            "were skipped since they are considered invalid environment variable names.")
+        return result
+    return {}
 
 
 def _not_found(kind: str, ref: dict) -> str:
@@ -238,19 +309,28 @@ def _not_found(kind: str, ref: dict) -> str:
 
 
 def _value_from(value_from: dict, pod: dict, container: dict, *, host_ip: str, host_ips: list[str], pod_ips: list[str],
-                node_allocatable: Mapping[str, str] | None) -> str | None:
+                node_allocatable: Mapping[str, str] | None, objects: ObjectLookup) -> str | None:
     """A ``valueFrom``'s value; None when the variable is to be left out."""
     if (field_ref := value_from.get("fieldRef")) is not None:
         return pod_field_value(field_ref, pod, host_ip=host_ip, host_ips=host_ips, pod_ips=pod_ips)
     if (resource_ref := value_from.get("resourceFieldRef")) is not None:
         allocatable = node_allocatable if node_allocatable is not None else host_allocatable()
         return container_resource_value(resource_ref, pod, container, allocatable)
-    for kind, ref_key in (("configmap", "configMapKeyRef"), ("secret", "secretKeyRef")):
+    for kind, ref_key, label in (("configmap", "configMapKeyRef", "ConfigMap"), ("secret", "secretKeyRef", "Secret")):
         ref = value_from.get(ref_key)
-        if ref is not None:
+        if ref is None:
+            continue
+        obj = objects.get(ObjectRef(kind, ref.get("name") or ""))
+        if obj is None:
             if ref.get("optional"):
                 return None
             raise EnvError(_not_found(kind, ref))
+        data, key = _object_data(kind, obj), ref.get("key") or ""
+        if key not in data:
+            if ref.get("optional"):
+                return None
+            raise EnvError(f"couldn't find key {key} in {label} {pod['metadata'].get('namespace') or ''}/{ref.get('name') or ''}")
+        return data[key]
     return ""  # no source the kubelet knows: the variable is set, empty
 
 
@@ -403,9 +483,9 @@ _NO_ENTRYPOINT = ("kubesvc runs no images, so container {name!r} needs a command
 
 
 def container_argv(container: dict, env: Mapping[str, str]) -> list[str]:
-    """``command`` + ``args`` with ``$(VAR)`` expanded against the container's environment."""
-    command = container.get("command") or []
-    if not command:
+    """``command`` + ``args`` with ``$(VAR)`` expanded against the container's environment;
+    ``args`` alone when there is no ``command`` (an image without ENTRYPOINT, the only kind here)."""
+    argv = [*(container.get("command") or []), *(container.get("args") or [])]
+    if not argv:
         raise EnvError(_NO_ENTRYPOINT.format(name=container.get("name", ""), image=container.get("image", "")))
-    return [expand(part, env) for part in [*command, *(container.get("args") or [])]]
-
+    return [expand(part, env) for part in argv]

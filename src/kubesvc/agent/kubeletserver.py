@@ -1,5 +1,6 @@
 """The node agent's HTTP server: what the apiserver calls on a node (upstream
-pkg/kubelet/server/server.go, the ``/containerLogs`` and ``/healthz`` handlers).
+pkg/kubelet/server/server.go, the ``/containerLogs`` and ``/healthz`` handlers, and the
+``/exec`` and ``/portForward`` streams of ``kubectl exec``/``port-forward``: ``streaming.py``).
 
 ``kubectl logs`` goes to the apiserver, which finds the Pod's node, reads the port from the
 Node's ``status.daemonEndpoints.kubeletEndpoint.Port`` and asks the agent over HTTPS, with
@@ -38,6 +39,7 @@ from aiohttp import web
 
 from kubesvc.agent.kubeletauth import AuthorizationFailed, Authorizer, authorization_error_text, forbidden_text, node_request
 from kubesvc.agent.logs import InvalidLogOptions, LogOptions, container_log_path, read_logs
+from kubesvc.agent.streaming import ResolveExec, ResolvePod, serve_exec, serve_port_forward
 from kubesvc.serving.x509 import X509Authenticator
 from kubesvc.api.errors import StatusError
 from kubesvc.serving.params import parameter_bool
@@ -71,7 +73,8 @@ class KubeletServer:
     call it."""
 
     def __init__(self, bind_address: str, port: int, log_root: Path, resolve: Resolve, *, node_name: str, tls: ssl.SSLContext,
-                 authorizer: Authorizer, clock: Clock | None = None):
+                 authorizer: Authorizer, clock: Clock | None = None, exec_target: ResolveExec | None = None,
+                 pod_netns: ResolvePod | None = None):
         self.bind_address = bind_address
         self.port = port
         self.node_name = node_name
@@ -81,6 +84,8 @@ class KubeletServer:
         self._log_root = Path(log_root)
         self._resolve = resolve
         self._clock = clock or RealClock()
+        self._exec_target = exec_target or (lambda namespace, pod, container: None)
+        self._pod_netns = pod_netns or (lambda namespace, pod: None)
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -88,6 +93,9 @@ class KubeletServer:
         app = web.Application(middlewares=[self._auth_filter])
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", self._container_logs)
+        for method in ("GET", "POST"):  # GET: a WebSocket; POST: a SPDY upgrade (refused with 400: streaming.py)
+            app.router.add_route(method, "/exec/{namespace}/{pod}/{container}", lambda r: serve_exec(r, self._exec_target))
+            app.router.add_route(method, "/portForward/{namespace}/{pod}", lambda r: serve_port_forward(r, self._pod_netns))
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         sock = listen_socket(self.bind_address, self.port)  # as kubelet's Go listener: "" / 0.0.0.0 is dual-stack

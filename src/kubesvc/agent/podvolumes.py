@@ -70,6 +70,18 @@ def remove_orphans(kubelet_dir: Path, alive: set[str]) -> None:
                 shutil.rmtree(entry, ignore_errors=True)
 
 
+async def fetch_object(client, namespace: str, ref: ObjectRef) -> dict | None:
+    """A ConfigMap or Secret of ``namespace`` read through the apiserver as the node (the Node
+    authorizer lets a node read only those its Pods reference); None when it does not exist.
+    Other failures raise ``ClientError``."""
+    try:
+        return await client.get(f"/api/v1/namespaces/{namespace}/{_OBJECT_PATHS[ref.kind]}/{ref.name}")
+    except ClientError as err:
+        if is_not_found(err):
+            return None
+        raise
+
+
 class PodVolumes:
     def __init__(self, kubelet_dir: Path, pod: dict, *, client, tokens: TokenManager, clock: Clock):
         self.pod = pod
@@ -147,10 +159,8 @@ class PodVolumes:
 
     async def _fetch(self, ref: ObjectRef) -> dict | None:
         try:
-            return await self.client.get(f"/api/v1/namespaces/{self.namespace}/{_OBJECT_PATHS[ref.kind]}/{ref.name}")
+            return await fetch_object(self.client, self.namespace, ref)
         except ClientError as err:
-            if is_not_found(err):
-                return None
             raise VolumeError(f"failed to get {ref.kind} {self.namespace}/{ref.name}: {err}") from None
 
     async def _token(self, projection: Mapping) -> str:

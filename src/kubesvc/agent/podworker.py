@@ -38,18 +38,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from kubesvc.agent import envvars, podnet
+from kubesvc.agent import envvars, podidentity, podnet, volumes as volume_kinds
 from kubesvc.agent.logs import container_log_path
-from kubesvc.agent.podvolumes import PodVolumes, VolumeSetUpFailed
+from kubesvc.agent.podvolumes import PodVolumes, VolumeSetUpFailed, fetch_object
 from kubesvc.agent.tokens import TokenManager
 from kubesvc.agent.volumes import MountConfigError
 from kubesvc.agent.podstatus import ContainerRecord, PodRuntimeState, Termination, generate_pod_status, merge_patch_for
 from kubesvc.agent.probes import ProbeResult, ProbeSpec, ProbeTracker, next_check_at, probe_event, run_check, run_probe, worker_result
-from kubesvc.agent.runtime import ContainerProcess, StartError
+from kubesvc.agent.runtime import ContainerProcess, StartError, restart_count_from_log_dir
 from kubesvc.util.golang import quote as go_quote
 from kubesvc.client.record import EventRecorder
 from kubesvc.client.rest import ApiError, ClientError, is_not_found
-from kubesvc.kernel.mounts import MountPlan, MountPlanError, plan_mounts
+from kubesvc.kernel.mounts import Identity, MountPlan, MountPlanError, plan_mounts
 from kubesvc.util.aio import wait_event
 from kubesvc.util.clock import Clock
 from kubesvc.util.golang import format_duration
@@ -86,6 +86,9 @@ class WorkerContext:
     # how many Pods have their volumes and sandbox set up at once (None: no bound); a Pod
     # waiting out a back-off holds no place
     setup_slots: asyncio.Semaphore | None = None
+    # the node's shared watches of referenced ConfigMaps and Secrets (objectwatch.py); None: the
+    # volumes follow their objects every volume_resync only, a config error retries on its period
+    objects: object = None
 
 
 def _describe(pod: dict) -> str:
@@ -105,6 +108,8 @@ class ContainerSlot:
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
     trackers: dict[str, ProbeTracker] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    definition_changed: bool = False  # its spec hash changed: restarted whatever the restartPolicy
+    wake: asyncio.Event = field(default_factory=asyncio.Event)  # ends a back-off early (a new definition)
 
     @property
     def name(self) -> str:
@@ -144,6 +149,7 @@ class PodWorker:
         self._terminate = asyncio.Event()
         self._grace_shortened = asyncio.Event()
         self._message = ""
+        self._watch_tokens: list = []
 
     # -- surface used by the Agent
 
@@ -156,10 +162,30 @@ class PodWorker:
         old_meta = self.pod["metadata"]
         self.pod = pod
         meta = pod["metadata"]
+        self._follow_definitions(pod)
         if (meta.get("labels"), meta.get("annotations")) != (old_meta.get("labels"), old_meta.get("annotations")):
             self._volumes_changed.set()  # the downward API files follow
         if meta.get("deletionTimestamp"):  # a second, shorter DELETE shortens the grace period
             self.request_termination(float(meta.get("deletionGracePeriodSeconds", 30) or 0))
+
+    def _follow_definitions(self, pod: dict) -> None:
+        """kuberuntime's ``containerChanged``: a container whose hashed fields changed (a
+        ``kubectl set image``) is killed with "Container X definition changed, will be
+        restarted" and started again with the new definition whatever the restartPolicy, without
+        waiting out the old one's back-off (the back-off key holds the hash)."""
+        containers = {c.get("name"): c for c in (pod.get("spec") or {}).get("containers") or []}
+        for slot in self.slots:
+            new = containers.get(slot.name)
+            if new is None or container_hash_fields(new) == container_hash_fields(slot.spec):
+                continue
+            slot.spec = new
+            if self.terminating:
+                continue
+            if slot.process is not None and slot.process.returncode is None:
+                slot.definition_changed = True
+                self._kill_for_restart(slot, f"Container {slot.name} definition changed, will be restarted")
+            else:
+                slot.wake.set()
 
     def request_termination(self, grace: float) -> None:
         if self.terminating and grace >= self.grace:
@@ -221,6 +247,8 @@ class PodWorker:
 
     async def _run_pod(self) -> None:
         self.start_time = self.ctx.clock.now()
+        await asyncio.to_thread(self._restore_restart_counts)
+        self._watch_referenced_objects()
         place = _SetupSlot(self.ctx.setup_slots)
         try:
             await place.take()
@@ -246,6 +274,15 @@ class PodWorker:
         if self.network is not None and not self.terminating:
             await self._remove_sandbox()  # terminal Pod: upstream tears the sandbox down too
 
+    def _restore_restart_counts(self) -> None:
+        """Each container's restart count from the attempts this node finds (kuberuntime's
+        ``calcRestartCountByLogDir``: one log file ``N.log`` per attempt survives the agent, so
+        after a restart the next attempt is ``max N + 1``), never below what the API last showed."""
+        meta = self.pod["metadata"]
+        for slot in self.init_slots + self.slots:
+            log_dir = container_log_path(self.ctx.log_root, meta.get("namespace", ""), meta["name"], self.uid, slot.name, 0).parent
+            slot.record.restart_count = max(slot.record.restart_count, restart_count_from_log_dir(log_dir))
+
     async def _set_up_volumes(self, place: "_SetupSlot") -> bool:
         """The Pod's volumes in place (retried until they are, or the Pod terminates: False)."""
         if self.ctx.kubelet_dir is None or self.ctx.tokens is None:
@@ -263,6 +300,25 @@ class PodWorker:
             delay = min(delay * 2, VOLUME_RETRY_MAX)
         self._volume_refresher = asyncio.create_task(self._refresh_volumes_forever())
         return True
+
+    def _watch_referenced_objects(self) -> None:
+        """Follow the ConfigMaps and Secrets this Pod reads: its volumes are rewritten when one
+        changes, a container waiting for one (CreateContainerConfigError) is retried."""
+        if self.ctx.objects is None:
+            return
+        namespace = self.pod["metadata"].get("namespace") or ""
+        spec = self.pod.get("spec") or {}
+        refs = {ref for v in spec.get("volumes") or [] if isinstance(v, dict) and volume_kinds.volume_kind(v)
+                for ref in volume_kinds.referenced_objects(v)}
+        for ref in refs:
+            self._watch_tokens.append(self.ctx.objects.subscribe(namespace, ref, self._volumes_changed.set))
+        for slot in self.init_slots + self.slots:
+            for ref in envvars.env_objects(slot.spec):
+                self._watch_tokens.append(self.ctx.objects.subscribe(namespace, ref, lambda s=slot: self._retry_config_error(s)))
+
+    def _retry_config_error(self, slot: ContainerSlot) -> None:
+        if slot.record.waiting_reason == "CreateContainerConfigError" and not slot.record.running:
+            slot.wake.set()
 
     async def _create_sandbox(self, place: "_SetupSlot") -> bool:
         """The Pod's network (retried with back-off until it exists, or the Pod terminates: False)."""
@@ -315,6 +371,15 @@ class PodWorker:
                 exit_ = _RunResult(128, 0.0, config_error=True)
             if self.terminating:
                 return None
+            if slot.definition_changed:  # a new definition starts at once, with a back-off of its own
+                slot.definition_changed, backoff = False, 0.0
+                continue
+            if exit_.config_error:
+                # not a crash: the pod worker tries again on its next sync (backOffPeriod, 10 s),
+                # the crash-loop back-off untouched; a new definition tries at once
+                if await self._wait_or_wake(slot, self.ctx.backoff_base):
+                    return None
+                continue
             if slot.init and exit_.exit_code == 0:
                 return None
             if not should_restart(policy, exit_.exit_code, exit_.config_error):
@@ -327,12 +392,26 @@ class PodWorker:
                     record.waiting_message = f"back-off {format_duration(backoff)} restarting failed container={slot.name} pod={_describe(self.pod)}"
                     self._event("Warning", "BackOff", f"Back-off restarting failed container {slot.name} in pod {_describe(self.pod)}")
                 self._mark_dirty()
-                if await wait_event(self._terminate, backoff):
+                if await self._wait_or_wake(slot, backoff):
                     return None
+                if slot.wake.is_set():  # a new definition: its back-off starts afresh
+                    backoff = 0.0
+                    continue
             backoff = min(self.ctx.backoff_max, backoff * 2 if backoff else self.ctx.backoff_base)
             if exit_ is not None and exit_.ran_for > 2 * self.ctx.backoff_max:
                 backoff = 0.0  # upstream resets the back-off after a long healthy run
         return None
+
+    async def _wait_or_wake(self, slot: ContainerSlot, delay: float) -> bool:
+        """Wait ``delay`` (less when the slot is woken); True when the Pod terminates meanwhile."""
+        slot.wake.clear()
+        waiters = [asyncio.ensure_future(self._terminate.wait()), asyncio.ensure_future(slot.wake.wait())]
+        try:
+            await asyncio.wait(waiters, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        return self._terminate.is_set()
 
     async def _run_once(self, slot: ContainerSlot) -> "_RunResult | None":
         record = slot.record
@@ -346,11 +425,14 @@ class PodWorker:
         record.ready = record.started = False
         slot.kill_reason = ""
         slot.stop_requested = asyncio.Event()
+        slot.wake.clear()
+        record.image = slot.spec.get("image", "")
         try:
-            env = dict(self._environment(slot.spec))
+            env = dict(await self._environment(slot.spec))
             argv = envvars.container_argv(slot.spec, env)
             mounts = self._mount_plan(slot.spec)
-        except (envvars.EnvError, MountConfigError, MountPlanError) as err:
+            identity = self._identity(slot.spec)
+        except (envvars.EnvError, MountConfigError, MountPlanError, podidentity.IdentityError) as err:
             record.waiting_reason, record.waiting_message = "CreateContainerConfigError", str(err)
             self._event("Warning", "Failed", f"Error: {err}")
             self._mark_dirty()
@@ -359,7 +441,7 @@ class PodWorker:
         assert self.network is not None
         meta = self.pod["metadata"]
         log_path = container_log_path(self.ctx.log_root, meta.get("namespace", ""), meta["name"], self.uid, slot.name, record.restart_count)
-        process = ContainerProcess(argv, env, slot.spec.get("workingDir"), self.network.netns, log_path, mounts=mounts)
+        process = ContainerProcess(argv, env, slot.spec.get("workingDir"), self.network.netns, log_path, mounts=mounts, identity=identity)
         if record.restart_count == 0:
             self._event("Normal", "Pulled", f'Container image "{record.image}" not pulled: kubesvc runs the container\'s command as a process '
                                             f"in the Pod's network namespace")
@@ -421,15 +503,39 @@ class PodWorker:
             return float(probe_grace)
         return float((self.pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
 
-    def _environment(self, container: dict) -> list[tuple[str, str]]:
+    async def _environment(self, container: dict) -> list[tuple[str, str]]:
         pod_ips = list(self.network.ips) if self.network else []
         services = envvars.services_for_pod(self.ctx.services(), self.pod)
+        warnings: list[str] = []
         env = envvars.container_environment(self.pod, container, services, host_ip=self.ctx.host_ips[0] if self.ctx.host_ips else "",
-                                            host_ips=list(self.ctx.host_ips), pod_ips=pod_ips)
+                                            host_ips=list(self.ctx.host_ips), pod_ips=pod_ips,
+                                            objects=await self._env_objects(container), warnings=warnings)
+        for message in warnings:
+            self._event("Warning", "InvalidEnvironmentVariableNames", message)
         names = {name for name, _ in env}
-        if "HOSTNAME" not in names:  # container runtimes set the Pod's hostname; we can only say it
-            env.append(("HOSTNAME", (self.pod.get("spec") or {}).get("hostname") or self.pod["metadata"]["name"]))
+        if "HOSTNAME" not in names:  # container runtimes set it to the Pod's hostname, as its UTS namespace's
+            env.append(("HOSTNAME", podidentity.pod_hostname(self.pod)))
         return env
+
+    def _identity(self, container: dict) -> Identity:
+        """The container's hostname (its own UTS namespace) and user (its securityContext)."""
+        user = podidentity.run_as(self.pod, container)
+        return Identity(hostname=podidentity.pod_hostname(self.pod), uid=user.uid, gid=user.gid, groups=user.groups)
+
+    async def _env_objects(self, container: dict) -> dict:
+        """The ConfigMaps and Secrets the container's environment reads, fresh from the API
+        (the kubelet's managers; None: not found)."""
+        namespace = self.pod["metadata"].get("namespace") or ""
+        objects = {}
+        for ref in envvars.env_objects(container):
+            if self.ctx.api is None:
+                raise envvars.EnvError(f"couldn't get {'configMap' if ref.kind == 'configmap' else 'secret'} {namespace}/{ref.name}, "
+                                       "no kubeClient defined")
+            try:
+                objects[ref] = await fetch_object(self.ctx.api, namespace, ref)
+            except ClientError as err:
+                raise envvars.EnvError(str(err)) from None
+        return objects
 
     # -- probes
 
@@ -556,6 +662,10 @@ class PodWorker:
         for slot in self.init_slots + self.slots:
             slot.record.ready = False
         await self._remove_sandbox()
+        if self.ctx.objects is not None:
+            for token in self._watch_tokens:
+                self.ctx.objects.unsubscribe(token)
+            self._watch_tokens.clear()
         if self._volume_refresher is not None:
             self._volume_refresher.cancel()
             await asyncio.gather(self._volume_refresher, return_exceptions=True)
@@ -661,6 +771,12 @@ def _mount_namespace_pid(slot: ContainerSlot) -> int | None:
     hooks enter it there, to see its volumes as the container does."""
     process = slot.process
     return process.pid if process is not None and process.mounts is not None and process.returncode is None else None
+
+
+def container_hash_fields(container: dict) -> tuple:
+    """What kuberuntime's ``HashContainer`` covers (``pickFieldsToHash``: name and image, the
+    fields a Pod update may change); a running container whose hash changed is restarted."""
+    return container.get("name"), container.get("image")
 
 
 def should_restart(policy: str, exit_code: int, config_error: bool) -> bool:

@@ -4,10 +4,11 @@ A container is its ``command``/``args`` run as a host process inside the Pod's n
 namespace (``ip netns exec`` enters it and execs the command, so the PID we hold is the
 container's), in a session of its own so a signal reaches every process it started, with the
 container's environment and ``workingDir``; stdout and stderr are copied line by line into the
-kubelet-format log file that ``kubectl logs`` reads. A container with volume mounts starts in a
-mount namespace of its own where they appear at their ``mountPath``s (``kernel/mounts.py``);
-a mount that fails is the container's ``StartError``, reported back on a status pipe. There is
-no image and no user isolation: ``image`` is only reported back.
+kubelet-format log file that ``kubectl logs`` reads. A container starts through the helper of
+``kernel/mounts.py``: with volume mounts, in a mount namespace of its own where they appear at
+their ``mountPath``s; in a UTS namespace of its own named as the Pod's hostname; as the user and
+groups of its ``securityContext``. A step that fails is the container's ``StartError``, reported
+back on a status pipe. There is no image: ``image`` is only reported back.
 
 Stopping follows the container runtime's ``StopContainer(timeout)``: SIGTERM to the process
 group, then SIGKILL when the grace period ends.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import shutil
 import signal
 import uuid
@@ -27,7 +29,7 @@ from pathlib import Path
 
 from kubesvc.agent.logs import ContainerLogFile, pump
 from kubesvc.kernel import process as kprocess
-from kubesvc.kernel.mounts import DEFAULT_PATH, MountPlan, in_mount_namespace
+from kubesvc.kernel.mounts import DEFAULT_PATH, Identity, MountPlan, in_mount_namespace
 
 log = logging.getLogger("kubesvc.agent")
 
@@ -71,13 +73,14 @@ class ContainerProcess:
     """One run of one container."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None, netns: str | None, log_path: Path,
-                 mounts: MountPlan | None = None):
+                 mounts: MountPlan | None = None, identity: Identity | None = None):
         self.argv = list(argv)
         self.env = dict(env)
         self.cwd = cwd or "/"
         self.netns = netns
         self.log_path = log_path
         self.mounts = mounts
+        self.identity = identity
         self.container_id = f"kubesvc://{uuid.uuid4().hex}"
         self._process: kprocess.Process | None = None
         self._pumps: list[asyncio.Task] = []
@@ -104,11 +107,12 @@ class ContainerProcess:
         self._log = await asyncio.to_thread(self._prepare)
         env = {"PATH": DEFAULT_PATH, **self.env}
         argv, status_read, status_write = self.argv, None, None
-        if self.mounts is not None:
+        helped = self.mounts is not None or (self.identity is not None and self.identity != Identity())
+        if helped:
             status_read, status_write = os.pipe2(os.O_CLOEXEC)
-            argv = in_mount_namespace(self.mounts, argv, cwd=self.cwd, status_fd=status_write)
+            argv = in_mount_namespace(self.mounts, argv, cwd=self.cwd, status_fd=status_write, identity=self.identity or Identity())
         try:
-            self._process = await kprocess.spawn(argv, env=env, cwd=self.cwd if self.mounts is None else "/", netns=self.netns,
+            self._process = await kprocess.spawn(argv, env=env, cwd=self.cwd if not helped else "/", netns=self.netns,
                                                  pass_fds=(status_write,) if status_write is not None else ())
         except OSError as exc:
             self._log.close()
@@ -169,3 +173,19 @@ class ContainerProcess:
             self.signal(signal.SIGKILL)  # leftovers of the group
         return await self.wait()
 
+
+
+_LOG_FILE = re.compile(r"^(\d+)\.log(\..*)?")
+
+
+def restart_count_from_log_dir(log_dir: Path) -> int:
+    """kuberuntime's ``calcRestartCountByLogDir``: the restart count of a container's next
+    attempt when the runtime remembers none (a node or, here, an agent restart): one more than
+    the highest ``N`` of the ``N.log`` files (rotated ``N.log.*`` too) its attempts left; 0
+    without any."""
+    try:
+        names = [entry.name for entry in os.scandir(log_dir) if not entry.is_dir()]
+    except OSError:
+        return 0
+    counts = [int(match.group(1)) + 1 for name in names if (match := _LOG_FILE.match(name))]
+    return max(counts, default=0)

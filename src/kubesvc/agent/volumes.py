@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubesvc.agent.envvars import EnvError, container_resource_value, extract_field_path
+from kubesvc.agent.envvars import EnvError, ObjectRef, container_resource_value, extract_field_path
 from kubesvc.api.defaults import DEFAULT_VOLUME_MODE
 from kubesvc.api.validation_config import secret_bytes
 from kubesvc.util.golang import quote as go_quote
@@ -228,14 +228,6 @@ def token_request(pod: Mapping, projection: Mapping) -> dict:
     if projection.get("audience"):
         spec["audiences"] = [projection["audience"]]
     return {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
-
-
-@dataclass(frozen=True)
-class ObjectRef:
-    """A ConfigMap or Secret a volume reads, in the Pod's namespace."""
-
-    kind: str  # "configmap" | "secret"
-    name: str
 
 
 def referenced_objects(volume: Mapping) -> list[ObjectRef]:

@@ -44,7 +44,8 @@ from kubesvc.apiserver.openapi import OpenAPI
 from kubesvc.apiserver.kubeletclient import KubeletClient
 from kubesvc.apiserver.limits import in_flight_middleware
 from kubesvc.apiserver.registry.store import Registry
-from kubesvc.apiserver.subresources import POD_BINDING, POD_LOG, SERVICE_ACCOUNT_TOKEN, action, legacy_action
+from kubesvc.apiserver.streaming import connect_exec, connect_port_forward
+from kubesvc.apiserver.subresources import POD_BINDING, POD_EXEC, POD_LOG, POD_PORTFORWARD, SERVICE_ACCOUNT_TOKEN, action, legacy_action
 from kubesvc.apiserver.watch import watch_objects
 from kubesvc.storage.base import StorageError
 from kubesvc.util.clock import Clock
@@ -65,10 +66,12 @@ VERSION_INFO = {
 
 _HEALTH_CHECKS = ("ping", "log", "etcd", "poststarthook/start-apiextensions-informers")
 
-# The Pod's action subresources: the one HTTP method each answers, and its handler
+# The Pod's action subresources: the HTTP method(s) each answers, and its handler
 ACTION_HANDLERS = {
     POD_BINDING: ("POST", handlers.create_binding),
     POD_LOG: ("GET", handlers.read_pod_log),
+    POD_EXEC: (("GET", "POST"), connect_exec),  # GET: a WebSocket; POST: a SPDY upgrade
+    POD_PORTFORWARD: (("GET", "POST"), connect_port_forward),
     # a TokenRequest, answered by the handler registered as create_handlers[("", "serviceaccounts/token")]
     SERVICE_ACCOUNT_TOKEN: ("POST", lambda request, target: handlers.create_unstored(
         request, SERVICE_ACCOUNT_TOKEN.body, ("", "serviceaccounts/token"), target.namespace, target.name)),
@@ -172,7 +175,7 @@ async def resource_handler(request: web.Request) -> web.StreamResponse:
     subresource_action = action(target.info, target.subresource) if target.subresource else None
     if subresource_action is not None:
         verb_method, handler = ACTION_HANDLERS[subresource_action]
-        if method != verb_method:
+        if method not in ((verb_method,) if isinstance(verb_method, str) else verb_method):
             raise errors.method_not_allowed("the server does not allow this method on the requested resource")
         return await handler(request, target)
     collection = target.name is None

@@ -212,12 +212,17 @@ class KubeletClient:
             await self._session.close()
             self._session = None
 
-    async def stream(self, request: web.Request, url: URL, *, resource: str, name: str) -> web.StreamResponse:
-        """GET ``url`` from the agent and relay its answer to the client as text/plain."""
+    def session_for(self, url: URL) -> aiohttp.ClientSession:
+        """The HTTPS session to the agents, for ``url`` (an error unless https with credentials)."""
         if url.scheme != "https" or self._tls is None:
             raise unknown_error(f'Get "{url}": the apiserver calls node agents over HTTPS with its kubelet client certificate only')
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=self._timeout, connector=aiohttp.TCPConnector(ssl=self._tls, limit=0))
+        return self._session
+
+    async def stream(self, request: web.Request, url: URL, *, resource: str, name: str) -> web.StreamResponse:
+        """GET ``url`` from the agent and relay its answer to the client as text/plain."""
+        self.session_for(url)
         try:
             upstream = await self._session.get(url, allow_redirects=False)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:

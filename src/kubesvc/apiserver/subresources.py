@@ -9,6 +9,9 @@ of a Pod's subresources do something else, each with REST logic of its own upstr
   Pod's name from the Binding's ``metadata.name``; it is a resource of its own in discovery,
   with the one verb ``create``.
 * ``pods/log`` (``LogREST``): ``GET`` streams a container's log from the Pod's node agent.
+* ``pods/exec`` and ``pods/portforward`` (``ExecREST``, ``PortForwardREST``): ``GET`` (a
+  WebSocket) or ``POST`` (a SPDY upgrade) streams a command or TCP connections through the
+  Pod's node agent (``streaming.py``).
 * ``serviceaccounts/token`` (``TokenREST``): ``POST`` an authentication.k8s.io/v1
   ``TokenRequest`` to get a signed token for the ServiceAccount; answered by the handler
   registered for it in the app's ``create_handlers`` (404 until one is).
@@ -40,9 +43,11 @@ class ActionSubresource:
 POD_BINDING = ActionSubresource("", "pods", "binding", "Binding", ("create",), body=BINDING_INFO,
                                 legacy_resource="bindings", legacy_singular="binding")
 POD_LOG = ActionSubresource("", "pods", "log", "Pod", ("get",))
+POD_EXEC = ActionSubresource("", "pods", "exec", "PodExecOptions", ("create", "get"))
+POD_PORTFORWARD = ActionSubresource("", "pods", "portforward", "PodPortForwardOptions", ("create", "get"))
 SERVICE_ACCOUNT_TOKEN = ActionSubresource("", "serviceaccounts", "token", "TokenRequest", ("create",),
                                           body=TOKEN_REQUEST_INFO)
-ACTION_SUBRESOURCES = (POD_BINDING, POD_LOG, SERVICE_ACCOUNT_TOKEN)
+ACTION_SUBRESOURCES = (POD_BINDING, POD_LOG, POD_EXEC, POD_PORTFORWARD, SERVICE_ACCOUNT_TOKEN)
 
 
 def actions_of(info: KindInfo) -> list[ActionSubresource]:

@@ -28,6 +28,14 @@ same view *plus* its volumes, without creating or mounting anything the host can
    ``chdir`` to the working directory, ``exec`` the command: the PID the agent holds is the
    container's.
 
+The same script gives the container what a runtime's sandbox and process spec give it: the
+Pod's hostname in a UTS namespace of its own (``unshare(CLONE_NEWUTS)``, ``sethostname``; the
+kubelet's ``GeneratePodHostNameAndDomain`` decides the name) and, last before the exec, the
+user and groups it runs as (``setgroups``, ``setgid``, ``setuid``: the effective
+``securityContext.runAsUser``/``runAsGroup``; a user without a group takes its primary group
+from ``/etc/passwd`` as the container sees it, else 0, as containerd does for an image user).
+A container without volume mounts keeps the host's mount namespace.
+
 Failures are reported on a status pipe the agent passes (close-on-exec: end of file without a
 word means the command was executed), worded as runc's (``error mounting "SRC" to rootfs at
 "DST": ...``), so the agent reports them as the container's ``StartError``.
@@ -53,6 +61,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
 MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
@@ -77,6 +86,19 @@ class BindMount:
 
 
 @dataclass(frozen=True)
+class Identity:
+    """What the container is called and runs as (None: left as the agent's)."""
+
+    hostname: str | None = None
+    uid: int | None = None
+    gid: int | None = None
+    groups: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"hostname": self.hostname, "uid": self.uid, "gid": self.gid, "groups": list(self.groups)}
+
+
+@dataclass(frozen=True)
 class MountPlan:
     """What the script does, in order: ``shadowed`` host directories (parents first) become
     tmpfs copies, then each bind, outermost first."""
@@ -86,9 +108,12 @@ class MountPlan:
     binds: tuple[BindMount, ...]
     file_targets: frozenset[str] = field(default_factory=frozenset)
 
+    def to_dict(self) -> dict:
+        return {"root": self.root, "shadowed": list(self.shadowed), "fileTargets": sorted(self.file_targets),
+                "binds": [{"source": b.source, "target": b.target, "readOnly": b.read_only} for b in self.binds]}
+
     def to_json(self) -> str:
-        return json.dumps({"root": self.root, "shadowed": list(self.shadowed), "fileTargets": sorted(self.file_targets),
-                           "binds": [{"source": b.source, "target": b.target, "readOnly": b.read_only} for b in self.binds]})
+        return json.dumps(self.to_dict())
 
 
 class MountPlanError(ValueError):
@@ -142,16 +167,19 @@ def plan_mounts(mounts: Sequence[BindMount], root: str, *, exists: Callable[[str
     return MountPlan(root, tuple(sorted(shadowed, key=_depth)), tuple(binds), frozenset(file_targets))
 
 
-def in_mount_namespace(plan: MountPlan, argv: Sequence[str], *, cwd: str, status_fd: int) -> list[str]:
-    """``argv`` started through this script with ``plan`` (see the module docstring);
-    ``status_fd`` is the write end of the status pipe, passed to the child."""
-    return [sys.executable, "-I", "-S", SCRIPT, plan.to_json(), cwd, str(status_fd), "--", *argv]
+def in_mount_namespace(plan: MountPlan | None, argv: Sequence[str], *, cwd: str, status_fd: int,
+                       identity: Identity = Identity()) -> list[str]:
+    """``argv`` started through this script with ``plan`` (None: no mount namespace) and
+    ``identity`` (see the module docstring); ``status_fd`` is the write end of the status pipe,
+    passed to the child."""
+    spec = {"mounts": plan.to_dict() if plan is not None else None, **identity.to_dict()}
+    return [sys.executable, "-I", "-S", SCRIPT, json.dumps(spec), cwd, str(status_fd), "--", *argv]
 
 
 def in_container(pid: int, argv: Sequence[str]) -> list[str]:
-    """``argv`` run in the namespaces (network, mount), root and working directory of the
+    """``argv`` run in the namespaces (network, mount, UTS), root and working directory of the
     running process ``pid``: what an exec into a container does."""
-    return [NSENTER, f"--target={pid}", "--net", "--mount", "--root", "--wd", *argv]
+    return [NSENTER, f"--target={pid}", "--net", "--mount", "--uts", "--root", "--wd", *argv]
 
 
 # ---- the script's side: runs in the child, between ip netns exec and the container's command ----
@@ -179,6 +207,10 @@ class _Libc:
             return text.encode() if text is not None else None
 
         self._check(self.lib.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
+
+    def sethostname(self, name: str) -> None:
+        encoded = name.encode()
+        self._check(self.lib.sethostname(encoded, len(encoded)), "sethostname")
 
     def umount_detach(self, target: str) -> None:
         self._check(self.lib.umount2(target.encode(), MNT_DETACH), f"umount {target}")
@@ -258,6 +290,38 @@ def set_up(plan: dict, cwd: str, libc: _Libc | None = None) -> None:
         raise MountFailed(f'chdir to cwd ("{cwd}") set in config.json failed: {err.strerror or err}') from None
 
 
+def set_hostname(hostname: str, libc: _Libc | None = None) -> None:
+    """A UTS namespace of the container's own, named ``hostname``. Raises MountFailed."""
+    libc = libc or _Libc()
+    try:
+        libc.unshare(CLONE_NEWUTS)
+        libc.sethostname(hostname)
+    except OSError as err:
+        raise MountFailed(f"error setting the hostname {hostname}: {err.strerror or err}") from None
+
+
+def become(uid: int | None, gid: int | None, groups: Sequence[int]) -> None:
+    """The container's user, group and supplementary groups (dropped last, as runc does)."""
+    if uid is None and gid is None and not groups:
+        return
+    if gid is None:
+        gid = 0
+        if uid is not None:
+            import pwd  # built in: the account as the container's /etc/passwd knows it
+
+            try:
+                gid = pwd.getpwuid(uid).pw_gid
+            except KeyError:
+                pass
+    try:
+        os.setgroups(sorted({gid, *groups}))
+        os.setgid(gid)
+        if uid is not None:
+            os.setuid(uid)
+    except OSError as err:
+        raise MountFailed(f"unable to set up user {uid}:{gid}: {err.strerror or err}") from None
+
+
 def _report(status_fd: int, message: str) -> None:
     try:
         os.write(status_fd, message.encode(errors="replace"))
@@ -272,10 +336,20 @@ def main(args: Sequence[str]) -> int:
     if separator != "--" or not argv:
         _report(status_fd, "no command")
         return 127
+    spec = json.loads(plan_text)
     try:
-        set_up(json.loads(plan_text), cwd)
+        if spec.get("hostname"):
+            set_hostname(spec["hostname"])
+        if spec.get("mounts") is not None:
+            set_up(spec["mounts"], cwd)
+        else:
+            os.chdir(cwd)
+        become(spec.get("uid"), spec.get("gid"), spec.get("groups") or ())
     except MountFailed as err:
         _report(status_fd, f"failed to create containerd task: {err}")
+        return 127
+    except OSError as err:
+        _report(status_fd, f'failed to create containerd task: chdir to cwd ("{cwd}") set in config.json failed: {err.strerror or err}')
         return 127
     executable = _find_executable(argv[0])
     if executable is None:

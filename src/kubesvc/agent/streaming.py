@@ -1,0 +1,395 @@
+"""The agent's streaming endpoints: ``kubectl exec`` and ``kubectl port-forward`` (upstream
+kubelet's ``/exec``, ``/portForward`` in pkg/kubelet/server/server.go, served by the CRI
+streaming server in pkg/kubelet/cri/streaming; workloads.md §9).
+
+The apiserver reaches them over HTTPS with its kubelet-client certificate, authorized here as
+``nodes/proxy`` like every path but a few (kubeletauth.py), and relays the client's WebSocket::
+
+    GET /exec/{namespace}/{pod}/{container}?command=sh&command=-c&command=...&input=1&output=1&error=1&tty=1
+    GET /portForward/{namespace}/{pod}
+
+**Exec** speaks the channel protocol (``wsstream``): every binary message is one channel byte
+and its payload. Channel 0 is stdin (client to server), 1 stdout, 2 stderr, 3 the error
+channel, 4 resize (JSON ``{"Width": W, "Height": H}``). Subprotocols: ``v5.channel.k8s.io``
+(what kubectl 1.32 offers; adds the message ``[255, channel]``, the client closing that channel:
+``[255, 0]`` when its stdin ends) and ``v4.channel.k8s.io`` (other clients; no way to end
+stdin). Once upgraded the server writes an empty message on the lowest channel the client reads
+(stdout, else stderr, else error). When the command ends, the error channel carries a
+``metav1.Status`` (v4's ``errorDecoderV4``): ``{"metadata":{},"status":"Success"}`` for exit
+0; else ``NonZeroExitCode`` with the code as the ``ExitCode`` cause, from which kubectl prints
+``command terminated with exit code N`` and exits N. A command that cannot start is a plain
+failure Status (kubectl prints its message). Then a normal close (1000).
+
+The command runs where the container runs: in its mount and network namespaces, root and
+working directory (``nsenter`` over its pid) when it has a mount namespace of its own, else in
+the Pod's network namespace with the container's ``workingDir``; with the container's
+environment either way (what the runtime keeps from ``CreateContainer``). ``tty`` gives it a
+pseudo-terminal (``kernel/interactive.py``).
+
+**Port-forward** from kubectl 1.32 is SPDY/3.1 tunneled through the WebSocket (subprotocol
+``SPDY/3.1+portforward.k8s.io``; ``streaming_spdy.py``). Per local connection kubectl opens two
+streams with headers ``streamType`` (``error``, ``data``), ``port`` and ``requestID``; the agent
+connects to ``localhost:<port>`` *inside the Pod's network namespace* (a socket made by a
+thread that entered it, as containerd's ``PortForward`` dials from within the sandbox's
+namespace: IPv4 first, then IPv6) and copies bytes both ways on the data stream. A failure is
+text on the error stream (kubelet's ``error forwarding port P to pod ...``), then both close.
+
+Errors before the upgrade are plain text with kubelet's words: 404 for a Pod the agent does not
+run, 500 ``container not found ("C")`` for a container that is not running (kubectl prints
+``unable to upgrade connection: container not found ("C")``), 400 for bad parameters.
+A request that is not a WebSocket (kubectl's fallback, a SPDY ``POST``) is refused with 400:
+this agent speaks SPDY only inside the WebSocket tunnel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from aiohttp import WSMsgType, web
+
+from kubesvc.agent.runtime import find_executable
+from kubesvc.agent.streaming_spdy import ProtocolError, Session, Stream
+from kubesvc.kernel import interactive, netns as knetns
+from kubesvc.kernel.exec import in_netns
+from kubesvc.kernel.host import process_root
+from kubesvc.kernel.mounts import DEFAULT_PATH, in_container
+from kubesvc.util.golang import quote as go_quote
+
+log = logging.getLogger("kubesvc.agent.streaming")
+
+STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
+V5 = "v5.channel.k8s.io"
+V4 = "v4.channel.k8s.io"
+EXEC_PROTOCOLS = (V5, V4)
+PORT_FORWARD_TUNNEL = "SPDY/3.1+portforward.k8s.io"
+DRAIN_SECONDS = 1.0  # output still read after the command exited (a child it left may hold the pipe)
+MAX_MESSAGE = 4 << 20
+
+
+@dataclass
+class ExecTarget:
+    """Where a command for one running container runs."""
+
+    netns: str | None
+    env: Mapping[str, str]
+    working_dir: str
+    pid: int | None  # the container's process when it has a mount namespace of its own
+
+
+ResolveExec = Callable[[str, str, str], "ExecTarget | str | None"]  # None: no such Pod; str: why not
+ResolvePod = Callable[[str, str], "str | None"]  # (namespace, pod) -> its network namespace
+
+
+# ---- pure parts -------------------------------------------------------------------------------
+
+
+def success_status() -> dict:
+    return {"metadata": {}, "status": "Success"}
+
+
+def exit_status(code: int) -> dict:
+    """The Status for a command that exited ``code`` (kubelet's exec ``CodeExitError``)."""
+    if code == 0:
+        return success_status()
+    return {"metadata": {}, "status": "Failure", "message": f"command terminated with non-zero exit code: exit status {code}",
+            "reason": "NonZeroExitCode", "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]}}
+
+
+def failure_status(message: str) -> dict:
+    return {"metadata": {}, "status": "Failure", "message": message, "reason": "InternalError", "code": 500,
+            "details": {"causes": [{"message": message}]}}
+
+
+def frame(channel: int, payload: bytes = b"") -> bytes:
+    return bytes([channel]) + payload
+
+
+def flag(query: Mapping[str, str], name: str) -> bool:
+    """kubelet's streaming options: ``input=1`` etc. (kube-apiserver sends "1"; "true" is taken too)."""
+    return query.get(name, "").lower() in ("1", "true")
+
+
+@dataclass(frozen=True)
+class ExecOptions:
+    command: tuple[str, ...]
+    stdin: bool
+    stdout: bool
+    stderr: bool
+    tty: bool
+
+    @classmethod
+    def from_query(cls, query) -> ExecOptions:
+        tty = flag(query, "tty")
+        return cls(tuple(query.getall("command", [])), flag(query, "input"), flag(query, "output"),
+                   flag(query, "error") and not tty, tty)
+
+    def problem(self, attach: bool = False) -> str | None:
+        """kubelet's ``NewOptions`` checks, its words."""
+        if not attach and not self.command:
+            return "you must specify at least 1 command"
+        if not (self.stdin or self.stdout or self.stderr or self.tty):
+            return "you must specify at least 1 of stdin, stdout, stderr"
+        return None
+
+    def first_channel(self) -> int:
+        return STDOUT if self.stdout else STDERR if self.stderr else ERROR
+
+
+def resize_of(payload: bytes) -> tuple[int, int] | None:
+    """(width, height) of a resize message, None if it does not decode."""
+    try:
+        size = json.loads(payload)
+        return int(size["Width"]), int(size["Height"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _text(status: int, message: str) -> web.Response:
+    return web.Response(status=status, text=message, content_type="text/plain")
+
+
+def _chosen_protocol(request: web.Request, supported: Sequence[str]) -> str | None:
+    offered = [p.strip() for value in request.headers.getall("Sec-WebSocket-Protocol", []) for p in value.split(",")]
+    return next((p for p in offered if p in supported), None)
+
+
+def _is_websocket(request: web.Request) -> bool:
+    return request.headers.get("Upgrade", "").lower() == "websocket"
+
+
+# ---- exec -------------------------------------------------------------------------------------
+
+
+async def serve_exec(request: web.Request, resolve: ResolveExec) -> web.StreamResponse:
+    namespace, pod, container = (request.match_info[k] for k in ("namespace", "pod", "container"))
+    options = ExecOptions.from_query(request.query)
+    problem = options.problem()
+    if problem:
+        return _text(400, problem)
+    target = resolve(namespace, pod, container)
+    if target is None:
+        return _text(404, f'pod "{pod}" does not exist')
+    if isinstance(target, str):
+        return _text(500, target)
+    if not _is_websocket(request):
+        return _text(400, "unable to upgrade: this node agent serves exec over WebSocket only (v5.channel.k8s.io, v4.channel.k8s.io)")
+    protocol = _chosen_protocol(request, EXEC_PROTOCOLS)
+    if protocol is None:
+        return _text(400, f"unable to upgrade: unable to negotiate protocol: client supports {request.headers.getall('Sec-WebSocket-Protocol', [])}, "
+                          f"server supports {list(EXEC_PROTOCOLS)}")
+    ws = web.WebSocketResponse(protocols=(protocol,), max_msg_size=MAX_MESSAGE, autoping=True)
+    await ws.prepare(request)
+    try:
+        await ws.send_bytes(frame(options.first_channel()))
+        await _run_exec(ws, protocol, options, target)
+    finally:
+        await ws.close()
+    return ws
+
+
+def _exec_argv(target: ExecTarget, command: Sequence[str]) -> tuple[list[str], str, dict[str, str]]:
+    env = {"PATH": DEFAULT_PATH, **target.env}  # as the container itself was started
+    if target.pid is not None:
+        return in_container(target.pid, command), "/", env  # nsenter takes the container's root and cwd
+    return in_netns(target.netns, command), target.working_dir or "/", env
+
+
+async def _run_exec(ws: web.WebSocketResponse, protocol: str, options: ExecOptions, target: ExecTarget) -> None:
+    command = list(options.command)
+    root = process_root(target.pid)
+    env = {"PATH": DEFAULT_PATH, **target.env}
+    if find_executable(command[0], env, target.working_dir if target.pid is None else None, root=root) is None:
+        message = (f"failed to exec in container: failed to start exec: OCI runtime exec failed: exec failed: unable to start "
+                   f"container process: exec: {go_quote(command[0])}: executable file not found in $PATH: unknown")
+        await ws.send_bytes(frame(ERROR, json.dumps(failure_status(message)).encode()))
+        return
+    argv, cwd, env = _exec_argv(target, command)
+    try:
+        child = await interactive.spawn_interactive(argv, env=env, cwd=cwd, stdin=options.stdin, tty=options.tty)
+    except OSError as exc:
+        await ws.send_bytes(frame(ERROR, json.dumps(failure_status(f"failed to exec in container: {exc}")).encode()))
+        return
+    send_lock = asyncio.Lock()
+
+    async def send(channel: int, data: bytes) -> None:
+        async with send_lock:
+            await ws.send_bytes(frame(channel, data))
+
+    async def pump(fd: int, channel: int, wanted: bool) -> None:
+        with contextlib.suppress(OSError, ConnectionError):
+            while data := await interactive.read(fd):
+                if wanted:
+                    await send(channel, data)
+
+    pumps = [asyncio.create_task(pump(child.stdout, STDOUT, options.stdout or options.tty))]
+    if child.stderr is not None:
+        pumps.append(asyncio.create_task(pump(child.stderr, STDERR, options.stderr)))
+    client = asyncio.create_task(_from_client(ws, protocol, child))
+    exited = asyncio.ensure_future(child.wait())
+    try:
+        await asyncio.wait([exited, client], return_when=asyncio.FIRST_COMPLETED)
+        if not exited.done():  # the client went away first: the command goes too, as upstream's
+            child.kill()
+            return
+        await asyncio.wait(pumps, timeout=DRAIN_SECONDS)
+        await send(ERROR, json.dumps(exit_status(exited.result())).encode())
+    finally:
+        client.cancel()
+        for task in pumps:
+            task.cancel()
+        await asyncio.gather(client, *pumps, return_exceptions=True)
+        if not exited.done():
+            child.kill()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(exited, timeout=5)
+        child.close()
+
+
+async def _from_client(ws: web.WebSocketResponse, protocol: str, child: interactive.Interactive) -> None:
+    """Stdin, resizes and (v5) the close of stdin, until the client closes the WebSocket."""
+    async for message in ws:
+        if message.type != WSMsgType.BINARY or not message.data:
+            continue
+        channel, payload = message.data[0], message.data[1:]
+        if channel == STDIN and child.stdin is not None and payload:
+            try:
+                await interactive.write(child.stdin, payload)
+            except OSError:  # the command closed its stdin: later input is dropped
+                pass
+        elif channel == RESIZE:
+            size = resize_of(payload)
+            if size is not None:
+                child.resize(*size)
+        elif channel == CLOSE and protocol == V5 and payload[:1] == bytes([STDIN]):
+            child.close_stdin()
+
+
+# ---- port-forward -----------------------------------------------------------------------------
+
+
+async def serve_port_forward(request: web.Request, resolve: ResolvePod) -> web.StreamResponse:
+    namespace, pod = request.match_info["namespace"], request.match_info["pod"]
+    pod_netns = resolve(namespace, pod)
+    if pod_netns is None:
+        return _text(404, f'pod "{pod}" does not exist')
+    if not _is_websocket(request) or _chosen_protocol(request, (PORT_FORWARD_TUNNEL,)) is None:
+        return _text(400, f"unable to upgrade: this node agent serves port-forward as SPDY tunneled over WebSocket only ({PORT_FORWARD_TUNNEL})")
+    ws = web.WebSocketResponse(protocols=(PORT_FORWARD_TUNNEL,), max_msg_size=MAX_MESSAGE, autoping=True)
+    await ws.prepare(request)
+    forwarder = PortForwarder(f"{namespace}/{pod}", pod_netns)
+    session = Session(ws.send_bytes, forwarder.on_stream)
+    try:
+        async for message in ws:
+            if message.type == WSMsgType.BINARY:
+                await session.feed(message.data)
+    except ProtocolError as exc:
+        log.info("port-forward to %s/%s: %s", namespace, pod, exc)
+    finally:
+        session.close()
+        await session.wait_handlers()
+        await ws.close()
+    return ws
+
+
+def _connect_local(port: int) -> socket.socket:
+    """A TCP connection to localhost:``port`` from this thread's network namespace: IPv4, then
+    IPv6 (containerd's words on failure)."""
+    errors = []
+    for family, host, label in ((socket.AF_INET, "127.0.0.1", "IPv4: dial tcp4 127.0.0.1"), (socket.AF_INET6, "::1", "IPv6 dial tcp6 [::1]")):
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.settimeout(5.0)
+        try:
+            sock.connect((host, port))
+        except OSError as exc:
+            sock.close()
+            errors.append(f"{label}:{port}: connect: {(exc.strerror or str(exc)).lower()}")
+            continue
+        sock.setblocking(False)
+        return sock
+    raise OSError(f"failed to connect to localhost:{port} inside namespace, {' '.join(errors)}")
+
+
+class PortForwarder:
+    """The streams of one port-forward session, paired by ``requestID``."""
+
+    def __init__(self, pod: str, pod_netns: str):
+        self.pod = pod
+        self.netns = pod_netns
+        self._pairs: dict[str, dict[str, Stream]] = {}
+        self._paired: dict[str, asyncio.Event] = {}
+
+    async def on_stream(self, stream: Stream) -> None:
+        request_id, kind = stream.header("requestID"), stream.header("streamType")
+        if kind not in ("error", "data"):
+            await stream.close()
+            return
+        pair = self._pairs.setdefault(request_id, {})
+        pair[kind] = stream
+        paired = self._paired.setdefault(request_id, asyncio.Event())
+        if len(pair) == 2:
+            paired.set()
+        if kind == "error":
+            return  # the data stream's task serves the pair
+        try:
+            await asyncio.wait_for(paired.wait(), timeout=30)
+            await self._forward(pair["data"], pair["error"])
+        except asyncio.TimeoutError:
+            await stream.close()
+        finally:
+            self._pairs.pop(request_id, None)
+            self._paired.pop(request_id, None)
+            for s in pair.values():
+                stream.session.remove(s)
+
+    async def _forward(self, data: Stream, error: Stream) -> None:
+        port_text = data.header("port")
+        try:
+            port = int(port_text)
+            if not 0 < port < 65536:
+                raise ValueError
+        except ValueError:
+            await self._fail(data, error, f"invalid port {port_text!r}")
+            return
+        try:
+            sock = await knetns.on_thread_async(self.netns, _connect_local, port)
+        except OSError as exc:
+            await self._fail(data, error, f"error forwarding port {port} to pod {self.pod}: {exc}")
+            return
+        reader, writer = await asyncio.open_connection(sock=sock)
+
+        async def upstream() -> None:  # client -> Pod
+            with contextlib.suppress(OSError, ConnectionError):
+                while chunk := await data.read():
+                    writer.write(chunk)
+                    await writer.drain()
+                if writer.can_write_eof():
+                    writer.write_eof()
+
+        async def downstream() -> None:  # Pod -> client
+            with contextlib.suppress(OSError, ConnectionError):
+                while chunk := await reader.read(65536):
+                    await data.write(chunk)
+
+        to_pod = asyncio.create_task(upstream())
+        try:
+            await downstream()
+            await data.close()
+            await error.close()
+            await asyncio.wait_for(to_pod, timeout=DRAIN_SECONDS)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            to_pod.cancel()
+            writer.close()
+
+    @staticmethod
+    async def _fail(data: Stream, error: Stream, message: str) -> None:
+        await error.write(message.encode())
+        await error.close()
+        await data.close()

@@ -1,0 +1,35 @@
+"""The runtime's pure parts: the restart count an attempt gets from the log files earlier
+attempts left (kuberuntime's ``calcRestartCountByLogDir`` cases, written out by hand), and
+which container fields a restart-on-change compares (``pickFieldsToHash``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kubesvc.agent.podworker import container_hash_fields
+from kubesvc.agent.runtime import restart_count_from_log_dir
+
+
+@pytest.mark.parametrize("files,expected", [
+    ([], 0),
+    (["0.log"], 1),
+    (["0.log", "1.log", "2.log"], 3),
+    (["4.log", "0.log"], 5),
+    (["1.log.20260101-000000", "0.log"], 2),  # a rotated file counts
+    (["notes.txt", "x.log", "0.log"], 1),
+], ids=["none", "one attempt", "three", "highest wins", "rotated", "other files ignored"])
+def test_restart_count_from_log_dir(tmp_path, files, expected):
+    for name in files:
+        (tmp_path / name).write_text("")
+    (tmp_path / "7.log.d").mkdir()  # a directory is no attempt
+    assert restart_count_from_log_dir(tmp_path) == expected
+
+
+def test_restart_count_without_a_log_dir(tmp_path):
+    assert restart_count_from_log_dir(tmp_path / "absent") == 0
+
+
+def test_only_name_and_image_are_hashed():
+    base = {"name": "c", "image": "busybox:1.36", "args": ["sleep", "1"]}
+    assert container_hash_fields(base) == container_hash_fields({**base, "args": ["sleep", "2"], "env": [{"name": "A"}]})
+    assert container_hash_fields(base) != container_hash_fields({**base, "image": "busybox:1.37"})

@@ -1,0 +1,164 @@
+"""``kubectl exec`` and ``kubectl port-forward`` (kubectl 1.32, unchanged) through the apiserver
+to the node agent, on ``kubesvc up`` in a namespace of its own (one per module).
+
+What a user sees is asserted: the Pod's environment printed by ``env``, the command's exit code
+as kubectl's own (``command terminated with exit code 3``, exit 3), stdin piped through ``-i``,
+a terminal with ``-it`` (the size kubectl sends arriving as the terminal's size), a Pod's server
+listening on the Pod's *loopback* reached through ``port-forward`` from the machine's side, and
+upstream's refusals (403 for a user without ``create`` on ``pods/exec``, 400 for a container the
+Pod does not have). Expected strings are kubectl's and kube-apiserver's, written by hand.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import secrets
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+
+import pytest
+import yaml
+
+from tests.support.agent import http_request, nsenter_argv
+from tests.support.netns import REPO_ROOT, call_in_netns
+from tests.support.netns import wait_until
+from tests.support.up import Machine, running_machine
+
+pytestmark = pytest.mark.kernel
+
+SERVER = "import http.server, os; os.chdir(os.environ['SITE']); http.server.test(HandlerClass=http.server.SimpleHTTPRequestHandler, port=80, bind='127.0.0.1')"
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory):
+    with running_machine("xstream", tmp_path_factory.mktemp("exec")) as machine:
+        yield machine
+
+
+@pytest.fixture(scope="module")
+def pod(up: Machine, tmp_path_factory) -> str:
+    """A running Pod whose one container serves its site directory on 127.0.0.1:80 (inside the
+    Pod's network namespace only) and carries an env var of its own."""
+    site = tmp_path_factory.mktemp("site")
+    (site / "index.html").write_text("hello from the pod\n")
+    name = f"web-{secrets.token_hex(3)}"
+    up.kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "web", "image": "python", "command": [sys.executable, "-c", SERVER],
+                        "env": [{"name": "GREETING", "value": "hello-exec"}, {"name": "SITE", "value": str(site)}],
+                        "readinessProbe": {"tcpSocket": {"port": 80, "host": "127.0.0.1"}, "periodSeconds": 1}}]}}))
+    wait_until(lambda: up.get("pod", name).get("status", {}).get("phase") == "Running", 60, f"{name} running")
+    return name
+
+
+def test_exec_prints_the_pods_environment(up, pod):
+    result = up.kubectl("exec", pod, "--", "env")
+    lines = result.stdout.splitlines()
+    assert "GREETING=hello-exec" in lines
+    assert any(line.startswith("KUBERNETES_SERVICE_HOST=") for line in lines)  # the Service variables, as in the container
+
+
+def test_exec_returns_the_exit_code(up, pod):
+    result = up.kubectl("exec", pod, "--", "sh", "-c", "echo out; echo err >&2; exit 3", check=False)
+    assert result.returncode == 3
+    assert result.stdout == "out\n"
+    assert "err\n" in result.stderr
+    assert "command terminated with exit code 3" in result.stderr
+
+
+def test_exec_runs_in_the_pods_network_namespace(up, pod):
+    """The Pod's server listens on its own loopback: only a command inside its namespace reaches it."""
+    fetch = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:80/index.html').read().decode(), end='')"
+    assert up.kubectl("exec", pod, "--", sys.executable, "-c", fetch).stdout == "hello from the pod\n"
+
+
+def test_exec_pipes_stdin(up, pod):
+    text = "".join(f"line {i}\n" for i in range(2000))
+    result = up.kubectl("exec", "-i", pod, "--", "sh", "-c", "tr a-z A-Z; echo done", input=text)
+    assert result.stdout == text.upper() + "done\n"
+
+
+def test_exec_with_a_terminal(up, pod):
+    """``-it`` from a terminal of 33 rows x 101 columns: the command's stdin is a terminal of that size."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
+    argv = nsenter_argv(up.ns.name, "kubectl", f"--kubeconfig={up.kubeconfig}", f"--cache-dir={up.cache_dir}", "exec", "-it", pod, "--",
+                        "sh", "-c", "test -t 0 && echo is-a-tty; stty size; read line; echo got-$line; exit 4")
+    process = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=REPO_ROOT, start_new_session=True)
+    os.close(slave)
+    output = b""
+    sent = False
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            if not sent and b"33 101" in output:
+                os.write(master, b"typed\r")
+                sent = True
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: kubectl exited
+                    break
+                if not chunk:
+                    break
+                output += chunk
+            elif process.poll() is not None:
+                break
+        code = process.wait(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(master)
+    text = output.decode(errors="replace")
+    assert "is-a-tty" in text
+    assert "33 101" in text
+    assert "got-typed" in text
+    assert code == 4, text
+
+
+def test_exec_into_a_missing_container_is_a_bad_request(up, pod):
+    result = up.kubectl("exec", pod, "-c", "nope", "--", "env", check=False)
+    assert result.returncode != 0
+    assert f"Error from server (BadRequest): container nope is not valid for pod {pod}" in result.stderr
+
+
+def test_exec_needs_create_on_pods_exec(up, pod):
+    """A user allowed to read Pods and only ``get`` ``pods/exec`` is refused (403), the
+    WebSocket and the SPDY fallback alike; granting ``create`` lets the same user in."""
+    user = f"reader-{secrets.token_hex(3)}"
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": user},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+                      {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get"]}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": user},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": user},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}
+    up.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([role, binding]))
+    result = up.kubectl("--as", user, "exec", pod, "--", "true", check=False)
+    assert result.returncode != 0
+    assert (f'Error from server (Forbidden): pods "{pod}" is forbidden: User "{user}" cannot create resource "pods/exec" '
+            f'in API group "" in the namespace "default"') in result.stderr
+    role["rules"][1]["verbs"] = ["get", "create"]
+    up.kubectl("apply", "-f", "-", input=yaml.safe_dump(role))
+    wait_until(lambda: up.kubectl("--as", user, "exec", pod, "--", "true", check=False).returncode == 0, 20, "exec allowed")
+
+
+def test_port_forward_reaches_the_pods_loopback(up, pod):
+    argv = nsenter_argv(up.ns.name, "kubectl", f"--kubeconfig={up.kubeconfig}", f"--cache-dir={up.cache_dir}", "port-forward",
+                        f"pod/{pod}", "18080:80")
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO_ROOT, text=True)
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        assert first.startswith("Forwarding from 127.0.0.1:18080 -> 80"), first + process.stderr.read() if process.poll() is not None else first
+        for _ in range(3):  # a connection each, one after another
+            status, body = call_in_netns(up.ns.name, http_request, "127.0.0.1", 18080, "/index.html", "GET", 10.0)
+            assert (status, body) == (200, "hello from the pod\n")
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
