@@ -13,11 +13,17 @@
    while a failed step waits out its back-off; their files, netlink and forks run on worker
    threads, never on the event loop.
 2. **Init containers** run one after another, each to a zero exit; then every container starts.
-3. **Each container** is supervised: its environment (the Service variables, ``env``,
-   ``fieldRef``s) and its mounts (its own mount namespace, ``kernel/mounts.py``) are computed
-   when it starts; it is restarted by ``restartPolicy`` with the
-   kubelet's crash-loop back-off (immediately, then 10 s doubling to 5 min); its probes run
-   while it runs: a startup probe gates the others, readiness sets ``ready``, a failed
+3. **Each container** is supervised: its environment (the Service variables, ``env`` and
+   ``envFrom`` with the ConfigMaps and Secrets they read, the downward API), its mounts (its
+   own mount namespace, ``kernel/mounts.py``), its hostname and user (``podidentity.py``) are
+   computed when it starts; one that cannot be configured waits in
+   ``CreateContainerConfigError``, tried again every ``backoff_base`` (the pod worker's 10 s)
+   and at once when a ConfigMap or Secret it reads changes (``objectwatch.py``). It is
+   restarted by ``restartPolicy`` with the kubelet's crash-loop back-off (immediately, then
+   10 s doubling to 5 min), and whatever the policy when its definition changes (a new
+   ``image``: kuberuntime's container hash); its first ``restartCount`` is what the log files
+   of earlier attempts on this node show (``runtime.restart_count_from_log_dir``). Its probes
+   run while it runs: a startup probe gates the others, readiness sets ``ready``, a failed
    liveness or startup probe kills it for a restart.
 4. **Status**: every change marks the Pod dirty; one writer sends a merge patch of the new
    ``status`` (computed by ``podstatus``) to the ``status`` subresource.
@@ -33,12 +39,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from kubesvc.agent import envvars, podidentity, podnet, volumes as volume_kinds
+from kubesvc.agent import envvars, podidentity, podnet, poddns, volumes as volume_kinds
 from kubesvc.agent.logs import container_log_path
 from kubesvc.agent.podvolumes import PodVolumes, VolumeSetUpFailed, fetch_object
 from kubesvc.agent.tokens import TokenManager
@@ -89,6 +96,9 @@ class WorkerContext:
     # the node's shared watches of referenced ConfigMaps and Secrets (objectwatch.py); None: the
     # volumes follow their objects every volume_resync only, a config error retries on its period
     objects: object = None
+    # the kubelet's --cluster-dns/--cluster-domain/--resolv-conf (poddns.NodeDNS): each Pod's own
+    # /etc/resolv.conf and /etc/hosts; None: containers see the host's
+    dns: object = None
 
 
 def _describe(pod: dict) -> str:
@@ -258,6 +268,7 @@ class PodWorker:
                 return  # terminated while waiting for its volumes
             if not await self._create_sandbox(place):
                 return
+            self._write_dns_files()
         finally:
             place.give_back()
         self._message = ""
@@ -350,11 +361,21 @@ class PodWorker:
                 log.exception("pod %s: volume refresh failed", _describe(self.pod))
 
     def _mount_plan(self, container: dict) -> MountPlan | None:
-        """The container's mount namespace (None: it has no volume mounts)."""
-        if self.volumes is None or not container.get("volumeMounts"):
+        """The container's mount namespace (None: no volume mounts, no DNS files)."""
+        if self.volumes is None:
             return None
-        binds = self.volumes.mounts_for(container)
+        binds = self.volumes.mounts_for(container) if container.get("volumeMounts") else []
+        if self.ctx.dns is not None:
+            binds = [*binds, *poddns.binds_for(container, self.volumes.directory)]
         return plan_mounts(binds, str(self.volumes.staging_root)) if binds else None
+
+    def _write_dns_files(self) -> None:
+        """The Pod's resolv.conf and hosts (poddns), once its sandbox has its IPs."""
+        if self.ctx.dns is None or self.volumes is None or self.network is None:
+            return
+        for event in self.ctx.dns.write_pod_files(self.pod, list(self.network.ips), self.volumes.directory):
+            if event.on == "Pod":
+                self._event("Warning", event.reason, event.message)
 
     async def _supervise(self, slot: ContainerSlot):
         """Run one container until it is done for good (by restartPolicy) or the Pod terminates;
@@ -513,14 +534,18 @@ class PodWorker:
         for message in warnings:
             self._event("Warning", "InvalidEnvironmentVariableNames", message)
         names = {name for name, _ in env}
-        if "HOSTNAME" not in names:  # container runtimes set it to the Pod's hostname, as its UTS namespace's
-            env.append(("HOSTNAME", podidentity.pod_hostname(self.pod)))
+        if "HOSTNAME" not in names:  # container runtimes set it to the sandbox's hostname
+            host_network = bool((self.pod.get("spec") or {}).get("hostNetwork"))
+            env.append(("HOSTNAME", socket.gethostname() if host_network else podidentity.pod_hostname(self.pod)))
         return env
 
     def _identity(self, container: dict) -> Identity:
-        """The container's hostname (its own UTS namespace) and user (its securityContext)."""
+        """The container's hostname (its own UTS namespace; a hostNetwork Pod keeps the node's,
+        as its sandbox shares the node's) and user (its securityContext)."""
         user = podidentity.run_as(self.pod, container)
-        return Identity(hostname=podidentity.pod_hostname(self.pod), uid=user.uid, gid=user.gid, groups=user.groups)
+        host_network = bool((self.pod.get("spec") or {}).get("hostNetwork"))
+        return Identity(hostname=None if host_network else podidentity.pod_hostname(self.pod), uid=user.uid, gid=user.gid,
+                        groups=user.groups)
 
     async def _env_objects(self, container: dict) -> dict:
         """The ConfigMaps and Secrets the container's environment reads, fresh from the API
