@@ -30,6 +30,7 @@ from kubesvc.agent import podnet
 from kubesvc.agent.kubeletauth import SubjectAccessReviewAuthorizer, self_signed_serving_pair, serving_context
 from kubesvc.agent.kubeletserver import KubeletServer, PodLogInfo
 from kubesvc.agent.node import NodeHeartbeat, NodeIdentity
+from kubesvc.agent.objectwatch import ObjectWatches
 from kubesvc.agent.podvolumes import remove_orphans as remove_orphan_volumes
 from kubesvc.agent.podworker import PodWorker, WorkerContext, delete_for_good
 from kubesvc.agent.streaming import ExecTarget
@@ -98,6 +99,7 @@ class Agent:
         self.pods = Informer(client, PODS, field_selector=f"spec.nodeName={config.node_name}")
         self.tokens = TokenManager(self._request_token, self.clock)  # projected ServiceAccount tokens
         self.services = Informer(client, SERVICES)
+        self.objects = ObjectWatches(client)  # the ConfigMaps and Secrets the Pods reference
         self.workers: dict[str, PodWorker] = {}
         self._setup_slots = asyncio.Semaphore(config.parallel_pod_setups)
         self._done: set[str] = set()  # UIDs whose worker finished: never run again
@@ -129,6 +131,7 @@ class Agent:
         self.services.stop()
         workers = list(self.workers.values())
         await asyncio.gather(*(w.shutdown(self.config.shutdown_grace, delete=False) for w in workers), return_exceptions=True)
+        self.objects.stop()
         await cancel_and_wait(self._tasks)  # the heartbeat first: an in-flight beat must not re-report Ready
         if self.heartbeat is not None:
             try:
@@ -146,7 +149,8 @@ class Agent:
             node_name=self.config.node_name, host_ips=list(self.config.node_ips), network=self.network,
             log_root=self.config.data_dir / "pods", pods=self.pods_api, recorder=self.recorder, services=self.services.indexer.list,
             clock=self.clock, backoff_base=self.config.backoff_base, backoff_max=self.config.backoff_max,
-            kubelet_dir=self.config.data_dir / "kubelet", api=self.client, tokens=self.tokens, setup_slots=self._setup_slots)
+            kubelet_dir=self.config.data_dir / "kubelet", api=self.client, tokens=self.tokens, setup_slots=self._setup_slots,
+            objects=self.objects)
 
     async def _request_token(self, namespace: str, service_account: str, request: dict) -> dict:
         """TokenRequest (``serviceaccounts/<sa>/token``), as the kubelet's token manager sends it."""
