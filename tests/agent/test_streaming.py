@@ -1,0 +1,181 @@
+"""The agent's streaming protocols without a kernel: the SPDY/3.1 session kubectl port-forward
+talks to (frames built and read here with struct and zlib, independently of the module), and
+the exec channel protocol's Status messages as kubectl decodes them.
+
+Expected values are upstream's, written by hand: the dictionary's digest is of moby/spdystream's
+spdy/dictionary.go bytes; the Status shapes are kubelet's (remotecommand exec.go) and what
+client-go's v4 error decoder reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import struct
+import zlib
+
+import pytest
+from multidict import MultiDict
+
+from kubesvc.agent import streaming
+from kubesvc.agent.streaming_spdy import DICTIONARY, ProtocolError, Session
+
+
+
+def test_the_header_dictionary_is_spdy3s():
+    assert len(DICTIONARY) == 1423
+    assert hashlib.sha256(DICTIONARY).hexdigest() == "51d27341373f923f3cd88e1eb7162aeaa3723d7585ff2399201dc06498407f02"
+
+
+# ---- a client of our own, written against the draft -----------------------------------------
+
+
+class Client:
+    def __init__(self):
+        self.deflate = zlib.compressobj(9, zdict=DICTIONARY)
+        self.inflate = zlib.decompressobj(zdict=DICTIONARY)
+        self.received = bytearray()
+
+    def block(self, headers: dict[str, str]) -> bytes:
+        raw = struct.pack(">I", len(headers)) + b"".join(
+            struct.pack(">I", len(k)) + k.encode() + struct.pack(">I", len(v)) + v.encode() for k, v in headers.items())
+        return self.deflate.compress(raw) + self.deflate.flush(zlib.Z_SYNC_FLUSH)
+
+    def syn_stream(self, stream_id: int, headers: dict[str, str], fin: bool = False) -> bytes:
+        payload = struct.pack(">IIBB", stream_id, 0, 0, 0) + self.block(headers)
+        return struct.pack(">HHI", 0x8003, 1, ((1 if fin else 0) << 24) | len(payload)) + payload
+
+    @staticmethod
+    def data(stream_id: int, payload: bytes, fin: bool = False) -> bytes:
+        return struct.pack(">II", stream_id, ((1 if fin else 0) << 24) | len(payload)) + payload
+
+    @staticmethod
+    def ping(ping_id: int) -> bytes:
+        return struct.pack(">HHII", 0x8003, 6, 4, ping_id)
+
+    def frames(self) -> list[tuple]:
+        """What the server wrote: ("control", type, flags, payload) or ("data", id, flags, payload)."""
+        out, buf = [], self.received
+        while len(buf) >= 8:
+            length = struct.unpack(">I", buf[4:8])[0] & 0xFFFFFF
+            head, payload = bytes(buf[:8]), bytes(buf[8:8 + length])
+            del buf[:8 + length]
+            first = struct.unpack(">I", head[:4])[0]
+            if first & 0x80000000:
+                assert (first >> 16) & 0x7FFF == 3
+                out.append(("control", first & 0xFFFF, head[4], payload))
+            else:
+                out.append(("data", first, head[4], payload))
+        return out
+
+    def headers_of(self, compressed: bytes) -> dict[str, str]:
+        raw = self.inflate.decompress(compressed)
+        count, at, headers = struct.unpack(">I", raw[:4])[0], 4, {}
+        for _ in range(count):
+            n = struct.unpack(">I", raw[at:at + 4])[0]
+            name = raw[at + 4:at + 4 + n].decode()
+            at += 4 + n
+            n = struct.unpack(">I", raw[at:at + 4])[0]
+            headers[name] = raw[at + 4:at + 4 + n].decode()
+            at += 4 + n
+        return headers
+
+
+async def echo_session(client: Client):
+    """A session whose streams echo what they read, upper-cased, then close."""
+    async def send(data: bytes) -> None:
+        client.received += data
+
+    async def on_stream(stream) -> None:
+        while chunk := await stream.read():
+            await stream.write(chunk.upper())
+        await stream.close()
+
+    return Session(send, on_stream)
+
+
+async def test_streams_are_replied_to_and_carry_data_both_ways():
+    client = Client()
+    session = await echo_session(client)
+    await session.feed(client.syn_stream(1, {"streamtype": "data", "port": "80", "requestid": "0"}))
+    await session.feed(client.data(1, b"hello") + client.data(1, b" there", fin=True))
+    await asyncio.wait_for(session.wait_handlers(), 5)
+    frames = client.frames()
+    kind, frame_type, flags, payload = frames[0]
+    assert (kind, frame_type, flags) == ("control", 2, 0)  # SYN_REPLY
+    assert struct.unpack(">I", payload[:4])[0] == 1
+    assert client.headers_of(payload[4:]) == {}
+    assert b"".join(p for k, i, f, p in frames[1:] if k == "data" and i == 1) == b"HELLO THERE"
+    assert frames[-1][:3] == ("data", 1, 1) and frames[-1][3] == b""  # FIN
+
+
+async def test_headers_reach_the_stream_and_the_second_block_shares_the_compressor():
+    client = Client()
+    seen = []
+
+    async def send(data: bytes) -> None:
+        client.received += data
+
+    async def on_stream(stream) -> None:
+        seen.append((stream.id, stream.header("streamType"), stream.header("port"), stream.header("requestID")))
+
+    session = Session(send, on_stream)
+    await session.feed(client.syn_stream(1, {"streamtype": "error", "port": "8080", "requestid": "7"}, fin=True))
+    await session.feed(client.syn_stream(3, {"streamtype": "data", "port": "8080", "requestid": "7"}))
+    await session.wait_handlers()
+    assert seen == [(1, "error", "8080", "7"), (3, "data", "8080", "7")]
+    replies = [f for f in client.frames() if f[0] == "control" and f[1] == 2]
+    assert [struct.unpack(">I", r[3][:4])[0] for r in replies] == [1, 3]
+    assert [client.headers_of(r[3][4:]) for r in replies] == [{}, {}]  # both decode on one zlib stream
+
+
+async def test_pings_are_echoed_and_garbage_ends_the_session_with_goaway():
+    client = Client()
+    session = await echo_session(client)
+    await session.feed(client.ping(5)[:6])  # a frame split across two reads
+    await session.feed(client.ping(5)[6:])
+    assert client.frames() == [("control", 6, 0, struct.pack(">I", 5))]
+    with pytest.raises(ProtocolError):
+        await session.feed(struct.pack(">HHI", 0x8002, 1, 0))  # SPDY/2
+    kind, frame_type, _, payload = client.frames()[0]
+    assert (kind, frame_type) == ("control", 7)  # GOAWAY
+    assert struct.unpack(">II", payload) == (0, 1)  # protocol error
+
+
+async def test_data_for_an_unknown_stream_is_reset():
+    client = Client()
+    session = await echo_session(client)
+    await session.feed(client.data(9, b"x"))
+    kind, frame_type, _, payload = client.frames()[0]
+    assert (kind, frame_type) == ("control", 3)
+    assert struct.unpack(">II", payload) == (9, 2)  # INVALID_STREAM
+
+
+# ---- exec -------------------------------------------------------------------------------------
+
+
+def test_exit_statuses_are_kubelets():
+    assert streaming.exit_status(0) == {"metadata": {}, "status": "Success"}
+    status = streaming.exit_status(3)
+    assert status["status"] == "Failure" and status["reason"] == "NonZeroExitCode"
+    assert status["details"] == {"causes": [{"reason": "ExitCode", "message": "3"}]}
+    assert status["message"] == "command terminated with non-zero exit code: exit status 3"
+    json.dumps(status)
+
+
+def test_exec_options_from_kube_apiservers_query():
+    options = streaming.ExecOptions.from_query(MultiDict([("command", "sh"), ("command", "-c"), ("command", "exit 3"),
+                                                          ("input", "1"), ("output", "1"), ("error", "1")]))
+    assert options == streaming.ExecOptions(("sh", "-c", "exit 3"), True, True, True, False)
+    assert options.first_channel() == streaming.STDOUT
+    tty = streaming.ExecOptions.from_query(MultiDict([("command", "sh"), ("input", "1"), ("output", "1"), ("error", "1"), ("tty", "1")]))
+    assert tty.stderr is False and tty.tty  # a terminal has one output stream
+    assert streaming.ExecOptions.from_query(MultiDict([("output", "1")])).problem() == "you must specify at least 1 command"
+    assert streaming.ExecOptions.from_query(MultiDict([("command", "ls")])).problem() == "you must specify at least 1 of stdin, stdout, stderr"
+
+
+def test_resize_messages():
+    assert streaming.resize_of(b'{"Width":101,"Height":33}') == (101, 33)
+    assert streaming.resize_of(b"{") is None
+    assert streaming.resize_of(b'{"Width":"x"}') is None
