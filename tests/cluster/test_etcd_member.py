@@ -33,6 +33,21 @@ def test_join_reuses_the_member_added_for_us_but_never_started():
     assert plan.cluster(ME, added) == "m1-aaaa=https://192.168.77.11:2380,m3-0000beef=https://192.168.77.13:2380"
 
 
+@pytest.mark.parametrize("stale", [
+    em.Member(0xC3, "m3-0000beef", ("https://192.168.77.13:2380",), is_learner=True),
+    em.Member(0xC3, "m3-old", ("https://192.168.77.13:2380",), is_learner=True),
+    em.Member(0xC3, "m3-0000beef", ("https://192.168.77.99:2380",), is_learner=True),
+], ids=["our-name-and-url", "our-url-another-name", "our-name-another-url"])
+def test_join_removes_the_learner_an_earlier_join_of_this_machine_left(stale):
+    """A started learner with our peer URL or our name (a joiner that died before promotion,
+    its data gone): removed, then a learner added anew; it is in no --initial-cluster."""
+    plan = em.plan_join([A, B, stale], ME)
+    assert plan.stale == (stale,) and plan.reuse is None
+    ours = em.Member(0xE5, "", ("https://192.168.77.13:2380",), is_learner=True)
+    assert plan.cluster(ME, ours) == ("m1-aaaa=https://192.168.77.11:2380,m2-bbbb=https://192.168.77.12:2380,"
+                                      "m3-0000beef=https://192.168.77.13:2380")
+
+
 @pytest.mark.parametrize("members, words", [
     ([A, em.Member(0xC3, "m3-old", ("https://192.168.77.13:2380",))], ["m3-old", "etcdctl member remove c3", "already has"]),
     ([A, em.Member(0xD4, "m4-dddd", ("https://192.168.77.14:2380",), is_learner=True)], ["m4-dddd", "still joining",

@@ -28,9 +28,12 @@ name a peer or client dials. Files are 0600 in 0700 directories (``serving.pki``
 
 **Joining** learner first (etcd-ha.md §5.4, k3s's ``join``): on the existing cluster,
 ``MemberList``; our peer URL already there unnamed (added, never started: a join that died
-half-way) is reused; there and named (a machine that was a member and lost its data) is
-refused, with the ``etcdctl member remove`` that clears it; another learner still catching up
-is refused too (etcd 3.4 allows one learner, and k3s hits "too many learner members" when two
+half-way) is reused; a started learner with our peer URL or our name (a join of this machine
+that died after etcd started, its data gone since) is stale and removed first, as kubeadm
+removes the learner a failed join left before adding it again: a learner counts toward no
+quorum, so removing it costs the cluster nothing; our peer URL on a voting member (a machine
+that was a member and lost its data) is refused, with the ``etcdctl member remove`` that
+clears it; another machine's learner still catching up is refused too (etcd 3.4 allows one learner, and k3s hits "too many learner members" when two
 servers join at once). Otherwise ``MemberAdd(isLearner=true)``, then start etcd with
 ``--initial-cluster`` listing every member by name (ours included) and
 ``--initial-cluster-state existing``, and ``MemberPromote`` until the learner is in sync
@@ -229,6 +232,7 @@ class JoinPlan:
 
     reuse: Member | None
     others: tuple[Member, ...] = field(default=())
+    stale: tuple[Member, ...] = field(default=())  # learners of an earlier join of this machine: removed first
 
     def cluster(self, spec: MemberSpec, ours: Member) -> str:
         """``--initial-cluster`` once ``ours`` is a member: every other member by name, ours by ``spec.name``."""
@@ -238,10 +242,11 @@ class JoinPlan:
 def plan_join(members: Sequence[Member], spec: MemberSpec) -> JoinPlan:
     """The join of ``spec`` into a cluster whose ``MemberList`` is ``members`` (see the module
     docstring); raises :class:`JoinRefused`."""
-    mine = [m for m in members if spec.peer_url in m.peer_urls]
-    others = tuple(m for m in members if spec.peer_url not in m.peer_urls)
+    mine = [m for m in members if spec.peer_url in m.peer_urls or (m.name and m.name == spec.name)]
+    others = tuple(m for m in members if m not in mine)
+    stale = tuple(m for m in mine if m.name and m.is_learner)
     for member in mine:
-        if member.name:
+        if member.name and not member.is_learner:
             raise JoinRefused(
                 f"etcd member {member.name} (ID {member.hex_id}) already has this machine's peer URL {spec.peer_url} but this machine "
                 f"has no data for it: remove it from a running member (etcdctl member remove {member.hex_id}), then retry")
@@ -250,7 +255,8 @@ def plan_join(members: Sequence[Member], spec: MemberSpec) -> JoinPlan:
         who = pending[0].name or ",".join(pending[0].peer_urls)
         raise JoinRefused(f"etcd member {who} is still joining (etcd admits one learner at a time): wait until it is a voting member "
                           f"(or remove it: etcdctl member remove {pending[0].hex_id}), then retry")
-    return JoinPlan(mine[0] if mine else None, others)
+    unstarted = [m for m in mine if not m.name]
+    return JoinPlan(unstarted[0] if unstarted else None, others, stale)
 
 
 def promote_outcome(error: str | None) -> str:

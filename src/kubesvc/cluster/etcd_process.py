@@ -4,8 +4,9 @@ restarted with back-off when it dies) and create, join or restart it.
 
 * **create** (no data, nothing to join): start with ``--initial-cluster-state new`` and wait
   for a linearizable read to succeed (the member elected itself leader);
-* **join** (no data, endpoints of a running cluster): plan from ``MemberList``, add a learner
-  (or reuse the one added for us), start with ``existing``, wait until the member answers
+* **join** (no data, endpoints of a running cluster): plan from ``MemberList``, remove a
+  learner an earlier join of this machine left, add a learner (or reuse the one added for us
+  and never started), start with ``existing``, wait until the member answers
   ``Status``, then ``MemberPromote`` every half second until it is a voter. A failure after
   the add stops the member, removes the learner and deletes its data directory;
 * **restart** (data present): start as it was and wait until it answers ``Status``, not for a
@@ -93,6 +94,14 @@ async def _join(supervisor, data_dir, spec, tls, binary, join, start_timeout, pr
             plan = em.plan_join(members, spec)
         except em.JoinRefused as refused:
             raise EtcdFailed(str(refused)) from None
+        for stale in plan.stale:
+            log.warning("removing etcd learner %s (ID %s, %s) left by an earlier join of this machine", stale.name, stale.hex_id,
+                        ",".join(stale.peer_urls))
+            try:
+                await api.remove(stale.id)
+            except EtcdError as err:
+                raise EtcdFailed(f"cannot remove the learner {stale.name} an earlier join of this machine left ({err.message}): "
+                                 f"remove it from a running member (etcdctl member remove {stale.hex_id}), then retry") from None
         added = None
         try:
             if plan.reuse is None:
