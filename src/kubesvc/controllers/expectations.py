@@ -41,11 +41,15 @@ class Expectations:
             return True
         return self._clock.monotonic() - record.since > EXPECTATIONS_TIMEOUT
 
+    def expect(self, key: str, creations: int = 0, deletions: list[str] | tuple[str, ...] = ()) -> None:
+        """``SetExpectations``: replaces the record (a sync only writes once the last is met)."""
+        self._records[key] = _Record(add=creations, deleting=set(deletions), since=self._clock.monotonic())
+
     def expect_creations(self, key: str, count: int) -> None:
-        self._records[key] = _Record(add=count, since=self._clock.monotonic())
+        self.expect(key, creations=count)
 
     def expect_deletions(self, key: str, object_keys: list[str]) -> None:
-        self._records[key] = _Record(deleting=set(object_keys), since=self._clock.monotonic())
+        self.expect(key, deletions=object_keys)
 
     def creation_observed(self, key: str) -> None:
         record = self._records.get(key)

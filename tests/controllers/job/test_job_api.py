@@ -1,0 +1,107 @@
+"""The Job and TTL-after-finished controllers against a real apiserver, with the real kubectl:
+completions with parallelism never exceeded (a watch of the Pods), each finished Pod counted
+once and its tracking finalizer removed, the failure back-off (10 s before the second Pod)
+ending in BackoffLimitExceeded, and a finished Job deleted after ``ttlSecondsAfterFinished``.
+A stand-in kubelet finishes each Pod by its image: ``ok`` succeeds, ``fail`` fails."""
+
+from __future__ import annotations
+
+import yaml
+
+from kubesvc.client.rest import PODS
+from kubesvc.controllers.gc.controller import GarbageCollector
+from kubesvc.controllers.job.controller import JOBS, JobController
+from kubesvc.controllers.job.decisions import JOB_TRACKING_FINALIZER
+from kubesvc.controllers.job.ttlafterfinished import TTLAfterFinishedController
+from kubesvc.util.golang import parse_rfc3339
+from tests.support.cluster import eventually, get_or_none, kubectl, running_task
+from tests.support.workloads import fake_kubelet, finished_status, image_of, running_controllers
+
+
+def job_manifest(name: str, image: str, **spec) -> str:
+    body = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"template": {"spec": {"restartPolicy": "Never",
+                                           "containers": [{"name": "work", "image": image, "command": ["true"]}]}}, **spec}}
+    return yaml.safe_dump(body)
+
+
+def finish_by_image(pod: dict) -> dict | None:
+    return finished_status(pod, {"ok": "Succeeded", "fail": "Failed"}[image_of(pod)])
+
+
+async def job_status(client, namespace, name) -> dict:
+    return (await client.resource(JOBS).get(name, namespace)).get("status") or {}
+
+
+def conditions(status: dict) -> dict:
+    return {c["type"]: (c["status"], c.get("reason")) for c in status.get("conditions") or []}
+
+
+async def test_completions_with_parallelism(apiserver, client, namespace):
+    factories = [lambda c, i: JobController(c, i)]
+    running = []
+    async with running_controllers(client, *factories):
+        await kubectl(apiserver, "-n", namespace, "apply", "-f", "-", input=job_manifest("pi", "ok", completions=5, parallelism=2))
+
+        async def watch():
+            live = set()
+            async for kind, pod in client.resource(PODS).watch(namespace):
+                finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp")
+                if kind == "DELETED" or finished:
+                    live.discard(pod["metadata"]["name"])
+                else:
+                    live.add(pod["metadata"]["name"])
+                running.append(len(live))
+
+        async with running_task(watch()), running_task(fake_kubelet(client, namespace, finish_by_image, interval=0.2)):
+            waited = await kubectl(apiserver, "-n", namespace, "wait", "--for=condition=complete", "job/pi", "--timeout=60s")
+            assert waited.stdout.strip() == "job.batch/pi condition met"
+    status = await job_status(client, namespace, "pi")
+    assert status["succeeded"] == 5 and not status.get("failed") and not status.get("active")
+    assert conditions(status) == {"SuccessCriteriaMet": ("True", "CompletionsReached"), "Complete": ("True", "CompletionsReached")}
+    assert status["completionTime"] and status["startTime"]
+    assert running and max(running) <= 2, running
+    pods = (await client.resource(PODS).list(namespace))["items"]
+    assert len(pods) == 5
+    assert all(JOB_TRACKING_FINALIZER not in (p["metadata"].get("finalizers") or []) for p in pods)
+    table = await kubectl(apiserver, "-n", namespace, "get", "job", "pi")
+    assert table.stdout.split("\n")[1].split()[1:3] == ["Complete", "5/5"]
+
+
+async def test_backoff_then_backoff_limit_exceeded(apiserver, client, namespace):
+    async with running_controllers(client, lambda c, i: JobController(c, i)):
+        async with running_task(fake_kubelet(client, namespace, finish_by_image, interval=0.2)):
+            await kubectl(apiserver, "-n", namespace, "apply", "-f", "-", input=job_manifest("flaky", "fail", backoffLimit=1))
+
+            async def failed():
+                return conditions(await job_status(client, namespace, "flaky")).get("Failed")
+
+            assert await eventually(failed, 60, "the Job failed") == ("True", "BackoffLimitExceeded")
+    status = await job_status(client, namespace, "flaky")
+    assert status["failed"] == 2 and not status.get("succeeded")
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["message"] == "Job has reached the specified backoff limit"
+    pods = sorted((await client.resource(PODS).list(namespace))["items"], key=lambda p: p["metadata"]["creationTimestamp"])
+    assert len(pods) == 2
+    first_failed = parse_rfc3339(pods[0]["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"])
+    second_created = parse_rfc3339(pods[1]["metadata"]["creationTimestamp"])
+    # the second Pod waits out the first back-off: 10 s (1 s of timestamp rounding allowed)
+    assert (second_created - first_failed).total_seconds() >= 9, (first_failed, second_created)
+    events = await kubectl(apiserver, "-n", namespace, "get", "events", "--field-selector=involvedObject.name=flaky", "-o",
+                           "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}")
+    assert "BackoffLimitExceeded" in events.stdout.split()
+
+
+async def test_ttl_after_finished_deletes_the_job_and_its_pods(apiserver, client, namespace):
+    factories = [lambda c, i: JobController(c, i), lambda c, i: TTLAfterFinishedController(c, i)]
+    async with running_controllers(client, *factories):
+        collector = GarbageCollector(client, workers=2)
+        async with running_task(fake_kubelet(client, namespace, finish_by_image, interval=0.2)), running_task(collector.run()):
+            await kubectl(apiserver, "-n", namespace, "apply", "-f", "-", input=job_manifest("once", "ok", ttlSecondsAfterFinished=1))
+            await eventually(lambda: job_status(client, namespace, "once"), 30, "the Job ran")
+
+            async def gone():
+                pods = (await client.resource(PODS).list(namespace))["items"]
+                return await get_or_none(client, JOBS, "once", namespace) is None and not pods
+
+            await eventually(gone, 60, "the Job and its Pod deleted after its TTL (foreground)")
