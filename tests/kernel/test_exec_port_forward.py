@@ -162,3 +162,46 @@ def test_port_forward_reaches_the_pods_loopback(up, pod):
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+# ---- the official Python client (channel protocol v4, offered with v5) ------------------------
+
+
+def _python_client(up: Machine):
+    from kubernetes import client, config
+
+    return client.CoreV1Api(config.new_client_from_config(config_file=str(up.kubeconfig)))
+
+
+def test_python_client_exec_gets_output_and_exit_code(up, pod):
+    from kubernetes.stream import stream
+
+    def run():
+        resp = stream(_python_client(up).connect_get_namespaced_pod_exec, pod, "default",
+                      command=["sh", "-c", "echo $GREETING; echo oops >&2; exit 5"],
+                      stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
+        resp.run_forever(timeout=20)
+        return resp.read_stdout(), resp.read_stderr(), resp.returncode
+
+    assert call_in_netns(up.ns.name, run) == ("hello-exec\n", "oops\n", 5)
+
+
+def test_python_client_port_forward(up, pod):
+    from kubernetes.stream import portforward
+
+    def fetch():
+        forward = portforward(_python_client(up).connect_get_namespaced_pod_portforward, pod, "default", ports="80")
+        sock = forward.socket(80)
+        sock.setblocking(True)
+        sock.settimeout(10)
+        sock.sendall(b"GET /index.html HTTP/1.0\r\nHost: pod\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        sock.close()
+        return answer.decode(), forward.error(80)
+
+    answer, error = call_in_netns(up.ns.name, fetch)
+    assert answer.startswith("HTTP/1.0 200 OK")
+    assert answer.endswith("\r\n\r\nhello from the pod\n")
+    assert error is None

@@ -33,6 +33,8 @@ connects to ``localhost:<port>`` *inside the Pod's network namespace* (a socket 
 thread that entered it, as containerd's ``PortForward`` dials from within the sandbox's
 namespace: IPv4 first, then IPv6) and copies bytes both ways on the data stream. A failure is
 text on the error stream (kubelet's ``error forwarding port P to pod ...``), then both close.
+Other clients (the Python client's ``portforward``) use the channel protocol
+``v4.channel.k8s.io`` with ``?ports=``: see ``_forward_channels``.
 
 Errors before the upgrade are plain text with kubelet's words: 404 for a Pod the agent does not
 run, 500 ``container not found ("C")`` for a container that is not running (kubectl prints
@@ -48,6 +50,7 @@ import contextlib
 import json
 import logging
 import socket
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -273,28 +276,120 @@ async def _from_client(ws: web.WebSocketResponse, protocol: str, child: interact
 # ---- port-forward -----------------------------------------------------------------------------
 
 
+def forward_ports(query) -> list[int] | str:
+    """The ``ports`` of a channel-protocol port-forward (``?ports=8080,9090`` or repeated), or
+    kubelet's complaint."""
+    values = [p for value in query.getall("ports", []) for p in value.split(",") if p.strip()]
+    if not values:
+        return "at least one port must be specified"
+    ports = []
+    for value in values:
+        try:
+            port = int(value)
+        except ValueError:
+            return f'unable to parse "{value}" as a port: invalid syntax'
+        if not 0 < port < 65536:
+            return f"port {port} must be > 0"
+        ports.append(port)
+    return ports
+
+
 async def serve_port_forward(request: web.Request, resolve: ResolvePod) -> web.StreamResponse:
     namespace, pod = request.match_info["namespace"], request.match_info["pod"]
     pod_netns = resolve(namespace, pod)
     if pod_netns is None:
         return _text(404, f'pod "{pod}" does not exist')
-    if not _is_websocket(request) or _chosen_protocol(request, (PORT_FORWARD_TUNNEL,)) is None:
-        return _text(400, f"unable to upgrade: this node agent serves port-forward as SPDY tunneled over WebSocket only ({PORT_FORWARD_TUNNEL})")
-    ws = web.WebSocketResponse(protocols=(PORT_FORWARD_TUNNEL,), max_msg_size=MAX_MESSAGE, autoping=True)
+    protocol = _chosen_protocol(request, (PORT_FORWARD_TUNNEL, V4)) if _is_websocket(request) else None
+    if protocol is None:
+        return _text(400, f"unable to upgrade: this node agent serves port-forward over WebSocket only ({PORT_FORWARD_TUNNEL}, {V4})")
+    ports = forward_ports(request.query) if protocol == V4 else []
+    if isinstance(ports, str):
+        return _text(400, ports)
+    ws = web.WebSocketResponse(protocols=(protocol,), max_msg_size=MAX_MESSAGE, autoping=True)
     await ws.prepare(request)
-    forwarder = PortForwarder(f"{namespace}/{pod}", pod_netns)
+    try:
+        if protocol == V4:
+            await _forward_channels(ws, f"{namespace}/{pod}", pod_netns, ports)
+        else:
+            await _forward_spdy(ws, f"{namespace}/{pod}", pod_netns)
+    finally:
+        await ws.close()
+    return ws
+
+
+async def _forward_spdy(ws: web.WebSocketResponse, pod: str, pod_netns: str) -> None:
+    """kubectl's SPDY/3.1 tunnel: each binary message a slice of the SPDY byte stream."""
+    forwarder = PortForwarder(pod, pod_netns)
     session = Session(ws.send_bytes, forwarder.on_stream)
     try:
         async for message in ws:
             if message.type == WSMsgType.BINARY:
                 await session.feed(message.data)
     except ProtocolError as exc:
-        log.info("port-forward to %s/%s: %s", namespace, pod, exc)
+        log.info("port-forward to %s: %s", pod, exc)
     finally:
         session.close()
         await session.wait_handlers()
-        await ws.close()
-    return ws
+
+
+async def _forward_channels(ws: web.WebSocketResponse, pod: str, pod_netns: str, ports: list[int]) -> None:
+    """The channel protocol (kubelet's portforward/websocket.go; the Python client's
+    ``portforward``): one connection per port of the query, port i on channels 2i (data) and
+    2i+1 (error), each opened by the server with the port as two little-endian bytes. The
+    WebSocket closes once every Pod-side connection has ended (v4 has no per-channel close)."""
+    send_lock = asyncio.Lock()
+    to_pod: list[asyncio.Queue[bytes | None]] = [asyncio.Queue() for _ in ports]
+
+    async def send(channel: int, data: bytes) -> None:
+        async with send_lock:
+            await ws.send_bytes(frame(channel, data))
+
+    async def one(index: int, port: int) -> None:
+        data_channel, error_channel = 2 * index, 2 * index + 1
+        prefix = struct.pack("<H", port)
+        await send(data_channel, prefix)
+        await send(error_channel, prefix)
+        try:
+            sock = await knetns.on_thread_async(pod_netns, _connect_local, port)
+        except OSError as exc:
+            await send(error_channel, f"error forwarding port {port} to pod {pod}: {exc}".encode())
+            return
+        reader, writer = await asyncio.open_connection(sock=sock)
+
+        async def upstream() -> None:
+            with contextlib.suppress(OSError, ConnectionError):
+                while (chunk := await to_pod[index].get()) is not None:
+                    writer.write(chunk)
+                    await writer.drain()
+                if writer.can_write_eof():
+                    writer.write_eof()
+
+        writing = asyncio.create_task(upstream())
+        try:
+            with contextlib.suppress(OSError, ConnectionError):
+                while chunk := await reader.read(65536):
+                    await send(data_channel, chunk)
+        finally:
+            writing.cancel()
+            writer.close()
+
+    async def from_client() -> None:
+        async for message in ws:
+            if message.type == WSMsgType.BINARY and message.data:
+                channel, payload = message.data[0], message.data[1:]
+                if channel % 2 == 0 and channel // 2 < len(ports) and payload:
+                    to_pod[channel // 2].put_nowait(payload)
+        for queue in to_pod:
+            queue.put_nowait(None)
+
+    forwards = asyncio.gather(*(one(i, port) for i, port in enumerate(ports)), return_exceptions=True)
+    client = asyncio.create_task(from_client())
+    try:
+        await asyncio.wait([forwards, client], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        client.cancel()
+        forwards.cancel()
+        await asyncio.gather(client, forwards, return_exceptions=True)
 
 
 def _connect_local(port: int) -> socket.socket:
