@@ -18,6 +18,7 @@ Every expected value (reasons, messages, numbers) is upstream kubelet's, written
 from __future__ import annotations
 
 import os
+import pwd
 import secrets
 import socket
 
@@ -216,21 +217,29 @@ def test_volumes_at_their_mount_paths_and_a_config_map_edit_seen_live(up, monkey
 # ---- hostname and user ------------------------------------------------------------------------
 
 
+def home_of(uid: int) -> str:
+    """runc's HOME for a user: its /etc/passwd home (the container sees the host's), else /."""
+    try:
+        return pwd.getpwuid(uid).pw_dir or "/"
+    except KeyError:
+        return "/"
+
+
 def test_hostname_in_its_own_uts_namespace_and_the_user_it_runs_as(up):
     name = unique("ident") + "-" + "x" * 49 + "-" + "y" * 7  # 70 characters: the hostname is cut to 63, its trailing '-' dropped
-    script = "cat /proc/sys/kernel/hostname; echo $HOSTNAME; id -u; id -g; id -G; echo end; sleep 1000"
+    script = "cat /proc/sys/kernel/hostname; echo $HOSTNAME; id -u; id -g; id -G; echo HOME=$HOME; echo end; sleep 1000"
     apply_pod(up, name, [{"name": "a", "image": "busybox", "command": ["sh", "-c", script], "securityContext": {"runAsUser": 2000}},
                          {"name": "b", "image": "busybox", "command": ["sh", "-c", script]}],
               securityContext={"runAsUser": 1000, "runAsGroup": 3000, "supplementalGroups": [4000]})
     hostname = name[:62]
     assert len(name) == 70 and name[62] == "-" and len(hostname) == 62
-    assert logged(up, name, "end", "-c", "a") == [hostname, hostname, "2000", "3000", "3000 4000", "end"]
-    assert logged(up, name, "end", "-c", "b") == [hostname, hostname, "1000", "3000", "3000 4000", "end"]
+    assert logged(up, name, "end", "-c", "a") == [hostname, hostname, "2000", "3000", "3000 4000", f"HOME={home_of(2000)}", "end"]
+    assert logged(up, name, "end", "-c", "b") == [hostname, hostname, "1000", "3000", "3000 4000", f"HOME={home_of(1000)}", "end"]
     assert socket.gethostname() != hostname  # the host's own name is untouched
 
     named = unique("named")
     apply_pod(up, named, [{"name": "c", "image": "busybox", "command": ["sh", "-c", script]}], hostname="db-0", subdomain="db")
-    assert logged(up, named, "end") == ["db-0", "db-0", "0", "0", "0", "end"]
+    assert logged(up, named, "end") == ["db-0", "db-0", "0", "0", "0", f"HOME={home_of(0)}", "end"]
 
 
 # ---- last: restarts kubesvc up ----------------------------------------------------------------

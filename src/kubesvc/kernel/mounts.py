@@ -300,19 +300,27 @@ def set_hostname(hostname: str, libc: _Libc | None = None) -> None:
         raise MountFailed(f"error setting the hostname {hostname}: {err.strerror or err}") from None
 
 
+def _account(uid: int):
+    """The container's /etc/passwd entry for ``uid`` (None: it has none)."""
+    import pwd  # built in
+
+    try:
+        return pwd.getpwuid(uid)
+    except KeyError:
+        return None
+
+
 def become(uid: int | None, gid: int | None, groups: Sequence[int]) -> None:
-    """The container's user, group and supplementary groups (dropped last, as runc does)."""
+    """The container's user, group and supplementary groups (dropped last, as runc does), and
+    ``HOME`` when the container's environment has none: the account's home, else ``/`` (runc's
+    ``setupUser``)."""
+    account = _account(os.getuid() if uid is None else uid)
+    if "HOME" not in os.environ:
+        os.environ["HOME"] = account.pw_dir if account is not None and account.pw_dir else "/"
     if uid is None and gid is None and not groups:
         return
     if gid is None:
-        gid = 0
-        if uid is not None:
-            import pwd  # built in: the account as the container's /etc/passwd knows it
-
-            try:
-                gid = pwd.getpwuid(uid).pw_gid
-            except KeyError:
-                pass
+        gid = account.pw_gid if uid is not None and account is not None else 0
     try:
         os.setgroups(sorted({gid, *groups}))
         os.setgid(gid)
