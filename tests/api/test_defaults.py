@@ -379,7 +379,7 @@ def test_garbage_is_left_for_validation(kind, obj):
 
 def test_unknown_kind_is_a_programming_error():
     with pytest.raises(ValueError):
-        apply_defaults("Deployment", {})
+        apply_defaults("Widget", {})
 
 
 def test_g13_changed_cluster_ip_on_update():

@@ -32,6 +32,12 @@ UPSTREAM = {
     ("rbac.authorization.k8s.io", "clusterrolebindings"): ("ClusterRoleBinding", "clusterrolebinding", False, (), (), ()),
     ("certificates.k8s.io", "certificatesigningrequests"): ("CertificateSigningRequest", "certificatesigningrequest", False, ("csr",), (),
                                                            ("approval", "status")),
+    ("", "replicationcontrollers"): ("ReplicationController", "replicationcontroller", True, ("rc",), ("all",), ("status",)),
+    ("apps", "deployments"): ("Deployment", "deployment", True, ("deploy",), ("all",), ("status",)),
+    ("apps", "replicasets"): ("ReplicaSet", "replicaset", True, ("rs",), ("all",), ("status",)),
+    ("apps", "daemonsets"): ("DaemonSet", "daemonset", True, ("ds",), ("all",), ("status",)),
+    ("apps", "controllerrevisions"): ("ControllerRevision", "controllerrevision", True, (), (), ()),
+    ("batch", "jobs"): ("Job", "job", True, (), ("all",), ("status",)),
     # create-only: answered, never stored
     ("authentication.k8s.io", "tokenreviews"): ("TokenReview", "tokenreview", False, (), (), ()),
     ("authentication.k8s.io", "selfsubjectreviews"): ("SelfSubjectReview", "selfsubjectreview", False, (), (), ()),

@@ -685,7 +685,7 @@ def test_namespace_status_update(deleting, phase, expected):
 
 def test_unknown_kind_is_a_programming_error():
     with pytest.raises(ValueError):
-        validate("Deployment", {}, namespaced=True)
+        validate("Widget", {}, namespaced=True)
 
 
 # ---- garbage in, field errors out --------------------------------------------------------------

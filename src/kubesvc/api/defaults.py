@@ -35,6 +35,7 @@ import re
 from decimal import Decimal
 from typing import Any
 
+from kubesvc.api import defaults_workloads
 from kubesvc.api.errors import FieldError, invalid_value
 from kubesvc.api.quantity import parse_quantity
 from kubesvc.api.validation import validate_service_cluster_ips
@@ -624,4 +625,5 @@ _DEFAULTERS = {
     "RoleBinding": _role_binding,
     "ClusterRoleBinding": _role_binding,
     "CertificateSigningRequest": _nothing,  # certificates/v1 has no defaulting functions
+    **defaults_workloads.DEFAULTERS,  # Deployment, ReplicaSet, DaemonSet, ControllerRevision, ReplicationController, Job
 }

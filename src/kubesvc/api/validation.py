@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from kubesvc.api import validation_certificates, validation_config, validation_rbac
+from kubesvc.api import validation_workloads as workloads
 from kubesvc.api.errors import FieldError, duplicate, forbidden_field, invalid_value, not_supported, required, too_many
 from kubesvc.api.validation_meta import (
     GO_NIL,
@@ -1627,6 +1628,16 @@ _KINDS: dict[str, _Rules] = {
                                  validation_rbac.validate_cluster_role_binding_update),
     "CertificateSigningRequest": _Rules(validation_certificates.validate_csr, validation_certificates.validate_csr_update,
                                         validation_certificates.validate_csr_status_update),
+    "Deployment": _Rules(workloads.validate_deployment, workloads.validate_deployment_update,
+                         workloads.validate_deployment_status_update),
+    "ReplicaSet": _Rules(workloads.validate_replica_set, workloads.validate_replica_set_update,
+                         workloads.validate_replica_set_status_update),
+    "DaemonSet": _Rules(workloads.validate_daemon_set, workloads.validate_daemon_set_update,
+                        workloads.validate_daemon_set_status_update),
+    "ControllerRevision": _Rules(workloads.validate_controller_revision, workloads.validate_controller_revision_update),
+    "ReplicationController": _Rules(workloads.validate_replication_controller, workloads.validate_replication_controller_update,
+                                    workloads.validate_replication_controller_status_update),
+    "Job": _Rules(workloads.validate_job, workloads.validate_job_update, workloads.validate_job_status_update),
 }
 
 

@@ -50,7 +50,7 @@ SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "finalize": ["update"
 GROUP_PRIORITIES = {
     "events.k8s.io": 17750, "authentication.k8s.io": 17700, "authorization.k8s.io": 17600,
     "certificates.k8s.io": 17300, "networking.k8s.io": 17200, "rbac.authorization.k8s.io": 17000,
-    "coordination.k8s.io": 16500, "discovery.k8s.io": 16200,
+    "coordination.k8s.io": 16500, "discovery.k8s.io": 16200, "apps": 17800, "batch": 17400,
 }
 _DEFAULT_GROUP_PRIORITY = 1000  # what a CRD's group gets
 

@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from kubesvc.api.errors import bad_request
 from kubesvc.api.scheme import KindInfo
+from kubesvc.apiserver import tables_workloads
 from kubesvc.util import golang, ipnet
 
 JSONObject = Mapping[str, Any]
@@ -654,6 +655,8 @@ PRINTERS: dict[str, tuple[list[dict], _Printer]] = {
     "RoleBinding": (_ROLE_BINDING_COLUMNS, _binding_cells),
     "ClusterRoleBinding": (_CLUSTER_ROLE_BINDING_COLUMNS, _binding_cells),
     "CertificateSigningRequest": (_CSR_COLUMNS, _csr_cells),
+    # Deployment, ReplicaSet, ReplicationController, DaemonSet, Job, ControllerRevision
+    **tables_workloads.printers(_NAME, _AGE),
 }
 
 _POD_PHASE_CONDITIONS = {

@@ -298,6 +298,13 @@ def _csr_strategy(info: KindInfo) -> Strategy:
     return CSRStrategy(info, None)
 
 
+def _workload_strategy(info: KindInfo) -> Strategy:
+    """Deployments, ReplicaSets, DaemonSets, ReplicationControllers, Jobs (``registry/workloads.py``)."""
+    from kubesvc.apiserver.registry.workloads import strategy
+
+    return strategy(info)
+
+
 STRATEGIES: dict[str, Callable[[KindInfo], Strategy]] = {
     "Pod": PodStrategy,
     "Namespace": NamespaceStrategy,
@@ -307,6 +314,7 @@ STRATEGIES: dict[str, Callable[[KindInfo], Strategy]] = {
     "Event": EventStrategy,
     "EndpointSlice": EndpointSliceStrategy,
     "CertificateSigningRequest": _csr_strategy,
+    **{kind: _workload_strategy for kind in ("Deployment", "ReplicaSet", "DaemonSet", "ReplicationController", "Job")},
 }
 
 

@@ -1,0 +1,132 @@
+"""batch/v1 Job: Pods run to completion.
+
+A **Job** creates Pods from ``spec.template`` until ``spec.completions`` of them have succeeded
+(``NonIndexed``: any Pods; ``Indexed``: one per completion index), running at most
+``spec.parallelism`` at once, and fails once ``spec.backoffLimit`` Pods have failed or
+``activeDeadlineSeconds`` has passed. Its template's ``restartPolicy`` must be ``Never`` or
+``OnFailure``. Unless ``manualSelector`` is true the server makes the selector itself: the
+Job's uid as the label ``batch.kubernetes.io/controller-uid``, put on the template too (with
+``batch.kubernetes.io/job-name`` and the legacy ``controller-uid``/``job-name``). ``status``
+counts active, succeeded, failed (and terminating, ready) Pods and carries the ``Complete``,
+``Failed``, ``Suspended``, ``FailureTarget`` and ``SuccessCriteriaMet`` conditions.
+
+Fields follow k8s.io/api batch/v1 types.go (1.32); the status conditions list is ``atomic``
+for server-side apply (merged by ``type`` for strategic merge patch), as upstream declares it.
+Pod failure and success policies are kept verbatim (``Any_``).
+"""
+
+from __future__ import annotations
+
+from kubesvc.api.kinds.core import CONDITION_STATUS
+from kubesvc.api.kinds.meta import LABEL_SELECTOR, kind_schema
+from kubesvc.api.kinds.replicationcontroller import POD_TEMPLATE_SPEC
+from kubesvc.api.scheme import KindInfo, register
+from kubesvc.api.schema import BOOL, INT32, INT64, STRING, TIME, Any_, F, ListOf, Obj
+
+BATCH = "io.k8s.api.batch.v1."
+
+JOB_SPEC = Obj(
+    BATCH + "JobSpec",
+    {
+        "parallelism": F(INT32, "Specifies the maximum desired number of pods the job should run at any given time."),
+        "completions": F(INT32, "Specifies the desired number of successfully finished pods the job should be run "
+                                "with. Setting to null means that the success of any pod signals the success of all "
+                                "pods, and allows parallelism to have any positive value."),
+        "activeDeadlineSeconds": F(INT64, "Specifies the duration in seconds relative to the startTime that the job may "
+                                          "be continuously active before the system tries to terminate it; value must "
+                                          "be positive integer."),
+        "podFailurePolicy": F(Any_("PodFailurePolicy describes how failed pods influence the backoffLimit."),
+                              "Specifies the policy of handling failed pods."),
+        "successPolicy": F(Any_("SuccessPolicy describes when a Job can be declared as succeeded based on the success "
+                                "of some indexes."),
+                           "successPolicy specifies the policy when the Job can be declared as succeeded."),
+        "backoffLimit": F(INT32, "Specifies the number of retries before marking this job failed. Defaults to 6"),
+        "backoffLimitPerIndex": F(INT32, "Specifies the limit for the number of retries within an index before marking "
+                                         "this index as failed."),
+        "maxFailedIndexes": F(INT32, "Specifies the maximal number of failed indexes before marking the Job as failed, "
+                                     "when backoffLimitPerIndex is set."),
+        "selector": F(LABEL_SELECTOR, "A label query over pods that should match the pod count. Normally, the system "
+                                      "sets this field for you."),
+        "manualSelector": F(BOOL, "manualSelector controls generation of pod labels and pod selectors. Leave "
+                                  "`manualSelector` unset unless you are certain what you are doing."),
+        "template": F(POD_TEMPLATE_SPEC, 'Describes the pod that will be created when executing a job. The only allowed '
+                                         'template.spec.restartPolicy values are "Never" or "OnFailure".'),
+        "ttlSecondsAfterFinished": F(INT32, "ttlSecondsAfterFinished limits the lifetime of a Job that has finished "
+                                            "execution (either Complete or Failed)."),
+        "completionMode": F(STRING, "completionMode specifies how Pod completions are tracked. It can be `NonIndexed` "
+                                    "(default) or `Indexed`."),
+        "suspend": F(BOOL, "suspend specifies whether the Job controller should create Pods or not."),
+        "podReplacementPolicy": F(STRING, "podReplacementPolicy specifies when to create replacement Pods. Possible "
+                                          "values are: - TerminatingOrFailed means that we recreate pods when they "
+                                          "are terminating (has a metadata.deletionTimestamp) or failed. - Failed "
+                                          "means to wait until a previously created Pod is fully terminated (has "
+                                          "phase Failed or Succeeded) before creating a replacement Pod."),
+        "managedBy": F(STRING, "ManagedBy field indicates the controller that manages a Job."),
+    },
+    description="JobSpec describes how the job execution will look like.",
+    required=("template",),
+)
+
+JOB_CONDITION = Obj(
+    BATCH + "JobCondition",
+    {
+        "type": F(STRING, "Type of job condition, Complete or Failed."),
+        "status": F(CONDITION_STATUS, "Status of the condition, one of True, False, Unknown."),
+        "lastProbeTime": F(TIME, "Last time the condition was checked."),
+        "lastTransitionTime": F(TIME, "Last time the condition transit from one status to another."),
+        "reason": F(STRING, "(brief) reason for the condition's last transition."),
+        "message": F(STRING, "Human readable message indicating details about last transition."),
+    },
+    description="JobCondition describes current state of a job.",
+    required=("type", "status"),
+)
+
+UNCOUNTED_TERMINATED_PODS = Obj(
+    BATCH + "UncountedTerminatedPods",
+    {
+        "succeeded": F(ListOf(STRING, "set"), "succeeded holds UIDs of succeeded Pods."),
+        "failed": F(ListOf(STRING, "set"), "failed holds UIDs of failed Pods."),
+    },
+    description="UncountedTerminatedPods holds UIDs of Pods that have terminated but haven't been accounted in Job "
+                "status counters.",
+)
+
+JOB_STATUS = Obj(
+    BATCH + "JobStatus",
+    {
+        "conditions": F(ListOf(JOB_CONDITION, "atomic", patch_strategy="merge", patch_merge_key="type"),
+                        "The latest available observations of an object's current state."),
+        "startTime": F(TIME, "Represents time when the job controller started processing a job."),
+        "completionTime": F(TIME, "Represents time when the job was completed."),
+        "active": F(INT32, "The number of pending and running pods which are not terminating (without a "
+                           "deletionTimestamp)."),
+        "succeeded": F(INT32, "The number of pods which reached phase Succeeded."),
+        "failed": F(INT32, "The number of pods which reached phase Failed."),
+        "terminating": F(INT32, "The number of pods which are terminating (in phase Pending or Running and have a "
+                                "deletionTimestamp)."),
+        "completedIndexes": F(STRING, "completedIndexes holds the completed indexes when .spec.completionMode = "
+                                      '"Indexed" in a text format.'),
+        "failedIndexes": F(STRING, "FailedIndexes holds the failed indexes when spec.backoffLimitPerIndex is set."),
+        "uncountedTerminatedPods": F(UNCOUNTED_TERMINATED_PODS, "uncountedTerminatedPods holds the UIDs of Pods that "
+                                                                "have terminated but the job controller hasn't yet "
+                                                                "accounted for in the status counters."),
+        "ready": F(INT32, "The number of active pods which have a Ready condition and are not terminating (without a "
+                          "deletionTimestamp)."),
+    },
+    description="JobStatus represents the current state of a Job.",
+)
+
+JOB = kind_schema(
+    BATCH + "Job", ("batch", "v1", "Job"),
+    "Job represents the configuration of a single job.",
+    {
+        "spec": F(JOB_SPEC, "Specification of the desired behavior of a job."),
+        "status": F(JOB_STATUS, "Current status of a job."),
+    },
+)
+
+
+register(KindInfo(
+    "batch", "v1", "Job", "jobs", "job", namespaced=True, schema=JOB, categories=("all",), subresources=("status",),
+    field_labels={"status.successful": ("status", "succeeded")},
+))
