@@ -369,6 +369,9 @@ async def wait_until_ready(kubeconfig: Path, timeout: float) -> None:
                 await client.get("/readyz")
                 return
             except ClientError as err:
+                if "Network is unreachable" in str(err) and "127.0.0.1" in str(err):  # will not mend itself
+                    raise ComponentFailed("cannot reach the apiserver at 127.0.0.1: the loopback interface is down in "
+                                          "this network namespace (ip link set lo up)") from None
                 if asyncio.get_running_loop().time() > deadline:
                     raise ComponentFailed(f"apiserver not ready within {timeout:g}s: {err}") from None
             await asyncio.sleep(0.1)
