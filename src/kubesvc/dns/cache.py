@@ -89,6 +89,12 @@ class AnswerCache:
 
     def get(self, query: dns.message.Message) -> tuple[dns.message.Message, str] | None:
         """The cached answer to ``query`` and its kind, or None."""
+        found = self.lookup(query)
+        return (found[0], found[1]) if found else None
+
+    def lookup(self, query: dns.message.Message) -> tuple[dns.message.Message, str, float] | None:
+        """The cached answer, its kind, and until when (this cache's clock) that answer stays
+        the same: the next whole second of its age, when every TTL goes down by one."""
         key = cache_key(query)
         for kind, entries in self.entries.items():
             entry = entries.get(key)
@@ -98,7 +104,7 @@ class AnswerCache:
             if age >= entry.ttl:
                 del entries[key]
                 return None
-            return self._answer(query, entry, age), kind
+            return self._answer(query, entry, age), kind, entry.stored + age + 1
         return None
 
     def put(self, query: dns.message.Message, response: dns.message.Message) -> int | None:

@@ -54,6 +54,28 @@ class Handled:
     zone: str
     plugin: str
     rcode: int
+    kind: str = ""  # a cache hit's kind
+    fresh_until: float = 0.0  # a cache hit: until when the same answer holds
+
+
+@dataclass
+class Rendered:
+    """A UDP answer as sent, after its 2-byte id: the same query bytes (flags, question in the
+    same spelling, EDNS) get the same answer while the records have not changed (cluster
+    names) or until the cached answer's TTLs tick (forwarded names). Only the id differs."""
+
+    tail: bytes
+    generation: int  # records.generation it was rendered at (-1: a cache answer)
+    synced: bool
+    expires: float  # on the answer cache's clock (inf: cluster names)
+    zone: str
+    plugin: str
+    rcode: str
+    qtype: str
+    kind: str = ""  # the cache hit's kind (success, denial)
+
+
+RENDERED_MAX = 50000
 
 
 @dataclass
@@ -67,6 +89,26 @@ class Resolver:
     metrics: DNSMetrics | None = None
     synced: Callable[[], bool] = lambda: True
     clock: Callable[[], float] = time.perf_counter
+    rendered: dict[bytes, Rendered] = field(default_factory=dict)
+
+    def remember(self, query_wire: bytes, answer_wire: bytes, rendered: Rendered) -> None:
+        if len(self.rendered) >= RENDERED_MAX:
+            self.rendered.clear()
+        rendered.tail = answer_wire[2:]
+        self.rendered[query_wire[2:]] = rendered
+
+    def recall(self, query_wire: bytes) -> Rendered | None:
+        """The answer already rendered for these query bytes, if it still holds."""
+        hit = self.rendered.get(query_wire[2:])
+        if hit is None:
+            return None
+        if hit.generation >= 0:
+            if hit.generation == self.records.generation and hit.synced == self.synced():
+                return hit
+        elif self.cache.clock() < hit.expires:
+            return hit
+        del self.rendered[query_wire[2:]]
+        return None
 
     # -- the fast path: parse, answer from memory, render; None when the answer needs I/O
 
@@ -116,12 +158,12 @@ class Resolver:
             if reply.chase is not None:
                 await self._chase(query, response, reply, tcp)
             return Handled(self.render(response, query, tcp), self.settings.zone.to_text(), "kubernetes", response.rcode())
-        cached = self.cache.get(query)
+        cached = self.cache.lookup(query)
         if cached is not None:
-            response, kind = cached
+            response, kind, fresh_until = cached
             if self.metrics:
                 self.metrics.cache_hit(kind)
-            return Handled(self.render(response, query, tcp), ROOT_ZONE, "cache", response.rcode())
+            return Handled(self.render(response, query, tcp), ROOT_ZONE, "cache", response.rcode(), kind, fresh_until)
         if self.metrics:
             self.metrics.cache_miss()
         response = await self._forward(query, tcp)
@@ -158,6 +200,10 @@ class Resolver:
             response.flags |= dns.flags.TC
 
 
+def _qtype(query: dns.message.Message) -> str:
+    return dns.rdatatype.to_text(query.question[0].rdtype)
+
+
 def family_of(address: tuple) -> str:
     return "2" if ":" in address[0] else "1"
 
@@ -173,6 +219,15 @@ class UDPServer(asyncio.DatagramProtocol):
 
     def datagram_received(self, data: bytes, addr) -> None:
         started = self.resolver.clock()
+        hit = self.resolver.recall(data)
+        if hit is not None:  # the same question again: the answer rendered last time, this query's id
+            self.transport.sendto(data[:2] + hit.tail, addr)
+            metrics = self.resolver.metrics
+            if metrics is not None:
+                if hit.kind:
+                    metrics.cache_hit(hit.kind)
+                metrics.observe(hit.zone, "udp", family_of(addr), hit.qtype, hit.rcode, hit.plugin, self.resolver.clock() - started)
+            return
         parsed = self.resolver.parse(data)
         if parsed is None:
             return
@@ -187,14 +242,18 @@ class UDPServer(asyncio.DatagramProtocol):
             return
         if reply is not None and reply.chase is None:  # from memory: answer inline, no task
             response = respond(parsed, reply)
-            self.transport.sendto(self.resolver.render(response, parsed, False), addr)
-            self._observe(parsed, addr, self.resolver.settings.zone.to_text(), "kubernetes", reply.rcode, started)
+            wire = self.resolver.render(response, parsed, False)
+            self.transport.sendto(wire, addr)
+            zone = self.resolver.settings.zone.to_text()
+            self.resolver.remember(data, wire, Rendered(b"", self.resolver.records.generation, self.resolver.synced(), float("inf"), zone,
+                                                        "kubernetes", dns.rcode.to_text(reply.rcode), _qtype(parsed)))
+            self._observe(parsed, addr, zone, "kubernetes", reply.rcode, started)
             return
-        task = asyncio.create_task(self._slow(parsed, reply, addr, started))
+        task = asyncio.create_task(self._slow(data, parsed, reply, addr, started))
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
 
-    async def _slow(self, query, reply, addr, started) -> None:
+    async def _slow(self, data, query, reply, addr, started) -> None:
         try:
             handled = await self.resolver.handle(query, reply, tcp=False)
         except Exception:  # noqa: BLE001
@@ -202,6 +261,9 @@ class UDPServer(asyncio.DatagramProtocol):
             return
         if handled.wire is not None and self.transport is not None and not self.transport.is_closing():
             self.transport.sendto(handled.wire, addr)
+            if handled.plugin == "cache":
+                self.resolver.remember(data, handled.wire, Rendered(b"", -1, True, handled.fresh_until, handled.zone, "cache",
+                                                                    dns.rcode.to_text(handled.rcode), _qtype(query), handled.kind))
         self._observe(query, addr, handled.zone, handled.plugin, handled.rcode, started)
 
     def _observe(self, query, addr, zone, plugin, rcode, started) -> None:
