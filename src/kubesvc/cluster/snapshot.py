@@ -29,13 +29,13 @@ every apiserver (their watch caches are rebuilt from the store) and expect every
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from kubesvc.cluster import etcd_member as em
+from kubesvc.kernel import exec as kexec
 from kubesvc.serving import pki
 
 SNAPSHOT_DIR = "etcd-snapshots"
@@ -126,7 +126,7 @@ def restore(data_dir: Path, snapshot: Path, *, address: str | None = None, now: 
     staging = target.with_name(f"data-restore-{int(now or time.time())}")
     em.remove_tree(staging)
     pki.private_dir(em.etcd_dir(data_dir))
-    result = subprocess.run(restore_argv(Path(snapshot), spec, staging, binary), capture_output=True, text=True,
+    result = kexec.run_sync(restore_argv(Path(snapshot), spec, staging, binary), check=False,
                             env={**em.env_without_etcd(dict(os.environ)), "ETCDCTL_API": "3"})
     if result.returncode != 0:
         em.remove_tree(staging)

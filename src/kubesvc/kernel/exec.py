@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -81,10 +81,13 @@ async def run(argv: Sequence[str], input_text: str | None = None, *, check: bool
     return _finish(argv, proc.returncode or 0, out, err, input_text, check)
 
 
-def run_sync(argv: Sequence[str], input_text: str | None = None, *, check: bool = True) -> CommandResult:
+def run_sync(argv: Sequence[str], input_text: str | None = None, *, check: bool = True,
+             env: Mapping[str, str] | None = None) -> CommandResult:
+    """``argv`` to completion (``env``: its whole environment, default ours)."""
     try:
         proc = subprocess.run(list(argv), input=input_text.encode() if input_text is not None else None,
-                              stdin=None if input_text is not None else subprocess.DEVNULL, capture_output=True)
+                              stdin=None if input_text is not None else subprocess.DEVNULL, capture_output=True,
+                              env=dict(env) if env is not None else None)
     except FileNotFoundError as err:
         raise CommandFailed(argv, 127, "", str(err), input_text) from err
     return _finish(argv, proc.returncode, proc.stdout, proc.stderr, input_text, check)
