@@ -40,20 +40,26 @@ def image_of(pod: dict) -> str:
 
 async def fake_kubelet(client: RestClient, namespace: str, decide: Callable[[dict], dict | None], interval: float = 0.1) -> None:
     """Forever: every Pod of ``namespace`` not yet reported gets ``decide(pod)`` as its status
-    (None: left Pending). Pods being deleted are left alone."""
+    (None: left Pending). A bound Pod being deleted is removed at once (grace period 0), as a
+    kubelet does once its containers stopped."""
     pods = client.resource(PODS)
     handled: set[str] = set()
     while True:
         for pod in (await pods.list(namespace))["items"]:
             uid = pod["metadata"]["uid"]
-            if uid in handled or pod["metadata"].get("deletionTimestamp"):
+            if pod["metadata"].get("deletionTimestamp"):
+                if pod["spec"].get("nodeName") and not pod["metadata"].get("finalizers"):
+                    with contextlib.suppress(ApiError):
+                        await pods.delete(pod["metadata"]["name"], namespace, grace_period_seconds=0, preconditions={"uid": uid})
+                continue
+            if uid in handled:
                 continue
             status = decide(pod)
             if status is None:
                 continue
-            handled.add(uid)
-            with contextlib.suppress(ApiError):
+            with contextlib.suppress(ApiError):  # a conflict (bound meanwhile): next round
                 await pods.update_status({**pod, "status": status})
+                handled.add(uid)
         await asyncio.sleep(interval)
 
 
