@@ -159,3 +159,35 @@ def test_orphan_pod_directories_are_removed(tmp_path):
         (tmp_path / "pods" / uid / "volumes").mkdir(parents=True)
     remove_orphans(tmp_path, {"alive"})
     assert sorted(os.listdir(tmp_path / "pods")) == ["alive"]
+
+
+# ---- fsGroup (SetVolumeOwnership) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode,is_dir,read_only,expected", [
+    (0o644, False, True, 0o644),
+    (0o400, False, True, 0o440),
+    (0o600, False, False, 0o660),
+    (0o755, True, True, 0o2755),
+    (0o777, True, False, 0o2777),
+    (0o700, True, False, 0o2770),
+], ids=["readable file", "owner-only file, read-only volume", "owner-only file, rw volume", "dir", "emptyDir root", "private dir"])
+def test_ownership_mode(mode, is_dir, read_only, expected):
+    from kubesvc.agent.podvolumes import ownership_mode
+
+    assert ownership_mode(mode, is_dir, read_only) == expected
+
+
+def test_set_volume_ownership_skips_links(tmp_path):
+    import os
+
+    from kubesvc.agent.podvolumes import set_volume_ownership
+
+    (tmp_path / "sub").mkdir(mode=0o755)
+    (tmp_path / "sub" / "secret").write_text("x")
+    os.chmod(tmp_path / "sub" / "secret", 0o400)
+    os.symlink("sub/secret", tmp_path / "link")
+    set_volume_ownership(tmp_path / "sub", 5000, True)
+    info = os.stat(tmp_path / "sub" / "secret")
+    assert (info.st_gid, info.st_mode & 0o7777) == (5000, 0o440)
+    assert (os.stat(tmp_path / "sub").st_gid, os.stat(tmp_path / "sub").st_mode & 0o7777) == (5000, 0o2755)

@@ -242,6 +242,26 @@ def test_hostname_in_its_own_uts_namespace_and_the_user_it_runs_as(up):
     assert logged(up, named, "end") == ["db-0", "db-0", "0", "0", "0", f"HOME={home_of(0)}", "end"]
 
 
+FS_GROUP_SCRIPT = """
+cat /etc/kubesvc-secret/key; echo
+stat -L -c '%a %g' /etc/kubesvc-secret/key
+touch /scratch/made && stat -c '%a %g' /scratch /scratch/made
+echo end; sleep 1000
+"""
+
+
+def test_fs_group_owns_the_volumes_a_non_root_user_reads_and_writes(up):
+    secret, name = unique("owned"), unique("fsgroup")
+    up.kubectl("create", "secret", "generic", secret, "--from-literal=key=only-for-the-group")
+    apply_pod(up, name, [{"name": "c", "image": "busybox", "command": ["sh", "-c", FS_GROUP_SCRIPT], "volumeMounts": [
+        {"name": "secret", "mountPath": "/etc/kubesvc-secret"}, {"name": "scratch", "mountPath": "/scratch"}]}],
+              securityContext={"runAsUser": 2000, "runAsGroup": 3000, "fsGroup": 5000},
+              volumes=[{"name": "secret", "secret": {"secretName": secret, "defaultMode": 0o400}}, {"name": "scratch", "emptyDir": {}}])
+    # 0400 root-owned would be unreadable for uid 2000: the group gets r (0440) and owns the file;
+    # the emptyDir is group-owned with the setgid bit, so new files belong to the group
+    assert logged(up, name, "end") == ["only-for-the-group", "440 5000", "2777 5000", "644 5000", "end"]
+
+
 # ---- last: restarts kubesvc up ----------------------------------------------------------------
 
 

@@ -14,6 +14,8 @@ write every file into a new timestamped directory with its mode (chmod after wri
 umask does not matter), point ``..data_tmp`` at it and ``rename`` it over ``..data`` (the
 atomic swap), make the missing user-visible links, remove the names no longer in the payload,
 and remove the old timestamped directory. Names starting with ``..`` are the writer's own.
+``set_perms`` (upstream's ``setPerms``: the volume's ``fsGroup`` ownership) runs on the volume
+directory after the new files are written and before they are published by the swap.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import os
 import posixpath
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -92,7 +94,8 @@ def _unchanged(payload: Mapping[str, FileProjection], old_dir: Path) -> bool:
     return True
 
 
-def write(target_dir: Path, payload: Mapping[str, FileProjection], now: datetime | None = None) -> bool:
+def write(target_dir: Path, payload: Mapping[str, FileProjection], now: datetime | None = None,
+          set_perms: Callable[[Path], None] | None = None) -> bool:
     """Project ``payload`` into ``target_dir`` (which must exist); True when files changed."""
     target_dir = Path(target_dir)
     payload = clean_payload(payload)
@@ -117,6 +120,8 @@ def write(target_dir: Path, payload: Mapping[str, FileProjection], now: datetime
                 full.parent.mkdir(parents=True, exist_ok=True)
                 full.write_bytes(content.data)
                 os.chmod(full, content.mode & 0o7777)
+            if set_perms is not None:
+                set_perms(target_dir)
             new_link = target_dir / NEW_DATA_DIR
             if os.path.lexists(new_link):
                 os.unlink(new_link)

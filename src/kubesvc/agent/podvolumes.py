@@ -16,6 +16,11 @@ and the plugins' ``SetUpAt``/``TearDownAt``).
   the kubelet's ``makeMounts`` does: created (with the volume directory's mode) when missing,
   symbolic links resolved, refused when that leaves the volume.
 * **Tear down**: the Pod directory goes, and the Pod's tokens leave the cache.
+* **fsGroup** (the Pod's ``securityContext.fsGroup``; ``SetVolumeOwnership``,
+  ``pkg/volume/volume_linux.go``): every file and directory of an ``emptyDir`` (at set-up) and
+  of an atomic-writer volume (each write, before the swap publishes it) gets the group and the
+  group bits: ``rw`` (0660) for ``emptyDir``, ``r`` (0440) for the read-only kinds; directories
+  also ``x`` and the setgid bit, so what a container creates there belongs to the group.
 
 ConfigMaps and Secrets are read with a GET each time (the kubelet watches them; the read
 path and its errors are the same: a 404 is ``configmap "x" not found``).
@@ -26,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -117,6 +123,8 @@ class PodVolumes:
             path = volumes.volume_dir(self.directory, volume)
             try:
                 await asyncio.to_thread(_make_volume_directory, path, directory_mode(volume))
+                if kind == "emptyDir" and self._fs_group() is not None:
+                    await asyncio.to_thread(set_volume_ownership, path, self._fs_group(), False)
                 if kind in volumes.ATOMIC_KINDS:
                     await self._write(volume, path, fetched)
             except (VolumeError, OSError, ValueError) as err:
@@ -155,7 +163,13 @@ class PodVolumes:
             self._allocatable = host_allocatable()
         payload = volumes.volume_payload(volume, self.pod, objects=objects, token=lambda p: tokens[id(p)],
                                          node_allocatable=self._allocatable or {})
-        await asyncio.to_thread(atomic_writer.write, path, payload, self.clock.now())
+        fs_group = self._fs_group()
+        set_perms = (lambda directory: set_volume_ownership(directory, fs_group, True)) if fs_group is not None else None
+        await asyncio.to_thread(atomic_writer.write, path, payload, self.clock.now(), set_perms)
+
+    def _fs_group(self) -> int | None:
+        value = ((self.pod.get("spec") or {}).get("securityContext") or {}).get("fsGroup")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     async def _fetch(self, ref: ObjectRef) -> dict | None:
         try:
@@ -189,6 +203,29 @@ class PodVolumes:
         self.directory.mkdir(parents=True, exist_ok=True)
         os.chmod(self.directory, volumes.POD_DIR_MODE)
         self.staging_root.mkdir(mode=0o700, exist_ok=True)
+
+
+RW_MASK, RO_MASK, EXEC_MASK = 0o660, 0o440, 0o110
+
+
+def ownership_mode(mode: int, is_dir: bool, read_only: bool) -> int:
+    """``SetVolumeOwnership``'s new mode bits for one entry."""
+    mask = RO_MASK if read_only else RW_MASK
+    if is_dir:
+        mask |= stat.S_ISGID | EXEC_MASK
+    return (mode | mask) & 0o7777
+
+
+def set_volume_ownership(directory: Path, fs_group: int, read_only: bool) -> None:
+    """Every file and directory under ``directory`` (symbolic links skipped) owned by group
+    ``fs_group`` with the group bits of :func:`ownership_mode`."""
+    for base, dirs, files in os.walk(directory):
+        for path in [base] + [os.path.join(base, name) for name in dirs + files]:
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                continue
+            os.chown(path, -1, fs_group, follow_symlinks=False)
+            os.chmod(path, ownership_mode(info.st_mode, stat.S_ISDIR(info.st_mode), read_only))
 
 
 def _make_volume_directory(path: Path, mode: int) -> None:
