@@ -299,19 +299,25 @@ class DeploymentController:
         raise HashCollision(f"hash collision for ReplicaSet {namespace}/{name}: collisionCount now {status['collisionCount']}")
 
     async def _set_revision(self, d: dict, revision: str, status: dict | None) -> None:
-        """``SetDeploymentRevision`` + UpdateStatus. The revision annotation goes in a patch of
-        the Deployment (this apiserver's status writes keep metadata as it was)."""
-        if status is not None:
-            await self._write_status(d, status)
-        if revision and util.annotations(d).get(util.REVISION_ANNOTATION) != revision:
-            updated = await self._deployments_api.patch(d["metadata"]["name"], {"metadata": {"annotations": {util.REVISION_ANNOTATION: revision}}},
-                                                        d["metadata"]["namespace"])
+        """``SetDeploymentRevision`` + UpdateStatus, which upstream's status strategy lets carry
+        the annotation. A status write that drops metadata changes is followed by an Update of
+        the Deployment (the deployment-controller role may update, not patch, Deployments)."""
+        needs_annotation = bool(revision) and util.annotations(d).get(util.REVISION_ANNOTATION) != revision
+        if not needs_annotation and status is None:
+            return
+        if needs_annotation:
+            d["metadata"]["annotations"] = {**util.annotations(d), util.REVISION_ANNOTATION: revision}
+        updated = await self._write_status(d, status if status is not None else copy.deepcopy(d.get("status") or {}))
+        if needs_annotation and util.annotations(updated).get(util.REVISION_ANNOTATION) != revision:
+            d["metadata"]["annotations"] = {**util.annotations(d), util.REVISION_ANNOTATION: revision}
+            updated = await self._deployments_api.update(d)
             d["metadata"] = updated["metadata"]
 
-    async def _write_status(self, d: dict, status: dict) -> None:
+    async def _write_status(self, d: dict, status: dict) -> dict:
         d["status"] = status
         updated = await self._deployments_api.update_status(d)
         d["metadata"]["resourceVersion"] = updated["metadata"].get("resourceVersion")
+        return updated
 
     async def _scale(self, rs: dict, size: int, d: dict, *, refresh_annotations: bool = True) -> dict:
         """``scaleReplicaSet``: one Update of the size and the replica annotations."""
