@@ -93,9 +93,9 @@ class Machine:
 
     # -- kubesvc up / down
 
-    def up(self, timeout: float = 60) -> str:
-        """``python -m kubesvc up --data-dir D --secure-port 0`` inside the machine; its first line."""
-        argv = nsenter_argv(self.ns.name, sys.executable, "-m", "kubesvc", "up", "--data-dir", str(self.data_dir), "--secure-port", "0")
+    def up(self, timeout: float = 60, extra: tuple[str, ...] = ()) -> str:
+        """``python -m kubesvc up --data-dir D --secure-port 0 [extra]`` inside the machine; its first line."""
+        argv = nsenter_argv(self.ns.name, sys.executable, "-m", "kubesvc", "up", "--data-dir", str(self.data_dir), "--secure-port", "0", *extra)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, cwd=REPO_ROOT)
         assert self.process.stdout is not None
