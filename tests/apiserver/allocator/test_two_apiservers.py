@@ -156,3 +156,34 @@ async def test_a_following_index_is_reloaded_only_when_a_difference_outlives_a_p
     assert await repair.reload_index() is False and loads == []  # first seen: maybe in flight
     assert await repair.reload_index() is True and loads == [1]  # still there: reloaded
     assert "10.96.0.4" not in second.taken() and "10.96.0.5" in second.taken()
+
+
+async def test_a_servicecidr_write_is_not_failed_by_a_store_away_after_its_commit(pair, caplog):
+    """The ServiceCIDR commit hook re-reads the ranges from the store after the write has
+    committed; a store that is away just then (etcd unreachable) is one warning line, the
+    write's request succeeds, and the allocation feed's watch applies the new range."""
+    from kubesvc.storage.base import StorageError
+
+    _, second = pair
+    backend = second.registry.backend
+    list_ = backend.list
+    refusals = [1]
+
+    async def away_once(prefix: str, **options):
+        if prefix == "/registry/servicecidrs/" and refusals:
+            refusals.pop()
+            raise StorageError("etcd (https://10.0.0.1:2379): request to etcd timed out")
+        return await list_(prefix, **options)
+
+    backend.list = away_once
+    cidrs = second.registry.store("networking.k8s.io", "servicecidrs")
+    created = await cidrs.create(None, {"metadata": {"name": "extra"}, "spec": {"cidrs": ["10.97.0.0/29"]}}, field_manager="test")
+    assert created["metadata"]["name"] == "extra" and not refusals
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "request to etcd timed out" in warnings[0], warnings
+    for _ in range(50):  # the feed's watch brings the range
+        await settle()
+        if any(r.name == "extra" for r in second.allocators.families["IPv4"].ranges):
+            break
+    svc = await second.create("in-extra", clusterIP="10.97.0.2")
+    assert svc["spec"]["clusterIP"] == "10.97.0.2"

@@ -27,6 +27,7 @@ allocate a serviceIP: range is full``.
 from __future__ import annotations
 
 import json
+import logging
 import random
 import time
 import uuid
@@ -43,6 +44,8 @@ from kubesvc.apiserver.allocator.ranges import IPRange, PortRange, canonical_ip
 from kubesvc.apiserver.registry.txn import Txn
 from kubesvc.storage import base as storage
 from kubesvc.util.golang import rfc3339
+
+log = logging.getLogger("kubesvc.apiserver.allocator")
 
 EXTERNAL_NAME = "ExternalName"
 NODE_PORT_TYPES = ("NodePort", "LoadBalancer")
@@ -141,6 +144,17 @@ class ServiceAllocators:
                     if r.family == family:
                         ranges.append((c["metadata"]["name"], r))
             allocator.set_ranges(ranges)
+
+    async def sync_cidrs_after_commit(self) -> None:
+        """:meth:`sync_cidrs` as a ServiceCIDR write's commit hook. The write has committed, so
+        a store that cannot be read just then (etcd unreachable) must not fail its request (a
+        client would retry it into AlreadyExists or a Conflict): one warning line, and the
+        allocation feed's watch (allocator/follow.py) re-reads the ranges once the store
+        answers, as the RBAC feed's refresh does (auth/storefeed.py)."""
+        try:
+            await self.sync_cidrs()
+        except storage.StorageError as err:
+            log.warning("reading the ServiceCIDRs after a ServiceCIDR write: %s; the allocation feed applies the change", err)
 
     def kick_service_cidrs(self) -> None:
         if self.service_cidr_controller is not None:

@@ -51,6 +51,10 @@ class Allocations(Protocol):
     async def sync_cidrs(self) -> None:
         """ServiceCIDRs changed: recompute the usable ranges (reads them from the store)."""
 
+    async def sync_cidrs_after_commit(self) -> None:
+        """``sync_cidrs`` after a committed ServiceCIDR write: a store that cannot be read then
+        is logged, never raised (the write has committed; the allocators' watch catches up)."""
+
 
 class Strategy:
     allow_create_on_update = False
@@ -218,7 +222,7 @@ class ServiceCIDRStrategy(Strategy):
     def _resync(self, dry_run: bool) -> Txn:
         txn = Txn()
         if not dry_run:
-            txn.on_commit(self.allocators.sync_cidrs)
+            txn.on_commit(self.allocators.sync_cidrs_after_commit)
             txn.on_commit(self.on_change)
         return txn
 
