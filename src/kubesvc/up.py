@@ -309,9 +309,11 @@ class System:
         for name, code in codes.items():
             if code and not (name == "etcd" and code == -signal.SIGTERM):  # etcd re-raises SIGTERM once it has shut down cleanly
                 log.warning("%s exited with %s on stop (its log: %s)", name, describe_exit(code), self.data_dir / LOG_DIR / f"{name}.log")
+        self.supervisor.say("removing proxy rules, the Pod network and Service routes")
         await step("proxy rules", asyncio.to_thread(cleanup_leftovers))
         await step("pod network", asyncio.to_thread(teardown_pod_network, Path(self.state["agent_state_dir"])))
         await step("routes", asyncio.to_thread(remove_service_routes, self.state.get("service_routes") or []))
+        self.supervisor.say("stopped; nothing left" if not errors else f"stopped; {len(errors)} thing(s) left (kubesvc down retries)")
         if not errors:
             _state_path(self.data_dir).unlink(missing_ok=True)
         return errors
@@ -381,6 +383,7 @@ async def run_up(config, options: UpOptions, up_args: list[str], verbosity: int,
     """Start every component, serve until ``stop``, stop and clean; returns cleanup errors. A
     start that fails (or a ``stop`` during it) still stops and cleans what was started."""
     system = System(config, options, up_args, verbosity)
+    began = asyncio.get_running_loop().time()
     starting = asyncio.create_task(system.start())
     stopping = asyncio.create_task(stop.wait())
     try:
@@ -388,6 +391,7 @@ async def run_up(config, options: UpOptions, up_args: list[str], verbosity: int,
         if starting.done():
             starting.result()
             announce(system)
+            system.supervisor.say(f"ready ({asyncio.get_running_loop().time() - began:.1f}s)")
             await stopping
     finally:
         await cancel_and_wait([starting, stopping])

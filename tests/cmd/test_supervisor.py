@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import sys
 
@@ -71,7 +72,14 @@ async def test_ready_is_the_first_line_and_the_logs_go_to_a_file_and_prefixed_to
 
     await asyncio.wait_for(logged(), 10)
     assert sorted(log_file.read_text().splitlines()) == ["ready", "to stderr"]
-    assert sorted(echoed) == ["web: ready\n", "web: to stderr\n"]
+    progress = [line for line in echoed if line.startswith("kubesvc up: ")]
+    assert sorted(set(echoed) - set(progress)) == ["web: ready\n", "web: to stderr\n"]
+    # up's own progress: the start, then ready with the time it took
+    assert progress[0] == "kubesvc up: starting web\n"
+    assert re.fullmatch(r"kubesvc up: web ready \(\d+\.\ds\)\n", progress[1]), progress
+    await supervisor.stop(["web"], 5)
+    assert echoed[-2:] == ["kubesvc up: stopping web\n", echoed[-1]]
+    assert re.fullmatch(r"kubesvc up: stopped web \(\d+\.\ds\)\n", echoed[-1]), echoed
 
 
 async def test_a_component_that_dies_is_restarted_and_logged_with_its_exit_code(supervisor, caplog):
@@ -140,7 +148,7 @@ async def test_a_broken_stderr_does_not_stall_the_component_and_its_log_stays_pr
                 await asyncio.sleep(0.05)
 
         await asyncio.wait_for(finished(), 20)  # 1.3 MB through a 64 KiB pipe: it never blocked
-        assert echoed == ["web: ready\n"]
+        assert echoed == ["kubesvc up: starting web\n"]  # the first line echoed; then stderr broke
         assert len(log_file.read_text().splitlines()) == 20002
         assert os.stat(log_file).st_mode & 0o777 == 0o600
     finally:

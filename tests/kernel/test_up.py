@@ -228,6 +228,13 @@ def test_up_examples_then_ctrl_c_leaves_nothing(machine):
     assert code == 0, f"kubesvc up exited {code} after SIGINT ({took:.1f}s):\n{machine.log()}"
     assert took < 15, f"kubesvc up took {took:.1f}s to stop"
     print(f"Ctrl-C: exited 0 after {took:.2f}s")
+    # what up said on stderr while it started and stopped: each component, then ready; each stop, then clean
+    said = [line for line in machine.log(tail=10**7).splitlines() if line.startswith("kubesvc up: ")]
+    for component in ("apiserver", "controller-manager", "agent", "proxy"):
+        assert f"kubesvc up: starting {component}" in said and any(line.startswith(f"kubesvc up: {component} ready (") for line in said), said
+    assert any(line.startswith("kubesvc up: ready (") for line in said), said
+    assert any(line.startswith("kubesvc up: stopping proxy, agent, controller-manager") for line in said), said
+    assert said[-2:] == ["kubesvc up: removing proxy rules, the Pod network and Service routes", "kubesvc up: stopped; nothing left"], said
     assert snapshot(machine.ns) == before
     left = host_pod_namespaces()
     assert not {POD_NETNS_PREFIX + uid for uid in machine.uids} & left, f"Pod namespaces left: {left}"

@@ -19,7 +19,9 @@ derives, and supervises them:
   cap (``restart_delay``: 1 s doubling to 60 s, back to 1 s once a run lasted 120 s; kubelet's
   is 10 s doubling to 5 min, reset after 10 min);
 * **stop**: SIGTERM to each component's process group, SIGKILL to what is left after a grace
-  period; every component also dies with ``up`` (``kernel.process.spawn(die_with_parent=...)``).
+  period; every component also dies with ``up`` (``kernel.process.spawn(die_with_parent=...)``);
+* **progress**: each start and stop is a ``kubesvc up: ...`` line on stderr with its time (as
+  k3s logs each component it starts), so a slow start or stop shows where it waits.
 
 The decisions (``restart_delay``, ``describe_exit``) are pure; ``Supervisor`` is the thin shell
 around ``kernel.process``.
@@ -117,13 +119,20 @@ class Supervisor:
         then on it is restarted whenever it dies. Raises ``ComponentFailed``."""
         component = Component(name, list(argv))
         self.components[name] = component
+        self.say(f"starting {name}")
+        began = self.clock()
         await self._spawn(component)
         try:
             line = await asyncio.wait_for(asyncio.shield(component.ready), ready_timeout)
         except TimeoutError:
             raise ComponentFailed(f"{name} did not become ready within {ready_timeout:g}s{self._quote(component)}") from None
+        self.say(f"{name} ready ({self.clock() - began:.1f}s)")
         self._watchers.append(asyncio.create_task(self._watch(component)))
         return line
+
+    def say(self, what: str) -> None:
+        """A progress line of ``up`` on stderr (stdout carries only the announcement tools read)."""
+        self._echo(f"kubesvc up: {what}\n")
 
     async def _spawn(self, component: Component) -> None:
         self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -163,12 +172,15 @@ class Supervisor:
             # stderr (``kubesvc up 2>&1 | head``) loses the copy, not the component.
             with contextlib.suppress(OSError):
                 log_file.write(line)
-            if self.echo is not None:
-                try:
-                    self.echo((prefix + line).decode(errors="replace"))
-                except OSError as err:
-                    log.warning("stopped copying component output to stderr: %s", err)
-                    self.echo = None
+            self._echo((prefix + line).decode(errors="replace"))
+
+    def _echo(self, text: str) -> None:
+        if self.echo is not None:
+            try:
+                self.echo(text)
+            except OSError as err:
+                log.warning("stopped copying component output to stderr: %s", err)
+                self.echo = None
 
     @staticmethod
     def _quote(component: Component) -> str:
@@ -206,6 +218,9 @@ class Supervisor:
         ``grace`` seconds; their exit codes (None: never ran)."""
         self.stopping = True
         running = [self.components[name] for name in names if name in self.components and self.components[name].process is not None]
+        if running:
+            self.say(f"stopping {', '.join(c.name for c in running)}")
+        began = self.clock()
         for component in running:
             if component.process.returncode is None:
                 kprocess.kill_group(component.process.pid, signal.SIGTERM)
@@ -219,6 +234,8 @@ class Supervisor:
                 return await component.process.wait()
 
         codes = await asyncio.gather(*(ended(c) for c in running))
+        if running:
+            self.say(f"stopped {', '.join(c.name for c in running)} ({self.clock() - began:.1f}s)")
         return dict(zip([c.name for c in running], codes))
 
     async def close(self) -> None:
