@@ -72,6 +72,18 @@ def _controllers(ctx, param, value: str) -> set[str]:
 @click.option("--use-service-account-credentials", type=flags.GO_BOOL, is_flag=False, flag_value=True, default=False, show_default=True,
               help="Run each controller as its own kube-system ServiceAccount (TokenRequest tokens, renewed), "
                    "not with the credentials of --kubeconfig.")
+@click.option("--cluster-signing-cert-file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="PEM CA certificate the csrsigning controller issues Kubernetes-signer certificates with.")
+@click.option("--cluster-signing-key-file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="PEM private key of --cluster-signing-cert-file.")
+@click.option("--cluster-signing-duration", default="8760h0m0s", show_default=True, callback=flags.duration,
+              help="The longest lifetime of a signed certificate (a CSR's spec.expirationSeconds may ask for less).")
+@click.option("--allocate-node-cidrs", type=flags.GO_BOOL, is_flag=False, flag_value=True, default=False, show_default=True,
+              help="Allocate every Node's spec.podCIDRs from --cluster-cidr (node-ipam-controller, range allocator).")
+@click.option("--cluster-cidr", default="", help="CIDR range of Pods in the cluster; IPv4 and IPv6 comma-separated for dual-stack.")
+@click.option("--node-cidr-mask-size", type=click.IntRange(0, 128), default=0, help="Mask size of a node's range (single-stack).")
+@click.option("--node-cidr-mask-size-ipv4", type=click.IntRange(0, 32), default=0, help="Mask size of a node's IPv4 range (default 24).")
+@click.option("--node-cidr-mask-size-ipv6", type=click.IntRange(0, 128), default=0, help="Mask size of a node's IPv6 range (default 64).")
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
 def controller_manager_command(kubeconfig: str, scheduler_kubeconfig: str | None, use_service_account_credentials: bool, verbosity: int,
                                **options) -> None:
@@ -84,6 +96,18 @@ def controller_manager_command(kubeconfig: str, scheduler_kubeconfig: str | None
         validate_timing(options["leader_elect_lease_duration"], options["leader_elect_renew_deadline"], options["leader_elect_retry_period"])
     except ValueError as exc:
         raise click.UsageError(f"invalid leader election flags: {exc}") from None
+    if bool(options["cluster_signing_cert_file"]) != bool(options["cluster_signing_key_file"]):
+        raise click.UsageError("--cluster-signing-cert-file and --cluster-signing-key-file must be given together")
+    if options["allocate_node_cidrs"]:
+        from kubesvc.controllers.nodeipam.cidrset import CIDRSet, node_mask_sizes, parse_cluster_cidrs
+
+        try:
+            cidrs = parse_cluster_cidrs(options["cluster_cidr"])
+            masks = node_mask_sizes(cidrs, options["node_cidr_mask_size"], options["node_cidr_mask_size_ipv4"], options["node_cidr_mask_size_ipv6"])
+            for cidr, mask in zip(cidrs, masks):
+                CIDRSet(cidr, mask)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
     client_config = flags.load_kubeconfig(kubeconfig)
     scheduler_config = flags.load_kubeconfig(scheduler_kubeconfig) if scheduler_kubeconfig else client_config
     config = ManagerConfig(**options)

@@ -61,15 +61,23 @@ GARBAGE_COLLECTOR = "garbage-collector-controller"
 SCHEDULER = "pod-scheduler"
 SERVICEACCOUNT = "serviceaccount-controller"
 ROOT_CA_CERT_PUBLISHER = "root-ca-certificate-publisher-controller"
-KNOWN_CONTROLLERS = (ENDPOINTSLICE, MIRRORING, ENDPOINTS, GARBAGE_COLLECTOR, SCHEDULER, SERVICEACCOUNT, ROOT_CA_CERT_PUBLISHER)
+CSR_APPROVING = "certificatesigningrequest-approving-controller"
+CSR_SIGNING = "certificatesigningrequest-signing-controller"
+CSR_CLEANER = "certificatesigningrequest-cleaner-controller"
+NODE_IPAM = "node-ipam-controller"
+KNOWN_CONTROLLERS = (ENDPOINTSLICE, MIRRORING, ENDPOINTS, GARBAGE_COLLECTOR, SCHEDULER, SERVICEACCOUNT, ROOT_CA_CERT_PUBLISHER,
+                     CSR_APPROVING, CSR_SIGNING, CSR_CLEANER, NODE_IPAM)
 # Each controller's identity with upstream's --use-service-account-credentials: the
 # kube-system ServiceAccount its system:controller:<name> ClusterRole is bound to.
 CONTROLLER_SERVICE_ACCOUNTS = {ENDPOINTSLICE: "endpointslice-controller", MIRRORING: "endpointslicemirroring-controller",
                                ENDPOINTS: "endpoint-controller", GARBAGE_COLLECTOR: "generic-garbage-collector",
-                               SERVICEACCOUNT: "service-account-controller", ROOT_CA_CERT_PUBLISHER: "root-ca-cert-publisher"}
+                               SERVICEACCOUNT: "service-account-controller", ROOT_CA_CERT_PUBLISHER: "root-ca-cert-publisher",
+                               CSR_APPROVING: "certificate-controller", CSR_SIGNING: "certificate-controller",
+                               CSR_CLEANER: "certificate-controller", NODE_IPAM: "node-controller"}
 ALIASES = {"endpointslice": ENDPOINTSLICE, "endpointslicemirroring": MIRRORING, "endpoint": ENDPOINTS,
            "endpoints": ENDPOINTS, "garbagecollector": GARBAGE_COLLECTOR, "scheduler": SCHEDULER,
-           "serviceaccount": SERVICEACCOUNT, "root-ca-cert-publisher": ROOT_CA_CERT_PUBLISHER}
+           "serviceaccount": SERVICEACCOUNT, "root-ca-cert-publisher": ROOT_CA_CERT_PUBLISHER,
+           "csrapproving": CSR_APPROVING, "csrsigning": CSR_SIGNING, "csrcleaner": CSR_CLEANER, "nodeipam": NODE_IPAM}
 
 
 class LeaderElectionLost(Exception):
@@ -132,6 +140,16 @@ class ManagerConfig:
     bind_address: str = "0.0.0.0"
     secure_port: int = 10257
     root_ca_file: str | None = None  # --root-ca-file; default: the CA of the manager's kubeconfig
+    # csrsigning: skipped without a CA, as upstream ("no csr cert/key was specified")
+    cluster_signing_cert_file: str | None = None
+    cluster_signing_key_file: str | None = None
+    cluster_signing_duration: float = 8760 * 3600.0
+    # node-ipam-controller: off unless --allocate-node-cidrs
+    allocate_node_cidrs: bool = False
+    cluster_cidr: str = ""
+    node_cidr_mask_size: int = 0
+    node_cidr_mask_size_ipv4: int = 0
+    node_cidr_mask_size_ipv6: int = 0
 
 
 class ControllerManager:
@@ -203,13 +221,17 @@ class ControllerManager:
         ``ClientOrDie``)."""
         if self.client_builder is None:
             return
+        built: dict[str, RestClient] = {}  # one client per ServiceAccount (certificate-controller serves three)
         for controller in sorted(self.config.controllers):
             if controller == GARBAGE_COLLECTOR and not self.config.enable_garbage_collector:
                 continue
             service_account = CONTROLLER_SERVICE_ACCOUNTS.get(controller)
+            if service_account and service_account in built:
+                self.controller_clients.setdefault(controller, built[service_account])
+                continue
             if service_account and controller not in self.controller_clients:
                 try:
-                    self.controller_clients[controller] = await self.client_builder.client(service_account)
+                    self.controller_clients[controller] = built[service_account] = await self.client_builder.client(service_account)
                 except ClientError as err:
                     raise ControllerClientFailed(f"Error in getting client for {service_account}: {err}") from err
 
@@ -266,6 +288,42 @@ class ControllerManager:
             controller = RootCACertPublisher(self._client_for(ROOT_CA_CERT_PUBLISHER), informers.informer(NAMESPACES), informers.informer(CONFIGMAPS), root_ca, clock=self.clock)
             self.controllers[ROOT_CA_CERT_PUBLISHER] = controller
             runs.append(controller.run)
+        runs += self._build_certificates_and_ipam(informers)
+        return runs
+
+    def _build_certificates_and_ipam(self, informers: SharedInformers) -> list:
+        """csrapproving, csrsigning, csrcleaner (controllers/certificates) and node-ipam-controller
+        (controllers/nodeipam), each only when enabled and configured as upstream starts them."""
+        from kubesvc.controllers.certificates.csr import CSRS
+
+        config, enabled, runs = self.config, self.config.controllers, []
+        if CSR_APPROVING in enabled:
+            from kubesvc.controllers.certificates.approver import CSRApprovingController
+
+            self.controllers[CSR_APPROVING] = CSRApprovingController(self._client_for(CSR_APPROVING), informers.informer(CSRS), clock=self.clock)
+            runs.append(self.controllers[CSR_APPROVING].run)
+        if CSR_SIGNING in enabled and config.cluster_signing_cert_file and config.cluster_signing_key_file:
+            from kubesvc.controllers.certificates.signer import CSRSigningController, SigningCA
+
+            ca = SigningCA.load(config.cluster_signing_cert_file, config.cluster_signing_key_file)
+            self.controllers[CSR_SIGNING] = CSRSigningController(self._client_for(CSR_SIGNING), informers.informer(CSRS), ca,
+                                                                 signing_duration=config.cluster_signing_duration, clock=self.clock)
+            runs.append(self.controllers[CSR_SIGNING].run)
+        elif CSR_SIGNING in enabled:
+            log.info("skipping CSR signer controller because no csr cert/key was specified")
+        if CSR_CLEANER in enabled:
+            from kubesvc.controllers.certificates.cleaner import CSRCleanerController
+
+            self.controllers[CSR_CLEANER] = CSRCleanerController(self._client_for(CSR_CLEANER), informers.informer(CSRS), clock=self.clock)
+            runs.append(self.controllers[CSR_CLEANER].run)
+        if NODE_IPAM in enabled and config.allocate_node_cidrs:
+            from kubesvc.controllers.nodeipam.cidrset import node_mask_sizes, parse_cluster_cidrs
+            from kubesvc.controllers.nodeipam.range_allocator import RangeAllocator
+
+            cidrs = parse_cluster_cidrs(config.cluster_cidr)
+            masks = node_mask_sizes(cidrs, config.node_cidr_mask_size, config.node_cidr_mask_size_ipv4, config.node_cidr_mask_size_ipv6)
+            self.controllers[NODE_IPAM] = RangeAllocator(self._client_for(NODE_IPAM), informers.nodes, cidrs, masks, clock=self.clock)
+            runs.append(self.controllers[NODE_IPAM].run)
         return runs
 
     # ---- serving -----------------------------------------------------------------------------

@@ -1,0 +1,2 @@
+"""kube-controller-manager's node IPAM (pkg/controller/nodeipam): Pod CIDRs for Nodes from
+``--cluster-cidr`` by the range allocator."""
