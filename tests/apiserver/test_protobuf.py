@@ -171,7 +171,7 @@ def status_of(body: bytes) -> StatusError:
     "body, reason",
     [
         pytest.param(envelope("v1", "Pod", raw(1, object_meta("p"))), 'apiVersion "v1", kind "Pod"', id="pod"),
-        pytest.param(envelope("apps/v1", "Deployment", b""), 'apiVersion "apps/v1", kind "Deployment"', id="deployment"),
+        pytest.param(envelope("apps/v1", "DaemonSet", b""), 'apiVersion "apps/v1", kind "DaemonSet"', id="daemonset"),
         pytest.param(envelope("", "", b""), 'apiVersion "", kind ""', id="no-type-meta"),
         pytest.param(envelope("v1", "Namespace", b"", content_encoding="gzip"), 'contentEncoding "gzip"', id="compressed"),
     ],

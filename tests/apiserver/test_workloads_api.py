@@ -286,3 +286,77 @@ def test_delete_deployment(apiserver, ns):
     apiserver.kubectl("apply", "-n", ns, "-f", "-", input=DEPLOYMENT)
     assert apiserver.kubectl("delete", "-n", ns, "deployment", "web").stdout.strip() == 'deployment.apps "web" deleted'
     assert apiserver.kubectl("get", "-n", ns, "deploy", "web", check=False).returncode != 0
+
+
+# ---- kubectl create (protobuf bodies) and the scale subresource -----------------------------------
+
+
+def test_kubectl_create_deployment_and_job(apiserver, ns):
+    out = apiserver.kubectl("create", "deployment", "web", "-n", ns, "--image=nginx:1.27", "--replicas=3", "--port=80")
+    assert out.stdout.strip() == "deployment.apps/web created"
+    deploy = get_json(apiserver, "-n", ns, "deploy", "web")
+    assert deploy["spec"]["replicas"] == 3 and deploy["spec"]["selector"] == {"matchLabels": {"app": "web"}}
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    assert (container["name"], container["image"], container["ports"]) == ("nginx", "nginx:1.27", [{"containerPort": 80, "protocol": "TCP"}])
+    zero = apiserver.kubectl("create", "deployment", "none", "-n", ns, "--image=busybox", "--replicas=0", "--", "sleep", "3600")
+    assert zero.returncode == 0
+    none = get_json(apiserver, "-n", ns, "deploy", "none")
+    assert none["spec"]["replicas"] == 0
+    assert none["spec"]["template"]["spec"]["containers"][0]["command"] == ["sleep", "3600"]
+    out = apiserver.kubectl("create", "job", "pi", "-n", ns, "--image=perl", "--", "perl", "-e", "print 1")
+    assert out.stdout.strip() == "job.batch/pi created"
+    job = get_json(apiserver, "-n", ns, "job", "pi")
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["perl", "-e", "print 1"]
+
+
+def test_kubectl_scale_and_the_scale_subresource(apiserver, ns):
+    apiserver.kubectl("apply", "-n", ns, "-f", "-", input=DEPLOYMENT)
+    assert apiserver.kubectl("scale", "-n", ns, "deployment/web", "--replicas=5").stdout.strip() == "deployment.apps/web scaled"
+    assert get_json(apiserver, "-n", ns, "deploy", "web")["spec"]["replicas"] == 5
+    scale = json.loads(apiserver.kubectl("get", "--raw", f"/apis/apps/v1/namespaces/{ns}/deployments/web/scale").stdout)
+    assert scale["kind"] == "Scale" and scale["apiVersion"] == "autoscaling/v1"
+    assert scale["spec"] == {"replicas": 5} and scale["status"] == {"replicas": 0, "selector": "app=web"}
+    # --current-replicas is a precondition
+    stale = apiserver.kubectl("scale", "-n", ns, "deployment/web", "--current-replicas=2", "--replicas=1", check=False)
+    assert stale.returncode != 0 and "Expected replicas to be 2, was 5" in stale.stderr
+    negative = apiserver.kubectl("patch", "-n", ns, "deployment/web", "--subresource=scale", "--type=merge",
+                                 "-p", '{"spec":{"replicas":-1}}', check=False)
+    assert 'The Scale "web" is invalid: spec.replicas: Invalid value: -1: must be greater than or equal to 0' in negative.stderr
+    rc = {"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "rc1"},
+          "spec": {"template": {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}
+    apiserver.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(rc))
+    apiserver.kubectl("scale", "-n", ns, "rc/rc1", "--replicas=2")
+    assert get_json(apiserver, "-n", ns, "rc", "rc1")["spec"]["replicas"] == 2
+    resources = apiserver.kubectl("api-resources", "--api-group=apps", "--no-headers").stdout
+    assert "deployments" in resources and "deploy" in resources
+
+
+def test_python_client_apps_and_batch(apiserver, ns):
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=str(apiserver.kubeconfig))
+    apps, batch = client.AppsV1Api(api), client.BatchV1Api(api)
+    template = client.V1PodTemplateSpec(metadata=client.V1ObjectMeta(labels={"app": "py"}),
+                                        spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")]))
+    body = client.V1Deployment(metadata=client.V1ObjectMeta(name="py"),
+                               spec=client.V1DeploymentSpec(selector=client.V1LabelSelector(match_labels={"app": "py"}), template=template))
+    created = apps.create_namespaced_deployment(ns, body)
+    assert created.spec.replicas == 1 and created.spec.strategy.rolling_update.max_surge == "25%"
+    assert [d.metadata.name for d in apps.list_namespaced_deployment(ns).items] == ["py"]
+    scale = apps.patch_namespaced_deployment_scale("py", ns, {"spec": {"replicas": 4}})
+    assert scale.spec.replicas == 4 and scale.status.selector == "app=py"
+    assert apps.read_namespaced_deployment_scale("py", ns).spec.replicas == 4
+    read = apps.read_namespaced_deployment("py", ns)
+    read.spec.template.spec.containers[0].image = "busybox:1.36"
+    replaced = apps.replace_namespaced_deployment("py", ns, read)
+    assert replaced.metadata.generation == 3
+    apps.delete_namespaced_deployment("py", ns)
+    rs = client.V1ReplicaSet(metadata=client.V1ObjectMeta(name="py-rs"),
+                             spec=client.V1ReplicaSetSpec(selector=client.V1LabelSelector(match_labels={"app": "py"}), template=template))
+    assert apps.create_namespaced_replica_set(ns, rs).status.replicas == 0
+    job_template = client.V1PodTemplateSpec(spec=client.V1PodSpec(restart_policy="Never", containers=[client.V1Container(name="c", image="busybox")]))
+    job = batch.create_namespaced_job(ns, client.V1Job(metadata=client.V1ObjectMeta(name="py-job"), spec=client.V1JobSpec(template=job_template)))
+    assert job.spec.backoff_limit == 6 and job.spec.completion_mode == "NonIndexed"
+    assert [j.metadata.name for j in batch.list_namespaced_job(ns).items] == ["py-job"]
+    batch.delete_namespaced_job("py-job", ns)

@@ -44,8 +44,11 @@ from kubesvc.apiserver.openapi import OpenAPI
 from kubesvc.apiserver.kubeletclient import KubeletClient
 from kubesvc.apiserver.limits import in_flight_middleware
 from kubesvc.apiserver.registry.store import Registry
+from kubesvc.apiserver.scale import handle_scale
 from kubesvc.apiserver.streaming import connect_exec, connect_port_forward
-from kubesvc.apiserver.subresources import POD_BINDING, POD_EXEC, POD_LOG, POD_PORTFORWARD, SERVICE_ACCOUNT_TOKEN, action, legacy_action
+from kubesvc.apiserver.subresources import (
+    POD_BINDING, POD_EXEC, POD_LOG, POD_PORTFORWARD, SCALE_SUBRESOURCES, SERVICE_ACCOUNT_TOKEN, action, legacy_action,
+)
 from kubesvc.apiserver.watch import watch_objects
 from kubesvc.storage.base import StorageError
 from kubesvc.util.clock import Clock
@@ -75,6 +78,7 @@ ACTION_HANDLERS = {
     # a TokenRequest, answered by the handler registered as create_handlers[("", "serviceaccounts/token")]
     SERVICE_ACCOUNT_TOKEN: ("POST", lambda request, target: handlers.create_unstored(
         request, SERVICE_ACCOUNT_TOKEN.body, ("", "serviceaccounts/token"), target.namespace, target.name)),
+    **{scale: (("GET", "PUT", "PATCH"), handle_scale) for scale in SCALE_SUBRESOURCES},
 }
 
 

@@ -360,7 +360,9 @@ class _ResourcePaths:
             paths[f"{collection}/{{name}}/{subresource}"] = self._subresource(subresource, scope_parameters)
         for action in actions_of(info):
             item_parameters = [_path_parameter("name", f"name of the {action.kind}")] + scope_parameters
-            if action.body is not None:
+            if action.body is not None and "update" in action.verbs:
+                paths[f"{collection}/{{name}}/{action.name}"] = self._scale_action(action, action.body, item_parameters)
+            elif action.body is not None:
                 paths[f"{collection}/{{name}}/{action.name}"] = self._create_action(action, action.body, item_parameters,
                                                                                    info.kind + action.name.capitalize())
                 if action.legacy_resource:
@@ -380,6 +382,28 @@ class _ResourcePaths:
                                     {"content": {"*/*": {"schema": {"$ref": ref}}}, "required": True})
         operation["x-kubernetes-group-version-kind"] = {"group": body.group, "kind": body.kind, "version": body.version}
         return {"parameters": parameters + [_PRETTY], "post": operation}
+
+    def _scale_action(self, action: ActionSubresource, body: KindInfo, parameters: list[dict]) -> dict:
+        """GET, PUT and PATCH of another kind's view of the object (``deployments/scale``: a Scale)."""
+        ref = self.components.ref(body.schema)
+        gvk = {"group": body.group, "kind": body.kind, "version": body.version}
+        suffix = action.name.capitalize()
+        kind = self.info.kind
+        operations = {
+            "get": self._operation(f"read{self.prefix}{self.scope}{kind}{suffix}", "get",
+                                   f"read {action.name} of the specified {kind}", [], ref, ("200",)),
+            "put": self._operation(f"replace{self.prefix}{self.scope}{kind}{suffix}", "put",
+                                   f"replace {action.name} of the specified {kind}", [_DRY_RUN, _FIELD_MANAGER, _FIELD_VALIDATION],
+                                   ref, ("200", "201"), {"content": {"*/*": {"schema": {"$ref": ref}}}, "required": True}),
+            "patch": self._operation(f"patch{self.prefix}{self.scope}{kind}{suffix}", "patch",
+                                     f"partially update {action.name} of the specified {kind}",
+                                     [_DRY_RUN, _FIELD_MANAGER, _FIELD_VALIDATION, _FORCE], ref, ("200", "201"),
+                                     {"content": {content_type: {"schema": {"$ref": self.patch_ref}}
+                                                  for content_type in PATCH_CONTENT_TYPES}, "required": True}),
+        }
+        for operation in operations.values():
+            operation["x-kubernetes-group-version-kind"] = gvk
+        return {"parameters": parameters + [_PRETTY], **operations}
 
     def _read_action(self, action: ActionSubresource, parameters: list[dict]) -> dict:
         """GET of a stream (a container log): a plain string, not an object."""

@@ -17,7 +17,7 @@ strings, nested messages, map entries), or 4 bytes (5). Maps are repeated entry 
 strVal}``. The Go marshaller writes every non-pointer field, zero or not.
 
 ``kubectl create secret|configmap|serviceaccount|role|clusterrole|rolebinding|clusterrolebinding``
-do the same. This module is a small wire decoder plus field tables for the kinds those commands
+(and ``deployment``, ``job``: apps/v1 Deployment, batch/v1 Job with the Pod fields they fill in) do the same. This module is a small wire decoder plus field tables for the kinds those commands
 create (v1 Namespace, Service, Secret, ConfigMap, ServiceAccount, the four rbac/v1 kinds, and
 the access reviews, SelfSubjectReview, TokenReview and TokenRequest of ``kubectl auth can-i``,
 ``auth whoami`` and ``create token``), with the field numbers of k8s.io/api core/v1, rbac/v1,
@@ -267,6 +267,67 @@ _CERTIFICATE_SIGNING_REQUEST: Message = {
     3: _message("status", {1: _message("conditions", _CSR_CONDITION, repeated=True), 2: _Field("certificate", _Kind.BASE64)}),
 }
 
+# what kubectl create deployment|job send (k8s.io/api apps/v1, batch/v1 and core/v1 PodTemplateSpec). Only
+# the Pod fields those commands fill in are read (name, image, command, args, ports, env, restart
+# policy...); anything else a template carries is skipped, as unknown fields are.
+_CONTAINER_PORT: Message = {
+    1: _string("name"), 2: _Field("hostPort", _Kind.INT32), 3: _Field("containerPort", _Kind.INT32), 4: _string("protocol"),
+    5: _string("hostIP"),
+}
+_CONTAINER: Message = {
+    1: _string("name"), 2: _string("image"), 3: _string("command", repeated=True), 4: _string("args", repeated=True),
+    5: _string("workingDir"), 6: _message("ports", _CONTAINER_PORT, repeated=True),
+    7: _message("env", {1: _string("name"), 2: _string("value")}, repeated=True),
+    13: _string("terminationMessagePath"), 20: _string("terminationMessagePolicy"), 14: _string("imagePullPolicy"),
+    16: _Field("stdin", _Kind.BOOL), 17: _Field("stdinOnce", _Kind.BOOL), 18: _Field("tty", _Kind.BOOL),
+}
+_POD_SPEC: Message = {
+    20: _message("initContainers", _CONTAINER, repeated=True),
+    2: _message("containers", _CONTAINER, repeated=True),
+    3: _string("restartPolicy"),
+    4: _Field("terminationGracePeriodSeconds", _Kind.INT64, pointer=True),
+    5: _Field("activeDeadlineSeconds", _Kind.INT64, pointer=True),
+    6: _string("dnsPolicy"),
+    7: _Field("nodeSelector", _Kind.STRING_MAP),
+    8: _string("serviceAccountName"),
+    10: _string("nodeName"),
+    11: _Field("hostNetwork", _Kind.BOOL),
+    16: _string("hostname"),
+    17: _string("subdomain"),
+    19: _string("schedulerName"),
+}
+_POD_TEMPLATE_SPEC: Message = {1: _message("metadata", _OBJECT_META), 2: _message("spec", _POD_SPEC)}
+_DEPLOYMENT_SPEC: Message = {
+    1: _Field("replicas", _Kind.INT32, pointer=True),
+    2: _message("selector", _LABEL_SELECTOR, pointer=True),
+    3: _message("template", _POD_TEMPLATE_SPEC),
+    4: _message("strategy", {1: _string("type"), 2: _message("rollingUpdate", {
+        1: _Field("maxUnavailable", _Kind.INT_OR_STRING, pointer=True), 2: _Field("maxSurge", _Kind.INT_OR_STRING, pointer=True),
+    }, pointer=True)}),
+    5: _Field("minReadySeconds", _Kind.INT32),
+    6: _Field("revisionHistoryLimit", _Kind.INT32, pointer=True),
+    7: _Field("paused", _Kind.BOOL),
+    9: _Field("progressDeadlineSeconds", _Kind.INT32, pointer=True),
+}
+_DEPLOYMENT: Message = {1: _message("metadata", _OBJECT_META), 2: _message("spec", _DEPLOYMENT_SPEC)}
+_JOB_SPEC: Message = {
+    1: _Field("parallelism", _Kind.INT32, pointer=True),
+    2: _Field("completions", _Kind.INT32, pointer=True),
+    3: _Field("activeDeadlineSeconds", _Kind.INT64, pointer=True),
+    7: _Field("backoffLimit", _Kind.INT32, pointer=True),
+    12: _Field("backoffLimitPerIndex", _Kind.INT32, pointer=True),
+    13: _Field("maxFailedIndexes", _Kind.INT32, pointer=True),
+    4: _message("selector", _LABEL_SELECTOR, pointer=True),
+    5: _Field("manualSelector", _Kind.BOOL, pointer=True),
+    6: _message("template", _POD_TEMPLATE_SPEC),
+    8: _Field("ttlSecondsAfterFinished", _Kind.INT32, pointer=True),
+    9: _string("completionMode", pointer=True),
+    10: _Field("suspend", _Kind.BOOL, pointer=True),
+    14: _string("podReplacementPolicy", pointer=True),
+    15: _string("managedBy", pointer=True),
+}
+_JOB: Message = {1: _message("metadata", _OBJECT_META), 2: _message("spec", _JOB_SPEC)}
+
 _RBAC = "rbac.authorization.k8s.io/v1"
 _AUTHZ = "authorization.k8s.io/v1"
 _AUTHN = "authentication.k8s.io/v1"
@@ -287,6 +348,8 @@ SUPPORTED_KINDS: dict[tuple[str, str], Message] = {
     (_AUTHN, "TokenReview"): _TOKEN_REVIEW,
     (_AUTHN, "SelfSubjectReview"): _SELF_SUBJECT_REVIEW,
     (_AUTHN, "TokenRequest"): _TOKEN_REQUEST,
+    ("apps/v1", "Deployment"): _DEPLOYMENT,
+    ("batch/v1", "Job"): _JOB,
     ("certificates.k8s.io/v1", "CertificateSigningRequest"): _CERTIFICATE_SIGNING_REQUEST,
 }
 

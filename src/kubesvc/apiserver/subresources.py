@@ -12,6 +12,9 @@ of a Pod's subresources do something else, each with REST logic of its own upstr
 * ``pods/exec`` and ``pods/portforward`` (``ExecREST``, ``PortForwardREST``): ``GET`` (a
   WebSocket) or ``POST`` (a SPDY upgrade) streams a command or TCP connections through the
   Pod's node agent (``streaming.py``).
+* ``deployments/scale``, ``replicasets/scale``, ``replicationcontrollers/scale`` (``ScaleREST``):
+  ``GET`` an autoscaling/v1 ``Scale`` of the object, ``PUT``/``PATCH`` one to set its
+  ``spec.replicas`` (``scale.py``).
 * ``serviceaccounts/token`` (``TokenREST``): ``POST`` an authentication.k8s.io/v1
   ``TokenRequest`` to get a signed token for the ServiceAccount; answered by the handler
   registered for it in the app's ``create_handlers`` (404 until one is).
@@ -24,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kubesvc.api.kinds.authentication import TOKEN_REQUEST_INFO
+from kubesvc.api.kinds.autoscaling import SCALE_INFO
 from kubesvc.api.kinds.core import BINDING_INFO
 from kubesvc.api.scheme import KindInfo
 
@@ -47,7 +51,13 @@ POD_EXEC = ActionSubresource("", "pods", "exec", "PodExecOptions", ("create", "g
 POD_PORTFORWARD = ActionSubresource("", "pods", "portforward", "PodPortForwardOptions", ("create", "get"))
 SERVICE_ACCOUNT_TOKEN = ActionSubresource("", "serviceaccounts", "token", "TokenRequest", ("create",),
                                           body=TOKEN_REQUEST_INFO)
-ACTION_SUBRESOURCES = (POD_BINDING, POD_LOG, POD_EXEC, POD_PORTFORWARD, SERVICE_ACCOUNT_TOKEN)
+# the body is read and written (get, update, patch), not created: see openapi's _scale_action
+DEPLOYMENT_SCALE = ActionSubresource("apps", "deployments", "scale", "Scale", ("get", "patch", "update"), body=SCALE_INFO)
+REPLICA_SET_SCALE = ActionSubresource("apps", "replicasets", "scale", "Scale", ("get", "patch", "update"), body=SCALE_INFO)
+REPLICATION_CONTROLLER_SCALE = ActionSubresource("", "replicationcontrollers", "scale", "Scale", ("get", "patch", "update"),
+                                                 body=SCALE_INFO)
+SCALE_SUBRESOURCES = (DEPLOYMENT_SCALE, REPLICA_SET_SCALE, REPLICATION_CONTROLLER_SCALE)
+ACTION_SUBRESOURCES = (POD_BINDING, POD_LOG, POD_EXEC, POD_PORTFORWARD, SERVICE_ACCOUNT_TOKEN, *SCALE_SUBRESOURCES)
 
 
 def actions_of(info: KindInfo) -> list[ActionSubresource]:
