@@ -148,10 +148,38 @@ def test_exec_needs_create_on_pods_exec(up, pod):
     wait_until(lambda: up.kubectl("--as", user, "exec", pod, "--", "true", check=False).returncode == 0, 20, "exec allowed")
 
 
-def test_port_forward_reaches_the_pods_loopback(up, pod):
-    argv = nsenter_argv(up.ns.name, "kubectl", f"--kubeconfig={up.kubeconfig}", f"--cache-dir={up.cache_dir}", "port-forward",
-                        f"pod/{pod}", "18080:80")
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO_ROOT, text=True)
+def kubectl_argv(up: Machine, *args: str, env: tuple[str, ...] = ()) -> list[str]:
+    return nsenter_argv(up.ns.name, "env", *env, "kubectl", f"--kubeconfig={up.kubeconfig}", f"--cache-dir={up.cache_dir}", *args)
+
+
+# kubectl's switches for its SPDY fallback (pkg/cmd/util/helpers.go IsDisabled): what it does
+# when the WebSocket upgrade is refused, forced
+NO_WEBSOCKETS = ("KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false", "KUBECTL_PORT_FORWARD_WEBSOCKETS=false")
+
+
+def test_exec_over_spdy(up, pod):
+    def run(*args, input=None):
+        return subprocess.run(kubectl_argv(up, *args, env=NO_WEBSOCKETS), input=input, capture_output=True, text=True, timeout=60,
+                              cwd=REPO_ROOT)
+
+    first = run("-v=6", "exec", pod, "--", "env")
+    assert "GREETING=hello-exec" in first.stdout.splitlines()
+    assert any(" POST https://" in line and "/exec?" in line and "101 Switching Protocols" in line
+               for line in first.stderr.splitlines()), first.stderr  # the SPDY upgrade it was
+    result = run("exec", pod, "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+    assert (result.returncode, result.stdout) == (3, "out\n")
+    assert "err\n" in result.stderr and "command terminated with exit code 3" in result.stderr
+    text = "".join(f"line {i}\n" for i in range(2000))
+    assert run("exec", "-i", pod, "--", "sh", "-c", "tr a-z A-Z; echo done", input=text).stdout == text.upper() + "done\n"
+    refused = run("exec", pod, "-c", "nope", "--", "env")
+    assert refused.returncode != 0
+    assert f"Error from server (BadRequest): container nope is not valid for pod {pod}" in refused.stderr
+
+
+@pytest.mark.parametrize("env", [(), NO_WEBSOCKETS], ids=["websocket", "spdy"])
+def test_port_forward_reaches_the_pods_loopback(up, pod, env):
+    process = subprocess.Popen(kubectl_argv(up, "port-forward", f"pod/{pod}", "18080:80", env=env), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, cwd=REPO_ROOT, text=True)
     try:
         assert process.stdout is not None
         first = process.stdout.readline()

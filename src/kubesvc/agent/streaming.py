@@ -39,8 +39,13 @@ Other clients (the Python client's ``portforward``) use the channel protocol
 Errors before the upgrade are plain text with kubelet's words: 404 for a Pod the agent does not
 run, 500 ``container not found ("C")`` for a container that is not running (kubectl prints
 ``unable to upgrade connection: container not found ("C")``), 400 for bad parameters.
-A request that is not a WebSocket (kubectl's fallback, a SPDY ``POST``) is refused with 400:
-this agent speaks SPDY only inside the WebSocket tunnel.
+
+**SPDY fallback.** kubectl falls back to a plain ``POST`` with ``Upgrade: SPDY/3.1`` when its
+WebSocket is refused (or with ``KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false`` /
+``KUBECTL_PORT_FORWARD_WEBSOCKETS=false``): the agent answers 101 with
+``X-Stream-Protocol-Version`` ``v4.channel.k8s.io`` (exec; a stream per channel) or
+``portforward.k8s.io`` (the same streams as in the tunnel), the connection taken over by
+``serving/upgrade.py``.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ import json
 import logging
 import socket
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from aiohttp import WSMsgType, web
@@ -62,6 +67,7 @@ from kubesvc.kernel import interactive, netns as knetns
 from kubesvc.kernel.exec import in_netns
 from kubesvc.kernel.host import process_root
 from kubesvc.kernel.mounts import DEFAULT_PATH, in_container
+from kubesvc.serving import upgrade
 from kubesvc.util.golang import quote as go_quote
 
 log = logging.getLogger("kubesvc.agent.streaming")
@@ -71,6 +77,9 @@ V5 = "v5.channel.k8s.io"
 V4 = "v4.channel.k8s.io"
 EXEC_PROTOCOLS = (V5, V4)
 PORT_FORWARD_TUNNEL = "SPDY/3.1+portforward.k8s.io"
+PORT_FORWARD_SPDY = "portforward.k8s.io"  # X-Stream-Protocol-Version of the plain SPDY upgrade
+SPDY_EXEC_PROTOCOLS = (V4,)  # client-go offers v5..v1 over SPDY; v4 is the newest kubelet speaks there
+STREAM_CREATION_TIMEOUT = 30.0  # kubelet's streamCreationTimeout
 DRAIN_SECONDS = 1.0  # output still read after the command exited (a child it left may hold the pipe)
 MAX_MESSAGE = 4 << 20
 
@@ -180,20 +189,126 @@ async def serve_exec(request: web.Request, resolve: ResolveExec) -> web.StreamRe
         return _text(404, f'pod "{pod}" does not exist')
     if isinstance(target, str):
         return _text(500, target)
+    if upgrade.is_spdy_upgrade(request):
+        return await _serve_exec_spdy(request, options, target)
     if not _is_websocket(request):
-        return _text(400, "unable to upgrade: this node agent serves exec over WebSocket only (v5.channel.k8s.io, v4.channel.k8s.io)")
+        return _text(400, "unable to upgrade: an exec is a WebSocket (v5.channel.k8s.io, v4.channel.k8s.io) or a SPDY/3.1 upgrade")
     protocol = _chosen_protocol(request, EXEC_PROTOCOLS)
     if protocol is None:
         return _text(400, f"unable to upgrade: unable to negotiate protocol: client supports {request.headers.getall('Sec-WebSocket-Protocol', [])}, "
                           f"server supports {list(EXEC_PROTOCOLS)}")
     ws = web.WebSocketResponse(protocols=(protocol,), max_msg_size=MAX_MESSAGE, autoping=True)
     await ws.prepare(request)
+    send_lock = asyncio.Lock()
+
+    async def send(channel: int, data: bytes) -> None:
+        async with send_lock:
+            await ws.send_bytes(frame(channel, data))
+
     try:
-        await ws.send_bytes(frame(options.first_channel()))
-        await _run_exec(ws, protocol, options, target)
+        await send(options.first_channel(), b"")
+        await _run_exec(send, lambda child: _from_client(ws, protocol, child), options, target)
     finally:
         await ws.close()
     return ws
+
+
+async def _serve_exec_spdy(request: web.Request, options: ExecOptions, target: ExecTarget) -> web.StreamResponse:
+    """kubectl's fallback: remotecommand over SPDY/3.1 (kubelet's remotecommand/httpstream.go).
+    The client opens one stream per channel, each named by its ``streamType`` header: ``error``,
+    then ``stdin``, ``stdout``, ``stderr`` as asked, and ``resize`` with a terminal (a sequence
+    of JSON sizes); stdin ends with its stream's FIN. Protocol ``v4.channel.k8s.io``: the error
+    stream carries the same Status as the WebSocket's error channel."""
+    protocol = next((p for p in upgrade.requested_protocols(request.headers) if p in SPDY_EXEC_PROTOCOLS), None)
+    if protocol is None:
+        return _text(400, f"unable to upgrade: unable to negotiate protocol: client supports {upgrade.requested_protocols(request.headers)}, "
+                          f"server supports {list(SPDY_EXEC_PROTOCOLS)}")
+    expected = {"error"} | {name for name, on in (("stdin", options.stdin), ("stdout", options.stdout),
+                                                   ("stderr", options.stderr), ("resize", options.tty)) if on}
+    streams: dict[str, Stream] = {}
+    all_there = asyncio.Event()
+
+    async def on_stream(stream: Stream) -> None:
+        streams[stream.header("streamType")] = stream
+        if expected <= streams.keys():
+            all_there.set()
+
+    response, connection = await upgrade.accept(request, protocol)
+    session = Session(connection.write, on_stream)
+    reading = asyncio.create_task(_feed_session(connection, session))
+    try:
+        await asyncio.wait_for(all_there.wait(), timeout=STREAM_CREATION_TIMEOUT)
+    except asyncio.TimeoutError:
+        log.info("exec over SPDY: the client opened %s of %s in time", sorted(streams), sorted(expected))
+        reading.cancel()
+        connection.close()
+        return response
+    channels = {STDOUT: "stdout", STDERR: "stderr", ERROR: "error"}
+
+    async def send(channel: int, data: bytes) -> None:
+        stream = streams.get(channels.get(channel, ""))
+        if stream is not None and data:
+            await stream.write(data)
+
+    async def from_client(child: interactive.Interactive) -> None:
+        tasks = []
+        if "stdin" in streams:
+            tasks.append(asyncio.create_task(_stdin_from_stream(streams["stdin"], child)))
+        if "resize" in streams:
+            tasks.append(asyncio.create_task(_resizes_from_stream(streams["resize"], child)))
+        try:
+            await session.closed.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    try:
+        await _run_exec(send, from_client, options, target)
+        for stream in streams.values():
+            await stream.close()
+    except ConnectionError:
+        pass
+    finally:
+        reading.cancel()
+        session.close()
+        connection.close()
+    return response
+
+
+async def _feed_session(connection: upgrade.RawConnection, session: Session) -> None:
+    """The upgraded connection's bytes into ``session`` until it ends (then every stream ends)."""
+    try:
+        while data := await connection.read():
+            await session.feed(data)
+    except (ProtocolError, ConnectionError) as exc:
+        log.info("SPDY connection: %s", exc)
+    finally:
+        session.close()
+
+
+async def _stdin_from_stream(stream: Stream, child: interactive.Interactive) -> None:
+    while data := await stream.read():
+        if child.stdin is not None:
+            with contextlib.suppress(OSError):
+                await interactive.write(child.stdin, data)
+    child.close_stdin()
+
+
+async def _resizes_from_stream(stream: Stream, child: interactive.Interactive) -> None:
+    """A stream of JSON ``{"Width": W, "Height": H}`` objects, one after another (Go's json.Decoder)."""
+    decoder, buffer = json.JSONDecoder(), ""
+    while data := await stream.read():
+        buffer += data.decode("utf-8", "replace")
+        while True:
+            buffer = buffer.lstrip()
+            try:
+                size, end = decoder.raw_decode(buffer)
+            except ValueError:
+                break
+            buffer = buffer[end:]
+            decoded = resize_of(json.dumps(size).encode())
+            if decoded is not None:
+                child.resize(*decoded)
 
 
 def _exec_argv(target: ExecTarget, command: Sequence[str]) -> tuple[list[str], str, dict[str, str]]:
@@ -203,26 +318,24 @@ def _exec_argv(target: ExecTarget, command: Sequence[str]) -> tuple[list[str], s
     return in_netns(target.netns, command), target.working_dir or "/", env
 
 
-async def _run_exec(ws: web.WebSocketResponse, protocol: str, options: ExecOptions, target: ExecTarget) -> None:
+async def _run_exec(send: Callable[[int, bytes], Awaitable[None]], client_input: Callable[[interactive.Interactive], Awaitable[None]],
+                    options: ExecOptions, target: ExecTarget) -> None:
+    """Run the command and serve it: its output through ``send(channel, bytes)``, the client's
+    input by ``client_input(child)`` (which returns when the client has gone), the Status last."""
     command = list(options.command)
     root = process_root(target.pid)
     env = {"PATH": DEFAULT_PATH, **target.env}
     if find_executable(command[0], env, target.working_dir if target.pid is None else None, root=root) is None:
         message = (f"failed to exec in container: failed to start exec: OCI runtime exec failed: exec failed: unable to start "
                    f"container process: exec: {go_quote(command[0])}: executable file not found in $PATH: unknown")
-        await ws.send_bytes(frame(ERROR, json.dumps(failure_status(message)).encode()))
+        await send(ERROR, json.dumps(failure_status(message)).encode())
         return
     argv, cwd, env = _exec_argv(target, command)
     try:
         child = await interactive.spawn_interactive(argv, env=env, cwd=cwd, stdin=options.stdin, tty=options.tty)
     except OSError as exc:
-        await ws.send_bytes(frame(ERROR, json.dumps(failure_status(f"failed to exec in container: {exc}")).encode()))
+        await send(ERROR, json.dumps(failure_status(f"failed to exec in container: {exc}")).encode())
         return
-    send_lock = asyncio.Lock()
-
-    async def send(channel: int, data: bytes) -> None:
-        async with send_lock:
-            await ws.send_bytes(frame(channel, data))
 
     async def pump(fd: int, channel: int, wanted: bool) -> None:
         with contextlib.suppress(OSError, ConnectionError):
@@ -233,7 +346,7 @@ async def _run_exec(ws: web.WebSocketResponse, protocol: str, options: ExecOptio
     pumps = [asyncio.create_task(pump(child.stdout, STDOUT, options.stdout or options.tty))]
     if child.stderr is not None:
         pumps.append(asyncio.create_task(pump(child.stderr, STDERR, options.stderr)))
-    client = asyncio.create_task(_from_client(ws, protocol, child))
+    client = asyncio.ensure_future(client_input(child))
     exited = asyncio.ensure_future(child.wait())
     try:
         await asyncio.wait([exited, client], return_when=asyncio.FIRST_COMPLETED)
@@ -299,9 +412,23 @@ async def serve_port_forward(request: web.Request, resolve: ResolvePod) -> web.S
     pod_netns = resolve(namespace, pod)
     if pod_netns is None:
         return _text(404, f'pod "{pod}" does not exist')
+    if upgrade.is_spdy_upgrade(request):
+        if PORT_FORWARD_SPDY not in upgrade.requested_protocols(request.headers):
+            return _text(400, f"unable to upgrade: unable to negotiate protocol: client supports {upgrade.requested_protocols(request.headers)}, "
+                              f"server supports [{PORT_FORWARD_SPDY}]")
+        response, connection = await upgrade.accept(request, PORT_FORWARD_SPDY)
+        forwarder = PortForwarder(f"{namespace}/{pod}", pod_netns)
+        session = Session(connection.write, forwarder.on_stream)
+        try:
+            await _feed_session(connection, session)
+        finally:
+            session.close()
+            await session.wait_handlers()
+            connection.close()
+        return response
     protocol = _chosen_protocol(request, (PORT_FORWARD_TUNNEL, V4)) if _is_websocket(request) else None
     if protocol is None:
-        return _text(400, f"unable to upgrade: this node agent serves port-forward over WebSocket only ({PORT_FORWARD_TUNNEL}, {V4})")
+        return _text(400, f"unable to upgrade: a port-forward is a WebSocket ({PORT_FORWARD_TUNNEL}, {V4}) or a SPDY/3.1 upgrade")
     ports = forward_ports(request.query) if protocol == V4 else []
     if isinstance(ports, str):
         return _text(400, ports)

@@ -212,6 +212,12 @@ class KubeletClient:
             await self._session.close()
             self._session = None
 
+    def tls_for(self, url: URL) -> ssl.SSLContext:
+        """The TLS client context towards the agent at ``url`` (an error unless https with credentials)."""
+        if url.scheme != "https" or self._tls is None:
+            raise unknown_error(f'Get "{url}": the apiserver calls node agents over HTTPS with its kubelet client certificate only')
+        return self._tls
+
     def session_for(self, url: URL) -> aiohttp.ClientSession:
         """The HTTPS session to the agents, for ``url`` (an error unless https with credentials)."""
         if url.scheme != "https" or self._tls is None:

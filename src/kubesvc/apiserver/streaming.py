@@ -32,7 +32,7 @@ client's with the subprotocol the agent chose, then copies binary and text messa
 until either side closes (with the same close code). An agent that refuses the upgrade is
 answered through to the client with its status and text (``container not found ("C")``, which
 kubectl prints after ``unable to upgrade connection:``); the SPDY ``POST`` fallback is passed to
-the agent as a plain ``POST`` so its refusal reaches kubectl the same way.
+the agent as the same upgrade (``serving/upgrade.py``), its bytes copied both ways.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from kubesvc.apiserver.auth.attributes import Attributes
 from kubesvc.apiserver.auth.authorizer import forbidden
 from kubesvc.apiserver.kubeletclient import MAX_ERROR_BODY, dial_error, kubelet_address
 from kubesvc.apiserver.registry.pod import choose_container
+from kubesvc.serving import upgrade
 
 MAX_MESSAGE = 4 << 20  # a WebSocket message either way (kubectl writes at most 32 KiB of stdin at a time)
 
@@ -133,9 +134,11 @@ async def _agent_refusal(session: aiohttp.ClientSession, method: str, url: URL) 
 
 
 async def _relay(request: web.Request, url: URL) -> web.StreamResponse:
-    session = request.app["kubelet_client"].session_for(url)
-    if not is_websocket(request):
-        # kubectl's SPDY fallback: the agent decides (it serves streams over WebSocket only)
+    kubelet_client = request.app["kubelet_client"]
+    session = kubelet_client.session_for(url)
+    if upgrade.is_spdy_upgrade(request):
+        return await _relay_spdy(request, url, kubelet_client.tls_for(url))
+    if not is_websocket(request):  # not a stream at all: the agent says why not
         return await _agent_refusal(session, request.method, url)
     protocols = offered_protocols(request)
     try:
@@ -155,6 +158,45 @@ async def _relay(request: web.Request, url: URL) -> web.StreamResponse:
         return client
     finally:
         await upstream.close()
+
+
+async def _relay_spdy(request: web.Request, url: URL, tls) -> web.StreamResponse:
+    """kubectl's SPDY fallback, proxied as kube-apiserver's UpgradeAwareHandler does: the same
+    upgrade asked of the agent, its 101 (with the protocol it chose) or its refusal answered to
+    the client, then the two connections' bytes copied both ways until either ends."""
+    headers = [("Connection", "Upgrade"), ("Upgrade", request.headers.get("Upgrade", "SPDY/3.1"))]
+    headers += [("X-Stream-Protocol-Version", p) for p in upgrade.requested_protocols(request.headers)]
+    try:
+        answer = await upgrade.dial(url.host or "", url.port or 443, tls, request.method, url.raw_path_qs, headers)
+    except (OSError, asyncio.TimeoutError, ValueError) as exc:
+        raise dial_error(url, exc) from None
+    if answer.status != 101 or answer.reader is None or answer.writer is None:
+        return web.Response(status=answer.status, body=answer.body,
+                            headers={"Content-Type": answer.headers.get("Content-Type", "text/plain")})
+    agent_reader, agent_writer = answer.reader, answer.writer
+    try:
+        response, client = await upgrade.accept(request, answer.headers.get("X-Stream-Protocol-Version", ""))
+
+        async def to_agent() -> None:
+            while data := await client.read():
+                agent_writer.write(data)
+                await agent_writer.drain()
+
+        async def to_client() -> None:
+            while data := await agent_reader.read(65536):
+                await client.write(data)
+
+        tasks = [asyncio.create_task(to_agent()), asyncio.create_task(to_client())]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            client.close()
+        return response
+    finally:
+        agent_writer.close()
 
 
 async def _pipe(client: web.WebSocketResponse, upstream: aiohttp.ClientWebSocketResponse) -> None:
