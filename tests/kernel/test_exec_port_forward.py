@@ -233,3 +233,62 @@ def test_python_client_port_forward(up, pod):
     assert answer.startswith("HTTP/1.0 200 OK")
     assert answer.endswith("\r\n\r\nhello from the pod\n")
     assert error is None
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Host pids whose command line holds ``marker`` (a Pod's processes are host processes)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def test_a_client_that_goes_away_takes_its_command_along(up, pod):
+    marker = f"sleep-{secrets.token_hex(4)}"
+    process = subprocess.Popen(kubectl_argv(up, "exec", pod, "--", "sh", "-c", f"exec -a {marker} sleep 300"),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO_ROOT, start_new_session=True)
+    try:
+        wait_until(lambda: _processes_with(marker), 20, "the command running")
+    finally:
+        os.killpg(process.pid, 9)
+        process.wait(timeout=10)
+    wait_until(lambda: not _processes_with(marker), 20, "the command gone with its client")
+
+
+def test_exec_of_a_missing_command(up, pod):
+    result = up.kubectl("exec", pod, "--", "no-such-command", check=False)
+    assert result.returncode != 0
+    assert 'exec: "no-such-command": executable file not found in $PATH' in result.stderr
+
+
+def test_exec_into_an_unscheduled_pod(up):
+    name = f"nowhere-{secrets.token_hex(3)}"
+    up.kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+        "nodeSelector": {"no-such-label": "x"}, "containers": [{"name": "c", "image": "x", "command": ["sleep", "60"]}]}}))
+    result = up.kubectl("exec", name, "--", "true", check=False)
+    assert result.returncode != 0
+    assert f"Error from server (BadRequest): pod {name} does not have a host assigned" in result.stderr
+
+
+def test_port_forward_to_a_port_nobody_listens_on(up, pod):
+    process = subprocess.Popen(kubectl_argv(up, "port-forward", f"pod/{pod}", "18081:81"), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, cwd=REPO_ROOT, text=True)
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().startswith("Forwarding from 127.0.0.1:18081 -> 81")
+        with pytest.raises(OSError):  # the connection is closed without an answer
+            call_in_netns(up.ns.name, http_request, "127.0.0.1", 18081, "/", "GET", 10.0)
+        process.wait(timeout=20)
+        _, err = process.communicate(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+    assert "an error occurred forwarding 18081 -> 81: error forwarding port 81 to pod " in err
+    assert "connect: connection refused" in err

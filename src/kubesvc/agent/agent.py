@@ -232,7 +232,7 @@ class Agent:
         if process is None or process.returncode is not None or worker.network is None:
             return f'container not found ("{container}")'  # kubelet's findContainer
         return ExecTarget(netns=worker.network.netns, env=dict(slot.env), working_dir=slot.spec.get("workingDir") or "/",
-                          pid=process.pid if process.mounts is not None else None)
+                          pid=process.pid)
 
     def _pod_netns(self, namespace: str, name: str) -> str | None:
         """The Pod's network namespace, for ``kubectl port-forward``."""

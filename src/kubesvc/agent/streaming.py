@@ -20,10 +20,9 @@ stdin). Once upgraded the server writes an empty message on the lowest channel t
 ``command terminated with exit code N`` and exits N. A command that cannot start is a plain
 failure Status (kubectl prints its message). Then a normal close (1000).
 
-The command runs where the container runs: in its mount and network namespaces, root and
-working directory (``nsenter`` over its pid) when it has a mount namespace of its own, else in
-the Pod's network namespace with the container's ``workingDir``; with the container's
-environment either way (what the runtime keeps from ``CreateContainer``). ``tty`` gives it a
+The command runs where the container runs: in its network, mount and UTS namespaces, root and
+working directory, as its user (``mounts.in_container``: ``nsenter`` over its main process),
+with the container's environment (what the runtime keeps from ``CreateContainer``). ``tty`` gives it a
 pseudo-terminal (``kernel/interactive.py``).
 
 **Port-forward** from kubectl 1.32 is SPDY/3.1 tunneled through the WebSocket (subprotocol
@@ -91,7 +90,7 @@ class ExecTarget:
     netns: str | None
     env: Mapping[str, str]
     working_dir: str
-    pid: int | None  # the container's process when it has a mount namespace of its own
+    pid: int | None  # the container's main process: its namespaces, root, directory and user are entered
 
 
 ResolveExec = Callable[[str, str, str], "ExecTarget | str | None"]  # None: no such Pod; str: why not
@@ -325,7 +324,7 @@ async def _run_exec(send: Callable[[int, bytes], Awaitable[None]], client_input:
     command = list(options.command)
     root = process_root(target.pid)
     env = {"PATH": DEFAULT_PATH, **target.env}
-    if find_executable(command[0], env, target.working_dir if target.pid is None else None, root=root) is None:
+    if find_executable(command[0], env, target.working_dir, root=root) is None:
         message = (f"failed to exec in container: failed to start exec: OCI runtime exec failed: exec failed: unable to start "
                    f"container process: exec: {go_quote(command[0])}: executable file not found in $PATH: unknown")
         await send(ERROR, json.dumps(failure_status(message)).encode())
