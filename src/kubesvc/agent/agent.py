@@ -25,6 +25,7 @@ import logging
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from kubesvc.agent import podnet
 from kubesvc.agent.kubeletauth import SubjectAccessReviewAuthorizer, self_signed_serving_pair, serving_context
@@ -83,8 +84,18 @@ class AgentConfig:
                                   state_dir=self.data_dir / "network")
 
 
+class CrossNodeNetwork(Protocol):
+    """The Pod network across nodes (``kubesvc.podnetwork``'s controller, which the command
+    wires in: the agent runs it as k3s's agent runs flannel): ``prepare`` before the Pod bridge
+    (the Pods' MTU, None for the default), ``start`` once the Node is registered, ``stop`` last."""
+
+    async def prepare(self) -> int | None: ...
+    async def start(self) -> None: ...
+    async def stop(self, *, cleanup: bool = True) -> list[str]: ...
+
+
 class Agent:
-    def __init__(self, client: RestClient, config: AgentConfig, *, clock: Clock | None = None):
+    def __init__(self, client: RestClient, config: AgentConfig, *, clock: Clock | None = None, pod_network: CrossNodeNetwork | None = None):
         self.client = client
         self.config = config
         self.clock = clock or RealClock()
@@ -105,16 +116,21 @@ class Agent:
         self._done: set[str] = set()  # UIDs whose worker finished: never run again
         self._tasks: list[asyncio.Task] = []
         self._stopping = False
+        self.pod_network = pod_network
 
     # -- life
 
     async def start(self) -> None:
+        if self.pod_network is not None:
+            self.network.mtu = await self.pod_network.prepare()  # vxlan: the Pods' MTU leaves room for the encapsulation
         await podnet.ensure_node_network(self.network)
         await self.kubelet.start()
         identity = NodeIdentity(self.config.node_name, list(self.config.node_ips), list(self.config.pod_cidrs), self.config.zone,
                                 self.kubelet.port, dict(self.config.extra_labels))
         self.heartbeat = NodeHeartbeat(self.client, identity, clock=self.clock)
         await self.heartbeat.register()
+        if self.pod_network is not None:
+            await self.pod_network.start()  # publishes this node's annotations on its Node, follows the others
         self._tasks.append(asyncio.create_task(self.heartbeat.run()))
         self._tasks += [asyncio.create_task(self.services.run()), asyncio.create_task(self.pods.run())]
         await self.services.wait_for_sync()
@@ -140,7 +156,10 @@ class Agent:
                 log.warning("cannot report node %s not ready: %s", self.config.node_name, err)
         await self.kubelet.stop()
         await self.recorder.flush()
-        return await podnet.teardown_node_network(self.network) if remove_network else []
+        errors = await podnet.teardown_node_network(self.network) if remove_network else []
+        if self.pod_network is not None:
+            errors += await self.pod_network.stop(cleanup=remove_network)
+        return errors
 
     # -- Pods
 

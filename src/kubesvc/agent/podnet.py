@@ -136,6 +136,7 @@ class NodeNetwork:
     bridge: str = "cbr0"
     netns_prefix: str = "kubesvc-"
     state_dir: Path = field(kw_only=True)
+    mtu: int | None = field(default=None, kw_only=True)  # the Pods' interfaces (None: the kernel's); vxlan sets uplink - 50
     kernel: NodeKernel = field(default_factory=NodeKernel, kw_only=True, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -311,10 +312,10 @@ def node_sysctls(bridge: str, versions: Collection[int]) -> dict[str, str]:
 # a Pod: kernel input
 
 
-def node_side_ops(bridge: str, pod: PodNetwork, have_netns: bool, have_veth: bool) -> list[Op]:
-    """Run in the node's namespace: the Pod's namespace and veth (what is missing of them) and
-    the veth on the bridge, up. A veth left from a namespace deleted by name (its processes keep
-    the old one alive) is replaced."""
+def node_side_ops(bridge: str, pod: PodNetwork, have_netns: bool, have_veth: bool, mtu: int | None = None) -> list[Op]:
+    """Run in the node's namespace: the Pod's namespace and veth (what is missing of them, both
+    ends with ``mtu`` if given) and the veth on the bridge, up. A veth left from a namespace
+    deleted by name (its processes keep the old one alive) is replaced."""
     ops: list[Op] = []
     if have_veth and not have_netns:
         ops.append(DelLink(pod.host_veth))
@@ -322,7 +323,7 @@ def node_side_ops(bridge: str, pod: PodNetwork, have_netns: bool, have_veth: boo
     if not have_netns:
         ops.append(AddNetns(pod.netns))
     if not have_veth:
-        ops.append(AddVeth(pod.host_veth, POD_IFNAME, pod.netns))
+        ops.append(AddVeth(pod.host_veth, POD_IFNAME, pod.netns, mtu))
     # hairpin mode (kubelet's hairpin-veth): with bridge netfilter on, a Pod's connection to a
     # Service that DNATs back to the Pod itself must leave through the port it came in by
     return ops + [SetUp(pod.host_veth, master=bridge), SetHairpin(pod.host_veth)]
@@ -536,7 +537,8 @@ def _add_pod(net: NodeNetwork, pod_uid: str) -> PodNetwork:
     pod = net.pod(pod_uid)
     pod.ips = IPStore(net.ipam_dir).allocate(pod_uid, net.pod_cidrs, net.gateways)
     kernel = net.kernel
-    kernel.rtnl.apply(node_side_ops(net.bridge, pod, kernel.namespaces.exists(pod.netns), kernel.rtnl.link_exists(pod.host_veth)))
+    kernel.rtnl.apply(node_side_ops(net.bridge, pod, kernel.namespaces.exists(pod.netns), kernel.rtnl.link_exists(pod.host_veth),
+                                   net.mtu))
     _write_sysctls(kernel.sysctl, {f"net/ipv4/conf/{pod.host_veth}/send_redirects": "0"})
     kernel.rtnl.apply(pod_side_ops(pod.ips, net.gateways), pod.netns)
     return pod

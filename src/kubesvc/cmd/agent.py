@@ -28,8 +28,9 @@ def _start_failures() -> tuple[type[Exception], ...]:
     from kubesvc.agent.podnet import PodNetworkError
     from kubesvc.client.rest import ClientError
     from kubesvc.kernel.exec import CommandFailed
+    from kubesvc.podnetwork.controller import PodNetworkSetupError
 
-    return (PodCIDRMismatch, PodNetworkError, ClientError, CommandFailed)
+    return (PodCIDRMismatch, PodNetworkError, ClientError, CommandFailed, PodNetworkSetupError)
 
 
 START_FAILURES = _start_failures()
@@ -68,12 +69,23 @@ def detect_node_ip(pod_cidrs: list[str]) -> str | None:
               help="The key of --tls-cert-file.")
 @click.option("--client-ca-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="CA bundle that verifies callers' client certificates (without it every caller is refused).")
+@click.option("--pod-network", type=click.Choice(["none", "routes", "vxlan"]), default="none", show_default=True,
+              help="How this node's Pods reach other nodes' Pods: direct routes via each node's InternalIP (one L2 segment, "
+                   "flannel host-gw), a VXLAN overlay (flannel vxlan, across routers), or none (one machine).")
+@click.option("--cluster-cidr", default=None, callback=flags.checked(flags.parse_pod_cidrs),
+              help="The cluster's Pod range (every node's podCIDR inside it; one CIDR or one per family): Pod traffic leaving it "
+                   "is masqueraded. Required with --pod-network routes|vxlan.")
+@click.option("--pod-network-kubeconfig", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="A kubeconfig whose identity may list and watch every Node (the node's own may read only its Node; "
+                   "kube-proxy's, system:node-proxier, may): what --pod-network follows. Default: --kubeconfig.")
 @click.option("--shutdown-grace-period", default="5s", show_default=True, callback=flags.duration,
               help="On SIGINT/SIGTERM, how long each Pod's containers get between SIGTERM and SIGKILL.")
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
 def agent_command(kubeconfig: str, node_name: str | None, pod_cidr: list[str], node_ip: list[str] | None, zone: str, data_dir: Path,
                   address: str, port: int, bridge: str, netns_prefix: str, tls_cert_file: Path | None, tls_private_key_file: Path | None,
-                  client_ca_file: Path | None, shutdown_grace_period: float, verbosity: int) -> None:
+                  client_ca_file: Path | None, pod_network: str, cluster_cidr: list[str] | None, pod_network_kubeconfig: str | None,
+                  shutdown_grace_period: float,
+                  verbosity: int) -> None:
     """Run the node agent: register the Node and run its Pods as processes in network namespaces.
     It prints one line on stdout once it runs (``kubesvc up`` waits for it)."""
     setup_logging(verbosity)
@@ -82,6 +94,8 @@ def agent_command(kubeconfig: str, node_name: str | None, pod_cidr: list[str], n
 
     if (tls_cert_file is None) != (tls_private_key_file is None):
         raise click.BadParameter("--tls-cert-file and --tls-private-key-file go together")
+    if pod_network != "none" and not cluster_cidr:
+        raise click.BadParameter(f"--pod-network {pod_network} needs --cluster-cidr (the range every node's podCIDR is in)")
     client_config = flags.load_kubeconfig(kubeconfig)
     node_ips = node_ip or [ip for ip in [detect_node_ip(pod_cidr)] if ip]
     if not node_ips:
@@ -91,20 +105,27 @@ def agent_command(kubeconfig: str, node_name: str | None, pod_cidr: list[str], n
                          tls_cert_file=tls_cert_file and tls_cert_file.resolve(),
                          tls_private_key_file=tls_private_key_file and tls_private_key_file.resolve(),
                          client_ca_file=client_ca_file and client_ca_file.resolve(), shutdown_grace=shutdown_grace_period)
+    cross_node = None
+    if pod_network != "none":
+        from kubesvc.podnetwork.controller import PodNetworkConfig
+
+        cross_node = (PodNetworkConfig(config.node_name, pod_network, list(node_ips), list(pod_cidr), list(cluster_cidr or [])),
+                      flags.load_kubeconfig(pod_network_kubeconfig) if pod_network_kubeconfig else None)
     install_uvloop()
     try:
-        asyncio.run(_run(client_config, config))
+        asyncio.run(_run(client_config, config, cross_node))
     except OSError as exc:
         raise click.ClickException(f"cannot start the agent: {exc.strerror or exc}") from None
     except START_FAILURES as exc:
         raise click.ClickException(f"cannot start the agent: {exc}") from None
 
 
-async def run_agent_until(client, config, stop: asyncio.Event, announce=None) -> list[str]:
-    """Start an agent, run it until ``stop`` is set, stop it; returns cleanup errors."""
+async def run_agent_until(client, config, stop: asyncio.Event, announce=None, pod_network=None) -> list[str]:
+    """Start an agent (with ``pod_network``, a ``kubesvc.podnetwork`` controller, if given), run
+    it until ``stop`` is set, stop it; returns cleanup errors."""
     from kubesvc.agent.agent import Agent
 
-    agent = Agent(client, config)
+    agent = Agent(client, config, pod_network=pod_network)
     try:
         await agent.start()
         if announce is not None:
@@ -121,11 +142,20 @@ def _announce(agent) -> None:
     sys.stdout.flush()
 
 
-async def _run(client_config, config) -> None:
+async def _run(client_config, config, cross_node=None) -> None:
+    """``cross_node``: (``PodNetworkConfig``, the ClientConfig that lists the Nodes or None) for
+    ``--pod-network routes|vxlan``; the agent runs the controller (k3s runs flannel in its agent)."""
     from kubesvc.client.rest import RestClient
 
     stop = stop_on_signals()
     async with RestClient(client_config, field_manager="kubelet", user_agent="kubesvc-agent") as client:
-        errors = await run_agent_until(client, config, stop, _announce)
+        pod_network = None
+        if cross_node is not None:
+            from kubesvc.podnetwork.controller import on_this_host
+
+            network_config, watch_config = cross_node
+            watch = RestClient(watch_config, field_manager="kubesvc-pod-network", user_agent="kubesvc-agent") if watch_config else None
+            pod_network = on_this_host(client, network_config, watch)
+        errors = await run_agent_until(client, config, stop, _announce, pod_network)
     if errors:
         raise click.ClickException("cleanup failed: " + "; ".join(errors))

@@ -166,17 +166,23 @@ class AddBridge:
 
 @dataclass(frozen=True)
 class AddVeth:
-    """A veth pair: ``name`` here, ``peer`` born inside namespace ``peer_netns``."""
+    """A veth pair: ``name`` here, ``peer`` born inside namespace ``peer_netns``; ``mtu`` (None:
+    the kernel's 1500) is given to both ends, since a peer does not inherit it (the Pod network
+    in ``vxlan`` mode: the uplink's MTU minus the encapsulation)."""
 
     name: str
     peer: str
     peer_netns: str
+    mtu: int | None = None
 
     def __str__(self) -> str:
-        return f"link add {self.name} type veth peer name {self.peer} netns {self.peer_netns}"
+        mtu = f" mtu {self.mtu}" if self.mtu else ""
+        return f"link add {self.name}{mtu} type veth peer name {self.peer}{mtu} netns {self.peer_netns}"
 
     def run(self, ipr: _Ipr) -> None:
-        ipr.link("add", ifname=self.name, kind="veth", peer={"ifname": self.peer, "net_ns_fd": knetns.netns_path(self.peer_netns)})
+        mtu = {"mtu": self.mtu} if self.mtu else {}
+        ipr.link("add", ifname=self.name, kind="veth", peer={"ifname": self.peer, "net_ns_fd": knetns.netns_path(self.peer_netns), **mtu},
+                 **mtu)
 
 
 @dataclass(frozen=True)

@@ -94,5 +94,5 @@ def parse_routes(messages: Iterable[Mapping[str, Any]], names: Mapping[int, str]
         onlink = bool((msg.get("flags") or 0) & RTNH_F_ONLINK)
         network = ipaddress.ip_network(f"{dst}/{msg.get('dst_len') or 0}", strict=False)
         dev = names.get(msg.get("RTA_OIF") or 0) if onlink else None
-        found.add(PodRoute(str(network), msg["RTA_GATEWAY"], dev, onlink))
+        found.add(PodRoute(str(network), msg.get("RTA_GATEWAY"), dev, onlink))
     return found

@@ -178,13 +178,13 @@ def parse_vxlan(link: Mapping[str, Any], addresses: Iterable[Mapping[str, Any]],
 
 def parse_neighbours(messages: Iterable[Mapping[str, Any]], index: int) -> dict[str, str]:
     """``{ip: mac}`` of the permanent neighbour entries on link ``index``."""
-    return {m["NDA_DST"]: m["NDA_LLADDR"] for m in messages
+    return {m.get("NDA_DST"): m.get("NDA_LLADDR") for m in messages
             if m.get("ifindex") == index and (m.get("state") or 0) & NUD_PERMANENT and m.get("NDA_DST") and m.get("NDA_LLADDR")}
 
 
 def parse_fdb(messages: Iterable[Mapping[str, Any]], index: int) -> dict[str, str]:
     """``{mac: remote ip}`` of the FDB entries with a destination on VXLAN link ``index``."""
-    return {m["NDA_LLADDR"]: m["NDA_DST"] for m in messages if m.get("ifindex") == index and m.get("NDA_DST") and m.get("NDA_LLADDR")}
+    return {m.get("NDA_LLADDR"): m.get("NDA_DST") for m in messages if m.get("ifindex") == index and m.get("NDA_DST") and m.get("NDA_LLADDR")}
 
 
 # ---- the door ---------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ when ``--pod-network`` is ``routes`` or ``vxlan`` and runs it beside its Pods:
    (:mod:`kubesvc.podnetwork.masquerade`).
 2. :meth:`start` (after the Node is registered): publishes this node's annotations on its own
    Node (flannel's: backend type, VtepMAC, public IP; the Node authorizer lets a node patch its
-   own Node and nothing else), then follows every Node with an informer. Handlers only mark the
+   own Node and nothing else), then follows every Node with an informer (through ``watch_client``:
+   a node's identity may read only its own Node, see :func:`on_this_host`). Handlers only mark the
    state dirty; one task syncs: it reads what the kernel holds (our routes by protocol number,
    the device's permanent neighbours and FDB entries), asks :mod:`kubesvc.podnetwork.plan`
    for the operations that make it what the Nodes say, and applies them in one batch. A
@@ -78,6 +79,7 @@ class PodNetworkController:
     kernel: OverlayKernel
     nft: dict[int, Any] = field(default_factory=dict)  # family -> NFTables-like (run, delete_table_sync)
     informer_factory: Callable[[], Any] | None = None  # tests: something with run/stop/wait_for_sync/add_event_handler/indexer
+    watch_client: Any = None  # lists and watches every Node (None: ``client``); ours to close
     local_networks: list[str] = field(default_factory=list)
     uplink_mtu: int = 1500
     _dirty: asyncio.Event = field(default_factory=asyncio.Event)
@@ -127,7 +129,7 @@ class PodNetworkController:
         cfg = self.config
         mac = plan.vtep_mac(cfg.node_name) if cfg.mode == "vxlan" else None
         await self.client.resource(NODES).patch(cfg.node_name, {"metadata": {"annotations": plan.self_annotations(cfg.mode, cfg.public_ip, mac)}})
-        self._informer = self.informer_factory() if self.informer_factory else Informer(self.client, NODES)
+        self._informer = self.informer_factory() if self.informer_factory else Informer(self.watch_client or self.client, NODES)
         self._informer.add_event_handler(lambda _n: self._dirty.set(), lambda _o, _n: self._dirty.set(), lambda _n: self._dirty.set())
         self._tasks.append(asyncio.create_task(self._informer.run()))
         await self._informer.wait_for_sync()
@@ -164,13 +166,15 @@ class PodNetworkController:
             log.info("pod network: %s", "; ".join(map(str, ops)))
         return ops
 
-    async def stop(self) -> list[str]:
-        """Stop following the Nodes and remove every route, device and rule we made; the errors."""
+    async def stop(self, *, cleanup: bool = True) -> list[str]:
+        """Stop following the Nodes and (``cleanup``) remove every route, device and rule we made; the errors."""
         if self._informer is not None:
             self._informer.stop()
         await cancel_and_wait(self._tasks)
         self._tasks.clear()
-        return await self.cleanup()
+        if self.watch_client is not None:
+            await self.watch_client.close()
+        return await self.cleanup() if cleanup else []
 
     async def cleanup(self) -> list[str]:
         from kubesvc.kernel.routes import DeleteRoute
@@ -201,3 +205,17 @@ class PodNetworkController:
             except Exception as err:  # noqa: BLE001
                 errors.append(f"nftables table {masquerade.TABLE}: {err}")
         return errors
+
+
+def on_this_host(client: Any, config: PodNetworkConfig, watch_client: Any = None) -> PodNetworkController:
+    """The controller over this process's network namespace: rtnetlink through ``kernel.vxlan``,
+    the masquerade table through ``kernel.nftables`` (one per family of the cluster CIDRs).
+    ``watch_client`` (None: ``client``) lists and watches the Nodes: a node's own identity may
+    only read its own Node (the Node authorizer, ``AuthorizeNodeWithSelectors``), so the agent
+    uses another, as k3s's agent runs flannel as ``system:k3s-controller`` and flannel's
+    DaemonSet as its own ServiceAccount."""
+    from kubesvc.kernel.nftables import NFTables
+    from kubesvc.kernel.vxlan import HostOverlay
+
+    nft = {version: NFTables(version, masquerade.TABLE) for version in masquerade.families(config.cluster_cidrs)}
+    return PodNetworkController(client, config, HostOverlay(), nft, watch_client=watch_client)

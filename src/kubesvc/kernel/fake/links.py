@@ -58,6 +58,7 @@ class Link:
     hairpin: bool = False
     mac: str | None = None
     addresses: list[str] = field(default_factory=list)  # "a.b.c.d/len", in the order added
+    mtu: int = 1500
     peer: tuple["Namespace", str] | None = None  # a veth's other end
 
 
@@ -216,8 +217,8 @@ class FakeNetwork:
                 raise Refused(errno.ENOENT)
             far = self.named[op.peer_netns]
             self._new(far, op.peer)
-            ns.links[op.name] = Link(op.name, "veth", peer=(far, op.peer))
-            far.links[op.peer] = Link(op.peer, "veth", peer=(ns, op.name))
+            ns.links[op.name] = Link(op.name, "veth", peer=(far, op.peer), mtu=op.mtu or 1500)
+            far.links[op.peer] = Link(op.peer, "veth", peer=(ns, op.name), mtu=op.mtu or 1500)
         elif isinstance(op, DelLink):
             link = ns.link(op.name)
             if op.name in self.busy:
