@@ -33,3 +33,31 @@ def test_only_name_and_image_are_hashed():
     base = {"name": "c", "image": "busybox:1.36", "args": ["sleep", "1"]}
     assert container_hash_fields(base) == container_hash_fields({**base, "args": ["sleep", "2"], "env": [{"name": "A"}]})
     assert container_hash_fields(base) != container_hash_fields({**base, "image": "busybox:1.37"})
+
+
+STATUS = """Name:\tsh
+Umask:\t0022
+State:\tS (sleeping)
+Uid:\t2000\t2000\t2000\t2000
+Gid:\t3000\t3000\t3000\t3000
+FDSize:\t64
+Groups:\t3000 4000 
+"""
+
+
+def test_credentials_from_status():
+    from kubesvc.kernel.mounts import credentials_from_status
+
+    assert credentials_from_status(STATUS) == (2000, 3000, (3000, 4000))
+    assert credentials_from_status(STATUS.replace("Groups:\t3000 4000 ", "Groups:\t")) == (2000, 3000, ())
+    assert credentials_from_status("Name:\tsh\n") is None
+
+
+def test_exec_into_a_container_runs_as_its_user(monkeypatch):
+    from kubesvc.kernel import mounts
+
+    monkeypatch.setattr(mounts, "process_credentials", lambda pid: (2000, 3000, (3000, 4000)))
+    assert mounts.in_container(42, ["id"]) == ["nsenter", "--target=42", "--net", "--mount", "--uts", "--root", "--wd",
+                                               "setpriv", "--reuid=2000", "--regid=3000", "--groups=3000,4000", "--", "id"]
+    monkeypatch.setattr(mounts, "process_credentials", lambda pid: (0, 0, (0,)))
+    assert mounts.in_container(42, ["id"]) == ["nsenter", "--target=42", "--net", "--mount", "--uts", "--root", "--wd", "id"]

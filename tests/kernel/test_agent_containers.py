@@ -228,14 +228,19 @@ def home_of(uid: int) -> str:
 def test_hostname_in_its_own_uts_namespace_and_the_user_it_runs_as(up):
     name = unique("ident") + "-" + "x" * 49 + "-" + "y" * 7  # 70 characters: the hostname is cut to 63, its trailing '-' dropped
     script = "cat /proc/sys/kernel/hostname; echo $HOSTNAME; id -u; id -g; id -G; echo HOME=$HOME; echo end; sleep 1000"
-    apply_pod(up, name, [{"name": "a", "image": "busybox", "command": ["sh", "-c", script], "securityContext": {"runAsUser": 2000}},
+    hostname = name[:62]
+    # an exec probe runs where the container runs, as its user (upstream: ExecSync in the container)
+    probe = {"exec": {"command": ["sh", "-c", f'test "$(id -u):$(id -G)" = "2000:3000 4000" && test "$(cat /proc/sys/kernel/hostname)" = {hostname}']},
+             "periodSeconds": 1}
+    apply_pod(up, name, [{"name": "a", "image": "busybox", "command": ["sh", "-c", script], "securityContext": {"runAsUser": 2000},
+                          "readinessProbe": probe},
                          {"name": "b", "image": "busybox", "command": ["sh", "-c", script]}],
               securityContext={"runAsUser": 1000, "runAsGroup": 3000, "supplementalGroups": [4000]})
-    hostname = name[:62]
     assert len(name) == 70 and name[62] == "-" and len(hostname) == 62
     assert logged(up, name, "end", "-c", "a") == [hostname, hostname, "2000", "3000", "3000 4000", f"HOME={home_of(2000)}", "end"]
     assert logged(up, name, "end", "-c", "b") == [hostname, hostname, "1000", "3000", "3000 4000", f"HOME={home_of(1000)}", "end"]
     assert socket.gethostname() != hostname  # the host's own name is untouched
+    wait_until(lambda: status_of(up, name, "a").get("ready"), message="the exec readiness probe passing as uid 2000 in the Pod's UTS namespace")
 
     named = unique("named")
     apply_pod(up, named, [{"name": "c", "image": "busybox", "command": ["sh", "-c", script]}], hostname="db-0", subdomain="db")

@@ -792,10 +792,12 @@ class _SetupSlot:
 
 
 def _mount_namespace_pid(slot: ContainerSlot) -> int | None:
-    """The container's process when it runs in a mount namespace of its own: exec probes and
-    hooks enter it there, to see its volumes as the container does."""
+    """The container's process when it runs in namespaces of its own (mount, UTS) or as a user
+    of its own: exec probes and hooks enter it there and run as its user, to see its volumes,
+    hostname and files as the container does."""
     process = slot.process
-    return process.pid if process is not None and process.mounts is not None and process.returncode is None else None
+    isolated = process is not None and (process.mounts is not None or process.identity not in (None, Identity()))
+    return process.pid if isolated and process.returncode is None else None
 
 
 def container_hash_fields(container: dict) -> tuple:

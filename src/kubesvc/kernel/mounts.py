@@ -74,6 +74,7 @@ MNT_DETACH = 0x2
 SCRIPT = os.path.abspath(__file__)
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 NSENTER = "nsenter"
+SETPRIV = "setpriv"  # util-linux, as nsenter
 
 
 @dataclass(frozen=True)
@@ -178,8 +179,36 @@ def in_mount_namespace(plan: MountPlan | None, argv: Sequence[str], *, cwd: str,
 
 def in_container(pid: int, argv: Sequence[str]) -> list[str]:
     """``argv`` run in the namespaces (network, mount, UTS), root and working directory of the
-    running process ``pid``: what an exec into a container does."""
-    return [NSENTER, f"--target={pid}", "--net", "--mount", "--uts", "--root", "--wd", *argv]
+    running process ``pid``, and as its user, group and supplementary groups (``setpriv``, as
+    seen in the container): what an exec into a container does."""
+    credentials = process_credentials(pid)
+    run_as: list[str] = []
+    if credentials is not None and credentials != (0, 0, ()) and credentials != (0, 0, (0,)):  # root as the helper leaves it
+        uid, gid, groups = credentials
+        run_as = [SETPRIV, f"--reuid={uid}", f"--regid={gid}",
+                  f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups", "--"]
+    return [NSENTER, f"--target={pid}", "--net", "--mount", "--uts", "--root", "--wd", *run_as, *argv]
+
+
+def credentials_from_status(text: str) -> tuple[int, int, tuple[int, ...]] | None:
+    """(effective uid, effective gid, supplementary groups) from a ``/proc/<pid>/status``."""
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    try:
+        uid = int(fields["Uid"].split()[1])
+        gid = int(fields["Gid"].split()[1])
+        groups = tuple(int(g) for g in fields.get("Groups", "").split())
+    except (KeyError, IndexError, ValueError):
+        return None
+    return uid, gid, groups
+
+
+def process_credentials(pid: int) -> tuple[int, int, tuple[int, ...]] | None:
+    """Who process ``pid`` runs as (None: it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return credentials_from_status(status.read())
+    except OSError:
+        return None
 
 
 # ---- the script's side: runs in the child, between ip netns exec and the container's command ----
