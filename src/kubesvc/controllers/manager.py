@@ -11,7 +11,9 @@ process, as an API client.
   ``root-ca-certificate-publisher-controller`` (a ``kube-root-ca.crt`` ConfigMap in every
   namespace, holding ``--root-ca-file`` or else the CA of the manager's kubeconfig),
   ``pod-scheduler`` (binds unscheduled Pods to Ready Nodes, spreading them; kube-scheduler's
-  job, kept small).
+  job, kept small),
+  ``deployment-controller``, ``daemonset-controller``, ``job-controller``,
+  ``ttl-after-finished-controller`` (the workloads: controllers/deployment, daemonset, job).
 * **Identities**: the shared informers and leader election use the manager's own client
   (``--kubeconfig``, ``system:kube-controller-manager``). Each controller writes with the client
   a client builder (controllers/clientbuilder.py) gives for its ServiceAccount name
@@ -65,19 +67,26 @@ CSR_APPROVING = "certificatesigningrequest-approving-controller"
 CSR_SIGNING = "certificatesigningrequest-signing-controller"
 CSR_CLEANER = "certificatesigningrequest-cleaner-controller"
 NODE_IPAM = "node-ipam-controller"
+DEPLOYMENT = "deployment-controller"
+DAEMONSET = "daemonset-controller"
+JOB = "job-controller"
+TTL_AFTER_FINISHED = "ttl-after-finished-controller"
 KNOWN_CONTROLLERS = (ENDPOINTSLICE, MIRRORING, ENDPOINTS, GARBAGE_COLLECTOR, SCHEDULER, SERVICEACCOUNT, ROOT_CA_CERT_PUBLISHER,
-                     CSR_APPROVING, CSR_SIGNING, CSR_CLEANER, NODE_IPAM)
+                     CSR_APPROVING, CSR_SIGNING, CSR_CLEANER, NODE_IPAM, DEPLOYMENT, DAEMONSET, JOB, TTL_AFTER_FINISHED)
 # Each controller's identity with upstream's --use-service-account-credentials: the
 # kube-system ServiceAccount its system:controller:<name> ClusterRole is bound to.
 CONTROLLER_SERVICE_ACCOUNTS = {ENDPOINTSLICE: "endpointslice-controller", MIRRORING: "endpointslicemirroring-controller",
                                ENDPOINTS: "endpoint-controller", GARBAGE_COLLECTOR: "generic-garbage-collector",
                                SERVICEACCOUNT: "service-account-controller", ROOT_CA_CERT_PUBLISHER: "root-ca-cert-publisher",
                                CSR_APPROVING: "certificate-controller", CSR_SIGNING: "certificate-controller",
-                               CSR_CLEANER: "certificate-controller", NODE_IPAM: "node-controller"}
+                               CSR_CLEANER: "certificate-controller", NODE_IPAM: "node-controller",
+                               DEPLOYMENT: "deployment-controller", DAEMONSET: "daemon-set-controller", JOB: "job-controller",
+                               TTL_AFTER_FINISHED: "ttl-after-finished-controller"}
 ALIASES = {"endpointslice": ENDPOINTSLICE, "endpointslicemirroring": MIRRORING, "endpoint": ENDPOINTS,
            "endpoints": ENDPOINTS, "garbagecollector": GARBAGE_COLLECTOR, "scheduler": SCHEDULER,
            "serviceaccount": SERVICEACCOUNT, "root-ca-cert-publisher": ROOT_CA_CERT_PUBLISHER,
-           "csrapproving": CSR_APPROVING, "csrsigning": CSR_SIGNING, "csrcleaner": CSR_CLEANER, "nodeipam": NODE_IPAM}
+           "csrapproving": CSR_APPROVING, "csrsigning": CSR_SIGNING, "csrcleaner": CSR_CLEANER, "nodeipam": NODE_IPAM,
+           "deployment": DEPLOYMENT, "daemonset": DAEMONSET, "job": JOB, "ttl-after-finished": TTL_AFTER_FINISHED}
 
 
 class LeaderElectionLost(Exception):
@@ -324,6 +333,23 @@ class ControllerManager:
             masks = node_mask_sizes(cidrs, config.node_cidr_mask_size, config.node_cidr_mask_size_ipv4, config.node_cidr_mask_size_ipv6)
             self.controllers[NODE_IPAM] = RangeAllocator(self._client_for(NODE_IPAM), informers.nodes, cidrs, masks, clock=self.clock)
             runs.append(self.controllers[NODE_IPAM].run)
+        runs += self._build_workloads(informers)
+        return runs
+
+    def _build_workloads(self, informers: SharedInformers) -> list:
+        """The workload controllers (deployment, daemonset, job, ttl-after-finished)."""
+        from kubesvc.controllers.daemonset.controller import DaemonSetController
+        from kubesvc.controllers.deployment.controller import DeploymentController
+        from kubesvc.controllers.job.controller import JobController
+        from kubesvc.controllers.job.ttlafterfinished import TTLAfterFinishedController
+
+        runs = []
+        for name, controller_class in ((DEPLOYMENT, DeploymentController), (DAEMONSET, DaemonSetController), (JOB, JobController),
+                                       (TTL_AFTER_FINISHED, TTLAfterFinishedController)):
+            if name in self.config.controllers:
+                controller = controller_class(self._client_for(name), informers, clock=self.clock)
+                self.controllers[name] = controller
+                runs.append(controller.run)
         return runs
 
     # ---- serving -----------------------------------------------------------------------------
