@@ -240,10 +240,14 @@ def _fdb(ipr, dev: str) -> dict[str, str]:
 
 
 class HostOverlay:
-    """The real kernel, this process's network namespace, through ``kernel.netlink``'s thread and socket."""
+    """The real kernel, through ``kernel.netlink``'s thread and its socket for ``netns`` (None:
+    this process's network namespace; tests name one of theirs)."""
+
+    def __init__(self, netns: str | None = None):
+        self.netns = netns
 
     async def _call(self, request: tuple[str, ...], fn, *args):
-        return await netlink.call_async(netlink._route_call(request, None, lambda ipr: fn(ipr, *args)))
+        return await netlink.call_async(netlink._route_call(request, self.netns, lambda ipr: fn(ipr, *args)))
 
     async def uplink(self, ip: str) -> Uplink | None:
         return await self._call(("addr", "show", "to", ip), _uplink, ip)
@@ -273,5 +277,5 @@ class HostOverlay:
         def body(ipr) -> None:
             from kubesvc.kernel import links
 
-            links.Session(None, links.Borrowed(ipr)).apply(list(ops))
+            links.Session(self.netns, links.Borrowed(ipr)).apply(list(ops))
         await self._call(("batch",), body)

@@ -9,8 +9,9 @@ routes, permanent neighbours and FDB entries, refusing what the kernel refuses w
 * a route through a gateway no connected route (an address on a link that is up) covers:
   ENETUNREACH, unless ``onlink`` on a named device that is up (down: ENETDOWN); deleting a
   route that is not there: ESRCH;
-* a neighbour or FDB entry on a missing link: ENODEV; an FDB entry with a destination on a link
-  that is no VXLAN device: EOPNOTSUPP; deleting one that is not there: ENOENT.
+* a neighbour or FDB entry on a missing link: ENODEV (an FDB entry on a link that is no VXLAN
+  device is accepted and keeps no destination); deleting one that is not there: ENOENT, except an FDB
+  entry of a known MAC with another destination, which the kernel accepts and leaves alone.
 """
 
 from __future__ import annotations
@@ -140,13 +141,13 @@ class FakeOverlay:
             if self.neigh.pop((op.dev, op.ip), None) is None:
                 raise Refused(errno.ENOENT, MESSAGES[errno.ENOENT])
         elif isinstance(op, ReplaceFdb):
-            if self._link(op.dev).vxlan is None:
-                raise Refused(errno.EOPNOTSUPP, MESSAGES[errno.EOPNOTSUPP])
-            self.fdb_entries[(op.dev, op.mac)] = op.dst
+            if self._link(op.dev).vxlan is not None:  # elsewhere the kernel adds the MAC to the link's own list, no destination
+                self.fdb_entries[(op.dev, op.mac)] = op.dst
         elif isinstance(op, DelFdb):
             self._link(op.dev)
-            if self.fdb_entries.get((op.dev, op.mac)) != op.dst:
+            if (op.dev, op.mac) not in self.fdb_entries:
                 raise Refused(errno.ENOENT, MESSAGES[errno.ENOENT])
-            del self.fdb_entries[(op.dev, op.mac)]
+            if self.fdb_entries[(op.dev, op.mac)] == op.dst:  # another destination of a known MAC: the kernel says nothing, does nothing
+                del self.fdb_entries[(op.dev, op.mac)]
         else:
             raise TypeError(f"FakeOverlay cannot run {op!r}")
