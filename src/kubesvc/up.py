@@ -83,11 +83,19 @@ class UpOptions:
     cluster_init: bool = False  # this machine starts an etcd cluster (k3s's --cluster-init)
     server: str | None = None  # or joins the one of this server machine (k3s's --server) ...
     token: str | None = None  # ... with this bootstrap token
+    cluster_domain: str = "cluster.local"  # the cluster DNS add-on's zone and the Pods' search domains
+    cluster_dns: str | None = None  # the DNS Service's IP (default: the 10th of the Service range, 10.96.0.10)
+    resolv_conf: str = "/etc/resolv.conf"  # what Pods' resolv.conf (and the DNS add-on's upstreams) start from
 
     @property
     def clustered(self) -> bool:
         """On etcd, with an etcd member of its own (else: SQLite)."""
         return self.cluster_init or bool(self.server)
+
+    def dns_ip(self) -> str:
+        from kubesvc.dns.addon import cluster_dns_ip
+
+        return self.cluster_dns or cluster_dns_ip(self.service_cidrs[0])
 
     def addresses(self) -> list[str]:
         """The node's addresses: the given or detected ones, else (no uplink) its Pod gateway."""
@@ -158,7 +166,8 @@ READY_TIMEOUT = 120.0  # seconds a component has to announce itself (Python star
 APISERVER_READY_TIMEOUT = 60.0  # then /readyz
 STOP_GRACE = 15.0  # seconds between SIGTERM and SIGKILL (the agent: its Pods' grace, then its own cleanup)
 AGENT_SHUTDOWN_GRACE = "2s"  # each Pod's containers, between SIGTERM and SIGKILL, when up stops
-NODE_FLAGS = ("--node-name", "--pod-cidr", "--node-ip", "--proxy-mode", "--kubelet-port")  # up's own; not the apiserver's
+NODE_FLAGS = ("--node-name", "--pod-cidr", "--node-ip", "--proxy-mode", "--kubelet-port",  # up's own; not the apiserver's
+              "--cluster-domain", "--cluster-dns", "--resolv-conf")
 CLUSTER_FLAGS = ("--server", "--token")  # up's own too, with --cluster-init (no value)
 
 
@@ -261,6 +270,20 @@ class System:
 
         await all_or_none([self.supervisor.start("controller-manager", controller_manager, ready_timeout=READY_TIMEOUT),
                            agent_then_routes(), the_proxy()])
+        await self.install_dns()
+
+    async def install_dns(self) -> None:
+        """The cluster DNS add-on (``kubesvc.dns.addon``: kube-dns Service, coredns Deployment, its
+        ServiceAccount and RBAC), as the admin; what exists is left as it is."""
+        from kubesvc.client.kubeconfig import load_kubeconfig
+        from kubesvc.client.rest import ClientError, RestClient
+        from kubesvc.dns import addon
+
+        try:
+            async with RestClient(load_kubeconfig(self.kubeconfig), user_agent="kubesvc-up", field_manager="kubesvc") as client:
+                await addon.install(client, self.options.dns_ip(), self.options.cluster_domain, deployment=controllers_run_deployments())
+        except ClientError as err:
+            raise ComponentFailed(f"cannot install the cluster DNS add-on: {err}") from None
 
     async def start_etcd(self) -> None:
         """This machine's etcd member (``cluster.etcd_process``): a new cluster with
@@ -340,6 +363,13 @@ async def all_or_none(coros) -> None:
                 raise task.exception()
     finally:
         await cancel_and_wait([t for t in tasks if not t.done()])
+
+
+def controllers_run_deployments() -> bool:
+    """Whether this controller-manager makes a Deployment's Pods (else the DNS add-on is a Pod)."""
+    from kubesvc.controllers.manager import KNOWN_CONTROLLERS
+
+    return {"deployment-controller", "replicaset-controller"} <= set(KNOWN_CONTROLLERS)
 
 
 def host_port(address: str) -> str:

@@ -9,6 +9,7 @@ directory that still holds the state of an ``up`` that did not clean up is refus
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import sys
 from typing import TYPE_CHECKING
 
@@ -41,6 +42,11 @@ class RawArgsCommand(click.Command):
               help="The proxy's mode (default: nftables where available, else iptables).")
 @click.option("--kubelet-port", type=click.IntRange(0, 65535), default=10250, show_default=True,
               help="The agent's log server port (kubectl logs); 0 picks a free one.")
+@click.option("--cluster-domain", default="cluster.local", show_default=True,
+              help="The cluster's DNS domain: the DNS add-on's zone, Pods' search domains (k3s's flag).")
+@click.option("--cluster-dns", default=None, help="The cluster DNS Service's IP (default: the tenth address of the Service range).")
+@click.option("--resolv-conf", default="/etc/resolv.conf", show_default=True,
+              help="The resolver configuration Pods' DNS starts from; the DNS add-on forwards to its nameservers (k3s's flag).")
 @click.option("--cluster-init", is_flag=True, default=False,
               help="Start a cluster of several server machines: an etcd member of this machine, the apiserver on it (k3s's flag).")
 @click.option("--server", "join_server", default=None, metavar="URL",
@@ -48,7 +54,8 @@ class RawArgsCommand(click.Command):
 @click.option("--token", default=None, envvar="KUBESVC_TOKEN", help="The bootstrap token to join with (kubesvc token create on a server; "
               "or $KUBESVC_TOKEN, kept out of the process list).")
 def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: str | None, proxy_mode: str | None, kubelet_port: int,
-               cluster_init: bool, join_server: str | None, token: str | None, **options) -> None:
+               cluster_init: bool, join_server: str | None, token: str | None, cluster_domain: str, cluster_dns: str | None,
+               resolv_conf: str, **options) -> None:
     """Run the whole system on this machine: apiserver (SQLite), controller-manager, node agent and proxy,
     each a process of its own (logs in <data-dir>/logs; one that dies is restarted).
     Ctrl-C stops it and removes every namespace, link and kernel rule it made.
@@ -65,6 +72,11 @@ def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: st
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     check_cluster_flags(cluster_init, join_server, token, options)
+    if cluster_dns is not None:
+        try:
+            ipaddress.ip_address(cluster_dns)
+        except ValueError:
+            raise click.BadParameter(f"--cluster-dns: {cluster_dns!r} is not an IP address") from None
     from kubesvc.cluster.etcd_member import load_spec
 
     if not join_server and options.get("storage_backend") in (None, "sqlite") and load_spec(options["data_dir"]) is not None:
@@ -77,7 +89,8 @@ def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: st
     up_options = UpOptions(node_name=node_name or default_node_name(), pod_cidrs=pod_cidrs,
                            service_cidrs=[c.strip() for c in config.service_cluster_ip_range.split(",") if c.strip()],
                            node_ips=node_ips, proxy_mode=proxy_mode or "", kubelet_port=kubelet_port,
-                           cluster_init=cluster_init, server=join_server, token=token)
+                           cluster_init=cluster_init, server=join_server, token=token,
+                           cluster_domain=cluster_domain.strip("."), cluster_dns=cluster_dns, resolv_conf=resolv_conf)
     context = click.get_current_context()
     serve_pods(config, up_options, bind_address_given=context.get_parameter_source("bind_address") != click.core.ParameterSource.DEFAULT)
 

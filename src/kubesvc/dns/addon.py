@@ -14,7 +14,8 @@
   forwards to the node's resolvers), its container running ``kubesvc dns`` with the readiness
   probe ``/ready`` on 8181 (period 2 s) and the liveness probe ``/health`` on 8080 (initial
   delay 60 s, period 10 s, 3 failures), as k3s's. While the apiserver serves no
-  ``apps/v1`` Deployments, a bare Pod ``coredns`` stands in (nothing then recreates it).
+  ``apps/v1`` Deployments (or, under ``up``, while the controller-manager runs no deployment and
+replicaset controllers), a bare Pod ``coredns`` stands in (nothing then recreates it).
 
 :func:`install` creates what is missing and leaves what exists (the next ``up`` on the same
 data directory finds them in the store), as the admin.
@@ -99,12 +100,15 @@ async def serves_deployments(client) -> bool:
     return any(r.get("name") == "deployments" for r in (resources or {}).get("resources") or [])
 
 
-async def install(client, cluster_dns: str, cluster_domain: str) -> list[str]:
-    """Create the add-on's missing objects; what was created ("kind/name")."""
+async def install(client, cluster_dns: str, cluster_domain: str, *, deployment: bool | None = None) -> list[str]:
+    """Create the add-on's missing objects; what was created ("kind/name"). ``deployment``:
+    a Deployment (True) or a bare Pod (False); None: a Deployment if the API serves them."""
     from kubesvc.client.rest import Resource, is_already_exists, is_not_found
 
     created = []
-    for obj in objects(cluster_dns, cluster_domain, deployment=await serves_deployments(client)):
+    if deployment is None:
+        deployment = await serves_deployments(client)
+    for obj in objects(cluster_dns, cluster_domain, deployment=deployment):
         group, _, version = obj["apiVersion"].rpartition("/")
         namespaced = "namespace" in obj["metadata"]
         plural = {"ServiceAccount": "serviceaccounts", "ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings",
