@@ -86,6 +86,7 @@ class UpOptions:
     cluster_domain: str = "cluster.local"  # the cluster DNS add-on's zone and the Pods' search domains
     cluster_dns: str | None = None  # the DNS Service's IP (default: the 10th of the Service range, 10.96.0.10)
     resolv_conf: str = "/etc/resolv.conf"  # what Pods' resolv.conf (and the DNS add-on's upstreams) start from
+    cluster_cidr: str = "10.244.0.0/16"  # clustered: the node-ipam-controller cuts every node's Pod range from it
 
     @property
     def clustered(self) -> bool:
@@ -167,7 +168,7 @@ APISERVER_READY_TIMEOUT = 60.0  # then /readyz
 STOP_GRACE = 15.0  # seconds between SIGTERM and SIGKILL (the agent: its Pods' grace, then its own cleanup)
 AGENT_SHUTDOWN_GRACE = "2s"  # each Pod's containers, between SIGTERM and SIGKILL, when up stops
 NODE_FLAGS = ("--node-name", "--pod-cidr", "--node-ip", "--proxy-mode", "--kubelet-port",  # up's own; not the apiserver's
-              "--cluster-domain", "--cluster-dns", "--resolv-conf")
+              "--cluster-domain", "--cluster-dns", "--resolv-conf", "--cluster-cidr")
 CLUSTER_FLAGS = ("--server", "--token")  # up's own too, with --cluster-init (no value)
 
 
@@ -236,6 +237,7 @@ class System:
         await wait_until_ready(self.kubeconfig, APISERVER_READY_TIMEOUT)
         if options.cluster_init:
             await publish_join_material(self.kubeconfig, data_dir, f"https://{host_port(self.config.advertise_address)}:{self.url.rsplit(':', 1)[1]}")
+            await publish_node_bootstrap(self.kubeconfig)  # what nodes joining with kubesvc join need (nodejoin/serverside.py)
 
         ca = pki.cluster_ca(data_dir)
         node_ips = options.addresses()
@@ -244,7 +246,10 @@ class System:
             "controller-manager", "--kubeconfig", pki.kubeconfig_path(data_dir, "controller-manager"),
             "--scheduler-kubeconfig", pki.kubeconfig_path(data_dir, "scheduler"),
             f"--leader-elect={str(options.clustered).lower()}", "--secure-port=0",  # several servers: one leader
-            "--use-service-account-credentials=true", *self.verbosity)  # each controller its kube-system ServiceAccount
+            "--use-service-account-credentials=true",  # each controller its kube-system ServiceAccount
+            "--cluster-signing-cert-file", ca.cert_path, "--cluster-signing-key-file", ca.key_path,  # csrsigning: nodes' certificates
+            # with machines joining as nodes (kubesvc join), each gets its Pod range from the cluster's
+            *(["--allocate-node-cidrs=true", "--cluster-cidr", options.cluster_cidr] if options.clustered else []), *self.verbosity)
         agent = kubesvc_argv(
             "agent", "--kubeconfig", pki.write_node_kubeconfig(data_dir, self.url, options.node_name), "--node-name", options.node_name,
             "--pod-cidr", ",".join(options.pod_cidrs), "--node-ip", ",".join(node_ips), "--data-dir", data_dir / AGENT_DIR, "--bridge", BRIDGE,
@@ -374,6 +379,19 @@ def controllers_run_deployments() -> bool:
 
 def host_port(address: str) -> str:
     return f"[{address}]" if ":" in address else address
+
+
+async def publish_node_bootstrap(kubeconfig: Path) -> None:
+    """The RBAC bindings that let a node token bootstrap a node (``nodejoin.serverside``), as the admin."""
+    from kubesvc.client.kubeconfig import load_kubeconfig
+    from kubesvc.client.rest import ClientError, RestClient
+    from kubesvc.nodejoin.serverside import publish_node_bootstrap as publish
+
+    try:
+        async with RestClient(load_kubeconfig(kubeconfig), user_agent="kubesvc-up", field_manager="kubesvc") as client:
+            await publish(client)
+    except ClientError as err:
+        raise ComponentFailed(f"cannot publish the node bootstrap RBAC: {err}") from None
 
 
 async def publish_join_material(kubeconfig: Path, data_dir: Path, server: str) -> None:

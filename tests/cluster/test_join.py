@@ -100,9 +100,9 @@ def test_fetch_against_a_real_apiserver(tmp_path):
 
     with running_apiserver(tmp_path / "first", "--enable-bootstrap-token-auth=true") as server:
         etcd_member.etcd_ca(server.data_dir)
-        before = kubesvc("token", "create", "--kubeconfig", server.kubeconfig)  # signed by publish
+        before = kubesvc("token", "create", "--kubeconfig", server.kubeconfig, "--control-plane")  # signed by publish
         asyncio.run(publish(server))
-        joining = kubesvc("token", "create", "--kubeconfig", server.kubeconfig, "--print-join-command")  # signed by token create
+        joining = kubesvc("token", "create", "--kubeconfig", server.kubeconfig, "--print-join-command", "--control-plane")  # signed by token create
         assert joining.startswith(f"kubesvc up --server {server.url} --token ")
         after = joining.rsplit(" ", 1)[1]
         node_only = kubesvc("token", "create", "--kubeconfig", server.kubeconfig, "--groups", "system:bootstrappers:kubeadm:default-node-token")

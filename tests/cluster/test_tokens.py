@@ -28,7 +28,7 @@ def test_secret_of_a_token_is_kubeadms():
     assert decoded(secret) == {"token-id": "abcdef", "token-secret": "0123456789abcdef", "description": "second server",
                                "expiration": "2026-11-28T03:00:00Z", "usage-bootstrap-signing": "true",
                                "usage-bootstrap-authentication": "true",
-                               "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token,system:bootstrappers:kubesvc:server"}
+                               "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token"}
     forever = decoded(tokens.token_secret("abcdef.0123456789abcdef", ttl=0, now=NOW, usages=["signing"], groups=[]))
     assert forever == {"token-id": "abcdef", "token-secret": "0123456789abcdef", "usage-bootstrap-signing": "true"}
 
@@ -89,7 +89,7 @@ def whoami(server, token: str) -> tuple[int, dict]:
 def test_create_list_delete_against_a_real_apiserver(tmp_path):
     with running_apiserver(tmp_path / "data", "--enable-bootstrap-token-auth=true") as server:
         kubeconfig = ["--kubeconfig", server.kubeconfig]
-        token = kubesvc("token", "create", *kubeconfig, "--ttl", "2h", "--description", "join m2").stdout.strip()
+        token = kubesvc("token", "create", *kubeconfig, "--ttl", "2h", "--description", "join m2", "--control-plane").stdout.strip()
         token_id = token.split(".")[0]
         secret = server.kubectl("get", "secret", "-n", "kube-system", f"bootstrap-token-{token_id}", "-o",
                                 "jsonpath={.type} {.data.expiration}").stdout.split()

@@ -148,15 +148,19 @@ def cluster(tmp_path_factory):
         first, second, third = (made.append(server(lan, tmp, i)) or made[-1] for i in (1, 2, 3))
         repair = ("--repair-services-interval", str(REPAIR_INTERVAL))
         first.start("--cluster-init", *repair)
-        joining = first.kubesvc("token", "create", "--data-dir", str(first.data_dir), "--print-join-command").split()
+        joining = first.kubesvc("token", "create", "--data-dir", str(first.data_dir), "--print-join-command", "--control-plane").split()
         url, token = joining[joining.index("--server") + 1], joining[joining.index("--token") + 1]
         second.start("--server", url, "--token", token, *repair)
         third.start("--server", url, "--token", token, *repair)
         yield Cluster(lan, client, [first, second, third], url, token, tmp)
     finally:
+        running = [m for m in made if m.process is not None and m.process.poll() is None]
+        for machine in running:  # Ctrl-C to all three at once: their clean stops overlap
+            machine.process.send_signal(signal.SIGINT)
+        for machine in running:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                machine.process.wait(timeout=scaled(60))
         for machine in reversed(made):
-            if machine.process is not None and machine.process.poll() is None:
-                machine.interrupt(timeout=scaled(60))
             machine.teardown()
         if client is not None:
             client.close()

@@ -21,9 +21,9 @@ apiserver it already has and kubeadm's bootstrap-token discovery:
    (``system:bootstrap:<id>``) and reads the Secret ``kube-system/kubesvc-server-bootstrap``,
    which ``up --cluster-init`` writes: the CA files above. RBAC lets only the group
    ``system:bootstrappers:kubesvc:server`` read it (Role and RoleBinding
-   ``kubesvc:server-bootstrap``), which ``kubesvc token create`` puts its tokens in by default
-   beside kubeadm's node group: a token made with other ``--groups`` cannot make a server (k3s
-   separates server and agent tokens likewise). The Secret holds the CA keys in the clear, as
+   ``kubesvc:server-bootstrap``), which ``kubesvc token create --control-plane`` puts its tokens
+   in beside kubeadm's node group: a default (node) token cannot make a server (k3s separates
+   server and agent tokens likewise). The Secret holds the CA keys in the clear, as
    every Secret is held in etcd: whoever can read kube-system Secrets owns the cluster anyway.
 3. **Install**: the files are written 0600 under ``<data-dir>/pki`` unless the data
    directory already holds another CA (then: use a fresh ``--data-dir``). Then the member
@@ -204,7 +204,7 @@ async def fetch(server: str, token: str, timeout: float = 15.0) -> Fetched:
                     raise JoinFailed(f"{server} refused token {token_id} (expired or deleted): create one there with kubesvc token create")
                 if response.status == 403:
                     raise JoinFailed(f"token {token_id} may not join servers (its groups lack {SERVER_GROUP}): "
-                                     "create one with kubesvc token create (default groups)")
+                                     "create one with kubesvc token create --control-plane")
                 if response.status != 200:
                     raise JoinFailed(f"{server} answered {response.status} for the server bootstrap Secret: restart kubesvc up --cluster-init there")
                 bundle = await response.json()

@@ -8,8 +8,9 @@ A token ``<id>.<secret>`` (6 and 16 of ``[a-z0-9]``, from ``secrets``) lives in 
 default, ``0`` for a token that never expires), ``usage-bootstrap-<usage>: "true"`` per usage
 (``signing``, ``authentication``), ``auth-extra-groups`` (comma list, each
 ``system:bootstrappers:...``; default kubeadm's ``system:bootstrappers:kubeadm:default-node-token``
-and ``system:bootstrappers:kubesvc:server``, which lets the token join a server machine:
-``cluster/join.py``; a node-only token names the first alone) and ``description`` when given. Groups only make sense for a token that authenticates, so
+alone: a node token, for ``kubesvc join``, which cannot read the cluster's CA keys; ``create
+--control-plane`` adds ``system:bootstrappers:kubesvc:server``, which lets the token join a server
+machine and read those keys: ``cluster/join.py``) and ``description`` when given. Groups only make sense for a token that authenticates, so
 kubeadm refuses them without the ``authentication`` usage.
 
 ``create`` prints the token alone; ``list`` prints kubeadm's table (Go tabwriter, minimum width
@@ -40,7 +41,9 @@ DESCRIPTION_KEY = "description"
 DEFAULT_TTL = 24 * 3600.0
 DEFAULT_USAGES = ("signing", "authentication")
 SERVER_GROUP = "system:bootstrappers:kubesvc:server"  # may read the server bootstrap bundle (cluster/join.py)
-DEFAULT_GROUPS = ("system:bootstrappers:kubeadm:default-node-token", SERVER_GROUP)
+NODE_GROUP = "system:bootstrappers:kubeadm:default-node-token"  # may join as a node (nodejoin/serverside.py)
+DEFAULT_GROUPS = (NODE_GROUP,)  # a node token: it cannot read the cluster's CA keys
+CONTROL_PLANE_GROUPS = (NODE_GROUP, SERVER_GROUP)  # token create --control-plane: may join a server machine
 TOKEN_ID_PATTERN = r"\A[a-z0-9]{6}\Z"
 
 

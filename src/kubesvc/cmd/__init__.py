@@ -23,6 +23,8 @@ COMMANDS = {
     "down": "kubesvc.cmd.down:down_command",
     "etcd-snapshot": "kubesvc.cmd.etcd_snapshot:etcd_snapshot_command",
     "explain": "kubesvc.cmd.explain:explain_command",
+    "join": "kubesvc.cmd.join:join_command",
+    "leave": "kubesvc.cmd.leave:leave_command",
     "proxy": "kubesvc.cmd.proxy:proxy_command",
     "token": "kubesvc.cmd.token:token_command",
     "up": "kubesvc.cmd.up:up_command",

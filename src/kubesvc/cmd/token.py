@@ -64,21 +64,27 @@ def _csv(ctx, param, value: str) -> list[str]:
                    "cleaner deletes its Secret here, as kube-controller-manager's does). If set to '0', the token will never expire.")
 @click.option("--usages", default="signing,authentication", show_default=True, callback=_csv,
               help="Describes the ways in which this token can be used (signing, authentication).")
-@click.option("--groups", default="system:bootstrappers:kubeadm:default-node-token,system:bootstrappers:kubesvc:server", show_default=True,
+@click.option("--groups", default="system:bootstrappers:kubeadm:default-node-token", show_default=True,
               callback=_csv, help="Extra groups that this token will authenticate as when used for authentication. Must match "
-                                  "\"\\Asystem:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]\\z\". system:bootstrappers:kubesvc:server "
-                                  "lets it join a server machine (kubesvc up --server).")
+                                  "\"\\Asystem:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]\\z\". The default lets it join a node "
+                                  "(kubesvc join) and nothing more.")
+@click.option("--control-plane", is_flag=True, default=False,
+              help="A token that can also join a server machine (kubesvc up --server): adds system:bootstrappers:kubesvc:server, "
+                   "which may read the cluster's CA keys. Give it only to machines that become servers.")
 @click.option("--description", default="", help="A human friendly description of how this token is used.")
 @click.option("--print-join-command", is_flag=True, default=False,
-              help="Instead of printing only the token, print the full 'kubesvc up --server ... --token ...' that joins another server.")
+              help="Instead of printing only the token, print the full 'kubesvc join ...' that joins a node (with --control-plane: "
+                   "the 'kubesvc up --server ... --token ...' that joins another server).")
 @click.argument("token", required=False)
 def create_command(data_dir: Path, kubeconfig: Path | None, ttl: float, usages: list[str], groups: list[str], description: str,
-                   print_join_command: bool, token: str | None) -> None:
+                   control_plane: bool, print_join_command: bool, token: str | None) -> None:
     """Create a bootstrap token on the server and print it (TOKEN: the one to write, [a-z0-9]{6}.[a-z0-9]{16}; default random)."""
     from kubesvc.client.rest import is_already_exists
     from kubesvc.cluster import join, tokens
 
     token = token or tokens.generate()
+    if control_plane and tokens.SERVER_GROUP not in groups:
+        groups = [*groups, tokens.SERVER_GROUP]
     secret = _checked(tokens.token_secret, token, ttl=ttl, now=datetime.now(timezone.utc), usages=usages, groups=groups,
                       description=description)
 
@@ -99,7 +105,28 @@ def create_command(data_dir: Path, kubeconfig: Path | None, ttl: float, usages: 
             return server
 
     server = _run(create())
-    click.echo(f"kubesvc up --server {server} --token {token}" if print_join_command else token)
+    if not print_join_command:
+        click.echo(token)
+    elif control_plane:
+        click.echo(f"kubesvc up --server {server} --token {token}")
+    else:
+        from kubesvc.nodejoin.discovery import ca_cert_hash
+
+        pin = ca_cert_hash(_run(_published_ca(kubeconfig, data_dir)))
+        click.echo(f"kubesvc join {server} --token {token} --discovery-token-ca-cert-hash {pin}")
+
+
+async def _published_ca(kubeconfig: Path | None, data_dir: Path) -> bytes:
+    """The CA ``cluster-info`` publishes (what a joining node will pin)."""
+    import base64
+
+    import yaml
+
+    from kubesvc.cluster import join
+
+    async with _client(kubeconfig, data_dir) as client:
+        info = await client.get(join.CLUSTER_INFO_PATH)
+    return base64.b64decode(yaml.safe_load(info["data"]["kubeconfig"])["clusters"][0]["cluster"]["certificate-authority-data"])
 
 
 def _checked(fn, *args, **kwargs):

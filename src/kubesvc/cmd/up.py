@@ -47,6 +47,9 @@ class RawArgsCommand(click.Command):
 @click.option("--cluster-dns", default=None, help="The cluster DNS Service's IP (default: the tenth address of the Service range).")
 @click.option("--resolv-conf", default="/etc/resolv.conf", show_default=True,
               help="The resolver configuration Pods' DNS starts from; the DNS add-on forwards to its nameservers (k3s's flag).")
+@click.option("--cluster-cidr", default="10.244.0.0/16", show_default=True,
+              help="With --cluster-init/--server: the Pod range of the whole cluster, from which the controller-manager gives every "
+                   "node joining with kubesvc join its own (k3s's flag).")
 @click.option("--cluster-init", is_flag=True, default=False,
               help="Start a cluster of several server machines: an etcd member of this machine, the apiserver on it (k3s's flag).")
 @click.option("--server", "join_server", default=None, metavar="URL",
@@ -55,7 +58,7 @@ class RawArgsCommand(click.Command):
               "or $KUBESVC_TOKEN, kept out of the process list).")
 def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: str | None, proxy_mode: str | None, kubelet_port: int,
                cluster_init: bool, join_server: str | None, token: str | None, cluster_domain: str, cluster_dns: str | None,
-               resolv_conf: str, **options) -> None:
+               resolv_conf: str, cluster_cidr: str, **options) -> None:
     """Run the whole system on this machine: apiserver (SQLite), controller-manager, node agent and proxy,
     each a process of its own (logs in <data-dir>/logs; one that dies is restarted).
     Ctrl-C stops it and removes every namespace, link and kernel rule it made.
@@ -72,6 +75,13 @@ def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: st
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     check_cluster_flags(cluster_init, join_server, token, options)
+    if cluster_init or join_server:
+        from kubesvc.controllers.nodeipam.cidrset import parse_cluster_cidrs
+
+        try:
+            parse_cluster_cidrs(cluster_cidr)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--cluster-cidr") from None
     if cluster_dns is not None:
         try:
             ipaddress.ip_address(cluster_dns)
@@ -90,7 +100,8 @@ def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: st
                            service_cidrs=[c.strip() for c in config.service_cluster_ip_range.split(",") if c.strip()],
                            node_ips=node_ips, proxy_mode=proxy_mode or "", kubelet_port=kubelet_port,
                            cluster_init=cluster_init, server=join_server, token=token,
-                           cluster_domain=cluster_domain.strip("."), cluster_dns=cluster_dns, resolv_conf=resolv_conf)
+                           cluster_domain=cluster_domain.strip("."), cluster_dns=cluster_dns, resolv_conf=resolv_conf,
+                           cluster_cidr=cluster_cidr)
     context = click.get_current_context()
     serve_pods(config, up_options, bind_address_given=context.get_parameter_source("bind_address") != click.core.ParameterSource.DEFAULT)
 
@@ -100,8 +111,9 @@ def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: st
         click.echo(f"  logs: {system.data_dir / 'logs'}/<component>.log")
         if system.etcd_member is not None:
             member = system.etcd_member
-            click.echo(f"  etcd member {member.spec.name} at {member.spec.client_url}; another server joins with: kubesvc token create, "
+            click.echo(f"  etcd member {member.spec.name} at {member.spec.client_url}; another server joins with: kubesvc token create --control-plane, "
                        f"then there: kubesvc up --server https://{host_port(config.advertise_address)}:{system.url.rsplit(':', 1)[1]} --token <token>")
+            click.echo("  a node joins with what this prints: kubesvc token create --print-join-command")
         click.echo(f"  try: export KUBECONFIG={system.kubeconfig}; kubectl get nodes    (Ctrl-C stops and cleans up)")
         sys.stdout.flush()
 

@@ -1,0 +1,248 @@
+"""``kubesvc join``: this machine as a node of a cluster, and ``kubesvc leave``.
+
+The join does what ``kubesvc up`` does for its own machine's node side, with credentials it
+earns instead of a CA it holds (k3s's ``k3s agent --server --token``; kubeadm's ``join``):
+
+1. discover and pin the cluster CA with the bootstrap token (``discovery.py``);
+2. get ``system:node:<name>``'s client certificate through a CertificateSigningRequest
+   (``tlsbootstrap.py``); a data dir that already holds a valid one skips 1-2, as a restarted
+   kubelet does, so the token may expire after the first join;
+3. make sure the Node exists and wait for the Pod CIDR the cluster's node-ipam-controller
+   assigns (``spec.podCIDRs``; ``--pod-cidr`` instead for a cluster that assigns none);
+4. run ``kubesvc agent`` (the zone label, node IP, assigned Pod CIDR) and ``kubesvc proxy`` as
+   supervised processes, both with the node's kubeconfig (the cluster binds
+   ``system:node-proxier`` to ``system:nodes`` for that: ``serverside.py``), as ``up`` runs
+   them (``cmd/supervisor.py``), and renew the certificate before it expires, restarting both
+   on the new one.
+
+What it makes outside its data dir is recorded in ``<data-dir>/up.json`` exactly as ``up``
+records it, so stopping it (Ctrl-C) and ``kubesvc leave`` (which also stops a running join)
+undo it with ``up``'s own cleanup: the agent stops the Pods (their endpoints drain: they go not
+ready) and reports its Node NotReady, the proxy's rules and the Pod network are removed.
+``leave`` then removes the credentials, logs and state under the data dir. The Node object stays
+(NotReady) for an administrator's ``kubectl delete node``, as after ``kubeadm reset``: a node's
+own credentials may not delete it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kubesvc.cluster.join import JoinFailed
+from kubesvc.cmd.supervisor import LOG_DIR, ComponentFailed, Supervisor
+from kubesvc.nodejoin import discovery, tlsbootstrap
+from kubesvc.up import (AGENT_DIR, BRIDGE, PROXY_LINE, READY_TIMEOUT, STOP_GRACE, AGENT_SHUTDOWN_GRACE, _state_path, _write_state,
+                        all_or_none, ensure_service_routes, kubesvc_argv, netns_record, remove_service_routes, teardown_pod_network)
+from kubesvc.util.aio import cancel_and_wait
+
+CERTIFICATE_TIMEOUT = 120.0
+POD_CIDR_TIMEOUT = 60.0
+
+
+@dataclass
+class JoinOptions:
+    server: str
+    token: str
+    data_dir: Path
+    node_name: str
+    node_ips: list[str]
+    zone: str = ""
+    pod_cidrs: list[str] = field(default_factory=list)  # empty: the cluster's
+    service_cidrs: list[str] = field(default_factory=lambda: ["10.96.0.0/12"])
+    proxy_mode: str = ""
+    kubelet_port: int = 10250
+    ca_cert_hashes: tuple[str, ...] = ()
+    agent_args: list[str] = field(default_factory=list)  # more agent flags (--pod-network ...), passed as given
+    proxy_args: list[str] = field(default_factory=list)
+
+
+class JoinSystem:
+    def __init__(self, options: JoinOptions, verbosity: int = 0, supervisor: Supervisor | None = None):
+        from kubesvc import up
+        from kubesvc.kernel import host
+
+        self.options = options
+        self.data_dir = options.data_dir
+        self.paths = tlsbootstrap.Paths(self.data_dir)
+        self.verbosity = ["-v", str(verbosity)] if verbosity else []
+        self.supervisor = supervisor or Supervisor(self.data_dir / LOG_DIR)
+        self.state: dict = {"pid": os.getpid(), "pid_started": host.process_identity(os.getpid()), "netns": netns_record(),
+                            "agent_state_dir": str(self.data_dir / AGENT_DIR / "network"), "service_routes": [],
+                            "join": {"server": options.server, "node": options.node_name}}
+        self.made: list[Path] = []
+        self.pod_cidrs: list[str] = []
+        self._rotation: asyncio.Task | None = None
+        self._up = up
+
+    # ---- credentials and the Node ---------------------------------------------------------------
+
+    async def credentials(self) -> None:
+        options = self.options
+        if tlsbootstrap.usable(self.paths, options.node_name, datetime.now(timezone.utc)):
+            return
+        found = await discovery.discover(options.server, options.token, options.ca_cert_hashes)
+        async with tlsbootstrap.bootstrap_client(options.server, found.ca_pem, options.token) as client:
+            key, cert = await tlsbootstrap.request_certificate(client, options.node_name, timeout=CERTIFICATE_TIMEOUT,
+                                                               server=options.server, token_id=found.token_id)
+        self.made += tlsbootstrap.write_credentials(self.paths, options.server, found.ca_pem, key, cert, options.node_name)
+
+    async def node_pod_cidrs(self) -> list[str]:
+        """Make sure the Node exists; the Pod CIDRs it has or gets from the cluster."""
+        from kubesvc.client.kubeconfig import load_kubeconfig
+        from kubesvc.client.rest import ClientError, RestClient, is_already_exists, is_not_found
+
+        name = self.options.node_name
+        path = f"/api/v1/nodes/{name}"
+        async with RestClient(load_kubeconfig(self.paths.kubeconfig), user_agent="kubesvc-join", field_manager="kubesvc-join") as client:
+            try:
+                try:
+                    node = await client.get(path)
+                except ClientError as err:
+                    if not is_not_found(err):
+                        raise
+                    labels = {"topology.kubernetes.io/zone": self.options.zone} if self.options.zone else {}
+                    spec = {"podCIDR": self.options.pod_cidrs[0], "podCIDRs": self.options.pod_cidrs} if self.options.pod_cidrs else {}
+                    try:
+                        node = await client.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
+                                                                     "metadata": {"name": name, "labels": labels}, "spec": spec})
+                    except ClientError as exc:
+                        if not is_already_exists(exc):
+                            raise
+                        node = await client.get(path)
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + POD_CIDR_TIMEOUT
+                while not ((node.get("spec") or {}).get("podCIDRs")):
+                    if self.options.pod_cidrs:
+                        return self.options.pod_cidrs  # an existing Node without ranges: the agent sets them
+                    if loop.time() > deadline:
+                        raise JoinFailed(f"the cluster gave node {name} no Pod CIDR within {POD_CIDR_TIMEOUT:g}s (its controller-manager "
+                                         "allocates them with --allocate-node-cidrs, as kubesvc up --cluster-init runs it): or pass --pod-cidr")
+                    await asyncio.sleep(0.5)
+                    node = await client.get(path)
+            except ClientError as err:
+                raise JoinFailed(f"node {name} cannot register with {self.options.server}: {err}") from None
+        cidrs = list(node["spec"]["podCIDRs"])
+        if self.options.pod_cidrs and cidrs != self.options.pod_cidrs:
+            raise JoinFailed(f"node {name} already has Pod CIDRs {','.join(cidrs)}, not --pod-cidr {','.join(self.options.pod_cidrs)}")
+        return cidrs
+
+    # ---- components ---------------------------------------------------------------------------------
+
+    def agent_argv(self) -> list[str]:
+        o = self.options
+        return kubesvc_argv(
+            "agent", "--kubeconfig", self.paths.kubeconfig, "--node-name", o.node_name, "--pod-cidr", ",".join(self.pod_cidrs),
+            "--node-ip", ",".join(o.node_ips), *(["--zone", o.zone] if o.zone else []), "--data-dir", self.data_dir / AGENT_DIR,
+            "--bridge", BRIDGE, "--port", o.kubelet_port, "--client-ca-file", self.paths.ca,
+            "--shutdown-grace-period", AGENT_SHUTDOWN_GRACE, *o.agent_args, *self.verbosity)
+
+    def proxy_argv(self) -> list[str]:
+        o = self.options
+        return kubesvc_argv(
+            "proxy", "--kubeconfig", self.paths.kubeconfig, "--hostname-override", o.node_name, "--cluster-cidr", ",".join(self.pod_cidrs),
+            "--bind-address", o.node_ips[0], *(["--proxy-mode", o.proxy_mode] if o.proxy_mode else []), *o.proxy_args, *self.verbosity)
+
+    async def start_components(self) -> None:
+        async def agent_then_routes() -> None:
+            await self.supervisor.start("agent", self.agent_argv(), ready_timeout=READY_TIMEOUT)
+            try:
+                ensure_service_routes(self.options.service_cidrs, BRIDGE, self.state["service_routes"])
+            finally:
+                _write_state(self.data_dir, self.state)
+
+        async def the_proxy() -> None:
+            line = await self.supervisor.start("proxy", self.proxy_argv(), ready_timeout=READY_TIMEOUT)
+            self.state["proxy_mode"] = match.group(1) if (match := PROXY_LINE.search(line)) else ""
+            _write_state(self.data_dir, self.state)
+
+        await all_or_none([agent_then_routes(), the_proxy()])
+
+    async def restart_components(self) -> None:
+        """The agent and proxy on the renewed certificate (they read it at start)."""
+        await self.supervisor.stop(["proxy", "agent"], STOP_GRACE)
+        self.supervisor.stopping = False
+        await self.start_components()
+
+    async def start(self) -> None:
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _write_state(self.data_dir, self.state)
+        try:
+            await self.credentials()
+            self.pod_cidrs = await self.node_pod_cidrs()
+        except BaseException:
+            tlsbootstrap.remove(self.made)  # a failed join leaves no credential behind
+            raise
+        self.state["pod_cidrs"] = self.pod_cidrs
+        _write_state(self.data_dir, self.state)
+        await self.start_components()
+        self._rotation = asyncio.create_task(tlsbootstrap.rotate_forever(self.paths, self.options.server, self.options.node_name,
+                                                                         self.restart_components))
+
+    async def stop(self) -> list[str]:
+        from kubesvc.proxy.server import cleanup_leftovers
+
+        await cancel_and_wait([t for t in [self._rotation] if t is not None])
+        errors: list[str] = []
+        await self.supervisor.stop(["proxy", "agent"], STOP_GRACE)
+        await self.supervisor.close()
+        for name, work in (("proxy rules", lambda: cleanup_leftovers()), ("pod network", lambda: teardown_pod_network(Path(self.state["agent_state_dir"]))),
+                           ("routes", lambda: remove_service_routes(self.state.get("service_routes") or []))):
+            try:
+                errors.extend(await asyncio.to_thread(work) or [])
+            except Exception as err:  # noqa: BLE001 - keep cleaning; report at the end
+                errors.append(f"{name}: {err}")
+        if not errors:
+            _state_path(self.data_dir).unlink(missing_ok=True)
+        return errors
+
+
+async def run_join(options: JoinOptions, verbosity: int, announce, stop: asyncio.Event) -> list[str]:
+    """As ``up.run_up``: start, serve until ``stop``, stop and clean (also after a failed start)."""
+    system = JoinSystem(options, verbosity)
+    starting = asyncio.create_task(system.start())
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if starting.done():
+            starting.result()
+            announce(system)
+            await stopping
+    finally:
+        await cancel_and_wait([starting, stopping])
+        errors = await system.stop()
+        if not system.pod_cidrs and not tlsbootstrap.usable(system.paths, options.node_name, datetime.now(timezone.utc)):
+            remove_if_empty(options.data_dir)
+    return errors
+
+
+LEFT_BEHIND = ("kubeconfig", "pki", LOG_DIR, AGENT_DIR)
+
+
+def leave(data_dir: Path) -> list[str]:
+    """``kubesvc leave``: stop a running join of ``data_dir`` (or clean after a crashed one)
+    with ``up``'s ``down``, then remove its credentials, logs and agent state."""
+    from kubesvc.up import down
+
+    errors = down(data_dir)
+    if errors:
+        return errors
+    for name in LEFT_BEHIND:
+        path = data_dir / name
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.exists():
+            path.unlink()
+    remove_if_empty(data_dir)
+    return []
+
+
+def remove_if_empty(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:
+        pass

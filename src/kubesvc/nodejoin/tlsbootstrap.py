@@ -1,0 +1,189 @@
+"""The node's client certificate: the kubelet's TLS bootstrap and certificate rotation
+(``pkg/kubelet/certificate/bootstrap``; client-go ``util/certificate`` manager; identity.md §4).
+
+* **Bootstrap**: with the bootstrap token as its credential (``system:bootstrap:<id>``), the
+  node POSTs its CertificateSigningRequest (``csr.node_csr_object``) and waits for the
+  controller-manager's csrapproving and csrsigning: a certificate in ``status.certificate``.
+  ``Denied`` or ``Failed`` end the wait with the condition's message. A request of the same
+  name already there (a retried join with the same key) is reused.
+* **Files** under the join's data dir, each 0600 in 0700 directories: ``pki/ca.crt`` (the
+  discovered cluster CA), ``pki/kubelet-client.key`` and ``pki/kubelet-client.crt``, and
+  ``kubeconfig`` naming them (user ``system:node:<name>``). A new pair replaces the old one
+  file by file with a rename, key first.
+* **Rotation** (``nextRotationDeadline``): at NotBefore + 70-90 % of the certificate's
+  lifetime (uniform jitter: ``Jitter(total, 0.2) - 0.3·total``) the node asks again with its
+  current certificate; the request's requester is then ``system:node:<name>``, which the
+  approver's selfnodeclient rule approves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import yaml
+from cryptography import x509
+
+from kubesvc.client.kubeconfig import ClientConfig
+from kubesvc.client.rest import ApiError, ClientError, RestClient, is_already_exists
+from kubesvc.cluster.join import JoinFailed
+from kubesvc.nodejoin.csr import NODE_USER_PREFIX, key_pem, new_key, node_csr_object
+from kubesvc.serving import pki
+
+CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
+NODE_BOOTSTRAP_GROUP = "system:bootstrappers:kubeadm:default-node-token"
+ROTATION_FRACTION, ROTATION_JITTER = 0.7, 0.2
+
+
+@dataclass(frozen=True)
+class Paths:
+    data_dir: Path
+
+    @property
+    def ca(self) -> Path:
+        return self.data_dir / "pki" / "ca.crt"
+
+    @property
+    def key(self) -> Path:
+        return self.data_dir / "pki" / "kubelet-client.key"
+
+    @property
+    def cert(self) -> Path:
+        return self.data_dir / "pki" / "kubelet-client.crt"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.data_dir / "kubeconfig"
+
+    def all(self) -> list[Path]:
+        return [self.ca, self.key, self.cert, self.kubeconfig]
+
+
+def next_rotation_deadline(not_before: datetime, not_after: datetime, rand: float) -> datetime:
+    """client-go's ``nextRotationDeadline``: 70 % of the lifetime plus up to 20 % more
+    (``rand`` in [0, 1))."""
+    total = (not_after - not_before).total_seconds()
+    return not_before + timedelta(seconds=total * (ROTATION_FRACTION + ROTATION_JITTER * rand))
+
+
+def current_certificate(paths: Paths) -> x509.Certificate | None:
+    try:
+        return x509.load_pem_x509_certificate(paths.cert.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def usable(paths: Paths, node_name: str, now: datetime) -> bool:
+    """The data dir holds this node's unexpired credential (a restarted join needs no token)."""
+    cert = current_certificate(paths)
+    return (cert is not None and paths.key.exists() and paths.kubeconfig.exists() and paths.ca.exists()
+            and cert.subject.rfc4514_string().startswith(f"CN={NODE_USER_PREFIX}{node_name},") and cert.not_valid_after_utc > now)
+
+
+def write_credentials(paths: Paths, server: str, ca_pem: bytes, key_pem_bytes: bytes, cert_pem: bytes, node_name: str) -> list[Path]:
+    """Write the four files; the ones that did not exist before."""
+    made = [p for p in paths.all() if not p.exists()]
+    pki.private_dir(paths.data_dir)
+    pki.private_dir(paths.key.parent)
+    pki.write_private(paths.ca, ca_pem)
+    pki.write_private(paths.key, key_pem_bytes)
+    pki.write_private(paths.cert, cert_pem)
+    user = NODE_USER_PREFIX + node_name
+    document = pki.kubeconfig_document(server, ca_pem, user, pki.KeyPair(paths.cert, paths.key))
+    pki.write_private(paths.kubeconfig, yaml.safe_dump(document, sort_keys=False).encode())
+    return made
+
+
+def bootstrap_client(server: str, ca_pem: bytes, token: str) -> RestClient:
+    return RestClient(ClientConfig(server=server, token=token, ca_pem=ca_pem), user_agent="kubesvc-join", field_manager="kubesvc-join")
+
+
+def _condition(csr: dict, ctype: str) -> dict | None:
+    for cond in (csr.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == ctype:
+            return cond
+    return None
+
+
+async def request_certificate(client: RestClient, node_name: str, *, timeout: float, server: str, token_id: str = "",
+                              expiration_seconds: int | None = None) -> tuple[bytes, bytes]:
+    """(key PEM, certificate PEM) for ``system:node:<node_name>`` through a CSR. JoinFailed
+    with one line for a refused token, a denied or failed request, or no answer in time."""
+    key = new_key()
+    obj = node_csr_object(key, node_name, expiration_seconds)
+    name = obj["metadata"]["name"]
+    try:
+        try:
+            await client.create(CSR_PATH, obj)
+        except ApiError as err:
+            if not is_already_exists(err):
+                raise
+    except ApiError as err:
+        if err.status == 401:
+            raise JoinFailed(f"{server} refused token {token_id} (expired or deleted): create one there with kubesvc token create") from None
+        if err.status == 403:
+            raise JoinFailed(f"token {token_id} may not request node certificates (its groups lack {NODE_BOOTSTRAP_GROUP}): "
+                             "create one with kubesvc token create") from None
+        raise JoinFailed(f"{server} refused the certificate signing request: {err}") from None
+    except ClientError as err:
+        raise JoinFailed(f"cannot reach {server}: {err}") from None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            csr = await client.get(f"{CSR_PATH}/{name}")
+        except ClientError as err:
+            if loop.time() > deadline:
+                raise JoinFailed(f"cannot read certificate signing request {name}: {err}") from None
+            csr = {}
+        for ctype in ("Denied", "Failed"):
+            cond = _condition(csr, ctype)
+            if cond is not None:
+                raise JoinFailed(f"certificate signing request {name} was {ctype.lower()}: {cond.get('message') or cond.get('reason') or ''}")
+        certificate = (csr.get("status") or {}).get("certificate")
+        if certificate:
+            return key_pem(key), base64.b64decode(certificate)
+        if loop.time() > deadline:
+            raise JoinFailed(f"certificate signing request {name} was not signed within {timeout:g}s: approve it with "
+                             f"kubectl certificate approve {name} (a controller-manager with csrapproving and csrsigning does)")
+        await asyncio.sleep(0.5)
+
+
+async def rotate_forever(paths: Paths, server: str, node_name: str, on_rotated, *, timeout: float = 300.0,
+                         rand=random.random, now=None) -> None:
+    """Renew the client certificate at each rotation deadline; ``on_rotated()`` (a coroutine
+    function) after the new files are in place. A failed renewal is retried every minute."""
+    from datetime import timezone
+
+    from kubesvc.client.kubeconfig import load_kubeconfig
+
+    now = now or (lambda: datetime.now(timezone.utc))
+    while True:
+        cert = current_certificate(paths)
+        if cert is None:
+            return
+        deadline = next_rotation_deadline(cert.not_valid_before_utc, cert.not_valid_after_utc, rand())
+        await asyncio.sleep(max(0.0, (deadline - now()).total_seconds()))
+        try:
+            async with RestClient(load_kubeconfig(paths.kubeconfig), user_agent="kubesvc-join") as client:
+                key, new_cert = await request_certificate(client, node_name, timeout=timeout, server=server)
+            write_credentials(paths, server, paths.ca.read_bytes(), key, new_cert, node_name)
+            await on_rotated()
+        except (JoinFailed, ClientError, OSError) as err:
+            import logging
+
+            logging.getLogger("kubesvc.nodejoin").warning("certificate rotation failed, retrying in 60s: %s", err)
+            await asyncio.sleep(60)
+
+
+def remove(paths: list[Path]) -> None:
+    for path in paths:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,128 @@
+"""A node's TLS bootstrap against a real apiserver and controller-manager (no kernel: the
+join's first half, run in process): discovery of the CA with a node token and its pin, the CSR
+approved and signed, the credential files (0600) working as ``system:node:<name>``, and the
+refusals: a wrong token, an expired one, a token without the node group, a wrong pin; each
+one line, and none of them leaves a file or a CertificateSigningRequest. Also the rotation
+deadline (70-90 % of the lifetime) and that a default token cannot read the CA keys."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import stat
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from kubesvc.client.kubeconfig import load_kubeconfig
+from kubesvc.client.rest import RestClient
+from kubesvc.cluster import etcd_member, join
+from kubesvc.nodejoin import discovery, serverside, tlsbootstrap
+from tests.support.apiserver import running_apiserver, start_controller_manager
+
+
+def kubesvc(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "kubesvc", *args], capture_output=True, text=True, timeout=60)
+    assert not check or result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    data = tmp_path_factory.mktemp("bootstrap")
+    with running_apiserver(data / "server", "--enable-bootstrap-token-auth=true") as server:
+        etcd_member.etcd_ca(server.data_dir)  # what up --cluster-init has beside the cluster CA
+
+        async def publish():
+            async with RestClient(load_kubeconfig(server.kubeconfig)) as client:
+                await join.publish(client, server.data_dir, server.url)
+                await serverside.publish_node_bootstrap(client)
+
+        asyncio.run(publish())
+        manager = start_controller_manager(server, data / "cm.log", "--cluster-signing-cert-file", str(server.ca.cert_path),
+                                           "--cluster-signing-key-file", str(server.ca.key_path), "--leader-elect=false", "--secure-port=0",
+                                           "--controllers=*,-pod-scheduler,-garbage-collector-controller")
+        try:
+            yield server
+        finally:
+            manager.stop()
+
+
+def csr_names(server) -> set[str]:
+    return set(server.kubectl("get", "csr", "-o", "name").stdout.split())
+
+
+async def bootstrap(server, token: str, node: str, pins=()) -> tuple[bytes, bytes, bytes]:
+    found = await discovery.discover(server.url, token, pins)
+    async with tlsbootstrap.bootstrap_client(server.url, found.ca_pem, token) as client:
+        key, cert = await tlsbootstrap.request_certificate(client, node, timeout=60, server=server.url, token_id=found.token_id)
+    return found.ca_pem, key, cert
+
+
+def test_a_node_token_bootstraps_a_working_node_credential(server, tmp_path):
+    token = kubesvc("token", "create", "--kubeconfig", str(server.kubeconfig)).stdout.strip()
+    pin = discovery.ca_cert_hash(server.ca.pem)
+    ca, key, cert = asyncio.run(bootstrap(server, token, "joiner-1", (pin,)))
+    assert ca == server.ca.pem
+    paths = tlsbootstrap.Paths(tmp_path / "node")
+    made = tlsbootstrap.write_credentials(paths, server.url, ca, key, cert, "joiner-1")
+    assert sorted(made) == sorted(paths.all())
+    for path in paths.all():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    assert stat.S_IMODE(paths.key.parent.stat().st_mode) == 0o700
+    whoami = json.loads(server.kubectl("auth", "whoami", "-o", "json", kubeconfig=paths.kubeconfig).stdout)["status"]["userInfo"]
+    assert whoami["username"] == "system:node:joiner-1" and "system:nodes" in whoami["groups"]
+    assert tlsbootstrap.usable(paths, "joiner-1", datetime.now(timezone.utc))
+    assert not tlsbootstrap.usable(paths, "joiner-2", datetime.now(timezone.utc))
+    # the request is recorded as the bootstrap identity's, approved and issued
+    rows = [line.split() for line in server.kubectl("get", "csr", "--no-headers").stdout.splitlines()]
+    token_id = token.split(".")[0]
+    assert any(r[3] == f"system:bootstrap:{token_id}" and r[-1] == "Approved,Issued" for r in rows)
+
+
+def test_the_print_join_command_pins_the_ca(server):
+    line = kubesvc("token", "create", "--kubeconfig", str(server.kubeconfig), "--print-join-command").stdout.split()
+    assert line[:2] == ["kubesvc", "join"] and line[2] == server.url
+    assert line[line.index("--discovery-token-ca-cert-hash") + 1] == discovery.ca_cert_hash(server.ca.pem)
+
+
+def refusal(server, token: str, pins=()) -> str:
+    before = csr_names(server)
+    with pytest.raises(join.JoinFailed) as failed:
+        asyncio.run(bootstrap(server, token, "joiner-x", pins))
+    assert csr_names(server) == before  # nothing made on the cluster
+    assert "\n" not in str(failed.value)
+    return str(failed.value)
+
+
+def test_refusals_are_one_line_and_make_nothing(server):
+    token = kubesvc("token", "create", "--kubeconfig", str(server.kubeconfig)).stdout.strip()
+    assert "the token's secret does not match" in refusal(server, token.split(".")[0] + ".0000000000000000")
+    assert "does not know token" in refusal(server, "zzzzzz.0000000000000000")
+    assert "does not match --discovery-token-ca-cert-hash" in refusal(server, token, ("sha256:" + "0" * 64,))
+    # expired: its signature is still published, the apiserver refuses it
+    expired = kubesvc("token", "create", "--kubeconfig", str(server.kubeconfig), "--ttl", "1s").stdout.strip()
+    import time
+
+    time.sleep(2)
+    assert "refused token" in refusal(server, expired) and "expired or deleted" in refusal(server, expired)
+    # a token outside the node group may not ask for a node certificate
+    other = kubesvc("token", "create", "--kubeconfig", str(server.kubeconfig), "--groups", "system:bootstrappers:other").stdout.strip()
+    assert "may not request node certificates" in refusal(server, other)
+
+
+def test_a_default_token_cannot_read_the_ca_keys_but_a_control_plane_one_can(server):
+    node_token = kubesvc("token", "create", "--kubeconfig", str(server.kubeconfig)).stdout.strip()
+    with pytest.raises(join.JoinFailed, match="may not join servers"):
+        asyncio.run(join.fetch(server.url, node_token))
+    server_token = kubesvc("token", "create", "--kubeconfig", str(server.kubeconfig), "--control-plane").stdout.strip()
+    assert asyncio.run(join.fetch(server.url, server_token)).bundle["data"]["ca.key"]
+
+
+@pytest.mark.parametrize("rand, fraction", [(0.0, 0.7), (0.5, 0.8), (0.999, 0.8998)], ids=["earliest", "middle", "latest"])
+def test_rotation_deadline_is_70_to_90_percent_of_the_lifetime(rand, fraction):
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    deadline = tlsbootstrap.next_rotation_deadline(start, start + timedelta(days=100), rand)
+    assert abs((deadline - start) - timedelta(days=100 * fraction)) < timedelta(minutes=1)
