@@ -33,7 +33,8 @@ from kubesvc.client.record import EventRecorder
 from kubesvc.client.rest import ENDPOINTSLICES, ApiError, RestClient, is_namespace_terminating
 from kubesvc.client.workqueue import ItemExponentialBackoff, WorkQueue
 from kubesvc.controllers.endpointslice.metrics import EndpointSliceMetrics
-from kubesvc.controllers.endpointslice.reconciler import CONTROLLER_NAME, Plan, reconcile
+from kubesvc.controllers.endpointslice import topologycache, trafficdist
+from kubesvc.controllers.endpointslice.reconciler import CONTROLLER_NAME, Plan, Topology, reconcile
 from kubesvc.controllers.endpointslice.tracker import EndpointSliceTracker
 from kubesvc.controllers.endpointslice.triggertime import TriggerTimeTracker
 from kubesvc.controllers.endpointslice.util import (
@@ -45,7 +46,6 @@ from kubesvc.controllers.endpointslice.util import (
     selects,
     set_trigger_time,
     topology_hints_annotation_enabled,
-    wants_prefer_close,
 )
 from kubesvc.controllers.informers import POD_NODE_INDEX, SLICE_SERVICE_INDEX, ServicesOfPods, SharedInformers
 from kubesvc.controllers.runtime import run_workers
@@ -70,8 +70,9 @@ class SliceWriteFailed(Exception):
 class EndpointSliceController:
     def __init__(self, client: RestClient, informers: SharedInformers, *, max_endpoints_per_slice: int = DEFAULT_MAX_ENDPOINTS_PER_SLICE,
                  batch_period: float = 0.0, workers: int = 5, metrics: EndpointSliceMetrics | None = None,
-                 recorder: EventRecorder | None = None, clock: Clock | None = None):
+                 recorder: EventRecorder | None = None, clock: Clock | None = None, prefer_same_traffic_distribution: bool = True):
         self.max_endpoints_per_slice = max_endpoints_per_slice
+        self.prefer_same_traffic_distribution = prefer_same_traffic_distribution  # the PreferSameTrafficDistribution gate
         self.batch_period = batch_period
         self.workers = workers
         self.clock = clock or RealClock()
@@ -113,6 +114,7 @@ class EndpointSliceController:
     def _on_node_change(self, node: dict) -> None:
         for pod in self._pods.indexer.by_index(POD_NODE_INDEX, node["metadata"]["name"]):
             self._pod_events.on_add(pod)
+        self._enqueue_auto_services()
 
     def _on_node_update(self, old: dict, new: dict) -> None:
         def zone(node: dict) -> str | None:
@@ -120,6 +122,14 @@ class EndpointSliceController:
 
         if zone(old) != zone(new):
             self._on_node_change(new)
+        elif _topology_facts(old) != _topology_facts(new):
+            self._enqueue_auto_services()  # a zone's share of the CPU changed (upstream: checkNodeTopologyDistribution)
+
+    def _enqueue_auto_services(self) -> None:
+        """Every Service with ``topology-mode: Auto``: their hints follow the zones' CPU shares."""
+        for service in self._services.indexer.list():
+            if topology_hints_annotation_enabled(service):
+                self._enqueue_service(service)
 
     def _managed(self, slice_: dict) -> bool:
         return (slice_["metadata"].get("labels") or {}).get(LABEL_MANAGED_BY) == CONTROLLER_NAME
@@ -195,12 +205,18 @@ class EndpointSliceController:
         if self.tracker.stale_slices(key, slices, service["metadata"].get("uid")):
             raise StaleInformerCache("EndpointSlice informer cache is out of date")
         trigger_time = self.trigger_times.compute(service, pods)
-        plan = reconcile(service, pods, slices, _NodeLookup(self._nodes), max_endpoints_per_slice=self.max_endpoints_per_slice)
+        topology = Topology(topologycache.cpu_ratios(self._nodes.indexer.list()) if topology_hints_annotation_enabled(service) else None,
+                            self.prefer_same_traffic_distribution)
+        plan = reconcile(service, pods, slices, _NodeLookup(self._nodes), max_endpoints_per_slice=self.max_endpoints_per_slice,
+                         topology=topology)
         errors = list(plan.errors)
         try:
             await self._apply(service, plan, trigger_time)
         except SliceWriteFailed as exc:
             errors.append(str(exc))
+        else:
+            for event in plan.events:
+                self.recorder.event(service, event.type, event.reason, event.message)
         if errors:
             message = golang.aggregate(errors)
             self.recorder.event(service, "Warning", "FailedToUpdateEndpointSlices",
@@ -213,7 +229,9 @@ class EndpointSliceController:
         self.metrics.endpoints_added.observe(plan.added)
         self.metrics.endpoints_removed.observe(plan.removed)
         key = f"{service['metadata'].get('namespace', '')}/{service['metadata']['name']}"
-        traffic_distribution = service["spec"].get("trafficDistribution", "") if wants_prefer_close(service) else ""
+        traffic_distribution = service["spec"].get("trafficDistribution", "") if (
+            not topology_hints_annotation_enabled(service)
+            and trafficdist.heuristic(service["spec"].get("trafficDistribution"), self.prefer_same_traffic_distribution)) else ""
         self.metrics.update_service(key, plan.port_groups, traffic_distribution)
         where = f"for Service {key}"
         if not is_terminating(service):
@@ -253,3 +271,11 @@ class _NodeLookup:
 
     def get(self, name: str, default=None):
         return self._indexer.get_by_key(name) if name else default
+
+
+def _topology_facts(node: dict) -> tuple:
+    """What of a Node the zones' CPU shares depend on: readiness, control-plane labels, zone, allocatable CPU."""
+    labels = node["metadata"].get("labels") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in (node.get("status") or {}).get("conditions") or ())
+    return (ready, tuple(label in labels for label in topologycache.EXCLUDED_LABELS), labels.get(LABEL_TOPOLOGY_ZONE),
+            ((node.get("status") or {}).get("allocatable") or {}).get("cpu"))

@@ -30,22 +30,21 @@ import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from kubesvc.controllers.endpointslice import topologycache, trafficdist
 from kubesvc.controllers.endpointslice.util import (
     EndpointSet,
     PortMapKey,
     address_types_for_service,
-    apply_hints,
     controller_ref,
     endpoint_ports,
     endpoints_equal_beyond_hash,
     generate_name_prefix,
-    hints_need_update,
     owned_by,
     pod_to_endpoint,
     port_map_key,
     should_pod_be_in_endpoints,
     slice_labels,
-    wants_prefer_close,
+    topology_hints_annotation_enabled,
 )
 
 CONTROLLER_NAME = "endpointslice-controller.k8s.io"
@@ -71,10 +70,21 @@ class Plan:
     port_groups: dict[tuple[str, PortMapKey], PortGroupStats] = field(default_factory=dict)
     # Pods skipped because their Node is unknown: the sync is retried, the writes still happen
     errors: list[str] = field(default_factory=list)
+    events: list[topologycache.HintEvent] = field(default_factory=list)  # topology-mode Auto's, for the Service
 
     @property
     def writes(self) -> int:
         return len(self.creates) + len(self.updates) + len(self.deletes)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """What hints need beyond the Service and its slices: each zone's share of the Nodes' CPU
+    (``topologycache.cpu_ratios``; None: cannot be computed) and the ``PreferSameTrafficDistribution``
+    feature gate (PreferSameZone/PreferSameNode)."""
+
+    zone_cpu: Mapping[str, float] | None = None
+    prefer_same_traffic_distribution: bool = True
 
 
 def new_slice(service: dict, ports: list[dict], address_type: str, controller_name: str = CONTROLLER_NAME) -> dict:
@@ -102,11 +112,12 @@ def _service_owns(slice_: dict, service: dict) -> bool:
 
 
 def reconcile(service: dict, pods: Iterable[dict], existing_slices: Iterable[dict], nodes: Mapping[str, dict], *,
-              max_endpoints_per_slice: int, controller_name: str = CONTROLLER_NAME) -> Plan:
+              max_endpoints_per_slice: int, controller_name: str = CONTROLLER_NAME, topology: Topology | None = None) -> Plan:
     """What to write so the Service's slices match its Pods (``Reconciler.Reconcile``).
 
     ``existing_slices`` are the slices labelled with the Service's name and managed by this
-    controller (without those being deleted); ``nodes`` maps node names to Nodes.
+    controller (without those being deleted); ``nodes`` maps node names to Nodes; ``topology``
+    the zones' CPU shares and the feature gate the hints need (default: no shares, gate on).
     """
     plan = Plan()
     pods = list(pods)
@@ -119,7 +130,8 @@ def reconcile(service: dict, pods: Iterable[dict], existing_slices: Iterable[dic
         else:
             unsupported.append(slice_)
     for address_type in supported:
-        _reconcile_address_type(plan, service, pods, by_type[address_type], nodes, address_type, max_endpoints_per_slice, controller_name)
+        _reconcile_address_type(plan, service, pods, by_type[address_type], nodes, address_type, max_endpoints_per_slice, controller_name,
+                                topology or Topology())
     plan.deletes.extend(unsupported)
     return plan
 
@@ -149,7 +161,7 @@ def _desired_endpoints(service: dict, pods: list[dict], nodes: Mapping[str, dict
 
 
 def _reconcile_address_type(plan: Plan, service: dict, pods: list[dict], existing: list[dict], nodes: Mapping[str, dict],
-                            address_type: str, max_endpoints: int, controller_name: str) -> None:
+                            address_type: str, max_endpoints: int, controller_name: str, topology: Topology) -> None:
     creates: list[dict] = []
     updates: list[dict] = []
     deletes: list[dict] = []
@@ -183,7 +195,7 @@ def _reconcile_address_type(plan: Plan, service: dict, pods: list[dict], existin
             creates.append(placeholder)
         plan.port_groups[(address_type, port_map_key([]))] = PortGroupStats(0, 1)
 
-    _reconcile_hints(service, existing, creates, updates, deletes)
+    _reconcile_hints(plan, service, existing, creates, updates, deletes, address_type, topology)
     _recycle(service, creates, updates, deletes)
     plan.creates += creates
     plan.updates += updates
@@ -307,16 +319,27 @@ def _owner_refs(meta: dict) -> list[str]:
     return [ref.get("uid", "") for ref in meta.get("ownerReferences") or ()]
 
 
-def _reconcile_hints(service: dict, existing: list[dict], creates: list[dict], updates: list[dict], deletes: list[dict]) -> None:
-    """trafficDistribution PreferClose: same-zone hints on ready endpoints; otherwise none. An
-    unchanged slice whose hints are wrong is pulled into the updates (``trafficdist``)."""
-    prefer_close = wants_prefer_close(service)
+def _reconcile_hints(plan: Plan, service: dict, existing: list[dict], creates: list[dict], updates: list[dict], deletes: list[dict],
+                     address_type: str, topology: Topology) -> None:
+    """Hints, as upstream's reconciler sets them: ``topology-mode: Auto`` gets proportional zone
+    hints (``topologycache``; its Events go into the plan); otherwise every hint is removed from
+    the slices being written and ``trafficDistribution``'s heuristic applies (``trafficdist``),
+    pulling an unchanged slice whose hints are wrong into the updates."""
     changed = {s["metadata"]["name"] for s in updates + deletes}
-    for slice_ in existing:
-        if slice_["metadata"]["name"] not in changed and hints_need_update(slice_.get("endpoints") or (), prefer_close):
+    unchanged = [s for s in existing if s["metadata"]["name"] not in changed]
+    if topology_hints_annotation_enabled(service):
+        moved, events = topologycache.add_hints(creates, updates, unchanged, topology.zone_cpu, address_type,
+                                                topologycache.has_hints(existing))
+        updates.extend(moved)
+        plan.events += events
+        return
+    topologycache.remove_hints(creates + updates)
+    mode = trafficdist.heuristic((service.get("spec") or {}).get("trafficDistribution"), topology.prefer_same_traffic_distribution)
+    for slice_ in unchanged:
+        if trafficdist.needs_update(slice_.get("endpoints") or (), mode):
             updates.append(_copy_with(slice_))
     for slice_ in creates + updates:
-        apply_hints(slice_["endpoints"], prefer_close)
+        trafficdist.apply(slice_["endpoints"], mode)
 
 
 def _recycle(service: dict, creates: list[dict], updates: list[dict], deletes: list[dict]) -> None:
