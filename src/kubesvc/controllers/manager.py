@@ -13,7 +13,9 @@ process, as an API client.
   ``pod-scheduler`` (binds unscheduled Pods to Ready Nodes, spreading them; kube-scheduler's
   job, kept small),
   ``deployment-controller``, ``daemonset-controller``, ``job-controller``,
-  ``ttl-after-finished-controller`` (the workloads: controllers/deployment, daemonset, job).
+  ``ttl-after-finished-controller`` (the workloads: controllers/deployment, daemonset, job),
+  ``replicaset-controller`` and ``replicationcontroller-controller`` (one code for both kinds:
+  controllers/replicaset).
 * **Identities**: the shared informers and leader election use the manager's own client
   (``--kubeconfig``, ``system:kube-controller-manager``). Each controller writes with the client
   a client builder (controllers/clientbuilder.py) gives for its ServiceAccount name
@@ -71,8 +73,11 @@ DEPLOYMENT = "deployment-controller"
 DAEMONSET = "daemonset-controller"
 JOB = "job-controller"
 TTL_AFTER_FINISHED = "ttl-after-finished-controller"
+REPLICASET = "replicaset-controller"
+REPLICATION = "replicationcontroller-controller"
 KNOWN_CONTROLLERS = (ENDPOINTSLICE, MIRRORING, ENDPOINTS, GARBAGE_COLLECTOR, SCHEDULER, SERVICEACCOUNT, ROOT_CA_CERT_PUBLISHER,
-                     CSR_APPROVING, CSR_SIGNING, CSR_CLEANER, NODE_IPAM, DEPLOYMENT, DAEMONSET, JOB, TTL_AFTER_FINISHED)
+                     CSR_APPROVING, CSR_SIGNING, CSR_CLEANER, NODE_IPAM, DEPLOYMENT, DAEMONSET, JOB, TTL_AFTER_FINISHED,
+                     REPLICASET, REPLICATION)
 # Each controller's identity with upstream's --use-service-account-credentials: the
 # kube-system ServiceAccount its system:controller:<name> ClusterRole is bound to.
 CONTROLLER_SERVICE_ACCOUNTS = {ENDPOINTSLICE: "endpointslice-controller", MIRRORING: "endpointslicemirroring-controller",
@@ -81,12 +86,14 @@ CONTROLLER_SERVICE_ACCOUNTS = {ENDPOINTSLICE: "endpointslice-controller", MIRROR
                                CSR_APPROVING: "certificate-controller", CSR_SIGNING: "certificate-controller",
                                CSR_CLEANER: "certificate-controller", NODE_IPAM: "node-controller",
                                DEPLOYMENT: "deployment-controller", DAEMONSET: "daemon-set-controller", JOB: "job-controller",
-                               TTL_AFTER_FINISHED: "ttl-after-finished-controller"}
+                               TTL_AFTER_FINISHED: "ttl-after-finished-controller", REPLICASET: "replicaset-controller",
+                               REPLICATION: "replication-controller"}
 ALIASES = {"endpointslice": ENDPOINTSLICE, "endpointslicemirroring": MIRRORING, "endpoint": ENDPOINTS,
            "endpoints": ENDPOINTS, "garbagecollector": GARBAGE_COLLECTOR, "scheduler": SCHEDULER,
            "serviceaccount": SERVICEACCOUNT, "root-ca-cert-publisher": ROOT_CA_CERT_PUBLISHER,
            "csrapproving": CSR_APPROVING, "csrsigning": CSR_SIGNING, "csrcleaner": CSR_CLEANER, "nodeipam": NODE_IPAM,
-           "deployment": DEPLOYMENT, "daemonset": DAEMONSET, "job": JOB, "ttl-after-finished": TTL_AFTER_FINISHED}
+           "deployment": DEPLOYMENT, "daemonset": DAEMONSET, "job": JOB, "ttl-after-finished": TTL_AFTER_FINISHED,
+           "replicaset": REPLICASET, "replicationcontroller": REPLICATION}
 
 
 class LeaderElectionLost(Exception):
@@ -337,15 +344,17 @@ class ControllerManager:
         return runs
 
     def _build_workloads(self, informers: SharedInformers) -> list:
-        """The workload controllers (deployment, daemonset, job, ttl-after-finished)."""
+        """The workload controllers (deployment, replicaset, replicationcontroller, daemonset, job, ttl-after-finished)."""
         from kubesvc.controllers.daemonset.controller import DaemonSetController
         from kubesvc.controllers.deployment.controller import DeploymentController
         from kubesvc.controllers.job.controller import JobController
         from kubesvc.controllers.job.ttlafterfinished import TTLAfterFinishedController
+        from kubesvc.controllers.replicaset.controller import ReplicaSetController, replication_manager
 
         runs = []
         for name, controller_class in ((DEPLOYMENT, DeploymentController), (DAEMONSET, DaemonSetController), (JOB, JobController),
-                                       (TTL_AFTER_FINISHED, TTLAfterFinishedController)):
+                                       (TTL_AFTER_FINISHED, TTLAfterFinishedController), (REPLICASET, ReplicaSetController),
+                                       (REPLICATION, replication_manager)):
             if name in self.config.controllers:
                 controller = controller_class(self._client_for(name), informers, clock=self.clock)
                 self.controllers[name] = controller

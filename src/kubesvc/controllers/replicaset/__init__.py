@@ -1,0 +1,1 @@
+"""The ReplicaSet controller and the ReplicationController manager (one code, two kinds)."""
