@@ -87,6 +87,7 @@ class UpOptions:
     cluster_dns: str | None = None  # the DNS Service's IP (default: the 10th of the Service range, 10.96.0.10)
     resolv_conf: str = "/etc/resolv.conf"  # what Pods' resolv.conf (and the DNS add-on's upstreams) start from
     cluster_cidr: str = "10.244.0.0/16"  # clustered: the node-ipam-controller cuts every node's Pod range from it
+    pod_network: str = "none"  # the agent's --pod-network (routes | vxlan: Pods reach other nodes' Pods; none: one machine)
 
     @property
     def clustered(self) -> bool:
@@ -168,7 +169,7 @@ APISERVER_READY_TIMEOUT = 60.0  # then /readyz
 STOP_GRACE = 15.0  # seconds between SIGTERM and SIGKILL (the agent: its Pods' grace, then its own cleanup)
 AGENT_SHUTDOWN_GRACE = "2s"  # each Pod's containers, between SIGTERM and SIGKILL, when up stops
 NODE_FLAGS = ("--node-name", "--pod-cidr", "--node-ip", "--proxy-mode", "--kubelet-port",  # up's own; not the apiserver's
-              "--cluster-domain", "--cluster-dns", "--resolv-conf", "--cluster-cidr")
+              "--cluster-domain", "--cluster-dns", "--resolv-conf", "--cluster-cidr", "--pod-network")
 CLUSTER_FLAGS = ("--server", "--token")  # up's own too, with --cluster-init (no value)
 
 
@@ -254,10 +255,13 @@ class System:
             "agent", "--kubeconfig", pki.write_node_kubeconfig(data_dir, self.url, options.node_name), "--node-name", options.node_name,
             "--pod-cidr", ",".join(options.pod_cidrs), "--node-ip", ",".join(node_ips), "--data-dir", data_dir / AGENT_DIR, "--bridge", BRIDGE,
             "--port", options.kubelet_port, "--tls-cert-file", serving.cert, "--tls-private-key-file", serving.key,
-            "--client-ca-file", ca.cert_path, "--shutdown-grace-period", AGENT_SHUTDOWN_GRACE, *self.verbosity)
+            "--client-ca-file", ca.cert_path, "--shutdown-grace-period", AGENT_SHUTDOWN_GRACE, *self.verbosity,
+            # across nodes: the agent follows every Node as kube-proxy's identity may (a node's own reads only its Node)
+            *(["--pod-network", options.pod_network, "--cluster-cidr", options.cluster_cidr,
+               "--pod-network-kubeconfig", pki.kubeconfig_path(data_dir, "proxy")] if options.pod_network != "none" else []))
         proxy = kubesvc_argv(
             "proxy", "--kubeconfig", pki.kubeconfig_path(data_dir, "proxy"), "--hostname-override", options.node_name,
-            "--cluster-cidr", ",".join(options.pod_cidrs), "--bind-address", node_ips[0],
+            "--cluster-cidr", options.cluster_cidr if options.pod_network != "none" else ",".join(options.pod_cidrs), "--bind-address", node_ips[0],
             *(["--proxy-mode", options.proxy_mode] if options.proxy_mode else []), *self.verbosity)
 
         async def agent_then_routes() -> None:

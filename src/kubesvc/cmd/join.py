@@ -36,12 +36,17 @@ from kubesvc.util.process import install_uvloop, setup_logging, stop_on_signals
 @click.option("--kubelet-port", type=click.IntRange(0, 65535), default=10250, show_default=True, help="The agent's log server port.")
 @click.option("--discovery-token-ca-cert-hash", "ca_cert_hashes", multiple=True,
               help="Pin the cluster CA: sha256:<hex of its public key info> (kubeadm's; repeatable).")
+@click.option("--pod-network", type=click.Choice(["none", "routes", "vxlan"]), default="none", show_default=True,
+              help="How this node's Pods reach other nodes' Pods (kubesvc agent --pod-network): direct routes (one L2 segment), "
+                   "VXLAN (across routers) or none.")
+@click.option("--cluster-cidr", default="10.244.0.0/16", show_default=True,
+              help="The cluster's Pod range (the server's --cluster-cidr): with --pod-network, Pod traffic leaving it is masqueraded.")
 @click.option("--agent-arg", "agent_args", multiple=True, help="One more argument for kubesvc agent, as given (repeatable).")
 @click.option("--proxy-arg", "proxy_args", multiple=True, help="One more argument for kubesvc proxy, as given (repeatable).")
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
 def join_command(server: str, token: str, data_dir: Path, node_name: str | None, node_ip: str | None, zone: str, pod_cidr: str | None,
                  service_cidr: str, proxy_mode: str | None, kubelet_port: int, ca_cert_hashes: tuple[str, ...], agent_args: tuple[str, ...],
-                 proxy_args: tuple[str, ...], verbosity: int) -> None:
+                 proxy_args: tuple[str, ...], pod_network: str, cluster_cidr: str, verbosity: int) -> None:
     """Join the cluster of SERVER as a node: certificate through a CSR, then the agent and proxy."""
     setup_logging(verbosity)
     from kubesvc.agent.node import default_node_name
@@ -55,6 +60,7 @@ def join_command(server: str, token: str, data_dir: Path, node_name: str | None,
         raise click.BadParameter(f"{server} is not an https:// URL of a server machine (https://<address>:6443)", param_hint="SERVER")
     try:
         pod_cidrs = flags.parse_pod_cidrs(pod_cidr) if pod_cidr else []
+        flags.parse_pod_cidrs(cluster_cidr)
         node_ips = flags.parse_node_ips(node_ip) if node_ip else [ip for ip in [detect_node_ip(pod_cidrs or ["10.244.0.0/24"])] if ip]
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
@@ -68,7 +74,10 @@ def join_command(server: str, token: str, data_dir: Path, node_name: str | None,
     options = JoinOptions(server=server.rstrip("/"), token=token, data_dir=data_dir, node_name=node_name or default_node_name(),
                           node_ips=node_ips, zone=zone, pod_cidrs=pod_cidrs,
                           service_cidrs=[c.strip() for c in service_cidr.split(",") if c.strip()], proxy_mode=proxy_mode or "",
-                          kubelet_port=kubelet_port, ca_cert_hashes=tuple(ca_cert_hashes), agent_args=list(agent_args),
+                          kubelet_port=kubelet_port, ca_cert_hashes=tuple(ca_cert_hashes),
+                          # the node's own identity lists the Nodes: up --cluster-init binds system:nodes to system:node-proxier
+                          agent_args=[*(["--pod-network", pod_network, "--cluster-cidr", cluster_cidr] if pod_network != "none" else []),
+                                      *agent_args],
                           proxy_args=list(proxy_args))
 
     def announce(system) -> None:

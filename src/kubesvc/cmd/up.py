@@ -50,6 +50,10 @@ class RawArgsCommand(click.Command):
 @click.option("--cluster-cidr", default="10.244.0.0/16", show_default=True,
               help="With --cluster-init/--server: the Pod range of the whole cluster, from which the controller-manager gives every "
                    "node joining with kubesvc join its own (k3s's flag).")
+@click.option("--pod-network", type=click.Choice(["none", "routes", "vxlan"]), default="none", show_default=True,
+              help="How this node's Pods reach other nodes' Pods (kubesvc agent --pod-network): direct routes (one L2 segment, "
+                   "flannel host-gw), VXLAN (across routers, flannel vxlan), or none (one machine). Pod traffic leaving --cluster-cidr "
+                   "is masqueraded.")
 @click.option("--cluster-init", is_flag=True, default=False,
               help="Start a cluster of several server machines: an etcd member of this machine, the apiserver on it (k3s's flag).")
 @click.option("--server", "join_server", default=None, metavar="URL",
@@ -58,7 +62,7 @@ class RawArgsCommand(click.Command):
               "or $KUBESVC_TOKEN, kept out of the process list).")
 def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: str | None, proxy_mode: str | None, kubelet_port: int,
                cluster_init: bool, join_server: str | None, token: str | None, cluster_domain: str, cluster_dns: str | None,
-               resolv_conf: str, cluster_cidr: str, **options) -> None:
+               resolv_conf: str, cluster_cidr: str, pod_network: str, **options) -> None:
     """Run the whole system on this machine: apiserver (SQLite), controller-manager, node agent and proxy,
     each a process of its own (logs in <data-dir>/logs; one that dies is restarted).
     Ctrl-C stops it and removes every namespace, link and kernel rule it made.
@@ -75,7 +79,7 @@ def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: st
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     check_cluster_flags(cluster_init, join_server, token, options)
-    if cluster_init or join_server:
+    if cluster_init or join_server or pod_network != "none":
         from kubesvc.controllers.nodeipam.cidrset import parse_cluster_cidrs
 
         try:
@@ -101,7 +105,7 @@ def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: st
                            node_ips=node_ips, proxy_mode=proxy_mode or "", kubelet_port=kubelet_port,
                            cluster_init=cluster_init, server=join_server, token=token,
                            cluster_domain=cluster_domain.strip("."), cluster_dns=cluster_dns, resolv_conf=resolv_conf,
-                           cluster_cidr=cluster_cidr)
+                           cluster_cidr=cluster_cidr, pod_network=pod_network)
     context = click.get_current_context()
     serve_pods(config, up_options, bind_address_given=context.get_parameter_source("bind_address") != click.core.ParameterSource.DEFAULT)
 
