@@ -292,3 +292,20 @@ def test_port_forward_to_a_port_nobody_listens_on(up, pod):
             process.wait(timeout=10)
     assert "an error occurred forwarding 18081 -> 81: error forwarding port 81 to pod " in err
     assert "connect: connection refused" in err
+
+
+@pytest.mark.parametrize("env", [(), NO_WEBSOCKETS], ids=["websocket", "spdy"])
+def test_attach_to_a_container_with_stdin(up, env):
+    """``stdin: true, stdinOnce: true``: what kubectl attach -i sends reaches the container's own
+    stdin, its output comes back, and the end of kubectl's stdin is the end of the container's."""
+    name = f"reader-{secrets.token_hex(3)}"
+    up.kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+        "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "c", "image": "busybox", "stdin": True, "stdinOnce": True,
+                        "command": ["sh", "-c", 'while read line; do echo "got $line"; done; echo "stdin closed"']}]}}))
+    wait_until(lambda: up.get("pod", name).get("status", {}).get("phase") == "Running", 60, f"{name} running")
+    result = subprocess.run(kubectl_argv(up, "attach", "-i", name, env=env), input="one\ntwo\n", capture_output=True, text=True,
+                            timeout=60, cwd=REPO_ROOT)
+    assert (result.returncode, result.stdout) == (0, "got one\ngot two\nstdin closed\n"), result.stderr
+    wait_until(lambda: up.get("pod", name).get("status", {}).get("phase") == "Succeeded", 30, f"{name} done")
+    assert up.kubectl("logs", name).stdout == "got one\ngot two\nstdin closed\n"  # the log has it too

@@ -105,7 +105,7 @@ class Agent:
         self.kubelet = KubeletServer(config.kubelet_bind_address, config.kubelet_port, config.data_dir / "pods", self._pod_log_info,
                                      node_name=config.node_name, tls=config.serving_context(),
                                      authorizer=SubjectAccessReviewAuthorizer(client, clock=self.clock),
-                                     exec_target=self._exec_target, pod_netns=self._pod_netns)
+                                     exec_target=self._exec_target, pod_netns=self._pod_netns, attach_target=self._attach_target)
         self.heartbeat: NodeHeartbeat | None = None
         self.pods = Informer(client, PODS, field_selector=f"spec.nodeName={config.node_name}")
         self.tokens = TokenManager(self._request_token, self.clock)  # projected ServiceAccount tokens
@@ -252,6 +252,18 @@ class Agent:
             return f'container not found ("{container}")'  # kubelet's findContainer
         return ExecTarget(netns=worker.network.netns, env=dict(slot.env), working_dir=slot.spec.get("workingDir") or "/",
                           pid=process.pid)
+
+    def _attach_target(self, namespace: str, name: str, container: str):
+        """The running container a ``kubectl attach`` joins (runtime.ContainerProcess; None: no
+        such Pod here; a string: kubelet's reason it cannot)."""
+        worker = self._worker(namespace, name)
+        if worker is None:
+            return None
+        slot = next((s for s in worker.init_slots + worker.slots if s.name == container), None)
+        process = slot.process if slot is not None and slot.record.running else None
+        if process is None or process.returncode is not None:
+            return f'container not found ("{container}")'  # kubelet's findContainer
+        return process
 
     def _pod_netns(self, namespace: str, name: str) -> str | None:
         """The Pod's network namespace, for ``kubectl port-forward``."""

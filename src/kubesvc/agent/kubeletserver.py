@@ -1,6 +1,6 @@
 """The node agent's HTTP server: what the apiserver calls on a node (upstream
 pkg/kubelet/server/server.go, the ``/containerLogs`` and ``/healthz`` handlers, and the
-``/exec`` and ``/portForward`` streams of ``kubectl exec``/``port-forward``: ``streaming.py``).
+``/exec``, ``/attach`` and ``/portForward`` streams of ``kubectl exec``/``port-forward``: ``streaming.py``).
 
 ``kubectl logs`` goes to the apiserver, which finds the Pod's node, reads the port from the
 Node's ``status.daemonEndpoints.kubeletEndpoint.Port`` and asks the agent over HTTPS, with
@@ -39,7 +39,7 @@ from aiohttp import web
 
 from kubesvc.agent.kubeletauth import AuthorizationFailed, Authorizer, authorization_error_text, forbidden_text, node_request
 from kubesvc.agent.logs import InvalidLogOptions, LogOptions, container_log_path, read_logs
-from kubesvc.agent.streaming import ResolveExec, ResolvePod, serve_exec, serve_port_forward
+from kubesvc.agent.streaming import ResolveAttach, ResolveExec, ResolvePod, serve_attach, serve_exec, serve_port_forward
 from kubesvc.serving.x509 import X509Authenticator
 from kubesvc.api.errors import StatusError
 from kubesvc.serving.params import parameter_bool
@@ -74,7 +74,7 @@ class KubeletServer:
 
     def __init__(self, bind_address: str, port: int, log_root: Path, resolve: Resolve, *, node_name: str, tls: ssl.SSLContext,
                  authorizer: Authorizer, clock: Clock | None = None, exec_target: ResolveExec | None = None,
-                 pod_netns: ResolvePod | None = None):
+                 pod_netns: ResolvePod | None = None, attach_target: ResolveAttach | None = None):
         self.bind_address = bind_address
         self.port = port
         self.node_name = node_name
@@ -86,6 +86,7 @@ class KubeletServer:
         self._clock = clock or RealClock()
         self._exec_target = exec_target or (lambda namespace, pod, container: None)
         self._pod_netns = pod_netns or (lambda namespace, pod: None)
+        self._attach_target = attach_target or (lambda namespace, pod, container: None)
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -96,6 +97,7 @@ class KubeletServer:
         for method in ("GET", "POST"):  # GET: a WebSocket; POST: a SPDY upgrade (refused with 400: streaming.py)
             app.router.add_route(method, "/exec/{namespace}/{pod}/{container}", lambda r: serve_exec(r, self._exec_target))
             app.router.add_route(method, "/portForward/{namespace}/{pod}", lambda r: serve_port_forward(r, self._pod_netns))
+            app.router.add_route(method, "/attach/{namespace}/{pod}/{container}", lambda r: serve_attach(r, self._attach_target))
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         sock = listen_socket(self.bind_address, self.port)  # as kubelet's Go listener: "" / 0.0.0.0 is dual-stack

@@ -121,12 +121,16 @@ class ContainerLogFile:
         self._file.close()
 
 
-async def pump(reader: asyncio.StreamReader, stream: str, log: ContainerLogFile) -> None:
+async def pump(reader: asyncio.StreamReader, stream: str, log: ContainerLogFile,
+               tee: Callable[[str, bytes], None] | None = None) -> None:
     """Copy a process's pipe into its log, line by line, until EOF. A line still growing past
-    16 KiB is written out in 16 KiB partial chunks as it comes, not held back."""
+    16 KiB is written out in 16 KiB partial chunks as it comes, not held back. ``tee`` is also
+    handed every chunk as read (``kubectl attach``'s live output)."""
     pending = b""
     while True:
         chunk = await reader.read(64 * 1024)
+        if chunk and tee is not None:
+            tee(stream, chunk)
         if not chunk:
             if pending:
                 log.write(stream, pending)  # the last words, without a newline: a partial line

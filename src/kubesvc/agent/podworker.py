@@ -462,7 +462,8 @@ class PodWorker:
         assert self.network is not None
         meta = self.pod["metadata"]
         log_path = container_log_path(self.ctx.log_root, meta.get("namespace", ""), meta["name"], self.uid, slot.name, record.restart_count)
-        process = ContainerProcess(argv, env, slot.spec.get("workingDir"), self.network.netns, log_path, mounts=mounts, identity=identity)
+        process = ContainerProcess(argv, env, slot.spec.get("workingDir"), self.network.netns, log_path, mounts=mounts, identity=identity,
+                                   stdin=bool(slot.spec.get("stdin")), stdin_once=bool(slot.spec.get("stdinOnce")))
         if record.restart_count == 0:
             self._event("Normal", "Pulled", f'Container image "{record.image}" not pulled: kubesvc runs the container\'s command as a process '
                                             f"in the Pod's network namespace")

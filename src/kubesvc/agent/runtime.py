@@ -4,11 +4,14 @@ A container is its ``command``/``args`` run as a host process inside the Pod's n
 namespace (``ip netns exec`` enters it and execs the command, so the PID we hold is the
 container's), in a session of its own so a signal reaches every process it started, with the
 container's environment and ``workingDir``; stdout and stderr are copied line by line into the
-kubelet-format log file that ``kubectl logs`` reads. A container starts through the helper of
-``kernel/mounts.py``: with volume mounts, in a mount namespace of its own where they appear at
-their ``mountPath``s; in a UTS namespace of its own named as the Pod's hostname; as the user and
-groups of its ``securityContext``. A step that fails is the container's ``StartError``, reported
-back on a status pipe. There is no image: ``image`` is only reported back.
+kubelet-format log file that ``kubectl logs`` reads (and to the clients of a ``kubectl attach``).
+A container with ``stdin: true`` gets a pipe as its stdin, held open by the agent for attach
+sessions (``stdinOnce``: closed when the first one ends); else stdin is /dev/null.
+A container starts through the helper of ``kernel/mounts.py``: with volume mounts, in a mount
+namespace of its own where they appear at their ``mountPath``s; in a UTS namespace of its own
+named as the Pod's hostname; as the user and groups of its ``securityContext``. A step that
+fails is the container's ``StartError``, reported back on a status pipe. There is no image:
+``image`` is only reported back.
 
 Stopping follows the container runtime's ``StopContainer(timeout)``: SIGTERM to the process
 group, then SIGKILL when the grace period ends.
@@ -23,7 +26,7 @@ import re
 import shutil
 import signal
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,7 +76,7 @@ class ContainerProcess:
     """One run of one container."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None, netns: str | None, log_path: Path,
-                 mounts: MountPlan | None = None, identity: Identity | None = None):
+                 mounts: MountPlan | None = None, identity: Identity | None = None, stdin: bool = False, stdin_once: bool = False):
         self.argv = list(argv)
         self.env = dict(env)
         self.cwd = cwd or "/"
@@ -82,6 +85,11 @@ class ContainerProcess:
         self.mounts = mounts
         self.identity = identity
         self.container_id = f"kubesvc://{uuid.uuid4().hex}"
+        # ``stdin: true``: the runtime holds the container's stdin open for ``kubectl attach``;
+        # ``stdinOnce``: the first attach session to end closes it (the container reads EOF)
+        self.stdin = stdin
+        self.stdin_once = stdin_once
+        self._listeners: set[Callable[[str, bytes], None]] = set()  # attached clients' output
         self._process: kprocess.Process | None = None
         self._pumps: list[asyncio.Task] = []
         self._log: ContainerLogFile | None = None
@@ -113,7 +121,7 @@ class ContainerProcess:
             argv = in_mount_namespace(self.mounts, argv, cwd=self.cwd, status_fd=status_write, identity=self.identity or Identity())
         try:
             self._process = await kprocess.spawn(argv, env=env, cwd=self.cwd if not helped else "/", netns=self.netns,
-                                                 pass_fds=(status_write,) if status_write is not None else ())
+                                                 pass_fds=(status_write,) if status_write is not None else (), stdin_pipe=self.stdin)
         except OSError as exc:
             self._log.close()
             if status_read is not None:
@@ -122,8 +130,8 @@ class ContainerProcess:
         finally:
             if status_write is not None:
                 os.close(status_write)
-        self._pumps = [asyncio.create_task(pump(self._process.stdout, "stdout", self._log)),
-                       asyncio.create_task(pump(self._process.stderr, "stderr", self._log))]
+        self._pumps = [asyncio.create_task(pump(self._process.stdout, "stdout", self._log, self._to_listeners)),
+                       asyncio.create_task(pump(self._process.stderr, "stderr", self._log, self._to_listeners))]
         if status_read is not None:
             failure = await asyncio.to_thread(_read_to_end, status_read)
             if failure:
@@ -139,9 +147,32 @@ class ContainerProcess:
                 raise StartError(f'exec: "{self.argv[0]}": executable file not found in $PATH')
         return ContainerLogFile(self.log_path)
 
+    # -- attach (the runtime's Attach: live output, and stdin when the container has one)
+
+    def _to_listeners(self, stream: str, chunk: bytes) -> None:
+        for listener in list(self._listeners):
+            listener(stream, chunk)
+
+    def listen(self, listener: Callable[[str, bytes], None]) -> Callable[[], None]:
+        """``listener(stream, chunk)`` for everything the container prints from now on; returns
+        the call that stops it."""
+        self._listeners.add(listener)
+        return lambda: self._listeners.discard(listener)
+
+    @property
+    def stdin_fd(self) -> int | None:
+        """The write end of the container's stdin (non-blocking), None without one or once closed."""
+        return self._process.stdin if self._process is not None else None
+
+    def close_stdin(self) -> None:
+        if self._process is not None and self._process.stdin is not None:
+            os.close(self._process.stdin)
+            self._process.stdin = None
+
     async def wait(self) -> Exit:
         assert self._process is not None
         code = await self._process.wait()
+        self.close_stdin()
         # a container ends with its main process: what it left running in its group goes too
         # (it would otherwise outlive the Pod's namespace, where nothing could find it)
         self.signal(signal.SIGKILL)

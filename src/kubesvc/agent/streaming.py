@@ -6,6 +6,7 @@ The apiserver reaches them over HTTPS with its kubelet-client certificate, autho
 ``nodes/proxy`` like every path but a few (kubeletauth.py), and relays the client's WebSocket::
 
     GET /exec/{namespace}/{pod}/{container}?command=sh&command=-c&command=...&input=1&output=1&error=1&tty=1
+    GET /attach/{namespace}/{pod}/{container}?input=1&output=1&error=1
     GET /portForward/{namespace}/{pod}
 
 **Exec** speaks the channel protocol (``wsstream``): every binary message is one channel byte
@@ -24,6 +25,13 @@ The command runs where the container runs: in its network, mount and UTS namespa
 working directory, as its user (``mounts.in_container``: ``nsenter`` over its main process),
 with the container's environment (what the runtime keeps from ``CreateContainer``). ``tty`` gives it a
 pseudo-terminal (``kernel/interactive.py``).
+
+**Attach** (``/attach/{namespace}/{pod}/{container}``, the same options without a command)
+joins the running container: what it prints from then on (the runtime tees its pipes:
+``runtime.ContainerProcess.listen``), and stdin into its own stdin when its spec has ``stdin:
+true`` (the end of the client's stdin closes the container's only with ``stdinOnce``). It ends
+with the container (a Success Status) or when the client leaves. Containers get no terminal
+(``tty: true`` is not honoured), so an attach never has one.
 
 **Port-forward** from kubectl 1.32 is SPDY/3.1 tunneled through the WebSocket (subprotocol
 ``SPDY/3.1+portforward.k8s.io``; ``streaming_spdy.py``). Per local connection kubectl opens two
@@ -95,6 +103,8 @@ class ExecTarget:
 
 ResolveExec = Callable[[str, str, str], "ExecTarget | str | None"]  # None: no such Pod; str: why not
 ResolvePod = Callable[[str, str], "str | None"]  # (namespace, pod) -> its network namespace
+# (namespace, pod, container) -> the running container (runtime.ContainerProcess), None: no such Pod; str: why not
+ResolveAttach = Callable[[str, str, str], object]
 
 
 # ---- pure parts -------------------------------------------------------------------------------
@@ -188,10 +198,19 @@ async def serve_exec(request: web.Request, resolve: ResolveExec) -> web.StreamRe
         return _text(404, f'pod "{pod}" does not exist')
     if isinstance(target, str):
         return _text(500, target)
+    return await _serve_remotecommand(request, options, lambda send, client_input: _run_exec(send, client_input, options, target))
+
+
+Run = Callable[[Callable[[int, bytes], Awaitable[None]], Callable[..., Awaitable[None]]], Awaitable[None]]
+
+
+async def _serve_remotecommand(request: web.Request, options: ExecOptions, run: Run) -> web.StreamResponse:
+    """An exec or attach session over whichever transport the client asked for: ``run(send,
+    client_input)`` serves it (``send(channel, bytes)`` out, ``client_input(child)`` in)."""
     if upgrade.is_spdy_upgrade(request):
-        return await _serve_exec_spdy(request, options, target)
+        return await _serve_spdy_remotecommand(request, options, run)
     if not _is_websocket(request):
-        return _text(400, "unable to upgrade: an exec is a WebSocket (v5.channel.k8s.io, v4.channel.k8s.io) or a SPDY/3.1 upgrade")
+        return _text(400, "unable to upgrade: a stream is a WebSocket (v5.channel.k8s.io, v4.channel.k8s.io) or a SPDY/3.1 upgrade")
     protocol = _chosen_protocol(request, EXEC_PROTOCOLS)
     if protocol is None:
         return _text(400, f"unable to upgrade: unable to negotiate protocol: client supports {request.headers.getall('Sec-WebSocket-Protocol', [])}, "
@@ -206,13 +225,13 @@ async def serve_exec(request: web.Request, resolve: ResolveExec) -> web.StreamRe
 
     try:
         await send(options.first_channel(), b"")
-        await _run_exec(send, lambda child: _from_client(ws, protocol, child), options, target)
+        await run(send, lambda child: _from_client(ws, protocol, child))
     finally:
         await ws.close()
     return ws
 
 
-async def _serve_exec_spdy(request: web.Request, options: ExecOptions, target: ExecTarget) -> web.StreamResponse:
+async def _serve_spdy_remotecommand(request: web.Request, options: ExecOptions, run: Run) -> web.StreamResponse:
     """kubectl's fallback: remotecommand over SPDY/3.1 (kubelet's remotecommand/httpstream.go).
     The client opens one stream per channel, each named by its ``streamType`` header: ``error``,
     then ``stdin``, ``stdout``, ``stderr`` as asked, and ``resize`` with a terminal (a sequence
@@ -262,7 +281,7 @@ async def _serve_exec_spdy(request: web.Request, options: ExecOptions, target: E
                 task.cancel()
 
     try:
-        await _run_exec(send, from_client, options, target)
+        await run(send, from_client)
         for stream in streams.values():
             await stream.close()
     except ConnectionError:
@@ -315,6 +334,80 @@ def _exec_argv(target: ExecTarget, command: Sequence[str]) -> tuple[list[str], s
     if target.pid is not None:
         return in_container(target.pid, command), "/", env  # nsenter takes the container's root and cwd
     return in_netns(target.netns, command), target.working_dir or "/", env
+
+
+async def serve_attach(request: web.Request, resolve: ResolveAttach) -> web.StreamResponse:
+    """``kubectl attach``: the running container's own streams (kubelet's ``/attach``, the
+    runtime's Attach): what it prints from now on, and stdin into its stdin when it has one."""
+    namespace, pod, container = (request.match_info[k] for k in ("namespace", "pod", "container"))
+    options = ExecOptions.from_query(request.query)
+    problem = options.problem(attach=True)
+    if problem:
+        return _text(400, problem)
+    target = resolve(namespace, pod, container)
+    if target is None:
+        return _text(404, f'pod "{pod}" does not exist')
+    if isinstance(target, str):
+        return _text(500, target)
+    return await _serve_remotecommand(request, options, lambda send, client_input: _run_attach(send, client_input, options, target))
+
+
+class _AttachedInput:
+    """What a session's input reaches in an attached container (the interface of
+    ``interactive.Interactive`` that ``_from_client`` uses): its stdin pipe; the end of the
+    client's stdin closes it only for ``stdinOnce``; no terminal to resize."""
+
+    tty = False
+
+    def __init__(self, container):
+        self._container = container
+
+    @property
+    def stdin(self) -> int | None:
+        return self._container.stdin_fd
+
+    def resize(self, width: int, height: int) -> None:
+        pass
+
+    def close_stdin(self) -> None:
+        if self._container.stdin_once:
+            self._container.close_stdin()
+
+
+async def _run_attach(send: Callable[[int, bytes], Awaitable[None]], client_input: Callable[..., Awaitable[None]],
+                      options: ExecOptions, container) -> None:
+    """Until the container exits (then a Success Status, as kubelet's ServeAttach) or the client
+    leaves (with ``stdinOnce``, the container's stdin is then closed)."""
+    output: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
+    stop_listening = container.listen(lambda stream, chunk: output.put_nowait((stream, chunk)))
+
+    async def forward() -> None:
+        while True:
+            stream, chunk = await output.get()
+            if stream == "stderr" and not options.tty:
+                if options.stderr:
+                    await send(STDERR, chunk)
+            elif options.stdout or options.tty:
+                await send(STDOUT, chunk)
+
+    forwarding = asyncio.create_task(forward())
+    client = asyncio.ensure_future(client_input(_AttachedInput(container)))
+    exited = asyncio.ensure_future(container.wait_exit())
+    try:
+        await asyncio.wait([exited, client, forwarding], return_when=asyncio.FIRST_COMPLETED)
+        if exited.done():
+            await asyncio.sleep(0.2)  # the pumps' last chunks
+            deadline = asyncio.get_running_loop().time() + DRAIN_SECONDS
+            while not output.empty() and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.05)
+            await send(ERROR, json.dumps(success_status()).encode())
+    finally:
+        stop_listening()
+        for task in (forwarding, client, exited):
+            task.cancel()
+        await asyncio.gather(forwarding, client, exited, return_exceptions=True)
+        if container.stdin_once:
+            container.close_stdin()
 
 
 async def _run_exec(send: Callable[[int, bytes], Awaitable[None]], client_input: Callable[[interactive.Interactive], Awaitable[None]],

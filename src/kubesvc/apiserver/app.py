@@ -45,9 +45,9 @@ from kubesvc.apiserver.kubeletclient import KubeletClient
 from kubesvc.apiserver.limits import in_flight_middleware
 from kubesvc.apiserver.registry.store import Registry
 from kubesvc.apiserver.scale import handle_scale
-from kubesvc.apiserver.streaming import connect_exec, connect_port_forward
+from kubesvc.apiserver.streaming import connect_attach, connect_exec, connect_port_forward
 from kubesvc.apiserver.subresources import (
-    POD_BINDING, POD_EXEC, POD_LOG, POD_PORTFORWARD, SCALE_SUBRESOURCES, SERVICE_ACCOUNT_TOKEN, action, legacy_action,
+    POD_ATTACH, POD_BINDING, POD_EXEC, POD_LOG, POD_PORTFORWARD, SCALE_SUBRESOURCES, SERVICE_ACCOUNT_TOKEN, action, legacy_action,
 )
 from kubesvc.apiserver.watch import watch_objects
 from kubesvc.storage.base import StorageError
@@ -74,6 +74,7 @@ ACTION_HANDLERS = {
     POD_BINDING: ("POST", handlers.create_binding),
     POD_LOG: ("GET", handlers.read_pod_log),
     POD_EXEC: (("GET", "POST"), connect_exec),  # GET: a WebSocket; POST: a SPDY upgrade
+    POD_ATTACH: (("GET", "POST"), connect_attach),
     POD_PORTFORWARD: (("GET", "POST"), connect_port_forward),
     # a TokenRequest, answered by the handler registered as create_handlers[("", "serviceaccounts/token")]
     SERVICE_ACCOUNT_TOKEN: ("POST", lambda request, target: handlers.create_unstored(

@@ -1,7 +1,8 @@
-"""``pods/exec`` and ``pods/portforward``: the apiserver's side of ``kubectl exec`` and
-``kubectl port-forward`` (upstream pkg/registry/core/pod/rest/subresources.go ``ExecREST``,
-``PortForwardREST``; ``ExecLocation``/``PortForwardLocation`` in pkg/registry/core/pod/strategy.go;
-workloads.md §9).
+"""``pods/exec``, ``pods/attach`` and ``pods/portforward``: the apiserver's side of ``kubectl
+exec``, ``kubectl attach`` and ``kubectl port-forward`` (upstream
+pkg/registry/core/pod/rest/subresources.go ``ExecREST``, ``AttachREST``, ``PortForwardREST``;
+``ExecLocation``/``AttachLocation``/``PortForwardLocation`` in pkg/registry/core/pod/strategy.go;
+workloads.md §9). Attach is exec without a command, to ``/attach/NS/POD/CONTAINER``.
 
 **What kubectl 1.32 sends** (logged from it against a bare server):
 
@@ -93,14 +94,17 @@ async def _node_of(target, pod: dict) -> tuple[str, int]:
     return kubelet_address(node)
 
 
-async def exec_location(request: web.Request, target) -> URL:
+async def exec_location(request: web.Request, target, kind: str = "exec") -> URL:
+    """The agent's ``/exec`` (or ``/attach``) URL of the container (``ExecLocation``/``AttachLocation``)."""
     pod = await target.store.get(target.namespace, target.name)
     container = choose_container(pod, request.query.get("container", ""))
-    if not request.query.getall("command", []):
+    if kind == "exec" and not request.query.getall("command", []):
         raise errors.bad_request("you must specify at least 1 command")
     host, port = await _node_of(target, pod)
     query = exec_query(request.query)
-    return URL.build(scheme="https", host=host, port=port, path=f"/exec/{target.namespace}/{target.name}/{container}", query=query)
+    if kind != "exec":
+        query.pop("command")
+    return URL.build(scheme="https", host=host, port=port, path=f"/{kind}/{target.namespace}/{target.name}/{container}", query=query)
 
 
 async def port_forward_location(request: web.Request, target) -> URL:
@@ -114,6 +118,12 @@ async def connect_exec(request: web.Request, target) -> web.StreamResponse:
     """``pods/exec``: GET (WebSocket) or POST (SPDY)."""
     authorize_websocket_create(request)
     return await _relay(request, await exec_location(request, target))
+
+
+async def connect_attach(request: web.Request, target) -> web.StreamResponse:
+    """``pods/attach``: GET (WebSocket) or POST (SPDY)."""
+    authorize_websocket_create(request)
+    return await _relay(request, await exec_location(request, target, "attach"))
 
 
 async def connect_port_forward(request: web.Request, target) -> web.StreamResponse:

@@ -9,7 +9,7 @@ of a Pod's subresources do something else, each with REST logic of its own upstr
   Pod's name from the Binding's ``metadata.name``; it is a resource of its own in discovery,
   with the one verb ``create``.
 * ``pods/log`` (``LogREST``): ``GET`` streams a container's log from the Pod's node agent.
-* ``pods/exec`` and ``pods/portforward`` (``ExecREST``, ``PortForwardREST``): ``GET`` (a
+* ``pods/exec``, ``pods/attach`` and ``pods/portforward`` (``ExecREST``, ``AttachREST``, ``PortForwardREST``): ``GET`` (a
   WebSocket) or ``POST`` (a SPDY upgrade) streams a command or TCP connections through the
   Pod's node agent (``streaming.py``).
 * ``deployments/scale``, ``replicasets/scale``, ``replicationcontrollers/scale`` (``ScaleREST``):
@@ -47,6 +47,7 @@ class ActionSubresource:
 POD_BINDING = ActionSubresource("", "pods", "binding", "Binding", ("create",), body=BINDING_INFO,
                                 legacy_resource="bindings", legacy_singular="binding")
 POD_LOG = ActionSubresource("", "pods", "log", "Pod", ("get",))
+POD_ATTACH = ActionSubresource("", "pods", "attach", "PodAttachOptions", ("create", "get"))
 POD_EXEC = ActionSubresource("", "pods", "exec", "PodExecOptions", ("create", "get"))
 POD_PORTFORWARD = ActionSubresource("", "pods", "portforward", "PodPortForwardOptions", ("create", "get"))
 SERVICE_ACCOUNT_TOKEN = ActionSubresource("", "serviceaccounts", "token", "TokenRequest", ("create",),
@@ -57,7 +58,7 @@ REPLICA_SET_SCALE = ActionSubresource("apps", "replicasets", "scale", "Scale", (
 REPLICATION_CONTROLLER_SCALE = ActionSubresource("", "replicationcontrollers", "scale", "Scale", ("get", "patch", "update"),
                                                  body=SCALE_INFO)
 SCALE_SUBRESOURCES = (DEPLOYMENT_SCALE, REPLICA_SET_SCALE, REPLICATION_CONTROLLER_SCALE)
-ACTION_SUBRESOURCES = (POD_BINDING, POD_LOG, POD_EXEC, POD_PORTFORWARD, SERVICE_ACCOUNT_TOKEN, *SCALE_SUBRESOURCES)
+ACTION_SUBRESOURCES = (POD_ATTACH, POD_BINDING, POD_LOG, POD_EXEC, POD_PORTFORWARD, SERVICE_ACCOUNT_TOKEN, *SCALE_SUBRESOURCES)
 
 
 def actions_of(info: KindInfo) -> list[ActionSubresource]:

@@ -45,13 +45,16 @@ PIPE_LIMIT = 2**16  # each pipe's StreamReader buffer (asyncio's default)
 class Process:
     """A process ``spawn`` started, as its callers hold it (what they used of
     ``asyncio.subprocess.Process``): ``pid``, ``returncode`` (negative: killed by that signal),
-    ``stdout``/``stderr`` stream readers (``stderr`` None when merged) and ``wait()``."""
+    ``stdout``/``stderr`` stream readers (``stderr`` None when merged) and ``wait()``; ``stdin``
+    is the non-blocking write end of its stdin pipe when it was started with one (the caller
+    owns and closes it), else None."""
 
     def __init__(self, popen: subprocess.Popen, stdout: asyncio.StreamReader, stderr: asyncio.StreamReader | None,
-                 exited: asyncio.Future):
+                 exited: asyncio.Future, stdin: int | None = None):
         self._popen = popen
         self.stdout = stdout
         self.stderr = stderr
+        self.stdin = stdin
         self._exited = exited
 
     @property
@@ -68,14 +71,16 @@ class Process:
 
 
 async def spawn(argv: Sequence[str], *, env: Mapping[str, str], cwd: str, netns: str | None = None, merge_stderr: bool = False,
-                pass_fds: Sequence[int] = (), die_with_parent: bool = False) -> Process:
+                pass_fds: Sequence[int] = (), die_with_parent: bool = False, stdin_pipe: bool = False) -> Process:
     """``argv`` started in a session of its own (inside network namespace ``netns`` if given),
-    stdin /dev/null, stdout piped, stderr piped or (``merge_stderr``) into stdout; ``pass_fds``
-    stay open in the child; with ``die_with_parent`` it gets SIGKILL when this process dies.
+    stdin /dev/null (a pipe with ``stdin_pipe``: a container with ``stdin: true``), stdout piped,
+    stderr piped or (``merge_stderr``) into stdout; ``pass_fds`` stay open in the child; with
+    ``die_with_parent`` it gets SIGKILL when this process dies.
     Forked on a worker thread (see the module docstring)."""
     loop = asyncio.get_running_loop()
     starting = asyncio.ensure_future(asyncio.to_thread(
-        subprocess.Popen, in_netns(netns, argv), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        subprocess.Popen, in_netns(netns, argv), env=dict(env), cwd=cwd, stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE, start_new_session=True, pass_fds=tuple(pass_fds),
         preexec_fn=_death_signal(os.getpid()) if die_with_parent else None))
     try:
@@ -105,7 +110,13 @@ async def _attach(loop: asyncio.AbstractEventLoop, popen: subprocess.Popen) -> P
             exited.set_result(popen.returncode)
 
     loop.add_reader(pidfd, reap)
-    return Process(popen, await _reader(loop, popen.stdout), await _reader(loop, popen.stderr) if popen.stderr else None, exited)
+    stdin = None
+    if popen.stdin is not None:  # a plain non-blocking fd: writers wait on the loop (kernel.interactive.write)
+        stdin = os.dup(popen.stdin.fileno())
+        popen.stdin.close()
+        os.set_blocking(stdin, False)
+    return Process(popen, await _reader(loop, popen.stdout), await _reader(loop, popen.stderr) if popen.stderr else None, exited,
+                   stdin)
 
 
 async def _reader(loop: asyncio.AbstractEventLoop, pipe) -> asyncio.StreamReader:
