@@ -1,0 +1,201 @@
+"""Machines joining as nodes with the real commands (issue 19's done-when, the join part):
+three network namespaces on one LAN bridge (nothing leaves them). The first runs
+``kubesvc up --cluster-init``; ``kubesvc token create --print-join-command`` prints the join;
+the other two run it (``kubesvc join https://<first>:6443 --token ... --discovery-token-ca-cert-hash ...
+--zone ...``). One cluster serves the module.
+
+Observed with the real kubectl: three Ready nodes with distinct Pod CIDRs (the joiners' from
+the cluster's node-ipam-controller) and their zone labels, the approved and issued CSRs, the
+node credential kept 0600; node 2's own credential gets 403 changing node 3's Node and Pods; a
+wrong token is one line and changes nothing (no file, Node or CSR); ``kubesvc leave`` stops a
+node, removes what it made on its machine and the Node turns NotReady.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import netns
+from tests.support.agent import nsenter_argv
+from tests.support.slowdown import scaled
+from tests.support.up import Machine
+
+pytestmark = pytest.mark.kernel
+
+LAN = "192.168.79"
+JOINED = re.compile(r"^kubesvc joined (\S+) as node (\S+): Pods in (\S+),")
+
+
+def kubesvc(ns: netns.Netns, *args: str, check: bool = True, timeout: float = 90) -> subprocess.CompletedProcess:
+    result = subprocess.run(nsenter_argv(ns.name, sys.executable, "-m", "kubesvc", *args), capture_output=True, text=True,
+                            timeout=scaled(timeout), cwd=netns.REPO_ROOT)
+    assert not check or result.returncode == 0, result.stderr
+    return result
+
+
+def machine_ns(lan: netns.Netns, index: int) -> netns.Netns:
+    ns = netns.Netns.create(f"m{index}")
+    netns.veth(ns, "eth0", lan, f"m{index}")
+    netns.attach(lan, f"m{index}", "br0")
+    ns.ip("addr", "add", f"{LAN}.{10 + index}/24", "dev", "eth0")
+    ns.ip("link", "set", "eth0", "up")
+    return ns
+
+
+class Joiner:
+    def __init__(self, ns: netns.Netns, tmp: Path, index: int):
+        self.ns, self.index = ns, index
+        self.name = f"m{index}"
+        self.data_dir = tmp / f"node{index}"
+        self.log_path = tmp / f"join{index}.log"
+        self.process: subprocess.Popen | None = None
+        self.line = ""
+
+    def join(self, command: list[str], *extra: str, timeout: float = 180) -> str:
+        from tests.cluster.machines import _first_line
+
+        argv = nsenter_argv(self.ns.name, sys.executable, "-m", "kubesvc", *command[1:], "--data-dir", str(self.data_dir),
+                            "--node-name", self.name, "--node-ip", f"{LAN}.{10 + self.index}", *extra)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, cwd=netns.REPO_ROOT)
+        self.line = _first_line(self.process, scaled(timeout))
+        assert JOINED.match(self.line), f"join did not announce itself ({self.line!r}, exit {self.process.poll()}):\n" + \
+            self.log_path.read_text()[-4000:]
+        return self.line
+
+    def kubectl(self, *args: str) -> subprocess.CompletedProcess:
+        """kubectl on this machine with the node's own credential."""
+        return subprocess.run(nsenter_argv(self.ns.name, "kubectl", f"--kubeconfig={self.data_dir / 'kubeconfig'}",
+                                           f"--cache-dir={self.data_dir.parent / f'cache{self.index}'}", *args),
+                              capture_output=True, text=True, timeout=scaled(60))
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=scaled(60))
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+        if self.process is not None and self.process.stdout is not None:
+            self.process.stdout.close()
+        if self.data_dir.exists():
+            kubesvc(self.ns, "leave", "--data-dir", str(self.data_dir), check=False)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("join")
+    lan = netns.Netns.create("lan")
+    namespaces: list[netns.Netns] = []
+    server = None
+    joiners: list[Joiner] = []
+    try:
+        netns.bridge(lan, "br0")
+        namespaces = [machine_ns(lan, i) for i in (1, 2, 3, 4)]
+        (tmp / "m1").mkdir()
+        server = Machine(namespaces[0], tmp / "m1")
+        server.up(timeout=scaled(180), extra=("--cluster-init", "--node-name", "m1", "--pod-cidr", "10.244.0.0/24",
+                                              "--cluster-cidr", "10.244.0.0/16"))
+        command = kubesvc(namespaces[0], "token", "create", "--data-dir", str(server.data_dir), "--print-join-command").stdout.split()
+        joiners = [Joiner(namespaces[i - 1], tmp, i) for i in (2, 3)]
+        for joiner, zone in zip(joiners, ("zone-b", "zone-c")):
+            joiner.join(command, "--zone", zone)
+        yield {"server": server, "joiners": joiners, "command": command, "spare": namespaces[3], "tmp": tmp}
+    finally:
+        for joiner in joiners:
+            joiner.stop()
+        if server is not None:
+            if server.process is not None and server.process.poll() is None:
+                server.interrupt(timeout=scaled(60))
+            server.teardown()
+        for ns in namespaces[1:]:
+            ns.close()
+        lan.close()
+
+
+def nodes(server) -> dict[str, dict]:
+    return {n["metadata"]["name"]: n for n in server.get("nodes")["items"]}
+
+
+def ready(node: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in (node.get("status") or {}).get("conditions") or [])
+
+
+@pytest.mark.timeout(900)
+def test_three_ready_nodes_with_distinct_pod_cidrs_and_their_csrs(cluster):
+    server, (two, three) = cluster["server"], cluster["joiners"]
+    assert cluster["command"][:2] == ["kubesvc", "join"] and cluster["command"][2].startswith(f"https://{LAN}.11:")
+    netns.wait_until(lambda: len([n for n in nodes(server).values() if ready(n)]) == 3, scaled(120), "three Ready nodes")
+    table = server.kubectl("get", "nodes", "--no-headers").stdout.splitlines()
+    assert sorted(line.split()[:2] for line in table) == [["m1", "Ready"], ["m2", "Ready"], ["m3", "Ready"]]
+    found = nodes(server)
+    cidrs = {name: node["spec"]["podCIDRs"] for name, node in found.items()}
+    assert cidrs["m1"] == ["10.244.0.0/24"]
+    assert len({c[0] for c in cidrs.values()}) == 3 and all(c[0].startswith("10.244.") and c[0].endswith(".0/24") for c in cidrs.values())
+    assert JOINED.match(two.line).group(3) == cidrs["m2"][0]  # the agent runs on the range the cluster gave
+    assert found["m2"]["metadata"]["labels"]["topology.kubernetes.io/zone"] == "zone-b"
+    assert found["m3"]["metadata"]["labels"]["topology.kubernetes.io/zone"] == "zone-c"
+    internal = {a["address"] for a in found["m3"]["status"]["addresses"] if a["type"] == "InternalIP"}
+    assert internal == {f"{LAN}.13"}
+    rows = [line.split() for line in server.kubectl("get", "csr", "--no-headers").stdout.splitlines()]
+    issued = [r for r in rows if r[2] == "kubernetes.io/kube-apiserver-client-kubelet" and r[-1] == "Approved,Issued"]
+    assert len(issued) >= 2 and all(r[3].startswith("system:bootstrap:") for r in issued)
+    for path in (two.data_dir / "kubeconfig", two.data_dir / "pki" / "kubelet-client.key", two.data_dir / "pki" / "kubelet-client.crt"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    whoami = json.loads(two.kubectl("auth", "whoami", "-o", "json").stdout)["status"]["userInfo"]["username"]
+    assert whoami == "system:node:m2"
+
+
+def test_node_two_cannot_change_node_threes_objects(cluster):
+    server, (two, three) = cluster["server"], cluster["joiners"]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "on-m3", "namespace": "default"},
+           "spec": {"nodeName": "m3", "containers": [{"name": "c", "image": "x", "command": ["sleep", "600"]}]}}
+    server.kubectl("apply", "-f", "-", input=json.dumps(pod))
+    try:
+        for args in (("label", "node", "m3", "stolen=yes"), ("annotate", "node", "m3", "x=y"),
+                     ("delete", "pod", "on-m3", "--wait=false"), ("label", "pod", "on-m3", "x=y")):
+            result = two.kubectl(*args)
+            assert result.returncode != 0 and "(Forbidden)" in result.stderr, (args, result.stderr)
+        assert "stolen" not in nodes(server)["m3"]["metadata"].get("labels", {})
+        assert server.get("pod", "on-m3")["metadata"].get("deletionTimestamp") is None
+    finally:
+        server.kubectl("delete", "pod", "on-m3", "--grace-period=0", "--force", "--wait=false", check=False)
+
+
+def test_a_wrong_token_changes_nothing(cluster):
+    server, spare, tmp = cluster["server"], cluster["spare"], cluster["tmp"]
+    command = cluster["command"]
+    token = command[command.index("--token") + 1]
+    csrs_before = server.kubectl("get", "csr", "-o", "name").stdout.split()
+    data_dir = tmp / "node4"
+    result = kubesvc(spare, *command[1:command.index("--token")], "--token", token.split(".")[0] + ".0000000000000000",
+                     "--data-dir", str(data_dir), "--node-name", "m4", "--node-ip", f"{LAN}.14", check=False)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 1 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: cannot join: the token's secret does not match")
+    assert not data_dir.exists()
+    assert "m4" not in nodes(server)
+    assert server.kubectl("get", "csr", "-o", "name").stdout.split() == csrs_before
+    assert "cbr0" not in spare.ip("link").stdout
+
+
+def test_leave_removes_what_the_node_made_and_it_turns_not_ready(cluster):
+    server, (two, three) = cluster["server"], cluster["joiners"]
+    assert "cbr0" in three.ns.ip("link").stdout
+    result = kubesvc(three.ns, "leave", "--data-dir", str(three.data_dir))
+    assert result.returncode == 0 and "nothing of" in result.stdout
+    assert three.process.wait(timeout=scaled(30)) == 0
+    assert not three.data_dir.exists()
+    assert "cbr0" not in three.ns.ip("link").stdout
+    assert "kube-proxy" not in three.ns.run("nft", "list", "tables").stdout
+    netns.wait_until(lambda: not ready(nodes(server)["m3"]), scaled(60), "m3 NotReady")
