@@ -44,6 +44,20 @@ p99 is printed too.
 
     python3 bench/e2e.py --pods 100
     python3 bench/e2e.py --pods 20 --runs 1 --poll-interval 0.005
+
+``--deployment N`` measures workloads instead (issue 20): each round creates one Deployment of
+``N`` replicas of the same server behind one ClusterIP Service and times, from the Pod watch
+and the Deployment's status, **created -> all N Ready**, **binds per second** (first bind -> last
+bind, paced by the ReplicaSet controller's slow-start batches 1, 2, 4, ... as much as by the
+scheduler) and each Pod's created -> bound; then **a rolling update** (a new template: ``kubectl set image``'s
+PATCH) until the Deployment reports every replica updated and available; then **deleting the
+Deployment** (background propagation: the garbage collector removes its ReplicaSets and Pods)
+until no Pod is left, counting the **proxy syncs** from the delete until its last sync that
+ran while the Service still had endpoints in the slice watch, plus one (upstream's
+``minSyncPeriod`` is what batches the churn of N terminating Pods into a handful). Figures are
+medians and p99 over ``--runs`` rounds.
+
+    python3 bench/e2e.py --deployment 100 --runs 3
 """
 
 from __future__ import annotations
@@ -430,6 +444,139 @@ async def one_round(client, run: int, args) -> dict:
             "slowest": sorted(slowest, key=lambda kv: -kv[1])[:3]}
 
 
+DEPLOYMENT = "e2e-web"
+
+
+def deployment_body(replicas: int, version: str) -> dict:
+    template = pod_body(0, 0)
+    template["metadata"] = {"labels": {LABEL: DEPLOYMENT}}
+    template["spec"]["containers"][0]["image"] = f"registry.k8s.io/e2e-test-images/agnhost:{version}"
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": DEPLOYMENT, "namespace": NAMESPACE},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {LABEL: DEPLOYMENT}}, "template": template}}
+
+
+async def deployment_round(client, run: int, args) -> dict:
+    """One Deployment of ``--deployment`` replicas: created -> all Ready, binds/s, a rolling
+    update, and the proxy syncs that deleting it takes."""
+    from kubesvc.client.rest import ENDPOINTSLICES, PODS, SERVICES, Resource
+
+    deployments = client.resource(Resource("apps", "v1", "deployments", True, "Deployment"))
+    pods, services, slices = client.resource(PODS), client.resource(SERVICES), client.resource(ENDPOINTSLICES)
+    n = args.deployment
+    seen: dict[str, float] = {}  # a Pod's first event (its creation, to the watch's resolution)
+    ready: dict[str, float] = {}
+    bound: dict[str, float] = {}
+    gone: dict[str, float] = {}
+    endpoints_seen: list[tuple[float, int]] = []  # (when, ready endpoints of the Service in its slices)
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": DEPLOYMENT, "namespace": NAMESPACE},
+               "spec": {"selector": {LABEL: DEPLOYMENT}, "ports": [{"protocol": "TCP", "port": 80, "targetPort": 8080}]}}
+    await services.create(service)
+
+    def observe_pod(kind: str, pod: dict) -> None:
+        name, now = pod["metadata"]["name"], time.monotonic()
+        if kind == "DELETED":
+            gone.setdefault(name, now)
+            return
+        seen.setdefault(name, now)
+        if (pod.get("spec") or {}).get("nodeName"):
+            bound.setdefault(name, now)
+        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in (pod.get("status") or {}).get("conditions") or []):
+            ready.setdefault(name, now)
+
+    slice_endpoints: dict[str, int] = {}
+
+    def observe_slice(kind: str, slice_: dict) -> None:
+        if (slice_["metadata"].get("labels") or {}).get("kubernetes.io/service-name") != DEPLOYMENT:
+            return
+        name = slice_["metadata"]["name"]
+        if kind == "DELETED":
+            slice_endpoints.pop(name, None)
+        else:
+            slice_endpoints[name] = sum(1 for e in slice_.get("endpoints") or [] if (e.get("conditions") or {}).get("ready"))
+        endpoints_seen.append((time.monotonic(), sum(slice_endpoints.values())))
+
+    async def watch(resource, observe) -> None:
+        version = (await resource.list(NAMESPACE))["metadata"]["resourceVersion"]
+        while True:
+            async for kind, obj in resource.watch(NAMESPACE, resource_version=version, timeout_seconds=3600):
+                version = obj.get("metadata", {}).get("resourceVersion", version)
+                observe(kind, obj)
+
+    watchers = [asyncio.create_task(watch(pods, observe_pod)), asyncio.create_task(watch(slices, observe_slice))]
+    scraper = SyncScraper(args.scrape_interval)
+    scraping = asyncio.create_task(scraper.run())
+    await asyncio.sleep(0.5)
+
+    async def status_done(generation_at_least: int) -> bool:
+        d = await deployments.get(DEPLOYMENT, NAMESPACE)
+        st = d.get("status") or {}
+        return (st.get("observedGeneration", 0) >= max(generation_at_least, d["metadata"].get("generation", 0))
+                and st.get("updatedReplicas") == n and st.get("availableReplicas") == n and st.get("replicas") == n)
+
+    async def wait_for(predicate, what: str) -> float:
+        began = time.monotonic()
+        while not await predicate():
+            if time.monotonic() - began > args.timeout:
+                raise TimeoutError(f"round {run}: {what} not reached in {args.timeout} s")
+            await asyncio.sleep(0.1)
+        return time.monotonic()
+
+    created_at = time.monotonic()
+    await deployments.create(deployment_body(n, "v1"))
+    first = await deployments.get(DEPLOYMENT, NAMESPACE)
+    all_ready = await wait_for(lambda: status_done(first["metadata"].get("generation", 1)), "all Ready") - created_at
+    first_pods = set(ready)
+    bind_times = sorted(bound[p] for p in first_pods if p in bound)
+    binds_per_second = (len(bind_times) - 1) / (bind_times[-1] - bind_times[0]) if len(bind_times) > 1 and bind_times[-1] > bind_times[0] else None
+    print(f"  round {run}: {n} replicas created -> all Ready {all_ready:.2f} s", flush=True)
+
+    update_at = time.monotonic()
+    patched = await deployments.patch(DEPLOYMENT, {"spec": {"template": {"spec": {"containers": [
+        {"name": "server", "image": "registry.k8s.io/e2e-test-images/agnhost:v2"}]}}}}, NAMESPACE, patch_type="strategic")
+    rolled = await wait_for(lambda: status_done(patched["metadata"].get("generation", 2)), "rolling update") - update_at
+    print(f"  round {run}: rolling update {rolled:.2f} s", flush=True)
+
+    await asyncio.sleep(2.0)  # quiet: the syncs from here on are the delete's
+    syncs_before = len(scraper.syncs)
+    delete_at = time.monotonic()
+    await deployments.delete(DEPLOYMENT, NAMESPACE, propagation_policy="Background")
+
+    async def no_pods() -> bool:
+        return not [p for p in (await pods.list(NAMESPACE))["items"] if (p["metadata"].get("labels") or {}).get(LABEL) == DEPLOYMENT]
+
+    deleted = await wait_for(no_pods, "every Pod gone") - delete_at
+    await asyncio.sleep(2.0 + 2 * args.scrape_interval)
+    emptied = next((t for t, count in endpoints_seen if t >= delete_at and count == 0), None)
+    delete_syncs = [s for s in scraper.syncs[syncs_before:] if emptied is None or s[0] <= emptied + 0.05]
+    for task in [*watchers, scraping]:
+        task.cancel()
+    await asyncio.gather(*watchers, scraping, return_exceptions=True)
+    await services.delete(DEPLOYMENT, NAMESPACE)
+    to_bound = [bound[p] - seen[p] for p in first_pods if p in bound and p in seen]
+    return {"replicas": n, "all_ready": all_ready, "binds_per_second": binds_per_second, "rolling_update": rolled,
+            "bind_p50": percentile(to_bound, 0.5) if to_bound else None, "bind_p99": percentile(to_bound, 0.99) if to_bound else None,
+            "delete_all_gone": deleted, "delete_syncs": len(delete_syncs) + (1 if emptied is not None else 0),
+            "endpoints_emptied": None if emptied is None else emptied - delete_at}
+
+
+def deployment_report(rounds: list[dict]) -> None:
+    def line(label: str, key: str, unit: str = "s") -> None:
+        values = [r[key] for r in rounds if r[key] is not None]
+        if values:
+            print(f"{label + ':':<58} median {percentile(values, 0.5):8.2f} {unit}   p99 {percentile(values, 0.99):8.2f} {unit}   "
+                  f"({', '.join(f'{v:.2f}' for v in values)})")
+
+    print(f"--- {len(rounds)} round(s), a Deployment of {rounds[0]['replicas']} replicas behind one ClusterIP Service")
+    line("Deployment created -> all replicas Ready", "all_ready")
+    line("binds per second (first -> last bind; slow-start paced)", "binds_per_second", "/s")
+    line("a Pod created -> bound, p50 of the round", "bind_p50")
+    line("a Pod created -> bound, p99 of the round", "bind_p99")
+    line("rolling update (new template -> all updated, available)", "rolling_update")
+    line("delete (background) -> every Pod gone", "delete_all_gone")
+    line("delete -> the Service's slices hold no ready endpoint", "endpoints_emptied")
+    line("proxy syncs from the delete to the empty Service", "delete_syncs", "syncs")
+
+
 async def measure(args) -> list[dict]:
     from kubesvc.client.kubeconfig import load_kubeconfig
     from kubesvc.client.rest import RestClient
@@ -437,7 +584,7 @@ async def measure(args) -> list[dict]:
     rounds = []
     async with RestClient(load_kubeconfig(args.kubeconfig), field_manager="bench-e2e", timeout=120) as client:
         for run in range(args.runs):
-            rounds.append(await one_round(client, run, args))
+            rounds.append(await (deployment_round if args.deployment else one_round)(client, run, args))
     return rounds
 
 
@@ -507,12 +654,15 @@ def outer(args) -> int:
     try:
         with UpInNamespace("ks-bench-e2e", src=args.src.resolve()) as up:
             print(f"kubesvc up ({up.src}) in {up.netns}: up in {up.started_in:.2f} s", flush=True)
-            print(f"{args.pods} Pods, each behind a ClusterIP Service of its own; polling each ClusterIP every "
-                  f"{args.poll_interval * 1000:.0f} ms once its Pod is Ready", flush=True)
+            if args.deployment:
+                print(f"a Deployment of {args.deployment} replicas behind one ClusterIP Service, {args.runs} round(s)", flush=True)
+            else:
+                print(f"{args.pods} Pods, each behind a ClusterIP Service of its own; polling each ClusterIP every "
+                      f"{args.poll_interval * 1000:.0f} ms once its Pod is Ready", flush=True)
             argv = up.nsenter(sys.executable, str(Path(__file__).resolve()), "--inside", "--kubeconfig", up.kubeconfig,
                               "--pods", args.pods, "--runs", args.runs, "--poll-interval", args.poll_interval,
                               "--scrape-interval", args.scrape_interval, "--concurrency", args.concurrency,
-                              "--timeout", args.timeout, "--attempt-timeout", args.attempt_timeout)
+                              "--timeout", args.timeout, "--attempt-timeout", args.attempt_timeout, "--deployment", args.deployment)
             cpu_before, began = cpu_seconds(up.process.pid), time.monotonic()
             child = subprocess.run(argv, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=up.env)
             cpu = cpu_report(cpu_before, cpu_seconds(up.process.pid), time.monotonic() - began)
@@ -525,9 +675,12 @@ def outer(args) -> int:
             if child.returncode != 0 or result is None:
                 print(f"the measuring half failed ({child.returncode})", file=sys.stderr)
                 return 1
-            report(result)
+            if args.deployment:
+                deployment_report(result)
+            else:
+                report(result)
             print(f"kubesvc up during the rounds: {cpu}; load {' '.join(f'{v:.2f}' for v in os.getloadavg())}", flush=True)
-            status = 0 if all(r["reached"] == r["pods"] for r in result) else 1
+            status = 0 if args.deployment or all(r["reached"] == r["pods"] for r in result) else 1
     except UpFailed as err:
         print(err, file=sys.stderr)
         return 1
@@ -544,6 +697,8 @@ def main() -> None:
     parser.add_argument("--attempt-timeout", type=float, default=0.2,
                         help="seconds one connection may take (tries overlap: a slow one does not hold back the next)")
     parser.add_argument("--concurrency", type=int, default=16, help="create requests in flight")
+    parser.add_argument("--deployment", type=int, default=0, metavar="N",
+                        help="measure a Deployment of N replicas (created -> Ready, binds/s, rolling update, delete's proxy syncs) instead")
     parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for every Pod to be reachable")
     parser.add_argument("--src", type=Path, default=ROOT / "src",
                         help="the src directory whose kubesvc up is measured (e.g. another commit's: git archive <commit> src | tar -x -C DIR)")
