@@ -70,6 +70,12 @@ def _template_labels(spec: dict) -> dict | None:
     return labels if isinstance(labels, dict) else None
 
 
+def _dict_items(obj: Any, key: str) -> list[dict]:
+    """The dict items of the list ``obj[key]`` (nothing when either is not what it should be)."""
+    items = obj.get(key) if isinstance(obj, dict) else None
+    return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+
 def _spec(obj: dict) -> dict | None:
     return _child(obj, "spec")
 
@@ -163,11 +169,10 @@ def job(obj: dict) -> None:
     if _unset(spec, "suspend"):
         spec["suspend"] = False
     failure_policy = spec.get("podFailurePolicy")
-    if isinstance(failure_policy, dict):
-        for rule in failure_policy.get("rules") or []:
-            for pattern in (rule.get("onPodConditions") or []) if isinstance(rule, dict) else []:
-                if isinstance(pattern, dict) and pattern.get("status") in (None, ""):
-                    pattern["status"] = "True"
+    for rule in _dict_items(failure_policy, "rules"):
+        for pattern in _dict_items(rule, "onPodConditions"):
+            if pattern.get("status") in (None, ""):
+                pattern["status"] = "True"
     if _unset(spec, "podReplacementPolicy"):
         spec["podReplacementPolicy"] = "Failed" if failure_policy is not None else "TerminatingOrFailed"
     pod_template(spec)
