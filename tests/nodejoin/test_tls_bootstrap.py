@@ -126,3 +126,38 @@ def test_rotation_deadline_is_70_to_90_percent_of_the_lifetime(rand, fraction):
     start = datetime(2026, 1, 1, tzinfo=timezone.utc)
     deadline = tlsbootstrap.next_rotation_deadline(start, start + timedelta(days=100), rand)
     assert abs((deadline - start) - timedelta(days=100 * fraction)) < timedelta(minutes=1)
+
+
+def test_rotation_renews_with_the_nodes_own_credential(server, tmp_path):
+    """At the deadline (here: a clock far in the future) the node asks with its current
+    certificate; the approver's selfnodeclient rule approves it and the files hold the new pair."""
+    token = kubesvc("token", "create", "--kubeconfig", str(server.kubeconfig)).stdout.strip()
+    ca, key, cert = asyncio.run(bootstrap(server, token, "rotator"))
+    paths = tlsbootstrap.Paths(tmp_path / "node")
+    tlsbootstrap.write_credentials(paths, server.url, ca, key, cert, "rotator")
+    first_serial = tlsbootstrap.current_certificate(paths).serial_number
+
+    async def rotate_once():
+        rotated = asyncio.Event()
+
+        async def on_rotated():
+            rotated.set()
+
+        task = asyncio.create_task(tlsbootstrap.rotate_forever(paths, server.url, "rotator", on_rotated, timeout=60,
+                                                                now=lambda: datetime(2100, 1, 1, tzinfo=timezone.utc)))
+        try:
+            await asyncio.wait_for(rotated.wait(), 60)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(rotate_once())
+    renewed = tlsbootstrap.current_certificate(paths)
+    assert renewed.serial_number != first_serial and renewed.subject.rfc4514_string() == "CN=system:node:rotator,O=system:nodes"
+    rows = [line.split() for line in server.kubectl("get", "csr", "--no-headers").stdout.splitlines()]
+    assert any(r[3] == "system:node:rotator" and r[-1] == "Approved,Issued" for r in rows)
+    message = {json.loads(server.kubectl("get", "csr", r[0], "-o", "json").stdout)["status"]["conditions"][0]["message"]
+               for r in rows if r[3] == "system:node:rotator"}
+    assert message == {"Auto approving self kubelet client certificate after SubjectAccessReview."}
+    whoami = json.loads(server.kubectl("auth", "whoami", "-o", "json", kubeconfig=paths.kubeconfig).stdout)
+    assert whoami["status"]["userInfo"]["username"] == "system:node:rotator"
