@@ -360,3 +360,43 @@ def test_python_client_apps_and_batch(apiserver, ns):
     assert job.spec.backoff_limit == 6 and job.spec.completion_mode == "NonIndexed"
     assert [j.metadata.name for j in batch.list_namespaced_job(ns).items] == ["py-job"]
     batch.delete_namespaced_job("py-job", ns)
+
+
+def test_rollout_pause_resume_restart_and_history_at_the_api(apiserver, ns):
+    apiserver.kubectl("apply", "-n", ns, "-f", "-", input=DEPLOYMENT)
+    assert apiserver.kubectl("rollout", "pause", "-n", ns, "deployment/web").stdout.strip() == "deployment.apps/web paused"
+    assert get_json(apiserver, "-n", ns, "deploy", "web")["spec"]["paused"] is True
+    again = apiserver.kubectl("rollout", "pause", "-n", ns, "deployment/web", check=False)
+    assert 'deployments.apps "web" is already paused' in again.stderr
+    blocked = apiserver.kubectl("rollout", "restart", "-n", ns, "deployment/web", check=False)
+    assert "can't restart paused deployment (run rollout resume first)" in blocked.stderr
+    assert apiserver.kubectl("rollout", "resume", "-n", ns, "deployment/web").stdout.strip() == "deployment.apps/web resumed"
+    assert "paused" not in get_json(apiserver, "-n", ns, "deploy", "web")["spec"]
+    assert apiserver.kubectl("rollout", "restart", "-n", ns, "deployment/web").stdout.strip() == "deployment.apps/web restarted"
+    annotations = get_json(apiserver, "-n", ns, "deploy", "web")["spec"]["template"]["metadata"]["annotations"]
+    assert "kubectl.kubernetes.io/restartedAt" in annotations
+    history = apiserver.kubectl("rollout", "history", "-n", ns, "deployment/web")
+    assert history.returncode == 0 and history.stdout.startswith("deployment.apps/web")
+
+
+@pytest.mark.parametrize("kind, manifest, expected", [
+    ("replicaset", {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "d1"},
+                    "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "d1"}},
+                             "template": {"metadata": {"labels": {"app": "d1"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}},
+     ["Selector:     app=d1", "Replicas:     0 current / 2 desired", "Pods Status:  0 Running / 0 Waiting / 0 Succeeded / 0 Failed"]),
+    ("replicationcontroller", {"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "d2"},
+                               "spec": {"template": {"metadata": {"labels": {"app": "d2"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}},
+     ["Selector:     app=d2", "Replicas:     0 current / 1 desired"]),
+    ("daemonset", {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "d3"},
+                   "spec": {"selector": {"matchLabels": {"app": "d3"}},
+                            "template": {"metadata": {"labels": {"app": "d3"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}},
+     ["Selector:       app=d3", "Desired Number of Nodes Scheduled: 0"]),
+    ("job", {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "d4"},
+             "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}},
+     ["Parallelism:      1", "Completions:      1", "Completion Mode:  NonIndexed", "Suspend:          false", "Backoff Limit:    6"]),
+], ids=["rs", "rc", "ds", "job"])
+def test_describe(apiserver, ns, kind, manifest, expected):
+    apiserver.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(manifest))
+    out = apiserver.kubectl("describe", "-n", ns, kind, manifest["metadata"]["name"]).stdout
+    for line in expected:
+        assert line in out, out
