@@ -12,13 +12,21 @@ plugin/plugin.go, plugin/cache/metrics.go), served on ``:9153`` at ``/metrics``:
 ``server`` is ``dns://:<port>``; ``zone`` the zone that answered (the cluster domain, or
 ``.`` for forwarded names); ``view`` is empty (no views here); ``family`` 1 (IPv4) or 2
 (IPv6); ``type`` the query type among CoreDNS's monitored ones, else ``other``; ``plugin`` the
-one that wrote the reply (``kubernetes``, ``forward``, ``cache``). Label children are looked
-up once and kept: the per-query cost is a dictionary hit and an increment.
+one that wrote the reply (``kubernetes``, ``forward``, ``cache``).
+
+Counting happens on the query path, so it is plain dictionary arithmetic on one thread (the
+event loop's); the Prometheus families are built from those numbers when ``/metrics`` is
+scraped (a custom collector). prometheus_client's own Counter and Histogram take a lock per
+increment: with them, counting cost seven times the answering of a repeated question.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import bisect
+from collections import defaultdict
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 DURATION_BUCKETS = tuple(0.00025 * 2**i for i in range(16))
 MONITORED_TYPES = frozenset(("A", "AAAA", "MX", "SOA", "CNAME", "PTR", "TXT", "NS", "SRV", "DS", "DNSKEY", "RRSIG",
@@ -28,36 +36,61 @@ MONITORED_TYPES = frozenset(("A", "AAAA", "MX", "SOA", "CNAME", "PTR", "TXT", "N
 class DNSMetrics:
     def __init__(self, server: str, registry: CollectorRegistry | None = None):
         self.server = server
-        self.registry = r = registry or CollectorRegistry()
-        self.requests = Counter("coredns_dns_requests_total", "Counter of DNS requests made per zone, protocol and family.",
-                                ["server", "zone", "view", "proto", "family", "type"], registry=r)
-        self.responses = Counter("coredns_dns_responses_total", "Counter of response status codes.",
-                                 ["server", "zone", "view", "rcode", "plugin"], registry=r)
-        self.duration = Histogram("coredns_dns_request_duration_seconds", "Histogram of the time (in seconds) each request took per zone.",
-                                  ["server", "zone", "view"], buckets=DURATION_BUCKETS, registry=r)
-        self.cache_hits = Counter("coredns_cache_hits_total", "The count of cache hits.", ["server", "type", "zones", "view"], registry=r)
-        self.cache_misses = Counter("coredns_cache_misses_total", "The count of cache misses. Deprecated, derive misses from cache hits/requests counters.",
-                                    ["server", "zones", "view"], registry=r)
-        self.cache_entries = Gauge("coredns_cache_entries", "The number of elements in the cache.", ["server", "type", "zones", "view"], registry=r)
-        self._children: dict[tuple, object] = {}
-
-    def _child(self, metric, *labels):
-        key = (id(metric), labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
+        self.requests: dict[tuple, int] = defaultdict(int)  # (zone, proto, family, type)
+        self.responses: dict[tuple, int] = defaultdict(int)  # (zone, rcode, plugin)
+        self.durations: dict[str, list] = {}  # zone -> [bucket counts..., sum, count]
+        self.cache_hits: dict[str, int] = defaultdict(int)  # kind
+        self.cache_misses = 0
+        self.cache_entries: dict[str, int] = {}
+        self.registry = registry or CollectorRegistry()
+        self.registry.register(self)
 
     def observe(self, zone: str, proto: str, family: str, qtype: str, rcode: str, plugin: str, seconds: float) -> None:
-        self._child(self.requests, self.server, zone, "", proto, family, qtype if qtype in MONITORED_TYPES else "other").inc()
-        self._child(self.responses, self.server, zone, "", rcode, plugin).inc()
-        self._child(self.duration, self.server, zone, "").observe(seconds)
+        self.requests[(zone, proto, family, qtype if qtype in MONITORED_TYPES else "other")] += 1
+        self.responses[(zone, rcode, plugin)] += 1
+        histogram = self.durations.get(zone)
+        if histogram is None:
+            histogram = self.durations[zone] = [0] * (len(DURATION_BUCKETS) + 1) + [0.0, 0]
+        histogram[bisect.bisect_left(DURATION_BUCKETS, seconds)] += 1
+        histogram[-2] += seconds
+        histogram[-1] += 1
 
     def cache_hit(self, kind: str) -> None:
-        self._child(self.cache_hits, self.server, kind, ".", "").inc()
+        self.cache_hits[kind] += 1
 
     def cache_miss(self) -> None:
-        self._child(self.cache_misses, self.server, ".", "").inc()
+        self.cache_misses += 1
 
     def cache_size(self, kind: str, size: int) -> None:
-        self._child(self.cache_entries, self.server, kind, ".", "").set(size)
+        self.cache_entries[kind] = size
+
+    # -- the Prometheus side (a collector: prometheus_client calls collect() per scrape)
+
+    def collect(self):
+        server = self.server
+        requests = CounterMetricFamily("coredns_dns_requests", "Counter of DNS requests made per zone, protocol and family.",
+                                       labels=["server", "zone", "view", "proto", "family", "type"])
+        for (zone, proto, family, qtype), count in list(self.requests.items()):
+            requests.add_metric([server, zone, "", proto, family, qtype], count)
+        responses = CounterMetricFamily("coredns_dns_responses", "Counter of response status codes.",
+                                        labels=["server", "zone", "view", "rcode", "plugin"])
+        for (zone, rcode, plugin), count in list(self.responses.items()):
+            responses.add_metric([server, zone, "", rcode, plugin], count)
+        duration = HistogramMetricFamily("coredns_dns_request_duration_seconds", "Histogram of the time (in seconds) each request took per zone.",
+                                         labels=["server", "zone", "view"])
+        for zone, histogram in list(self.durations.items()):
+            cumulative, buckets = 0, []
+            for bound, count in zip((*(repr(b) for b in DURATION_BUCKETS), "+Inf"), histogram[:-2]):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            duration.add_metric([server, zone, ""], buckets, histogram[-2])
+        hits = CounterMetricFamily("coredns_cache_hits", "The count of cache hits.", labels=["server", "type", "zones", "view"])
+        for kind, count in list(self.cache_hits.items()):
+            hits.add_metric([server, kind, ".", ""], count)
+        misses = CounterMetricFamily("coredns_cache_misses", "The count of cache misses. Deprecated, derive misses from cache hits/requests counters.",
+                                     labels=["server", "zones", "view"])
+        misses.add_metric([server, ".", ""], self.cache_misses)
+        entries = GaugeMetricFamily("coredns_cache_entries", "The number of elements in the cache.", labels=["server", "type", "zones", "view"])
+        for kind, size in list(self.cache_entries.items()):
+            entries.add_metric([server, kind, ".", ""], size)
+        return [requests, responses, duration, hits, misses, entries]
