@@ -255,7 +255,8 @@ class System:
             "agent", "--kubeconfig", pki.write_node_kubeconfig(data_dir, self.url, options.node_name), "--node-name", options.node_name,
             "--pod-cidr", ",".join(options.pod_cidrs), "--node-ip", ",".join(node_ips), "--data-dir", data_dir / AGENT_DIR, "--bridge", BRIDGE,
             "--port", options.kubelet_port, "--tls-cert-file", serving.cert, "--tls-private-key-file", serving.key,
-            "--client-ca-file", ca.cert_path, "--shutdown-grace-period", AGENT_SHUTDOWN_GRACE, *self.verbosity,
+            "--client-ca-file", ca.cert_path, "--shutdown-grace-period", AGENT_SHUTDOWN_GRACE,
+            "--cluster-dns", options.dns_ip(), "--cluster-domain", options.cluster_domain, "--resolv-conf", options.resolv_conf, *self.verbosity,
             # across nodes: the agent follows every Node as kube-proxy's identity may (a node's own reads only its Node)
             *(["--pod-network", options.pod_network, "--cluster-cidr", options.cluster_cidr,
                "--pod-network-kubeconfig", pki.kubeconfig_path(data_dir, "proxy")] if options.pod_network != "none" else []))

@@ -67,6 +67,8 @@ class AgentConfig:
     tls_cert_file: Path | None = None
     tls_private_key_file: Path | None = None
     client_ca_file: Path | None = None
+    # kubelet's --cluster-dns, --cluster-domain, --resolv-conf (poddns.NodeDNS): each Pod's resolv.conf and hosts
+    dns: object | None = None
 
     def serving_context(self) -> ssl.SSLContext:
         """The log server's TLS: the configured certificate, else a self-signed one (kubelet's
@@ -129,6 +131,8 @@ class Agent:
                                 self.kubelet.port, dict(self.config.extra_labels))
         self.heartbeat = NodeHeartbeat(self.client, identity, clock=self.clock)
         await self.heartbeat.register()
+        for event in self.config.dns.start_events() if self.config.dns is not None else []:  # the kubelet's CheckLimitsForResolvConf
+            self.recorder.event(self.heartbeat.node, "Warning", event.reason, event.message)
         if self.pod_network is not None:
             await self.pod_network.start()  # publishes this node's annotations on its Node, follows the others
         self._tasks.append(asyncio.create_task(self.heartbeat.run()))
@@ -169,7 +173,7 @@ class Agent:
             log_root=self.config.data_dir / "pods", pods=self.pods_api, recorder=self.recorder, services=self.services.indexer.list,
             clock=self.clock, backoff_base=self.config.backoff_base, backoff_max=self.config.backoff_max,
             kubelet_dir=self.config.data_dir / "kubelet", api=self.client, tokens=self.tokens, setup_slots=self._setup_slots,
-            objects=self.objects)
+            objects=self.objects, dns=self.config.dns)
 
     async def _request_token(self, namespace: str, service_account: str, request: dict) -> dict:
         """TokenRequest (``serviceaccounts/<sa>/token``), as the kubelet's token manager sends it."""

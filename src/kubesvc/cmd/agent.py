@@ -78,24 +78,33 @@ def detect_node_ip(pod_cidrs: list[str]) -> str | None:
 @click.option("--pod-network-kubeconfig", type=click.Path(dir_okay=False, exists=True), default=None,
               help="A kubeconfig whose identity may list and watch every Node (the node's own may read only its Node; "
                    "kube-proxy's, system:node-proxier, may): what --pod-network follows. Default: --kubeconfig.")
+@click.option("--cluster-dns", default=None, callback=flags.comma_list,
+              help="Comma-separated DNS server IPs of the cluster (the kubelet's clusterDNS): ClusterFirst Pods resolve through them.")
+@click.option("--cluster-domain", default="", help="The cluster's DNS domain (e.g. cluster.local): Pods search it before the host's domains.")
+@click.option("--resolv-conf", default="/etc/resolv.conf", show_default=True,
+              help="The resolver configuration Pods' DNS configuration starts from ('': none, a local resolver).")
 @click.option("--shutdown-grace-period", default="5s", show_default=True, callback=flags.duration,
               help="On SIGINT/SIGTERM, how long each Pod's containers get between SIGTERM and SIGKILL.")
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
 def agent_command(kubeconfig: str, node_name: str | None, pod_cidr: list[str], node_ip: list[str] | None, zone: str, data_dir: Path,
                   address: str, port: int, bridge: str, netns_prefix: str, tls_cert_file: Path | None, tls_private_key_file: Path | None,
                   client_ca_file: Path | None, pod_network: str, cluster_cidr: list[str] | None, pod_network_kubeconfig: str | None,
-                  shutdown_grace_period: float,
+                  cluster_dns: list[str] | None, cluster_domain: str, resolv_conf: str, shutdown_grace_period: float,
                   verbosity: int) -> None:
     """Run the node agent: register the Node and run its Pods as processes in network namespaces.
     It prints one line on stdout once it runs (``kubesvc up`` waits for it)."""
     setup_logging(verbosity)
     from kubesvc.agent.agent import AgentConfig
+    from kubesvc.agent.poddns import NodeDNS
     from kubesvc.agent.node import default_node_name
 
     if (tls_cert_file is None) != (tls_private_key_file is None):
         raise click.BadParameter("--tls-cert-file and --tls-private-key-file go together")
     if pod_network != "none" and not cluster_cidr:
         raise click.BadParameter(f"--pod-network {pod_network} needs --cluster-cidr (the range every node's podCIDR is in)")
+    for ip in cluster_dns or []:
+        if not _is_ip(ip):
+            raise click.BadParameter(f"--cluster-dns: {ip!r} is not an IP address")
     client_config = flags.load_kubeconfig(kubeconfig)
     node_ips = node_ip or [ip for ip in [detect_node_ip(pod_cidr)] if ip]
     if not node_ips:
@@ -104,7 +113,8 @@ def agent_command(kubeconfig: str, node_name: str | None, pod_cidr: list[str], n
                          zone=zone, kubelet_bind_address=address, kubelet_port=port, bridge=bridge, netns_prefix=netns_prefix,
                          tls_cert_file=tls_cert_file and tls_cert_file.resolve(),
                          tls_private_key_file=tls_private_key_file and tls_private_key_file.resolve(),
-                         client_ca_file=client_ca_file and client_ca_file.resolve(), shutdown_grace=shutdown_grace_period)
+                         client_ca_file=client_ca_file and client_ca_file.resolve(), shutdown_grace=shutdown_grace_period,
+                         dns=NodeDNS(tuple(cluster_dns or ()), cluster_domain, resolv_conf))
     cross_node = None
     if pod_network != "none":
         from kubesvc.podnetwork.controller import PodNetworkConfig
@@ -118,6 +128,16 @@ def agent_command(kubeconfig: str, node_name: str | None, pod_cidr: list[str], n
         raise click.ClickException(f"cannot start the agent: {exc.strerror or exc}") from None
     except START_FAILURES as exc:
         raise click.ClickException(f"cannot start the agent: {exc}") from None
+
+
+def _is_ip(text: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        return False
 
 
 async def run_agent_until(client, config, stop: asyncio.Event, announce=None, pod_network=None) -> list[str]:
