@@ -76,6 +76,11 @@ def logged(up: Machine, pod: str, last_line: str, *args: str, timeout: float = 3
                       f"{last_line!r} in the logs of {pod}")
 
 
+def event_counts(up: Machine, pod: str) -> dict[tuple[str, str], int]:
+    items = up.get("events", "--field-selector", f"involvedObject.name={pod}")["items"]
+    return {(e["reason"], e["message"]): e.get("count") or 1 for e in items}
+
+
 def events_of(up: Machine, pod: str) -> list[tuple[str, str]]:
     items = up.get("events", "--field-selector", f"involvedObject.name={pod}")["items"]
     return [(e["reason"], e["message"]) for e in items]
@@ -212,6 +217,21 @@ def test_volumes_at_their_mount_paths_and_a_config_map_edit_seen_live(up, monkey
     # one step from the old content to the new (the ..data swap), never an empty or partial file;
     # a subPath mount keeps the file it was given, as upstream's does
     assert lines[6:] == ["changed to [beta]; subPath file [alpha]"]
+
+
+def test_a_volume_waiting_for_its_config_map_mounts_once_it_is_created(up):
+    config, name = unique("later"), unique("mountwait")
+    apply_pod(up, name, [{"name": "c", "image": "busybox", "command": ["sh", "-c", "cat /config/k; echo; sleep 1000"],
+                          "volumeMounts": [{"name": "config", "mountPath": "/config"}]}],
+              volumes=[{"name": "config", "configMap": {"name": config}}])
+    failure = ("FailedMount", f'MountVolume.SetUp failed for volume "config" : configmap "{config}" not found')
+    # the retries back off (0.5 s doubling): after four failures the next one is 8 s away
+    wait_until(lambda: sum(count for (reason, message), count in event_counts(up, name).items() if (reason, message) == failure) >= 4,
+               message="four FailedMount retries")
+    assert up.get("pod", name)["status"]["phase"] == "Pending"
+    up.kubectl("create", "configmap", config, "--from-literal=k=arrived")
+    # the node's watch of the ConfigMap ends the back-off at once
+    assert logged(up, name, "arrived", timeout=6) == ["arrived"]
 
 
 # ---- hostname and user ------------------------------------------------------------------------
