@@ -400,3 +400,45 @@ def test_describe(apiserver, ns, kind, manifest, expected):
     out = apiserver.kubectl("describe", "-n", ns, kind, manifest["metadata"]["name"]).stdout
     for line in expected:
         assert line in out, out
+
+
+def test_apply_switching_to_recreate_drops_rolling_update(apiserver, ns):
+    """kubectl's patch carries ``$retainKeys`` for the strategy (its retainKeys patch strategy)."""
+    apiserver.kubectl("apply", "-n", ns, "-f", "-", input=DEPLOYMENT)
+    manifest = yaml.safe_load(DEPLOYMENT)
+    manifest["spec"]["strategy"] = {"type": "Recreate"}
+    out = apiserver.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(manifest))
+    assert out.stdout.strip() == "deployment.apps/web configured"
+    assert get_json(apiserver, "-n", ns, "deploy", "web")["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_python_client_daemon_sets_revisions_and_replication_controllers(apiserver, ns):
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=str(apiserver.kubeconfig))
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    template = client.V1PodTemplateSpec(metadata=client.V1ObjectMeta(labels={"app": "py"}),
+                                        spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")]))
+    ds = apps.create_namespaced_daemon_set(ns, client.V1DaemonSet(
+        metadata=client.V1ObjectMeta(name="py-ds"), spec=client.V1DaemonSetSpec(selector=client.V1LabelSelector(match_labels={"app": "py"}),
+                                                                                template=template)))
+    assert ds.spec.update_strategy.rolling_update.max_unavailable == 1 and ds.status.number_ready == 0
+    revision = apps.create_namespaced_controller_revision(ns, client.V1ControllerRevision(
+        metadata=client.V1ObjectMeta(name="py-ds-1"), data={"spec": {"template": {"$patch": "replace"}}}, revision=1))
+    assert revision.revision == 1
+    assert [r.metadata.name for r in apps.list_namespaced_controller_revision(ns).items] == ["py-ds-1"]
+    rc = core.create_namespaced_replication_controller(ns, client.V1ReplicationController(
+        metadata=client.V1ObjectMeta(name="py-rc"), spec=client.V1ReplicationControllerSpec(template=template)))
+    assert rc.spec.selector == {"app": "py"} and rc.status.replicas == 0
+    scale = core.patch_namespaced_replication_controller_scale("py-rc", ns, {"spec": {"replicas": 3}})
+    assert scale.spec.replicas == 3 and scale.status.selector == "app=py"
+    rs = apps.create_namespaced_replica_set(ns, client.V1ReplicaSet(
+        metadata=client.V1ObjectMeta(name="py-rs"), spec=client.V1ReplicaSetSpec(selector=client.V1LabelSelector(match_labels={"app": "py"}),
+                                                                                 template=template)))
+    assert rs.spec.replicas == 1
+    assert apps.replace_namespaced_replica_set_scale("py-rs", ns, client.V1Scale(
+        metadata=client.V1ObjectMeta(name="py-rs"), spec=client.V1ScaleSpec(replicas=2))).spec.replicas == 2
+    status = apps.patch_namespaced_replica_set_status("py-rs", ns, {"status": {"replicas": 2, "readyReplicas": 1}})
+    assert status.status.ready_replicas == 1 and status.spec.replicas == 2
+    apps.delete_namespaced_daemon_set("py-ds", ns)
+    core.delete_namespaced_replication_controller("py-rc", ns)
