@@ -85,37 +85,8 @@ def test_exec_pipes_stdin(up, pod):
 
 def test_exec_with_a_terminal(up, pod):
     """``-it`` from a terminal of 33 rows x 101 columns: the command's stdin is a terminal of that size."""
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
-    argv = nsenter_argv(up.ns.name, "kubectl", f"--kubeconfig={up.kubeconfig}", f"--cache-dir={up.cache_dir}", "exec", "-it", pod, "--",
-                        "sh", "-c", "test -t 0 && echo is-a-tty; stty size; read line; echo got-$line; exit 4")
-    process = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=REPO_ROOT, start_new_session=True)
-    os.close(slave)
-    output = b""
-    sent = False
-    deadline = time.monotonic() + 30
-    try:
-        while time.monotonic() < deadline:
-            if not sent and b"33 101" in output:
-                os.write(master, b"typed\r")
-                sent = True
-            ready, _, _ = select.select([master], [], [], 0.5)
-            if ready:
-                try:
-                    chunk = os.read(master, 4096)
-                except OSError:  # EIO: kubectl exited
-                    break
-                if not chunk:
-                    break
-                output += chunk
-            elif process.poll() is not None:
-                break
-        code = process.wait(timeout=10)
-    finally:
-        if process.poll() is None:
-            process.kill()
-        os.close(master)
-    text = output.decode(errors="replace")
+    argv = kubectl_argv(up, "exec", "-it", pod, "--", "sh", "-c", "test -t 0 && echo is-a-tty; stty size; read line; echo got-$line; exit 4")
+    code, text = _on_a_terminal(argv, [(b"33 101", b"typed\r")])
     assert "is-a-tty" in text
     assert "33 101" in text
     assert "got-typed" in text
@@ -309,3 +280,48 @@ def test_attach_to_a_container_with_stdin(up, env):
     assert (result.returncode, result.stdout) == (0, "got one\ngot two\nstdin closed\n"), result.stderr
     wait_until(lambda: up.get("pod", name).get("status", {}).get("phase") == "Succeeded", 30, f"{name} done")
     assert up.kubectl("logs", name).stdout == "got one\ngot two\nstdin closed\n"  # the log has it too
+
+
+def _on_a_terminal(argv: list[str], keys: list[tuple[bytes, bytes]], rows: int = 33, columns: int = 101, timeout: float = 60) -> tuple[int, str]:
+    """``argv`` (kubectl) on a pseudo-terminal of ``rows`` x ``columns``: each ``(wait_for, typed)``
+    types ``typed`` once ``wait_for`` has appeared in the output; (exit code, output)."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    process = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=REPO_ROOT, start_new_session=True)
+    os.close(slave)
+    output, pending = b"", list(keys)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if pending and pending[0][0] in output:
+                os.write(master, pending.pop(0)[1])
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: kubectl exited
+                    break
+                if not chunk:
+                    break
+                output += chunk
+            elif process.poll() is not None:
+                break
+        code = process.wait(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(master)
+    return code, output.decode(errors="replace")
+
+
+def test_kubectl_run_it_rm(up):
+    """``kubectl run -it --rm``: a Pod with stdin and a terminal, attached to at once; the size
+    of the user's terminal reaches the container's; the Pod is deleted after the shell exits."""
+    name = f"shell-{secrets.token_hex(3)}"
+    argv = kubectl_argv(up, "run", name, "-it", "--rm", "--restart=Never", "--image=busybox", "--", "sh")
+    code, text = _on_a_terminal(argv, [(b"If you don't see a command prompt", b"stty size; echo sum-$((6*7))\r"),
+                                       (b"sum-42", b"exit\r")])
+    assert "33 101" in text, text
+    assert "sum-42" in text
+    assert f'pod "{name}" deleted' in text
+    assert code == 0, text

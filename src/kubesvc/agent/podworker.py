@@ -301,14 +301,12 @@ class PodWorker:
         self.volumes = PodVolumes(self.ctx.kubelet_dir, self.pod, client=self.ctx.api, tokens=self.ctx.tokens, clock=self.ctx.clock)
         delay = VOLUME_RETRY_FIRST
         while True:
-            self._volumes_changed.clear()
             try:
                 await self.volumes.set_up()
                 break
             except VolumeSetUpFailed as err:
                 self._report_mount_failures(err.failures)
-            # a ConfigMap or Secret the volumes read that changes meanwhile (created at last) ends the wait
-            if not await place.back_off(self._terminate, delay, wake=self._volumes_changed):
+            if not await place.back_off(self._terminate, delay):
                 return False
             delay = min(delay * 2, VOLUME_RETRY_MAX)
         self._volume_refresher = asyncio.create_task(self._refresh_volumes_forever())
@@ -428,7 +426,12 @@ class PodWorker:
     async def _wait_or_wake(self, slot: ContainerSlot, delay: float) -> bool:
         """Wait ``delay`` (less when the slot is woken); True when the Pod terminates meanwhile."""
         slot.wake.clear()
-        await _wait_any([self._terminate, slot.wake], delay)
+        waiters = [asyncio.ensure_future(self._terminate.wait()), asyncio.ensure_future(slot.wake.wait())]
+        try:
+            await asyncio.wait(waiters, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
         return self._terminate.is_set()
 
     async def _run_once(self, slot: ContainerSlot) -> "_RunResult | None":
@@ -460,7 +463,7 @@ class PodWorker:
         meta = self.pod["metadata"]
         log_path = container_log_path(self.ctx.log_root, meta.get("namespace", ""), meta["name"], self.uid, slot.name, record.restart_count)
         process = ContainerProcess(argv, env, slot.spec.get("workingDir"), self.network.netns, log_path, mounts=mounts, identity=identity,
-                                   stdin=bool(slot.spec.get("stdin")), stdin_once=bool(slot.spec.get("stdinOnce")))
+                                   stdin=bool(slot.spec.get("stdin")), stdin_once=bool(slot.spec.get("stdinOnce")), tty=bool(slot.spec.get("tty")))
         if record.restart_count == 0:
             self._event("Normal", "Pulled", f'Container image "{record.image}" not pulled: kubesvc runs the container\'s command as a process '
                                             f"in the Pod's network namespace")
@@ -780,25 +783,13 @@ class _SetupSlot:
             self._held = False
             self._slots.release()
 
-    async def back_off(self, terminate: asyncio.Event, delay: float, wake: asyncio.Event | None = None) -> bool:
-        """Wait ``delay`` (less if ``wake`` is set meanwhile) without the place, then take it
-        again; False if ``terminate`` came first."""
+    async def back_off(self, terminate: asyncio.Event, delay: float) -> bool:
+        """Wait ``delay`` without the place, then take it again; False if ``terminate`` came first."""
         self.give_back()
-        await _wait_any([terminate] + ([wake] if wake is not None else []), delay)
-        if terminate.is_set():
+        if await wait_event(terminate, delay):
             return False
         await self.take()
         return True
-
-
-async def _wait_any(events: list[asyncio.Event], timeout: float) -> None:
-    """Until one of ``events`` is set or ``timeout`` seconds pass."""
-    waiters = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
 
 
 def _mount_namespace_pid(slot: ContainerSlot) -> int | None:

@@ -6,7 +6,8 @@ container's), in a session of its own so a signal reaches every process it start
 container's environment and ``workingDir``; stdout and stderr are copied line by line into the
 kubelet-format log file that ``kubectl logs`` reads (and to the clients of a ``kubectl attach``).
 A container with ``stdin: true`` gets a pipe as its stdin, held open by the agent for attach
-sessions (``stdinOnce``: closed when the first one ends); else stdin is /dev/null.
+sessions (``stdinOnce``: closed when the first one ends); else stdin is /dev/null. With ``tty:
+true`` its stdin, stdout and stderr are a pseudo-terminal (its log holds the one stream as stdout).
 A container starts through the helper of ``kernel/mounts.py``: with volume mounts, in a mount
 namespace of its own where they appear at their ``mountPath``s; in a UTS namespace of its own
 named as the Pod's hostname; as the user and groups of its ``securityContext``. A step that
@@ -32,6 +33,7 @@ from pathlib import Path
 
 from kubesvc.agent.logs import ContainerLogFile, pump
 from kubesvc.kernel import process as kprocess
+from kubesvc.kernel.interactive import set_window_size
 from kubesvc.kernel.mounts import DEFAULT_PATH, Identity, MountPlan, in_mount_namespace
 
 log = logging.getLogger("kubesvc.agent")
@@ -76,7 +78,8 @@ class ContainerProcess:
     """One run of one container."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None, netns: str | None, log_path: Path,
-                 mounts: MountPlan | None = None, identity: Identity | None = None, stdin: bool = False, stdin_once: bool = False):
+                 mounts: MountPlan | None = None, identity: Identity | None = None, stdin: bool = False, stdin_once: bool = False,
+                 tty: bool = False):
         self.argv = list(argv)
         self.env = dict(env)
         self.cwd = cwd or "/"
@@ -89,6 +92,7 @@ class ContainerProcess:
         # ``stdinOnce``: the first attach session to end closes it (the container reads EOF)
         self.stdin = stdin
         self.stdin_once = stdin_once
+        self.tty = tty  # ``tty: true``: a pseudo-terminal as stdin, stdout and stderr (one output stream)
         self._listeners: set[Callable[[str, bytes], None]] = set()  # attached clients' output
         self._process: kprocess.Process | None = None
         self._pumps: list[asyncio.Task] = []
@@ -121,7 +125,8 @@ class ContainerProcess:
             argv = in_mount_namespace(self.mounts, argv, cwd=self.cwd, status_fd=status_write, identity=self.identity or Identity())
         try:
             self._process = await kprocess.spawn(argv, env=env, cwd=self.cwd if not helped else "/", netns=self.netns,
-                                                 pass_fds=(status_write,) if status_write is not None else (), stdin_pipe=self.stdin)
+                                                 pass_fds=(status_write,) if status_write is not None else (), stdin_pipe=self.stdin,
+                                                 tty=self.tty)
         except OSError as exc:
             self._log.close()
             if status_read is not None:
@@ -130,8 +135,9 @@ class ContainerProcess:
         finally:
             if status_write is not None:
                 os.close(status_write)
-        self._pumps = [asyncio.create_task(pump(self._process.stdout, "stdout", self._log, self._to_listeners)),
-                       asyncio.create_task(pump(self._process.stderr, "stderr", self._log, self._to_listeners))]
+        self._pumps = [asyncio.create_task(pump(self._process.stdout, "stdout", self._log, self._to_listeners))]
+        if self._process.stderr is not None:  # a terminal has one stream
+            self._pumps.append(asyncio.create_task(pump(self._process.stderr, "stderr", self._log, self._to_listeners)))
         if status_read is not None:
             failure = await asyncio.to_thread(_read_to_end, status_read)
             if failure:
@@ -163,6 +169,11 @@ class ContainerProcess:
     def stdin_fd(self) -> int | None:
         """The write end of the container's stdin (non-blocking), None without one or once closed."""
         return self._process.stdin if self._process is not None else None
+
+    def resize(self, width: int, height: int) -> None:
+        """An attached client's terminal size, for a container with a terminal."""
+        if self.tty and self._process is not None and self._process.stdin is not None:
+            set_window_size(self._process.stdin, width, height)
 
     def close_stdin(self) -> None:
         if self._process is not None and self._process.stdin is not None:

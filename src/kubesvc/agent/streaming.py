@@ -30,8 +30,8 @@ pseudo-terminal (``kernel/interactive.py``).
 joins the running container: what it prints from then on (the runtime tees its pipes:
 ``runtime.ContainerProcess.listen``), and stdin into its own stdin when its spec has ``stdin:
 true`` (the end of the client's stdin closes the container's only with ``stdinOnce``). It ends
-with the container (a Success Status) or when the client leaves. Containers get no terminal
-(``tty: true`` is not honoured), so an attach never has one.
+with the container (a Success Status) or when the client leaves. A container with ``tty: true``
+runs on a pseudo-terminal: the session's resizes go to it, its output is the one stream.
 
 **Port-forward** from kubectl 1.32 is SPDY/3.1 tunneled through the WebSocket (subprotocol
 ``SPDY/3.1+portforward.k8s.io``; ``streaming_spdy.py``). Per local connection kubectl opens two
@@ -61,6 +61,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import socket
 import struct
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -354,23 +355,28 @@ async def serve_attach(request: web.Request, resolve: ResolveAttach) -> web.Stre
 
 class _AttachedInput:
     """What a session's input reaches in an attached container (the interface of
-    ``interactive.Interactive`` that ``_from_client`` uses): its stdin pipe; the end of the
-    client's stdin closes it only for ``stdinOnce``; no terminal to resize."""
-
-    tty = False
+    ``interactive.Interactive`` that ``_from_client`` uses): its stdin (pipe or terminal); the
+    end of the client's stdin closes it only for ``stdinOnce`` (a terminal gets ^D instead);
+    resizes go to its terminal."""
 
     def __init__(self, container):
         self._container = container
 
     @property
     def stdin(self) -> int | None:
-        return self._container.stdin_fd
+        return self._container.stdin_fd if self._container.stdin else None
 
     def resize(self, width: int, height: int) -> None:
-        pass
+        self._container.resize(width, height)
 
     def close_stdin(self) -> None:
-        if self._container.stdin_once:
+        if not self._container.stdin_once:
+            return
+        if self._container.tty:
+            with contextlib.suppress(OSError):
+                if self._container.stdin_fd is not None:
+                    os.write(self._container.stdin_fd, b"\x04")
+        else:
             self._container.close_stdin()
 
 

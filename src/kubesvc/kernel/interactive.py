@@ -76,8 +76,7 @@ class Interactive:
 
     def resize(self, width: int, height: int) -> None:
         if self.tty:
-            with contextlib.suppress(OSError):
-                fcntl.ioctl(self.stdout, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
+            set_window_size(self.stdout, width, height)
 
     def close_stdin(self) -> None:
         """The client's stdin ended: a pipe is closed; a terminal gets ^D (end of input for a
@@ -98,6 +97,13 @@ class Interactive:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.stdin = None
+
+
+def set_window_size(master: int, width: int, height: int) -> None:
+    """A terminal resize (``TIOCSWINSZ`` on the master: the child gets ``SIGWINCH``); a closed
+    terminal is ignored."""
+    with contextlib.suppress(OSError):
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
 
 
 def _controlling_terminal() -> None:

@@ -29,9 +29,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import fcntl
 import os
 import signal
 import subprocess
+import termios
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -71,27 +73,85 @@ class Process:
 
 
 async def spawn(argv: Sequence[str], *, env: Mapping[str, str], cwd: str, netns: str | None = None, merge_stderr: bool = False,
-                pass_fds: Sequence[int] = (), die_with_parent: bool = False, stdin_pipe: bool = False) -> Process:
+                pass_fds: Sequence[int] = (), die_with_parent: bool = False, stdin_pipe: bool = False, tty: bool = False) -> Process:
     """``argv`` started in a session of its own (inside network namespace ``netns`` if given),
     stdin /dev/null (a pipe with ``stdin_pipe``: a container with ``stdin: true``), stdout piped,
     stderr piped or (``merge_stderr``) into stdout; ``pass_fds`` stay open in the child; with
-    ``die_with_parent`` it gets SIGKILL when this process dies.
+    ``die_with_parent`` it gets SIGKILL when this process dies. With ``tty`` (a container with
+    ``tty: true``) stdin, stdout and stderr are a new pseudo-terminal, its controlling terminal:
+    ``stdout`` reads the master, ``stdin`` writes it, ``stderr`` is None.
     Forked on a worker thread (see the module docstring)."""
     loop = asyncio.get_running_loop()
+    master = slave = None
+    if tty:
+        master, slave = os.openpty()
+        streams = {"stdin": slave, "stdout": slave, "stderr": slave}
+    else:
+        streams = {"stdin": subprocess.PIPE if stdin_pipe else subprocess.DEVNULL, "stdout": subprocess.PIPE,
+                   "stderr": subprocess.STDOUT if merge_stderr else subprocess.PIPE}
+    preexec = _in_child(([_death_signal(os.getpid())] if die_with_parent else []) + ([_controlling_terminal] if tty else []))
     starting = asyncio.ensure_future(asyncio.to_thread(
-        subprocess.Popen, in_netns(netns, argv), env=dict(env), cwd=cwd, stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE, start_new_session=True, pass_fds=tuple(pass_fds),
-        preexec_fn=_death_signal(os.getpid()) if die_with_parent else None))
+        subprocess.Popen, in_netns(netns, argv), env=dict(env), cwd=cwd, **streams, start_new_session=True, pass_fds=tuple(pass_fds),
+        preexec_fn=preexec))
     try:
         popen = await asyncio.shield(starting)
     except asyncio.CancelledError:
         starting.add_done_callback(_abandon)  # started after all: nobody will hold it
+        if master is not None:
+            os.close(master)
         raise
-    return await _attach(loop, popen)
+    except BaseException:
+        if master is not None:
+            os.close(master)
+        raise
+    finally:
+        if slave is not None:
+            os.close(slave)
+    return await _attach(loop, popen, master)
 
 
-async def _attach(loop: asyncio.AbstractEventLoop, popen: subprocess.Popen) -> Process:
+def _in_child(steps: list):
+    """One ``preexec_fn`` running ``steps`` in order (None without any: ``vfork`` stays possible)."""
+    if not steps:
+        return None
+
+    def run() -> None:
+        for step in steps:
+            step()
+
+    return run
+
+
+def _controlling_terminal() -> None:
+    """In the child, after ``setsid``: the pseudo-terminal on fd 0 becomes its controlling terminal."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def _pty_reader(loop: asyncio.AbstractEventLoop, master: int) -> asyncio.StreamReader:
+    """A stream reader of a pseudo-terminal's master (closed at its end). Not a pipe transport:
+    a master whose every slave is closed reads ``EIO``, which is its end of file, not an error."""
+    reader = asyncio.StreamReader(limit=PIPE_LIMIT, loop=loop)
+    os.set_blocking(master, False)
+
+    def readable() -> None:
+        try:
+            data = os.read(master, PIPE_LIMIT)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            reader.feed_data(data)
+            return
+        loop.remove_reader(master)
+        os.close(master)
+        reader.feed_eof()
+
+    loop.add_reader(master, readable)
+    return reader
+
+
+async def _attach(loop: asyncio.AbstractEventLoop, popen: subprocess.Popen, tty_master: int | None = None) -> Process:
     """The loop's view of a started child: its pipes as stream readers, its exit from a pidfd."""
     exited = loop.create_future()
     pidfd = os.pidfd_open(popen.pid)
@@ -110,6 +170,10 @@ async def _attach(loop: asyncio.AbstractEventLoop, popen: subprocess.Popen) -> P
             exited.set_result(popen.returncode)
 
     loop.add_reader(pidfd, reap)
+    if tty_master is not None:
+        stdin = os.dup(tty_master)
+        os.set_blocking(stdin, False)
+        return Process(popen, _pty_reader(loop, tty_master), None, exited, stdin)
     stdin = None
     if popen.stdin is not None:  # a plain non-blocking fd: writers wait on the loop (kernel.interactive.write)
         stdin = os.dup(popen.stdin.fileno())
