@@ -147,6 +147,9 @@ def test_three_ready_nodes_with_distinct_pod_cidrs_and_their_csrs(cluster):
     assert found["m3"]["metadata"]["labels"]["topology.kubernetes.io/zone"] == "zone-c"
     internal = {a["address"] for a in found["m3"]["status"]["addresses"] if a["type"] == "InternalIP"}
     assert internal == {f"{LAN}.13"}
+    wide = [line.split() for line in server.kubectl("get", "nodes", "-o", "wide").stdout.splitlines()]
+    column = wide[0].index("INTERNAL-IP")
+    assert {row[0]: row[column] for row in wide[1:]} == {"m1": f"{LAN}.11", "m2": f"{LAN}.12", "m3": f"{LAN}.13"}
     rows = [line.split() for line in server.kubectl("get", "csr", "--no-headers").stdout.splitlines()]
     issued = [r for r in rows if r[2] == "kubernetes.io/kube-apiserver-client-kubelet" and r[-1] == "Approved,Issued"]
     assert len(issued) >= 2 and all(r[3].startswith("system:bootstrap:") for r in issued)
@@ -189,9 +192,46 @@ def test_a_wrong_token_changes_nothing(cluster):
     assert "cbr0" not in spare.ip("link").stdout
 
 
+def web(name: str, node: str, app: str) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
+                       "spec": {"nodeName": node, "containers": [{"name": "web", "image": "python",
+                                                                  "command": ["python3", "-m", "http.server", "8080"],
+                                                                  "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}]}})
+
+
+def service(name: str, app: str, node_port: int) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "default"},
+                       "spec": {"type": "NodePort", "selector": {"app": app},
+                                "ports": [{"port": 80, "targetPort": 8080, "nodePort": node_port}]}})
+
+
+def ready_endpoints(server, service_name: str) -> list[str]:
+    slices = server.get("endpointslices", "-n", "default", "-l", f"kubernetes.io/service-name={service_name}")["items"]
+    return [a for s in slices for e in s.get("endpoints") or [] if (e.get("conditions") or {}).get("ready") for a in e["addresses"]]
+
+
+def test_a_joined_nodes_proxy_answers_its_nodeport(cluster):
+    """The joined node's proxy (node credentials) programs the NodePort: a client on the LAN
+    reaches the Pod on that node through it. (Reaching Pods on other nodes needs the cross-node
+    Pod network, ``--pod-network``, which is not this test's.)"""
+    server, spare = cluster["server"], cluster["spare"]
+    server.kubectl("apply", "-f", "-", input=web("web-m2", "m2", "web2"))
+    server.kubectl("apply", "-f", "-", input=service("web2", "web2", 30802))
+    netns.wait_until(lambda: ready_endpoints(server, "web2"), scaled(90), "web-m2 ready in its EndpointSlice")
+
+    def answers() -> bool:
+        return spare.run("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "2", f"http://{LAN}.12:30802/",
+                         check=False).stdout == "200"
+
+    netns.wait_until(answers, scaled(60), "the NodePort on m2 answering from the LAN")
+
+
 def test_leave_removes_what_the_node_made_and_it_turns_not_ready(cluster):
     server, (two, three) = cluster["server"], cluster["joiners"]
     assert "cbr0" in three.ns.ip("link").stdout
+    server.kubectl("apply", "-f", "-", input=web("web-m3", "m3", "web3"))
+    server.kubectl("apply", "-f", "-", input=service("web3", "web3", 30803))
+    netns.wait_until(lambda: ready_endpoints(server, "web3"), scaled(90), "web-m3 ready in its EndpointSlice")
     result = kubesvc(three.ns, "leave", "--data-dir", str(three.data_dir))
     assert result.returncode == 0 and "nothing of" in result.stdout
     assert three.process.wait(timeout=scaled(30)) == 0
@@ -199,3 +239,4 @@ def test_leave_removes_what_the_node_made_and_it_turns_not_ready(cluster):
     assert "cbr0" not in three.ns.ip("link").stdout
     assert "kube-proxy" not in three.ns.run("nft", "list", "tables").stdout
     netns.wait_until(lambda: not ready(nodes(server)["m3"]), scaled(60), "m3 NotReady")
+    netns.wait_until(lambda: not ready_endpoints(server, "web3"), scaled(60), "web-m3's endpoint drained")
