@@ -105,3 +105,43 @@ async def test_ttl_after_finished_deletes_the_job_and_its_pods(apiserver, client
                 return await get_or_none(client, JOBS, "once", namespace) is None and not pods
 
             await eventually(gone, 60, "the Job and its Pod deleted after its TTL (foreground)")
+
+
+async def test_active_deadline_and_suspend(apiserver, client, namespace):
+    """A Job running past activeDeadlineSeconds fails with DeadlineExceeded and its Pods go; a
+    suspended Job has no Pods and says so (Suspended True, JobSuspended), then resumes."""
+    never_finish = lambda pod: None  # noqa: E731 - the stand-in kubelet leaves every Pod Pending
+    async with running_controllers(client, lambda c, i: JobController(c, i)):
+        async with running_task(fake_kubelet(client, namespace, never_finish)):
+            await kubectl(apiserver, "-n", namespace, "apply", "-f", "-", input=job_manifest("slow", "ok", activeDeadlineSeconds=2, parallelism=2))
+
+            async def failed():
+                return conditions(await job_status(client, namespace, "slow")).get("Failed")
+
+            assert await eventually(failed, 30, "DeadlineExceeded") == ("True", "DeadlineExceeded")
+            status = await job_status(client, namespace, "slow")
+            assert next(c for c in status["conditions"] if c["type"] == "Failed")["message"] == "Job was active longer than specified deadline"
+
+            async def pods_of(job: str) -> list[dict]:
+                return [p for p in (await client.resource(PODS).list(namespace))["items"]
+                        if p["metadata"]["labels"].get("job-name") == job and not p["metadata"].get("deletionTimestamp")]
+
+            assert await eventually(lambda: _empty(pods_of("slow")), 20, "the Job's Pods deleted")
+
+            await kubectl(apiserver, "-n", namespace, "apply", "-f", "-", input=job_manifest("held", "ok", parallelism=2, completions=4))
+            await eventually(lambda: _count(pods_of("held"), 2), 20, "2 Pods running")
+            await kubectl(apiserver, "-n", namespace, "patch", "job", "held", "--type=merge", "-p", '{"spec":{"suspend":true}}')
+            await eventually(lambda: _empty(pods_of("held")), 20, "the suspended Job's Pods deleted")
+            status = await job_status(client, namespace, "held")
+            assert conditions(status)["Suspended"] == ("True", "JobSuspended") and not status.get("active")
+            await kubectl(apiserver, "-n", namespace, "patch", "job", "held", "--type=merge", "-p", '{"spec":{"suspend":false}}')
+            await eventually(lambda: _count(pods_of("held"), 2), 20, "2 Pods again")
+            assert conditions(await job_status(client, namespace, "held"))["Suspended"] == ("False", "JobResumed")
+
+
+async def _empty(pods) -> bool:
+    return not await pods
+
+
+async def _count(pods, n) -> bool:
+    return len(await pods) == n

@@ -300,16 +300,21 @@ class JobController:
         return active
 
     async def _delete_pods(self, job: dict, key: str, pods: list[dict]) -> None:
-        """Tracking finalizer off first, then DELETE (``deleteJobPods``)."""
+        """Tracking finalizer off first, then DELETE (``deleteJobPods``): a Pod the controller
+        deletes is not counted as failed."""
         self.expectations.expect_deletions(key, [_key(p) for p in pods])
         errors = []
         for pod in pods:
             try:
                 if jd.has_tracking_finalizer(pod):
+                    # not looked at again until the informer shows it without the finalizer
                     self._finalizer_expectations.setdefault(key, set()).add(pod["metadata"].get("uid"))
+                    await self._remove_finalizer(pod)
                 await self._pod_control.delete(job, pod)
             except ApiError as exc:
                 self.expectations.deletion_observed(key, _key(pod))
+                if jd.has_tracking_finalizer(pod):  # the finalizer may still be on: look at it again
+                    self._finalizer_expectations.get(key, set()).discard(pod["metadata"].get("uid"))
                 errors.append(exc)
         if errors:
             raise errors[0]
