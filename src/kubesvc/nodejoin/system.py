@@ -163,10 +163,17 @@ class JoinSystem:
         await all_or_none([agent_then_routes(), the_proxy()])
 
     async def restart_components(self) -> None:
-        """The agent and proxy on the renewed certificate (they read it at start)."""
-        await self.supervisor.stop(["proxy", "agent"], STOP_GRACE)
-        self.supervisor.stopping = False
-        await self.start_components()
+        """The agent and proxy on the renewed certificate (they read it at start): each is sent
+        SIGTERM and the supervisor restarts it, as it restarts one that died, with the same
+        arguments (the kubeconfig's path is unchanged, its files are the new ones)."""
+        import signal
+
+        from kubesvc.kernel import process as kprocess
+
+        for name in ("proxy", "agent"):
+            component = self.supervisor.components.get(name)
+            if component is not None and component.process is not None and component.process.returncode is None:
+                kprocess.kill_group(component.process.pid, signal.SIGTERM)
 
     async def start(self) -> None:
         self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
