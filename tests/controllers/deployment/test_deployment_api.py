@@ -243,3 +243,32 @@ async def test_history_limit_and_orphan_then_adopt(apiserver, client, namespace)
 
 async def _equals(value, expected) -> bool:
     return (await value) == expected
+
+
+async def test_min_ready_seconds(apiserver, client, namespace):
+    """Pods count as available only minReadySeconds after they became Ready: the ReplicaSet gets
+    the Deployment's minReadySeconds (also when it changes later), and the rollout waits."""
+    async with cluster(client, namespace):
+        began = asyncio.get_running_loop().time()
+        await kubectl(apiserver, "-n", namespace, "apply", "-f", "-", input=manifest("web", "v1", 2, minReadySeconds=3))
+        await eventually(lambda: _all_ready_pods(client, namespace, 2), 30, "2 Ready Pods")
+        ready_at = asyncio.get_running_loop().time()
+        deployment = await client.resource(DEPLOYMENTS).get("web", namespace)
+        assert not (deployment.get("status") or {}).get("availableReplicas")
+        await kubectl(apiserver, "-n", namespace, "rollout", "status", "deployment/web", "--timeout=60s")
+        available_at = asyncio.get_running_loop().time()
+        # Ready times are whole seconds: available strictly after Ready + 3 s is >= 2 s after we saw Ready
+        assert available_at - ready_at >= 2, (began, ready_at, available_at)
+        assert [rs["spec"]["minReadySeconds"] for rs in await replica_sets(client, namespace)] == [3]
+        await kubectl(apiserver, "-n", namespace, "patch", "deployment", "web", "--type=merge", "-p", '{"spec":{"minReadySeconds":1}}')
+
+        async def synced():
+            return [rs["spec"].get("minReadySeconds") for rs in await replica_sets(client, namespace)] == [1]
+
+        await eventually(synced, 20, "minReadySeconds copied to the ReplicaSet")
+
+
+async def _all_ready_pods(client, namespace, count) -> bool:
+    pods = (await client.resource(PODS).list(namespace))["items"]
+    return len(pods) == count and all(any(c["type"] == "Ready" and c["status"] == "True" for c in (p.get("status") or {}).get("conditions") or [])
+                                      for p in pods)
