@@ -43,7 +43,9 @@ def _controllers(ctx, param, value: str) -> set[str]:
 @click.option("--controllers", default="*", show_default=True, callback=_controllers,
               help="Controllers to enable: '*' for all, 'foo' to enable, '-foo' to disable "
                    "(endpointslice-controller, endpointslice-mirroring-controller, endpoints-controller, garbage-collector-controller, "
-                   "pod-scheduler, serviceaccount-controller, root-ca-certificate-publisher-controller).")
+                   "pod-scheduler, serviceaccount-controller, root-ca-certificate-publisher-controller, "
+                   "certificatesigningrequest-{approving,signing,cleaner}-controller (csrapproving, csrsigning, csrcleaner), "
+                   "node-ipam-controller (nodeipam)).")
 @click.option("--concurrent-service-endpoint-syncs", type=int, default=5, show_default=True, callback=flags.bounded(1, 50),
               help="Services synced concurrently by the EndpointSlice controller.")
 @click.option("--concurrent-endpoint-syncs", type=click.IntRange(min=1), default=5, show_default=True,

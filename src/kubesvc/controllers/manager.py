@@ -15,7 +15,11 @@ process, as an API client.
   ``deployment-controller``, ``daemonset-controller``, ``job-controller``,
   ``ttl-after-finished-controller`` (the workloads: controllers/deployment, daemonset, job),
   ``replicaset-controller`` and ``replicationcontroller-controller`` (one code for both kinds:
-  controllers/replicaset).
+  controllers/replicaset),
+  ``certificatesigningrequest-approving-controller``, ``-signing-controller`` (with
+  ``--cluster-signing-cert-file``/``-key-file``) and ``-cleaner-controller`` (csrapproving,
+  csrsigning, csrcleaner: controllers/certificates), ``node-ipam-controller`` (with
+  ``--allocate-node-cidrs``: controllers/nodeipam).
 * **Identities**: the shared informers and leader election use the manager's own client
   (``--kubeconfig``, ``system:kube-controller-manager``). Each controller writes with the client
   a client builder (controllers/clientbuilder.py) gives for its ServiceAccount name
