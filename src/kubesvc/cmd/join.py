@@ -31,6 +31,9 @@ from kubesvc.util.process import install_uvloop, setup_logging, stop_on_signals
 @click.option("--zone", default="", help="The Node's topology.kubernetes.io/zone label.")
 @click.option("--pod-cidr", default=None, help="This node's Pod range, for a cluster that assigns none (default: the one it assigns).")
 @click.option("--service-cidr", default="10.96.0.0/12", show_default=True, help="The cluster's Service range (routed onto the Pod bridge when nothing routes it).")
+@click.option("--cluster-domain", default="cluster.local", show_default=True, help="The cluster's DNS domain (Pods' search domains).")
+@click.option("--cluster-dns", default=None, help="The cluster DNS Service's IP (default: the tenth address of --service-cidr).")
+@click.option("--resolv-conf", default="/etc/resolv.conf", show_default=True, help="The resolver configuration Pods' DNS starts from.")
 @click.option("--proxy-mode", type=click.Choice(["nftables", "iptables"]), default=None,
               help="The proxy's mode (default: nftables where available, else iptables).")
 @click.option("--kubelet-port", type=click.IntRange(0, 65535), default=10250, show_default=True, help="The agent's log server port.")
@@ -45,7 +48,8 @@ from kubesvc.util.process import install_uvloop, setup_logging, stop_on_signals
 @click.option("--proxy-arg", "proxy_args", multiple=True, help="One more argument for kubesvc proxy, as given (repeatable).")
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
 def join_command(server: str, token: str, data_dir: Path, node_name: str | None, node_ip: str | None, zone: str, pod_cidr: str | None,
-                 service_cidr: str, proxy_mode: str | None, kubelet_port: int, ca_cert_hashes: tuple[str, ...], agent_args: tuple[str, ...],
+                 service_cidr: str, cluster_domain: str, cluster_dns: str | None, resolv_conf: str, proxy_mode: str | None, kubelet_port: int,
+                 ca_cert_hashes: tuple[str, ...], agent_args: tuple[str, ...],
                  proxy_args: tuple[str, ...], pod_network: str, cluster_cidr: str, verbosity: int) -> None:
     """Join the cluster of SERVER as a node: certificate through a CSR, then the agent and proxy."""
     setup_logging(verbosity)
@@ -74,7 +78,8 @@ def join_command(server: str, token: str, data_dir: Path, node_name: str | None,
     options = JoinOptions(server=server.rstrip("/"), token=token, data_dir=data_dir, node_name=node_name or default_node_name(),
                           node_ips=node_ips, zone=zone, pod_cidrs=pod_cidrs,
                           service_cidrs=[c.strip() for c in service_cidr.split(",") if c.strip()], proxy_mode=proxy_mode or "",
-                          kubelet_port=kubelet_port, ca_cert_hashes=tuple(ca_cert_hashes),
+                          kubelet_port=kubelet_port, ca_cert_hashes=tuple(ca_cert_hashes), cluster_domain=cluster_domain.strip("."),
+                          cluster_dns=cluster_dns, resolv_conf=resolv_conf,
                           # the node's own identity lists the Nodes: up --cluster-init binds system:nodes to system:node-proxier
                           agent_args=[*(["--pod-network", pod_network, "--cluster-cidr", cluster_cidr] if pod_network != "none" else []),
                                       *agent_args],

@@ -57,6 +57,9 @@ class JoinOptions:
     proxy_mode: str = ""
     kubelet_port: int = 10250
     ca_cert_hashes: tuple[str, ...] = ()
+    cluster_dns: str | None = None  # the DNS Service's IP (default: the 10th of the Service range, as up's)
+    cluster_domain: str = "cluster.local"
+    resolv_conf: str = "/etc/resolv.conf"
     agent_args: list[str] = field(default_factory=list)  # more agent flags (--pod-network ...), passed as given
     proxy_args: list[str] = field(default_factory=list)
 
@@ -139,7 +142,13 @@ class JoinSystem:
             "agent", "--kubeconfig", self.paths.kubeconfig, "--node-name", o.node_name, "--pod-cidr", ",".join(self.pod_cidrs),
             "--node-ip", ",".join(o.node_ips), *(["--zone", o.zone] if o.zone else []), "--data-dir", self.data_dir / AGENT_DIR,
             "--bridge", BRIDGE, "--port", o.kubelet_port, "--client-ca-file", self.paths.ca,
-            "--shutdown-grace-period", AGENT_SHUTDOWN_GRACE, *o.agent_args, *self.verbosity)
+            "--shutdown-grace-period", AGENT_SHUTDOWN_GRACE, "--cluster-dns", self.cluster_dns(), "--cluster-domain", o.cluster_domain,
+            "--resolv-conf", o.resolv_conf, *o.agent_args, *self.verbosity)
+
+    def cluster_dns(self) -> str:
+        from kubesvc.dns.addon import cluster_dns_ip
+
+        return self.options.cluster_dns or cluster_dns_ip(self.options.service_cidrs[0])
 
     def proxy_argv(self) -> list[str]:
         o = self.options

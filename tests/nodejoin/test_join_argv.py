@@ -1,0 +1,44 @@
+"""What ``kubesvc join`` runs on its machine: the agent with the node's identity, the zone,
+node IP, the Pod CIDR the cluster gave and the cluster DNS settings ``up`` gives its own agent;
+the proxy with the node's kubeconfig; extra flags passed through last, as given."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kubesvc.nodejoin.system import JoinOptions, JoinSystem
+
+
+def system(tmp_path: Path, **options) -> JoinSystem:
+    joined = JoinSystem(JoinOptions(server="https://192.0.2.1:6443", token="abcdef.0123456789abcdef", data_dir=tmp_path, node_name="m2",
+                                    node_ips=["192.0.2.12"], **options))
+    joined.pod_cidrs = ["10.244.3.0/24"]
+    return joined
+
+
+def flag(argv: list, name: str) -> str:
+    argv = [str(a) for a in argv]
+    return argv[argv.index(name) + 1]
+
+
+def test_the_agent_gets_the_nodes_identity_zone_and_the_clusters_ranges(tmp_path):
+    argv = [str(a) for a in system(tmp_path, zone="zone-b", agent_args=["--pod-network", "routes"]).agent_argv()]
+    assert argv[argv.index("agent") - 2:argv.index("agent")] == ["-m", "kubesvc"]
+    assert flag(argv, "--kubeconfig") == str(tmp_path / "kubeconfig")
+    assert (flag(argv, "--node-name"), flag(argv, "--zone"), flag(argv, "--node-ip"), flag(argv, "--pod-cidr")) == \
+        ("m2", "zone-b", "192.0.2.12", "10.244.3.0/24")
+    assert (flag(argv, "--cluster-dns"), flag(argv, "--cluster-domain")) == ("10.96.0.10", "cluster.local")
+    assert flag(argv, "--client-ca-file") == str(tmp_path / "pki" / "ca.crt")
+    assert argv[-2:] == ["--pod-network", "routes"]
+
+
+def test_dns_follows_the_service_range_or_the_flag(tmp_path):
+    assert flag(system(tmp_path, service_cidrs=["10.43.0.0/16"]).agent_argv(), "--cluster-dns") == "10.43.0.10"
+    assert flag(system(tmp_path, cluster_dns="10.43.0.53").agent_argv(), "--cluster-dns") == "10.43.0.53"
+
+
+def test_the_proxy_runs_with_the_nodes_kubeconfig(tmp_path):
+    argv = [str(a) for a in system(tmp_path, proxy_args=["--v", "2"]).proxy_argv()]
+    assert flag(argv, "--kubeconfig") == str(tmp_path / "kubeconfig")
+    assert (flag(argv, "--hostname-override"), flag(argv, "--bind-address")) == ("m2", "192.0.2.12")
+    assert argv[-2:] == ["--v", "2"]
