@@ -80,23 +80,28 @@ def _spec(obj: dict) -> dict | None:
     return _child(obj, "spec")
 
 
+def _rolling_update(spec: dict, key: str, *, max_unavailable: int | str, max_surge: int | str) -> None:
+    """``spec[key]``: type RollingUpdate when unset, and for that type the rolling update's bounds."""
+    strategy = _child(spec, key)
+    if strategy is None:
+        return
+    if strategy.get("type") in (None, ""):
+        strategy["type"] = "RollingUpdate"
+    rolling = _child(strategy, "rollingUpdate") if strategy["type"] == "RollingUpdate" else None
+    if rolling is not None:
+        if _unset(rolling, "maxUnavailable"):
+            rolling["maxUnavailable"] = max_unavailable
+        if _unset(rolling, "maxSurge"):
+            rolling["maxSurge"] = max_surge
+
+
 def deployment(obj: dict) -> None:
     spec = _spec(obj)
     if spec is None:
         return
     if _unset(spec, "replicas"):
         spec["replicas"] = 1
-    strategy = _child(spec, "strategy")
-    if strategy is not None:
-        if strategy.get("type") in (None, ""):
-            strategy["type"] = "RollingUpdate"
-        if strategy["type"] == "RollingUpdate":
-            rolling = _child(strategy, "rollingUpdate")
-            if rolling is not None:
-                if _unset(rolling, "maxUnavailable"):
-                    rolling["maxUnavailable"] = "25%"
-                if _unset(rolling, "maxSurge"):
-                    rolling["maxSurge"] = "25%"
+    _rolling_update(spec, "strategy", max_unavailable="25%", max_surge="25%")
     if _unset(spec, "revisionHistoryLimit"):
         spec["revisionHistoryLimit"] = 10
     if _unset(spec, "progressDeadlineSeconds"):
@@ -117,17 +122,7 @@ def daemon_set(obj: dict) -> None:
     spec = _spec(obj)
     if spec is None:
         return
-    strategy = _child(spec, "updateStrategy")
-    if strategy is not None:
-        if strategy.get("type") in (None, ""):
-            strategy["type"] = "RollingUpdate"
-        if strategy["type"] == "RollingUpdate":
-            rolling = _child(strategy, "rollingUpdate")
-            if rolling is not None:
-                if _unset(rolling, "maxUnavailable"):
-                    rolling["maxUnavailable"] = 1
-                if _unset(rolling, "maxSurge"):
-                    rolling["maxSurge"] = 0
+    _rolling_update(spec, "updateStrategy", max_unavailable=1, max_surge=0)
     if _unset(spec, "revisionHistoryLimit"):
         spec["revisionHistoryLimit"] = 10
     pod_template(spec)

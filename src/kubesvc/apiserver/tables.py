@@ -32,7 +32,6 @@ from typing import Any, Callable, Iterable, Mapping
 
 from kubesvc.api.errors import bad_request
 from kubesvc.api.scheme import KindInfo
-from kubesvc.apiserver import tables_workloads
 from kubesvc.util import golang, ipnet
 
 JSONObject = Mapping[str, Any]
@@ -637,6 +636,9 @@ def _default_cells(obj: JSONObject, clock: _Clock) -> list:
 
 
 _Printer = Callable[[JSONObject, _Clock], list]
+
+# the workload kinds' printers use this module's helpers above, so they are imported only here
+from kubesvc.apiserver import tables_workloads  # noqa: E402
 
 PRINTERS: dict[str, tuple[list[dict], _Printer]] = {
     "Service": (_SERVICE_COLUMNS, _service_cells),

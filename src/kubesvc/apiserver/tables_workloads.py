@@ -16,7 +16,8 @@ unset and parallelism above 1); its ``DURATION`` runs from ``startTime`` to now,
 ``completionTime`` once it completed; its ``STATUS`` is the first of Complete, Failed,
 Terminating, Suspended, FailureTarget that holds, else Running. Selectors print as label
 selector strings (``<none>`` when empty, except a Deployment's, which prints nothing).
-The printers run with the ``tables`` module's helpers; ``tables.PRINTERS`` includes these.
+The printers use the ``tables`` module's helpers (which imports this module after them) and
+``tables.PRINTERS`` includes these.
 """
 
 from __future__ import annotations
@@ -96,24 +97,6 @@ def _columns(name_column: dict, age_column: dict) -> dict[str, list[dict]]:
 # ---- cells ---------------------------------------------------------------------------------------
 
 
-def _get(obj: Any, *path: str) -> Any:
-    for step in path:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(step)
-    return obj
-
-
-def _int(obj: Any, *path: str) -> int:
-    value = _get(obj, *path)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _str(obj: Any, *path: str) -> str:
-    value = _get(obj, *path)
-    return value if isinstance(value, str) else ""
-
-
 def container_cells(obj: JSONObject) -> list[str]:
     """``layoutContainerCells``: container names and images, each joined by commas."""
     containers = [c for c in _get(obj, "spec", "template", "spec", "containers") or [] if isinstance(c, Mapping)]
@@ -129,9 +112,8 @@ def selector_text(selector: Any, empty: str = "<none>") -> str:
     return text or empty
 
 
-def _format_labels(labels: Any) -> str:
-    labels = labels if isinstance(labels, Mapping) else {}
-    return ",".join(f"{k}={labels[k]}" for k in sorted(labels)) if labels else "<none>"
+def _map(value: Any) -> Mapping:
+    return value if isinstance(value, Mapping) else {}
 
 
 def _since(clock: Any, obj: JSONObject) -> str:
@@ -151,14 +133,14 @@ def replica_set_cells(obj: JSONObject, clock: Any) -> list:
 
 def replication_controller_cells(obj: JSONObject, clock: Any) -> list:
     return [_str(obj, "metadata", "name"), _int(obj, "spec", "replicas"), _int(obj, "status", "replicas"),
-            _int(obj, "status", "readyReplicas"), _since(clock, obj), *container_cells(obj), _format_labels(_get(obj, "spec", "selector"))]
+            _int(obj, "status", "readyReplicas"), _since(clock, obj), *container_cells(obj), format_labels(_map(_get(obj, "spec", "selector")))]
 
 
 def daemon_set_cells(obj: JSONObject, clock: Any) -> list:
     status = _get(obj, "status")
     return [_str(obj, "metadata", "name"), _int(status, "desiredNumberScheduled"), _int(status, "currentNumberScheduled"),
             _int(status, "numberReady"), _int(status, "updatedNumberScheduled"), _int(status, "numberAvailable"),
-            _format_labels(_get(obj, "spec", "template", "spec", "nodeSelector")), _since(clock, obj), *container_cells(obj),
+            format_labels(_map(_get(obj, "spec", "template", "spec", "nodeSelector"))), _since(clock, obj), *container_cells(obj),
             selector_text(_get(obj, "spec", "selector"))]
 
 
@@ -191,8 +173,6 @@ def job_completions(obj: JSONObject) -> str:
 
 
 def job_duration(obj: JSONObject, clock: Any) -> str:
-    from kubesvc.apiserver.tables import _parse_time, human_duration
-
     start = _parse_time(_get(obj, "status", "startTime"))
     if start is None:
         return ""
@@ -230,3 +210,8 @@ def printers(name_column: dict, age_column: dict) -> dict:
     """kind -> (column definitions, cells), for ``tables.PRINTERS``."""
     columns = _columns(name_column, age_column)
     return {kind: (columns[kind], cells) for kind, cells in _CELLS.items()}
+
+
+# The ``tables`` helpers, imported last: ``tables`` imports this module part way through (after
+# those helpers, before PRINTERS), so either module may be imported first.
+from kubesvc.apiserver.tables import _get, _int, _parse_time, _str, format_labels, human_duration  # noqa: E402
