@@ -244,30 +244,30 @@ class Agent:
                 return worker
         return None
 
-    def _exec_target(self, namespace: str, name: str, container: str) -> ExecTarget | str | None:
-        """Where ``kubectl exec`` into that container runs (None: no such Pod here; a string:
-        kubelet's reason it cannot)."""
+    def _running_container(self, namespace: str, name: str, container: str):
+        """(worker, slot, the container's current process), None for a Pod not here, or kubelet's
+        reason (``findContainer``) when the container is not running."""
         worker = self._worker(namespace, name)
         if worker is None:
             return None
         slot = next((s for s in worker.init_slots + worker.slots if s.name == container), None)
         process = slot.process if slot is not None and slot.record.running else None
         if process is None or process.returncode is not None or worker.network is None:
-            return f'container not found ("{container}")'  # kubelet's findContainer
-        return ExecTarget(netns=worker.network.netns, env=dict(slot.env), working_dir=slot.spec.get("workingDir") or "/",
-                          pid=process.pid)
+            return f'container not found ("{container}")'
+        return worker, slot, process
+
+    def _exec_target(self, namespace: str, name: str, container: str) -> ExecTarget | str | None:
+        """Where ``kubectl exec`` into that container runs."""
+        found = self._running_container(namespace, name, container)
+        if not isinstance(found, tuple):
+            return found
+        worker, slot, process = found
+        return ExecTarget(netns=worker.network.netns, env=dict(slot.env), working_dir=slot.spec.get("workingDir") or "/", pid=process.pid)
 
     def _attach_target(self, namespace: str, name: str, container: str):
-        """The running container a ``kubectl attach`` joins (runtime.ContainerProcess; None: no
-        such Pod here; a string: kubelet's reason it cannot)."""
-        worker = self._worker(namespace, name)
-        if worker is None:
-            return None
-        slot = next((s for s in worker.init_slots + worker.slots if s.name == container), None)
-        process = slot.process if slot is not None and slot.record.running else None
-        if process is None or process.returncode is not None:
-            return f'container not found ("{container}")'  # kubelet's findContainer
-        return process
+        """The running container a ``kubectl attach`` joins (runtime.ContainerProcess)."""
+        found = self._running_container(namespace, name, container)
+        return found[2] if isinstance(found, tuple) else found
 
     def _pod_netns(self, namespace: str, name: str) -> str | None:
         """The Pod's network namespace, for ``kubectl port-forward``."""

@@ -189,9 +189,20 @@ def _is_websocket(request: web.Request) -> bool:
 
 
 async def serve_exec(request: web.Request, resolve: ResolveExec) -> web.StreamResponse:
+    return await _serve_container_stream(request, resolve, _run_exec, attach=False)
+
+
+async def serve_attach(request: web.Request, resolve: ResolveAttach) -> web.StreamResponse:
+    """``kubectl attach``: the running container's own streams (kubelet's ``/attach``, the
+    runtime's Attach): what it prints from now on, and stdin into its stdin when it has one."""
+    return await _serve_container_stream(request, resolve, _run_attach, attach=True)
+
+
+async def _serve_container_stream(request: web.Request, resolve, runner, *, attach: bool) -> web.StreamResponse:
+    """The checks kubelet makes before an exec or attach upgrade, then the session."""
     namespace, pod, container = (request.match_info[k] for k in ("namespace", "pod", "container"))
     options = ExecOptions.from_query(request.query)
-    problem = options.problem()
+    problem = options.problem(attach=attach)
     if problem:
         return _text(400, problem)
     target = resolve(namespace, pod, container)
@@ -199,7 +210,7 @@ async def serve_exec(request: web.Request, resolve: ResolveExec) -> web.StreamRe
         return _text(404, f'pod "{pod}" does not exist')
     if isinstance(target, str):
         return _text(500, target)
-    return await _serve_remotecommand(request, options, lambda send, client_input: _run_exec(send, client_input, options, target))
+    return await _serve_remotecommand(request, options, lambda send, client_input: runner(send, client_input, options, target))
 
 
 Run = Callable[[Callable[[int, bytes], Awaitable[None]], Callable[..., Awaitable[None]]], Awaitable[None]]
@@ -335,22 +346,6 @@ def _exec_argv(target: ExecTarget, command: Sequence[str]) -> tuple[list[str], s
     if target.pid is not None:
         return in_container(target.pid, command), "/", env  # nsenter takes the container's root and cwd
     return in_netns(target.netns, command), target.working_dir or "/", env
-
-
-async def serve_attach(request: web.Request, resolve: ResolveAttach) -> web.StreamResponse:
-    """``kubectl attach``: the running container's own streams (kubelet's ``/attach``, the
-    runtime's Attach): what it prints from now on, and stdin into its stdin when it has one."""
-    namespace, pod, container = (request.match_info[k] for k in ("namespace", "pod", "container"))
-    options = ExecOptions.from_query(request.query)
-    problem = options.problem(attach=True)
-    if problem:
-        return _text(400, problem)
-    target = resolve(namespace, pod, container)
-    if target is None:
-        return _text(404, f'pod "{pod}" does not exist')
-    if isinstance(target, str):
-        return _text(500, target)
-    return await _serve_remotecommand(request, options, lambda send, client_input: _run_attach(send, client_input, options, target))
 
 
 class _AttachedInput:
