@@ -382,3 +382,19 @@ def test_scaling_event():
     d = deployment(5, surge=1, unavailable=0)
     assert util.is_scaling_event(d, [rs("a", 3, desired=3)])
     assert not util.is_scaling_event(d, [rs("a", 3, desired=5), rs("b", 0, desired=3)])
+
+
+def test_rollback_request_and_template():
+    d = deployment(1)
+    assert util.rollback_to(d) is None
+    d["metadata"]["annotations"] = {util.ROLLBACK_TO_ANNOTATION: "3", "kubernetes.io/change-cause": "now", util.LAST_APPLIED_ANNOTATION: "{}"}
+    assert util.rollback_to(d) == 3
+    old = rs("old", 0, rev=3)
+    old["metadata"]["annotations"]["kubernetes.io/change-cause"] = "then"
+    old["spec"]["template"] = {"metadata": {"labels": {"app": "foo", "pod-template-hash": "h"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    back = util.rolled_back(d, old)
+    assert back["spec"]["template"] == {"metadata": {"labels": {"app": "foo"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    assert back["metadata"]["annotations"] == {util.ROLLBACK_TO_ANNOTATION: "3", util.LAST_APPLIED_ANNOTATION: "{}", "kubernetes.io/change-cause": "then"}
+    assert d["metadata"]["annotations"]["kubernetes.io/change-cause"] == "now"  # the input is not changed
+    d["metadata"]["annotations"][util.ROLLBACK_TO_ANNOTATION] = "not a number"
+    assert util.rollback_to(d) is None

@@ -272,3 +272,43 @@ async def _all_ready_pods(client, namespace, count) -> bool:
     pods = (await client.resource(PODS).list(namespace))["items"]
     return len(pods) == count and all(any(c["type"] == "Ready" and c["status"] == "True" for c in (p.get("status") or {}).get("conditions") or [])
                                       for p in pods)
+
+
+async def test_rollback_annotation(apiserver, client, namespace):
+    """The pre-apps/v1 rollback request, ``deprecated.deployment.rollback.to``: the template of
+    that revision comes back (with its change-cause) and the request is cleared; a revision
+    that does not exist is only an Event."""
+    async with cluster(client, namespace):
+        await kubectl(apiserver, "-n", namespace, "apply", "-f", "-", input=manifest("web", "v1", 1))
+        await kubectl(apiserver, "-n", namespace, "annotate", "deployment", "web", "kubernetes.io/change-cause=first")
+        await kubectl(apiserver, "-n", namespace, "rollout", "status", "deployment/web", "--timeout=60s")
+        await kubectl(apiserver, "-n", namespace, "set", "image", "deployment/web", "app=v2")
+        await kubectl(apiserver, "-n", namespace, "annotate", "deployment", "web", "--overwrite", "kubernetes.io/change-cause=second")
+        await kubectl(apiserver, "-n", namespace, "rollout", "status", "deployment/web", "--timeout=60s")
+        await kubectl(apiserver, "-n", namespace, "annotate", "deployment", "web", "deprecated.deployment.rollback.to=1")
+
+        async def rolled_back():
+            d = await client.resource(DEPLOYMENTS).get("web", namespace)
+            annotations = d["metadata"].get("annotations") or {}
+            return (d["spec"]["template"]["spec"]["containers"][0]["image"] == "v1" and "deprecated.deployment.rollback.to" not in annotations
+                    and annotations.get("kubernetes.io/change-cause") == "first" and d)
+
+        d = await eventually(rolled_back, 20, "rolled back to revision 1")
+        assert "pod-template-hash" not in d["spec"]["template"]["metadata"]["labels"]
+        await kubectl(apiserver, "-n", namespace, "rollout", "status", "deployment/web", "--timeout=60s")
+        await kubectl(apiserver, "-n", namespace, "annotate", "deployment", "web", "deprecated.deployment.rollback.to=42")
+
+        async def cleared():
+            d = await client.resource(DEPLOYMENTS).get("web", namespace)
+            return "deprecated.deployment.rollback.to" not in (d["metadata"].get("annotations") or {})
+
+        await eventually(cleared, 20, "the request cleared")
+
+        async def events() -> str:
+            listed = await kubectl(apiserver, "-n", namespace, "get", "events", "--field-selector=involvedObject.name=web", "-o",
+                                   "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}")
+            return listed.stdout if "DeploymentRollbackRevisionNotFound" in listed.stdout else ""
+
+        seen = await eventually(events, 20, "the rollback Events")
+        assert 'DeploymentRollback: Rolled back deployment "web" to revision 1' in seen
+        assert "DeploymentRollbackRevisionNotFound: Unable to find the revision to rollback to." in seen

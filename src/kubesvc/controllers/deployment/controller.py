@@ -18,8 +18,8 @@ Every ReplicaSet write is an Update at the cached resourceVersion: a decision ma
 cache fails with a Conflict and is retried on fresh data, so the surge and availability bounds
 hold even when the cache lags our own writes.
 
-``deprecated.deployment.rollback.to`` (the pre-apps/v1 rollback request) is not handled:
-``kubectl rollout undo`` (1.32) patches the template back itself.
+``kubectl rollout undo`` (1.32) patches the template back itself; the pre-apps/v1 request,
+the ``deprecated.deployment.rollback.to`` annotation, is still honoured (``rollback.go``).
 """
 
 from __future__ import annotations
@@ -175,6 +175,9 @@ class DeploymentController:
         await self._check_paused_conditions(d)
         if d["spec"].get("paused"):
             await self._sync_scale(d, rs_list)
+            return
+        if util.rollback_to(d) is not None:
+            await self._rollback(d, rs_list)
             return
         if util.is_scaling_event(d, rs_list):
             await self._sync_scale(d, rs_list)
@@ -395,9 +398,41 @@ class DeploymentController:
                 every[index] = await self._scale(rs, sizes[name], d, refresh_annotations=proportional or util.replicas(rs) != sizes[name])
         new_rs = every[0] if new_rs is not None else None
         old_rss = every[1:] if new_rs is not None else every
-        if d["spec"].get("paused"):
+        if d["spec"].get("paused") and util.rollback_to(d) is None:
             await self._cleanup(d, old_rss)
         await self._sync_status(d, old_rss + [new_rs], new_rs)
+
+    async def _rollback(self, d: dict, rs_list: list[dict]) -> None:
+        """``rollback``: the ``deprecated.deployment.rollback.to`` request (the old
+        ``spec.rollbackTo``; kubectl 1.32 patches the template itself). The template of the
+        ReplicaSet with that revision goes back into the Deployment; the request is cleared in
+        every case, with one Update."""
+        new_rs, old_rss = await self._get_all_and_sync_revision(d, rs_list, True)
+        every = old_rss + ([new_rs] if new_rs is not None else [])
+        target = util.rollback_to(d)
+        if target == 0:
+            target = util.last_revision(every)
+            if target == 0:
+                self.recorder.event(d, "Warning", "DeploymentRollbackRevisionNotFound", "Unable to find last revision.")
+                await self._clear_rollback(d)
+                return
+        rs = next((rs for rs in every if util.revision(rs) == target), None)
+        if rs is None:
+            self.recorder.event(d, "Warning", "DeploymentRollbackRevisionNotFound", "Unable to find the revision to rollback to.")
+            await self._clear_rollback(d)
+            return
+        if util.equal_ignore_hash(d["spec"]["template"], rs["spec"].get("template") or {}):
+            self.recorder.event(d, "Warning", "DeploymentRollbackTemplateUnchanged",
+                                f'The rollback revision contains the same template as current deployment "{d["metadata"]["name"]}"')
+            await self._clear_rollback(d)
+            return
+        await self._clear_rollback(util.rolled_back(d, rs))
+        self.recorder.event(d, "Normal", "DeploymentRollback", f'Rolled back deployment "{d["metadata"]["name"]}" to revision {target}')
+
+    async def _clear_rollback(self, d: dict) -> None:
+        """``updateDeploymentAndClearRollbackTo``."""
+        d["metadata"]["annotations"] = {k: v for k, v in util.annotations(d).items() if k != util.ROLLBACK_TO_ANNOTATION}
+        await self._deployments_api.update(d)
 
     async def _sync_status_only(self, d: dict, rs_list: list[dict]) -> None:
         new_rs, old_rss = await self._get_all_and_sync_revision(d, rs_list, False)

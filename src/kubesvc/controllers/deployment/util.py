@@ -443,3 +443,30 @@ def replica_sets_to_clean_up(deployment: dict, old_rss: Iterable[dict]) -> list[
 def has_progress_deadline(deployment: dict) -> bool:
     deadline = (deployment.get("spec") or {}).get("progressDeadlineSeconds")
     return deadline is not None and deadline != MAX_INT32
+
+
+# ---- the pre-apps/v1 rollback request (rollback.go) -----------------------------------------
+
+def rollback_to(deployment: dict) -> int | None:
+    """``getRollbackTo``: the revision the ``deprecated.deployment.rollback.to`` annotation asks
+    for (0: the one before the current), None when absent or not a number (ignored)."""
+    text = annotations(deployment).get(ROLLBACK_TO_ANNOTATION)
+    if not text:
+        return None
+    try:
+        return golang.parse_int(text, 64)
+    except ValueError:
+        return None
+
+
+def rolled_back(deployment: dict, rs: dict) -> dict:
+    """``SetFromReplicaSetTemplate`` + ``SetDeploymentAnnotationsTo``: the Deployment with the
+    ReplicaSet's template (minus ``pod-template-hash``) and, besides the skipped keys it keeps,
+    the ReplicaSet's annotations (so ``kubernetes.io/change-cause`` follows the template back)."""
+    result = json.loads(json.dumps(deployment))
+    result["spec"]["template"] = without_hash_label(json.loads(json.dumps((rs.get("spec") or {}).get("template") or {})))
+    kept = {k: v for k, v in annotations(deployment).items() if k in ANNOTATIONS_TO_SKIP}
+    kept.update({k: v for k, v in annotations(rs).items() if k not in ANNOTATIONS_TO_SKIP})
+    result["metadata"]["annotations"] = kept
+    return result
+
