@@ -325,3 +325,24 @@ def test_kubectl_run_it_rm(up):
     assert "sum-42" in text
     assert f'pod "{name}" deleted' in text
     assert code == 0, text
+
+
+def test_an_exec_ends_with_its_container(up):
+    """Deleting the Pod stops its container, and what was exec'd in it goes too: kubectl says
+    ``command terminated with exit code 137`` (SIGKILL), as with a container runtime."""
+    name = f"brief-{secrets.token_hex(3)}"
+    up.kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+        "terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "600"]}]}}))
+    wait_until(lambda: up.get("pod", name).get("status", {}).get("phase") == "Running", 60, f"{name} running")
+    process = subprocess.Popen(kubectl_argv(up, "exec", name, "--", "sh", "-c", "echo started; exec sleep 300"), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, cwd=REPO_ROOT, text=True)
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "started\n"
+        up.kubectl("delete", "pod", name, "--wait=false")
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+    assert process.returncode == 137, err
+    assert "command terminated with exit code 137" in err

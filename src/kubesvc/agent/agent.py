@@ -262,7 +262,8 @@ class Agent:
         if not isinstance(found, tuple):
             return found
         worker, slot, process = found
-        return ExecTarget(netns=worker.network.netns, env=dict(slot.env), working_dir=slot.spec.get("workingDir") or "/", pid=process.pid)
+        return ExecTarget(netns=worker.network.netns, env=dict(slot.env), working_dir=slot.spec.get("workingDir") or "/", pid=process.pid,
+                          container_stopped=process.wait_exit)
 
     def _attach_target(self, namespace: str, name: str, container: str):
         """The running container a ``kubectl attach`` joins (runtime.ContainerProcess)."""

@@ -100,6 +100,9 @@ class ExecTarget:
     env: Mapping[str, str]
     working_dir: str
     pid: int | None  # the container's main process: its namespaces, root, directory and user are entered
+    # until the container stops: an exec still running then is killed with it (the runtime's
+    # exec processes live in the container's cgroup and die with it: exit 137 in kubectl)
+    container_stopped: Callable[[], Awaitable[None]] | None = None
 
 
 ResolveExec = Callable[[str, str, str], "ExecTarget | str | None"]  # None: no such Pod; str: why not
@@ -441,8 +444,12 @@ async def _run_exec(send: Callable[[int, bytes], Awaitable[None]], client_input:
         pumps.append(asyncio.create_task(pump(child.stderr, STDERR, options.stderr)))
     client = asyncio.ensure_future(client_input(child))
     exited = asyncio.ensure_future(child.wait())
+    stopped = asyncio.ensure_future(target.container_stopped() if target.container_stopped else asyncio.Event().wait())
     try:
-        await asyncio.wait([exited, client], return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait([exited, client, stopped], return_when=asyncio.FIRST_COMPLETED)
+        if not exited.done() and stopped.done():  # the container is gone: so is what runs in it
+            child.kill()
+            await asyncio.wait([exited], timeout=5)
         if not exited.done():  # the client went away first: the command goes too, as upstream's
             child.kill()
             return
@@ -450,6 +457,7 @@ async def _run_exec(send: Callable[[int, bytes], Awaitable[None]], client_input:
         await send(ERROR, json.dumps(exit_status(exited.result())).encode())
     finally:
         client.cancel()
+        stopped.cancel()
         for task in pumps:
             task.cancel()
         await asyncio.gather(client, *pumps, return_exceptions=True)
