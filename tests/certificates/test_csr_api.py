@@ -159,3 +159,19 @@ def test_field_selector_on_signer_name(apiserver):
     assert all("/csr-" in n for n in names)
     other = apiserver.kubectl("get", "csr", f"--field-selector=spec.signerName={KUBELET_SIGNER}", "-o", "name").stdout.split()
     assert f"certificatesigningrequest.certificates.k8s.io/{name}" not in other
+
+
+@pytest.mark.parametrize("sub, status, code", [
+    ("approval", {"conditions": [{"type": "Approved", "status": "False"}]}, 422),
+    ("approval", {"conditions": [{"type": "Approved", "status": "True"}, {"type": "Denied", "status": "True"}]}, 422),
+    ("approval", {"conditions": ["x"]}, 400),
+    ("status", "zzz", 400),
+    ("status", {"certificate": "AAAA"}, 422),
+], ids=["approved-false", "approved-and-denied", "condition-not-an-object", "status-not-an-object", "certificate-not-pem"])
+def test_bad_subresource_writes_are_4xx(apiserver, sub, status, code):
+    name = unique()
+    apiserver.kubectl("create", "-f", "-", input=json.dumps(csr(name)))
+    body = dict(get(apiserver, name), status=status)
+    response = apiserver.session().put(f"{apiserver.url}/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}/{sub}", json=body)
+    assert response.status_code == code, response.text
+    assert not (get(apiserver, name).get("status") or {}).get("conditions")
