@@ -104,14 +104,7 @@ class CSRStrategy(Strategy):
                 spec.pop(key, None)
             request = current()
             if request is not None:
-                user = request.user
-                spec["username"] = user.name
-                if user.uid:
-                    spec["uid"] = user.uid
-                if user.groups:
-                    spec["groups"] = list(user.groups)
-                if user.extra:
-                    spec["extra"] = {k: list(v) for k, v in user.extra.items()}
+                spec.update(request.user.to_api())  # username, uid, groups, extra: the names CSR spec uses too
         obj["status"] = {}
 
     def validate(self, obj: dict) -> list[FieldError]:
