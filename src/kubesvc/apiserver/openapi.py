@@ -295,6 +295,30 @@ _ACTION_QUERY_PARAMETERS = {"log": [
                                     "of log output. Defaults to false."),
 ]}
 
+# pods/exec, pods/attach, pods/portforward (PodExecOptions, PodAttachOptions, PodPortForwardOptions)
+_STREAMS = {"stderr": "Redirect the standard error stream of the pod for this call.",
+            "stdin": "Redirect the standard input stream of the pod for this call. Defaults to false.",
+            "stdout": "Redirect the standard output stream of the pod for this call."}
+_CONNECT_QUERY_PARAMETERS = {
+    "exec": [_query("command", "string", "Command is the remote command to execute. argv array. Not executed within a shell."),
+             _query("container", "string", "Container in which to execute the command. Defaults to only container if there "
+                                           "is only one container in the pod."),
+             *(_query(name, "boolean", text) for name, text in _STREAMS.items()),
+             _query("tty", "boolean", "TTY if true indicates that a tty will be allocated for the exec call. Defaults to false.")],
+    "attach": [_query("container", "string", "The container in which to execute the command. Defaults to only container if "
+                                             "there is only one container in the pod."),
+               _query("stderr", "boolean", "Stderr if true indicates that stderr is to be redirected for the attach call. "
+                                           "Defaults to true."),
+               _query("stdin", "boolean", "Stdin if true, redirects the standard input stream of the pod for this call. "
+                                          "Defaults to false."),
+               _query("stdout", "boolean", "Stdout if true indicates that stdout is to be redirected for the attach call. "
+                                           "Defaults to true."),
+               _query("tty", "boolean", "TTY if true indicates that a tty will be allocated for the attach call. This is passed "
+                                        "through the container runtime so the tty is allocated on the worker node by the "
+                                        "container runtime. Defaults to false.")],
+    "portforward": [_query("ports", "integer", "List of ports to forward Required when using WebSockets")],
+}
+
 _STATUS_TEXT = {"200": "OK", "201": "Created", "202": "Accepted"}
 # What each subresource supports: status is read and written like the object, finalize only PUT.
 _SUBRESOURCE_VERBS = {"status": ("get", "put", "patch"), "finalize": ("put",)}
@@ -368,6 +392,8 @@ class _ResourcePaths:
                 if action.legacy_resource:
                     paths[f"{root}/namespaces/{{namespace}}/{action.legacy_resource}"] = self._create_action(
                         action, action.body, scope_parameters, action.kind, f"create {self.article} {action.kind}")
+            elif action.name in _CONNECT_QUERY_PARAMETERS:
+                paths[f"{collection}/{{name}}/{action.name}"] = self._connect_action(action, item_parameters)
             else:
                 paths[f"{collection}/{{name}}/{action.name}"] = self._read_action(action, item_parameters)
         return paths
@@ -404,6 +430,18 @@ class _ResourcePaths:
         for operation in operations.values():
             operation["x-kubernetes-group-version-kind"] = gvk
         return {"parameters": parameters + [_PRETTY], **operations}
+
+    def _connect_action(self, action: ActionSubresource, parameters: list[dict]) -> dict:
+        """A stream (exec, attach, port-forward): ``connect`` GET (WebSocket) and POST (SPDY),
+        its options as query parameters (upstream's ``connectCoreV1GetNamespacedPodExec``...)."""
+        item = {"parameters": sorted(parameters + _CONNECT_QUERY_PARAMETERS[action.name], key=lambda p: p["name"])}
+        for method in ("get", "post"):
+            operation = self._operation(f"connect{self.prefix}{method.capitalize()}{self.scope}{self.info.kind}{action.name.capitalize()}",
+                                        "connect", f"connect {method.upper()} requests to {action.name} of {self.info.kind}", [], "", ("200",))
+            operation["responses"]["200"]["content"] = {"*/*": {"schema": {"type": "string"}}}
+            operation["x-kubernetes-group-version-kind"] = {"group": self.info.group, "kind": action.kind, "version": self.info.version}
+            item[method] = operation
+        return item
 
     def _read_action(self, action: ActionSubresource, parameters: list[dict]) -> dict:
         """GET of a stream (a container log): a plain string, not an object."""
