@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from kubesvc.cluster.join import JoinFailed
 from kubesvc.nodejoin.system import JoinOptions, JoinSystem
 
 
@@ -42,3 +45,22 @@ def test_the_proxy_runs_with_the_nodes_kubeconfig(tmp_path):
     assert flag(argv, "--kubeconfig") == str(tmp_path / "kubeconfig")
     assert (flag(argv, "--hostname-override"), flag(argv, "--bind-address")) == ("m2", "192.0.2.12")
     assert argv[-2:] == ["--v", "2"]
+
+
+async def test_a_restarted_join_with_a_valid_credential_needs_no_token(tmp_path):
+    """As a restarted kubelet: the data dir's unexpired certificate for this node is used; the
+    server (here unreachable) is not asked and the token (here expired long ago) not needed."""
+    from kubesvc.nodejoin import tlsbootstrap
+    from kubesvc.serving import pki
+
+    ca = pki.ClusterCA(tmp_path / "ca")
+    pair = ca.node_client("m2")
+    joined = system(tmp_path / "node")
+    tlsbootstrap.write_credentials(joined.paths, "https://192.0.2.1:6443", ca.pem, pair.key.read_bytes(), pair.cert.read_bytes(), "m2")
+    await joined.credentials()  # would fail to reach 192.0.2.1 if it tried
+    assert joined.made == []
+    other = system(tmp_path / "node")
+    other.options.node_name = "m3"  # another node's name: that certificate is not its credential
+    other.options.server = "https://127.0.0.1:1"
+    with pytest.raises(JoinFailed, match="cannot reach"):
+        await other.credentials()
