@@ -38,6 +38,7 @@ UPSTREAM = {
     ("apps", "daemonsets"): ("DaemonSet", "daemonset", True, ("ds",), ("all",), ("status",)),
     ("apps", "controllerrevisions"): ("ControllerRevision", "controllerrevision", True, (), (), ()),
     ("batch", "jobs"): ("Job", "job", True, (), ("all",), ("status",)),
+    ("batch", "cronjobs"): ("CronJob", "cronjob", True, ("cj",), ("all",), ("status",)),
     # create-only: answered, never stored
     ("authentication.k8s.io", "tokenreviews"): ("TokenReview", "tokenreview", False, (), (), ()),
     ("authentication.k8s.io", "selfsubjectreviews"): ("SelfSubjectReview", "selfsubjectreview", False, (), (), ()),

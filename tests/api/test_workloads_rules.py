@@ -168,3 +168,49 @@ def test_controller_revision():
     old = {"metadata": {"name": "r", "namespace": "d", "resourceVersion": "1"}, "data": {"a": 1}, "revision": 1}
     assert "data: Invalid value: {\"a\":2}: field is immutable" in [
         str(e) for e in validate_update("ControllerRevision", {**old, "data": {"a": 2}}, old, namespaced=True)]
+
+
+@pytest.mark.parametrize("schedule, message", [
+    ("x", "expected exactly 5 fields, found 1: [x]"),
+    ("a * * * *", 'failed to parse int from a: strconv.Atoi: parsing "a": invalid syntax'),
+    ("* 24 * * *", "end of range (24) above maximum (23): 24"),
+    ("* * 0 * *", "beginning of range (0) below minimum (1): 0"),
+    ("5-1 * * * *", "beginning of range (5) beyond end of range (1): 5-1"),
+    ("*/0 * * * *", "step of range should be a positive number: */0"),
+    ("@fortnightly", "unrecognized descriptor: @fortnightly"),
+    ("@every 1x", 'failed to parse duration @every 1x: time: invalid duration "1x"'),
+], ids=["fields", "not-a-number", "hour", "day-of-month", "backwards", "zero-step", "descriptor", "every"])
+def test_cron_job_schedules_as_robfig_cron_parses_them(schedule, message):
+    spec = {"schedule": schedule, "jobTemplate": {"spec": {"template": {"spec": {**TEMPLATE["spec"], "restartPolicy": "Never"}}}}}
+    assert f'spec.schedule: Invalid value: "{schedule}": {message}' in errors("CronJob", spec)
+
+
+@pytest.mark.parametrize("schedule", ["*/5 * * * *", "0 0 1 jan-mar mon-fri", "@hourly", "@every 90s", "0,30 9-17/2 * * ?"])
+def test_cron_job_good_schedules_and_defaults(schedule):
+    spec = {"schedule": schedule, "jobTemplate": {"spec": {"template": {"spec": {**TEMPLATE["spec"], "restartPolicy": "Never"}}}}}
+    assert errors("CronJob", spec) == []
+    defaulted_spec = defaulted("CronJob", spec)["spec"]
+    assert (defaulted_spec["concurrencyPolicy"], defaulted_spec["suspend"], defaulted_spec["successfulJobsHistoryLimit"],
+            defaulted_spec["failedJobsHistoryLimit"]) == ("Allow", False, 3, 1)
+    assert "backoffLimit" not in defaulted_spec["jobTemplate"]["spec"]  # the Job's own defaults wait for the Job
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"timeZone": "Mars/Olympus"}, 'spec.timeZone: Invalid value: "Mars/Olympus": unknown time zone Mars/Olympus'),
+    ({"timeZone": ""}, 'spec.timeZone: Invalid value: "": timeZone must be nil or non-empty string'),
+    ({"concurrencyPolicy": "Sometimes"}, 'spec.concurrencyPolicy: Unsupported value: "Sometimes": supported values: "Allow", "Forbid", "Replace"'),
+    ({"jobTemplate": {"spec": {"selector": SELECTOR, "template": {"spec": {**TEMPLATE["spec"], "restartPolicy": "Never"}}}}},
+     "spec.jobTemplate.spec.selector: Invalid value: &v1.LabelSelector{MatchLabels:map[string]string{\"app\":\"x\"}, "
+     "MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: `selector` will be auto-generated"),
+    ({"jobTemplate": {"spec": {"template": TEMPLATE}}},
+     'spec.jobTemplate.spec.template.spec.restartPolicy: Required value: valid values: "OnFailure", "Never"'),
+], ids=["unknown-zone", "empty-zone", "policy", "selector", "restart-policy"])
+def test_cron_job_rules(change, message):
+    spec = {"schedule": "@daily", "jobTemplate": {"spec": {"template": {"spec": {**TEMPLATE["spec"], "restartPolicy": "Never"}}}}, **change}
+    assert message in errors("CronJob", spec), errors("CronJob", spec)
+
+
+def test_cron_job_time_zone_from_the_tz_database():
+    spec = {"schedule": "@daily", "timeZone": "Europe/Berlin",
+            "jobTemplate": {"spec": {"template": {"spec": {**TEMPLATE["spec"], "restartPolicy": "Never"}}}}}
+    assert errors("CronJob", spec) == []

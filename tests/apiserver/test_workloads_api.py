@@ -442,3 +442,28 @@ def test_python_client_daemon_sets_revisions_and_replication_controllers(apiserv
     assert status.status.ready_replicas == 1 and status.spec.replicas == 2
     apps.delete_namespaced_daemon_set("py-ds", ns)
     core.delete_namespaced_replication_controller("py-rc", ns)
+
+
+def test_cron_jobs(apiserver, ns):
+    out = apiserver.kubectl("create", "cronjob", "tick", "-n", ns, "--image=busybox", "--schedule=*/5 * * * *", "--", "date")
+    assert out.stdout.strip() == "cronjob.batch/tick created"
+    cron_job = get_json(apiserver, "-n", ns, "cj", "tick")
+    spec = cron_job["spec"]
+    assert (spec["schedule"], spec["concurrencyPolicy"], spec["suspend"], spec["successfulJobsHistoryLimit"], spec["failedJobsHistoryLimit"]) == \
+        ("*/5 * * * *", "Allow", False, 3, 1)
+    job_pod_spec = spec["jobTemplate"]["spec"]["template"]["spec"]
+    assert job_pod_spec["restartPolicy"] == "OnFailure" and job_pod_spec["containers"][0]["command"] == ["date"]
+    table = rows(apiserver.kubectl("get", "-n", ns, "cronjobs").stdout)
+    assert table[0] == ["NAME", "SCHEDULE", "TIMEZONE", "SUSPEND", "ACTIVE", "LAST", "SCHEDULE", "AGE"]
+    assert table[1][:8] == ["tick", "*/5", "*", "*", "*", "*", "<none>", "False"]
+    assert "cronjob.batch/tick" in apiserver.kubectl("get", "all", "-n", ns).stdout
+    # a Job made from it by hand, as kubectl create job --from does
+    out = apiserver.kubectl("create", "job", "now", "-n", ns, "--from=cronjob/tick")
+    assert out.stdout.strip() == "job.batch/now created"
+    job = get_json(apiserver, "-n", ns, "job", "now")
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "CronJob"
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["date"]
+    bad = apiserver.kubectl("create", "cronjob", "bad", "-n", ns, "--image=busybox", "--schedule=61 * * * *", check=False)
+    assert 'spec.schedule: Invalid value: "61 * * * *": end of range (61) above maximum (59): 61' in bad.stderr
+    tz = apiserver.kubectl("create", "cronjob", "tz", "-n", ns, "--image=busybox", "--schedule=TZ=UTC 0 * * * *", check=False)
+    assert "cannot use TZ or CRON_TZ in schedule, use timeZone field instead" in tz.stderr

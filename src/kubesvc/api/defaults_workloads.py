@@ -9,6 +9,8 @@
 * core/v1 ReplicationController (``SetDefaults_ReplicationController``): when the template has
   labels, an empty ``spec.selector`` and empty ``metadata.labels`` become those labels;
   ``replicas: 1``.
+* batch/v1 CronJob: ``concurrencyPolicy: Allow``, ``suspend: false``,
+  ``successfulJobsHistoryLimit: 3``, ``failedJobsHistoryLimit: 1``.
 * batch/v1 Job (``pkg/apis/batch/v1/defaults.go``): ``completions`` and ``parallelism`` both
   unset become 1 and 1, else ``parallelism`` alone defaults to 1; ``backoffLimit: 6``
   (MaxInt32 with ``backoffLimitPerIndex``); empty Job labels copy the template's;
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["deployment", "replica_set", "daemon_set", "replication_controller", "job", "controller_revision",
+__all__ = ["deployment", "replica_set", "daemon_set", "replication_controller", "job", "cron_job", "controller_revision",
            "pod_template", "DEFAULTERS"]
 
 MAX_INT32 = 2**31 - 1
@@ -173,6 +175,25 @@ def job(obj: dict) -> None:
     pod_template(spec)
 
 
+def cron_job(obj: dict) -> None:
+    """``SetDefaults_CronJob``; the job template gets the PodSpec defaults, not the Job's own."""
+    spec = _spec(obj)
+    if spec is None:
+        return
+    if spec.get("concurrencyPolicy") in (None, ""):
+        spec["concurrencyPolicy"] = "Allow"
+    if _unset(spec, "suspend"):
+        spec["suspend"] = False
+    if _unset(spec, "successfulJobsHistoryLimit"):
+        spec["successfulJobsHistoryLimit"] = 3
+    if _unset(spec, "failedJobsHistoryLimit"):
+        spec["failedJobsHistoryLimit"] = 1
+    job_template = _child(spec, "jobTemplate")
+    job_spec = _child(job_template, "spec") if job_template is not None else None
+    if job_spec is not None:
+        pod_template(job_spec)
+
+
 def controller_revision(obj: dict) -> None:
     """apps/v1 ControllerRevision has no defaulting functions."""
 
@@ -184,4 +205,5 @@ DEFAULTERS = {
     "ControllerRevision": controller_revision,
     "ReplicationController": replication_controller,
     "Job": job,
+    "CronJob": cron_job,
 }

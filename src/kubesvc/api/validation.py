@@ -1638,6 +1638,7 @@ _KINDS: dict[str, _Rules] = {
     "ReplicationController": _Rules(workloads.validate_replication_controller, workloads.validate_replication_controller_update,
                                     workloads.validate_replication_controller_status_update),
     "Job": _Rules(workloads.validate_job, workloads.validate_job_update, workloads.validate_job_status_update),
+    "CronJob": _Rules(workloads.validate_cron_job, workloads.validate_cron_job_update, workloads.validate_cron_job_status_update),
 }
 
 

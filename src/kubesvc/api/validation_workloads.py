@@ -7,7 +7,10 @@
   (``pkg/registry/apps/*/strategy.go``: ``field is immutable``).
 * ReplicationController: ``ValidateReplicationControllerSpec`` and ``ValidatePodTemplateSpecForRC``
   in ``pkg/apis/core/validation/validation.go``.
-* Job: ``pkg/apis/batch/validation/validation.go`` (``validateJobSpec``, ``ValidateJobSpecUpdate``).
+* Job, CronJob: ``pkg/apis/batch/validation/validation.go`` (``validateJobSpec``,
+  ``ValidateJobSpecUpdate``, ``validateCronJobSpec``: the schedule as robfig/cron parses it,
+  ``api/cron.py``; the time zone; the concurrency policy; the job template's JobSpec rules with no
+  selector of its own).
 
 A workload's ``spec.template`` is validated as upstream's ``ValidatePodTemplateSpec`` does it:
 the template's labels and annotations, then the whole Pod spec rules (the same code that
@@ -58,6 +61,7 @@ __all__ = [
     "validate_replication_controller", "validate_replication_controller_update",
     "validate_replication_controller_status_update",
     "validate_job", "validate_job_update", "validate_job_status_update",
+    "validate_cron_job", "validate_cron_job_update", "validate_cron_job_status_update",
     "int_or_percent_value",
 ]
 
@@ -483,7 +487,25 @@ def validate_controller_revision_update(new: Any, old: Any, namespaced: bool = T
 
 
 def _job_spec(errs: Errs, obj: Any) -> Errs:
+    """``ValidateJobSpec``: the rules any JobSpec follows, then its selector."""
     spec = read_map(errs, obj, "spec", "")
+    out = _job_spec_body(errs, spec)
+    template = read_map([], spec, "template", "spec")
+    selector = read(errs, spec, "selector", "spec", dict)
+    if selector is None:
+        out.append(required("spec.selector"))
+    else:
+        out += validate_label_selector(errs, selector, "spec.selector")
+        try:
+            out += _selector_matches_template(selector_from_label_selector(selector), template, "spec.template", skip_empty=False)
+        except (StatusError, AttributeError, TypeError):
+            pass
+    return out
+
+
+def _job_spec_body(errs: Errs, spec: dict) -> Errs:
+    """``validateJobSpec`` (paths under ``spec``): counts, completion mode, replacement policy,
+    the template and its restart policy."""
     out = _nonnegative(errs, spec, ("parallelism", "completions", "activeDeadlineSeconds", "backoffLimit",
                                     "ttlSecondsAfterFinished", "backoffLimitPerIndex", "maxFailedIndexes"), "spec")
     mode = read(errs, spec, "completionMode", "spec", str)
@@ -515,15 +537,6 @@ def _job_spec(errs: Errs, obj: Any) -> Errs:
         out.append(not_supported(restart_path, restart_policy, ["OnFailure", "Never"]))
     elif failure_policy is not None and restart_policy != "Never":
         out.append(invalid_value(restart_path, restart_policy, 'only "Never" is supported when podFailurePolicy is specified'))
-    selector = read(errs, spec, "selector", "spec", dict)
-    if selector is None:
-        out.append(required("spec.selector"))
-    else:
-        out += validate_label_selector(errs, selector, "spec.selector")
-        try:
-            out += _selector_matches_template(selector_from_label_selector(selector), template, "spec.template", skip_empty=False)
-        except (StatusError, AttributeError, TypeError):
-            pass
     return out
 
 
@@ -577,3 +590,94 @@ def validate_job_status_update(new: Any, old: Any, namespaced: bool = True) -> E
     errs += _nonnegative(errs, status, ("active", "succeeded", "failed", "ready", "terminating"), "status")
     return errs
 
+
+# ---- CronJob -------------------------------------------------------------------------------------
+
+_CONCURRENCY_POLICIES = ["Allow", "Forbid", "Replace"]
+_TIME_ZONE_PART = re.compile(r"^[A-Za-z\.\-_0-9+]{1,14}$")  # validTimeZoneCharacters
+_MAX_CRON_JOB_NAME = 52  # a Job's name is <cronjob>-<11 characters of schedule time>, a DNS-1035 label
+
+
+def _schedule(schedule: str, time_zone: str | None, old_schedule: str | None) -> Errs:
+    """``validateScheduleFormat``: robfig/cron's ParseStandard, and no TZ= in the schedule (use
+    ``timeZone``), unless an old schedule already had one."""
+    from kubesvc.api.cron import CronError, parse_standard
+
+    out: Errs = []
+    try:
+        parse_standard(schedule)
+    except CronError as err:
+        out.append(invalid_value("spec.schedule", schedule, str(err)))
+    allow_tz = old_schedule is not None and "TZ" in old_schedule
+    if allow_tz and "TZ" in schedule and time_zone is not None:
+        out.append(invalid_value("spec.schedule", schedule, "cannot use both timeZone field and TZ or CRON_TZ in schedule"))
+    elif not allow_tz and "TZ" in schedule:
+        out.append(invalid_value("spec.schedule", schedule, "cannot use TZ or CRON_TZ in schedule, use timeZone field instead"))
+    return out
+
+
+def _time_zone(time_zone: str | None) -> Errs:
+    """``validateTimeZone``: a tz database name the server knows."""
+    import zoneinfo
+
+    if time_zone is None:
+        return []
+    if not time_zone:
+        return [invalid_value("spec.timeZone", time_zone, "timeZone must be nil or non-empty string")]
+    for part in time_zone.split("/"):
+        if part in (".", "..") or part.startswith("-") or not _TIME_ZONE_PART.match(part):
+            return [invalid_value("spec.timeZone", time_zone, f"unknown time zone {time_zone}")]
+    try:
+        zoneinfo.ZoneInfo(time_zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return [invalid_value("spec.timeZone", time_zone, f"unknown time zone {time_zone}")]
+    return []
+
+
+def _cron_job_spec(errs: Errs, obj: Any, old: Any = None) -> Errs:
+    spec = read_map(errs, obj, "spec", "")
+    old_spec = read_map([], old, "spec", "") if old is not None else None
+    out: Errs = []
+    schedule = read_str(errs, spec, "schedule", "spec")
+    time_zone = read(errs, spec, "timeZone", "spec", str)
+    if not schedule:
+        out.append(required("spec.schedule"))
+    else:
+        out += _schedule(schedule, time_zone, old_spec.get("schedule") if old_spec is not None else None)
+    out += _nonnegative(errs, spec, ("startingDeadlineSeconds",), "spec")
+    if old_spec is None or old_spec.get("timeZone") != time_zone:
+        out += _time_zone(time_zone)
+    policy = read_str(errs, spec, "concurrencyPolicy", "spec")
+    if not policy:
+        out.append(required("spec.concurrencyPolicy"))
+    elif policy not in _CONCURRENCY_POLICIES:
+        out.append(not_supported("spec.concurrencyPolicy", policy, _CONCURRENCY_POLICIES))
+    job_template = read_map(errs, spec, "jobTemplate", "spec")
+    job_spec = read_map(errs, job_template, "spec", "spec.jobTemplate")
+    here = "spec.jobTemplate.spec"
+    type_errors: Errs = []
+    out += _under(here, _job_spec_body(type_errors, job_spec))
+    errs += _under(here, type_errors)
+    if job_spec.get("selector") is not None:
+        out.append(invalid_value(child(here, "selector"), go_label_selector(job_spec.get("selector")), "`selector` will be auto-generated"))
+    if job_spec.get("manualSelector") is True:
+        out.append(not_supported(child(here, "manualSelector"), GoSyntax("true"), ["nil", "false"]))
+    out += _nonnegative(errs, spec, ("successfulJobsHistoryLimit", "failedJobsHistoryLimit"), "spec")
+    return out
+
+
+def validate_cron_job(obj: Any, namespaced: bool = True) -> Errs:
+    errs = _meta(obj)
+    name = (obj.get("metadata") or {}).get("name") if isinstance(obj, dict) else None
+    if isinstance(name, str) and len(name) > _MAX_CRON_JOB_NAME:
+        errs.append(invalid_value("metadata.name", name, f"must be no more than {_MAX_CRON_JOB_NAME} characters"))
+    return errs + _cron_job_spec(errs, obj)
+
+
+def validate_cron_job_update(new: Any, old: Any, namespaced: bool = True) -> Errs:
+    errs = validate_object_meta_update(new, old, core=False)
+    return errs + _cron_job_spec(errs, new, old)
+
+
+def validate_cron_job_status_update(new: Any, old: Any, namespaced: bool = True) -> Errs:
+    return validate_object_meta_update(new, old, core=False)

@@ -17,7 +17,8 @@ strings, nested messages, map entries), or 4 bytes (5). Maps are repeated entry 
 strVal}``. The Go marshaller writes every non-pointer field, zero or not.
 
 ``kubectl create secret|configmap|serviceaccount|role|clusterrole|rolebinding|clusterrolebinding``
-(and ``deployment``, ``job``: apps/v1 Deployment, batch/v1 Job with the Pod fields they fill in) do the same. This module is a small wire decoder plus field tables for the kinds those commands
+(and ``deployment``, ``job``, ``cronjob``: apps/v1 Deployment, batch/v1 Job and CronJob with the
+Pod fields they fill in) do the same. This module is a small wire decoder plus field tables for the kinds those commands
 create (v1 Namespace, Service, Secret, ConfigMap, ServiceAccount, the four rbac/v1 kinds, and
 the access reviews, SelfSubjectReview, TokenReview and TokenRequest of ``kubectl auth can-i``,
 ``auth whoami`` and ``create token``), with the field numbers of k8s.io/api core/v1, rbac/v1,
@@ -327,6 +328,17 @@ _JOB_SPEC: Message = {
     15: _string("managedBy", pointer=True),
 }
 _JOB: Message = {1: _message("metadata", _OBJECT_META), 2: _message("spec", _JOB_SPEC)}
+_CRON_JOB_SPEC: Message = {
+    1: _string("schedule"),
+    8: _string("timeZone", pointer=True),
+    2: _Field("startingDeadlineSeconds", _Kind.INT64, pointer=True),
+    3: _string("concurrencyPolicy"),
+    4: _Field("suspend", _Kind.BOOL, pointer=True),
+    5: _message("jobTemplate", _JOB),  # JobTemplateSpec: metadata 1, spec 2, as a Job's
+    6: _Field("successfulJobsHistoryLimit", _Kind.INT32, pointer=True),
+    7: _Field("failedJobsHistoryLimit", _Kind.INT32, pointer=True),
+}
+_CRON_JOB: Message = {1: _message("metadata", _OBJECT_META), 2: _message("spec", _CRON_JOB_SPEC)}
 
 _RBAC = "rbac.authorization.k8s.io/v1"
 _AUTHZ = "authorization.k8s.io/v1"
@@ -350,6 +362,7 @@ SUPPORTED_KINDS: dict[tuple[str, str], Message] = {
     (_AUTHN, "TokenRequest"): _TOKEN_REQUEST,
     ("apps/v1", "Deployment"): _DEPLOYMENT,
     ("batch/v1", "Job"): _JOB,
+    ("batch/v1", "CronJob"): _CRON_JOB,
     ("certificates.k8s.io/v1", "CertificateSigningRequest"): _CERTIFICATE_SIGNING_REQUEST,
 }
 

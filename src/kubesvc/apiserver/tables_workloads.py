@@ -1,13 +1,14 @@
 """``kubectl get`` columns of the workload kinds, ported from upstream's printers.
 
 From ``pkg/printers/internalversion/printers.go`` (1.32): ``printDeployment``,
-``printReplicaSet``, ``printReplicationController``, ``printDaemonSet``, ``printJob`` and
-``printControllerRevision``. What kubectl shows::
+``printReplicaSet``, ``printReplicationController``, ``printDaemonSet``, ``printJob``,
+``printCronJob`` and ``printControllerRevision``. What kubectl shows::
 
     deployments             NAME READY UP-TO-DATE AVAILABLE AGE           [CONTAINERS IMAGES SELECTOR]
     replicasets, rcs        NAME DESIRED CURRENT READY AGE                 [CONTAINERS IMAGES SELECTOR]
     daemonsets              NAME DESIRED CURRENT READY UP-TO-DATE AVAILABLE NODE SELECTOR AGE [...]
     jobs                    NAME STATUS COMPLETIONS DURATION AGE           [CONTAINERS IMAGES SELECTOR]
+    cronjobs                NAME SCHEDULE TIMEZONE SUSPEND ACTIVE LAST SCHEDULE AGE [CONTAINERS IMAGES SELECTOR]
     controllerrevisions     NAME CONTROLLER REVISION AGE
 
 Deployment ``READY`` is the string ``ready/desired``; the other counts are integers. A Job's
@@ -82,6 +83,16 @@ def _columns(name_column: dict, age_column: dict) -> dict[str, list[dict]]:
             _column("Status", "Status of the job."),
             _column("Completions", "The number of pods which reached phase Succeeded. The value increases monotonically for a given spec. However, it may decrease in reaction to scale down of elastic indexed jobs."),
             _column("Duration", "Time required to complete the job."),
+            age_column, containers, images,
+            selector("A label query over pods that should match the pod count. Normally, the system sets this field for you. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors"),
+        ],
+        "CronJob": [
+            name_column,
+            _column("Schedule", "The schedule in Cron format, see https://en.wikipedia.org/wiki/Cron."),
+            _column("Timezone", "The time zone name for the given schedule, see https://en.wikipedia.org/wiki/List_of_tz_database_time_zones. If not specified, this will default to the time zone of the kube-controller-manager process. The set of valid time zone names and the time zone offset is loaded from the system-wide time zone database by the API server during CronJob validation and the controller manager during execution. If no system-wide time zone database can be found a bundled version of the database is used instead. If the time zone name becomes invalid during the lifetime of a CronJob or due to a change in host configuration, the controller will stop creating new new Jobs and will create a system event with the reason UnknownTimeZone. More information can be found in https://kubernetes.io/docs/concepts/workloads/controllers/cron-jobs/#time-zones"),
+            _column("Suspend", "This flag tells the controller to suspend subsequent executions, it does not apply to already started executions.  Defaults to false.", type_="boolean"),
+            _column("Active", "A list of pointers to currently running jobs.", type_="integer"),
+            _column("Last Schedule", "Information when was the last time the job was successfully scheduled."),
             age_column, containers, images,
             selector("A label query over pods that should match the pod count. Normally, the system sets this field for you. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors"),
         ],
@@ -185,6 +196,18 @@ def job_cells(obj: JSONObject, clock: Any) -> list:
             *container_cells(obj), selector_text(_get(obj, "spec", "selector"))]
 
 
+def cron_job_cells(obj: JSONObject, clock: Any) -> list:
+    """``printCronJob``: Suspend as True/False (``<unset>``), Active as the count of running Jobs."""
+    suspend = _get(obj, "spec", "suspend")
+    suspend_text = "<unset>" if not isinstance(suspend, bool) else "True" if suspend else "False"
+    last = _get(obj, "status", "lastScheduleTime")
+    job_spec = _get(obj, "spec", "jobTemplate")
+    selector = _get(job_spec, "spec", "selector")
+    return [_str(obj, "metadata", "name"), _str(obj, "spec", "schedule"), _str(obj, "spec", "timeZone") or "<none>", suspend_text,
+            len(_get(obj, "status", "active") or []), clock.since(last) if last else "<none>", _since(clock, obj),
+            *container_cells(job_spec or {}), selector_text(selector) if selector is not None else "<none>"]
+
+
 def controller_revision_cells(obj: JSONObject, clock: Any) -> list:
     controller = "<none>"
     for ref in _get(obj, "metadata", "ownerReferences") or []:
@@ -202,6 +225,7 @@ _CELLS = {
     "ReplicationController": replication_controller_cells,
     "DaemonSet": daemon_set_cells,
     "Job": job_cells,
+    "CronJob": cron_job_cells,
     "ControllerRevision": controller_revision_cells,
 }
 

@@ -1,4 +1,4 @@
-"""batch/v1 Job: Pods run to completion.
+"""batch/v1 Job and CronJob: Pods run to completion, now or on a schedule.
 
 A **Job** creates Pods from ``spec.template`` until ``spec.completions`` of them have succeeded
 (``NonIndexed``: any Pods; ``Indexed``: one per completion index), running at most
@@ -10,6 +10,11 @@ Job's uid as the label ``batch.kubernetes.io/controller-uid``, put on the templa
 counts active, succeeded, failed (and terminating, ready) Pods and carries the ``Complete``,
 ``Failed``, ``Suspended``, ``FailureTarget`` and ``SuccessCriteriaMet`` conditions.
 
+A **CronJob** makes a Job from ``spec.jobTemplate`` at every time ``spec.schedule`` names (five
+cron fields or a descriptor, in ``spec.timeZone``), as ``concurrencyPolicy`` allows (``Allow``,
+``Forbid`` or ``Replace`` a Job still running), keeping the last ``successfulJobsHistoryLimit``
+(3) and ``failedJobsHistoryLimit`` (1) finished Jobs; ``status.active`` points at its running Jobs.
+
 Fields follow k8s.io/api batch/v1 types.go (1.32); the status conditions list is ``atomic``
 for server-side apply (merged by ``type`` for strategic merge patch), as upstream declares it.
 Pod failure and success policies are kept verbatim (``Any_``).
@@ -18,7 +23,7 @@ Pod failure and success policies are kept verbatim (``Any_``).
 from __future__ import annotations
 
 from kubesvc.api.kinds.core import CONDITION_STATUS
-from kubesvc.api.kinds.meta import LABEL_SELECTOR, kind_schema
+from kubesvc.api.kinds.meta import LABEL_SELECTOR, OBJECT_META, OBJECT_REFERENCE, kind_schema
 from kubesvc.api.kinds.replicationcontroller import POD_TEMPLATE_SPEC
 from kubesvc.api.scheme import KindInfo, register
 from kubesvc.api.schema import BOOL, INT32, INT64, STRING, TIME, Any_, F, ListOf, Obj
@@ -126,6 +131,64 @@ JOB = kind_schema(
 )
 
 
+# ---- CronJob -----------------------------------------------------------------------------------
+
+JOB_TEMPLATE_SPEC = Obj(
+    BATCH + "JobTemplateSpec",
+    {
+        "metadata": F(OBJECT_META, "Standard object's metadata of the jobs created from this template."),
+        "spec": F(JOB_SPEC, "Specification of the desired behavior of the job."),
+    },
+    description="JobTemplateSpec describes the data a Job should have when created from a template",
+)
+
+CRON_JOB_SPEC = Obj(
+    BATCH + "CronJobSpec",
+    {
+        "schedule": F(STRING, "The schedule in Cron format, see https://en.wikipedia.org/wiki/Cron."),
+        "timeZone": F(STRING, "The time zone name for the given schedule, see "
+                              "https://en.wikipedia.org/wiki/List_of_tz_database_time_zones."),
+        "startingDeadlineSeconds": F(INT64, "Optional deadline in seconds for starting the job if it misses scheduled "
+                                            "time for any reason."),
+        "concurrencyPolicy": F(STRING, "Specifies how to treat concurrent executions of a Job. Valid values are: "
+                                       '- "Allow" (default): allows CronJobs to run concurrently; - "Forbid": forbids '
+                                       "concurrent runs, skipping next run if previous run hasn't finished yet; - "
+                                       '"Replace": cancels currently running job and replaces it with a new one'),
+        "suspend": F(BOOL, "This flag tells the controller to suspend subsequent executions, it does not apply to "
+                           "already started executions. Defaults to false."),
+        "jobTemplate": F(JOB_TEMPLATE_SPEC, "Specifies the job that will be created when executing a CronJob."),
+        "successfulJobsHistoryLimit": F(INT32, "The number of successful finished jobs to retain. Value must be "
+                                               "non-negative integer. Defaults to 3."),
+        "failedJobsHistoryLimit": F(INT32, "The number of failed finished jobs to retain. Value must be non-negative "
+                                           "integer. Defaults to 1."),
+    },
+    description="CronJobSpec describes how the job execution will look like and when it will actually run.",
+    required=("schedule", "jobTemplate"),
+)
+
+CRON_JOB_STATUS = Obj(
+    BATCH + "CronJobStatus",
+    {
+        "active": F(ListOf(OBJECT_REFERENCE), "A list of pointers to currently running jobs."),
+        "lastScheduleTime": F(TIME, "Information when was the last time the job was successfully scheduled."),
+        "lastSuccessfulTime": F(TIME, "Information when was the last time the job successfully completed."),
+    },
+    description="CronJobStatus represents the current state of a cron job.",
+)
+
+CRON_JOB = kind_schema(
+    BATCH + "CronJob", ("batch", "v1", "CronJob"),
+    "CronJob represents the configuration of a single cron job.",
+    {
+        "spec": F(CRON_JOB_SPEC, "Specification of the desired behavior of a cron job, including the schedule."),
+        "status": F(CRON_JOB_STATUS, "Current status of a cron job."),
+    },
+)
+
+register(KindInfo(
+    "batch", "v1", "CronJob", "cronjobs", "cronjob", namespaced=True, schema=CRON_JOB, short_names=("cj",),
+    categories=("all",), subresources=("status",),
+))
 register(KindInfo(
     "batch", "v1", "Job", "jobs", "job", namespaced=True, schema=JOB, categories=("all",), subresources=("status",),
     field_labels={"status.successful": ("status", "succeeded")},

@@ -318,7 +318,7 @@ STRATEGIES: dict[str, Callable[[KindInfo], Strategy]] = {
     "Event": EventStrategy,
     "EndpointSlice": EndpointSliceStrategy,
     "CertificateSigningRequest": _csr_strategy,
-    **{kind: _workload_strategy for kind in ("Deployment", "ReplicaSet", "DaemonSet", "ReplicationController", "Job")},
+    **{kind: _workload_strategy for kind in ("Deployment", "ReplicaSet", "DaemonSet", "ReplicationController", "Job", "CronJob")},
 }
 
 

@@ -39,6 +39,7 @@ _STATUS_RULES = {
     "DaemonSet": rules.validate_daemon_set_status_update,
     "ReplicationController": rules.validate_replication_controller_status_update,
     "Job": rules.validate_job_status_update,
+    "CronJob": rules.validate_cron_job_status_update,
 }
 # the status a create starts from: the non-omitempty counters of each kind's status
 _EMPTY_STATUS = {
@@ -47,11 +48,12 @@ _EMPTY_STATUS = {
     "ReplicationController": {"replicas": 0},
     "DaemonSet": {"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0, "numberReady": 0},
     "Job": {},
+    "CronJob": {},
 }
 
 
 class WorkloadStrategy(Strategy):
-    """Deployments, ReplicaSets, ReplicationControllers, DaemonSets and Jobs."""
+    """Deployments, ReplicaSets, ReplicationControllers, DaemonSets, Jobs and CronJobs."""
 
     bumps_generation = True
 
@@ -159,6 +161,7 @@ WORKLOAD_STRATEGIES: dict[str, type[Strategy]] = {
     "ReplicationController": WorkloadStrategy,
     "DaemonSet": DaemonSetStrategy,
     "Job": JobStrategy,
+    "CronJob": WorkloadStrategy,
 }
 
 
