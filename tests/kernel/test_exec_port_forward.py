@@ -63,6 +63,13 @@ def test_exec_prints_the_pods_environment(up, pod):
     assert any(line.startswith("KUBERNETES_SERVICE_HOST=") for line in lines)  # the Service variables, as in the container
 
 
+def test_streams_are_counted_as_connect_requests(up, pod):
+    up.kubectl("exec", pod, "--", "true")
+    metrics = up.kubectl("get", "--raw", "/metrics").stdout.splitlines()
+    assert any(line.startswith("apiserver_request_total{") and 'verb="CONNECT"' in line and 'subresource="exec"' in line
+               and 'code="101"' in line for line in metrics)
+
+
 def test_exec_returns_the_exit_code(up, pod):
     result = up.kubectl("exec", pod, "--", "sh", "-c", "echo out; echo err >&2; exit 3", check=False)
     assert result.returncode == 3

@@ -69,6 +69,8 @@ VERSION_INFO = {
 
 _HEALTH_CHECKS = ("ping", "log", "etcd", "poststarthook/start-apiextensions-informers")
 
+CONNECT_SUBRESOURCES = frozenset({"exec", "attach", "portforward"})
+
 # The Pod's action subresources: the HTTP method(s) each answers, and its handler
 ACTION_HANDLERS = {
     POD_BINDING: ("POST", handlers.create_binding),
@@ -304,7 +306,8 @@ async def authorize_request(request: web.Request) -> None:
 
 def _observe(request: web.Request, code: int, seconds: float) -> None:
     group, version, resource, sub = request.get("metric_labels", ("", "", "", ""))
-    verb = "WATCH" if codec.parameter_bool(request.query, "watch") else request.method
+    # a stream (exec, attach, port-forward) is counted as upstream's metrics.CleanVerb counts it: CONNECT
+    verb = "WATCH" if codec.parameter_bool(request.query, "watch") else "CONNECT" if sub in CONNECT_SUBRESOURCES else request.method
     metrics: Metrics = request.app["metrics"]
     metrics.observe(verb, group, version, resource, sub, code, seconds)
 
