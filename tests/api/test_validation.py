@@ -210,10 +210,12 @@ SERVICE_CASES = [
     ("internal-traffic-policy-unsupported", service(internalTrafficPolicy="Node"), [
         'spec.internalTrafficPolicy: Unsupported value: "Node": supported values: "Cluster", "Local"',
     ]),
-    ("traffic-distribution", service(trafficDistribution="PreferSameZone"), [
-        'spec.trafficDistribution: Unsupported value: "PreferSameZone": supported values: "PreferClose"',
+    ("traffic-distribution", service(trafficDistribution="PreferSameRack"), [
+        'spec.trafficDistribution: Unsupported value: "PreferSameRack": supported values: "PreferClose", "PreferSameNode", "PreferSameZone"',
     ]),
     ("traffic-distribution-prefer-close", service(trafficDistribution="PreferClose"), []),
+    ("traffic-distribution-prefer-same-zone", service(trafficDistribution="PreferSameZone"), []),  # 1.34: PreferSameTrafficDistribution beta
+    ("traffic-distribution-prefer-same-node", service(trafficDistribution="PreferSameNode"), []),
     ("topology-annotations-disagree", {**service(), "metadata": {"name": "web", "namespace": "default", "annotations": {
         "service.kubernetes.io/topology-aware-hints": "Auto", "service.kubernetes.io/topology-mode": "Disabled"}}}, [
         'metadata.annotations[service.kubernetes.io/topology-mode]: Invalid value: "Disabled": must match annotations[service.kubernetes.io/topology-aware-hints] when both are specified',

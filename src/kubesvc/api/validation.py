@@ -237,9 +237,13 @@ def _validate_service(obj: Any, namespaced: bool) -> Errs:
     errs += _load_balancer_class(svc)
     errs += _external_traffic_policy(svc)
     errs += _internal_traffic_policy(svc)
-    if svc.traffic_distribution is not None and svc.traffic_distribution != "PreferClose":
-        errs.append(not_supported("spec.trafficDistribution", svc.traffic_distribution, ["PreferClose"]))
+    if svc.traffic_distribution is not None and svc.traffic_distribution not in _TRAFFIC_DISTRIBUTIONS:
+        errs.append(not_supported("spec.trafficDistribution", svc.traffic_distribution, sorted(_TRAFFIC_DISTRIBUTIONS)))
     return errs
+
+
+# 1.34 (PreferSameTrafficDistribution beta, on): PreferClose and its newer spellings
+_TRAFFIC_DISTRIBUTIONS = frozenset({"PreferClose", "PreferSameZone", "PreferSameNode"})
 
 
 def _topology_annotations(annotations: dict[str, str]) -> Errs:

@@ -97,7 +97,7 @@ PROXY_FEATURE_GATES: Mapping[str, bool] = MappingProxyType({
     "LoggingBetaOptions": True,
     "MultiCIDRServiceAllocator": True,
     "NFTablesProxyMode": True,
-    "PreferSameTrafficDistribution": False,
+    "PreferSameTrafficDistribution": True,  # 1.34's default (beta; alpha, off in 1.33): the apiserver and controller-manager here take PreferSameZone/Node
     "ServiceTrafficDistribution": True,
     "TopologyAwareHints": True,
 })
