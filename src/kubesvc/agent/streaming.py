@@ -24,7 +24,7 @@ failure Status (kubectl prints its message). Then a normal close (1000).
 The command runs where the container runs: in its network, mount and UTS namespaces, root and
 working directory, as its user (``mounts.in_container``: ``nsenter`` over its main process),
 with the container's environment (what the runtime keeps from ``CreateContainer``). ``tty`` gives it a
-pseudo-terminal (``kernel/interactive.py``).
+pseudo-terminal (``kernel.process.spawn(tty=True)``).
 
 **Attach** (``/attach/{namespace}/{pod}/{container}``, the same options without a command)
 joins the running container: what it prints from then on (the runtime tees its pipes:
@@ -62,6 +62,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import socket
 import struct
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -71,9 +72,10 @@ from aiohttp import WSMsgType, web
 
 from kubesvc.agent.runtime import find_executable
 from kubesvc.agent.streaming_spdy import ProtocolError, Session, Stream
-from kubesvc.kernel import interactive, netns as knetns
+from kubesvc.kernel import interactive, netns as knetns, process as kprocess
 from kubesvc.kernel.exec import in_netns
 from kubesvc.kernel.host import process_root
+from kubesvc.kernel.interactive import set_window_size
 from kubesvc.kernel.mounts import DEFAULT_PATH, in_container
 from kubesvc.serving import upgrade
 from kubesvc.util.golang import quote as go_quote
@@ -283,7 +285,7 @@ async def _serve_spdy_remotecommand(request: web.Request, options: ExecOptions, 
         if stream is not None and data:
             await stream.write(data)
 
-    async def from_client(child: interactive.Interactive) -> None:
+    async def from_client(child) -> None:
         tasks = []
         if "stdin" in streams:
             tasks.append(asyncio.create_task(_stdin_from_stream(streams["stdin"], child)))
@@ -319,7 +321,7 @@ async def _feed_session(connection: upgrade.RawConnection, session: Session) -> 
         session.close()
 
 
-async def _stdin_from_stream(stream: Stream, child: interactive.Interactive) -> None:
+async def _stdin_from_stream(stream: Stream, child) -> None:
     while data := await stream.read():
         if child.stdin is not None:
             with contextlib.suppress(OSError):
@@ -327,7 +329,7 @@ async def _stdin_from_stream(stream: Stream, child: interactive.Interactive) -> 
     child.close_stdin()
 
 
-async def _resizes_from_stream(stream: Stream, child: interactive.Interactive) -> None:
+async def _resizes_from_stream(stream: Stream, child) -> None:
     """A stream of JSON ``{"Width": W, "Height": H}`` objects, one after another (Go's json.Decoder)."""
     decoder, buffer = json.JSONDecoder(), ""
     while data := await stream.read():
@@ -353,7 +355,7 @@ def _exec_argv(target: ExecTarget, command: Sequence[str]) -> tuple[list[str], s
 
 class _AttachedInput:
     """What a session's input reaches in an attached container (the interface of
-    ``interactive.Interactive`` that ``_from_client`` uses): its stdin (pipe or terminal); the
+    ``_ExecInput`` that ``_from_client`` uses): its stdin (pipe or terminal); the
     end of the client's stdin closes it only for ``stdinOnce`` (a terminal gets ^D instead);
     resizes go to its terminal."""
 
@@ -414,7 +416,40 @@ async def _run_attach(send: Callable[[int, bytes], Awaitable[None]], client_inpu
             container.close_stdin()
 
 
-async def _run_exec(send: Callable[[int, bytes], Awaitable[None]], client_input: Callable[[interactive.Interactive], Awaitable[None]],
+class _ExecInput:
+    """What the client's input reaches in an exec'd command (the interface ``_from_client`` and
+    the SPDY stdin/resize streams use, as ``_AttachedInput`` for attach): its stdin pipe or its
+    terminal's master; resizes to the terminal; the end of the client's stdin closes the pipe,
+    or is ^D on a terminal (end of input for a reader in canonical mode, as a user's ^D)."""
+
+    def __init__(self, process: kprocess.Process, tty: bool):
+        self._process = process
+        self.tty = tty
+
+    @property
+    def stdin(self) -> int | None:
+        return self._process.stdin
+
+    def resize(self, width: int, height: int) -> None:
+        if self.tty and self._process.stdin is not None:
+            set_window_size(self._process.stdin, width, height)
+
+    def close_stdin(self) -> None:
+        if self._process.stdin is None:
+            return
+        if self.tty:
+            with contextlib.suppress(OSError):
+                os.write(self._process.stdin, b"\x04")
+        else:
+            self.close()
+
+    def close(self) -> None:
+        if self._process.stdin is not None:
+            os.close(self._process.stdin)
+            self._process.stdin = None
+
+
+async def _run_exec(send: Callable[[int, bytes], Awaitable[None]], client_input: Callable[..., Awaitable[None]],
                     options: ExecOptions, target: ExecTarget) -> None:
     """Run the command and serve it: its output through ``send(channel, bytes)``, the client's
     input by ``client_input(child)`` (which returns when the client has gone), the Status last."""
@@ -428,33 +463,35 @@ async def _run_exec(send: Callable[[int, bytes], Awaitable[None]], client_input:
         return
     argv, cwd, env = _exec_argv(target, command)
     try:
-        child = await interactive.spawn_interactive(argv, env=env, cwd=cwd, stdin=options.stdin, tty=options.tty)
+        child = await kprocess.spawn(argv, env=env, cwd=cwd, stdin_pipe=options.stdin, tty=options.tty)
     except OSError as exc:
         await send(ERROR, json.dumps(failure_status(f"failed to exec in container: {exc}")).encode())
         return
+    child_input = _ExecInput(child, options.tty)
 
-    async def pump(fd: int, channel: int, wanted: bool) -> None:
+    async def pump(reader: asyncio.StreamReader, channel: int, wanted: bool) -> None:
         with contextlib.suppress(OSError, ConnectionError):
-            while data := await interactive.read(fd):
+            while data := await reader.read(65536):
                 if wanted:
                     await send(channel, data)
 
     pumps = [asyncio.create_task(pump(child.stdout, STDOUT, options.stdout or options.tty))]
     if child.stderr is not None:
         pumps.append(asyncio.create_task(pump(child.stderr, STDERR, options.stderr)))
-    client = asyncio.ensure_future(client_input(child))
+    client = asyncio.ensure_future(client_input(child_input))
     exited = asyncio.ensure_future(child.wait())
     stopped = asyncio.ensure_future(target.container_stopped() if target.container_stopped else asyncio.Event().wait())
     try:
         await asyncio.wait([exited, client, stopped], return_when=asyncio.FIRST_COMPLETED)
         if not exited.done() and stopped.done():  # the container is gone: so is what runs in it
-            child.kill()
+            kprocess.kill_group(child.pid, signal.SIGKILL)
             await asyncio.wait([exited], timeout=5)
         if not exited.done():  # the client went away first: the command goes too, as upstream's
-            child.kill()
+            kprocess.kill_group(child.pid, signal.SIGKILL)
             return
         await asyncio.wait(pumps, timeout=DRAIN_SECONDS)
-        await send(ERROR, json.dumps(exit_status(exited.result())).encode())
+        code = exited.result()
+        await send(ERROR, json.dumps(exit_status(128 - code if code < 0 else code)).encode())  # a signal N: 128 + N, as runc
     finally:
         client.cancel()
         stopped.cancel()
@@ -462,13 +499,13 @@ async def _run_exec(send: Callable[[int, bytes], Awaitable[None]], client_input:
             task.cancel()
         await asyncio.gather(client, *pumps, return_exceptions=True)
         if not exited.done():
-            child.kill()
+            kprocess.kill_group(child.pid, signal.SIGKILL)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(exited, timeout=5)
-        child.close()
+        child_input.close()
 
 
-async def _from_client(ws: web.WebSocketResponse, protocol: str, child: interactive.Interactive) -> None:
+async def _from_client(ws: web.WebSocketResponse, protocol: str, child) -> None:
     """Stdin, resizes and (v5) the close of stdin, until the client closes the WebSocket."""
     async for message in ws:
         if message.type != WSMsgType.BINARY or not message.data:
