@@ -62,6 +62,7 @@ For an ExternalName whose target is outside the zone, the A/AAAA/TXT answer is t
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass, field
 
@@ -298,17 +299,23 @@ def _looks_like_ip(name: str) -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=65536)
+def _address_rdata(host: str):
+    """The A or AAAA rdata of an address (None: not an address); kept, since the same few
+    thousand addresses are answered over and over."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return A(IN, T.A, str(ip)) if ip.version == 4 else AAAA(IN, T.AAAA, str(ip))
+
+
 def _addresses(owner: dns.name.Name, qtype: int, hosts, ttl: int) -> dns.rrset.RRset | None:
     rrset = dns.rrset.RRset(owner, IN, qtype)
     for host in hosts:
-        try:
-            ip = ipaddress.ip_address(host)
-        except ValueError:
-            continue
-        if qtype == T.A and ip.version == 4:
-            rrset.add(A(IN, T.A, str(ip)), ttl)
-        elif qtype == T.AAAA and ip.version == 6:
-            rrset.add(AAAA(IN, T.AAAA, str(ip)), ttl)
+        rdata = _address_rdata(host)
+        if rdata is not None and rdata.rdtype == qtype:
+            rrset.add(rdata, ttl)
     return rrset if len(rrset) else None
 
 

@@ -249,6 +249,18 @@ class UDPServer(asyncio.DatagramProtocol):
                                                         "kubernetes", dns.rcode.to_text(reply.rcode), _qtype(parsed)))
             self._observe(parsed, addr, zone, "kubernetes", reply.rcode, started)
             return
+        if reply is None:  # outside the zone: a cache hit is answered inline too, only a miss waits for upstream
+            cached = self.resolver.cache.lookup(parsed)
+            if cached is not None:
+                response, kind, fresh_until = cached
+                wire = self.resolver.render(response, parsed, False)
+                self.transport.sendto(wire, addr)
+                rcode = dns.rcode.to_text(response.rcode())
+                self.resolver.remember(data, wire, Rendered(b"", -1, True, fresh_until, ROOT_ZONE, "cache", rcode, _qtype(parsed), kind))
+                if self.resolver.metrics is not None:
+                    self.resolver.metrics.cache_hit(kind)
+                self._observe(parsed, addr, ROOT_ZONE, "cache", response.rcode(), started)
+                return
         task = asyncio.create_task(self._slow(data, parsed, reply, addr, started))
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
