@@ -353,3 +353,20 @@ def test_an_exec_ends_with_its_container(up):
             process.wait(timeout=10)
     assert process.returncode == 137, err
     assert "command terminated with exit code 137" in err
+
+
+def test_exec_into_a_container_not_running_yet(up):
+    """The container exists in the spec but has not started (its init container still runs): the
+    agent refuses as kubelet does, and kubectl prints it after its own words."""
+    name = f"waiting-{secrets.token_hex(3)}"
+    up.kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+        "terminationGracePeriodSeconds": 1,
+        "initContainers": [{"name": "first", "image": "busybox", "command": ["sleep", "600"]}],
+        "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "600"]}]}}))
+    wait_until(lambda: (up.get("pod", name).get("status", {}).get("initContainerStatuses") or [{}])[0].get("state", {}).get("running"),
+               60, f"{name}'s init container running")
+    result = up.kubectl("exec", name, "-c", "main", "--", "true", check=False)
+    assert result.returncode != 0
+    assert 'unable to upgrade connection: container not found ("main")' in result.stderr
+    assert up.kubectl("exec", name, "-c", "first", "--", "true").returncode == 0  # the one that runs takes execs
+    up.kubectl("delete", "pod", name, "--wait=false")
