@@ -39,9 +39,10 @@ STATIC_PER_WRITER = 50  # four writers: 10.96.0.20-219, below the race test's .2
 
 
 def server_failed(exc: BaseException) -> bool:
-    """A failure of the apiserver, not of the request: the write may go to another apiserver."""
+    """A failure of the apiserver, not of the request (no connection, a 5xx, 429 Too Many
+    Requests): the request may go to another apiserver."""
     if isinstance(exc, ApiException):
-        return exc.status is None or exc.status == 0 or exc.status >= 500
+        return exc.status is None or exc.status in (0, 429) or exc.status >= 500
     return isinstance(exc, (urllib3.exceptions.HTTPError, OSError))
 
 
@@ -185,7 +186,9 @@ class MovingWatch:
 
     def _one_stream(self, name: str, api) -> None:
         """One watch request (a short server-side timeout, so ``stop`` is seen), its events
-        recorded; a 410 or an ERROR event fails the test (no relist may hide a gap)."""
+        recorded; a 5xx ERROR event ends it (the server's failure: re-watched from the last
+        resourceVersion), any other ERROR, 410 Expired among them, fails the test (no relist
+        may hide a gap)."""
         self.served_by.append(name)
         response = k8s.CoreV1Api(api).list_namespaced_service(
             NAMESPACE, watch=True, resource_version=self.resource_version, allow_watch_bookmarks=True, timeout_seconds=3,
@@ -196,6 +199,9 @@ class MovingWatch:
                     continue
                 event = json.loads(line)
                 if event["type"] == "ERROR":
+                    code = event["object"].get("code") or 0
+                    if code >= 500:  # the server's trouble (its etcd member had no leader a moment): re-watch, as client-go does
+                        raise ApiException(status=code, reason=event["object"].get("message"))
                     raise AssertionError(f"watch through {name} from {self.resource_version}: {event['object']}")
                 rv = event["object"]["metadata"]["resourceVersion"]
                 if event["type"] != "BOOKMARK":

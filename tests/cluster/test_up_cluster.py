@@ -188,8 +188,10 @@ def test_three_servers_join_with_the_real_commands(cluster):
         result = fourth.failed_start("--server", cluster.url, "--token", cluster.token.split(".")[0] + ".0000000000000000")
     finally:
         fourth.ns.close()
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    said = [line for line in result.stderr.splitlines() if line.startswith("kubesvc up: ")]  # up's progress lines (issue 22)
+    lines = [line for line in result.stderr.splitlines() if line.strip() and line not in said]
     assert result.returncode == 1 and len(lines) == 1, result.stderr
+    assert not said or said[-1] == "kubesvc up: stopped; nothing left", said
     assert lines[0].startswith("Error: cannot start: the token's secret does not match") and "kubesvc token create" in lines[0]
     assert not (fourth.data_dir / "pki" / "ca.crt").exists() and not (fourth.data_dir / "etcd").exists()
     assert not (fourth.data_dir / "up.json").exists()
