@@ -5,6 +5,7 @@ ranges and flag rules (expected values written out, not computed by the code und
 from __future__ import annotations
 
 import base64
+import ipaddress
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -154,3 +155,37 @@ def test_cluster_cidr_rules():
         parse_cluster_cidrs("10.0.0.0/16,10.1.0.0/16")
     with pytest.raises(ValueError, match="invalid CIDR address: nope"):
         parse_cluster_cidrs("nope")
+
+
+def serving_request(sans, orgs=("system:nodes",), cn="system:node:n1"):
+    from cryptography.x509.oid import NameOID
+
+    names = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs] + [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+    builder = x509.CertificateSigningRequestBuilder().subject_name(x509.Name(names))
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return builder.sign(new_key(), hashes.SHA256())
+
+
+@pytest.mark.parametrize("sans, usages, orgs, cn, problem", [
+    ([x509.DNSName("n1")], ["digital signature", "server auth"], ("system:nodes",), "system:node:n1", ""),
+    ([x509.IPAddress(ipaddress.ip_address("10.0.0.1"))], ["digital signature", "key encipherment", "server auth"],
+     ("system:nodes",), "system:node:n1", ""),
+    ([], ["digital signature", "server auth"], ("system:nodes",), "system:node:n1", "DNS or IP subjectAltName is required"),
+    ([x509.DNSName("n1"), x509.RFC822Name("a@b.c")], ["digital signature", "server auth"], ("system:nodes",), "system:node:n1",
+     "Email subjectAltNames are not allowed"),
+    ([x509.DNSName("n1")], ["digital signature", "client auth"], ("system:nodes",), "system:node:n1",
+     "usages did not match [digital signature key encipherment server auth]"),
+    ([x509.DNSName("n1")], ["digital signature", "server auth"], ("x",), "system:node:n1", "subject organization is not system:nodes"),
+    ([x509.DNSName("n1")], ["digital signature", "server auth"], ("system:nodes",), "n1", "subject common name does not begin with system:node:"),
+], ids=["dns", "ip-rsa-usages", "no-san", "email-san", "client-usages", "org", "cn"])
+def test_kubelet_serving_shape(sans, usages, orgs, cn, problem):
+    from kubesvc.controllers.certificates.csr import kubelet_serving_problem
+
+    assert kubelet_serving_problem(serving_request(sans, orgs, cn), usages) == problem
+
+
+def test_the_approver_never_approves_kubelet_serving_requests():
+    obj = csr(signer="kubernetes.io/kubelet-serving", usages=("digital signature", "server auth"), username="system:node:n1",
+              sans=[x509.DNSName("n1")])
+    assert recognize(obj) == []

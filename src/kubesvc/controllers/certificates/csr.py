@@ -87,6 +87,30 @@ def kubelet_client_problem(request: x509.CertificateSigningRequest, usages: list
     return ""
 
 
+_KUBELET_SERVING_USAGES = frozenset({"digital signature", "key encipherment", "server auth"})
+_KUBELET_SERVING_USAGES_NO_RSA = frozenset({"digital signature", "server auth"})
+
+
+def kubelet_serving_problem(request: x509.CertificateSigningRequest, usages: list) -> str:
+    """``ValidateKubeletServingCSR``: "" when the request is a kubelet serving certificate's."""
+    if subject_values(request.subject, NameOID.ORGANIZATION_NAME) != ["system:nodes"]:
+        return "subject organization is not system:nodes"
+    sans = _sans(request)
+    dns = sans.get_values_for_type(x509.DNSName) if sans is not None else []
+    ips = sans.get_values_for_type(x509.IPAddress) if sans is not None else []
+    if not dns and not ips:
+        return "DNS or IP subjectAltName is required"
+    if sans is not None and sans.get_values_for_type(x509.RFC822Name):
+        return "Email subjectAltNames are not allowed"
+    if sans is not None and sans.get_values_for_type(x509.UniformResourceIdentifier):
+        return "URI subjectAltNames are not allowed"
+    if frozenset(str(u) for u in usages) not in (_KUBELET_SERVING_USAGES, _KUBELET_SERVING_USAGES_NO_RSA):
+        return f"usages did not match [{' '.join(sorted(_KUBELET_SERVING_USAGES))}]"
+    if not common_name(request).startswith("system:node:"):
+        return "subject common name does not begin with system:node:"
+    return ""
+
+
 def kube_apiserver_client_problem(request: x509.CertificateSigningRequest, usages: list) -> str:
     """``isKubeAPIServerClientCSR`` (signer.go): client-auth usages only, no server auth."""
     wanted = {str(u) for u in usages}

@@ -6,8 +6,9 @@ identity.md §4.2).
   passes its cluster CA); ``--cluster-signing-duration`` (default 8760h): the longest
   lifetime issued.
 * Handled: approved requests (Approved, not Denied) with no ``Failed`` condition and no
-  certificate yet, for ``kubernetes.io/kube-apiserver-client-kubelet`` and
-  ``kubernetes.io/kube-apiserver-client``.
+  certificate yet, for ``kubernetes.io/kube-apiserver-client-kubelet``,
+  ``kubernetes.io/kube-apiserver-client`` and ``kubernetes.io/kubelet-serving`` (upstream's
+  ``legacy-unknown`` cannot be asked for through v1).
 * The request is checked again for its signer's shape; a mismatch is a ``Failed`` condition,
   reason ``SignerValidationFailure``, with the check's message, and no certificate.
 * Lifetime (``duration``): ``spec.expirationSeconds`` when set and shorter than the signing
@@ -35,11 +36,13 @@ from kubesvc.controllers.certificates.csr import (
     CSRS,
     KUBE_APISERVER_CLIENT_SIGNER,
     KUBELET_CLIENT_SIGNER,
+    KUBELET_SERVING_SIGNER,
     certificate,
     has_true_condition,
     is_approved,
     kube_apiserver_client_problem,
     kubelet_client_problem,
+    kubelet_serving_problem,
     parsed_request,
 )
 from kubesvc.controllers.runtime import run_workers
@@ -50,7 +53,9 @@ log = logging.getLogger("kubesvc.controllers.certificates.signer")
 DEFAULT_SIGNING_DURATION = 8760 * 3600.0  # --cluster-signing-duration 8760h (365 days)
 BACKDATE = timedelta(minutes=5)
 MINIMUM_DURATION = 600.0  # 2 x the backdating: a shorter certificate could be born expired
-SIGNERS = {KUBELET_CLIENT_SIGNER: kubelet_client_problem, KUBE_APISERVER_CLIENT_SIGNER: kube_apiserver_client_problem}
+# kubelet-serving requests are signed once someone approves them (the approver never does, as upstream)
+SIGNERS = {KUBELET_CLIENT_SIGNER: kubelet_client_problem, KUBE_APISERVER_CLIENT_SIGNER: kube_apiserver_client_problem,
+           KUBELET_SERVING_SIGNER: kubelet_serving_problem}
 
 _KEY_USAGE_FLAGS = {
     "signing": "digital_signature", "digital signature": "digital_signature", "content commitment": "content_commitment",
