@@ -47,11 +47,11 @@ def pod(up: Machine, tmp_path_factory) -> str:
     site = tmp_path_factory.mktemp("site")
     (site / "index.html").write_text("hello from the pod\n")
     name = f"web-{secrets.token_hex(3)}"
-    up.kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
-        "terminationGracePeriodSeconds": 1,
-        "containers": [{"name": "web", "image": "python", "command": [sys.executable, "-c", SERVER],
-                        "env": [{"name": "GREETING", "value": "hello-exec"}, {"name": "SITE", "value": str(site)}],
-                        "readinessProbe": {"tcpSocket": {"port": 80, "host": "127.0.0.1"}, "periodSeconds": 1}}]}}))
+    container = {"name": "web", "image": "python", "command": [sys.executable, "-c", SERVER],
+                 "env": [{"name": "GREETING", "value": "hello-exec"}, {"name": "SITE", "value": str(site)}],
+                 "readinessProbe": {"tcpSocket": {"port": 80, "host": "127.0.0.1"}, "periodSeconds": 1}}
+    up.kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": name}},
+                                                         "spec": {"terminationGracePeriodSeconds": 1, "containers": [container]}}))
     wait_until(lambda: up.get("pod", name).get("status", {}).get("phase") == "Running", 60, f"{name} running")
     return name
 
@@ -370,3 +370,21 @@ def test_exec_into_a_container_not_running_yet(up):
     assert 'unable to upgrade connection: container not found ("main")' in result.stderr
     assert up.kubectl("exec", name, "-c", "first", "--", "true").returncode == 0  # the one that runs takes execs
     up.kubectl("delete", "pod", name, "--wait=false")
+
+
+def test_port_forward_to_a_service(up, pod):
+    """``kubectl port-forward svc/NAME 18082:8080``: kubectl picks a Pod behind the Service and
+    forwards to the Service port's targetPort (80) there."""
+    up.kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Service", "metadata": {"name": pod}, "spec": {
+        "selector": {"app": pod}, "ports": [{"port": 8080, "targetPort": 80}]}}))
+    process = subprocess.Popen(kubectl_argv(up, "port-forward", f"svc/{pod}", "18082:8080"), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, cwd=REPO_ROOT, text=True)
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        assert first.startswith("Forwarding from 127.0.0.1:18082 -> 80"), first
+        assert call_in_netns(up.ns.name, http_request, "127.0.0.1", 18082, "/index.html", "GET", 10.0) == (200, "hello from the pod\n")
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        up.kubectl("delete", "service", pod)
