@@ -6,12 +6,15 @@ A stand-in kubelet (tests/support/workloads.py) reports the Pods Running and Rea
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import yaml
 
 from kubesvc.client.rest import PODS
 from kubesvc.controllers.serviceaccount.controller import SERVICEACCOUNTS
 from kubesvc.controllers.gc.controller import GarbageCollector
 from kubesvc.controllers.replicaset.controller import REPLICASETS, REPLICATIONCONTROLLERS, ReplicaSetController, replication_manager
+from kubesvc.util.golang import parse_rfc3339
 from tests.support.cluster import eventually, get_or_none, kubectl, running_task
 from tests.support.workloads import fake_kubelet, ready_status, running_controllers
 
@@ -204,3 +207,48 @@ async def test_controller_manager_runs_both_as_their_service_accounts(fresh_apis
             assert "forbidden" not in manager.log()
     finally:
         assert manager.stop() == 0, manager.log()[-3000:]
+
+
+async def test_available_only_after_min_ready_seconds(apiserver, client, namespace):
+    async with running_controllers(client, controller):
+        async with running_task(fake_kubelet(client, namespace, ready_status, interval=0.1)):
+            await kubectl(apiserver, "-n", namespace, "apply", "-f", "-", input=replica_set("slow", 2, minReadySeconds=3))
+
+            async def available():
+                return (await rs_status(client, namespace, "slow")).get("availableReplicas") == 2
+
+            # the Pods do not change once Ready: only the controller's own requeue gets here
+            await eventually(available, 30, "2 available replicas after minReadySeconds")
+            seen = datetime.now(timezone.utc)
+    ready_since = max(parse_rfc3339(c["lastTransitionTime"]) for p in await pods_of(client, namespace)
+                      for c in p["status"]["conditions"] if c["type"] == "Ready")
+    # available strictly after minReadySeconds of readiness (the timestamps have whole seconds)
+    assert (seen - ready_since).total_seconds() > 3 - 1, (seen, ready_since)
+
+
+async def test_failed_creates_report_replica_failure_and_stop_the_batch(apiserver, client, namespace):
+    """A template the Pod validation refuses (an image with a leading space passes the
+    ReplicaSet's template rules but not a Pod's): each sync tries one Pod (the first slow-start
+    batch fails, the rest is skipped), the ReplicaFailure condition says why, FailedCreate Events."""
+    body = yaml.safe_load(replica_set("broken", 5))
+    body["spec"]["template"]["spec"]["containers"][0]["image"] = " app"
+    async with running_controllers(client, controller):
+        await kubectl(apiserver, "-n", namespace, "apply", "-f", "-", input=yaml.safe_dump(body))
+
+        async def failure():
+            conditions = (await rs_status(client, namespace, "broken")).get("conditions") or []
+            return next((c for c in conditions if c["type"] == "ReplicaFailure"), None)
+
+        condition = await eventually(failure, 30, "the ReplicaFailure condition")
+        assert condition["status"] == "True" and condition["reason"] == "FailedCreate"
+        assert "must not have leading or trailing whitespace" in condition["message"]
+        assert await pods_of(client, namespace) == []
+
+        async def retried():
+            # a failed create lowers the expectations at once, so the next sync (rate-limited
+            # retry) tries again instead of waiting out the 5-minute expectations timeout
+            events = await kubectl(apiserver, "-n", namespace, "get", "events",
+                                   "--field-selector=involvedObject.name=broken,reason=FailedCreate", "-o", "name")
+            return len(events.stdout.split()) >= 2
+
+        await eventually(retried, 30, "a second FailedCreate Event", interval=0.5)
