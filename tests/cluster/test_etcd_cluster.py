@@ -1,15 +1,19 @@
 """Three machines (network namespaces on one LAN) form one etcd cluster through
 ``kubesvc.cluster.etcd_process``: the first creates it, the others join as learners and are
 promoted; a member killed with ``kill -9`` leaves a quorum that keeps taking writes, and it
-rejoins from its data directory and catches up. The cluster is looked at with the real
+rejoins from its data directory and catches up; a learner left by a join of a machine that
+died is removed by that machine's next join. The cluster is looked at with the real
 ``etcdctl``, never through the code under test. Joins that cannot work fail with one line and
 leave nothing behind.
 """
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
+from kubesvc.cluster import etcd_member as em
 from tests.cluster.machines import Machine, share_etcd_ca
 from tests.support import netns
 
@@ -77,3 +81,25 @@ def test_three_members_form_survive_a_kill_and_catch_up(machines, tmp_path):
     assert m3.get("/before", serializable=True) == "written-through-m2"
     m3.etcdctl("put", "/after", "through-the-rejoined-member")
     assert m1.get("/after") == "through-the-rejoined-member"
+
+    # a join of this machine that died after its learner started (added with etcdctl and
+    # started by hand, then kill -9), its data gone: the next join of the machine removes that
+    # learner first, then joins as a new member
+    m3.stop()
+    m1.etcdctl("member", "remove", m3.member_id)
+    stale_dir = tmp_path / "m3-stale"
+    share_etcd_ca(m1, stale_dir)
+    stale = em.MemberSpec("machine3-stale", m3.ip)
+    m1.etcdctl("member", "add", stale.name, f"--peer-urls={stale.peer_url}", "--learner")
+    cluster = ",".join(f"{m['name']}={m['peer'][0]}" for m in m1.members() if m["name"]) + f",{stale.name}={stale.peer_url}"
+    argv = em.etcd_argv(stale, stale_dir, em.member_tls(stale_dir, [m3.ip], "machine3"), cluster, "existing", "etcd")
+    learner = m3.node.ns.popen(*argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    netns.wait_until(lambda: any(m["name"] == stale.name and m["learner"] for m in m1.members()), 30, "the stale learner to start")
+    learner.kill()
+    learner.wait(timeout=10)
+    again = tmp_path / "m3-again"
+    share_etcd_ca(m1, again)
+    m3.start(m1.client_url, data_dir=again)
+    members = m1.members()
+    assert sorted(m["name"] for m in members) == sorted([m1.name, m2.name, m3.name]) and not any(m["learner"] for m in members)
+    assert m3.get("/after", serializable=True) == "through-the-rejoined-member"
