@@ -240,3 +240,16 @@ def test_leave_removes_what_the_node_made_and_it_turns_not_ready(cluster):
     assert "kube-proxy" not in three.ns.run("nft", "list", "tables").stdout
     netns.wait_until(lambda: not ready(nodes(server)["m3"]), scaled(60), "m3 NotReady")
     netns.wait_until(lambda: not ready_endpoints(server, "web3"), scaled(60), "web-m3's endpoint drained")
+
+
+def test_stopping_a_join_after_kubectl_delete_node_removes_what_it_made(cluster):
+    server, (two, three) = cluster["server"], cluster["joiners"]
+    server.kubectl("apply", "-f", "-", input=web("web-m2b", "m2", "web2b"))
+    netns.wait_until(lambda: (server.get("pod", "web-m2b").get("status") or {}).get("phase") == "Running", scaled(60), "web-m2b running")
+    server.kubectl("delete", "node", "m2")
+    two.process.send_signal(signal.SIGINT)
+    assert two.process.wait(timeout=scaled(60)) == 0, two.log_path.read_text()[-3000:]
+    assert not two.data_dir.exists()
+    assert "cbr0" not in two.ns.ip("link").stdout
+    assert "kube-proxy" not in two.ns.run("nft", "list", "tables").stdout
+    assert "m2" not in nodes(server)

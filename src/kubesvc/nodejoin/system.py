@@ -21,7 +21,8 @@ undo it with ``up``'s own cleanup: the agent stops the Pods (their endpoints dra
 ready) and reports its Node NotReady, the proxy's rules and the Pod network are removed.
 ``leave`` then removes the credentials, logs and state under the data dir. The Node object stays
 (NotReady) for an administrator's ``kubectl delete node``, as after ``kubeadm reset``: a node's
-own credentials may not delete it.
+own credentials may not delete it. A join stopped after its Node was deleted (``kubectl delete
+node``, then Ctrl-C) removes its credentials, logs and state too: the machine is no node any more.
 """
 
 from __future__ import annotations
@@ -199,6 +200,21 @@ class JoinSystem:
         self._rotation = asyncio.create_task(tlsbootstrap.rotate_forever(self.paths, self.options.server, self.options.node_name,
                                                                          self.restart_components))
 
+    async def node_deleted(self) -> bool:
+        """Whether the cluster no longer has this Node (an administrator's ``kubectl delete
+        node``); False when that cannot be known (the server is away)."""
+        from kubesvc.client.kubeconfig import load_kubeconfig
+        from kubesvc.client.rest import ClientError, RestClient, is_not_found
+
+        try:
+            async with RestClient(load_kubeconfig(self.paths.kubeconfig), user_agent="kubesvc-join", timeout=10.0) as client:
+                await client.get(f"/api/v1/nodes/{self.options.node_name}")
+        except ClientError as err:
+            return is_not_found(err)
+        except (OSError, ValueError, TimeoutError):
+            return False
+        return False
+
     async def stop(self) -> list[str]:
         from kubesvc.proxy.server import cleanup_leftovers
 
@@ -231,6 +247,8 @@ async def run_join(options: JoinOptions, verbosity: int, announce, stop: asyncio
     finally:
         await cancel_and_wait([starting, stopping])
         errors = await system.stop()
+        if not errors and system.pod_cidrs and await system.node_deleted():
+            remove_node_files(options.data_dir)  # kubectl delete node, then stop: the machine is no node any more
         if not system.pod_cidrs and not tlsbootstrap.usable(system.paths, options.node_name, datetime.now(timezone.utc)):
             remove_if_empty(options.data_dir)
     return errors
@@ -247,6 +265,13 @@ def leave(data_dir: Path) -> list[str]:
     errors = down(data_dir)
     if errors:
         return errors
+    remove_node_files(data_dir)
+    return []
+
+
+def remove_node_files(data_dir: Path) -> None:
+    """The credentials, logs and agent state a join keeps under ``data_dir`` (and the
+    directory, when nothing else is in it)."""
     for name in LEFT_BEHIND:
         path = data_dir / name
         if path.is_dir():
@@ -254,7 +279,6 @@ def leave(data_dir: Path) -> list[str]:
         elif path.exists():
             path.unlink()
     remove_if_empty(data_dir)
-    return []
 
 
 def remove_if_empty(path: Path) -> None:
