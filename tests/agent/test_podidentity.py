@@ -49,3 +49,34 @@ def test_run_as_non_root(pod_sc, container_sc, message):
     with pytest.raises(IdentityError) as err:
         run_as(pod(securityContext=pod_sc), {"name": "c", "securityContext": container_sc})
     assert str(err.value) == message
+
+
+# ---- capabilities (containerd's WithCapabilities) ----------------------------------------------
+
+DEFAULT = ("AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE", "NET_RAW", "SETFCAP",
+           "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT")
+KNOWN = DEFAULT + ("NET_ADMIN", "SYS_ADMIN", "SYS_TIME")
+
+
+@pytest.mark.parametrize("sc,expected", [
+    ({}, DEFAULT),
+    ({"capabilities": {"add": ["NET_ADMIN"], "drop": ["NET_RAW", "MKNOD"]}},
+     ("AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "NET_ADMIN", "NET_BIND_SERVICE", "SETFCAP", "SETGID",
+      "SETPCAP", "SETUID", "SYS_CHROOT")),
+    ({"capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}}, ("NET_BIND_SERVICE",)),
+    ({"capabilities": {"add": ["ALL"], "drop": ["SYS_ADMIN"]}}, tuple(sorted(set(KNOWN) - {"SYS_ADMIN"}))),
+    ({"capabilities": {"add": ["CAP_SYS_TIME"]}}, tuple(sorted(DEFAULT + ("SYS_TIME",)))),
+    ({"privileged": True, "capabilities": {"drop": ["ALL"]}}, None),
+], ids=["default", "add and drop", "drop all, add one", "add all, drop one", "CAP_ prefix", "privileged"])
+def test_capabilities(sc, expected):
+    from kubesvc.agent.podidentity import capabilities
+
+    assert capabilities({"name": "c", "securityContext": sc}, KNOWN) == expected
+
+
+def test_unknown_capability():
+    from kubesvc.agent.podidentity import capabilities
+
+    with pytest.raises(IdentityError) as err:
+        capabilities({"securityContext": {"capabilities": {"add": ["FLY"]}}}, KNOWN)
+    assert str(err.value) == "failed to generate container spec: unknown capability 'FLY'"

@@ -287,6 +287,24 @@ def test_fs_group_owns_the_volumes_a_non_root_user_reads_and_writes(up):
     assert logged(up, name, "end") == ["only-for-the-group", "440 5000", "2777 5000", "644 5000", "end"]
 
 
+def test_capabilities_are_the_runtimes_default_set_unless_asked(up):
+    name = unique("caps")
+    script = "grep -E '^Cap(Bnd|Eff):' /proc/self/status; echo end; sleep 1000"
+    apply_pod(up, name, [
+        {"name": "default", "image": "busybox", "command": ["sh", "-c", script]},
+        {"name": "tuned", "image": "busybox", "command": ["sh", "-c", script],
+         "securityContext": {"capabilities": {"add": ["NET_ADMIN"], "drop": ["NET_RAW"]}}},
+        {"name": "privileged", "image": "busybox", "command": ["sh", "-c", script], "securityContext": {"privileged": True}}])
+    # Docker's and containerd's default bounding set, as `grep Cap /proc/self/status` shows it in any
+    # container: CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID SETUID SETPCAP NET_BIND_SERVICE
+    # NET_RAW SYS_CHROOT MKNOD AUDIT_WRITE SETFCAP
+    assert logged(up, name, "end", "-c", "default") == ["CapEff:\t00000000a80425fb", "CapBnd:\t00000000a80425fb", "end"]
+    # + NET_ADMIN (bit 12, 0x1000), - NET_RAW (bit 13, 0x2000)
+    assert logged(up, name, "end", "-c", "tuned") == ["CapEff:\t00000000a80415fb", "CapBnd:\t00000000a80415fb", "end"]
+    agent_set = next(line for line in open("/proc/self/status").read().splitlines() if line.startswith("CapBnd:")).split()[1]
+    assert logged(up, name, "end", "-c", "privileged") == [f"CapEff:\t{agent_set}", f"CapBnd:\t{agent_set}", "end"]
+
+
 # ---- last: restarts kubesvc up ----------------------------------------------------------------
 
 

@@ -12,6 +12,12 @@
   (``convertToRuntimeSecurityContext``). Unset, the image's user runs, and kubesvc's images have
   none: root. ``runAsNonRoot`` is checked as ``verifyRunAsNonRoot`` checks it, its failure the
   container's ``CreateContainerConfigError``.
+* **Capabilities** (containerd's CRI ``WithCapabilities``): a container starts from the
+  runtime's default set (``CHOWN DAC_OVERRIDE FSETID FOWNER MKNOD NET_RAW SETGID SETUID SETFCAP
+  SETPCAP NET_BIND_SERVICE SYS_CHROOT KILL AUDIT_WRITE``); ``capabilities.add: [ALL]`` takes
+  every one, ``drop: [ALL]`` none, then each named ``add`` and ``drop`` (names without ``CAP_``,
+  as the API spells them); ``privileged: true`` keeps all. Everything else leaves the bounding
+  set, so even root in the container cannot regain it.
 """
 
 from __future__ import annotations
@@ -50,6 +56,33 @@ class RunAs:
     uid: int | None
     gid: int | None
     groups: tuple[int, ...]
+
+
+DEFAULT_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "NET_RAW", "SETGID", "SETUID", "SETFCAP", "SETPCAP",
+                        "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE")
+ALL = "ALL"
+
+
+def capabilities(container: dict, all_names: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The container's capabilities, sorted (None: all, a privileged container); ``all_names``
+    is every capability the runtime knows, for ``ALL``."""
+    sc = container.get("securityContext") or {}
+    if sc.get("privileged"):
+        return None
+    requested = sc.get("capabilities") or {}
+    add = [str(c).upper().removeprefix("CAP_") for c in requested.get("add") or []]
+    drop = [str(c).upper().removeprefix("CAP_") for c in requested.get("drop") or []]
+    kept = set(DEFAULT_CAPABILITIES)
+    if ALL in add:
+        kept = set(all_names)
+    if ALL in drop:
+        kept = set()
+    kept |= {c for c in add if c != ALL}
+    kept -= set(drop)
+    unknown = sorted(kept - set(all_names))
+    if unknown:
+        raise IdentityError(f"failed to generate container spec: unknown capability {unknown[0]!r}")
+    return tuple(sorted(kept))
 
 
 def _int(value) -> int | None:

@@ -56,7 +56,7 @@ from kubesvc.agent.runtime import ContainerProcess, StartError, restart_count_fr
 from kubesvc.util.golang import quote as go_quote
 from kubesvc.client.record import EventRecorder
 from kubesvc.client.rest import ApiError, ClientError, is_not_found
-from kubesvc.kernel.mounts import Identity, MountPlan, MountPlanError, plan_mounts
+from kubesvc.kernel.mounts import CAPABILITIES, Identity, MountPlan, MountPlanError, plan_mounts
 from kubesvc.util.aio import wait_event
 from kubesvc.util.clock import Clock
 from kubesvc.util.golang import format_duration
@@ -301,12 +301,14 @@ class PodWorker:
         self.volumes = PodVolumes(self.ctx.kubelet_dir, self.pod, client=self.ctx.api, tokens=self.ctx.tokens, clock=self.ctx.clock)
         delay = VOLUME_RETRY_FIRST
         while True:
+            self._volumes_changed.clear()
             try:
                 await self.volumes.set_up()
                 break
             except VolumeSetUpFailed as err:
                 self._report_mount_failures(err.failures)
-            if not await place.back_off(self._terminate, delay):
+            # a ConfigMap or Secret the volumes read that changes meanwhile (created at last) ends the wait
+            if not await place.back_off(self._terminate, delay, wake=self._volumes_changed):
                 return False
             delay = min(delay * 2, VOLUME_RETRY_MAX)
         self._volume_refresher = asyncio.create_task(self._refresh_volumes_forever())
@@ -426,12 +428,7 @@ class PodWorker:
     async def _wait_or_wake(self, slot: ContainerSlot, delay: float) -> bool:
         """Wait ``delay`` (less when the slot is woken); True when the Pod terminates meanwhile."""
         slot.wake.clear()
-        waiters = [asyncio.ensure_future(self._terminate.wait()), asyncio.ensure_future(slot.wake.wait())]
-        try:
-            await asyncio.wait(waiters, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
+        await _wait_any([self._terminate, slot.wake], delay)
         return self._terminate.is_set()
 
     async def _run_once(self, slot: ContainerSlot) -> "_RunResult | None":
@@ -546,7 +543,7 @@ class PodWorker:
         user = podidentity.run_as(self.pod, container)
         host_network = bool((self.pod.get("spec") or {}).get("hostNetwork"))
         return Identity(hostname=None if host_network else podidentity.pod_hostname(self.pod), uid=user.uid, gid=user.gid,
-                        groups=user.groups)
+                        groups=user.groups, capabilities=podidentity.capabilities(container, CAPABILITIES))
 
     async def _env_objects(self, container: dict) -> dict:
         """The ConfigMaps and Secrets the container's environment reads, fresh from the API
@@ -783,13 +780,25 @@ class _SetupSlot:
             self._held = False
             self._slots.release()
 
-    async def back_off(self, terminate: asyncio.Event, delay: float) -> bool:
-        """Wait ``delay`` without the place, then take it again; False if ``terminate`` came first."""
+    async def back_off(self, terminate: asyncio.Event, delay: float, wake: asyncio.Event | None = None) -> bool:
+        """Wait ``delay`` (less if ``wake`` is set meanwhile) without the place, then take it
+        again; False if ``terminate`` came first."""
         self.give_back()
-        if await wait_event(terminate, delay):
+        await _wait_any([terminate] + ([wake] if wake is not None else []), delay)
+        if terminate.is_set():
             return False
         await self.take()
         return True
+
+
+async def _wait_any(events: list[asyncio.Event], timeout: float) -> None:
+    """Until one of ``events`` is set or ``timeout`` seconds pass."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 def _mount_namespace_pid(slot: ContainerSlot) -> int | None:

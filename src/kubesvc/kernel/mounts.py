@@ -33,7 +33,8 @@ Pod's hostname in a UTS namespace of its own (``unshare(CLONE_NEWUTS)``, ``setho
 kubelet's ``GeneratePodHostNameAndDomain`` decides the name) and, last before the exec, the
 user and groups it runs as (``setgroups``, ``setgid``, ``setuid``: the effective
 ``securityContext.runAsUser``/``runAsGroup``; a user without a group takes its primary group
-from ``/etc/passwd`` as the container sees it, else 0, as containerd does for an image user).
+from ``/etc/passwd`` as the container sees it, else 0, as containerd does for an image user),
+after the capabilities it may not have left the bounding set (``PR_CAPBSET_DROP``).
 A container without volume mounts keeps the host's mount namespace.
 
 Failures are reported on a status pipe the agent passes (close-on-exec: end of file without a
@@ -86,17 +87,29 @@ class BindMount:
     read_only: bool = False
 
 
+# linux/capability.h, in bit order
+CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
+                "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER", "SYS_MODULE",
+                "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE", "SYS_RESOURCE", "SYS_TIME",
+                "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG",
+                "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF", "CHECKPOINT_RESTORE")
+PR_CAPBSET_DROP = 24
+
+
 @dataclass(frozen=True)
 class Identity:
-    """What the container is called and runs as (None: left as the agent's)."""
+    """What the container is called and runs as (None: left as the agent's); ``capabilities``
+    the names it keeps in its bounding set (None: all of the agent's)."""
 
     hostname: str | None = None
     uid: int | None = None
     gid: int | None = None
     groups: tuple[int, ...] = ()
+    capabilities: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict:
-        return {"hostname": self.hostname, "uid": self.uid, "gid": self.gid, "groups": list(self.groups)}
+        return {"hostname": self.hostname, "uid": self.uid, "gid": self.gid, "groups": list(self.groups),
+                "capabilities": list(self.capabilities) if self.capabilities is not None else None}
 
 
 @dataclass(frozen=True)
@@ -329,6 +342,19 @@ def set_hostname(hostname: str, libc: _Libc | None = None) -> None:
         raise MountFailed(f"error setting the hostname {hostname}: {err.strerror or err}") from None
 
 
+def bound_capabilities(keep: Sequence[str], libc: _Libc | None = None) -> None:
+    """Every capability not in ``keep`` out of the bounding set (``PR_CAPBSET_DROP``; before the
+    user is changed, while CAP_SETPCAP is held): not even root regains them after the exec."""
+    libc = libc or _Libc()
+    kept = {CAPABILITIES.index(name) for name in keep}
+    with open("/proc/sys/kernel/cap_last_cap") as last:
+        highest = int(last.read())
+    for cap in range(highest + 1):
+        if cap not in kept and libc.lib.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            errno = ctypes.get_errno()
+            raise MountFailed(f"unable to drop capability {cap}: {os.strerror(errno)}")
+
+
 def _account(uid: int):
     """The container's /etc/passwd entry for ``uid`` (None: it has none)."""
     import pwd  # built in
@@ -381,6 +407,8 @@ def main(args: Sequence[str]) -> int:
             set_up(spec["mounts"], cwd)
         else:
             os.chdir(cwd)
+        if spec.get("capabilities") is not None:
+            bound_capabilities(spec["capabilities"])
         become(spec.get("uid"), spec.get("gid"), spec.get("groups") or ())
     except MountFailed as err:
         _report(status_fd, f"failed to create containerd task: {err}")
