@@ -12,6 +12,7 @@ Pod does not have). Expected strings are kubectl's and kube-apiserver's, written
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import secrets
 import select
@@ -388,3 +389,14 @@ def test_port_forward_to_a_service(up, pod):
         process.terminate()
         process.wait(timeout=10)
         up.kubectl("delete", "service", pod)
+
+
+def test_kubectl_cp_both_ways(up, pod, tmp_path):
+    """``kubectl cp`` is tar through exec, binary both ways (stdin into the Pod, stdout out of it)."""
+    site = next(line.split("=", 1)[1] for line in up.kubectl("exec", pod, "--", "env").stdout.splitlines() if line.startswith("SITE="))
+    payload = bytes(range(256)) * 4096  # 1 MiB, every byte value
+    (tmp_path / "blob.bin").write_bytes(payload)
+    up.kubectl("cp", str(tmp_path / "blob.bin"), f"{pod}:{site}/blob.bin")
+    assert up.kubectl("exec", pod, "--", "sha256sum", f"{site}/blob.bin").stdout.split()[0] == hashlib.sha256(payload).hexdigest()
+    up.kubectl("cp", f"{pod}:{site}/index.html", str(tmp_path / "copied.html"))
+    assert (tmp_path / "copied.html").read_text() == "hello from the pod\n"
