@@ -179,3 +179,19 @@ def test_not_ready_pods_count_nothing():
     plan = reconcile(service, pods, [], nodes, max_endpoints_per_slice=100, topology=Topology(topologycache.cpu_ratios(nodes.values())))
     # 2 ready endpoints, one per zone: a desires 0.5 -> minimum 1, b desires 1.5 -> minimum 2: 3 > 2
     assert plan.events[0].message.startswith("Unable to allocate minimum required endpoints")
+
+
+def test_node_hints_left_by_prefer_same_node_are_rewritten_under_auto():
+    stale = {"endpoints": [endpoint(f"10.0.0.{i}", "ab"[i % 2], hint="ab"[i % 2]) for i in range(1, 7)]}
+    stale["endpoints"][0]["hints"]["forNodes"] = [{"name": "n1"}]
+    moved, _ = topologycache.add_hints([], [], [stale], {"a": 0.5, "b": 0.5}, "IPv4", had_hints=True)
+    assert len(moved) == 1 and all("forNodes" not in e["hints"] for e in moved[0]["endpoints"])
+
+
+def test_removing_the_annotation_announces_it_once_hints_were_populated():
+    nodes, pods = _zones_world()
+    service = new_service()
+    plan = reconcile(service, pods, [], nodes, max_endpoints_per_slice=100, topology=Topology(None, True, hints_populated=True))
+    assert [(e.reason, e.message) for e in plan.events] == [("TopologyAwareHintsDisabled", "Topology Aware Hints has been disabled, addressType: IPv4")]
+    assert not plan.hints_populated
+    assert reconcile(service, pods, [], nodes, max_endpoints_per_slice=100, topology=Topology()).events == []

@@ -73,6 +73,7 @@ class EndpointSliceController:
                  recorder: EventRecorder | None = None, clock: Clock | None = None, prefer_same_traffic_distribution: bool = True):
         self.max_endpoints_per_slice = max_endpoints_per_slice
         self.prefer_same_traffic_distribution = prefer_same_traffic_distribution  # the PreferSameTrafficDistribution gate
+        self._hints_populated: set[str] = set()  # Services whose Auto hints stand (upstream's hintsPopulatedByService)
         self.batch_period = batch_period
         self.workers = workers
         self.clock = clock or RealClock()
@@ -194,6 +195,7 @@ class EndpointSliceController:
         service = self._services.indexer.get_by_key(key)
         if service is None:
             self.trigger_times.delete_service(namespace, name)
+            self._hints_populated.discard(key)
             self.tracker.delete_service(key)
             self.metrics.delete_service(key)
             return
@@ -206,7 +208,7 @@ class EndpointSliceController:
             raise StaleInformerCache("EndpointSlice informer cache is out of date")
         trigger_time = self.trigger_times.compute(service, pods)
         topology = Topology(topologycache.cpu_ratios(self._nodes.indexer.list()) if topology_hints_annotation_enabled(service) else None,
-                            self.prefer_same_traffic_distribution)
+                            self.prefer_same_traffic_distribution, key in self._hints_populated)
         plan = reconcile(service, pods, slices, _NodeLookup(self._nodes), max_endpoints_per_slice=self.max_endpoints_per_slice,
                          topology=topology)
         errors = list(plan.errors)
@@ -217,6 +219,10 @@ class EndpointSliceController:
         else:
             for event in plan.events:
                 self.recorder.event(service, event.type, event.reason, event.message)
+            if plan.hints_populated:
+                self._hints_populated.add(key)
+            else:
+                self._hints_populated.discard(key)
         if errors:
             message = golang.aggregate(errors)
             self.recorder.event(service, "Warning", "FailedToUpdateEndpointSlices",

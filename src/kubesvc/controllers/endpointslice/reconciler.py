@@ -71,6 +71,7 @@ class Plan:
     # Pods skipped because their Node is unknown: the sync is retried, the writes still happen
     errors: list[str] = field(default_factory=list)
     events: list[topologycache.HintEvent] = field(default_factory=list)  # topology-mode Auto's, for the Service
+    hints_populated: bool = False  # Auto hints stand after this plan (for the next sync's Topology)
 
     @property
     def writes(self) -> int:
@@ -85,6 +86,7 @@ class Topology:
 
     zone_cpu: Mapping[str, float] | None = None
     prefer_same_traffic_distribution: bool = True
+    hints_populated: bool = False  # Auto hints were set by an earlier sync (the controller remembers: hintsPopulatedByService)
 
 
 def new_slice(service: dict, ports: list[dict], address_type: str, controller_name: str = CONTROLLER_NAME) -> dict:
@@ -328,11 +330,14 @@ def _reconcile_hints(plan: Plan, service: dict, existing: list[dict], creates: l
     changed = {s["metadata"]["name"] for s in updates + deletes}
     unchanged = [s for s in existing if s["metadata"]["name"] not in changed]
     if topology_hints_annotation_enabled(service):
-        moved, events = topologycache.add_hints(creates, updates, unchanged, topology.zone_cpu, address_type,
-                                                topologycache.has_hints(existing))
+        moved, events = topologycache.add_hints(creates, updates, unchanged, topology.zone_cpu, address_type, topology.hints_populated)
         updates.extend(moved)
         plan.events += events
+        plan.hints_populated = not any(e.reason == topologycache.REASON_DISABLED for e in plan.events)
         return
+    if topology.hints_populated:  # the annotation went away
+        plan.events.append(topologycache.HintEvent("Warning", topologycache.REASON_DISABLED,
+                                                   topologycache.with_address_type(topologycache.TOPOLOGY_AWARE_HINTS_DISABLED, address_type)))
     topologycache.remove_hints(creates + updates)
     mode = trafficdist.heuristic((service.get("spec") or {}).get("trafficDistribution"), topology.prefer_same_traffic_distribution)
     for slice_ in unchanged:

@@ -128,9 +128,10 @@ def _valid_hints(slice_: Mapping, wanted: Mapping[str, Allocation], counted: dic
     for endpoint in slice_.get("endpoints") or ():
         if not _ready_endpoint(endpoint):
             continue
-        zones = (endpoint.get("hints") or {}).get("forZones") or []
-        if len(zones) != 1 or zones[0].get("name") not in wanted:
-            return None
+        hints = endpoint.get("hints") or {}
+        zones = hints.get("forZones") or []
+        if len(zones) != 1 or zones[0].get("name") not in wanted or hints.get("forNodes"):
+            return None  # (node hints left by PreferSameNode would keep a proxy on its node: Auto never writes them)
         found[zones[0]["name"]] = found.get(zones[0]["name"], 0) + 1
     if any(counted.get(zone, 0) + n > wanted[zone].maximum for zone, n in found.items()):
         return None
@@ -142,8 +143,8 @@ def add_hints(creates: list[dict], updates: list[dict], unchanged: list[dict], r
     """Hint the ready endpoints of one address type's slices in proportion to ``ratios``
     (``AddHints``). Unchanged slices keep valid hints and count towards their zones; one with
     missing, foreign or surplus hints is rewritten. Returns the unchanged slices that must now
-    be updated (copies, already hinted) and the Events to record (``had_hints``: whether the
-    Service's slices carried hints before, so enabling is announced once). When hints cannot be
+    be updated (copies, already hinted) and the Events to record (``had_hints``: whether Auto
+    hints stood after the previous sync, so enabling is announced once). When hints cannot be
     balanced every hint is removed instead (those slices that carry one are returned too)."""
     ready = sum(1 for s in [*creates, *updates, *unchanged] for e in s.get("endpoints") or () if _ready_endpoint(e))
     wanted, why_not = allocations(ratios, ready)
