@@ -158,6 +158,8 @@ def test_the_add_on_and_cluster_info(machine):
     svc = machine.get("service", "kube-dns", "-n", "kube-system")
     assert svc["spec"]["clusterIP"] == DNS_IP
     assert {(p["name"], p["port"], p["protocol"]) for p in svc["spec"]["ports"]} == {("dns", 53, "UDP"), ("dns-tcp", 53, "TCP"), ("metrics", 9153, "TCP")}
+    ns = machine.run("probe-a", "dig", "+short", "cluster.local", "NS")["out"].split()
+    assert ns == ["kube-dns.kube-system.svc.cluster.local."], ns  # the Service whose endpoint the DNS Pod is (CoreDNS's ns.go)
     info = machine.kubectl("cluster-info").stdout
     assert f"CoreDNS is running at https://127.0.0.1:{machine.port}/api/v1/namespaces/kube-system/services/kube-dns:dns/proxy" in info, info
 

@@ -82,9 +82,11 @@ def in_cluster_config(env=os.environ, directory: Path = SERVICE_ACCOUNT_DIR):
 @click.option("--ttl", type=click.IntRange(0, 3600), default=5, show_default=True, help="TTL of cluster records.")
 @click.option("--pods", type=click.Choice(["insecure", "disabled"]), default="insecure", show_default=True,
               help="<a-b-c-d>.<ns>.pod.<zone> records (k3s: insecure).")
+@click.option("--self-address", "self_addresses", multiple=True, envvar="POD_IP",
+              help="This server's own IP (default: $POD_IP): the zone's NS names the Service whose endpoint it is, as CoreDNS's.")
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
 def dns_command(cluster_domain, kubeconfig, dns_addresses, dns_port, http_address, health_port, ready_port, metrics_port,
-                upstreams, resolv_conf, ttl, pods, verbosity) -> None:
+                upstreams, resolv_conf, ttl, pods, self_addresses, verbosity) -> None:
     """Run the cluster DNS server (CoreDNS's kubernetes, forward and cache plugins)."""
     from kubesvc.cmd import flags
     from kubesvc.dns.answer import Settings
@@ -105,7 +107,8 @@ def dns_command(cluster_domain, kubeconfig, dns_addresses, dns_port, http_addres
         forwarder = Forwarder.to(list(upstreams))
     except BadUpstream as exc:
         raise click.ClickException(str(exc)) from None
-    settings = Settings.for_domain(cluster_domain, ttl=ttl, pods=pods, self_addresses=tuple(a for a in dns_addresses if a not in ("0.0.0.0", "::")))
+    own = [*self_addresses, *(a for a in dns_addresses if a not in ("0.0.0.0", "::"))]
+    settings = Settings.for_domain(cluster_domain, ttl=ttl, pods=pods, self_addresses=tuple(dict.fromkeys(own)))
     install_uvloop()
     try:
         asyncio.run(_run(client_config, token_source, settings, forwarder, list(dns_addresses), dns_port, http_address,

@@ -49,6 +49,7 @@ def objects(cluster_dns: str, cluster_domain: str, *, deployment: bool, python: 
         "name": NAME,
         "image": "kubesvc",
         "command": [python, "-m", "kubesvc", "dns", "--cluster-domain", cluster_domain],
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],  # its own address, for the zone's NS
         "ports": [{"name": "dns", "containerPort": 53, "protocol": "UDP"}, {"name": "dns-tcp", "containerPort": 53, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": "/ready", "port": READY_PORT, "scheme": "HTTP"}, "periodSeconds": 2, "timeoutSeconds": 1,
