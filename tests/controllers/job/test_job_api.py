@@ -132,11 +132,19 @@ async def test_active_deadline_and_suspend(apiserver, client, namespace):
             await eventually(lambda: _count(pods_of("held"), 2), 20, "2 Pods running")
             await kubectl(apiserver, "-n", namespace, "patch", "job", "held", "--type=merge", "-p", '{"spec":{"suspend":true}}')
             await eventually(lambda: _empty(pods_of("held")), 20, "the suspended Job's Pods deleted")
-            status = await job_status(client, namespace, "held")
-            assert conditions(status)["Suspended"] == ("True", "JobSuspended") and not status.get("active")
+
+            async def suspended():
+                status = await job_status(client, namespace, "held")
+                return conditions(status).get("Suspended") == ("True", "JobSuspended") and not status.get("active")
+
+            await eventually(suspended, 20, "Suspended True, no active Pod")
             await kubectl(apiserver, "-n", namespace, "patch", "job", "held", "--type=merge", "-p", '{"spec":{"suspend":false}}')
             await eventually(lambda: _count(pods_of("held"), 2), 20, "2 Pods again")
-            assert conditions(await job_status(client, namespace, "held"))["Suspended"] == ("False", "JobResumed")
+
+            async def resumed():
+                return conditions(await job_status(client, namespace, "held")).get("Suspended") == ("False", "JobResumed")
+
+            await eventually(resumed, 20, "Suspended False, JobResumed")
 
 
 async def _empty(pods) -> bool:

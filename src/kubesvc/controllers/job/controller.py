@@ -205,12 +205,15 @@ class JobController:
         if not suspended and not status.get("startTime"):
             status["startTime"] = rfc3339(now)
             job.setdefault("status", {})["startTime"] = status["startTime"]
-            after = jd.seconds_to_active_deadline(job, now)
-            if after is not None:
-                self.queue.add_after(key, max(after, 0))
         record = jd.next_backoff_record(self._backoff.get(key, jd.BackoffRecord()), newly_succeeded, newly_failed)
         conditions = status.setdefault("conditions", [])
         failure = jd.failure(job, failed, now)
+        if failure is None and not suspended:
+            # every sync asks again for the deadline: a delayed add is kept only if it is the
+            # earliest one waiting, so one made by an earlier sync may have been dropped
+            after = jd.seconds_to_active_deadline(job, now)
+            if after is not None:
+                self.queue.add_after(key, max(after, 0))
         finishing = False
         if failure is not None:
             finishing = True
