@@ -356,9 +356,10 @@ def teardown_pod_network(state_dir: Path) -> list[str]:
     """Remove what a stopped (or killed) agent left of the Pod network (nothing when it cleaned
     up after itself); the errors."""
     from kubesvc.agent import podnet
+    from kubesvc.podnetwork.controller import leftovers_sync
 
     try:
-        return podnet.teardown_sync(state_dir)
+        return podnet.teardown_sync(state_dir) + leftovers_sync()  # the bridge and Pods; routes, VXLAN device, masquerading
     except (CommandFailed, OSError) as err:
         return [str(err)]
 

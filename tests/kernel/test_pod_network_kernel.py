@@ -7,6 +7,7 @@ report the same VXLAN device, routes of ours, permanent neighbours and FDB entri
 from __future__ import annotations
 
 import errno
+import sys
 
 import pytest
 
@@ -85,3 +86,21 @@ async def test_the_fake_refuses_and_holds_what_the_kernel_does(machine):
         assert (got_real, got_fake) == (expected, expected), f"{name}: kernel {got_real}, fake {got_fake}, expected {expected}"
         assert await state(real) == await state(fake), name
     assert await state(real) == (None, set(), {}, {})
+
+
+def test_down_removes_what_a_killed_agent_left(machine):
+    """``kubesvc down``'s Pod network teardown (``up.teardown_pod_network``) in a namespace where an
+    agent was killed: our routes, the VXLAN device and the masquerade table go; a route of someone
+    else's (another protocol) stays."""
+    machine.ip_batch("link add kubesvc.1 type vxlan id 1 local 192.168.5.1 dev eth0 dstport 8472 nolearning", "link set kubesvc.1 up",
+                     "route add 10.244.3.0/24 via 10.244.3.0 dev kubesvc.1 onlink proto 77",
+                     "route add 10.244.4.0/24 via 192.168.5.4 proto 77", "route add 10.99.0.0/24 via 192.168.5.9")
+    machine.run("nft", "-f", "-", input="add table ip kubesvc-pod-network\nadd chain ip kubesvc-pod-network postrouting "
+                                         "{ type nat hook postrouting priority 100 ; }\n")
+    out = machine.run(sys.executable, "-c", "from pathlib import Path; from kubesvc.up import teardown_pod_network; "
+                                            "print(teardown_pod_network(Path('/nonexistent')))").stdout
+    assert out.strip() == "[]"
+    assert machine.ip("route", "show", "proto", "77").stdout.strip() == ""
+    assert "10.99.0.0/24 via 192.168.5.9" in machine.ip("route").stdout
+    assert "kubesvc.1" not in machine.ip("link").stdout
+    assert "kubesvc-pod-network" not in machine.run("nft", "list", "tables").stdout

@@ -219,3 +219,12 @@ def on_this_host(client: Any, config: PodNetworkConfig, watch_client: Any = None
 
     nft = {version: NFTables(version, masquerade.TABLE) for version in masquerade.families(config.cluster_cidrs)}
     return PodNetworkController(client, config, HostOverlay(), nft, watch_client=watch_client)
+
+
+def leftovers_sync() -> list[str]:
+    """Remove what an agent killed before its own cleanup left of the cross-node network in this
+    network namespace (``kubesvc down``, and ``up``'s stop after its agent): every route of ours
+    (protocol 77), the ``kubesvc.1`` VXLAN device and both masquerade tables; each exists only
+    if a Pod network ran here, and is ours by name or number. Returns the errors."""
+    config = PodNetworkConfig("", "vxlan", [], [], ["0.0.0.0/0", "::/0"])  # every family's table, the device
+    return asyncio.run(on_this_host(None, config).cleanup())
