@@ -467,3 +467,19 @@ def test_cron_jobs(apiserver, ns):
     assert 'spec.schedule: Invalid value: "61 * * * *": end of range (61) above maximum (59): 61' in bad.stderr
     tz = apiserver.kubectl("create", "cronjob", "tz", "-n", ns, "--image=busybox", "--schedule=TZ=UTC 0 * * * *", check=False)
     assert "cannot use TZ or CRON_TZ in schedule, use timeZone field instead" in tz.stderr
+
+
+def test_field_selectors_of_replica_sets_and_jobs(apiserver, ns):
+    template = {"metadata": {"labels": {"app": "f"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    objects = [
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "f1"},
+         "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "f"}}, "template": template}},
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "f2"},
+         "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}},
+    ]
+    apiserver.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(objects))
+    assert apiserver.kubectl("get", "-n", ns, "rs", "--field-selector=status.replicas=0", "-o", "name").stdout.split() == ["replicaset.apps/f1"]
+    assert apiserver.kubectl("get", "-n", ns, "rs", "--field-selector=status.replicas=1", "-o", "name").stdout.split() == []
+    assert apiserver.kubectl("get", "-n", ns, "jobs", "--field-selector=status.successful=0", "-o", "name").stdout.split() == ["job.batch/f2"]
+    everywhere = apiserver.kubectl("get", "rs", "-A", "--field-selector", f"metadata.namespace={ns}").stdout
+    assert everywhere.split("\n")[0].split()[:2] == ["NAMESPACE", "NAME"] and ns in everywhere
