@@ -19,7 +19,7 @@ import pytest
 
 from kubesvc.kernel.fake.iptables import TEST_NODE_NAME
 from kubesvc.kernel.fake.nftables import FakeKernel, FakeNFTables
-from kubesvc.kernel.fake.nftables_trace import trace_packet
+from kubesvc.proxy.trace.nftables import trace_packet
 from kubesvc.kernel.nftables import NFTables
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.nftables.proxier import NftablesBackend

@@ -16,18 +16,31 @@ from __future__ import annotations
 import pytest
 
 from kubesvc.kernel.fake.iptables import (TEST_EXTERNAL_CLIENT, TEST_EXTERNAL_CLIENT_BLOCKED, TEST_NODE_IP, TEST_NODE_IP_ALT, TEST_NODE_IPV6,
-                                          TEST_NODE_IPV6_ALT, TEST_NODE_NAME, Flow)
+                                          TEST_NODE_IPS, TEST_NODE_IPV6_ALT, TEST_NODE_NAME, Flow, run_flows)
 from kubesvc.kernel.fake.nftables import FakeNFTables
-from kubesvc.kernel.fake.nftables_trace import TraceError, check_flows, trace_packet
+from kubesvc.proxy.trace.nftables import TraceError
+from kubesvc.proxy.trace.nftables import trace_packet as trace_any
 from kubesvc.proxy.backend import ProxyOptions, SyncFailed
 from kubesvc.proxy.localdetector import LocalDetector
 from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.nftables.proxier import NftablesBackend
 from kubesvc.proxy.proxier import Proxier
 from kubesvc.proxy.types import IPV4
+
 # upstream's tables, the same in both modes
 from tests.proxy.iptables.test_packet_flow import ITP_CASES, MASQ_CASES, MASQ_FLOWS, TERMINATING_CASES, TERMINATING_IDS
 from tests.support.builders import POD_CIDR, Cluster, ep, port, spn
+
+
+def trace_packet(nft, source, protocol, dest, port, node_ips=TEST_NODE_IPS, **kw):
+    """The tracer (``proxy/trace/nftables.py``) with the fakes' node addresses."""
+    return trace_any(nft, source, protocol, dest, port, node_ips, **kw)
+
+
+def check_flows(nft: FakeNFTables, flows: list[Flow], node_ips=TEST_NODE_IPS) -> None:
+    """upstream ``runPacketFlowTests`` over the nftables fake: every failing flow reported together."""
+    run_flows(lambda flow: trace_packet(nft, flow.source, flow.protocol, flow.dest, flow.port, node_ips), flows)
+
 
 SERVICE_CIDRS = {4: ("172.30.0.0/16",), 6: ("fd00:10:96::/112",)}  # upstream NewFakeProxier's serviceCIDRs
 

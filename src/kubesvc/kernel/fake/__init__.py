@@ -8,7 +8,7 @@ packet-flow tests do.
 * ``iptables``: ``FakeIptables`` behind ``kernel.iptables.Iptables`` / ``IptablesSync``, with
   its packet tracer (upstream's ``iptablesTracer``);
 * ``nftables``: ``FakeNFTables`` behind ``kernel.nftables.NFTables`` (held to the real nft by
-  ``tests/kernel/test_nft_fake.py``); ``nftables_trace``: the packet tracer over it;
+  ``tests/kernel/test_nft_fake.py``); its packet tracer is ``proxy/trace/nftables.py`` (it reads the live table too);
 * ``ipset``: ``FakeIpset`` behind ``kernel.ipset.Ipset`` (held to the real ipset by
   ``tests/kernel/test_ipset_fake.py``);
 * ``netlink``: ``FakeLinks`` behind ``kernel.netlink.Links`` (the proxy's view: links by index

@@ -572,7 +572,7 @@ def check_flows(ipt: FakeIptables, flows: list[Flow], node_ips=TEST_NODE_IPS) ->
 def run_flows(trace: Callable[[Flow], tuple[list[str], str, bool]], flows: list[Flow]) -> None:
     """Each flow through ``trace`` (→ matched rules, output, masqueraded); an AssertionError
     lists every flow that came out otherwise, with the rules it matched. Both fakes' tracers
-    (this module's and ``nftables_trace``) report through it."""
+    (this module's and ``proxy/trace/nftables.py``) report through it."""
     errors = []
     for flow in flows:
         matches, output, masq = trace(flow)

@@ -48,7 +48,7 @@ What it models (each checked against nft 1.0.6 on Linux 6.x by ``tests/kernel/te
   rules, leaves set elements alone).
 
 Rules are kept as the text written (whitespace collapsed): the fake checks what they reference,
-not what they mean. ``kernel.fake.nftables_trace`` interprets the forms our rule layout uses.
+not what they mean. ``proxy.trace.nftables`` interprets the forms our rule layout uses.
 ``dump()`` writes the state back as an ``nft -f`` script (tables, chains, sets, rules, elements,
 in an order whose references are valid); loading it into a fresh namespace gives the ruleset
 that applying the original transactions gives, which is how the tests compare the fake with nft.

@@ -1,6 +1,9 @@
-"""A packet tracer over the nftables fake, after upstream's ``nftablesTracer`` / ``tracePacket``
+"""A packet tracer over our nftables table, after upstream's ``nftablesTracer`` / ``tracePacket``
 (``pkg/proxy/nftables/helpers_test.go``): where does a new connection from ``source`` to
-``dest:port`` end up, and is it masqueraded?
+``dest:port`` end up, and is it masqueraded? It reads the fake's table in tests and the live
+table (``table_from_listing``: ``nft -j list table`` for chains and sets, ``nft list table`` for
+the rules' text, which the kernel prints in its own canonical form: ``meta mark & 0x00004000 ==
+0x00000000``, ``dnat ip to numgen … map @m``; both forms are read) for ``kubesvc trace``.
 
 Like upstream it does not parse nftables in general: it recognizes, piece by piece from the
 left, the forms our rule layout writes (``proxy/nftables/rules.py``), and a rule with a piece it
@@ -34,9 +37,12 @@ Each piece's meaning:
 
 ``trace_packet`` returns (matched rules, output, masqueraded): output is the endpoints
 ``ip:port`` joined by ``", "``, or ``DROP`` / ``REJECT``, or ``""`` when nothing applied.
-``check_flows`` runs table-driven cases (``kernel.fake.iptables.Flow``) as upstream's
-``runPacketFlowTests``. ``tests/kernel/test_nft_trace.py`` holds the tracer's answers to real
-connections through the same table in a namespace.
+``trace`` returns the whole walk (``Walk``): every chain entered on each hook and the rule that
+matched in it, the DNAT candidates with the probability of each (slots of the numgen map over
+its modulus; ``1/K`` of what is left for an affinity pick), whether ClientIP affinity applies,
+the masquerade, the verdict. ``tests/kernel/test_nft_trace.py`` and
+``tests/kernel/test_trace_side_by_side.py`` hold the tracer's answers to real connections
+through the same table in a namespace.
 """
 
 from __future__ import annotations
@@ -45,8 +51,9 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 
-from kubesvc.kernel.fake.iptables import TEST_NODE_IPS, Flow, run_flows
-from kubesvc.kernel.fake.nftables import FakeNFTables, Table
+from kubesvc.kernel.nftables import parse_elements
+
+TEST_LOCAL = ("127.0.0.1", "::1")
 
 
 class TraceError(AssertionError):
@@ -54,6 +61,79 @@ class TraceError(AssertionError):
 
 
 _COMMENT = re.compile(r'\s*comment "[^"]*"$')
+
+
+# -- the table, as read from the kernel (the fake's ``Table`` has the same shape) ----------------
+
+
+@dataclass
+class Rule:
+    text: str
+
+
+@dataclass
+class Chain:
+    name: str
+    base: tuple[str, str, int] | None = None  # (type, hook, priority)
+    rules: list[Rule] = field(default_factory=list)
+
+
+@dataclass
+class Element:
+    value: str = ""
+
+
+@dataclass
+class Set:
+    name: str
+    flags: tuple[str, ...] = ()
+    timeout: str = ""
+    elements: dict[str, Element] = field(default_factory=dict)
+
+
+@dataclass
+class Table:
+    family: str
+    name: str
+    chains: dict[str, Chain] = field(default_factory=dict)
+    sets: dict[str, Set] = field(default_factory=dict)
+
+
+def table_from_listing(objs: list[dict], text: str) -> Table | None:
+    """The live table: chains (with their hook and numeric priority) and sets with their
+    elements from ``nft -j list table`` (``objs``), each chain's rules from the text listing
+    ``text`` (JSON gives rules as expression trees; their text is what a person reads and what
+    the tracer parses). None when the table does not exist."""
+    table = None
+    for obj in objs:
+        if "table" in obj:
+            table = Table(obj["table"]["family"], obj["table"]["name"])
+    if table is None:
+        return None
+    for obj in objs:
+        if "chain" in obj:
+            c = obj["chain"]
+            base = (c["type"], c["hook"], int(c["prio"])) if "hook" in c else None
+            table.chains[c["name"]] = Chain(c["name"], base)
+        elif "set" in obj or "map" in obj:
+            body = obj.get("set") or obj["map"]
+            flags = tuple(body.get("flags", ()))
+            elements = {k: Element(v) for k, v in parse_elements(body.get("elem", ())).items()}
+            timeout = f"{body['timeout']}s" if "timeout" in body else ""
+            table.sets[body["name"]] = Set(body["name"], flags, timeout, elements)
+    current = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if current is None:
+            m = re.match(r"^chain (\S+) \{$", stripped)
+            if m:
+                current = table.chains.setdefault(m[1], Chain(m[1]))
+            continue
+        if stripped == "}":
+            current = None
+        elif stripped and not stripped.endswith(";") and not re.fullmatch(r'comment "[^"]*"', stripped):
+            current.rules.append(Rule(stripped))  # ``type … hook …; policy …;`` and the chain's comment are not rules
+    return table
 
 
 @dataclass
@@ -76,6 +156,20 @@ class Tracer:
     masquerade: bool = False
     depth: int = 0
     picking: bool = False  # inside a ``numgen random mod K 0`` branch
+    hook: str = ""
+    chain_stack: list[str] = field(default_factory=list)
+    steps: list[dict] = field(default_factory=list)  # {"hook", "chain", "rule"}; rule None: entered
+    chances: list[float] = field(default_factory=list)  # beside ``outputs``: each candidate's probability
+    left: float = 1.0  # the probability no earlier affinity pick took
+    affinity: list[str] = field(default_factory=list)  # the affinity sets the walk passed
+
+    def _matched(self, text: str) -> None:
+        self.matches.append(text)
+        self.steps.append({"hook": self.hook, "chain": self.chain_stack[-1] if self.chain_stack else "", "rule": text})
+
+    def _candidate(self, endpoint: str, chance: float) -> None:
+        self.outputs.append(endpoint)
+        self.chances.append(chance)
 
     # -- lookups -----------------------------------------------------------------------------
 
@@ -113,6 +207,8 @@ class Tracer:
         self.depth += 1
         if self.depth > 64:
             raise TraceError(f"chain {name!r}: jumps nest too deep (a loop?)")
+        self.chain_stack.append(name)
+        self.steps.append({"hook": self.hook, "chain": name, "rule": None})
         try:
             for rule in chain.rules:
                 verdict = self.run_rule(rule.text)
@@ -123,6 +219,7 @@ class Tracer:
             return None
         finally:
             self.depth -= 1
+            self.chain_stack.pop()
 
     def run_rule(self, text: str) -> str | None:
         rest = _COMMENT.sub("", text).strip()
@@ -155,6 +252,8 @@ class Tracer:
     def _addr(self, m, text):
         ip = self.packet.source if m["dir"] == "saddr" else self.packet.dest
         if m["value"].startswith("@"):  # affinity: a state of earlier packets, never matched
+            if m["value"][1:] not in self.affinity:
+                self.affinity.append(m["value"][1:])
             return False
         values = [v.strip() for v in m["value"].strip("{} ").split(",")] if m["value"].startswith("{") else [m["value"]]
         return _address_in(ip, values) != bool(m["neg"])
@@ -180,12 +279,12 @@ class Tracer:
 
     def _mark_set(self, m, text):
         value = int(m["mask"], 0)
-        self.packet.mark = self.packet.mark | value if m["op"] == "or" else self.packet.mark ^ value
+        self.packet.mark = self.packet.mark | value if m["op"] in ("or", "|") else self.packet.mark ^ value
         return True
 
     def _numgen_pick(self, m, text):
-        self.matches.append(text)
-        self.picking = True
+        self._matched(text)
+        self.picking = 1.0 / int(m["mod"])
         return True
 
     def _update(self, m, text):
@@ -197,11 +296,11 @@ class Tracer:
         verdict = self._in_set(m["map"], fields)
         if verdict is None:
             return False
-        self.matches.append(text)
+        self._matched(text)
         return self._verdict(verdict)
 
     def _jump(self, m, text):
-        self.matches.append(text)
+        self._matched(text)
         return self._verdict(f"{m['verb']} {m['chain']}")
 
     def _verdict(self, verdict: str):
@@ -212,27 +311,30 @@ class Tracer:
                 return result
             return "return" if verb == "goto" else True
         if verdict in ("drop", "reject"):
-            self.outputs.append(verdict.upper())
+            self._candidate(verdict.upper(), 0.0)
         return verdict
 
     def _simple_verdict(self, m, text):
-        self.matches.append(text)
+        self._matched(text)
         return self._verdict(m["verdict"])
 
     def _dnat_to(self, m, text):
         if self.packet.protocol != m["proto"]:
             return False
-        self.outputs.append(m["ep"])
         if self.picking:  # recorded; the other branches are followed too
+            chance = self.left * self.picking
+            self.left -= chance
+            self._candidate(m["ep"], chance)
             self.picking = False
             return False
-        self.matches.append(text)
+        self._candidate(m["ep"], self.left)
+        self._matched(text)
         return "dnat"
 
     def _dnat_map(self, m, text):
         s = self._set(m["map"])
         n, offset = int(m["mod"]), int(m["offset"] or 0)
-        self.matches.append(text)
+        self._matched(text)
         if "interval" in s.flags:
             values = self._ranges(s, offset, offset + n, m["map"], text)
         else:
@@ -241,10 +343,14 @@ class Tracer:
                 elem = s.elements.get(str(slot))
                 if elem is None:
                     raise TraceError(f"slot {slot} of @{m['map']} is empty (rule {text!r})")
-                values.append(elem.value)
-        for value in values:
+                values.append((1, elem.value))
+        for count, value in values:
             ip, port = value.split(" . ")
-            self.outputs.append(f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}")
+            endpoint = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+            if endpoint in self.outputs:  # an endpoint with several slots (weights)
+                self.chances[self.outputs.index(endpoint)] += count / n
+            else:
+                self._candidate(endpoint, count / n)
         return "dnat"
 
     @staticmethod
@@ -267,10 +373,10 @@ class Tracer:
             at = high + 1
         if at != end:
             raise TraceError(f"numbers {at}-{end - 1} of @{name} hold no endpoint (rule {text!r})")
-        return [value for *_, value in found]
+        return [(high - low + 1, value) for low, high, value in found]
 
     def _masquerade(self, m, text):
-        self.matches.append(text)
+        self._matched(text)
         self.masquerade = True
         return "accept"
 
@@ -286,12 +392,14 @@ _PIECES = [
     (re.compile(r"^fib (?P<dir>saddr|daddr) type local\b"), Tracer._fib_local),
     (re.compile(r"^(?P<proto>tcp|udp|sctp) dport (?P<port>\d+)"), Tracer._dport),
     (re.compile(r"^mark and (?P<mask>0x[0-9a-f]+|\d+) == 0\b"), Tracer._mark_zero),
+    (re.compile(r"^meta mark & (?P<mask>0x[0-9a-f]+|\d+) == 0(?:x0+)?\b"), Tracer._mark_zero),  # as the kernel lists it
     (re.compile(r"^mark set mark (?P<op>or|xor) (?P<mask>0x[0-9a-f]+|\d+)"), Tracer._mark_set),
-    (re.compile(r"^numgen random mod \d+ 0\b"), Tracer._numgen_pick),
+    (re.compile(r"^meta mark set meta mark (?P<op>\||\^) (?P<mask>0x[0-9a-f]+|\d+)"), Tracer._mark_set),
+    (re.compile(r"^numgen random mod (?P<mod>\d+) 0\b"), Tracer._numgen_pick),
     (re.compile(rf"^update @(?P<set>\S+) \{{ {_FAM} saddr \}}"), Tracer._update),
     (re.compile(r"^meta l4proto (?P<proto>tcp|udp|sctp) dnat (?:ip6? )?to (?P<ep>\S+)$"), Tracer._dnat_to),
-    (re.compile(rf"^meta l4proto (?P<proto>tcp|udp|sctp)(?= dnat {_FAM} addr)"), Tracer._l4proto),
-    (re.compile(rf"^dnat {_FAM} addr \. port to numgen random mod (?P<mod>\d+)(?: offset (?P<offset>\d+))? map @(?P<map>\S+)$"),
+    (re.compile(rf"^meta l4proto (?P<proto>tcp|udp|sctp)(?= dnat {_FAM} (?:addr|to numgen))"), Tracer._l4proto),
+    (re.compile(rf"^dnat {_FAM} (?:addr \. port )?to numgen random mod (?P<mod>\d+)(?: offset (?P<offset>\d+))? map @(?P<map>\S+)$"),
      Tracer._dnat_map),
     (re.compile(r"^(?P<verb>jump|goto) (?P<chain>\S+)$"), Tracer._jump),
     (re.compile(r"^(?P<verdict>accept|drop|reject|return)$"), Tracer._simple_verdict),
@@ -328,35 +436,56 @@ def _host(endpoint: str) -> str:
     return endpoint[1:endpoint.index("]")] if endpoint.startswith("[") else endpoint.rsplit(":", 1)[0]
 
 
-def trace_packet(nft: FakeNFTables, source: str, protocol: str, dest: str, port: int | str,
-                 node_ips=TEST_NODE_IPS, *, from_node: bool = False) -> tuple[list[str], str, bool]:
-    """(matched rules, output, masqueraded) for a new connection; see the module docstring.
-    ``from_node``: the connection starts on the node itself (the output hook instead of
-    prerouting; then input only if the destination is still one of the node's addresses)."""
-    table = nft.current()
+@dataclass
+class Walk:
+    """A new connection's walk through the table (see the module docstring)."""
+
+    steps: list[dict]  # {"hook", "chain", "rule"}: rule None when the chain is entered
+    candidates: list[tuple[str, float]]  # DNAT targets "ip:port" and the probability of each
+    masquerade: bool
+    verdict: str  # "DNAT", "DROP", "REJECT", or "" (nothing of ours applied)
+    affinity: list[str]  # the ClientIP affinity sets on the way (a returning client sticks)
+    matches: list[str]
+    output: str  # upstream's tracer output: the DNAT targets and verdicts in order, ", "-joined
+
+
+def trace(table: Table | None, source: str, protocol: str, dest: str, port: int | str, node_ips=(), *,
+          from_node: bool = False) -> Walk:
+    """The walk of a new connection; see the module docstring. ``from_node``: the connection
+    starts on the node itself (the output hook instead of prerouting; then input only if the
+    destination is still one of the node's addresses)."""
     if table is None:
-        return [], "", False
-    local = frozenset(_canonical(ip) for ip in ("127.0.0.1", "::1", *node_ips))
+        return Walk([], [], False, "", [], [], "")
+    local = frozenset(_canonical(ip) for ip in (*TEST_LOCAL, *node_ips))
     tracer = Tracer(table, Packet(_canonical(source), protocol, _canonical(dest), str(port), local))
     if not _run_hook(tracer, "output" if from_node else "prerouting"):
         after = "input" if tracer.packet.dest in local else ("" if from_node else "forward")
         if not (after and _run_hook(tracer, after)):
             _run_hook(tracer, "postrouting")
-    return tracer.matches, ", ".join(tracer.outputs), tracer.masquerade
+    dropped = [o for o in tracer.outputs if o in ("DROP", "REJECT")]
+    candidates = [(o, round(c, 6)) for o, c in zip(tracer.outputs, tracer.chances) if o not in ("DROP", "REJECT")]
+    verdict = dropped[0] if dropped else ("DNAT" if candidates else "")
+    return Walk(tracer.steps, candidates, tracer.masquerade, verdict, tracer.affinity, tracer.matches, ", ".join(tracer.outputs))
+
+
+def trace_packet(nft, source: str, protocol: str, dest: str, port: int | str, node_ips=(), *,
+                 from_node: bool = False) -> tuple[list[str], str, bool]:
+    """(matched rules, output, masqueraded) for a new connection through ``nft.current()`` (the
+    fake) or a ``Table``, the form upstream's packet-flow tests compare."""
+    table = nft.current() if hasattr(nft, "current") else nft
+    walk = trace(table, source, protocol, dest, port, node_ips, from_node=from_node)
+    return walk.matches, walk.output, walk.masquerade
 
 
 def _run_hook(tracer: Tracer, hook: str) -> bool:
     """The table's base chains on ``hook``, in priority order; True if the packet was dropped
     or rejected. A DNAT (the first output) changes the destination the later chains see."""
+    tracer.hook = hook
     for chain in _base_chains(tracer.table, hook):
         if tracer.run_chain(chain) in ("drop", "reject"):
             return True
-        if tracer.outputs and not tracer.packet.dnatted:
-            tracer.packet.dest = _canonical(_host(tracer.outputs[0]))
+        targets = [o for o in tracer.outputs if o not in ("DROP", "REJECT")]
+        if targets and not tracer.packet.dnatted:
+            tracer.packet.dest = _canonical(_host(targets[0]))
             tracer.packet.dnatted = True
     return False
-
-
-def check_flows(nft: FakeNFTables, flows: list[Flow], node_ips=TEST_NODE_IPS) -> None:
-    """upstream ``runPacketFlowTests`` over the nftables fake: every failing flow reported together."""
-    run_flows(lambda flow: trace_packet(nft, flow.source, flow.protocol, flow.dest, flow.port, node_ips), flows)
