@@ -105,3 +105,63 @@ async def test_one_pod_per_node_rolling_update_history_and_undo(apiserver, clien
 async def _images(client, namespace, images, count) -> bool:
     pods = await daemon_pods(client, namespace)
     return len(pods) == count and {p["spec"]["containers"][0]["image"] for p in pods} == images
+
+
+async def test_surge_update_and_failed_pod_replaced(apiserver, client, namespace):
+    """maxSurge 1 (maxUnavailable 0): a node's new Pod starts beside the old one, which goes
+    only once the new one is Ready, so every node always has a Ready Pod; a daemon Pod that
+    fails is deleted (FailedDaemonPod) and replaced on its node."""
+    pool = namespace
+    names = [f"{namespace}-s{i}" for i in range(3)]
+    for name in names:
+        await ready_node(client, name, pool)
+    try:
+        factories = [lambda c, i: DaemonSetController(c, i), lambda c, i: Scheduler(c, i)]
+        async with running_controllers(client, *factories):
+            async with running_task(fake_kubelet(client, namespace, ready_unless("broken"))):
+                await kubectl(apiserver, "-n", namespace, "apply", "-f", "-", input=ds_manifest("agent", "v1", pool, maxUnavailable=0, maxSurge=1))
+                await kubectl(apiserver, "-n", namespace, "rollout", "status", "daemonset/agent", "--timeout=60s")
+                ready_per_node: list[dict[str, int]] = []
+
+                def node_ready(pods: dict[str, dict]) -> dict[str, int]:
+                    counts = dict.fromkeys(names, 0)
+                    for pod in pods.values():
+                        node = pod["spec"].get("nodeName")
+                        if node in counts and not pod["metadata"].get("deletionTimestamp") and any(
+                                c["type"] == "Ready" and c["status"] == "True" for c in (pod.get("status") or {}).get("conditions") or []):
+                            counts[node] += 1
+                    return counts
+
+                async def watch():
+                    listed = await client.resource(PODS).list(namespace)
+                    pods = {p["metadata"]["name"]: p for p in listed["items"]}
+                    async for kind, pod in client.resource(PODS).watch(namespace, resource_version=listed["metadata"]["resourceVersion"]):
+                        if kind == "DELETED":
+                            pods.pop(pod["metadata"]["name"], None)
+                        else:
+                            pods[pod["metadata"]["name"]] = pod
+                        ready_per_node.append(node_ready(pods))
+
+                async with running_task(watch()):
+                    await asyncio.sleep(0.3)
+                    await kubectl(apiserver, "-n", namespace, "set", "image", "daemonset/agent", "agent=v2")
+                    await kubectl(apiserver, "-n", namespace, "rollout", "status", "daemonset/agent", "--timeout=60s")
+                    await asyncio.sleep(0.3)
+                assert all(min(counts.values()) >= 1 for counts in ready_per_node), ready_per_node
+                assert any(max(counts.values()) == 2 for counts in ready_per_node)  # it surged
+                assert max(sum(counts.values()) for counts in ready_per_node) == 4  # 3 nodes + maxSurge 1, never more
+                await eventually(lambda: _images(client, namespace, {"v2"}, 3), 30, "3 v2 Pods")
+
+                victim = (await daemon_pods(client, namespace))[0]
+                victim["status"]["phase"] = "Failed"
+                await client.resource(PODS).update_status(victim)
+
+                async def replaced():
+                    pods = await daemon_pods(client, namespace)
+                    return (len(pods) == 3 and victim["metadata"]["name"] not in {p["metadata"]["name"] for p in pods}
+                            and victim["spec"]["nodeName"] in {p["spec"].get("nodeName") for p in pods})
+
+                await eventually(replaced, 30, "the failed Pod replaced on its node")
+    finally:
+        for name in names:
+            await client.resource(NODES).delete(name)
