@@ -36,6 +36,11 @@ def _controllers(ctx, param, value: str) -> set[str]:
         raise click.BadParameter(str(exc)) from None
 
 
+# The feature gates the controllers read, with upstream 1.34's defaults.
+CONTROLLER_MANAGER_FEATURE_GATES = {"PreferSameTrafficDistribution": True, "ServiceTrafficDistribution": True, "TopologyAwareHints": True,
+                                    "AllAlpha": False, "AllBeta": False}
+
+
 @click.command("controller-manager")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), required=True, help="Path to a kubeconfig file for the API server.")
 @click.option("--scheduler-kubeconfig", type=click.Path(dir_okay=False), default=None,
@@ -86,6 +91,9 @@ def _controllers(ctx, param, value: str) -> set[str]:
 @click.option("--node-cidr-mask-size", type=click.IntRange(0, 128), default=0, help="Mask size of a node's range (single-stack).")
 @click.option("--node-cidr-mask-size-ipv4", type=click.IntRange(0, 32), default=0, help="Mask size of a node's IPv4 range (default 24).")
 @click.option("--node-cidr-mask-size-ipv6", type=click.IntRange(0, 128), default=0, help="Mask size of a node's IPv6 range (default 64).")
+@click.option("--feature-gates", default="", callback=flags.feature_gates(CONTROLLER_MANAGER_FEATURE_GATES),
+              help="Comma-separated Name=true|false pairs (PreferSameTrafficDistribution: the EndpointSlice controller's "
+                   "PreferSameZone/PreferSameNode hints; on by default, 1.34).")
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
 def controller_manager_command(kubeconfig: str, scheduler_kubeconfig: str | None, use_service_account_credentials: bool, verbosity: int,
                                **options) -> None:

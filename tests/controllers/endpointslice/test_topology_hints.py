@@ -195,3 +195,12 @@ def test_removing_the_annotation_announces_it_once_hints_were_populated():
     assert [(e.reason, e.message) for e in plan.events] == [("TopologyAwareHintsDisabled", "Topology Aware Hints has been disabled, addressType: IPv4")]
     assert not plan.hints_populated
     assert reconcile(service, pods, [], nodes, max_endpoints_per_slice=100, topology=Topology()).events == []
+
+
+def test_controller_manager_feature_gates_flag():
+    from click.testing import CliRunner
+
+    from kubesvc.cmd.controller_manager import controller_manager_command
+
+    result = CliRunner().invoke(controller_manager_command, ["--kubeconfig", "x", "--feature-gates", "PreferSameRack=true"])
+    assert result.exit_code == 2 and "unrecognized feature gate: PreferSameRack" in result.output, result.output
