@@ -15,10 +15,12 @@ Two servers answer the same names in the same run, each pinned to one core (``ta
 
 The client (this process, on the other core) keeps ``--window`` queries outstanding on one UDP
 socket, each query an A question for a random name of the set, and times every answer from
-its send. Two sets: **cluster** (``svc-<i>.ns-<j>.svc.cluster.local``) and **cached forwarded**
-(the external names, each asked once before the timed run so that every timed one is a cache
-hit). Each (server, set) runs ``--rounds`` times for ``--seconds``; printed: median qps, p50 and
-p99 latency over the rounds, the servers' peak RSS (VmHWM), and kubesvc's qps as a share of
+its send. Three sets: **cluster names, first ask** (``svc-<i>.ns-<j>.svc.cluster.local``, each
+asked once, in one run: kubesvc renders every answer with dnspython), **cluster names, asked
+again** (the same names in ``--rounds`` runs of ``--seconds``: kubesvc sends the answer it
+rendered for the same query bytes while no Service changed) and **cached forwarded** (the
+external names, each asked once before the timed runs so that every timed one is a cache hit).
+Printed: median qps, p50 and p99 latency over the rounds, the servers' peak RSS (VmHWM), and kubesvc's qps as a share of
 dnsmasq's. The issue's goal: at least half of dnsmasq's qps on one core, p99 under 5 ms.
 
     python3 bench/dns.py                        # 10000 Services, 3 rounds of 5 s
@@ -70,16 +72,25 @@ def peak_rss_mib(pid: int) -> float:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port free for both UDP and TCP on 127.0.0.1 (as of now)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp, socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
+            udp.bind(("127.0.0.1", 0))
+            port = udp.getsockname()[1]
+            try:
+                tcp.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
-def wait_answering(port: int, name: str, timeout: float = 30.0) -> None:
+def wait_answering(port: int, name: str, timeout: float = 30.0, process: subprocess.Popen | None = None) -> None:
     import dns.query
 
     deadline = time.monotonic() + timeout
     while True:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the server on 127.0.0.1:{port} exited ({process.returncode})")
         try:
             dns.query.udp(dns.message.make_query(name, "A"), "127.0.0.1", port=port, timeout=0.5)
             return
@@ -124,8 +135,9 @@ def serve(args) -> None:
 # -- the client ----------------------------------------------------------------------------------
 
 
-def run_load(port: int, questions: list[str], seconds: float, window: int) -> tuple[float, list[float]]:
-    """(answers per second, latencies in seconds) with ``window`` queries outstanding."""
+def run_load(port: int, questions: list[str], seconds: float, window: int, limit: int | None = None) -> tuple[float, list[float]]:
+    """(answers per second, latencies in seconds) with ``window`` queries outstanding, for
+    ``seconds`` or until ``limit`` answers."""
     wires = []
     for i, name in enumerate(questions):
         query = dns.message.make_query(name, "A", id=i % 65536)
@@ -170,7 +182,7 @@ def run_load(port: int, questions: list[str], seconds: float, window: int) -> tu
             continue
         latencies.append(now - at)
         answered += 1
-        if now >= end:
+        if now >= end or (limit is not None and answered >= limit):
             break
         send_one()
     elapsed = clock() - started
@@ -183,10 +195,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def measure(label: str, port: int, questions: list[str], args) -> dict:
+def measure(label: str, port: int, questions: list[str], args, *, once: bool = False) -> dict:
+    """``--rounds`` timed runs; ``once``: one run asking each question once (the first time a
+    server is asked: nothing rendered or cached for it yet)."""
     rounds = []
-    for _ in range(args.rounds):
-        qps, latencies = run_load(port, questions, args.seconds, args.window)
+    for _ in range(1 if once else args.rounds):
+        if once:
+            qps, latencies = run_load(port, questions, 10 * args.seconds, args.window, limit=len(questions))
+        else:
+            qps, latencies = run_load(port, questions, args.seconds, args.window)
         rounds.append((qps, percentile(latencies, 0.5), percentile(latencies, 0.99)))
     figures = {"qps": statistics.median(r[0] for r in rounds), "p50": statistics.median(r[1] for r in rounds),
                "p99": statistics.median(r[2] for r in rounds)}
@@ -203,7 +220,22 @@ def dnsmasq(tmp: Path, name: str, port: int, hosts: list[tuple[str, str]], *, up
             "--cache-size=10000", "--dns-forward-max=1000", "--no-resolv"]
     # the Service names with kubesvc's TTL (5 s); the upstream's names with a long one, so both caches keep them
     argv += [f"--server=127.0.0.1#{upstream}", "--local-ttl=5"] if upstream else ["--local-ttl=600"]
-    return subprocess.Popen(argv, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(argv, stderr=open(tmp / f"{name}.log", "ab"))
+
+
+def started_dnsmasq(tmp: Path, name: str, hosts: list[tuple[str, str]], probe: str, *, upstream: int | None, core: str) -> tuple[subprocess.Popen, int]:
+    """A dnsmasq answering on a free port (another port if the one chosen was taken meanwhile)."""
+    for _ in range(5):
+        port = free_port()
+        process = dnsmasq(tmp, name, port, hosts, upstream=upstream, core=core)
+        try:
+            wait_answering(port, probe, process=process)
+            return process, port
+        except RuntimeError:
+            if process.poll() is None:
+                process.terminate()
+                process.wait(timeout=15)
+    raise RuntimeError(f"dnsmasq ({name}) would not start: {(tmp / f'{name}.log').read_text()[-500:]}")
 
 
 def main() -> None:
@@ -237,25 +269,24 @@ def main() -> None:
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="bench-dns-") as tmp_name:
         tmp = Path(tmp_name)
-        upstream_port, ours_port, peer_port = free_port(), free_port(), free_port()
-        upstream = dnsmasq(tmp, "upstream", upstream_port, outside, upstream=None, core=args.client_core)
+        upstream, upstream_port = started_dnsmasq(tmp, "upstream", outside, outside_questions[0], upstream=None, core=args.client_core)
         processes = [upstream]
         try:
-            wait_answering(upstream_port, outside_questions[0])
             for label in ("kubesvc", "dnsmasq"):
                 if label == "kubesvc":
+                    ours_port = free_port()
                     server = subprocess.Popen(["taskset", "-c", args.server_core, sys.executable, __file__, "--serve", "--services", str(args.services),
                                                "--namespaces", str(args.namespaces), "--port", str(ours_port), "--upstream-port", str(upstream_port)],
                                               stdout=subprocess.PIPE, text=True)
                     assert server.stdout is not None and server.stdout.readline().strip() == "ready"
                     port = ours_port
                 else:
-                    server = dnsmasq(tmp, "peer", peer_port, cluster, upstream=upstream_port, core=args.server_core)
-                    port = peer_port
+                    server, port = started_dnsmasq(tmp, "peer", cluster, cluster_questions[0], upstream=upstream_port, core=args.server_core)
                 processes.append(server)
-                wait_answering(port, cluster_questions[0])
+                wait_answering(port, cluster_questions[0], process=server)
                 print(f"{label}:")
-                results[(label, "cluster")] = measure("cluster names", port, cluster_questions, args)
+                results[(label, "cluster-first")] = measure("cluster names, first ask", port, cluster_questions, args, once=True)
+                results[(label, "cluster")] = measure("cluster names, asked again", port, cluster_questions, args)
                 for name in outside_questions:  # fill the cache
                     run_load_once(port, name)
                 results[(label, "forwarded")] = measure("cached forwarded names", port, outside_questions, args)
@@ -269,11 +300,11 @@ def main() -> None:
                     process.terminate()
                     process.wait(timeout=15)
     print("kubesvc / dnsmasq:")
-    for kind in ("cluster", "forwarded"):
+    for kind in ("cluster-first", "cluster", "forwarded"):
         ours, peer = results[("kubesvc", kind)], results[("dnsmasq", kind)]
         ratio = ours["qps"] / peer["qps"] if peer["qps"] else float("nan")
         verdict = "met" if ratio >= 0.5 and ours["p99"] < 0.005 else "NOT met"
-        print(f"  {kind:<10} qps {ratio:.2f}x   p99 {ours['p99'] * 1e3:.3f} vs {peer['p99'] * 1e3:.3f} ms   goal (>= 0.5x, p99 < 5 ms): {verdict}")
+        print(f"  {kind:<13} qps {ratio:.2f}x   p99 {ours['p99'] * 1e3:.3f} vs {peer['p99'] * 1e3:.3f} ms   goal (>= 0.5x, p99 < 5 ms): {verdict}")
 
 
 def run_load_once(port: int, name: str) -> None:
