@@ -14,6 +14,8 @@ apiserver shows as the reason a schedule is invalid (``expected exactly 5 fields
 from __future__ import annotations
 
 import zoneinfo
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from kubesvc.util import golang
 
@@ -49,11 +51,12 @@ def _int_or_name(expr: str, names: dict | None) -> int:
     return _int(expr)
 
 
-def _range(expr: str, low: int, high: int, names: dict | None) -> None:
-    """``getRange``: one ``a-b/step`` term."""
+def _range(expr: str, low: int, high: int, names: dict | None) -> tuple[set[int], bool]:
+    """``getRange``: one ``a-b/step`` term: its values, and whether it is a ``*`` (the star bit)."""
     range_and_step = expr.split("/")
     low_and_high = range_and_step[0].split("-")
-    if low_and_high[0] in ("*", "?"):
+    star = low_and_high[0] in ("*", "?")
+    if star:
         start, end = low, high
     else:
         start = _int_or_name(low_and_high[0], names)
@@ -68,6 +71,8 @@ def _range(expr: str, low: int, high: int, names: dict | None) -> None:
         step = _int(range_and_step[1])
         if len(low_and_high) == 1:
             end = high
+        if step > 1:
+            star = False
     elif len(range_and_step) > 2:
         raise CronError(f"too many slashes: {expr}")
     if start < low:
@@ -78,12 +83,78 @@ def _range(expr: str, low: int, high: int, names: dict | None) -> None:
         raise CronError(f"beginning of range ({start}) beyond end of range ({end}): {expr}")
     if step == 0:
         raise CronError(f"step of range should be a positive number: {expr}")
+    return set(range(start, end + 1, step)), star
 
 
-def parse_standard(spec: str) -> None:
-    """Raise CronError unless ``spec`` is a schedule ``cron.ParseStandard`` accepts."""
+@dataclass(frozen=True)
+class Schedule:
+    """A parsed schedule: the allowed values of each field (``SpecSchedule``), or a constant
+    delay (``@every``, ``ConstantDelaySchedule``: whole seconds, at least one)."""
+
+    minutes: frozenset = frozenset()
+    hours: frozenset = frozenset()
+    days_of_month: frozenset = frozenset()
+    months: frozenset = frozenset()
+    days_of_week: frozenset = frozenset()
+    dom_star: bool = False
+    dow_star: bool = False
+    every: float = 0.0
+    zone: str = ""  # from TZ= / CRON_TZ=
+
+    def _day_matches(self, t: datetime) -> bool:
+        dom, dow = t.day in self.days_of_month, (t.isoweekday() % 7) in self.days_of_week
+        if self.dom_star or self.dow_star:
+            return dom and dow
+        return dom or dow
+
+    def next(self, t: datetime) -> datetime | None:
+        """The first activation after ``t`` (``Next``); None if there is none within 5 years.
+        Fields are matched in ``t``'s own time zone, as robfig/cron matches in the location
+        of the time it is given."""
+        if self.every:
+            return t.replace(microsecond=0) + timedelta(seconds=self.every)
+        t = t.replace(microsecond=0) + timedelta(seconds=1)
+        limit = t.year + 5
+        added = False
+        while t.year <= limit:
+            if t.month not in self.months:
+                if not added:
+                    added, t = True, t.replace(day=1, hour=0, minute=0, second=0)
+                t = (t.replace(day=1) + timedelta(days=32)).replace(day=1)
+                continue
+            if not self._day_matches(t):
+                if not added:
+                    added, t = True, t.replace(hour=0, minute=0, second=0)
+                t += timedelta(days=1)
+                continue
+            if t.hour not in self.hours:
+                if not added:
+                    added, t = True, t.replace(minute=0, second=0)
+                t += timedelta(hours=1)
+                continue
+            if t.minute not in self.minutes:
+                if not added:
+                    added, t = True, t.replace(second=0)
+                t += timedelta(minutes=1)
+                continue
+            if t.second != 0:
+                if not added:
+                    added = True
+                t = t.replace(second=0) + timedelta(minutes=1)
+                continue
+            return t
+        return None
+
+
+_DESCRIBED = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *", "@weekly": "0 0 * * 0",
+              "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@hourly": "0 * * * *"}
+
+
+def parse_standard(spec: str) -> Schedule:
+    """The schedule ``cron.ParseStandard`` makes of ``spec``; CronError with its message otherwise."""
     if not spec:
         raise CronError("empty spec string")
+    zone = ""
     if spec.startswith(("TZ=", "CRON_TZ=")):
         space, equals = spec.find(" "), spec.find("=")
         zone = spec[equals + 1:space] if space >= 0 else spec[equals + 1:]
@@ -94,17 +165,30 @@ def parse_standard(spec: str) -> None:
         spec = spec[space:].strip() if space >= 0 else ""
     if spec.startswith("@"):
         if spec in DESCRIPTORS:
-            return
+            return _fields(_DESCRIBED[spec].split(), zone)
         if spec.startswith("@every "):
             try:
-                golang.parse_duration(spec[len("@every "):])
+                seconds = golang.parse_duration(spec[len("@every "):])
             except ValueError as err:
                 raise CronError(f"failed to parse duration {spec}: {err}") from None
-            return
+            return Schedule(every=max(1.0, float(int(seconds))), zone=zone)
         raise CronError(f"unrecognized descriptor: {spec}")
     fields = spec.split()
     if len(fields) != 5:
         raise CronError(f"expected exactly 5 fields, found {len(fields)}: {_go_list(fields)}")
+    return _fields(fields, zone)
+
+
+def _fields(fields: list[str], zone: str) -> Schedule:
+    values: list[frozenset] = []
+    stars: list[bool] = []
     for field, (low, high, names) in zip(fields, _BOUNDS):
+        allowed: set[int] = set()
+        star = False
         for expr in (term for term in field.split(",") if term):
-            _range(expr, low, high, names)
+            got, is_star = _range(expr, low, high, names)
+            allowed |= got
+            star = star or is_star
+        values.append(frozenset(allowed))
+        stars.append(star)
+    return Schedule(*values, dom_star=stars[2], dow_star=stars[4], zone=zone)

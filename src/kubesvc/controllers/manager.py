@@ -15,7 +15,7 @@ process, as an API client.
   ``deployment-controller``, ``daemonset-controller``, ``job-controller``,
   ``ttl-after-finished-controller`` (the workloads: controllers/deployment, daemonset, job),
   ``replicaset-controller`` and ``replicationcontroller-controller`` (one code for both kinds:
-  controllers/replicaset),
+  controllers/replicaset), ``cronjob-controller`` (controllers/cronjob),
   ``certificatesigningrequest-approving-controller``, ``-signing-controller`` (with
   ``--cluster-signing-cert-file``/``-key-file``) and ``-cleaner-controller`` (csrapproving,
   csrsigning, csrcleaner: controllers/certificates), ``node-ipam-controller`` (with
@@ -79,9 +79,10 @@ JOB = "job-controller"
 TTL_AFTER_FINISHED = "ttl-after-finished-controller"
 REPLICASET = "replicaset-controller"
 REPLICATION = "replicationcontroller-controller"
+CRONJOB = "cronjob-controller"
 KNOWN_CONTROLLERS = (ENDPOINTSLICE, MIRRORING, ENDPOINTS, GARBAGE_COLLECTOR, SCHEDULER, SERVICEACCOUNT, ROOT_CA_CERT_PUBLISHER,
                      CSR_APPROVING, CSR_SIGNING, CSR_CLEANER, NODE_IPAM, DEPLOYMENT, DAEMONSET, JOB, TTL_AFTER_FINISHED,
-                     REPLICASET, REPLICATION)
+                     REPLICASET, REPLICATION, CRONJOB)
 # Each controller's identity with upstream's --use-service-account-credentials: the
 # kube-system ServiceAccount its system:controller:<name> ClusterRole is bound to.
 CONTROLLER_SERVICE_ACCOUNTS = {ENDPOINTSLICE: "endpointslice-controller", MIRRORING: "endpointslicemirroring-controller",
@@ -91,13 +92,13 @@ CONTROLLER_SERVICE_ACCOUNTS = {ENDPOINTSLICE: "endpointslice-controller", MIRROR
                                CSR_CLEANER: "certificate-controller", NODE_IPAM: "node-controller",
                                DEPLOYMENT: "deployment-controller", DAEMONSET: "daemon-set-controller", JOB: "job-controller",
                                TTL_AFTER_FINISHED: "ttl-after-finished-controller", REPLICASET: "replicaset-controller",
-                               REPLICATION: "replication-controller"}
+                               REPLICATION: "replication-controller", CRONJOB: "cronjob-controller"}
 ALIASES = {"endpointslice": ENDPOINTSLICE, "endpointslicemirroring": MIRRORING, "endpoint": ENDPOINTS,
            "endpoints": ENDPOINTS, "garbagecollector": GARBAGE_COLLECTOR, "scheduler": SCHEDULER,
            "serviceaccount": SERVICEACCOUNT, "root-ca-cert-publisher": ROOT_CA_CERT_PUBLISHER,
            "csrapproving": CSR_APPROVING, "csrsigning": CSR_SIGNING, "csrcleaner": CSR_CLEANER, "nodeipam": NODE_IPAM,
            "deployment": DEPLOYMENT, "daemonset": DAEMONSET, "job": JOB, "ttl-after-finished": TTL_AFTER_FINISHED,
-           "replicaset": REPLICASET, "replicationcontroller": REPLICATION}
+           "replicaset": REPLICASET, "replicationcontroller": REPLICATION, "cronjob": CRONJOB}
 
 
 class LeaderElectionLost(Exception):
@@ -350,17 +351,18 @@ class ControllerManager:
         return runs
 
     def _build_workloads(self, informers: SharedInformers) -> list:
-        """The workload controllers (deployment, replicaset, replicationcontroller, daemonset, job, ttl-after-finished)."""
+        """The workload controllers (deployment, replicaset, replicationcontroller, daemonset, job, ttl-after-finished, cronjob)."""
         from kubesvc.controllers.daemonset.controller import DaemonSetController
         from kubesvc.controllers.deployment.controller import DeploymentController
         from kubesvc.controllers.job.controller import JobController
         from kubesvc.controllers.job.ttlafterfinished import TTLAfterFinishedController
+        from kubesvc.controllers.cronjob.controller import CronJobController
         from kubesvc.controllers.replicaset.controller import ReplicaSetController, replication_manager
 
         runs = []
         for name, controller_class in ((DEPLOYMENT, DeploymentController), (DAEMONSET, DaemonSetController), (JOB, JobController),
                                        (TTL_AFTER_FINISHED, TTLAfterFinishedController), (REPLICASET, ReplicaSetController),
-                                       (REPLICATION, replication_manager)):
+                                       (REPLICATION, replication_manager), (CRONJOB, CronJobController)):
             if name in self.config.controllers:
                 controller = controller_class(self._client_for(name), informers, clock=self.clock)
                 self.controllers[name] = controller
