@@ -112,3 +112,53 @@ def test_set_condition_keeps_transition_time_for_same_status():
     assert jd.set_condition(conditions, jd.new_condition("Suspended", "JobResumed", "Job resumed", NOW, status="False"))
     assert conditions[0]["lastTransitionTime"] == "2026-01-01T12:00:00Z" and conditions[0]["status"] == "False"
     assert not jd.set_condition([], jd.new_condition("Suspended", "JobResumed", "Job resumed", NOW, status="False"))
+
+
+def indexed_job(completions=4, parallelism=2, name="work"):
+    j = job(completions=completions, parallelism=parallelism, completionMode="Indexed")
+    j["metadata"]["name"] = name
+    j["spec"]["template"] = {"metadata": {"labels": {"job-name": name}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    return j
+
+
+def indexed_pod(index, created="2026-01-01T00:00:00Z"):
+    return {"metadata": {"name": f"p{index}-{created[-3:-1]}", "creationTimestamp": created, "annotations": {jd.COMPLETION_INDEX_KEY: str(index)}},
+            "status": {"phase": "Running"}}
+
+
+@pytest.mark.parametrize("text, limit, expected", [
+    ("", 5, set()), ("1,3-5,7", 10, {1, 3, 4, 5, 7}), ("1,3-5,7", 5, {1, 3, 4}), ("0-2", 3, {0, 1, 2}),
+], ids=["empty", "intervals", "capped by completions", "all"])
+def test_completed_indexes_round_trip(text, limit, expected):
+    assert jd.parse_indexes(text, limit) == expected
+    assert jd.format_indexes(expected) == ",".join(
+        f"{a}" if a == b else f"{a}-{b}" for a, b in _runs(sorted(expected)))
+
+
+def _runs(values):
+    runs = []
+    for v in values:
+        if runs and runs[-1][1] == v - 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return runs
+
+
+def test_indexed_pods_to_create_and_delete():
+    j = indexed_job(completions=5, parallelism=3)
+    running = [indexed_pod(1), indexed_pod(1, "2026-01-01T00:00:09Z"), indexed_pod(3), indexed_pod(9)]
+    assert jd.indexes_to_create(j, {0}, running, 3) == [2, 4]
+    # index 3 already succeeded, 9 is out of range (5 completions), the newer Pod of index 1 is a duplicate
+    assert jd.excess_indexed_pods(j, {3}, running) == [running[2], running[3], running[1]]
+
+
+def test_indexed_template():
+    template, prefix = jd.indexed_template(indexed_job(name="work"), 3)
+    assert prefix == "work-3-"
+    assert template["metadata"]["annotations"][jd.COMPLETION_INDEX_KEY] == template["metadata"]["labels"][jd.COMPLETION_INDEX_KEY] == "3"
+    assert template["spec"]["hostname"] == "work-3"
+    assert template["spec"]["containers"][0]["env"] == [{"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
+        "apiVersion": "v1", "fieldPath": "metadata.labels['batch.kubernetes.io/job-completion-index']"}}}]
+    _, long_prefix = jd.indexed_template(indexed_job(name="x" * 70), 12)
+    assert long_prefix == "x" * 54 + "-12-" and len(long_prefix) == 58

@@ -153,3 +153,23 @@ async def _empty(pods) -> bool:
 
 async def _count(pods, n) -> bool:
     return len(await pods) == n
+
+
+async def test_indexed_job(apiserver, client, namespace):
+    """completionMode Indexed: one successful Pod per index, each with its index (annotation,
+    label, JOB_COMPLETION_INDEX, hostname), completedIndexes 0-2, never more than parallelism."""
+    async with running_controllers(client, lambda c, i: JobController(c, i)):
+        async with running_task(fake_kubelet(client, namespace, finish_by_image, interval=0.2)):
+            await kubectl(apiserver, "-n", namespace, "apply", "-f", "-",
+                          input=job_manifest("idx", "ok", completions=3, parallelism=2, completionMode="Indexed"))
+            await kubectl(apiserver, "-n", namespace, "wait", "--for=condition=complete", "job/idx", "--timeout=60s")
+    status = await job_status(client, namespace, "idx")
+    assert status["completedIndexes"] == "0-2" and status["succeeded"] == 3
+    pods = (await client.resource(PODS).list(namespace))["items"]
+    by_index = {p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]: p for p in pods}
+    assert sorted(by_index) == ["0", "1", "2"] and len(pods) == 3
+    for index, pod in by_index.items():
+        assert pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == index
+        assert pod["metadata"]["name"].startswith(f"idx-{index}-") and pod["spec"]["hostname"] == f"idx-{index}"
+        assert {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
+            "apiVersion": "v1", "fieldPath": "metadata.labels['batch.kubernetes.io/job-completion-index']"}}} in pod["spec"]["containers"][0]["env"]

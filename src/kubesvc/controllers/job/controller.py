@@ -1,4 +1,5 @@
-"""The Job controller's shell (pkg/controller/job/job_controller.go, NonIndexed Jobs): informers
+"""The Job controller's shell (pkg/controller/job/job_controller.go; NonIndexed and Indexed Jobs,
+no podFailurePolicy, backoffLimitPerIndex or successPolicy): informers
 enqueue Job keys, a worker syncs one from the caches (``decisions`` decides).
 
 A sync: claims the Job's Pods (selector ``batch.kubernetes.io/controller-uid``); finds the Pods
@@ -214,12 +215,19 @@ class JobController:
             after = jd.seconds_to_active_deadline(job, now)
             if after is not None:
                 self.queue.add_after(key, max(after, 0))
+        succeeded_indexes: set[int] | None = None
+        if jd.is_indexed(job):
+            succeeded_indexes = jd.parse_indexes(status.get("completedIndexes"), jd.completions(job))
+            succeeded_indexes |= {i for p in pods if jd.phase(p) == "Succeeded" and (i := jd.pod_index(p, job)) is not None}
+            status["completedIndexes"] = jd.format_indexes(succeeded_indexes)
+            complete = len(succeeded_indexes) >= jd.completions(job)
+        else:
+            complete = jd.is_complete(job, succeeded, len(active))
         finishing = False
         if failure is not None:
             finishing = True
-            if jd.set_condition(conditions, jd.new_condition(jd.FAILURE_TARGET, *failure, now)):
-                pass
-        elif jd.is_complete(job, succeeded, len(active)) or jd.condition(job, jd.SUCCESS_CRITERIA_MET):
+            jd.set_condition(conditions, jd.new_condition(jd.FAILURE_TARGET, *failure, now))
+        elif complete or jd.condition(job, jd.SUCCESS_CRITERIA_MET):
             finishing = True
             jd.set_condition(conditions, jd.new_condition(jd.SUCCESS_CRITERIA_MET, *jd.COMPLETIONS_REACHED, now))
         if finishing:
@@ -228,7 +236,7 @@ class JobController:
                 terminating += active
                 active = []
         elif satisfied:
-            active = await self._manage(job, key, active, succeeded, terminating, record, now)
+            active = await self._manage(job, key, active, succeeded, terminating, record, now, succeeded_indexes)
         if not finishing and not jd.condition(job, jd.FAILURE_TARGET):
             self._suspend_conditions(job, conditions, suspended, status, now)
         status["active"] = len(active)
@@ -260,12 +268,20 @@ class JobController:
         return await controllerref.claim(job, candidates, selector, self._pods_api, "batch/v1", "Job", fresh)
 
     async def _manage(self, job: dict, key: str, active: list[dict], succeeded: int, terminating: list[dict],
-                      record: jd.BackoffRecord, now) -> list[dict]:
-        """``manageJob``: delete the excess or create what is missing; returns the active Pods."""
+                      record: jd.BackoffRecord, now, succeeded_indexes: set[int] | None = None) -> list[dict]:
+        """``manageJob``: delete the excess or create what is missing; returns the active Pods.
+        Indexed: Pods of no index, of a succeeded index or a second one of an index go first,
+        and new Pods take the lowest indexes still missing."""
         if (job.get("spec") or {}).get("suspend"):
             if active:
                 await self._delete_pods(job, key, active)
             return []
+        if succeeded_indexes is not None:
+            excess = jd.excess_indexed_pods(job, succeeded_indexes, active)
+            if excess:
+                await self._delete_pods(job, key, excess[:jd.MAX_POD_CREATE_DELETE_PER_SYNC])
+                return [p for p in active if p not in excess]
+            succeeded = len(succeeded_indexes)
         want = jd.want_active(job, succeeded, len(active))
         if len(active) > want:
             # newest and least ready go first (ActivePods order, reversed: controller_utils)
@@ -282,14 +298,20 @@ class JobController:
             self.queue.add_after(key, wait)
             return active
         diff = min(diff, jd.MAX_POD_CREATE_DELETE_PER_SYNC)
-        template = (job.get("spec") or {}).get("template") or {}
-        pod = pod_from_template(template, job, "batch/v1", "Job", generate_name=jd.pod_name_prefix(job["metadata"]["name"]),
-                                extra_finalizers=(jd.JOB_TRACKING_FINALIZER,))
+        if succeeded_indexes is not None:
+            made = [jd.indexed_template(job, index) for index in jd.indexes_to_create(job, succeeded_indexes, active, diff)]
+        else:
+            made = [((job.get("spec") or {}).get("template") or {}, jd.pod_name_prefix(job["metadata"]["name"]))] * diff
+        pods = [pod_from_template(template, job, "batch/v1", "Job", generate_name=prefix, extra_finalizers=(jd.JOB_TRACKING_FINALIZER,))
+                for template, prefix in made]
+        diff = len(pods)
+        if not diff:
+            return active
         self.expectations.expect_creations(key, diff)
 
         async def create_one() -> None:
             try:
-                await self._pod_control.create(job, copy.deepcopy(pod))
+                await self._pod_control.create(job, pods.pop(0))
             except Exception:
                 self.expectations.creation_observed(key)  # its event will never come
                 raise

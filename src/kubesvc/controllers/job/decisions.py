@@ -1,5 +1,5 @@
 """The Job controller's decisions as pure functions (pkg/controller/job/job_controller.go,
-backoff_utils.go; NonIndexed completion mode).
+backoff_utils.go; NonIndexed and Indexed completion modes).
 
 * **How many Pods run.** ``parallelism`` at most; with ``completions`` set, no more than the
   completions still missing; without it (a work queue) ``parallelism`` until one Pod
@@ -210,3 +210,108 @@ def failure(job: dict, failed: int, now: datetime) -> tuple[str, str] | None:
 def pod_name_prefix(job_name: str) -> str:
     """``generateName`` of the Job's Pods: ``<job>-`` (the apiserver adds 5 characters)."""
     return f"{job_name}-"
+
+
+# ---- Indexed completion mode (job_controller.go indexed_job_utils.go) -------------------------
+#
+# ``completionMode: Indexed``: each of the ``completions`` indexes 0..n-1 must succeed once. A
+# Pod carries its index as the annotation and label ``batch.kubernetes.io/job-completion-index``
+# and in ``JOB_COMPLETION_INDEX``; its hostname is ``<job>-<index>``. ``status.completedIndexes``
+# lists the succeeded indexes as intervals (``"1,3-5,7"``); the Job is complete when all are.
+
+COMPLETION_INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
+MAX_GENERATED_NAME_LENGTH = 58
+
+
+def is_indexed(job: dict) -> bool:
+    return (job.get("spec") or {}).get("completionMode") == "Indexed"
+
+
+def completions(job: dict) -> int:
+    return int((job.get("spec") or {}).get("completions") or 0)
+
+
+def pod_index(pod: dict, job: dict) -> int | None:
+    """``getCompletionIndex``: the Pod's index, None when missing or out of range."""
+    meta = pod.get("metadata") or {}
+    text = (meta.get("annotations") or {}).get(COMPLETION_INDEX_KEY) or (meta.get("labels") or {}).get(COMPLETION_INDEX_KEY)
+    if text is None or not text.isdigit():
+        return None
+    index = int(text)
+    return index if index < completions(job) else None
+
+
+def parse_indexes(text: str | None, limit: int) -> set[int]:
+    """``parseIndexesFromString``: ``"1,3-5"`` -> {1, 3, 4, 5}, indexes >= ``limit`` dropped."""
+    found: set[int] = set()
+    for part in (text or "").split(","):
+        if not part:
+            continue
+        first, _, last = part.partition("-")
+        try:
+            low, high = int(first), int(last or first)
+        except ValueError:
+            continue
+        found.update(range(low, min(high, limit - 1) + 1))
+    return found
+
+
+def format_indexes(indexes: set[int]) -> str:
+    """``succeededIndexes.String()``: sorted intervals."""
+    parts, ordered = [], sorted(indexes)
+    start = prev = None
+    for index in ordered:
+        if start is None:
+            start = prev = index
+        elif index == prev + 1:
+            prev = index
+        else:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            start = prev = index
+    if start is not None:
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return ",".join(parts)
+
+
+def indexes_to_create(job: dict, succeeded: set[int], active_pods: list[dict], want: int) -> list[int]:
+    """``firstPendingIndexes``: the lowest indexes neither succeeded nor running, ``want`` of them."""
+    running = {pod_index(p, job) for p in active_pods}
+    return [i for i in range(completions(job)) if i not in succeeded and i not in running][:max(0, want)]
+
+
+def excess_indexed_pods(job: dict, succeeded: set[int], active_pods: list[dict]) -> list[dict]:
+    """Active Pods to delete: those without a valid index, those of an index that already
+    succeeded, and all but the oldest of two running one index."""
+    excess, kept = [], set()
+    for pod in sorted(active_pods, key=lambda p: p["metadata"].get("creationTimestamp") or ""):
+        index = pod_index(pod, job)
+        if index is None or index in succeeded or index in kept:
+            excess.append(pod)
+        else:
+            kept.add(index)
+    return excess
+
+
+def indexed_template(job: dict, index: int) -> tuple[dict, str]:
+    """The template of index ``index``'s Pod and its generateName (``podGenerateNameWithIndex``)."""
+    import copy
+
+    template = copy.deepcopy((job.get("spec") or {}).get("template") or {})
+    meta = template.setdefault("metadata", {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), COMPLETION_INDEX_KEY: str(index)}
+    meta["labels"] = {**(meta.get("labels") or {}), COMPLETION_INDEX_KEY: str(index)}
+    spec = template.setdefault("spec", {})
+    name = job["metadata"]["name"]
+    if not spec.get("hostname"):
+        spec["hostname"] = f"{name}-{index}"
+    env_var = {"name": COMPLETION_INDEX_ENV,
+               "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.labels['{COMPLETION_INDEX_KEY}']"}}}
+    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        if not any(e.get("name") == COMPLETION_INDEX_ENV for e in container.get("env") or []):
+            container["env"] = list(container.get("env") or []) + [env_var]
+    appendix = f"-{index}-"
+    prefix = name + appendix
+    if len(prefix) > MAX_GENERATED_NAME_LENGTH:
+        prefix = prefix[:MAX_GENERATED_NAME_LENGTH - len(appendix)] + appendix
+    return template, prefix
