@@ -64,3 +64,30 @@ async def test_a_restarted_join_with_a_valid_credential_needs_no_token(tmp_path)
     other.options.server = "https://127.0.0.1:1"
     with pytest.raises(JoinFailed, match="cannot reach"):
         await other.credentials()
+
+
+def test_the_serving_request_has_the_kubelet_serving_shape_and_the_agent_uses_the_issued_pair(tmp_path):
+    import base64
+    from datetime import datetime, timezone
+
+    from cryptography import x509
+
+    from kubesvc.controllers.certificates.csr import kubelet_serving_problem
+    from kubesvc.nodejoin import tlsbootstrap
+    from kubesvc.nodejoin.csr import new_key, serving_csr_object
+    from kubesvc.serving import pki
+
+    obj = serving_csr_object(new_key(), "m2", ["192.0.2.12"], ["m2"])
+    request = x509.load_pem_x509_csr(base64.b64decode(obj["spec"]["request"]))
+    assert obj["spec"]["signerName"] == "kubernetes.io/kubelet-serving"
+    assert kubelet_serving_problem(request, obj["spec"]["usages"]) == ""
+    joined = system(tmp_path)
+    assert "--tls-cert-file" not in [str(a) for a in joined.agent_argv()]  # nothing issued yet: the agent's own self-signed one
+    ca = pki.ClusterCA(tmp_path / "ca")
+    pair = ca.node_serving("m2", ["192.0.2.12"])
+    pki.private_dir(joined.paths.serving_cert.parent)
+    pki.write_private(joined.paths.serving_cert, pair.cert.read_bytes())
+    pki.write_private(joined.paths.serving_key, pair.key.read_bytes())
+    assert tlsbootstrap.serving_usable(joined.paths, ["192.0.2.12"], datetime.now(timezone.utc))
+    assert not tlsbootstrap.serving_usable(joined.paths, ["192.0.2.99"], datetime.now(timezone.utc))  # another address: ask again
+    assert flag(joined.agent_argv(), "--tls-cert-file") == str(joined.paths.serving_cert)

@@ -226,6 +226,31 @@ def test_a_joined_nodes_proxy_answers_its_nodeport(cluster):
     netns.wait_until(answers, scaled(60), "the NodePort on m2 answering from the LAN")
 
 
+def test_kubectl_logs_reach_a_joined_node_once_its_serving_certificate_is_approved(cluster):
+    """The agent asks for its serving certificate (kubernetes.io/kubelet-serving, as the
+    kubelet's serverTLSBootstrap); no controller approves that, an administrator does; then the
+    apiserver trusts the agent and kubectl logs work for a Pod on the joined node."""
+    server = cluster["server"]
+
+    def pending_serving() -> list[str]:
+        rows = [line.split() for line in server.kubectl("get", "csr", "--no-headers").stdout.splitlines()]
+        return [r[0] for r in rows if r[2] == "kubernetes.io/kubelet-serving" and r[3] == "system:node:m2" and r[-1] == "Pending"]
+
+    name = netns.wait_until(pending_serving, scaled(60), "m2's pending serving CSR")[0]
+    pod = json.loads(web("talker", "m2", "talker"))
+    pod["spec"]["containers"][0]["command"] = ["sh", "-c", "echo hello from m2; sleep 600"]
+    del pod["spec"]["containers"][0]["readinessProbe"]
+    server.kubectl("apply", "-f", "-", input=json.dumps(pod))
+    server.kubectl("certificate", "approve", name)
+    issued = lambda: server.kubectl("get", "csr", name, "--no-headers").stdout.split()[-1] == "Approved,Issued"  # noqa: E731
+    netns.wait_until(issued, scaled(30), "the serving certificate issued")
+
+    def logs() -> bool:
+        return "hello from m2" in server.kubectl("logs", "talker", check=False).stdout
+
+    netns.wait_until(logs, scaled(90), "kubectl logs of a Pod on m2")
+
+
 def test_leave_removes_what_the_node_made_and_it_turns_not_ready(cluster):
     server, (two, three) = cluster["server"], cluster["joiners"]
     assert "cbr0" in three.ns.ip("link").stdout

@@ -54,6 +54,30 @@ def digested_name(public_key, common_name: str, organizations: tuple[str, ...], 
     return "node-csr-" + encode(digest.digest()).decode()
 
 
+KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving"
+SERVING_USAGES = ("digital signature", "server auth")
+
+
+def serving_csr_object(key, node_name: str, node_ips: list[str], hostnames: list[str]) -> dict:
+    """The kubelet's serving certificate request (``serverTLSBootstrap``, identity.md §4.3): the
+    node's subject, its names and addresses as SANs, signer ``kubernetes.io/kubelet-serving``.
+    No controller approves it (upstream's kube-controller-manager never does): an administrator
+    does, with ``kubectl certificate approve``; csrsigning then signs it."""
+    import ipaddress
+
+    common_name = NODE_USER_PREFIX + node_name
+    sans = [x509.DNSName(h) for h in dict.fromkeys(hostnames)] + [x509.IPAddress(ipaddress.ip_address(ip)) for ip in node_ips]
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, NODES_GROUP), x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    request = (x509.CertificateSigningRequestBuilder().subject_name(subject)
+               .add_extension(x509.SubjectAlternativeName(sans), critical=False).sign(key, hashes.SHA256()))
+    pem = request.public_bytes(serialization.Encoding.PEM)
+    return {
+        "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"generateName": "csr-"},  # the kubelet's serving requests: csr-<random>
+        "spec": {"request": base64.b64encode(pem).decode(), "signerName": KUBELET_SERVING_SIGNER, "usages": list(SERVING_USAGES)},
+    }
+
+
 def node_csr_object(key, node_name: str, expiration_seconds: int | None = None) -> dict:
     """The CertificateSigningRequest a node POSTs for its client certificate."""
     common_name = NODE_USER_PREFIX + node_name

@@ -43,6 +43,7 @@ from kubesvc.util.aio import cancel_and_wait
 
 CERTIFICATE_TIMEOUT = 120.0
 POD_CIDR_TIMEOUT = 60.0
+SERVING_APPROVAL_TIMEOUT = 24 * 3600.0  # csrcleaner deletes a request pending longer
 
 
 @dataclass
@@ -81,6 +82,7 @@ class JoinSystem:
         self.made: list[Path] = []
         self.pod_cidrs: list[str] = []
         self._rotation: asyncio.Task | None = None
+        self._serving: asyncio.Task | None = None
         self._up = up
 
     # ---- credentials and the Node ---------------------------------------------------------------
@@ -142,9 +144,47 @@ class JoinSystem:
         return kubesvc_argv(
             "agent", "--kubeconfig", self.paths.kubeconfig, "--node-name", o.node_name, "--pod-cidr", ",".join(self.pod_cidrs),
             "--node-ip", ",".join(o.node_ips), *(["--zone", o.zone] if o.zone else []), "--data-dir", self.data_dir / AGENT_DIR,
-            "--bridge", BRIDGE, "--port", o.kubelet_port, "--client-ca-file", self.paths.ca,
+            "--bridge", BRIDGE, "--port", o.kubelet_port, "--client-ca-file", self.paths.ca, *self.serving_flags(),
             "--shutdown-grace-period", AGENT_SHUTDOWN_GRACE, "--cluster-dns", self.cluster_dns(), "--cluster-domain", o.cluster_domain,
             "--resolv-conf", o.resolv_conf, *o.agent_args, *self.verbosity)
+
+    def serving_flags(self) -> list:
+        """The agent's serving certificate once the cluster issued one (else it serves with a
+        self-signed one, which the apiserver does not trust: no logs or exec until then)."""
+        if not tlsbootstrap.serving_usable(self.paths, self.options.node_ips, datetime.now(timezone.utc)):
+            return []
+        return ["--tls-cert-file", self.paths.serving_cert, "--tls-private-key-file", self.paths.serving_key]
+
+    async def serving_certificate(self) -> None:
+        """The kubelet's serving certificate bootstrap (``serverTLSBootstrap``): a
+        ``kubernetes.io/kubelet-serving`` CSR as the node, waited for until an administrator
+        approves it (``kubectl certificate approve``; no controller does, as upstream) and
+        csrsigning signs it; then the agent is restarted on it."""
+        import logging
+
+        from kubesvc.client.kubeconfig import load_kubeconfig
+        from kubesvc.client.rest import ClientError, RestClient
+
+        options = self.options
+        try:
+            async with RestClient(load_kubeconfig(self.paths.kubeconfig), user_agent="kubesvc-join", field_manager="kubesvc-join") as client:
+                key, cert = await tlsbootstrap.request_certificate(client, options.node_name, timeout=SERVING_APPROVAL_TIMEOUT,
+                                                                   server=options.server, serving_for=(options.node_ips, [options.node_name]),
+                                                                   interval=5.0, on_created=lambda name: self.supervisor.say(
+                                                                       "the agent's serving certificate (kubectl logs and exec reach it "
+                                                                       f"with it) waits for approval: kubectl certificate approve {name}"))
+        except (JoinFailed, ClientError) as err:
+            logging.getLogger("kubesvc.nodejoin").warning("no serving certificate for the agent: %s", err)
+            return
+        from kubesvc.serving import pki
+
+        pki.write_private(self.paths.serving_key, key)
+        pki.write_private(self.paths.serving_cert, cert)
+        agent = self.supervisor.components.get("agent")
+        if agent is not None:
+            agent.argv = self.agent_argv()
+            self.supervisor.say("the agent's serving certificate was issued: restarting the agent on it")
+            await self.restart_components(("agent",))
 
     def cluster_dns(self) -> str:
         from kubesvc.dns.addon import cluster_dns_ip
@@ -172,7 +212,7 @@ class JoinSystem:
 
         await all_or_none([agent_then_routes(), the_proxy()])
 
-    async def restart_components(self) -> None:
+    async def restart_components(self, names: tuple[str, ...] = ("proxy", "agent")) -> None:
         """The agent and proxy on the renewed certificate (they read it at start): each is sent
         SIGTERM and the supervisor restarts it, as it restarts one that died, with the same
         arguments (the kubeconfig's path is unchanged, its files are the new ones)."""
@@ -180,7 +220,7 @@ class JoinSystem:
 
         from kubesvc.kernel import process as kprocess
 
-        for name in ("proxy", "agent"):
+        for name in names:
             component = self.supervisor.components.get(name)
             if component is not None and component.process is not None and component.process.returncode is None:
                 kprocess.kill_group(component.process.pid, signal.SIGTERM)
@@ -199,6 +239,8 @@ class JoinSystem:
         await self.start_components()
         self._rotation = asyncio.create_task(tlsbootstrap.rotate_forever(self.paths, self.options.server, self.options.node_name,
                                                                          self.restart_components))
+        if not self.serving_flags():
+            self._serving = asyncio.create_task(self.serving_certificate())
 
     async def node_deleted(self) -> bool:
         """Whether the cluster no longer has this Node (an administrator's ``kubectl delete
@@ -218,7 +260,7 @@ class JoinSystem:
     async def stop(self) -> list[str]:
         from kubesvc.proxy.server import cleanup_leftovers
 
-        await cancel_and_wait([t for t in [self._rotation] if t is not None])
+        await cancel_and_wait([t for t in [self._rotation, self._serving] if t is not None])
         errors: list[str] = []
         await self.supervisor.stop(["proxy", "agent"], STOP_GRACE)
         await self.supervisor.close()

@@ -32,7 +32,7 @@ from cryptography import x509
 from kubesvc.client.kubeconfig import ClientConfig
 from kubesvc.client.rest import ApiError, ClientError, RestClient, is_already_exists
 from kubesvc.cluster.join import JoinFailed
-from kubesvc.nodejoin.csr import NODE_USER_PREFIX, key_pem, new_key, node_csr_object
+from kubesvc.nodejoin.csr import NODE_USER_PREFIX, key_pem, new_key, node_csr_object, serving_csr_object
 from kubesvc.serving import pki
 
 CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
@@ -59,6 +59,14 @@ class Paths:
     @property
     def kubeconfig(self) -> Path:
         return self.data_dir / "kubeconfig"
+
+    @property
+    def serving_key(self) -> Path:
+        return self.data_dir / "pki" / "kubelet-server.key"
+
+    @property
+    def serving_cert(self) -> Path:
+        return self.data_dir / "pki" / "kubelet-server.crt"
 
     def all(self) -> list[Path]:
         return [self.ca, self.key, self.cert, self.kubeconfig]
@@ -111,15 +119,20 @@ def _condition(csr: dict, ctype: str) -> dict | None:
 
 
 async def request_certificate(client: RestClient, node_name: str, *, timeout: float, server: str, token_id: str = "",
-                              expiration_seconds: int | None = None) -> tuple[bytes, bytes]:
-    """(key PEM, certificate PEM) for ``system:node:<node_name>`` through a CSR. JoinFailed
+                              expiration_seconds: int | None = None, serving_for: tuple[list[str], list[str]] | None = None,
+                              interval: float = 0.5, on_created=None) -> tuple[bytes, bytes]:
+    """(key PEM, certificate PEM) for ``system:node:<node_name>`` through a CSR: its client
+    certificate, or with ``serving_for`` (IPs, hostnames) its serving certificate. JoinFailed
     with one line for a refused token, a denied or failed request, or no answer in time."""
     key = new_key()
-    obj = node_csr_object(key, node_name, expiration_seconds)
-    name = obj["metadata"]["name"]
+    obj = serving_csr_object(key, node_name, *serving_for) if serving_for else node_csr_object(key, node_name, expiration_seconds)
+    name = obj["metadata"].get("name", "")
     try:
         try:
-            await client.create(CSR_PATH, obj)
+            created = await client.create(CSR_PATH, obj)
+            name = created["metadata"]["name"]
+            if on_created is not None:
+                on_created(name)
         except ApiError as err:
             if not is_already_exists(err):
                 raise
@@ -151,7 +164,7 @@ async def request_certificate(client: RestClient, node_name: str, *, timeout: fl
         if loop.time() > deadline:
             raise JoinFailed(f"certificate signing request {name} was not signed within {timeout:g}s: approve it with "
                              f"kubectl certificate approve {name} (a controller-manager with csrapproving and csrsigning does)")
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(interval)
 
 
 async def rotate_forever(paths: Paths, server: str, node_name: str, on_rotated, *, timeout: float = 300.0,
@@ -179,6 +192,19 @@ async def rotate_forever(paths: Paths, server: str, node_name: str, on_rotated, 
 
             logging.getLogger("kubesvc.nodejoin").warning("certificate rotation failed, retrying in 60s: %s", err)
             await asyncio.sleep(60)
+
+
+def serving_usable(paths: Paths, node_ips: list[str], now: datetime) -> bool:
+    """The data dir holds an unexpired serving certificate naming every node IP."""
+    import ipaddress
+
+    try:
+        cert = x509.load_pem_x509_certificate(paths.serving_cert.read_bytes())
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (OSError, ValueError, x509.ExtensionNotFound):
+        return False
+    named = {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
+    return paths.serving_key.exists() and cert.not_valid_after_utc > now and {str(ipaddress.ip_address(i)) for i in node_ips} <= named
 
 
 def remove(paths: list[Path]) -> None:
