@@ -27,6 +27,7 @@ COMMANDS = {
     "leave": "kubesvc.cmd.leave:leave_command",
     "proxy": "kubesvc.cmd.proxy:proxy_command",
     "token": "kubesvc.cmd.token:token_command",
+    "trace": "kubesvc.cmd.trace:trace_command",
     "up": "kubesvc.cmd.up:up_command",
 }
 

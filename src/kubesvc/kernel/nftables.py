@@ -350,6 +350,16 @@ class NFTables:
                 return []
             raise
 
+    async def list_table_text(self) -> str:
+        """The table as ``nft list table`` prints it (the rules' text, for ``kubesvc trace``);
+        "" when the table does not exist."""
+        try:
+            return (await run(self.argv("list", "table", self.family_name, self.table))).stdout
+        except CommandFailed as err:
+            if is_not_found(err):
+                return ""
+            raise
+
     async def chain_rule_count(self, chain: str) -> int | None:
         """How many rules chain ``chain`` of our table has; None if it (or the table) is gone.
         A stand-in ``nft`` binary is asked with ``nft -j list chain`` instead."""

@@ -81,6 +81,7 @@ class Chain:
 @dataclass
 class Element:
     value: str = ""
+    comment: str = ""
 
 
 @dataclass
@@ -118,7 +119,8 @@ def table_from_listing(objs: list[dict], text: str) -> Table | None:
         elif "set" in obj or "map" in obj:
             body = obj.get("set") or obj["map"]
             flags = tuple(body.get("flags", ()))
-            elements = {k: Element(v) for k, v in parse_elements(body.get("elem", ())).items()}
+            elements = {k: Element(v, comment) for (k, v), comment in zip(parse_elements(body.get("elem", ())).items(),
+                                                                          _element_comments(body.get("elem", ())))}
             timeout = f"{body['timeout']}s" if "timeout" in body else ""
             table.sets[body["name"]] = Set(body["name"], flags, timeout, elements)
     current = None
@@ -134,6 +136,15 @@ def table_from_listing(objs: list[dict], text: str) -> Table | None:
         elif stripped and not stripped.endswith(";") and not re.fullmatch(r'comment "[^"]*"', stripped):
             current.rules.append(Rule(stripped))  # ``type … hook …; policy …;`` and the chain's comment are not rules
     return table
+
+
+def _element_comments(elems) -> list[str]:
+    """Each element's comment ("" if none), in ``parse_elements``' order."""
+    out = []
+    for elem in elems:
+        key = elem[0] if isinstance(elem, list) else elem
+        out.append(key["elem"].get("comment", "") if isinstance(key, dict) and "elem" in key else "")
+    return out
 
 
 @dataclass
@@ -162,6 +173,7 @@ class Tracer:
     chances: list[float] = field(default_factory=list)  # beside ``outputs``: each candidate's probability
     left: float = 1.0  # the probability no earlier affinity pick took
     affinity: list[str] = field(default_factory=list)  # the affinity sets the walk passed
+    comments: list[str] = field(default_factory=list)  # the comments of the map elements that matched
 
     def _matched(self, text: str) -> None:
         self.matches.append(text)
@@ -189,6 +201,8 @@ class Tracer:
         s = self._set(name)
         key = self._key(fields)
         if key in s.elements:
+            if getattr(s.elements[key], "comment", ""):
+                self.comments.append(s.elements[key].comment)
             return s.elements[key].value
         if len(fields) == 1:  # interval sets: prefixes and ranges
             for k, elem in s.elements.items():
@@ -446,6 +460,7 @@ class Walk:
     verdict: str  # "DNAT", "DROP", "REJECT", or "" (nothing of ours applied)
     affinity: list[str]  # the ClientIP affinity sets on the way (a returning client sticks)
     matches: list[str]
+    comments: list[str]  # of the map elements that matched (``ns/name:port`` on no-endpoint elements)
     output: str  # upstream's tracer output: the DNAT targets and verdicts in order, ", "-joined
 
 
@@ -455,7 +470,7 @@ def trace(table: Table | None, source: str, protocol: str, dest: str, port: int 
     starts on the node itself (the output hook instead of prerouting; then input only if the
     destination is still one of the node's addresses)."""
     if table is None:
-        return Walk([], [], False, "", [], [], "")
+        return Walk([], [], False, "", [], [], [], "")
     local = frozenset(_canonical(ip) for ip in (*TEST_LOCAL, *node_ips))
     tracer = Tracer(table, Packet(_canonical(source), protocol, _canonical(dest), str(port), local))
     if not _run_hook(tracer, "output" if from_node else "prerouting"):
@@ -465,7 +480,7 @@ def trace(table: Table | None, source: str, protocol: str, dest: str, port: int 
     dropped = [o for o in tracer.outputs if o in ("DROP", "REJECT")]
     candidates = [(o, round(c, 6)) for o, c in zip(tracer.outputs, tracer.chances) if o not in ("DROP", "REJECT")]
     verdict = dropped[0] if dropped else ("DNAT" if candidates else "")
-    return Walk(tracer.steps, candidates, tracer.masquerade, verdict, tracer.affinity, tracer.matches, ", ".join(tracer.outputs))
+    return Walk(tracer.steps, candidates, tracer.masquerade, verdict, tracer.affinity, tracer.matches, tracer.comments, ", ".join(tracer.outputs))
 
 
 def trace_packet(nft, source: str, protocol: str, dest: str, port: int | str, node_ips=(), *,

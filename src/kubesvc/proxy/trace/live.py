@@ -1,0 +1,143 @@
+"""``kubesvc trace`` on a node: read this node's live state through ``kernel/`` and put the walk
+and the Kubernetes objects behind it together.
+
+``read_node`` lists the ``kube-proxy`` tables of both families (``nft -j list table`` and
+``nft list table``) and the node's own addresses (the kernel's ``fib … type local``); ``report``
+is pure: the walk (``nftables.trace``) of one new connection, the Service port its chains name,
+each DNAT candidate with its probability, Pod and node (from the Service's EndpointSlices when
+the API was read), the endpoints that are not candidates and why (``objects.excluded_because``),
+and a verdict:
+
+* ``DNAT``: delivered to the candidates (one of them per connection);
+* ``REJECT`` / ``DROP``: refused, or dropped (a source range, a ``Local`` policy with no local
+  endpoint, an unallocated ClusterIP);
+* ``NONE``: nothing of ours applied; the packet is routed as it is (not a Service address).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+from kubesvc.kernel import IPV4, IPV6
+from kubesvc.kernel.netlink import addresses_async, unique_ips
+from kubesvc.kernel.nftables import NFTables
+from kubesvc.proxy.trace import nftables, objects
+
+# The stand-in address for "a client outside the cluster" (TEST-NET-3 / the documentation
+# prefix: never a node's, a Pod's or a Service's).
+EXTERNAL = {4: "203.0.113.1", 6: "2001:db8::1"}
+
+
+@dataclass
+class NodeState:
+    tables: dict[int, nftables.Table | None]  # family → the live table (None: absent)
+    addresses: list[str]
+
+
+@dataclass
+class Objects:
+    """What the API said (all optional: without a kubeconfig only the kernel's names are used)."""
+
+    service: dict | None = None
+    slices: list[dict] = field(default_factory=list)
+    node: str | None = None
+    node_labels: dict = field(default_factory=dict)
+    source_pod: str | None = None
+    source_ip: str | None = None
+
+
+async def read_node(*, netns: str | None = None) -> NodeState:
+    tables: dict[int, nftables.Table | None] = {}
+    for family in (IPV4, IPV6):
+        nft = NFTables(family, netns=netns, in_process=False)
+        objs = await nft.list_table()
+        tables[family] = nftables.table_from_listing(objs, await nft.list_table_text()) if objs else None
+    return NodeState(tables, unique_ips(await addresses_async(netns=netns)))
+
+
+def family_of(ip: str) -> int:
+    return IPV6 if ipaddress.ip_address(ip).version == 6 else IPV4
+
+
+def report(state: NodeState, source: str, dest: str, port: int, protocol: str, *, from_node: bool = False,
+           objs: Objects | None = None) -> dict:
+    """The JSON form of ``kubesvc trace`` (see the module docstring)."""
+    objs = objs or Objects()
+    family = family_of(dest)
+    table = state.tables.get(family)
+    walk = nftables.trace(table, source, protocol.lower(), dest, port, state.addresses, from_node=from_node)
+    chains = [s["chain"] for s in walk.steps if s["rule"] is None]
+    service_port = objects.service_port_of(chains, walk.comments, protocol)
+    endpoints = objects.slice_endpoints(objs.slices, service_port["port"] if service_port else None)
+    by_address = {e["address"]: e for e in endpoints}
+    candidates = []
+    for endpoint, chance in walk.candidates:
+        ip, number = objects.host_port(endpoint)
+        ep = by_address.get(ip) or {}
+        candidates.append({"endpoint": endpoint, "probability": chance, "pod": ep.get("pod"), "node": ep.get("node"),
+                           "slice": ep.get("slice")})
+    excluded = []
+    if service_port and objs.slices:
+        chosen = {objects.host_port(e)[0] for e, _ in walk.candidates}
+        spec = (objs.service or {}).get("spec") or {}
+        cluster_ips = set(spec.get("clusterIPs") or [spec.get("clusterIP")])
+        internal = ipaddress.ip_address(dest).compressed in cluster_ips
+        policy = spec.get("internalTrafficPolicy" if internal else "externalTrafficPolicy") or "Cluster"
+        any_ready = any(e["ready"] for e in endpoints)
+        for ep in endpoints:
+            if ep["address"] in chosen or family_of(ep["address"]) != family:
+                continue
+            excluded.append({"endpoint": ep["address"], "pod": ep["pod"], "node": ep["node"], "slice": ep["slice"],
+                             "reason": objects.excluded_because(ep, any_ready=any_ready, local_policy=policy == "Local",
+                                                                node=objs.node, node_labels=objs.node_labels)})
+    return {
+        "mode": "nftables" if table is not None else "none",
+        "source": {"ip": source, "pod": objs.source_pod, "fromNode": from_node},
+        "destination": {"ip": dest, "port": port, "protocol": protocol.upper()},
+        "node": objs.node,
+        "steps": walk.steps,
+        "service": service_port,
+        "candidates": candidates,
+        "affinity": walk.affinity,
+        "masquerade": walk.masquerade,
+        "verdict": walk.verdict or "NONE",
+        "excluded": excluded,
+    }
+
+
+def text(rep: dict) -> list[str]:
+    """The human form: one line per chain entered and per rule that matched, then the outcome."""
+    d, s = rep["destination"], rep["source"]
+    who = f" (Pod {s['pod']})" if s.get("pod") else (" (this node)" if s.get("fromNode") else "")
+    lines = [f"{d['protocol'].lower()} {s['ip']}{who} -> {d['ip']}:{d['port']}   [{rep['mode']}]"]
+    hook = None
+    for step in rep["steps"]:
+        if step["hook"] != hook:
+            hook = step["hook"]
+            lines.append(f"  {hook}:")
+        if step["rule"] is None:
+            lines.append(f"    chain {step['chain']}")
+        else:
+            lines.append(f"      matched: {step['rule']}")
+    if rep["service"]:
+        sp = rep["service"]
+        lines.append(f"  Service port: {sp['namespace']}/{sp['name']}:{sp['port']} ({sp['protocol']})")
+    verdict = rep["verdict"]
+    if verdict == "DNAT":
+        lines.append("  delivered to one of:")
+        for c in rep["candidates"]:
+            behind = ", ".join(x for x in (f"Pod {c['pod']}" if c["pod"] else "", f"node {c['node']}" if c["node"] else "",
+                                           f"slice {c['slice']}" if c["slice"] else "") if x)
+            lines.append(f"    {c['endpoint']:<24} {c['probability']:6.1%}" + (f"   {behind}" if behind else ""))
+    elif verdict == "NONE":
+        lines.append("  not ours: no rule of the proxy applies; the packet is routed unchanged")
+    else:
+        lines.append(f"  verdict: {verdict}")
+    if rep["affinity"]:
+        lines.append("  ClientIP affinity: a client seen before goes back to its endpoint")
+    if verdict == "DNAT":
+        lines.append("  masqueraded (the endpoint sees a node address)" if rep["masquerade"] else "  not masqueraded (the endpoint sees the client's address)")
+    for e in rep["excluded"]:
+        lines.append(f"  excluded {e['endpoint']}" + (f" (Pod {e['pod']})" if e["pod"] else "") + f": {e['reason']}")
+    return lines
