@@ -4,8 +4,8 @@ What CoreDNS does with k3s's Corefile, in one process:
 
 - **DNS** on UDP and TCP (``--dns-port``, 53): each query is parsed with dnspython; a name in
   the cluster domain, or a reverse name of a cluster IP, is answered from memory by
-  ``answer.resolve`` (authoritative, TTL 5 s, never cached: a Service change is visible on the
-  next query); anything else is looked up in the cache and, on a miss, forwarded
+  ``answer.resolve`` (authoritative, TTL 5 s, no negative cache: a Service change is visible
+  on the next query); anything else is looked up in the cache and, on a miss, forwarded
   (``forward.Forwarder``) and cached. An ExternalName whose target is outside the zone gets its
   CNAME followed upstream, the upstream's records appended and its TC bit kept. A UDP answer
   that does not fit 512 bytes (or the client's EDNS size) is truncated with TC set, so the
@@ -14,6 +14,11 @@ What CoreDNS does with k3s's Corefile, in one process:
 - **Informers** on Services, EndpointSlices and Namespaces feed ``records.ClusterRecords``;
   until all three have synced an answer that would be NXDOMAIN is SERVFAIL and ``/ready``
   is 503 (CoreDNS's ``ready`` plugin lists the plugins not ready: ``kubernetes``).
+- **Rendered answers**: a UDP question whose bytes (all but the id) were answered before gets
+  that rendered answer again with its own id, while it holds: for cluster names until any
+  informer event (``ClusterRecords.generation``), for cached forwarded names until their TTLs
+  tick; the rest of the path (parse, answer, render with dnspython) runs once per distinct
+  question. A cache hit for a forwarded name is answered inline; only an upstream query waits.
 - **HTTP**: ``/health`` (``:8080``) is 200 ``OK`` while the process serves; ``/ready``
   (``:8181``) as above; ``/metrics`` (``:9153``) CoreDNS's metrics (``metrics``).
 """
