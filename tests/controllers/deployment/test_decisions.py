@@ -398,3 +398,13 @@ def test_rollback_request_and_template():
     assert d["metadata"]["annotations"]["kubernetes.io/change-cause"] == "now"  # the input is not changed
     d["metadata"]["annotations"][util.ROLLBACK_TO_ANNOTATION] = "not a number"
     assert util.rollback_to(d) is None
+
+
+def test_stale_old_status_stops_the_step():
+    """An old ReplicaSet reporting more available Pods than its size (its status predates its
+    last scale-down) makes the step fail, as upstream's cleanupUnhealthyReplicas does, instead of
+    counting Pods that are going away."""
+    d = deployment(8, surge=2, unavailable=2)
+    old_rs, new_rs = rs("old", 6, available=8, created=0), rs("new", 4, available=2, created=1)
+    with pytest.raises(rolling.StaleReplicaSetStatus, match="invalid request to scale down .*old 6 -> 8"):
+        rolling.old_replica_set_sizes(d, [old_rs, new_rs], [old_rs], new_rs)

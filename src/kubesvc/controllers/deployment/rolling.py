@@ -22,6 +22,10 @@ from __future__ import annotations
 from kubesvc.controllers.deployment.util import creation_key, max_unavailable, new_rs_new_replicas, replicas, status_int
 
 
+class StaleReplicaSetStatus(Exception):
+    pass
+
+
 def new_replica_set_size(deployment: dict, all_rss: list[dict], new_rs: dict) -> int | None:
     """``reconcileNewReplicaSet``: the new ReplicaSet's next size, or None to leave it."""
     desired = replicas(deployment)
@@ -66,6 +70,13 @@ def cleanup_unhealthy(old_rss: list[dict], max_cleanup: int) -> dict[str, int]:
         if size == 0 or size == available:
             continue
         count = min(max_cleanup - cleaned, size - available)
+        if count < 0:
+            # more available than its size: a status from before its last scale-down (the
+            # ReplicaSet controller has not yet counted the deleted Pods). Upstream refuses
+            # the step with this error and retries; acting on it would count Pods that are
+            # going away as available.
+            raise StaleReplicaSetStatus(f"when cleaning up unhealthy replicas, got invalid request to scale down "
+                                        f"{rs['metadata'].get('namespace')}/{rs['metadata']['name']} {size} -> {size - count}")
         sizes[rs["metadata"]["name"]] = size - count
         cleaned += count
     return sizes
