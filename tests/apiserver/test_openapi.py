@@ -15,7 +15,8 @@ from kubesvc.apiserver.openapi import PATCH_CONTENT_TYPES, OpenAPI
 
 GROUP_VERSIONS = ["api/v1", "apis/discovery.k8s.io/v1", "apis/networking.k8s.io/v1", "apis/coordination.k8s.io/v1",
                   "apis/rbac.authorization.k8s.io/v1", "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1",
-                  "apis/certificates.k8s.io/v1", "apis/apps/v1", "apis/batch/v1"]
+                  "apis/certificates.k8s.io/v1", "apis/apps/v1", "apis/batch/v1",
+                  "apis/kubesvc.io/v1alpha1"]
 WRITES = ("post", "put", "patch")
 
 

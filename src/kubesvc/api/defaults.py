@@ -625,5 +625,6 @@ _DEFAULTERS = {
     "RoleBinding": _role_binding,
     "ClusterRoleBinding": _role_binding,
     "CertificateSigningRequest": _nothing,  # certificates/v1 has no defaulting functions
+    "LoadBalancerIPPool": _nothing,
     **defaults_workloads.DEFAULTERS,  # Deployment, ReplicaSet, DaemonSet, ControllerRevision, ReplicationController, Job
 }

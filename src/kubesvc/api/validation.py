@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from kubesvc.api import validation_certificates, validation_config, validation_rbac
+from kubesvc.api import validation_certificates, validation_config, validation_loadbalancer, validation_rbac
 from kubesvc.api import validation_workloads as workloads
 from kubesvc.api.errors import FieldError, duplicate, forbidden_field, invalid_value, not_supported, required, too_many
 from kubesvc.api.validation_meta import (
@@ -1643,6 +1643,7 @@ _KINDS: dict[str, _Rules] = {
                                     workloads.validate_replication_controller_status_update),
     "Job": _Rules(workloads.validate_job, workloads.validate_job_update, workloads.validate_job_status_update),
     "CronJob": _Rules(workloads.validate_cron_job, workloads.validate_cron_job_update, workloads.validate_cron_job_status_update),
+    "LoadBalancerIPPool": _Rules(validation_loadbalancer.validate_pool, validation_loadbalancer.validate_pool_update),
 }
 
 

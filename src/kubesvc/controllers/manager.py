@@ -19,7 +19,8 @@ process, as an API client.
   ``certificatesigningrequest-approving-controller``, ``-signing-controller`` (with
   ``--cluster-signing-cert-file``/``-key-file``) and ``-cleaner-controller`` (csrapproving,
   csrsigning, csrcleaner: controllers/certificates), ``node-ipam-controller`` (with
-  ``--allocate-node-cidrs``: controllers/nodeipam).
+  ``--allocate-node-cidrs``: controllers/nodeipam), ``service-lb-controller`` (LoadBalancer
+  addresses from kubesvc.io LoadBalancerIPPools: controllers/loadbalancer).
 * **Identities**: the shared informers and leader election use the manager's own client
   (``--kubeconfig``, ``system:kube-controller-manager``). Each controller writes with the client
   a client builder (controllers/clientbuilder.py) gives for its ServiceAccount name
@@ -80,9 +81,10 @@ TTL_AFTER_FINISHED = "ttl-after-finished-controller"
 REPLICASET = "replicaset-controller"
 REPLICATION = "replicationcontroller-controller"
 CRONJOB = "cronjob-controller"
+SERVICE_LB = "service-lb-controller"
 KNOWN_CONTROLLERS = (ENDPOINTSLICE, MIRRORING, ENDPOINTS, GARBAGE_COLLECTOR, SCHEDULER, SERVICEACCOUNT, ROOT_CA_CERT_PUBLISHER,
                      CSR_APPROVING, CSR_SIGNING, CSR_CLEANER, NODE_IPAM, DEPLOYMENT, DAEMONSET, JOB, TTL_AFTER_FINISHED,
-                     REPLICASET, REPLICATION, CRONJOB)
+                     REPLICASET, REPLICATION, CRONJOB, SERVICE_LB)
 # Each controller's identity with upstream's --use-service-account-credentials: the
 # kube-system ServiceAccount its system:controller:<name> ClusterRole is bound to.
 CONTROLLER_SERVICE_ACCOUNTS = {ENDPOINTSLICE: "endpointslice-controller", MIRRORING: "endpointslicemirroring-controller",
@@ -92,13 +94,13 @@ CONTROLLER_SERVICE_ACCOUNTS = {ENDPOINTSLICE: "endpointslice-controller", MIRROR
                                CSR_CLEANER: "certificate-controller", NODE_IPAM: "node-controller",
                                DEPLOYMENT: "deployment-controller", DAEMONSET: "daemon-set-controller", JOB: "job-controller",
                                TTL_AFTER_FINISHED: "ttl-after-finished-controller", REPLICASET: "replicaset-controller",
-                               REPLICATION: "replication-controller", CRONJOB: "cronjob-controller"}
+                               REPLICATION: "replication-controller", CRONJOB: "cronjob-controller", SERVICE_LB: "service-controller"}
 ALIASES = {"endpointslice": ENDPOINTSLICE, "endpointslicemirroring": MIRRORING, "endpoint": ENDPOINTS,
            "endpoints": ENDPOINTS, "garbagecollector": GARBAGE_COLLECTOR, "scheduler": SCHEDULER,
            "serviceaccount": SERVICEACCOUNT, "root-ca-cert-publisher": ROOT_CA_CERT_PUBLISHER,
            "csrapproving": CSR_APPROVING, "csrsigning": CSR_SIGNING, "csrcleaner": CSR_CLEANER, "nodeipam": NODE_IPAM,
            "deployment": DEPLOYMENT, "daemonset": DAEMONSET, "job": JOB, "ttl-after-finished": TTL_AFTER_FINISHED,
-           "replicaset": REPLICASET, "replicationcontroller": REPLICATION, "cronjob": CRONJOB}
+           "replicaset": REPLICASET, "replicationcontroller": REPLICATION, "cronjob": CRONJOB, "service": SERVICE_LB}
 
 
 class LeaderElectionLost(Exception):
@@ -312,6 +314,13 @@ class ControllerManager:
             self.controllers[ROOT_CA_CERT_PUBLISHER] = controller
             runs.append(controller.run)
         runs += self._build_certificates_and_ipam(informers)
+        if SERVICE_LB in enabled:
+            from kubesvc.controllers.loadbalancer.controller import LOADBALANCER_IP_POOLS, LoadBalancerIPAMController
+
+            controller = LoadBalancerIPAMController(self._client_for(SERVICE_LB), informers.services,
+                                                    informers.informer(LOADBALANCER_IP_POOLS), clock=self.clock)
+            self.controllers[SERVICE_LB] = controller
+            runs.append(controller.run)
         return runs
 
     def _build_certificates_and_ipam(self, informers: SharedInformers) -> list:

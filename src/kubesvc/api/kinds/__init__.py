@@ -9,3 +9,4 @@ serves: resource names, scope, short names, categories, subresources and selecta
 # Import order is registration order, which is discovery order: the core group first, as upstream.
 from kubesvc.api.kinds import core, replicationcontroller, discovery, networking, coordination, rbac, authentication, authorization, certificates  # noqa: F401, I001, E501
 from kubesvc.api.kinds import apps, batch  # noqa: F401, I001
+from kubesvc.api.kinds import loadbalancer  # noqa: F401, I001
