@@ -177,34 +177,30 @@ async def test_replication_controller_through_the_same_code(apiserver, client, n
     assert set(events.stdout.split()) == {"replication-controller"}
 
 
-async def test_controller_manager_runs_both_as_their_service_accounts(fresh_apiserver, tmp_path):
+async def test_controller_manager_runs_both_as_their_service_accounts(apiserver, client, namespace, tmp_path):
     """``kubesvc controller-manager --use-service-account-credentials --controllers=replicaset,replicationcontroller``:
     each writes as its kube-system ServiceAccount (upstream's bootstrap roles
     system:controller:replicaset-controller and system:controller:replication-controller are
     enough), Pods made and status written, no request refused."""
     from tests.support.apiserver import start_controller_manager
-    from tests.support.cluster import api_client, new_namespace
 
-    server = fresh_apiserver()
-    manager = start_controller_manager(server, tmp_path / "cm.log", "--leader-elect=false", "--secure-port=0",
+    manager = start_controller_manager(apiserver, tmp_path / "cm.log", "--leader-elect=false", "--secure-port=0",
                                        "--controllers=replicaset,replicationcontroller")
     try:
-        async with api_client(server) as admin:
-            ns = await new_namespace(admin)
-            rc = {"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "legacy"},
-                  "spec": {"replicas": 2, "template": {"metadata": {"labels": {"app": "legacy"}},
-                                                       "spec": {"containers": [{"name": "app", "image": "app"}]}}}}
-            await kubectl(server, "-n", ns, "apply", "-f", "-", input=replica_set("web", 2) + "---\n" + yaml.safe_dump(rc))
+        rc = {"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "legacy"},
+              "spec": {"replicas": 2, "template": {"metadata": {"labels": {"app": "legacy"}},
+                                                   "spec": {"containers": [{"name": "app", "image": "app"}]}}}}
+        await kubectl(apiserver, "-n", namespace, "apply", "-f", "-", input=replica_set("web", 2) + "---\n" + yaml.safe_dump(rc))
 
-            async def made():
-                rs = (await admin.resource(REPLICASETS).get("web", ns)).get("status") or {}
-                rc_status = (await admin.resource(REPLICATIONCONTROLLERS).get("legacy", ns)).get("status") or {}
-                return rs.get("replicas") == 2 and rc_status.get("replicas") == 2 and len(await pods_of(admin, ns)) == 4
+        async def made():
+            rs = (await client.resource(REPLICASETS).get("web", namespace)).get("status") or {}
+            rc_status = (await client.resource(REPLICATIONCONTROLLERS).get("legacy", namespace)).get("status") or {}
+            return rs.get("replicas") == 2 and rc_status.get("replicas") == 2 and len(await pods_of(client, namespace)) == 4
 
-            await eventually(made, 60, "2 Pods each and both statuses written")
-            for account in ("replicaset-controller", "replication-controller"):
-                assert await get_or_none(admin, SERVICEACCOUNTS, account, "kube-system") is not None
-            assert "forbidden" not in manager.log()
+        await eventually(made, 60, "2 Pods each and both statuses written")
+        for account in ("replicaset-controller", "replication-controller"):
+            assert await get_or_none(client, SERVICEACCOUNTS, account, "kube-system") is not None
+        assert "forbidden" not in manager.log()
     finally:
         assert manager.stop() == 0, manager.log()[-3000:]
 
