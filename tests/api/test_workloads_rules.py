@@ -214,3 +214,16 @@ def test_cron_job_time_zone_from_the_tz_database():
     spec = {"schedule": "@daily", "timeZone": "Europe/Berlin",
             "jobTemplate": {"spec": {"template": {"spec": {**TEMPLATE["spec"], "restartPolicy": "Never"}}}}}
     assert errors("CronJob", spec) == []
+
+
+def test_a_suspended_job_that_never_started_may_change_its_scheduling_directives():
+    old = defaulted("Job", {"suspend": True, "selector": SELECTOR, "template": {**TEMPLATE, "spec": {**TEMPLATE["spec"], "restartPolicy": "Never"}}},
+                    resourceVersion="1")
+    new = copy.deepcopy(old)
+    new["spec"]["template"]["spec"]["nodeSelector"] = {"pool": "gpu"}
+    new["spec"]["template"]["metadata"]["annotations"] = {"queue": "a"}
+    assert validate_update("Job", new, old, namespaced=True) == []
+    started = {**old, "status": {"startTime": "2026-01-01T00:00:00Z"}}
+    assert any(str(e).endswith("field is immutable") for e in validate_update("Job", new, started, namespaced=True))
+    new["spec"]["template"]["spec"]["containers"][0]["image"] = "other"
+    assert any(str(e).startswith("spec.template: Invalid value:") for e in validate_update("Job", new, old, namespaced=True))

@@ -577,11 +577,39 @@ def validate_job_update(new: Any, old: Any, namespaced: bool = True) -> Errs:
     errs += _job_spec(errs, new)
     new_spec = new.get("spec") if isinstance(new, dict) and isinstance(new.get("spec"), dict) else {}
     old_spec = old.get("spec") if isinstance(old, dict) and isinstance(old.get("spec"), dict) else {}
-    for name in ("selector", "completionMode", "podFailurePolicy", "backoffLimitPerIndex", "template"):
+    for name in ("selector", "completionMode", "podFailurePolicy", "backoffLimitPerIndex"):
         errs += _immutable(new_spec, old_spec, name)
+    if _never_started_suspended(old):
+        # scheduling directives may change on a suspended Job that never started (what a queue
+        # controller such as Kueue does before it lets the Job run)
+        if _without_scheduling_directives(new_spec.get("template")) != _without_scheduling_directives(old_spec.get("template")):
+            errs.append(invalid_value("spec.template", new_spec.get("template"), "field is immutable"))
+    else:
+        errs += _immutable(new_spec, old_spec, "template")
     if new_spec.get("completionMode") != "Indexed" or new_spec.get("parallelism") != new_spec.get("completions"):
         errs += _immutable(new_spec, old_spec, "completions")  # elastic Indexed Jobs may scale both together
     return errs
+
+
+_SCHEDULING_DIRECTIVES = ("nodeSelector", "tolerations", "affinity", "schedulingGates")
+
+
+def _never_started_suspended(job: Any) -> bool:
+    """``AllowMutableSchedulingDirectives``: the old Job is suspended and never started."""
+    spec = job.get("spec") if isinstance(job, dict) else None
+    status = job.get("status") if isinstance(job, dict) else None
+    return isinstance(spec, dict) and spec.get("suspend") is True and not (status or {}).get("startTime")
+
+
+def _without_scheduling_directives(template: Any) -> Any:
+    """The template minus what a suspended, never started Job may change: its labels,
+    annotations, nodeSelector, tolerations, affinity and scheduling gates."""
+    if not isinstance(template, dict):
+        return template
+    meta = template.get("metadata") if isinstance(template.get("metadata"), dict) else {}
+    spec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
+    return {**template, "metadata": {k: v for k, v in meta.items() if k not in ("labels", "annotations")},
+            "spec": {k: v for k, v in spec.items() if k not in _SCHEDULING_DIRECTIVES}}
 
 
 def validate_job_status_update(new: Any, old: Any, namespaced: bool = True) -> Errs:
