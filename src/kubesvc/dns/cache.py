@@ -37,12 +37,13 @@ MIN_TTL = 5
 SERVFAIL_TTL = 5
 CAPACITY = 9984
 
-Key = tuple[str, int, int, bool]
+Key = tuple
 
 
 def cache_key(query: dns.message.Message) -> Key:
+    """The question (a dnspython Name hashes and compares case-insensitively) and the DO bit."""
     question = query.question[0]
-    return (question.name.to_text().lower(), question.rdtype, question.rdclass, bool(query.ednsflags & dns.flags.DO))
+    return (question.name, question.rdtype, question.rdclass, bool(query.ednsflags & dns.flags.DO))
 
 
 def classify(response: dns.message.Message) -> str | None:
