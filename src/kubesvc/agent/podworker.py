@@ -378,6 +378,9 @@ class PodWorker:
         for event in self.ctx.dns.write_pod_files(self.pod, list(self.network.ips), self.volumes.directory):
             if event.on == "Pod":
                 self._event("Warning", event.reason, event.message)
+            else:  # the kubelet's nodeRef: its UID is the node's name
+                node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.ctx.node_name, "uid": self.ctx.node_name}}
+                self.ctx.recorder.event(node, "Warning", event.reason, event.message)
 
     async def _supervise(self, slot: ContainerSlot):
         """Run one container until it is done for good (by restartPolicy) or the Pod terminates;
