@@ -88,6 +88,7 @@ class UpOptions:
     resolv_conf: str = "/etc/resolv.conf"  # what Pods' resolv.conf (and the DNS add-on's upstreams) start from
     cluster_cidr: str = "10.244.0.0/16"  # clustered: the node-ipam-controller cuts every node's Pod range from it
     pod_network: str = "none"  # the agent's --pod-network (routes | vxlan: Pods reach other nodes' Pods; none: one machine)
+    loadbalancer_pool: list[dict] | None = None  # --loadbalancer-pool: the blocks of the "default" LoadBalancerIPPool
 
     @property
     def clustered(self) -> bool:
@@ -169,7 +170,7 @@ APISERVER_READY_TIMEOUT = 60.0  # then /readyz
 STOP_GRACE = 15.0  # seconds between SIGTERM and SIGKILL (the agent: its Pods' grace, then its own cleanup)
 AGENT_SHUTDOWN_GRACE = "2s"  # each Pod's containers, between SIGTERM and SIGKILL, when up stops
 NODE_FLAGS = ("--node-name", "--pod-cidr", "--node-ip", "--proxy-mode", "--kubelet-port",  # up's own; not the apiserver's
-              "--cluster-domain", "--cluster-dns", "--resolv-conf", "--cluster-cidr", "--pod-network")
+              "--cluster-domain", "--cluster-dns", "--resolv-conf", "--cluster-cidr", "--pod-network", "--loadbalancer-pool")
 CLUSTER_FLAGS = ("--server", "--token")  # up's own too, with --cluster-init (no value)
 
 
@@ -281,6 +282,20 @@ class System:
         await all_or_none([self.supervisor.start("controller-manager", controller_manager, ready_timeout=READY_TIMEOUT),
                            agent_then_routes(), the_proxy()])
         await self.install_dns()
+        if self.options.loadbalancer_pool:
+            await self.install_loadbalancer_pool()
+
+    async def install_loadbalancer_pool(self) -> None:
+        """``--loadbalancer-pool``: the ``default`` LoadBalancerIPPool (controllers/loadbalancer/defaultpool.py)."""
+        from kubesvc.client.kubeconfig import load_kubeconfig
+        from kubesvc.client.rest import ClientError, RestClient
+        from kubesvc.controllers.loadbalancer.defaultpool import ensure_default_pool
+
+        try:
+            async with RestClient(load_kubeconfig(self.kubeconfig), user_agent="kubesvc-up", field_manager="kubesvc") as client:
+                await ensure_default_pool(client, self.options.loadbalancer_pool or [])
+        except ClientError as err:
+            raise ComponentFailed(f"cannot create the default LoadBalancerIPPool: {err}") from None
 
     async def install_dns(self) -> None:
         """The cluster DNS add-on (``kubesvc.dns.addon``: kube-dns Service, coredns Deployment, its

@@ -140,3 +140,26 @@ def test_a_restarted_controller_keeps_every_address(cluster, tmp_path):
     make_service(cluster, "restart", "restart-c")
     assert wait_for(lambda: ingress(cluster, "restart-c"), what="restart-c's address")[0]["ip"] == "10.77.5.3"
     assert {n: ingress(cluster, n)[0]["ip"] for n in ("restart-a", "restart-b")} == before
+
+
+def test_up_s_default_pool_is_created_and_serves_every_service(cluster):
+    """What ``up --loadbalancer-pool`` does once the control plane is up (ensure_default_pool):
+    a pool named default without a selector; a changed flag replaces its blocks. Last in this
+    module: the default pool serves every Service."""
+    import asyncio
+
+    from kubesvc.client.kubeconfig import load_kubeconfig
+    from kubesvc.client.rest import RestClient
+    from kubesvc.controllers.loadbalancer.defaultpool import ensure_default_pool, parse_pool_flag
+
+    async def ensure(flag: str) -> None:
+        async with RestClient(load_kubeconfig(cluster.kubeconfig)) as client:
+            await ensure_default_pool(client, parse_pool_flag(flag))
+
+    asyncio.run(ensure("10.77.6.5-10.77.6.5"))
+    asyncio.run(ensure("10.77.7.5-10.77.7.6"))  # a restart of up with another value
+    pool = json.loads(cluster.kubectl("get", "lbippool", "default", "-o", "json").stdout)
+    assert pool["spec"] == {"blocks": [{"start": "10.77.7.5", "stop": "10.77.7.6"}]}
+    apply(cluster, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "plain", "namespace": "default"},
+                    "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}})
+    assert wait_for(lambda: ingress(cluster, "plain"), what="plain's address") == [{"ip": "10.77.7.5", "ipMode": "VIP"}]

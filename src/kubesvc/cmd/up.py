@@ -54,6 +54,9 @@ class RawArgsCommand(click.Command):
               help="How this node's Pods reach other nodes' Pods (kubesvc agent --pod-network): direct routes (one L2 segment, "
                    "flannel host-gw), VXLAN (across routers, flannel vxlan), or none (one machine). Pod traffic leaving --cluster-cidr "
                    "is masqueraded.")
+@click.option("--loadbalancer-pool", default=None, metavar="FIRST-LAST[,CIDR...]",
+              help="Addresses on this LAN for LoadBalancer Services: a LoadBalancerIPPool named default (k3s's ServiceLB, "
+                   "MetalLB's L2 mode).")
 @click.option("--cluster-init", is_flag=True, default=False,
               help="Start a cluster of several server machines: an etcd member of this machine, the apiserver on it (k3s's flag).")
 @click.option("--server", "join_server", default=None, metavar="URL",
@@ -62,7 +65,7 @@ class RawArgsCommand(click.Command):
               "or $KUBESVC_TOKEN, kept out of the process list).")
 def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: str | None, proxy_mode: str | None, kubelet_port: int,
                cluster_init: bool, join_server: str | None, token: str | None, cluster_domain: str, cluster_dns: str | None,
-               resolv_conf: str, cluster_cidr: str, pod_network: str, **options) -> None:
+               resolv_conf: str, cluster_cidr: str, pod_network: str, loadbalancer_pool: str | None = None, **options) -> None:
     """Run the whole system on this machine: apiserver (SQLite), controller-manager, node agent and proxy,
     each a process of its own (logs in <data-dir>/logs; one that dies is restarted).
     Ctrl-C stops it and removes every namespace, link and kernel rule it made.
@@ -86,6 +89,14 @@ def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: st
             parse_cluster_cidrs(cluster_cidr)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--cluster-cidr") from None
+    lb_blocks = None
+    if loadbalancer_pool is not None:
+        from kubesvc.controllers.loadbalancer.defaultpool import parse_pool_flag
+
+        try:
+            lb_blocks = parse_pool_flag(loadbalancer_pool)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--loadbalancer-pool") from None
     if cluster_dns is not None:
         try:
             ipaddress.ip_address(cluster_dns)
@@ -105,7 +116,7 @@ def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: st
                            node_ips=node_ips, proxy_mode=proxy_mode or "", kubelet_port=kubelet_port,
                            cluster_init=cluster_init, server=join_server, token=token,
                            cluster_domain=cluster_domain.strip("."), cluster_dns=cluster_dns, resolv_conf=resolv_conf,
-                           cluster_cidr=cluster_cidr, pod_network=pod_network)
+                           cluster_cidr=cluster_cidr, pod_network=pod_network, loadbalancer_pool=lb_blocks)
     context = click.get_current_context()
     serve_pods(config, up_options, bind_address_given=context.get_parameter_source("bind_address") != click.core.ParameterSource.DEFAULT)
 
