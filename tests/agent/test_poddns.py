@@ -37,3 +37,15 @@ def test_missing_cluster_dns_and_node_check(tmp_path):
     assert [(e.reason, e.on) for e in events] == [("MissingClusterDNS", "Pod"), ("MissingClusterDNS", "Node")]
     assert [e.reason for e in dns.start_events()] == ["CheckLimitsForResolvConf"]
     assert NodeDNS((), "", "").start_events() == []
+
+
+def test_node_resolv_conf_skips_a_loopback_only_file(tmp_path):
+    from kubesvc.agent.poddns import node_resolv_conf
+
+    stub, upstreams, plain = tmp_path / "stub", tmp_path / "upstreams", tmp_path / "plain"
+    stub.write_text("nameserver 127.0.0.53\noptions edns0 trust-ad\nsearch lan\n")
+    upstreams.write_text("nameserver 192.168.1.1\n")
+    plain.write_text("nameserver 10.255.255.53\n")
+    assert node_resolv_conf(str(stub), str(upstreams)) == str(upstreams)  # systemd-resolved: its upstreams (k3s)
+    assert node_resolv_conf(str(stub), str(tmp_path / "missing")) == str(stub)
+    assert node_resolv_conf(str(plain), str(upstreams)) == str(plain)

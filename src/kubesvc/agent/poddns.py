@@ -56,6 +56,31 @@ class NodeDNS:
         return formed.events
 
 
+SYSTEMD_RESOLVED_UPSTREAMS = "/run/systemd/resolve/resolv.conf"
+
+
+def node_resolv_conf(path: str = "/etc/resolv.conf", fallback: str = SYSTEMD_RESOLVED_UPSTREAMS) -> str:
+    """The file Pods' DNS should start from, as k3s picks its kubelet's ``--resolv-conf``: a
+    file whose nameservers are all loopback addresses (systemd-resolved's 127.0.0.53) is useless
+    inside a Pod's network namespace, so the upstreams systemd-resolved itself uses are taken
+    instead when that file exists and names others."""
+    import ipaddress
+
+    def only_loopback(file: str) -> bool | None:
+        try:
+            servers = dnsconfig.parse_resolv_conf(Path(file).read_text()).nameservers
+        except OSError:
+            return None
+        try:
+            return bool(servers) and all(ipaddress.ip_address(s.split("%")[0]).is_loopback for s in servers)
+        except ValueError:
+            return False
+
+    if only_loopback(path) and only_loopback(fallback) is False:
+        return fallback
+    return path
+
+
 def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(path.name + ".tmp")

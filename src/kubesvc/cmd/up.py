@@ -73,6 +73,7 @@ def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: st
     an etcd cluster, one member per server machine, and several machines share one control plane."""
     setup_logging(verbosity)
     from kubesvc.agent.node import default_node_name
+    from kubesvc.agent.poddns import node_resolv_conf
     from kubesvc.cmd.agent import detect_node_ip
     from kubesvc.up import UpOptions, host_port, read_state, serve_pods
 
@@ -115,7 +116,8 @@ def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: st
                            service_cidrs=[c.strip() for c in config.service_cluster_ip_range.split(",") if c.strip()],
                            node_ips=node_ips, proxy_mode=proxy_mode or "", kubelet_port=kubelet_port,
                            cluster_init=cluster_init, server=join_server, token=token,
-                           cluster_domain=cluster_domain.strip("."), cluster_dns=cluster_dns, resolv_conf=resolv_conf,
+                           cluster_domain=cluster_domain.strip("."), cluster_dns=cluster_dns,
+                           resolv_conf=node_resolv_conf(resolv_conf) if resolv_conf == "/etc/resolv.conf" else resolv_conf,
                            cluster_cidr=cluster_cidr, pod_network=pod_network, loadbalancer_pool=lb_blocks)
     context = click.get_current_context()
     serve_pods(config, up_options, bind_address_given=context.get_parameter_source("bind_address") != click.core.ParameterSource.DEFAULT)
