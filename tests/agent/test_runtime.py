@@ -56,8 +56,24 @@ def test_credentials_from_status():
 def test_exec_into_a_container_runs_as_its_user(monkeypatch):
     from kubesvc.kernel import mounts
 
+    monkeypatch.setattr(mounts, "process_bounding_set", lambda pid: 0x1ffffffffff)  # the container's is the agent's
     monkeypatch.setattr(mounts, "process_credentials", lambda pid: (2000, 3000, (3000, 4000)))
     assert mounts.in_container(42, ["id"]) == ["nsenter", "--target=42", "--net", "--mount", "--uts", "--root", "--wd",
                                                "setpriv", "--reuid=2000", "--regid=3000", "--groups=3000,4000", "--", "id"]
     monkeypatch.setattr(mounts, "process_credentials", lambda pid: (0, 0, (0,)))
     assert mounts.in_container(42, ["id"]) == ["nsenter", "--target=42", "--net", "--mount", "--uts", "--root", "--wd", "id"]
+
+
+def test_exec_into_a_container_keeps_its_capability_bounding_set(monkeypatch):
+    """A container started with the runtime's default set (CapBnd a80425fb, as Docker's and
+    containerd's) is exec'd into within that set, not with the agent's full one."""
+    from kubesvc.kernel import mounts
+
+    monkeypatch.setattr(mounts, "process_credentials", lambda pid: (0, 0, ()))
+    monkeypatch.setattr(mounts, "process_bounding_set", lambda pid: 0xA80425FB if pid == 42 else 0x1FFFFFFFFFF)
+    default_set = ("--bounding-set=-all,+chown,+dac_override,+fowner,+fsetid,+kill,+setgid,+setuid,+setpcap,+net_bind_service,"
+                   "+net_raw,+sys_chroot,+mknod,+audit_write,+setfcap")
+    assert mounts.in_container(42, ["id"]) == ["nsenter", "--target=42", "--net", "--mount", "--uts", "--root", "--wd",
+                                               "setpriv", default_set, "--", "id"]
+    assert mounts.bounding_set_from_status("Name:\tsh\nCapBnd:\t00000000a80425fb\n") == 0xA80425FB
+    assert mounts.bounding_set_from_status("Name:\tsh\n") is None

@@ -85,6 +85,14 @@ def test_exec_runs_in_the_pods_network_namespace(up, pod):
     assert up.kubectl("exec", pod, "--", sys.executable, "-c", fetch).stdout == "hello from the pod\n"
 
 
+def test_exec_keeps_the_containers_capabilities(up, pod):
+    """The Pod's container runs with the runtime's default bounding set (Docker's and
+    containerd's: CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID SETUID SETPCAP NET_BIND_SERVICE
+    NET_RAW SYS_CHROOT MKNOD AUDIT_WRITE SETFCAP, a80425fb); a command exec'd into it has no more."""
+    lines = up.kubectl("exec", pod, "--", "grep", "-E", "^Cap(Bnd|Eff):", "/proc/self/status").stdout.splitlines()
+    assert lines == ["CapEff:\t00000000a80425fb", "CapBnd:\t00000000a80425fb"]
+
+
 def test_exec_pipes_stdin(up, pod):
     text = "".join(f"line {i}\n" for i in range(2000))
     result = up.kubectl("exec", "-i", pod, "--", "sh", "-c", "tr a-z A-Z; echo done", input=text)

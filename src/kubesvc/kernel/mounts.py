@@ -192,15 +192,45 @@ def in_mount_namespace(plan: MountPlan | None, argv: Sequence[str], *, cwd: str,
 
 def in_container(pid: int, argv: Sequence[str]) -> list[str]:
     """``argv`` run in the namespaces (network, mount, UTS), root and working directory of the
-    running process ``pid``, and as its user, group and supplementary groups (``setpriv``, as
-    seen in the container): what an exec into a container does."""
+    running process ``pid``, as its user, group and supplementary groups, and within its
+    capability bounding set (``setpriv``, as seen in the container): what an exec into a
+    container does (runc's exec takes the container's process spec, capabilities included, so
+    an exec'd root shell has no capability the container was denied)."""
     credentials = process_credentials(pid)
-    run_as: list[str] = []
+    options: list[str] = []
     if credentials is not None and credentials != (0, 0, ()) and credentials != (0, 0, (0,)):  # root as the helper leaves it
         uid, gid, groups = credentials
-        run_as = [SETPRIV, f"--reuid={uid}", f"--regid={gid}",
-                  f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups", "--"]
+        options = [f"--reuid={uid}", f"--regid={gid}", f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups"]
+    bounding = process_bounding_set(pid)
+    if bounding is not None and bounding != process_bounding_set(os.getpid()):  # narrowed by the helper: the same for the exec
+        options.append(bounding_set_option(bounding))
+    run_as = [SETPRIV, *options, "--"] if options else []
     return [NSENTER, f"--target={pid}", "--net", "--mount", "--uts", "--root", "--wd", *run_as, *argv]
+
+
+def bounding_set_option(mask: int) -> str:
+    """setpriv's ``--bounding-set`` keeping exactly the capabilities of ``mask`` (a ``CapBnd``)."""
+    return "--bounding-set=-all" + "".join(f",+{name.lower()}" for bit, name in enumerate(CAPABILITIES) if mask >> bit & 1)
+
+
+def bounding_set_from_status(text: str) -> int | None:
+    """The ``CapBnd`` mask of a ``/proc/<pid>/status``."""
+    for line in text.splitlines():
+        if line.startswith("CapBnd:"):
+            try:
+                return int(line.split(":", 1)[1].strip(), 16)
+            except ValueError:
+                return None
+    return None
+
+
+def process_bounding_set(pid: int) -> int | None:
+    """Process ``pid``'s capability bounding set (None: it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return bounding_set_from_status(status.read())
+    except OSError:
+        return None
 
 
 def credentials_from_status(text: str) -> tuple[int, int, tuple[int, ...]] | None:
