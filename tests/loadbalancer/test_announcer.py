@@ -1,0 +1,97 @@
+"""The L2 announcer (controllers/loadbalancer/announcer.py): who may announce (table), and two
+nodes' announcers against a real apiserver: exactly one holds each address's Lease and
+announces it (gratuitously, once, on takeover); when the holder stops the other takes over and
+announces; with externalTrafficPolicy: Local only the node with a ready local endpoint stands."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+
+from kubesvc.client.informer import Informer
+from kubesvc.client.rest import ENDPOINTSLICES, LEASES, SERVICES
+from kubesvc.controllers.loadbalancer.announcer import Announcer, eligible, lease_name, wanted_announcements
+from tests.support.apiserver import running_apiserver
+from tests.support.cluster import api_client, eventually, get_or_none, new_namespace
+from tests.support.slowdown import scaled
+
+
+def lb(name: str, ips=("10.70.0.1",), policy: str = "Cluster", **spec) -> dict:
+    return {"metadata": {"name": name, "namespace": "ns"},
+            "spec": {"type": "LoadBalancer", "externalTrafficPolicy": policy, **spec},
+            "status": {"loadBalancer": {"ingress": [{"ip": ip, "ipMode": "VIP"} for ip in ips]}}}
+
+
+def endpoint_slice(*endpoints: tuple[str, bool | None]) -> dict:
+    return {"endpoints": [{"addresses": ["10.244.0.9"], "nodeName": node, "conditions": {} if ready is None else {"ready": ready}}
+                          for node, ready in endpoints]}
+
+
+@pytest.mark.parametrize("policy, slices, node, expected", [
+    ("Cluster", [], "a", True),
+    ("Local", [], "a", False),
+    ("Local", [endpoint_slice(("a", True))], "a", True),
+    ("Local", [endpoint_slice(("a", None))], "a", True),  # ready unset means ready
+    ("Local", [endpoint_slice(("a", False), ("b", True))], "a", False),
+    ("Local", [endpoint_slice(("b", True))], "a", False),
+])
+def test_who_may_announce(policy, slices, node, expected):
+    assert eligible(lb("s", policy=policy), slices, node) is expected
+
+
+def test_wanted_announcements_skip_other_classes_and_ipv6():
+    services = [lb("a", ips=("10.70.0.1", "fd00::1")), lb("other", ips=("10.70.0.2",), loadBalancerClass="example.com/x"),
+                {"metadata": {"name": "plain", "namespace": "ns"}, "spec": {"type": "ClusterIP"}}]
+    assert wanted_announcements(services, lambda s: [], "a") == {"10.70.0.1": "ns"}
+    assert lease_name("10.70.0.1") == "kubesvc-lb-10-70-0-1"
+
+
+@contextlib.asynccontextmanager
+async def node_announcer(client, node: str, announced: list):
+    services, slices = Informer(client, SERVICES), Informer(client, ENDPOINTSLICES)
+
+    async def announce(address: str) -> None:
+        announced.append((node, address))
+
+    announcer = Announcer(client, services, slices, node, announce=announce, lease_duration=2.0, renew_deadline=1.5, retry_period=0.3)
+    tasks = [asyncio.create_task(t) for t in (services.run(), slices.run(), announcer.run())]
+    try:
+        yield announcer
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def test_one_node_holds_each_address_and_the_other_takes_over(tmp_path):
+    async def scenario(server):
+        async with api_client(server) as client:
+            ns = await new_namespace(client)
+            svc = await client.resource(SERVICES).create({"metadata": {"name": "web", "namespace": ns},
+                                                          "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}})
+            svc["status"] = {"loadBalancer": {"ingress": [{"ip": "10.70.0.1", "ipMode": "VIP"}]}}
+            await client.resource(SERVICES).update_status(svc)
+            announced: list = []
+            async with node_announcer(client, "node-a", announced) as a:
+                await eventually(lambda: a.holding == {"10.70.0.1"}, scaled(10), "node-a holds the address")
+                async with node_announcer(client, "node-b", announced) as b:
+                    await asyncio.sleep(scaled(1.0))
+                    assert b.holding == set()  # a candidate only
+                    lease = await get_or_none(client, LEASES, "kubesvc-lb-10-70-0-1", ns)
+                    assert lease["spec"]["holderIdentity"] == "node-a"
+                    assert announced == [("node-a", "10.70.0.1")]
+                # node-a is still the holder here; now it stops, node-b alone remains
+            announced.clear()
+            async with node_announcer(client, "node-b", announced) as b:
+                await eventually(lambda: b.holding == {"10.70.0.1"}, scaled(10), "node-b takes over")
+                assert announced == [("node-b", "10.70.0.1")]
+                # the Service switches to Local with no endpoint on node-b: it steps down
+                await client.resource(SERVICES).patch("web", {"spec": {"externalTrafficPolicy": "Local"}}, namespace=ns)
+                await eventually(lambda: b.holding == set(), scaled(10), "node-b steps down")
+                lease = await get_or_none(client, LEASES, "kubesvc-lb-10-70-0-1", ns)
+                assert lease["spec"].get("holderIdentity", "") == ""  # released
+
+    with running_apiserver(tmp_path / "server") as server:
+        asyncio.run(scenario(server))
