@@ -18,7 +18,8 @@ from tests.support.workloads import fake_kubelet, now
 
 
 async def test_workload_controllers_run_with_their_own_credentials(apiserver, client, namespace, tmp_path):
-    flags = ("--leader-elect=false", "--secure-port=0",
+    flags = ("--leader-elect=false", "--secure-port=0", "--concurrent-deployment-syncs=2", "--concurrent-daemonset-syncs=1",
+             "--concurrent-job-syncs=2", "--concurrent-ttl-after-finished-syncs=1",
              "--controllers=deployment-controller,daemonset-controller,job-controller,ttl-after-finished-controller,"
              "garbage-collector-controller,pod-scheduler")
     manager = start_controller_manager(apiserver, tmp_path / "cm.log", *flags)

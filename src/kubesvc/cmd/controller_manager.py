@@ -50,13 +50,21 @@ CONTROLLER_MANAGER_FEATURE_GATES = {"PreferSameTrafficDistribution": True, "Serv
                    "(endpointslice-controller, endpointslice-mirroring-controller, endpoints-controller, garbage-collector-controller, "
                    "pod-scheduler, serviceaccount-controller, root-ca-certificate-publisher-controller, "
                    "certificatesigningrequest-{approving,signing,cleaner}-controller (csrapproving, csrsigning, csrcleaner), "
-                   "node-ipam-controller (nodeipam)).")
+                   "node-ipam-controller (nodeipam), deployment-controller, daemonset-controller, job-controller, "
+                   "ttl-after-finished-controller).")
 @click.option("--concurrent-service-endpoint-syncs", type=int, default=5, show_default=True, callback=flags.bounded(1, 50),
               help="Services synced concurrently by the EndpointSlice controller.")
 @click.option("--concurrent-endpoint-syncs", type=click.IntRange(min=1), default=5, show_default=True,
               help="Services synced concurrently by the Endpoints controller.")
 @click.option("--mirroring-concurrent-service-endpoint-syncs", type=int, default=5, show_default=True, callback=flags.bounded(1, 50))
 @click.option("--concurrent-gc-syncs", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--concurrent-deployment-syncs", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Deployments synced concurrently.")
+@click.option("--concurrent-daemonset-syncs", type=click.IntRange(min=1), default=2, show_default=True,
+              help="DaemonSets synced concurrently.")
+@click.option("--concurrent-job-syncs", type=click.IntRange(min=1), default=5, show_default=True, help="Jobs synced concurrently.")
+@click.option("--concurrent-ttl-after-finished-syncs", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Finished Jobs checked for ttlSecondsAfterFinished concurrently.")
 @click.option("--max-endpoints-per-slice", type=int, default=100, show_default=True, callback=flags.bounded(1, 1000))
 @click.option("--endpointslice-updates-batch-period", default="0s", show_default=True, callback=flags.duration,
               help="Batches Pod changes into one EndpointSlice sync per Service within this period.")

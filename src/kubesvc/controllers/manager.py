@@ -147,6 +147,10 @@ class ManagerConfig:
     concurrent_endpoint_syncs: int = 5
     mirroring_concurrent_service_endpoint_syncs: int = 5
     concurrent_gc_syncs: int = 20
+    concurrent_deployment_syncs: int = 5
+    concurrent_daemonset_syncs: int = 2
+    concurrent_job_syncs: int = 5
+    concurrent_ttl_after_finished_syncs: int = 5
     max_endpoints_per_slice: int = 100
     feature_gates: dict[str, bool] = field(default_factory=dict)  # --feature-gates (only the ones given)
     endpointslice_updates_batch_period: float = 0.0
@@ -368,12 +372,16 @@ class ControllerManager:
         from kubesvc.controllers.cronjob.controller import CronJobController
         from kubesvc.controllers.replicaset.controller import ReplicaSetController, replication_manager
 
+        config = self.config
+        workers = {DEPLOYMENT: config.concurrent_deployment_syncs, DAEMONSET: config.concurrent_daemonset_syncs,
+                   JOB: config.concurrent_job_syncs, TTL_AFTER_FINISHED: config.concurrent_ttl_after_finished_syncs}
         runs = []
         for name, controller_class in ((DEPLOYMENT, DeploymentController), (DAEMONSET, DaemonSetController), (JOB, JobController),
                                        (TTL_AFTER_FINISHED, TTLAfterFinishedController), (REPLICASET, ReplicaSetController),
                                        (REPLICATION, replication_manager), (CRONJOB, CronJobController)):
             if name in self.config.controllers:
-                controller = controller_class(self._client_for(name), informers, clock=self.clock)
+                options = {"workers": workers[name]} if name in workers else {}
+                controller = controller_class(self._client_for(name), informers, clock=self.clock, **options)
                 self.controllers[name] = controller
                 runs.append(controller.run)
         return runs
