@@ -1,5 +1,6 @@
 """``kubesvc trace SRC DST[:PORT][/tcp|udp|sctp]``: where a new connection goes on this node and
-why (``kubesvc.proxy.trace``), read from the kernel's live state, not from the API's intent.
+why (``kubesvc.proxy.trace``), read from the kernel's live state, not from the API's intent: the
+nftables ``kube-proxy`` tables or ``iptables-save`` (IPVS and userspace modes are not traced yet).
 
 SRC: an IP, a Pod ``ns/name``, ``node`` (a connection this node starts: the output hook) or
 ``external`` (a client outside the cluster). DST: ``IP:PORT`` (a ClusterIP, ``<node IP>:<NodePort>``,
@@ -65,8 +66,10 @@ def service_port(service: dict, port: str | None, protocol: str) -> int:
               help="The kubeconfig to read Pods, Services and EndpointSlices with (default: $KUBECONFIG, else <data-dir>/kubeconfig).")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=".kubesvc", show_default=True)
 @click.option("--node", default=None, help="This node's name (traffic policies and hints are per node; default: from the API).")
+@click.option("--mode", type=click.Choice(["auto", "nftables", "iptables"]), default="auto", show_default=True,
+              help="The proxy mode whose rules to walk (auto: our nftables table if there, else iptables' KUBE-SERVICES).")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def trace_command(src: str, dst: str, kubeconfig: Path | None, data_dir: Path, node: str | None, output: str) -> None:
+def trace_command(src: str, dst: str, kubeconfig: Path | None, data_dir: Path, node: str | None, mode: str, output: str) -> None:
     """Where a new connection from SRC to DST goes on this node, and why."""
     from kubesvc.proxy.trace import live
 
@@ -94,7 +97,8 @@ def trace_command(src: str, dst: str, kubeconfig: Path | None, data_dir: Path, n
             source = own[0] if own else ("127.0.0.1" if fam == 4 else "::1")
         else:
             source = objs.source_ip or src
-        return live.report(state, source, dest, number, protocol, from_node=src == "node", objs=objs)
+        return live.report(state, source, dest, number, protocol, from_node=src == "node", objs=objs,
+                           mode=None if mode == "auto" else mode)
 
     async def with_api(state) -> dict:
         from kubesvc.client.kubeconfig import ConfigError, load_kubeconfig

@@ -2,8 +2,11 @@
 and the Kubernetes objects behind it together.
 
 ``read_node`` lists the ``kube-proxy`` tables of both families (``nft -j list table`` and
-``nft list table``) and the node's own addresses (the kernel's ``fib … type local``); ``report``
-is pure: the walk (``nftables.trace``) of one new connection, the Service port its chains name,
+``nft list table``), the ``nat`` and ``filter`` tables of iptables and ip6tables
+(``iptables-save``) and the node's own addresses (the kernel's ``fib … type local`` and
+``--dst-type LOCAL``). The mode is the one whose rules are there: our nftables table, else
+``KUBE-SERVICES`` in iptables' nat table (``mode`` forces one). ``report`` is pure: the walk
+(``nftables.trace`` or ``iptables.trace``) of one new connection, the Service port its chains name,
 each DNAT candidate with its probability, Pod and node (from the Service's EndpointSlices when
 the API was read), the endpoints that are not candidates and why (``objects.excluded_because``),
 and a verdict:
@@ -20,9 +23,12 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from kubesvc.kernel import IPV4, IPV6
+from kubesvc.kernel.exec import CommandFailed
+from kubesvc.kernel.iptables import Iptables
+from kubesvc.kernel.iptables_save import Dump, parse_dump
 from kubesvc.kernel.netlink import addresses_async, unique_ips
 from kubesvc.kernel.nftables import NFTables
-from kubesvc.proxy.trace import nftables, objects
+from kubesvc.proxy.trace import iptables, nftables, objects
 
 # The stand-in address for "a client outside the cluster" (TEST-NET-3 / the documentation
 # prefix: never a node's, a Pod's or a Service's).
@@ -33,6 +39,7 @@ EXTERNAL = {4: "203.0.113.1", 6: "2001:db8::1"}
 class NodeState:
     tables: dict[int, nftables.Table | None]  # family → the live table (None: absent)
     addresses: list[str]
+    dumps: dict[int, Dump | None] = field(default_factory=dict)  # family → iptables' nat and filter
 
 
 @dataclass
@@ -53,7 +60,22 @@ async def read_node(*, netns: str | None = None) -> NodeState:
         nft = NFTables(family, netns=netns, in_process=False)
         objs = await nft.list_table()
         tables[family] = nftables.table_from_listing(objs, await nft.list_table_text()) if objs else None
-    return NodeState(tables, unique_ips(await addresses_async(netns=netns)))
+    dumps: dict[int, Dump | None] = {}
+    for family in (IPV4, IPV6):
+        ipt = Iptables(family, netns=netns)
+        try:
+            dumps[family] = parse_dump(await ipt.save("nat") + await ipt.save("filter"))
+        except (CommandFailed, ValueError):  # no ip6tables here, or a dump we cannot read: not this mode
+            dumps[family] = None
+    return NodeState(tables, unique_ips(await addresses_async(netns=netns)), dumps)
+
+
+def mode_of(state: NodeState, family: int) -> str:
+    """``nftables`` if our table is there, else ``iptables`` if our nat chains are, else ``none``."""
+    if state.tables.get(family) is not None:
+        return "nftables"
+    dump = state.dumps.get(family)
+    return "iptables" if dump is not None and dump.chain("nat", "KUBE-SERVICES") is not None else "none"
 
 
 def family_of(ip: str) -> int:
@@ -61,12 +83,16 @@ def family_of(ip: str) -> int:
 
 
 def report(state: NodeState, source: str, dest: str, port: int, protocol: str, *, from_node: bool = False,
-           objs: Objects | None = None) -> dict:
+           objs: Objects | None = None, mode: str | None = None) -> dict:
     """The JSON form of ``kubesvc trace`` (see the module docstring)."""
     objs = objs or Objects()
     family = family_of(dest)
-    table = state.tables.get(family)
-    walk = nftables.trace(table, source, protocol.lower(), dest, port, state.addresses, from_node=from_node)
+    mode = mode or mode_of(state, family)
+    if mode == "iptables":
+        walk = iptables.trace(state.dumps.get(family), source, protocol.lower(), dest, port, state.addresses, from_node=from_node)
+    else:
+        walk = nftables.trace(state.tables.get(family) if mode == "nftables" else None, source, protocol.lower(), dest, port,
+                              state.addresses, from_node=from_node)
     chains = [s["chain"] for s in walk.steps if s["rule"] is None]
     service_port = objects.service_port_of(chains, walk.comments, protocol)
     endpoints = objects.slice_endpoints(objs.slices, service_port["port"] if service_port else None)
@@ -92,7 +118,7 @@ def report(state: NodeState, source: str, dest: str, port: int, protocol: str, *
                              "reason": objects.excluded_because(ep, any_ready=any_ready, local_policy=policy == "Local",
                                                                 node=objs.node, node_labels=objs.node_labels)})
     return {
-        "mode": "nftables" if table is not None else "none",
+        "mode": mode,
         "source": {"ip": source, "pod": objs.source_pod, "fromNode": from_node},
         "destination": {"ip": dest, "port": port, "protocol": protocol.upper()},
         "node": objs.node,

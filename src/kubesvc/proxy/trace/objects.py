@@ -20,12 +20,13 @@ from kubesvc.proxy.topology import LABEL_TOPOLOGY_ZONE
 _SERVICE_CHAIN = re.compile(r"^(?:service|external|local|firewall)-[A-Z0-9]{8}-(?P<ns>[^/]+)/(?P<name>[^/]+)/(?P<proto>[a-z]+)/(?P<port>[^/]*)$")
 
 
-_ELEMENT_COMMENT = re.compile(r"^(?P<ns>[^/\s]+)/(?P<name>[^/:\s]+):(?P<port>\S*)$")
+_ELEMENT_COMMENT = re.compile(r"^(?P<ns>[^/\s]+)/(?P<name>[^/:\s]+):(?P<port>[^\s/]*)(?:\s|$)")
 
 
 def service_port_of(chains: list[str], comments: list[str] = (), protocol: str = "tcp") -> dict | None:
     """The Service port the first Service chain of the walk belongs to; else the one a matched
-    map element's comment names (``ns/name:port``: a Service with no endpoints has no chain)."""
+    map element's or rule's comment names (``ns/name:port``, then anything: a Service with no
+    endpoints has no chain, and iptables' chain names are hashes)."""
     for chain in chains:
         m = _SERVICE_CHAIN.match(chain)
         if m:
