@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from kubesvc import cli
 from kubesvc.cmd import main
 
-COMMANDS = ["agent", "apiserver", "controller-manager", "dns", "down", "etcd-snapshot", "explain", "join", "leave", "proxy", "token", "trace", "up"]
+COMMANDS = ["agent", "apiserver", "controller-manager", "dns", "down", "etcd-snapshot", "explain", "join", "lb-announcer", "leave", "proxy", "token", "trace", "up"]
 
 
 def test_every_command_is_registered():

@@ -25,6 +25,7 @@ COMMANDS = {
     "explain": "kubesvc.cmd.explain:explain_command",
     "join": "kubesvc.cmd.join:join_command",
     "leave": "kubesvc.cmd.leave:leave_command",
+    "lb-announcer": "kubesvc.cmd.lb_announcer:lb_announcer_command",
     "proxy": "kubesvc.cmd.proxy:proxy_command",
     "token": "kubesvc.cmd.token:token_command",
     "trace": "kubesvc.cmd.trace:trace_command",

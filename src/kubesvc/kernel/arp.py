@@ -81,17 +81,37 @@ class ArpSocket:
         self.sock.close()
 
     async def announce(self, address: str) -> None:
-        loop = asyncio.get_running_loop()
         for frame in gratuitous_arp(self.mac, address):
-            await loop.sock_sendall(self.sock, frame)
+            self._send(frame)
+
+    def _send(self, frame: bytes) -> None:
+        """One frame, best effort (a full socket buffer drops it, as a busy link would)."""
+        try:
+            self.sock.send(frame)
+        except BlockingIOError:
+            pass
+
+    async def _receive(self) -> tuple[bytes, tuple]:
+        # loop.add_reader rather than loop.sock_recvfrom: uvloop does not implement the latter
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                return self.sock.recvfrom(2048)
+            except BlockingIOError:
+                pass
+            readable = loop.create_future()
+            loop.add_reader(self.sock.fileno(), lambda: readable.done() or readable.set_result(None))
+            try:
+                await readable
+            finally:
+                loop.remove_reader(self.sock.fileno())
 
     async def serve(self, addresses: Callable[[], Collection[str]]) -> None:
         """Answer requests for ``addresses()`` (asked again for every request) until cancelled."""
-        loop = asyncio.get_running_loop()
         while True:
-            frame, source = await loop.sock_recvfrom(self.sock, 2048)
+            frame, source = await self._receive()
             if source[2] == PACKET_OUTGOING:
                 continue
             reply = arp_reply(frame, self.mac, addresses())
             if reply is not None:
-                await loop.sock_sendall(self.sock, reply)
+                self._send(reply)

@@ -1,0 +1,70 @@
+"""``kubesvc lb-announcer``: this node's L2 announcements of LoadBalancer addresses (MetalLB's
+speaker in L2 mode): stands in a Lease election per address (controllers/loadbalancer/
+announcer.py) and answers ARP on ``--interface`` for the addresses it holds (kernel/arp.py).
+
+Run one on every node, in the node's network namespace, with a kubeconfig whose identity may
+read Services and EndpointSlices and get/create/update Leases in the Services' namespaces.
+Not started by ``up``/``join`` yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import click
+
+from kubesvc.cmd import flags
+from kubesvc.util.process import install_uvloop, setup_logging, stop_on_signals
+
+
+@click.command()
+@click.option("--kubeconfig", required=True, help="Kubeconfig file of the announcer's identity.")
+@click.option("--node-name", required=True, help="This node's name (the Lease holder identity).")
+@click.option("--interface", required=True, help="The LAN interface to answer ARP on (the one with the node's IP).")
+@click.option("--lease-duration", type=click.FloatRange(min=1.0), default=15.0, show_default=True,
+              help="Seconds another node waits for an unchanged Lease before it takes over (a killed holder's failover time).")
+@click.option("--renew-deadline", type=click.FloatRange(min=0.5), default=10.0, show_default=True)
+@click.option("--retry-period", type=click.FloatRange(min=0.1), default=2.0, show_default=True)
+@click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
+def lb_announcer_command(kubeconfig, node_name, interface, lease_duration, renew_deadline, retry_period, verbosity) -> None:
+    """Answer ARP for the LoadBalancer addresses this node is elected for."""
+    setup_logging(verbosity)
+    if not lease_duration > renew_deadline > retry_period * 1.2:
+        raise click.UsageError("need --lease-duration > --renew-deadline > 1.2 x --retry-period")
+    client_config = flags.load_kubeconfig(kubeconfig)
+    from kubesvc.kernel.arp import ArpSocket
+
+    try:
+        arp = ArpSocket(interface)
+    except OSError as exc:
+        raise click.ClickException(f"cannot answer ARP on {interface}: {exc.strerror or exc}") from None
+    install_uvloop()
+    try:
+        asyncio.run(_run(client_config, arp, node_name, (lease_duration, renew_deadline, retry_period)))
+    finally:
+        arp.close()
+
+
+async def _run(client_config, arp, node_name: str, timing: tuple[float, float, float]) -> None:
+    from kubesvc.client.informer import Informer
+    from kubesvc.client.rest import ENDPOINTSLICES, SERVICES, RestClient
+    from kubesvc.controllers.loadbalancer.announcer import Announcer
+    from kubesvc.util.aio import cancel_and_wait
+
+    stop = stop_on_signals()
+    lease_duration, renew_deadline, retry_period = timing
+    async with RestClient(client_config, user_agent="kubesvc-lb-announcer") as client:
+        services, slices = Informer(client, SERVICES), Informer(client, ENDPOINTSLICES)
+        announcer = Announcer(client, services, slices, node_name, announce=arp.announce, lease_duration=lease_duration,
+                              renew_deadline=renew_deadline, retry_period=retry_period)
+        tasks = [asyncio.create_task(t) for t in (services.run(), slices.run(), announcer.run(), arp.serve(lambda: announcer.holding))]
+        await services.wait_for_sync()
+        click.echo(f"kubesvc lb-announcer: node {node_name} answering ARP on {arp.ifname}")
+        sys.stdout.flush()
+        stopped = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        await cancel_and_wait([stopped, *tasks])
+        for task in done:
+            if task is not stopped and not task.cancelled() and task.exception() is not None:
+                raise task.exception()
