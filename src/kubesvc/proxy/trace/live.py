@@ -137,15 +137,19 @@ def text(rep: dict) -> list[str]:
     d, s = rep["destination"], rep["source"]
     who = f" (Pod {s['pod']})" if s.get("pod") else (" (this node)" if s.get("fromNode") else "")
     lines = [f"{d['protocol'].lower()} {s['ip']}{who} -> {d['ip']}:{d['port']}   [{rep['mode']}]"]
-    hook = None
+    hook = chain = None
     for step in rep["steps"]:
         if step["hook"] != hook:
-            hook = step["hook"]
+            hook, chain = step["hook"], None
             lines.append(f"  {hook}:")
         if step["rule"] is None:
-            lines.append(f"    chain {step['chain']}")
-        else:
-            lines.append(f"      matched: {step['rule']}")
+            chain = step["chain"]
+            lines.append(f"    chain {chain}")
+            continue
+        if step["chain"] != chain:  # back in the chain that jumped
+            chain = step["chain"]
+            lines.append(f"    chain {chain} (continued)")
+        lines.append(f"      matched: {step['rule']}")
     if rep["service"]:
         sp = rep["service"]
         lines.append(f"  Service port: {sp['namespace']}/{sp['name']}:{sp['port']} ({sp['protocol']})")

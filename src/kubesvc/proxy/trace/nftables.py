@@ -238,6 +238,7 @@ class Tracer:
     def run_rule(self, text: str) -> str | None:
         rest = _COMMENT.sub("", text).strip()
         self.picking = False
+        start = len(self.steps)
         while rest:
             m = None
             for pattern, handler in _PIECES:
@@ -252,6 +253,10 @@ class Tracer:
                 return None
             if isinstance(outcome, str):  # a verdict
                 return outcome
+        chain = self.chain_stack[-1] if self.chain_stack else ""
+        if not any(s["rule"] == text and s["chain"] == chain for s in self.steps[start:]):
+            # matched whole without a verdict (``mark set …``): a step too
+            self.steps.append({"hook": self.hook, "chain": chain, "rule": text})
         return None
 
     # -- handlers (True: matched, go on; False: not matched; str: verdict) -------------------
