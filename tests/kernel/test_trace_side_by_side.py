@@ -198,3 +198,82 @@ def test_the_command_traces_the_live_rules(world):
     assert rep["service"]["name"] == "empty"
     text = t.node.run(*t.node.python("kubesvc", "trace", "external", "172.30.0.10:80", "--data-dir", "/nonexistent")).stdout
     assert "delivered to one of:" in text and f"{P[1]}:8080" in text and "50.0%" in text, text
+
+
+API_OBJECTS = f"""
+apiVersion: v1
+kind: Namespace
+metadata: {{name: ns}}
+---
+apiVersion: v1
+kind: Node
+metadata: {{name: {TEST_NODE_NAME}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: draining, namespace: ns}}
+spec:
+  clusterIP: 172.30.0.17
+  ports: [{{name: p80, port: 80, targetPort: 8080}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: draining-abcde
+  namespace: ns
+  labels: {{kubernetes.io/service-name: draining}}
+addressType: IPv4
+ports: [{{name: p80, port: 8080, protocol: TCP}}]
+endpoints:
+- addresses: ["{P[1]}"]
+  nodeName: {TEST_NODE_NAME}
+  targetRef: {{kind: Pod, namespace: ns, name: pod1}}
+  conditions: {{ready: false, serving: true, terminating: true}}
+- addresses: ["{P[2]}"]
+  nodeName: other
+  targetRef: {{kind: Pod, namespace: ns, name: pod2}}
+  conditions: {{ready: false, serving: false, terminating: false}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: pod3, namespace: ns}}
+spec:
+  nodeName: {TEST_NODE_NAME}
+  containers: [{{name: c, image: busybox}}]
+"""
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory):
+    """An apiserver holding the objects behind the "terminating fallback" scenario (no
+    controllers: the EndpointSlice is written as the controller would)."""
+    from tests.support.apiserver import running_apiserver
+    with running_apiserver(tmp_path_factory.mktemp("trace-api"), "--service-cluster-ip-range=172.30.0.0/16") as server:
+        server.kubectl("apply", "-f", "-", input=API_OBJECTS)
+        server.kubectl("patch", "pod", "pod3", "-n", "ns", "--subresource=status", "--type=merge",
+                       "-p", json.dumps({"status": {"podIP": P[3], "podIPs": [{"ip": P[3]}]}}))
+        yield server
+
+
+def test_the_command_names_the_objects_from_the_api(world, api):
+    """``kubesvc trace ns/pod3 ns/draining`` with a kubeconfig: the Pod's address is the source,
+    the Service's ClusterIP and port the destination, the candidate's Pod and node come from the
+    EndpointSlice, and the endpoint left out says why."""
+    from click.testing import CliRunner
+
+    from kubesvc.cmd import main
+    t, _, mode = world
+    result = CliRunner().invoke(main, ["trace", "ns/pod3", "ns/draining", "--kubeconfig", str(api.kubeconfig),
+                                       "--netns", t.node.name, "--node", TEST_NODE_NAME, "-o", "json"])
+    assert result.exit_code == 0, result.output
+    rep = json.loads(result.output)
+    assert rep["mode"] == mode and rep["node"] == TEST_NODE_NAME
+    assert rep["source"] == {"ip": P[3], "pod": "ns/pod3", "fromNode": False}
+    assert rep["destination"] == {"ip": "172.30.0.17", "port": 80, "protocol": "TCP"}
+    assert [(c["endpoint"], c["probability"], c["pod"], c["node"], c["slice"]) for c in rep["candidates"]] == [
+        (f"{P[1]}:8080", 1.0, "ns/pod1", TEST_NODE_NAME, "draining-abcde")]
+    assert [(e["endpoint"], e["pod"], e["reason"]) for e in rep["excluded"]] == [(P[2], "ns/pod2", "not ready")]
+    assert rep["verdict"] == "DNAT" and not rep["masquerade"]
+    missing = CliRunner().invoke(main, ["trace", "ns/pod3", "ns/nosuch", "--kubeconfig", str(api.kubeconfig),
+                                        "--netns", t.node.name])
+    assert missing.exit_code == 1 and len(missing.output.strip().splitlines()) == 1, missing.output

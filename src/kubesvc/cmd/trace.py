@@ -68,8 +68,10 @@ def service_port(service: dict, port: str | None, protocol: str) -> int:
 @click.option("--node", default=None, help="This node's name (traffic policies and hints are per node; default: from the API).")
 @click.option("--mode", type=click.Choice(["auto", "nftables", "iptables"]), default="auto", show_default=True,
               help="The proxy mode whose rules to walk (auto: our nftables table if there, else iptables' KUBE-SERVICES).")
+@click.option("--netns", default=None, help="Read the rules of this named network namespace (ip netns) instead of this one's.")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def trace_command(src: str, dst: str, kubeconfig: Path | None, data_dir: Path, node: str | None, mode: str, output: str) -> None:
+def trace_command(src: str, dst: str, kubeconfig: Path | None, data_dir: Path, node: str | None, mode: str, netns: str | None,
+                  output: str) -> None:
     """Where a new connection from SRC to DST goes on this node, and why."""
     from kubesvc.proxy.trace import live
 
@@ -83,7 +85,7 @@ def trace_command(src: str, dst: str, kubeconfig: Path | None, data_dir: Path, n
     use_api = needs_api or kubeconfig is not None or path.exists()
 
     async def run() -> dict:
-        state = await live.read_node()
+        state = await live.read_node(netns=netns)
         if not use_api:
             return finish(state, host, int(port), live.Objects())
         return await with_api(state)
