@@ -143,6 +143,24 @@ async def test_pings_are_echoed_and_garbage_ends_the_session_with_goaway():
     assert struct.unpack(">II", payload) == (0, 1)  # protocol error
 
 
+async def test_a_header_block_that_inflates_past_the_limit_ends_the_session():
+    """A SYN_STREAM of 64 KiB whose header block inflates to 64 MiB (one value of zeros): a
+    protocol error and GOAWAY, not 64 MiB (and its split) held by the agent."""
+    client = Client()
+    session = await echo_session(client)
+    value = bytes(64 << 20)
+    block = struct.pack(">I", 1) + struct.pack(">I", 4) + b"port" + struct.pack(">I", len(value)) + value
+    deflate = zlib.compressobj(level=9, zdict=DICTIONARY)
+    compressed = deflate.compress(block) + deflate.flush(zlib.Z_SYNC_FLUSH)
+    assert len(compressed) < 128 << 10
+    payload = struct.pack(">IIH", 1, 0, 0) + compressed
+    with pytest.raises(ProtocolError, match="header block larger than 65536 bytes"):
+        await session.feed(struct.pack(">HHI", 0x8003, 1, len(payload)) + payload)  # SPDY/3 SYN_STREAM
+    kind, frame_type, _, goaway = client.frames()[0]
+    assert (kind, frame_type) == ("control", 7) and struct.unpack(">II", goaway) == (0, 1)
+    assert session.streams == {}
+
+
 async def test_data_for_an_unknown_stream_is_reset():
     client = Client()
     session = await echo_session(client)

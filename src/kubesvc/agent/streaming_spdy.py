@@ -40,6 +40,10 @@ SYN_STREAM, SYN_REPLY, RST_STREAM, SETTINGS, PING, GOAWAY, HEADERS, WINDOW_UPDAT
 FLAG_FIN = 0x01
 RST_PROTOCOL_ERROR, RST_INVALID_STREAM, RST_REFUSED_STREAM, RST_CANCEL = 1, 2, 3, 5
 MAX_DATA = 1 << 16  # the largest DATA frame we write (the format allows 2**24 - 1)
+# the most a header block may inflate to: SPDY compresses headers for the whole connection, and
+# a few hundred kilobytes of zeros would otherwise inflate to gigabytes in the agent (kubectl's
+# blocks are a few dozen bytes; Netty's SPDY codec caps them at 16 KiB by default)
+MAX_HEADER_BLOCK = 1 << 16
 
 # The SPDY/3 header compression dictionary (the draft's section 2.6.10.1): 65 length-prefixed
 # words (``_`` stands for a space), then the rest as one string.
@@ -138,9 +142,12 @@ class FrameReader:
 
     def _headers(self, compressed: bytes) -> dict[str, list[str]]:
         try:
-            return parse_header_block(self._inflate.decompress(compressed))
+            block = self._inflate.decompress(compressed, MAX_HEADER_BLOCK)
         except zlib.error as exc:
             raise ProtocolError(f"header block: {exc}") from None
+        if self._inflate.unconsumed_tail:
+            raise ProtocolError(f"header block larger than {MAX_HEADER_BLOCK} bytes")
+        return parse_header_block(block)
 
     def _frame(self, head: bytes, payload: bytes) -> Frame:
         first, flags = struct.unpack(">I", head[:4])[0], head[4]
