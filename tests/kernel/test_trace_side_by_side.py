@@ -277,3 +277,25 @@ def test_the_command_names_the_objects_from_the_api(world, api):
     missing = CliRunner().invoke(main, ["trace", "ns/pod3", "ns/nosuch", "--kubeconfig", str(api.kubeconfig),
                                         "--netns", t.node.name])
     assert missing.exit_code == 1 and len(missing.output.strip().splitlines()) == 1, missing.output
+
+
+@pytest.mark.parametrize("dest,dport", [("172.30.0.10", 80), ("172.30.0.15", 80), ("1.2.3.4", 80), (NODE_IP, 30080)],
+                         ids=["ClusterIP", "no endpoints", "LB source range", "NodePort"])
+def test_probe_the_kernels_own_trace_agrees(world, dest, dport):
+    """``--probe``: a real connection from the client's namespace, traced by the kernel
+    (``nft monitor trace``), matched the same rules in the same order as the walk; iptables
+    mode says it cannot probe, in one line."""
+    from click.testing import CliRunner
+
+    from kubesvc.cmd import main
+    t, _, mode = world
+    result = CliRunner().invoke(main, ["trace", CLIENT_IP, f"{dest}:{dport}", "--netns", t.node.name, "--probe", t.client.name,
+                                       "--data-dir", "/nonexistent", "-o", "json"])
+    if mode == "iptables":
+        assert result.exit_code == 1 and "--probe traces with nftables; this node's rules are iptables" in result.output
+        return
+    assert result.exit_code == 0, result.output
+    rep = json.loads(result.output)
+    traced = [(s["chain"], s["rule"]) for s in rep["probe"]["steps"] if s["rule"]]
+    assert traced and rep["probe"]["agrees"], json.dumps(rep, indent=1)
+    assert "kubesvc-trace" not in t.node.run("nft", "list", "tables").stdout  # the probe's table is gone

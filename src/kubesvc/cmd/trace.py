@@ -69,9 +69,12 @@ def service_port(service: dict, port: str | None, protocol: str) -> int:
 @click.option("--mode", type=click.Choice(["auto", "nftables", "iptables"]), default="auto", show_default=True,
               help="The proxy mode whose rules to walk (auto: our nftables table if there, else iptables' KUBE-SERVICES).")
 @click.option("--netns", default=None, help="Read the rules of this named network namespace (ip netns) instead of this one's.")
+@click.option("--probe", "probe_from", default=None, metavar="NETNS",
+              help="Also send one real connection from this named network namespace (\"node\": the node's own), SRC being "
+                   "its address, and show the kernel's own trace of it (nft monitor trace) beside the walk. nftables mode.")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def trace_command(src: str, dst: str, kubeconfig: Path | None, data_dir: Path, node: str | None, mode: str, netns: str | None,
-                  output: str) -> None:
+                  probe_from: str | None, output: str) -> None:
     """Where a new connection from SRC to DST goes on this node, and why."""
     from kubesvc.proxy.trace import live
 
@@ -86,9 +89,16 @@ def trace_command(src: str, dst: str, kubeconfig: Path | None, data_dir: Path, n
 
     async def run() -> dict:
         state = await live.read_node(netns=netns)
-        if not use_api:
-            return finish(state, host, int(port), live.Objects())
-        return await with_api(state)
+        rep = finish(state, host, int(port), live.Objects()) if not use_api else await with_api(state)
+        if probe_from:
+            if rep["mode"] != "nftables":
+                raise click.ClickException(f"--probe traces with nftables; this node's rules are {rep['mode']}")
+            from kubesvc.kernel.nftrace import probe
+            kernel = await probe(netns=netns, from_netns=netns if probe_from == "node" else probe_from,
+                                 source=rep["source"]["ip"], dest=rep["destination"]["ip"], port=rep["destination"]["port"],
+                                 protocol=protocol)
+            rep["probe"] = live.compare_probe(rep, kernel)
+        return rep
 
     def finish(state, dest: str, number: int, objs) -> dict:
         fam = live.family_of(dest)

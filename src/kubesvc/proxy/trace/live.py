@@ -132,6 +132,14 @@ def report(state: NodeState, source: str, dest: str, port: int, protocol: str, *
     }
 
 
+def compare_probe(rep: dict, kernel: list[dict]) -> dict:
+    """The kernel's own trace of a real packet (``kernel/nftrace.py``) beside the walk: the rules
+    that matched, in order, on both sides; ``agrees`` when they are the same list."""
+    walked = [(s["chain"], s["rule"]) for s in rep["steps"] if s["rule"] is not None]
+    traced = [(s["chain"], s["rule"]) for s in kernel if s["rule"] is not None]
+    return {"steps": kernel, "agrees": bool(traced) and walked == traced}
+
+
 def text(rep: dict) -> list[str]:
     """The human form: one line per chain entered and per rule that matched, then the outcome."""
     d, s = rep["destination"], rep["source"]
@@ -170,4 +178,9 @@ def text(rep: dict) -> list[str]:
         lines.append("  masqueraded (the endpoint sees a node address)" if rep["masquerade"] else "  not masqueraded (the endpoint sees the client's address)")
     for e in rep["excluded"]:
         lines.append(f"  excluded {e['endpoint']}" + (f" (Pod {e['pod']})" if e["pod"] else "") + f": {e['reason']}")
+    if "probe" in rep:
+        probe = rep["probe"]
+        lines.append("  the kernel's trace of a real packet " + ("agrees: the same rules matched" if probe["agrees"] else "differs:"))
+        if not probe["agrees"]:
+            lines += [f"    {s['chain']}: {s['rule']} (verdict {s['verdict']})" for s in probe["steps"] if s["rule"] is not None]
     return lines
