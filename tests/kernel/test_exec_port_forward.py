@@ -135,6 +135,48 @@ def test_exec_needs_create_on_pods_exec(up, pod):
     wait_until(lambda: up.kubectl("--as", user, "exec", pod, "--", "true", check=False).returncode == 0, 20, "exec allowed")
 
 
+def upgrade_as(up: Machine, user: str, path: str, method: str, upgrade: str, protocol: str) -> str:
+    """The status line the apiserver answers to a raw upgrade request made as ``user``
+    (impersonated by the admin), sent from the machine's namespace."""
+    import socket
+    import ssl
+
+    from kubesvc.client.kubeconfig import load_kubeconfig
+
+    context = load_kubeconfig(up.kubeconfig).ssl_context()
+
+    def ask() -> str:
+        with socket.create_connection(("127.0.0.1", up.port), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+                sock.sendall((f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{up.port}\r\nConnection: Upgrade\r\n"
+                              f"Upgrade: {upgrade}\r\nX-Stream-Protocol-Version: {protocol}\r\n"
+                              f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                              f"Sec-WebSocket-Protocol: {protocol}\r\nImpersonate-User: {user}\r\nContent-Length: 0\r\n\r\n").encode())
+                return sock.recv(65536).split(b"\r\n", 1)[0].decode()
+
+    assert isinstance(context, ssl.SSLContext)
+    return call_in_netns(up.ns.name, ask)
+
+
+def test_a_get_only_user_cannot_upgrade_a_get_to_spdy(up, pod):
+    """``get`` on ``pods/exec`` or ``pods/portforward`` streams nothing, whatever the upgrade a GET
+    asks for: a SPDY upgrade on a GET (kubectl sends it as POST, which is ``create``) is refused
+    as the WebSocket GET is, before anything reaches the agent."""
+    user = f"getter-{secrets.token_hex(3)}"
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": user},
+            "rules": [{"apiGroups": [""], "resources": ["pods", "pods/exec", "pods/portforward", "pods/attach"], "verbs": ["get"]}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": user},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": user},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}
+    up.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([role, binding]))
+    wait_until(lambda: up.kubectl("--as", user, "get", "pod", pod, check=False).returncode == 0, 20, "the role in force")
+    exec_path = f"/api/v1/namespaces/default/pods/{pod}/exec?command=true&stdout=true"
+    for path, protocol in ((exec_path, "v4.channel.k8s.io"), (f"/api/v1/namespaces/default/pods/{pod}/portforward", "portforward.k8s.io"),
+                           (f"/api/v1/namespaces/default/pods/{pod}/attach?stdout=true", "v4.channel.k8s.io")):
+        assert upgrade_as(up, user, path, "GET", "SPDY/3.1", protocol) == "HTTP/1.1 403 Forbidden", path
+        assert upgrade_as(up, user, path, "GET", "websocket", protocol) == "HTTP/1.1 403 Forbidden", path
+
+
 def kubectl_argv(up: Machine, *args: str, env: tuple[str, ...] = ()) -> list[str]:
     return nsenter_argv(up.ns.name, "env", *env, "kubectl", f"--kubeconfig={up.kubeconfig}", f"--cache-dir={up.cache_dir}", *args)
 

@@ -14,8 +14,8 @@ workloads.md §9). Attach is exec without a command, to ``/attach/NS/POD/CONTAIN
   WebSocket offering ``SPDY/3.1+portforward.k8s.io``; then the same fallback to a SPDY ``POST``.
 
 **Authorization.** The request filter authorizes the method's verb (``get`` for the WebSocket
-GET, ``create`` for the POST) on ``pods/exec``; a WebSocket upgrade must *also* be allowed
-``create``, as kube-apiserver does with ``AuthorizePodWebsocketUpgradeCreatePermission`` (a
+GET, ``create`` for the POST) on ``pods/exec``; an upgraded GET (a WebSocket, or a SPDY upgrade
+sent as GET) must *also* be allowed ``create``, as kube-apiserver does with ``AuthorizePodWebsocketUpgradeCreatePermission`` (a
 Kubernetes 1.35 default, closing the hole where ``get`` alone let a user exec): a user with only
 ``get`` is refused with ``pods "P" is forbidden: User "U" cannot create resource "pods/exec"``.
 The bootstrap roles ``admin`` and ``edit`` grant both.
@@ -76,8 +76,10 @@ def offered_protocols(request: web.Request) -> list[str]:
 
 
 def authorize_websocket_create(request: web.Request) -> None:
-    """A WebSocket (GET) upgrade to exec/attach/portforward also needs ``create``."""
-    if not is_websocket(request):
+    """An upgraded GET to exec/attach/portforward also needs ``create``: the WebSocket, and a SPDY
+    upgrade on a GET too (kubectl sends SPDY as POST, already ``create``; a GET carrying it would
+    otherwise stream with ``get`` alone). A plain POST is ``create`` already."""
+    if request.method != "GET" or not (is_websocket(request) or upgrade.is_spdy_upgrade(request)):
         return
     info = dataclasses.replace(request["request_info"], verb="create")
     user = request["user"]
