@@ -39,6 +39,8 @@ UPSTREAM = {
     ("apps", "controllerrevisions"): ("ControllerRevision", "controllerrevision", True, (), (), ()),
     ("batch", "jobs"): ("Job", "job", True, (), ("all",), ("status",)),
     ("batch", "cronjobs"): ("CronJob", "cronjob", True, ("cj",), ("all",), ("status",)),
+    # our own API group (issue 19: the LoadBalancer address pools, after Cilium's CiliumLoadBalancerIPPool)
+    ("kubesvc.io", "loadbalancerippools"): ("LoadBalancerIPPool", "loadbalancerippool", False, ("lbippool",), (), ()),
     # create-only: answered, never stored
     ("authentication.k8s.io", "tokenreviews"): ("TokenReview", "tokenreview", False, (), (), ()),
     ("authentication.k8s.io", "selfsubjectreviews"): ("SelfSubjectReview", "selfsubjectreview", False, (), (), ()),
@@ -59,7 +61,7 @@ def test_the_served_kinds_are_exactly_upstreams():
 def test_discovery_facts_match_upstream(info: KindInfo):
     assert (info.kind, info.singular, info.namespaced, info.short_names, info.categories,
             info.subresources) == UPSTREAM[(info.group, info.resource)]
-    assert info.version == "v1"
+    assert info.version == ("v1alpha1" if info.group == "kubesvc.io" else "v1")
 
 
 def test_only_the_reviews_are_create_only_and_never_stored():
