@@ -12,6 +12,9 @@ import pytest
 
 from kubesvc.client.informer import Informer
 from kubesvc.client.rest import ENDPOINTSLICES, LEASES, SERVICES
+from kubesvc.client.kubeconfig import load_kubeconfig
+from kubesvc.client.rest import ClientError, RestClient
+from kubesvc.controllers.loadbalancer import announceraccess
 from kubesvc.controllers.loadbalancer.announcer import Announcer, eligible, lease_name, wanted_announcements
 from tests.support.apiserver import running_apiserver
 from tests.support.cluster import api_client, eventually, get_or_none, new_namespace
@@ -66,20 +69,27 @@ async def node_announcer(client, node: str, announced: list):
 
 
 def test_one_node_holds_each_address_and_the_other_takes_over(tmp_path):
+    """The announcers run as kube-proxy's identity (what ``up`` gives them), their Leases in
+    ``kubesvc-lb``."""
+    leases_ns = announceraccess.LEASE_NAMESPACE
+
     async def scenario(server):
-        async with api_client(server) as client:
-            ns = await new_namespace(client)
-            svc = await client.resource(SERVICES).create({"metadata": {"name": "web", "namespace": ns},
+        async with api_client(server) as admin, \
+                RestClient(load_kubeconfig(server.component_kubeconfig("proxy")), user_agent="test-announcer") as client:
+            await announceraccess.ensure(admin)
+            await announceraccess.ensure(admin)  # twice: what exists is left alone
+            ns = await new_namespace(admin)
+            svc = await admin.resource(SERVICES).create({"metadata": {"name": "web", "namespace": ns},
                                                           "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}})
             svc["status"] = {"loadBalancer": {"ingress": [{"ip": "10.70.0.1", "ipMode": "VIP"}]}}
-            await client.resource(SERVICES).update_status(svc)
+            await admin.resource(SERVICES).update_status(svc)
             announced: list = []
             async with node_announcer(client, "node-a", announced) as a:
                 await eventually(lambda: a.holding == {"10.70.0.1"}, scaled(10), "node-a holds the address")
                 async with node_announcer(client, "node-b", announced) as b:
                     await asyncio.sleep(scaled(1.0))
                     assert b.holding == set()  # a candidate only
-                    lease = await get_or_none(client, LEASES, "kubesvc-lb-10-70-0-1", ns)
+                    lease = await get_or_none(admin, LEASES, "kubesvc-lb-10-70-0-1", leases_ns)
                     assert lease["spec"]["holderIdentity"] == "node-a"
                     assert announced == [("node-a", "10.70.0.1")]
                 # node-a is still the holder here; now it stops, node-b alone remains
@@ -88,10 +98,33 @@ def test_one_node_holds_each_address_and_the_other_takes_over(tmp_path):
                 await eventually(lambda: b.holding == {"10.70.0.1"}, scaled(10), "node-b takes over")
                 assert announced == [("node-b", "10.70.0.1")]
                 # the Service switches to Local with no endpoint on node-b: it steps down
-                await client.resource(SERVICES).patch("web", {"spec": {"externalTrafficPolicy": "Local"}}, namespace=ns)
+                await admin.resource(SERVICES).patch("web", {"spec": {"externalTrafficPolicy": "Local"}}, namespace=ns)
                 await eventually(lambda: b.holding == set(), scaled(10), "node-b steps down")
-                lease = await get_or_none(client, LEASES, "kubesvc-lb-10-70-0-1", ns)
+                lease = await get_or_none(admin, LEASES, "kubesvc-lb-10-70-0-1", leases_ns)
                 assert lease["spec"].get("holderIdentity", "") == ""  # released
+
+    with running_apiserver(tmp_path / "server") as server:
+        asyncio.run(scenario(server))
+
+
+def test_the_announcer_identity_may_write_leases_only_in_kubesvc_lb(tmp_path):
+    """kube-proxy's identity, which the announcers run as: a Lease in ``kubesvc-lb`` yes, one in
+    kube-system (where the controller-manager's and scheduler's live) or a Service's namespace
+    403 Forbidden."""
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "kube-controller-manager"},
+             "spec": {"holderIdentity": "intruder"}}
+
+    async def scenario(server):
+        async with api_client(server) as admin, \
+                RestClient(load_kubeconfig(server.component_kubeconfig("proxy")), user_agent="test-announcer") as proxy:
+            await announceraccess.ensure(admin)
+            ns = await new_namespace(admin)
+            created = await proxy.resource(LEASES).create(lease, namespace=announceraccess.LEASE_NAMESPACE)
+            assert created["spec"]["holderIdentity"] == "intruder"
+            for namespace in ("kube-system", ns):
+                with pytest.raises(ClientError) as err:
+                    await proxy.resource(LEASES).create(lease, namespace=namespace)
+                assert err.value.status == 403
 
     with running_apiserver(tmp_path / "server") as server:
         asyncio.run(scenario(server))

@@ -3,8 +3,8 @@ speaker in L2 mode): stands in a Lease election per address (controllers/loadbal
 announcer.py) and answers ARP on ``--interface`` for the addresses it holds (kernel/arp.py).
 
 Run one on every node, in the node's network namespace, with a kubeconfig whose identity may
-read Services and EndpointSlices and get/create/update Leases in the Services' namespaces.
-Not started by ``up``/``join`` yet.
+list/watch Services and EndpointSlices and write Leases in ``kubesvc-lb``: kube-proxy's
+(controllers/loadbalancer/announceraccess.py creates the namespace and the Role there).
 """
 
 from __future__ import annotations

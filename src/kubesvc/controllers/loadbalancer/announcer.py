@@ -16,7 +16,8 @@ IPAM controller because both read the same Service fields (allocator.py).
   (an EndpointSlice endpoint whose ``nodeName`` is this node and whose ``ready`` is not false),
   since the proxy drops external traffic for the Service on any other node (MetalLB's
   ``ShouldAnnounce``).
-* **Election**: per address a ``coordination.k8s.io`` Lease in the Service's namespace, named
+* **Election**: per address a ``coordination.k8s.io`` Lease in the namespace ``kubesvc-lb``
+  (announceraccess.py: the only namespace the announcers may write Leases in), named
   ``kubesvc-lb-<address>`` (dots and colons as dashes), held through client/leaderelection.py
   (its timing flags: ``lease_duration``, ``renew_deadline``, ``retry_period``). An eligible
   node is a candidate; one that stops being eligible (its last local endpoint went, the Service
@@ -38,6 +39,7 @@ from kubesvc.client.informer import Informer
 from kubesvc.client.leaderelection import LeaderElector
 from kubesvc.client.rest import RestClient
 from kubesvc.controllers.loadbalancer.allocator import ingress_ips, is_ours
+from kubesvc.controllers.loadbalancer.announceraccess import LEASE_NAMESPACE
 from kubesvc.util.aio import cancel_and_wait
 from kubesvc.util.clock import Clock, RealClock
 
@@ -127,9 +129,9 @@ class Announcer:
         wanted = wanted_announcements(self.services.indexer.list(), self._slices_of, self.node)
         for address in [a for a in self._candidacies if a not in wanted or self._candidacies[a].done()]:
             await self._withdraw(address)
-        for address, namespace in wanted.items():
+        for address in wanted:
             if address not in self._candidacies:
-                self._candidacies[address] = asyncio.create_task(self._stand(address, namespace))
+                self._candidacies[address] = asyncio.create_task(self._stand(address))
 
     async def _withdraw(self, address: str) -> None:
         task = self._candidacies.pop(address, None)
@@ -137,9 +139,9 @@ class Announcer:
             await cancel_and_wait([task])
         self.holding.discard(address)
 
-    async def _stand(self, address: str, namespace: str) -> None:
+    async def _stand(self, address: str) -> None:
         lease_duration, renew_deadline, retry_period = self.timing
-        elector = LeaderElector(self.client, namespace=namespace, name=lease_name(address), identity=self.node,
+        elector = LeaderElector(self.client, namespace=LEASE_NAMESPACE, name=lease_name(address), identity=self.node,
                                 lease_duration=lease_duration, renew_deadline=renew_deadline, retry_period=retry_period,
                                 clock=self.clock)
 

@@ -1,0 +1,55 @@
+"""Where the L2 announcers' Leases live and who may write them: the namespace ``kubesvc-lb``
+with a Role there (Leases get/list/watch/create/update/delete) bound to the announcers'
+identity, as Cilium keeps its ``cilium-l2announce-*`` Leases in its own namespace.
+
+Why a namespace of its own: a Lease per address in the Service's namespace would need Lease
+write in every namespace, a ClusterRole that would also let a node take kube-system's
+``kube-controller-manager`` or ``kube-scheduler`` Lease. Here the announcers may write Leases
+in ``kubesvc-lb`` and nowhere else.
+
+The identity: the announcer also lists and watches Services and EndpointSlices. A node
+(``system:node:<name>``, group ``system:nodes``) may read Services but not EndpointSlices
+(upstream's ``NodeRules()``), so the announcer runs as kube-proxy's identity,
+``system:kube-proxy`` (ClusterRole ``system:node-proxier``: list/watch of both), and the Role
+is bound to that user. ``up`` creates these as the admin (``ensure``), beside the default pool.
+"""
+
+from __future__ import annotations
+
+from kubesvc.client.rest import NAMESPACES, ClientError, Resource, RestClient, is_already_exists
+
+ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", True, "Role")
+ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", True, "RoleBinding")
+
+LEASE_NAMESPACE = "kubesvc-lb"
+ROLE_NAME = "kubesvc:lb-announcer"
+ANNOUNCER_USER = "system:kube-proxy"
+LEASE_VERBS = ["get", "list", "watch", "create", "update", "delete"]
+
+
+def namespace_object() -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LEASE_NAMESPACE}}
+
+
+def role_object() -> dict:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": ROLE_NAME, "namespace": LEASE_NAMESPACE},
+            "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": list(LEASE_VERBS)}]}
+
+
+def role_binding_object() -> dict:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": ROLE_NAME, "namespace": LEASE_NAMESPACE},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROLE_NAME},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": ANNOUNCER_USER}]}
+
+
+async def ensure(client: RestClient) -> None:
+    """Create the namespace, Role and RoleBinding where missing (as the admin); what exists is
+    left as it is."""
+    for resource, obj in ((NAMESPACES, namespace_object()), (ROLES, role_object()), (ROLE_BINDINGS, role_binding_object())):
+        try:
+            await client.resource(resource).create(obj, **({"namespace": LEASE_NAMESPACE} if resource is not NAMESPACES else {}))
+        except ClientError as err:
+            if not is_already_exists(err):
+                raise
