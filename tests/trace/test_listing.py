@@ -90,3 +90,19 @@ def test_from_a_pod_no_masquerade():
 def test_not_ours():
     walk = trace(table_from_listing(OBJS, TEXT), "192.168.50.2", "tcp", "172.30.0.99", 80, ("192.168.50.1",))
     assert walk.verdict == "" and walk.candidates == []
+
+
+def test_the_fake_lists_text_the_tracer_reads():
+    """The fake's ``list_table_text`` (kernel.fake.nftables) gives the same walk as its own table."""
+    import asyncio
+
+    from kubesvc.kernel.fake.nftables import FakeKernel, FakeNFTables
+    fake = FakeNFTables(4, kernel=FakeKernel())
+    fake.run_sync("add table ip kube-proxy\n"
+                  "add chain ip kube-proxy nat-prerouting { type nat hook prerouting priority -100 ; }\n"
+                  "add chain ip kube-proxy svc\n"
+                  "add rule ip kube-proxy nat-prerouting ip daddr 172.30.0.10 tcp dport 80 jump svc\n"
+                  "add rule ip kube-proxy svc meta l4proto tcp dnat to 10.1.1.2:8080\n")
+    table = table_from_listing(asyncio.run(fake.list_table()), asyncio.run(fake.list_table_text()))
+    walk = trace(table, "192.168.50.2", "tcp", "172.30.0.10", 80)
+    assert walk.verdict == "DNAT" and walk.candidates == [("10.1.1.2:8080", 1.0)]

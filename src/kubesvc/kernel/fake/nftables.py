@@ -739,6 +739,25 @@ class FakeNFTables:
         table = self.current()
         return [] if table is None else list_json(table, terse=terse)
 
+    async def list_table_text(self) -> str:
+        """Our table's chains and rules in ``nft list table``'s layout (what ``kubesvc trace``
+        reads from it: a base chain's ``type … hook … priority N; policy …;`` line, then each
+        rule as written; sets and elements are read from ``list_table``); "" if it does not exist.
+        The kernel prints rules in its own canonical forms, which the fake does not rewrite."""
+        table = self.current()
+        if table is None:
+            return ""
+        out = [f"table {table.family} {table.name} {{"]
+        for chain in table.chains.values():
+            out.append(f"\tchain {chain.name} {{")
+            if chain.base is not None:
+                kind, hook, priority = chain.base
+                out.append(f"\t\ttype {kind} hook {hook} priority {priority}; policy {chain.policy or 'accept'};")
+            out += [f"\t\t{rule.text}" for rule in chain.rules]
+            out.append("\t}")
+        out.append("}")
+        return "\n".join(out) + "\n"
+
     async def chain_rule_count(self, chain: str) -> int | None:
         table = self.current()
         c = table.chains.get(chain) if table is not None else None
