@@ -1,4 +1,4 @@
-"""The nftables tracer (``kernel/fake/nftables_trace.py``) against real packets: the table our
+"""The nftables tracer (``proxy/trace/nftables.py``) against real packets: the table our
 proxier writes is applied to the real nft in a node namespace and to the fake at once
 (``test_nft_fake.Tee``), then for each case the tracer's answer about a new connection is held
 to what real connections do (``tests.support.netns.NodeTopology``: an outside client, three

@@ -1,4 +1,4 @@
-"""Where a packet lands, traced (``kernel.fake.nftables_trace``) through the table the nftables
+"""Where a packet lands, traced (``proxy.trace.nftables``) through the table the nftables
 mode left in the nftables fake: upstream's packet-flow tests from
 ``pkg/proxy/nftables/proxier_test.go`` (TestNoEndpointsReject, TestClusterIPGeneral,
 TestLoadBalancer, TestExternalTrafficPolicyLocal/Cluster, TestInternalExternalMasquerade, the
