@@ -2,7 +2,8 @@
 two node namespaces on a LAN bridge, each running ``kubesvc proxy``, and a client namespace on
 the LAN that is no node): the service-lb-controller (a controller-manager of this module) gives
 a LoadBalancer Service an address of a LAN pool, ``kubesvc lb-announcer`` on each node elects
-one holder that answers ARP for it, the client connects to it; when the holder's machine dies
+one holder that answers ARP for it (running as kube-proxy's identity, as ``up`` runs it, its
+Leases in ``kubesvc-lb``), the client connects to it; when the holder's machine dies
 (its announcer and proxy killed, its LAN link down) the other node takes the Lease over within
 the lease time, announces gratuitously, and the client connects again. The pool's last address
 given, the next Service stays pending with an AllocationFailed Event."""
@@ -16,6 +17,7 @@ import signal
 import pytest
 
 from kubesvc.client.rest import LEASES, SERVICES
+from kubesvc.controllers.loadbalancer import announceraccess
 from tests.support.apiserver import start_controller_manager
 from tests.support.cluster import eventually, get_or_none
 from tests.support.slowdown import scaled
@@ -36,11 +38,13 @@ def announcers(kernel_env, tmp_path):
     server.kubectl("apply", "-f", "-", input=json.dumps({
         "apiVersion": "kubesvc.io/v1alpha1", "kind": "LoadBalancerIPPool", "metadata": {"name": "lan"},
         "spec": {"blocks": [{"start": POOL[0], "stop": POOL[1]}]}}))
+    server.kubectl("apply", "-f", "-", input="\n".join(json.dumps(obj) for obj in (
+        announceraccess.namespace_object(), announceraccess.role_object(), announceraccess.role_binding_object())))
     processes = {}
     for node in kernel_env.nodes:
         log = open(tmp_path / f"announcer-{node.name}.log", "wb")
         processes[node.name] = node.ns.popen(*node.ns.python(
-            "kubesvc", "lb-announcer", f"--kubeconfig={server.kubeconfig}", f"--node-name={node.name}", "--interface=eth0",
+            "kubesvc", "lb-announcer", f"--kubeconfig={server.component_kubeconfig('proxy')}", f"--node-name={node.name}", "--interface=eth0",
             f"--lease-duration={LEASE_DURATION}", "--renew-deadline=2", "--retry-period=0.5", "--v=2"), stdout=log, stderr=log)
     try:
         yield processes
@@ -75,7 +79,7 @@ async def test_a_lan_client_reaches_the_address_and_follows_it_when_the_holder_d
     await kt.until(kt.external, "tcp", vip, 80, 1, answered, what="the LAN client reaching the LoadBalancer address", timeout=1.0)
 
     async def holder():
-        lease = await get_or_none(kt.client, LEASES, "kubesvc-lb-" + vip.replace(".", "-"), kt.namespace)
+        lease = await get_or_none(kt.client, LEASES, "kubesvc-lb-" + vip.replace(".", "-"), announceraccess.LEASE_NAMESPACE)
         return ((lease or {}).get("spec") or {}).get("holderIdentity")
 
     first = await eventually(holder, scaled(10), "a holder")

@@ -128,3 +128,13 @@ def test_the_announcer_identity_may_write_leases_only_in_kubesvc_lb(tmp_path):
 
     with running_apiserver(tmp_path / "server") as server:
         asyncio.run(scenario(server))
+
+
+def test_up_names_the_interface_by_the_node_ip():
+    from kubesvc.cmd.lb_announcer import interface_holding
+    from kubesvc.kernel.links import LinkInfo
+
+    links = {"cbr0": LinkInfo("bridge", ("10.244.0.1/24",)), "eth0": LinkInfo(None, ("192.168.1.5/24", "fd00::5/64")), "gone": None}
+    assert interface_holding("192.168.1.5", links) == "eth0"
+    assert interface_holding("fd00:0::5", links) == "eth0"
+    assert interface_holding("192.168.1.6", links) is None

@@ -10,6 +10,7 @@ list/watch Services and EndpointSlices and write Leases in ``kubesvc-lb``: kube-
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import sys
 
 import click
@@ -21,19 +22,29 @@ from kubesvc.util.process import install_uvloop, setup_logging, stop_on_signals
 @click.command()
 @click.option("--kubeconfig", required=True, help="Kubeconfig file of the announcer's identity.")
 @click.option("--node-name", required=True, help="This node's name (the Lease holder identity).")
-@click.option("--interface", required=True, help="The LAN interface to answer ARP on (the one with the node's IP).")
+@click.option("--interface", default="", help="The LAN interface to answer ARP on (the one with the node's IP).")
+@click.option("--node-ip", default="", help="Instead of --interface: answer ARP on the interface holding this address (what up passes).")
 @click.option("--lease-duration", type=click.FloatRange(min=1.0), default=15.0, show_default=True,
               help="Seconds another node waits for an unchanged Lease before it takes over (a killed holder's failover time).")
 @click.option("--renew-deadline", type=click.FloatRange(min=0.5), default=10.0, show_default=True)
 @click.option("--retry-period", type=click.FloatRange(min=0.1), default=2.0, show_default=True)
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
-def lb_announcer_command(kubeconfig, node_name, interface, lease_duration, renew_deadline, retry_period, verbosity) -> None:
+def lb_announcer_command(kubeconfig, node_name, interface, node_ip, lease_duration, renew_deadline, retry_period, verbosity) -> None:
     """Answer ARP for the LoadBalancer addresses this node is elected for."""
     setup_logging(verbosity)
     if not lease_duration > renew_deadline > retry_period * 1.2:
         raise click.UsageError("need --lease-duration > --renew-deadline > 1.2 x --retry-period")
+    if bool(interface) == bool(node_ip):
+        raise click.UsageError("give one of --interface and --node-ip")
     client_config = flags.load_kubeconfig(kubeconfig)
     from kubesvc.kernel.arp import ArpSocket
+
+    if node_ip:
+        from kubesvc.kernel.links import link_info, link_names
+
+        interface = interface_holding(node_ip, {name: link_info(name) for name in sorted(link_names())})
+        if interface is None:
+            raise click.ClickException(f"no interface holds --node-ip {node_ip}")
 
     try:
         arp = ArpSocket(interface)
@@ -44,6 +55,15 @@ def lb_announcer_command(kubeconfig, node_name, interface, lease_duration, renew
         asyncio.run(_run(client_config, arp, node_name, (lease_duration, renew_deadline, retry_period)))
     finally:
         arp.close()
+
+
+def interface_holding(address: str, links: dict) -> str | None:
+    """The first link (by name) among ``links`` (name -> kernel.links.LinkInfo or None) with
+    ``address`` among its addresses."""
+    for name, info in links.items():
+        if info is not None and any(ipaddress.ip_address(cidr.split("/")[0]) == ipaddress.ip_address(address) for cidr in info.addresses):
+            return name
+    return None
 
 
 async def _run(client_config, arp, node_name: str, timing: tuple[float, float, float]) -> None:
