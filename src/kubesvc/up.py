@@ -284,16 +284,23 @@ class System:
         await self.install_dns()
         if self.options.loadbalancer_pool:
             await self.install_loadbalancer_pool()
+            # this node's ARP answers for the pool's addresses, as kube-proxy's identity: its Leases
+            # live in kubesvc-lb, the one namespace it may write them in (announceraccess.py)
+            await self.supervisor.start("lb-announcer", kubesvc_argv(
+                "lb-announcer", "--kubeconfig", pki.kubeconfig_path(data_dir, "proxy"), "--node-name", options.node_name,
+                "--node-ip", node_ips[0], *self.verbosity), ready_timeout=READY_TIMEOUT)
 
     async def install_loadbalancer_pool(self) -> None:
         """``--loadbalancer-pool``: the ``default`` LoadBalancerIPPool (controllers/loadbalancer/defaultpool.py)."""
         from kubesvc.client.kubeconfig import load_kubeconfig
         from kubesvc.client.rest import ClientError, RestClient
+        from kubesvc.controllers.loadbalancer import announceraccess
         from kubesvc.controllers.loadbalancer.defaultpool import ensure_default_pool
 
         try:
             async with RestClient(load_kubeconfig(self.kubeconfig), user_agent="kubesvc-up", field_manager="kubesvc") as client:
                 await ensure_default_pool(client, self.options.loadbalancer_pool or [])
+                await announceraccess.ensure(client)
         except ClientError as err:
             raise ComponentFailed(f"cannot create the default LoadBalancerIPPool: {err}") from None
 
@@ -350,7 +357,7 @@ class System:
             except Exception as err:  # noqa: BLE001 - keep cleaning; report at the end
                 errors.append(f"{name}: {err}")
 
-        codes = await self.supervisor.stop(["proxy", "agent", "controller-manager"], STOP_GRACE)
+        codes = await self.supervisor.stop(["lb-announcer", "proxy", "agent", "controller-manager"], STOP_GRACE)
         codes |= await self.supervisor.stop(["apiserver"], STOP_GRACE)
         codes |= await self.supervisor.stop(["etcd"], STOP_GRACE)
         await self.supervisor.close()

@@ -1,7 +1,9 @@
 """``kubesvc up`` runs each component as a process of its own and supervises them (issue 17), in
 a network namespace of the test's own standing in for the machine:
 
-* the apiserver, controller-manager, agent and proxy are four child processes of ``up``;
+* the apiserver, controller-manager, agent and proxy are four child processes of ``up``, and
+  with ``--loadbalancer-pool`` a fifth, the node's ``lb-announcer``: a LoadBalancer Service gets
+  the pool's address and this node holds its Lease in ``kubesvc-lb``;
 * a component killed with SIGKILL is started again, and ``up``'s log says which one, with
   its pid and the signal; its log file under ``<data-dir>/logs`` shows both runs; a killed
   apiserver comes back on the same address, so ``kubectl`` works again with the same kubeconfig,
@@ -23,7 +25,8 @@ from tests.support.up import Machine, snapshot
 
 pytestmark = pytest.mark.kernel
 
-COMPONENTS = {"apiserver", "controller-manager", "agent", "proxy"}
+COMPONENTS = {"apiserver", "controller-manager", "agent", "proxy", "lb-announcer"}
+POOL = "192.168.79.10-192.168.79.11"  # answered for (ARP) inside the machine's namespace only
 
 
 @pytest.fixture
@@ -74,10 +77,19 @@ def restarted(machine: Machine, name: str, old_pid: int) -> int:
 
 def test_killed_components_are_restarted_and_logged_and_ctrl_c_ends_every_process(machine):
     before = snapshot(machine.ns)
-    machine.up()
+    machine.up(extra=("--loadbalancer-pool", POOL))
     first = components(machine.process.pid)
     assert set(first) == COMPONENTS, first
     seen = set(first.values())
+
+    # the announcer, as up runs it (kube-proxy's identity), wins the Lease of the Service's address
+    machine.kubectl("create", "service", "loadbalancer", "lb", "--tcp=80:8080")
+    wait_until(lambda: machine.get("service", "lb").get("status", {}).get("loadBalancer", {}).get("ingress"), 30, "lb's address")
+    assert machine.get("service", "lb")["status"]["loadBalancer"]["ingress"][0]["ip"] == "192.168.79.10"
+    node = machine.get("nodes")["items"][0]["metadata"]["name"]
+    holder = lambda: machine.get("lease", "-n", "kubesvc-lb", "kubesvc-lb-192-168-79-10").get("spec", {}).get("holderIdentity")  # noqa: E731
+    wait_until(lambda: machine.kubectl("get", "lease", "-n", "kubesvc-lb", "kubesvc-lb-192-168-79-10", check=False).returncode == 0
+               and holder() == node, 30, f"{node} holding the address's Lease")
 
     # the proxy, SIGKILLed: started again, logged with its pid and the signal, and it programs a new Service
     os.kill(first["proxy"], signal.SIGKILL)
