@@ -79,6 +79,9 @@ def trace_command(src: str, dst: str, kubeconfig: Path | None, data_dir: Path, n
     from kubesvc.proxy.trace import live
 
     host, port, protocol = parse_destination(dst)
+    if is_ip(host) and port is not None and not (port.isdigit() and 0 < int(port) < 65536):
+        raise click.BadParameter(f"{dst!r}: the port must be a number from 1 to 65535 (a protocol after it: /tcp, /udp or /sctp)",
+                                 param_hint="DST")
     path = kubeconfig or (Path(os.environ["KUBECONFIG"]) if os.environ.get("KUBECONFIG") else data_dir / "kubeconfig")
     needs_api = "/" in src or not is_ip(host)
     if src not in ("node", "external") and "/" not in src and not is_ip(src):
