@@ -9,11 +9,19 @@ the cluster's node-ipam-controller) and their zone labels, the approved and issu
 node credential kept 0600; node 2's own credential gets 403 changing node 3's Node and Pods; a
 wrong token is one line and changes nothing (no file, Node or CSR); ``kubesvc leave`` stops a
 node, removes what it made on its machine and the Node turns NotReady.
+
+Every machine runs ``--pod-network routes`` (direct routes to the other nodes' Pod CIDRs), so
+Services span the machines: echo Pods pinned to each node behind one ClusterIP answer from every
+node and from a Pod on every node; a Pod on m1 reaches the Pod on m3 by its Pod IP and is seen
+with its own IP; a NodePort with ``externalTrafficPolicy: Local`` answers from a LAN client (m4,
+no node) only on the node with a local endpoint and the server sees the client's address, with
+``Cluster`` on all three.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import re
 import signal
@@ -105,11 +113,11 @@ def cluster(tmp_path_factory):
         (tmp / "m1").mkdir()
         server = Machine(namespaces[0], tmp / "m1")
         server.up(timeout=scaled(180), extra=("--cluster-init", "--node-name", "m1", "--pod-cidr", "10.244.0.0/24",
-                                              "--cluster-cidr", "10.244.0.0/16"))
+                                              "--cluster-cidr", "10.244.0.0/16", "--pod-network", "routes"))
         command = kubesvc(namespaces[0], "token", "create", "--data-dir", str(server.data_dir), "--print-join-command").stdout.split()
         joiners = [Joiner(namespaces[i - 1], tmp, i) for i in (2, 3)]
         for joiner, zone in zip(joiners, ("zone-b", "zone-c")):
-            joiner.join(command, "--zone", zone)
+            joiner.join(command, "--zone", zone, "--pod-network", "routes")
         yield {"server": server, "joiners": joiners, "command": command, "spare": namespaces[3], "tmp": tmp}
     finally:
         for joiner in joiners:
@@ -190,6 +198,135 @@ def test_a_wrong_token_changes_nothing(cluster):
     assert "m4" not in nodes(server)
     assert server.kubectl("get", "csr", "-o", "name").stdout.split() == csrs_before
     assert "cbr0" not in spare.ip("link").stdout
+
+
+ECHO = """\
+import http.server, sys
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = (sys.argv[2] + " " + self.client_address[0] + "\\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("0.0.0.0", int(sys.argv[1])), Handler).serve_forever()
+"""
+MACHINES = ("m1", "m2", "m3")
+
+
+def pinned_pod(name: str, node: str, labels: dict, command: list[str]) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "labels": labels},
+            "spec": {"nodeName": node, "automountServiceAccountToken": False, "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "c", "image": "python", "command": command}]}}
+
+
+def answers_seen(netns_name: str, host: str, port: int, want: set[str], timeout: float) -> dict[str, str]:
+    """Requests to ``host:port`` from ``netns_name`` until every backend name in ``want`` has
+    answered (bounded): each name with the client address it reported."""
+    from tests.support.agent import requests_in
+
+    seen: dict[str, str] = {}
+    last: list[str] = []
+
+    def all_answered() -> bool:
+        nonlocal last
+        last = requests_in(netns_name, host, port, 6, timeout=2)
+        for outcome in last:
+            if not outcome.startswith("!"):
+                name, _, source = outcome.partition(" ")
+                seen[name] = source
+        return want <= set(seen)
+
+    try:
+        netns.wait_until(all_answered, timeout, f"{sorted(want)} answering {host}:{port} from {netns_name}", interval=0.3)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; seen {seen}, last {last}") from None
+    return seen
+
+
+@pytest.fixture(scope="module")
+def echoes(cluster):
+    """An echo Pod (answers with its name and the client's address) and an idle client Pod
+    pinned to each machine; their Pods as the apiserver reports them once Running."""
+    server = cluster["server"]
+    names = [f"echo-{m}" for m in MACHINES] + [f"client-{m}" for m in MACHINES]
+    for machine in MACHINES:
+        server.kubectl("apply", "-f", "-", input=json.dumps(pinned_pod(f"echo-{machine}", machine, {"app": "echo", "machine": machine},
+                                                                       ["python3", "-c", ECHO, "8080", f"echo-{machine}"])))
+        server.kubectl("apply", "-f", "-", input=json.dumps(pinned_pod(f"client-{machine}", machine, {"app": "client"}, ["sleep", "3600"])))
+    pods: dict[str, dict] = {}
+
+    def running() -> bool:
+        for name in names:
+            pod = server.get("pod", name)
+            if (pod.get("status") or {}).get("phase") != "Running" or not pod["status"].get("podIP"):
+                return False
+            pods[name] = pod
+        return True
+
+    try:
+        netns.wait_until(running, scaled(120), "an echo and a client Pod Running on each machine", interval=0.5)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{server.kubectl('get', 'pods', '-o', 'wide', check=False).stdout}") from None
+    try:
+        yield pods
+    finally:
+        server.kubectl("delete", "pods", *names, "--grace-period=0", "--force", "--wait=false", check=False)
+        server.kubectl("delete", "services", "echo", "echo-local", "echo-cluster", "--ignore-not-found", "--wait=false", check=False)
+
+
+def pod_netns(pod: dict) -> str:
+    return "kubesvc-" + pod["metadata"]["uid"]  # the agent's --netns-prefix default, as up and join run it
+
+
+def echo_service(name: str, selector: dict, **spec) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "default"},
+                       "spec": {"selector": selector, "ports": [{"port": 80, "targetPort": 8080}], **spec}})
+
+
+@pytest.mark.timeout(600)
+def test_pods_on_three_nodes_answer_through_one_cluster_ip_from_every_node_and_pod(cluster, echoes):
+    server, (two, three) = cluster["server"], cluster["joiners"]
+    assert {echoes[f"echo-{m}"]["spec"]["nodeName"] for m in MACHINES} == set(MACHINES)
+    cidrs = {m: node["spec"]["podCIDRs"][0] for m, node in nodes(server).items()}
+    for machine in MACHINES:  # each Pod in its own node's range
+        assert ipaddress.ip_address(echoes[f"echo-{machine}"]["status"]["podIP"]) in ipaddress.ip_network(cidrs[machine]), (machine, cidrs)
+    server.kubectl("apply", "-f", "-", input=echo_service("echo", {"app": "echo"}))
+    cluster_ip = server.cluster_ip("echo")
+    want = {f"echo-{m}" for m in MACHINES}
+    for ns in (cluster["server"].ns, two.ns, three.ns):
+        answers_seen(ns.name, cluster_ip, 80, want, scaled(90))
+    for machine in MACHINES:
+        answers_seen(pod_netns(echoes[f"client-{machine}"]), cluster_ip, 80, want, scaled(90))
+
+
+@pytest.mark.timeout(300)
+def test_a_pod_on_node_one_reaches_a_pod_on_node_three_by_pod_ip_with_its_own_source(cluster, echoes):
+    client, target = echoes["client-m1"], echoes["echo-m3"]
+    seen = answers_seen(pod_netns(client), target["status"]["podIP"], 8080, {"echo-m3"}, scaled(60))
+    assert seen == {"echo-m3": client["status"]["podIP"]}
+
+
+@pytest.mark.timeout(600)
+def test_nodeport_local_answers_only_where_an_endpoint_is_and_keeps_the_client_address_cluster_on_all(cluster, echoes):
+    from tests.support.agent import requests_in
+
+    server, spare = cluster["server"], cluster["spare"]
+    client_ip = f"{LAN}.14"  # m4: on the LAN, no node
+    server.kubectl("apply", "-f", "-", input=echo_service("echo-local", {"app": "echo", "machine": "m3"}, type="NodePort",
+                                                          externalTrafficPolicy="Local"))
+    server.kubectl("apply", "-f", "-", input=echo_service("echo-cluster", {"app": "echo"}, type="NodePort", externalTrafficPolicy="Cluster"))
+    local_port = server.get("service", "echo-local")["spec"]["ports"][0]["nodePort"]
+    cluster_port = server.get("service", "echo-cluster")["spec"]["ports"][0]["nodePort"]
+    want = {f"echo-{m}" for m in MACHINES}
+    for index in (1, 2, 3):  # every node's proxy has the later Service, so the earlier one too
+        answers_seen(spare.name, f"{LAN}.{10 + index}", cluster_port, want, scaled(90))
+    assert answers_seen(spare.name, f"{LAN}.13", local_port, {"echo-m3"}, scaled(60)) == {"echo-m3": client_ip}
+    for index in (1, 2):  # no local endpoint: nothing answers there
+        outcomes = requests_in(spare.name, f"{LAN}.{10 + index}", local_port, 3, timeout=2)
+        assert all(o.startswith("!") for o in outcomes), (index, outcomes)
 
 
 def web(name: str, node: str, app: str) -> str:
