@@ -66,6 +66,24 @@ def in_cluster_config(env=os.environ, directory: Path = SERVICE_ACCOUNT_DIR):
     return ClientConfig(server=server, ca_pem=ca), FileTokenSource(directory / "token")
 
 
+def check_names(cluster_domain: str, self_addresses) -> None:
+    """The cluster domain a DNS-1123 subdomain (kubeadm's ``networking.dnsDomain`` rule; a
+    trailing dot allowed) and each ``--self-address`` an IP, else click's usage error."""
+    import ipaddress
+
+    from kubesvc.api.validation_meta import is_dns1123_subdomain
+
+    domain = cluster_domain[:-1] if cluster_domain.endswith(".") else cluster_domain
+    problems = is_dns1123_subdomain(domain) if domain else ["must not be empty"]
+    if problems:
+        raise click.BadParameter(f"{cluster_domain!r}: {'; '.join(problems)}", param_hint="'--cluster-domain'")
+    for address in self_addresses:
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            raise click.BadParameter(f"{address!r} is not an IP address", param_hint="'--self-address'") from None
+
+
 @click.command()
 @click.option("--cluster-domain", default="cluster.local", show_default=True, help="The cluster's DNS domain (CoreDNS's kubernetes zone).")
 @click.option("--kubeconfig", default=None, help="Kubeconfig file; without it, the in-cluster configuration.")
@@ -93,6 +111,7 @@ def dns_command(cluster_domain, kubeconfig, dns_addresses, dns_port, http_addres
     from kubesvc.dns.forward import BadUpstream, Forwarder, nameservers
 
     setup_logging(verbosity)
+    check_names(cluster_domain, self_addresses)
     if kubeconfig:
         client_config, token_source = flags.load_kubeconfig(kubeconfig), None
     else:
