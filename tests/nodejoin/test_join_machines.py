@@ -12,7 +12,7 @@ node, removes what it made on its machine and the Node turns NotReady.
 
 Every machine runs ``--pod-network routes`` (direct routes to the other nodes' Pod CIDRs), so
 Services span the machines: echo Pods pinned to each node behind one ClusterIP answer from every
-node and from a Pod on every node; a Pod on m1 reaches the Pod on m3 by its Pod IP and is seen
+node and from a Pod on every node (the backends themselves too); a Pod on m1 reaches the Pod on m3 by its Pod IP and is seen
 with its own IP; a NodePort with ``externalTrafficPolicy: Local`` answers from a LAN client (m4,
 no node) only on the node with a local endpoint and the server sees the client's address, with
 ``Cluster`` on all three.
@@ -305,6 +305,8 @@ def test_pods_on_three_nodes_answer_through_one_cluster_ip_from_every_node_and_p
         answers_seen(ns.name, cluster_ip, 80, want, scaled(90))
     for machine in MACHINES:
         answers_seen(pod_netns(echoes[f"client-{machine}"]), cluster_ip, 80, want, scaled(90))
+    for machine in MACHINES:  # a backend reaching its own Service: itself too (hairpin), as the others
+        answers_seen(pod_netns(echoes[f"echo-{machine}"]), cluster_ip, 80, want, scaled(90))
 
 
 @pytest.mark.timeout(300)
