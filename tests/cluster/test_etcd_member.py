@@ -77,7 +77,8 @@ def test_promote_outcome(error, outcome):
     ("etcdserver: unhealthy cluster", "wait"),
     ("etcdserver: too many learner members in cluster", "failed"),
     ("etcdserver: Peer URLs already exists", "failed"),
-], ids=["unhealthy", "too-many-learners", "exists"])
+    ("etcdserver: member not found", "wait"),  # a MemberAdd right after a stale learner's removal
+], ids=["unhealthy", "too-many-learners", "exists", "after-removal"])
 def test_add_outcome(error, outcome):
     assert em.add_outcome(error) == outcome
 

@@ -272,8 +272,11 @@ def promote_outcome(error: str | None) -> str:
 def add_outcome(error: str) -> str:
     """What a refused ``MemberAdd`` means: ``wait`` when etcd's strict reconfiguration check
     found a voter connected to the leader for less than its 5 s health interval (right after
-    the previous machine's promotion: etcd says "unhealthy cluster"), else ``failed``."""
-    return "wait" if error.endswith(UNHEALTHY_CLUSTER) else "failed"
+    the previous machine's promotion: etcd says "unhealthy cluster"), or when it answers "member
+    not found" (seen in CI right after a stale learner of this machine was removed, while that
+    removal is still being applied; a MemberAdd names no member, so it cannot mean ours is
+    gone), else ``failed``. A wait is retried until the join's deadline, then fails."""
+    return "wait" if error.endswith(UNHEALTHY_CLUSTER) or error.endswith(MEMBER_NOT_FOUND) else "failed"
 
 
 # ---- certificates ------------------------------------------------------------------------------
