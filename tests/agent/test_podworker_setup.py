@@ -104,9 +104,10 @@ async def test_a_burst_of_pods_is_set_up_a_few_at_a_time_off_the_event_loop(tmp_
         assert sorted(api.ips()) == sorted(f"web-{i}" for i in range(PODS))
         assert len(set(api.ips().values())) == PODS  # concurrent allocations never share an address
         assert lag < BLOCKS / 2, f"the event loop was held {lag:.3f} s"
-        assert 2 <= kernel.most_inside <= PLACES  # in parallel, within the bound
-        # two slow plans per Pod: serial would be PODS * 2 * BLOCKS (2.4 s), PLACES at once 0.8 s
-        assert took < PODS * 2 * BLOCKS * 0.75
+        # in parallel, within the bound: what the kernel saw. (A wall-clock bound at 0.75 of the
+        # serial 2.4 s failed in CI at 1.83 s on a busy machine; the overlap is the proof.)
+        assert 2 <= kernel.most_inside <= PLACES
+        assert took < PODS * 2 * BLOCKS * 4, f"{PODS} Pods took {took:.1f} s"  # a stall, not a speed figure
     finally:
         stopping = asyncio.gather(*(w.shutdown(0, delete=False) for w in workers))
         lag = await loop_lag_while(stopping.done)
