@@ -39,6 +39,17 @@ def controller_ref(obj: dict) -> dict | None:
     return None
 
 
+def resolve(ref: dict | None, kind: str, indexer, namespace: str | None) -> dict | None:
+    """``resolveControllerRef``: the cached owner ``ref`` names, when it is of ``kind`` and
+    still the same object (uid checked); None otherwise."""
+    if ref is None or ref.get("kind") != kind:
+        return None
+    owner = indexer.get(ref.get("name", ""), namespace)
+    if owner is None or owner["metadata"].get("uid") != ref.get("uid"):
+        return None
+    return owner
+
+
 def new_controller_ref(owner: dict, api_version: str, kind: str) -> dict:
     """``metav1.NewControllerRef``."""
     return {"apiVersion": api_version, "kind": kind, "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],

@@ -100,13 +100,7 @@ class DaemonSetController:
             self._enqueue_all()
 
     def _owner(self, obj: dict) -> dict | None:
-        ref = controllerref.controller_ref(obj)
-        if ref is None or ref.get("kind") != "DaemonSet":
-            return None
-        ds = self._daemonsets.indexer.get(ref.get("name", ""), obj["metadata"].get("namespace"))
-        if ds is None or ds["metadata"].get("uid") != ref.get("uid"):
-            return None
-        return ds
+        return controllerref.resolve(controllerref.controller_ref(obj), "DaemonSet", self._daemonsets.indexer, obj["metadata"].get("namespace"))
 
     def _on_owned(self, obj: dict) -> None:
         ds = self._owner(obj)

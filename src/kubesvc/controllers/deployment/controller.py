@@ -89,13 +89,7 @@ class DeploymentController:
 
     def _owner(self, obj: dict) -> dict | None:
         """``resolveControllerRef``: the Deployment a controller reference names (uid checked)."""
-        ref = controllerref.controller_ref(obj)
-        if ref is None or ref.get("kind") != "Deployment":
-            return None
-        deployment = self._deployments.indexer.get(ref.get("name", ""), obj["metadata"].get("namespace"))
-        if deployment is None or deployment["metadata"].get("uid") != ref.get("uid"):
-            return None
-        return deployment
+        return controllerref.resolve(controllerref.controller_ref(obj), "Deployment", self._deployments.indexer, obj["metadata"].get("namespace"))
 
     def _deployments_selecting(self, rs: dict) -> list[dict]:
         """``getDeploymentsForReplicaSet``: the Deployments whose selector matches an orphan."""

@@ -91,13 +91,7 @@ class JobController:
                 self._check_orphan(pod)
 
     def _job_of(self, pod: dict) -> dict | None:
-        ref = controllerref.controller_ref(pod)
-        if ref is None or ref.get("kind") != "Job":
-            return None
-        job = self._jobs.indexer.get(ref.get("name", ""), pod["metadata"].get("namespace"))
-        if job is None or job["metadata"].get("uid") != ref.get("uid"):
-            return None
-        return job
+        return controllerref.resolve(controllerref.controller_ref(pod), "Job", self._jobs.indexer, pod["metadata"].get("namespace"))
 
     def _check_orphan(self, pod: dict) -> None:
         if not jd.has_tracking_finalizer(pod):

@@ -115,12 +115,7 @@ class ReplicaSetController:
 
     def _owner_of(self, pod: dict, ref: dict | None) -> dict | None:
         """``resolveControllerRef``: the owner the reference names, if it is ours and still the same object."""
-        if ref is None or ref.get("kind") != self.flavour.kind:
-            return None
-        owner = self._owners.indexer.get(ref.get("name", ""), pod["metadata"].get("namespace"))
-        if owner is None or owner["metadata"].get("uid") != ref.get("uid"):
-            return None
-        return owner
+        return controllerref.resolve(ref, self.flavour.kind, self._owners.indexer, pod["metadata"].get("namespace"))
 
     def _matching_owners(self, pod: dict) -> list[dict]:
         """``getPodReplicaSets``: the owners in the Pod's namespace whose selector selects it."""
