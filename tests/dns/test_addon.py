@@ -62,3 +62,15 @@ def test_the_dns_ip_is_the_tenth_of_the_range():
     assert addon.cluster_dns_ip("10.96.0.0/12") == "10.96.0.10"
     assert addon.cluster_dns_ip("10.43.0.0/16") == "10.43.0.10"
     assert addon.cluster_dns_ip("fd00:10:96::/112") == "fd00:10:96::a"
+
+
+def test_pods_mode_and_its_grant():
+    # k3s's and kubeadm's Corefile say `pods insecure`: nothing to watch; `verified` watches Pods
+    def parts(**kwargs):
+        made = {obj["kind"]: obj for obj in addon.objects("10.96.0.10", "cluster.local", deployment=True, **kwargs)}
+        command = made["Deployment"]["spec"]["template"]["spec"]["containers"][0]["command"]
+        granted = {r for rule in made["ClusterRole"]["rules"] for r in rule["resources"]}
+        return command[command.index("--pods") + 1], "pods" in granted
+
+    assert parts() == ("insecure", False)
+    assert parts(pods="verified") == ("verified", True)

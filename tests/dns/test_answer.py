@@ -19,7 +19,7 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 
-from kubesvc.dns.answer import PODS_DISABLED, Settings, resolve, respond
+from kubesvc.dns.answer import PODS_DISABLED, PODS_VERIFIED, Settings, resolve, respond
 from kubesvc.dns.records import load
 
 OK, NX, SERVFAIL, REFUSED = dns.rcode.NOERROR, dns.rcode.NXDOMAIN, dns.rcode.SERVFAIL, dns.rcode.REFUSED
@@ -301,6 +301,80 @@ def test_names_outside_the_zone_are_forwarded():
 def test_pods_disabled(mode, rcode):
     for name in ("10-240-0-1.podns.pod.cluster.local.", "172-0-0-2.podns.pod.cluster.local.", "podns.pod.cluster.local."):
         assert ask(name, "A", settings=Settings.for_domain("cluster.local", pods=PODS_DISABLED)).rcode == rcode
+
+
+# `pods verified` (handler_pod_verified_test.go): the Pod index holds podns/foo at 10.240.0.1
+def pod(ns, name, ip, phase="Running", deleting=False):
+    meta = {"namespace": ns, "name": name, **({"deletionTimestamp": "2026-01-01T00:00:00Z"} if deleting else {})}
+    return {"metadata": meta, "status": {"phase": phase, "podIP": ip, "podIPs": [{"ip": ip}] if ip else []}}
+
+
+VERIFIED = Settings.for_domain("cluster.local", pods=PODS_VERIFIED)
+VERIFIED_RECORDS = load(SERVICES, SLICES, namespaces=["testns", "podns", "svcns", "otherns"],
+                        pods=[pod("podns", "foo", "10.240.0.1"), pod("podns", "six", "fd00:10::7"), pod("otherns", "bar", "10.240.0.2")])
+
+PODS_VERIFIED_CASES = [
+    case("79-verified-pod-a", "10-240-0-1.podns.pod.cluster.local.", "A", OK, ["10-240-0-1.podns.pod.cluster.local. 5 IN A 10.240.0.1"]),
+    neg("80-verified-namespace-nodata", "podns.pod.cluster.local.", "A"),
+    neg("81-verified-svc-namespace-nodata", "svcns.svc.cluster.local.", "A"),
+    neg("82-verified-namespace-missing", "pod-nons.pod.cluster.local.", "A", NX),
+    neg("83-verified-no-such-pod", "172-0-0-2.podns.pod.cluster.local.", "A", NX),
+    # derived from findPods: the Pod's IP in another namespace is no Pod of this one
+    neg("verified-other-namespace", "10-240-0-2.podns.pod.cluster.local.", "A", NX),
+    case("verified-v6", "fd00-10--7.podns.pod.cluster.local.", "AAAA", OK, ["fd00-10--7.podns.pod.cluster.local. 5 IN AAAA fd00:10::7"]),
+    neg("verified-other-family-nodata", "10-240-0-1.podns.pod.cluster.local.", "AAAA"),
+    # CoreDNS compares the label's text with status.podIP: a differently spelled address is no Pod
+    neg("verified-text-compared", "010-240-0-1.podns.pod.cluster.local.", "A", NX),
+    neg("verified-not-an-address", "blah.podns.pod.cluster.local.", "A", NX),
+    case("verified-case-insensitive", "10-240-0-1.PodNS.POD.cluster.local.", "A", OK, ["10-240-0-1.PodNS.POD.cluster.local. 5 IN A 10.240.0.1"]),
+]
+
+
+@pytest.mark.parametrize("qname, qtype, rcode, answer, authority, extra", PODS_VERIFIED_CASES)
+def test_pods_verified(qname, qtype, rcode, answer, authority, extra):
+    check(qname, qtype, rcode, answer, authority, extra, records=VERIFIED_RECORDS, settings=VERIFIED)
+
+
+def pod_rcode(records, name="10-240-0-1.podns.pod.cluster.local."):
+    return dns.rcode.to_text(ask(name, "A", records=records, settings=VERIFIED).rcode)
+
+
+def test_verified_follows_the_pod_informer():
+    records = load(namespaces=["podns"])
+    assert pod_rcode(records) == "NXDOMAIN"
+    records.set_pod(pod("podns", "foo", ""))  # no IP yet: no record
+    assert pod_rcode(records) == "NXDOMAIN"
+    records.set_pod(pod("podns", "foo", "10.240.0.1"))
+    assert pod_rcode(records) == "NOERROR"
+    generation = records.generation
+    records.set_pod(pod("podns", "foo", "10.240.0.1", phase="Running"))  # status churn, same IP: nothing DNS shows changed
+    assert records.generation == generation
+    # terminating: CoreDNS's ToPod skips the event, the Pod stays as last kept until it is deleted
+    records.set_pod(pod("podns", "foo", "10.240.0.1", deleting=True))
+    assert pod_rcode(records) == "NOERROR"
+    records.delete_pod(pod("podns", "foo", "10.240.0.1", deleting=True))
+    assert pod_rcode(records) == "NXDOMAIN"
+    # one first seen terminating is never kept
+    records.set_pod(pod("podns", "foo", "10.240.0.1", deleting=True))
+    assert pod_rcode(records) == "NXDOMAIN"
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed", "Unknown"])
+def test_verified_forgets_pods_that_are_done(phase):
+    # CoreDNS lists and watches Pods with status.phase!=Succeeded,!=Failed,!=Unknown
+    records = load(namespaces=["podns"], pods=[pod("podns", "foo", "10.240.0.1")])
+    records.set_pod(pod("podns", "foo", "10.240.0.1", phase=phase))
+    assert pod_rcode(records) == "NXDOMAIN"
+
+
+def test_verified_two_pods_one_ip():
+    # a Pod IP reused by a new Pod while the old one is still listed: the record holds until both are gone
+    records = load(namespaces=["podns"], pods=[pod("podns", "old", "10.240.0.1"), pod("podns", "new", "10.240.0.1")])
+    records.delete_pod(pod("podns", "old", "10.240.0.1"))
+    assert pod_rcode(records) == "NOERROR"
+    records.set_pod(pod("podns", "new", "10.240.0.9"))  # its IP changed
+    assert pod_rcode(records) == "NXDOMAIN"
+    assert pod_rcode(records, "10-240-0-9.podns.pod.cluster.local.") == "NOERROR"
 
 
 def test_external_name_outside_the_zone_is_chased_upstream():

@@ -3,7 +3,8 @@ bind9-dnsutils) and dnspython's stub, forwarding to a real ``dnsmasq`` on loopba
 from a hosts file written here). What a user of the server observes: cluster names answered
 from the informers (a new Service resolves, a deleted one stops), TCP and UDP truncation, names
 outside the cluster forwarded and cached (CoreDNS's cache metrics count the hit), an
-ExternalName followed upstream, FORMERR for garbage, and /health, /ready, /metrics.
+ExternalName followed upstream, FORMERR for garbage, and /health, /ready, /metrics. The server
+runs ``--pods verified``: a Pod's dashed-IP name resolves while the Pod has that IP and is not done.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def cluster(tmp_path_factory):
     log = open(tmp / "dns.log", "w")
     process = subprocess.Popen([sys.executable, "-m", "kubesvc", "dns", "--kubeconfig", str(server.kubeconfig), "--dns-address", "127.0.0.1",
                                 "--dns-port", str(dns_port), "--http-address", "127.0.0.1", "--health-port", str(health), "--ready-port", str(ready),
-                                "--metrics-port", str(metrics), "--upstream", f"127.0.0.1:{upstream_port}"],
+                                "--metrics-port", str(metrics), "--upstream", f"127.0.0.1:{upstream_port}", "--pods", "verified"],
                                stdout=subprocess.PIPE, stderr=log, text=True)
     try:
         line = process.stdout.readline()
@@ -91,6 +92,22 @@ def test_a_new_service_resolves_and_a_deleted_one_stops(cluster):
     assert srv.split() == ["0", "100", "80", "fresh.default.svc.cluster.local."], srv
     kubectl("delete", "service", "fresh")
     wait_until(lambda: "status: NXDOMAIN" in dig(cluster, "fresh.default.svc.cluster.local") or None, 10, "the deleted Service gone", interval=0.05)
+
+
+def test_pods_verified_answers_a_pods_own_address_only(cluster):
+    kubectl = cluster["server"].kubectl
+    kubectl("run", "web", "--image=kubesvc", "--restart=Never")
+    name = "10-244-9-9.default.pod.cluster.local"
+    assert "status: NXDOMAIN" in dig(cluster, name)  # no IP yet
+    status = {"status": {"phase": "Running", "podIP": "10.244.9.9", "podIPs": [{"ip": "10.244.9.9"}]}}
+    kubectl("patch", "pod", "web", "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    wait_until(lambda: dig(cluster, "+short", name).split() == ["10.244.9.9"] or None, 10, "the Pod's record", interval=0.05)
+    assert "status: NXDOMAIN" in dig(cluster, "10-244-9-8.default.pod.cluster.local")  # no such Pod: `insecure` would answer it
+    assert "status: NXDOMAIN" in dig(cluster, "10-244-9-9.kube-system.pod.cluster.local")  # not a Pod of that namespace
+    # done: the Pod leaves CoreDNS's field selector (status.phase!=Succeeded,...), so its record goes
+    kubectl("patch", "pod", "web", "--subresource=status", "--type=merge", "-p", json.dumps({"status": {"phase": "Succeeded"}}))
+    wait_until(lambda: "status: NXDOMAIN" in dig(cluster, name) or None, 10, "the done Pod's record gone", interval=0.05)
+    kubectl("delete", "pod", "web", "--wait=false")
 
 
 def test_names_outside_the_cluster_are_forwarded_and_cached(cluster):

@@ -98,8 +98,9 @@ def check_names(cluster_domain: str, self_addresses) -> None:
               "default: the nameservers of --resolv-conf.")
 @click.option("--resolv-conf", default="/etc/resolv.conf", show_default=True, help="Where the upstream resolvers are read from.")
 @click.option("--ttl", type=click.IntRange(0, 3600), default=5, show_default=True, help="TTL of cluster records.")
-@click.option("--pods", type=click.Choice(["insecure", "disabled"]), default="insecure", show_default=True,
-              help="<a-b-c-d>.<ns>.pod.<zone> records (k3s: insecure).")
+@click.option("--pods", type=click.Choice(["insecure", "verified", "disabled"]), default="insecure", show_default=True,
+              help="<a-b-c-d>.<ns>.pod.<zone> records, as CoreDNS's 'pods' option: insecure (k3s's and kubeadm's Corefile) answers "
+                   "any address, verified only a Pod's own (watches Pods: needs list/watch pods), disabled none.")
 @click.option("--self-address", "self_addresses", multiple=True, envvar="POD_IP",
               help="This server's own IP (default: $POD_IP): the zone's NS names the Service whose endpoint it is, as CoreDNS's.")
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
@@ -142,13 +143,14 @@ async def _run(client_config, token_source, settings, forwarder, dns_addresses, 
     from kubesvc.client.rest import RestClient
     from kubesvc.dns.metrics import DNSMetrics
     from kubesvc.dns.records import ClusterRecords
+    from kubesvc.dns.answer import PODS_VERIFIED
     from kubesvc.dns.server import Resolver, http_app, start_dns, watch_cluster
     from kubesvc.util.aio import cancel_and_wait
 
     stop = stop_on_signals()
     records = ClusterRecords()
     async with RestClient(client_config, user_agent="kubesvc-dns", token_source=token_source) as client:
-        informers = watch_cluster(client, records)
+        informers = watch_cluster(client, records, pods=settings.pods == PODS_VERIFIED)
         resolver = Resolver(records, settings, forwarder, metrics=DNSMetrics(f"dns://:{dns_port}"),
                             synced=lambda: all(i.has_synced() for i in informers))
         tasks = [asyncio.create_task(informer.run()) for informer in informers]

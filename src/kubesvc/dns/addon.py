@@ -3,15 +3,16 @@
 - ServiceAccount ``kube-system/coredns``;
 - ClusterRole ``system:coredns`` (label ``kubernetes.io/bootstrapping: rbac-defaults``):
   list and watch ``services``, ``namespaces`` and ``discovery.k8s.io`` ``endpointslices``:
-  what ``kubesvc dns`` reads, nothing more (k3s's also grants ``endpoints`` and ``pods``, for
-  CoreDNS options kubesvc does not have), bound to that ServiceAccount by the ClusterRoleBinding
-  ``system:coredns``;
+  what ``kubesvc dns`` reads, nothing more (k3s's and kubeadm's also grant ``endpoints`` and
+  ``pods``; here ``pods`` only when the add-on runs ``--pods verified``, the one mode that
+  watches them), bound to that ServiceAccount by the ClusterRoleBinding ``system:coredns``;
 - Service ``kube-system/kube-dns`` at the tenth address of the Service range (``10.96.0.10``),
   ports ``dns`` 53/UDP, ``dns-tcp`` 53/TCP, ``metrics`` 9153/TCP, labels ``k8s-app: kube-dns``,
   ``kubernetes.io/cluster-service: "true"`` and ``kubernetes.io/name: CoreDNS`` (what
   ``kubectl cluster-info`` lists: "CoreDNS is running at ..."), the Prometheus annotations;
 - Deployment ``kube-system/coredns`` (one replica, ``dnsPolicy: Default``: the DNS Pod
-  forwards to the node's resolvers), its container running ``kubesvc dns`` with the readiness
+  forwards to the node's resolvers), its container running ``kubesvc dns --pods insecure``
+  (the ``pods insecure`` of both k3s's and kubeadm's Corefile) with the readiness
   probe ``/ready`` on 8181 (period 2 s) and the liveness probe ``/health`` on 8080 (initial
   delay 60 s, period 10 s, 3 failures), as k3s's. While the apiserver serves no
   ``apps/v1`` Deployments (or, under ``up``, while the controller-manager runs no deployment and
@@ -42,13 +43,16 @@ def cluster_dns_ip(service_cidr: str) -> str:
     return str(ipaddress.ip_network(service_cidr, strict=False)[10])
 
 
-def objects(cluster_dns: str, cluster_domain: str, *, deployment: bool, python: str = sys.executable) -> list[dict]:
-    """The add-on's objects, in creation order."""
+PODS_MODE = "insecure"  # k3s's and kubeadm's Corefile: kubernetes <zone> ... { pods insecure }
+
+
+def objects(cluster_dns: str, cluster_domain: str, *, deployment: bool, python: str = sys.executable, pods: str = PODS_MODE) -> list[dict]:
+    """The add-on's objects, in creation order; ``pods``: the ``--pods`` mode it runs."""
     bootstrapping = {"kubernetes.io/bootstrapping": "rbac-defaults"}
     container = {
         "name": NAME,
         "image": "kubesvc",
-        "command": [python, "-m", "kubesvc", "dns", "--cluster-domain", cluster_domain],
+        "command": [python, "-m", "kubesvc", "dns", "--cluster-domain", cluster_domain, "--pods", pods],
         "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],  # its own address, for the zone's NS
         "ports": [{"name": "dns", "containerPort": 53, "protocol": "UDP"}, {"name": "dns-tcp", "containerPort": 53, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
@@ -72,7 +76,7 @@ def objects(cluster_dns: str, cluster_domain: str, *, deployment: bool, python: 
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": NAME, "namespace": NAMESPACE}},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": ROLE, "labels": bootstrapping},
-         "rules": [{"apiGroups": [""], "resources": ["services", "namespaces"], "verbs": ["list", "watch"]},
+         "rules": [{"apiGroups": [""], "resources": ["services", "namespaces", *(["pods"] if pods == "verified" else [])], "verbs": ["list", "watch"]},
                    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
          "metadata": {"name": ROLE, "labels": bootstrapping, "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
@@ -101,15 +105,16 @@ async def serves_deployments(client) -> bool:
     return any(r.get("name") == "deployments" for r in (resources or {}).get("resources") or [])
 
 
-async def install(client, cluster_dns: str, cluster_domain: str, *, deployment: bool | None = None) -> list[str]:
+async def install(client, cluster_dns: str, cluster_domain: str, *, deployment: bool | None = None, pods: str = PODS_MODE) -> list[str]:
     """Create the add-on's missing objects; what was created ("kind/name"). ``deployment``:
-    a Deployment (True) or a bare Pod (False); None: a Deployment if the API serves them."""
+    a Deployment (True) or a bare Pod (False); None: a Deployment if the API serves them.
+    ``pods``: the server's ``--pods`` mode (``verified`` also grants list/watch on Pods)."""
     from kubesvc.client.rest import Resource, is_already_exists, is_not_found
 
     created = []
     if deployment is None:
         deployment = await serves_deployments(client)
-    for obj in objects(cluster_dns, cluster_domain, deployment=deployment):
+    for obj in objects(cluster_dns, cluster_domain, deployment=deployment, pods=pods):
         group, _, version = obj["apiVersion"].rpartition("/")
         namespaced = "namespace" in obj["metadata"]
         plural = {"ServiceAccount": "serviceaccounts", "ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings",

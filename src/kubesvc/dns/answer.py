@@ -24,10 +24,12 @@ default) are read right to left, as CoreDNS's ``parseRequest`` does:
                                             floor(100/n) (at least 1), the Service port
                                             (ClusterIP) or the EndpointSlice port (headless),
                                             targets' addresses in the additional section
-``<a-b-c-d>.<ns>.pod.<zone>``               the address in the name, unchecked (k3s's ``pods
-                                            insecure``; the spec dropped pod records in 2019),
-                                            when the namespace exists; ``--pods=disabled``
-                                            makes them NXDOMAIN
+``<a-b-c-d>.<ns>.pod.<zone>``               the address in the name (the spec dropped pod
+                                            records in 2019; CoreDNS's ``pods`` option): when
+                                            the namespace exists, ``insecure`` (k3s, kubeadm)
+                                            answers it unchecked, ``verified`` only when a Pod
+                                            of that namespace has it as ``status.podIP``
+                                            (NXDOMAIN otherwise), ``disabled`` never
 ``ns.dns.<zone>``                           the server's own addresses (CoreDNS ns.go)
 anything else, or more labels               NXDOMAIN
 ==========================================  ===================================================
@@ -94,7 +96,9 @@ DEFAULT_TTL = 5
 MAX_CNAME_CHAIN = 10
 REVERSE_ZONES = (dns.name.from_text("in-addr.arpa."), dns.name.from_text("ip6.arpa."))
 PODS_INSECURE = "insecure"
+PODS_VERIFIED = "verified"
 PODS_DISABLED = "disabled"
+POD_MODES = (PODS_INSECURE, PODS_VERIFIED, PODS_DISABLED)
 
 
 @dataclass(frozen=True)
@@ -279,12 +283,17 @@ def _service_hits(records: ClusterRecords, namespace: str, name: str, *, endpoin
 
 
 def _pod(labels: list[str], records: ClusterRecords, settings: Settings) -> list[Hit] | None:
-    """``<dashed-ip>.<ns>.pod.<zone>`` in k3s's ``pods insecure`` mode: the address in the
-    label, not checked against any Pod (CoreDNS findPods); the namespace must exist."""
+    """``<dashed-ip>.<ns>.pod.<zone>`` (CoreDNS findPods); the namespace must exist. The label
+    is turned back into an address: three ``-`` and no ``--`` is IPv4, anything else IPv6.
+    ``insecure`` answers any label that is an address, not checked against any Pod;
+    ``verified`` answers only when a Pod of the namespace has that text as its
+    ``status.podIP`` (CoreDNS compares the strings, so ``010-0-0-1`` is not ``10.0.0.1``)."""
     if settings.pods == PODS_DISABLED or not records.namespace_exists(labels[1]):
         return NXDOMAIN
     label = labels[0]
     text = label.replace("-", ".") if label.count("-") == 3 and "--" not in label else label.replace("-", ":")
+    if settings.pods == PODS_VERIFIED:
+        return [Hit(text)] if records.pod_exists(labels[1], text) else NXDOMAIN
     try:
         return [Hit(str(ipaddress.ip_address(text)))]
     except ValueError:

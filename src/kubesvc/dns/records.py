@@ -16,7 +16,15 @@ What is kept, and why (the spec's sections, schema 1.1.0):
   does), its ports, and each endpoint's addresses, ``hostname`` and ``ready`` (a missing
   ``ready`` counts as ready, as the EndpointSlice API says of an unknown state);
 - a **Namespace**: that it exists (``<ns>.svc.<zone>`` is NODATA for one that exists,
-  NXDOMAIN otherwise, as CoreDNS answers with its Namespace informer).
+  NXDOMAIN otherwise, as CoreDNS answers with its Namespace informer);
+- a **Pod**, only in ``pods verified`` mode (CoreDNS runs its Pod informer only then): its
+  namespace and ``status.podIP`` (the primary IP only, CoreDNS's ``podIPIndexFunc``). As
+  CoreDNS's (controller.go, object/pod.go): Pods in phase Succeeded, Failed or Unknown are not
+  kept (its list/watch carries ``fieldSelector=status.phase!=Succeeded,...``, so a Pod leaving
+  for one of them is a delete); an add or update of a Pod with ``deletionTimestamp`` set is
+  ignored (``ToPod``'s ``errPodTerminating``: a terminating Pod never seen before is not
+  added, one already kept stays as it was until it is deleted); and only a change of the Pod
+  IP counts as a change (``podModified``), so status churn leaves rendered answers valid.
 
 An endpoint's DNS name (§2.4.1, CoreDNS ``endpointHostname``) is its ``hostname`` if set, else
 the address with dots (IPv4) or colons (IPv6, as stored: compressed) turned into dashes, with a
@@ -39,6 +47,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+POD_PHASES_NOT_LISTED = ("Succeeded", "Failed", "Unknown")  # CoreDNS's Pod field selector leaves them out
 
 CLUSTER_IP = "ClusterIP"
 HEADLESS = "Headless"
@@ -136,6 +146,8 @@ class ClusterRecords:
     services_in: Counter = field(default_factory=Counter)  # namespace -> Services (a namespace holding one exists)
     by_cluster_ip: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     by_endpoint_ip: dict[str, Counter] = field(default_factory=dict)  # ip -> Counter[(ns, svc, hostname)]
+    pod_ips: dict[tuple[str, str], str] = field(default_factory=dict)  # (ns, pod) -> status.podIP (verified mode)
+    pods_at: dict[str, Counter] = field(default_factory=dict)  # status.podIP -> Counter[namespace]
     serial: int = 0
     generation: int = 0  # bumped on every change: a cache of answers keyed on it stays exact
 
@@ -228,6 +240,47 @@ class ClusterRecords:
         self.namespaces.discard(((obj.get("metadata") or {}).get("name") or "").lower())
         self._changed()
 
+    # -- Pods (``pods verified`` only)
+
+    def set_pod(self, obj: dict) -> None:
+        meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+        key = ((meta.get("namespace") or "default").lower(), (meta.get("name") or "").lower())
+        if status.get("phase") in POD_PHASES_NOT_LISTED:
+            self.delete_pod(obj)
+            return
+        if meta.get("deletionTimestamp"):  # CoreDNS's ToPod: errPodTerminating, the event is skipped
+            return
+        ip = status.get("podIP") or ""
+        if self.pod_ips.get(key, "") == ip:  # podModified: nothing DNS shows changed
+            return
+        self._drop_pod(key)
+        if ip:
+            self.pod_ips[key] = ip
+            self.pods_at.setdefault(ip, Counter())[key[0]] += 1
+        self._changed()
+
+    def delete_pod(self, obj: dict) -> None:
+        meta = obj.get("metadata") or {}
+        if self._drop_pod(((meta.get("namespace") or "default").lower(), (meta.get("name") or "").lower())):
+            self._changed()
+
+    def _drop_pod(self, key: tuple[str, str]) -> bool:
+        ip = self.pod_ips.pop(key, None)
+        if ip is None:
+            return False
+        namespaces = self.pods_at[ip]
+        namespaces[key[0]] -= 1
+        if namespaces[key[0]] <= 0:
+            del namespaces[key[0]]
+        if not namespaces:
+            del self.pods_at[ip]
+        return True
+
+    def pod_exists(self, namespace: str, ip: str) -> bool:
+        """A kept Pod in ``namespace`` has exactly ``ip`` as its ``status.podIP`` (CoreDNS
+        compares the text: ``ip == p.PodIP``)."""
+        return namespace in self.pods_at.get(ip, ())
+
     # -- reads
 
     def namespace_exists(self, namespace: str) -> bool:
@@ -243,9 +296,12 @@ class ClusterRecords:
         return [(s, e) for _, s in sorted(slices.items()) for e in s.endpoints if e.ready or service.publish_not_ready]
 
 
-def load(services: list[dict] = (), slices: list[dict] = (), namespaces: list[str] = (), clock: Callable[[], float] = lambda: 3.0) -> ClusterRecords:
+def load(services: list[dict] = (), slices: list[dict] = (), namespaces: list[str] = (), clock: Callable[[], float] = lambda: 3.0,
+         pods: list[dict] = ()) -> ClusterRecords:
     """A ClusterRecords holding these objects (tests and the bench build theirs this way)."""
     records = ClusterRecords(clock=clock)
+    for obj in pods:
+        records.set_pod(obj)
     for name in namespaces:
         records.set_namespace({"metadata": {"name": name}})
     for obj in services:

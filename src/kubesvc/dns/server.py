@@ -11,8 +11,8 @@ What CoreDNS does with k3s's Corefile, in one process:
   that does not fit 512 bytes (or the client's EDNS size) is truncated with TC set, so the
   client retries over TCP (CoreDNS's ``Scrub``). A malformed query is FORMERR, an opcode other
   than QUERY is NOTIMP, a query with no way out (no upstream answering) is SERVFAIL.
-- **Informers** on Services, EndpointSlices and Namespaces feed ``records.ClusterRecords``;
-  until all three have synced an answer that would be NXDOMAIN is SERVFAIL and ``/ready``
+- **Informers** on Services, EndpointSlices and Namespaces (and Pods in ``pods verified``
+  mode) feed ``records.ClusterRecords``; until all of them have synced an answer that would be NXDOMAIN is SERVFAIL and ``/ready``
   is 503 (CoreDNS's ``ready`` plugin lists the plugins not ready: ``kubernetes``).
 - **Rendered answers**: a UDP question whose bytes (all but the id) were answered before gets
   that rendered answer again with its own id, while it holds: for cluster names until any
@@ -362,12 +362,16 @@ def http_app(resolver: Resolver):
 # -- informers ---------------------------------------------------------------------------------------
 
 
-def watch_cluster(client, records: ClusterRecords) -> list:
+POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed,status.phase!=Unknown"  # CoreDNS's podListFunc/podWatchFunc
+
+
+def watch_cluster(client, records: ClusterRecords, *, pods: bool = False) -> list:
     """Informers on Services, EndpointSlices and Namespaces (every namespace) feeding ``records``
     (CoreDNS's controller.go; unlike kube-proxy's, the slice informer keeps headless Services'
-    slices). Returns them unstarted."""
+    slices), and with ``pods`` (``pods verified``) one on Pods that are not done, as CoreDNS
+    starts only in that mode. Returns them unstarted; ready means all of them synced."""
     from kubesvc.client.informer import Informer
-    from kubesvc.client.rest import ENDPOINTSLICES, NAMESPACES, SERVICES
+    from kubesvc.client.rest import ENDPOINTSLICES, NAMESPACES, PODS, SERVICES
 
     services = Informer(client, SERVICES)
     services.add_event_handler(records.set_service, lambda old, new: records.set_service(new), records.delete_service)
@@ -375,4 +379,8 @@ def watch_cluster(client, records: ClusterRecords) -> list:
     slices.add_event_handler(records.set_slice, lambda old, new: records.set_slice(new), records.delete_slice)
     namespaces = Informer(client, NAMESPACES)
     namespaces.add_event_handler(records.set_namespace, lambda old, new: None, records.delete_namespace)
-    return [services, slices, namespaces]
+    if not pods:
+        return [services, slices, namespaces]
+    pod_informer = Informer(client, PODS, field_selector=POD_FIELD_SELECTOR)
+    pod_informer.add_event_handler(records.set_pod, lambda old, new: records.set_pod(new), records.delete_pod)
+    return [services, slices, namespaces, pod_informer]
