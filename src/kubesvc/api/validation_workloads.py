@@ -32,6 +32,7 @@ from typing import Any
 
 from kubesvc.api.errors import GoSyntax, forbidden_field, invalid_value, not_supported, required
 from kubesvc.api.selectors import selector_from_label_selector, selector_from_map
+from kubesvc.api import validation_batch
 from kubesvc.api.validation_meta import (
     GO_NIL,
     Errs,
@@ -509,8 +510,7 @@ def _job_spec_body(errs: Errs, spec: dict) -> Errs:
     out = _nonnegative(errs, spec, ("parallelism", "completions", "activeDeadlineSeconds", "backoffLimit",
                                     "ttlSecondsAfterFinished", "backoffLimitPerIndex", "maxFailedIndexes"), "spec")
     mode = read(errs, spec, "completionMode", "spec", str)
-    if read(errs, spec, "backoffLimitPerIndex", "spec", int) is not None and mode != "Indexed":
-        out.append(forbidden_field("spec.backoffLimitPerIndex", "requires indexed completion mode"))
+    out += validation_batch.validate_per_index([], spec)
     if mode is not None:
         if mode not in ("NonIndexed", "Indexed"):
             out.append(not_supported("spec.completionMode", mode, ["NonIndexed", "Indexed"]))
@@ -527,6 +527,8 @@ def _job_spec_body(errs: Errs, spec: dict) -> Errs:
         allowed = ["Failed"] if failure_policy is not None else ["Failed", "TerminatingOrFailed"]
         if replacement not in allowed:
             out.append(not_supported("spec.podReplacementPolicy", replacement, allowed))
+    out += validation_batch.validate_pod_failure_policy(errs, spec)
+    out += validation_batch.validate_success_policy(errs, spec)
     template = read_map(errs, spec, "template", "spec")
     out += validate_pod_template_spec(errs, template, "spec.template")
     restart_policy = read_str([], read_map([], template, "spec", ""), "restartPolicy", "")
@@ -577,7 +579,7 @@ def validate_job_update(new: Any, old: Any, namespaced: bool = True) -> Errs:
     errs += _job_spec(errs, new)
     new_spec = new.get("spec") if isinstance(new, dict) and isinstance(new.get("spec"), dict) else {}
     old_spec = old.get("spec") if isinstance(old, dict) and isinstance(old.get("spec"), dict) else {}
-    for name in ("selector", "completionMode", "podFailurePolicy", "backoffLimitPerIndex"):
+    for name in ("selector", "completionMode", "podFailurePolicy", "backoffLimitPerIndex", "successPolicy"):
         errs += _immutable(new_spec, old_spec, name)
     if _never_started_suspended(old):
         # scheduling directives may change on a suspended Job that never started (what a queue

@@ -17,7 +17,8 @@ cron fields or a descriptor, in ``spec.timeZone``), as ``concurrencyPolicy`` all
 
 Fields follow k8s.io/api batch/v1 types.go (1.32); the status conditions list is ``atomic``
 for server-side apply (merged by ``type`` for strategic merge patch), as upstream declares it.
-Pod failure and success policies are kept verbatim (``Any_``).
+Pod failure and success policies are typed as upstream's (``PodFailurePolicy``, ``SuccessPolicy``):
+unknown fields in them are refused under strict field validation.
 """
 
 from __future__ import annotations
@@ -26,9 +27,101 @@ from kubesvc.api.kinds.core import CONDITION_STATUS
 from kubesvc.api.kinds.meta import LABEL_SELECTOR, OBJECT_META, OBJECT_REFERENCE, kind_schema
 from kubesvc.api.kinds.replicationcontroller import POD_TEMPLATE_SPEC
 from kubesvc.api.scheme import KindInfo, register
-from kubesvc.api.schema import BOOL, INT32, INT64, STRING, TIME, Any_, F, ListOf, Obj
+from kubesvc.api.schema import BOOL, INT32, INT64, STRING, TIME, F, ListOf, Obj
 
 BATCH = "io.k8s.api.batch.v1."
+
+POD_FAILURE_POLICY_ON_EXIT_CODES = Obj(
+    BATCH + "PodFailurePolicyOnExitCodesRequirement",
+    {
+        "containerName": F(STRING, "Restricts the check for exit codes to the container with the specified name. When "
+                                   "null, the rule applies to all containers."),
+        "operator": F(STRING, "Represents the relationship between the container exit code(s) and the specified "
+                              "values. Possible values are: In, NotIn."),
+        "values": F(ListOf(INT32, "set"), "Specifies the set of values. Each returned container exit code (might be "
+                                          "multiple in case of multiple containers) is checked against this set of "
+                                          "values with respect to the operator. The list of values must be ordered "
+                                          "and must not contain duplicates. Value '0' cannot be used for the In "
+                                          "operator. At least one element is required. At most 255 elements are "
+                                          "allowed."),
+    },
+    description="PodFailurePolicyOnExitCodesRequirement describes the requirement for handling a failed pod based on "
+                "its container exit codes.",
+    required=("operator", "values"),
+)
+
+POD_FAILURE_POLICY_ON_POD_CONDITIONS_PATTERN = Obj(
+    BATCH + "PodFailurePolicyOnPodConditionsPattern",
+    {
+        "type": F(STRING, "Specifies the required Pod condition type. To match a pod condition it is required that "
+                          "specified type equals the pod condition type."),
+        "status": F(STRING, "Specifies the required Pod condition status. To match a pod condition it is required "
+                            "that the specified status equals the pod condition status. Defaults to True."),
+    },
+    description="PodFailurePolicyOnPodConditionsPattern describes a pattern for matching an actual pod condition "
+                "type.",
+    required=("type",),
+)
+
+POD_FAILURE_POLICY_RULE = Obj(
+    BATCH + "PodFailurePolicyRule",
+    {
+        "action": F(STRING, "Specifies the action taken on a pod failure when the requirements are satisfied. "
+                            "Possible values are: FailJob, FailIndex, Ignore, Count."),
+        "onExitCodes": F(POD_FAILURE_POLICY_ON_EXIT_CODES, "Represents the requirement on the container exit codes."),
+        "onPodConditions": F(ListOf(POD_FAILURE_POLICY_ON_POD_CONDITIONS_PATTERN, "atomic"),
+                             "Represents the requirement on the pod conditions. The requirement is represented as a "
+                             "list of pod condition patterns. The requirement is satisfied if at least one pattern "
+                             "matches an actual pod condition. At most 20 elements are allowed."),
+    },
+    description="PodFailurePolicyRule describes how a pod failure is handled when the requirements are met. One of "
+                "onExitCodes and onPodConditions, but not both, can be used in each rule.",
+    required=("action",),
+)
+
+POD_FAILURE_POLICY = Obj(
+    BATCH + "PodFailurePolicy",
+    {
+        "rules": F(ListOf(POD_FAILURE_POLICY_RULE, "atomic"),
+                   "A list of pod failure policy rules. The rules are evaluated in order. Once a rule matches a Pod "
+                   "failure, the remaining of the rules are ignored. When no rule matches the Pod failure, the "
+                   "default handling applies - the counter of pod failures is incremented and it is checked against "
+                   "the backoffLimit. At most 20 elements are allowed."),
+    },
+    description="PodFailurePolicy describes how failed pods influence the backoffLimit.",
+    required=("rules",),
+)
+
+SUCCESS_POLICY_RULE = Obj(
+    BATCH + "SuccessPolicyRule",
+    {
+        "succeededIndexes": F(STRING, 'succeededIndexes specifies the set of indexes which need to be contained in the '
+                                      'actual set of the succeeded indexes for the Job. The list of indexes must be '
+                                      'within 0 to ".spec.completions-1" and must not contain duplicates. At least '
+                                      'one element is required. The indexes are represented as intervals separated by '
+                                      'commas.'),
+        "succeededCount": F(INT32, "succeededCount specified the minimal required size of the actual set of the "
+                                   "succeeded indexes for the Job."),
+    },
+    description='SuccessPolicyRule describes rule for declaring a Job as succeeded. Each rule must have at least one '
+                'of the "succeededIndexes" or "succeededCount" specified.',
+)
+
+SUCCESS_POLICY = Obj(
+    BATCH + "SuccessPolicy",
+    {
+        "rules": F(ListOf(SUCCESS_POLICY_RULE, "atomic"),
+                   "rules represents the list of alternative rules for the declaring the Jobs as successful before "
+                   '`.status.succeeded >= .spec.completions`. Once any of the rules are met, the "SuccessCriteriaMet" '
+                   'condition is added, and the lingering pods are removed. The terminal state for such a Job has '
+                   'the "Complete" condition. Additionally, these rules are evaluated in order; Once the Job meets '
+                   "one of the rules, other rules are ignored. At most 20 elements are allowed."),
+    },
+    description="SuccessPolicy describes when a Job can be declared as succeeded based on the success of some "
+                "indexes.",
+    required=("rules",),
+)
+
 
 JOB_SPEC = Obj(
     BATCH + "JobSpec",
@@ -40,11 +133,13 @@ JOB_SPEC = Obj(
         "activeDeadlineSeconds": F(INT64, "Specifies the duration in seconds relative to the startTime that the job may "
                                           "be continuously active before the system tries to terminate it; value must "
                                           "be positive integer."),
-        "podFailurePolicy": F(Any_("PodFailurePolicy describes how failed pods influence the backoffLimit."),
-                              "Specifies the policy of handling failed pods."),
-        "successPolicy": F(Any_("SuccessPolicy describes when a Job can be declared as succeeded based on the success "
-                                "of some indexes."),
-                           "successPolicy specifies the policy when the Job can be declared as succeeded."),
+        "podFailurePolicy": F(POD_FAILURE_POLICY, "Specifies the policy of handling failed pods. In particular, it "
+                                                  "allows to specify the set of actions and conditions which need to "
+                                                  "be satisfied to take the associated action."),
+        "successPolicy": F(SUCCESS_POLICY, "successPolicy specifies the policy when the Job can be declared as "
+                                           "succeeded. If empty, the default behavior applies - the Job is declared "
+                                           "as succeeded only when the number of succeeded pods equals to the "
+                                           "completions."),
         "backoffLimit": F(INT32, "Specifies the number of retries before marking this job failed. Defaults to 6"),
         "backoffLimitPerIndex": F(INT32, "Specifies the limit for the number of retries within an index before marking "
                                          "this index as failed."),
