@@ -38,8 +38,7 @@ def announcers(kernel_env, tmp_path):
     server.kubectl("apply", "-f", "-", input=json.dumps({
         "apiVersion": "kubesvc.io/v1alpha1", "kind": "LoadBalancerIPPool", "metadata": {"name": "lan"},
         "spec": {"blocks": [{"start": POOL[0], "stop": POOL[1]}]}}))
-    server.kubectl("apply", "-f", "-", input="\n".join(json.dumps(obj) for obj in (
-        announceraccess.namespace_object(), announceraccess.role_object(), announceraccess.role_binding_object())))
+    server.kubectl("apply", "-f", "-", input="\n".join(json.dumps(obj) for _, obj in announceraccess.access_objects()))
     processes = {}
     for node in kernel_env.nodes:
         log = open(tmp_path / f"announcer-{node.name}.log", "wb")

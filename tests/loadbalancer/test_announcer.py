@@ -1,7 +1,9 @@
-"""The L2 announcer (controllers/loadbalancer/announcer.py): who may announce (table), and two
-nodes' announcers against a real apiserver: exactly one holds each address's Lease and
-announces it (gratuitously, once, on takeover); when the holder stops the other takes over and
-announces; with externalTrafficPolicy: Local only the node with a ready local endpoint stands."""
+"""The L2 announcer (controllers/loadbalancer/announcer.py): who may announce (table), which
+addresses (only a pool's that selects the Service: a status claiming the LAN gateway is never
+answered for), and two nodes' announcers against a real apiserver: exactly one holds each
+address's Lease and announces it (gratuitously, once, on takeover); when the holder stops the
+other takes over and announces; with externalTrafficPolicy: Local only the node with a ready
+local endpoint stands."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ from kubesvc.client.rest import ENDPOINTSLICES, LEASES, SERVICES
 from kubesvc.client.kubeconfig import load_kubeconfig
 from kubesvc.client.rest import ClientError, RestClient
 from kubesvc.controllers.loadbalancer import announceraccess
-from kubesvc.controllers.loadbalancer.announcer import Announcer, eligible, lease_name, wanted_announcements
+from kubesvc.controllers.loadbalancer.allocator import pool_from_object
+from kubesvc.controllers.loadbalancer.announcer import Announcer, eligible, lease_name, pooled, wanted_announcements
+from kubesvc.controllers.loadbalancer.controller import LOADBALANCER_IP_POOLS
 from tests.support.apiserver import running_apiserver
 from tests.support.cluster import api_client, eventually, get_or_none, new_namespace
 from tests.support.slowdown import scaled
@@ -44,22 +48,53 @@ def test_who_may_announce(policy, slices, node, expected):
     assert eligible(lb("s", policy=policy), slices, node) is expected
 
 
-def test_wanted_announcements_skip_other_classes_and_ipv6():
+def pool(name: str, *blocks: dict, selector: dict | None = None, disabled: bool = False) -> dict:
+    return {"apiVersion": "kubesvc.io/v1alpha1", "kind": "LoadBalancerIPPool", "metadata": {"name": name},
+            "spec": {"blocks": list(blocks), **({"serviceSelector": selector} if selector is not None else {}),
+                     **({"disabled": True} if disabled else {})}}
+
+
+POOLS = [pool_from_object(pool("lan", {"cidr": "10.70.0.0/28"})), pool_from_object(pool("v6", {"cidr": "fd00::/120"})),
+         pool_from_object(pool("team", {"start": "10.71.0.5", "stop": "10.71.0.6"}, selector={"matchLabels": {"team": "x"}})),
+         pool_from_object(pool("off", {"start": "10.72.0.1"}, disabled=True))]
+
+
+@pytest.mark.parametrize("address, labels, expected", [
+    ("10.70.0.1", {}, True),
+    ("10.70.0.0", {}, False),       # the CIDR's network address: never given, never answered
+    ("10.70.0.16", {}, False),      # just past the pool
+    ("192.168.77.1", {}, False),    # e.g. the LAN gateway, written into status by hand
+    ("10.71.0.5", {"team": "x"}, True),
+    ("10.71.0.5", {"team": "y"}, False),  # in a pool that does not select this Service
+    ("10.72.0.1", {}, True),        # a disabled pool keeps what it gave
+    ("fd00::1", {}, True),
+    ("not-an-ip", {}, False),
+], ids=["in-pool", "network-address", "past-the-pool", "lan-gateway", "selected", "not-selected", "disabled-pool", "ipv6", "garbage"])
+def test_only_pool_addresses_are_announced(address, labels, expected):
+    service = lb("s", ips=(address,))
+    service["metadata"]["labels"] = labels
+    assert pooled(address, service, POOLS) is expected
+
+
+def test_wanted_announcements_skip_other_classes_ipv6_and_unpooled_addresses():
     services = [lb("a", ips=("10.70.0.1", "fd00::1")), lb("other", ips=("10.70.0.2",), loadBalancerClass="example.com/x"),
+                lb("claims-the-gateway", ips=("192.168.77.1", "10.70.0.3")),
                 {"metadata": {"name": "plain", "namespace": "ns"}, "spec": {"type": "ClusterIP"}}]
-    assert wanted_announcements(services, lambda s: [], "a") == {"10.70.0.1": "ns"}
+    assert wanted_announcements(services, lambda s: [], "a", POOLS) == {"10.70.0.1": "ns", "10.70.0.3": "ns"}
+    assert wanted_announcements(services, lambda s: [], "a", []) == {}  # no pool: nothing at all
     assert lease_name("10.70.0.1") == "kubesvc-lb-10-70-0-1"
 
 
 @contextlib.asynccontextmanager
 async def node_announcer(client, node: str, announced: list):
-    services, slices = Informer(client, SERVICES), Informer(client, ENDPOINTSLICES)
+    services, slices, pools = Informer(client, SERVICES), Informer(client, ENDPOINTSLICES), Informer(client, LOADBALANCER_IP_POOLS)
 
     async def announce(address: str) -> None:
         announced.append((node, address))
 
-    announcer = Announcer(client, services, slices, node, announce=announce, lease_duration=2.0, renew_deadline=1.5, retry_period=0.3)
-    tasks = [asyncio.create_task(t) for t in (services.run(), slices.run(), announcer.run())]
+    announcer = Announcer(client, services, slices, pools, node, announce=announce, lease_duration=2.0, renew_deadline=1.5,
+                          retry_period=0.3)
+    tasks = [asyncio.create_task(t) for t in (services.run(), slices.run(), pools.run(), announcer.run())]
     try:
         yield announcer
     finally:
@@ -83,6 +118,12 @@ def test_one_node_holds_each_address_and_the_other_takes_over(tmp_path):
                                                           "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}})
             svc["status"] = {"loadBalancer": {"ingress": [{"ip": "10.70.0.1", "ipMode": "VIP"}]}}
             await admin.resource(SERVICES).update_status(svc)
+            # a status claiming an address of no pool (say the LAN gateway): never announced
+            claim = await admin.resource(SERVICES).create({"metadata": {"name": "gateway", "namespace": ns},
+                                                            "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}})
+            claim["status"] = {"loadBalancer": {"ingress": [{"ip": "192.168.77.1", "ipMode": "VIP"}]}}
+            await admin.resource(SERVICES).update_status(claim)
+            await admin.resource(LOADBALANCER_IP_POOLS).create(pool("lan", {"cidr": "10.70.0.0/28"}))
             announced: list = []
             async with node_announcer(client, "node-a", announced) as a:
                 await eventually(lambda: a.holding == {"10.70.0.1"}, scaled(10), "node-a holds the address")
@@ -91,12 +132,19 @@ def test_one_node_holds_each_address_and_the_other_takes_over(tmp_path):
                     assert b.holding == set()  # a candidate only
                     lease = await get_or_none(admin, LEASES, "kubesvc-lb-10-70-0-1", leases_ns)
                     assert lease["spec"]["holderIdentity"] == "node-a"
+                    assert a.holding == {"10.70.0.1"}
+                    assert await get_or_none(admin, LEASES, "kubesvc-lb-192-168-77-1", leases_ns) is None
                     assert announced == [("node-a", "10.70.0.1")]
                 # node-a is still the holder here; now it stops, node-b alone remains
             announced.clear()
             async with node_announcer(client, "node-b", announced) as b:
                 await eventually(lambda: b.holding == {"10.70.0.1"}, scaled(10), "node-b takes over")
                 assert announced == [("node-b", "10.70.0.1")]
+                # the pool goes: the address is no pool's any more, node-b stops answering; back with it
+                await admin.resource(LOADBALANCER_IP_POOLS).delete("lan")
+                await eventually(lambda: b.holding == set(), scaled(10), "node-b stops with the pool gone")
+                await admin.resource(LOADBALANCER_IP_POOLS).create(pool("lan", {"cidr": "10.70.0.0/28"}))
+                await eventually(lambda: b.holding == {"10.70.0.1"}, scaled(10), "node-b announces again")
                 # the Service switches to Local with no endpoint on node-b: it steps down
                 await admin.resource(SERVICES).patch("web", {"spec": {"externalTrafficPolicy": "Local"}}, namespace=ns)
                 await eventually(lambda: b.holding == set(), scaled(10), "node-b steps down")

@@ -3,8 +3,9 @@ speaker in L2 mode): stands in a Lease election per address (controllers/loadbal
 announcer.py) and answers ARP on ``--interface`` for the addresses it holds (kernel/arp.py).
 
 Run one on every node, in the node's network namespace, with a kubeconfig whose identity may
-list/watch Services and EndpointSlices and write Leases in ``kubesvc-lb``: kube-proxy's
-(controllers/loadbalancer/announceraccess.py creates the namespace and the Role there).
+list/watch Services, EndpointSlices and LoadBalancerIPPools and write Leases in ``kubesvc-lb``:
+kube-proxy's (controllers/loadbalancer/announceraccess.py creates the namespace, the Role there
+and the pool reader's ClusterRole). Only addresses of a pool are ever answered for.
 """
 
 from __future__ import annotations
@@ -70,15 +71,16 @@ async def _run(client_config, arp, node_name: str, timing: tuple[float, float, f
     from kubesvc.client.informer import Informer
     from kubesvc.client.rest import ENDPOINTSLICES, SERVICES, RestClient
     from kubesvc.controllers.loadbalancer.announcer import Announcer
+    from kubesvc.controllers.loadbalancer.controller import LOADBALANCER_IP_POOLS
     from kubesvc.util.aio import cancel_and_wait
 
     stop = stop_on_signals()
     lease_duration, renew_deadline, retry_period = timing
     async with RestClient(client_config, user_agent="kubesvc-lb-announcer") as client:
-        services, slices = Informer(client, SERVICES), Informer(client, ENDPOINTSLICES)
-        announcer = Announcer(client, services, slices, node_name, announce=arp.announce, lease_duration=lease_duration,
+        services, slices, pools = Informer(client, SERVICES), Informer(client, ENDPOINTSLICES), Informer(client, LOADBALANCER_IP_POOLS)
+        announcer = Announcer(client, services, slices, pools, node_name, announce=arp.announce, lease_duration=lease_duration,
                               renew_deadline=renew_deadline, retry_period=retry_period)
-        tasks = [asyncio.create_task(t) for t in (services.run(), slices.run(), announcer.run(), arp.serve(lambda: announcer.holding))]
+        tasks = [asyncio.create_task(t) for t in (services.run(), slices.run(), pools.run(), announcer.run(), arp.serve(lambda: announcer.holding))]
         await services.wait_for_sync()
         click.echo(f"kubesvc lb-announcer: node {node_name} answering ARP on {arp.ifname}")
         sys.stdout.flush()

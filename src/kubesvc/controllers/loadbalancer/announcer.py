@@ -10,7 +10,12 @@ take only the announcements with it, not the Service rules. It sits in this pack
 IPAM controller because both read the same Service fields (allocator.py).
 
 * **Which addresses**: every ``status.loadBalancer.ingress[].ip`` of a Service of ours
-  (allocator.is_ours) that is IPv4 (NDP for IPv6 is not done yet).
+  (allocator.is_ours) that is IPv4 (NDP for IPv6 is not done yet) **and lies in a
+  LoadBalancerIPPool that selects the Service** (``pooled``). The status is only a claim:
+  whoever may write ``services/status`` could put the LAN gateway's address there, and a node
+  answering ARP for it would take the gateway's traffic. MetalLB's speaker likewise announces
+  only addresses of its IPAddressPools (an address outside every pool is logged and ignored).
+  A disabled pool still counts: disabling stops new allocations, not the ones made.
 * **Who may announce** (``eligible``): with ``externalTrafficPolicy: Cluster`` every node
   running an announcer; with ``Local`` only a node with a ready endpoint of the Service
   (an EndpointSlice endpoint whose ``nodeName`` is this node and whose ``ready`` is not false),
@@ -32,13 +37,14 @@ IPAM controller because both read the same Service fields (allocator.py).
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from kubesvc.client.informer import Informer
 from kubesvc.client.leaderelection import LeaderElector
 from kubesvc.client.rest import RestClient
-from kubesvc.controllers.loadbalancer.allocator import ingress_ips, is_ours
+from kubesvc.controllers.loadbalancer.allocator import Pool, ingress_ips, is_ours, pool_from_object
 from kubesvc.controllers.loadbalancer.announceraccess import LEASE_NAMESPACE
 from kubesvc.util.aio import cancel_and_wait
 from kubesvc.util.clock import Clock, RealClock
@@ -69,14 +75,25 @@ def eligible(service: dict, slices: list[dict], node: str) -> bool:
     return True
 
 
-def wanted_announcements(services: list[dict], slices_of: Callable[[dict], list[dict]], node: str) -> dict[str, str]:
+def pooled(address: str, service: dict, pools: Iterable[Pool]) -> bool:
+    """Is ``address`` in a pool that selects ``service`` (one the allocator could have given it)?"""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(pool.contains(ip) and pool.serves(service) for pool in pools)
+
+
+def wanted_announcements(services: list[dict], slices_of: Callable[[dict], list[dict]], node: str,
+                         pools: Iterable[Pool]) -> dict[str, str]:
     """address -> the namespace of the Service it belongs to, for every address ``node`` should
     stand as a candidate for."""
+    pools = list(pools)
     wanted: dict[str, str] = {}
     for service in services:
         if not is_ours(service):
             continue
-        addresses = [ip for ip in ingress_ips(service) if ":" not in ip]
+        addresses = [ip for ip in ingress_ips(service) if ":" not in ip and pooled(ip, service, pools)]
         if addresses and eligible(service, slices_of(service), node):
             for ip in addresses:
                 wanted.setdefault(ip, service["metadata"]["namespace"])
@@ -88,20 +105,22 @@ class Announcer:
     holds through ``announce`` (called on takeover) and the ``holding`` set (read by the ARP
     socket's ``serve``)."""
 
-    def __init__(self, client: RestClient, services: Informer, endpoint_slices: Informer, node: str, *,
+    def __init__(self, client: RestClient, services: Informer, endpoint_slices: Informer, pools: Informer, node: str, *,
                  announce: Callable[[str], Awaitable[None]], lease_duration: float = 15.0, renew_deadline: float = 10.0,
                  retry_period: float = 2.0, clock: Clock | None = None):
         self.client = client
         self.services = services
         self.endpoint_slices = endpoint_slices
+        self.pools = pools
         self.node = node
         self.announce = announce
         self.timing = (lease_duration, renew_deadline, retry_period)
         self.clock = clock or RealClock()
         self.holding: set[str] = set()
+        self._unpooled_logged: set[str] = set()
         self._candidacies: dict[str, asyncio.Task] = {}
         self._changed = asyncio.Event()
-        for informer in (services, endpoint_slices):
+        for informer in (services, endpoint_slices, pools):
             informer.add_event_handler(self._poke, lambda old, new: self._poke(new), self._poke)
 
     def _poke(self, _obj: dict) -> None:
@@ -114,8 +133,8 @@ class Announcer:
                 and ((s.get("metadata") or {}).get("labels") or {}).get(LABEL_SERVICE_NAME) == name]
 
     async def run(self) -> None:
-        await self.services.wait_for_sync()
-        await self.endpoint_slices.wait_for_sync()
+        for informer in (self.services, self.endpoint_slices, self.pools):
+            await informer.wait_for_sync()
         try:
             while True:
                 self._changed.clear()
@@ -126,12 +145,26 @@ class Announcer:
                 await self._withdraw(address)
 
     async def reconcile(self) -> None:
-        wanted = wanted_announcements(self.services.indexer.list(), self._slices_of, self.node)
+        pools = [pool_from_object(obj) for obj in self.pools.indexer.list()]
+        services = self.services.indexer.list()
+        wanted = wanted_announcements(services, self._slices_of, self.node, pools)
+        self._log_unpooled(services, pools)
         for address in [a for a in self._candidacies if a not in wanted or self._candidacies[a].done()]:
             await self._withdraw(address)
         for address in wanted:
             if address not in self._candidacies:
                 self._candidacies[address] = asyncio.create_task(self._stand(address))
+
+    def _log_unpooled(self, services: list[dict], pools: list[Pool]) -> None:
+        """Say once per address that a Service's status claims one outside every pool."""
+        for service in services:
+            if is_ours(service):
+                for ip in ingress_ips(service):
+                    if ip not in self._unpooled_logged and not pooled(ip, service, pools):
+                        self._unpooled_logged.add(ip)
+                        meta = service["metadata"]
+                        log.warning("not announcing %s of Service %s/%s: in no LoadBalancerIPPool that selects it",
+                                    ip, meta.get("namespace"), meta.get("name"))
 
     async def _withdraw(self, address: str) -> None:
         task = self._candidacies.pop(address, None)

@@ -1,6 +1,8 @@
 """Where the L2 announcers' Leases live and who may write them: the namespace ``kubesvc-lb``
 with a Role there (Leases get/list/watch/create/update/delete) bound to the announcers'
-identity, as Cilium keeps its ``cilium-l2announce-*`` Leases in its own namespace.
+identity, as Cilium keeps its ``cilium-l2announce-*`` Leases in its own namespace; and a
+ClusterRole reading LoadBalancerIPPools (get/list/watch), since an announcer answers only for
+addresses of a pool (announcer.py), as MetalLB's speaker reads its IPAddressPools.
 
 Why a namespace of its own: a Lease per address in the Service's namespace would need Lease
 write in every namespace, a ClusterRole that would also let a node take kube-system's
@@ -20,6 +22,8 @@ from kubesvc.client.rest import NAMESPACES, ClientError, Resource, RestClient, i
 
 ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", True, "Role")
 ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", True, "RoleBinding")
+CLUSTER_ROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", False, "ClusterRole")
+CLUSTER_ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", False, "ClusterRoleBinding")
 
 LEASE_NAMESPACE = "kubesvc-lb"
 ROLE_NAME = "kubesvc:lb-announcer"
@@ -37,19 +41,40 @@ def role_object() -> dict:
             "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": list(LEASE_VERBS)}]}
 
 
+def _subjects() -> list[dict]:
+    return [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": ANNOUNCER_USER}]
+
+
 def role_binding_object() -> dict:
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
             "metadata": {"name": ROLE_NAME, "namespace": LEASE_NAMESPACE},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROLE_NAME},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": ANNOUNCER_USER}]}
+            "subjects": _subjects()}
+
+
+def pool_reader_object() -> dict:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": ROLE_NAME},
+            "rules": [{"apiGroups": ["kubesvc.io"], "resources": ["loadbalancerippools"], "verbs": ["get", "list", "watch"]}]}
+
+
+def pool_reader_binding_object() -> dict:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": ROLE_NAME},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ROLE_NAME},
+            "subjects": _subjects()}
+
+
+def access_objects() -> list[tuple[Resource, dict]]:
+    """Every object ``ensure`` makes, in creation order, with its resource."""
+    return [(NAMESPACES, namespace_object()), (ROLES, role_object()), (ROLE_BINDINGS, role_binding_object()),
+            (CLUSTER_ROLES, pool_reader_object()), (CLUSTER_ROLE_BINDINGS, pool_reader_binding_object())]
 
 
 async def ensure(client: RestClient) -> None:
-    """Create the namespace, Role and RoleBinding where missing (as the admin); what exists is
-    left as it is."""
-    for resource, obj in ((NAMESPACES, namespace_object()), (ROLES, role_object()), (ROLE_BINDINGS, role_binding_object())):
+    """Create the namespace, Role, ClusterRole and their bindings where missing (as the admin);
+    what exists is left as it is."""
+    for resource, obj in access_objects():
         try:
-            await client.resource(resource).create(obj, **({"namespace": LEASE_NAMESPACE} if resource is not NAMESPACES else {}))
+            await client.resource(resource).create(obj, **({"namespace": LEASE_NAMESPACE} if resource.namespaced else {}))
         except ClientError as err:
             if not is_already_exists(err):
                 raise
