@@ -1,19 +1,28 @@
-"""``kubesvc trace`` beside real connections (issue 22 item 3), in nftables and iptables modes:
-per mode one node namespace whose live rules a proxier in this process programs
-(``tests.support.netns.NodeTopology``: an outside client, three Pods behind veths), then for
+"""``kubesvc trace`` beside real connections (issue 22 item 3), in nftables, iptables and
+userspace modes: per mode one node namespace whose live rules a proxier programs (in this
+process; userspace mode's in a process inside the node namespace, ``tests/trace/
+userspace_proxy.py``, where its listeners must be) (``tests.support.netns.NodeTopology``: an
+outside client, three Pods behind veths), then for
 each scenario the trace's JSON form, read from the live state (``proxy.trace.live.read_node``,
 as ``kubesvc trace`` reads it: the nftables table, or ``iptables-save``), and real connections
 from the same source are both held to the outcome written in the table below: the verdict, the
 Pods the connections land on, whether the Pod sees the client's address (masquerade). A CLI
 run checks ``kubesvc trace`` itself inside the node.
 
-Not yet here: IPVS (the VM) and userspace modes.
+Userspace mode runs every scenario, with what a relaying proxy changes: the verdict is
+``REDIRECT`` (to the proxy's port, which connects to the candidates) and every endpoint sees the
+node, not the client. Two scenarios have another outcome there, because upstream's userspace
+proxy lacked the feature (``USERSPACE``): ``loadBalancerSourceRanges`` are not enforced (the LB
+IP is proxied to both endpoints), and a Pod's connection to an externalIP under
+``externalTrafficPolicy: Local`` is not sent to the cluster's endpoints (the external portal
+serves only the local one). IPVS mode runs in the VM (``tests/kernel/vm/test_trace_ipvs.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 
 import pytest
 
@@ -91,28 +100,57 @@ CASES = [
     ("iTP Local from a Pod", "pod2", "172.30.0.16", 80, "DNAT", {1}, False, "ns/itp", None),
     ("terminating fallback", "client", "172.30.0.17", 80, "DNAT", {1}, True, "ns/draining", "draining"),
     ("iTP Local with no local endpoint", "pod2", "172.30.0.18", 80, "DROP", set(), False, "ns/itp-none", None),
-    # nftables drops what is sent to an unallocated ClusterIP; iptables (as upstream's) lets it be routed
-    ("an unallocated ClusterIP", "client", "172.30.0.99", 80, {"nftables": "DROP", "iptables": "NONE"}, set(), False, None, None),
+    # nftables drops what is sent to an unallocated ClusterIP; iptables and userspace (as upstream's) let it be routed
+    ("an unallocated ClusterIP", "client", "172.30.0.99", 80, {"nftables": "DROP", "iptables": "NONE", "userspace": "NONE"}, set(),
+     False, None, None),
     ("not a Service address (a Pod's own)", "client", P[3], 8080, "NONE", set(), False, None, None),
     ("the node to a ClusterIP", "node", "172.30.0.10", 80, "DNAT", {1, 2}, True, "ns/web", None),
 ]
 
 
-@pytest.fixture(scope="module", params=["nftables", "iptables"])
+# What upstream's userspace proxy lacked, and so ours (see the module docstring): case → (verdict, Pods)
+USERSPACE = {
+    "LB IP its source ranges leave out": ("REDIRECT", {1, 2}),
+    "externalIP under eTP Local from a Pod": ("REDIRECT", {1}),
+}
+
+
+def expected(mode: str, case: str, verdict, pods: set, masq: bool):
+    """(verdict, Pods, masqueraded) in ``mode``: the table's, with userspace mode's differences."""
+    verdict = verdict[mode] if isinstance(verdict, dict) else verdict
+    if mode != "userspace":
+        return verdict, pods, masq
+    verdict, pods = USERSPACE.get(case, (verdict, pods))
+    return ("REDIRECT" if verdict == "DNAT" else verdict), pods, True
+
+
+@pytest.fixture(scope="module", params=["nftables", "iptables", "userspace"])
 def world(request):
     """(topology, the node's state as ``kubesvc trace`` reads it, mode): one proxy per mode."""
     t = NodeTopology(pods=3, default_via_client=True)
+    proxy = None
     try:
         for k, pod in enumerate(t.pods, start=1):
             t.serve(pod, f"pod{k}", tcp=(8080,))
         opts = options(POD_CIDR, node_name=TEST_NODE_NAME)
-        if request.param == "nftables":
-            backend = NftablesBackend(opts, nft=NFTables(4, netns=t.node.name, in_process=False))
+        if request.param == "userspace":
+            proxy = t.node.popen(*t.node.python("tests.trace.userspace_proxy"), stdout=subprocess.PIPE, text=True)
+            ready = proxy.stdout.readline()
+            assert ready.strip() == "synced", f"the userspace proxy did not sync: {ready!r} (exit {proxy.poll()})"
         else:
-            backend = IptablesBackend(opts, netns=t.node.name)
-        asyncio.run(Proxier(backend, opts, ProxyMetrics()).run_sync(sync_request(services(), service_cidrs=CIDRS)))
+            if request.param == "nftables":
+                backend = NftablesBackend(opts, nft=NFTables(4, netns=t.node.name, in_process=False))
+            else:
+                backend = IptablesBackend(opts, netns=t.node.name)
+            asyncio.run(Proxier(backend, opts, ProxyMetrics()).run_sync(sync_request(services(), service_cidrs=CIDRS)))
         yield t, asyncio.run(live.read_node(netns=t.node.name)), request.param
     finally:
+        if proxy is not None:  # SIGTERM: it closes its listeners and removes its published portals
+            proxy.terminate()
+            try:
+                proxy.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proxy.kill()
         t.close()
 
 
@@ -126,7 +164,7 @@ def source_of(t: NodeTopology, source: str):
 @pytest.mark.parametrize("case,source,dest,dport,verdict,pods,masq,service,objects", CASES, ids=[c[0] for c in CASES])
 def test_trace_and_real_connections_agree(world, case, source, dest, dport, verdict, pods, masq, service, objects):
     t, state, mode = world
-    verdict = verdict[mode] if isinstance(verdict, dict) else verdict
+    verdict, pods, masq = expected(mode, case, verdict, pods, masq)
     ns, source_ip = source_of(t, source)
     rep = json.loads(json.dumps(live.report(state, source_ip, dest, dport, "tcp", from_node=source == "node",
                                             objs=OBJECTS.get(objects))))
@@ -155,7 +193,7 @@ def test_trace_and_real_connections_agree(world, case, source, dest, dport, verd
 
 
 def test_the_steps_and_probabilities_read_as_the_kernel_lists_them(world):
-    _, state, mode = world
+    t, state, mode = world
     rep = live.report(state, CLIENT_IP, "172.30.0.10", 80, "tcp")
     steps = [(s["hook"], s["chain"], s["rule"]) for s in rep["steps"]]
     if mode == "nftables":
@@ -163,11 +201,20 @@ def test_the_steps_and_probabilities_read_as_the_kernel_lists_them(world):
         assert ("prerouting", "services", "ip daddr . meta l4proto . th dport vmap @service-ips") in steps
         assert any(chain.startswith("service-") and chain.endswith("-ns/web/tcp/p80") and rule is None for _, chain, rule in steps)
         assert ("postrouting", "masquerading", "masquerade fully-random") in steps
-    else:
+    elif mode == "iptables":
         assert ("prerouting", "PREROUTING", None) in steps and ("prerouting", "KUBE-SERVICES", None) in steps
         assert any(chain.startswith("KUBE-SVC-") and rule and "--probability 0.5" in rule for _, chain, rule in steps)
         assert ("forward", "KUBE-FORWARD", None) in steps
         assert any(chain == "KUBE-POSTROUTING" and rule and rule.endswith("-j MASQUERADE --random-fully") for _, chain, rule in steps)
+    else:  # redirected to the listener, then the node's INPUT (the proxy port's own chain accepts it)
+        redirect = [rule for _, chain, rule in steps if chain == "KUBE-PORTALS-CONTAINER" and rule]
+        assert len(redirect) == 1 and "-d 172.30.0.10/32" in redirect[0] and "-j REDIRECT --to-ports" in redirect[0], steps
+        port = int(redirect[0].rsplit(" ", 1)[1])
+        assert rep["listener"]["proxyPort"] == port and rep["listener"]["service"] == "ns/web:p80", rep["listener"]
+        assert rep["listener"]["kind"] == "internal" and rep["listener"]["next"] in {f"{P[1]}:8080", f"{P[2]}:8080"}
+        assert ("input", "INPUT", None) in steps and ("forward", "KUBE-FORWARD", None) not in steps
+        # the kernel agrees that the proxy listens there, in the node's namespace
+        assert f":{port} " in t.node.run("ss", "-Hltn", f"sport = :{port}").stdout
     assert sorted((c["endpoint"], c["probability"]) for c in rep["candidates"]) == [(f"{P[1]}:8080", 0.5), (f"{P[2]}:8080", 0.5)]
     assert rep["service"] == {"namespace": "ns", "name": "web", "protocol": "TCP", "port": "p80"}
 
@@ -175,7 +222,8 @@ def test_the_steps_and_probabilities_read_as_the_kernel_lists_them(world):
 def test_affinity_is_named(world):
     _, state, mode = world
     rep = live.report(state, CLIENT_IP, "172.30.0.14", 80, "tcp")
-    assert len(rep["affinity"]) == 2  # one per endpoint: a client seen before goes back to it
+    # one per endpoint: a client seen before goes back to it; userspace: the listener's sessions
+    assert len(rep["affinity"]) == (1 if mode == "userspace" else 2), rep["affinity"]
     assert sorted(c["probability"] for c in rep["candidates"]) == [0.5, 0.5]
 
 
@@ -200,7 +248,8 @@ def test_the_command_traces_the_live_rules(world):
 
     from kubesvc.cmd import main
     text = CliRunner().invoke(main, ["trace", "external", "172.30.0.10:80", "--netns", t.node.name, "--data-dir", "/nonexistent"]).output
-    assert "delivered to one of:" in text and f"{P[1]}:8080" in text and "50.0%" in text, text
+    assert ("the proxy connects to one of" if mode == "userspace" else "delivered to one of:") in text, text
+    assert f"{P[1]}:8080" in text and "50.0%" in text, text
 
 
 API_OBJECTS = f"""
@@ -276,7 +325,7 @@ def test_the_command_names_the_objects_from_the_api(world, api):
     assert [(c["endpoint"], c["probability"], c["pod"], c["node"], c["slice"]) for c in rep["candidates"]] == [
         (f"{P[1]}:8080", 1.0, "ns/pod1", TEST_NODE_NAME, "draining-abcde")]
     assert [(e["endpoint"], e["pod"], e["reason"]) for e in rep["excluded"]] == [(P[2], "ns/pod2", "not ready")]
-    assert rep["verdict"] == "DNAT" and not rep["masquerade"]
+    assert (rep["verdict"], rep["masquerade"]) == (("REDIRECT", True) if mode == "userspace" else ("DNAT", False))
     missing = CliRunner().invoke(main, ["trace", "ns/pod3", "ns/nosuch", "--kubeconfig", str(api.kubeconfig),
                                         "--netns", t.node.name])
     assert missing.exit_code == 1 and len(missing.output.strip().splitlines()) == 1, missing.output
@@ -294,8 +343,8 @@ def test_probe_the_kernels_own_trace_agrees(world, dest, dport):
     t, _, mode = world
     result = CliRunner().invoke(main, ["trace", CLIENT_IP, f"{dest}:{dport}", "--netns", t.node.name, "--probe", t.client.name,
                                        "--data-dir", "/nonexistent", "-o", "json"])
-    if mode == "iptables":
-        assert result.exit_code == 1 and "--probe traces with nftables; this node's rules are iptables" in result.output
+    if mode != "nftables":
+        assert result.exit_code == 1 and f"--probe traces with nftables; this node's rules are {mode}" in result.output
         return
     assert result.exit_code == 0, result.output
     rep = json.loads(result.output)

@@ -1,6 +1,7 @@
 """``kubesvc trace SRC DST[:PORT][/tcp|udp|sctp]``: where a new connection goes on this node and
 why (``kubesvc.proxy.trace``), read from the kernel's live state, not from the API's intent: the
-nftables ``kube-proxy`` tables or ``iptables-save`` (IPVS and userspace modes are not traced yet).
+nftables ``kube-proxy`` tables, ``iptables-save``, and in userspace mode the portals its proxy
+publishes (the listener each portal redirects to, its endpoints, the next one, ClientIP sessions).
 
 SRC: an IP, a Pod ``ns/name``, ``node`` (a connection this node starts: the output hook) or
 ``external`` (a client outside the cluster). DST: ``IP:PORT`` (a ClusterIP, ``<node IP>:<NodePort>``,
@@ -66,8 +67,9 @@ def service_port(service: dict, port: str | None, protocol: str) -> int:
               help="The kubeconfig to read Pods, Services and EndpointSlices with (default: $KUBECONFIG, else <data-dir>/kubeconfig).")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=".kubesvc", show_default=True)
 @click.option("--node", default=None, help="This node's name (traffic policies and hints are per node; default: from the API).")
-@click.option("--mode", type=click.Choice(["auto", "nftables", "iptables"]), default="auto", show_default=True,
-              help="The proxy mode whose rules to walk (auto: our nftables table if there, else iptables' KUBE-SERVICES).")
+@click.option("--mode", type=click.Choice(["auto", "nftables", "iptables", "userspace"]), default="auto", show_default=True,
+              help="The proxy mode whose rules to walk (auto: our nftables table if there, else iptables' KUBE-SERVICES, "
+                   "else userspace's KUBE-PORTALS-CONTAINER).")
 @click.option("--netns", default=None, help="Read the rules of this named network namespace (ip netns) instead of this one's.")
 @click.option("--probe", "probe_from", default=None, metavar="NETNS",
               help="Also send one real connection from this named network namespace (\"node\": the node's own), SRC being "

@@ -43,6 +43,7 @@ _PARAMS = {
     "--random-fully": ("random_fully", False, False),
     "--probability": ("probability", True, False),
     "--to-destination": ("dnat_destination", True, False),
+    "--to-ports": ("redirect_ports", True, False),
     "--rcheck": ("affinity_check", False, True),
     "--mark": ("mark_check", True, True),
     "--ctstate": ("ctstate_check", True, True),
@@ -71,6 +72,7 @@ class Rule:
     random_fully: bool | None = None
     probability: Value | None = None
     dnat_destination: Value | None = None
+    redirect_ports: Value | None = None
     affinity_check: bool | None = None
     mark_check: Value | None = None
     ctstate_check: Value | None = None

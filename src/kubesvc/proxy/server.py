@@ -64,7 +64,7 @@ def make_backend(mode: str, options: ProxyOptions, *, sync_period: float = 30.0,
         return IptablesBackend(options, canary_period=sync_period / 2, flush_timeout=min(5.0, sync_period / 2))
     if mode == "userspace":
         from kubesvc.proxy.userspace.proxier import UserspaceBackend
-        return UserspaceBackend(options, udp_idle_timeout=udp_idle_timeout)
+        return UserspaceBackend(options, udp_idle_timeout=udp_idle_timeout, publish_state=True)
     if mode == "ipvs":  # only reached when IPVS is usable (ProxyServer._ipvs_or_fallback)
         from kubesvc.proxy.ipvs.proxier import IpvsBackend
         return IpvsBackend(options, settings=ipvs, sync_period=sync_period)

@@ -16,7 +16,9 @@ never matches and its name is recorded; ``-m mark --mark V/M`` tests the packet'
 ``-j MARK --set-xmark V/M`` changes; ``--src-type``/``--dst-type LOCAL`` match the node's
 addresses and loopback. A ``-m statistic --probability P`` jump is followed like every branch
 of it (as upstream's tracer does), each DNAT target weighted by the chance of reaching it; the
-walk goes on with the first target as the destination. A rule with a parameter the tracer does
+walk goes on with the first target as the destination. ``-j REDIRECT --to-ports P`` (userspace
+mode's portals) sends the packet to port P of the node itself (``Walk.redirect``); a packet
+delivered to the node (filter INPUT) never reaches POSTROUTING. A rule with a parameter the tracer does
 not model (``--match-set``) raises ``TraceError``.
 """
 
@@ -56,6 +58,7 @@ class _Tracer:
         self.comments: list[str] = []
         self.share = 1.0  # the chance that a new connection reaches the rule being read
         self.masquerade = False
+        self.redirect: int | None = None
 
     def matches_rule(self, rule: Rule) -> bool:
         if rule.match_set is not None:
@@ -134,6 +137,12 @@ class _Tracer:
             self.candidates.append((rule.dnat_destination.value, self.share))
             self.outputs.append(rule.dnat_destination.value)
             return "dnat"
+        if target == "REDIRECT":  # to a port of the node itself (userspace mode: the proxy's listener)
+            if rule.redirect_ports is None:
+                raise TraceError(f"a REDIRECT without --to-ports: {rule.raw!r}")
+            self.redirect = int(rule.redirect_ports.value.split("-")[0])
+            self.outputs.append(f"REDIRECT {self.redirect}")
+            return "dnat"
         if target == "MASQUERADE":
             self.masquerade = True
             return "accept"
@@ -165,6 +174,9 @@ def trace(dump: Dump | None, source: str, protocol: str, dest: str, port: int | 
         t.run_chain("nat", "OUTPUT" if from_node else "PREROUTING")
         if t.candidates:
             t.dest, t.dnatted = _canonical(_host(t.candidates[0][0])), True
+        elif t.redirect is not None:  # the kernel's choice: the primary address of the interface it came in on
+            own = sorted(local - set(TEST_LOCAL))
+            t.dest, t.port, t.dnatted = (own[0] if own else "127.0.0.1"), str(t.redirect), True
         filter_chain = "OUTPUT" if from_node else ("INPUT" if t.dest in local else "FORWARD")
         ended = None
         if dump.chain("filter", filter_chain) is not None:
@@ -172,10 +184,10 @@ def trace(dump: Dump | None, source: str, protocol: str, dest: str, port: int | 
             ended = t.run_chain("filter", filter_chain)
         if ended in ("drop", "reject"):
             verdict = ended.upper()
-        else:
+        elif from_node or filter_chain != "INPUT":  # delivered here, a packet never reaches POSTROUTING
             t.hook = "postrouting"
             t.run_chain("nat", "POSTROUTING")
     candidates = [(ep, round(share, 6)) for ep, share in t.candidates]
     verdict = verdict or ("DNAT" if candidates else "")
     return Walk(t.steps, candidates, t.masquerade and bool(candidates), verdict, t.affinity, t.matches, t.comments,
-                ", ".join(t.outputs))
+                ", ".join(t.outputs), redirect=t.redirect)

@@ -5,13 +5,17 @@ and the Kubernetes objects behind it together.
 ``nft list table``), the ``nat`` and ``filter`` tables of iptables and ip6tables
 (``iptables-save``) and the node's own addresses (the kernel's ``fib … type local`` and
 ``--dst-type LOCAL``). The mode is the one whose rules are there: our nftables table, else
-``KUBE-SERVICES`` in iptables' nat table (``mode`` forces one). ``report`` is pure: the walk
-(``nftables.trace`` or ``iptables.trace``) of one new connection, the Service port its chains name,
+``KUBE-SERVICES`` in iptables' nat table, else userspace mode's ``KUBE-PORTALS-CONTAINER`` with the
+portals its proxy published (``userspace.py``, ``kernel/runstate.py``); ``mode`` forces one.
+``report`` is pure: the walk (``nftables.trace``, ``iptables.trace`` or ``userspace.walk``) of one
+new connection, the Service port its chains name,
 each DNAT candidate with its probability, Pod and node (from the Service's EndpointSlices when
 the API was read), the endpoints that are not candidates and why (``objects.excluded_because``),
 and a verdict:
 
 * ``DNAT``: delivered to the candidates (one of them per connection);
+* ``REDIRECT``: to a listener of the userspace proxy (``listener``), which connects to one of
+  the candidates;
 * ``REJECT`` / ``DROP``: refused, or dropped (a source range, a ``Local`` policy with no local
   endpoint, an unallocated ClusterIP);
 * ``NONE``: nothing of ours applied; the packet is routed as it is (not a Service address).
@@ -28,7 +32,8 @@ from kubesvc.kernel.iptables import Iptables
 from kubesvc.kernel.iptables_save import Dump, parse_dump
 from kubesvc.kernel.netlink import addresses_async, unique_ips
 from kubesvc.kernel.nftables import NFTables
-from kubesvc.proxy.trace import iptables, nftables, objects
+from kubesvc.kernel import runstate
+from kubesvc.proxy.trace import iptables, nftables, objects, userspace
 
 # The stand-in address for "a client outside the cluster" (TEST-NET-3 / the documentation
 # prefix: never a node's, a Pod's or a Service's).
@@ -40,6 +45,7 @@ class NodeState:
     tables: dict[int, nftables.Table | None]  # family → the live table (None: absent)
     addresses: list[str]
     dumps: dict[int, Dump | None] = field(default_factory=dict)  # family → iptables' nat and filter
+    portals: dict[int, dict | None] = field(default_factory=dict)  # family → the userspace proxy's published state
 
 
 @dataclass
@@ -67,15 +73,20 @@ async def read_node(*, netns: str | None = None) -> NodeState:
             dumps[family] = parse_dump(await ipt.save("nat") + await ipt.save("filter"))
         except (CommandFailed, ValueError):  # no ip6tables here, or a dump we cannot read: not this mode
             dumps[family] = None
-    return NodeState(tables, unique_ips(await addresses_async(netns=netns)), dumps)
+    portals = {family: runstate.read(runstate.state_path(userspace.KIND, family, netns)) if userspace.is_userspace(dumps[family])
+               else None for family in (IPV4, IPV6)}
+    return NodeState(tables, unique_ips(await addresses_async(netns=netns)), dumps, portals)
 
 
 def mode_of(state: NodeState, family: int) -> str:
-    """``nftables`` if our table is there, else ``iptables`` if our nat chains are, else ``none``."""
+    """``nftables`` if our table is there, else ``iptables`` if our nat chains are, ``userspace``
+    if its portal chains are, else ``none``."""
     if state.tables.get(family) is not None:
         return "nftables"
     dump = state.dumps.get(family)
-    return "iptables" if dump is not None and dump.chain("nat", "KUBE-SERVICES") is not None else "none"
+    if dump is not None and dump.chain("nat", "KUBE-SERVICES") is not None:
+        return "iptables"
+    return "userspace" if userspace.is_userspace(dump) else "none"
 
 
 def family_of(ip: str) -> int:
@@ -88,7 +99,10 @@ def report(state: NodeState, source: str, dest: str, port: int, protocol: str, *
     objs = objs or Objects()
     family = family_of(dest)
     mode = mode or mode_of(state, family)
-    if mode == "iptables":
+    if mode == "userspace":
+        walk = userspace.walk(state.dumps.get(family), state.portals.get(family), source, protocol.lower(), dest, port,
+                              state.addresses, from_node=from_node)
+    elif mode == "iptables":
         walk = iptables.trace(state.dumps.get(family), source, protocol.lower(), dest, port, state.addresses, from_node=from_node)
     else:
         walk = nftables.trace(state.tables.get(family) if mode == "nftables" else None, source, protocol.lower(), dest, port,
@@ -129,6 +143,7 @@ def report(state: NodeState, source: str, dest: str, port: int, protocol: str, *
         "masquerade": walk.masquerade,
         "verdict": walk.verdict or "NONE",
         "excluded": excluded,
+        **({"listener": walk.listener} if walk.listener is not None else {}),
     }
 
 
@@ -162,8 +177,20 @@ def text(rep: dict) -> list[str]:
         sp = rep["service"]
         lines.append(f"  Service port: {sp['namespace']}/{sp['name']}:{sp['port']} ({sp['protocol']})")
     verdict = rep["verdict"]
-    if verdict == "DNAT":
-        lines.append("  delivered to one of:")
+    listener = rep.get("listener")
+    if verdict == "REDIRECT":
+        portal = f" (listener of {listener['service']}, {listener['kind']} portal)" if listener["service"] else \
+            (" (no listener of the proxy's published portals has it)" if listener["published"] else
+             " (the proxy publishes no portals here: not root, or an older proxy)")
+        lines.append(f"  redirected to the proxy's port {listener['proxyPort']}{portal}")
+        if listener.get("session"):
+            sess = listener["session"]
+            lines.append(f"  this client's ClientIP session (idle {sess['idleSeconds']:g}s) sends it to {sess['endpoint']}")
+        if rep["candidates"]:
+            lines.append("  the proxy connects to one of (round robin" + (f", next: {listener['next']}" if listener.get("next") else "") + "):")
+    if verdict in ("DNAT", "REDIRECT") and rep["candidates"]:
+        if verdict == "DNAT":
+            lines.append("  delivered to one of:")
         for c in rep["candidates"]:
             behind = ", ".join(x for x in (f"Pod {c['pod']}" if c["pod"] else "", f"node {c['node']}" if c["node"] else "",
                                            f"slice {c['slice']}" if c["slice"] else "") if x)
@@ -174,7 +201,7 @@ def text(rep: dict) -> list[str]:
         lines.append(f"  verdict: {verdict}")
     if rep["affinity"]:
         lines.append("  ClientIP affinity: a client seen before goes back to its endpoint")
-    if verdict == "DNAT":
+    if verdict in ("DNAT", "REDIRECT") and rep["candidates"]:
         lines.append("  masqueraded (the endpoint sees a node address)" if rep["masquerade"] else "  not masqueraded (the endpoint sees the client's address)")
     for e in rep["excluded"]:
         lines.append(f"  excluded {e['endpoint']}" + (f" (Pod {e['pod']})" if e["pod"] else "") + f": {e['reason']}")

@@ -467,6 +467,8 @@ class Walk:
     matches: list[str]
     comments: list[str]  # of the map elements that matched (``ns/name:port`` on no-endpoint elements)
     output: str  # upstream's tracer output: the DNAT targets and verdicts in order, ", "-joined
+    redirect: int | None = None  # iptables ``REDIRECT --to-ports``: the local port (userspace mode's listener)
+    listener: dict | None = None  # userspace mode: the proxy's listener the packet reaches (``trace/userspace.py``)
 
 
 def trace(table: Table | None, source: str, protocol: str, dest: str, port: int | str, node_ips=(), *,

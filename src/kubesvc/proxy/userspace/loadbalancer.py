@@ -87,6 +87,15 @@ class LoadBalancerRR(Generic[K, E]):
         entry = self._entries.get(key)
         return tuple(entry.endpoints) if entry else ()
 
+    def describe(self, key: K) -> tuple[tuple[E, ...], int, bool, int, dict[str, tuple[E, float]]] | None:
+        """(endpoints in round-robin order, index of the next, affinity, TTL, {client IP: (endpoint,
+        last used)}) of ``key``, None if unknown: what ``kubesvc trace`` is shown of it."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        return (tuple(entry.endpoints), entry.index, entry.affinity, entry.ttl,
+                {ip: (s.endpoint, s.last_used) for ip, s in entry.sessions.items()})
+
     def next_endpoint(self, key: K, client_ip: str, *, reset: bool = False, exclude: frozenset | set = frozenset()) -> E:
         """The endpoint for a new connection from ``client_ip``; ``NoEndpoints`` if none."""
         entry = self._entries.get(key)

@@ -29,12 +29,14 @@ import threading
 import time
 from collections.abc import Callable, Collection
 
+from kubesvc.kernel import runstate
 from kubesvc.kernel.exec import CommandFailed
 from kubesvc.kernel.iptables import Iptables, IptablesSync
 from kubesvc.proxy.backend import KernelPlan, Mode, ProxyOptions, SyncFailed, SyncRequest
 from kubesvc.proxy import proxier
 from kubesvc.proxy.iptables.proxier import remove_chains
 from kubesvc.proxy.iptables.rules import TABLE_FILTER, TABLE_NAT
+from kubesvc.proxy.trace import userspace as trace_userspace
 from kubesvc.proxy.types import FAMILY_NAMES, IPV6, ServicePortName
 from kubesvc.proxy.userspace.loadbalancer import LoadBalancerRR
 from kubesvc.proxy.userspace.relay import CONNECT_TIMEOUTS, UDP_IDLE_TIMEOUT, Endpoint, TcpListener, UdpListener
@@ -54,8 +56,10 @@ class UserspaceBackend(Mode[None]):
     def __init__(self, options: ProxyOptions, *, netns: str | None = None, ipt: Iptables | None = None,
                  listen_ip: str | None = None, udp_idle_timeout: float = UDP_IDLE_TIMEOUT,
                  connect_timeouts: tuple[float, ...] = CONNECT_TIMEOUTS, program_kernel: bool = True,
-                 clock: Callable[[], float] = time.monotonic):
-        """``program_kernel`` False: relay only (no iptables at all, as when it is unusable)."""
+                 clock: Callable[[], float] = time.monotonic, publish_state: bool = False):
+        """``program_kernel`` False: relay only (no iptables at all, as when it is unusable).
+        ``publish_state``: after each sync, write the portals for ``kubesvc trace``
+        (``proxy/trace/userspace.py``; root-only, ``kernel/runstate.py``)."""
         super().__init__(options)
         self.ipt = ipt or Iptables(self.family, netns=netns)
         self.listen_ip = listen_ip or ("::" if self.family == IPV6 else "0.0.0.0")
@@ -67,6 +71,7 @@ class UserspaceBackend(Mode[None]):
         # TCP connections choose on the relay thread while syncs change the balancer here
         self.balancing = threading.Lock()
         self.listeners: dict[PortalKey, TcpListener | UdpListener] = {}
+        self.state_file = runstate.state_path(trace_userspace.KIND, self.family) if publish_state else None
 
     def proxy_port(self, name: ServicePortName, kind: str = "internal") -> int:
         """The port the listener of ``name``'s portal ``kind`` is bound to (0: none)."""
@@ -132,8 +137,19 @@ class UserspaceBackend(Mode[None]):
         plan.written = {TABLE_FILTER: data.filter_rules, TABLE_NAT: data.nat_rules}
         if self.kernel_usable:
             await self.ipt.restore(data.text)
+        self._publish(portals.portals)
         if problems:
             raise SyncFailed("; ".join(problems))
+
+    def _publish(self, portals) -> None:
+        if self.state_file is None:
+            return
+        with self.balancing:
+            state = trace_userspace.snapshot(portals, self.listeners, self.balancer, self.family, self.clock())
+        try:
+            runstate.write(self.state_file, state)
+        except OSError as err:  # tracing is a convenience: never a reason for a sync to fail
+            log.debug("Cannot publish the portals for kubesvc trace at %s: %s", self.state_file, err)
 
     async def _probe_kernel(self) -> bool:
         try:
@@ -151,6 +167,8 @@ class UserspaceBackend(Mode[None]):
         for listener in self.listeners.values():
             listener.close(connections=True)
         self.listeners.clear()
+        if self.state_file is not None:
+            runstate.remove(self.state_file)
 
 
 def cleanup_leftovers(netns: str | None = None) -> None:
