@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs everything kubesvc needs on a fresh Debian machine (run as root): the kernel tools the
-# node proxy and agent drive (curl for the README walkthrough), and the Python package with its
-# test dependencies.
+# node proxy and agent drive (curl for the README walkthrough), Debian's chromium and its driver
+# for the Service map's browser test (tests/ui; Selenium drives /usr/bin/chromedriver, no browser
+# is ever downloaded), and the Python package with its test dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for tool in ip:iproute2 nft:nftables iptables:iptables conntrack:conntrack sysctl:procps curl:curl nsenter:util-linux ipset:ipset haproxy:haproxy ipvsadm:ipvsadm strace:strace dig:bind9-dnsutils dnsmasq:dnsmasq-base; do
+for tool in ip:iproute2 nft:nftables iptables:iptables conntrack:conntrack sysctl:procps curl:curl nsenter:util-linux ipset:ipset haproxy:haproxy ipvsadm:ipvsadm strace:strace dig:bind9-dnsutils dnsmasq:dnsmasq-base chromium:chromium chromedriver:chromium-driver; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -14,7 +14,7 @@ registered in ``app["create_handlers"]`` (404 until one is), and 405 to every ot
 
 Non-resource paths: /version (minor "32": the kubectl dispatcher picks its binary by it),
 /healthz /livez /readyz, discovery (/api, /apis, /api/v1, /apis/g[/v], legacy or aggregated by
-Accept), /openapi/v3[/…], /metrics. Every request is authenticated (``app["authenticator"]``,
+Accept), /openapi/v3[/…], /metrics, the Service map under /ui/ (``kubesvc.ui.routes``). Every request is authenticated (``app["authenticator"]``,
 installed by the server: client certificates, the bearer tokens its flags configure, else
 ``system:anonymous``) and authorized (``app["authorizer"]``: anonymous gets /version and the
 health checks); every error is a Kubernetes Status with the HTTP code equal to its ``code``.
@@ -51,6 +51,8 @@ from kubesvc.apiserver.subresources import (
 )
 from kubesvc.apiserver.watch import watch_objects
 from kubesvc.storage.base import StorageError
+from kubesvc.ui.routes import LoginRequired, is_ui_path, require_credential
+from kubesvc.ui.routes import handle as ui_handle
 from kubesvc.util.clock import Clock
 
 log = logging.getLogger("kubesvc.apiserver")
@@ -118,6 +120,9 @@ class Metrics:
 
 def error_response(exc: StatusError) -> web.Response:
     """The Status, with ``Retry-After`` when it says when to retry (upstream's ErrorNegotiated)."""
+    page = exc.response() if isinstance(exc, LoginRequired) else None  # /ui/ in a browser: the 401 shows the sign-in page
+    if page is not None:
+        return page
     retry = (exc.details or {}).get("retryAfterSeconds")
     return handlers.json_response(exc.status(), exc.code, {"Retry-After": str(retry)} if retry else None)
 
@@ -225,6 +230,8 @@ async def non_resource_handler(request: web.Request) -> web.StreamResponse:
         return web.Response(text="ok", content_type="text/plain")
     if path.startswith(("/healthz/", "/livez/", "/readyz/")):
         return web.Response(text="ok", content_type="text/plain")
+    if is_ui_path(path):
+        return await ui_handle(request)
     if path == "/metrics":
         return web.Response(body=generate_latest(app["metrics"].registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
     discovery: Discovery = app["discovery"]
@@ -295,6 +302,7 @@ async def authorize_request(request: web.Request) -> None:
     """Authentication, then authorization (upstream WithAuthentication -> WithImpersonation ->
     WithAuthorization): ``request["user"]`` is who asks, ``request["request_info"]`` what."""
     user = await request.app["authenticator"].authenticate(request)
+    require_credential(request, user)  # nothing under /ui/ for system:anonymous: a 401
     user = impersonate(request.headers, request.path, user, request.app["authorizer"])
     info = request.get("request_info") or request_info(request.method, request.path, request.query)  # the in-flight filter's, if it ran
     request["user"], request["request_info"] = user, info

@@ -158,6 +158,9 @@ def cluster_roles() -> list[DefaultRole]:
         DefaultRole("system:basic-user", (rule(["create"], ["authorization.k8s.io"], ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]),
                                           rule(["create"], ["authentication.k8s.io"], ["selfsubjectreviews"]))),
         DefaultRole("system:public-info-viewer", (url_rule(["get"], "/livez", "/readyz", "/healthz", "/version", "/version/"),)),
+        # kubesvc's own: the Service map's page and JSON paths (kubesvc.ui.routes); each object the
+        # map shows is still read with the user's own permissions (list pods, list nodes, ...)
+        DefaultRole("kubesvc:service-map", (url_rule(["get"], "/ui", "/ui/*"),)),
         _aggregated("admin", "admin"),
         _aggregated("edit", "edit", label="admin"),
         _aggregated("view", "view", label="edit"),
@@ -283,6 +286,7 @@ def cluster_role_bindings() -> list[DefaultBinding]:
         DefaultBinding("system:discovery", "system:discovery", groups("system:authenticated")),
         DefaultBinding("system:basic-user", "system:basic-user", groups("system:authenticated")),
         DefaultBinding("system:public-info-viewer", "system:public-info-viewer", groups("system:authenticated", "system:unauthenticated")),
+        DefaultBinding("kubesvc:service-map", "kubesvc:service-map", groups("system:authenticated")),
         DefaultBinding("system:node-proxier", "system:node-proxier", users("system:kube-proxy")),
         DefaultBinding("system:kube-controller-manager", "system:kube-controller-manager", users("system:kube-controller-manager")),
         DefaultBinding("system:kube-dns", "system:kube-dns", service_accounts("kube-system", "kube-dns")),
