@@ -78,3 +78,40 @@ def test_a_cached_forwarded_name_is_answered_inline():
     assert not udp.pending
     ask(udp, "outside.example.", qid=8)  # the rendered answer this time
     assert udp.resolver.metrics.cache_hits["success"] == 2
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_cached_answer_sent_again_counts_its_ttls_down_and_leaves_with_the_entry():
+    # CoreDNS's cache gives every record of a hit the item's TTL less its age; an answer sent
+    # again from its rendered bytes must say the same as one rendered afresh, to the end
+    clock = Clock()
+    cache = AnswerCache(clock=clock)
+    query = dns.message.make_query("outside.example.", "MX", use_edns=0)
+    response = dns.message.make_response(query)
+    response.answer.append(dns.rrset.from_text("outside.example.", 60, "IN", "MX", "10 mail.outside.example.", "20 mx2.other.example."))
+    response.authority.append(dns.rrset.from_text("outside.example.", 45, "IN", "NS", "ns1.outside.example."))
+    response.additional.append(dns.rrset.from_text("mail.outside.example.", 50, "IN", "A", "192.0.2.25"))
+    cache.put(query, response)  # cached for 30 s (cache 30)
+    udp = server(load([]), cache)
+    seen = []
+    for elapsed in (0, 0.5, 1.2, 7.9, 29.5):
+        clock.now = 1000.0 + elapsed
+        query.id = len(seen)
+        udp.datagram_received(query.to_wire(), CLIENT)
+        answer = dns.message.from_wire(udp.transport.sent[-1])
+        assert answer.id == query.id
+        seen.append(sorted({rrset.ttl for section in (answer.answer, answer.authority, answer.additional) for rrset in section}))
+        assert sorted(rr.to_text() for rr in answer.answer[0]) == ["10 mail.outside.example.", "20 mx2.other.example."]
+    assert seen == [[30], [30], [29], [23], [1]]
+    assert udp.resolver.metrics.cache_hits["success"] == 5
+    (rendered,) = udp.resolver.rendered.values()  # one rendering, sent five times, its 4 TTL fields (2 MX, NS, A) rewritten
+    assert len(rendered.slots) == 4
+    clock.now = 1030.0  # gone from the cache: asked upstream (there is none here: SERVFAIL)
+    assert udp.resolver.recall(query.to_wire()) is None

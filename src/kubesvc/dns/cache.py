@@ -79,6 +79,24 @@ class Entry:
     kind: str
 
 
+@dataclass
+class CacheHit:
+    response: dns.message.Message
+    kind: str
+    stored: float  # when the answer was cached (this cache's clock)
+    ttl: int  # how long it is cached for
+    age: int  # whole seconds since: every TTL of ``response`` is ``ttl - age``
+
+    @property
+    def fresh_until(self) -> float:
+        """Until when ``response`` stays the same: the next whole second of its age."""
+        return self.stored + self.age + 1
+
+    @property
+    def expires(self) -> float:
+        return self.stored + self.ttl
+
+
 class AnswerCache:
     def __init__(self, capacity: int = CAPACITY, clock: Callable[[], float] = time.monotonic):
         self.capacity = capacity
@@ -91,11 +109,10 @@ class AnswerCache:
     def get(self, query: dns.message.Message) -> tuple[dns.message.Message, str] | None:
         """The cached answer to ``query`` and its kind, or None."""
         found = self.lookup(query)
-        return (found[0], found[1]) if found else None
+        return (found.response, found.kind) if found else None
 
-    def lookup(self, query: dns.message.Message) -> tuple[dns.message.Message, str, float] | None:
-        """The cached answer, its kind, and until when (this cache's clock) that answer stays
-        the same: the next whole second of its age, when every TTL goes down by one."""
+    def lookup(self, query: dns.message.Message) -> CacheHit | None:
+        """The cached answer to ``query`` (its TTLs what is left of the cache's), or None."""
         key = cache_key(query)
         for kind, entries in self.entries.items():
             entry = entries.get(key)
@@ -105,7 +122,7 @@ class AnswerCache:
             if age >= entry.ttl:
                 del entries[key]
                 return None
-            return self._answer(query, entry, age), kind, entry.stored + age + 1
+            return CacheHit(self._answer(query, entry, age), kind, entry.stored, entry.ttl, age)
         return None
 
     def put(self, query: dns.message.Message, response: dns.message.Message) -> int | None:

@@ -16,8 +16,9 @@ What CoreDNS does with k3s's Corefile, in one process:
   is 503 (CoreDNS's ``ready`` plugin lists the plugins not ready: ``kubernetes``).
 - **Rendered answers**: a UDP question whose bytes (all but the id) were answered before gets
   that rendered answer again with its own id, while it holds: for cluster names until any
-  informer event (``ClusterRecords.generation``), for cached forwarded names until their TTLs
-  tick; the rest of the path (parse, answer, render with dnspython) runs once per distinct
+  informer event (``ClusterRecords.generation``), for cached forwarded names while they stay
+  in the cache, their TTL fields (found once per answer by ``ttl_slots``) set to what is left;
+  the rest of the path (parse, answer, render with dnspython) runs once per distinct
   question. A cache hit for a forwarded name is answered inline; only an upstream query waits.
 - **HTTP**: ``/health`` (``:8080``) is 200 ``OK`` while the process serves; ``/ready``
   (``:8181``) as above; ``/metrics`` (``:9153``) CoreDNS's metrics (``metrics``).
@@ -41,7 +42,7 @@ import dns.rcode
 import dns.rdatatype
 
 from kubesvc.dns.answer import Reply, Settings, resolve, respond
-from kubesvc.dns.cache import AnswerCache, with_ttl
+from kubesvc.dns.cache import AnswerCache, CacheHit, with_ttl
 from kubesvc.dns.forward import Forwarder
 from kubesvc.dns.metrics import DNSMetrics
 from kubesvc.dns.records import ClusterRecords
@@ -59,15 +60,15 @@ class Handled:
     zone: str
     plugin: str
     rcode: int
-    kind: str = ""  # a cache hit's kind
-    fresh_until: float = 0.0  # a cache hit: until when the same answer holds
+    cache_hit: CacheHit | None = None  # a cache hit: what was found
 
 
 @dataclass
 class Rendered:
     """A UDP answer as sent, after its 2-byte id: the same query bytes (flags, question in the
     same spelling, EDNS) get the same answer while the records have not changed (cluster
-    names) or until the cached answer's TTLs tick (forwarded names). Only the id differs."""
+    names) or, for a cached forwarded name, while it stays in the cache, its TTLs (``slots``)
+    set to what is left of the cache's as the seconds pass. Only the id differs."""
 
     tail: bytes
     generation: int  # records.generation it was rendered at (-1: a cache answer)
@@ -78,6 +79,46 @@ class Rendered:
     rcode: str
     qtype: str
     kind: str = ""  # the cache hit's kind (success, denial)
+    slots: tuple[int, ...] = ()  # a cache answer: where its TTLs sit in the wire (see ttl_slots)
+    stored: float = 0.0  # a cache answer: when it was cached, for how long, and the age ``tail`` carries
+    ttl: int = 0
+    age: int = 0
+
+    def refresh(self, now: float) -> None:
+        """A cache answer's TTLs for its age at ``now`` (CoreDNS: ``ttl - age`` on every record)."""
+        age = int(now - self.stored)
+        if age != self.age:
+            tail, value = bytearray(self.tail), (self.ttl - age).to_bytes(4, "big")
+            for slot in self.slots:
+                tail[slot - 2:slot + 2] = value  # the tail starts after the 2-byte id
+            self.tail, self.age = bytes(tail), age
+
+
+def ttl_slots(render: Callable[[dns.message.Message], bytes], response: dns.message.Message, wire: bytes, ttl: int) -> tuple[int, ...] | None:
+    """Where the TTL fields sit in ``wire``, dnspython's rendering of ``response`` whose records
+    all carry ``ttl`` (a cache answer: CoreDNS gives them all the item's TTL); None if that
+    cannot be told. dnspython renders the same answer with two other TTLs that differ in
+    every byte (TTLs change neither names nor compression): the bytes that differ, in runs of
+    four, are the TTL fields; checked by setting them to ``ttl`` and getting ``wire`` back."""
+    sections = [rrset for section in (response.answer, response.authority, response.additional) for rrset in section]
+    renders = []
+    for probe in (0x01010101, 0x7E7E7E7E):
+        for rrset in sections:
+            rrset.ttl = probe
+        renders.append(render(response))
+    for rrset in sections:
+        rrset.ttl = ttl
+    low, high = renders
+    if len(low) != len(high) or len(low) != len(wire):
+        return None
+    differ = [i for i in range(len(low)) if low[i] != high[i]]
+    slots = tuple(differ[::4])
+    if len(differ) != 4 * len(slots) or any(differ[4 * k + j] != slot + j for k, slot in enumerate(slots) for j in range(4)):
+        return None
+    patched, value = bytearray(low), ttl.to_bytes(4, "big")
+    for slot in slots:
+        patched[slot:slot + 4] = value
+    return slots if bytes(patched) == wire else None
 
 
 RENDERED_MAX = 50000
@@ -96,6 +137,15 @@ class Resolver:
     clock: Callable[[], float] = time.perf_counter
     rendered: dict[bytes, Rendered] = field(default_factory=dict)
 
+    def remember_cached(self, query_wire: bytes, query: dns.message.Message, answer_wire: bytes, hit: CacheHit) -> None:
+        """Remember a cache answer as sent: until the entry leaves the cache with its TTLs
+        rewritten as it ages, or, if its TTL fields cannot be told, until its next second."""
+        slots = ttl_slots(lambda response: self.render(response, query, False), hit.response, answer_wire, hit.ttl - hit.age)
+        rendered = Rendered(b"", -1, True, hit.fresh_until, ROOT_ZONE, "cache", dns.rcode.to_text(hit.response.rcode()), _qtype(query), hit.kind)
+        if slots is not None:
+            rendered.expires, rendered.slots, rendered.stored, rendered.ttl, rendered.age = hit.expires, slots, hit.stored, hit.ttl, hit.age
+        self.remember(query_wire, answer_wire, rendered)
+
     def remember(self, query_wire: bytes, answer_wire: bytes, rendered: Rendered) -> None:
         if len(self.rendered) >= RENDERED_MAX:
             self.rendered.clear()
@@ -110,8 +160,12 @@ class Resolver:
         if hit.generation >= 0:
             if hit.generation == self.records.generation and hit.synced == self.synced():
                 return hit
-        elif self.cache.clock() < hit.expires:
-            return hit
+        else:
+            now = self.cache.clock()
+            if now < hit.expires:
+                if hit.slots:
+                    hit.refresh(now)
+                return hit
         del self.rendered[query_wire[2:]]
         return None
 
@@ -165,10 +219,9 @@ class Resolver:
             return Handled(self.render(response, query, tcp), self.settings.zone.to_text(), "kubernetes", response.rcode())
         cached = self.cache.lookup(query)
         if cached is not None:
-            response, kind, fresh_until = cached
             if self.metrics:
-                self.metrics.cache_hit(kind)
-            return Handled(self.render(response, query, tcp), ROOT_ZONE, "cache", response.rcode(), kind, fresh_until)
+                self.metrics.cache_hit(cached.kind)
+            return Handled(self.render(cached.response, query, tcp), ROOT_ZONE, "cache", cached.response.rcode(), cached)
         if self.metrics:
             self.metrics.cache_miss()
         response = await self._forward(query, tcp)
@@ -257,14 +310,12 @@ class UDPServer(asyncio.DatagramProtocol):
         if reply is None:  # outside the zone: a cache hit is answered inline too, only a miss waits for upstream
             cached = self.resolver.cache.lookup(parsed)
             if cached is not None:
-                response, kind, fresh_until = cached
-                wire = self.resolver.render(response, parsed, False)
+                wire = self.resolver.render(cached.response, parsed, False)
                 self.transport.sendto(wire, addr)
-                rcode = dns.rcode.to_text(response.rcode())
-                self.resolver.remember(data, wire, Rendered(b"", -1, True, fresh_until, ROOT_ZONE, "cache", rcode, _qtype(parsed), kind))
+                self.resolver.remember_cached(data, parsed, wire, cached)
                 if self.resolver.metrics is not None:
-                    self.resolver.metrics.cache_hit(kind)
-                self._observe(parsed, addr, ROOT_ZONE, "cache", response.rcode(), started)
+                    self.resolver.metrics.cache_hit(cached.kind)
+                self._observe(parsed, addr, ROOT_ZONE, "cache", cached.response.rcode(), started)
                 return
         task = asyncio.create_task(self._slow(data, parsed, reply, addr, started))
         self.pending.add(task)
@@ -278,9 +329,8 @@ class UDPServer(asyncio.DatagramProtocol):
             return
         if handled.wire is not None and self.transport is not None and not self.transport.is_closing():
             self.transport.sendto(handled.wire, addr)
-            if handled.plugin == "cache":
-                self.resolver.remember(data, handled.wire, Rendered(b"", -1, True, handled.fresh_until, handled.zone, "cache",
-                                                                    dns.rcode.to_text(handled.rcode), _qtype(query), handled.kind))
+            if handled.cache_hit is not None:
+                self.resolver.remember_cached(data, query, handled.wire, handled.cache_hit)
         self._observe(query, addr, handled.zone, handled.plugin, handled.rcode, started)
 
     def _observe(self, query, addr, zone, plugin, rcode, started) -> None:
