@@ -1,6 +1,6 @@
 """The Job controller's shell (pkg/controller/job/job_controller.go; NonIndexed and Indexed Jobs,
-no podFailurePolicy, backoffLimitPerIndex or successPolicy): informers
-enqueue Job keys, a worker syncs one from the caches (``decisions`` decides).
+podFailurePolicy, backoffLimitPerIndex and successPolicy as ``policies`` decides them):
+informers enqueue Job keys, a worker syncs one from the caches (``decisions`` decides).
 
 A sync: claims the Job's Pods (selector ``batch.kubernetes.io/controller-uid``); finds the Pods
 that finished since the last count; decides whether the Job failed (back-off limit, active
@@ -29,6 +29,7 @@ from kubesvc.client.workqueue import ItemExponentialBackoff, WorkQueue
 from kubesvc.controllers import controllerref
 from kubesvc.controllers.expectations import Expectations
 from kubesvc.controllers.job import decisions as jd
+from kubesvc.controllers.job import policies
 from kubesvc.controllers.informers import SharedInformers
 from kubesvc.controllers.podcontrol import PodControl, pod_from_template, slow_start_batch
 from kubesvc.controllers.runtime import omitempty, run_workers
@@ -194,50 +195,75 @@ class JobController:
                 newly_failed.append(pod)
         newly_succeeded = newly_succeeded[:jd.MAX_UNCOUNTED_PODS]
         newly_failed = newly_failed[:max(0, jd.MAX_UNCOUNTED_PODS - len(newly_succeeded))]
+        # a failure an Ignore rule of the pod failure policy matches is not counted
+        newly_ignored = [p for p in newly_failed if not policies.counts_as_failure(job, p)]
+        newly_failed = [p for p in newly_failed if p not in newly_ignored]
         succeeded = int(status.get("succeeded") or 0) + len(uncounted_succeeded) + len(newly_succeeded)
         failed = int(status.get("failed") or 0) + len(uncounted_failed) + len(newly_failed)
         suspended = bool((job.get("spec") or {}).get("suspend"))
         if not suspended and not status.get("startTime"):
             status["startTime"] = rfc3339(now)
             job.setdefault("status", {})["startTime"] = status["startTime"]
-        record = jd.next_backoff_record(self._backoff.get(key, jd.BackoffRecord()), newly_succeeded, newly_failed)
         conditions = status.setdefault("conditions", [])
-        failure = jd.failure(job, failed, now)
-        if failure is None and not suspended:
-            # every sync asks again for the deadline: a delayed add is kept only if it is the
-            # earliest one waiting, so one made by an earlier sync may have been dropped
-            after = jd.seconds_to_active_deadline(job, now)
-            if after is not None:
-                self.queue.add_after(key, max(after, 0))
+        # (condition type, reason, message) the Job finishes with, if it does: an earlier
+        # SuccessCriteriaMet stands; then the failures; then the success rules
+        finished: tuple[str, str, str] | None = None
+        met = jd.condition(job, jd.SUCCESS_CRITERIA_MET)
+        if met is not None:
+            finished = (jd.SUCCESS_CRITERIA_MET, met.get("reason", ""), met.get("message", ""))
+        else:
+            failure = jd.failure(job, failed, now, policies.fail_job_message(job, pods))
+            if failure is not None:
+                finished = (jd.FAILURE_TARGET, *failure)
+            elif not suspended:
+                # every sync asks again for the deadline: a delayed add is kept only if it is the
+                # earliest one waiting, so one made by an earlier sync may have been dropped
+                after = jd.seconds_to_active_deadline(job, now)
+                if after is not None:
+                    self.queue.add_after(key, max(after, 0))
         succeeded_indexes: set[int] | None = None
+        failed_indexes: set[int] | None = None
+        delayed: dict[int, dict] = {}
         if jd.is_indexed(job):
             succeeded_indexes = jd.parse_indexes(status.get("completedIndexes"), jd.completions(job))
             succeeded_indexes |= {i for p in pods if jd.phase(p) == "Succeeded" and (i := jd.pod_index(p, job)) is not None}
             status["completedIndexes"] = jd.format_indexes(succeeded_indexes)
+            if policies.has_backoff_limit_per_index(job):
+                failed_indexes = policies.failed_indexes(job, pods)
+                status["failedIndexes"] = jd.format_indexes(failed_indexes)
+                if finished is None and (per_index := policies.per_index_failure(job, failed_indexes, succeeded_indexes)):
+                    finished = (jd.FAILURE_TARGET, *per_index)
+                delayed = policies.pods_with_delayed_deletion(job, pods, active, succeeded_indexes, failed_indexes)
+            if finished is None and (matched := policies.match_success_policy(job, succeeded_indexes)):
+                finished = (jd.SUCCESS_CRITERIA_MET, policies.SUCCESS_POLICY_REASON, matched)
             complete = len(succeeded_indexes) >= jd.completions(job)
         else:
             complete = jd.is_complete(job, succeeded, len(active))
-        finishing = False
-        if failure is not None:
-            finishing = True
-            jd.set_condition(conditions, jd.new_condition(jd.FAILURE_TARGET, *failure, now))
-        elif complete or jd.condition(job, jd.SUCCESS_CRITERIA_MET):
-            finishing = True
-            jd.set_condition(conditions, jd.new_condition(jd.SUCCESS_CRITERIA_MET, *jd.COMPLETIONS_REACHED, now))
+        if finished is None and complete:
+            finished = (jd.SUCCESS_CRITERIA_MET, *jd.COMPLETIONS_REACHED)
+        finishing = finished is not None
+        if not finishing and delayed:
+            # a failed Pod of an index to retry keeps its finalizer (uncounted) until its
+            # replacement carries the index's failure count on (canRemoveFinalizer)
+            held = {p["metadata"].get("uid") for p in delayed.values()}
+            newly_failed = [p for p in newly_failed if p["metadata"].get("uid") not in held]
+            newly_ignored = [p for p in newly_ignored if p["metadata"].get("uid") not in held]
+        record = jd.next_backoff_record(self._backoff.get(key, jd.BackoffRecord()), newly_succeeded, newly_failed + newly_ignored)
         if finishing:
+            jd.set_condition(conditions, jd.new_condition(*finished, now))
             if active:
                 await self._delete_pods(job, key, active)
                 terminating += active
                 active = []
         elif satisfied:
-            active = await self._manage(job, key, active, succeeded, terminating, record, now, succeeded_indexes)
+            active = await self._manage(job, key, active, succeeded, terminating, record, now, succeeded_indexes, failed_indexes, delayed)
         if not finishing and not jd.condition(job, jd.FAILURE_TARGET):
             self._suspend_conditions(job, conditions, suspended, status, now)
         status["active"] = len(active)
         status["ready"] = sum(1 for p in active if jd.is_ready(p))
         status["terminating"] = len(terminating)
         self._backoff[key] = record
-        await self._track_and_remove_finalizers(job, key, status, pods, newly_succeeded, newly_failed, finishing, now)
+        await self._track_and_remove_finalizers(job, key, status, pods, newly_succeeded, newly_failed, finishing, now, newly_ignored)
 
     def _claimed_pods(self, job: dict) -> list[dict]:
         uid = job["metadata"].get("uid")
@@ -262,10 +288,12 @@ class JobController:
         return await controllerref.claim(job, candidates, selector, self._pods_api, "batch/v1", "Job", fresh)
 
     async def _manage(self, job: dict, key: str, active: list[dict], succeeded: int, terminating: list[dict],
-                      record: jd.BackoffRecord, now, succeeded_indexes: set[int] | None = None) -> list[dict]:
+                      record: jd.BackoffRecord, now, succeeded_indexes: set[int] | None = None,
+                      failed_indexes: set[int] | None = None, delayed: dict[int, dict] | None = None) -> list[dict]:
         """``manageJob``: delete the excess or create what is missing; returns the active Pods.
         Indexed: Pods of no index, of a succeeded index or a second one of an index go first,
-        and new Pods take the lowest indexes still missing."""
+        and new Pods take the lowest indexes still missing (and not failed). With
+        ``backoffLimitPerIndex`` each index waits its own back-off, not the Job's."""
         if (job.get("spec") or {}).get("suspend"):
             if active:
                 await self._delete_pods(job, key, active)
@@ -287,13 +315,24 @@ class JobController:
             diff -= len(terminating)
         if diff <= 0:
             return active
-        wait = jd.remaining_backoff(record, now)
+        per_index = failed_indexes is not None
+        wait = 0.0 if per_index else jd.remaining_backoff(record, now)
         if wait > 0:
             self.queue.add_after(key, wait)
             return active
         diff = min(diff, jd.MAX_POD_CREATE_DELETE_PER_SYNC)
         if succeeded_indexes is not None:
-            made = [jd.indexed_template(job, index) for index in jd.indexes_to_create(job, succeeded_indexes, active, diff)]
+            indexes = jd.indexes_to_create(job, succeeded_indexes, active, diff, failed_indexes or set())
+            if per_index:
+                # getPodCreationInfoForIndependentIndexes: those done waiting now, else look
+                # again when the first one is
+                waits = {index: policies.remaining_backoff_of_index((delayed or {}).get(index), now) for index in indexes}
+                ready = [index for index in indexes if waits[index] == 0]
+                if not ready and waits:
+                    self.queue.add_after(key, min(waits.values()))
+                indexes = ready
+            made = [jd.indexed_template(job, index, policies.failure_count_annotations(job, (delayed or {}).get(index)) if per_index else None)
+                    for index in indexes]
         else:
             made = [((job.get("spec") or {}).get("template") or {}, jd.pod_name_prefix(job["metadata"]["name"]))] * diff
         pods = [pod_from_template(template, job, "batch/v1", "Job", generate_name=prefix, extra_finalizers=(jd.JOB_TRACKING_FINALIZER,))
@@ -348,10 +387,11 @@ class JobController:
                 status["startTime"] = rfc3339(now)  # the active deadline counts from the resume
 
     async def _track_and_remove_finalizers(self, job: dict, key: str, status: dict, pods: list[dict], newly_succeeded: list[dict],
-                                           newly_failed: list[dict], finishing: bool, now) -> None:
+                                           newly_failed: list[dict], finishing: bool, now, newly_ignored: list[dict] = ()) -> None:
         """``trackJobStatusAndRemoveFinalizers``: finished Pods into ``uncountedTerminatedPods``
         (written), their finalizers off, then into ``succeeded``/``failed`` (written); the
-        final condition once nothing is left terminating or uncounted."""
+        final condition once nothing is left terminating or uncounted. A failure the pod
+        failure policy ignores only loses its finalizer."""
         uncounted = status.get("uncountedTerminatedPods") or {}
         succeeded_uids = list(uncounted.get("succeeded") or []) + [p["metadata"]["uid"] for p in newly_succeeded]
         failed_uids = list(uncounted.get("failed") or []) + [p["metadata"]["uid"] for p in newly_failed]
@@ -360,7 +400,7 @@ class JobController:
             await self._write_status(job, status)
         by_uid = {p["metadata"].get("uid"): p for p in pods}
         expected = self._finalizer_expectations.setdefault(key, set())
-        for uid in succeeded_uids + failed_uids:
+        for uid in succeeded_uids + failed_uids + [p["metadata"]["uid"] for p in newly_ignored]:
             pod = by_uid.get(uid)
             if pod is not None and jd.has_tracking_finalizer(pod) and uid not in expected:
                 expected.add(uid)
@@ -379,11 +419,18 @@ class JobController:
             if target is not None:
                 if jd.set_condition(conditions, jd.new_condition(jd.FAILED, target.get("reason", ""), target.get("message", ""), now)):
                     self.recorder.event(job, "Warning", target.get("reason", ""), target.get("message", ""))
-            elif jd.set_condition(conditions, jd.new_condition(jd.COMPLETE, *jd.COMPLETIONS_REACHED, now)):
+            elif jd.set_condition(conditions, jd.new_condition(jd.COMPLETE, *self._success_reason(conditions), now)):
                 status["completionTime"] = rfc3339(now)
                 self.recorder.event(job, "Normal", "Completed", "Job completed")
         if omitempty(status) != omitempty(job.get("status") or {}):
             await self._write_status(job, status)
+
+    @staticmethod
+    def _success_reason(conditions: list[dict]) -> tuple[str, str]:
+        """Complete carries SuccessCriteriaMet's reason and message (SuccessPolicy or
+        CompletionsReached)."""
+        met = next((c for c in conditions if c.get("type") == jd.SUCCESS_CRITERIA_MET and c.get("status") == "True"), None)
+        return (met.get("reason", ""), met.get("message", "")) if met is not None else jd.COMPLETIONS_REACHED
 
     async def _write_status(self, job: dict, status: dict) -> None:
         job["status"] = copy.deepcopy(status)

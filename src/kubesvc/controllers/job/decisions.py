@@ -195,11 +195,15 @@ def seconds_to_active_deadline(job: dict, now: datetime) -> float | None:
     return (parse_rfc3339(start) + timedelta(seconds=int(deadline)) - now).total_seconds()
 
 
-def failure(job: dict, failed: int, now: datetime) -> tuple[str, str] | None:
-    """The reason and message a Job fails with now, if it does (FailureTarget first)."""
+def failure(job: dict, failed: int, now: datetime, fail_job_message: str | None = None) -> tuple[str, str] | None:
+    """The reason and message a Job fails with now, if it does: an earlier FailureTarget, a
+    Pod matching a ``FailJob`` rule of the pod failure policy, the back-off limit, the
+    active deadline, in that order."""
     target = condition(job, FAILURE_TARGET)
     if target is not None:
         return target.get("reason", ""), target.get("message", "")
+    if fail_job_message is not None:
+        return "PodFailurePolicy", fail_job_message
     if failed > backoff_limit(job):
         return BACKOFF_LIMIT_EXCEEDED
     if past_active_deadline(job, now):
@@ -258,7 +262,8 @@ def parse_indexes(text: str | None, limit: int) -> set[int]:
 
 
 def format_indexes(indexes: set[int]) -> str:
-    """``succeededIndexes.String()``: sorted intervals."""
+    """``orderedIntervals.String()``: sorted intervals, ``0-2`` for three or more in a row and
+    ``0,1`` for two (upstream writes a two-index run with a comma)."""
     parts, ordered = [], sorted(indexes)
     start = prev = None
     for index in ordered:
@@ -267,17 +272,24 @@ def format_indexes(indexes: set[int]) -> str:
         elif index == prev + 1:
             prev = index
         else:
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            parts.append(_interval(start, prev))
             start = prev = index
     if start is not None:
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        parts.append(_interval(start, prev))
     return ",".join(parts)
 
 
-def indexes_to_create(job: dict, succeeded: set[int], active_pods: list[dict], want: int) -> list[int]:
-    """``firstPendingIndexes``: the lowest indexes neither succeeded nor running, ``want`` of them."""
+def _interval(first: int, last: int) -> str:
+    if first == last:
+        return str(first)
+    return f"{first},{last}" if last == first + 1 else f"{first}-{last}"
+
+
+def indexes_to_create(job: dict, succeeded: set[int], active_pods: list[dict], want: int, failed: set[int] = frozenset()) -> list[int]:
+    """``firstPendingIndexes``: the lowest indexes neither succeeded, failed (with
+    ``backoffLimitPerIndex``) nor running, ``want`` of them."""
     running = {pod_index(p, job) for p in active_pods}
-    return [i for i in range(completions(job)) if i not in succeeded and i not in running][:max(0, want)]
+    return [i for i in range(completions(job)) if i not in succeeded and i not in running and i not in failed][:max(0, want)]
 
 
 def excess_indexed_pods(job: dict, succeeded: set[int], active_pods: list[dict]) -> list[dict]:
@@ -293,13 +305,14 @@ def excess_indexed_pods(job: dict, succeeded: set[int], active_pods: list[dict])
     return excess
 
 
-def indexed_template(job: dict, index: int) -> tuple[dict, str]:
-    """The template of index ``index``'s Pod and its generateName (``podGenerateNameWithIndex``)."""
+def indexed_template(job: dict, index: int, annotations: dict[str, str] | None = None) -> tuple[dict, str]:
+    """The template of index ``index``'s Pod and its generateName (``podGenerateNameWithIndex``);
+    ``annotations`` added (the index's failure counts with ``backoffLimitPerIndex``)."""
     import copy
 
     template = copy.deepcopy((job.get("spec") or {}).get("template") or {})
     meta = template.setdefault("metadata", {})
-    meta["annotations"] = {**(meta.get("annotations") or {}), COMPLETION_INDEX_KEY: str(index)}
+    meta["annotations"] = {**(meta.get("annotations") or {}), COMPLETION_INDEX_KEY: str(index), **(annotations or {})}
     meta["labels"] = {**(meta.get("labels") or {}), COMPLETION_INDEX_KEY: str(index)}
     spec = template.setdefault("spec", {})
     name = job["metadata"]["name"]
