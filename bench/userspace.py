@@ -26,7 +26,11 @@ flight from one epoll loop, each: connect, send one byte, receive one byte, clos
 machine allows and the proxy, not the bench, is what a proxied figure measures: bulk data is
 sent with ``send`` from memory in 4 MiB calls and received with ``recv_into`` a 4 MiB buffer;
 a new connection's byte is sent and read without waiting for the event loop where the kernel
-has it ready.
+has it ready. Like with like: the same client and server processes and the same connection
+pattern on every path, and HAProxy given what our relay has (one thread: ``nbthread 1``).
+Closed connections leave conntrack's table after 2 s in the bench's namespace (120 s by
+default, which would fill the table within a few rounds and make the kernel drop SYNs); SYN
+retransmissions, listen-queue and conntrack drops are counted per path and printed.
 
 Every path gets the same workload, interleaved: ``--repeat`` rounds, each measuring every path
 once (in rotated order), so that a noisy neighbour hits all of them alike. Printed: each
@@ -34,7 +38,9 @@ figure's median over the rounds, and its ratio to direct as the median of the ro
 ratios (direct measured in the same round), with their range. Then the CPU each process used
 while measuring (% of one core: user and system time from ``/proc``), and what the rest of the
 machine used meanwhile (kernel threads, other processes): client, proxy and server share the
-machine's cores, so these tell who limits a figure, and how noisy the run was.
+machine's cores, so these tell who limits a figure, and how noisy the run was; and each
+process's CPU time per GB and per connection (the client's and the server's should match
+across paths; the proxy's is what it adds).
 
 Per connection: latency from connect to close (p50, p99 over every connection of every round);
 after the rounds, each proxy's system calls per connection (``strace -c -f`` attached while
@@ -81,6 +87,7 @@ HAPROXY_SPLICE_PORT = 9091
 RECV_BUFFER = 4 << 20
 SEND_CHUNK = 4 << 20
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+CONNTRACK_TIME_WAIT = 2  # seconds, in the bench's namespace (see setup_links)
 
 
 def setup_links() -> None:
@@ -90,6 +97,13 @@ def setup_links() -> None:
                  # this namespace only: room for many short connections
                  ["sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65535", "net.ipv4.tcp_tw_reuse=1"]):
         subprocess.run(argv, check=True)
+    # Every connection of every path is tracked (the portal rules load conntrack into this
+    # namespace), and a closed one stays in the table for nf_conntrack_tcp_timeout_time_wait
+    # (120 s): a few rounds at a few thousand connections/s would fill the table (262144 here),
+    # and the kernel would then drop new SYNs, costing whichever path runs next a 1 s
+    # retransmission per connection. Expired sooner in this namespace, no path meets a full table
+    # (the drops and retransmissions per path are printed to show it).
+    subprocess.run(["sysctl", "-qw", f"net.netfilter.nf_conntrack_tcp_timeout_time_wait={CONNTRACK_TIME_WAIT}"], check=False)
 
 
 # Bulk data is sent with send() from memory, as applications do: sendfile() from tmpfs would
@@ -374,6 +388,27 @@ def machine_busy_seconds() -> float:
     return (sum(fields[:8]) - fields[3] - fields[4]) / CLK_TCK
 
 
+def drop_counters() -> dict[str, int]:
+    """This namespace's counts of what turns a figure into a measure of the kernel's drops rather
+    than of a proxy: SYNs retransmitted, SYNs dropped by a full listen queue, packets conntrack
+    dropped (its table full)."""
+    counters = {}
+    lines = Path("/proc/net/netstat").read_text().splitlines()
+    for names, values in zip(lines[::2], lines[1::2]):
+        if names.startswith("TcpExt:"):
+            table = dict(zip(names.split()[1:], values.split()[1:]))
+            counters["syn retransmits"] = int(table.get("TCPSynRetrans", 0))
+            counters["listen drops"] = int(table.get("ListenDrops", 0))
+    try:
+        rows = Path("/proc/net/stat/nf_conntrack").read_text().split("\n")
+        names = rows[0].split()
+        counters["conntrack drops"] = sum(int(row.split()[names.index(col)], 16)
+                                          for row in rows[1:] if row.strip() for col in ("drop", "early_drop"))
+    except (OSError, ValueError, IndexError):
+        pass
+    return counters
+
+
 PHASES = ("download", "upload", "conns")
 
 
@@ -389,6 +424,7 @@ class Path_:
         self.proxy_user: dict[str, float] = {phase: 0.0 for phase in PHASES}  # seconds, of the proxy's cpu
         self.latencies: list[float] = []  # of every connection in the connections/s runs
         self.syscalls: dict[str, float] | None = None  # per connection, from strace -c
+        self.drops: dict[str, int] = {}  # drop_counters() summed over this path's runs
         self.peak_rss_kib = 0
 
     def run(self, phase: str, server_pid: int, fn, *args) -> None:
@@ -396,9 +432,12 @@ class Path_:
         before = [cpu_seconds(p) for p in pids]
         user_before = user_seconds(self.proxy_pid) if self.proxy_pid else 0.0
         busy = machine_busy_seconds()
+        drops = drop_counters()
         t0 = time.perf_counter()
         value = fn(self.addr, *args)
         elapsed = time.perf_counter() - t0
+        for name, count in drop_counters().items():
+            self.drops[name] = self.drops.get(name, 0) + count - drops.get(name, 0)
         used = [cpu_seconds(p) - b for p, b in zip(pids, before)]
         if self.proxy_pid:
             self.proxy_user[phase] += user_seconds(self.proxy_pid) - user_before
@@ -461,6 +500,8 @@ def spread(values: list[float]) -> str:
 def report(paths: list[Path_], args, load: tuple[float, float]) -> None:
     direct = paths[0]
     cpus = f"CPUs {args.cpus}" if args.cpus else f"{os.cpu_count()} CPUs"
+    print("\nLike with like: one client process and one server process on every path, the same connection pattern;\n"
+          "our relay relays on one thread (its epoll loop), HAProxy runs nbthread 1, mode tcp.")
     print(f"\n{args.bytes / 2**20:.0f} MiB per bulk transfer, connections for {args.seconds:g} s with {args.concurrency} in flight; "
           f"{args.repeat} interleaved rounds; {cpus} shared by client, proxy and server; load average "
           f"{load[0]:.1f} before, {load[1]:.1f} after.\n"
@@ -483,8 +524,13 @@ def report(paths: list[Path_], args, load: tuple[float, float]) -> None:
               f"{calls.get('total', float('nan')):9.1f}  "
               + (f"{p.peak_rss_kib / 1024:6.1f} MiB" if p.proxy_pid else f"{'-':>9}") + "  "
               + ", ".join(f"{c} {n:.2f}" for n, c in top))
+    dropped = [(p.name, p.drops) for p in paths if any(p.drops.values())]
+    print("\nKernel drops while measuring (SYNs retransmitted, SYNs dropped by a full listen queue, packets dropped by\n"
+          "conntrack): " + ("none on any path." if not dropped else "a path with drops measured them, not only the proxy:"))
+    for name, drops in dropped:
+        print(f"  {name:50} " + ", ".join(f"{what} {count}" for what, count in drops.items()))
     print("\nCPU used while measuring, % of one core (client / server / proxy / rest of the machine: kernel threads,\n"
-          "other processes), over all rounds:")
+          "other processes), over all rounds; a process near 100 is what limits its path's figure:")
     print(f"{'path':50} {'download':>21} {'upload':>21} {'connections':>21}")
     for p in paths:
         cells = []
@@ -493,6 +539,15 @@ def report(paths: list[Path_], args, load: tuple[float, float]) -> None:
             cells.append(" / ".join("  -" if i == 2 and not p.proxy_pid else f"{max(0.0, 100 * u / elapsed):3.0f}"
                                     for i, u in enumerate(used)))
         print(f"{p.name:50} {cells[0]:>21} {cells[1]:>21} {cells[2]:>21}")
+    print("\nCPU time per unit, by process (client / server / proxy): the same client and server on every path, so\n"
+          "their columns should match across paths; the proxy's is what it adds:")
+    print(f"{'path':50} {'download ms/GB':>20} {'upload ms/GB':>20} {'us/connection':>20}")
+    for p in paths:
+        cells = []
+        for phase, scale in (("download", 1e6), ("upload", 1e6), ("conns", 1e6)):  # (units: MB, connections)
+            per = [scale * p.cpu[phase][i] / p.units[phase] for i in (1, 2, 3)]
+            cells.append(" / ".join("  -" if i == 2 and not p.proxy_pid else f"{v:4.0f}" for i, v in enumerate(per)))
+        print(f"{p.name:50} {cells[0]:>20} {cells[1]:>20} {cells[2]:>20}")
     print("\nWhat the proxy itself costs (its CPU time per unit relayed; lower is better), and of that its own\n"
           "code's share (user time; the rest is the kernel's work for its system calls):")
     print(f"{'path':50} {'download s/GB':>14} {'upload s/GB':>12} {'us/connection':>14} {'user us/conn':>13}")
