@@ -17,7 +17,8 @@ What CoreDNS does with k3s's Corefile, in one process:
 - **Rendered answers**: a UDP question whose bytes (all but the id) were answered before gets
   that rendered answer again with its own id, while it holds: for cluster names until any
   informer event (``ClusterRecords.generation``), for cached forwarded names while they stay
-  in the cache, their TTL fields (found once per answer by ``ttl_slots``) set to what is left;
+  in the cache, their TTL fields (found once per answer by ``render_with_ttl_slots``) set to
+  what is left;
   the rest of the path (parse, answer, render with dnspython) runs once per distinct
   question. A cache hit for a forwarded name is answered inline; only an upstream query waits.
 - **HTTP**: ``/health`` (``:8080``) is 200 ``OK`` while the process serves; ``/ready``
@@ -79,7 +80,7 @@ class Rendered:
     rcode: str
     qtype: str
     kind: str = ""  # the cache hit's kind (success, denial)
-    slots: tuple[int, ...] = ()  # a cache answer: where its TTLs sit in the wire (see ttl_slots)
+    slots: tuple[int, ...] = ()  # a cache answer: where its TTLs sit in the wire (render_with_ttl_slots)
     stored: float = 0.0  # a cache answer: when it was cached, for how long, and the age ``tail`` carries
     ttl: int = 0
     age: int = 0
@@ -94,21 +95,26 @@ class Rendered:
             self.tail, self.age = bytes(tail), age
 
 
-def ttl_slots(render: Callable[[dns.message.Message], bytes], response: dns.message.Message, wire: bytes, ttl: int) -> tuple[int, ...] | None:
-    """Where the TTL fields sit in ``wire``, dnspython's rendering of ``response`` whose records
-    all carry ``ttl`` (a cache answer: CoreDNS gives them all the item's TTL); None if that
-    cannot be told. dnspython renders the same answer with two other TTLs that differ in
-    every byte (TTLs change neither names nor compression): the bytes that differ, in runs of
-    four, are the TTL fields; checked by setting them to ``ttl`` and getting ``wire`` back."""
+def render_with_ttl_slots(render: Callable[..., bytes], response: dns.message.Message, ttl: int) -> tuple[bytes, tuple[int, ...] | None]:
+    """dnspython's rendering of ``response``, whose records all carry ``ttl`` (a cache answer:
+    CoreDNS gives them all the item's TTL), in the order they were cached (not shuffled), and
+    where its TTL fields sit (None if that cannot be told). dnspython renders the same answer
+    with two other TTLs that differ in every byte (TTLs change neither names nor compression):
+    the bytes that differ, in runs of four, are the TTL fields; checked by setting them to
+    ``ttl`` and getting the real rendering back."""
     sections = [rrset for section in (response.answer, response.authority, response.additional) for rrset in section]
+    wire = render(response, want_shuffle=False)
     renders = []
     for probe in (0x01010101, 0x7E7E7E7E):
         for rrset in sections:
             rrset.ttl = probe
-        renders.append(render(response))
+        renders.append(render(response, want_shuffle=False))
     for rrset in sections:
         rrset.ttl = ttl
-    low, high = renders
+    return wire, _ttl_slots(wire, *renders, ttl)
+
+
+def _ttl_slots(wire: bytes, low: bytes, high: bytes, ttl: int) -> tuple[int, ...] | None:
     if len(low) != len(high) or len(low) != len(wire):
         return None
     differ = [i for i in range(len(low)) if low[i] != high[i]]
@@ -118,7 +124,7 @@ def ttl_slots(render: Callable[[dns.message.Message], bytes], response: dns.mess
     patched, value = bytearray(low), ttl.to_bytes(4, "big")
     for slot in slots:
         patched[slot:slot + 4] = value
-    return slots if bytes(patched) == wire else None
+    return slots if slots and bytes(patched) == wire else None
 
 
 RENDERED_MAX = 50000
@@ -137,14 +143,17 @@ class Resolver:
     clock: Callable[[], float] = time.perf_counter
     rendered: dict[bytes, Rendered] = field(default_factory=dict)
 
-    def remember_cached(self, query_wire: bytes, query: dns.message.Message, answer_wire: bytes, hit: CacheHit) -> None:
-        """Remember a cache answer as sent: until the entry leaves the cache with its TTLs
-        rewritten as it ages, or, if its TTL fields cannot be told, until its next second."""
-        slots = ttl_slots(lambda response: self.render(response, query, False), hit.response, answer_wire, hit.ttl - hit.age)
+    def render_cached(self, query_wire: bytes, query: dns.message.Message, hit: CacheHit) -> bytes:
+        """A cache answer to a UDP query, rendered and remembered: until the entry leaves the
+        cache with its TTLs rewritten as it ages, or, if its TTL fields cannot be told, until
+        its next second."""
+        answer_wire, slots = render_with_ttl_slots(lambda response, **kw: self.render(response, query, False, **kw), hit.response,
+                                                   hit.ttl - hit.age)
         rendered = Rendered(b"", -1, True, hit.fresh_until, ROOT_ZONE, "cache", dns.rcode.to_text(hit.response.rcode()), _qtype(query), hit.kind)
         if slots is not None:
             rendered.expires, rendered.slots, rendered.stored, rendered.ttl, rendered.age = hit.expires, slots, hit.stored, hit.ttl, hit.age
         self.remember(query_wire, answer_wire, rendered)
+        return answer_wire
 
     def remember(self, query_wire: bytes, answer_wire: bytes, rendered: Rendered) -> None:
         if len(self.rendered) >= RENDERED_MAX:
@@ -202,12 +211,12 @@ class Resolver:
         return resolve(question.name, question.rdtype, self.records, self.settings, synced=self.synced())
 
     @staticmethod
-    def render(response: dns.message.Message, query: dns.message.Message, tcp: bool) -> bytes:
+    def render(response: dns.message.Message, query: dns.message.Message, tcp: bool, **kw) -> bytes:
         if tcp:
             limit = TCP_MAX_SIZE
         else:
             limit = max(UDP_MIN_SIZE, query.payload) if query.edns >= 0 else UDP_MIN_SIZE
-        return response.to_wire(max_size=limit, prefer_truncation=True)
+        return response.to_wire(max_size=limit, prefer_truncation=True, **kw)
 
     # -- the whole path
 
@@ -310,9 +319,7 @@ class UDPServer(asyncio.DatagramProtocol):
         if reply is None:  # outside the zone: a cache hit is answered inline too, only a miss waits for upstream
             cached = self.resolver.cache.lookup(parsed)
             if cached is not None:
-                wire = self.resolver.render(cached.response, parsed, False)
-                self.transport.sendto(wire, addr)
-                self.resolver.remember_cached(data, parsed, wire, cached)
+                self.transport.sendto(self.resolver.render_cached(data, parsed, cached), addr)
                 if self.resolver.metrics is not None:
                     self.resolver.metrics.cache_hit(cached.kind)
                 self._observe(parsed, addr, ROOT_ZONE, "cache", cached.response.rcode(), started)
@@ -330,7 +337,7 @@ class UDPServer(asyncio.DatagramProtocol):
         if handled.wire is not None and self.transport is not None and not self.transport.is_closing():
             self.transport.sendto(handled.wire, addr)
             if handled.cache_hit is not None:
-                self.resolver.remember_cached(data, query, handled.wire, handled.cache_hit)
+                self.resolver.render_cached(data, query, handled.cache_hit)  # sent as rendered above next time
         self._observe(query, addr, handled.zone, handled.plugin, handled.rcode, started)
 
     def _observe(self, query, addr, zone, plugin, rcode, started) -> None:
