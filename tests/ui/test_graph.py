@@ -74,7 +74,8 @@ def test_a_service_with_two_pods_on_one_node():
     result = graph.service_map(
         [service("web")], [slice_("web-abc", "web", endpoint("web-1", "10.244.0.2"), endpoint("web-2", "10.244.0.3", ready=False))],
         [pod("web-1"), pod("web-2", ready=False, ip="10.244.0.3")], [node("n1")],
-        [ProxyHealth("n1", "http://10.0.0.1:10256/healthz", True, last_updated="2026-11-27T10:00:00Z")])
+        [ProxyHealth("n1", "http://10.0.0.1:10256/healthz", True, last_updated="2026-11-27T10:00:00Z",
+                     synced=(("IPv4", "2026-11-27T09:59:58.123456Z"), ("IPv6", "0001-01-01T00:00:00Z")))])
     boxes = boxes_by_id(result)
     assert {b: boxes[b]["state"] for b in boxes} == {
         "service/default/web": "ready", "slice/default/web-abc": "ready",
@@ -88,7 +89,8 @@ def test_a_service_with_two_pods_on_one_node():
     assert [(b["column"], b["row"]) for b in result["boxes"] if b["kind"] == "endpoint"] == [(2, 0), (2, 1)]
     assert boxes["node/n1"]["proxy"] == {"state": "healthy", "lastUpdated": "2026-11-27T10:00:00Z", "error": "",
                                          "url": "http://10.0.0.1:10256/healthz"}
-    assert "proxy healthy, last sync 2026-11-27T10:00:00Z" in boxes["node/n1"]["details"]
+    assert boxes["node/n1"]["details"] == ["node ready, proxy healthy", "last sync IPv4 09:59:58"]  # IPv6 never synced
+    assert boxes["endpoint/default/web-abc/1"]["details"] == ["not-ready, node n1", "ready=False, serving=False, terminating=False"]
     assert boxes["service/default/web"]["details"][:3] == ["ClusterIP 10.96.0.20", "ports: 80->8080/TCP", "internalTrafficPolicy: Cluster"]
     assert result["rows"] == 2
 
@@ -105,7 +107,7 @@ def test_pods_behind_two_services_are_drawn_once_and_services_get_their_own_band
     assert (boxes["slice/default/b-1"]["row"], boxes["endpoint/default/b-1/1"]["row"]) == (2, 3)
     assert ("endpoint/default/b-1/0", "pod/default/b-1") in edges(result)
     assert boxes["node/n1"]["state"] == "unknown"  # no proxy health read
-    assert "proxy: not read" in boxes["node/n1"]["details"]
+    assert boxes["node/n1"]["details"] == ["node ready, proxy not read"]
 
 
 def test_a_service_without_endpoints_is_not_ready_and_pods_no_slice_names_are_still_shown():
@@ -115,7 +117,7 @@ def test_a_service_without_endpoints_is_not_ready_and_pods_no_slice_names_are_st
     assert boxes["service/default/lonely"]["state"] == "not-ready"
     assert boxes["pod/default/stray"]["row"] == 0
     assert boxes["node/n2"]["state"] == "not-ready"
-    assert "proxy: unreachable (connection refused)" in boxes["node/n2"]["details"]
+    assert boxes["node/n2"]["details"] == ["node not-ready, proxy unreachable", "connection refused"]
     assert ("pod/default/stray", "node/n2") in edges(result)
 
 
@@ -134,7 +136,7 @@ def test_terminating_fallbacks_hints_and_traffic_policies_are_shown():
         "externalTrafficPolicy: Local", "trafficDistribution: PreferClose", "sessionAffinity: ClientIP"]
     first = boxes["endpoint/default/lb-1/0"]
     assert (first["state"], first["hints"]) == ("serving-terminating", "zones: zone-a; nodes: n1")
-    assert "zone: zone-a" in first["details"] and "hints: zones: zone-a; nodes: n1" in first["details"]
+    assert first["details"][:2] == ["serving-terminating, node n1, zone zone-a", "hints: zones: zone-a; nodes: n1"]
     assert boxes["endpoint/default/lb-1/1"]["state"] == "terminating"
     assert boxes["pod/default/old"]["state"] == "terminating"
     assert boxes["pod/default/gone"]["state"] == "unknown"  # the slice names a Pod the API no longer has

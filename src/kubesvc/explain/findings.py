@@ -59,6 +59,7 @@ class ProxyHealth:
     healthy: bool | None
     last_updated: str = ""
     error: str = ""
+    synced: tuple[tuple[str, str], ...] = ()  # (IP family, its last successful sync) from the body's "status"
 
 
 @dataclass(frozen=True)

@@ -99,12 +99,17 @@ async def proxy_health(node: dict, timeout: float) -> ProxyHealth:
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
         return ProxyHealth(name, url, None, error=str(err) or type(err).__name__)
     try:
-        last_updated = json.loads(body).get("lastUpdated", "")
+        decoded = json.loads(body)
+        last_updated = decoded.get("lastUpdated", "")
+        # on a 200 the top-level lastUpdated is the current time (upstream, for old clients); each
+        # family's own lastUpdated is when its proxier last synced
+        synced = tuple(sorted((family, str(value.get("lastUpdated", ""))) for family, value in (decoded.get("status") or {}).items()
+                              if isinstance(value, dict)))
     except (ValueError, AttributeError):
-        last_updated = ""
+        last_updated, synced = "", ()
     if status not in (200, 503):
         return ProxyHealth(name, url, None, error=f"HTTP {status}")
-    return ProxyHealth(name, url, status == 200, last_updated=last_updated)
+    return ProxyHealth(name, url, status == 200, last_updated=last_updated, synced=synced)
 
 
 async def resolve(qname: str, server: str, rdtype: str, timeout: float) -> DnsAnswer:

@@ -21,7 +21,7 @@ The columns follow the path a connection to a Service takes through the API's ob
   (``forZones``/``forNodes``) and zone.
 * A Node shows its Ready condition and its proxy's health as read from the proxy's health
   endpoint (kube-proxy's ``/healthz`` on port 10256: healthy, and ``lastUpdated``, the time of
-  its last successful sync), read by ``explain.gather.proxy_health``.
+  its last successful sync, per IP family), read by ``explain.gather.proxy_health``.
 
 Rows: each Service gets a band as tall as its endpoints (at least one row); its slices sit at
 the first row of their endpoints. Pods and Nodes are shared (two Services may select the same
@@ -186,11 +186,12 @@ def service_map(services: Iterable[dict], slices: Iterable[dict], pods: Iterable
             for index, endpoint in enumerate(item.get("endpoints") or []):
                 ident = f"endpoint/{_namespace(item)}/{_name(item)}/{index}"
                 state = endpoint_state(endpoint.get("conditions"))
-                details = [f"{state}: " + ", ".join(f"{k}={v}" for k, v in sorted((endpoint.get("conditions") or {}).items()))]
-                if endpoint.get("zone"):
-                    details.append(f"zone: {endpoint['zone']}")
+                where = ", ".join(x for x in (f"node {endpoint['nodeName']}" if endpoint.get("nodeName") else "",
+                                               f"zone {endpoint['zone']}" if endpoint.get("zone") else "") if x)
+                details = [f"{state}" + (f", {where}" if where else "")]
                 if hints_text(endpoint):
                     details.append("hints: " + hints_text(endpoint))
+                details.append(", ".join(f"{k}={v}" for k, v in sorted((endpoint.get("conditions") or {}).items())) or "no conditions")
                 boxes.append({"id": ident, "kind": "endpoint", "column": 2, "row": endpoint_row,
                               "label": ", ".join(endpoint.get("addresses") or []), "state": state, "details": details,
                               "hints": hints_text(endpoint)})
@@ -228,19 +229,31 @@ def _pod_box(ident: str, namespace: str, name: str, pod: dict | None, row: int) 
 
 def _node_box(ident: str, name: str, node: dict | None, health: ProxyHealth | None, row: int) -> dict:
     proxy = proxy_state(health)
-    details = [f"node {node_state(node) if node else 'not found'}"]
-    if health is None:
-        details.append("proxy: not read")
-    elif health.healthy is None:
-        details.append(f"proxy: unreachable ({health.error})")
-    else:
-        details.append(f"proxy {proxy}, last sync {health.last_updated or 'never'}")
+    shown = "unreachable" if health is not None and health.healthy is None else proxy if health is not None else "not read"
+    details = [f"node {node_state(node) if node else 'not found'}, proxy {shown}"]
+    if health is not None:
+        details.append(health.error if health.healthy is None else last_sync(health))
     return {"id": ident, "kind": "node", "column": 4, "row": row, "label": name,
             "state": READY if node is not None and node_state(node) == READY and proxy == HEALTHY else
             (NOT_READY if node is not None and (node_state(node) == NOT_READY or proxy == UNHEALTHY) else UNKNOWN),
             "details": details,
             "proxy": {"state": proxy, "lastUpdated": health.last_updated if health else "", "error": health.error if health else "",
                       "url": health.address if health else ""}}
+
+
+def last_sync(health: ProxyHealth) -> str:
+    """``last sync IPv4 10:00:58`` (per family, the time of day of its last successful sync, UTC as
+    the proxy reports it); ``never synced`` when no family has."""
+    times = [(family, _time_of_day(stamp)) for family, stamp in health.synced if stamp and not stamp.startswith("0001-")]
+    if not times:
+        return "never synced" if health.synced else f"reported {_time_of_day(health.last_updated) or 'nothing'}"
+    return "last sync " + ", ".join(f"{family} {when}" for family, when in times)
+
+
+def _time_of_day(stamp: str) -> str:
+    """``10:00:58`` from Go's RFC 3339 ``2026-11-27T10:00:58.123456789Z``."""
+    _, sep, clock = stamp.partition("T")
+    return clock[:8] if sep else stamp
 
 
 def _service_state(states: list[str]) -> str:

@@ -39,6 +39,10 @@
     return node;
   }
 
+  function fit(text, room) {  // SVG text does not wrap or clip: the whole line is in the box's tooltip
+    return text.length > room ? text.slice(0, room - 1) + "…" : text;
+  }
+
   function position(box) {
     return { x: 4 + box.column * COLUMN_WIDTH, y: TOP + box.row * ROW_HEIGHT };
   }
@@ -62,8 +66,8 @@
                           "data-id": box.id, "data-state": box.state, transform: `translate(${p.x},${p.y})` });
       g.appendChild(el("title", {}, [box.label, ...box.details].join("\n")));
       g.appendChild(el("rect", { width: BOX_WIDTH, height: BOX_HEIGHT }));
-      g.appendChild(el("text", { x: 6, y: 15, class: "label" }, box.label));
-      (box.details || []).slice(0, 2).forEach((line, i) => g.appendChild(el("text", { x: 6, y: 30 + 13 * i }, line)));
+      g.appendChild(el("text", { x: 6, y: 15, class: "label" }, fit(box.label, 28)));
+      (box.details || []).slice(0, 2).forEach((line, i) => g.appendChild(el("text", { x: 6, y: 30 + 13 * i }, fit(line, 34))));
       if (box.kind === "service") g.addEventListener("click", () => select(box));
       svg.appendChild(g);
     }
