@@ -138,11 +138,11 @@ def test_sqlite_has_kines_table_and_indexes(tmp_path):
     assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     db.close()
     assert columns == ["id", "name", "created", "deleted", "create_revision", "prev_revision", "value", "old_value"]
+    # kine's (name, id) and (prev_revision) indexes are left out: in SQLite (name) is already
+    # (name, rowid = id), and no query here reads prev_revision by index (backend.py's docstring)
     assert indexes == {
         "kine_name_index": 0,
-        "kine_name_id_index": 0,
         "kine_id_deleted_index": 0,
-        "kine_prev_revision_index": 0,
         "kine_name_prev_revision_uindex": 1,
     }
 

@@ -13,7 +13,12 @@ write INSERTs one row, and the row's ``id`` is the revision:
     old_value        the previous value (the watch event's prev_kv)
 
 A key's state at revision N is its newest row with ``id <= N``: ``ORDER BY id DESC LIMIT 1`` on
-the (name, id) index. A list takes ``MAX(id) ... GROUP BY name`` over a name range and drops
+the (name) index, which in SQLite is a (name, id) index: every index entry ends with the rowid,
+and ``id`` is the rowid. kine's schema has both a (name) and a (name, id) index, and a
+(prev_revision) index for its own compaction query; here the second is the first twice over
+and nothing reads the third, and each secondary index costs every write an insert into its
+B-tree (about a third of a Service create's SQLite time with all five), so a database created
+by an older version loses those two when it is opened. A list takes ``MAX(id) ... GROUP BY name`` over a name range and drops
 tombstones. The UNIQUE (name, prev_revision) index is the optimistic-concurrency guard: two
 writers that read the same row cannot both append after it. Here every write checks its condition
 inside ``BEGIN IMMEDIATE`` on the single connection, so the guard is a second line of defence,
@@ -115,9 +120,9 @@ CREATE TABLE IF NOT EXISTS kine (
     old_value BLOB
 );
 CREATE INDEX IF NOT EXISTS kine_name_index ON kine (name);
-CREATE INDEX IF NOT EXISTS kine_name_id_index ON kine (name, id);
 CREATE INDEX IF NOT EXISTS kine_id_deleted_index ON kine (id, deleted);
-CREATE INDEX IF NOT EXISTS kine_prev_revision_index ON kine (prev_revision);
+DROP INDEX IF EXISTS kine_name_id_index;
+DROP INDEX IF EXISTS kine_prev_revision_index;
 CREATE UNIQUE INDEX IF NOT EXISTS kine_name_prev_revision_uindex ON kine (name, prev_revision);
 CREATE TABLE IF NOT EXISTS kine_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
