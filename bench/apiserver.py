@@ -5,6 +5,10 @@ Starts a private ``kubesvc apiserver`` (SQLite by default, the admin's client ce
 authentication) on 127.0.0.1 and prints, each as medians and p99 over repeated runs:
 
 * fill: N Services created by C concurrent clients (creates/s over the whole fill, p50/p99);
+  each client a raw keep-alive TLS connection sending bodies encoded before the clock starts
+  and reading only each response's status and length (``--client raw``, the default), so the
+  bench's own CPU, printed beside the server's, stays small on a machine whose cores it shares
+  with the server (``--client aiohttp``: a Python client's view, its encode and parse included);
 * creates at N: a further batch of ``--batch`` creates after the fill, timed on their own
   (latency and creates/s at N objects, not averaged over the way from 0 to N), then another
   batch on each server of the comparison below;
@@ -64,6 +68,7 @@ import asyncio
 import json
 import os
 import re
+import resource
 import ssl
 import statistics
 import sys
@@ -108,6 +113,18 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def own_cpu_seconds() -> float:
+    """This (client) process's CPU time so far: what the bench itself takes from the machine's
+    cores while it measures the server."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _raw_tls(server, args) -> ssl.SSLContext | None:
+    """The admin's TLS context for the raw create client, or None for aiohttp (``--client``)."""
+    return server.tls_context() if args.client == "raw" else None
+
+
 def cpu_seconds(pid: int) -> float:
     """The process's CPU time so far (user + system): a server's cost per request that the
     machine's load does not inflate, unlike the wall-clock times."""
@@ -115,9 +132,85 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def create_all(session, base, names, concurrency) -> tuple[list[float], float]:
-    """Create the Services named, ``concurrency`` at a time: (latencies, elapsed)."""
+class _RawCreates(asyncio.Protocol):
+    """One keep-alive TLS connection that POSTs pre-encoded Service bodies one after another and
+    reads each response only as far as its status line and Content-Length: no HTTP client and no
+    JSON on the bench's side, so the client's own CPU (an aiohttp session spent ~0.8 ms per create,
+    as much as half the server's) does not compete with the server for the machine's cores."""
+
+    def __init__(self, head: bytes, queue: list[tuple[str, bytes]], latencies: list[float], done: asyncio.Future):
+        self.head, self.queue, self.latencies, self.done = head, queue, latencies, done
+        self.buffer = b""
+        self.started = 0.0
+        self.transport = None
+        self.name = ""
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport  # the first request goes when the clock starts (_send_next)
+
+    def _send_next(self) -> None:
+        if not self.queue:
+            self.transport.close()
+            return
+        self.name, body = self.queue.pop()
+        self.started = time.perf_counter()
+        self.transport.write(self.head + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        head = self.buffer[:end]
+        length = int(_CONTENT_LENGTH.search(head).group(1))
+        if len(self.buffer) < end + 4 + length:
+            return
+        status = head[9:12]
+        self.buffer = self.buffer[end + 4 + length:]
+        self.latencies.append(time.perf_counter() - self.started)
+        if status != b"201":
+            self.done.set_exception(AssertionError(f"create {self.name}: {head[:200]!r}"))
+            self.transport.close()
+            return
+        self._send_next()
+
+    def connection_lost(self, exc) -> None:
+        if not self.done.done():
+            if self.queue:
+                self.done.set_exception(exc or ConnectionError("connection closed before the last create"))
+            else:
+                self.done.set_result(None)
+
+
+_CONTENT_LENGTH = re.compile(rb"(?i)content-length: *([0-9]+)")
+
+
+async def create_all(session, base, names, concurrency, tls: ssl.SSLContext | None = None) -> tuple[list[float], float]:
+    """Create the Services named, ``concurrency`` at a time: (latencies, elapsed). With ``tls``
+    (the admin's client context) each of the ``concurrency`` clients is a raw keep-alive
+    connection (``_RawCreates``: bodies encoded before the clock starts, nothing parsed but the
+    status line and Content-Length); without, aiohttp's session (its encode and parse counted)."""
     latencies: list[float] = []
+    if tls is not None:
+        url = urllib.parse.urlsplit(base)
+        head = (f"POST {SERVICES} HTTP/1.1\r\nHost: {url.netloc}\r\nContent-Type: application/json\r\n"
+                f"Accept: application/json\r\nContent-Length: ").encode()
+        bodies = [(name, json.dumps(service(name), separators=(",", ":")).encode()) for name in reversed(names)]
+        queues: list[list[tuple[str, bytes]]] = [bodies[i::concurrency] for i in range(concurrency)]
+        loop = asyncio.get_running_loop()
+        connected = []
+        for queue in queues:  # connect (TLS handshakes) before the clock starts
+            done = loop.create_future()
+            protocol = _RawCreates(head, [], latencies, done)
+            transport, _ = await loop.create_connection(lambda protocol=protocol: protocol, url.hostname, url.port, ssl=tls,
+                                                        server_hostname=url.hostname)
+            connected.append((protocol, queue, done))
+        started = time.perf_counter()
+        for protocol, queue, _ in connected:
+            protocol.queue = queue
+            protocol._send_next()
+        await asyncio.gather(*(done for _, _, done in connected))
+        return latencies, time.perf_counter() - started
     queue = list(reversed(names))
 
     async def worker():
@@ -304,7 +397,8 @@ async def serve_figures(server, args, expected: int, round_: int) -> dict:
     pid = server.process.pid
     async with _session(server) as session:
         cpu_before = cpu_seconds(pid)
-        creates, elapsed = await create_all(session, server.url, [f"more{round_}-{i:06d}" for i in range(args.batch)], args.concurrency)
+        creates, elapsed = await create_all(session, server.url, [f"more{round_}-{i:06d}" for i in range(args.batch)], args.concurrency,
+                                            _raw_tls(server, args))
         cpu = (cpu_seconds(pid) - cpu_before) / args.batch
         lists = await list_figures(session, server.url, args.list_runs, expected + args.batch, pid)
         watch, writes, watch_cpu = await watch_latency(session, server.url, args.watchers, args.watch_writes, round_, server.tls_context(), pid)
@@ -387,20 +481,22 @@ async def run_throughput(args, storage: str) -> dict:
                 async with session.get(server.url + SERVICES) as response:
                     existing = len((await response.json())["items"])  # default/kubernetes
                 names = [f"svc-{i:06d}" for i in range(args.services)]
-                cpu_before, etcd_before = cpu_seconds(server.process.pid), etcd and cpu_seconds(etcd.process.pid)
-                fill, fill_elapsed = await create_all(session, server.url, names, args.concurrency)
-                cpu_fill, etcd_fill = cpu_seconds(server.process.pid), etcd and cpu_seconds(etcd.process.pid)
+                cpu_before, etcd_before, client_before = cpu_seconds(server.process.pid), etcd and cpu_seconds(etcd.process.pid), own_cpu_seconds()
+                fill, fill_elapsed = await create_all(session, server.url, names, args.concurrency, _raw_tls(server, args))
+                cpu_fill, etcd_fill, client_fill = cpu_seconds(server.process.pid), etcd and cpu_seconds(etcd.process.pid), own_cpu_seconds()
                 batch_names = [f"batch-{i:06d}" for i in range(args.batch)]
-                batch, batch_elapsed = await create_all(session, server.url, batch_names, args.concurrency)
-                cpu_batch, etcd_batch = cpu_seconds(server.process.pid), etcd and cpu_seconds(etcd.process.pid)
+                batch, batch_elapsed = await create_all(session, server.url, batch_names, args.concurrency, _raw_tls(server, args))
+                cpu_batch, etcd_batch, client_batch = cpu_seconds(server.process.pid), etcd and cpu_seconds(etcd.process.pid), own_cpu_seconds()
             total = existing + args.services + args.batch
-            print(f"storage={storage} services={args.services} concurrency={args.concurrency} list runs={args.list_runs}")
+            print(f"storage={storage} services={args.services} concurrency={args.concurrency} client={args.client} list runs={args.list_runs}")
             print(f"  fill 0 -> {args.services}: {args.services / fill_elapsed:8.0f} creates/s   {spread(fill)}   "
                   f"server CPU {(cpu_fill - cpu_before) / args.services * 1e6:6.0f} us/create"
-                  + (f" + etcd's {(etcd_fill - etcd_before) / args.services * 1e6:6.0f} us/create" if etcd else ""))
+                  + (f" + etcd's {(etcd_fill - etcd_before) / args.services * 1e6:6.0f} us/create" if etcd else "")
+                  + f"   (the bench's own CPU {(client_fill - client_before) / args.services * 1e6:4.0f} us/create)")
             print(f"  creates at {args.services} ({args.batch} more): {args.batch / batch_elapsed:8.0f} creates/s   {spread(batch)}   "
                   f"server CPU {(cpu_batch - cpu_fill) / args.batch * 1e6:6.0f} us/create"
-                  + (f" + etcd's {(etcd_batch - etcd_fill) / args.batch * 1e6:6.0f} us/create" if etcd else ""))
+                  + (f" + etcd's {(etcd_batch - etcd_fill) / args.batch * 1e6:6.0f} us/create" if etcd else "")
+                  + f"   (the bench's own CPU {(client_batch - client_fill) / args.batch * 1e6:4.0f} us/create)")
             ours = await serve_figures(server, args, total, 0)
             ours["cpu_create"] = (cpu_batch - cpu_fill + ((etcd_batch - etcd_fill) if etcd else 0)) / args.batch
         finally:
@@ -558,6 +654,9 @@ def main() -> None:
     parser.add_argument("--watchers", type=int, default=100)
     parser.add_argument("--watch-writes", type=int, default=50)
     parser.add_argument("--batch", type=int, default=1000, help="creates timed after the fill (latency at N)")
+    parser.add_argument("--client", choices=["raw", "aiohttp"], default="raw",
+                        help="creates from raw keep-alive TLS connections with pre-encoded bodies (the server's figure), "
+                             "or from an aiohttp session (what a Python client sees, its own encode and parse included)"),
     parser.add_argument("--list-runs", type=int, default=10)
     parser.add_argument("--peer-flags", default="--watch-cache=false",
                         help="apiserver flags of the peer serving the same data in the same run ('' for none)")
