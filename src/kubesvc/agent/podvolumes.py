@@ -15,7 +15,15 @@ and the plugins' ``SetUpAt``/``TearDownAt``).
 * **Mounts** of a container: ``volumes.container_mounts`` with each ``subPath`` made safe as
   the kubelet's ``makeMounts`` does: created (with the volume directory's mode) when missing,
   symbolic links resolved, refused when that leaves the volume.
-* **Tear down**: the Pod directory goes, and the Pod's tokens leave the cache.
+* **Memory** ``emptyDir`` (``medium: Memory``): a tmpfs mounted on the volume directory where
+  the host sees it (``empty_dir.go`` ``setupTmpfs``), of ``size`` ``calculateEmptyDirMemorySize``:
+  the node's allocatable memory, less when the Pod's memory limit is (every container declares
+  one: the app containers' sum or the largest init container's, plus the Pod overhead), less
+  again when the volume's ``sizeLimit`` is (a zero or larger one is ignored). A container
+  sees ``tmpfs ... size=<KiB>k`` at its ``mountPath`` in ``/proc/mounts``; the files count
+  against memory, and go with the Pod.
+* **Tear down**: the Pod directory goes (its tmpfs mounts detached first), and the Pod's tokens
+  leave the cache.
 * **fsGroup** (the Pod's ``securityContext.fsGroup``; ``SetVolumeOwnership``,
   ``pkg/volume/volume_linux.go``): every file and directory of an ``emptyDir`` (at set-up) and
   of an atomic-writer volume (each write, before the swap publishes it) gets the group and the
@@ -41,13 +49,57 @@ from kubesvc.agent.tokens import TokenError, TokenManager
 from kubesvc.agent.volumes import MountConfigError, ObjectRef, VolumeError
 from kubesvc.util.golang import quote as go_quote
 from kubesvc.client.rest import ClientError, is_not_found
-from kubesvc.kernel.mounts import BindMount
+from kubesvc.api.quantity import parse_quantity
+from kubesvc.kernel import host
+from kubesvc.kernel.mounts import BindMount, mount_tmpfs, unmount_all_under
 from kubesvc.util.clock import Clock
 
 
 DISK_DIR_MODE = 0o777
 MEMORY_DIR_MODE = 0o1777
 _OBJECT_PATHS = {"configmap": "configmaps", "secret": "secrets"}
+
+
+def is_memory_empty_dir(volume: Mapping) -> bool:
+    return volumes.volume_kind(volume) == "emptyDir" and (volume.get("emptyDir") or {}).get("medium") == "Memory"
+
+
+def read_only_root_filesystem(container: Mapping) -> bool:
+    """``securityContext.readOnlyRootFilesystem`` of a container (the runtime makes its root
+    filesystem read-only; its volumes keep their own mode)."""
+    context = container.get("securityContext")
+    return isinstance(context, Mapping) and context.get("readOnlyRootFilesystem") is True
+
+
+def _memory_limit(container: Mapping) -> int:
+    limits = ((container.get("resources") or {}).get("limits") or {}) if isinstance(container.get("resources"), Mapping) else {}
+    value = parse_quantity(limits.get("memory")) if isinstance(limits, Mapping) else None
+    return int(value) if value is not None and value > 0 else 0
+
+
+def pod_memory_limit(pod: Mapping) -> int | None:
+    """The Pod's memory limit as ``ResourceConfigForPod`` makes it (None: some container has
+    none, so the Pod has none): the app containers' sum or the largest init container's limit,
+    whichever is more, plus ``overhead.memory``."""
+    spec = pod.get("spec") or {}
+    app = [_memory_limit(c) for c in spec.get("containers") or [] if isinstance(c, Mapping)]
+    init = [_memory_limit(c) for c in spec.get("initContainers") or [] if isinstance(c, Mapping)]
+    if not app or 0 in app or 0 in init:
+        return None
+    overhead = parse_quantity((spec.get("overhead") or {}).get("memory")) if isinstance(spec.get("overhead"), Mapping) else None
+    return max(sum(app), max(init, default=0)) + (int(overhead) if overhead and overhead > 0 else 0)
+
+
+def memory_volume_size(volume: Mapping, pod: Mapping, node_allocatable: int) -> int:
+    """``calculateEmptyDirMemorySize``: bytes of a memory-backed ``emptyDir``'s tmpfs."""
+    size = node_allocatable
+    pod_limit = pod_memory_limit(pod)
+    if pod_limit is not None and 0 < pod_limit <= size:
+        size = pod_limit
+    limit = parse_quantity((volume.get("emptyDir") or {}).get("sizeLimit"))
+    if limit is not None and 0 < limit <= size:
+        size = int(limit)
+    return size
 
 
 def directory_mode(volume: Mapping) -> int:
@@ -73,6 +125,7 @@ def remove_orphans(kubelet_dir: Path, alive: set[str]) -> None:
     if pods.is_dir():
         for entry in pods.iterdir():
             if entry.name not in alive:
+                unmount_all_under(str(entry))  # its memory-backed volumes
                 shutil.rmtree(entry, ignore_errors=True)
 
 
@@ -123,6 +176,9 @@ class PodVolumes:
             path = volumes.volume_dir(self.directory, volume)
             try:
                 await asyncio.to_thread(_make_volume_directory, path, directory_mode(volume))
+                if is_memory_empty_dir(volume):
+                    size = memory_volume_size(volume, self.pod, host.memory_total_kib() * 1024)
+                    await asyncio.to_thread(mount_tmpfs, str(path), size, directory_mode(volume))
                 if kind == "emptyDir" and self._fs_group() is not None:
                     await asyncio.to_thread(set_volume_ownership, path, self._fs_group(), False)
                 if kind in volumes.ATOMIC_KINDS:
@@ -197,7 +253,7 @@ class PodVolumes:
 
     async def tear_down(self) -> None:
         self.tokens.forget_pod(self.uid)
-        await asyncio.to_thread(shutil.rmtree, self.directory, ignore_errors=True)
+        await asyncio.to_thread(_remove_pod_directory, self.directory)
 
     def _make_pod_directories(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -226,6 +282,11 @@ def set_volume_ownership(directory: Path, fs_group: int, read_only: bool) -> Non
                 continue
             os.chown(path, -1, fs_group, follow_symlinks=False)
             os.chmod(path, ownership_mode(info.st_mode, stat.S_ISDIR(info.st_mode), read_only))
+
+
+def _remove_pod_directory(directory: Path) -> None:
+    unmount_all_under(str(directory))  # tmpfs volumes first: their contents go with the mount
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def _make_volume_directory(path: Path, mode: int) -> None:

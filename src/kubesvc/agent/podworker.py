@@ -47,7 +47,7 @@ from pathlib import Path
 
 from kubesvc.agent import envvars, podidentity, podnet, poddns, volumes as volume_kinds
 from kubesvc.agent.logs import container_log_path
-from kubesvc.agent.podvolumes import PodVolumes, VolumeSetUpFailed, fetch_object
+from kubesvc.agent.podvolumes import PodVolumes, VolumeSetUpFailed, fetch_object, read_only_root_filesystem
 from kubesvc.agent.tokens import TokenManager
 from kubesvc.agent.volumes import MountConfigError
 from kubesvc.agent.podstatus import ContainerRecord, PodRuntimeState, Termination, generate_pod_status, merge_patch_for
@@ -195,6 +195,22 @@ class PodWorker:
                 slot.definition_changed = True
                 self._kill_for_restart(slot, f"Container {slot.name} definition changed, will be restarted")
             else:
+                slot.wake.set()
+        self._follow_init_definitions(pod)
+
+    def _follow_init_definitions(self, pod: dict) -> None:
+        """An init container's new ``image`` as kuberuntime's ``computeInitContainerActions``
+        treats it (1.32, no sidecars here): a running one is left to finish and a completed one
+        is not run again (after initialization only restartable init containers are looked
+        at), but its next run uses the new definition, and one waiting out its crash-loop
+        back-off runs at once (the back-off key holds the container's hash)."""
+        containers = {c.get("name"): c for c in (pod.get("spec") or {}).get("initContainers") or []}
+        for slot in self.init_slots:
+            new = containers.get(slot.name)
+            if new is None or container_hash_fields(new) == container_hash_fields(slot.spec):
+                continue
+            slot.spec = new
+            if not self.terminating and not self.initialized and slot.process is None:
                 slot.wake.set()
 
     def request_termination(self, grace: float) -> None:
@@ -369,7 +385,8 @@ class PodWorker:
         binds = self.volumes.mounts_for(container) if container.get("volumeMounts") else []
         if self.ctx.dns is not None:
             binds = [*binds, *poddns.binds_for(container, self.volumes.directory)]
-        return plan_mounts(binds, str(self.volumes.staging_root)) if binds else None
+        read_only = read_only_root_filesystem(container)  # securityContext.readOnlyRootFilesystem
+        return plan_mounts(binds, str(self.volumes.staging_root), read_only_root=read_only) if binds or read_only else None
 
     def _write_dns_files(self) -> None:
         """The Pod's resolv.conf and hosts (poddns), once its sandbox has its IPs."""

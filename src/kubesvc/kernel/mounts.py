@@ -23,7 +23,14 @@ same view *plus* its volumes, without creating or mounting anything the host can
    them inside the rootfs. New top-level names in a shadowed directory live in that tmpfs, like
    a container's writable layer.
 4. Each volume is bind-mounted; ``readOnly`` ones are then remounted ``MS_RDONLY``. A mount
-   point inside another volume is made inside that volume, as runc does.
+   point inside another volume is made inside that volume, as runc does. With
+   ``securityContext.readOnlyRootFilesystem`` the container's root is made read-only first,
+   once every mount point exists: the staging tmpfs and every host entry in it, recursively
+   (``mount_setattr(AT_RECURSIVE, MOUNT_ATTR_RDONLY)``, per mount, so the host's own mounts
+   are untouched), as runc remounts the rootfs ``MS_RDONLY``; ``/dev``, ``/proc`` and ``/sys``
+   stay as they are (a runtime mounts those itself: ``/dev`` and ``/dev/shm`` writable), and
+   the volumes, bound afterwards, keep their own mode. A write to ``/`` (``/tmp``, ``/etc``)
+   fails with ``EROFS``; a write to a volume works.
 5. ``chroot`` into the new root, detach the copy of the staging directory that the binds carry,
    ``chdir`` to the working directory, ``exec`` the command: the PID the agent holds is the
    container's.
@@ -71,6 +78,12 @@ MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_SLAVE = 0x80000
 MNT_DETACH = 0x2
+SYS_MOUNT_SETATTR = 442  # the same number on every architecture (the generic syscall table), Linux 5.12+
+AT_FDCWD = -100
+AT_RECURSIVE = 0x8000
+MOUNT_ATTR_RDONLY = 0x1
+# the runtime's own filesystems in a container's root: a read-only root filesystem leaves them be
+RUNTIME_MOUNTS = ("dev", "proc", "sys")
 
 SCRIPT = os.path.abspath(__file__)
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -121,10 +134,12 @@ class MountPlan:
     shadowed: tuple[str, ...]
     binds: tuple[BindMount, ...]
     file_targets: frozenset[str] = field(default_factory=frozenset)
+    read_only_root: bool = False  # securityContext.readOnlyRootFilesystem
 
     def to_dict(self) -> dict:
         return {"root": self.root, "shadowed": list(self.shadowed), "fileTargets": sorted(self.file_targets),
-                "binds": [{"source": b.source, "target": b.target, "readOnly": b.read_only} for b in self.binds]}
+                "binds": [{"source": b.source, "target": b.target, "readOnly": b.read_only} for b in self.binds],
+                "readOnlyRoot": self.read_only_root}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -149,8 +164,10 @@ def _inside(path: str, directory: str) -> bool:
 
 
 def plan_mounts(mounts: Sequence[BindMount], root: str, *, exists: Callable[[str], bool] = os.path.lexists,
-                is_dir: Callable[[str], bool] = os.path.isdir, resolve: Callable[[str], str] = os.path.realpath) -> MountPlan:
-    """The plan for ``mounts`` (pure given the three host probes, which tests replace).
+                is_dir: Callable[[str], bool] = os.path.isdir, resolve: Callable[[str], str] = os.path.realpath,
+                read_only_root: bool = False) -> MountPlan:
+    """The plan for ``mounts`` (pure given the three host probes, which tests replace), the
+    container's root read-only when ``read_only_root``.
 
     Mounts are taken outermost first (stable by path depth, containerd's ``sortMounts``). A
     target under an earlier target is made inside that volume; any other target has its host
@@ -178,7 +195,7 @@ def plan_mounts(mounts: Sequence[BindMount], root: str, *, exists: Callable[[str
         if not is_dir(mount.source):
             file_targets.add(target)
         placed.append(target)
-    return MountPlan(root, tuple(sorted(shadowed, key=_depth)), tuple(binds), frozenset(file_targets))
+    return MountPlan(root, tuple(sorted(shadowed, key=_depth)), tuple(binds), frozenset(file_targets), read_only_root)
 
 
 def in_mount_namespace(plan: MountPlan | None, argv: Sequence[str], *, cwd: str, status_fd: int,
@@ -254,6 +271,46 @@ def process_credentials(pid: int) -> tuple[int, int, tuple[int, ...]] | None:
         return None
 
 
+# ---- memory-backed volumes on the host (the agent's side) ----------------------------------------
+
+
+def mount_tmpfs(path: str, size_bytes: int | None, mode: int) -> None:
+    """A tmpfs at ``path`` (an ``emptyDir`` of medium ``Memory``, as the kubelet's
+    ``setupTmpfs`` mounts it: ``size=<bytes>`` when a size is known, ``mode`` its root's mode),
+    where the host sees it; nothing when one is already there (a set-up done again)."""
+    if os.path.ismount(path):
+        return
+    options = f"mode={mode:o}" + (f",size={size_bytes}" if size_bytes else "")
+    _Libc().mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, options)
+
+
+def mounts_under(directory: str, mountinfo: str | None = None) -> list[str]:
+    """The mount points at or under ``directory`` (``/proc/self/mountinfo``), deepest first."""
+    if mountinfo is None:
+        with open("/proc/self/mountinfo") as source:
+            mountinfo = source.read()
+    base = directory.rstrip("/")
+    found = []
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if len(fields) > 4:
+            point = fields[4].replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+            if point == base or point.startswith(base + "/"):
+                found.append(point)
+    return sorted(set(found), key=lambda point: (_depth(point), point), reverse=True)
+
+
+def unmount_all_under(directory: str) -> None:
+    """Every mount at or under ``directory`` detached (``MNT_DETACH``), deepest first, so the
+    directory can be removed: a Pod's tmpfs volumes when the Pod goes."""
+    libc = _Libc()
+    for point in mounts_under(directory):
+        try:
+            libc.umount_detach(point)
+        except OSError:
+            pass  # gone meanwhile
+
+
 # ---- the script's side: runs in the child, between ip netns exec and the container's command ----
 
 
@@ -286,6 +343,16 @@ class _Libc:
 
     def umount_detach(self, target: str) -> None:
         self._check(self.lib.umount2(target.encode(), MNT_DETACH), f"umount {target}")
+
+    def read_only_recursively(self, target: str) -> None:
+        """``mount_setattr(AT_FDCWD, target, AT_RECURSIVE, {attr_set: MOUNT_ATTR_RDONLY})``: the
+        mount at ``target`` and every mount under it read-only (each mount's own flag: the
+        host's mounts they were bound from stay writable)."""
+        attr = (ctypes.c_uint64 * 4)(MOUNT_ATTR_RDONLY, 0, 0, 0)  # struct mount_attr: set, clr, propagation, userns_fd
+        self.lib.syscall.restype = ctypes.c_long
+        result = self.lib.syscall(ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), ctypes.c_char_p(target.encode()),
+                                  ctypes.c_uint(AT_RECURSIVE), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
+        self._check(result, f"mount_setattr {target}")
 
 
 class MountFailed(Exception):
@@ -343,6 +410,14 @@ def set_up(plan: dict, cwd: str, libc: _Libc | None = None) -> None:
     except OSError as err:
         raise MountFailed(f"error preparing the container's root at {root}: {err.strerror or err}") from None
     file_targets = set(plan.get("fileTargets") or ())
+    if plan.get("readOnlyRoot"):
+        # every mount point first (they may be new directories in the root), then read-only
+        for bind in plan["binds"]:
+            try:
+                _make_mount_point(root + bind["target"], bind["target"] in file_targets)
+            except OSError as err:
+                raise MountFailed(f'error mounting "{bind["source"]}" to rootfs at "{bind["target"]}": {err.strerror or err}') from None
+        read_only_root(libc, root)
     for bind in plan["binds"]:
         inside = root + bind["target"]
         try:
@@ -360,6 +435,21 @@ def set_up(plan: dict, cwd: str, libc: _Libc | None = None) -> None:
         os.chdir(cwd)
     except OSError as err:
         raise MountFailed(f'chdir to cwd ("{cwd}") set in config.json failed: {err.strerror or err}') from None
+
+
+def read_only_root(libc: _Libc, root: str) -> None:
+    """The container's root read-only (the staging tmpfs itself, then each top-level entry's
+    mounts recursively) but for the runtime's ``/dev``, ``/proc`` and ``/sys``. Raises
+    MountFailed."""
+    try:
+        libc.mount(None, root, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        for name in sorted(os.listdir(root)):
+            inside = posixpath.join(root, name)
+            if name in RUNTIME_MOUNTS or os.path.islink(inside) or not os.path.ismount(inside):
+                continue
+            libc.read_only_recursively(inside)
+    except OSError as err:
+        raise MountFailed(f"error making the container's root read-only (readOnlyRootFilesystem): {err.strerror or err}") from None
 
 
 def set_hostname(hostname: str, libc: _Libc | None = None) -> None:
