@@ -17,7 +17,8 @@ AST test since the tool is not a dependency here):
                 ``explain`` (the diagnosis of a Service, from the API and the nodes), ``podnetwork``
                 (routes between nodes' Pod CIDRs)
     8 commands  ``cmd`` (one module per command), ``up``, ``cluster`` and ``nodejoin`` (orchestration),
-                ``cli``, ``__main__``
+                ``cli``, ``__main__``, ``ui`` (the Service map: the apiserver's paths over explain and
+                trace, installed by ``kubesvc apiserver``)
     ==========  =================================================================================
 
 A module may import its own layer and the layers below it, never a layer above; the components
@@ -53,7 +54,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("serving",),
     ("client",),
     ("apiserver", "controllers", "proxy", "agent", "dns", "explain", "podnetwork"),
-    ("cmd", "up", "cluster", "nodejoin", "cli", "__main__"),
+    ("cmd", "up", "cluster", "nodejoin", "cli", "__main__", "ui"),
 ]
 INDEPENDENT = {"apiserver", "controllers", "proxy", "agent", "dns", "explain", "podnetwork"}
 

@@ -14,7 +14,8 @@ registered in ``app["create_handlers"]`` (404 until one is), and 405 to every ot
 
 Non-resource paths: /version (minor "32": the kubectl dispatcher picks its binary by it),
 /healthz /livez /readyz, discovery (/api, /apis, /api/v1, /apis/g[/v], legacy or aggregated by
-Accept), /openapi/v3[/…], /metrics, the Service map under /ui/ (``kubesvc.ui.routes``). Every request is authenticated (``app["authenticator"]``,
+Accept), /openapi/v3[/…], /metrics, and the paths of ``app["path_handlers"]`` (``PathHandler``: the
+Service map under /ui/, ``kubesvc.ui.routes``, installed by ``kubesvc apiserver``). Every request is authenticated (``app["authenticator"]``,
 installed by the server: client certificates, the bearer tokens its flags configure, else
 ``system:anonymous``) and authorized (``app["authorizer"]``: anonymous gets /version and the
 health checks); every error is a Kubernetes Status with the HTTP code equal to its ``code``.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -51,8 +53,6 @@ from kubesvc.apiserver.subresources import (
 )
 from kubesvc.apiserver.watch import watch_objects
 from kubesvc.storage.base import StorageError
-from kubesvc.ui.routes import LoginRequired, is_ui_path, require_credential
-from kubesvc.ui.routes import handle as ui_handle
 from kubesvc.util.clock import Clock
 
 log = logging.getLogger("kubesvc.apiserver")
@@ -118,11 +118,40 @@ class Metrics:
         children[1].observe(seconds)
 
 
+@dataclass(frozen=True)
+class PathHandler:
+    """Non-resource paths at and under ``prefix`` served by a layer above the apiserver (the
+    Service map at /ui, ``kubesvc.ui.routes``, which reads through the explain and trace
+    components the apiserver may not import), installed in ``app["path_handlers"]`` by the
+    command that runs the server. ``check_credential(request, user)`` runs right after
+    authentication and may refuse (a StatusError) before authorization; ``serve`` answers a GET
+    that was authenticated and authorized like any non-resource request."""
+
+    prefix: str
+    serve: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    check_credential: Callable[[web.Request, object], None] = lambda request, user: None
+
+    def matches(self, path: str) -> bool:
+        return path == self.prefix or path.startswith(self.prefix + "/")
+
+
+class RenderedStatusError(StatusError):
+    """A Status error answered with a response of its own instead of the Status (a browser's 401
+    on /ui/ is the sign-in page)."""
+
+    def __init__(self, code: int, reason: str, message: str, rendered: web.Response | None = None):
+        super().__init__(code, reason, message)
+        self.rendered = rendered
+
+
+def _path_handler(app: web.Application, path: str) -> PathHandler | None:
+    return next((h for h in app.get("path_handlers") or () if h.matches(path)), None)
+
+
 def error_response(exc: StatusError) -> web.Response:
     """The Status, with ``Retry-After`` when it says when to retry (upstream's ErrorNegotiated)."""
-    page = exc.response() if isinstance(exc, LoginRequired) else None  # /ui/ in a browser: the 401 shows the sign-in page
-    if page is not None:
-        return page
+    if isinstance(exc, RenderedStatusError) and exc.rendered is not None:
+        return exc.rendered
     retry = (exc.details or {}).get("retryAfterSeconds")
     return handlers.json_response(exc.status(), exc.code, {"Retry-After": str(retry)} if retry else None)
 
@@ -230,8 +259,9 @@ async def non_resource_handler(request: web.Request) -> web.StreamResponse:
         return web.Response(text="ok", content_type="text/plain")
     if path.startswith(("/healthz/", "/livez/", "/readyz/")):
         return web.Response(text="ok", content_type="text/plain")
-    if is_ui_path(path):
-        return await ui_handle(request)
+    extra = _path_handler(app, path)
+    if extra is not None:
+        return await extra.serve(request)
     if path == "/metrics":
         return web.Response(body=generate_latest(app["metrics"].registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
     discovery: Discovery = app["discovery"]
@@ -302,7 +332,9 @@ async def authorize_request(request: web.Request) -> None:
     """Authentication, then authorization (upstream WithAuthentication -> WithImpersonation ->
     WithAuthorization): ``request["user"]`` is who asks, ``request["request_info"]`` what."""
     user = await request.app["authenticator"].authenticate(request)
-    require_credential(request, user)  # nothing under /ui/ for system:anonymous: a 401
+    extra = _path_handler(request.app, request.path)
+    if extra is not None:
+        extra.check_credential(request, user)  # /ui/: never system:anonymous, a 401
     user = impersonate(request.headers, request.path, user, request.app["authorizer"])
     info = request.get("request_info") or request_info(request.method, request.path, request.query)  # the in-flight filter's, if it ran
     request["user"], request["request_info"] = user, info
@@ -329,6 +361,7 @@ def build_app(registry: Registry, clock: Clock, server_address: str, metrics_reg
     app = web.Application(middlewares=[in_flight_middleware, status_middleware], client_max_size=codec.MAX_BODY_BYTES + 1)
     app["registry"] = registry
     app["create_handlers"] = {}  # (group, resource) -> handlers.CreateHandler, for create-only kinds
+    app["path_handlers"] = []  # PathHandler: non-resource paths a layer above serves (the Service map)
     app["authorizer"] = Union([PrivilegedGroupAuthorizer()])  # the server sets its --authorization-mode chain
     app["clock"] = clock
     app["metrics"] = Metrics(metrics_registry)

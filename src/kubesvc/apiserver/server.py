@@ -100,6 +100,7 @@ class ServerConfig:
     read_header_timeout: float = DEFAULT_READ_HEADER_TIMEOUT
     idle_connection_timeout: float = DEFAULT_IDLE_TIMEOUT
     authentication: AuthenticationOptions = field(default_factory=AuthenticationOptions)  # --anonymous-auth, --token-auth-file, --service-account-*
+    path_handlers: tuple = ()  # app.PathHandler: non-resource paths served from above (kubesvc apiserver adds the Service map)
 
 
 class NamespaceFinalizer:
@@ -264,6 +265,7 @@ class APIServer:
         if watch_cache is not None:
             app["watch_cache"] = watch_cache
         app["namespace_finalizer"] = finalizer
+        app["path_handlers"].extend(config.path_handlers)
         app["in_flight"] = InFlight(config.max_requests_inflight, config.max_mutating_requests_inflight)
         app["admission_waits"] = [plugin.wait_ready for plugin in admission]  # run by the create handlers
         app["authorizer"] = self.authorization.authorizer

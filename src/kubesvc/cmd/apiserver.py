@@ -253,8 +253,15 @@ def server_config(data_dir, storage_backend, bind_address, secure_port, service_
         read_header_timeout=read_header_timeout,
         idle_connection_timeout=idle_connection_timeout,
         authentication=_authentication_options(**authentication),
+        path_handlers=(service_map_paths(),),  # /ui/: the Service map (kubesvc.ui.routes)
         **({"etcd": etcd} if etcd else {}),
     )
+
+
+def service_map_paths():
+    from kubesvc.ui.routes import path_handler
+
+    return path_handler()
 
 
 @click.command("apiserver")

@@ -20,7 +20,9 @@ Who may see what (the same rules as every other request):
   user with the apiserver's authorizer chain before it touches the store, exactly as if the
   browser had made the request; a refused read is the API's 403 Status.
 
-Endpoints: ``GET /ui/`` the page; ``GET /ui/api/map`` the whole map (``graph.service_map``), with
+``kubesvc apiserver`` installs these paths (``path_handler``; the apiserver component itself
+does not import the explain and trace components this module reads through). Endpoints: ``GET
+/ui/`` the page; ``GET /ui/api/map`` the whole map (``graph.service_map``), with
 each node's proxy health read from its health endpoint (``explain.gather.proxy_health``); ``GET
 /ui/api/explain?namespace=&name=`` ``kubesvc explain``'s findings (``explain.gather.gather`` and
 ``explain.findings.explain``, unchanged); ``GET /ui/api/trace?namespace=&name=`` ``kubesvc
@@ -46,6 +48,7 @@ from aiohttp import web
 from kubesvc.api import errors
 from kubesvc.api.errors import StatusError
 from kubesvc.api.selectors import parse_label_selector
+from kubesvc.apiserver.app import PathHandler, RenderedStatusError
 from kubesvc.apiserver.auth.attributes import Attributes, request_info
 from kubesvc.apiserver.auth.authorizer import forbidden
 from kubesvc.apiserver.registry.store import ListOptions
@@ -64,22 +67,17 @@ def is_ui_path(path: str) -> bool:
     return path == PREFIX or path.startswith(PREFIX + "/")
 
 
-class LoginRequired(StatusError):
-    """The 401 for a request under /ui with no credential: the Status, or for a browser the page."""
-
-    def __init__(self, html: bool):
-        super().__init__(401, "Unauthorized", "Unauthorized")
-        self.html = html
-
-    def response(self) -> web.Response | None:
-        return page_response(401) if self.html else None
+def path_handler() -> PathHandler:
+    """What ``kubesvc apiserver`` installs (``app["path_handlers"]``) to serve /ui."""
+    return PathHandler(PREFIX, handle, require_credential)
 
 
 def require_credential(request: web.Request, user) -> None:
-    """Called right after authentication: no anonymous access to anything under /ui."""
+    """Called right after authentication: no anonymous access to anything under /ui; a browser
+    navigating there gets the sign-in page with the 401, everything else the Status."""
     if user.name == ANONYMOUS and is_ui_path(request.path):
-        accept = request.headers.get("Accept", "")
-        raise LoginRequired(html=request.method == "GET" and "text/html" in accept)
+        browser = request.method == "GET" and "text/html" in request.headers.get("Accept", "")
+        raise RenderedStatusError(401, "Unauthorized", "Unauthorized", page_response(401) if browser else None)
 
 
 # ---- the page -----------------------------------------------------------------------------
