@@ -146,6 +146,43 @@ def test_init_containers_run_to_completion_first(up, scratch):
     assert condition(up, name, "Initialized") == "True"
 
 
+def test_init_container_image_change_as_the_kubelet_does(up, scratch):
+    """spec.initContainers[*].image may change on a running Pod. kuberuntime's
+    computeInitContainerActions (1.32) looks at no regular init container once the Pod is
+    initialized: the completed one is not run again and the main container keeps running. One
+    waiting out its crash-loop back-off runs again at once, with the new image (the back-off
+    key holds the container's hash), not after the 20 s it was told to wait."""
+    done_runs, loop_runs = scratch / "done-runs", scratch / "loop-runs"
+    done, loop = unique("initdone"), unique("initloop")
+    main = [{"name": "main", "image": "busybox", "command": ["sleep", "1000"]}]
+    up.kubectl("apply", "-f", "-", input=pod_manifest(done, main, initContainers=[
+        {"name": "setup", "image": "busybox:1.36", "command": ["sh", "-c", f"echo run >> {done_runs}"]}]))
+    up.kubectl("apply", "-f", "-", input=pod_manifest(loop, main, initContainers=[
+        {"name": "setup", "image": "busybox:1.36", "command": ["sh", "-c", f"echo run >> {loop_runs}; exit 1"]}]))
+    new_image = '[{"op": "replace", "path": "/spec/initContainers/0/image", "value": "busybox:1.37"}]'
+    wait_until(lambda: condition(up, done, "Ready") == "True", message="the initialized Pod Ready")
+    up.kubectl("patch", "pod", done, "--type=json", "-p", new_image)
+
+    def backing_off_20s(status):
+        return (status.get("state", {}).get("waiting", {}).get("message") or "").startswith("back-off 20s")
+
+    before = wait_until(lambda: when(container_status(up, loop, init=True), backing_off_20s), timeout=40,
+                        message="the failing init container in a 20 s back-off")
+    runs = len(loop_runs.read_text().split())
+    up.kubectl("patch", "pod", loop, "--type=json", "-p", new_image)
+    after = wait_until(lambda: when(container_status(up, loop, init=True), lambda s: s.get("restartCount", 0) > before["restartCount"]),
+                       timeout=12, message="the init container run again with its new image, without the back-off")
+    # (a fresh back-off: the first retry of the new definition is immediate too)
+    assert after["image"] == "busybox:1.37" and len(loop_runs.read_text().split()) > runs
+    assert ("Killing", "Init container setup definition changed") not in events_of(up, loop)  # it was not running
+
+    assert done_runs.read_text().split() == ["run"]  # not run again
+    initialized = up.get("pod", done)["status"]
+    assert initialized["initContainerStatuses"][0]["image"] == "busybox:1.36"  # the one that ran
+    assert initialized["containerStatuses"][0]["restartCount"] == 0 and "running" in initialized["containerStatuses"][0]["state"]
+    assert up.get("pod", done)["spec"]["initContainers"][0]["image"] == "busybox:1.37"
+
+
 def test_missing_secret_is_a_container_config_error(up):
     name = unique("cfg")
     up.kubectl("apply", "-f", "-", input=pod_manifest(name, [{
