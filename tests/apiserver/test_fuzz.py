@@ -211,6 +211,23 @@ VALID = {
                       {"addressType": "IPv4", "endpoints": [{"addresses": ["10.1.2.3"]}], "ports": [{"port": 80}]}),
     "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", {"rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}),
 }
+# the first test fuzzes every field of these; the kinds below hold a Pod template (or nothing
+# new to a parser), so their own fields are fuzzed whole and their template and metadata (the
+# same code as the Pod's and the Service's) by a seeded sample
+FULLY_FUZZED = tuple(VALID)
+_TEMPLATE = {"metadata": {"labels": {"app": "f"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+_JOB_TEMPLATE = {"spec": {"containers": [{"name": "c", "image": "busybox"}], "restartPolicy": "Never"}}
+VALID |= {
+    "Deployment": ("/apis/apps/v1", "deployments", {"spec": {"selector": {"matchLabels": {"app": "f"}}, "template": _TEMPLATE}}),
+    "ReplicaSet": ("/apis/apps/v1", "replicasets", {"spec": {"selector": {"matchLabels": {"app": "f"}}, "template": _TEMPLATE}}),
+    "DaemonSet": ("/apis/apps/v1", "daemonsets", {"spec": {"selector": {"matchLabels": {"app": "f"}}, "template": _TEMPLATE}}),
+    "ReplicationController": ("/api/v1", "replicationcontrollers", {"spec": {"selector": {"app": "f"}, "template": _TEMPLATE}}),
+    "Job": ("/apis/batch/v1", "jobs", {"spec": {"template": _JOB_TEMPLATE}}),
+    "CronJob": ("/apis/batch/v1", "cronjobs", {"spec": {"schedule": "*/5 * * * *", "jobTemplate": {"spec": {"template": _JOB_TEMPLATE}}}}),
+    "ConfigMap": ("/api/v1", "configmaps", {"data": {"a": "b"}}),
+    "Secret": ("/api/v1", "secrets", {"stringData": {"a": "b"}}),
+}
+SAMPLED_PATHS = 15  # template and metadata paths fuzzed per sampled kind
 
 
 class HealthPoller(threading.Thread):
@@ -440,13 +457,18 @@ def fuzz_integers_and_parameters(attack: Attack) -> None:
     attack.send("POST", services, "spec: {ports: [{port: " + "9" * 5000 + "}]}\nmetadata: {name: n}", YAML, DRY_RUN)
 
 
-def fuzz_wrong_types(attack: Attack, kind: str) -> None:
-    """A wrong JSON type (or an integer too large) for every field of ``kind``: as a create, as an
-    update of the stored object, and as a patch of it; all dry runs."""
+def fuzz_wrong_types(attack: Attack, kind: str, sample: int | None = None) -> None:
+    """A wrong JSON type (or an integer too large) for every field of ``kind`` (with ``sample``,
+    for its own fields, and for that many of its metadata and Pod-template fields): as a create,
+    as an update of the stored object, and as a patch of it; all dry runs."""
     rng, info = attack.rng, next(k for k in all_kinds() if k.kind == kind)
     collection, keep = attack.path(kind), attack.path(kind, "keep")
     stored = attack.fuzz.session.get(attack.fuzz.base + keep).json()
-    for path, node in field_paths(info.schema):
+    paths = field_paths(info.schema)
+    if sample is not None:
+        shared = [p for p in paths if p[0][0] == "metadata" or "template" in p[0]]
+        paths = [p for p in paths if p not in shared] + rng.sample(shared, min(sample, len(shared)))
+    for path, node in paths:
         values = wrong_values(node)
         value = rng.choice(values)
         attack.send("POST", collection, with_value(attack.valid(kind), path, value), rng.choice([JSON, YAML]), DRY_RUN)
@@ -476,7 +498,18 @@ def test_seeded_fuzz_of_nesting_aliases_integers_and_field_types(attack):
     fuzz_nesting(attack)
     fuzz_yaml_aliases(attack)
     fuzz_integers_and_parameters(attack)
-    for kind in VALID:
+    for kind in FULLY_FUZZED:
         fuzz_wrong_types(attack, kind)
     assert attack.sent > 2000, attack.sent
     assert time.monotonic() - started < 120, f"{attack.sent} requests took {time.monotonic() - started:.0f}s"
+
+
+def test_seeded_wrong_types_of_workload_and_configuration_kinds(attack):
+    """Deployments, ReplicaSets, DaemonSets, ReplicationControllers, Jobs, CronJobs, ConfigMaps
+    and Secrets: a wrong type for each of their own fields, and for a sample of their template
+    and metadata fields, is a 4xx Status (the stored objects stay as they were: the fixture)."""
+    sent = attack.sent
+    for kind in VALID:
+        if kind not in FULLY_FUZZED:
+            fuzz_wrong_types(attack, kind, sample=SAMPLED_PATHS)
+    assert attack.sent - sent > 400, attack.sent - sent
