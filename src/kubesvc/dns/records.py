@@ -150,13 +150,17 @@ class ClusterRecords:
     pods_at: dict[str, Counter] = field(default_factory=dict)  # status.podIP -> Counter[namespace]
     serial: int = 0
     generation: int = 0  # bumped on every change: a cache of answers keyed on it stays exact
+    listeners: list[Callable[[tuple[str, str]], None]] = field(default_factory=list)  # told (ns, svc) when a Service or its slices change
 
     def __post_init__(self) -> None:
         self.serial = int(self.clock())
 
-    def _changed(self) -> None:
+    def _changed(self, *services: tuple[str, str]) -> None:
         self.serial = int(self.clock()) & 0xFFFFFFFF
         self.generation += 1
+        for service in services:
+            for listener in self.listeners:
+                listener(service)
 
     # -- Services
 
@@ -168,12 +172,13 @@ class ClusterRecords:
         self.services_in[key[0]] += 1
         for ip in record.cluster_ips:
             self.by_cluster_ip.setdefault(canonical_ip(ip), []).append(key)
-        self._changed()
+        self._changed(key)
 
     def delete_service(self, obj: dict) -> None:
         meta = obj.get("metadata") or {}
-        self._drop_service(((meta.get("namespace") or "default").lower(), (meta.get("name") or "").lower()))
-        self._changed()
+        key = ((meta.get("namespace") or "default").lower(), (meta.get("name") or "").lower())
+        self._drop_service(key)
+        self._changed(key)
 
     def _drop_service(self, key: tuple[str, str]) -> None:
         old = self.services.pop(key, None)
@@ -194,29 +199,31 @@ class ClusterRecords:
     def set_slice(self, obj: dict) -> None:
         meta = obj.get("metadata") or {}
         key = ((meta.get("namespace") or "default").lower(), (meta.get("name") or "").lower())
-        self._drop_slice(key)
+        services = self._drop_slice(key)
         record = slice_record(obj)
         if record is not None:
             self.slices[key] = record
             self.slices_of.setdefault((key[0], record.service.lower()), {})[key[1]] = record
             self._count_endpoints(record, +1)
-        self._changed()
+            services += ((key[0], record.service.lower()),)
+        self._changed(*dict.fromkeys(services))
 
     def delete_slice(self, obj: dict) -> None:
         meta = obj.get("metadata") or {}
-        self._drop_slice(((meta.get("namespace") or "default").lower(), (meta.get("name") or "").lower()))
-        self._changed()
+        self._changed(*self._drop_slice(((meta.get("namespace") or "default").lower(), (meta.get("name") or "").lower())))
 
-    def _drop_slice(self, key: tuple[str, str]) -> None:
+    def _drop_slice(self, key: tuple[str, str]) -> tuple[tuple[str, str], ...]:
+        """Forget the slice; the Service it belonged to (none if it was not known)."""
         old = self.slices.pop(key, None)
         if old is None:
-            return
+            return ()
         service_key = (key[0], old.service.lower())
         siblings = self.slices_of.get(service_key, {})
         siblings.pop(key[1], None)
         if not siblings:
             self.slices_of.pop(service_key, None)
         self._count_endpoints(old, -1)
+        return (service_key,)
 
     def _count_endpoints(self, record: SliceRecord, delta: int) -> None:
         for endpoint in record.endpoints:

@@ -14,6 +14,10 @@ What CoreDNS does with k3s's Corefile, in one process:
 - **Informers** on Services, EndpointSlices and Namespaces (and Pods in ``pods verified``
   mode) feed ``records.ClusterRecords``; until all of them have synced an answer that would be NXDOMAIN is SERVFAIL and ``/ready``
   is 503 (CoreDNS's ``ready`` plugin lists the plugins not ready: ``kubernetes``).
+- **Prerendered answers** (``prerender``): the A and AAAA answers of every Service's name,
+  rendered when the Service or its slices change, sent to a UDP query of that name with the
+  query's id, RD bit and question bytes; a name asked for the first time costs a dictionary
+  lookup, not a parse and a rendering.
 - **Rendered answers**: a UDP question whose bytes (all but the id) were answered before gets
   that rendered answer again with its own id, while it holds: for cluster names until any
   informer event (``ClusterRecords.generation``), for cached forwarded names while they stay
@@ -46,6 +50,7 @@ from kubesvc.dns.answer import Reply, Settings, resolve, respond
 from kubesvc.dns.cache import AnswerCache, CacheHit, with_ttl
 from kubesvc.dns.forward import Forwarder
 from kubesvc.dns.metrics import DNSMetrics
+from kubesvc.dns.prerender import Prerenderer
 from kubesvc.dns.records import ClusterRecords
 
 log = logging.getLogger("kubesvc.dns")
@@ -142,6 +147,12 @@ class Resolver:
     synced: Callable[[], bool] = lambda: True
     clock: Callable[[], float] = time.perf_counter
     rendered: dict[bytes, Rendered] = field(default_factory=dict)
+    prerendered: Prerenderer | None = None  # A/AAAA of every Service, rendered when it changes (default: made here)
+
+    def __post_init__(self) -> None:
+        self.zone_text = self.settings.zone.to_text()
+        if self.prerendered is None:
+            self.prerendered = Prerenderer(self.records, self.settings)
 
     def render_cached(self, query_wire: bytes, query: dns.message.Message, hit: CacheHit) -> bytes:
         """A cache answer to a UDP query, rendered and remembered: until the entry leaves the
@@ -294,6 +305,14 @@ class UDPServer(asyncio.DatagramProtocol):
                 if hit.kind:
                     metrics.cache_hit(hit.kind)
                 metrics.observe(hit.zone, "udp", family_of(addr), hit.qtype, hit.rcode, hit.plugin, self.resolver.clock() - started)
+            return
+        prerendered = self.resolver.prerendered.answer(data) if self.resolver.prerendered is not None else None
+        if prerendered is not None:  # a Service's A or AAAA, rendered when the Service last changed
+            wire, found = prerendered
+            self.transport.sendto(wire, addr)
+            metrics = self.resolver.metrics
+            if metrics is not None:
+                metrics.observe(self.resolver.zone_text, "udp", family_of(addr), found.qtype, "NOERROR", "kubernetes", self.resolver.clock() - started)
             return
         parsed = self.resolver.parse(data)
         if parsed is None:

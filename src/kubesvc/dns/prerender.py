@@ -1,0 +1,174 @@
+"""Answers rendered before anyone asks: the A and AAAA records of every Service's name.
+
+What Pods ask the cluster DNS most is the address of a Service, ``<svc>.<ns>.svc.<zone>`` A
+(and AAAA: glibc asks both), and a name is often asked for the first time: a new Pod, a new
+Service, a cache that expired. The ordinary path (``answer`` through dnspython: parse the
+query, build the reply, render it) costs a few hundred microseconds for each; kube-dns's
+dnsmasq answers the same from a hash table. So, as CoreDNS builds its per-object index when the
+informer delivers the object, the answers are built when a Service or its EndpointSlices
+change, not when they are asked:
+
+- **What**: for each ClusterIP or headless Service, its name with type A and type AAAA, when
+  the answer is positive (NOERROR with records). Negative answers are not prerendered: their
+  SOA carries the serial, which every informer event changes (CoreDNS's ``Modified``).
+- **How**: by the ordinary path itself (``answer.resolve`` and ``answer.respond``, rendered by
+  dnspython), for a canonical query: the lowercase name, RD clear, once without EDNS and once
+  with an OPT record without options. What follows the question in that rendering does not
+  depend on how a later query spells the name: the answer's owner is dnspython's compression
+  pointer to the question (offset 12), and A/AAAA records hold addresses only. The response to
+  a query is then its own id, the rendering's flags and counts with the query's RD bit
+  (dnspython's ``make_response`` copies RD and nothing else), the query's own question bytes
+  (its spelling: CoreDNS echoes the question as asked), and the rendering's rest.
+- **Which queries**: exactly the shape the rendering was made for, checked on the query's
+  bytes: QR clear, opcode QUERY, one question, no answer or authority records, and either no
+  additional record or one OPT record (root owner) without options (an option can change the
+  answer: dnspython pads a reply to a padded query), class IN, and a name that, lowercased (DNS
+  compares names without case), is a key. Anything else takes the ordinary path. Answers over
+  512 bytes are not prerendered (each client's buffer size decides how they are truncated).
+- **When**: a change of a Service or of one of its slices drops that Service's answers at
+  once (never a stale answer) and queues the Service; the queue is worked off on the event
+  loop in slices of a few milliseconds, so an informer's initial list of 10,000 Services is
+  not held up by rendering them; until its turn comes, a name takes the ordinary path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import dns.message
+import dns.name
+import dns.rcode
+import dns.rdatatype
+
+from kubesvc.dns.answer import Settings, resolve, respond
+from kubesvc.dns.records import CLUSTER_IP, HEADLESS, ClusterRecords
+
+UDP_MIN_SIZE = 512
+ONE_QUESTION = b"\x00\x01\x00\x00\x00\x00\x00\x00"  # QDCOUNT 1, ANCOUNT, NSCOUNT, ARCOUNT 0
+ONE_QUESTION_EDNS = b"\x00\x01\x00\x00\x00\x00\x00\x01"  # ... and one additional record: the OPT
+OPT_TYPE = b"\x00\x29"
+CLASS_IN = b"\x00\x01"
+RD = 0x01  # the RD bit in the header's third byte
+QR_OPCODE = 0xF8  # QR and the opcode in the header's third byte
+DRAIN_SLICE = 0.005  # seconds of rendering per turn of the event loop
+
+
+@dataclass(frozen=True, slots=True)
+class Prerendered:
+    header: bytes  # the rendering's header after the id: flags (RD clear) and counts
+    tail: bytes  # what follows the question
+    header_edns: bytes  # the same for a query carrying an OPT record
+    tail_edns: bytes
+    qtype: str  # the type's name, for the metrics
+
+
+@dataclass
+class Prerenderer:
+    records: ClusterRecords
+    settings: Settings
+    answers: dict[bytes, Prerendered] = field(default_factory=dict)  # lowercase name wire + type -> answer
+    keys_of: dict[tuple[str, str], list[bytes]] = field(default_factory=dict)  # Service -> its keys in ``answers``
+    pending: dict[tuple[str, str], None] = field(default_factory=dict)  # Services to render, in order
+    _scheduled: bool = False
+
+    def __post_init__(self) -> None:
+        self.records.listeners.append(self.changed)
+        for key in self.records.services:
+            self.changed(key)
+
+    # -- the informer side
+
+    def changed(self, service: tuple[str, str]) -> None:
+        """``service`` (namespace, name; lowercase) or its slices changed: its answers go now,
+        and it is queued to be rendered again."""
+        for key in self.keys_of.pop(service, ()):
+            self.answers.pop(key, None)
+        self.pending[service] = None
+        if not self._scheduled:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop (set-up, tests): ``drain()`` renders
+                return
+            self._scheduled = True
+            loop.call_soon(self._drain_slice)
+
+    def _drain_slice(self) -> None:
+        self._scheduled = False
+        self.drain(time.perf_counter() + DRAIN_SLICE)
+        if self.pending:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._drain_slice)
+
+    def drain(self, until: float = float("inf")) -> None:
+        """Render queued Services until the queue is empty or the clock passes ``until``."""
+        while self.pending and time.perf_counter() < until:
+            service = next(iter(self.pending))
+            del self.pending[service]
+            self._render(service)
+
+    def _render(self, service: tuple[str, str]) -> None:
+        record = self.records.services.get(service)
+        if record is None or record.kind not in (CLUSTER_IP, HEADLESS):
+            return
+        qname = dns.name.Name((record.name.lower().encode(), record.namespace.lower().encode(), b"svc", *self.settings.zone.labels))
+        name_wire = qname.to_wire()
+        keys = []
+        for rdtype in self._types(record):
+            rendered = self._rendered(qname, name_wire, rdtype)
+            if rendered is not None:
+                key = name_wire + rdtype.to_bytes(2, "big")
+                self.answers[key] = rendered
+                keys.append(key)
+        if keys:
+            self.keys_of[service] = keys
+
+    def _types(self, record) -> tuple[int, ...]:
+        """The address types the Service may answer (the other one is NODATA: not prerendered)."""
+        if record.kind == CLUSTER_IP:
+            addresses = record.cluster_ips
+        else:
+            addresses = [endpoint.address for slice_ in self.records.slices_of.get((record.namespace.lower(), record.name.lower()), {}).values()
+                         for endpoint in slice_.endpoints]
+        families = {":" in address for address in addresses}
+        return tuple(rdtype for rdtype, v6 in ((dns.rdatatype.A, False), (dns.rdatatype.AAAA, True)) if v6 in families)
+
+    def _rendered(self, qname: dns.name.Name, name_wire: bytes, rdtype: int) -> Prerendered | None:
+        reply = resolve(qname, rdtype, self.records, self.settings)
+        if reply is None or reply.rcode != dns.rcode.NOERROR or not reply.answer or reply.chase is not None:
+            return None
+        question = name_wire + rdtype.to_bytes(2, "big") + CLASS_IN
+        parts = []
+        for edns in (None, 0):
+            query = dns.message.make_query(qname, rdtype, use_edns=edns)
+            query.flags = 0
+            wire = respond(query, reply).to_wire()
+            if len(wire) > UDP_MIN_SIZE or wire[12:12 + len(question)] != question:
+                return None
+            parts.append((wire[2:12], wire[12 + len(question):]))
+        (header, tail), (header_edns, tail_edns) = parts
+        return Prerendered(header, tail, header_edns, tail_edns, dns.rdatatype.to_text(rdtype))
+
+    # -- the query side
+
+    def answer(self, query: bytes) -> tuple[bytes, Prerendered] | None:
+        """The response to ``query`` (its wire) if it is a question prerendered, else None."""
+        if len(query) < 17 or query[2] & QR_OPCODE:
+            return None
+        end = query.find(0, 12)  # the root label ending the name (a name's other length bytes are not 0)
+        if end < 0:
+            return None
+        found = self.answers.get(query[12:end + 1].lower() + query[end + 1:end + 3])
+        question_end = end + 5
+        if found is None or query[end + 3:question_end] != CLASS_IN:
+            return None
+        counts = query[4:12]
+        if counts == ONE_QUESTION and len(query) == question_end:
+            header, tail = found.header, found.tail
+        elif (counts == ONE_QUESTION_EDNS and len(query) == question_end + 11 and query[question_end] == 0
+              and query[question_end + 1:question_end + 3] == OPT_TYPE and query[question_end + 9:question_end + 11] == b"\x00\x00"):
+            header, tail = found.header_edns, found.tail_edns  # an OPT record with no options (RDLENGTH 0)
+        else:
+            return None
+        return b"".join((query[:2], bytes((header[0] | query[2] & RD,)), header[1:], query[12:question_end], tail)), found

@@ -1,0 +1,180 @@
+"""Prerendered answers (``kubesvc.dns.prerender``) say exactly what the ordinary path says.
+
+Each query below is answered twice: by the prerendered bytes, and by the ordinary path (parsed
+by dnspython, ``answer.resolve``, ``answer.respond``, rendered by dnspython); the two must be
+the same message: id, flags, the question as the client spelled it, every section, EDNS.
+Queries of any other shape, and names whose answer is not a positive A/AAAA of a Service, are
+not prerendered; a change of a Service or its slices drops its answers at once.
+"""
+
+from __future__ import annotations
+
+import dns.edns
+import dns.flags
+import dns.message
+import dns.name
+import dns.opcode
+import dns.rcode
+import dns.rdataclass
+import dns.rdatatype
+import pytest
+
+from kubesvc.dns.answer import Settings, resolve, respond
+from kubesvc.dns.prerender import Prerenderer
+from kubesvc.dns.records import load
+
+SETTINGS = Settings.for_domain("cluster.local")
+
+
+def service(name, cluster_ips=(), *, headless=False, external=None, publish_not_ready=False):
+    spec = {"ports": [{"name": "http", "protocol": "TCP", "port": 80}], "publishNotReadyAddresses": publish_not_ready}
+    if external:
+        spec |= {"type": "ExternalName", "externalName": external}
+    elif headless:
+        spec |= {"clusterIP": "None", "clusterIPs": ["None"]}
+    else:
+        spec |= {"clusterIP": cluster_ips[0], "clusterIPs": list(cluster_ips)}
+    return {"metadata": {"namespace": "testns", "name": name}, "spec": spec}
+
+
+def endpoint_slice(name, service_name, addresses):
+    return {"metadata": {"namespace": "testns", "name": name, "labels": {"kubernetes.io/service-name": service_name}},
+            "ports": [{"name": "http", "protocol": "TCP", "port": 8080}],
+            "endpoints": [{"addresses": [a], "conditions": {"ready": ready}} for a, ready in addresses]}
+
+
+def records():
+    return load([service("web", ["10.96.0.20"]), service("six", ["fd00:96::20"]), service("dual", ["10.96.0.30", "fd00:96::30"]),
+                 service("hdls", headless=True), service("pub", headless=True, publish_not_ready=True), service("ext", external="example.org"),
+                 service("empty", headless=True)],
+                [endpoint_slice("hdls-a", "hdls", [("10.244.0.5", True), ("10.244.0.6", True), ("fd00:244::7", True), ("10.244.0.8", False)]),
+                 endpoint_slice("pub-a", "pub", [("10.244.1.5", False)]), endpoint_slice("empty-a", "empty", [("10.244.2.5", False)])],
+                namespaces=["testns"])
+
+
+def prerenderer(recs=None):
+    found = Prerenderer(recs or records(), SETTINGS)
+    found.drain()
+    return found
+
+
+def ordinary(recs, wire: bytes) -> dns.message.Message:
+    query = dns.message.from_wire(wire)
+    question = query.question[0]
+    return respond(query, resolve(question.name, question.rdtype, recs, SETTINGS))
+
+
+def records_of(rrsets) -> list[str]:
+    """One line per record, sorted (dnspython shuffles an RRset's records when it renders)."""
+    return sorted(line for rrset in rrsets for line in rrset.to_text().splitlines())
+
+
+def same(got: bytes, expected: dns.message.Message) -> None:
+    answer = dns.message.from_wire(got)
+    assert (answer.id, answer.flags, answer.ednsflags, answer.edns, answer.payload, answer.options) == \
+           (expected.id, expected.flags, expected.ednsflags, expected.edns, expected.payload, expected.options)
+    assert [q.to_text() for q in answer.question] == [q.to_text() for q in expected.question]  # the client's spelling
+    for section in ("answer", "authority", "additional"):
+        assert records_of(getattr(answer, section)) == records_of(getattr(expected, section))
+    assert answer.rcode() == expected.rcode() == dns.rcode.NOERROR and answer.answer
+
+
+def query(name, rdtype="A", *, qid=4242, flags=dns.flags.RD, **edns) -> bytes:
+    made = dns.message.make_query(name, rdtype, id=qid, **edns)
+    made.flags = flags
+    return made.to_wire()
+
+
+ANSWERED = [
+    ("web.testns.svc.cluster.local.", "A"),
+    ("WeB.TestNS.Svc.CLUSTER.local.", "A"),  # 0x20: the question comes back as spelled
+    ("six.testns.svc.cluster.local.", "AAAA"),
+    ("dual.testns.svc.cluster.local.", "A"),
+    ("dual.testns.svc.cluster.local.", "AAAA"),
+    ("hdls.testns.svc.cluster.local.", "A"),  # every ready endpoint
+    ("hdls.testns.svc.cluster.local.", "AAAA"),
+    ("pub.testns.svc.cluster.local.", "A"),  # publishNotReadyAddresses
+]
+SHAPES = {
+    "rd": {},
+    "no-rd": {"flags": 0},
+    "ad-cd-bits": {"flags": dns.flags.RD | dns.flags.AD | dns.flags.CD},
+    "edns": {"use_edns": 0, "payload": 1232},
+    "edns-small-payload-do": {"use_edns": 0, "payload": 512, "want_dnssec": True},
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=list(SHAPES))
+@pytest.mark.parametrize("name, rdtype", ANSWERED, ids=[f"{n.split('.')[0]}-{t}" for n, t in ANSWERED])
+def test_prerendered_is_what_the_ordinary_path_answers(name, rdtype, shape):
+    recs = records()
+    pre = prerenderer(recs)
+    wire = query(name, rdtype, **SHAPES[shape])
+    got = pre.answer(wire)
+    assert got is not None
+    same(got[0], ordinary(recs, wire))
+    assert got[1].qtype == rdtype
+
+
+NOT_PRERENDERED = {
+    "aaaa-on-v4-nodata": query("web.testns.svc.cluster.local.", "AAAA"),
+    "a-on-v6-nodata": query("six.testns.svc.cluster.local.", "A"),
+    "no-ready-endpoint-nxdomain": query("empty.testns.svc.cluster.local.", "A"),
+    "unknown-service": query("nope.testns.svc.cluster.local.", "A"),
+    "external-name": query("ext.testns.svc.cluster.local.", "A"),
+    "srv": query("web.testns.svc.cluster.local.", "SRV"),
+    "endpoint-name": query("10-244-0-5.hdls.testns.svc.cluster.local.", "A"),
+    "outside": query("example.org.", "A"),
+    "edns-with-an-option": dns.message.make_query("web.testns.svc.cluster.local.", "A", use_edns=0,
+                                                  options=[dns.edns.GenericOption(dns.edns.OptionType.COOKIE, b"\x01" * 8)]).to_wire(),
+    "class-chaos": dns.message.make_query("web.testns.svc.cluster.local.", "A", rdclass=dns.rdataclass.CH).to_wire(),
+    "a-response": query("web.testns.svc.cluster.local.", "A", flags=dns.flags.QR),
+    "trailing-bytes": query("web.testns.svc.cluster.local.", "A") + b"\x00",
+    "truncated": query("web.testns.svc.cluster.local.", "A")[:-2],
+    "header-only": query("web.testns.svc.cluster.local.", "A")[:12],
+}
+
+
+def _opcode(wire: bytes, opcode) -> bytes:
+    message = dns.message.from_wire(wire)
+    message.set_opcode(opcode)
+    return message.to_wire()
+
+
+NOT_PRERENDERED["notify"] = _opcode(query("web.testns.svc.cluster.local.", "A"), dns.opcode.NOTIFY)
+
+
+@pytest.mark.parametrize("wire", NOT_PRERENDERED.values(), ids=list(NOT_PRERENDERED))
+def test_other_questions_take_the_ordinary_path(wire):
+    assert prerenderer().answer(wire) is None
+
+
+def addresses(found) -> list[str]:
+    return sorted(rr.to_text() for rrset in dns.message.from_wire(found[0]).answer for rr in rrset)
+
+
+def test_a_change_drops_the_answers_at_once_and_they_come_back_rendered_anew():
+    recs = records()
+    pre = prerenderer(recs)
+    wire = query("hdls.testns.svc.cluster.local.", "A")
+    assert addresses(pre.answer(wire)) == ["10.244.0.5", "10.244.0.6"]
+    recs.set_slice(endpoint_slice("hdls-a", "hdls", [("10.244.0.5", True), ("10.244.0.9", True)]))
+    assert pre.answer(wire) is None  # not yet rendered again: the ordinary path answers meanwhile
+    pre.drain()
+    assert addresses(pre.answer(wire)) == ["10.244.0.5", "10.244.0.9"]
+    assert pre.answer(query("hdls.testns.svc.cluster.local.", "AAAA")) is None  # its IPv6 endpoint went
+    recs.delete_slice(endpoint_slice("hdls-a", "hdls", []))
+    pre.drain()
+    assert pre.answer(wire) is None  # NXDOMAIN now: not prerendered
+    recs.delete_service(service("web", ["10.96.0.20"]))
+    pre.drain()
+    assert pre.answer(query("web.testns.svc.cluster.local.", "A")) is None
+    recs.set_service(service("web", ["10.96.0.21"]))
+    pre.drain()
+    assert addresses(pre.answer(query("web.testns.svc.cluster.local.", "A"))) == ["10.96.0.21"]
+
+
+def test_answers_over_512_bytes_are_left_to_the_ordinary_path():
+    many = [(f"10.244.3.{i}", True) for i in range(1, 41)]  # 40 A records: 12 + 33 + 40 * 16 > 512
+    recs = load([service("big", headless=True)], [endpoint_slice("big-a", "big", many)], namespaces=["testns"])
+    assert prerenderer(recs).answer(query("big.testns.svc.cluster.local.", "A")) is None
