@@ -80,6 +80,7 @@ Endpoint = tuple[str, int]
 Chooser = Callable[[str, bool, Collection[Endpoint]], Endpoint]
 
 CONNECT_TIMEOUTS = (0.25, 0.5, 1.0, 2.0)  # upstream EndpointDialTimeouts
+DEADLINE_SLACK = 0.005  # how late a dial timeout may be served (see _DialDeadlines)
 UDP_IDLE_TIMEOUT = 0.25
 UDP_BUFFER = 65535
 UDP_PENDING_MAX = 64  # datagrams queued per flow while its socket opens
@@ -363,7 +364,9 @@ class _Pump:
 
     def _eof(self) -> None:
         """The source sent its FIN (everything before it is passed on): pass it on."""
-        self._release()
+        if self.pipe is not None or self.buf is not None:
+            self._release()
+        self.inflight = 0
         self.state = _DONE
         if self.other.state == _DONE:  # both ended: closing sends this FIN
             self.conn.close()
@@ -389,7 +392,10 @@ class _Pump:
 class _DialDeadlines:
     """Dial timeouts without a timer per connection: one queue per attempt (all deadlines in it
     have the same timeout, so arrival order is deadline order) and one timer for the earliest.
-    A dial that completed stays queued until its deadline and is skipped then."""
+    A dial that completed stays queued until its deadline and is skipped then. While dials keep
+    coming, the timer fires at most every ``DEADLINE_SLACK`` (each firing serves every deadline
+    then due), so a dial may time out up to that much late: a timer per few connections, not one
+    rescheduled per connection."""
 
     def __init__(self, loop: RelayLoop, timeouts: tuple[float, ...]):
         self.loop, self.timeouts = loop, timeouts
@@ -398,7 +404,7 @@ class _DialDeadlines:
         self.at = 0.0
 
     def add(self, conn: _Connection, attempt: int) -> None:
-        deadline = _monotonic() + self.timeouts[attempt]
+        deadline = self.loop.now + self.timeouts[attempt]  # (the batch's clock: no read per connection)
         self.queues[attempt].append((deadline, conn, conn.attempt))
         if self.timer is None or deadline < self.at:
             self._schedule(deadline)
@@ -411,7 +417,7 @@ class _DialDeadlines:
 
     def _expire(self) -> None:
         self.timer = None
-        now = _monotonic()
+        now = self.loop.now
         for queue in self.queues:
             while queue and queue[0][0] <= now:
                 _, conn, attempt = queue.popleft()
@@ -419,7 +425,7 @@ class _DialDeadlines:
                     conn.timed_out()
         heads = [queue[0][0] for queue in self.queues if queue]
         if heads and (self.timer is None or min(heads) < self.at):
-            self._schedule(min(heads))
+            self._schedule(max(min(heads), now + DEADLINE_SLACK))
 
     def close(self) -> None:
         if self.timer is not None:
@@ -660,6 +666,7 @@ class TcpListener:
         self.deadlines: _DialDeadlines | None = None
         self.paused: Timer | None = None
         self.port = 0
+        self.family = 0
         self.failed_dials = 0
         self.rejected = 0
 
@@ -669,6 +676,7 @@ class TcpListener:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it
             sock.listen(self.backlog)
             self.port = sock.getsockname()[1]
+            self.family = sock.family.value  # (the property builds an enum on every read)
             self.poller = loop = relay_loop()
             self.deadlines = _DialDeadlines(loop, self.timeouts)
             loop.call(loop.register, sock, self._accept, _IN)  # (level-triggered: accepts at most backlog a time)
@@ -680,7 +688,7 @@ class TcpListener:
 
     def _accept(self, events: int) -> None:
         """Accept until the kernel's queue is empty (at most ``backlog`` at a time)."""
-        accept, family = self.sock._accept, self.sock.family
+        accept, family = self.sock._accept, self.family
         for _ in range(self.backlog):
             try:  # (the C-level accept and socket: socket.socket's Python layer costs more than the calls)
                 fd, addr = accept()
