@@ -14,6 +14,7 @@ import yaml
 from kubesvc.client.rest import PODS
 from kubesvc.controllers.job.controller import JOBS, JobController
 from kubesvc.controllers.job.decisions import COMPLETION_INDEX_KEY, JOB_TRACKING_FINALIZER
+from kubesvc.util.golang import parse_rfc3339
 from tests.support.cluster import eventually, kubectl, running_task
 from tests.support.workloads import fake_kubelet, now, ready_status, running_controllers
 
@@ -118,11 +119,15 @@ async def test_backoff_limit_per_index(apiserver, client, namespace):
     """backoffLimitPerIndex: a FailIndex rule fails index 1 at once (no retry) while 0 and 2
     succeed: failedIndexes "1", completedIndexes "0,2", Failed with FailedIndexes. With
     maxFailedIndexes 0 one failed index fails the Job (MaxFailedIndexesExceeded) and its
-    running Pods are deleted. Every Pod carries its index's failure count."""
+    running Pods are deleted. Every Pod carries its index's failure count; with
+    backoffLimitPerIndex 1 a failed index is retried once, after its 10 s back-off, by a Pod
+    whose count says 1, and the failed Pod is counted once that replacement exists."""
     def decide(pod):
         index = index_of(pod)
         if job_of(pod) == "perindex":
             return terminated(pod, 3 if index == 1 else 0)
+        if job_of(pod) == "retried":
+            return terminated(pod, 1)
         return terminated(pod, 1) if index == 0 else ready_status(pod)  # "maxfailed": 1 and 2 keep running
 
     fail_index = {"rules": [{"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [3]}}]}
@@ -134,9 +139,12 @@ async def test_backoff_limit_per_index(apiserver, client, namespace):
             await kubectl(apiserver, "-n", namespace, "apply", "-f", "-",
                           input=manifest("maxfailed", completionMode="Indexed", completions=3, parallelism=3, backoffLimitPerIndex=0,
                                          maxFailedIndexes=0))
+            await kubectl(apiserver, "-n", namespace, "apply", "-f", "-",
+                          input=manifest("retried", completionMode="Indexed", completions=1, backoffLimitPerIndex=1))
             per_index = await wait_condition(client, namespace, "perindex", "Failed")
             max_failed = await wait_condition(client, namespace, "maxfailed", "Failed")
             await eventually(lambda: _none_running(client, namespace, "maxfailed"), 30, "maxfailed's running Pods deleted")
+            retried = await wait_condition(client, namespace, "retried", "Failed", timeout=90)
 
     assert conditions(per_index)["Failed"] == ("True", "FailedIndexes", "Job has failed indexes")
     assert (per_index["failedIndexes"], per_index["completedIndexes"], per_index["failed"], per_index["succeeded"]) == ("1", "0,2", 1, 2)
@@ -147,6 +155,15 @@ async def test_backoff_limit_per_index(apiserver, client, namespace):
     assert conditions(max_failed)["FailureTarget"] == conditions(max_failed)["Failed"] == (
         "True", "MaxFailedIndexesExceeded", "Job has exceeded the specified maximal number of failed indexes")
     assert max_failed["failedIndexes"] == "0" and max_failed["failed"] == 1
+
+    assert conditions(retried)["Failed"] == ("True", "FailedIndexes", "Job has failed indexes")
+    assert (retried["failedIndexes"], retried["failed"], retried.get("completedIndexes", "")) == ("0", 2, "")
+    first, second = sorted(await job_pods(client, namespace, "retried"), key=lambda p: p["metadata"]["creationTimestamp"])
+    assert [p["metadata"]["annotations"]["batch.kubernetes.io/job-index-failure-count"] for p in (first, second)] == ["0", "1"]
+    first_failed = parse_rfc3339(first["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"])
+    # the retry waited out the index's back-off: 10 s (1 s of timestamp rounding allowed)
+    assert (parse_rfc3339(second["metadata"]["creationTimestamp"]) - first_failed).total_seconds() >= 9
+    assert all(JOB_TRACKING_FINALIZER not in (p["metadata"].get("finalizers") or []) for p in (first, second))
 
     from kubernetes import client as k8s, config
 
