@@ -40,6 +40,7 @@ import base64
 import hashlib
 import ipaddress
 import logging
+import time
 from functools import cache
 from importlib import resources
 
@@ -69,7 +70,36 @@ def is_ui_path(path: str) -> bool:
 
 def path_handler() -> PathHandler:
     """What ``kubesvc apiserver`` installs (``app["path_handlers"]``) to serve /ui."""
-    return PathHandler(PREFIX, handle, require_credential)
+    proxies = RecentProxyHealth()
+    return PathHandler(PREFIX, lambda request: handle(request, proxies), require_credential)
+
+
+class RecentProxyHealth:
+    """Each node's proxy health as last read, read again once older than ``max_age`` seconds: every
+    open page asks for the map after each watch event, and a burst of events (a rollout) must
+    not become a burst of requests to every node."""
+
+    def __init__(self, max_age: float = 2.0, clock=time.monotonic):
+        self.max_age, self.clock = max_age, clock
+        self.read_at: dict[tuple[str, str], tuple[float, object]] = {}
+
+    async def read(self, nodes: list[dict]) -> list:
+        from kubesvc.explain.gather import proxy_health
+
+        async def one(node: dict):
+            key = ((node.get("metadata") or {}).get("name", ""), repr((node.get("status") or {}).get("addresses")))
+            seen = self.read_at.get(key)
+            if seen is not None and self.clock() - seen[0] < self.max_age:
+                return seen[1]
+            health = await proxy_health(node, PROXY_HEALTH_TIMEOUT)
+            self.read_at[key] = (self.clock(), health)
+            return health
+
+        results = await asyncio.gather(*(one(n) for n in nodes))
+        live = {((n.get("metadata") or {}).get("name", ""), repr((n.get("status") or {}).get("addresses"))) for n in nodes}
+        for key in set(self.read_at) - live:  # Nodes gone or readdressed
+            del self.read_at[key]
+        return list(results)
 
 
 def require_credential(request: web.Request, user) -> None:
@@ -148,14 +178,14 @@ class AsUser:
 # ---- handlers -----------------------------------------------------------------------------
 
 
-async def handle(request: web.Request) -> web.StreamResponse:
+async def handle(request: web.Request, proxies: RecentProxyHealth) -> web.StreamResponse:
     """Every GET under /ui once the request is authenticated and allowed ``get`` on its path."""
     path = request.path
     if path in (PREFIX, PREFIX + "/", PREFIX + "/index.html"):
         return page_response()
     reader = AsUser(request.app, request["user"])
     if path == PREFIX + "/api/map":
-        return web.json_response(await map_data(reader))
+        return web.json_response(await map_data(reader, proxies))
     if path in (PREFIX + "/api/explain", PREFIX + "/api/trace"):
         namespace, name = request.query.get("namespace", ""), request.query.get("name", "")
         if not namespace or not name:
@@ -166,15 +196,12 @@ async def handle(request: web.Request) -> web.StreamResponse:
     raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
 
 
-async def map_data(reader: AsUser) -> dict:
-    from kubesvc.explain.gather import proxy_health
-
+async def map_data(reader: AsUser, proxies: RecentProxyHealth) -> dict:
     services, slices, pods, nodes = await asyncio.gather(
         reader.list("/api/v1/services"), reader.list("/apis/discovery.k8s.io/v1/endpointslices"),
         reader.list("/api/v1/pods"), reader.list("/api/v1/nodes"))
     node_items = nodes["items"]
-    proxies = await asyncio.gather(*(proxy_health(n, PROXY_HEALTH_TIMEOUT) for n in node_items))
-    return service_map(services["items"], slices["items"], pods["items"], node_items, proxies)
+    return service_map(services["items"], slices["items"], pods["items"], node_items, await proxies.read(node_items))
 
 
 async def explain_data(reader: AsUser, namespace: str, name: str) -> dict:
