@@ -183,6 +183,28 @@ def test_init_container_image_change_as_the_kubelet_does(up, scratch):
     assert up.get("pod", done)["spec"]["initContainers"][0]["image"] == "busybox:1.37"
 
 
+def test_read_only_root_filesystem_and_memory_volume_through_the_agent(up):
+    """readOnlyRootFilesystem and an emptyDir of medium Memory as a process in the Pod sees them
+    (kubectl exec): "/" refuses a write, the tmpfs volume takes one and is sized by its
+    sizeLimit; the tmpfs leaves the host's mount table with the Pod."""
+    name = unique("rofs")
+    up.kubectl("apply", "-f", "-", input=pod_manifest(name, [{
+        "name": "c", "image": "busybox", "command": ["sleep", "1000"], "securityContext": {"readOnlyRootFilesystem": True},
+        "resources": {"limits": {"memory": "64Mi"}}, "volumeMounts": [{"name": "cache", "mountPath": "/cache"}]}],
+        volumes=[{"name": "cache", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}}]))
+    wait_until(lambda: condition(up, name, "Ready") == "True", message="Ready")
+    uid = up.get("pod", name)["metadata"]["uid"]
+    seen = up.kubectl("exec", name, "--", "sh", "-c",
+                      "touch /etc/x 2>&1; echo ok > /cache/f && cat /cache/f; grep ' /cache ' /proc/mounts | cut -d' ' -f1-3", check=False)
+    assert seen.stdout.splitlines() == ["touch: cannot touch '/etc/x': Read-only file system", "ok", "tmpfs /cache tmpfs"], seen
+    options = up.kubectl("exec", name, "--", "sh", "-c", "grep ' /cache ' /proc/mounts").stdout.split()[3].split(",")
+    assert "size=16384k" in options and "rw" in options
+    host_tmpfs = [line for line in open("/proc/self/mountinfo").read().splitlines() if uid in line and " - tmpfs " in line]
+    assert len(host_tmpfs) == 1 and host_tmpfs[0].split()[4].endswith("/volumes/kubernetes.io~empty-dir/cache")
+    up.kubectl("delete", "pod", name, "--wait=true", timeout=40)
+    assert not [line for line in open("/proc/self/mountinfo").read().splitlines() if uid in line]
+
+
 def test_missing_secret_is_a_container_config_error(up):
     name = unique("cfg")
     up.kubectl("apply", "-f", "-", input=pod_manifest(name, [{
