@@ -1,7 +1,9 @@
 """``kubesvc trace SRC DST[:PORT][/tcp|udp|sctp]``: where a new connection goes on this node and
 why (``kubesvc.proxy.trace``), read from the kernel's live state, not from the API's intent: the
-nftables ``kube-proxy`` tables, ``iptables-save``, and in userspace mode the portals its proxy
-publishes (the listener each portal redirects to, its endpoints, the next one, ClientIP sessions).
+nftables ``kube-proxy`` tables, ``iptables-save``, in IPVS mode also ``ipset save`` and the IPVS
+table (netlink), in userspace mode the portals its proxy publishes (the listener each portal
+redirects to, its endpoints, the next one, ClientIP sessions). IPVS mode's rules name no Service:
+with an API, the Service is the one whose address and port the destination is.
 
 SRC: an IP, a Pod ``ns/name``, ``node`` (a connection this node starts: the output hook) or
 ``external`` (a client outside the cluster). DST: ``IP:PORT`` (a ClusterIP, ``<node IP>:<NodePort>``,
@@ -67,9 +69,9 @@ def service_port(service: dict, port: str | None, protocol: str) -> int:
               help="The kubeconfig to read Pods, Services and EndpointSlices with (default: $KUBECONFIG, else <data-dir>/kubeconfig).")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=".kubesvc", show_default=True)
 @click.option("--node", default=None, help="This node's name (traffic policies and hints are per node; default: from the API).")
-@click.option("--mode", type=click.Choice(["auto", "nftables", "iptables", "userspace"]), default="auto", show_default=True,
-              help="The proxy mode whose rules to walk (auto: our nftables table if there, else iptables' KUBE-SERVICES, "
-                   "else userspace's KUBE-PORTALS-CONTAINER).")
+@click.option("--mode", type=click.Choice(["auto", "nftables", "iptables", "ipvs", "userspace"]), default="auto", show_default=True,
+              help="The proxy mode whose rules to walk (auto: our nftables table if there, else IPVS mode's KUBE-IPVS-FILTER, "
+                   "else iptables' KUBE-SERVICES, else userspace's KUBE-PORTALS-CONTAINER).")
 @click.option("--netns", default=None, help="Read the rules of this named network namespace (ip netns) instead of this one's.")
 @click.option("--probe", "probe_from", default=None, metavar="NETNS",
               help="Also send one real connection from this named network namespace (\"node\": the node's own), SRC being "
@@ -151,6 +153,9 @@ def trace_command(src: str, dst: str, kubeconfig: Path | None, data_dir: Path, n
                     raise click.ClickException(f"pod {src} has no IPv{fam} address yet")
                 objs.source_ip, objs.source_pod = same[0], src
             first = finish(state, dest, number, objs)
+            if first["service"] is None and first["mode"] == "ipvs":
+                objs.service_port = await owner_of(client, dest, number, protocol, state.addresses)
+                first = finish(state, dest, number, objs) if objs.service_port else first
             if first["service"]:
                 sp = first["service"]
                 objs.service = await client.get(f"/api/v1/namespaces/{sp['namespace']}/services/{sp['name']}")
@@ -158,6 +163,23 @@ def trace_command(src: str, dst: str, kubeconfig: Path | None, data_dir: Path, n
                                                  {"labelSelector": f"{SERVICE_NAME_LABEL}={sp['name']}"})).get("items") or []
                 return finish(state, dest, number, objs)
             return first
+
+    async def owner_of(client, dest: str, number: int, protocol: str, node_addresses: list[str]) -> dict | None:
+        """The Service port whose ClusterIP, externalIP or LoadBalancer IP and port (or, on a
+        node address, NodePort) ``dest:number`` is."""
+        address = ipaddress.ip_address(dest).compressed
+        on_node = address in node_addresses
+        for svc in (await client.list("/api/v1/services")).get("items") or []:
+            spec, meta = svc.get("spec") or {}, svc.get("metadata") or {}
+            ingress = [i.get("ip") for i in ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []]
+            addresses = {*(spec.get("clusterIPs") or [spec.get("clusterIP")]), *(spec.get("externalIPs") or []), *ingress}
+            for p in spec.get("ports") or []:
+                if (p.get("protocol") or "TCP").lower() != protocol:
+                    continue
+                if (address in addresses and p.get("port") == number) or (on_node and p.get("nodePort") == number):
+                    return {"namespace": meta.get("namespace"), "name": meta.get("name"), "protocol": protocol.upper(),
+                            "port": p.get("name") or ""}
+        return None
 
     from kubesvc.client.rest import ApiError, ConnectionFailed
     from kubesvc.kernel.exec import CommandFailed

@@ -24,6 +24,12 @@ async def restore(text: str, netns: str | None = None, *, runner=run) -> Command
     return await runner(in_netns(netns, ("ipset", "restore")), text)
 
 
+async def save(netns: str | None = None, *, runner=run) -> str:
+    """``ipset save``: every set (``create NAME TYPE ...``) and member (``add NAME MEMBER``), the
+    text ``kubesvc trace`` reads IPVS mode's sets from; raises ``CommandFailed``."""
+    return (await runner(in_netns(netns, ("ipset", "save")))).stdout
+
+
 def destroy_sync(name: str, netns: str | None = None) -> bool:
     """``ipset destroy NAME``; False when it failed (missing, or still named by a rule)."""
     return run_sync(in_netns(netns, ("ipset", "destroy", name)), check=False).returncode == 0

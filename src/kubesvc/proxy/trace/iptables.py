@@ -30,6 +30,7 @@ import re
 from kubesvc.kernel.iptables_save import Dump, Rule, Value
 from kubesvc.proxy.trace.nftables import TEST_LOCAL, TraceError, Walk, _canonical, _host
 
+_SHORT_MARK = re.compile(r"--(or|xor|and)-mark (0x[0-9a-fA-F]+|\d+)")
 _XMARK = re.compile(r"--set-xmark (0x[0-9a-fA-F]+|\d+)(?:/(0x[0-9a-fA-F]+|\d+))?")
 
 
@@ -43,9 +44,13 @@ def _address(value: Value, ip: str) -> bool:
     return hit != value.negated
 
 
+_MATCH_SET = re.compile(r"--match-set (\S+) (\S+)")
+
+
 class _Tracer:
-    def __init__(self, dump: Dump, source: str, protocol: str, dest: str, port: str, local: frozenset[str]):
+    def __init__(self, dump: Dump, source: str, protocol: str, dest: str, port: str, local: frozenset[str], sets=None):
         self.dump, self.source, self.protocol, self.dest, self.port, self.local = dump, source, protocol, dest, port, local
+        self.sets = sets  # IPVS mode: a ``trace.ipvs.Sets`` (``ipset save``), for ``-m set --match-set``
         self.mark = 0
         self.dnatted = False
         self.hook = ""
@@ -62,7 +67,11 @@ class _Tracer:
 
     def matches_rule(self, rule: Rule) -> bool:
         if rule.match_set is not None:
-            raise TraceError(f"an ipset match is not modelled: {rule.raw!r}")
+            m = _MATCH_SET.search(rule.raw)
+            if self.sets is None or m is None:
+                raise TraceError(f"an ipset match is not modelled: {rule.raw!r}")
+            if self.sets.matches(m[1], m[2], self) == rule.match_set.negated:
+                return False
         if rule.source_address is not None and not _address(rule.source_address, self.source):
             return False
         if rule.destination_address is not None and not _address(rule.destination_address, self.dest):
@@ -122,10 +131,15 @@ class _Tracer:
         target = rule.jump.value
         if target == "MARK":
             m = _XMARK.search(rule.raw)
-            if m is None:
+            short = _SHORT_MARK.search(rule.raw)
+            if m is not None:
+                value, mask = int(m[1], 0), int(m[2] or "0xffffffff", 0)
+                self.mark = (self.mark & ~mask) ^ value
+            elif short is not None:  # as written (iptables-save lists them as --set-xmark)
+                bits = int(short[2], 0)
+                self.mark = {"or": self.mark | bits, "xor": self.mark ^ bits, "and": self.mark & bits}[short[1]]
+            else:
                 raise TraceError(f"a MARK target the tracer does not read: {rule.raw!r}")
-            value, mask = int(m[1], 0), int(m[2] or "0xffffffff", 0)
-            self.mark = (self.mark & ~mask) ^ value
             return None
         if target == "RETURN":
             return "return"

@@ -23,6 +23,7 @@ and a verdict:
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 from dataclasses import dataclass, field
 
@@ -32,8 +33,9 @@ from kubesvc.kernel.iptables import Iptables
 from kubesvc.kernel.iptables_save import Dump, parse_dump
 from kubesvc.kernel.netlink import addresses_async, unique_ips
 from kubesvc.kernel.nftables import NFTables
+from kubesvc.kernel import ipset as kernel_ipset
 from kubesvc.kernel import runstate
-from kubesvc.proxy.trace import iptables, nftables, objects, userspace
+from kubesvc.proxy.trace import iptables, ipvs, nftables, objects, userspace
 
 # The stand-in address for "a client outside the cluster" (TEST-NET-3 / the documentation
 # prefix: never a node's, a Pod's or a Service's).
@@ -46,6 +48,8 @@ class NodeState:
     addresses: list[str]
     dumps: dict[int, Dump | None] = field(default_factory=dict)  # family → iptables' nat and filter
     portals: dict[int, dict | None] = field(default_factory=dict)  # family → the userspace proxy's published state
+    ipsets: ipvs.Sets | None = None  # IPVS mode: ``ipset save``
+    ipvs_tables: dict[int, dict | None] = field(default_factory=dict)  # family → the IPVS table (None: unreadable)
 
 
 @dataclass
@@ -58,6 +62,8 @@ class Objects:
     node_labels: dict = field(default_factory=dict)
     source_pod: str | None = None
     source_ip: str | None = None
+    # IPVS mode's rules name no Service: the one the API says owns the address and port
+    service_port: dict | None = None
 
 
 async def read_node(*, netns: str | None = None) -> NodeState:
@@ -75,7 +81,27 @@ async def read_node(*, netns: str | None = None) -> NodeState:
             dumps[family] = None
     portals = {family: runstate.read(runstate.state_path(userspace.KIND, family, netns)) if userspace.is_userspace(dumps[family])
                else None for family in (IPV4, IPV6)}
-    return NodeState(tables, unique_ips(await addresses_async(netns=netns)), dumps, portals)
+    state = NodeState(tables, unique_ips(await addresses_async(netns=netns)), dumps, portals)
+    if any(ipvs.is_ipvs(d) for d in dumps.values()):
+        state.ipsets = ipvs.Sets(ipvs.parse_ipset_save(await kernel_ipset.save(netns)))
+        state.ipvs_tables = await asyncio.to_thread(_read_ipvs, netns)
+    return state
+
+
+def _read_ipvs(netns: str | None) -> dict[int, dict | None]:
+    """The IPVS table of each family through the netlink reader (None where it cannot be read:
+    no ``ip_vs`` in this kernel)."""
+    from kubesvc.kernel.ipvs import NetlinkIpvs
+    try:
+        reader = NetlinkIpvs(netns)
+    except CommandFailed:
+        return {IPV4: None, IPV6: None}
+    try:
+        return {family: reader.dump(family) for family in (IPV4, IPV6)}
+    except CommandFailed:
+        return {IPV4: None, IPV6: None}
+    finally:
+        reader.close()
 
 
 def mode_of(state: NodeState, family: int) -> str:
@@ -84,6 +110,8 @@ def mode_of(state: NodeState, family: int) -> str:
     if state.tables.get(family) is not None:
         return "nftables"
     dump = state.dumps.get(family)
+    if ipvs.is_ipvs(dump):
+        return "ipvs"
     if dump is not None and dump.chain("nat", "KUBE-SERVICES") is not None:
         return "iptables"
     return "userspace" if userspace.is_userspace(dump) else "none"
@@ -99,7 +127,10 @@ def report(state: NodeState, source: str, dest: str, port: int, protocol: str, *
     objs = objs or Objects()
     family = family_of(dest)
     mode = mode or mode_of(state, family)
-    if mode == "userspace":
+    if mode == "ipvs":
+        walk = ipvs.walk(state.dumps.get(family), state.ipsets, state.ipvs_tables.get(family), source, protocol.lower(), dest, port,
+                         state.addresses, from_node=from_node)
+    elif mode == "userspace":
         walk = userspace.walk(state.dumps.get(family), state.portals.get(family), source, protocol.lower(), dest, port,
                               state.addresses, from_node=from_node)
     elif mode == "iptables":
@@ -108,7 +139,7 @@ def report(state: NodeState, source: str, dest: str, port: int, protocol: str, *
         walk = nftables.trace(state.tables.get(family) if mode == "nftables" else None, source, protocol.lower(), dest, port,
                               state.addresses, from_node=from_node)
     chains = [s["chain"] for s in walk.steps if s["rule"] is None]
-    service_port = objects.service_port_of(chains, walk.comments, protocol)
+    service_port = objects.service_port_of(chains, walk.comments, protocol) or (objs.service_port if mode == "ipvs" else None)
     endpoints = objects.slice_endpoints(objs.slices, service_port["port"] if service_port else None)
     by_address = {e["address"]: e for e in endpoints}
     candidates = []
@@ -125,12 +156,15 @@ def report(state: NodeState, source: str, dest: str, port: int, protocol: str, *
         internal = ipaddress.ip_address(dest).compressed in cluster_ips
         policy = spec.get("internalTrafficPolicy" if internal else "externalTrafficPolicy") or "Cluster"
         any_ready = any(e["ready"] for e in endpoints)
+        draining = {objects.host_port(r["endpoint"])[0] for r in (walk.ipvs or {}).get("realServers", ()) if not r["weight"]}
         for ep in endpoints:
             if ep["address"] in chosen or family_of(ep["address"]) != family:
                 continue
-            excluded.append({"endpoint": ep["address"], "pod": ep["pod"], "node": ep["node"], "slice": ep["slice"],
-                             "reason": objects.excluded_because(ep, any_ready=any_ready, local_policy=policy == "Local",
-                                                                node=objs.node, node_labels=objs.node_labels)})
+            reason = objects.excluded_because(ep, any_ready=any_ready, local_policy=policy == "Local", node=objs.node,
+                                              node_labels=objs.node_labels)
+            if ep["address"] in draining:
+                reason += "; its IPVS real server is draining (weight 0: kept for its connections, no new ones)"
+            excluded.append({"endpoint": ep["address"], "pod": ep["pod"], "node": ep["node"], "slice": ep["slice"], "reason": reason})
     return {
         "mode": mode,
         "source": {"ip": source, "pod": objs.source_pod, "fromNode": from_node},
@@ -144,6 +178,7 @@ def report(state: NodeState, source: str, dest: str, port: int, protocol: str, *
         "verdict": walk.verdict or "NONE",
         "excluded": excluded,
         **({"listener": walk.listener} if walk.listener is not None else {}),
+        **({"ipvs": walk.ipvs} if mode == "ipvs" else {}),
     }
 
 
@@ -188,6 +223,13 @@ def text(rep: dict) -> list[str]:
             lines.append(f"  this client's ClientIP session (idle {sess['idleSeconds']:g}s) sends it to {sess['endpoint']}")
         if rep["candidates"]:
             lines.append("  the proxy connects to one of (round robin" + (f", next: {listener['next']}" if listener.get("next") else "") + "):")
+    if rep.get("ipvs"):
+        vs = rep["ipvs"]
+        persistent = f", persistent {vs['persistentSeconds']}s" if vs["persistentSeconds"] is not None else ""
+        lines.append(f"  IPVS virtual server {vs['virtualServer']}, scheduler {vs['scheduler']}{persistent}" +
+                     ("" if vs["realServers"] else ": no real server (ICMP port unreachable)"))
+        lines += [f"    real server {r['endpoint']} weight {r['weight']}" + (" (draining: no new connections)" if not r["weight"] else "")
+                  for r in vs["realServers"]]
     if verdict in ("DNAT", "REDIRECT") and rep["candidates"]:
         if verdict == "DNAT":
             lines.append("  delivered to one of:")

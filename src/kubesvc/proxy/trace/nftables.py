@@ -469,6 +469,7 @@ class Walk:
     output: str  # upstream's tracer output: the DNAT targets and verdicts in order, ", "-joined
     redirect: int | None = None  # iptables ``REDIRECT --to-ports``: the local port (userspace mode's listener)
     listener: dict | None = None  # userspace mode: the proxy's listener the packet reaches (``trace/userspace.py``)
+    ipvs: dict | None = None  # IPVS mode: the virtual server that picked (``trace/ipvs.py``)
 
 
 def trace(table: Table | None, source: str, protocol: str, dest: str, port: int | str, node_ips=(), *,
