@@ -19,6 +19,7 @@ import pytest
 from multidict import MultiDict
 
 from kubesvc.agent import streaming
+from kubesvc.agent import streaming_spdy
 from kubesvc.agent.streaming_spdy import DICTIONARY, ProtocolError, Session
 
 
@@ -170,6 +171,65 @@ async def test_data_for_an_unknown_stream_is_reset():
     assert struct.unpack(">II", payload) == (9, 2)  # INVALID_STREAM
 
 
+async def test_streams_past_the_limit_are_refused():
+    client = Client()
+    session = await echo_session(client)
+    for stream_id in range(1, 2 * 256, 2):  # 256 open streams
+        await session.feed(client.syn_stream(stream_id, {"streamtype": "data"}))
+    client.received.clear()
+    await session.feed(client.syn_stream(513, {"streamtype": "data"}))
+    kind, frame_type, _, payload = client.frames()[0]
+    assert (kind, frame_type) == ("control", 3)
+    assert struct.unpack(">II", payload) == (513, 3)  # REFUSED_STREAM
+    assert len(session.streams) == 256
+    session.close()
+    await session.wait_handlers()
+
+
+async def test_a_stream_whose_reader_lags_holds_back_the_connection_not_the_agents_memory(monkeypatch):
+    """Past 1 MiB unread on one stream, ``feed`` waits for the reader (TCP back-pressure to the
+    client); a reader that never comes gets the stream reset with FLOW_CONTROL_ERROR."""
+    monkeypatch.setattr(streaming_spdy, "READER_PATIENCE_SECONDS", 0.3)
+    client = Client()
+    release = asyncio.Event()
+    taken = []
+
+    async def send(data: bytes) -> None:
+        client.received += data
+
+    async def slow_reader(stream) -> None:
+        await release.wait()
+        while chunk := await stream.read():
+            taken.append(len(chunk))
+
+    session = Session(send, slow_reader)
+    await session.feed(client.syn_stream(1, {"streamtype": "data"}))
+    chunk = bytes(60000)
+    for _ in range(17):  # 1,020,000 bytes: under the limit, taken without waiting
+        await asyncio.wait_for(session.feed(client.data(1, chunk)), 1)
+    feeding = asyncio.ensure_future(session.feed(client.data(1, chunk)))  # past 1 MiB
+    await asyncio.sleep(0.1)
+    assert not feeding.done()  # the transport is not read meanwhile
+    release.set()
+    await asyncio.wait_for(feeding, 1)  # the reader took some: room again
+    await session.feed(client.data(1, b"", fin=True))
+    await asyncio.wait_for(session.wait_handlers(), 2)
+    assert sum(taken) == 18 * 60000
+
+    client = Client()  # a new connection: header compression starts afresh
+    never = Session(send, lambda stream: asyncio.sleep(3600))
+    await never.feed(client.syn_stream(1, {"streamtype": "data"}))
+    client.received.clear()
+    for _ in range(18):
+        await asyncio.wait_for(never.feed(client.data(1, chunk)), 2)
+    kind, frame_type, _, payload = client.frames()[-1]
+    assert (kind, frame_type) == ("control", 3)
+    assert struct.unpack(">II", payload) == (1, 7)  # FLOW_CONTROL_ERROR
+    assert never.streams == {}
+    never.close()
+    await never.wait_handlers()
+
+
 # ---- exec -------------------------------------------------------------------------------------
 
 
@@ -197,3 +257,6 @@ def test_resize_messages():
     assert streaming.resize_of(b'{"Width":101,"Height":33}') == (101, 33)
     assert streaming.resize_of(b"{") is None
     assert streaming.resize_of(b'{"Width":"x"}') is None
+    # a terminal's size is two 16-bit numbers (TIOCSWINSZ): out of range is no resize
+    assert streaming.resize_of(b'{"Width":-1,"Height":33}') is None
+    assert streaming.resize_of(b'{"Width":101,"Height":65536}') is None

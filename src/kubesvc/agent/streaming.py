@@ -92,6 +92,11 @@ SPDY_EXEC_PROTOCOLS = (V4,)  # client-go offers v5..v1 over SPDY; v4 is the newe
 STREAM_CREATION_TIMEOUT = 30.0  # kubelet's streamCreationTimeout
 DRAIN_SECONDS = 1.0  # output still read after the command exited (a child it left may hold the pipe)
 MAX_MESSAGE = 4 << 20
+# what a port-forward (client to Pod) or an attach (container to client) may hold before the
+# faster side waits (port-forward: 16 messages of at most MAX_MESSAGE) or loses output (attach:
+# 256 reads of the container's output, at most 64 KiB each)
+QUEUED_MESSAGES = 16
+QUEUED_OUTPUT_CHUNKS = 256
 
 
 @dataclass
@@ -169,12 +174,14 @@ class ExecOptions:
 
 
 def resize_of(payload: bytes) -> tuple[int, int] | None:
-    """(width, height) of a resize message, None if it does not decode."""
+    """(width, height) of a resize message, None if it does not decode or does not fit a
+    terminal's two unsigned 16-bit numbers (``TIOCSWINSZ``)."""
     try:
         size = json.loads(payload)
-        return int(size["Width"]), int(size["Height"])
+        width, height = int(size["Width"]), int(size["Height"])
     except (ValueError, KeyError, TypeError):
         return None
+    return (width, height) if 0 <= width <= 0xFFFF and 0 <= height <= 0xFFFF else None
 
 
 def _text(status: int, message: str) -> web.Response:
@@ -384,8 +391,20 @@ async def _run_attach(send: Callable[[int, bytes], Awaitable[None]], client_inpu
                       options: ExecOptions, container) -> None:
     """Until the container exits (then a Success Status, as kubelet's ServeAttach) or the client
     leaves (with ``stdinOnce``, the container's stdin is then closed)."""
-    output: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
-    stop_listening = container.listen(lambda stream, chunk: output.put_nowait((stream, chunk)))
+    # bounded: attach is best effort, as the CRI's: what a client too slow to read would make the
+    # agent hold is dropped (the container's log keeps it all), with one line in the agent's log
+    output: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue(maxsize=QUEUED_OUTPUT_CHUNKS)
+    dropped = [0]
+
+    def listener(stream: str, chunk: bytes) -> None:
+        try:
+            output.put_nowait((stream, chunk))
+        except asyncio.QueueFull:
+            if not dropped[0]:
+                log.info("attach: the client reads slower than the container writes; dropping output (the log has it)")
+            dropped[0] += 1
+
+    stop_listening = container.listen(listener)
 
     async def forward() -> None:
         while True:
@@ -603,7 +622,10 @@ async def _forward_channels(ws: web.WebSocketResponse, pod: str, pod_netns: str,
     2i+1 (error), each opened by the server with the port as two little-endian bytes. The
     WebSocket closes once every Pod-side connection has ended (v4 has no per-channel close)."""
     send_lock = asyncio.Lock()
-    to_pod: list[asyncio.Queue[bytes | None]] = [asyncio.Queue() for _ in ports]
+    # bounded: a client writing faster than the Pod reads waits (the WebSocket is read no
+    # further, TCP pushes back) instead of growing the agent's memory
+    to_pod: list[asyncio.Queue[bytes | None]] = [asyncio.Queue(maxsize=QUEUED_MESSAGES) for _ in ports]
+    ended: set[int] = set()  # ports whose Pod-side connection is over: their data is dropped
 
     async def send(channel: int, data: bytes) -> None:
         async with send_lock:
@@ -617,6 +639,7 @@ async def _forward_channels(ws: web.WebSocketResponse, pod: str, pod_netns: str,
         try:
             sock = await knetns.on_thread_async(pod_netns, _connect_local, port)
         except OSError as exc:
+            end(index)
             await send(error_channel, f"error forwarding port {port} to pod {pod}: {exc}".encode())
             return
         reader, writer = await asyncio.open_connection(sock=sock)
@@ -635,17 +658,24 @@ async def _forward_channels(ws: web.WebSocketResponse, pod: str, pod_netns: str,
                 while chunk := await reader.read(65536):
                     await send(data_channel, chunk)
         finally:
+            end(index)
             writing.cancel()
             writer.close()
+
+    def end(index: int) -> None:
+        ended.add(index)
+        while not to_pod[index].empty():  # a client waiting for room goes on (and drops)
+            to_pod[index].get_nowait()
 
     async def from_client() -> None:
         async for message in ws:
             if message.type == WSMsgType.BINARY and message.data:
                 channel, payload = message.data[0], message.data[1:]
-                if channel % 2 == 0 and channel // 2 < len(ports) and payload:
-                    to_pod[channel // 2].put_nowait(payload)
-        for queue in to_pod:
-            queue.put_nowait(None)
+                if channel % 2 == 0 and channel // 2 < len(ports) and payload and channel // 2 not in ended:
+                    await to_pod[channel // 2].put(payload)
+        for index, queue in enumerate(to_pod):
+            if index not in ended:
+                await queue.put(None)
 
     forwards = asyncio.gather(*(one(i, port) for i, port in enumerate(ports)), return_exceptions=True)
     client = asyncio.create_task(from_client())

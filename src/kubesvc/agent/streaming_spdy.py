@@ -38,12 +38,22 @@ log = logging.getLogger("kubesvc.agent.spdy")
 VERSION = 3
 SYN_STREAM, SYN_REPLY, RST_STREAM, SETTINGS, PING, GOAWAY, HEADERS, WINDOW_UPDATE = 1, 2, 3, 4, 6, 7, 8, 9
 FLAG_FIN = 0x01
-RST_PROTOCOL_ERROR, RST_INVALID_STREAM, RST_REFUSED_STREAM, RST_CANCEL = 1, 2, 3, 5
+RST_PROTOCOL_ERROR, RST_INVALID_STREAM, RST_REFUSED_STREAM, RST_CANCEL, RST_FLOW_CONTROL_ERROR = 1, 2, 3, 5, 7
 MAX_DATA = 1 << 16  # the largest DATA frame we write (the format allows 2**24 - 1)
 # the most a header block may inflate to: SPDY compresses headers for the whole connection, and
 # a few hundred kilobytes of zeros would otherwise inflate to gigabytes in the agent (kubectl's
 # blocks are a few dozen bytes; Netty's SPDY codec caps them at 16 KiB by default)
 MAX_HEADER_BLOCK = 1 << 16
+# What one session may hold: streams open at once (kubectl opens two per forwarded connection,
+# four or five per exec), and bytes a stream has received that its reader has not taken yet.
+# spdystream sends without waiting for WINDOW_UPDATE (it implements no flow control), so past
+# the limit the session stops reading its transport until the stream's reader catches up:
+# back-pressure to the client through TCP, instead of the agent's memory growing without bound.
+MAX_STREAMS = 256
+MAX_QUEUED_BYTES = 1 << 20
+# how long the session waits for a stream's reader before resetting that stream
+# (FLOW_CONTROL_ERROR): a reader that never comes must not stall the connection for good
+READER_PATIENCE_SECONDS = 30.0
 
 # The SPDY/3 header compression dictionary (the draft's section 2.6.10.1): 65 length-prefixed
 # words (``_`` stands for a space), then the rest as one string.
@@ -213,6 +223,9 @@ class Stream:
         self.id = stream_id
         self.headers = headers
         self._incoming: asyncio.Queue[bytes] = asyncio.Queue()
+        self._queued = 0  # bytes in _incoming
+        self._room = asyncio.Event()  # set while _queued is under MAX_QUEUED_BYTES
+        self._room.set()
         self.remote_closed = False
         self.local_closed = False
 
@@ -220,7 +233,15 @@ class Stream:
         return (self.headers.get(name.lower()) or [""])[0]
 
     async def read(self) -> bytes:
-        return await self._incoming.get()
+        data = await self._incoming.get()
+        self._queued -= len(data)
+        if self._queued < MAX_QUEUED_BYTES:
+            self._room.set()
+        return data
+
+    async def wait_for_room(self) -> None:
+        """Until this stream's reader has taken enough of what was received (or the stream ended)."""
+        await self._room.wait()
 
     async def write(self, data: bytes) -> None:
         """``data`` to the client; dropped once our half is closed (or the client reset the stream)."""
@@ -239,6 +260,9 @@ class Stream:
             return
         if data:
             self._incoming.put_nowait(data)
+            self._queued += len(data)
+            if self._queued >= MAX_QUEUED_BYTES:
+                self._room.clear()
         if fin:
             self.remote_closed = True
             self._incoming.put_nowait(b"")
@@ -246,6 +270,14 @@ class Stream:
     def _reset(self) -> None:
         self.local_closed = True
         self._received(b"", True)
+        self._room.set()  # nobody will read the rest: the session must not wait for it
+
+    def _discard(self) -> None:
+        """The stream's reader has gone: drop what it would have read, never wait for it again."""
+        while not self._incoming.empty():
+            self._incoming.get_nowait()
+        self._queued = 0
+        self._reset()
 
 
 class Session:
@@ -285,9 +317,19 @@ class Session:
                 await self.send_frame(FrameWriter.rst_stream(frame.stream_id, RST_INVALID_STREAM))
                 return
             stream._received(frame.data, frame.fin)
+            try:
+                await asyncio.wait_for(stream.wait_for_room(), READER_PATIENCE_SECONDS)
+            except asyncio.TimeoutError:
+                log.info("SPDY stream %d: its reader took nothing for %.0f s, resetting it", stream.id, READER_PATIENCE_SECONDS)
+                stream._discard()
+                self.remove(stream)
+                await self.send_frame(FrameWriter.rst_stream(stream.id, RST_FLOW_CONTROL_ERROR))
         elif frame.kind == SYN_STREAM:
             if frame.stream_id in self.streams or frame.stream_id % 2 == 0:
                 await self.send_frame(FrameWriter.rst_stream(frame.stream_id, RST_PROTOCOL_ERROR))
+                return
+            if len(self.streams) >= MAX_STREAMS:
+                await self.send_frame(FrameWriter.rst_stream(frame.stream_id, RST_REFUSED_STREAM))
                 return
             self._last_stream = max(self._last_stream, frame.stream_id)
             stream = self.streams[frame.stream_id] = Stream(self, frame.stream_id, frame.headers)
@@ -310,6 +352,7 @@ class Session:
 
     def remove(self, stream: Stream) -> None:
         self.streams.pop(stream.id, None)
+        stream._room.set()  # a removed stream is read no more: frames for it get RST from now on
 
     def close(self) -> None:
         """The connection is gone: every stream reads EOF, every handler is cancelled."""

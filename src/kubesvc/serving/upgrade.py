@@ -127,6 +127,11 @@ async def dial(host: str, port: int, tls: ssl.SSLContext, method: str, path_qs: 
             body = await (reader.readexactly(min(int(length), MAX_ERROR_BODY)) if length is not None else reader.read(MAX_ERROR_BODY))
         writer.close()
         return Answer(status, answer_headers, body)
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, IndexError, ValueError) as exc:
+        # the server closed early, sent a head past MAX_HEAD, or a status line that is not
+        # HTTP: a connection error to the caller (kube-apiserver: "error dialing backend")
+        writer.close()
+        raise ConnectionError(f"malformed upgrade response: {exc!r}") from None
     except BaseException:
         writer.close()
         raise
