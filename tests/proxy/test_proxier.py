@@ -328,3 +328,55 @@ async def test_the_mode_background_tasks_run_until_stop_then_the_mode_closes():
     assert (await proxier.run_sync(SyncRequest(full=False, service_ports={}, endpoints={}))).full
     await proxier.stop()
     assert events == ["started with state 1", "cancelled", "closed"]
+
+
+async def test_a_sync_reports_its_progress_in_the_log_and_the_metrics(caplog):
+    """Upstream's V(2) lines (Syncing ... rules, Reloading service ... data with the counts,
+    SyncProxyRules complete), the phase lines of a full sync, and the phase gauge and start
+    time while each phase runs, back to 0 after."""
+    seen = []
+
+    class Watching(RecordingBackend):
+        def _look(self, phase: str) -> None:
+            seen.append((phase, [p for p in ("observe", "plan", "apply")
+                                 if metric(proxier, "kubesvc_proxy_sync_phase", ip_family="IPv4", phase=p) == 1],
+                         metric(proxier, "kubesvc_proxy_sync_started_timestamp_seconds", ip_family="IPv4") > 0))
+
+        async def observe(self, request, state):
+            self._look("observe")
+
+        def plan(self, request, previous, observed):
+            self._look("plan")
+            return super().plan(request, previous, observed)
+
+        async def apply(self, plan):
+            self._look("apply")
+            await super().apply(plan)
+
+    backend = Watching()
+    proxier = new_proxier(backend)
+    proxier.on_services_synced()
+    proxier.on_endpoint_slices_synced()
+    for name, ip in (("a", "10.96.0.1"), ("b", "10.96.0.2")):
+        proxier.on_service_add(cluster_ip_service(name, ip))
+    proxier.on_endpoint_slice_add(ready_slice("a", ["10.244.0.1", "10.244.0.2"]))
+    caplog.set_level("INFO", logger="kubesvc.proxy")
+    await proxier.sync_proxy_rules()
+    assert seen == [("observe", ["observe"], True), ("plan", ["plan"], True), ("apply", ["apply"], True)]
+    assert [metric(proxier, "kubesvc_proxy_sync_phase", ip_family="IPv4", phase=p) for p in ("observe", "plan", "apply")] == [0, 0, 0]
+    assert metric(proxier, "kubesvc_proxy_sync_started_timestamp_seconds", ip_family="IPv4") == 0
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    assert lines[0] == "Syncing recording rules ipFamily=IPv4 sync=full", lines
+    assert lines[1].startswith("Read the kernel's recording state ipFamily=IPv4 elapsed=")
+    assert lines[2].startswith("Built the recording rules ipFamily=IPv4 elapsed=")
+    assert lines[3] == "Reloading service recording data ipFamily=IPv4 numServices=2 numEndpoints=2"
+    assert lines[4].startswith("SyncProxyRules complete ipFamily=IPv4 sync=full elapsed=") and len(lines) == 5, lines
+    caplog.clear()
+    proxier.on_endpoint_slice_add(ready_slice("b", ["10.244.0.3"]))
+    await proxier.sync_proxy_rules()  # partial: no phase lines
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    assert [line.split(" ipFamily")[0] for line in lines] == ["Syncing recording rules", "Reloading service recording data",
+                                                             "SyncProxyRules complete"], lines
+    assert lines[1].endswith("numServices=2 changedServices=1") and "sync=partial" in lines[2], lines
+    assert metric(proxier, "kubeproxy_sync_full_proxy_rules_duration_seconds_count", ip_family="IPv4") == 1
+    assert metric(proxier, "kubeproxy_sync_proxy_rules_last_timestamp_seconds", ip_family="IPv4") > 0

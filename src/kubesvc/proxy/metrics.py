@@ -31,6 +31,13 @@ class ProxyMetrics:
             "network_programming_duration_seconds", "In Cluster Network Programming Latency in seconds", NETWORK_PROGRAMMING_BUCKETS)
         self.sync_proxy_rules_last_timestamp = Gauge(
             "sync_proxy_rules_last_timestamp_seconds", "The last time proxy rules were successfully synced", family, namespace=NS, registry=r)
+        # Not upstream's (kube-proxy only says how long a sync took, once it is over): where the
+        # running sync is, for a full sync at scale that takes seconds. ``phase`` observe (reading
+        # the kernel), plan (building the rules), apply (the kernel call); all 0 between syncs.
+        self.sync_phase = Gauge("kubesvc_proxy_sync_phase", "1 for the phase the running sync of proxy rules is in",
+                                ["ip_family", "phase"], registry=r)
+        self.sync_started_timestamp = Gauge("kubesvc_proxy_sync_started_timestamp_seconds",
+                                            "When the running sync of proxy rules started (0: none running)", family, registry=r)
         self.sync_proxy_rules_last_queued_timestamp = Gauge(
             "sync_proxy_rules_last_queued_timestamp_seconds", "The last time a sync of proxy rules was queued", family, namespace=NS, registry=r)
         self.endpoint_changes_pending = Gauge(

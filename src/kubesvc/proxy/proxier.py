@@ -22,6 +22,17 @@ burst of changes lands in one kernel transaction; a failed sync is retried after
    ``SyncFailed``; the previous state stays, and the next sync is full.
 4. On success: metrics, health (``Updated``), the per-Service health-check servers, and the
    conntrack entries that the change made stale (UDP).
+
+Progress, for a full sync at scale that takes seconds: upstream logs at ``V(2)`` "Syncing
+nftables rules" (``iptables``...) when a sync starts, "Reloading service nftables data" with
+``numServices``/``numEndpoints`` before its kernel call (ours: on a partial sync
+``changedServices`` instead of counting every endpoint), and "SyncProxyRules complete" with
+``elapsed`` at the end, and its metrics say only afterwards how long it took
+(``sync_full_proxy_rules_duration_seconds``, ``sync_proxy_rules_last_timestamp_seconds``). We log
+the same three lines (INFO, which ``-v`` 1 to 3 show), on a full sync also when each phase
+ends (reading the kernel, building the rules), and keep two gauges of our own while a sync
+runs: ``kubesvc_proxy_sync_phase{phase=observe|plan|apply}`` (1 for the current phase) and
+``kubesvc_proxy_sync_started_timestamp_seconds`` (0 between syncs).
 """
 
 from __future__ import annotations
@@ -228,11 +239,26 @@ class Proxier:
             request = dataclasses.replace(request, full=full)
         # A request for a full sync from now on is for the next sync.
         self.need_full_sync = False
+        family, kind = self.family_name, "full" if full else "partial"
+        progress = log.info if full else log.debug  # a full sync is the long one: say where it is
+        log.info("Syncing %s rules ipFamily=%s sync=%s", mode.mode, family, kind)
+        self.metrics.sync_started_timestamp.labels(family).set(time.time())
         try:
+            self._phase("observe")
             observed = await mode.observe(request, self.state)
             t1 = time.perf_counter()
+            progress("Read the kernel's %s state ipFamily=%s elapsed=%.3fs", mode.mode, family, t1 - t0)
+            self._phase("plan")
             plan: KernelPlan = mode.plan(request, self.state, observed)
             t2 = time.perf_counter()
+            progress("Built the %s rules ipFamily=%s elapsed=%.3fs", mode.mode, family, t2 - t1)
+            if full:  # counting the endpoints walks every Service port: ms at 10k, too much for a partial sync
+                log.info("Reloading service %s data ipFamily=%s numServices=%d numEndpoints=%d", mode.mode, family,
+                         len(request.service_ports), sum(len(request.endpoints.get(name, ())) for name in request.service_ports))
+            else:
+                log.info("Reloading service %s data ipFamily=%s numServices=%d changedServices=%d", mode.mode, family,
+                         len(request.service_ports), len(request.changed_services))
+            self._phase("apply")
             await mode.apply(plan)
             t3 = time.perf_counter()
         except Exception as err:
@@ -246,11 +272,14 @@ class Proxier:
         except BaseException:  # cancelled mid-sync: the kernel may hold half of it
             self.need_full_sync = True
             raise
+        finally:
+            self._phase(None)
+            self.metrics.sync_started_timestamp.labels(family).set(0)
+        log.info("SyncProxyRules complete ipFamily=%s sync=%s elapsed=%.3fs", family, kind, time.monotonic() - started)
         self.state = plan.next_state
         if full:
             self.last_full_sync = started
         self.last_fixed_inputs = fixed_inputs(request)
-        family = self.family_name
         for gauge, values in ((mode.written_gauge, plan.written), (mode.total_gauge, plan.totals)):
             if gauge:
                 for key, count in values.items():
@@ -260,6 +289,13 @@ class Proxier:
                             build_seconds=t2 - t1, kernel_seconds=(t1 - t0) + (t3 - t2), written=dict(plan.written))
         self.last_result = result
         return result
+
+    PHASES = ("observe", "plan", "apply")
+
+    def _phase(self, current: str | None) -> None:
+        """``kubesvc_proxy_sync_phase``: 1 for ``current`` (None: no sync running), 0 for the others."""
+        for phase in self.PHASES:
+            self.metrics.sync_phase.labels(self.family_name, phase).set(1 if phase == current else 0)
 
     def _count(self, metric: str) -> None:
         if metric:
