@@ -53,15 +53,18 @@ def find_executable(argv0: str, env: Mapping[str, str], cwd: str | None, root: s
     return shutil.which(argv0, path=os.pathsep.join(root + d for d in search.split(os.pathsep)) if root else search)
 
 
-def _read_to_end(fd: int) -> str:
-    """What the mount helper reported before it exec'd the command ("" when it did)."""
-    chunks = []
+async def _read_to_end(fd: int) -> str:
+    """What the mount helper reported before it exec'd the command ("" when it did), read by
+    the event loop: a start holds no worker thread while the helper runs (it held one of the
+    default executor's few for the helper's whole start-up, and a burst of container starts
+    queued the other Pods' set-ups, which run on those threads, behind them)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0))
     try:
-        while chunk := os.read(fd, 4096):
-            chunks.append(chunk)
+        return (await reader.read()).decode(errors="replace")
     finally:
-        os.close(fd)
-    return b"".join(chunks).decode(errors="replace")
+        transport.close()
 
 
 @dataclass
@@ -139,7 +142,7 @@ class ContainerProcess:
         if self._process.stderr is not None:  # a terminal has one stream
             self._pumps.append(asyncio.create_task(pump(self._process.stderr, "stderr", self._log, self._to_listeners)))
         if status_read is not None:
-            failure = await asyncio.to_thread(_read_to_end, status_read)
+            failure = await _read_to_end(status_read)
             if failure:
                 await self.wait()
                 raise StartError(failure)
