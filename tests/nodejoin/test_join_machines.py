@@ -1,8 +1,10 @@
 """Machines joining as nodes with the real commands (issue 19's done-when, the join part):
-three network namespaces on one LAN bridge (nothing leaves them). The first runs
-``kubesvc up --cluster-init``; ``kubesvc token create --print-join-command`` prints the join;
-the other two run it (``kubesvc join https://<first>:6443 --token ... --discovery-token-ca-cert-hash ...
---zone ...``). One cluster serves the module.
+three network namespaces on one LAN bridge (nothing leaves them; tests/nodejoin/joined.py). The
+first runs ``kubesvc up --cluster-init``; ``kubesvc token create --print-join-command`` prints
+the join; the other two run it (``kubesvc join https://<first>:6443 --token ...
+--discovery-token-ca-cert-hash ... --zone ...``). One cluster serves the module.
+test_join_machines_vxlan.py runs this module's Pod network tests again on ``--pod-network
+vxlan`` machines behind a router.
 
 Observed with the real kubectl: three Ready nodes with distinct Pod CIDRs (the joiners' from
 the cluster's node-ipam-controller) and their zone labels, the approved and issued CSRs, the
@@ -13,122 +15,31 @@ node, removes what it made on its machine and the Node turns NotReady.
 Every machine runs ``--pod-network routes`` (direct routes to the other nodes' Pod CIDRs), so
 Services span the machines: echo Pods pinned to each node behind one ClusterIP answer from every
 node and from a Pod on every node (the backends themselves too); a Pod on m1 reaches the Pod on m3 by its Pod IP and is seen
-with its own IP; a NodePort with ``externalTrafficPolicy: Local`` answers from a LAN client (m4,
-no node) only on the node with a local endpoint and the server sees the client's address, with
+with its own IP; a NodePort with ``externalTrafficPolicy: Local`` answers from a LAN client (the
+spare, no node) only on the node with a local endpoint and the server sees the client's address, with
 ``Cluster`` on all three.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
-import re
 import signal
 import stat
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.nodejoin.joined import JOINED, holds_no_pod_network, joined_cluster, kubesvc, pod_network_routes, route_to, traces_of_node
 from tests.support import netns
-from tests.support.agent import nsenter_argv
 from tests.support.slowdown import scaled
-from tests.support.up import Machine
 
 pytestmark = pytest.mark.kernel
-
-LAN = "192.168.79"
-JOINED = re.compile(r"^kubesvc joined (\S+) as node (\S+): Pods in (\S+),")
-
-
-def kubesvc(ns: netns.Netns, *args: str, check: bool = True, timeout: float = 90) -> subprocess.CompletedProcess:
-    result = subprocess.run(nsenter_argv(ns.name, sys.executable, "-m", "kubesvc", *args), capture_output=True, text=True,
-                            timeout=scaled(timeout), cwd=netns.REPO_ROOT)
-    assert not check or result.returncode == 0, result.stderr
-    return result
-
-
-def machine_ns(lan: netns.Netns, index: int) -> netns.Netns:
-    ns = netns.Netns.create(f"m{index}")
-    netns.veth(ns, "eth0", lan, f"m{index}")
-    netns.attach(lan, f"m{index}", "br0")
-    ns.ip("addr", "add", f"{LAN}.{10 + index}/24", "dev", "eth0")
-    ns.ip("link", "set", "eth0", "up")
-    return ns
-
-
-class Joiner:
-    def __init__(self, ns: netns.Netns, tmp: Path, index: int):
-        self.ns, self.index = ns, index
-        self.name = f"m{index}"
-        self.data_dir = tmp / f"node{index}"
-        self.log_path = tmp / f"join{index}.log"
-        self.process: subprocess.Popen | None = None
-        self.line = ""
-
-    def join(self, command: list[str], *extra: str, timeout: float = 180) -> str:
-        from tests.cluster.machines import _first_line
-
-        argv = nsenter_argv(self.ns.name, sys.executable, "-m", "kubesvc", *command[1:], "--data-dir", str(self.data_dir),
-                            "--node-name", self.name, "--node-ip", f"{LAN}.{10 + self.index}", *extra)
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, cwd=netns.REPO_ROOT)
-        self.line = _first_line(self.process, scaled(timeout))
-        assert JOINED.match(self.line), f"join did not announce itself ({self.line!r}, exit {self.process.poll()}):\n" + \
-            self.log_path.read_text()[-4000:]
-        return self.line
-
-    def kubectl(self, *args: str) -> subprocess.CompletedProcess:
-        """kubectl on this machine with the node's own credential."""
-        return subprocess.run(nsenter_argv(self.ns.name, "kubectl", f"--kubeconfig={self.data_dir / 'kubeconfig'}",
-                                           f"--cache-dir={self.data_dir.parent / f'cache{self.index}'}", *args),
-                              capture_output=True, text=True, timeout=scaled(60))
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=scaled(60))
-            if self.process.poll() is None:
-                self.process.kill()
-                self.process.wait()
-        if self.process is not None and self.process.stdout is not None:
-            self.process.stdout.close()
-        if self.data_dir.exists():
-            kubesvc(self.ns, "leave", "--data-dir", str(self.data_dir), check=False)
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("join")
-    lan = netns.Netns.create("lan")
-    namespaces: list[netns.Netns] = []
-    server = None
-    joiners: list[Joiner] = []
-    try:
-        netns.bridge(lan, "br0")
-        namespaces = [machine_ns(lan, i) for i in (1, 2, 3, 4)]
-        (tmp / "m1").mkdir()
-        server = Machine(namespaces[0], tmp / "m1")
-        server.up(timeout=scaled(180), extra=("--cluster-init", "--node-name", "m1", "--pod-cidr", "10.244.0.0/24",
-                                              "--cluster-cidr", "10.244.0.0/16", "--pod-network", "routes"))
-        command = kubesvc(namespaces[0], "token", "create", "--data-dir", str(server.data_dir), "--print-join-command").stdout.split()
-        joiners = [Joiner(namespaces[i - 1], tmp, i) for i in (2, 3)]
-        for joiner, zone in zip(joiners, ("zone-b", "zone-c")):
-            joiner.join(command, "--zone", zone, "--pod-network", "routes")
-        yield {"server": server, "joiners": joiners, "command": command, "spare": namespaces[3], "tmp": tmp}
-    finally:
-        for joiner in joiners:
-            joiner.stop()
-        if server is not None:
-            if server.process is not None and server.process.poll() is None:
-                server.interrupt(timeout=scaled(60))
-            server.teardown()
-        for ns in namespaces[1:]:
-            ns.close()
-        lan.close()
+    with joined_cluster(tmp_path_factory.mktemp("join"), "routes", segments=1) as joined:
+        yield joined
 
 
 def nodes(server) -> dict[str, dict]:
@@ -142,7 +53,7 @@ def ready(node: dict) -> bool:
 @pytest.mark.timeout(900)
 def test_three_ready_nodes_with_distinct_pod_cidrs_and_their_csrs(cluster):
     server, (two, three) = cluster["server"], cluster["joiners"]
-    assert cluster["command"][:2] == ["kubesvc", "join"] and cluster["command"][2].startswith(f"https://{LAN}.11:")
+    assert cluster["command"][:2] == ["kubesvc", "join"] and cluster["command"][2].startswith(f"https://{cluster.ip(1)}:")
     netns.wait_until(lambda: len([n for n in nodes(server).values() if ready(n)]) == 3, scaled(120), "three Ready nodes")
     table = server.kubectl("get", "nodes", "--no-headers").stdout.splitlines()
     assert sorted(line.split()[:2] for line in table) == [["m1", "Ready"], ["m2", "Ready"], ["m3", "Ready"]]
@@ -154,10 +65,10 @@ def test_three_ready_nodes_with_distinct_pod_cidrs_and_their_csrs(cluster):
     assert found["m2"]["metadata"]["labels"]["topology.kubernetes.io/zone"] == "zone-b"
     assert found["m3"]["metadata"]["labels"]["topology.kubernetes.io/zone"] == "zone-c"
     internal = {a["address"] for a in found["m3"]["status"]["addresses"] if a["type"] == "InternalIP"}
-    assert internal == {f"{LAN}.13"}
+    assert internal == {cluster.ip(3)}
     wide = [line.split() for line in server.kubectl("get", "nodes", "-o", "wide").stdout.splitlines()]
     column = wide[0].index("INTERNAL-IP")
-    assert {row[0]: row[column] for row in wide[1:]} == {"m1": f"{LAN}.11", "m2": f"{LAN}.12", "m3": f"{LAN}.13"}
+    assert {row[0]: row[column] for row in wide[1:]} == {"m1": cluster.ip(1), "m2": cluster.ip(2), "m3": cluster.ip(3)}
     rows = [line.split() for line in server.kubectl("get", "csr", "--no-headers").stdout.splitlines()]
     issued = [r for r in rows if r[2] == "kubernetes.io/kube-apiserver-client-kubelet" and r[-1] == "Approved,Issued"]
     assert len(issued) >= 2 and all(r[3].startswith("system:bootstrap:") for r in issued)
@@ -190,7 +101,7 @@ def test_a_wrong_token_changes_nothing(cluster):
     csrs_before = server.kubectl("get", "csr", "-o", "name").stdout.split()
     data_dir = tmp / "node4"
     result = kubesvc(spare, *command[1:command.index("--token")], "--token", token.split(".")[0] + ".0000000000000000",
-                     "--data-dir", str(data_dir), "--node-name", "m4", "--node-ip", f"{LAN}.14", check=False)
+                     "--data-dir", str(data_dir), "--node-name", "m4", "--node-ip", cluster.ip(4), check=False)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 1 and len(lines) == 1, result.stderr
     assert lines[0].startswith("Error: cannot join: the token's secret does not match")
@@ -277,11 +188,6 @@ def echoes(cluster):
         server.kubectl("delete", "services", "echo", "echo-local", "echo-cluster", "--ignore-not-found", "--wait=false", check=False)
 
 
-def pod_network_routes(ns: netns.Netns) -> list[str]:
-    """The routes the Pod network made on a machine (``ip route show proto 77``)."""
-    return [line.strip() for line in ns.ip("route", "show", "proto", "77").stdout.splitlines() if line.strip()]
-
-
 def pod_netns(pod: dict) -> str:
     return "kubesvc-" + pod["metadata"]["uid"]  # the agent's --netns-prefix default, as up and join run it
 
@@ -321,7 +227,7 @@ def test_nodeport_local_answers_only_where_an_endpoint_is_and_keeps_the_client_a
     from tests.support.agent import requests_in
 
     server, spare = cluster["server"], cluster["spare"]
-    client_ip = f"{LAN}.14"  # m4: on the LAN, no node
+    client_ip = cluster.ip(4)  # the spare: on the LAN, no node
     server.kubectl("apply", "-f", "-", input=echo_service("echo-local", {"app": "echo", "machine": "m3"}, type="NodePort",
                                                           externalTrafficPolicy="Local"))
     server.kubectl("apply", "-f", "-", input=echo_service("echo-cluster", {"app": "echo"}, type="NodePort", externalTrafficPolicy="Cluster"))
@@ -329,10 +235,10 @@ def test_nodeport_local_answers_only_where_an_endpoint_is_and_keeps_the_client_a
     cluster_port = server.get("service", "echo-cluster")["spec"]["ports"][0]["nodePort"]
     want = {f"echo-{m}" for m in MACHINES}
     for index in (1, 2, 3):  # every node's proxy has the later Service, so the earlier one too
-        answers_seen(spare.name, f"{LAN}.{10 + index}", cluster_port, want, scaled(90))
-    assert answers_seen(spare.name, f"{LAN}.13", local_port, {"echo-m3"}, scaled(60)) == {"echo-m3": client_ip}
+        answers_seen(spare.name, cluster.ip(index), cluster_port, want, scaled(90))
+    assert answers_seen(spare.name, cluster.ip(3), local_port, {"echo-m3"}, scaled(60)) == {"echo-m3": client_ip}
     for index in (1, 2):  # no local endpoint: nothing answers there
-        outcomes = requests_in(spare.name, f"{LAN}.{10 + index}", local_port, 2, timeout=2)
+        outcomes = requests_in(spare.name, cluster.ip(index), local_port, 2, timeout=2)
         assert all(o.startswith("!") for o in outcomes), (index, outcomes)
 
 
@@ -364,7 +270,7 @@ def test_a_joined_nodes_proxy_answers_its_nodeport(cluster):
     netns.wait_until(lambda: ready_endpoints(server, "web2"), scaled(90), "web-m2 ready in its EndpointSlice")
 
     def answers() -> bool:
-        return spare.run("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "2", f"http://{LAN}.12:30802/",
+        return spare.run("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "2", f"http://{cluster.ip(2)}:30802/",
                          check=False).stdout == "200"
 
     netns.wait_until(answers, scaled(60), "the NodePort on m2 answering from the LAN")
@@ -401,13 +307,12 @@ def test_leave_removes_what_the_node_made_and_it_turns_not_ready(cluster):
     server.kubectl("apply", "-f", "-", input=web("web-m3", "m3", "web3"))
     server.kubectl("apply", "-f", "-", input=service("web3", "web3", 30803))
     netns.wait_until(lambda: ready_endpoints(server, "web3"), scaled(90), "web-m3 ready in its EndpointSlice")
-    result = kubesvc(three.ns, "leave", "--data-dir", str(three.data_dir))
-    assert result.returncode == 0 and "nothing of" in result.stdout
-    assert three.process.wait(timeout=scaled(30)) == 0
+    result = three.leave()  # and the join exits 0
+    assert result.returncode == 0 and "nothing of" in result.stdout, result.stderr
     assert not three.data_dir.exists()
     assert "cbr0" not in three.ns.ip("link").stdout
     assert "kube-proxy" not in three.ns.run("nft", "list", "tables").stdout
-    assert pod_network_routes(three.ns) == [] and "kubesvc-pod-network" not in three.ns.run("nft", "list", "tables").stdout
+    assert holds_no_pod_network(three.ns)  # no routes of ours, no VXLAN device, no masquerade table
     netns.wait_until(lambda: not ready(nodes(server)["m3"]), scaled(60), "m3 NotReady")
     netns.wait_until(lambda: not ready_endpoints(server, "web3"), scaled(60), "web-m3's endpoint drained")
 
@@ -415,7 +320,9 @@ def test_leave_removes_what_the_node_made_and_it_turns_not_ready(cluster):
 def test_stopping_a_join_after_kubectl_delete_node_removes_what_it_made(cluster):
     server, (two, three) = cluster["server"], cluster["joiners"]
     cidr = nodes(server)["m2"]["spec"]["podCIDRs"][0]
-    assert f"{cidr} via {LAN}.12 dev eth0" in pod_network_routes(server.ns)  # m1 routes m2's Pods via m2
+    assert route_to(cluster.mode, cidr, cluster.ip(2)) in pod_network_routes(server.ns)  # m1 routes m2's Pods to m2
+    traces = traces_of_node(server.ns, cidr, cluster.ip(2))
+    assert len(traces) == (1 if cluster.mode == "routes" else 3), traces  # the route (vxlan: and m2's VTEP neighbour and FDB entry)
     server.kubectl("apply", "-f", "-", input=web("web-m2b", "m2", "web2b"))
     netns.wait_until(lambda: (server.get("pod", "web-m2b").get("status") or {}).get("phase") == "Running", scaled(60), "web-m2b running")
     server.kubectl("delete", "node", "m2")
@@ -424,7 +331,7 @@ def test_stopping_a_join_after_kubectl_delete_node_removes_what_it_made(cluster)
     assert not two.data_dir.exists()
     assert "cbr0" not in two.ns.ip("link").stdout
     assert "kube-proxy" not in two.ns.run("nft", "list", "tables").stdout
-    assert pod_network_routes(two.ns) == [] and "kubesvc-pod-network" not in two.ns.run("nft", "list", "tables").stdout
+    assert holds_no_pod_network(two.ns)
     assert "m2" not in nodes(server)
-    netns.wait_until(lambda: not any(line.startswith(cidr) for line in pod_network_routes(server.ns)), scaled(60),
-                     "m1 to drop its route to the deleted m2's Pods")
+    netns.wait_until(lambda: not traces_of_node(server.ns, cidr, cluster.ip(2)), scaled(60),
+                     "m1 to drop its route (and VXLAN entries) to the deleted m2's Pods")
