@@ -722,3 +722,46 @@ async def test_run_makes_its_first_pass_at_once(cluster):
             await task
     assert await cluster.port_owner(30010) == ("default", "a")
     assert "10.96.0.53" in cluster.allocators.families["IPv4"].taken  # the index was reloaded
+
+
+async def test_a_pass_reports_its_progress(cluster, caplog, monkeypatch):
+    """The pass's phases in the phase gauge while it runs, its lines (the store's counts, the
+    findings acted on, complete with elapsed) at INFO once it is slow (here: at once), and its
+    duration and completion time in the metrics."""
+    await _missing_ip_address(cluster)
+    monkeypatch.setattr(cluster.repair, "SLOW_PASS", 0.0)
+    phases = []
+    real_apply, real_settle = cluster.repair.apply, cluster.repair._settle_index
+
+    def current() -> list[str]:
+        registry = cluster.allocators.metrics.registry
+        return [p for p in ("snapshot", "apply", "index") if registry.get_sample_value("kubesvc_apiserver_service_repair_phase", {"phase": p}) == 1]
+
+    async def apply(*args, **kwargs):
+        phases.append(current())
+        return await real_apply(*args, **kwargs)
+
+    async def settle(differences):
+        phases.append(current())
+        return await real_settle(differences)
+
+    monkeypatch.setattr(cluster.repair, "apply", apply)
+    monkeypatch.setattr(cluster.repair, "_settle_index", settle)
+    caplog.set_level("INFO", logger="kubesvc.apiserver")
+    task = asyncio.create_task(cluster.repair.run(3600))
+    try:
+        for _ in range(500):
+            if cluster.metric("kubesvc_apiserver_service_repair_last_pass_timestamp_seconds") > 0:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert phases == [["apply"], ["index"]]
+    assert current() == []
+    assert cluster.metric("kubesvc_apiserver_service_repair_pass_duration_seconds_count") == 1
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("repair")]
+    assert lines[0].startswith("repair: read the store at revision ") and "1 Services, 0 IPAddresses, 0 NodePort records" in lines[0], lines
+    assert lines[1].startswith("repair: acted on 1 findings at revision "), lines
+    assert lines[2].startswith("repair pass complete revision=") and "elapsed=" in lines[2], lines

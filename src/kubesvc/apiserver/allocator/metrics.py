@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 if TYPE_CHECKING:
@@ -43,6 +43,16 @@ class AllocatorMetrics:
         self.ip_repair_reconcile_errors = Counter("kube_apiserver_clusterip_repair_reconcile_errors", "Number of reconciliation failures on the clusterip repair reconcile loop", registry=r)
         self.port_repair_errors = Counter("kube_apiserver_nodeport_repair_port_errors", "Number of errors detected on ports by the repair loop broken down by type of error: leak, repair, full, outOfRange, duplicate, unknown",
                                           ["type"], registry=r)
+        # Not upstream's (its repair loops say nothing of a pass but its errors): where a pass
+        # over a large store is (phase snapshot|apply|index, 1 for the current one), and when and
+        # how long the last one took.
+        self.repair_phase = Gauge("kubesvc_apiserver_service_repair_phase", "1 for the phase the running Service repair pass is in",
+                                  ["phase"], registry=r)
+        self.repair_pass_duration = Histogram("kubesvc_apiserver_service_repair_pass_duration_seconds",
+                                              "How long a ClusterIP and NodePort repair pass took", buckets=_DEF_BUCKETS + (30.0, 60.0),
+                                              registry=r)
+        self.repair_last_pass = Gauge("kubesvc_apiserver_service_repair_last_pass_timestamp_seconds",
+                                      "When the last ClusterIP and NodePort repair pass completed", registry=r)
         self.port_repair_reconcile_errors = Counter("kube_apiserver_nodeport_repair_reconcile_errors", "Number of reconciliation failures on the nodeport repair reconcile loop", registry=r)
 
     def watch_allocators(self, allocators: "ServiceAllocators") -> None:

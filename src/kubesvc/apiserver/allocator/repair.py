@@ -27,6 +27,13 @@ operator writing storage by hand or a bug left inconsistent. They are built in t
 coroutines), decodes each page, decides and compares in a worker thread, and acts on the event
 loop, so a pass over 100k Services stalls the loop for milliseconds, not seconds.
 
+Progress: upstream's repair loops report only what they found (events, the ``*_repair_*_errors``
+counters). A pass over a large store takes seconds, so ours also says how far it is: log lines
+when it has read the store (the counts), acted, and completed (``elapsed``), at INFO once the
+pass has run a second (DEBUG before), and gauges of our own: ``kubesvc_apiserver_service_repair_phase``
+(snapshot, apply, index; 1 for the current phase), ``..._pass_duration_seconds`` and
+``..._last_pass_timestamp_seconds``.
+
 ClusterIPs (repairip.go's Service loop, then its IPAddress loop):
 
 ====================  ==========================================================  ===========
@@ -80,6 +87,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, AsyncIterator, Callable, Literal
@@ -713,7 +721,11 @@ class Repair:
         """A failure counts in both loops' reconcile_errors metric. With ``offload`` the
         decoding and the deciding run in a worker thread."""
         try:
+            started = time.monotonic()
             snapshot = await self.snapshot(offload=offload)
+            self._progress("repair: read the store at revision %d: %d Services, %d IPAddresses, %d NodePort records elapsed=%.3fs",
+                           snapshot.revision, len(snapshot.services), len(snapshot.ip_addresses), len(snapshot.node_ports),
+                           time.monotonic() - started)
             return await asyncio.to_thread(self.plan, snapshot) if offload else self.plan(snapshot)
         except Exception:
             self.metrics.ip_repair_reconcile_errors.inc()
@@ -824,9 +836,19 @@ class Repair:
         allocator write happens."""
         while True:
             try:
+                self._pass_started = started = time.monotonic()
+                self._phase("snapshot")
                 plans = await self._snapshot_and_plan(offload=True)
+                self._phase("apply")
                 report = await self.apply(*plans, reload_index=False)
+                self._progress("repair: acted on %d findings at revision %d elapsed=%.3fs", len(plans[0].findings) + len(plans[1].findings),
+                               report.revision, time.monotonic() - started)
+                self._phase("index")
                 await self._settle_index(await self.index_differences(await self.index_state(), offload=True))
+                elapsed = time.monotonic() - started
+                self.metrics.repair_pass_duration.observe(elapsed)
+                self.metrics.repair_last_pass.set(time.time())
+                self._progress("repair pass complete revision=%d elapsed=%.3fs", report.revision, elapsed)
                 if not report.clean:
                     log.info("repair pass at revision %d: ClusterIPs %s, NodePorts %s, %d pending leaks, %d skipped",
                              report.revision, report.ip_errors, report.port_errors,
@@ -835,7 +857,21 @@ class Repair:
                 raise
             except Exception:
                 log.exception("repair pass failed; retrying in %.1fs", interval)
+            finally:
+                self._phase(None)
             await asyncio.sleep(interval)
+
+    PHASES = ("snapshot", "apply", "index")
+    SLOW_PASS = 1.0  # seconds: a pass this long (a large store) says how far it is at INFO, a quick one at DEBUG
+    _pass_started = float("inf")
+
+    def _phase(self, current: str | None) -> None:
+        for phase in self.PHASES:
+            self.metrics.repair_phase.labels(phase).set(1 if phase == current else 0)
+
+    def _progress(self, message: str, *args) -> None:
+        slow = time.monotonic() - self._pass_started >= self.SLOW_PASS
+        log.log(logging.INFO if slow else logging.DEBUG, message, *args)
 
     # ---- acting ------------------------------------------------------------------------------
     async def _service_now(self, key: ServiceKey, services: dict[ServiceKey, CurrentService]) -> CurrentService:
