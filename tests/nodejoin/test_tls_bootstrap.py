@@ -128,6 +128,24 @@ def test_rotation_deadline_is_70_to_90_percent_of_the_lifetime(rand, fraction):
     assert abs((deadline - start) - timedelta(days=100 * fraction)) < timedelta(minutes=1)
 
 
+def test_an_expired_certificate_is_not_rotated_but_said_once(server, tmp_path, caplog):
+    """Past NotAfter the apiserver refuses the node's own certificate: no retry every minute
+    for ever, but one error saying to join again (the kubelet falls back to its bootstrap
+    credential; a joined node holds none)."""
+    token = kubesvc("token", "create", "--kubeconfig", str(server.kubeconfig)).stdout.strip()
+    ca, key, cert = asyncio.run(bootstrap(server, token, "expired"))
+    paths = tlsbootstrap.Paths(tmp_path / "node")
+    tlsbootstrap.write_credentials(paths, server.url, ca, key, cert, "expired")
+
+    async def on_rotated():
+        raise AssertionError("an expired certificate was renewed")
+
+    after_expiry = tlsbootstrap.current_certificate(paths).not_valid_after_utc + timedelta(seconds=1)
+    asyncio.run(asyncio.wait_for(tlsbootstrap.rotate_forever(paths, server.url, "expired", on_rotated, now=lambda: after_expiry), 5))
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "join again with a token" in errors[0], errors
+
+
 def test_rotation_renews_with_the_nodes_own_credential(server, tmp_path):
     """At the deadline (here: a clock far in the future) the node asks with its current
     certificate; the approver's selfnodeclient rule approves it and the files hold the new pair."""
@@ -143,8 +161,10 @@ def test_rotation_renews_with_the_nodes_own_credential(server, tmp_path):
         async def on_rotated():
             rotated.set()
 
+        current = tlsbootstrap.current_certificate(paths)
+        past_every_deadline = current.not_valid_before_utc + (current.not_valid_after_utc - current.not_valid_before_utc) * 0.95
         task = asyncio.create_task(tlsbootstrap.rotate_forever(paths, server.url, "rotator", on_rotated, timeout=60,
-                                                                now=lambda: datetime(2100, 1, 1, tzinfo=timezone.utc)))
+                                                                now=lambda: past_every_deadline))
         try:
             await asyncio.wait_for(rotated.wait(), 60)
         finally:

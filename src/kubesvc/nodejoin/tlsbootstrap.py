@@ -180,6 +180,15 @@ async def rotate_forever(paths: Paths, server: str, node_name: str, on_rotated, 
         cert = current_certificate(paths)
         if cert is None:
             return
+        if cert.not_valid_after_utc <= now():
+            # an expired certificate cannot ask for its successor (the apiserver answers 401);
+            # the kubelet falls back to its bootstrap credential, which a join no longer holds
+            import logging
+
+            logging.getLogger("kubesvc.nodejoin").error(
+                "the node's client certificate expired at %s; rotation cannot renew it: join again with a token "
+                "(kubesvc token create on a server, then kubesvc join --token ...)", cert.not_valid_after_utc.isoformat())
+            return
         deadline = next_rotation_deadline(cert.not_valid_before_utc, cert.not_valid_after_utc, rand())
         await asyncio.sleep(max(0.0, (deadline - now()).total_seconds()))
         try:
