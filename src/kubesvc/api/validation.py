@@ -237,13 +237,30 @@ def _validate_service(obj: Any, namespaced: bool) -> Errs:
     errs += _load_balancer_class(svc)
     errs += _external_traffic_policy(svc)
     errs += _internal_traffic_policy(svc)
-    if svc.traffic_distribution is not None and svc.traffic_distribution not in _TRAFFIC_DISTRIBUTIONS:
-        errs.append(not_supported("spec.trafficDistribution", svc.traffic_distribution, sorted(_TRAFFIC_DISTRIBUTIONS)))
+    errs += traffic_distribution_errors(svc.traffic_distribution)
     return errs
+
+
+TRAFFIC_DISTRIBUTION_PATH = "spec.trafficDistribution"
+
+
+def traffic_distribution_errors(value: str | None, *, prefer_same: bool = True) -> Errs:
+    """``validateServiceTrafficDistribution``: ``PreferClose`` always; its newer spellings
+    ``PreferSameZone`` and ``PreferSameNode`` only while the ``PreferSameTrafficDistribution``
+    feature gate is on (alpha, off, in 1.33; beta, on, in 1.34; locked on in 1.35), otherwise
+    NotSupported listing ``PreferClose`` alone. ``validate`` checks with the gate on; an
+    apiserver running with it off checks again with ``prefer_same=False`` (ServiceStrategy)."""
+    if value is None:
+        return []
+    supported = _TRAFFIC_DISTRIBUTIONS if prefer_same else _TRAFFIC_DISTRIBUTIONS_GATE_OFF
+    if value not in supported:
+        return [not_supported(TRAFFIC_DISTRIBUTION_PATH, value, sorted(supported))]
+    return []
 
 
 # 1.34 (PreferSameTrafficDistribution beta, on): PreferClose and its newer spellings
 _TRAFFIC_DISTRIBUTIONS = frozenset({"PreferClose", "PreferSameZone", "PreferSameNode"})
+_TRAFFIC_DISTRIBUTIONS_GATE_OFF = frozenset({"PreferClose"})
 
 
 def _topology_annotations(annotations: dict[str, str]) -> Errs:

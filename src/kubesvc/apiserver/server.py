@@ -21,7 +21,7 @@ import logging
 import socket
 import sqlite3
 import ssl
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -148,7 +148,8 @@ async def build_control_plane(backend, clock: Clock, cidrs: list[str], node_port
                         static_subrange: bool = True, node_port_static_subrange: bool = True,
                         metrics_registry: CollectorRegistry | None = None,
                         authorization: Authorization | None = None,
-                        admission: Sequence[ServiceAccountAdmission] = ()) -> tuple[Registry, ServiceAllocators]:
+                        admission: Sequence[ServiceAccountAdmission] = (),
+                        feature_gates: Mapping[str, bool] | None = None) -> tuple[Registry, ServiceAllocators]:
     """The registry with its allocators, bootstrap objects in place (namespaces, the default
     ServiceCIDR) and the allocators' index loaded. ``allocators.service_cidr_controller`` is
     the controller for ServiceCIDRs, woken by every ServiceCIDR change and IP release.
@@ -156,7 +157,7 @@ async def build_control_plane(backend, clock: Clock, cidrs: list[str], node_port
     reconciled. Each ``admission`` plugin wraps the strategies of the kinds it admits."""
     allocators = ServiceAllocators(cidrs, node_port_range, static_subrange=static_subrange, node_port_static_subrange=node_port_static_subrange,
                                    metrics=AllocatorMetrics(metrics_registry))
-    strategies = allocation_strategies(allocators, allocators.kick_service_cidrs)
+    strategies = allocation_strategies(allocators, allocators.kick_service_cidrs, feature_gates=feature_gates)
     if authorization is not None:
         strategies = authorization.strategies(strategies)
     for plugin in admission:
@@ -239,7 +240,7 @@ class APIServer:
             self.backend, self.clock, cidrs, config.service_node_port_range,
             static_subrange=config.feature_gates.get("ServiceIPStaticSubrange", True),
             node_port_static_subrange=config.feature_gates.get("ServiceNodePortStaticSubrange", True), metrics_registry=metrics_registry,
-            authorization=self.authorization, admission=admission)
+            authorization=self.authorization, admission=admission, feature_gates=config.feature_gates)
         host_address = _host_address() if auth.unspecified(config.bind_address) and not config.advertise_address else None
         self.advertise_address = auth.advertise_address(config.advertise_address, config.bind_address, host_address)
         try:

@@ -31,6 +31,7 @@ KNOWN_FEATURE_GATES = {
     "DisableAllocatorDualWrite": False,
     "ServiceTrafficDistribution": True,
     "TopologyAwareHints": True,
+    "PreferSameTrafficDistribution": True,  # 1.34 beta, on: Services' PreferSameZone/PreferSameNode, EndpointSlices' forNodes hints
     "AllAlpha": False,
     "AllBeta": False,
 }

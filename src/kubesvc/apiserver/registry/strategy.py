@@ -146,11 +146,28 @@ class Strategy:
 
 class ServiceStrategy(Strategy):
     """clusterIP/clusterIPs normalisation, keeping allocated values a PUT omits, and the
-    allocators (ipFamilies/ipFamilyPolicy are settled there, as upstream's initIPFamilyFields)."""
+    allocators (ipFamilies/ipFamilyPolicy are settled there, as upstream's initIPFamilyFields).
+    With the ``PreferSameTrafficDistribution`` gate off (``prefer_same_traffic_distribution``),
+    ``trafficDistribution`` may only be ``PreferClose``, on create and update alike: upstream's
+    ``validateServiceTrafficDistribution`` reads the gate, with no exception for a stored value."""
 
-    def __init__(self, info: KindInfo, allocators: Allocations):
+    def __init__(self, info: KindInfo, allocators: Allocations, *, prefer_same_traffic_distribution: bool = True):
         super().__init__(info)
         self.allocators = allocators
+        self.prefer_same_traffic_distribution = prefer_same_traffic_distribution
+
+    def _gated(self, errors: list[FieldError], obj: dict) -> list[FieldError]:
+        if self.prefer_same_traffic_distribution:
+            return errors
+        value = (obj.get("spec") or {}).get("trafficDistribution") if isinstance(obj.get("spec"), dict) else None
+        return ([e for e in errors if e.field != validation.TRAFFIC_DISTRIBUTION_PATH]
+                + validation.traffic_distribution_errors(value if isinstance(value, str) else None, prefer_same=False))
+
+    def validate(self, obj: dict) -> list[FieldError]:
+        return self._gated(super().validate(obj), obj)
+
+    def validate_update(self, new: dict, old: dict) -> list[FieldError]:
+        return self._gated(super().validate_update(new, old), new)
 
     def prepare_for_create(self, obj: dict) -> None:
         super().prepare_for_create(obj)
@@ -284,15 +301,48 @@ class EventStrategy(CreateOnUpdateStrategy):
 class EndpointSliceStrategy(Strategy):
     """EndpointSlices have no spec: everything outside metadata, and the labels, count as the
     generation (upstream ``endpointslice`` strategy ``PrepareForUpdate``). The EndpointSlice
-    controller relies on it to tell its own writes from a stale cache."""
+    controller relies on it to tell its own writes from a stale cache.
+
+    With the ``PreferSameTrafficDistribution`` gate off (``prefer_same_traffic_distribution``),
+    endpoints' ``hints.forNodes`` are dropped on create, and on update unless the stored slice
+    already has them on some endpoint (upstream's ``dropDisabledFieldsOnCreate`` /
+    ``dropDisabledFieldsOnUpdate``; zone hints, TopologyAwareHints, are GA and always kept)."""
 
     bumps_generation = True
+
+    def __init__(self, info: KindInfo, *, prefer_same_traffic_distribution: bool = True):
+        super().__init__(info)
+        self.prefer_same_traffic_distribution = prefer_same_traffic_distribution
+
+    def prepare_for_create(self, obj: dict) -> None:
+        super().prepare_for_create(obj)
+        if not self.prefer_same_traffic_distribution:
+            _drop_node_hints(obj)
+
+    def prepare_for_update(self, new: dict, old: dict) -> None:
+        super().prepare_for_update(new, old)
+        if not self.prefer_same_traffic_distribution and not any(
+                isinstance(hints := (e.get("hints") if isinstance(e, dict) else None), dict) and hints.get("forNodes") is not None
+                for e in _endpoints(old)):
+            _drop_node_hints(new)
 
     def generation_changed(self, new: dict, old: dict) -> bool:
         def body(obj: dict) -> dict:
             return {k: v for k, v in obj.items() if k not in ("metadata", "apiVersion", "kind")}
 
         return body(new) != body(old) or (new["metadata"].get("labels") or {}) != (old["metadata"].get("labels") or {})
+
+
+def _endpoints(endpoint_slice: dict) -> list:
+    endpoints = endpoint_slice.get("endpoints")
+    return endpoints if isinstance(endpoints, list) else []
+
+
+def _drop_node_hints(endpoint_slice: dict) -> None:
+    for endpoint in _endpoints(endpoint_slice):
+        hints = endpoint.get("hints") if isinstance(endpoint, dict) else None
+        if isinstance(hints, dict):
+            hints.pop("forNodes", None)
 
 
 def _csr_strategy(info: KindInfo) -> Strategy:
@@ -322,10 +372,14 @@ STRATEGIES: dict[str, Callable[[KindInfo], Strategy]] = {
 }
 
 
-def allocation_strategies(allocators: Allocations, on_service_cidr_change: Callable[[], None] = lambda: None) -> dict[str, Callable[[KindInfo], Strategy]]:
-    """Strategy overrides wiring Services, IPAddresses and ServiceCIDRs to the allocators."""
+def allocation_strategies(allocators: Allocations, on_service_cidr_change: Callable[[], None] = lambda: None, *,
+                          feature_gates: Mapping[str, bool] | None = None) -> dict[str, Callable[[KindInfo], Strategy]]:
+    """Strategy overrides wiring Services, IPAddresses and ServiceCIDRs to the allocators (and
+    the Service and EndpointSlice strategies to the ``PreferSameTrafficDistribution`` gate)."""
+    prefer_same = (feature_gates or {}).get("PreferSameTrafficDistribution", True)
     return {
-        "Service": lambda info: ServiceStrategy(info, allocators),
+        "Service": lambda info: ServiceStrategy(info, allocators, prefer_same_traffic_distribution=prefer_same),
+        "EndpointSlice": lambda info: EndpointSliceStrategy(info, prefer_same_traffic_distribution=prefer_same),
         "IPAddress": lambda info: IPAddressStrategy(info, allocators),
         "ServiceCIDR": lambda info: ServiceCIDRStrategy(info, allocators, on_service_cidr_change),
     }
