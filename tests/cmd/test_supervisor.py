@@ -153,3 +153,15 @@ async def test_a_broken_stderr_does_not_stall_the_component_and_its_log_stays_pr
         assert os.stat(log_file).st_mode & 0o777 == 0o600
     finally:
         await made.close()
+
+
+async def test_progress_lines_name_the_command_that_supervises(tmp_path):
+    """``kubesvc join`` runs its agent and proxy under the same supervisor: its lines say join."""
+    echoed: list[str] = []
+    joined = Supervisor(tmp_path / "logs", echo=echoed.append, label="kubesvc join")
+    try:
+        await joined.start("web", script(READY_THEN_SLEEP), ready_timeout=20)
+    finally:
+        await joined.close()
+    assert echoed[0] == "kubesvc join: starting web\n"
+    assert not [line for line in echoed if line.startswith("kubesvc up")]

@@ -101,8 +101,9 @@ class Component:
 
 class Supervisor:
     def __init__(self, log_dir: Path, *, policy: BackoffPolicy = BackoffPolicy(), echo=None, env: dict | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, label: str = "kubesvc up"):
         self.log_dir = Path(log_dir)
+        self.label = label  # the command whose progress the lines tell: "kubesvc up", "kubesvc join"
         self.policy = policy
         self.echo = echo or (lambda text: (sys.stderr.write(text), sys.stderr.flush()))
         self.env = dict(env if env is not None else os.environ)
@@ -131,8 +132,9 @@ class Supervisor:
         return line
 
     def say(self, what: str) -> None:
-        """A progress line of ``up`` on stderr (stdout carries only the announcement tools read)."""
-        self._echo(f"kubesvc up: {what}\n")
+        """A progress line of ``up`` (or ``join``) on stderr (stdout carries only the announcement
+        tools read)."""
+        self._echo(f"{self.label}: {what}\n")
 
     async def _spawn(self, component: Component) -> None:
         self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -75,7 +75,7 @@ class JoinSystem:
         self.data_dir = options.data_dir
         self.paths = tlsbootstrap.Paths(self.data_dir)
         self.verbosity = ["-v", str(verbosity)] if verbosity else []
-        self.supervisor = supervisor or Supervisor(self.data_dir / LOG_DIR)
+        self.supervisor = supervisor or Supervisor(self.data_dir / LOG_DIR, label="kubesvc join")
         self.state: dict = {"pid": os.getpid(), "pid_started": host.process_identity(os.getpid()), "netns": netns_record(),
                             "agent_state_dir": str(self.data_dir / AGENT_DIR / "network"), "service_routes": [],
                             "join": {"server": options.server, "node": options.node_name}}
