@@ -90,8 +90,8 @@ def test_a_service_with_two_pods_on_one_node():
     assert boxes["node/n1"]["proxy"] == {"state": "healthy", "lastUpdated": "2026-11-27T10:00:00Z", "error": "",
                                          "url": "http://10.0.0.1:10256/healthz"}
     assert boxes["node/n1"]["details"] == ["node ready, proxy healthy", "last sync IPv4 09:59:58"]  # IPv6 never synced
-    assert boxes["endpoint/default/web-abc/1"]["details"] == ["not-ready, node n1", "ready=False, serving=False, terminating=False"]
-    assert boxes["service/default/web"]["details"][:3] == ["ClusterIP 10.96.0.20", "ports: 80->8080/TCP", "internalTrafficPolicy: Cluster"]
+    assert boxes["endpoint/default/web-abc/1"]["details"] == ["not-ready, node n1", "hints: none", "ready=False, serving=False, terminating=False"]
+    assert boxes["service/default/web"]["details"] == ["ClusterIP 10.96.0.20", "ports: 80->8080/TCP", "internal Cluster"]
     assert result["rows"] == 2
 
 
@@ -132,8 +132,7 @@ def test_terminating_fallbacks_hints_and_traffic_policies_are_shown():
     boxes = boxes_by_id(result)
     assert boxes["service/default/lb"]["state"] == "serving-terminating"
     assert boxes["service/default/lb"]["details"] == [
-        "LoadBalancer 10.96.0.20", "ports: http:80->8080 (node 30080)/TCP", "internalTrafficPolicy: Local",
-        "externalTrafficPolicy: Local", "trafficDistribution: PreferClose", "sessionAffinity: ClientIP"]
+        "LoadBalancer 10.96.0.20", "ports: http:80->8080 (node 30080)/TCP", "internal Local, external Local, affinity ClientIP, PreferClose"]
     first = boxes["endpoint/default/lb-1/0"]
     assert (first["state"], first["hints"]) == ("serving-terminating", "zones: zone-a; nodes: n1")
     assert first["details"][:2] == ["serving-terminating, node n1, zone zone-a", "hints: zones: zone-a; nodes: n1"]

@@ -36,7 +36,7 @@ pytestmark = pytest.mark.kernel
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--window-size=1250,1000")
+         "--disable-component-update", "--disable-sync", "--window-size=1300,1200")
 READER_ROLE = ("create", "clusterrole", "service-map-reader", "--verb=get,list,watch",
                "--resource=services,endpointslices.discovery.k8s.io,pods,nodes,events")
 # the example Services and the Pods their selectors pick, as examples/*.yaml write them

@@ -105,6 +105,18 @@ def traffic(service: dict) -> dict:
     return shown
 
 
+def policy_line(shown: dict) -> str:
+    """``internal Cluster, external Local, affinity ClientIP, PreferClose``: the traffic settings in one line."""
+    parts = [f"internal {shown['internalTrafficPolicy']}"]
+    if "externalTrafficPolicy" in shown:
+        parts.append(f"external {shown['externalTrafficPolicy']}")
+    if shown["sessionAffinity"] != "None":
+        parts.append(f"affinity {shown['sessionAffinity']}")
+    if "trafficDistribution" in shown:
+        parts.append(shown["trafficDistribution"])
+    return ", ".join(parts)
+
+
 def hints_text(endpoint: dict) -> str:
     """``zones: a, b; nodes: n1`` from an endpoint's hints; empty without hints."""
     hints = endpoint.get("hints") or {}
@@ -160,13 +172,7 @@ def service_map(services: Iterable[dict], slices: Iterable[dict], pods: Iterable
         sid = service_id(service)
         shown = traffic(service)
         details = [f"{shown['type']} {', '.join(shown['clusterIPs'])}".rstrip(), "ports: " + ", ".join(shown["ports"])]
-        details.append(f"internalTrafficPolicy: {shown['internalTrafficPolicy']}")
-        if "externalTrafficPolicy" in shown:
-            details.append(f"externalTrafficPolicy: {shown['externalTrafficPolicy']}")
-        if "trafficDistribution" in shown:
-            details.append(f"trafficDistribution: {shown['trafficDistribution']}")
-        if shown["sessionAffinity"] != "None":
-            details.append(f"sessionAffinity: {shown['sessionAffinity']}")
+        details.append(policy_line(shown))
         own = slices_of.get((_namespace(service), _name(service)), [])
         endpoints = [(item, ep) for item in own for ep in item.get("endpoints") or []]
         states = [endpoint_state(ep.get("conditions")) for _, ep in endpoints]
@@ -188,9 +194,7 @@ def service_map(services: Iterable[dict], slices: Iterable[dict], pods: Iterable
                 state = endpoint_state(endpoint.get("conditions"))
                 where = ", ".join(x for x in (f"node {endpoint['nodeName']}" if endpoint.get("nodeName") else "",
                                                f"zone {endpoint['zone']}" if endpoint.get("zone") else "") if x)
-                details = [f"{state}" + (f", {where}" if where else "")]
-                if hints_text(endpoint):
-                    details.append("hints: " + hints_text(endpoint))
+                details = [f"{state}" + (f", {where}" if where else ""), "hints: " + (hints_text(endpoint) or "none")]
                 details.append(", ".join(f"{k}={v}" for k, v in sorted((endpoint.get("conditions") or {}).items())) or "no conditions")
                 boxes.append({"id": ident, "kind": "endpoint", "column": 2, "row": endpoint_row,
                               "label": ", ".join(endpoint.get("addresses") or []), "state": state, "details": details,

@@ -5,7 +5,9 @@
 (function () {
   const TOKEN_KEY = "kubesvc-ui-token";
   const WATCHED = ["/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices", "/api/v1/pods", "/api/v1/nodes"];
-  const COLUMN_WIDTH = 230, BOX_WIDTH = 210, ROW_HEIGHT = 56, BOX_HEIGHT = 50, TOP = 6;
+  const COLUMN_WIDTH = 230, BOX_WIDTH = 210, LAST_BOX_WIDTH = 290, ROW_HEIGHT = 70, BOX_HEIGHT = 63, TOP = 6;
+  const width = (box) => (box.column === 4 ? LAST_BOX_WIDTH : BOX_WIDTH);
+  const room = (box) => Math.floor(width(box) / 6.2);  // characters of 11px text that fit
   const SVG = "http://www.w3.org/2000/svg";
   const $ = (id) => document.getElementById(id);
   let selected = null, refreshTimer = null, watching = false, generation = 0;
@@ -50,14 +52,14 @@
   function draw(map) {
     const svg = $("map");
     svg.replaceChildren();
-    svg.setAttribute("width", 5 * COLUMN_WIDTH);
+    svg.setAttribute("width", 4 * COLUMN_WIDTH + LAST_BOX_WIDTH + 8);
     svg.setAttribute("height", TOP + Math.max(map.rows, 1) * ROW_HEIGHT);
     const byId = new Map(map.boxes.map((b) => [b.id, b]));
     for (const edge of map.edges) {
       const a = byId.get(edge.from), b = byId.get(edge.to);
       if (!a || !b) continue;
       const pa = position(a), pb = position(b);
-      svg.appendChild(el("line", { x1: pa.x + BOX_WIDTH, y1: pa.y + BOX_HEIGHT / 2, x2: pb.x, y2: pb.y + BOX_HEIGHT / 2,
+      svg.appendChild(el("line", { x1: pa.x + width(a), y1: pa.y + BOX_HEIGHT / 2, x2: pb.x, y2: pb.y + BOX_HEIGHT / 2,
                                    "data-from": edge.from, "data-to": edge.to }));
     }
     for (const box of map.boxes) {
@@ -65,9 +67,9 @@
       const g = el("g", { class: `box kind-${box.kind} state-${box.state}` + (box.id === selected ? " selected" : ""),
                           "data-id": box.id, "data-state": box.state, transform: `translate(${p.x},${p.y})` });
       g.appendChild(el("title", {}, [box.label, ...box.details].join("\n")));
-      g.appendChild(el("rect", { width: BOX_WIDTH, height: BOX_HEIGHT }));
-      g.appendChild(el("text", { x: 6, y: 15, class: "label" }, fit(box.label, 28)));
-      (box.details || []).slice(0, 2).forEach((line, i) => g.appendChild(el("text", { x: 6, y: 30 + 13 * i }, fit(line, 34))));
+      g.appendChild(el("rect", { width: width(box), height: BOX_HEIGHT }));
+      g.appendChild(el("text", { x: 6, y: 15, class: "label" }, fit(box.label, room(box) - 6)));
+      (box.details || []).slice(0, 3).forEach((line, i) => g.appendChild(el("text", { x: 6, y: 30 + 13 * i }, fit(line, room(box)))));
       if (box.kind === "service") g.addEventListener("click", () => select(box));
       svg.appendChild(g);
     }
