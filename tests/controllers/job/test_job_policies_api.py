@@ -210,3 +210,12 @@ async def test_kubectl_shows_policy_validation_errors(apiserver, namespace):
     assert "spec.podFailurePolicy.rules[0].onExitCodes.values[0]: Invalid value: 0: must not be 0 for the In operator" in result.stderr
     assert ('spec.successPolicy.rules[0].succeededIndexes: Invalid value: "1-5": error parsing succeededIndexes: too large index: "5"'
             in result.stderr)
+
+
+async def test_kubectl_explain_the_policies(apiserver):
+    """The policies are typed in the OpenAPI document: kubectl explain walks into them."""
+    exit_codes = (await kubectl(apiserver, "explain", "job.spec.podFailurePolicy.rules.onExitCodes")).stdout
+    assert "FIELD: onExitCodes <PodFailurePolicyOnExitCodesRequirement>" in exit_codes
+    assert all(f"  {name}\t<" in exit_codes for name in ("containerName", "operator", "values")), exit_codes
+    rules = (await kubectl(apiserver, "explain", "job.spec.successPolicy.rules")).stdout
+    assert "  succeededCount\t<integer>" in rules and "  succeededIndexes\t<string>" in rules, rules
