@@ -89,6 +89,7 @@ class Rendered:
     stored: float = 0.0  # a cache answer: when it was cached, for how long, and the age ``tail`` carries
     ttl: int = 0
     age: int = 0
+    unslotted: tuple | None = None  # a cache answer whose TTL fields are not found yet: (response, query)
 
     def refresh(self, now: float) -> None:
         """A cache answer's TTLs for its age at ``now`` (CoreDNS: ``ttl - age`` on every record)."""
@@ -108,6 +109,8 @@ def render_with_ttl_slots(render: Callable[..., bytes], response: dns.message.Me
     the bytes that differ, in runs of four, are the TTL fields; checked by setting them to
     ``ttl`` and getting the real rendering back."""
     sections = [rrset for section in (response.answer, response.authority, response.additional) for rrset in section]
+    for rrset in sections:
+        rrset.ttl = ttl
     wire = render(response, want_shuffle=False)
     renders = []
     for probe in (0x01010101, 0x7E7E7E7E):
@@ -155,16 +158,26 @@ class Resolver:
             self.prerendered = Prerenderer(self.records, self.settings)
 
     def render_cached(self, query_wire: bytes, query: dns.message.Message, hit: CacheHit) -> bytes:
-        """A cache answer to a UDP query, rendered and remembered: until the entry leaves the
-        cache with its TTLs rewritten as it ages, or, if its TTL fields cannot be told, until
-        its next second."""
-        answer_wire, slots = render_with_ttl_slots(lambda response, **kw: self.render(response, query, False, **kw), hit.response,
-                                                   hit.ttl - hit.age)
-        rendered = Rendered(b"", -1, True, hit.fresh_until, ROOT_ZONE, "cache", dns.rcode.to_text(hit.response.rcode()), _qtype(query), hit.kind)
-        if slots is not None:
-            rendered.expires, rendered.slots, rendered.stored, rendered.ttl, rendered.age = hit.expires, slots, hit.stored, hit.ttl, hit.age
+        """A cache answer to a UDP query, rendered (in the order it was cached) and remembered
+        until its TTLs tick; asked again after that while still cached, its TTL fields are found
+        (``_slotted``) and it is sent from then on with them rewritten, until it leaves the
+        cache. A name asked within one second costs one rendering; one asked on, three."""
+        answer_wire = self.render(hit.response, query, False, want_shuffle=False)
+        rendered = Rendered(b"", -1, True, hit.fresh_until, ROOT_ZONE, "cache", dns.rcode.to_text(hit.response.rcode()), _qtype(query), hit.kind,
+                            stored=hit.stored, ttl=hit.ttl, age=hit.age, unslotted=(hit.response, query))
         self.remember(query_wire, answer_wire, rendered)
         return answer_wire
+
+    def _slotted(self, hit: Rendered, now: float) -> bool:
+        """Find the TTL fields of a remembered cache answer whose TTLs ticked (rendering it at
+        its TTL now); False if they cannot be told."""
+        (response, query), hit.unslotted = hit.unslotted, None
+        age = int(now - hit.stored)
+        wire, slots = render_with_ttl_slots(lambda message, **kw: self.render(message, query, False, **kw), response, hit.ttl - age)
+        if slots is None:
+            return False
+        hit.tail, hit.slots, hit.age, hit.expires = wire[2:], slots, age, hit.stored + hit.ttl
+        return True
 
     def remember(self, query_wire: bytes, answer_wire: bytes, rendered: Rendered) -> None:
         if len(self.rendered) >= RENDERED_MAX:
@@ -185,6 +198,8 @@ class Resolver:
             if now < hit.expires:
                 if hit.slots:
                     hit.refresh(now)
+                return hit
+            if hit.unslotted is not None and now < hit.stored + hit.ttl and self._slotted(hit, now):
                 return hit
         del self.rendered[query_wire[2:]]
         return None
@@ -356,7 +371,7 @@ class UDPServer(asyncio.DatagramProtocol):
         if handled.wire is not None and self.transport is not None and not self.transport.is_closing():
             self.transport.sendto(handled.wire, addr)
             if handled.cache_hit is not None:
-                self.resolver.render_cached(data, query, handled.cache_hit)  # sent as rendered above next time
+                self.resolver.render_cached(data, query, handled.cache_hit)
         self._observe(query, addr, handled.zone, handled.plugin, handled.rcode, started)
 
     def _observe(self, query, addr, zone, plugin, rcode, started) -> None:
