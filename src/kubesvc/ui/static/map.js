@@ -1,6 +1,7 @@
 // The Service map page: draws what /ui/api/map returns (kubesvc.ui.graph builds it) and asks for it
 // again when a watch on Services, EndpointSlices, Pods or Nodes reports a change. The bearer token
-// lives in sessionStorage and travels only in an Authorization header.
+// lives in sessionStorage and travels only in an Authorization header; a browser holding a client
+// certificate the apiserver trusts sends it on these same-origin requests and needs no token.
 "use strict";
 (function () {
   const TOKEN_KEY = "kubesvc-ui-token";
@@ -18,7 +19,7 @@
   }
 
   async function get(path) {
-    const response = await fetch(path, { headers: headers(), credentials: "omit", cache: "no-store" });
+    const response = await fetch(path, { headers: headers(), credentials: "same-origin", cache: "no-store" });
     if (response.status === 401) { showLogin("the token was not accepted (401)"); throw new Error("401"); }
     const body = await response.json();
     if (!response.ok) throw new Error(body.message || response.statusText);
@@ -114,7 +115,7 @@
     // A watch with no resourceVersion starts with the current objects, so a reconnect misses nothing.
     while (mine === generation) {
       try {
-        const response = await fetch(path + "?watch=1", { headers: headers(), credentials: "omit", cache: "no-store" });
+        const response = await fetch(path + "?watch=1", { headers: headers(), credentials: "same-origin", cache: "no-store" });
         if (response.status === 401) { showLogin("the token was not accepted (401)"); return; }
         if (!response.ok) throw new Error(response.statusText);
         const reader = response.body.getReader();
