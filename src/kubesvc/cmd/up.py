@@ -131,6 +131,7 @@ def up_command(verbosity: int, node_name: str | None, pod_cidr: str, node_ip: st
             click.echo(f"  etcd member {member.spec.name} at {member.spec.client_url}; another server joins with: kubesvc token create --control-plane, "
                        f"then there: kubesvc up --server https://{host_port(config.advertise_address)}:{system.url.rsplit(':', 1)[1]} --token <token>")
             click.echo("  a node joins with what this prints: kubesvc token create --print-join-command")
+        click.echo(f"  Service map: {system.url}/ui/ (sign in with a token: kubectl create token <serviceaccount>)")
         click.echo(f"  try: export KUBECONFIG={system.kubeconfig}; kubectl get nodes    (Ctrl-C stops and cleans up)")
         sys.stdout.flush()
 
