@@ -75,7 +75,8 @@ def service_port(service: dict, port: str | None, protocol: str) -> int:
 @click.option("--netns", default=None, help="Read the rules of this named network namespace (ip netns) instead of this one's.")
 @click.option("--probe", "probe_from", default=None, metavar="NETNS",
               help="Also send one real connection from this named network namespace (\"node\": the node's own), SRC being "
-                   "its address, and show the kernel's own trace of it (nft monitor trace) beside the walk. nftables mode.")
+                   "its address, and show the kernel's own trace of it beside the walk: nft monitor trace (nftables mode), "
+                   "a raw-table TRACE rule read with xtables-monitor --trace (iptables mode, iptables-nft).")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def trace_command(src: str, dst: str, kubeconfig: Path | None, data_dir: Path, node: str | None, mode: str, netns: str | None,
                   probe_from: str | None, output: str) -> None:
@@ -98,13 +99,19 @@ def trace_command(src: str, dst: str, kubeconfig: Path | None, data_dir: Path, n
         state = await live.read_node(netns=netns)
         rep = finish(state, host, int(port), live.Objects()) if not use_api else await with_api(state)
         if probe_from:
-            if rep["mode"] != "nftables":
-                raise click.ClickException(f"--probe traces with nftables; this node's rules are {rep['mode']}")
-            from kubesvc.kernel.nftrace import probe
-            kernel = await probe(netns=netns, from_netns=netns if probe_from == "node" else probe_from,
-                                 source=rep["source"]["ip"], dest=rep["destination"]["ip"], port=rep["destination"]["port"],
-                                 protocol=protocol)
-            rep["probe"] = live.compare_probe(rep, kernel)
+            if rep["mode"] not in ("nftables", "iptables"):
+                raise click.ClickException(f"--probe traces nftables and iptables modes; this node's rules are {rep['mode']}")
+            args = dict(netns=netns, from_netns=netns if probe_from == "node" else probe_from, source=rep["source"]["ip"],
+                        dest=rep["destination"]["ip"], port=rep["destination"]["port"], protocol=protocol)
+            if rep["mode"] == "nftables":
+                from kubesvc.kernel.nftrace import probe
+                rep["probe"] = live.compare_probe(rep, await probe(**args))
+            else:
+                from kubesvc.kernel.xtrace import ProbeUnsupported, probe
+                try:
+                    rep["probe"] = live.compare_probe_iptables(rep, await probe(**args))
+                except ProbeUnsupported as err:
+                    raise click.ClickException(str(err)) from None
         return rep
 
     def finish(state, dest: str, number: int, objs) -> dict:

@@ -190,6 +190,30 @@ def compare_probe(rep: dict, kernel: list[dict]) -> dict:
     return {"steps": kernel, "agrees": bool(traced) and walked == traced}
 
 
+def compare_probe_iptables(rep: dict, kernel: list[dict]) -> dict:
+    """iptables mode's probe (``kernel/xtrace.py``) beside the walk. The kernel follows one
+    ``-m statistic`` branch where the walk follows all of them, so the walk agrees when every
+    rule the kernel matched is a rule the walk matched, in the same order, and the kernel's
+    outcome is the walk's: its DNAT target one of the candidates, or the same DROP/REJECT, or
+    neither (``NONE``)."""
+    walked = [(s["chain"], s["rule"]) for s in rep["steps"] if s["rule"] is not None]
+    # (a rule without a target, a comment only, is not a step of the walk: it does nothing)
+    traced = [(s["chain"], s["rule"]) for s in kernel if s["rule"] is not None and " -j " in s["rule"]]
+    it = iter(walked)
+    in_order = all(step in it for step in traced)  # a subsequence: each found after the one before
+    verdict, target = "NONE", None
+    for s in kernel:
+        words = (s["rule"] or "").split()
+        if "-j" in words:
+            jump = words[words.index("-j") + 1]
+            if jump == "DNAT" and "--to-destination" in words:
+                verdict, target = "DNAT", words[words.index("--to-destination") + 1]
+            elif jump in ("DROP", "REJECT"):
+                verdict = jump
+    outcome = verdict == rep["verdict"] and (target is None or target in {c["endpoint"] for c in rep["candidates"]})
+    return {"steps": kernel, "verdict": verdict, "endpoint": target, "agrees": bool(traced) and in_order and outcome}
+
+
 def text(rep: dict) -> list[str]:
     """The human form: one line per chain entered and per rule that matched, then the outcome."""
     d, s = rep["destination"], rep["source"]
@@ -249,7 +273,9 @@ def text(rep: dict) -> list[str]:
         lines.append(f"  excluded {e['endpoint']}" + (f" (Pod {e['pod']})" if e["pod"] else "") + f": {e['reason']}")
     if "probe" in rep:
         probe = rep["probe"]
-        lines.append("  the kernel's trace of a real packet " + ("agrees: the same rules matched" if probe["agrees"] else "differs:"))
+        same = "the same rules matched" if "verdict" not in probe else \
+            f"the rules it matched are the walk's, and so is its outcome ({probe['verdict']}" + (f" to {probe['endpoint']})" if probe["endpoint"] else ")")
+        lines.append("  the kernel's trace of a real packet " + (f"agrees: {same}" if probe["agrees"] else "differs:"))
         if not probe["agrees"]:
             lines += [f"    {s['chain']}: {s['rule']} (verdict {s['verdict']})" for s in probe["steps"] if s["rule"] is not None]
     return lines
