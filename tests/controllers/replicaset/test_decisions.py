@@ -8,7 +8,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from kubesvc.controllers.replicaset.decisions import calculate_status, delete_first, is_available, pods_to_delete, status_unchanged
+from kubesvc.api.pods import is_available
+from kubesvc.controllers.replicaset.decisions import calculate_status, delete_first, pods_to_delete, status_unchanged
 from kubesvc.util.golang import rfc3339
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)

@@ -24,11 +24,11 @@ daemon_controller.go ``NodeShouldRunDaemonPod``, ``podsShouldBeOnNode``,
 from __future__ import annotations
 
 import copy
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from kubesvc.controllers.intstr import scaled_value
 from kubesvc.controllers.scheduler.placement import matches_node_affinity, tolerated
-from kubesvc.util.golang import parse_rfc3339
+from kubesvc.api.pods import is_available, is_ready
 
 UNIQUE_LABEL_KEY = "controller-revision-hash"
 TEMPLATE_GENERATION_LABEL = "pod-template-generation"
@@ -115,28 +115,6 @@ def pod_template_for_node(ds: dict, node_name: str, hash_: str) -> dict:
     node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
         "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}]}
     return template
-
-
-def is_ready(pod: dict) -> bool:
-    return _ready_condition(pod) is not None
-
-
-def _ready_condition(pod: dict) -> dict | None:
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Ready" and c.get("status") == "True":
-            return c
-    return None
-
-
-def is_available(pod: dict, min_ready_seconds: int, now: datetime) -> bool:
-    """``IsPodAvailable``: Ready for longer than ``minReadySeconds`` (strictly)."""
-    ready = _ready_condition(pod)
-    if ready is None:
-        return False
-    if not min_ready_seconds:
-        return True
-    since = ready.get("lastTransitionTime")
-    return bool(since) and parse_rfc3339(since) + timedelta(seconds=min_ready_seconds) < now
 
 
 def _phase(pod: dict) -> str:

@@ -26,6 +26,8 @@ import copy
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
+from kubesvc.api.pods import is_ready as is_pod_ready
+from kubesvc.api.pods import ready_condition
 from kubesvc.api.validation_meta import name_is_dns_subdomain
 from kubesvc.util.golang import parse_rfc3339, rfc3339_nano
 from kubesvc.util.ipnet import IPV4_PROTOCOL, IPV6, IPV6_PROTOCOL, canonical_address, ip_version
@@ -45,18 +47,11 @@ TRAFFIC_DISTRIBUTION_PREFER_CLOSE = "PreferClose"
 
 # ---- Pods ------------------------------------------------------------------------------------
 
-def is_pod_ready(pod: dict) -> bool:
-    for condition in (pod.get("status") or {}).get("conditions") or ():
-        if condition.get("type") == "Ready":
-            return condition.get("status") == "True"
-    return False
-
-
 def pod_ready_transition(pod: dict) -> datetime | None:
     """The Ready condition's lastTransitionTime (the endpoint's trigger time), if any."""
-    for condition in (pod.get("status") or {}).get("conditions") or ():
-        if condition.get("type") == "Ready" and condition.get("lastTransitionTime"):
-            return parse_rfc3339(condition["lastTransitionTime"])
+    condition = ready_condition(pod)
+    if condition is not None and condition.get("lastTransitionTime"):
+        return parse_rfc3339(condition["lastTransitionTime"])
     return None
 
 

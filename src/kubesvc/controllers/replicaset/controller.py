@@ -31,6 +31,7 @@ import logging
 from collections.abc import Hashable
 from dataclasses import dataclass
 
+from kubesvc.api.pods import is_ready
 from kubesvc.api.selectors import LabelSelector, selector_from_label_selector
 from kubesvc.api.errors import StatusError
 from kubesvc.client.cache import split_key
@@ -164,7 +165,7 @@ class ReplicaSetController:
             if owner is not None:
                 self._enqueue(owner)
                 min_ready = int((owner.get("spec") or {}).get("minReadySeconds") or 0)
-                if min_ready > 0 and not decisions.is_ready(old) and decisions.is_ready(new):
+                if min_ready > 0 and not is_ready(old) and is_ready(new):
                     self.queue.add_after(_key(owner), min_ready + 1)
             return
         if labels_changed or ref_changed:

@@ -26,6 +26,7 @@ import functools
 import math
 from datetime import datetime
 
+from kubesvc.api.pods import is_available, is_ready, ready_since
 from kubesvc.util.golang import parse_rfc3339, rfc3339
 
 BURST_REPLICAS = 500  # creations or deletions per sync (BurstReplicas)
@@ -46,18 +47,6 @@ def is_active(pod: dict) -> bool:
     return _status(pod).get("phase") not in ("Succeeded", "Failed") and not _meta(pod).get("deletionTimestamp")
 
 
-def ready_condition(pod: dict) -> dict | None:
-    for condition in _status(pod).get("conditions") or []:
-        if isinstance(condition, dict) and condition.get("type") == "Ready":
-            return condition
-    return None
-
-
-def is_ready(pod: dict) -> bool:
-    condition = ready_condition(pod)
-    return condition is not None and condition.get("status") == "True"
-
-
 def _time(value) -> datetime | None:
     if not isinstance(value, str) or not value:
         return None
@@ -67,15 +56,6 @@ def _time(value) -> datetime | None:
         return None
 
 
-def is_available(pod: dict, min_ready_seconds: int, now: datetime) -> bool:
-    if not is_ready(pod):
-        return False
-    if min_ready_seconds <= 0:
-        return True
-    since = _time((ready_condition(pod) or {}).get("lastTransitionTime"))
-    return since is not None and (now - since).total_seconds() > min_ready_seconds
-
-
 def deletion_cost(pod: dict) -> int:
     """``GetDeletionCostFromPodAnnotations`` (validation keeps it an int32; unreadable is 0)."""
     text = (_meta(pod).get("annotations") or {}).get(DELETION_COST)
@@ -83,13 +63,6 @@ def deletion_cost(pod: dict) -> int:
         return int(text) if text is not None else 0
     except ValueError:
         return 0
-
-
-def _ready_time(pod: dict) -> datetime | None:
-    condition = ready_condition(pod)
-    if condition is not None and condition.get("status") == "True":
-        return _time(condition.get("lastTransitionTime"))
-    return None
 
 
 def _max_restarts(pod: dict) -> int:
@@ -137,7 +110,7 @@ def delete_first(a: tuple[dict, int], b: tuple[dict, int], now: datetime) -> boo
         return ri > rj
     uid_i, uid_j = _meta(pi).get("uid", ""), _meta(pj).get("uid", "")
     if ready_i and ready_j:
-        t_i, t_j = _ready_time(pi), _ready_time(pj)
+        t_i, t_j = ready_since(pi), ready_since(pj)
         if t_i != t_j:
             return _newer_first(t_i, t_j, uid_i, uid_j, now)
     restarts_i, restarts_j = _max_restarts(pi), _max_restarts(pj)
