@@ -18,8 +18,10 @@ addresses and loopback. A ``-m statistic --probability P`` jump is followed like
 of it (as upstream's tracer does), each DNAT target weighted by the chance of reaching it; the
 walk goes on with the first target as the destination. ``-j REDIRECT --to-ports P`` (userspace
 mode's portals) sends the packet to port P of the node itself (``Walk.redirect``); a packet
-delivered to the node (filter INPUT) never reaches POSTROUTING. A rule with a parameter the tracer does
-not model (``--match-set``) raises ``TraceError``.
+delivered to the node (filter INPUT) never reaches POSTROUTING. ``-m set --match-set NAME FLAGS``
+(IPVS mode) is matched against the node's ipsets when the walk has them (``trace/ipvs.py``), and
+raises ``TraceError`` otherwise, as does any parameter the tracer does not model. ``MARK``'s
+``--or-mark``/``--xor-mark`` (as written; ``iptables-save`` lists ``--set-xmark``) are read too.
 """
 
 from __future__ import annotations
