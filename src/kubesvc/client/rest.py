@@ -204,6 +204,9 @@ def _decode(raw: bytes) -> Any:
         return raw.decode("utf-8", "replace")
 
 
+IDLE_CONNECTION_TIMEOUT = 60.0  # seconds a kept-alive connection may idle: below the apiserver's 90 s, so it is the client that closes
+
+
 class RestClient:
     """One aiohttp session to one apiserver. Use as ``async with RestClient(config) as c``.
 
@@ -241,8 +244,12 @@ class RestClient:
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
-            # No connection cap: every open watch holds a connection for minutes.
-            connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else False, limit=0)
+            # No connection cap: every open watch holds a connection for minutes. Idle connections
+            # are kept a minute (aiohttp's default is 15 s; Go's http.Transport, client-go's, keeps
+            # them 90 s, the apiserver's own idle timeout): a burst of requests some seconds after
+            # the last one reuses them instead of paying a TLS handshake each, on both sides.
+            connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else False, limit=0,
+                                             keepalive_timeout=IDLE_CONNECTION_TIMEOUT)
             self._session = aiohttp.ClientSession(headers=self._headers, connector=connector)
         return self._session
 
