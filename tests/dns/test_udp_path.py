@@ -14,6 +14,7 @@ from kubesvc.dns.cache import AnswerCache
 from kubesvc.dns.metrics import DNSMetrics
 from kubesvc.dns.records import load
 from kubesvc.dns.server import Resolver, UDPServer
+from kubesvc.util.clock import FakeClock
 
 CLIENT = ("10.244.0.9", 40000)
 
@@ -80,19 +81,11 @@ def test_a_cached_forwarded_name_is_answered_inline():
     assert udp.resolver.metrics.cache_hits["success"] == 2
 
 
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-
 def test_a_cached_answer_sent_again_counts_its_ttls_down_and_leaves_with_the_entry():
     # CoreDNS's cache gives every record of a hit the item's TTL less its age; an answer sent
     # again from its rendered bytes must say the same as one rendered afresh, to the end
-    clock = Clock()
-    cache = AnswerCache(clock=clock)
+    clock = FakeClock()  # monotonic() starts at 1000.0
+    cache = AnswerCache(clock=clock.monotonic)
     query = dns.message.make_query("outside.example.", "MX", use_edns=0)
     response = dns.message.make_response(query)
     response.answer.append(dns.rrset.from_text("outside.example.", 60, "IN", "MX", "10 mail.outside.example.", "20 mx2.other.example."))
@@ -102,7 +95,7 @@ def test_a_cached_answer_sent_again_counts_its_ttls_down_and_leaves_with_the_ent
     udp = server(load([]), cache)
     seen = []
     for elapsed in (0, 0.5, 1.2, 7.9, 29.5):
-        clock.now = 1000.0 + elapsed
+        clock.advance(1000.0 + elapsed - clock.monotonic())
         query.id = len(seen)
         udp.datagram_received(query.to_wire(), CLIENT)
         answer = dns.message.from_wire(udp.transport.sent[-1])
@@ -113,5 +106,5 @@ def test_a_cached_answer_sent_again_counts_its_ttls_down_and_leaves_with_the_ent
     assert udp.resolver.metrics.cache_hits["success"] == 5
     (rendered,) = udp.resolver.rendered.values()  # one rendering, sent five times, its 4 TTL fields (2 MX, NS, A) rewritten
     assert len(rendered.slots) == 4
-    clock.now = 1030.0  # gone from the cache: asked upstream (there is none here: SERVFAIL)
+    clock.advance(1030.0 - clock.monotonic())  # gone from the cache: asked upstream (there is none here: SERVFAIL)
     assert udp.resolver.recall(query.to_wire()) is None
