@@ -251,7 +251,18 @@ class JobController:
         record = jd.next_backoff_record(self._backoff.get(key, jd.BackoffRecord()), newly_succeeded, newly_failed + newly_ignored)
         if finishing:
             jd.set_condition(conditions, jd.new_condition(*finished, now))
-            if active:
+            if active and finished[0] == jd.FAILURE_TARGET:
+                # deleteActivePods: deleted with their finalizers, and counted as failed (a Job
+                # that failed fails its Pods still running), unless the pod failure policy
+                # ignores them or an Indexed Pod has no valid index
+                await self._delete_active_pods(job, key, active)
+                counted = {p["metadata"].get("uid") for p in newly_failed}
+                newly_failed += [p for p in active if p["metadata"].get("uid") not in counted and jd.has_tracking_finalizer(p)
+                                 and policies.counts_as_failure(job, p) and (not jd.is_indexed(job) or jd.pod_index(p, job) is not None)]
+                newly_ignored += [p for p in active if jd.has_tracking_finalizer(p) and p not in newly_failed]
+                terminating += active
+                active = []
+            elif active:
                 await self._delete_pods(job, key, active)
                 terminating += active
                 active = []
@@ -356,6 +367,21 @@ class JobController:
                 self.expectations.creation_observed(key)
             raise error
         return active
+
+    async def _delete_active_pods(self, job: dict, key: str, pods: list[dict]) -> None:
+        """``deleteActivePods``: DELETE, the tracking finalizer kept (the status counts the
+        Pods before it comes off)."""
+        self.expectations.expect_deletions(key, [_key(p) for p in pods])
+        errors = []
+        for pod in pods:
+            try:
+                await self._pod_control.delete(job, pod)
+            except ApiError as exc:
+                self.expectations.deletion_observed(key, _key(pod))
+                if not is_not_found(exc):
+                    errors.append(exc)
+        if errors:
+            raise errors[0]
 
     async def _delete_pods(self, job: dict, key: str, pods: list[dict]) -> None:
         """Tracking finalizer off first, then DELETE (``deleteJobPods``): a Pod the controller
