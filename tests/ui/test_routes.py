@@ -5,7 +5,7 @@ user who may not list Pods gets the API's 403, not the data)."""
 
 from __future__ import annotations
 
-import subprocess
+import re
 import uuid
 
 import pytest
@@ -44,6 +44,9 @@ def test_the_admin_certificate_opens_the_page(apiserver):
     response = apiserver.session().get(apiserver.url + "/ui/")
     assert response.status_code == 200
     assert "<svg" in response.text and "<script>" in response.text
+    # everything the page needs is in it: no script, style or font from anywhere else
+    outside = {u for u in re.findall(r"https?://[^\s\"')]+", response.text) if u != "http://www.w3.org/2000/svg"}
+    assert outside == set() and "<script src" not in response.text and "<link" not in response.text
 
 
 def ready_pod(name: str, namespace: str, labels: dict) -> dict:
