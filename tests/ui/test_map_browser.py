@@ -81,7 +81,7 @@ class Browser:
     def js(self, script: str, *args):
         return self.call(self.driver.execute_script, script, *args)
 
-    def wait_for(self, script: str, what: str, timeout: float = 30):
+    def wait_for(self, script: str, what: str, timeout: float = 60):
         """The value of ``script`` once it is truthy."""
         deadline = time.monotonic() + timeout
         while not (value := self.js(script)):
