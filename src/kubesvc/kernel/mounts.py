@@ -42,7 +42,8 @@ user and groups it runs as (``setgroups``, ``setgid``, ``setuid``: the effective
 ``securityContext.runAsUser``/``runAsGroup``; a user without a group takes its primary group
 from ``/etc/passwd`` as the container sees it, else 0, as containerd does for an image user),
 after the capabilities it may not have left the bounding set (``PR_CAPBSET_DROP``).
-A container without volume mounts keeps the host's mount namespace.
+A container without volume mounts (nor a read-only root filesystem) keeps the host's mount
+namespace.
 
 Failures are reported on a status pipe the agent passes (close-on-exec: end of file without a
 word means the command was executed), worded as runc's (``error mounting "SRC" to rootfs at
