@@ -13,23 +13,26 @@ answers (the kernel holds it).
 
 What a connection costs is system calls (the kernel's work, about as much as HAProxy's) and
 the Python between them, so the relay makes few calls and few events (a 1-byte request and
-answer: accept, socket, connect, two ``epoll_ctl``, six recv/send, one shutdown, two close,
-four events; HAProxy 2.6 makes about 19 calls):
+answer on loopback: accept, socket, connect, getpeername, two ``epoll_ctl``, six recv/send, one
+shutdown, two close, three events; HAProxy 2.6 makes about 21 calls):
 
-* each socket is registered once, edge-triggered: the endpoint's for everything it may wait for
-  (readable, writable, peer FIN), the client's for reading and its peer's FIN, and for writing
-  too (one ``EPOLL_CTL_MOD``) only once a direction first waits to write to it (registered
-  writable from the start, it would report one useless event per connection). What a
-  direction waits for then changes without a system call, and closing the socket is its
-  removal. Edge-triggered means a direction reads until the socket is empty
+* each socket is registered once, edge-triggered, for reading and its peer's FIN, and for
+  writing too (one ``EPOLL_CTL_MOD``) only once a direction first waits to write to it
+  (registered writable for its whole life, a socket reports a useless event for every ACK that
+  frees room in it); an endpoint whose connect is still under way is registered writable from
+  the start, as that is how its connect completes. What a direction waits for then changes
+  without a system call, and closing the socket is its removal. Edge-triggered means a direction reads until the socket is empty
   before it waits: a short read empties it (a TCP ``recv`` stops short only when the queue is
   empty), unless the peer's FIN is known to be there (``EPOLLRDHUP``) or the read was a
   splice (which also stops when the pipe is full), which read on to ``EAGAIN``. A direction
   that has relayed ``WAKEUP_BUDGET`` bytes in one go yields and is resumed after the other
   connections' events, since no new edge would come for what it left unread;
-* a connect completes when the endpoint's socket reports writable, a refusal when it reports
-  an error (``SO_ERROR`` is read only then), and dial timeouts are deadlines in a queue per
-  attempt (their order is their arrival order), served by one timer;
+* where ``connect`` returns with the handshake already done (on loopback, as a rule: the
+  kernel runs the endpoint's side of it within the call; ``getpeername`` tells), relaying
+  starts at once: no event for the connect, no dial deadline. Otherwise a connect completes
+  when the endpoint's socket reports writable, a refusal when it reports an error
+  (``SO_ERROR`` is read only then), and dial timeouts are deadlines in a queue per attempt
+  (their order is their arrival order), served by one timer;
 * the client's socket stays in blocking mode (no ``O_NONBLOCK`` change after accept): every
   read and write on it passes ``MSG_DONTWAIT``; ``TCP_NODELAY`` is inherited from the
   listening socket, and set on the endpoint's socket only before a second write (Nagle only
@@ -232,7 +235,9 @@ class _Pump:
 
     def _wait_writable(self) -> None:
         self.state = _WRITING
-        if not self.to_backend:
+        if self.to_backend:
+            self.conn.watch_backend_writable()
+        else:
             self.conn.watch_client_writable()
 
     def _relay(self) -> bool:
@@ -435,17 +440,27 @@ class _DialDeadlines:
             queue.clear()
 
 
+def _connected(sock) -> bool:
+    """Whether a socket's non-blocking connect has completed (it has a peer)."""
+    try:
+        sock.getpeername()
+    except OSError:
+        return False
+    return True
+
+
 class _Connection:
     """An accepted client: dialling an endpoint, then two pumps."""
 
-    __slots__ = ("listener", "poller", "socks", "client_watch", "client_ip", "endpoint", "tried", "attempt", "connecting",
-                 "pumps", "closed", "blocking")
+    __slots__ = ("listener", "poller", "socks", "client_watch", "backend_watch", "client_ip", "endpoint", "tried", "attempt",
+                 "connecting", "pumps", "closed", "blocking")
 
     def __init__(self, listener: TcpListener, client: socket.socket, client_ip: str):
         self.listener = listener
         self.poller = listener.poller
         self.socks: list[socket.socket | None] = [client, None]  # (a socket is in the epoll set until closed)
         self.client_watch = 0  # what the client's socket is registered for (0: not yet)
+        self.backend_watch = 0  # and the endpoint's
         self.client_ip = client_ip
         self.endpoint: Endpoint | None = None
         self.tried: set[Endpoint] | None = None  # the endpoints that failed for this connection
@@ -460,6 +475,11 @@ class _Connection:
         if self.client_watch == _WATCH_READ:
             self.client_watch = _WATCH
             self.poller.ep.modify(self.socks[_CLIENT].fileno(), _WATCH)  # (reports writable at once if it is)
+
+    def watch_backend_writable(self) -> None:
+        if self.backend_watch == _WATCH_READ:  # (connected at once: registered for reading only)
+            self.backend_watch = _WATCH
+            self.poller.ep.modify(self.socks[_BACKEND].fileno(), _WATCH)
 
     def nonblocking(self) -> None:
         """Splice needs O_NONBLOCK on the sockets themselves (it has no MSG_DONTWAIT)."""
@@ -523,14 +543,26 @@ class _Connection:
             if err in _CONNECTING:
                 poller = self.poller
                 fd = sock.fileno()
-                try:  # writable once connected (at once if it already is), an error if refused
-                    poller.ep.register(fd, _WATCH)
+                # On loopback the handshake is usually over when connect() returns (the kernel
+                # ran the endpoint's side of it within the call): then relaying starts now, and
+                # the socket is watched for reading only, as the client's is (for writing too
+                # only once a direction waits to write to it). No event for the connect, no dial
+                # deadline, no writable edge for every ACK afterwards. Otherwise: writable once
+                # connected, an error if refused, a deadline if neither comes in time.
+                connected = not err or _connected(sock)
+                watch = _WATCH_READ if connected else _WATCH
+                try:
+                    poller.ep.register(fd, watch)
                 except OSError as exc:
                     sock.close()
                     self._failed(exc)
                     continue
                 poller.handlers[fd] = self._on_backend
                 self.socks[_BACKEND] = sock
+                self.backend_watch = watch
+                if connected:
+                    self._relay(0)
+                    return
                 self.connecting = True
                 listener.deadlines.add(self, attempt)
                 return
