@@ -66,3 +66,21 @@ def test_service_port_by_number_name_or_first():
     assert service_port(svc, None, "tcp") == 80
     assert service_port(svc, "dns", "udp") == 53
     assert service_port(svc, "53", "udp") == 53
+
+
+def test_the_service_port_owning_an_address_and_port():
+    """IPVS mode's rules name no Service: the one whose ClusterIP, externalIP, LB ingress IP or
+    (on a node address) NodePort the destination is."""
+    from kubesvc.proxy.trace.objects import service_port_owning
+    web = {"metadata": {"namespace": "ns", "name": "web"},
+           "spec": {"clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"], "externalIPs": ["192.168.99.13"],
+                    "ports": [{"name": "http", "port": 80, "nodePort": 30080}, {"name": "dns", "port": 53, "protocol": "UDP"}]},
+           "status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}}
+    headless = {"metadata": {"namespace": "ns", "name": "headless"}, "spec": {"clusterIP": "None", "ports": [{"port": 80}]}}
+    owner = {"namespace": "ns", "name": "web", "protocol": "TCP", "port": "http"}
+    for dest, port in (("10.96.0.10", 80), ("192.168.99.13", 80), ("1.2.3.4", 80), ("192.168.50.1", 30080)):
+        assert service_port_owning([headless, web], dest, port, "tcp", ["192.168.50.1"]) == owner, (dest, port)
+    assert service_port_owning([web], "10.96.0.10", 53, "udp")["port"] == "dns"
+    assert service_port_owning([web], "10.96.0.10", 53, "tcp") is None
+    assert service_port_owning([web], "10.96.0.10", 81, "tcp") is None
+    assert service_port_owning([web], "192.168.50.9", 30080, "tcp", ["192.168.50.1"]) is None  # not this node's address

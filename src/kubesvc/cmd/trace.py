@@ -172,21 +172,9 @@ def trace_command(src: str, dst: str, kubeconfig: Path | None, data_dir: Path, n
             return first
 
     async def owner_of(client, dest: str, number: int, protocol: str, node_addresses: list[str]) -> dict | None:
-        """The Service port whose ClusterIP, externalIP or LoadBalancer IP and port (or, on a
-        node address, NodePort) ``dest:number`` is."""
-        address = ipaddress.ip_address(dest).compressed
-        on_node = address in node_addresses
-        for svc in (await client.list("/api/v1/services")).get("items") or []:
-            spec, meta = svc.get("spec") or {}, svc.get("metadata") or {}
-            ingress = [i.get("ip") for i in ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []]
-            addresses = {*(spec.get("clusterIPs") or [spec.get("clusterIP")]), *(spec.get("externalIPs") or []), *ingress}
-            for p in spec.get("ports") or []:
-                if (p.get("protocol") or "TCP").lower() != protocol:
-                    continue
-                if (address in addresses and p.get("port") == number) or (on_node and p.get("nodePort") == number):
-                    return {"namespace": meta.get("namespace"), "name": meta.get("name"), "protocol": protocol.upper(),
-                            "port": p.get("name") or ""}
-        return None
+        from kubesvc.proxy.trace.objects import service_port_owning
+        services = (await client.list("/api/v1/services")).get("items") or []
+        return service_port_owning(services, dest, number, protocol, node_addresses)
 
     from kubesvc.client.rest import ApiError, ConnectionFailed
     from kubesvc.kernel.exec import CommandFailed

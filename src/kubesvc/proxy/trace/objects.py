@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
 from kubesvc.proxy.topology import LABEL_TOPOLOGY_ZONE
@@ -82,3 +83,24 @@ def excluded_because(ep: dict, *, any_ready: bool, local_policy: bool, node: str
 def host_port(endpoint: str) -> tuple[str, int]:
     host, _, port = endpoint.rpartition(":")
     return host.strip("[]"), int(port)
+
+
+def service_port_owning(services: list[dict], dest: str, port: int, protocol: str, node_addresses=()) -> dict | None:
+    """The Service port (as ``service_port_of`` names one) whose ClusterIP, externalIP or
+    LoadBalancer ingress IP and port ``dest:port`` is, or whose NodePort it is on one of the
+    node's addresses: IPVS mode's rules name no Service, so the API says which one it is."""
+    address = ipaddress.ip_address(dest).compressed
+    on_node = address in {ipaddress.ip_address(a).compressed for a in node_addresses}
+    for svc in services:
+        spec, meta = svc.get("spec") or {}, svc.get("metadata") or {}
+        ingress = [i.get("ip") for i in ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []]
+        addresses = {ipaddress.ip_address(a).compressed for a in (*(spec.get("clusterIPs") or [spec.get("clusterIP")]),
+                                                                   *(spec.get("externalIPs") or []), *ingress)
+                     if a and a != "None"}
+        for p in spec.get("ports") or []:
+            if (p.get("protocol") or "TCP").lower() != protocol.lower():
+                continue
+            if (address in addresses and p.get("port") == port) or (on_node and p.get("nodePort") == port):
+                return {"namespace": meta.get("namespace"), "name": meta.get("name"), "protocol": protocol.upper(),
+                        "port": p.get("name") or ""}
+    return None
