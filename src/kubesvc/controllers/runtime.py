@@ -15,8 +15,10 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Hashable
 
-from kubesvc.client.rest import ClientError
+from kubesvc.client.record import EventRecorder
+from kubesvc.client.rest import ClientError, RestClient
 from kubesvc.client.workqueue import ShutDown, WorkQueue
+from kubesvc.util.clock import Clock, RealClock
 
 log = logging.getLogger("kubesvc.controllers")
 
@@ -57,6 +59,31 @@ async def run_workers(name: str, queue: WorkQueue, sync: Callable[[Hashable], Aw
     async with asyncio.TaskGroup() as group:
         for _ in range(max(1, workers)):
             group.create_task(work())
+
+
+class QueueController:
+    """The shell of upstream's workload controllers (``NewDeploymentController``,
+    ``NewReplicaSetController``, ...): a client, an EventRecorder reporting as ``component``, a
+    work queue on the controller's clock, and ``workers`` loops syncing its keys (``run``).
+    Subclasses name their queue (``queue_name``, the controller's name in logs), set
+    ``max_retries`` where upstream does, and define ``sync(key)``."""
+
+    queue_name = "controller"
+    max_retries = DEFAULT_MAX_RETRIES
+
+    def __init__(self, client: RestClient, component: str, *, workers: int, recorder: EventRecorder | None = None,
+                 clock: Clock | None = None):
+        self.client = client
+        self.workers = workers
+        self.clock = clock or RealClock()
+        self.recorder = recorder or EventRecorder(client, component, self.clock)
+        self.queue = WorkQueue(clock=self.clock)
+
+    async def sync(self, key: Hashable) -> None:
+        raise NotImplementedError
+
+    async def run(self) -> None:
+        await run_workers(self.queue_name, self.queue, self.sync, self.workers, self.max_retries)
 
 
 def omitempty(value):

@@ -35,11 +35,10 @@ from kubesvc.api.cron import CronError, Schedule, parse_standard
 from kubesvc.client.cache import split_key
 from kubesvc.client.record import EventRecorder
 from kubesvc.client.rest import ApiError, Resource, RestClient, is_already_exists, is_not_found
-from kubesvc.client.workqueue import WorkQueue
 from kubesvc.controllers import controllerref
 from kubesvc.controllers.informers import SharedInformers
-from kubesvc.controllers.runtime import run_workers
-from kubesvc.util.clock import Clock, RealClock
+from kubesvc.controllers.runtime import QueueController
+from kubesvc.util.clock import Clock
 from kubesvc.util.golang import parse_rfc3339, rfc3339
 
 log = logging.getLogger("kubesvc.controllers.cronjob")
@@ -115,23 +114,18 @@ def job_from_template(cron_job: dict, scheduled: datetime) -> dict:
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": job_meta, "spec": copy.deepcopy(template.get("spec") or {})}
 
 
-class CronJobController:
+class CronJobController(QueueController):
+    queue_name = "cronjob"
+
     def __init__(self, client: RestClient, informers: SharedInformers, *, workers: int = 5, recorder: EventRecorder | None = None,
                  clock: Clock | None = None):
-        self.client = client
-        self.workers = workers
-        self.clock = clock or RealClock()
-        self.recorder = recorder or EventRecorder(client, COMPONENT, self.clock)
-        self.queue = WorkQueue(clock=self.clock)
+        super().__init__(client, COMPONENT, workers=workers, recorder=recorder, clock=clock)
         self._cron_jobs_api = client.resource(CRONJOBS)
         self._jobs_api = client.resource(JOBS)
         self._cron_jobs = informers.informer(CRONJOBS)
         self._jobs = informers.informer(JOBS)
         self._cron_jobs.add_event_handler(self._enqueue, lambda old, new: self._enqueue(new), self._enqueue)
         self._jobs.add_event_handler(self._on_job, lambda old, new: self._on_job(new), self._on_job)
-
-    async def run(self) -> None:
-        await run_workers("cronjob", self.queue, self.sync, self.workers)
 
     def _enqueue(self, cron_job: dict) -> None:
         self.queue.add(_key(cron_job))

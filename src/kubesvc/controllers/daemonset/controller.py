@@ -29,7 +29,6 @@ from kubesvc.api.selectors import LabelSelector, selector_from_label_selector
 from kubesvc.client.cache import split_key
 from kubesvc.client.record import EventRecorder
 from kubesvc.client.rest import PODS, ApiError, Resource, RestClient, is_already_exists, is_not_found
-from kubesvc.client.workqueue import WorkQueue
 from kubesvc.controllers import controllerref
 from kubesvc.controllers.daemonset import decisions as dd
 from kubesvc.controllers.deployment.util import compute_hash
@@ -37,8 +36,8 @@ from kubesvc.controllers.expectations import Expectations
 from kubesvc.controllers.history import revisions as hist
 from kubesvc.controllers.informers import SharedInformers
 from kubesvc.controllers.podcontrol import PodControl, pod_from_template, slow_start_batch
-from kubesvc.controllers.runtime import omitempty, run_workers
-from kubesvc.util.clock import Clock, RealClock
+from kubesvc.controllers.runtime import QueueController, omitempty
+from kubesvc.util.clock import Clock
 
 log = logging.getLogger("kubesvc.controllers.daemonset")
 
@@ -53,14 +52,12 @@ def _key(obj: dict) -> str:
     return f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
 
 
-class DaemonSetController:
+class DaemonSetController(QueueController):
+    queue_name = "daemonset"
+
     def __init__(self, client: RestClient, informers: SharedInformers, *, workers: int = 2, recorder: EventRecorder | None = None,
                  clock: Clock | None = None):
-        self.client = client
-        self.workers = workers
-        self.clock = clock or RealClock()
-        self.recorder = recorder or EventRecorder(client, COMPONENT, self.clock)
-        self.queue = WorkQueue(clock=self.clock)
+        super().__init__(client, COMPONENT, workers=workers, recorder=recorder, clock=clock)
         self.expectations = Expectations(self.clock)
         self._failed_backoff: dict[str, tuple[float, float]] = {}  # key -> (delay, last kill monotonic)
         self._ds_api = client.resource(DAEMONSETS)
@@ -75,9 +72,6 @@ class DaemonSetController:
         self._pods.add_event_handler(self._on_pod_add, self._on_pod_update, self._on_pod_delete)
         self._nodes.add_event_handler(self._enqueue_all, self._on_node_update, self._enqueue_all)
         self._revisions.add_event_handler(self._on_owned, lambda old, new: self._on_owned(new), self._on_owned)
-
-    async def run(self) -> None:
-        await run_workers("daemonset", self.queue, self.sync, self.workers)
 
     # ---- handlers ----------------------------------------------------------------------------
 

@@ -32,12 +32,11 @@ from kubesvc.api.selectors import LabelSelector, selector_from_label_selector
 from kubesvc.client.cache import split_key
 from kubesvc.client.record import EventRecorder
 from kubesvc.client.rest import ApiError, Resource, RestClient, is_already_exists, is_not_found
-from kubesvc.client.workqueue import WorkQueue
 from kubesvc.controllers import controllerref
 from kubesvc.controllers.deployment import rolling, status as dstatus, util
 from kubesvc.controllers.informers import SharedInformers
-from kubesvc.controllers.runtime import omitempty, run_workers
-from kubesvc.util.clock import Clock, RealClock
+from kubesvc.controllers.runtime import QueueController, omitempty
+from kubesvc.util.clock import Clock
 
 log = logging.getLogger("kubesvc.controllers.deployment")
 
@@ -62,14 +61,12 @@ def _selector(deployment: dict) -> LabelSelector | None:
         return None
 
 
-class DeploymentController:
+class DeploymentController(QueueController):
+    queue_name, max_retries = "deployment", MAX_RETRIES
+
     def __init__(self, client: RestClient, informers: SharedInformers, *, workers: int = 5, recorder: EventRecorder | None = None,
                  clock: Clock | None = None):
-        self.client = client
-        self.workers = workers
-        self.clock = clock or RealClock()
-        self.recorder = recorder or EventRecorder(client, COMPONENT, self.clock)
-        self.queue = WorkQueue(clock=self.clock)
+        super().__init__(client, COMPONENT, workers=workers, recorder=recorder, clock=clock)
         self._deployments_api = client.resource(DEPLOYMENTS)
         self._rss_api = client.resource(REPLICASETS)
         self._deployments = informers.informer(DEPLOYMENTS)
@@ -78,9 +75,6 @@ class DeploymentController:
         self._deployments.add_event_handler(self._enqueue, lambda old, new: self._enqueue(new), self._enqueue)
         self._rss.add_event_handler(self._on_rs_add, self._on_rs_update, self._on_rs_delete)
         self._pods.add_event_handler(None, None, self._on_pod_delete)
-
-    async def run(self) -> None:
-        await run_workers("deployment", self.queue, self.sync, self.workers, MAX_RETRIES)
 
     # ---- event handlers: record and return -------------------------------------------------
 

@@ -37,14 +37,13 @@ from kubesvc.api.errors import StatusError
 from kubesvc.client.cache import split_key
 from kubesvc.client.record import EventRecorder
 from kubesvc.client.rest import PODS, ApiError, Resource, RestClient, is_namespace_terminating, is_not_found
-from kubesvc.client.workqueue import WorkQueue
 from kubesvc.controllers import controllerref
 from kubesvc.controllers.expectations import Expectations
 from kubesvc.controllers.informers import SharedInformers
 from kubesvc.controllers.podcontrol import PodControl, pod_from_template, slow_start_batch
 from kubesvc.controllers.replicaset import decisions
-from kubesvc.controllers.runtime import run_workers
-from kubesvc.util.clock import Clock, RealClock
+from kubesvc.controllers.runtime import QueueController
+from kubesvc.util.clock import Clock
 
 log = logging.getLogger("kubesvc.controllers.replicaset")
 
@@ -79,16 +78,13 @@ def _key(obj: dict) -> str:
     return f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
 
 
-class ReplicaSetController:
+class ReplicaSetController(QueueController):
     def __init__(self, client: RestClient, informers: SharedInformers, *, flavour: Flavour = REPLICA_SET, workers: int = 5,
                  burst_replicas: int = decisions.BURST_REPLICAS, recorder: EventRecorder | None = None, clock: Clock | None = None):
-        self.client = client
+        super().__init__(client, flavour.component, workers=workers, recorder=recorder, clock=clock)
         self.flavour = flavour
-        self.workers = workers
+        self.queue_name = flavour.queue_name
         self.burst_replicas = burst_replicas
-        self.clock = clock or RealClock()
-        self.recorder = recorder or EventRecorder(client, flavour.component, self.clock)
-        self.queue = WorkQueue(clock=self.clock)
         self.expectations = Expectations(self.clock)
         self._owners_api = client.resource(flavour.resource)
         self._pods_api = client.resource(PODS)
@@ -97,9 +93,6 @@ class ReplicaSetController:
         self._pods = informers.pods
         self._owners.add_event_handler(self._enqueue, self._on_owner_update, self._on_owner_delete)
         self._pods.add_event_handler(self._on_pod_add, self._on_pod_update, self._on_pod_delete)
-
-    async def run(self) -> None:
-        await run_workers(self.flavour.queue_name, self.queue, self.sync, self.workers)
 
     # ---- informer handlers -------------------------------------------------------------------
 
