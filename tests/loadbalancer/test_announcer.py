@@ -76,11 +76,11 @@ def test_only_pool_addresses_are_announced(address, labels, expected):
     assert pooled(address, service, POOLS) is expected
 
 
-def test_wanted_announcements_skip_other_classes_ipv6_and_unpooled_addresses():
+def test_wanted_announcements_skip_other_classes_and_unpooled_addresses():
     services = [lb("a", ips=("10.70.0.1", "fd00::1")), lb("other", ips=("10.70.0.2",), loadBalancerClass="example.com/x"),
                 lb("claims-the-gateway", ips=("192.168.77.1", "10.70.0.3")),
                 {"metadata": {"name": "plain", "namespace": "ns"}, "spec": {"type": "ClusterIP"}}]
-    assert wanted_announcements(services, lambda s: [], "a", POOLS) == {"10.70.0.1": "ns", "10.70.0.3": "ns"}
+    assert wanted_announcements(services, lambda s: [], "a", POOLS) == {"10.70.0.1": "ns", "fd00::1": "ns", "10.70.0.3": "ns"}
     assert wanted_announcements(services, lambda s: [], "a", []) == {}  # no pool: nothing at all
     assert lease_name("10.70.0.1") == "kubesvc-lb-10-70-0-1"
 
@@ -186,3 +186,4 @@ def test_up_names_the_interface_by_the_node_ip():
     assert interface_holding("192.168.1.5", links) == "eth0"
     assert interface_holding("fd00:0::5", links) == "eth0"
     assert interface_holding("192.168.1.6", links) is None
+

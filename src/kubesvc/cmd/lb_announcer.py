@@ -1,6 +1,7 @@
 """``kubesvc lb-announcer``: this node's L2 announcements of LoadBalancer addresses (MetalLB's
 speaker in L2 mode): stands in a Lease election per address (controllers/loadbalancer/
-announcer.py) and answers ARP on ``--interface`` for the addresses it holds (kernel/arp.py).
+announcer.py) and answers ARP (IPv4, kernel/arp.py) and NDP (IPv6, kernel/ndp.py) on
+``--interface`` for the addresses it holds.
 
 Run one on every node, in the node's network namespace, with a kubeconfig whose identity may
 list/watch Services, EndpointSlices and LoadBalancerIPPools and write Leases in ``kubesvc-lb``:
@@ -39,6 +40,7 @@ def lb_announcer_command(kubeconfig, node_name, interface, node_ip, lease_durati
         raise click.UsageError("give one of --interface and --node-ip")
     client_config = flags.load_kubeconfig(kubeconfig)
     from kubesvc.kernel.arp import ArpSocket
+    from kubesvc.kernel.ndp import NdpSocket
 
     if node_ip:
         from kubesvc.kernel.links import link_info, link_names
@@ -51,11 +53,17 @@ def lb_announcer_command(kubeconfig, node_name, interface, node_ip, lease_durati
         arp = ArpSocket(interface)
     except OSError as exc:
         raise click.ClickException(f"cannot answer ARP on {interface}: {exc.strerror or exc}") from None
+    try:
+        ndp = NdpSocket(interface)
+    except OSError as exc:
+        arp.close()
+        raise click.ClickException(f"cannot answer NDP on {interface}: {exc.strerror or exc}") from None
     install_uvloop()
     try:
-        asyncio.run(_run(client_config, arp, node_name, (lease_duration, renew_deadline, retry_period)))
+        asyncio.run(_run(client_config, arp, ndp, node_name, (lease_duration, renew_deadline, retry_period)))
     finally:
         arp.close()
+        ndp.close()
 
 
 def interface_holding(address: str, links: dict) -> str | None:
@@ -67,7 +75,7 @@ def interface_holding(address: str, links: dict) -> str | None:
     return None
 
 
-async def _run(client_config, arp, node_name: str, timing: tuple[float, float, float]) -> None:
+async def _run(client_config, arp, ndp, node_name: str, timing: tuple[float, float, float]) -> None:
     from kubesvc.client.informer import Informer
     from kubesvc.client.rest import ENDPOINTSLICES, SERVICES, RestClient
     from kubesvc.controllers.loadbalancer.announcer import Announcer
@@ -78,11 +86,15 @@ async def _run(client_config, arp, node_name: str, timing: tuple[float, float, f
     lease_duration, renew_deadline, retry_period = timing
     async with RestClient(client_config, user_agent="kubesvc-lb-announcer") as client:
         services, slices, pools = Informer(client, SERVICES), Informer(client, ENDPOINTSLICES), Informer(client, LOADBALANCER_IP_POOLS)
-        announcer = Announcer(client, services, slices, pools, node_name, announce=arp.announce, lease_duration=lease_duration,
+        async def announce(address: str) -> None:
+            await (ndp if ":" in address else arp).announce(address)
+
+        announcer = Announcer(client, services, slices, pools, node_name, announce=announce, lease_duration=lease_duration,
                               renew_deadline=renew_deadline, retry_period=retry_period)
-        tasks = [asyncio.create_task(t) for t in (services.run(), slices.run(), pools.run(), announcer.run(), arp.serve(lambda: announcer.holding))]
+        tasks = [asyncio.create_task(t) for t in (services.run(), slices.run(), pools.run(), announcer.run(),
+                                                  arp.serve(lambda: announcer.holding), ndp.serve(lambda: announcer.holding))]
         await services.wait_for_sync()
-        click.echo(f"kubesvc lb-announcer: node {node_name} answering ARP on {arp.ifname}")
+        click.echo(f"kubesvc lb-announcer: node {node_name} answering ARP and NDP on {arp.ifname}")
         sys.stdout.flush()
         stopped = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)

@@ -19,7 +19,7 @@ address (its rules match ``status.loadBalancer.ingress`` IPs), so no address is 
   node's network namespace. ``serve`` answers until cancelled, ``announce`` sends the
   gratuitous pair. Frames this socket sent itself (``PACKET_OUTGOING``) are never answered.
 
-IPv6 (unsolicited Neighbour Advertisements, answering Neighbour Solicitations) is not here yet.
+IPv6 addresses are announced and answered the same way with NDP: kernel/ndp.py.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ take only the announcements with it, not the Service rules. It sits in this pack
 IPAM controller because both read the same Service fields (allocator.py).
 
 * **Which addresses**: every ``status.loadBalancer.ingress[].ip`` of a Service of ours
-  (allocator.is_ours) that is IPv4 (NDP for IPv6 is not done yet) **and lies in a
+  (allocator.is_ours), IPv4 (answered with ARP) or IPv6 (with NDP), **that lies in a
   LoadBalancerIPPool that selects the Service** (``pooled``). The status is only a claim:
   whoever may write ``services/status`` could put the LAN gateway's address there, and a node
   answering ARP for it would take the gateway's traffic. MetalLB's speaker likewise announces
@@ -29,9 +29,10 @@ IPAM controller because both read the same Service fields (allocator.py).
   went or lost the address) stops and releases, so another takes over within a retry period. A
   killed node stops renewing; another takes over once the Lease has not changed for
   ``lease_duration``.
-* **Holding**: the holder adds the address to the set its ARP socket answers for
-  (kernel/arp.py) and sends a gratuitous announcement at once, so every neighbour's cache moves
-  to it without waiting for its entry to expire.
+* **Holding**: the holder adds the address to the set its ARP and NDP sockets answer for
+  (kernel/arp.py, kernel/ndp.py) and sends a gratuitous ARP announcement or an unsolicited
+  Neighbour Advertisement at once, so every neighbour's cache moves to it without waiting for
+  its entry to expire.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def wanted_announcements(services: list[dict], slices_of: Callable[[dict], list[
     for service in services:
         if not is_ours(service):
             continue
-        addresses = [ip for ip in ingress_ips(service) if ":" not in ip and pooled(ip, service, pools)]
+        addresses = [ip for ip in ingress_ips(service) if pooled(ip, service, pools)]
         if addresses and eligible(service, slices_of(service), node):
             for ip in addresses:
                 wanted.setdefault(ip, service["metadata"]["namespace"])
@@ -101,9 +102,9 @@ def wanted_announcements(services: list[dict], slices_of: Callable[[dict], list[
 
 
 class Announcer:
-    """Stands as a candidate for each address ``node`` may announce; answers ARP for the ones it
-    holds through ``announce`` (called on takeover) and the ``holding`` set (read by the ARP
-    socket's ``serve``)."""
+    """Stands as a candidate for each address ``node`` may announce; answers ARP/NDP for the
+    ones it holds through ``announce`` (called on takeover) and the ``holding`` set (read by the
+    sockets' ``serve``)."""
 
     def __init__(self, client: RestClient, services: Informer, endpoint_slices: Informer, pools: Informer, node: str, *,
                  announce: Callable[[str], Awaitable[None]], lease_duration: float = 15.0, renew_deadline: float = 10.0,

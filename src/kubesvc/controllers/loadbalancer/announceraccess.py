@@ -11,9 +11,14 @@ in ``kubesvc-lb`` and nowhere else.
 
 The identity: the announcer also lists and watches Services and EndpointSlices. A node
 (``system:node:<name>``, group ``system:nodes``) may read Services but not EndpointSlices
-(upstream's ``NodeRules()``), so the announcer runs as kube-proxy's identity,
-``system:kube-proxy`` (ClusterRole ``system:node-proxier``: list/watch of both), and the Role
-is bound to that user. ``up`` creates these as the admin (``ensure``), beside the default pool.
+(upstream's ``NodeRules()``), and whatever RBAC says, NodeRestriction admission refuses a node
+any Lease outside ``kube-node-lease`` (upstream's ``admitLease``), so the announcer runs as
+kube-proxy's identity, ``system:kube-proxy`` (ClusterRole ``system:node-proxier``: list/watch
+of both), and the Role and the pool reader are bound to that user. (This is why a machine that
+joined with ``kubesvc join``, which holds only its node's credential, runs no announcer yet:
+MetalLB's speaker and Cilium's agent get their identity as DaemonSet Pods with a ServiceAccount
+token, k3s's joining agents get a ``system:kube-proxy`` certificate from its supervisor.)
+``up`` creates these as the admin (``ensure``), beside the default pool.
 """
 
 from __future__ import annotations

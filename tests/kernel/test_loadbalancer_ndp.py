@@ -1,0 +1,115 @@
+"""kernel/ndp.py against the real kernel, as test_loadbalancer_arp.py does for IPv4: two
+namespaces on a veth, a "node" and a LAN client. The node holds an IPv6 LoadBalancer address on
+lo only (Linux answers Neighbour Solicitations only for addresses on the link asked on), so the
+client reaches a TCP server on the address only while the node's NdpSocket answers for it, and
+an unsolicited Neighbour Advertisement replaces the client's cached entry of a previous holder
+without the client asking. The client's kernel is the judge: it drops an advertisement with a
+bad checksum, hop limit or flags."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+
+import pytest
+
+from kubesvc.kernel.ndp import NdpSocket
+from tests.support.netns import Netns, call_in_netns, socket_in, veth
+from tests.support.slowdown import scaled
+
+pytestmark = pytest.mark.kernel
+
+NODE_IP, CLIENT_IP, VIP = "fd00:81::11", "fd00:81::100", "fd00:81::50"
+OLD_MAC = "02:00:00:00:00:99"
+
+
+@pytest.fixture
+def lan():
+    node, client = Netns.create("ndpnode"), Netns.create("ndpclient")
+    try:
+        veth(node, "eth0", client, "eth0")
+        node.ip("addr", "add", f"{NODE_IP}/64", "dev", "eth0", "nodad")
+        client.ip("addr", "add", f"{CLIENT_IP}/64", "dev", "eth0", "nodad")
+        node.ip("addr", "add", f"{VIP}/128", "dev", "lo")
+        yield node, client
+    finally:
+        client.close()
+        node.close()
+
+
+def serve_tcp(node: Netns) -> socket.socket:
+    server = socket_in(node.name, socket.AF_INET6)
+    server.bind((VIP, 8080))
+    server.listen(8)
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = server.accept()
+                conn.sendall(b"hello from the VIP\n")
+                conn.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return server
+
+
+def connect(client: Netns, timeout: float) -> bytes:
+    conn = socket_in(client.name, socket.AF_INET6)
+    conn.settimeout(timeout)
+    try:
+        conn.connect((VIP, 8080))
+        return conn.recv(100)
+    finally:
+        conn.close()
+
+
+def neighbour(client: Netns) -> str:
+    return client.ip("-6", "neigh", "show", VIP, "dev", "eth0").stdout
+
+
+def mac_of(ns: Netns, dev: str) -> str:
+    return ns.ip("-br", "link", "show", dev).stdout.split()[2]
+
+
+def test_the_address_is_reached_only_while_the_node_answers_solicitations(lan):
+    node, client = lan
+    server = serve_tcp(node)
+    try:
+        with pytest.raises(OSError):  # nobody answers for the address: unreachable / timeout
+            connect(client, timeout=scaled(1.0))
+        client.ip("-6", "neigh", "flush", "dev", "eth0")
+        ndp = call_in_netns(node.name, NdpSocket, "eth0")
+        link_local = node.ip("-6", "-br", "addr", "show", "dev", "eth0", "scope", "link").stdout.split()[2].split("/")[0]
+        assert str(ndp.source) == link_local  # advertisements come from eth0's link-local address
+
+        async def answering():
+            task = asyncio.create_task(ndp.serve(lambda: {"192.168.81.50", VIP}))
+            try:
+                return await asyncio.to_thread(connect, client, scaled(5.0))
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+        try:
+            assert asyncio.run(answering()) == b"hello from the VIP\n"
+        finally:
+            ndp.close()
+        assert mac_of(node, "eth0") in neighbour(client)
+    finally:
+        server.close()
+
+
+def test_an_unsolicited_advertisement_replaces_the_previous_holders_entry(lan):
+    node, client = lan
+    client.ip("-6", "neigh", "replace", VIP, "lladdr", OLD_MAC, "dev", "eth0", "nud", "stale")
+    assert OLD_MAC in neighbour(client)
+    ndp = call_in_netns(node.name, NdpSocket, "eth0")
+    try:
+        asyncio.run(ndp.announce(VIP))
+    finally:
+        ndp.close()
+    assert mac_of(node, "eth0") in neighbour(client)
+    assert OLD_MAC not in neighbour(client)
