@@ -54,6 +54,17 @@ class AllocatorMetrics:
         self.repair_last_pass = Gauge("kubesvc_apiserver_service_repair_last_pass_timestamp_seconds",
                                       "When the last ClusterIP and NodePort repair pass completed", registry=r)
         self.port_repair_reconcile_errors = Counter("kube_apiserver_nodeport_repair_reconcile_errors", "Number of reconciliation failures on the nodeport repair reconcile loop", registry=r)
+        self._ip_children: dict[tuple[str, str], tuple] = {}  # (cidr, scope) -> (allocation counter, latency histogram)
+
+    def ip_allocated(self, cidr: str, scope: str, seconds: float) -> None:
+        """One ClusterIP allocated from ``cidr``: its count and how long the decision took. The
+        labelled children are looked up once per (cidr, scope) and kept: prometheus_client's
+        ``labels()`` validates and hashes its arguments on every call, a tenth of an allocation."""
+        children = self._ip_children.get((cidr, scope))
+        if children is None:
+            children = self._ip_children[(cidr, scope)] = (self.ip_allocations.labels(cidr, scope), self.ip_latency.labels(cidr))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def watch_allocators(self, allocators: "ServiceAllocators") -> None:
         self.registry.register(_Gauges(allocators))

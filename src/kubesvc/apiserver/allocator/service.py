@@ -324,8 +324,7 @@ class _Request:
             if ip:
                 raise self._ip_invalid(spec, ip, exc) from None
             raise internal(f"failed to allocate a serviceIP: {exc}") from None
-        allocators.metrics.ip_allocations.labels(taken.range.cidr, scope).inc()
-        allocators.metrics.ip_latency.labels(taken.range.cidr).observe(time.perf_counter() - started)
+        allocators.metrics.ip_allocated(taken.range.cidr, scope, time.perf_counter() - started)
         if not self.dry_run:
             key = records.ip_address_key(chosen)
             self.txn.ops.append(storage.Create(key, allocators.ip_address_value(chosen, self.namespace, self.name)))
