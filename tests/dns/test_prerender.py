@@ -178,3 +178,21 @@ def test_answers_over_512_bytes_are_left_to_the_ordinary_path():
     many = [(f"10.244.3.{i}", True) for i in range(1, 41)]  # 40 A records: 12 + 33 + 40 * 16 > 512
     recs = load([service("big", headless=True)], [endpoint_slice("big-a", "big", many)], namespaces=["testns"])
     assert prerenderer(recs).answer(query("big.testns.svc.cluster.local.", "A")) is None
+
+
+def test_on_the_event_loop_a_change_is_rendered_soon_after():
+    import asyncio
+
+    async def go():
+        recs = load([], namespaces=["testns"])
+        pre = Prerenderer(recs, SETTINGS)
+        for i in range(50):  # the informer's initial list: rendered a few milliseconds at a time, between queries
+            recs.set_service(service(f"svc-{i}", [f"10.96.1.{i}"]))
+        assert pre.answer(query("svc-49.testns.svc.cluster.local.", "A")) is None
+        for _ in range(1000):
+            await asyncio.sleep(0)
+            if not pre.pending:
+                break
+        assert addresses(pre.answer(query("svc-49.testns.svc.cluster.local.", "A"))) == ["10.96.1.49"]
+
+    asyncio.run(go())

@@ -34,6 +34,7 @@ change, not when they are asked:
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -44,6 +45,8 @@ import dns.rdatatype
 
 from kubesvc.dns.answer import Settings, resolve, respond
 from kubesvc.dns.records import CLUSTER_IP, HEADLESS, ClusterRecords
+
+log = logging.getLogger("kubesvc.dns")
 
 UDP_MIN_SIZE = 512
 ONE_QUESTION = b"\x00\x01\x00\x00\x00\x00\x00\x00"  # QDCOUNT 1, ANCOUNT, NSCOUNT, ARCOUNT 0
@@ -106,7 +109,10 @@ class Prerenderer:
         while self.pending and time.perf_counter() < until:
             service = next(iter(self.pending))
             del self.pending[service]
-            self._render(service)
+            try:
+                self._render(service)
+            except Exception:  # noqa: BLE001 - that name takes the ordinary path; the others are still rendered
+                log.exception("prerendering the answers of Service %s/%s", *service)
 
     def _render(self, service: tuple[str, str]) -> None:
         record = self.records.services.get(service)
