@@ -730,6 +730,9 @@ def main() -> None:
     parser.add_argument("--deployment", type=int, default=0, metavar="N",
                         help="measure a Deployment of N replicas (created -> Ready, binds/s, rolling update, delete's proxy syncs) instead")
     parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for every Pod to be reachable")
+    parser.add_argument("--nodes", type=int, default=1,
+                        help="above 1: that many machines (up + joins), Pod Ready -> reachable from another node beside the "
+                             "same node's figure (bench/e2e_nodes.py, with --pods, --runs, --poll-interval, --attempt-timeout, --timeout)")
     parser.add_argument("--src", type=Path, default=ROOT / "src",
                         help="the src directory whose kubesvc up is measured (e.g. another commit's: git archive <commit> src | tar -x -C DIR)")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
@@ -738,6 +741,10 @@ def main() -> None:
     if args.inside:
         inside(args)
         return
+    if args.nodes > 1:
+        import e2e_nodes  # bench/e2e_nodes.py
+
+        sys.exit(e2e_nodes.run(args))
     if os.geteuid() != 0:
         raise SystemExit("bench/e2e.py needs root (network namespaces, nftables)")
     sys.exit(outer(args))

@@ -104,16 +104,17 @@ class JoinedCluster:
         return self.lan.internet
 
     def ip(self, index: int) -> str:
-        """Machine ``index``'s LAN address (4: the spare's)."""
-        return self.lan.internet_ip if index == 4 else self.lan.nodes[index - 1].lan_ip
+        """Machine ``index``'s LAN address (one past the last machine: the spare's)."""
+        return self.lan.internet_ip if index == len(self.lan.nodes) + 1 else self.lan.nodes[index - 1].lan_ip
 
     def __getitem__(self, key: str):  # the dict the tests were written against
         return {"server": self.server, "joiners": self.joiners, "command": self.command, "spare": self.spare, "tmp": self.tmp}[key]
 
 
 @contextlib.contextmanager
-def joined_cluster(tmp: Path, mode: str, segments: int) -> Iterator[JoinedCluster]:
-    lan = Lan(machines=3, segments=segments)
+def joined_cluster(tmp: Path, mode: str, segments: int, machines: int = 3) -> Iterator[JoinedCluster]:
+    """``machines`` machines (m1 runs up, the others join; zones zone-a, zone-b, ... in turn)."""
+    lan = Lan(machines=machines, segments=segments)
     cluster = None
     try:
         lan.build()
@@ -123,9 +124,9 @@ def joined_cluster(tmp: Path, mode: str, segments: int) -> Iterator[JoinedCluste
         server.up(timeout=scaled(180), extra=("--cluster-init", "--node-name", "m1", "--pod-cidr", "10.244.0.0/24",
                                               "--cluster-cidr", CLUSTER_CIDR, "--pod-network", mode))
         cluster.command = kubesvc(server.ns, "token", "create", "--data-dir", str(server.data_dir), "--print-join-command").stdout.split()
-        cluster.joiners = [Joiner(lan.nodes[i - 1].ns, tmp, i, cluster.ip(i)) for i in (2, 3)]
-        for joiner, zone in zip(cluster.joiners, ("zone-b", "zone-c")):
-            joiner.join(cluster.command, "--zone", zone, "--pod-network", mode)
+        cluster.joiners = [Joiner(lan.nodes[i - 1].ns, tmp, i, cluster.ip(i)) for i in range(2, machines + 1)]
+        for joiner in cluster.joiners:
+            joiner.join(cluster.command, "--zone", f"zone-{chr(ord('a') + (joiner.index - 1) % 26)}", "--pod-network", mode)
         yield cluster
     finally:
         if cluster is not None:
