@@ -118,3 +118,35 @@ def test_success_policy_accepted_and_immutable():
     new = defaulted("Job", {**spec, "successPolicy": {"rules": [{"succeededCount": 1}]}}, resourceVersion="1")
     found = [str(e) for e in validate_update("Job", new, old, namespaced=True)]
     assert any(line.startswith("spec.successPolicy: Invalid value: ") and line.endswith("field is immutable") for line in found), found
+
+
+def _with_conditions(spec: dict, *types: str) -> dict:
+    job = defaulted("Job", spec, resourceVersion="1")
+    job["status"] = {"conditions": [{"type": t, "status": "True"} for t in types]}
+    return job
+
+
+@pytest.mark.parametrize("spec, old, new, message", [
+    (job(), (), ("SuccessCriteriaMet", "Failed"), "cannot set SuccessCriteriaMet=True and Failed=true conditions"),
+    (job(), (), ("SuccessCriteriaMet", "FailureTarget"), "cannot set SuccessCriteriaMet=True and FailureTarget=true conditions"),
+    (indexed(successPolicy={"rules": [{"succeededCount": 1}]}), (), ("Complete",),
+     "cannot set Complete=True for Job with SuccessPolicy unless SuccessCriteriaMet=True"),
+    (job(), ("SuccessCriteriaMet",), (), "cannot disable the SuccessCriteriaMet=True condition"),
+    (job(), ("Complete",), ("Complete", "SuccessCriteriaMet"), "cannot set SuccessCriteriaMet=True for Job already has Complete=true conditions"),
+], ids=["met-and-failed", "met-and-failure-target", "policy-complete-without-met", "met-taken-back", "met-after-complete"])
+def test_status_condition_rules(spec, old, new, message):
+    from kubesvc.api.validation import validate_status_update
+
+    found = [str(e) for e in validate_status_update("Job", _with_conditions(spec, *new), _with_conditions(spec, *old), namespaced=True)]
+    assert f"status.conditions: Invalid value: {message}" in found, found
+
+
+def test_status_conditions_the_controller_writes_are_accepted():
+    from kubesvc.api.validation import validate_status_update
+
+    spec = indexed(successPolicy={"rules": [{"succeededCount": 1}]})
+    steps = [(), ("SuccessCriteriaMet",), ("SuccessCriteriaMet", "Complete")]
+    for old, new in zip(steps, steps[1:]):
+        assert validate_status_update("Job", _with_conditions(spec, *new), _with_conditions(spec, *old), namespaced=True) == []
+    assert validate_status_update("Job", _with_conditions(job(), "FailureTarget", "Failed"), _with_conditions(job(), "FailureTarget"),
+                                  namespaced=True) == []

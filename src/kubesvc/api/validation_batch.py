@@ -313,3 +313,36 @@ def _success_rule(errs: Errs, rule: dict, path: str, completions: int) -> Errs:
             out.append(invalid_value(count_path, count,
                                      f"must be less than or equal to {total} (the number of indexes in the specified succeededIndexes field)"))
     return out
+
+
+# ---- status ----------------------------------------------------------------------------------------
+
+
+def _true(status: Any, type_: str) -> bool:
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    return any(isinstance(c, dict) and c.get("type") == type_ and c.get("status") == "True" for c in conditions or [])
+
+
+def validate_job_status_conditions(new: Any, old: Any) -> Errs:
+    """The condition rules of ``validateJobStatus`` / ``ValidateJobStatusUpdate`` that hold
+    whatever the Job (1.32: SuccessCriteriaMet may be set on any Job, as the controller delays
+    Complete behind it): SuccessCriteriaMet never beside Failed or FailureTarget, never taken
+    back, never added to a Job already Complete without it; a Job with a successPolicy is
+    Complete only after SuccessCriteriaMet."""
+    status = new.get("status") if isinstance(new, dict) else None
+    old_status = old.get("status") if isinstance(old, dict) else None
+    spec = new.get("spec") if isinstance(new, dict) and isinstance(new.get("spec"), dict) else {}
+    path = "status.conditions"
+    met = _true(status, "SuccessCriteriaMet")
+    out: Errs = []
+    if met and _true(status, "Failed"):
+        out.append(_omit(path, "cannot set SuccessCriteriaMet=True and Failed=true conditions"))
+    if met and _true(status, "FailureTarget"):
+        out.append(_omit(path, "cannot set SuccessCriteriaMet=True and FailureTarget=true conditions"))
+    if spec.get("successPolicy") is not None and not met and _true(status, "Complete"):
+        out.append(_omit(path, "cannot set Complete=True for Job with SuccessPolicy unless SuccessCriteriaMet=True"))
+    if _true(old_status, "SuccessCriteriaMet") and not met:
+        out.append(_omit(path, "cannot disable the SuccessCriteriaMet=True condition"))
+    if _true(old_status, "Complete") and not _true(old_status, "SuccessCriteriaMet") and met:
+        out.append(_omit(path, "cannot set SuccessCriteriaMet=True for Job already has Complete=true conditions"))
+    return out

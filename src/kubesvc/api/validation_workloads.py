@@ -618,7 +618,7 @@ def validate_job_status_update(new: Any, old: Any, namespaced: bool = True) -> E
     errs = validate_object_meta_update(new, old, core=False)
     status = read_map(errs, new, "status", "")
     errs += _nonnegative(errs, status, ("active", "succeeded", "failed", "ready", "terminating"), "status")
-    return errs
+    return errs + validation_batch.validate_job_status_conditions(new, old)
 
 
 # ---- CronJob -------------------------------------------------------------------------------------
