@@ -28,6 +28,7 @@ from kubesvc.api.errors import FieldError, GoSyntax, duplicate, invalid_value, n
 from kubesvc.api.validation_meta import (
     Errs,
     child,
+    elements,
     has_type,
     index,
     read,
@@ -131,12 +132,8 @@ def validate_pod_failure_policy(errs: Errs, spec: dict) -> Errs:
         out.append(too_many(rules_path, len(rules), MAX_POD_FAILURE_POLICY_RULES))
     names = _container_names(spec)
     has_per_index = has_type(spec.get("backoffLimitPerIndex"), int)
-    for i, rule in enumerate(rules):
-        rule_path = index(rules_path, i)
-        if not isinstance(rule, dict):
-            errs.append(FieldError("FieldValueTypeInvalid", rule_path, "must be of type object", rule))
-            continue
-        out += _failure_policy_rule(errs, rule, rule_path, names, has_per_index)
+    for i, rule in elements(errs, rules, rules_path, dict):
+        out += _failure_policy_rule(errs, rule, index(rules_path, i), names, has_per_index)
     return out
 
 
@@ -168,11 +165,8 @@ def _on_pod_conditions(errs: Errs, patterns: list, path: str) -> Errs:
     out: Errs = []
     if len(patterns) > MAX_ON_POD_CONDITIONS_PATTERNS:
         out.append(too_many(path, len(patterns), MAX_ON_POD_CONDITIONS_PATTERNS))
-    for j, pattern in enumerate(patterns):
+    for j, pattern in elements(errs, patterns, path, dict):
         pattern_path = index(path, j)
-        if not isinstance(pattern, dict):
-            errs.append(FieldError("FieldValueTypeInvalid", pattern_path, "must be of type object", pattern))
-            continue
         out += validate_qualified_name(read_str(errs, pattern, "type", pattern_path), child(pattern_path, "type"))
         status = read_str(errs, pattern, "status", pattern_path)
         status_path = child(pattern_path, "status")
@@ -281,12 +275,8 @@ def validate_success_policy(errs: Errs, spec: dict) -> Errs:
         out.append(required(rules_path, "at least one rules must be specified when the successPolicy is specified"))
     if len(rules) > MAX_SUCCESS_POLICY_RULES:
         out.append(too_many(rules_path, len(rules), MAX_SUCCESS_POLICY_RULES))
-    for i, rule in enumerate(rules):
-        rule_path = index(rules_path, i)
-        if not isinstance(rule, dict):
-            errs.append(FieldError("FieldValueTypeInvalid", rule_path, "must be of type object", rule))
-            continue
-        out += _success_rule(errs, rule, rule_path, completions)
+    for i, rule in elements(errs, rules, rules_path, dict):
+        out += _success_rule(errs, rule, index(rules_path, i), completions)
     return out
 
 
