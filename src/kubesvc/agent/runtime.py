@@ -57,14 +57,34 @@ async def _read_to_end(fd: int) -> str:
     """What the mount helper reported before it exec'd the command ("" when it did), read by
     the event loop: a start holds no worker thread while the helper runs (it held one of the
     default executor's few for the helper's whole start-up, and a burst of container starts
-    queued the other Pods' set-ups, which run on those threads, behind them)."""
+    queued the other Pods' set-ups, which run on those threads, behind them). A reader on the
+    raw descriptor, closed here once (a pipe transport over ``os.fdopen`` gave the descriptor
+    two owners under uvloop)."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0))
+    os.set_blocking(fd, False)
+    chunks: list[bytes] = []
+    ended = loop.create_future()
+
+    def readable() -> None:
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            return
+        except OSError as err:
+            chunk = b""
+            chunks.append(f"reading the start helper's status: {err}".encode())
+        if chunk:
+            chunks.append(chunk)
+        elif not ended.done():
+            ended.set_result(None)
+
+    loop.add_reader(fd, readable)
     try:
-        return (await reader.read()).decode(errors="replace")
+        await ended
     finally:
-        transport.close()
+        loop.remove_reader(fd)
+        os.close(fd)
+    return b"".join(chunks).decode(errors="replace")
 
 
 @dataclass
