@@ -27,8 +27,9 @@ each node's proxy health read from its health endpoint (``explain.gather.proxy_h
 /ui/api/explain?namespace=&name=`` ``kubesvc explain``'s findings (``explain.gather.gather`` and
 ``explain.findings.explain``, unchanged); ``GET /ui/api/trace?namespace=&name=`` ``kubesvc
 trace``'s walk of a connection from this machine to the Service's first port, read from the
-kernel of the machine the apiserver runs on (``proxy.trace.live``), which under ``kubesvc up`` is
-the node; elsewhere it says it cannot. The page learns of changes by watching Services,
+kernel of the machine the apiserver runs on (``proxy.trace.live``; read once for every trace
+asked within two seconds, ``RecentNodeState``), which under ``kubesvc up`` is the node; elsewhere
+it says it cannot. The page learns of changes by watching Services,
 EndpointSlices, Pods and Nodes itself (ordinary watch requests with the user's token) and asks
 for the map again when one changes.
 """
@@ -70,8 +71,8 @@ def is_ui_path(path: str) -> bool:
 
 def path_handler() -> PathHandler:
     """What ``kubesvc apiserver`` installs (``app["path_handlers"]``) to serve /ui."""
-    proxies = RecentProxyHealth()
-    return PathHandler(PREFIX, lambda request: handle(request, proxies), require_credential)
+    proxies, rules = RecentProxyHealth(), RecentNodeState()
+    return PathHandler(PREFIX, lambda request: handle(request, proxies, rules), require_credential)
 
 
 class RecentProxyHealth:
@@ -100,6 +101,48 @@ class RecentProxyHealth:
         for key in set(self.read_at) - live:  # Nodes gone or readdressed
             del self.read_at[key]
         return list(results)
+
+
+class RecentNodeState:
+    """This machine's rules as last read for a trace (``live.read_node``: four ``nft`` and four
+    ``iptables-save`` processes, ``ipset save`` in IPVS mode; seconds of CPU with many Services),
+    read again once older than ``max_age`` seconds, and one read at a time: concurrent traces wait
+    for the read under way. Otherwise every trace request of any user allowed to trace started
+    those processes on the apiserver's machine, up to the max-in-flight limit at once. A failed
+    read is kept as long (an apiserver that may not read the rules says so without retrying).
+    ``report`` is pure, so one state serves every trace."""
+
+    def __init__(self, max_age: float = 2.0, clock=time.monotonic, read=None):
+        self.max_age, self.clock, self._read = max_age, clock, read
+        self.outcome: tuple[float, object, BaseException | None] | None = None
+        self.reading: asyncio.Future | None = None
+
+    async def read(self):
+        if self.outcome is not None and self.clock() - self.outcome[0] < self.max_age:
+            return self._result(self.outcome)
+        if self.reading is None:
+            self.reading = asyncio.ensure_future(self._read_once())
+        return self._result(await asyncio.shield(self.reading))
+
+    async def _read_once(self):
+        if self._read is None:
+            from kubesvc.proxy.trace.live import read_node as read
+        else:
+            read = self._read
+        try:
+            state, error = await read(), None
+        except Exception as exc:  # kept and raised to every waiter: CommandFailed, OSError, ...
+            state, error = None, exc
+        self.outcome = (self.clock(), state, error)
+        self.reading = None
+        return self.outcome
+
+    @staticmethod
+    def _result(outcome):
+        _, state, error = outcome
+        if error is not None:
+            raise error
+        return state
 
 
 def require_credential(request: web.Request, user) -> None:
@@ -178,7 +221,7 @@ class AsUser:
 # ---- handlers -----------------------------------------------------------------------------
 
 
-async def handle(request: web.Request, proxies: RecentProxyHealth) -> web.StreamResponse:
+async def handle(request: web.Request, proxies: RecentProxyHealth, rules: RecentNodeState | None = None) -> web.StreamResponse:
     """Every GET under /ui once the request is authenticated and allowed ``get`` on its path."""
     path = request.path
     if path in (PREFIX, PREFIX + "/", PREFIX + "/index.html"):
@@ -192,7 +235,7 @@ async def handle(request: web.Request, proxies: RecentProxyHealth) -> web.Stream
             raise errors.StatusError(400, "BadRequest", "namespace and name are required")
         if path.endswith("/explain"):
             return web.json_response(await explain_data(reader, namespace, name))
-        return web.json_response(await trace_data(reader, namespace, name))
+        return web.json_response(await trace_data(reader, namespace, name, rules or RecentNodeState()))
     raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
 
 
@@ -218,7 +261,7 @@ async def explain_data(reader: AsUser, namespace: str, name: str) -> dict:
     return {"service": f"{namespace}/{name}", "findings": as_json(findings), "lines": [f.line() for f in findings]}
 
 
-async def trace_data(reader: AsUser, namespace: str, name: str) -> dict:
+async def trace_data(reader: AsUser, namespace: str, name: str, rules: RecentNodeState) -> dict:
     """``kubesvc trace node <namespace>/<name>`` on the apiserver's machine, or why it cannot run."""
     from kubesvc.explain.gather import SERVICE_NAME_LABEL, asking_node
     from kubesvc.kernel.exec import CommandFailed
@@ -238,7 +281,7 @@ async def trace_data(reader: AsUser, namespace: str, name: str) -> dict:
                                 {"labelSelector": f"{SERVICE_NAME_LABEL}={name}"}))["items"]
     nodes = (await reader.list("/api/v1/nodes"))["items"]
     try:
-        state = await live.read_node()
+        state = await rules.read()
     except (CommandFailed, OSError) as err:
         return {"error": f"cannot read this machine's rules (the trace runs where the apiserver runs): {err}"}
     objs = live.Objects(service=service, slices=slices, node=asking_node(None, nodes))
