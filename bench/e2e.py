@@ -84,7 +84,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "bench")]
 
-from upns import UpFailed, UpInNamespace, cpu_report, cpu_seconds  # noqa: E402 - bench/upns.py, after the path
+from upns import UpFailed, UpInNamespace, component_of, cpu_report, cpu_seconds  # noqa: E402 - bench/upns.py, after the path
 
 NAMESPACE = "default"
 LABEL = "bench-e2e"
@@ -128,6 +128,26 @@ HOPS = (("agent", "probe accepted -> Ready in the API (agent status write)"),
         ("sync", "proxy sync (start -> end)"),
         ("kernel", "proxy sync end -> first connection through the ClusterIP"),
         ("latency", "Pod Ready -> reachable via ClusterIP"))
+
+
+def components_cpu() -> dict[str, float]:
+    """CPU seconds so far of each ``kubesvc`` component in this process's network namespace
+    (the measuring half runs in ``up``'s; other ``up``s on the machine are in theirs)."""
+    tick, own = os.sysconf("SC_CLK_TCK"), os.stat("/proc/self/ns/net").st_ino
+    totals: dict[str, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}/ns/net").st_ino != own:
+                continue
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        name = component_of(int(entry))
+        if name in ("apiserver", "controller-manager", "agent", "proxy"):
+            totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return totals
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -472,6 +492,7 @@ async def deployment_round(client, run: int, args) -> dict:
     n = args.deployment
     seen: dict[str, float] = {}  # a Pod's first event (its creation, to the watch's resolution)
     unschedulable: set[str] = set()  # Pods the scheduler reported PodScheduled False (the backlog)
+    cpu_at: dict[str, dict[str, float]] = {}  # components' CPU seconds at the uncordon and when the last of the backlog is bound
     ready: dict[str, float] = {}
     bound: dict[str, float] = {}
     gone: dict[str, float] = {}
@@ -488,6 +509,8 @@ async def deployment_round(client, run: int, args) -> dict:
         seen.setdefault(name, now)
         if (pod.get("spec") or {}).get("nodeName"):
             bound.setdefault(name, now)
+            if len(bound) == n and "bound" not in cpu_at:
+                cpu_at["bound"] = components_cpu()
         conditions = {c.get("type"): c.get("status") for c in (pod.get("status") or {}).get("conditions") or []}
         if conditions.get("PodScheduled") == "False":
             unschedulable.add(name)
@@ -548,14 +571,18 @@ async def deployment_round(client, run: int, args) -> dict:
         await wait_for(backlog_complete, f"{n} Pods created and found unschedulable on the cordoned node")
         pods_created = max(seen.values()) - created_at
     finally:
+        cpu_at["released"] = components_cpu()
         released_at = time.monotonic()
         await cordon(False)
     all_ready = await wait_for(lambda: status_done(first["metadata"].get("generation", 1)), "all Ready") - released_at
     first_pods = set(ready)
     bind_times = sorted(bound[p] for p in first_pods if p in bound)
     binds_per_second = (len(bind_times) - 1) / (bind_times[-1] - bind_times[0]) if len(bind_times) > 1 and bind_times[-1] > bind_times[0] else None
+    # CPU per bind while the backlog was bound (the agent starting the first Pods meanwhile included)
+    bind_cpu = {name: (cpu_at["bound"].get(name, 0.0) - seconds) / n * 1000 for name, seconds in cpu_at["released"].items()} if "bound" in cpu_at else {}
     print(f"  round {run}: {n} Pods created (node cordoned) in {pods_created:.2f} s; uncordoned -> all bound "
-          f"{bind_times[-1] - released_at:.2f} s, {binds_per_second or 0:.0f} binds/s; uncordoned -> all Ready {all_ready:.2f} s", flush=True)
+          f"{bind_times[-1] - released_at:.2f} s, {binds_per_second or 0:.0f} binds/s; uncordoned -> all Ready {all_ready:.2f} s; "
+          f"CPU per bind meanwhile: {', '.join(f'{name} {ms:.1f} ms' for name, ms in sorted(bind_cpu.items()))}", flush=True)
 
     update_at = time.monotonic()
     patched = await deployments.patch(DEPLOYMENT, {"spec": {"template": {"spec": {"containers": [
@@ -582,6 +609,7 @@ async def deployment_round(client, run: int, args) -> dict:
     to_bound = [bound[p] - released_at for p in first_pods if p in bound]
     return {"replicas": n, "pods_created": pods_created, "all_ready": all_ready, "binds_per_second": binds_per_second,
             "all_bound": bind_times[-1] - released_at if bind_times else None, "rolling_update": rolled,
+            "bind_cpu_ms": bind_cpu,
             "bind_p50": percentile(to_bound, 0.5) if to_bound else None, "bind_p99": percentile(to_bound, 0.99) if to_bound else None,
             "delete_all_gone": deleted, "delete_syncs": len(delete_syncs) + (1 if emptied is not None else 0),
             "endpoints_emptied": None if emptied is None else emptied - delete_at}
@@ -601,6 +629,10 @@ def deployment_report(rounds: list[dict]) -> None:
     line("node uncordoned -> a Pod bound, p50 of the round", "bind_p50")
     line("node uncordoned -> a Pod bound, p99 of the round", "bind_p99")
     line("node uncordoned -> all replicas Ready", "all_ready")
+    for name in sorted({name for r in rounds for name in r.get("bind_cpu_ms") or {}}):
+        values = [r["bind_cpu_ms"][name] for r in rounds if name in (r.get("bind_cpu_ms") or {})]
+        print(f"{'  CPU per bind (uncordon -> all bound), ' + name + ':':<58} median {percentile(values, 0.5):8.2f} ms   "
+              f"({', '.join(f'{v:.2f}' for v in values)})")
     line("rolling update (new template -> all updated, available)", "rolling_update")
     line("delete (background) -> every Pod gone", "delete_all_gone")
     line("delete -> the Service's slices hold no ready endpoint", "endpoints_emptied")

@@ -179,6 +179,10 @@ class UpInNamespace:
             subprocess.run(["ip", "netns", "del", self.netns], check=False)
             shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def restarts(self) -> list[str]:
+        """The supervisor's lines about components that exited and were restarted."""
+        return [line.strip() for line in self.log_tail(1 << 20).splitlines() if "; restarting in " in line]
+
     def _stop(self) -> bool:
         """Ctrl-C, then the leftovers check (``kubesvc down`` if anything is left); clean or not."""
         assert self.process is not None
@@ -194,6 +198,8 @@ class UpInNamespace:
         if self.process.stdout is not None:
             self.process.stdout.close()
         left = leftovers(self.netns)
+        for line in self.restarts():
+            print(f"{self.label}a component died during the run (its figures include the restart): {line}", flush=True)
         print(f"{self.label}Ctrl-C: kubesvc up exited {code} after {time.monotonic() - stopping:.2f} s; "
               f"{'nothing left in ' + self.netns if not left else 'LEFT: ' + '; '.join(left)}", flush=True)
         if code == 0 and not left:
