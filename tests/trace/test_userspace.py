@@ -109,6 +109,7 @@ def test_the_snapshot_is_the_round_robins_view():
 
 
 def test_the_published_state_is_root_only_and_per_namespace(tmp_path, monkeypatch):
+    import json
     import os
     import stat
 
@@ -118,7 +119,11 @@ def test_the_published_state_is_root_only_and_per_namespace(tmp_path, monkeypatc
     path = runstate.state_path(userspace.KIND, 4)
     assert path.parent == tmp_path / "run" / "proxy" and path.name == f"userspace-ipv4-net{identify().ino}.json"
     runstate.write(path, STATE)
-    assert runstate.read(path) == STATE
+    assert runstate.read(path) == {**STATE, "pid": os.getpid()}
+    stale = {**STATE, "pid": 2**22 + 7}  # a writer that is gone (beyond pid_max's default)
+    path.write_text(json.dumps(stale))
+    assert runstate.read(path) is None
+    runstate.write(path, STATE)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
     runstate.remove(path)

@@ -11,7 +11,9 @@ the endpoints behind each listener and the round robin's position and sticky ses
   node), written whole to a temporary name and renamed, so a reader never sees half of one;
 * named by the network namespace the writer runs in (its nsfs inode, ``kernel.netns.identify``),
   so the proxies of several namespaces on one host (tests, ``kubesvc up`` in a namespace) each
-  have theirs, and a reader given ``--netns NAME`` finds the one of that namespace.
+  have theirs, and a reader given ``--netns NAME`` finds the one of that namespace;
+* holding the writer's pid: a file whose writer is gone (killed before it could remove it), or
+  is no longer in that namespace (an inode the kernel reused), reads as no state at all.
 """
 
 from __future__ import annotations
@@ -34,22 +36,29 @@ def state_path(kind: str, family: int, netns: str | None = None) -> Path:
 
 
 def write(path: Path, data: dict) -> None:
-    """``data`` as JSON at ``path``, atomically, ``0600`` in a ``0700`` directory."""
+    """``data`` as JSON at ``path`` with the writer's pid, atomically, ``0600`` in a ``0700`` directory."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(path.parent, 0o700)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
+        json.dump({**data, "pid": os.getpid()}, f)
     os.replace(tmp, path)
 
 
 def read(path: Path) -> dict | None:
-    """The published state, None if there is none (or it is not ours to read)."""
+    """The published state; None if there is none, it is not ours to read, or its writer is no
+    longer alive in the namespace the file is named for."""
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    ino = path.stem.rpartition("-net")[2]
+    try:
+        alive = str(os.stat(f"/proc/{int(data.get('pid', 0))}/ns/net").st_ino) == ino
+    except (OSError, ValueError, TypeError):
+        alive = False
+    return data if alive else None
 
 
 def remove(path: Path) -> None:
