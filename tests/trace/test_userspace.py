@@ -118,8 +118,13 @@ def test_the_published_state_is_root_only_and_per_namespace(tmp_path, monkeypatc
     monkeypatch.setenv("KUBESVC_RUN_DIR", str(tmp_path / "run"))
     path = runstate.state_path(userspace.KIND, 4)
     assert path.parent == tmp_path / "run" / "proxy" and path.name == f"userspace-ipv4-net{identify().ino}.json"
+    gone = path.parent / "userspace-ipv4-net1.json"
+    gone.parent.mkdir(parents=True)
+    gone.write_text(json.dumps({**STATE, "pid": 2**22 + 7}))
+    monkeypatch.setattr(runstate, "_pruned", False)
     runstate.write(path, STATE)
     assert runstate.read(path) == {**STATE, "pid": os.getpid()}
+    assert not gone.exists()  # the first write removed the file of a writer that is gone
     stale = {**STATE, "pid": 2**22 + 7}  # a writer that is gone (beyond pid_max's default)
     path.write_text(json.dumps(stale))
     assert runstate.read(path) is None

@@ -13,7 +13,8 @@ the endpoints behind each listener and the round robin's position and sticky ses
   so the proxies of several namespaces on one host (tests, ``kubesvc up`` in a namespace) each
   have theirs, and a reader given ``--netns NAME`` finds the one of that namespace;
 * holding the writer's pid: a file whose writer is gone (killed before it could remove it), or
-  is no longer in that namespace (an inode the kernel reused), reads as no state at all.
+  is no longer in that namespace (an inode the kernel reused), reads as no state at all, and a
+  process's first write removes such files.
 """
 
 from __future__ import annotations
@@ -44,6 +45,15 @@ def write(path: Path, data: dict) -> None:
     with os.fdopen(fd, "w") as f:
         json.dump({**data, "pid": os.getpid()}, f)
     os.replace(tmp, path)
+    global _pruned
+    if not _pruned:
+        _pruned = True
+        for other in path.parent.glob("*.json"):
+            if other != path and read(other) is None:
+                other.unlink(missing_ok=True)
+
+
+_pruned = False  # whether this process has removed the files of writers that are gone
 
 
 def read(path: Path) -> dict | None:
