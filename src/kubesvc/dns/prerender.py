@@ -12,10 +12,11 @@ change, not when they are asked:
   the answer is positive (NOERROR with records). Negative answers are not prerendered: their
   SOA carries the serial, which every informer event changes (CoreDNS's ``Modified``).
 - **How**: by the ordinary path itself (``answer.resolve`` and ``answer.respond``, rendered by
-  dnspython), for a canonical query: the lowercase name, RD clear, once without EDNS and once
-  with an OPT record without options. What follows the question in that rendering does not
-  depend on how a later query spells the name: the answer's owner is dnspython's compression
-  pointer to the question (offset 12), and A/AAAA records hold addresses only. The response to
+  dnspython), for a canonical query: the lowercase name, RD clear; rendered once without EDNS
+  and once with the OPT record ``make_response`` gives an answer to a query with EDNS. What
+  follows the question in that rendering does not depend on how a later query spells the
+  name: the answer's owner is dnspython's compression pointer to the question (offset 12),
+  and A/AAAA records hold addresses only. The response to
   a query is then its own id, the rendering's flags and counts with the query's RD bit
   (dnspython's ``make_response`` copies RD and nothing else), the query's own question bytes
   (its spelling: CoreDNS echoes the question as asked), and the rendering's rest.
@@ -145,11 +146,14 @@ class Prerenderer:
         if reply is None or reply.rcode != dns.rcode.NOERROR or not reply.answer or reply.chase is not None:
             return None
         question = name_wire + rdtype.to_bytes(2, "big") + CLASS_IN
+        query = dns.message.make_query(qname, rdtype, use_edns=None)
+        query.flags = 0
+        response = respond(query, reply)
         parts = []
-        for edns in (None, 0):
-            query = dns.message.make_query(qname, rdtype, use_edns=edns)
-            query.flags = 0
-            wire = respond(query, reply).to_wire()
+        for edns in (False, True):
+            if edns:  # the OPT record make_response gives the answer to a query with EDNS (tests hold the two paths equal)
+                response.use_edns(0, 0, 8192, pad=0)
+            wire = response.to_wire()
             if len(wire) > UDP_MIN_SIZE or wire[12:12 + len(question)] != question:
                 return None
             parts.append((wire[2:12], wire[12 + len(question):]))
