@@ -39,9 +39,10 @@ def lan():
         node.close()
 
 
-def serve_tcp(node: Netns) -> socket.socket:
-    server = socket_in(node.name)
-    server.bind((VIP, 8080))
+def serve_tcp(node: Netns, vip: str = VIP) -> socket.socket:
+    """A TCP server on ``vip``:8080 in ``node`` (IPv4 or IPv6) greeting every connection."""
+    server = socket_in(node.name, socket.AF_INET6 if ":" in vip else socket.AF_INET)
+    server.bind((vip, 8080))
     server.listen(8)
 
     def accept() -> None:
@@ -55,18 +56,18 @@ def serve_tcp(node: Netns) -> socket.socket:
     return server
 
 
-def connect(client: Netns, timeout: float) -> bytes:
-    conn = socket_in(client.name)
+def connect(client: Netns, timeout: float, vip: str = VIP) -> bytes:
+    conn = socket_in(client.name, socket.AF_INET6 if ":" in vip else socket.AF_INET)
     conn.settimeout(timeout)
     try:
-        conn.connect((VIP, 8080))
+        conn.connect((vip, 8080))
         return conn.recv(100)
     finally:
         conn.close()
 
 
-def neighbour(client: Netns) -> str:
-    return client.ip("neigh", "show", VIP, "dev", "eth0").stdout
+def neighbour(client: Netns, vip: str = VIP) -> str:
+    return client.ip("neigh", "show", vip, "dev", "eth0").stdout
 
 
 def mac_of(ns: Netns, dev: str) -> str:

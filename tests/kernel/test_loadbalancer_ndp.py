@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
-import threading
+import functools
 
 import pytest
 
 from kubesvc.kernel.ndp import NdpSocket
-from tests.support.netns import Netns, call_in_netns, socket_in, veth
+from tests.kernel import test_loadbalancer_arp as ipv4
+from tests.support.netns import Netns, call_in_netns, veth
 from tests.support.slowdown import scaled
 
 pytestmark = pytest.mark.kernel
 
 NODE_IP, CLIENT_IP, VIP = "fd00:81::11", "fd00:81::100", "fd00:81::50"
 OLD_MAC = "02:00:00:00:00:99"
+serve_tcp = functools.partial(ipv4.serve_tcp, vip=VIP)  # the IPv4 test's server, client and readers, on the IPv6 address
+connect = functools.partial(ipv4.connect, vip=VIP)
+neighbour = functools.partial(ipv4.neighbour, vip=VIP)
+mac_of = ipv4.mac_of
 
 
 @pytest.fixture
@@ -37,40 +41,6 @@ def lan():
     finally:
         client.close()
         node.close()
-
-
-def serve_tcp(node: Netns) -> socket.socket:
-    server = socket_in(node.name, socket.AF_INET6)
-    server.bind((VIP, 8080))
-    server.listen(8)
-
-    def accept() -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                conn, _ = server.accept()
-                conn.sendall(b"hello from the VIP\n")
-                conn.close()
-
-    threading.Thread(target=accept, daemon=True).start()
-    return server
-
-
-def connect(client: Netns, timeout: float) -> bytes:
-    conn = socket_in(client.name, socket.AF_INET6)
-    conn.settimeout(timeout)
-    try:
-        conn.connect((VIP, 8080))
-        return conn.recv(100)
-    finally:
-        conn.close()
-
-
-def neighbour(client: Netns) -> str:
-    return client.ip("-6", "neigh", "show", VIP, "dev", "eth0").stdout
-
-
-def mac_of(ns: Netns, dev: str) -> str:
-    return ns.ip("-br", "link", "show", dev).stdout.split()[2]
 
 
 def test_the_address_is_reached_only_while_the_node_answers_solicitations(lan):

@@ -15,20 +15,19 @@ address (its rules match ``status.loadBalancer.ingress`` IPs), so no address is 
 * ``gratuitous_arp`` (pure): the broadcast announcement a new holder sends (RFC 5227
   "ARP Announcement": a request with sender = target = the address; MetalLB also sends the
   reply form, so do we), so neighbours replace a cached entry of the previous holder at once.
-* ``ArpSocket``: the socket (AF_PACKET, bound to one interface, ``ETH_P_ARP``); create it in the
-  node's network namespace. ``serve`` answers until cancelled, ``announce`` sends the
-  gratuitous pair. Frames this socket sent itself (``PACKET_OUTGOING``) are never answered.
+* ``ArpSocket``: the socket (kernel/packetsocket.py, ``ETH_P_ARP``); create it in the node's
+  network namespace. ``serve`` answers until cancelled, ``announce`` sends the gratuitous pair.
 
 IPv6 addresses are announced and answered the same way with NDP: kernel/ndp.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
-import socket
 import struct
 from collections.abc import Callable, Collection
+
+from kubesvc.kernel.packetsocket import PacketSocket
 
 ETH_P_ARP = 0x0806
 ETH_P_IP = 0x0800
@@ -36,7 +35,6 @@ ARP_REQUEST, ARP_REPLY = 1, 2
 BROADCAST = b"\xff" * 6
 _ETH = struct.Struct("!6s6sH")
 _ARP = struct.Struct("!HHBBH6s4s6s4s")  # htype ptype hlen plen oper sha spa tha tpa
-PACKET_OUTGOING = 4
 
 
 def _frame(dst: bytes, src: bytes, oper: int, sha: bytes, spa: bytes, tha: bytes, tpa: bytes) -> bytes:
@@ -63,55 +61,16 @@ def gratuitous_arp(mac: bytes, address: str) -> list[bytes]:
             _frame(BROADCAST, mac, ARP_REPLY, mac, ip, BROADCAST, ip)]
 
 
-class ArpSocket:
+class ArpSocket(PacketSocket):
     """A raw ARP socket on ``ifname`` of the current network namespace."""
 
     def __init__(self, ifname: str):
-        self.ifname = ifname
-        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ARP))
-        try:
-            self.sock.bind((ifname, ETH_P_ARP))
-            self.mac: bytes = self.sock.getsockname()[4][:6]
-            self.sock.setblocking(False)
-        except OSError:
-            self.sock.close()
-            raise
-
-    def close(self) -> None:
-        self.sock.close()
+        super().__init__(ifname, ETH_P_ARP)
 
     async def announce(self, address: str) -> None:
         for frame in gratuitous_arp(self.mac, address):
-            self._send(frame)
-
-    def _send(self, frame: bytes) -> None:
-        """One frame, best effort (a full socket buffer drops it, as a busy link would)."""
-        try:
-            self.sock.send(frame)
-        except BlockingIOError:
-            pass
-
-    async def _receive(self) -> tuple[bytes, tuple]:
-        # loop.add_reader rather than loop.sock_recvfrom: uvloop does not implement the latter
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                return self.sock.recvfrom(2048)
-            except BlockingIOError:
-                pass
-            readable = loop.create_future()
-            loop.add_reader(self.sock.fileno(), lambda: readable.done() or readable.set_result(None))
-            try:
-                await readable
-            finally:
-                loop.remove_reader(self.sock.fileno())
+            self.send(frame)
 
     async def serve(self, addresses: Callable[[], Collection[str]]) -> None:
         """Answer requests for ``addresses()`` (asked again for every request) until cancelled."""
-        while True:
-            frame, source = await self._receive()
-            if source[2] == PACKET_OUTGOING:
-                continue
-            reply = arp_reply(frame, self.mac, addresses())
-            if reply is not None:
-                self._send(reply)
+        await self.answer(lambda frame: arp_reply(frame, self.mac, addresses()))

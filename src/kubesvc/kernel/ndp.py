@@ -19,7 +19,7 @@ other: the packet cannot have crossed a router):
 * The ICMPv6 checksum covers a pseudo-header (source, destination, length, next header 58).
 
 ``neighbour_advertisement`` and ``unsolicited_advertisement`` are pure. ``NdpSocket`` is the
-socket (AF_PACKET, ``ETH_P_IPV6``, bound to one interface, receiving all multicast: the
+socket (kernel/packetsocket.py, ``ETH_P_IPV6``, receiving all multicast: the
 solicitations go to groups the kernel did not join for an address it does not have); create it
 in the node's network namespace. Its advertisements come from the interface's link-local
 address (as MetalLB's, whose ``ndp.Conn`` is bound to it), else from the target itself.
@@ -27,12 +27,13 @@ address (as MetalLB's, whose ``ndp.Conn`` is bound to it), else from the target 
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import socket
 import struct
 from collections.abc import Callable, Collection
 from pathlib import Path
+
+from kubesvc.kernel.packetsocket import PacketSocket
 
 ETH_P_IPV6 = 0x86DD
 ICMPV6 = 58
@@ -42,7 +43,6 @@ OPTION_SOURCE_LLADDR, OPTION_TARGET_LLADDR = 1, 2
 FLAG_SOLICITED, FLAG_OVERRIDE = 0x40, 0x20
 ALL_NODES = ipaddress.IPv6Address("ff02::1")
 UNSPECIFIED = ipaddress.IPv6Address("::")
-PACKET_OUTGOING = 4
 SOL_PACKET, PACKET_ADD_MEMBERSHIP, PACKET_MR_ALLMULTI = 263, 1, 2
 _ETH = struct.Struct("!6s6sH")
 _IPV6 = struct.Struct("!IHBB16s16s")  # version/class/flow, payload length, next header, hop limit, source, destination
@@ -114,58 +114,27 @@ def link_local_address(ifname: str, if_inet6: str | None = None) -> ipaddress.IP
     return None
 
 
-class NdpSocket:
+class NdpSocket(PacketSocket):
     """A raw IPv6 packet socket on ``ifname`` of the current network namespace, for NDP."""
 
     def __init__(self, ifname: str):
-        self.ifname = ifname
-        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IPV6))
+        super().__init__(ifname, ETH_P_IPV6)
         try:
-            self.sock.bind((ifname, ETH_P_IPV6))
-            self.mac: bytes = self.sock.getsockname()[4][:6]
-            index = socket.if_nametoindex(ifname)
-            self.sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, struct.pack("iHH8s", index, PACKET_MR_ALLMULTI, 0, b""))
+            membership = struct.pack("iHH8s", socket.if_nametoindex(ifname), PACKET_MR_ALLMULTI, 0, b"")
+            self.sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, membership)
             self.source = link_local_address(ifname)
-            self.sock.setblocking(False)
         except OSError:
-            self.sock.close()
+            self.close()
             raise
 
-    def close(self) -> None:
-        self.sock.close()
-
     async def announce(self, address: str) -> None:
-        self._send(unsolicited_advertisement(self.mac, address, self.source))
-
-    def _send(self, frame: bytes) -> None:
-        """One frame, best effort (a full socket buffer drops it, as a busy link would)."""
-        try:
-            self.sock.send(frame)
-        except BlockingIOError:
-            pass
-
-    async def _receive(self) -> tuple[bytes, tuple]:
-        loop = asyncio.get_running_loop()  # add_reader, not sock_recvfrom: uvloop lacks the latter
-        while True:
-            try:
-                return self.sock.recvfrom(2048)
-            except BlockingIOError:
-                pass
-            readable = loop.create_future()
-            loop.add_reader(self.sock.fileno(), lambda: readable.done() or readable.set_result(None))
-            try:
-                await readable
-            finally:
-                loop.remove_reader(self.sock.fileno())
+        self.send(unsolicited_advertisement(self.mac, address, self.source))
 
     async def serve(self, addresses: Callable[[], Collection[str]]) -> None:
         """Answer solicitations for ``addresses()`` (IPv6 ones; asked again for each) until cancelled."""
-        while True:
-            frame, source = await self._receive()
-            if source[2] == PACKET_OUTGOING:
-                continue
+
+        def reply(frame: bytes) -> bytes | None:
             wanted = [a for a in addresses() if ":" in a]
-            if wanted:
-                reply = neighbour_advertisement(frame, self.mac, wanted, self.source)
-                if reply is not None:
-                    self._send(reply)
+            return neighbour_advertisement(frame, self.mac, wanted, self.source) if wanted else None
+
+        await self.answer(reply)
