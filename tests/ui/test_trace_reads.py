@@ -6,9 +6,12 @@ start those processes per request (review 20)."""
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import urlencode
 
+import pytest
 from aiohttp.test_utils import make_mocked_request
 
+from kubesvc.api.errors import StatusError
 from kubesvc.kernel.exec import CommandFailed
 from kubesvc.proxy.trace import live
 from kubesvc.ui import routes
@@ -77,3 +80,26 @@ async def test_the_rules_are_read_again_once_two_seconds_old_and_a_failure_is_ke
     now[0] = 2.0
     answer = await routes.trace_data(Reader(None, None), "ns", "web", rules)
     assert "report" in answer and reads == [0.0, 2.0]
+
+
+async def test_a_namespace_or_name_that_is_not_a_service_s_is_a_400_before_any_read(monkeypatch):
+    """A ``/`` in either would change the path read as the user: ``kubernetes/proxy`` was read as
+    the Service, authorized as ``get services/proxy`` (review 20)."""
+    reads = []
+
+    class Recording(Reader):
+        async def get(self, path):
+            reads.append(path)
+            return SERVICE
+
+    monkeypatch.setattr(routes, "AsUser", Recording)
+    handler = routes.path_handler()
+    for what in ("explain", "trace"):
+        for namespace, name in (("default", "kubernetes/proxy"), ("default", "kubernetes/status"), ("kube-system/services", "x"),
+                                ("..", "x"), ("default", "a?b"), ("default", "x" * 64), ("Default", "x")):
+            request = make_mocked_request("GET", f"/ui/api/{what}?" + urlencode({"namespace": namespace, "name": name}), app={})
+            request["user"] = object()
+            with pytest.raises(StatusError) as refused:
+                await handler.serve(request)
+            assert (refused.value.code, refused.value.reason) == (400, "BadRequest"), (namespace, name)
+    assert reads == []

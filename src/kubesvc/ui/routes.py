@@ -233,10 +233,23 @@ async def handle(request: web.Request, proxies: RecentProxyHealth, rules: Recent
         namespace, name = request.query.get("namespace", ""), request.query.get("name", "")
         if not namespace or not name:
             raise errors.StatusError(400, "BadRequest", "namespace and name are required")
+        refused = service_name_errors(namespace, name)
+        if refused:
+            raise errors.StatusError(400, "BadRequest", "; ".join(refused))
         if path.endswith("/explain"):
             return web.json_response(await explain_data(reader, namespace, name))
         return web.json_response(await trace_data(reader, namespace, name, rules or RecentNodeState()))
     raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
+
+
+def service_name_errors(namespace: str, name: str) -> list[str]:
+    """A Service's namespace (a DNS-1123 label) and name (a DNS-1035 label) as the API validates
+    them: both go into the paths read as the user, where a ``/`` would make ``kubernetes/proxy``
+    a read of the Service authorized as ``get services/proxy``."""
+    from kubesvc.api.validation_meta import is_dns1035_label, is_dns1123_label
+
+    return ([f"invalid namespace {namespace!r}: {e}" for e in is_dns1123_label(namespace)]
+            + [f"invalid name {name!r}: {e}" for e in is_dns1035_label(name)])
 
 
 async def map_data(reader: AsUser, proxies: RecentProxyHealth) -> dict:
