@@ -74,9 +74,9 @@ def same(got: bytes, expected: dns.message.Message) -> None:
     assert (answer.id, answer.flags, answer.ednsflags, answer.edns, answer.payload, answer.options) == \
            (expected.id, expected.flags, expected.ednsflags, expected.edns, expected.payload, expected.options)
     assert [q.to_text() for q in answer.question] == [q.to_text() for q in expected.question]  # the client's spelling
-    for section in ("answer", "authority", "additional"):
+    for section in ("answer", "authority", "additional"):  # an SOA's text carries its serial
         assert records_of(getattr(answer, section)) == records_of(getattr(expected, section))
-    assert answer.rcode() == expected.rcode() == dns.rcode.NOERROR and answer.answer
+    assert answer.rcode() == expected.rcode() == dns.rcode.NOERROR
 
 
 def query(name, rdtype="A", *, qid=4242, flags=dns.flags.RD, **edns) -> bytes:
@@ -94,6 +94,9 @@ ANSWERED = [
     ("hdls.testns.svc.cluster.local.", "A"),  # every ready endpoint
     ("hdls.testns.svc.cluster.local.", "AAAA"),
     ("pub.testns.svc.cluster.local.", "A"),  # publishNotReadyAddresses
+    ("web.testns.svc.cluster.local.", "AAAA"),  # NODATA, the zone's SOA in authority
+    ("Six.TESTNS.svc.Cluster.Local.", "A"),  # NODATA: the SOA's owner is the zone as spelled
+    ("pub.testns.svc.cluster.local.", "AAAA"),
 ]
 SHAPES = {
     "rd": {},
@@ -117,8 +120,6 @@ def test_prerendered_is_what_the_ordinary_path_answers(name, rdtype, shape):
 
 
 NOT_PRERENDERED = {
-    "aaaa-on-v4-nodata": query("web.testns.svc.cluster.local.", "AAAA"),
-    "a-on-v6-nodata": query("six.testns.svc.cluster.local.", "A"),
     "no-ready-endpoint-nxdomain": query("empty.testns.svc.cluster.local.", "A"),
     "unknown-service": query("nope.testns.svc.cluster.local.", "A"),
     "external-name": query("ext.testns.svc.cluster.local.", "A"),
@@ -162,7 +163,7 @@ def test_a_change_drops_the_answers_at_once_and_they_come_back_rendered_anew():
     assert pre.answer(wire) is None  # not yet rendered again: the ordinary path answers meanwhile
     pre.drain()
     assert addresses(pre.answer(wire)) == ["10.244.0.5", "10.244.0.9"]
-    assert pre.answer(query("hdls.testns.svc.cluster.local.", "AAAA")) is None  # its IPv6 endpoint went
+    assert addresses(pre.answer(query("hdls.testns.svc.cluster.local.", "AAAA"))) == []  # its IPv6 endpoint went: NODATA
     recs.delete_slice(endpoint_slice("hdls-a", "hdls", []))
     pre.drain()
     assert pre.answer(wire) is None  # NXDOMAIN now: not prerendered
@@ -196,3 +197,20 @@ def test_on_the_event_loop_a_change_is_rendered_soon_after():
         assert addresses(pre.answer(query("svc-49.testns.svc.cluster.local.", "A"))) == ["10.96.1.49"]
 
     asyncio.run(go())
+
+
+def test_a_nodata_answer_carries_the_serial_of_the_last_change():
+    # CoreDNS's SOA serial is the time of the last change of anything, not of this Service
+    clock = [100.0]
+    recs = load([service("web", ["10.96.0.20"])], namespaces=["testns"], clock=lambda: clock[0])
+    pre = prerenderer(recs)
+    wire = query("web.testns.svc.cluster.local.", "AAAA")
+    for moment in (100.0, 250.0, 2**32 + 7.0):
+        clock[0] = moment
+        recs.set_service(service("other", ["10.96.0.99"]))  # a change elsewhere: web's answer is not rendered again
+        assert pre.keys_of.get(("testns", "web"))
+        got = pre.answer(wire)
+        assert got is not None
+        same(got[0], ordinary(recs, wire))
+        (soa,) = dns.message.from_wire(got[0]).authority
+        assert soa[0].serial == int(moment) & 0xFFFFFFFF

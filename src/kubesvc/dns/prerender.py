@@ -9,8 +9,10 @@ informer delivers the object, the answers are built when a Service or its Endpoi
 change, not when they are asked:
 
 - **What**: for each ClusterIP or headless Service, its name with type A and type AAAA, when
-  the answer is positive (NOERROR with records). Negative answers are not prerendered: their
-  SOA carries the serial, which every informer event changes (CoreDNS's ``Modified``).
+  the answer is NOERROR: the addresses, or NODATA (an IPv4-only Service asked for AAAA, which
+  glibc asks beside every A). A NODATA answer's SOA carries the serial, the time of the last
+  change of anything (CoreDNS's ``Modified``): its four bytes are written in as it is sent
+  (where they sit, dnspython tells: see ``_serial_at``). NXDOMAIN is not prerendered.
 - **How**: by the ordinary path itself (``answer.resolve`` and ``answer.respond``, rendered by
   dnspython), for a canonical query: the lowercase name, RD clear; rendered once without EDNS
   and once with the OPT record ``make_response`` gives an answer to a query with EDNS. What
@@ -43,6 +45,7 @@ import dns.message
 import dns.name
 import dns.rcode
 import dns.rdatatype
+import dns.rrset
 
 from kubesvc.dns.answer import Settings, resolve, respond
 from kubesvc.dns.records import CLUSTER_IP, HEADLESS, ClusterRecords
@@ -66,6 +69,7 @@ class Prerendered:
     header_edns: bytes  # the same for a query carrying an OPT record
     tail_edns: bytes
     qtype: str  # the type's name, for the metrics
+    serial_at: int = -1  # NODATA: where the SOA serial sits in ``tail`` (and ``tail_edns``: the OPT follows it); -1: none
 
 
 @dataclass
@@ -122,7 +126,7 @@ class Prerenderer:
         qname = dns.name.Name((record.name.lower().encode(), record.namespace.lower().encode(), b"svc", *self.settings.zone.labels))
         name_wire = qname.to_wire()
         keys = []
-        for rdtype in self._types(record):
+        for rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA):
             rendered = self._rendered(qname, name_wire, rdtype)
             if rendered is not None:
                 key = name_wire + rdtype.to_bytes(2, "big")
@@ -131,20 +135,11 @@ class Prerenderer:
         if keys:
             self.keys_of[service] = keys
 
-    def _types(self, record) -> tuple[int, ...]:
-        """The address types the Service may answer (the other one is NODATA: not prerendered)."""
-        if record.kind == CLUSTER_IP:
-            addresses = record.cluster_ips
-        else:
-            addresses = [endpoint.address for slice_ in self.records.slices_of.get((record.namespace.lower(), record.name.lower()), {}).values()
-                         for endpoint in slice_.endpoints]
-        families = {":" in address for address in addresses}
-        return tuple(rdtype for rdtype, v6 in ((dns.rdatatype.A, False), (dns.rdatatype.AAAA, True)) if v6 in families)
-
     def _rendered(self, qname: dns.name.Name, name_wire: bytes, rdtype: int) -> Prerendered | None:
         reply = resolve(qname, rdtype, self.records, self.settings)
-        if reply is None or reply.rcode != dns.rcode.NOERROR or not reply.answer or reply.chase is not None:
+        if reply is None or reply.rcode != dns.rcode.NOERROR or reply.chase is not None:
             return None
+        nodata = not reply.answer
         question = name_wire + rdtype.to_bytes(2, "big") + CLASS_IN
         query = dns.message.make_query(qname, rdtype, use_edns=None)
         query.flags = 0
@@ -158,7 +153,33 @@ class Prerenderer:
                 return None
             parts.append((wire[2:12], wire[12 + len(question):]))
         (header, tail), (header_edns, tail_edns) = parts
-        return Prerendered(header, tail, header_edns, tail_edns, dns.rdatatype.to_text(rdtype))
+        serial_at = -1
+        if nodata:
+            serial_at = self._serial_at(response, len(question))
+            if serial_at < 0:
+                return None
+        return Prerendered(header, tail, header_edns, tail_edns, dns.rdatatype.to_text(rdtype), serial_at)
+
+    def _serial_at(self, response: dns.message.Message, question_size: int) -> int:
+        """Where the serial of a NODATA answer's SOA sits after the question (-1: not found).
+        The serial is the time of the last change of anything (CoreDNS's ``Modified``), so
+        it is written in when the answer is sent; where, dnspython tells: the answer rendered
+        with two serials that differ in every byte differs in those four bytes only."""
+        (soa,) = response.authority
+        if soa.rdtype != dns.rdatatype.SOA or len(soa) != 1:
+            return -1
+        renders = []
+        for probe in (0x01010101, 0x7E7E7E7E):
+            probed = dns.rrset.RRset(soa.name, soa.rdclass, soa.rdtype)
+            probed.add(soa[0].replace(serial=probe), soa.ttl)
+            response.authority = [probed]
+            renders.append(response.to_wire())
+        response.authority = [soa]
+        low, high = renders
+        differ = [i for i in range(min(len(low), len(high))) if low[i] != high[i]]
+        if len(low) != len(high) or len(differ) != 4 or differ[3] - differ[0] != 3:
+            return -1
+        return differ[0] - 12 - question_size
 
     # -- the query side
 
@@ -181,4 +202,6 @@ class Prerenderer:
             header, tail = found.header_edns, found.tail_edns  # an OPT record with no options (RDLENGTH 0)
         else:
             return None
+        if found.serial_at >= 0:  # NODATA: the SOA serial as of now
+            tail = b"".join((tail[:found.serial_at], (self.records.serial & 0xFFFFFFFF).to_bytes(4, "big"), tail[found.serial_at + 4:]))
         return b"".join((query[:2], bytes((header[0] | query[2] & RD,)), header[1:], query[12:question_end], tail)), found
