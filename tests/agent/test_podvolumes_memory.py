@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubesvc.agent.podvolumes import memory_volume_size, pod_memory_limit, read_only_root_filesystem
+from kubesvc.agent.podvolumes import memory_volume_size, pod_memory_limit, read_only_root_filesystem, runtime_file_binds
 from kubesvc.kernel.mounts import BindMount, mounts_under, plan_mounts
 
 MI = 2**20
@@ -60,3 +60,9 @@ def test_mounts_under_deepest_first():
         "/var/lib/k/pods/u1/volumes/kubernetes.io~empty-dir/with space",
         "/var/lib/k/pods/u1/volumes/kubernetes.io~empty-dir/a",
     ]  # u10 is not under u1
+
+
+def test_resolv_conf_read_only_with_the_root_hosts_writable():
+    binds = [BindMount("/pods/u/resolv.conf", "/etc/resolv.conf"), BindMount("/pods/u/etc-hosts", "/etc/hosts")]
+    assert [b.read_only for b in runtime_file_binds(binds, True)] == [True, False]
+    assert [b.read_only for b in runtime_file_binds(binds, False)] == [False, False]

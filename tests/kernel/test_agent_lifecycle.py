@@ -195,8 +195,9 @@ def test_read_only_root_filesystem_and_memory_volume_through_the_agent(up):
     wait_until(lambda: condition(up, name, "Ready") == "True", message="Ready")
     uid = up.get("pod", name)["metadata"]["uid"]
     seen = up.kubectl("exec", name, "--", "sh", "-c",
-                      "touch /etc/x 2>&1; echo ok > /cache/f && cat /cache/f; grep ' /cache ' /proc/mounts | cut -d' ' -f1-3", check=False)
-    assert seen.stdout.splitlines() == ["touch: cannot touch '/etc/x': Read-only file system", "ok", "tmpfs /cache tmpfs"], seen
+                      "touch /etc/x 2>&1; echo ok > /cache/f && cat /cache/f; grep ' /cache ' /proc/mounts | cut -d' ' -f1-3; "
+                      "(echo >> /etc/resolv.conf) 2>&1 | grep -c 'Read-only file system'", check=False)
+    assert seen.stdout.splitlines() == ["touch: cannot touch '/etc/x': Read-only file system", "ok", "tmpfs /cache tmpfs", "1"], seen
     options = up.kubectl("exec", name, "--", "sh", "-c", "grep ' /cache ' /proc/mounts").stdout.split()[3].split(",")
     assert "size=16384k" in options and "rw" in options
     host_tmpfs = [line for line in open("/proc/self/mountinfo").read().splitlines() if uid in line and " - tmpfs " in line]

@@ -71,6 +71,17 @@ def read_only_root_filesystem(container: Mapping) -> bool:
     return isinstance(context, Mapping) and context.get("readOnlyRootFilesystem") is True
 
 
+RESOLV_CONF = "/etc/resolv.conf"
+
+
+def runtime_file_binds(binds: list[BindMount], read_only_root: bool) -> list[BindMount]:
+    """The Pod's ``/etc/resolv.conf`` and ``/etc/hosts`` binds for a container: with a read-only
+    root ``resolv.conf`` is read-only too (containerd's own mount of it takes ``Readonly:
+    GetReadonlyRootfs()``), ``/etc/hosts`` stays writable (the kubelet's mount, ``ReadOnly:
+    false``)."""
+    return [BindMount(b.source, b.target, True) if read_only_root and b.target == RESOLV_CONF else b for b in binds]
+
+
 def _memory_limit(container: Mapping) -> int:
     limits = ((container.get("resources") or {}).get("limits") or {}) if isinstance(container.get("resources"), Mapping) else {}
     value = parse_quantity(limits.get("memory")) if isinstance(limits, Mapping) else None

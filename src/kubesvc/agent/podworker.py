@@ -47,7 +47,7 @@ from pathlib import Path
 
 from kubesvc.agent import envvars, podidentity, podnet, poddns, volumes as volume_kinds
 from kubesvc.agent.logs import container_log_path
-from kubesvc.agent.podvolumes import PodVolumes, VolumeSetUpFailed, fetch_object, read_only_root_filesystem
+from kubesvc.agent.podvolumes import PodVolumes, VolumeSetUpFailed, fetch_object, read_only_root_filesystem, runtime_file_binds
 from kubesvc.agent.tokens import TokenManager
 from kubesvc.agent.volumes import MountConfigError
 from kubesvc.agent.podstatus import ContainerRecord, PodRuntimeState, Termination, generate_pod_status, merge_patch_for
@@ -383,9 +383,9 @@ class PodWorker:
         if self.volumes is None:
             return None
         binds = self.volumes.mounts_for(container) if container.get("volumeMounts") else []
-        if self.ctx.dns is not None:
-            binds = [*binds, *poddns.binds_for(container, self.volumes.directory)]
         read_only = read_only_root_filesystem(container)  # securityContext.readOnlyRootFilesystem
+        if self.ctx.dns is not None:
+            binds = [*binds, *runtime_file_binds(poddns.binds_for(container, self.volumes.directory), read_only)]
         return plan_mounts(binds, str(self.volumes.staging_root), read_only_root=read_only) if binds or read_only else None
 
     def _write_dns_files(self) -> None:
