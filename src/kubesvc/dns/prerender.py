@@ -155,29 +155,27 @@ class Prerenderer:
         (header, tail), (header_edns, tail_edns) = parts
         serial_at = -1
         if nodata:
-            serial_at = self._serial_at(response, len(question))
+            serial_at = self._serial_at(response, wire, len(question))
             if serial_at < 0:
                 return None
         return Prerendered(header, tail, header_edns, tail_edns, dns.rdatatype.to_text(rdtype), serial_at)
 
-    def _serial_at(self, response: dns.message.Message, question_size: int) -> int:
+    def _serial_at(self, response: dns.message.Message, wire: bytes, question_size: int) -> int:
         """Where the serial of a NODATA answer's SOA sits after the question (-1: not found).
         The serial is the time of the last change of anything (CoreDNS's ``Modified``), so
-        it is written in when the answer is sent; where, dnspython tells: the answer rendered
-        with two serials that differ in every byte differs in those four bytes only."""
+        it is written in when the answer is sent; where, dnspython tells: rendered (``wire``,
+        the last rendering of ``response``) with a serial that differs from it in every byte,
+        the answer differs in those four bytes only."""
         (soa,) = response.authority
         if soa.rdtype != dns.rdatatype.SOA or len(soa) != 1:
             return -1
-        renders = []
-        for probe in (0x01010101, 0x7E7E7E7E):
-            probed = dns.rrset.RRset(soa.name, soa.rdclass, soa.rdtype)
-            probed.add(soa[0].replace(serial=probe), soa.ttl)
-            response.authority = [probed]
-            renders.append(response.to_wire())
+        probed = dns.rrset.RRset(soa.name, soa.rdclass, soa.rdtype)
+        probed.add(soa[0].replace(serial=soa[0].serial ^ 0xFFFFFFFF), soa.ttl)
+        response.authority = [probed]
+        probe = response.to_wire()
         response.authority = [soa]
-        low, high = renders
-        differ = [i for i in range(min(len(low), len(high))) if low[i] != high[i]]
-        if len(low) != len(high) or len(differ) != 4 or differ[3] - differ[0] != 3:
+        differ = [i for i in range(min(len(wire), len(probe))) if wire[i] != probe[i]]
+        if len(wire) != len(probe) or len(differ) != 4 or differ[3] - differ[0] != 3:
             return -1
         return differ[0] - 12 - question_size
 
