@@ -21,6 +21,7 @@ import copy
 import logging
 from collections.abc import Hashable
 
+from kubesvc.api.pods import is_ready
 from kubesvc.api.selectors import selector_from_label_selector
 from kubesvc.client.cache import split_key
 from kubesvc.client.record import EventRecorder
@@ -271,7 +272,7 @@ class JobController:
         if not finishing and not jd.condition(job, jd.FAILURE_TARGET):
             self._suspend_conditions(job, conditions, suspended, status, now)
         status["active"] = len(active)
-        status["ready"] = sum(1 for p in active if jd.is_ready(p))
+        status["ready"] = sum(1 for p in active if is_ready(p))
         status["terminating"] = len(terminating)
         self._backoff[key] = record
         await self._track_and_remove_finalizers(job, key, status, pods, newly_succeeded, newly_failed, finishing, now, newly_ignored)
@@ -318,7 +319,7 @@ class JobController:
         want = jd.want_active(job, succeeded, len(active))
         if len(active) > want:
             # newest and least ready go first (ActivePods order, reversed: controller_utils)
-            victims = sorted(active, key=lambda p: (jd.is_ready(p), p["metadata"].get("creationTimestamp") or ""))[:len(active) - want]
+            victims = sorted(active, key=lambda p: (is_ready(p), p["metadata"].get("creationTimestamp") or ""))[:len(active) - want]
             await self._delete_pods(job, key, victims[:jd.MAX_POD_CREATE_DELETE_PER_SYNC])
             return [p for p in active if p not in victims]
         diff = want - len(active)

@@ -66,10 +66,6 @@ def is_failed(pod: dict, job: dict) -> bool:
     return bool(pod["metadata"].get("deletionTimestamp")) and phase(pod) != "Succeeded"
 
 
-def is_ready(pod: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in (pod.get("status") or {}).get("conditions") or [])
-
-
 def has_tracking_finalizer(pod: dict) -> bool:
     return JOB_TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or [])
 
