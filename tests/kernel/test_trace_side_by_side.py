@@ -338,24 +338,23 @@ def test_probe_the_kernels_own_trace_agrees(world, dest, dport):
     (nftables: ``nft monitor trace``) matched the same rules in the same order as the walk; in
     iptables mode (a raw-table ``TRACE`` rule, ``xtables-monitor --trace``) the rules the kernel
     matched are the walk's, in order, and its outcome (the DNAT target, REJECT, DROP) is the
-    walk's; userspace mode says it cannot probe, in one line."""
+    walk's; in userspace mode the same, the outcome being the redirect to the walk's listener."""
     from click.testing import CliRunner
 
     from kubesvc.cmd import main
     t, _, mode = world
     result = CliRunner().invoke(main, ["trace", CLIENT_IP, f"{dest}:{dport}", "--netns", t.node.name, "--probe", t.client.name,
                                        "--data-dir", "/nonexistent", "-o", "json"])
-    if mode == "userspace":
-        assert result.exit_code == 1 and "--probe traces nftables and iptables modes; this node's rules are userspace" in result.output
-        return
     assert result.exit_code == 0, result.output
     rep = json.loads(result.output)
     traced = [(s["chain"], s["rule"]) for s in rep["probe"]["steps"] if s["rule"]]
     assert traced and rep["probe"]["agrees"], json.dumps(rep, indent=1)
-    if mode == "iptables":
+    if mode in ("iptables", "userspace"):
         assert rep["probe"]["verdict"] == rep["verdict"], json.dumps(rep, indent=1)
         if rep["verdict"] == "DNAT":
             assert rep["probe"]["endpoint"] in {c["endpoint"] for c in rep["candidates"]}
+        if rep["verdict"] == "REDIRECT":  # to the proxy's listener the walk names
+            assert rep["probe"]["endpoint"] == str(rep["listener"]["proxyPort"])
         assert "kubesvc trace probe" not in t.node.run("iptables-save", "-t", "raw").stdout  # the probe's rules are gone
     else:
         assert "kubesvc-trace" not in t.node.run("nft", "list", "tables").stdout  # the probe's table is gone

@@ -50,3 +50,16 @@ def test_the_kernels_branch_is_one_of_the_walks():
     assert not compare_probe_iptables(walk_report(*rules[:2], *rules[3:]), kernel)["agrees"]  # a rule the walk missed
     assert not compare_probe_iptables(walk_report(*rules, candidates=("10.1.1.2:8080",)), kernel)["agrees"]  # not a candidate
     assert not compare_probe_iptables(walk_report(*rules, verdict="DROP"), kernel)["agrees"]
+
+
+def test_userspace_the_kernel_redirects_to_the_walks_listener():
+    redirect = ('-A KUBE-PORTALS-CONTAINER -d 172.30.0.10/32 -p tcp -m comment --comment "ns/web:p80" -m tcp --dport 80 '
+                "-j REDIRECT --to-ports 43911")
+    host = ('-A KUBE-PORTALS-HOST -d 172.30.0.10/32 -p tcp -m comment --comment "ns/web:p80" -m tcp --dport 80 '
+            "-j DNAT --to-destination 192.168.50.1:43911")
+    for rule in (redirect, host):
+        kernel = [{"table": "nat", "chain": rule.split()[1], "rule": rule, "verdict": "ACCEPT"}]
+        rep = {**walk_report(rule, verdict="REDIRECT"), "listener": {"proxyPort": 43911}}
+        got = compare_probe_iptables(rep, kernel)
+        assert got["agrees"] and (got["verdict"], got["endpoint"]) == ("REDIRECT", "43911"), got
+        assert not compare_probe_iptables({**rep, "listener": {"proxyPort": 40000}}, kernel)["agrees"]

@@ -76,7 +76,7 @@ def service_port(service: dict, port: str | None, protocol: str) -> int:
 @click.option("--probe", "probe_from", default=None, metavar="NETNS",
               help="Also send one real connection from this named network namespace (\"node\": the node's own), SRC being "
                    "its address, and show the kernel's own trace of it beside the walk: nft monitor trace (nftables mode), "
-                   "a raw-table TRACE rule read with xtables-monitor --trace (iptables mode, iptables-nft).")
+                   "a raw-table TRACE rule read with xtables-monitor --trace (iptables and userspace modes, iptables-nft).")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def trace_command(src: str, dst: str, kubeconfig: Path | None, data_dir: Path, node: str | None, mode: str, netns: str | None,
                   probe_from: str | None, output: str) -> None:
@@ -99,8 +99,8 @@ def trace_command(src: str, dst: str, kubeconfig: Path | None, data_dir: Path, n
         state = await live.read_node(netns=netns)
         rep = finish(state, host, int(port), live.Objects()) if not use_api else await with_api(state)
         if probe_from:
-            if rep["mode"] not in ("nftables", "iptables"):
-                raise click.ClickException(f"--probe traces nftables and iptables modes; this node's rules are {rep['mode']}")
+            if rep["mode"] not in ("nftables", "iptables", "userspace"):
+                raise click.ClickException(f"--probe traces nftables, iptables and userspace modes; this node's rules are {rep['mode']}")
             args = dict(netns=netns, from_netns=netns if probe_from == "node" else probe_from, source=rep["source"]["ip"],
                         dest=rep["destination"]["ip"], port=rep["destination"]["port"], protocol=protocol)
             if rep["mode"] == "nftables":

@@ -191,11 +191,11 @@ def compare_probe(rep: dict, kernel: list[dict]) -> dict:
 
 
 def compare_probe_iptables(rep: dict, kernel: list[dict]) -> dict:
-    """iptables mode's probe (``kernel/xtrace.py``) beside the walk. The kernel follows one
-    ``-m statistic`` branch where the walk follows all of them, so the walk agrees when every
-    rule the kernel matched is a rule the walk matched, in the same order, and the kernel's
-    outcome is the walk's: its DNAT target one of the candidates, or the same DROP/REJECT, or
-    neither (``NONE``)."""
+    """iptables (and userspace) mode's probe (``kernel/xtrace.py``) beside the walk. The kernel
+    follows one ``-m statistic`` branch where the walk follows all of them, so the walk agrees
+    when every rule the kernel matched is a rule the walk matched, in the same order, and the
+    kernel's outcome is the walk's: its DNAT target one of the candidates, or the same
+    DROP/REJECT, or neither (``NONE``); in userspace mode the redirect to the walk's listener."""
     walked = [(s["chain"], s["rule"]) for s in rep["steps"] if s["rule"] is not None]
     # (a rule without a target, a comment only, is not a step of the walk: it does nothing)
     traced = [(s["chain"], s["rule"]) for s in kernel if s["rule"] is not None and " -j " in s["rule"]]
@@ -208,9 +208,17 @@ def compare_probe_iptables(rep: dict, kernel: list[dict]) -> dict:
             jump = words[words.index("-j") + 1]
             if jump == "DNAT" and "--to-destination" in words:
                 verdict, target = "DNAT", words[words.index("--to-destination") + 1]
+            elif jump == "REDIRECT" and "--to-ports" in words:
+                verdict, target = "REDIRECT", words[words.index("--to-ports") + 1]
             elif jump in ("DROP", "REJECT"):
                 verdict = jump
-    outcome = verdict == rep["verdict"] and (target is None or target in {c["endpoint"] for c in rep["candidates"]})
+    listener = rep.get("listener")
+    if listener is not None and verdict == "DNAT" and target.rpartition(":")[2] == str(listener["proxyPort"]):
+        verdict, target = "REDIRECT", str(listener["proxyPort"])  # userspace's host portal: a DNAT to the node's listener
+    if listener is not None:
+        outcome = verdict == rep["verdict"] == "REDIRECT" and target == str(listener["proxyPort"])
+    else:
+        outcome = verdict == rep["verdict"] and (target is None or target in {c["endpoint"] for c in rep["candidates"]})
     return {"steps": kernel, "verdict": verdict, "endpoint": target, "agrees": bool(traced) and in_order and outcome}
 
 
