@@ -226,6 +226,25 @@ def test_terminate_sends_sigterm_then_sigkill_after_the_grace_period():
                 process.kill()
 
 
+def test_a_zombie_is_not_alive_and_terminate_does_not_wait_for_it():
+    """A child that exited but is not reaped yet (as kubesvc leave sees a join its parent has
+    not waited for): not alive, so terminate returns at once instead of after its grace."""
+    zombie = subprocess.Popen(["sh", "-c", "exit 0"])
+    try:
+        for _ in range(100):
+            if open(f"/proc/{zombie.pid}/stat").read().rpartition(")")[2].split()[0] == "Z":
+                break
+            time.sleep(0.02)
+        else:
+            raise AssertionError("the child never became a zombie")
+        assert not kprocess.alive(zombie.pid)
+        start = time.monotonic()
+        kprocess.terminate(zombie.pid, grace=5)
+        assert time.monotonic() - start < 1
+    finally:
+        zombie.wait(timeout=5)
+
+
 # ---------------------------------------------------------------------------------------------
 # the Pod network spawns nothing
 

@@ -222,14 +222,22 @@ def kill_group(pid: int, sig: int) -> None:
 
 
 def alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (signal 0; one we may not signal exists too)."""
+    """Whether process ``pid`` runs (signal 0; one we may not signal exists too). A zombie (it
+    exited; its parent has not reaped it yet) does not: signal 0 still reaches it, and waiting
+    for it to go would wait out a whole grace period for nothing."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            # "pid (comm) state ...": comm may hold spaces and parentheses, so the state is
+            # the first field after the last ")"
+            return stat.read().rpartition(b")")[2].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
 
 
 def terminate(pid: int, grace: float, poll: float = 0.1) -> None:
