@@ -137,6 +137,20 @@ def dns_command(cluster_domain, kubeconfig, dns_addresses, dns_port, http_addres
         raise click.ClickException(f"cannot serve DNS: {exc.strerror or exc}") from None
 
 
+def all_synced(informers):
+    """Whether every informer has synced (CoreDNS's ``HasSynced``), asked on every query that
+    could be NXDOMAIN; once true it stays true (an informer's first list is stored once), so
+    it is looked up only until then."""
+    done = False
+
+    def synced() -> bool:
+        nonlocal done
+        done = done or all(informer.has_synced() for informer in informers)
+        return done
+
+    return synced
+
+
 async def _run(client_config, token_source, settings, forwarder, dns_addresses, dns_port, http_address, http_ports) -> None:
     from aiohttp import web
 
@@ -152,7 +166,7 @@ async def _run(client_config, token_source, settings, forwarder, dns_addresses, 
     async with RestClient(client_config, user_agent="kubesvc-dns", token_source=token_source) as client:
         informers = watch_cluster(client, records, pods=settings.pods == PODS_VERIFIED)
         resolver = Resolver(records, settings, forwarder, metrics=DNSMetrics(f"dns://:{dns_port}"),
-                            synced=lambda: all(i.has_synced() for i in informers))
+                            synced=all_synced(informers))
         tasks = [asyncio.create_task(informer.run()) for informer in informers]
         listeners = []
         runner = web.AppRunner(http_app(resolver), access_log=None)
