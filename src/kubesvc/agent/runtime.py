@@ -53,36 +53,13 @@ def find_executable(argv0: str, env: Mapping[str, str], cwd: str | None, root: s
     return shutil.which(argv0, path=os.pathsep.join(root + d for d in search.split(os.pathsep)) if root else search)
 
 
-async def _read_to_end(fd: int) -> str:
-    """What the mount helper reported before it exec'd the command ("" when it did), read by
-    the event loop: a start holds no worker thread while the helper runs (it held one of the
-    default executor's few for the helper's whole start-up, and a burst of container starts
-    queued the other Pods' set-ups, which run on those threads, behind them). A reader on the
-    raw descriptor, closed here once (a pipe transport over ``os.fdopen`` gave the descriptor
-    two owners under uvloop)."""
-    loop = asyncio.get_running_loop()
-    os.set_blocking(fd, False)
-    chunks: list[bytes] = []
-    ended = loop.create_future()
-
-    def readable() -> None:
-        try:
-            chunk = os.read(fd, 4096)
-        except BlockingIOError:
-            return
-        except OSError as err:
-            chunk = b""
-            chunks.append(f"reading the start helper's status: {err}".encode())
-        if chunk:
-            chunks.append(chunk)
-        elif not ended.done():
-            ended.set_result(None)
-
-    loop.add_reader(fd, readable)
+def _read_to_end(fd: int) -> str:
+    """What the mount helper reported before it exec'd the command ("" when it did)."""
+    chunks = []
     try:
-        await ended
+        while chunk := os.read(fd, 4096):
+            chunks.append(chunk)
     finally:
-        loop.remove_reader(fd)
         os.close(fd)
     return b"".join(chunks).decode(errors="replace")
 
@@ -162,7 +139,7 @@ class ContainerProcess:
         if self._process.stderr is not None:  # a terminal has one stream
             self._pumps.append(asyncio.create_task(pump(self._process.stderr, "stderr", self._log, self._to_listeners)))
         if status_read is not None:
-            failure = await _read_to_end(status_read)
+            failure = await asyncio.to_thread(_read_to_end, status_read)
             if failure:
                 await self.wait()
                 raise StartError(failure)
