@@ -181,7 +181,7 @@ def test_resolv_conf_and_hosts_of_a_cluster_first_pod(machine):
 def test_short_namespaced_and_full_names_reach_the_service(machine):
     cluster_ip = machine.get("service", "web")["spec"]["clusterIP"]
     for name in ("web", "web.default", "web.default.svc", "web.default.svc.cluster.local"):
-        assert getent(machine, "probe-a", "hosts", name) == [[cluster_ip, f"web.default.svc.cluster.local"]], name
+        assert getent(machine, "probe-a", "hosts", name) == [[cluster_ip, "web.default.svc.cluster.local"]], name
         assert machine.getaddrinfo("probe-b", name) == [cluster_ip], name
         done = machine.run("probe-a", "curl", "-sS", "--max-time", "10", f"http://{name}/")
         assert done["rc"] == 0 and done["out"].strip() in ("probe-a", "probe-b"), (name, done)

@@ -86,7 +86,7 @@ from dns.rdtypes.IN.A import A
 from dns.rdtypes.IN.AAAA import AAAA
 from dns.rdtypes.IN.SRV import SRV
 
-from kubesvc.dns.records import CLUSTER_IP, EXTERNAL_NAME, ClusterRecords, Port, ServiceRecord, canonical_ip
+from kubesvc.dns.records import CLUSTER_IP, EXTERNAL_NAME, ClusterRecords, Port, canonical_ip
 
 IN = dns.rdataclass.IN
 T = dns.rdatatype
