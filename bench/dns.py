@@ -16,17 +16,19 @@ Two servers answer the same names in the same run, each pinned to one core (``ta
 The client (this process, on the other core) keeps ``--window`` queries outstanding on one UDP
 socket, each query an A question for a random name of the set, and times every answer from
 its send. Three sets: **cluster names, first ask** (``svc-<i>.ns-<j>.svc.cluster.local``, each
-asked once, in one run: kubesvc renders every answer with dnspython), **cluster names, asked
-again** (the same names in ``--rounds`` runs of ``--seconds``: kubesvc sends the answer it
-rendered for the same query bytes while no Service changed) and **cached forwarded** (the
-external names, each asked once before the timed runs so that every timed one is a cache hit).
+asked once, in one run: kubesvc sends the answer it rendered with dnspython when the Service
+last changed, ``kubesvc.dns.prerender``), **cluster names, asked again** (the same names in
+``--rounds`` runs of ``--seconds``) and **cached forwarded** (the external names, each asked
+once before the timed runs so that every timed one is a cache hit: kubesvc renders a cache
+answer the first time it sends it and from then on rewrites only its TTL fields).
 Printed: median qps, p50 and p99 latency over the rounds, each server's CPU per answer and how
 busy its core and the client were (from /proc/<pid>/stat and the client's own CPU time: a server
 under ~90% busy was paced by the client, not by its own speed), the servers' peak RSS (VmHWM),
 and kubesvc's qps (and answers per CPU second) as a share of dnsmasq's. The issue's goal: at
-least half of dnsmasq's qps on one core, p99 under 5 ms. kubesvc renders the A answers of its
-Services before it says ready (``prerender``; the time is printed on stderr): the informer's
-work, as CoreDNS indexes objects when they arrive, not the answering's.
+least half of dnsmasq's qps on one core, p99 under 5 ms. kubesvc renders the A and AAAA
+answers of its Services before it says ready (the time is printed on stderr): the informer's
+work, as CoreDNS indexes objects when they arrive, not the answering's. Both servers get the
+same query bytes (dnspython's make_query: A, RD, no EDNS) for the same names and addresses.
 
     python3 bench/dns.py                        # 10000 Services, 3 rounds of 5 s
     python3 bench/dns.py --services 1000 --rounds 1 --seconds 2
