@@ -40,6 +40,15 @@ from kubesvc.storage.base import Event, KeyValue
 ReadHistory = Callable[[str, int], list[Event]]
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, None in a thread without one (the group
+    committer's, a ``sync_*`` caller's)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 class QueuedWatch:
     """One open watch (the base.Watch protocol): batches waiting for the consumer's loop.
 
@@ -106,6 +115,12 @@ class QueuedWatch:
     def _wake(self) -> None:
         loop = self._loop
         if loop is None:  # not iterating yet: the first iteration step looks at the queue
+            return
+        if _running_loop() is loop:
+            # published on the consumer's own loop (a commit on the event loop's thread, the
+            # default): set it here; call_soon_threadsafe would write the loop's wake-up fd
+            # and have the loop read it back, two system calls per commit and watch for nothing
+            self._ready.set()
             return
         try:
             loop.call_soon_threadsafe(self._ready.set)
