@@ -12,7 +12,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 
-from kubesvc.controllers.certificates.approver import NODE_CLIENT, SELF_NODE_CLIENT, recognize
+from kubesvc.controllers.certificates.approver import NODE_CLIENT, NODE_KUBE_PROXY_CLIENT, SELF_NODE_CLIENT, recognize
 from kubesvc.controllers.certificates.cleaner import should_delete
 from kubesvc.controllers.certificates.signer import certificate_duration
 from kubesvc.controllers.nodeipam.cidrset import CIDRSet, CIDRSetError, node_mask_sizes, parse_cluster_cidrs
@@ -26,7 +26,7 @@ def at(delta: timedelta) -> str:
 
 
 def csr(cn="system:node:n1", orgs=("system:nodes",), usages=("digital signature", "client auth"), username="system:bootstrap:abcdef",
-        signer="kubernetes.io/kube-apiserver-client-kubelet", conditions=(), sans=None) -> dict:
+        signer="kubernetes.io/kube-apiserver-client-kubelet", conditions=(), sans=None, groups=None) -> dict:
     key = new_key()
     if sans:
         from cryptography.x509.oid import NameOID
@@ -38,7 +38,8 @@ def csr(cn="system:node:n1", orgs=("system:nodes",), usages=("digital signature"
     else:
         pem = request_pem(key, cn, tuple(orgs))
     return {"metadata": {"name": "x", "creationTimestamp": at(-timedelta(minutes=1))},
-            "spec": {"request": base64.b64encode(pem).decode(), "signerName": signer, "usages": list(usages), "username": username},
+            "spec": {"request": base64.b64encode(pem).decode(), "signerName": signer, "usages": list(usages), "username": username,
+                     **({} if groups is None else {"groups": list(groups)})},
             "status": {"conditions": list(conditions)}}
 
 
@@ -58,6 +59,45 @@ def csr(cn="system:node:n1", orgs=("system:nodes",), usages=("digital signature"
         "dns-san", "denied", "already-approved"])
 def test_which_recognizers_match(obj, expected):
     assert recognize(obj) == expected
+
+
+def kube_proxy_csr(cn="system:kube-proxy", orgs=(), usages=("digital signature", "key encipherment", "client auth"),
+                   username="system:node:n1", groups=("system:nodes", "system:authenticated"),
+                   signer="kubernetes.io/kube-apiserver-client", **more) -> dict:
+    """A node asking for kube-proxy's client certificate as kubesvc join does."""
+    return csr(cn=cn, orgs=orgs, usages=usages, username=username, groups=groups, signer=signer, **more)
+
+
+@pytest.mark.parametrize("obj, expected", [
+    (kube_proxy_csr(), [NODE_KUBE_PROXY_CLIENT]),
+    (kube_proxy_csr(cn="system:kube-controller-manager"), []),
+    (kube_proxy_csr(cn="system:node:n1"), []),
+    (kube_proxy_csr(orgs=("system:masters",)), []),
+    (kube_proxy_csr(orgs=("system:nodes",)), []),
+    (kube_proxy_csr(usages=("digital signature", "client auth")), []),
+    (kube_proxy_csr(usages=("digital signature", "key encipherment", "client auth", "server auth")), []),
+    (kube_proxy_csr(sans=[x509.DNSName("n1")]), []),
+    (kube_proxy_csr(username="system:bootstrap:abcdef", groups=("system:bootstrappers", "system:authenticated")), []),
+    (kube_proxy_csr(username="jane", groups=("system:nodes",)), []),
+    (kube_proxy_csr(groups=("system:authenticated",)), []),
+    (kube_proxy_csr(signer="kubernetes.io/kube-apiserver-client-kubelet"), []),
+    (kube_proxy_csr(signer="kubernetes.io/legacy-unknown"), []),
+    (kube_proxy_csr(conditions=[{"type": "Denied", "status": "True"}]), []),
+], ids=["node-asks-kube-proxy", "wrong-cn", "node-cn", "extra-org-masters", "extra-org-nodes", "usages-short", "server-auth",
+        "dns-san", "requester-bootstrap-token", "requester-not-system-node", "requester-not-in-system-nodes", "kubelet-signer",
+        "legacy-signer", "denied"])
+def test_a_nodes_kube_proxy_client_request_is_recognized_only_in_that_shape(obj, expected):
+    assert recognize(obj) == expected
+
+
+def test_the_kube_proxy_request_join_sends_is_the_recognized_shape():
+    from kubesvc.nodejoin.csr import kube_proxy_csr_object
+
+    obj = kube_proxy_csr_object(new_key())
+    obj["spec"] |= {"username": "system:node:m2", "groups": ["system:nodes", "system:authenticated"]}
+    assert obj["spec"]["signerName"] == "kubernetes.io/kube-apiserver-client"
+    assert recognize(obj) == [NODE_KUBE_PROXY_CLIENT]
+    assert "system:kube-proxy" in NODE_KUBE_PROXY_CLIENT.message and NODE_KUBE_PROXY_CLIENT.subresource == "nodekubeproxyclient"
 
 
 @pytest.mark.parametrize("signing, requested, expected", [

@@ -181,3 +181,46 @@ def test_rotation_renews_with_the_nodes_own_credential(server, tmp_path):
     assert message == {"Auto approving self kubelet client certificate after SubjectAccessReview."}
     whoami = json.loads(server.kubectl("auth", "whoami", "-o", "json", kubeconfig=paths.kubeconfig).stdout)
     assert whoami["status"]["userInfo"]["username"] == "system:node:rotator"
+
+
+def test_a_node_gets_kube_proxys_client_certificate_and_a_bootstrap_token_does_not(server, tmp_path):
+    """After its own certificate, the node asks (as itself) for ``system:kube-proxy``'s: the
+    approver's nodekubeproxyclient rule approves it after a SubjectAccessReview, with its own
+    message; the files are 0600 and the kubeconfig works as kube-proxy (no group but
+    system:authenticated). The same request from a bootstrap token (not a node) stays pending."""
+    token = kubesvc("token", "create", "--kubeconfig", str(server.kubeconfig)).stdout.strip()
+    ca, key, cert = asyncio.run(bootstrap(server, token, "proxied"))
+    paths = tlsbootstrap.Paths(tmp_path / "node")
+    tlsbootstrap.write_credentials(paths, server.url, ca, key, cert, "proxied")
+    proxy = tlsbootstrap.kube_proxy_identity(paths)
+    assert not tlsbootstrap.identity_usable(paths, proxy, datetime.now(timezone.utc))
+
+    async def ask() -> tuple[bytes, bytes]:
+        async with RestClient(load_kubeconfig(paths.kubeconfig)) as client:
+            return await tlsbootstrap.request_certificate(client, "proxied", timeout=60, server=server.url, identity=proxy)
+
+    made = tlsbootstrap.write_identity(paths, proxy, server.url, ca, *asyncio.run(ask()))
+    assert sorted(made) == sorted(proxy.files())
+    for path in proxy.files():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    assert tlsbootstrap.identity_usable(paths, proxy, datetime.now(timezone.utc))
+    whoami = json.loads(server.kubectl("auth", "whoami", "-o", "json", kubeconfig=proxy.kubeconfig).stdout)["status"]["userInfo"]
+    assert (whoami["username"], whoami["groups"]) == ("system:kube-proxy", ["system:authenticated"])
+    assert server.kubectl("auth", "can-i", "list", "endpointslices.discovery.k8s.io", kubeconfig=proxy.kubeconfig).stdout.strip() == "yes"
+    rows = [line.split() for line in server.kubectl("get", "csr", "--no-headers").stdout.splitlines()]
+    mine = [r for r in rows if r[2] == "kubernetes.io/kube-apiserver-client" and r[3] == "system:node:proxied"]
+    assert len(mine) == 1 and mine[0][-1] == "Approved,Issued", rows
+    condition = json.loads(server.kubectl("get", "csr", mine[0][0], "-o", "json").stdout)["status"]["conditions"][0]
+    assert condition["reason"] == "AutoApproved" and "kube-proxy client certificate for a node" in condition["message"]
+
+    async def ask_with_the_token() -> str:
+        from kubesvc.nodejoin.csr import kube_proxy_csr_object, new_key
+
+        async with tlsbootstrap.bootstrap_client(server.url, ca, token) as client:
+            return (await client.create(tlsbootstrap.CSR_PATH, kube_proxy_csr_object(new_key())))["metadata"]["name"]
+
+    pending = asyncio.run(ask_with_the_token())
+    import time
+
+    time.sleep(3)  # the approver saw it (it approved the node's within this time above)
+    assert server.kubectl("get", "csr", pending, "--no-headers").stdout.split()[-1] == "Pending"

@@ -41,7 +41,7 @@ def request_pem(key, common_name: str, organizations: tuple[str, ...] = (NODES_G
     return csr.public_bytes(serialization.Encoding.PEM)
 
 
-def digested_name(public_key, common_name: str, organizations: tuple[str, ...], usages: tuple[str, ...]) -> str:
+def digested_name(public_key, common_name: str, organizations: tuple[str, ...], usages: tuple[str, ...], prefix: str = "node-csr-") -> str:
     """Upstream ``digestedName``."""
     def encode(data: bytes) -> bytes:
         return base64.urlsafe_b64encode(data).rstrip(b"=")
@@ -51,7 +51,7 @@ def digested_name(public_key, common_name: str, organizations: tuple[str, ...], 
     for part in (der, common_name.encode(), *(o.encode() for o in organizations), *(u.encode() for u in usages)):
         digest.update(encode(part))
         digest.update(b"|")
-    return "node-csr-" + encode(digest.digest()).decode()
+    return prefix + encode(digest.digest()).decode()
 
 
 KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving"
@@ -76,6 +76,26 @@ def serving_csr_object(key, node_name: str, node_ips: list[str], hostnames: list
         "metadata": {"generateName": "csr-"},  # the kubelet's serving requests: csr-<random>
         "spec": {"request": base64.b64encode(pem).decode(), "signerName": KUBELET_SERVING_SIGNER, "usages": list(SERVING_USAGES)},
     }
+
+
+KUBE_APISERVER_CLIENT_SIGNER = "kubernetes.io/kube-apiserver-client"
+KUBE_PROXY_USER = "system:kube-proxy"
+KUBE_PROXY_USAGES = ("digital signature", "key encipherment", "client auth")
+
+
+def kube_proxy_csr_object(key, expiration_seconds: int | None = None) -> dict:
+    """The request a joined node POSTs, as itself, for kube-proxy's client certificate (k3s's
+    agents get a ``system:kube-proxy`` one from the supervisor): ``CN=system:kube-proxy`` and no
+    organization, signer ``kubernetes.io/kube-apiserver-client``, the usages kubeadm gives client
+    certificates; the shape csrapproving's nodekubeproxyclient recognizer approves. Named like
+    the node's own request (``kube-proxy-csr-<digest>``), so a retry finds it."""
+    spec: dict = {"request": base64.b64encode(request_pem(key, KUBE_PROXY_USER, ())).decode(),
+                  "signerName": KUBE_APISERVER_CLIENT_SIGNER, "usages": list(KUBE_PROXY_USAGES)}
+    if expiration_seconds is not None:
+        spec["expirationSeconds"] = expiration_seconds
+    return {"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+            "metadata": {"name": digested_name(key.public_key(), KUBE_PROXY_USER, (), KUBE_PROXY_USAGES, "kube-proxy-csr-")},
+            "spec": spec}
 
 
 def node_csr_object(key, node_name: str, expiration_seconds: int | None = None) -> dict:

@@ -14,6 +14,12 @@
   lifetime (uniform jitter: ``Jitter(total, 0.2) - 0.3·total``) the node asks again with its
   current certificate; the request's requester is then ``system:node:<name>``, which the
   approver's selfnodeclient rule approves.
+* **kube-proxy's certificate** (``system:kube-proxy``, k3s's ``client-kube-proxy.crt``): once the
+  node holds its own, it asks as the node for a ``kubernetes.io/kube-apiserver-client``
+  certificate (``csr.kube_proxy_csr_object``, which csrapproving's nodekubeproxyclient rule
+  approves), kept as ``pki/kube-proxy-client.{key,crt}`` with ``kube-proxy.kubeconfig`` and
+  rotated the same way, always asked for with the node's credential. One ``ClientIdentity``
+  describes each of the two: the same functions get, write, check and rotate both.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import asyncio
 import base64
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -32,7 +39,8 @@ from cryptography import x509
 from kubesvc.client.kubeconfig import ClientConfig
 from kubesvc.client.rest import ApiError, ClientError, RestClient, is_already_exists
 from kubesvc.cluster.join import JoinFailed
-from kubesvc.nodejoin.csr import NODE_USER_PREFIX, key_pem, new_key, node_csr_object, serving_csr_object
+from kubesvc.nodejoin.csr import (KUBE_PROXY_USER, NODE_USER_PREFIX, key_pem, kube_proxy_csr_object, new_key, node_csr_object,
+                                  serving_csr_object)
 from kubesvc.serving import pki
 
 CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
@@ -68,8 +76,42 @@ class Paths:
     def serving_cert(self) -> Path:
         return self.data_dir / "pki" / "kubelet-server.crt"
 
+    @property
+    def proxy_key(self) -> Path:
+        return self.data_dir / "pki" / "kube-proxy-client.key"
+
+    @property
+    def proxy_cert(self) -> Path:
+        return self.data_dir / "pki" / "kube-proxy-client.crt"
+
+    @property
+    def proxy_kubeconfig(self) -> Path:
+        return self.data_dir / "kube-proxy.kubeconfig"
+
     def all(self) -> list[Path]:
         return [self.ca, self.key, self.cert, self.kubeconfig]
+
+
+@dataclass(frozen=True)
+class ClientIdentity:
+    """One client certificate the join keeps: whose it is (the certificate's CN, the
+    kubeconfig's user), its three files, and the CertificateSigningRequest asking for it."""
+    user: str
+    key: Path
+    cert: Path
+    kubeconfig: Path
+    request: Callable  # (private key) -> the CertificateSigningRequest object
+
+    def files(self) -> list[Path]:
+        return [self.key, self.cert, self.kubeconfig]
+
+
+def node_identity(paths: Paths, node_name: str) -> ClientIdentity:
+    return ClientIdentity(NODE_USER_PREFIX + node_name, paths.key, paths.cert, paths.kubeconfig, lambda key: node_csr_object(key, node_name))
+
+
+def kube_proxy_identity(paths: Paths) -> ClientIdentity:
+    return ClientIdentity(KUBE_PROXY_USER, paths.proxy_key, paths.proxy_cert, paths.proxy_kubeconfig, kube_proxy_csr_object)
 
 
 def next_rotation_deadline(not_before: datetime, not_after: datetime, rand: float) -> datetime:
@@ -79,32 +121,49 @@ def next_rotation_deadline(not_before: datetime, not_after: datetime, rand: floa
     return not_before + timedelta(seconds=total * (ROTATION_FRACTION + ROTATION_JITTER * rand))
 
 
-def current_certificate(paths: Paths) -> x509.Certificate | None:
+def certificate_at(path: Path) -> x509.Certificate | None:
     try:
-        return x509.load_pem_x509_certificate(paths.cert.read_bytes())
+        return x509.load_pem_x509_certificate(path.read_bytes())
     except (OSError, ValueError):
         return None
 
 
+def current_certificate(paths: Paths) -> x509.Certificate | None:
+    """The node's own client certificate."""
+    return certificate_at(paths.cert)
+
+
+def identity_usable(paths: Paths, identity: ClientIdentity, now: datetime) -> bool:
+    """The data dir holds ``identity``'s unexpired credential (a restarted join asks for nothing)."""
+    cert = certificate_at(identity.cert)
+    if cert is None or not (identity.key.exists() and identity.kubeconfig.exists() and paths.ca.exists()):
+        return False
+    names = [str(a.value) for a in cert.subject.get_attributes_for_oid(x509.oid.NameOID.COMMON_NAME)]
+    return names == [identity.user] and cert.not_valid_after_utc > now
+
+
 def usable(paths: Paths, node_name: str, now: datetime) -> bool:
     """The data dir holds this node's unexpired credential (a restarted join needs no token)."""
-    cert = current_certificate(paths)
-    return (cert is not None and paths.key.exists() and paths.kubeconfig.exists() and paths.ca.exists()
-            and cert.subject.rfc4514_string().startswith(f"CN={NODE_USER_PREFIX}{node_name},") and cert.not_valid_after_utc > now)
+    return identity_usable(paths, node_identity(paths, node_name), now)
+
+
+def write_identity(paths: Paths, identity: ClientIdentity, server: str, ca_pem: bytes, key_pem_bytes: bytes, cert_pem: bytes) -> list[Path]:
+    """Write the CA, ``identity``'s key and certificate and its kubeconfig; the files that did
+    not exist before."""
+    made = [p for p in [paths.ca, *identity.files()] if not p.exists()]
+    pki.private_dir(paths.data_dir)
+    pki.private_dir(identity.key.parent)
+    pki.write_private(paths.ca, ca_pem)
+    pki.write_private(identity.key, key_pem_bytes)
+    pki.write_private(identity.cert, cert_pem)
+    document = pki.kubeconfig_document(server, ca_pem, identity.user, pki.KeyPair(identity.cert, identity.key))
+    pki.write_private(identity.kubeconfig, yaml.safe_dump(document, sort_keys=False).encode())
+    return made
 
 
 def write_credentials(paths: Paths, server: str, ca_pem: bytes, key_pem_bytes: bytes, cert_pem: bytes, node_name: str) -> list[Path]:
-    """Write the four files; the ones that did not exist before."""
-    made = [p for p in paths.all() if not p.exists()]
-    pki.private_dir(paths.data_dir)
-    pki.private_dir(paths.key.parent)
-    pki.write_private(paths.ca, ca_pem)
-    pki.write_private(paths.key, key_pem_bytes)
-    pki.write_private(paths.cert, cert_pem)
-    user = NODE_USER_PREFIX + node_name
-    document = pki.kubeconfig_document(server, ca_pem, user, pki.KeyPair(paths.cert, paths.key))
-    pki.write_private(paths.kubeconfig, yaml.safe_dump(document, sort_keys=False).encode())
-    return made
+    """Write the node's four files; the ones that did not exist before."""
+    return write_identity(paths, node_identity(paths, node_name), server, ca_pem, key_pem_bytes, cert_pem)
 
 
 def bootstrap_client(server: str, ca_pem: bytes, token: str) -> RestClient:
@@ -120,12 +179,16 @@ def _condition(csr: dict, ctype: str) -> dict | None:
 
 async def request_certificate(client: RestClient, node_name: str, *, timeout: float, server: str, token_id: str = "",
                               expiration_seconds: int | None = None, serving_for: tuple[list[str], list[str]] | None = None,
-                              interval: float = 0.5, on_created=None) -> tuple[bytes, bytes]:
+                              interval: float = 0.5, on_created=None, identity: ClientIdentity | None = None) -> tuple[bytes, bytes]:
     """(key PEM, certificate PEM) for ``system:node:<node_name>`` through a CSR: its client
-    certificate, or with ``serving_for`` (IPs, hostnames) its serving certificate. JoinFailed
-    with one line for a refused token, a denied or failed request, or no answer in time."""
+    certificate, or with ``serving_for`` (IPs, hostnames) its serving certificate, or with
+    ``identity`` that identity's (``identity.request``). JoinFailed with one line for a refused
+    token, a denied or failed request, or no answer in time."""
     key = new_key()
-    obj = serving_csr_object(key, node_name, *serving_for) if serving_for else node_csr_object(key, node_name, expiration_seconds)
+    if identity is not None:
+        obj = identity.request(key)
+    else:
+        obj = serving_csr_object(key, node_name, *serving_for) if serving_for else node_csr_object(key, node_name, expiration_seconds)
     name = obj["metadata"].get("name", "")
     try:
         try:
@@ -168,16 +231,19 @@ async def request_certificate(client: RestClient, node_name: str, *, timeout: fl
 
 
 async def rotate_forever(paths: Paths, server: str, node_name: str, on_rotated, *, timeout: float = 300.0,
-                         rand=random.random, now=None) -> None:
-    """Renew the client certificate at each rotation deadline; ``on_rotated()`` (a coroutine
-    function) after the new files are in place. A failed renewal is retried every minute."""
+                         rand=random.random, now=None, identity: ClientIdentity | None = None) -> None:
+    """Renew the node's client certificate (or ``identity``'s) at each rotation deadline;
+    ``on_rotated()`` (a coroutine function) after the new files are in place. A failed renewal
+    is retried every minute. The request is always sent with the node's own credential (the
+    one kube-proxy's certificate may not ask for certificates)."""
     from datetime import timezone
 
     from kubesvc.client.kubeconfig import load_kubeconfig
 
+    identity = identity or node_identity(paths, node_name)
     now = now or (lambda: datetime.now(timezone.utc))
     while True:
-        cert = current_certificate(paths)
+        cert = certificate_at(identity.cert)
         if cert is None:
             return
         if cert.not_valid_after_utc <= now():
@@ -186,15 +252,15 @@ async def rotate_forever(paths: Paths, server: str, node_name: str, on_rotated, 
             import logging
 
             logging.getLogger("kubesvc.nodejoin").error(
-                "the node's client certificate expired at %s; rotation cannot renew it: join again with a token "
-                "(kubesvc token create on a server, then kubesvc join --token ...)", cert.not_valid_after_utc.isoformat())
+                "the %s client certificate expired at %s; rotation cannot renew it: join again with a token "
+                "(kubesvc token create on a server, then kubesvc join --token ...)", identity.user, cert.not_valid_after_utc.isoformat())
             return
         deadline = next_rotation_deadline(cert.not_valid_before_utc, cert.not_valid_after_utc, rand())
         await asyncio.sleep(max(0.0, (deadline - now()).total_seconds()))
         try:
             async with RestClient(load_kubeconfig(paths.kubeconfig), user_agent="kubesvc-join") as client:
-                key, new_cert = await request_certificate(client, node_name, timeout=timeout, server=server)
-            write_credentials(paths, server, paths.ca.read_bytes(), key, new_cert, node_name)
+                key, new_cert = await request_certificate(client, node_name, timeout=timeout, server=server, identity=identity)
+            write_identity(paths, identity, server, paths.ca.read_bytes(), key, new_cert)
             await on_rotated()
         except (JoinFailed, ClientError, OSError) as err:
             import logging

@@ -15,6 +15,20 @@ in ``certificates.k8s.io``, the virtual subresources upstream's bootstrap policy
 ``system:certificates.k8s.io:certificatesigningrequests:[self]nodeclient``. Allowed: an
 ``Approved`` condition, reason ``AutoApproved``, written through the ``approval`` subresource.
 Not allowed: the request stays pending for a person (``kubectl certificate approve``).
+
+One recognizer of our own, tried for ``kubernetes.io/kube-apiserver-client`` requests:
+
+3. **nodekubeproxyclient**: a node (requester ``system:node:<name>`` in group ``system:nodes``)
+   asking for kube-proxy's client certificate in exactly the shape ``kubesvc join`` sends
+   (``csr.kube_proxy_client_problem``: ``CN=system:kube-proxy`` alone, no organization, no SANs,
+   usages digital signature, key encipherment, client auth). k3s's supervisor signs a
+   ``system:kube-proxy`` certificate for any holder of the node token, without a CSR; here the
+   node asks with its own credential and the SubjectAccessReview is on the virtual subresource
+   ``certificatesigningrequests/nodekubeproxyclient``, which ``up --cluster-init`` grants to
+   ``system:nodes`` (nodejoin/serverside.py). A joined node runs its proxy and its LB announcer
+   with that certificate (the announcer's Leases are refused to a node's own identity by
+   NodeRestriction).
+
 Anything else is never auto-approved.
 """
 
@@ -28,10 +42,12 @@ from kubesvc.client.rest import RestClient
 from kubesvc.client.workqueue import WorkQueue
 from kubesvc.controllers.certificates.csr import (
     CSRS,
+    KUBE_APISERVER_CLIENT_SIGNER,
     KUBELET_CLIENT_SIGNER,
     certificate,
     common_name,
     is_decided,
+    kube_proxy_client_problem,
     kubelet_client_problem,
     parsed_request,
 )
@@ -51,6 +67,15 @@ class Recognized:
 
 SELF_NODE_CLIENT = Recognized("selfnodeclient", "Auto approving self kubelet client certificate after SubjectAccessReview.")
 NODE_CLIENT = Recognized("nodeclient", "Auto approving kubelet client certificate after SubjectAccessReview.")
+NODE_KUBE_PROXY_CLIENT = Recognized("nodekubeproxyclient", "Auto approving kube-proxy client certificate for a node after "
+                                    "SubjectAccessReview: the node runs its proxy and LoadBalancer announcer as system:kube-proxy.")
+NODE_USER_PREFIX, NODES_GROUP = "system:node:", "system:nodes"
+
+
+def requested_by_a_node(csr: dict) -> bool:
+    spec = csr.get("spec") or {}
+    username = spec.get("username") or ""
+    return username.startswith(NODE_USER_PREFIX) and len(username) > len(NODE_USER_PREFIX) and NODES_GROUP in (spec.get("groups") or [])
 
 
 def recognize(csr: dict) -> list[Recognized]:
@@ -63,6 +88,10 @@ def recognize(csr: dict) -> list[Recognized]:
     except ValueError:
         return []
     spec = csr.get("spec") or {}
+    if spec.get("signerName") == KUBE_APISERVER_CLIENT_SIGNER:
+        if requested_by_a_node(csr) and not kube_proxy_client_problem(request, spec.get("usages") or []):
+            return [NODE_KUBE_PROXY_CLIENT]
+        return []
     if spec.get("signerName") != KUBELET_CLIENT_SIGNER or kubelet_client_problem(request, spec.get("usages") or []):
         return []
     matched = [NODE_CLIENT]

@@ -111,6 +111,27 @@ def kubelet_serving_problem(request: x509.CertificateSigningRequest, usages: lis
     return ""
 
 
+KUBE_PROXY_USER = "system:kube-proxy"
+_KUBE_PROXY_CLIENT_USAGES = frozenset({"digital signature", "key encipherment", "client auth"})
+
+
+def kube_proxy_client_problem(request: x509.CertificateSigningRequest, usages: list) -> str:
+    """"" when the request asks for kube-proxy's client certificate exactly as ``kubesvc join``
+    does (our rule; upstream has no such recognizer): ``CN=system:kube-proxy``, no organization
+    (so no group), no SANs, usages exactly {digital signature, key encipherment, client auth}."""
+    if common_name(request) != KUBE_PROXY_USER or len(subject_values(request.subject, NameOID.COMMON_NAME)) != 1:
+        return f"subject common name is not {KUBE_PROXY_USER}"
+    if subject_values(request.subject, NameOID.ORGANIZATION_NAME):
+        return "subject organizations are not allowed"
+    if len(list(request.subject)) != 1:
+        return f"subject holds more than CN={KUBE_PROXY_USER}"
+    if _sans(request) is not None:
+        return "subjectAltNames are not allowed"
+    if frozenset(str(u) for u in usages) != _KUBE_PROXY_CLIENT_USAGES or len(usages) != len(_KUBE_PROXY_CLIENT_USAGES):
+        return f"usages did not match [{' '.join(sorted(_KUBE_PROXY_CLIENT_USAGES))}]"
+    return ""
+
+
 def kube_apiserver_client_problem(request: x509.CertificateSigningRequest, usages: list) -> str:
     """``isKubeAPIServerClientCSR`` (signer.go): client-auth usages only, no server auth."""
     wanted = {str(u) for u in usages}
