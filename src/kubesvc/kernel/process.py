@@ -184,9 +184,64 @@ async def _attach(loop: asyncio.AbstractEventLoop, popen: subprocess.Popen, tty_
 
 
 async def _reader(loop: asyncio.AbstractEventLoop, pipe) -> asyncio.StreamReader:
+    """A stream reader of a child's pipe (``pipe``, a file object), closed once at its end.
+
+    Not ``loop.connect_read_pipe``: uvloop (0.23) hands libuv the file object's own descriptor,
+    and both close it (MagicStack/uvloop#763): at end of file the transport stays open, and when
+    it and the file object are collected, the file object closes the number first and libuv
+    closes it again, by then often another descriptor this process opened meanwhile (a socket,
+    a pidfd, the next child's pipe; libuv aborts on its own). The agent spawns a process per
+    container and per exec probe run, so it met this all the time. Here the loop only watches
+    the descriptor; we read it and close the file object, once."""
     reader = asyncio.StreamReader(limit=PIPE_LIMIT, loop=loop)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), pipe)
+    _PipeReading(loop, pipe, reader)
     return reader
+
+
+class _PipeReading:
+    """The read end of a pipe feeding a StreamReader, as its transport: the reader pauses it
+    past twice its limit and resumes it as it drains (the back-pressure a pipe transport gives)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, pipe, reader: asyncio.StreamReader):
+        self.loop, self.pipe, self.reader = loop, pipe, reader
+        self.fd = pipe.fileno()
+        os.set_blocking(self.fd, False)
+        self.reading = False
+        reader.set_transport(self)
+        self.resume_reading()
+
+    def _readable(self) -> None:
+        try:
+            data = os.read(self.fd, PIPE_LIMIT)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if data:
+            self.reader.feed_data(data)
+            return
+        self.close()
+        self.reader.feed_eof()
+
+    def pause_reading(self) -> None:
+        if self.reading:
+            self.reading = False
+            self.loop.remove_reader(self.fd)
+
+    def resume_reading(self) -> None:
+        if not self.reading and not self.pipe.closed:
+            self.reading = True
+            self.loop.add_reader(self.fd, self._readable)
+
+    def close(self) -> None:
+        self.pause_reading()
+        self.pipe.close()
+
+    def is_closing(self) -> bool:
+        return self.pipe.closed
+
+    def get_extra_info(self, name: str, default=None):
+        return {"pipe": self.pipe}.get(name, default)
 
 
 def _abandon(starting: asyncio.Future) -> None:
