@@ -224,3 +224,21 @@ def test_a_node_gets_kube_proxys_client_certificate_and_a_bootstrap_token_does_n
 
     time.sleep(3)  # the approver saw it (it approved the node's within this time above)
     assert server.kubectl("get", "csr", pending, "--no-headers").stdout.split()[-1] == "Pending"
+
+
+def test_a_key_that_is_not_the_certificates_is_not_usable(tmp_path):
+    """A join stopped between writing a rotated key and its certificate holds a new key and the
+    old, unexpired certificate: it must ask again, not start its components with a pair that
+    fails TLS until the certificate expires (review 20)."""
+    from kubesvc.serving import pki
+
+    ca = pki.ClusterCA(tmp_path / "pki")
+    mine, other = ca.node_client("joiner-k"), ca.node_client("joiner-other")
+    paths = tlsbootstrap.Paths(tmp_path / "node")
+    now = datetime.now(timezone.utc)
+    tlsbootstrap.write_credentials(paths, "https://127.0.0.1:6443", ca.pem, mine.key.read_bytes(), mine.cert.read_bytes(), "joiner-k")
+    assert tlsbootstrap.usable(paths, "joiner-k", now)
+    pki.write_private(paths.key, other.key.read_bytes())  # the rotation's new key, its certificate not yet written
+    assert not tlsbootstrap.usable(paths, "joiner-k", now)
+    paths.key.write_bytes(b"not a key")
+    assert not tlsbootstrap.usable(paths, "joiner-k", now)

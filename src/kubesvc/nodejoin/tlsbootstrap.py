@@ -139,7 +139,21 @@ def identity_usable(paths: Paths, identity: ClientIdentity, now: datetime) -> bo
     if cert is None or not (identity.key.exists() and identity.kubeconfig.exists() and paths.ca.exists()):
         return False
     names = [str(a.value) for a in cert.subject.get_attributes_for_oid(x509.oid.NameOID.COMMON_NAME)]
-    return names == [identity.user] and cert.not_valid_after_utc > now
+    return names == [identity.user] and cert.not_valid_after_utc > now and key_matches(cert, identity.key)
+
+
+def key_matches(cert: x509.Certificate, key_path: Path) -> bool:
+    """The private key at ``key_path`` is the certificate's: the key and the certificate are
+    replaced one after the other, and a join stopped between the two renames must ask again,
+    not start every component with a pair that fails TLS until the certificate expires."""
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError):
+        return False
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    return key.public_key().public_bytes(*spki) == cert.public_key().public_bytes(*spki)
 
 
 def usable(paths: Paths, node_name: str, now: datetime) -> bool:
