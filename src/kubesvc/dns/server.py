@@ -89,7 +89,6 @@ class Rendered:
     stored: float = 0.0  # a cache answer: when it was cached, for how long, and the age ``tail`` carries
     ttl: int = 0
     age: int = 0
-    unslotted: tuple | None = None  # a cache answer whose TTL fields are not found yet: (response, query)
 
     def refresh(self, now: float) -> None:
         """A cache answer's TTLs for its age at ``now`` (CoreDNS: ``ttl - age`` on every record)."""
@@ -105,31 +104,29 @@ def render_with_ttl_slots(render: Callable[..., bytes], response: dns.message.Me
     """dnspython's rendering of ``response``, whose records all carry ``ttl`` (a cache answer:
     CoreDNS gives them all the item's TTL), in the order they were cached (not shuffled), and
     where its TTL fields sit (None if that cannot be told). dnspython renders the same answer
-    with two other TTLs that differ in every byte (TTLs change neither names nor compression):
-    the bytes that differ, in runs of four, are the TTL fields; checked by setting them to
-    ``ttl`` and getting the real rendering back."""
+    again with the TTL's every bit flipped (TTLs change neither names nor compression): the
+    bytes that differ, in runs of four, are the TTL fields; checked by setting them to ``ttl``
+    in that second rendering and getting the first back."""
     sections = [rrset for section in (response.answer, response.authority, response.additional) for rrset in section]
     for rrset in sections:
         rrset.ttl = ttl
     wire = render(response, want_shuffle=False)
-    renders = []
-    for probe in (0x01010101, 0x7E7E7E7E):
-        for rrset in sections:
-            rrset.ttl = probe
-        renders.append(render(response, want_shuffle=False))
+    for rrset in sections:
+        rrset.ttl = ttl ^ 0xFFFFFFFF
+    probe = render(response, want_shuffle=False)
     for rrset in sections:
         rrset.ttl = ttl
-    return wire, _ttl_slots(wire, *renders, ttl)
+    return wire, _ttl_slots(wire, probe, ttl)
 
 
-def _ttl_slots(wire: bytes, low: bytes, high: bytes, ttl: int) -> tuple[int, ...] | None:
-    if len(low) != len(high) or len(low) != len(wire):
+def _ttl_slots(wire: bytes, probe: bytes, ttl: int) -> tuple[int, ...] | None:
+    if len(probe) != len(wire):
         return None
-    differ = [i for i in range(len(low)) if low[i] != high[i]]
+    differ = [i for i in range(len(wire)) if wire[i] != probe[i]]
     slots = tuple(differ[::4])
     if len(differ) != 4 * len(slots) or any(differ[4 * k + j] != slot + j for k, slot in enumerate(slots) for j in range(4)):
         return None
-    patched, value = bytearray(low), ttl.to_bytes(4, "big")
+    patched, value = bytearray(probe), ttl.to_bytes(4, "big")
     for slot in slots:
         patched[slot:slot + 4] = value
     return slots if slots and bytes(patched) == wire else None
@@ -158,26 +155,16 @@ class Resolver:
             self.prerendered = Prerenderer(self.records, self.settings)
 
     def render_cached(self, query_wire: bytes, query: dns.message.Message, hit: CacheHit) -> bytes:
-        """A cache answer to a UDP query, rendered (in the order it was cached) and remembered
-        until its TTLs tick; asked again after that while still cached, its TTL fields are found
-        (``_slotted``) and it is sent from then on with them rewritten, until it leaves the
-        cache. A name asked within one second costs one rendering; one asked on, three."""
-        answer_wire = self.render(hit.response, query, False, want_shuffle=False)
-        rendered = Rendered(b"", -1, True, hit.fresh_until, ROOT_ZONE, "cache", dns.rcode.to_text(hit.response.rcode()), _qtype(query), hit.kind,
-                            stored=hit.stored, ttl=hit.ttl, age=hit.age, unslotted=(hit.response, query))
+        """A cache answer to a UDP query, rendered (in the order it was cached: two renderings,
+        ``render_with_ttl_slots``) and remembered: until the entry leaves the cache, with its
+        TTLs rewritten as it ages, or, if its TTL fields cannot be told, until its next second."""
+        answer_wire, slots = render_with_ttl_slots(lambda response, **kw: self.render(response, query, False, **kw), hit.response,
+                                                   hit.ttl - hit.age)
+        rendered = Rendered(b"", -1, True, hit.fresh_until, ROOT_ZONE, "cache", dns.rcode.to_text(hit.response.rcode()), _qtype(query), hit.kind)
+        if slots is not None:
+            rendered.expires, rendered.slots, rendered.stored, rendered.ttl, rendered.age = hit.expires, slots, hit.stored, hit.ttl, hit.age
         self.remember(query_wire, answer_wire, rendered)
         return answer_wire
-
-    def _slotted(self, hit: Rendered, now: float) -> bool:
-        """Find the TTL fields of a remembered cache answer whose TTLs ticked (rendering it at
-        its TTL now); False if they cannot be told."""
-        (response, query), hit.unslotted = hit.unslotted, None
-        age = int(now - hit.stored)
-        wire, slots = render_with_ttl_slots(lambda message, **kw: self.render(message, query, False, **kw), response, hit.ttl - age)
-        if slots is None:
-            return False
-        hit.tail, hit.slots, hit.age, hit.expires = wire[2:], slots, age, hit.stored + hit.ttl
-        return True
 
     def remember(self, query_wire: bytes, answer_wire: bytes, rendered: Rendered) -> None:
         if len(self.rendered) >= RENDERED_MAX:
@@ -198,8 +185,6 @@ class Resolver:
             if now < hit.expires:
                 if hit.slots:
                     hit.refresh(now)
-                return hit
-            if hit.unslotted is not None and now < hit.stored + hit.ttl and self._slotted(hit, now):
                 return hit
         del self.rendered[query_wire[2:]]
         return None
