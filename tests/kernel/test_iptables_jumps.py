@@ -18,10 +18,6 @@ async def test_jumps_are_found_in_iptables_save_and_not_checked_again(monkeypatc
     ns = Netns.create("jumps")
     try:
         ipt = Iptables(netns=ns.name)
-        await ipt.ensure_jumps((PREPEND, jump) for jump in JUMP_CHAINS)
-        for jump in JUMP_CHAINS:
-            assert ns.run("iptables", "-t", jump.table, "-C", jump.src, *jump.args, check=False).returncode == 0, jump
-
         commands: list[list[str]] = []
         real_run = iptables_module.run
 
@@ -30,6 +26,20 @@ async def test_jumps_are_found_in_iptables_save_and_not_checked_again(monkeypatc
             return await real_run(argv, *args, **kwargs)
 
         monkeypatch.setattr(iptables_module, "run", counting_run)
+        # a target chain that exists already, with a rule of its own: kept, not flushed
+        existing = JUMP_CHAINS[0]
+        ns.run("iptables", "-t", existing.table, "-N", existing.dst)
+        ns.run("iptables", "-t", existing.table, "-A", existing.dst, "-j", "RETURN")
+        await ipt.ensure_jumps((PREPEND, jump) for jump in JUMP_CHAINS)
+        for jump in JUMP_CHAINS:
+            assert ns.run("iptables", "-t", jump.table, "-C", jump.src, *jump.args, check=False).returncode == 0, jump
+        assert ns.run("iptables", "-t", existing.table, "-C", existing.dst, "-j", "RETURN", check=False).returncode == 0
+        # the first sync of a fresh node: one save and one restore per table, no -N/-C/-I each
+        tables = {jump.table for jump in JUMP_CHAINS}
+        assert len(commands) == 2 * len(tables) and all("save" in " ".join(c) or "restore" in " ".join(c) for c in commands), commands
+        ns.run("iptables", "-t", existing.table, "-D", existing.dst, "-j", "RETURN")
+
+        commands.clear()
         await ipt.ensure_jumps((PREPEND, jump) for jump in JUMP_CHAINS)
         assert all("iptables-save" in " ".join(c) for c in commands) and len(commands) == 2, commands
         saved = ns.run("iptables-save").stdout

@@ -237,20 +237,22 @@ def test_ten_thousand_services_build_fast():
                         ep(f"10.200.{i // 250 % 240}.{i % 250 + 1}", node="test-node"))
     backend, _ = fake_backend()
     request = c.request(full=True)
-    started = time.perf_counter()
+    started = time.process_time()
     data = build_restore(request, backend.options)
-    first = time.perf_counter() - started
-    started = time.perf_counter()
+    first = time.process_time() - started
+    started = time.process_time()
     data = build_restore(request, backend.options)  # names cached
-    second = time.perf_counter() - started
-    started = time.perf_counter()
+    second = time.process_time() - started
+    started = time.process_time()
     one_changed = dataclasses.replace(request, full=False, changed_services=frozenset({"ns1/svc1"}))
     partial = build_restore(one_changed, backend.options)
-    third = time.perf_counter() - started
+    third = time.process_time() - started
     assert data.large_cluster
     assert data.nat_rules_written == data.nat_rules_total > 60000
     assert partial.nat_rules_total == data.nat_rules_total and partial.nat_rules_written < 20000
     print(f"10k services: first build {first:.3f}s, cached {second:.3f}s, partial {third:.3f}s, {len(data.text) >> 10} KiB")
+    # CPU time of this process (the build is pure Python on one thread): a loaded machine
+    # stretches the wall time of the same work, not this
     assert second < 2.0 and first < 4.0
 
 

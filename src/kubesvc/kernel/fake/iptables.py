@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import ipaddress
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,6 +30,8 @@ from kubesvc.kernel.iptables import Iptables
 # dumps with it); its names stay importable from here for the tests
 from kubesvc.kernel.iptables_save import (_ADD_RULE, _DECLARE_CHAIN, _DELETE_CHAIN, Chain, Dump, Rule, Table,  # noqa: F401
                                           Value, parse_dump, parse_rule)
+
+_INSERT_RULE = re.compile(r"^-I ([^ ]*) (?:([0-9]+) )?(.*)$")
 
 
 # ---- a stateful fake kernel ----------------------------------------------------------------------
@@ -130,6 +133,11 @@ class FakeIptables:
                 if m.group(1) not in current:
                     self._fail("restore", f"line {number}: chain {m.group(1)} does not exist", text)
                 current[m.group(1)].append(line)
+            elif m := _INSERT_RULE.match(line):  # -I CHAIN [N] ...: at position N (1, the top, by default)
+                chain, position, rest = m.group(1), int(m.group(2) or 1), m.group(3)
+                if chain not in current:
+                    self._fail("restore", f"line {number}: chain {chain} does not exist", text)
+                current[chain].insert(position - 1, f"-A {chain} {rest}")
             elif m := _DELETE_CHAIN.match(line):
                 name = m.group(1)
                 if name not in current:
@@ -243,7 +251,7 @@ class FakeIptablesAsync(FakeIptables):
     async def ensure_rule(self, position, table, chain, *args):
         return self.ensure_rule_sync(position, table, chain, *args)
 
-    ensure_jumps = Iptables.ensure_jumps  # the real composite, over this fake's save/ensure calls
+    ensure_jumps = Iptables.ensure_jumps  # the real composite, over this fake's save and restore
 
 
 class FakeIptablesSync(FakeIptables):
