@@ -49,3 +49,19 @@ def test_a_bad_flag_is_a_usage_error():
     result = CliRunner().invoke(main, ["controller-manager", "--kubeconfig", "/x", "--max-endpoints-per-slice", "0"])
     assert result.exit_code == 2
     assert "max-endpoints-per-slice must not be less than 1, but got 0" in result.output
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["up", "--bogus"], "Error: No such option '--bogus'. (see 'kubesvc up --help')"),
+    (["bogus"], "Error: No such command 'bogus'. (see 'kubesvc --help')"),
+    (["--bogus"], "Error: No such option '--bogus'. (see 'kubesvc --help')"),
+    (["trace"], "Error: Missing argument 'SRC'. (see 'kubesvc trace --help')"),
+    (["token", "create", "--ttl", "abc"],
+     "Error: Invalid value for '--ttl': time: invalid duration \"abc\" (see 'kubesvc token create --help')"),
+], ids=["unknown-flag", "unknown-command", "unknown-group-flag", "missing-argument", "bad-value-in-a-subgroup"])
+def test_a_usage_error_is_one_line_and_exit_2(argv, message):
+    """The brief's CLI contract: one line and a non-zero exit (click's own format is four lines:
+    usage, a hint, a blank line, the error)."""
+    result = CliRunner().invoke(main, argv, prog_name="kubesvc")
+    assert result.exit_code == 2
+    assert result.output.splitlines() == [message]

@@ -33,8 +33,36 @@ COMMANDS = {
 }
 
 
+class OneLineUsageError(click.ClickException):
+    """A bad flag or argument: one line on stderr and exit code 2 (click's own usage error
+    prints the usage, a hint and a blank line before the error)."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"Error: {self.format_message()}", err=True, file=file)
+
+
+def _one_line(error: click.UsageError) -> OneLineUsageError:
+    where = error.ctx.command_path if error.ctx is not None else "kubesvc"
+    return OneLineUsageError(f"{error.format_message()} (see '{where} --help')")
+
+
 class LazyGroup(click.Group):
-    """A group whose subcommands are imported on first use (click's lazy-loading pattern)."""
+    """A group whose subcommands are imported on first use (click's lazy-loading pattern), and
+    whose usage errors (its own and its commands') are one line."""
+
+    def make_context(self, *args, **kwargs) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as error:
+            raise _one_line(error) from None
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as error:
+            raise _one_line(error) from None
 
     def __init__(self, *args, lazy_commands: dict[str, str], **kwargs):
         super().__init__(*args, **kwargs)
