@@ -112,8 +112,9 @@ class JoinedCluster:
 
 
 @contextlib.contextmanager
-def joined_cluster(tmp: Path, mode: str, segments: int, machines: int = 3) -> Iterator[JoinedCluster]:
-    """``machines`` machines (m1 runs up, the others join; zones zone-a, zone-b, ... in turn)."""
+def joined_cluster(tmp: Path, mode: str, segments: int, machines: int = 3, loadbalancer_pool: str = "") -> Iterator[JoinedCluster]:
+    """``machines`` machines (m1 runs up, with ``--loadbalancer-pool`` when given; the others
+    join; zones zone-a, zone-b, ... in turn)."""
     lan = Lan(machines=machines, segments=segments)
     cluster = None
     try:
@@ -122,7 +123,8 @@ def joined_cluster(tmp: Path, mode: str, segments: int, machines: int = 3) -> It
         server = Machine(lan.nodes[0].ns, tmp / "m1")
         cluster = JoinedCluster(mode, lan, server, tmp)
         server.up(timeout=scaled(180), extra=("--cluster-init", "--node-name", "m1", "--pod-cidr", "10.244.0.0/24",
-                                              "--cluster-cidr", CLUSTER_CIDR, "--pod-network", mode))
+                                              "--cluster-cidr", CLUSTER_CIDR, "--pod-network", mode,
+                                              *(["--loadbalancer-pool", loadbalancer_pool] if loadbalancer_pool else [])))
         cluster.command = kubesvc(server.ns, "token", "create", "--data-dir", str(server.data_dir), "--print-join-command").stdout.split()
         cluster.joiners = [Joiner(lan.nodes[i - 1].ns, tmp, i, cluster.ip(i)) for i in range(2, machines + 1)]
         for joiner in cluster.joiners:

@@ -1,6 +1,7 @@
 """What ``kubesvc join`` runs on its machine: the agent with the node's identity, the zone,
 node IP, the Pod CIDR the cluster gave and the cluster DNS settings ``up`` gives its own agent;
-the proxy with the node's kubeconfig; extra flags passed through last, as given."""
+the proxy and the LB announcer with kube-proxy's kubeconfig (as k3s's agents run kube-proxy);
+extra flags passed through last, as given."""
 
 from __future__ import annotations
 
@@ -40,11 +41,18 @@ def test_dns_follows_the_service_range_or_the_flag(tmp_path):
     assert flag(system(tmp_path, cluster_dns="10.43.0.53").agent_argv(), "--cluster-dns") == "10.43.0.53"
 
 
-def test_the_proxy_runs_with_the_nodes_kubeconfig(tmp_path):
+def test_the_proxy_runs_with_kube_proxys_kubeconfig(tmp_path):
     argv = [str(a) for a in system(tmp_path, proxy_args=["--v", "2"]).proxy_argv()]
-    assert flag(argv, "--kubeconfig") == str(tmp_path / "kubeconfig")
+    assert flag(argv, "--kubeconfig") == str(tmp_path / "kube-proxy.kubeconfig")
     assert (flag(argv, "--hostname-override"), flag(argv, "--bind-address")) == ("m2", "192.0.2.12")
     assert argv[-2:] == ["--v", "2"]
+
+
+def test_the_lb_announcer_runs_as_kube_proxy_with_the_node_name_and_ip(tmp_path):
+    argv = [str(a) for a in system(tmp_path).lb_announcer_argv()]
+    assert argv[argv.index("lb-announcer") - 2:argv.index("lb-announcer")] == ["-m", "kubesvc"]
+    assert (flag(argv, "--kubeconfig"), flag(argv, "--node-name"), flag(argv, "--node-ip")) == \
+        (str(tmp_path / "kube-proxy.kubeconfig"), "m2", "192.0.2.12")
 
 
 async def test_a_restarted_join_with_a_valid_credential_needs_no_token(tmp_path):
@@ -57,6 +65,9 @@ async def test_a_restarted_join_with_a_valid_credential_needs_no_token(tmp_path)
     pair = ca.node_client("m2")
     joined = system(tmp_path / "node")
     tlsbootstrap.write_credentials(joined.paths, "https://192.0.2.1:6443", ca.pem, pair.key.read_bytes(), pair.cert.read_bytes(), "m2")
+    proxy = ca.client("kube-proxy", pki.PROXY)
+    tlsbootstrap.write_identity(joined.paths, tlsbootstrap.kube_proxy_identity(joined.paths), "https://192.0.2.1:6443", ca.pem,
+                                proxy.key.read_bytes(), proxy.cert.read_bytes())
     await joined.credentials()  # would fail to reach 192.0.2.1 if it tried
     assert joined.made == []
     other = system(tmp_path / "node")

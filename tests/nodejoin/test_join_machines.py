@@ -18,6 +18,12 @@ node and from a Pod on every node (the backends themselves too); a Pod on m1 rea
 with its own IP; a NodePort with ``externalTrafficPolicy: Local`` answers from a LAN client (the
 spare, no node) only on the node with a local endpoint and the server sees the client's address, with
 ``Cluster`` on all three.
+
+LoadBalancer on joined nodes: ``up`` runs with ``--loadbalancer-pool`` (addresses on the LAN);
+each join gets kube-proxy's certificate through a CSR and runs its proxy and ``lb-announcer``
+with it; a LoadBalancer Service with ``externalTrafficPolicy: Local`` whose only endpoint is on
+m3 gets a pool address, m3 holds its Lease and answers ARP for it, and the spare (a LAN client,
+no node) reaches it with its own address kept.
 """
 
 from __future__ import annotations
@@ -36,9 +42,12 @@ from tests.support.slowdown import scaled
 pytestmark = pytest.mark.kernel
 
 
+LB_POOL = "192.168.77.240-192.168.77.247"  # on the LAN (tests/support/lan.py: 192.168.77.0/24), free of its machines
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with joined_cluster(tmp_path_factory.mktemp("join"), "routes", segments=1) as joined:
+    with joined_cluster(tmp_path_factory.mktemp("join"), "routes", segments=1, loadbalancer_pool=LB_POOL) as joined:
         yield joined
 
 
@@ -76,6 +85,14 @@ def test_three_ready_nodes_with_distinct_pod_cidrs_and_their_csrs(cluster):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
     whoami = json.loads(two.kubectl("auth", "whoami", "-o", "json").stdout)["status"]["userInfo"]["username"]
     assert whoami == "system:node:m2"
+    # kube-proxy's certificate, asked for by each joined node as itself and approved by csrapproving
+    proxies = [r for r in rows if r[2] == "kubernetes.io/kube-apiserver-client"]
+    assert sorted(r[3] for r in proxies if r[-1] == "Approved,Issued") == ["system:node:m2", "system:node:m3"], proxies
+    for path in (two.data_dir / "kube-proxy.kubeconfig", two.data_dir / "pki" / "kube-proxy-client.key",
+                 two.data_dir / "pki" / "kube-proxy-client.crt"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    proxy_whoami = two.kubectl(f"--kubeconfig={two.data_dir / 'kube-proxy.kubeconfig'}", "auth", "whoami", "-o", "json")
+    assert json.loads(proxy_whoami.stdout)["status"]["userInfo"]["username"] == "system:kube-proxy", proxy_whoami.stderr
 
 
 def test_node_two_cannot_change_node_threes_objects(cluster):
@@ -240,6 +257,35 @@ def test_nodeport_local_answers_only_where_an_endpoint_is_and_keeps_the_client_a
     for index in (1, 2):  # no local endpoint: nothing answers there
         outcomes = requests_in(spare.name, cluster.ip(index), local_port, 2, timeout=2)
         assert all(o.startswith("!") for o in outcomes), (index, outcomes)
+
+
+@pytest.mark.timeout(600)
+def test_a_joined_node_announces_a_pool_address_for_its_local_endpoint(cluster, echoes):
+    """eTP Local with the only endpoint on m3 (joined): m3's announcer (kube-proxy's identity)
+    holds the address's Lease and answers ARP; the spare on the LAN reaches it, seen with its
+    own address (Local keeps the client's source)."""
+    server, spare = cluster["server"], cluster["spare"]
+    first, last = (ipaddress.ip_address(a) for a in LB_POOL.split("-"))
+    server.kubectl("apply", "-f", "-", input=echo_service("echo-lb", {"app": "echo", "machine": "m3"}, type="LoadBalancer",
+                                                          externalTrafficPolicy="Local"))
+    try:
+        def ingress() -> str:
+            status = server.get("service", "echo-lb").get("status") or {}
+            return next((i["ip"] for i in (status.get("loadBalancer") or {}).get("ingress") or [] if i.get("ip")), "")
+
+        address = netns.wait_until(ingress, scaled(30), "echo-lb's pool address")
+        assert first <= ipaddress.ip_address(address) <= last
+        lease = "kubesvc-lb-" + address.replace(".", "-")
+
+        def holder() -> str:
+            found = server.kubectl("get", "lease", "-n", "kubesvc-lb", lease, "-o", "json", check=False)
+            return json.loads(found.stdout)["spec"].get("holderIdentity", "") if found.returncode == 0 else ""
+
+        assert netns.wait_until(lambda: holder() == "m3", scaled(60), "m3 holding the address's Lease")
+        assert answers_seen(spare.name, address, 80, {"echo-m3"}, scaled(60)) == {"echo-m3": cluster.ip(4)}
+        assert holder() == "m3"
+    finally:
+        server.kubectl("delete", "service", "echo-lb", "--ignore-not-found", "--wait=false", check=False)
 
 
 def web(name: str, node: str, app: str) -> str:

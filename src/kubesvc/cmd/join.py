@@ -1,6 +1,7 @@
 """``kubesvc join https://<server>:6443 --token <token>``: this machine as a node of the cluster
-of that server (``kubesvc.nodejoin.system``), until Ctrl-C, which stops it and removes what it
-made. A wrong or expired token, an unreachable server or a request that is not approved is one
+of that server (``kubesvc.nodejoin.system``): the agent with the node's own certificate, the
+proxy and the LoadBalancer announcer (``lb-announcer``) with kube-proxy's, as k3s's agents run
+kube-proxy, until Ctrl-C, which stops it and removes what it made. A wrong or expired token, an unreachable server or a request that is not approved is one
 line and a non-zero exit, with nothing left: no file, no Node, no CertificateSigningRequest
 (a wrong token is refused before anything is sent but an anonymous read of cluster-info).
 
@@ -51,7 +52,7 @@ def join_command(server: str, token: str, data_dir: Path, node_name: str | None,
                  service_cidr: str, cluster_domain: str, cluster_dns: str | None, resolv_conf: str, proxy_mode: str | None, kubelet_port: int,
                  ca_cert_hashes: tuple[str, ...], agent_args: tuple[str, ...],
                  proxy_args: tuple[str, ...], pod_network: str, cluster_cidr: str, verbosity: int) -> None:
-    """Join the cluster of SERVER as a node: certificate through a CSR, then the agent and proxy."""
+    """Join the cluster of SERVER as a node: certificates through CSRs, then the agent, proxy and LB announcer."""
     setup_logging(verbosity)
     from kubesvc.agent.node import default_node_name
     from kubesvc.cluster.join import JoinFailed
@@ -88,7 +89,8 @@ def join_command(server: str, token: str, data_dir: Path, node_name: str | None,
     def announce(system) -> None:
         click.echo(f"kubesvc joined {options.server} as node {options.node_name}: Pods in {','.join(system.pod_cidrs)}, "
                    f"proxy in {system.state.get('proxy_mode', '')} mode")
-        click.echo(f"  credentials: {system.paths.kubeconfig}; logs: {data_dir / 'logs'}/<component>.log    (Ctrl-C stops and cleans up)")
+        click.echo(f"  credentials: {system.paths.kubeconfig} (the node), {system.paths.proxy_kubeconfig} (kube-proxy, lb-announcer); "
+                   f"logs: {data_dir / 'logs'}/<component>.log    (Ctrl-C stops and cleans up)")
         sys.stdout.flush()
 
     install_uvloop()

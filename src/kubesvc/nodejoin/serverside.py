@@ -12,7 +12,7 @@ init phase, ``cmd/kubeadm/app/phases/bootstraptoken/node/tlsbootstrap.go``), wri
 * ``kubesvc:node-proxier``: ``system:node-proxier`` to ``system:nodes``: the node's own identity
   follows Services, EndpointSlices and Nodes (the agent's Pod network reads every Node);
 * ``kubesvc:node-autoapprove-kube-proxy-client``: ClusterRole
-  ``system:certificates.k8s.io:certificatesigningrequests:nodekubeproxyclient`` (``create`` of that
+  ``kubesvc:certificatesigningrequests:nodekubeproxyclient`` (``create`` of that
   virtual subresource) to ``system:nodes``, so csrapproving approves a node's request for
   kube-proxy's client certificate (controllers/certificates/approver.py; k3s's supervisor hands
   its agents one for the node token), and ``kubesvc:kube-apiserver-client-approver`` (``approve``
@@ -34,7 +34,7 @@ BINDINGS = (
 )
 PATH = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
 ROLES_PATH = "/apis/rbac.authorization.k8s.io/v1/clusterroles"
-KUBE_PROXY_CLIENT_ROLE = "system:certificates.k8s.io:certificatesigningrequests:nodekubeproxyclient"
+KUBE_PROXY_CLIENT_ROLE = "kubesvc:certificatesigningrequests:nodekubeproxyclient"  # not system:, which upstream reserves
 CLIENT_APPROVER_ROLE = "kubesvc:kube-apiserver-client-approver"
 APPROVER_SERVICE_ACCOUNT = ("kube-system", "certificate-controller")
 

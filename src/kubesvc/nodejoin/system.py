@@ -6,14 +6,17 @@ earns instead of a CA it holds (k3s's ``k3s agent --server --token``; kubeadm's 
 1. discover and pin the cluster CA with the bootstrap token (``discovery.py``);
 2. get ``system:node:<name>``'s client certificate through a CertificateSigningRequest
    (``tlsbootstrap.py``); a data dir that already holds a valid one skips 1-2, as a restarted
-   kubelet does, so the token may expire after the first join;
+   kubelet does, so the token may expire after the first join; then, as the node,
+   ``system:kube-proxy``'s client certificate (k3s's agents get ``client-kube-proxy.crt`` from
+   the supervisor; here a CSR csrapproving approves for a node);
 3. make sure the Node exists and wait for the Pod CIDR the cluster's node-ipam-controller
    assigns (``spec.podCIDRs``; ``--pod-cidr`` instead for a cluster that assigns none);
-4. run ``kubesvc agent`` (the zone label, node IP, assigned Pod CIDR) and ``kubesvc proxy`` as
-   supervised processes, both with the node's kubeconfig (the cluster binds
-   ``system:node-proxier`` to ``system:nodes`` for that: ``serverside.py``), as ``up`` runs
-   them (``cmd/supervisor.py``), and renew the certificate before it expires, restarting both
-   on the new one.
+4. run ``kubesvc agent`` (the zone label, node IP, assigned Pod CIDR) with the node's
+   kubeconfig, and ``kubesvc proxy`` and ``kubesvc lb-announcer`` (this node's ARP/NDP answers
+   for LoadBalancer addresses, MetalLB's speaker) with kube-proxy's, as k3s runs its agents'
+   kube-proxy and as ``up`` runs them (``cmd/supervisor.py``): the announcer's Leases live in
+   ``kubesvc-lb``, which NodeRestriction refuses a node's own identity. Each certificate is
+   renewed before it expires and the components using it restarted on the new one.
 
 What it makes outside its data dir is recorded in ``<data-dir>/up.json`` exactly as ``up``
 records it, so stopping it (Ctrl-C) and ``kubesvc leave`` (which also stops a running join)
@@ -82,6 +85,7 @@ class JoinSystem:
         self.made: list[Path] = []
         self.pod_cidrs: list[str] = []
         self._rotation: asyncio.Task | None = None
+        self._proxy_rotation: asyncio.Task | None = None
         self._serving: asyncio.Task | None = None
         self._up = up
 
@@ -89,13 +93,26 @@ class JoinSystem:
 
     async def credentials(self) -> None:
         options = self.options
-        if tlsbootstrap.usable(self.paths, options.node_name, datetime.now(timezone.utc)):
+        if not tlsbootstrap.usable(self.paths, options.node_name, datetime.now(timezone.utc)):
+            found = await discovery.discover(options.server, options.token, options.ca_cert_hashes)
+            async with tlsbootstrap.bootstrap_client(options.server, found.ca_pem, options.token) as client:
+                key, cert = await tlsbootstrap.request_certificate(client, options.node_name, timeout=CERTIFICATE_TIMEOUT,
+                                                                   server=options.server, token_id=found.token_id)
+            self.made += tlsbootstrap.write_credentials(self.paths, options.server, found.ca_pem, key, cert, options.node_name)
+        await self.kube_proxy_credentials()
+
+    async def kube_proxy_credentials(self) -> None:
+        """``system:kube-proxy``'s certificate, asked for with the node's own credential."""
+        from kubesvc.client.kubeconfig import load_kubeconfig
+        from kubesvc.client.rest import RestClient
+
+        proxy = tlsbootstrap.kube_proxy_identity(self.paths)
+        if tlsbootstrap.identity_usable(self.paths, proxy, datetime.now(timezone.utc)):
             return
-        found = await discovery.discover(options.server, options.token, options.ca_cert_hashes)
-        async with tlsbootstrap.bootstrap_client(options.server, found.ca_pem, options.token) as client:
-            key, cert = await tlsbootstrap.request_certificate(client, options.node_name, timeout=CERTIFICATE_TIMEOUT,
-                                                               server=options.server, token_id=found.token_id)
-        self.made += tlsbootstrap.write_credentials(self.paths, options.server, found.ca_pem, key, cert, options.node_name)
+        async with RestClient(load_kubeconfig(self.paths.kubeconfig), user_agent="kubesvc-join", field_manager="kubesvc-join") as client:
+            key, cert = await tlsbootstrap.request_certificate(client, self.options.node_name, timeout=CERTIFICATE_TIMEOUT,
+                                                               server=self.options.server, identity=proxy)
+        self.made += tlsbootstrap.write_identity(self.paths, proxy, self.options.server, self.paths.ca.read_bytes(), key, cert)
 
     async def node_pod_cidrs(self) -> list[str]:
         """Make sure the Node exists; the Pod CIDRs it has or gets from the cluster."""
@@ -194,8 +211,15 @@ class JoinSystem:
     def proxy_argv(self) -> list[str]:
         o = self.options
         return kubesvc_argv(
-            "proxy", "--kubeconfig", self.paths.kubeconfig, "--hostname-override", o.node_name, "--cluster-cidr", ",".join(self.pod_cidrs),
+            "proxy", "--kubeconfig", self.paths.proxy_kubeconfig, "--hostname-override", o.node_name, "--cluster-cidr", ",".join(self.pod_cidrs),
             "--bind-address", o.node_ips[0], *(["--proxy-mode", o.proxy_mode] if o.proxy_mode else []), *o.proxy_args, *self.verbosity)
+
+    def lb_announcer_argv(self) -> list[str]:
+        """As ``up --loadbalancer-pool`` runs it; answering on the interface holding the node IP.
+        In a cluster without pools it answers for nothing."""
+        o = self.options
+        return kubesvc_argv("lb-announcer", "--kubeconfig", self.paths.proxy_kubeconfig, "--node-name", o.node_name,
+                            "--node-ip", o.node_ips[0], *self.verbosity)
 
     async def start_components(self) -> None:
         async def agent_then_routes() -> None:
@@ -211,9 +235,11 @@ class JoinSystem:
             _write_state(self.data_dir, self.state)
 
         await all_or_none([agent_then_routes(), the_proxy()])
+        await self.supervisor.start("lb-announcer", self.lb_announcer_argv(), ready_timeout=READY_TIMEOUT)
 
     async def restart_components(self, names: tuple[str, ...] = ("proxy", "agent")) -> None:
-        """The agent and proxy on the renewed certificate (they read it at start): each is sent
+        """The components on a renewed certificate (they read it at start; the node's: the agent,
+        kube-proxy's: the proxy and the LB announcer): each is sent
         SIGTERM and the supervisor restarts it, as it restarts one that died, with the same
         arguments (the kubeconfig's path is unchanged, its files are the new ones)."""
         import signal
@@ -238,7 +264,10 @@ class JoinSystem:
         _write_state(self.data_dir, self.state)
         await self.start_components()
         self._rotation = asyncio.create_task(tlsbootstrap.rotate_forever(self.paths, self.options.server, self.options.node_name,
-                                                                         self.restart_components))
+                                                                         lambda: self.restart_components(("agent",))))
+        self._proxy_rotation = asyncio.create_task(tlsbootstrap.rotate_forever(
+            self.paths, self.options.server, self.options.node_name, lambda: self.restart_components(("proxy", "lb-announcer")),
+            identity=tlsbootstrap.kube_proxy_identity(self.paths)))
         if not self.serving_flags():
             self._serving = asyncio.create_task(self.serving_certificate())
 
@@ -260,9 +289,9 @@ class JoinSystem:
     async def stop(self) -> list[str]:
         from kubesvc.proxy.server import cleanup_leftovers
 
-        await cancel_and_wait([t for t in [self._rotation, self._serving] if t is not None])
+        await cancel_and_wait([t for t in [self._rotation, self._proxy_rotation, self._serving] if t is not None])
         errors: list[str] = []
-        await self.supervisor.stop(["proxy", "agent"], STOP_GRACE)
+        await self.supervisor.stop(["lb-announcer", "proxy", "agent"], STOP_GRACE)
         await self.supervisor.close()
         for name, work in (("proxy rules", lambda: cleanup_leftovers()), ("pod network", lambda: teardown_pod_network(Path(self.state["agent_state_dir"]))),
                            ("routes", lambda: remove_service_routes(self.state.get("service_routes") or []))):
@@ -296,7 +325,7 @@ async def run_join(options: JoinOptions, verbosity: int, announce, stop: asyncio
     return errors
 
 
-LEFT_BEHIND = ("kubeconfig", "pki", LOG_DIR, AGENT_DIR)
+LEFT_BEHIND = ("kubeconfig", "kube-proxy.kubeconfig", "pki", LOG_DIR, AGENT_DIR)
 
 
 def leave(data_dir: Path) -> list[str]:
