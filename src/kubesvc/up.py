@@ -45,6 +45,7 @@ line naming both namespaces, and cleans nothing. The API objects stay in the sto
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import ipaddress
 import json
@@ -218,12 +219,17 @@ class System:
         self.state: dict = {"pid": os.getpid(), "pid_started": host.process_identity(os.getpid()), "netns": netns_record(),
                             "agent_state_dir": str(self.data_dir / AGENT_DIR / "network"), "service_routes": []}
         self.etcd_member = None  # cluster.etcd_process.RunningMember, on etcd
+        self._join_material = None  # cluster.join's fetch for up --server: asked before anything is made
+        self._made_data_dir = False
         self.storage_args: list[str] = []  # the apiserver's --storage-backend etcd3 and --etcd-* flags, on etcd
 
     async def start(self) -> None:
         from kubesvc.serving import pki
 
         options, data_dir = self.options, self.data_dir
+        if options.server:
+            await self._fetch_join_material()  # a wrong token or server: one line, nothing made
+        self._made_data_dir = not data_dir.exists()
         data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         _write_state(data_dir, self.state)  # before anything is made: down must find it after a crash
         if options.clustered:
@@ -329,9 +335,8 @@ class System:
         endpoints: list[str] = []
         made: list[Path] = []
         try:
-            if options.server and not etcd_member.has_wal(data_dir):
-                fetched = await cluster_join.fetch(options.server, options.token or "")
-                made = cluster_join.install(data_dir, fetched)
+            if self._join_material is not None:
+                made = cluster_join.install(data_dir, self._join_material)
                 endpoints = [cluster_join.etcd_endpoint(options.server)]
             self.etcd_member = await etcd_process.start_member(self.supervisor, data_dir, self.config.advertise_address, join=endpoints)
         except (cluster_join.JoinFailed, etcd_process.EtcdFailed) as err:
@@ -343,12 +348,33 @@ class System:
                              "--etcd-cafile", str(ca), "--etcd-certfile", str(cert), "--etcd-keyfile", str(key),
                              "--enable-bootstrap-token-auth=true"]  # joining servers (and nodes) present bootstrap tokens
 
+    async def _fetch_join_material(self) -> None:
+        """With ``--server`` and no etcd data yet: the cluster's certificate authorities, fetched
+        with the token (``cluster.join``), before ``up`` makes anything on this machine."""
+        from kubesvc.cluster import etcd_member
+        from kubesvc.cluster import join as cluster_join
+
+        if etcd_member.has_wal(self.data_dir):
+            return  # a member with data restarts as it was: no token needed
+        try:
+            self._join_material = await cluster_join.fetch(self.options.server, self.options.token or "")
+        except cluster_join.JoinFailed as err:
+            raise ComponentFailed(str(err)) from None
+
     async def stop(self) -> list[str]:
         """Stop every component (the apiserver last: the agent reports its Node not ready) and
         remove what ``up`` made, whatever a component left behind; returns what could not be
-        removed. Each step runs even if an earlier one failed."""
+        removed. Each step runs even if an earlier one failed. When nothing was started (a
+        refused token), nothing is said and nothing is left: not even the data directory."""
         from kubesvc.proxy.server import cleanup_leftovers
 
+        if not self.supervisor.components:
+            await self.supervisor.close()
+            _state_path(self.data_dir).unlink(missing_ok=True)
+            if self._made_data_dir:
+                with contextlib.suppress(OSError):  # only if empty: what is in it is not ours to remove
+                    self.data_dir.rmdir()
+            return []
         errors: list[str] = []
 
         async def step(name: str, coro) -> None:

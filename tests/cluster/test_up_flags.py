@@ -35,3 +35,27 @@ def test_cluster_flags_stay_with_up():
     config = SimpleNamespace(data_dir="/d", bind_address="0.0.0.0", advertise_address="10.0.0.2")
     given = ["--server", "https://10.0.0.1:6443", "--token=abcdef.0123456789abcdef", "--cluster-init", "-v", "2"]
     assert apiserver_args(given, config) == ["-v", "2", "--data-dir", "/d", "--bind-address", "0.0.0.0", "--advertise-address", "10.0.0.2"]
+
+
+@pytest.mark.kernel
+def test_a_server_that_cannot_be_asked_is_one_line_and_leaves_nothing(tmp_path):
+    """``up --server`` asks the server for the cluster's authorities with the token before it
+    makes anything: a refusal (here nothing listens) is the one error line, no progress lines
+    of a start that never began, and no data directory (found walking the README as a user)."""
+    import subprocess
+    import sys
+
+    from tests.support.agent import nsenter_argv
+    from tests.support.netns import REPO_ROOT, Netns
+
+    ns = Netns.create("upsrv")
+    try:
+        data_dir = tmp_path / "never"
+        argv = nsenter_argv(ns.name, sys.executable, "-m", "kubesvc", "up", "--data-dir", str(data_dir),
+                            "--server", "https://127.0.0.1:9", "--token", "abcdef.0123456789abcdef")
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    finally:
+        ns.close()
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 1 and len(lines) == 1 and lines[0].startswith("Error: cannot start: "), result.stderr
+    assert not data_dir.exists()
