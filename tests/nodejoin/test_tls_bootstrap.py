@@ -187,7 +187,8 @@ def test_a_node_gets_kube_proxys_client_certificate_and_a_bootstrap_token_does_n
     """After its own certificate, the node asks (as itself) for ``system:kube-proxy``'s: the
     approver's nodekubeproxyclient rule approves it after a SubjectAccessReview, with its own
     message; the files are 0600 and the kubeconfig works as kube-proxy (no group but
-    system:authenticated). The same request from a bootstrap token (not a node) stays pending."""
+    system:authenticated); it rotates as the node's does, asked for as the node. The same request
+    from a bootstrap token (not a node) stays pending."""
     token = kubesvc("token", "create", "--kubeconfig", str(server.kubeconfig)).stdout.strip()
     ca, key, cert = asyncio.run(bootstrap(server, token, "proxied"))
     paths = tlsbootstrap.Paths(tmp_path / "node")
@@ -212,6 +213,31 @@ def test_a_node_gets_kube_proxys_client_certificate_and_a_bootstrap_token_does_n
     assert len(mine) == 1 and mine[0][-1] == "Approved,Issued", rows
     condition = json.loads(server.kubectl("get", "csr", mine[0][0], "-o", "json").stdout)["status"]["conditions"][0]
     assert condition["reason"] == "AutoApproved" and "kube-proxy client certificate for a node" in condition["message"]
+
+    # rotated as the node's is (past every deadline), asked for again with the node's credential
+    first = tlsbootstrap.certificate_at(proxy.cert)
+
+    async def rotate_once():
+        rotated = asyncio.Event()
+
+        async def on_rotated():
+            rotated.set()
+
+        later = first.not_valid_before_utc + (first.not_valid_after_utc - first.not_valid_before_utc) * 0.95
+        task = asyncio.create_task(tlsbootstrap.rotate_forever(paths, server.url, "proxied", on_rotated, timeout=60, now=lambda: later,
+                                                                identity=proxy))
+        try:
+            await asyncio.wait_for(rotated.wait(), 60)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(rotate_once())
+    renewed = tlsbootstrap.certificate_at(proxy.cert)
+    assert renewed.serial_number != first.serial_number and renewed.subject.rfc4514_string() == "CN=system:kube-proxy"
+    assert tlsbootstrap.current_certificate(paths).subject.rfc4514_string() == "CN=system:node:proxied,O=system:nodes"  # untouched
+    rows = [line.split() for line in server.kubectl("get", "csr", "--no-headers").stdout.splitlines()]
+    assert len([r for r in rows if r[2] == "kubernetes.io/kube-apiserver-client" and r[3] == "system:node:proxied"]) == 2
 
     async def ask_with_the_token() -> str:
         from kubesvc.nodejoin.csr import kube_proxy_csr_object, new_key
