@@ -242,7 +242,9 @@ def text(rep: dict) -> list[str]:
         lines.append(f"      matched: {step['rule']}")
     if rep["service"]:
         sp = rep["service"]
-        lines.append(f"  Service port: {sp['namespace']}/{sp['name']}:{sp['port']} ({sp['protocol']})")
+        # ServicePortName.String(): the port's name after a colon, nothing for an unnamed port
+        port_name = f":{sp['port']}" if sp["port"] else ""
+        lines.append(f"  Service port: {sp['namespace']}/{sp['name']}{port_name} ({sp['protocol']})")
     verdict = rep["verdict"]
     listener = rep.get("listener")
     if verdict == "REDIRECT":
