@@ -102,3 +102,19 @@ def test_the_serving_request_has_the_kubelet_serving_shape_and_the_agent_uses_th
     assert tlsbootstrap.serving_usable(joined.paths, ["192.0.2.12"], datetime.now(timezone.utc))
     assert not tlsbootstrap.serving_usable(joined.paths, ["192.0.2.99"], datetime.now(timezone.utc))  # another address: ask again
     assert flag(joined.agent_argv(), "--tls-cert-file") == str(joined.paths.serving_cert)
+
+
+async def test_a_node_credential_without_kube_proxys_asks_for_it_and_says_which_failed(tmp_path):
+    """A data dir with the node's certificate but not kube-proxy's (a join of an older kubesvc):
+    only kube-proxy's is asked for, as the node; an unreachable server is one line naming it."""
+    from kubesvc.nodejoin import tlsbootstrap
+    from kubesvc.serving import pki
+
+    ca = pki.ClusterCA(tmp_path / "ca")
+    pair = ca.node_client("m2")
+    joined = system(tmp_path / "node")
+    joined.options.server = "https://127.0.0.1:1"
+    tlsbootstrap.write_credentials(joined.paths, "https://127.0.0.1:1", ca.pem, pair.key.read_bytes(), pair.cert.read_bytes(), "m2")
+    with pytest.raises(JoinFailed, match=r"^kube-proxy's client certificate \(for the proxy and the LoadBalancer announcer\): cannot reach"):
+        await joined.credentials()
+    assert joined.made == [] and not joined.paths.proxy_kubeconfig.exists()

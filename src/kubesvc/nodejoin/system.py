@@ -109,9 +109,12 @@ class JoinSystem:
         proxy = tlsbootstrap.kube_proxy_identity(self.paths)
         if tlsbootstrap.identity_usable(self.paths, proxy, datetime.now(timezone.utc)):
             return
-        async with RestClient(load_kubeconfig(self.paths.kubeconfig), user_agent="kubesvc-join", field_manager="kubesvc-join") as client:
-            key, cert = await tlsbootstrap.request_certificate(client, self.options.node_name, timeout=CERTIFICATE_TIMEOUT,
-                                                               server=self.options.server, identity=proxy)
+        try:
+            async with RestClient(load_kubeconfig(self.paths.kubeconfig), user_agent="kubesvc-join", field_manager="kubesvc-join") as client:
+                key, cert = await tlsbootstrap.request_certificate(client, self.options.node_name, timeout=CERTIFICATE_TIMEOUT,
+                                                                   server=self.options.server, identity=proxy)
+        except JoinFailed as err:  # e.g. a cluster initialised before kubesvc granted nodes this request: an admin approves it
+            raise JoinFailed(f"kube-proxy's client certificate (for the proxy and the LoadBalancer announcer): {err}") from None
         self.made += tlsbootstrap.write_identity(self.paths, proxy, self.options.server, self.paths.ca.read_bytes(), key, cert)
 
     async def node_pod_cidrs(self) -> list[str]:
