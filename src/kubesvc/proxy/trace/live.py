@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 from dataclasses import dataclass, field
 
 from kubesvc.kernel import IPV4, IPV6
@@ -182,11 +183,26 @@ def report(state: NodeState, source: str, dest: str, port: int, protocol: str, *
     }
 
 
+_STICKY_RULE = re.compile(r"ip6? saddr @affinity-\S+ .*dnat (?:ip6? )?to (\S+)")
+
+
 def compare_probe(rep: dict, kernel: list[dict]) -> dict:
     """The kernel's own trace of a real packet (``kernel/nftrace.py``) beside the walk: the rules
-    that matched, in order, on both sides; ``agrees`` when they are the same list."""
+    that matched, in order, on both sides; ``agrees`` when they are the same list. The walk is
+    a new client's; a client the kernel already remembers (an element of an ``affinity-…`` set:
+    ``ip saddr @affinity-X … dnat to E``) takes that rule instead of the random choice, so its
+    trace agrees when it is the walk's up to that rule and E is one of the walk's candidates
+    (``sticky``: the endpoint its ClientIP affinity sent it to), and what it matched on later
+    hooks ends the walk too."""
     walked = [(s["chain"], s["rule"]) for s in rep["steps"] if s["rule"] is not None]
     traced = [(s["chain"], s["rule"]) for s in kernel if s["rule"] is not None]
+    at = next((i for i, (_, rule) in enumerate(traced) if _STICKY_RULE.search(rule)), None) if rep.get("affinity") else None
+    if at is not None:
+        endpoint = _STICKY_RULE.search(traced[at][1]).group(1)
+        candidates = {c["endpoint"] for c in rep.get("candidates") or []}
+        after = traced[at + 1:]  # on later hooks (the masquerade), as for any of the candidates
+        agrees = traced[:at] == walked[:at] and endpoint in candidates and (not after or walked[-len(after):] == after)
+        return {"steps": kernel, "agrees": agrees, "sticky": endpoint}
     return {"steps": kernel, "agrees": bool(traced) and walked == traced}
 
 
@@ -283,7 +299,8 @@ def text(rep: dict) -> list[str]:
         lines.append(f"  excluded {e['endpoint']}" + (f" (Pod {e['pod']})" if e["pod"] else "") + f": {e['reason']}")
     if "probe" in rep:
         probe = rep["probe"]
-        same = "the same rules matched" if "verdict" not in probe else \
+        same = f"a returning client: its ClientIP affinity sent it to {probe['sticky']}" if probe.get("sticky") else \
+            "the same rules matched" if "verdict" not in probe else \
             f"the rules it matched are the walk's, and so is its outcome ({probe['verdict']}" + (f" to {probe['endpoint']})" if probe["endpoint"] else ")")
         lines.append("  the kernel's trace of a real packet " + (f"agrees: {same}" if probe["agrees"] else "differs:"))
         if not probe["agrees"]:
