@@ -14,11 +14,13 @@ The identity: the announcer also lists and watches Services and EndpointSlices. 
 (upstream's ``NodeRules()``), and whatever RBAC says, NodeRestriction admission refuses a node
 any Lease outside ``kube-node-lease`` (upstream's ``admitLease``), so the announcer runs as
 kube-proxy's identity, ``system:kube-proxy`` (ClusterRole ``system:node-proxier``: list/watch
-of both), and the Role and the pool reader are bound to that user. (This is why a machine that
-joined with ``kubesvc join``, which holds only its node's credential, runs no announcer yet:
-MetalLB's speaker and Cilium's agent get their identity as DaemonSet Pods with a ServiceAccount
-token, k3s's joining agents get a ``system:kube-proxy`` certificate from its supervisor.)
-``up`` creates these as the admin (``ensure``), beside the default pool.
+of both), and the Role and the pool reader are bound to that user. A machine that joined with
+``kubesvc join`` gets that identity as k3s's joining agents do (k3s's supervisor gives them a
+``system:kube-proxy`` certificate): its node asks for a ``kubernetes.io/kube-apiserver-client``
+certificate for ``system:kube-proxy``, which csrapproving approves for a node
+(``nodejoin/tlsbootstrap.py``, ``controllers/certificates``), and runs its proxy and its
+announcer with it. (MetalLB's speaker and Cilium's agent get theirs as DaemonSet Pods with a
+ServiceAccount token.) ``up`` creates these as the admin (``ensure``), beside the default pool.
 """
 
 from __future__ import annotations
