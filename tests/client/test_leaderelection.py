@@ -565,3 +565,26 @@ def test_record_round_trips_through_a_lease_spec():
     record = LeaderElectionRecord("a", 15, "2026-01-01T00:00:00.000000Z", "2026-01-01T00:00:01.500000Z", 2)
     assert LeaderElectionRecord.from_lease({"spec": record.to_spec()}) == record
     assert LeaderElectionRecord.from_lease({}) == LeaderElectionRecord()
+
+
+@pytest.mark.parametrize("spins", range(6))
+async def test_a_cancelled_candidate_stops_even_when_its_request_completes_at_that_moment(spins):
+    """Python 3.11's ``asyncio.wait_for`` drops a cancellation that arrives while the awaited
+    request completes; a candidate trying to acquire then went on trying for good (an LB
+    announcer's stop hung a CI run for 120 s). Cancelled at each step of one request that
+    completes at once, ``run`` ends cancelled."""
+    loop = asyncio.get_running_loop()
+
+    class Instant(LeaderElector):
+        async def try_acquire_or_renew(self) -> bool:
+            done = loop.create_future()
+            loop.call_soon(lambda: done.done() or done.set_result(False))  # another holds it
+            return await done
+
+    elector = Instant(FakeClient(), identity="a", lease_duration=15, renew_deadline=10, retry_period=2)
+    running = asyncio.ensure_future(elector.run(lambda: asyncio.sleep(3600)))
+    for _ in range(spins):
+        await asyncio.sleep(0)
+    running.cancel()
+    done, _ = await asyncio.wait({running}, timeout=1)
+    assert done and running.cancelled()

@@ -305,7 +305,8 @@ class LeaderElector:
         stamp = rfc3339_micro(self._clock.now())
         record = LeaderElectionRecord("", 1, stamp, stamp, self._observed.leader_transitions)
         try:
-            await asyncio.wait_for(self._update(record), self.renew_deadline)
+            async with asyncio.timeout(self.renew_deadline):
+                await self._update(record)
         except (ClientError, asyncio.TimeoutError) as err:
             log.error("Failed to release lock: %s", err if isinstance(err, ClientError) else "timed out")
             return False
@@ -345,7 +346,10 @@ class LeaderElector:
         while True:
             started = self._clock.monotonic()
             try:
-                won = await asyncio.wait_for(self.try_acquire_or_renew(), self.renew_deadline)
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for drops a cancellation that
+                # arrives as the request completes, and a cancelled candidate would go on for good
+                async with asyncio.timeout(self.renew_deadline):
+                    won = await self.try_acquire_or_renew()
             except asyncio.TimeoutError:
                 log.error("attempt to acquire lease %s timed out", self.describe)
                 won = False
@@ -369,7 +373,8 @@ class LeaderElector:
             if remaining <= 0:
                 return False
             try:
-                renewed = await asyncio.wait_for(self.try_acquire_or_renew(), remaining)
+                async with asyncio.timeout(remaining):
+                    renewed = await self.try_acquire_or_renew()
             except asyncio.TimeoutError:
                 return False
             if renewed:
