@@ -150,3 +150,12 @@ def test_status_conditions_the_controller_writes_are_accepted():
         assert validate_status_update("Job", _with_conditions(spec, *new), _with_conditions(spec, *old), namespaced=True) == []
     assert validate_status_update("Job", _with_conditions(job(), "FailureTarget", "Failed"), _with_conditions(job(), "FailureTarget"),
                                   namespaced=True) == []
+
+
+@pytest.mark.parametrize("limit", ["²", "9" * 5000, "99999999999999999999"], ids=["unicode-digit", "5000-digits", "past-int64"])
+def test_an_index_strconv_atoi_refuses_is_a_field_error_not_a_500(limit):
+    """strconv.Atoi's rules: ASCII digits within int64, however long the text (int() took "²"
+    and raised on 5 000 digits: a 500 out of validation; review 20)."""
+    found = errors("Job", indexed(successPolicy={"rules": [{"succeededIndexes": "0-" + limit}]}))
+    assert len(found) == 1 and found[0].startswith("spec.successPolicy.rules[0].succeededIndexes: Invalid value: "), found
+    assert found[0].endswith(f'error parsing succeededIndexes: cannot convert string to integer for index: "{limit}"'), found

@@ -38,6 +38,7 @@ from kubesvc.api.validation_meta import (
     validate_nonnegative,
     validate_qualified_name,
 )
+from kubesvc.util.golang import atoi
 
 __all__ = ["validate_per_index", "validate_pod_failure_policy", "validate_success_policy", "parse_index_intervals"]
 
@@ -227,9 +228,10 @@ def parse_index_intervals(text: str, completions: int) -> tuple[int, str | None]
             return 0, f'the fragment "{part}" violates the requirement that an index interval can have at most two parts separated by \'-\''
         bounds = []
         for limit in limits:
-            if not (limit.isdigit() or (limit[:1] in "+-" and limit[1:].isdigit() and limit[1:] != "")):
+            try:  # strconv.Atoi: ASCII digits, within int64 (int() takes "²" and refuses 4 300 digits: a 500)
+                value = atoi(limit)
+            except ValueError:
                 return 0, f'cannot convert string to integer for index: "{limit}"'
-            value = int(limit)
             if value >= completions:
                 return 0, f'too large index: "{limit}"'
             bounds.append(value)

@@ -3,6 +3,8 @@ counts, backoff_utils_test.go's back-off cases), as reference/workloads.md §6 s
 
 from __future__ import annotations
 
+import time
+
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -153,3 +155,22 @@ def test_indexed_template():
         "apiVersion": "v1", "fieldPath": "metadata.labels['batch.kubernetes.io/job-completion-index']"}}}]
     _, long_prefix = jd.indexed_template(indexed_job(name="x" * 70), 12)
     assert long_prefix == "x" * 54 + "-12-" and len(long_prefix) == 58
+
+
+def test_the_pods_to_create_of_a_job_of_2_31_completions_are_found_at_once():
+    """Upstream accepts an Indexed Job of 2**31-1 completions; walking every index each sync
+    stalled the controller-manager (review 20). The first indexes come at once."""
+    j = indexed_job(completions=2**31 - 1, parallelism=2)
+    started = time.process_time()
+    assert jd.indexes_to_create(j, {0}, [indexed_pod(1)], 2) == [2, 3]
+    assert time.process_time() - started < 0.5
+
+
+@pytest.mark.parametrize("text, limit, intervals", [
+    ("", 5, []), ("1,3-5,7", 10, [(1, 1), (3, 5), (7, 7)]), ("1,3-5,7", 5, [(1, 1), (3, 4)]), ("0,1,2-4", 10, [(0, 4)]),
+    ("0-2147483646", 2**31 - 1, [(0, 2**31 - 2)]),
+], ids=["empty", "intervals", "capped by completions", "merged", "huge"])
+def test_intervals_are_kept_not_expanded(text, limit, intervals):
+    assert jd.parse_intervals(text, limit) == intervals
+    for index in (0, 1, 2, 4, 5, 7, 2**31 - 2):
+        assert jd.in_intervals(index, intervals) == any(first <= index <= last for first, last in intervals)

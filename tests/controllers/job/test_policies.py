@@ -4,6 +4,8 @@ success_policy_test.go, backoff_utils_test.go cases), expected values written ou
 
 from __future__ import annotations
 
+import time
+
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -126,3 +128,12 @@ def test_per_index_failure(failed, succeeded, expected):
 ], ids=["indexes missing", "indexes all", "count outside the set", "count inside", "second rule", "nothing succeeded"])
 def test_match_success_policy(rules, succeeded, expected):
     assert jp.match_success_policy(job(successPolicy={"rules": rules}), succeeded) == expected
+
+
+def test_a_success_policy_over_2_31_indexes_is_matched_at_once():
+    """``"0-2147483646"`` is a valid rule: counted against its intervals, never expanded."""
+    big = job(successPolicy={"rules": [{"succeededIndexes": "0-2147483646", "succeededCount": 1}]})
+    big["spec"]["completions"] = 2**31 - 1
+    started = time.process_time()
+    assert jp.match_success_policy(big, {0}) == "Matched rules at index 0"
+    assert time.process_time() - started < 0.5

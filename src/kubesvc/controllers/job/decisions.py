@@ -20,6 +20,8 @@ backoff_utils.go; NonIndexed and Indexed completion modes).
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -242,6 +244,33 @@ def pod_index(pod: dict, job: dict) -> int | None:
     return index if index < completions(job) else None
 
 
+def parse_intervals(text: str | None, limit: int) -> list[tuple[int, int]]:
+    """``parseIndexesFromString`` as upstream keeps it (``orderedIntervals``): sorted, merged
+    ``(first, last)`` pairs, indexes >= ``limit`` dropped, unreadable parts skipped."""
+    found = []
+    for part in (text or "").split(","):
+        first, _, last = part.partition("-")
+        try:
+            low, high = int(first), int(last or first)
+        except ValueError:
+            continue
+        high = min(high, limit - 1)
+        if 0 <= low <= high:
+            found.append((low, high))
+    merged: list[tuple[int, int]] = []
+    for low, high in sorted(found):
+        if merged and low <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], high))
+        else:
+            merged.append((low, high))
+    return merged
+
+
+def in_intervals(index: int, intervals: list[tuple[int, int]]) -> bool:
+    at = bisect.bisect_right(intervals, (index, float("inf"))) - 1
+    return at >= 0 and intervals[at][0] <= index <= intervals[at][1]
+
+
 def parse_indexes(text: str | None, limit: int) -> set[int]:
     """``parseIndexesFromString``: ``"1,3-5"`` -> {1, 3, 4, 5}, indexes >= ``limit`` dropped."""
     found: set[int] = set()
@@ -285,7 +314,10 @@ def indexes_to_create(job: dict, succeeded: set[int], active_pods: list[dict], w
     """``firstPendingIndexes``: the lowest indexes neither succeeded, failed (with
     ``backoffLimitPerIndex``) nor running, ``want`` of them."""
     running = {pod_index(p, job) for p in active_pods}
-    return [i for i in range(completions(job)) if i not in succeeded and i not in running and i not in failed][:max(0, want)]
+    # stop at ``want``: an Indexed Job may have up to 2**31-1 completions, and walking them all
+    # each sync stalled the controller-manager (at most want + the sets' sizes steps here)
+    pending = (i for i in range(completions(job)) if i not in succeeded and i not in running and i not in failed)
+    return list(itertools.islice(pending, max(0, want)))
 
 
 def excess_indexed_pods(job: dict, succeeded: set[int], active_pods: list[dict]) -> list[dict]:

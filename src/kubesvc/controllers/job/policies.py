@@ -262,11 +262,13 @@ def match_success_policy(job: dict, succeeded: set[int]) -> str | None:
     for index, rule in enumerate(policy.get("rules") or []):
         count = rule.get("succeededCount")
         if rule.get("succeededIndexes") is not None:
-            required = jd.parse_indexes(rule["succeededIndexes"], completions)
+            # as intervals, never expanded: "0-2147483646" is a valid rule
+            intervals = jd.parse_intervals(rule["succeededIndexes"], completions)
+            required = sum(last - first + 1 for first, last in intervals)
             if not required:
                 continue
-            contained = len(required & succeeded)
-            if contained == len(required) or (count is not None and contained >= int(count)):
+            contained = sum(1 for i in succeeded if jd.in_intervals(i, intervals))
+            if contained == required or (count is not None and contained >= int(count)):
                 return f"Matched rules at index {index}"
         elif count is not None and len(succeeded) >= int(count):
             return f"Matched rules at index {index}"
