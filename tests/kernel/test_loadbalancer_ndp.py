@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import sys
 
 import pytest
 
@@ -83,3 +84,28 @@ def test_an_unsolicited_advertisement_replaces_the_previous_holders_entry(lan):
         ndp.close()
     assert mac_of(node, "eth0") in neighbour(client)
     assert OLD_MAC not in neighbour(client)
+
+
+def send_udp(ns: Netns, address: str, count: int) -> None:
+    ns.run(sys.executable, "-c", "import socket, time\n"
+           "s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n"
+           f"for _ in range({count}): s.sendto(b'x', ('{address}', 9))\n"
+           "time.sleep(0.3)")  # the neighbour resolution the first datagram started
+
+
+def test_ordinary_ipv6_traffic_never_reaches_the_announcer(lan):
+    """The socket's BPF filter keeps only Neighbour Solicitations: a flow of UDP datagrams to the
+    node (all of a node's IPv6 traffic would otherwise be copied to the announcer, ~10 µs of
+    Python a frame; review 20) leaves nothing to read, and a solicitation still arrives."""
+    node, client = lan
+    send_udp(client, NODE_IP, 1)  # the neighbour entry first: its solicitation is one
+    ndp = call_in_netns(node.name, NdpSocket, "eth0")
+    try:
+        send_udp(client, NODE_IP, 200)
+        with pytest.raises(BlockingIOError):
+            ndp.sock.recv(2048)
+        send_udp(client, VIP, 1)  # asks who has the VIP (nobody answers)
+        frame = ndp.sock.recv(2048)
+        assert frame[20] == 58 and frame[54] == 135  # ICMPv6 Neighbour Solicitation
+    finally:
+        ndp.close()

@@ -27,7 +27,7 @@ import ipaddress
 import struct
 from collections.abc import Callable, Collection
 
-from kubesvc.kernel.packetsocket import PacketSocket
+from kubesvc.kernel.packetsocket import PacketSocket, field_filter
 
 ETH_P_ARP = 0x0806
 ETH_P_IP = 0x0800
@@ -66,6 +66,11 @@ class ArpSocket(PacketSocket):
 
     def __init__(self, ifname: str):
         super().__init__(ifname, ETH_P_ARP)
+        try:
+            self.attach_filter(field_filter([(2, 20, ARP_REQUEST)]))  # requests only: the operation at 14 + 6
+        except OSError:
+            self.close()
+            raise
 
     async def announce(self, address: str) -> None:
         for frame in gratuitous_arp(self.mac, address):

@@ -33,7 +33,7 @@ import struct
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from kubesvc.kernel.packetsocket import PacketSocket
+from kubesvc.kernel.packetsocket import PacketSocket, field_filter
 
 ETH_P_IPV6 = 0x86DD
 ICMPV6 = 58
@@ -120,6 +120,9 @@ class NdpSocket(PacketSocket):
     def __init__(self, ifname: str):
         super().__init__(ifname, ETH_P_IPV6)
         try:
+            # only Neighbour Solicitations: next header ICMPv6, hop limit 255, ICMPv6 type 135
+            # (offsets from the Ethernet header: IPv6 at 14, ICMPv6 at 54)
+            self.attach_filter(field_filter([(1, 20, ICMPV6), (1, 21, HOP_LIMIT), (1, 54, NEIGHBOUR_SOLICITATION)]))
             membership = struct.pack("iHH8s", socket.if_nametoindex(ifname), PACKET_MR_ALLMULTI, 0, b"")
             self.sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, membership)
             self.source = link_local_address(ifname)
