@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import ipaddress
 import sys
 
 import pytest
@@ -86,6 +87,19 @@ def test_an_unsolicited_advertisement_replaces_the_previous_holders_entry(lan):
     assert OLD_MAC not in neighbour(client)
 
 
+def is_solicitation(frame: bytes) -> bool:
+    return frame[20] == 58 and frame[54] == 135  # ICMPv6, Neighbour Solicitation
+
+
+def drain(ndp: NdpSocket) -> list[bytes]:
+    frames = []
+    while True:
+        try:
+            frames.append(ndp.sock.recv(2048))
+        except BlockingIOError:
+            return frames
+
+
 def send_udp(ns: Netns, address: str, count: int) -> None:
     ns.run(sys.executable, "-c", "import socket, time\n"
            "s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n"
@@ -102,10 +116,11 @@ def test_ordinary_ipv6_traffic_never_reaches_the_announcer(lan):
     ndp = call_in_netns(node.name, NdpSocket, "eth0")
     try:
         send_udp(client, NODE_IP, 200)
-        with pytest.raises(BlockingIOError):
-            ndp.sock.recv(2048)
+        # the node's own solicitations may pass (answering the client's datagrams can need its
+        # neighbour entry again on a loaded machine), the datagrams never
+        seen = drain(ndp)
+        assert len(seen) < 10 and all(is_solicitation(frame) for frame in seen), [frame[:60].hex() for frame in seen]
         send_udp(client, VIP, 1)  # asks who has the VIP (nobody answers)
-        frame = ndp.sock.recv(2048)
-        assert frame[20] == 58 and frame[54] == 135  # ICMPv6 Neighbour Solicitation
+        assert any(is_solicitation(frame) and frame[62:78] == ipaddress.IPv6Address(VIP).packed for frame in drain(ndp))
     finally:
         ndp.close()
