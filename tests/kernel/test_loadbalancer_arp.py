@@ -83,22 +83,29 @@ def test_the_address_is_reached_only_while_the_node_answers_arp(lan):
         client.ip("neigh", "flush", "dev", "eth0")
         arp = call_in_netns(node.name, ArpSocket, "eth0")
 
-        async def answering():
-            task = asyncio.create_task(arp.serve(lambda: {VIP}))
-            try:
-                return await asyncio.to_thread(connect, client, scaled(5.0))
-            finally:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-
-        try:
-            assert asyncio.run(answering()) == b"hello from the VIP\n"
-        finally:
-            arp.close()
+        assert connect_while_answering(arp, {VIP}, client) == b"hello from the VIP\n"
         assert mac_of(node, "eth0") in neighbour(client)
     finally:
         server.close()
+
+
+def connect_while_answering(announcer, addresses: set[str], client, connect=connect) -> bytes:
+    """What the client's ``connect`` to the VIP reads while ``announcer`` (an ArpSocket or
+    NdpSocket of the node) answers for ``addresses``; the socket is closed after (the NDP test
+    uses it too)."""
+    async def answering():
+        task = asyncio.create_task(announcer.serve(lambda: addresses))
+        try:
+            return await asyncio.to_thread(connect, client, scaled(5.0))
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    try:
+        return asyncio.run(answering())
+    finally:
+        announcer.close()
 
 
 def test_a_gratuitous_announcement_replaces_the_previous_holders_entry(lan):

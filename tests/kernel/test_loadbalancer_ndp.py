@@ -9,7 +9,6 @@ bad checksum, hop limit or flags."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import ipaddress
 import sys
@@ -56,19 +55,7 @@ def test_the_address_is_reached_only_while_the_node_answers_solicitations(lan):
         link_local = node.ip("-6", "-br", "addr", "show", "dev", "eth0", "scope", "link").stdout.split()[2].split("/")[0]
         assert str(ndp.source) == link_local  # advertisements come from eth0's link-local address
 
-        async def answering():
-            task = asyncio.create_task(ndp.serve(lambda: {"192.168.81.50", VIP}))
-            try:
-                return await asyncio.to_thread(connect, client, scaled(5.0))
-            finally:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-
-        try:
-            assert asyncio.run(answering()) == b"hello from the VIP\n"
-        finally:
-            ndp.close()
+        assert ipv4.connect_while_answering(ndp, {"192.168.81.50", VIP}, client, connect) == b"hello from the VIP\n"
         assert mac_of(node, "eth0") in neighbour(client)
     finally:
         server.close()
