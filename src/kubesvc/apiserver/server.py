@@ -162,8 +162,9 @@ async def build_control_plane(backend, clock: Clock, cidrs: list[str], node_port
         strategies = authorization.strategies(strategies)
     for plugin in admission:
         strategies = plugin.strategies(strategies)
-    strategies = NamespaceLifecycle().strategies(strategies)  # always on
-    registry = Registry(all_kinds(), backend, clock, strategies)
+    lifecycle = NamespaceLifecycle()  # always on
+    strategies = lifecycle.strategies(strategies)
+    registry = Registry(all_kinds(), backend, clock, strategies, namespace_lister=lifecycle.lister)
     allocators.attach(registry)
     await bootstrap(registry)
     if authorization is not None:
@@ -265,6 +266,7 @@ class APIServer:
                        if config.watch_cache else None)
         if watch_cache is not None:
             app["watch_cache"] = watch_cache
+            self.registry.namespace_lister.use_cache(watch_cache)  # a create's namespace from memory
         app["namespace_finalizer"] = finalizer
         app["path_handlers"].extend(config.path_handlers)
         app["in_flight"] = InFlight(config.max_requests_inflight, config.max_mutating_requests_inflight)

@@ -292,7 +292,6 @@ class Store:
         self.clock = clock
         self.registry = registry
         self.strategy = strategy
-        self._namespaces_seen: dict[str, tuple[int, bool]] = {}  # Namespace key -> (revision, terminating)
 
     # ---- helpers -----------------------------------------------------------------------------
     def _key(self, namespace: str | None, name: str) -> str:
@@ -399,24 +398,11 @@ class Store:
         """NamespaceLifecycle admission for a create (admission/namespace_lifecycle.py)."""
         if not self.info.namespaced:
             return
-        ns_kv = await self.backend.get(self.registry.store("", "namespaces").info.key(None, namespace or ""))
-        if ns_kv is None:
+        terminating = await self.registry.namespace_lister.lookup(self.backend, self.registry.store("", "namespaces").info, namespace or "")
+        if terminating is None:
             raise errors.not_found("namespaces", namespace or "")
-        if self._terminating(ns_kv):
+        if terminating:
             raise namespace_lifecycle.terminating(self.info, obj, namespace or "")
-
-    def _terminating(self, ns_kv: storage.KeyValue) -> bool:
-        """Whether the Namespace stored as ``ns_kv`` is being deleted; remembered per revision
-        of it, so creates in a namespace do not decode the same Namespace each time."""
-        seen = self._namespaces_seen.get(ns_kv.key)
-        if seen is not None and seen[0] == ns_kv.mod_revision:
-            return seen[1]
-        ns = _json_decode(ns_kv.value)
-        terminating = bool((ns.get("metadata") or {}).get("deletionTimestamp") or (ns.get("status") or {}).get("phase") == "Terminating")
-        if len(self._namespaces_seen) >= 1024:
-            self._namespaces_seen.clear()
-        self._namespaces_seen[ns_kv.key] = (ns_kv.mod_revision, terminating)
-        return terminating
 
     async def prepare_new(self, namespace: str | None, obj: dict, *, field_manager: str, managed: bool = True) -> dict:
         """Everything a create does before the write: the object as it would be stored (no
@@ -786,9 +772,13 @@ class Registry:
     """Every served kind's Store, over one Backend."""
 
     def __init__(self, kinds: list[KindInfo], backend: storage.Backend, clock: Clock,
-                 strategies: Mapping[str, Callable[[KindInfo], Strategy]] | None = None):
+                 strategies: Mapping[str, Callable[[KindInfo], Strategy]] | None = None,
+                 namespace_lister: namespace_lifecycle.NamespaceLister | None = None):
         self.backend = backend
         self.clock = clock
+        # where a create's namespace is read: NamespaceLifecycle's lister (the watch cache, once
+        # the apiserver gives it one), storage without it
+        self.namespace_lister = namespace_lister or namespace_lifecycle.NamespaceLister()
         self.stores: dict[tuple[str, str], Store] = {}
         for info in kinds:
             if info.create_only:  # access reviews and the like: answered, never stored
