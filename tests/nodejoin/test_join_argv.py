@@ -94,6 +94,8 @@ def test_the_serving_request_has_the_kubelet_serving_shape_and_the_agent_uses_th
     assert kubelet_serving_problem(request, obj["spec"]["usages"]) == ""
     joined = system(tmp_path)
     assert "--tls-cert-file" not in [str(a) for a in joined.agent_argv()]  # nothing issued yet: the agent's own self-signed one
+    assert "--rotate-server-certificates" in joined.agent_argv()  # and the issued pair taken in place once written there:
+    assert flag(joined.agent_argv(), "--cert-dir") == str(joined.paths.serving_cert.parent)
     ca = pki.ClusterCA(tmp_path / "ca")
     pair = ca.node_serving("m2", ["192.0.2.12"])
     pki.private_dir(joined.paths.serving_cert.parent)

@@ -14,6 +14,11 @@ worker per Pod bound to the node (upstream kubelet's ``syncLoop`` over a Pod sou
   loop stays free for probes, status writes and the informers however many Pods start.
 * At start, namespaces of Pods that no longer exist (left by a crash) are removed; a Pod whose
   namespace survives is restarted in it, keeping its address.
+* Certificates are renewed under a running agent and taken in place, as the kubelet takes
+  them (``serving/dynamiccert.py``): the log server presents a changed ``--tls-cert-file`` (or,
+  with ``--rotate-server-certificates``, the pair ``kubesvc join`` gets issued into
+  ``--cert-dir``) from the next handshake on, and the API client a changed client pair of its
+  kubeconfig (``client/certrotation.py``). A restart would stop every Pod of the node.
 * Stopping the agent stops every container (there is no runtime to keep them), reports them
   terminated and the Node not ready, and removes every namespace, link and address it made.
 """
@@ -39,6 +44,7 @@ from kubesvc.agent.tokens import TokenManager
 from kubesvc.client.informer import Informer
 from kubesvc.client.record import EventRecorder
 from kubesvc.client.rest import PODS, SERVICES, ClientError, RestClient
+from kubesvc.serving.dynamiccert import WATCH_INTERVAL, serving_pair_watch, watch_forever
 from kubesvc.util.clock import Clock, RealClock
 from kubesvc.util.aio import cancel_and_wait
 
@@ -69,13 +75,30 @@ class AgentConfig:
     client_ca_file: Path | None = None
     # kubelet's --cluster-dns, --cluster-domain, --resolv-conf (poddns.NodeDNS): each Pod's resolv.conf and hosts
     dns: object | None = None
+    # kubelet's --rotate-server-certificates and --cert-dir: the serving pair kubesvc join gets
+    # issued (serverTLSBootstrap) is <cert_dir>/kubelet-server.{crt,key}; self-signed until it is there
+    rotate_server_certificates: bool = False
+    cert_dir: Path | None = None
+    certificate_watch_interval: float = WATCH_INTERVAL  # seconds between looks at the serving pair's files
+
+    def serving_pair_files(self) -> tuple[Path, Path] | None:
+        """The (certificate, key) files whose changes the log server follows: the configured
+        pair, or the rotated one (which may not exist yet); None for a self-signed one only."""
+        if self.tls_cert_file is not None and self.tls_private_key_file is not None:
+            return self.tls_cert_file, self.tls_private_key_file
+        if self.rotate_server_certificates:
+            cert_dir = self.cert_dir or self.data_dir / "pki"
+            return cert_dir / "kubelet-server.crt", cert_dir / "kubelet-server.key"
+        return None
 
     def serving_context(self) -> ssl.SSLContext:
-        """The log server's TLS: the configured certificate, else a self-signed one (kubelet's
-        ``--cert-dir`` fallback, which no apiserver trusts)."""
-        cert, key = self.tls_cert_file, self.tls_private_key_file
-        if cert is None or key is None:
-            cert, key = self_signed_serving_pair(self.data_dir / "pki", self.node_name, list(self.node_ips))
+        """The log server's TLS: the configured (or rotated) certificate, else a self-signed one
+        (kubelet's ``--cert-dir`` fallback, which no apiserver trusts)."""
+        files = self.serving_pair_files()
+        if files is not None and self.tls_cert_file is None and not _pair_present(*files):
+            log.info("no serving certificate at %s yet: serving a self-signed one until it is issued", files[0])
+            files = None
+        cert, key = files or self_signed_serving_pair(self.cert_dir or self.data_dir / "pki", self.node_name, list(self.node_ips))
         if self.client_ca_file is None:
             log.warning("no --client-ca-file: every caller of the log server is refused (kubelet's anonymous access is off)")
         return serving_context(cert, key, self.client_ca_file)
@@ -84,6 +107,15 @@ class AgentConfig:
     def network(self) -> podnet.NodeNetwork:
         return podnet.NodeNetwork(pod_cidrs=list(self.pod_cidrs), bridge=self.bridge, netns_prefix=self.netns_prefix,
                                   state_dir=self.data_dir / "network")
+
+
+def _pair_present(cert: Path, key: Path) -> bool:
+    from kubesvc.serving.dynamiccert import pair_matches
+
+    try:
+        return pair_matches(cert.read_bytes(), key.read_bytes())
+    except OSError:
+        return False
 
 
 class CrossNodeNetwork(Protocol):
@@ -104,8 +136,12 @@ class Agent:
         self.network = config.network
         self.pods_api = client.resource(PODS)
         self.recorder = EventRecorder(client, "kubelet")
+        tls = config.serving_context()
+        files = config.serving_pair_files()
+        # a renewed serving pair is served from the next handshake on, the agent and its Pods running on (dynamiccert.py)
+        self.serving_watch = serving_pair_watch(tls, *files, what="the log server's certificate") if files is not None else None
         self.kubelet = KubeletServer(config.kubelet_bind_address, config.kubelet_port, config.data_dir / "pods", self._pod_log_info,
-                                     node_name=config.node_name, tls=config.serving_context(),
+                                     node_name=config.node_name, tls=tls,
                                      authorizer=SubjectAccessReviewAuthorizer(client, clock=self.clock),
                                      exec_target=self._exec_target, pod_netns=self._pod_netns, attach_target=self._attach_target)
         self.heartbeat: NodeHeartbeat | None = None
@@ -136,6 +172,8 @@ class Agent:
         if self.pod_network is not None:
             await self.pod_network.start()  # publishes this node's annotations on its Node, follows the others
         self._tasks.append(asyncio.create_task(self.heartbeat.run()))
+        if self.serving_watch is not None:
+            self._tasks.append(asyncio.create_task(watch_forever([self.serving_watch], self.config.certificate_watch_interval)))
         self._tasks += [asyncio.create_task(self.services.run()), asyncio.create_task(self.pods.run())]
         await self.services.wait_for_sync()
         await self.pods.wait_for_sync()

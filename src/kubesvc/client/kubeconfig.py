@@ -25,7 +25,6 @@ import base64
 import binascii
 import os
 import ssl
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,12 +71,9 @@ class ClientConfig:
 
 
 def _load_client_certificate(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
-    # ssl only loads a certificate chain from files; keep them private and short-lived.
-    with tempfile.TemporaryDirectory(prefix="kubesvc-tls-") as tmp:
-        cert_path, key_path = Path(tmp, "client.crt"), Path(tmp, "client.key")
-        cert_path.write_bytes(cert_pem)
-        key_path.write_bytes(key_pem)
-        context.load_cert_chain(cert_path, key_path)
+    from kubesvc.serving.dynamiccert import load_pair_into
+
+    load_pair_into(context, cert_pem, key_pem)
 
 
 def load_kubeconfig(path: str | os.PathLike | None = None, context: str | None = None) -> ClientConfig:

@@ -38,6 +38,7 @@ aiohttp exception.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -48,6 +49,8 @@ import msgspec
 from kubesvc import __version__
 from kubesvc.client.flowcontrol import TokenBucketRateLimiter
 from kubesvc.client.kubeconfig import ClientConfig
+
+log = logging.getLogger("kubesvc.client.rest")
 
 USER_AGENT = f"kubesvc/{__version__}"
 DEFAULT_FIELD_MANAGER = "kubesvc"
@@ -230,6 +233,7 @@ class RestClient:
         self._ssl = config.ssl_context()
         self._session: aiohttp.ClientSession | None = None
         self._rate_limiter = rate_limiter
+        self._watches: set[aiohttp.ClientResponse] = set()  # open watch streams (a rotation ends them)
 
     async def __aenter__(self) -> RestClient:
         return self
@@ -241,6 +245,30 @@ class RestClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    async def rotate_client_certificate(self, cert_pem: bytes, key_pem: bytes) -> None:
+        """Use a renewed client certificate, in place (client-go's ``transport/cert_rotation.go``):
+        every new TLS connection presents it, and the open ones (kept-alive requests, watches)
+        are closed so that they reconnect with it; the informers' watches resume from their
+        resourceVersion as after any dropped connection."""
+        import dataclasses
+
+        from kubesvc.serving.dynamiccert import load_pair_into
+
+        if self._ssl is None:
+            return
+        load_pair_into(self._ssl, cert_pem, key_pem)
+        self.config = dataclasses.replace(self.config, client_cert_pem=cert_pem, client_key_pem=key_pem)
+        old, self._session = self._session, None
+        log.info("certificate rotation detected, shutting down client connections to start using new credentials")
+        for response in list(self._watches):  # aiohttp's close does not wake a reader waiting on a stream: end each one
+            response.content.set_exception(aiohttp.ClientConnectionError("connection closed: the client certificate was rotated"))
+        if old is not None:
+            try:  # aborted, not shut down: a TLS shutdown waits for the peer, and a watch's stream would not end until it answers
+                await old.connector.close(abort_ssl=True)
+            except TypeError:  # an aiohttp before 3.12: no abort_ssl
+                pass
+            await old.close()
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -348,8 +376,12 @@ class RestClient:
                 if response.status >= 300:
                     self._refused(token, response.status)
                     raise ApiError.from_status(response.status, _decode(await response.read()))
-                async for line in _lines(response.content):
-                    yield _watch_event(line, url)
+                self._watches.add(response)
+                try:
+                    async for line in _lines(response.content):
+                        yield _watch_event(line, url)
+                finally:
+                    self._watches.discard(response)
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             raise ConnectionFailed(f"watch {url}: {_describe(exc)}") from exc
 

@@ -64,7 +64,14 @@ def detect_node_ip(pod_cidrs: list[str]) -> str | None:
 @click.option("--bridge", default="cbr0", show_default=True, help="The node bridge the Pods' veths join.")
 @click.option("--netns-prefix", default="kubesvc-", show_default=True, help="Prefix of the Pods' network namespace names.")
 @click.option("--tls-cert-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="The log server's certificate (default: a self-signed one in <data-dir>/pki, which the apiserver does not trust).")
+              help="The log server's certificate (default: a self-signed one in --cert-dir, which the apiserver does not trust); "
+                   "a renewed one in the file is served from the next connection on.")
+@click.option("--cert-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the self-signed serving pair is made and, with --rotate-server-certificates, where the issued one is "
+                   "(default: <data-dir>/pki).")
+@click.option("--rotate-server-certificates", is_flag=True, default=False,
+              help="Serve <cert-dir>/kubelet-server.crt and .key, issued and renewed by kubesvc join (the kubelet's "
+                   "serverTLSBootstrap): a self-signed pair until they are there, each new pair in place.")
 @click.option("--tls-private-key-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="The key of --tls-cert-file.")
 @click.option("--client-ca-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
@@ -88,7 +95,7 @@ def detect_node_ip(pod_cidrs: list[str]) -> str | None:
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
 def agent_command(kubeconfig: str, node_name: str | None, pod_cidr: list[str], node_ip: list[str] | None, zone: str, data_dir: Path,
                   address: str, port: int, bridge: str, netns_prefix: str, tls_cert_file: Path | None, tls_private_key_file: Path | None,
-                  client_ca_file: Path | None, pod_network: str, cluster_cidr: list[str] | None, pod_network_kubeconfig: str | None,
+                  cert_dir: Path | None, rotate_server_certificates: bool, client_ca_file: Path | None, pod_network: str, cluster_cidr: list[str] | None, pod_network_kubeconfig: str | None,
                   cluster_dns: list[str] | None, cluster_domain: str, resolv_conf: str, shutdown_grace_period: float,
                   verbosity: int) -> None:
     """Run the node agent: register the Node and run its Pods as processes in network namespaces.
@@ -114,6 +121,7 @@ def agent_command(kubeconfig: str, node_name: str | None, pod_cidr: list[str], n
                          tls_cert_file=tls_cert_file and tls_cert_file.resolve(),
                          tls_private_key_file=tls_private_key_file and tls_private_key_file.resolve(),
                          client_ca_file=client_ca_file and client_ca_file.resolve(), shutdown_grace=shutdown_grace_period,
+                         cert_dir=cert_dir and cert_dir.resolve(), rotate_server_certificates=rotate_server_certificates,
                          dns=NodeDNS(tuple(cluster_dns or ()), cluster_domain, resolv_conf))
     cross_node = None
     if pod_network != "none":
@@ -123,7 +131,7 @@ def agent_command(kubeconfig: str, node_name: str | None, pod_cidr: list[str], n
                       flags.load_kubeconfig(pod_network_kubeconfig) if pod_network_kubeconfig else None)
     install_uvloop()
     try:
-        asyncio.run(_run(client_config, config, cross_node))
+        asyncio.run(_run(client_config, config, cross_node, kubeconfig=kubeconfig, pod_network_kubeconfig=pod_network_kubeconfig))
     except OSError as exc:
         raise click.ClickException(f"cannot start the agent: {exc.strerror or exc}") from None
     except START_FAILURES as exc:
@@ -162,19 +170,26 @@ def _announce(agent) -> None:
     sys.stdout.flush()
 
 
-async def _run(client_config, config, cross_node=None) -> None:
+async def _run(client_config, config, cross_node=None, *, kubeconfig: str, pod_network_kubeconfig: str | None = None) -> None:
     """``cross_node``: (``PodNetworkConfig``, the ClientConfig that lists the Nodes or None) for
-    ``--pod-network routes|vxlan``; the agent runs the controller (k3s runs flannel in its agent)."""
+    ``--pod-network routes|vxlan``; the agent runs the controller (k3s runs flannel in its agent).
+    Each client follows its kubeconfig's client certificate (a renewal is taken in place)."""
+    from contextlib import AsyncExitStack
+
+    from kubesvc.client.certrotation import rotating_client_certificate
     from kubesvc.client.rest import RestClient
 
     stop = stop_on_signals()
-    async with RestClient(client_config, field_manager="kubelet", user_agent="kubesvc-agent") as client:
+    async with RestClient(client_config, field_manager="kubelet", user_agent="kubesvc-agent") as client, AsyncExitStack() as rotations:
+        await rotations.enter_async_context(rotating_client_certificate(kubeconfig, client))
         pod_network = None
         if cross_node is not None:
             from kubesvc.podnetwork.controller import on_this_host
 
             network_config, watch_config = cross_node
             watch = RestClient(watch_config, field_manager="kubesvc-pod-network", user_agent="kubesvc-agent") if watch_config else None
+            if watch is not None and pod_network_kubeconfig:
+                await rotations.enter_async_context(rotating_client_certificate(pod_network_kubeconfig, watch))
             pod_network = on_this_host(client, network_config, watch)
         errors = await run_agent_until(client, config, stop, _announce, pod_network)
     if errors:

@@ -60,7 +60,7 @@ def lb_announcer_command(kubeconfig, node_name, interface, node_ip, lease_durati
         raise click.ClickException(f"cannot answer NDP on {interface}: {exc.strerror or exc}") from None
     install_uvloop()
     try:
-        asyncio.run(_run(client_config, arp, ndp, node_name, (lease_duration, renew_deadline, retry_period)))
+        asyncio.run(_run(client_config, arp, ndp, node_name, (lease_duration, renew_deadline, retry_period), kubeconfig))
     finally:
         arp.close()
         ndp.close()
@@ -75,7 +75,8 @@ def interface_holding(address: str, links: dict) -> str | None:
     return None
 
 
-async def _run(client_config, arp, ndp, node_name: str, timing: tuple[float, float, float]) -> None:
+async def _run(client_config, arp, ndp, node_name: str, timing: tuple[float, float, float], kubeconfig: str) -> None:
+    from kubesvc.client.certrotation import rotating_client_certificate
     from kubesvc.client.informer import Informer
     from kubesvc.client.rest import ENDPOINTSLICES, SERVICES, RestClient
     from kubesvc.controllers.loadbalancer.announcer import Announcer
@@ -84,7 +85,8 @@ async def _run(client_config, arp, ndp, node_name: str, timing: tuple[float, flo
 
     stop = stop_on_signals()
     lease_duration, renew_deadline, retry_period = timing
-    async with RestClient(client_config, user_agent="kubesvc-lb-announcer") as client:
+    async with RestClient(client_config, user_agent="kubesvc-lb-announcer") as client, \
+            rotating_client_certificate(kubeconfig, client):  # a renewed certificate is taken in place
         services, slices, pools = Informer(client, SERVICES), Informer(client, ENDPOINTSLICES), Informer(client, LOADBALANCER_IP_POOLS)
         async def announce(address: str) -> None:
             await (ndp if ":" in address else arp).announce(address)

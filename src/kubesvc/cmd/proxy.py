@@ -128,13 +128,15 @@ def proxy_command(cleanup: bool, verbosity: int, udp_timeout: float | None, **op
 
 
 async def _run(client_config, settings) -> None:
+    from kubesvc.client.certrotation import rotating_client_certificate
     from kubesvc.client.flowcontrol import rate_limiter
     from kubesvc.client.rest import RestClient
     from kubesvc.proxy.server import ProxyServer
 
     stop = stop_on_signals()
     async with RestClient(client_config, field_manager="kube-proxy", user_agent="kubesvc-proxy",
-                          rate_limiter=rate_limiter(settings.client_qps, settings.client_burst)) as client:
+                          rate_limiter=rate_limiter(settings.client_qps, settings.client_burst)) as client, \
+            rotating_client_certificate(settings.kubeconfig, client):  # a renewed certificate is taken in place
         server = ProxyServer(client, settings)
         try:
             await server.start()

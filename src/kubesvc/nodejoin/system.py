@@ -16,7 +16,9 @@ earns instead of a CA it holds (k3s's ``k3s agent --server --token``; kubeadm's 
    for LoadBalancer addresses, MetalLB's speaker) with kube-proxy's, as k3s runs its agents'
    kube-proxy and as ``up`` runs them (``cmd/supervisor.py``): the announcer's Leases live in
    ``kubesvc-lb``, which NodeRestriction refuses a node's own identity. Each certificate is
-   renewed before it expires and the components using it restarted on the new one.
+   renewed before it expires (client-go's certificate manager) and its files replaced; the
+   components take the new one in place (``client/certrotation.py``, ``serving/dynamiccert.py``),
+   as the kubelet and kube-proxy do: no restart, so the agent's Pods keep running.
 
 What it makes outside its data dir is recorded in ``<data-dir>/up.json`` exactly as ``up``
 records it, so stopping it (Ctrl-C) and ``kubesvc leave`` (which also stops a running join)
@@ -169,17 +171,19 @@ class JoinSystem:
             "--resolv-conf", o.resolv_conf, *o.agent_args, *self.verbosity)
 
     def serving_flags(self) -> list:
-        """The agent's serving certificate once the cluster issued one (else it serves with a
-        self-signed one, which the apiserver does not trust: no logs or exec until then)."""
+        """The agent's serving certificate once the cluster issued one; until then the agent
+        serves a self-signed one (which the apiserver does not trust: no logs or exec) and takes
+        the issued pair from ``pki/kubelet-server.{crt,key}`` as soon as it is written (the
+        kubelet's ``--rotate-server-certificates`` with its ``--cert-dir``)."""
         if not tlsbootstrap.serving_usable(self.paths, self.options.node_ips, datetime.now(timezone.utc)):
-            return []
+            return ["--rotate-server-certificates", "--cert-dir", self.paths.serving_cert.parent]
         return ["--tls-cert-file", self.paths.serving_cert, "--tls-private-key-file", self.paths.serving_key]
 
     async def serving_certificate(self) -> None:
         """The kubelet's serving certificate bootstrap (``serverTLSBootstrap``): a
         ``kubernetes.io/kubelet-serving`` CSR as the node, waited for until an administrator
         approves it (``kubectl certificate approve``; no controller does, as upstream) and
-        csrsigning signs it; then the agent is restarted on it."""
+        csrsigning signs it; the running agent serves it from its next connection on."""
         import logging
 
         from kubesvc.client.kubeconfig import load_kubeconfig
@@ -198,13 +202,9 @@ class JoinSystem:
             return
         from kubesvc.serving import pki
 
-        pki.write_private(self.paths.serving_key, key)
+        pki.write_private(self.paths.serving_key, key)  # the key first: the agent takes the pair once both match
         pki.write_private(self.paths.serving_cert, cert)
-        agent = self.supervisor.components.get("agent")
-        if agent is not None:
-            agent.argv = self.agent_argv()
-            self.supervisor.say("the agent's serving certificate was issued: restarting the agent on it")
-            await self.restart_components(("agent",))
+        self.supervisor.say("the agent's serving certificate was issued: the agent serves it from its next connection on")
 
     def cluster_dns(self) -> str:
         from kubesvc.dns.addon import cluster_dns_ip
@@ -240,19 +240,14 @@ class JoinSystem:
         await all_or_none([agent_then_routes(), the_proxy()])
         await self.supervisor.start("lb-announcer", self.lb_announcer_argv(), ready_timeout=READY_TIMEOUT)
 
-    async def restart_components(self, names: tuple[str, ...] = ("proxy", "agent")) -> None:
-        """The components on a renewed certificate (they read it at start; the node's: the agent,
-        kube-proxy's: the proxy and the LB announcer): each is sent
-        SIGTERM and the supervisor restarts it, as it restarts one that died, with the same
-        arguments (the kubeconfig's path is unchanged, its files are the new ones)."""
-        import signal
+    def renewed(self, whose: str):
+        """What a rotation does once the new files are in place: say so (the components watch
+        their files and take the new pair themselves; nothing is restarted)."""
 
-        from kubesvc.kernel import process as kprocess
+        async def say() -> None:
+            self.supervisor.say(f"{whose} client certificate was renewed: its components use it from their next connection on")
 
-        for name in names:
-            component = self.supervisor.components.get(name)
-            if component is not None and component.process is not None and component.process.returncode is None:
-                kprocess.kill_group(component.process.pid, signal.SIGTERM)
+        return say
 
     async def start(self) -> None:
         self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -267,11 +262,11 @@ class JoinSystem:
         _write_state(self.data_dir, self.state)
         await self.start_components()
         self._rotation = asyncio.create_task(tlsbootstrap.rotate_forever(self.paths, self.options.server, self.options.node_name,
-                                                                         lambda: self.restart_components(("agent",))))
+                                                                         self.renewed("the node's")))
         self._proxy_rotation = asyncio.create_task(tlsbootstrap.rotate_forever(
-            self.paths, self.options.server, self.options.node_name, lambda: self.restart_components(("proxy", "lb-announcer")),
+            self.paths, self.options.server, self.options.node_name, self.renewed("kube-proxy's"),
             identity=tlsbootstrap.kube_proxy_identity(self.paths)))
-        if not self.serving_flags():
+        if "--tls-cert-file" not in self.serving_flags():
             self._serving = asyncio.create_task(self.serving_certificate())
 
     async def node_deleted(self) -> bool:

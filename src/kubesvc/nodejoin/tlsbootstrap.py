@@ -247,12 +247,10 @@ async def request_certificate(client: RestClient, node_name: str, *, timeout: fl
 async def rotate_forever(paths: Paths, server: str, node_name: str, on_rotated, *, timeout: float = 300.0,
                          rand=random.random, now=None, identity: ClientIdentity | None = None) -> None:
     """Renew the node's client certificate (or ``identity``'s) at each rotation deadline;
-    ``on_rotated()`` (a coroutine function) after the new files are in place. A failed renewal
+    ``on_rotated()`` (a coroutine function) after the new files are in place (``rotate_once``). A failed renewal
     is retried every minute. The request is always sent with the node's own credential (the
     one kube-proxy's certificate may not ask for certificates)."""
     from datetime import timezone
-
-    from kubesvc.client.kubeconfig import load_kubeconfig
 
     identity = identity or node_identity(paths, node_name)
     now = now or (lambda: datetime.now(timezone.utc))
@@ -272,15 +270,24 @@ async def rotate_forever(paths: Paths, server: str, node_name: str, on_rotated, 
         deadline = next_rotation_deadline(cert.not_valid_before_utc, cert.not_valid_after_utc, rand())
         await asyncio.sleep(max(0.0, (deadline - now()).total_seconds()))
         try:
-            async with RestClient(load_kubeconfig(paths.kubeconfig), user_agent="kubesvc-join") as client:
-                key, new_cert = await request_certificate(client, node_name, timeout=timeout, server=server, identity=identity)
-            write_identity(paths, identity, server, paths.ca.read_bytes(), key, new_cert)
+            await rotate_once(paths, server, node_name, identity, timeout=timeout)
             await on_rotated()
         except (JoinFailed, ClientError, OSError) as err:
             import logging
 
             logging.getLogger("kubesvc.nodejoin").warning("certificate rotation failed, retrying in 60s: %s", err)
             await asyncio.sleep(60)
+
+
+async def rotate_once(paths: Paths, server: str, node_name: str, identity: ClientIdentity, *, timeout: float = 300.0) -> None:
+    """One renewal of ``identity``'s certificate, asked for with the node's credential: its key,
+    certificate and kubeconfig replaced by the new ones (which the running components take in
+    place). JoinFailed, ClientError or OSError when it could not be done."""
+    from kubesvc.client.kubeconfig import load_kubeconfig
+
+    async with RestClient(load_kubeconfig(paths.kubeconfig), user_agent="kubesvc-join") as client:
+        key, new_cert = await request_certificate(client, node_name, timeout=timeout, server=server, identity=identity)
+    write_identity(paths, identity, server, paths.ca.read_bytes(), key, new_cert)
 
 
 def serving_usable(paths: Paths, node_ips: list[str], now: datetime) -> bool:

@@ -1,0 +1,123 @@
+"""Certificates reloaded in place when their files change, so a rotation restarts nothing.
+
+Upstream, a renewed certificate never restarts the kubelet or kube-proxy:
+
+* the serving side (``k8s.io/apiserver/pkg/server/dynamiccertificates``,
+  ``DynamicCertKeyPairContent``; the kubelet's ``--tls-cert-file`` with the
+  ``ReloadKubeletServerCertificateFile`` gate, on by default since 1.31) watches the cert and key
+  files and hands each new TLS handshake the current pair (``GetCertificate``); connections
+  already open keep theirs;
+* the client side (client-go ``transport/cert_rotation.go``, and the kubelet's
+  ``UpdateTransport`` over its certificate manager) loads the new pair for new connections and
+  then closes the open ones ("certificate rotation detected, shutting down client connections
+  to start using new credentials") so every request and watch reconnects with it.
+
+Here an ``ssl.SSLContext`` is that ``GetCertificate``: ``load_cert_chain`` on a context in use
+changes the pair every later handshake presents. ``FileWatch`` notices a change by the files'
+(inode, size, mtime), as fsnotify would, polled every ``WATCH_INTERVAL`` (a ``stat`` of two or
+three files: nothing next to a handshake). A pair caught half-replaced (a rotation renames the
+key, then the certificate) does not match: it is left alone, the old pair stays in use and the
+next poll tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import ssl
+from collections.abc import Callable
+from pathlib import Path
+
+log = logging.getLogger("kubesvc.serving.dynamiccert")
+
+WATCH_INTERVAL = 2.0  # seconds between stat()s of the watched files (upstream: fsnotify, and a poll each minute)
+
+
+def file_signature(paths: list[Path]) -> tuple:
+    """What changes when any of ``paths`` is replaced or rewritten (None for a missing file)."""
+    signature = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            signature.append(None)
+            continue
+        signature.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(signature)
+
+
+class FileWatch:
+    """Calls ``reload()`` when the files at ``paths`` changed since the last successful call.
+    ``reload`` returns False (or raises OSError/ValueError/ssl.SSLError) for content it could
+    not use yet: the change is seen again at the next ``check``."""
+
+    def __init__(self, paths: list[Path], reload: Callable[[], bool], *, what: str):
+        self.paths = [Path(p) for p in paths]
+        self.reload = reload
+        self.what = what
+        self._seen = file_signature(self.paths)
+
+    def check(self) -> bool:
+        """True when the files changed and ``reload`` took the new content."""
+        now = file_signature(self.paths)
+        if now == self._seen:
+            return False
+        try:
+            taken = self.reload()
+        except (OSError, ValueError, ssl.SSLError) as err:
+            log.info("%s changed but cannot be loaded yet (%s); keeping the current one", self.what, err)
+            return False
+        if taken:
+            self._seen = now
+        return taken
+
+
+async def watch_forever(watches: list[FileWatch], interval: float = WATCH_INTERVAL) -> None:
+    """Check each watch every ``interval`` seconds (a task: cancel it to stop)."""
+    while True:
+        await asyncio.sleep(interval)
+        for watch in watches:
+            watch.check()
+
+
+def pair_matches(cert_pem: bytes, key_pem: bytes) -> bool:
+    """The private key is the certificate's (a pair read between the two renames is not)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError):
+        return False
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    return key.public_key().public_bytes(*spki) == cert.public_key().public_bytes(*spki)
+
+
+def load_pair_into(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
+    """Make ``context`` present this pair from its next handshake on (``ssl`` loads a chain only
+    from files: a private temporary directory holds them for the call)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="kubesvc-tls-") as tmp:
+        cert_path, key_path = Path(tmp, "tls.crt"), Path(tmp, "tls.key")
+        cert_path.write_bytes(cert_pem)
+        key_path.write_bytes(key_pem)
+        context.load_cert_chain(cert_path, key_path)
+
+
+def serving_pair_watch(context: ssl.SSLContext, cert_file: Path, key_file: Path, *, what: str = "the serving certificate") -> FileWatch:
+    """A watch that loads the pair at (``cert_file``, ``key_file``) into the serving
+    ``context`` when the files change (``DynamicCertKeyPairContent``)."""
+
+    def reload() -> bool:
+        cert_pem, key_pem = Path(cert_file).read_bytes(), Path(key_file).read_bytes()
+        if not pair_matches(cert_pem, key_pem):
+            log.info("%s at %s and its key do not match (yet); keeping the current pair", what, cert_file)
+            return False
+        load_pair_into(context, cert_pem, key_pem)
+        log.info("loaded %s from %s: new connections are served with it", what, cert_file)
+        return True
+
+    return FileWatch([cert_file, key_file], reload, what=what)
