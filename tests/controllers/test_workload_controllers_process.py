@@ -2,7 +2,8 @@
 its own kube-system ServiceAccount (``--use-service-account-credentials``), so RBAC's
 ``system:controller:<name>`` roles must grant everything they do. A Deployment gets its
 ReplicaSet and revision, a Job runs to Complete and is deleted by its TTL, a DaemonSet gets a
-Pod on a Ready node (bound by the pod-scheduler)."""
+Pod on a Ready node (bound by the pod-scheduler), and the pod-garbage-collector-controller marks
+an unscheduled Pod being deleted (held by a finalizer) Failed."""
 
 from __future__ import annotations
 
@@ -21,7 +22,11 @@ async def test_workload_controllers_run_with_their_own_credentials(apiserver, cl
     flags = ("--leader-elect=false", "--secure-port=0", "--concurrent-deployment-syncs=2", "--concurrent-daemonset-syncs=1",
              "--concurrent-job-syncs=2", "--concurrent-ttl-after-finished-syncs=1",
              "--controllers=deployment-controller,daemonset-controller,job-controller,ttl-after-finished-controller,"
-             "garbage-collector-controller,pod-scheduler")
+             "garbage-collector-controller,pod-scheduler,pod-garbage-collector-controller")
+    pods = client.resource(PODS)
+    await pods.create({"metadata": {"name": "unscheduled", "labels": {"app": "podgc"}, "finalizers": ["example.com/hold"]},
+                       "spec": {"containers": [{"name": "c", "image": "v1"}]}}, namespace)
+    await pods.delete("unscheduled", namespace)  # Terminating, never to be scheduled: PodGC's first pass takes it
     manager = start_controller_manager(apiserver, tmp_path / "cm.log", *flags)
     node_name = f"{namespace}-node"
     try:
@@ -65,7 +70,13 @@ async def test_workload_controllers_run_with_their_own_credentials(apiserver, cl
         await eventually(daemon_pod_bound, 30, "the daemon Pod bound to the node")
         history = await kubectl(apiserver, "-n", namespace, "rollout", "history", "daemonset/agent")
         assert [line.split()[0] for line in history.stdout.strip().split("\n")[2:]] == ["1"]
+
+        async def unscheduled_failed():
+            return (await pods.get("unscheduled", namespace))["status"].get("phase") == "Failed"
+
+        await eventually(unscheduled_failed, 10, "the unscheduled terminating Pod marked Failed by PodGC")
     finally:
+        await pods.patch("unscheduled", {"metadata": {"finalizers": None}}, namespace)
         code = manager.stop()
         await client.resource(NODES).delete(node_name) if await get_or_none(client, NODES, node_name) else None
     log = manager.log()

@@ -51,7 +51,7 @@ CONTROLLER_MANAGER_FEATURE_GATES = {"PreferSameTrafficDistribution": True, "Serv
                    "pod-scheduler, serviceaccount-controller, root-ca-certificate-publisher-controller, "
                    "certificatesigningrequest-{approving,signing,cleaner}-controller (csrapproving, csrsigning, csrcleaner), "
                    "node-ipam-controller (nodeipam), deployment-controller, daemonset-controller, job-controller, "
-                   "ttl-after-finished-controller).")
+                   "ttl-after-finished-controller, pod-garbage-collector-controller (podgc)).")
 @click.option("--concurrent-service-endpoint-syncs", type=int, default=5, show_default=True, callback=flags.bounded(1, 50),
               help="Services synced concurrently by the EndpointSlice controller.")
 @click.option("--concurrent-endpoint-syncs", type=click.IntRange(min=1), default=5, show_default=True,
@@ -65,6 +65,9 @@ CONTROLLER_MANAGER_FEATURE_GATES = {"PreferSameTrafficDistribution": True, "Serv
 @click.option("--concurrent-job-syncs", type=click.IntRange(min=1), default=5, show_default=True, help="Jobs synced concurrently.")
 @click.option("--concurrent-ttl-after-finished-syncs", type=click.IntRange(min=1), default=5, show_default=True,
               help="Finished Jobs checked for ttlSecondsAfterFinished concurrently.")
+@click.option("--terminated-pod-gc-threshold", type=int, default=12500, show_default=True,
+              help="Number of terminated pods that can exist before the terminated pod garbage collector starts deleting "
+                   "terminated pods. If <= 0, the terminated pod garbage collector is disabled.")
 @click.option("--max-endpoints-per-slice", type=int, default=100, show_default=True, callback=flags.bounded(1, 1000))
 @click.option("--endpointslice-updates-batch-period", default="0s", show_default=True, callback=flags.duration,
               help="Batches Pod changes into one EndpointSlice sync per Service within this period.")

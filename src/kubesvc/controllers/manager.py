@@ -14,6 +14,9 @@ process, as an API client.
   job, kept small),
   ``deployment-controller``, ``daemonset-controller``, ``job-controller``,
   ``ttl-after-finished-controller`` (the workloads: controllers/deployment, daemonset, job),
+  ``pod-garbage-collector-controller`` (podgc: the terminated-Pod excess over
+  ``--terminated-pod-gc-threshold``, orphans of deleted Nodes, terminating Pods no kubelet
+  will finish: controllers/podgc),
   ``replicaset-controller`` and ``replicationcontroller-controller`` (one code for both kinds:
   controllers/replicaset), ``cronjob-controller`` (controllers/cronjob),
   ``certificatesigningrequest-approving-controller``, ``-signing-controller`` (with
@@ -59,6 +62,7 @@ from kubesvc.controllers.endpointslice.metrics import EndpointSliceMetrics
 from kubesvc.controllers.informers import SharedInformers
 from kubesvc.controllers.mirroring.controller import EndpointSliceMirroringController
 from kubesvc.controllers.mirroring.metrics import EndpointSliceMirroringMetrics
+from kubesvc.controllers.podgc.controller import PodGCMetrics
 from kubesvc.util.clock import Clock, RealClock
 
 log = logging.getLogger("kubesvc.controllers.manager")
@@ -82,9 +86,10 @@ REPLICASET = "replicaset-controller"
 REPLICATION = "replicationcontroller-controller"
 CRONJOB = "cronjob-controller"
 SERVICE_LB = "service-lb-controller"
+PODGC = "pod-garbage-collector-controller"
 KNOWN_CONTROLLERS = (ENDPOINTSLICE, MIRRORING, ENDPOINTS, GARBAGE_COLLECTOR, SCHEDULER, SERVICEACCOUNT, ROOT_CA_CERT_PUBLISHER,
                      CSR_APPROVING, CSR_SIGNING, CSR_CLEANER, NODE_IPAM, DEPLOYMENT, DAEMONSET, JOB, TTL_AFTER_FINISHED,
-                     REPLICASET, REPLICATION, CRONJOB, SERVICE_LB)
+                     REPLICASET, REPLICATION, CRONJOB, SERVICE_LB, PODGC)
 # Each controller's identity with upstream's --use-service-account-credentials: the
 # kube-system ServiceAccount its system:controller:<name> ClusterRole is bound to.
 CONTROLLER_SERVICE_ACCOUNTS = {ENDPOINTSLICE: "endpointslice-controller", MIRRORING: "endpointslicemirroring-controller",
@@ -94,13 +99,14 @@ CONTROLLER_SERVICE_ACCOUNTS = {ENDPOINTSLICE: "endpointslice-controller", MIRROR
                                CSR_CLEANER: "certificate-controller", NODE_IPAM: "node-controller",
                                DEPLOYMENT: "deployment-controller", DAEMONSET: "daemon-set-controller", JOB: "job-controller",
                                TTL_AFTER_FINISHED: "ttl-after-finished-controller", REPLICASET: "replicaset-controller",
-                               REPLICATION: "replication-controller", CRONJOB: "cronjob-controller", SERVICE_LB: "service-controller"}
+                               REPLICATION: "replication-controller", CRONJOB: "cronjob-controller", SERVICE_LB: "service-controller",
+                               PODGC: "pod-garbage-collector"}
 ALIASES = {"endpointslice": ENDPOINTSLICE, "endpointslicemirroring": MIRRORING, "endpoint": ENDPOINTS,
            "endpoints": ENDPOINTS, "garbagecollector": GARBAGE_COLLECTOR, "scheduler": SCHEDULER,
            "serviceaccount": SERVICEACCOUNT, "root-ca-cert-publisher": ROOT_CA_CERT_PUBLISHER,
            "csrapproving": CSR_APPROVING, "csrsigning": CSR_SIGNING, "csrcleaner": CSR_CLEANER, "nodeipam": NODE_IPAM,
            "deployment": DEPLOYMENT, "daemonset": DAEMONSET, "job": JOB, "ttl-after-finished": TTL_AFTER_FINISHED,
-           "replicaset": REPLICASET, "replicationcontroller": REPLICATION, "cronjob": CRONJOB, "service": SERVICE_LB}
+           "replicaset": REPLICASET, "replicationcontroller": REPLICATION, "cronjob": CRONJOB, "service": SERVICE_LB, "podgc": PODGC}
 
 
 class LeaderElectionLost(Exception):
@@ -151,6 +157,7 @@ class ManagerConfig:
     concurrent_daemonset_syncs: int = 2
     concurrent_job_syncs: int = 5
     concurrent_ttl_after_finished_syncs: int = 5
+    terminated_pod_gc_threshold: int = 12500  # pod-garbage-collector-controller; 0 turns that part off
     max_endpoints_per_slice: int = 100
     feature_gates: dict[str, bool] = field(default_factory=dict)  # --feature-gates (only the ones given)
     endpointslice_updates_batch_period: float = 0.0
@@ -193,6 +200,7 @@ class ControllerManager:
         # built once: controllers are rebuilt each time leadership is won, metrics live on
         self.endpointslice_metrics = EndpointSliceMetrics(config.max_endpoints_per_slice, self.metrics_registry)
         self.mirroring_metrics = EndpointSliceMirroringMetrics(config.mirroring_max_endpoints_per_subset, self.metrics_registry)
+        self.podgc_metrics = PodGCMetrics(self.metrics_registry)
         self.leading = asyncio.Event()
         self.caches_synced = asyncio.Event()
         self.controllers: dict[str, object] = {}
@@ -324,6 +332,13 @@ class ControllerManager:
             controller = LoadBalancerIPAMController(self._client_for(SERVICE_LB), informers.services,
                                                     informers.informer(LOADBALANCER_IP_POOLS), clock=self.clock)
             self.controllers[SERVICE_LB] = controller
+            runs.append(controller.run)
+        if PODGC in enabled:
+            from kubesvc.controllers.podgc.controller import PodGCController
+
+            controller = PodGCController(self._client_for(PODGC), informers, terminated_pod_threshold=config.terminated_pod_gc_threshold,
+                                         metrics=self.podgc_metrics, clock=self.clock)
+            self.controllers[PODGC] = controller
             runs.append(controller.run)
         return runs
 
