@@ -359,7 +359,7 @@ META_CASES = [
     ("managed-fields", {"name": "web", "namespace": "default", "managedFields": [{"manager": "kubectl\x07", "operation": "Patch", "fieldsType": "FieldsV2"}]}, [
         'metadata.managedFields[0].operation: Invalid value: "Patch": must be `Apply` or `Update`',
         'metadata.managedFields[0].fieldsType: Invalid value: "FieldsV2": must be `FieldsV1`',
-        'metadata.managedFields[0].manager: Invalid value: "kubectl\\u0007": invalid character U+0007 (at position 7)',
+        'metadata.managedFields[0].manager: Invalid value: "kubectl\\a": invalid character U+0007 (at position 7)',
     ]),
 ]
 
@@ -788,3 +788,16 @@ def test_garbage_never_raises(kind, data):
     obj = data.draw(_mutations(TEMPLATES[kind]) | JSON)
     old = data.draw(_mutations(TEMPLATES[kind]) | JSON)
     _never_raises(kind, obj, old)
+
+
+@pytest.mark.parametrize("bad,shown", [
+    ("web²", '"web²"'),           # printable non-ASCII stays as it is (JSON would write \u00b2)
+    ("a\tb", '"a\\tb"'),          # Go's named escapes
+    ("x\x7f", '"x\\x7f"'),        # other ASCII controls as \x..
+    ('say "hi"', '"say \\"hi\\""'),
+], ids=["non-ascii", "tab", "del", "quotes"])
+def test_a_bad_string_value_is_shown_as_go_quotes_it(bad, shown):
+    """field.Error prints a string BadValue with %q (apimachinery field/errors.go ErrorBody):
+    strconv.Quote's escapes, not JSON's. The expected texts are Go's, written by hand."""
+    messages = causes("Service", {**service(), "metadata": {"name": "web", "namespace": "default", "finalizers": [bad]}})
+    assert f"metadata.finalizers[0]: Invalid value: {shown}: name is neither a standard finalizer name nor is it fully qualified" in messages

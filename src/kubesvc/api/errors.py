@@ -126,7 +126,8 @@ class GoSyntax(str):
 
 
 def format_value(value: Any) -> str:
-    """How field.Error renders a bad value: strings quoted, numbers and bools bare, lists and
+    """How field.Error renders a bad value: strings as Go's ``%q`` (``strconv.Quote``: ``"²"``
+    stays ``"²"``, a BEL is ``"\\a"``; JSON's escapes differ), numbers and bools bare, lists and
     maps in Go %#v-ish JSON form (close enough for humans; causes carry the same text)."""
     if isinstance(value, GoSyntax):
         return str(value)
@@ -135,7 +136,7 @@ def format_value(value: Any) -> str:
     if isinstance(value, (int, float)):
         return str(value)
     if isinstance(value, str):
-        return json.dumps(value)
+        return golang.quote(value)
     if value is None:
         return "null"
     return json.dumps(value, separators=(",", ":"))
