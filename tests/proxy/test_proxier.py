@@ -372,11 +372,34 @@ async def test_a_sync_reports_its_progress_in_the_log_and_the_metrics(caplog):
     assert lines[3] == "Reloading service recording data ipFamily=IPv4 numServices=2 numEndpoints=2"
     assert lines[4].startswith("SyncProxyRules complete ipFamily=IPv4 sync=full elapsed=") and len(lines) == 5, lines
     caplog.clear()
+    caplog.set_level("DEBUG", logger="kubesvc.proxy")
     proxier.on_endpoint_slice_add(ready_slice("b", ["10.244.0.3"]))
-    await proxier.sync_proxy_rules()  # partial: no phase lines
-    lines = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
-    assert [line.split(" ipFamily")[0] for line in lines] == ["Syncing recording rules", "Reloading service recording data",
+    await proxier.sync_proxy_rules()  # partial and quick: its progress at DEBUG only (upstream's V(2))
+    assert [r.getMessage() for r in caplog.records if r.levelname == "INFO"] == []
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "DEBUG" and not r.getMessage().startswith("synced ")]
+    assert [line.split(" ipFamily")[0] for line in lines] == ["Syncing recording rules", "Read the kernel's recording state",
+                                                             "Built the recording rules", "Reloading service recording data",
                                                              "SyncProxyRules complete"], lines
-    assert lines[1].endswith("numServices=2 changedServices=1") and "sync=partial" in lines[2], lines
+    assert lines[3].endswith("numServices=2 changedServices=1") and "sync=partial" in lines[4], lines
     assert metric(proxier, "kubeproxy_sync_full_proxy_rules_duration_seconds_count", ip_family="IPv4") == 1
     assert metric(proxier, "kubeproxy_sync_proxy_rules_last_timestamp_seconds", ip_family="IPv4") > 0
+
+
+
+async def test_a_slow_partial_sync_says_it_completed_at_info(caplog, monkeypatch):
+    """A partial sync that took SLOW_SYNC_SECONDS or more says so at INFO (its other lines stay DEBUG)."""
+    from kubesvc.proxy import proxier as proxier_module
+
+    backend = RecordingBackend()
+    proxier = new_proxier(backend)
+    proxier.on_services_synced()
+    proxier.on_endpoint_slices_synced()
+    proxier.on_service_add(cluster_ip_service("a", "10.96.0.1"))
+    await proxier.sync_proxy_rules()
+    proxier.on_endpoint_slice_add(ready_slice("a", ["10.244.0.1"]))
+    monkeypatch.setattr(proxier_module, "SLOW_SYNC_SECONDS", 0.0)  # every sync is slow now
+    caplog.set_level("INFO", logger="kubesvc.proxy")
+    await proxier.sync_proxy_rules()
+    assert not backend.requests[-1].full
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    assert len(lines) == 1 and lines[0].startswith("SyncProxyRules complete ipFamily=IPv4 sync=partial elapsed="), lines

@@ -62,6 +62,7 @@ log = logging.getLogger("kubesvc.proxy")
 
 # upstream proxyutil.FullSyncPeriod
 FULL_SYNC_PERIOD = 3600.0
+SLOW_SYNC_SECONDS = 1.0  # a partial sync taking this long says so at INFO (others at DEBUG, upstream's V(2))
 TOPOLOGY_LABELS = (LABEL_TOPOLOGY_ZONE,)
 
 
@@ -240,8 +241,10 @@ class Proxier:
         # A request for a full sync from now on is for the next sync.
         self.need_full_sync = False
         family, kind = self.family_name, "full" if full else "partial"
-        progress = log.info if full else log.debug  # a full sync is the long one: say where it is
-        log.info("Syncing %s rules ipFamily=%s sync=%s", mode.mode, family, kind)
+        # upstream logs a sync's progress at V(2); every partial sync saying so at INFO floods a
+        # node's log: a full sync (the long one) says where it is, a partial one only when slow
+        progress = log.info if full else log.debug
+        progress("Syncing %s rules ipFamily=%s sync=%s", mode.mode, family, kind)
         self.metrics.sync_started_timestamp.labels(family).set(time.time())
         try:
             self._phase("observe")
@@ -256,7 +259,7 @@ class Proxier:
                 log.info("Reloading service %s data ipFamily=%s numServices=%d numEndpoints=%d", mode.mode, family,
                          len(request.service_ports), sum(len(request.endpoints.get(name, ())) for name in request.service_ports))
             else:
-                log.info("Reloading service %s data ipFamily=%s numServices=%d changedServices=%d", mode.mode, family,
+                log.debug("Reloading service %s data ipFamily=%s numServices=%d changedServices=%d", mode.mode, family,
                          len(request.service_ports), len(request.changed_services))
             self._phase("apply")
             await mode.apply(plan)
@@ -275,7 +278,9 @@ class Proxier:
         finally:
             self._phase(None)
             self.metrics.sync_started_timestamp.labels(family).set(0)
-        log.info("SyncProxyRules complete ipFamily=%s sync=%s elapsed=%.3fs", family, kind, time.monotonic() - started)
+        elapsed = time.monotonic() - started
+        complete = log.info if full or elapsed >= SLOW_SYNC_SECONDS else log.debug
+        complete("SyncProxyRules complete ipFamily=%s sync=%s elapsed=%.3fs", family, kind, elapsed)
         self.state = plan.next_state
         if full:
             self.last_full_sync = started
