@@ -64,6 +64,11 @@ ran while the Service still had endpoints in the slice watch, plus one (upstream
 medians and p99 over ``--runs`` rounds.
 
     python3 bench/e2e.py --deployment 100 --runs 3
+
+With ``--deployment``, the requests the apiserver served from the uncordon until every Pod was
+bound are printed per round (its /metrics: count and mean latency), and ``--profile DIR``
+records each component with py-spy over that window (raw collapsed stacks, idle samples off:
+``DIR/bind-<round>-<component>.txt``), to see where the CPU per bind goes.
 """
 
 from __future__ import annotations
@@ -148,6 +153,48 @@ def components_cpu() -> dict[str, float]:
         if name in ("apiserver", "controller-manager", "agent", "proxy"):
             totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
     return totals
+
+
+def component_pids() -> dict[str, int]:
+    """The pid of each ``kubesvc`` component in this process's network namespace."""
+    own, pids = os.stat("/proc/self/ns/net").st_ino, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}/ns/net").st_ino != own:
+                continue
+        except OSError:
+            continue
+        name = component_of(int(entry))
+        if name in ("apiserver", "controller-manager", "agent"):
+            pids[name] = int(entry)
+    return pids
+
+
+class Profiles:
+    """``--profile DIR``: py-spy records each component (raw collapsed stacks, idle off) over a
+    window, e.g. uncordon -> all bound, to see where the CPU per bind goes."""
+
+    def __init__(self, directory: str | None, label: str):
+        self.directory, self.label, self.children = directory, label, []
+
+    async def start(self) -> None:
+        if not self.directory:
+            return
+        os.makedirs(self.directory, exist_ok=True)
+        for name, pid in component_pids().items():
+            out = os.path.join(self.directory, f"{self.label}-{name}.txt")
+            self.children.append(subprocess.Popen(["py-spy", "record", "-p", str(pid), "-r", "250", "-f", "raw", "-o", out, "--nonblocking"],
+                                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        await asyncio.sleep(1.0)  # py-spy attached
+
+    async def stop(self) -> None:
+        for child in self.children:
+            child.send_signal(2)
+        for child in self.children:
+            await asyncio.to_thread(child.wait)
+        self.children = []
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -563,6 +610,7 @@ async def deployment_round(client, run: int, args) -> dict:
     async def backlog_complete() -> bool:
         return len(unschedulable) >= n
 
+    profiles = Profiles(args.profile, f"bind-{run}")
     await cordon(True)
     try:
         created_at = time.monotonic()
@@ -570,10 +618,16 @@ async def deployment_round(client, run: int, args) -> dict:
         first = await deployments.get(DEPLOYMENT, NAMESPACE)
         await wait_for(backlog_complete, f"{n} Pods created and found unschedulable on the cordoned node")
         pods_created = max(seen.values()) - created_at
+        await profiles.start()
+        api_before = api_requests(await client.get("/metrics"))
     finally:
         cpu_at["released"] = components_cpu()
         released_at = time.monotonic()
         await cordon(False)
+    await wait_for(lambda: asyncio.sleep(0, len(bound) >= n), "every Pod bound")
+    await profiles.stop()
+    print(f"  round {run}: requests from the uncordon until every Pod was bound (+ <0.1 s): "
+          f"{api_report(api_before, api_requests(await client.get('/metrics')), 12)}", flush=True)
     all_ready = await wait_for(lambda: status_done(first["metadata"].get("generation", 1)), "all Ready") - released_at
     first_pods = set(ready)
     bind_times = sorted(bound[p] for p in first_pods if p in bound)
@@ -724,7 +778,8 @@ def outer(args) -> int:
             argv = up.nsenter(sys.executable, str(Path(__file__).resolve()), "--inside", "--kubeconfig", up.kubeconfig,
                               "--pods", args.pods, "--runs", args.runs, "--poll-interval", args.poll_interval,
                               "--scrape-interval", args.scrape_interval, "--concurrency", args.concurrency,
-                              "--timeout", args.timeout, "--attempt-timeout", args.attempt_timeout, "--deployment", args.deployment)
+                              "--timeout", args.timeout, "--attempt-timeout", args.attempt_timeout, "--deployment", args.deployment,
+                              *(["--profile", str(Path(args.profile).resolve())] if args.profile else []))
             cpu_before, began = cpu_seconds(up.process.pid), time.monotonic()
             child = subprocess.run(argv, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=up.env)
             cpu = cpu_report(cpu_before, cpu_seconds(up.process.pid), time.monotonic() - began)
@@ -767,6 +822,8 @@ def main() -> None:
                              "same node's figure (bench/e2e_nodes.py, with --pods, --runs, --poll-interval, --attempt-timeout, --timeout)")
     parser.add_argument("--src", type=Path, default=ROOT / "src",
                         help="the src directory whose kubesvc up is measured (e.g. another commit's: git archive <commit> src | tar -x -C DIR)")
+    parser.add_argument("--profile", metavar="DIR", help="with --deployment: py-spy record (raw, collapsed stacks) of the apiserver, "
+                        "controller-manager and agent from the uncordon until every Pod is bound, into DIR")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
     args = parser.parse_args()

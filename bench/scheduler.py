@@ -18,6 +18,18 @@ under the same machine load.
 
     python3 bench/scheduler.py --pods 100 --rounds 3
     python3 bench/scheduler.py --pods 100 --rounds 3 --peer-src /tmp/base
+
+``--backlog N`` measures the scheduler's own path without ``up`` and without an agent: a private
+``kubesvc apiserver`` on 127.0.0.1 and a ``kubesvc controller-manager`` (every controller, as
+``up`` runs it), one hand-made Ready Node (no agent: nobody starts the Pods, so the figure is
+bindings alone). Per round the Node is cordoned, ``N`` Pods are created and wait unschedulable,
+then the Node is uncordoned and the scheduler binds the backlog: printed are binds/s (first ->
+last bind in the Pod watch), uncordon -> all bound, the CPU per bind of the apiserver and the
+controller-manager over that window (from /proc: what the machine's load does not inflate),
+the TLS connections the controller-manager opened meanwhile, and the requests the apiserver
+served (its /metrics). Medians over ``--rounds``.
+
+    python3 bench/scheduler.py --backlog 300 --rounds 5
 """
 
 from __future__ import annotations
@@ -33,6 +45,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -173,6 +187,207 @@ def report(label: str, rounds: list[dict], n: int) -> float | None:
     return median
 
 
+# ---------------------------------------------------------------------------------------------
+# --backlog: apiserver + controller-manager, no agent
+
+
+def cpu_seconds_of(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def established_from(pid: int, port: int) -> int:
+    """TCP connections of ``pid`` to ``port`` (the controller-manager's to the apiserver)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    count = 0
+    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[9] in inodes and int(fields[2].split(":")[1], 16) == port and fields[3] == "01":
+            count += 1
+    return count
+
+
+API_REQUESTS = re.compile(r'^apiserver_request_total\{([^}]*)\} (\S+)$', re.M)
+
+
+def request_counts(text: str) -> dict[str, float]:
+    counts: dict[str, float] = {}
+    for labels, value in API_REQUESTS.findall(text):
+        label = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        if label.get("verb") in ("WATCH", "LIST", "GET") and label.get("resource") in ("leases",):
+            continue
+        kind = f"{label.get('verb')} {label.get('resource', '')}{'/' + label['subresource'] if label.get('subresource') else ''}"
+        counts[kind] = counts.get(kind, 0.0) + float(value)
+    return counts
+
+
+NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "bench-node", "labels": {"kubernetes.io/hostname": "bench-node"}},
+        "spec": {}}
+
+
+async def backlog_round(session, base: str, namespace: str, n: int, pids: dict[str, int], port: int, timeout: float,
+                        profile: str | None = None) -> dict:
+    pods_url = f"{base}/api/v1/namespaces/{namespace}/pods"
+    node_url = f"{base}/api/v1/nodes/bench-node"
+    merge = {"Content-Type": "application/strategic-merge-patch+json"}
+    async with session.post(f"{base}/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}) as r:
+        assert r.status == 201, await r.text()
+    async with session.patch(node_url, json={"spec": {"unschedulable": True}}, headers=merge) as r:
+        assert r.status == 200, await r.text()
+    bound: dict[str, float] = {}
+    unschedulable: set[str] = set()
+    all_bound, all_waiting = asyncio.Event(), asyncio.Event()
+    async with session.get(pods_url) as r:
+        version = (await r.json())["metadata"]["resourceVersion"]
+
+    async def watch() -> None:
+        async with session.get(pods_url, params={"watch": "1", "resourceVersion": version, "timeoutSeconds": "3600"},
+                               timeout=aiohttp.ClientTimeout(total=None)) as r:
+            async for line in r.content:
+                pod = json.loads(line)["object"]
+                name = pod["metadata"]["name"]
+                if (pod.get("spec") or {}).get("nodeName"):
+                    bound.setdefault(name, time.monotonic())
+                    if len(bound) == n:
+                        all_bound.set()
+                elif any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in (pod.get("status") or {}).get("conditions") or []):
+                    unschedulable.add(name)
+                    if len(unschedulable) == n:
+                        all_waiting.set()
+
+    scheduled: set[str] = set()
+    all_scheduled = asyncio.Event()
+    events_url = f"{base}/api/v1/namespaces/{namespace}/events"
+
+    async def watch_events() -> None:
+        async with session.get(events_url, params={"watch": "1", "timeoutSeconds": "3600"}, timeout=aiohttp.ClientTimeout(total=None)) as r:
+            async for line in r.content:
+                event = json.loads(line)["object"]
+                if event.get("reason") == "Scheduled":
+                    scheduled.add((event.get("involvedObject") or {}).get("name"))
+                    if len(scheduled) == n:
+                        all_scheduled.set()
+
+    watcher = asyncio.create_task(watch())
+    event_watcher = asyncio.create_task(watch_events())
+    semaphore = asyncio.Semaphore(16)
+
+    async def create(i: int) -> None:
+        async with semaphore, session.post(pods_url, json=pod_body(namespace, i)) as r:
+            assert r.status == 201, await r.text()
+
+    await asyncio.gather(*(create(i) for i in range(n)))
+    await asyncio.wait_for(all_waiting.wait(), timeout)
+    await asyncio.sleep(1.0)  # the scheduler's PodScheduled patches and Events settle
+    async with session.get(f"{base}/metrics") as r:
+        requests_before = request_counts(await r.text())
+    connections = established_from(pids["controller-manager"], port)
+    profilers = [subprocess.Popen(["py-spy", "record", "-p", str(pid), "-r", "250", "-f", "raw", "-o", f"{profile}/{namespace}-{name}.txt",
+                                   "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for name, pid in pids.items()] if profile else []
+    if profilers:
+        os.makedirs(profile, exist_ok=True)
+        await asyncio.sleep(1.0)  # attached
+    cpu_before = {name: cpu_seconds_of(pid) for name, pid in pids.items()}
+    released = time.monotonic()
+    async with session.patch(node_url, json={"spec": {"unschedulable": False}}, headers=merge) as r:
+        assert r.status == 200, await r.text()
+    await asyncio.wait_for(all_bound.wait(), timeout)
+    cpu = {name: (cpu_seconds_of(pid) - cpu_before[name]) / n for name, pid in pids.items()}
+    new_connections = established_from(pids["controller-manager"], port) - connections
+
+    try:
+        await asyncio.wait_for(all_scheduled.wait(), timeout)  # the Scheduled Events, sent after the bindings
+    except TimeoutError:
+        pass
+    cpu_events = {name: (cpu_seconds_of(pid) - cpu_before[name]) / n for name, pid in pids.items()}
+    for profiler in profilers:
+        profiler.send_signal(2)
+        profiler.wait()
+    async with session.get(f"{base}/metrics") as r:
+        requests = {kind: count - requests_before.get(kind, 0.0) for kind, count in request_counts(await r.text()).items()}
+    watcher.cancel()
+    event_watcher.cancel()
+    await asyncio.gather(watcher, event_watcher, return_exceptions=True)
+    times = sorted(bound.values())
+    async with session.delete(f"{base}/api/v1/namespaces/{namespace}") as r:
+        await r.read()
+    return {"binds_per_second": (n - 1) / (times[-1] - times[0]) if times[-1] > times[0] else None,
+            "all_bound": times[-1] - released, "cpu_ms": {name: seconds * 1000 for name, seconds in cpu.items()},
+            "cpu_events_ms": {name: seconds * 1000 for name, seconds in cpu_events.items()},
+            "new_connections": new_connections, "requests": {k: v for k, v in requests.items() if v > 0}}
+
+
+async def run_backlog(args) -> None:
+    import tempfile
+
+    sys.path.insert(0, str(ROOT))
+    from tests.support.apiserver import start_apiserver
+
+    os.environ.update(child_env(args.src.resolve()))  # the apiserver too runs --src's kubesvc
+
+    with tempfile.TemporaryDirectory(prefix="kubesvc-bench-sched-") as tmp:
+        server = start_apiserver(Path(tmp))
+        manager = None
+        try:
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=server.tls_context(), limit=0)) as session:
+                node = json.loads(json.dumps(NODE))
+                async with session.post(f"{server.url}/api/v1/nodes", json=node) as r:
+                    assert r.status == 201, await r.text()
+                status = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+                                     "allocatable": {"pods": "10000", "cpu": "64", "memory": "256Gi"},
+                                     "capacity": {"pods": "10000", "cpu": "64", "memory": "256Gi"}}}
+                async with session.patch(f"{server.url}/api/v1/nodes/bench-node/status", json=status,
+                                         headers={"Content-Type": "application/merge-patch+json"}) as r:
+                    assert r.status == 200, await r.text()
+                data = Path(tmp)
+                from kubesvc.serving import pki
+
+                manager = subprocess.Popen([sys.executable, "-m", "kubesvc", "controller-manager",
+                                            "--kubeconfig", str(pki.kubeconfig_path(data, "controller-manager")),
+                                            "--scheduler-kubeconfig", str(pki.kubeconfig_path(data, "scheduler")),
+                                            "--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=true"],
+                                           stdout=subprocess.DEVNULL, stderr=open(data / "controller-manager.log", "ab"),
+                                           env=child_env(args.src))
+                await asyncio.sleep(args.settle + 3)  # informers synced
+                pids = {"apiserver": server.process.pid, "controller-manager": manager.pid}
+                port = int(server.url.rsplit(":", 1)[1])
+                print(f"backlog of {args.backlog} Pods, apiserver + controller-manager ({args.src}), no agent; "
+                      f"load {' '.join(f'{v:.2f}' for v in os.getloadavg())}", flush=True)
+                rounds = []
+                for r in range(args.rounds):
+                    result = await backlog_round(session, server.url, f"bench-backlog-{r}", args.backlog, pids, port, args.timeout,
+                                                 args.profile)
+                    rounds.append(result)
+                    print(f"  round {r}: {result['binds_per_second'] or 0:.0f} binds/s, uncordon -> all bound {result['all_bound']:.2f} s; "
+                          f"CPU per bind: {', '.join(f'{k} {v:.2f} ms' for k, v in result['cpu_ms'].items())} "
+                          f"(with its Scheduled Event, written after: {', '.join(f'{k} {v:.2f} ms' for k, v in result['cpu_events_ms'].items())}); "
+                          f"controller-manager opened {result['new_connections']} connections; requests: "
+                          f"{', '.join(f'{k} {v:.0f}' for k, v in sorted(result['requests'].items(), key=lambda kv: -kv[1]))}", flush=True)
+        finally:
+            if manager is not None:
+                manager.send_signal(2)
+                try:
+                    manager.wait(15)
+                except subprocess.TimeoutExpired:
+                    manager.kill()
+            server.stop()
+    def med(pick):
+        return statistics.median(pick(r) for r in rounds)
+    print(f"backlog {args.backlog}: binds/s median {med(lambda r: r['binds_per_second'] or 0):.0f}, uncordon -> all bound median "
+          f"{med(lambda r: r['all_bound']):.2f} s; CPU per bind median: apiserver {med(lambda r: r['cpu_ms']['apiserver']):.2f} ms, "
+          f"controller-manager {med(lambda r: r['cpu_ms']['controller-manager']):.2f} ms; with the Scheduled Events: apiserver "
+          f"{med(lambda r: r['cpu_events_ms']['apiserver']):.2f} ms, controller-manager {med(lambda r: r['cpu_events_ms']['controller-manager']):.2f} ms "
+          f"(over {len(rounds)} rounds)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pods", type=int, default=100)
@@ -181,11 +396,18 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=120, help="seconds to wait for every Pod of a round to be bound")
     parser.add_argument("--settle", type=float, default=2.0, help="seconds between up's announcement and the first round")
     parser.add_argument("--peer-src", type=Path, default=None, help="another checkout's src directory, measured in the same run")
+    parser.add_argument("--backlog", type=int, default=0, metavar="N",
+                        help="instead: N Pods bound by the controller-manager's scheduler against a private apiserver, no up, no agent")
+    parser.add_argument("--profile", metavar="DIR", help="with --backlog: py-spy record (raw) of both processes over each round's binds")
+    parser.add_argument("--src", type=Path, default=ROOT / "src", help="with --backlog: the src directory whose components run")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inside:
         inside(args)
+        return
+    if args.backlog:
+        asyncio.run(run_backlog(args))
         return
     if os.geteuid() != 0:
         raise SystemExit("bench/scheduler.py needs root (network namespaces, nftables)")
