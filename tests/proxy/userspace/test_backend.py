@@ -120,3 +120,40 @@ async def test_failed_restore_raises_and_makes_the_next_sync_full():
         assert b.metrics.iptables_restore_failures.labels("IPv4")._value.get() == 1
     finally:
         await b.stop()
+
+
+async def test_the_state_file_for_trace_is_rewritten_only_when_what_it_says_changed(tmp_path, monkeypatch):
+    """A sync that changes none of the portals, listeners, endpoints or balancer leaves the
+    published file as it is (same file, same writtenAt); a changed endpoint rewrites it."""
+    import json
+    import os
+
+    from kubesvc.kernel import runstate
+
+    monkeypatch.setenv("KUBESVC_RUN_DIR", str(tmp_path / "run"))
+    b, ipt = backend(publish_state=True)
+    c = Cluster(node_ip="192.168.0.2")
+    web = spn("ns", "web")
+    c.add(port("ns", "web", cluster_ip="172.30.0.1"))
+    c.set_endpoints(web, ep("10.244.0.5", 8080))
+    path = b.mode.state_file
+
+    def written() -> tuple:
+        st = os.stat(path)
+        return st.st_ino, st.st_mtime_ns, json.loads(path.read_text())
+
+    try:
+        await b.run_sync(c.request(full=True))
+        first = written()
+        assert [e for p in first[2]["portals"] for e in p["endpoints"]] == ["10.244.0.5:8080"]
+        await b.run_sync(c.request())  # nothing changed
+        await b.run_sync(c.request(full=True))  # nor in a full sync
+        assert written() == first
+        c.set_endpoints(web, ep("10.244.0.6", 8080))
+        await b.run_sync(c.request())
+        second = written()
+        assert second[0] != first[0] and [e for p in second[2]["portals"] for e in p["endpoints"]] == ["10.244.0.6:8080"]
+        assert runstate.read(path) is not None
+    finally:
+        await b.stop()
+    assert not path.exists()

@@ -72,6 +72,7 @@ class UserspaceBackend(Mode[None]):
         self.balancing = threading.Lock()
         self.listeners: dict[PortalKey, TcpListener | UdpListener] = {}
         self.state_file = runstate.state_path(trace_userspace.KIND, self.family) if publish_state else None
+        self._published: dict | None = None  # what the state file holds, its times aside (rewritten only when that changes)
 
     def proxy_port(self, name: ServicePortName, kind: str = "internal") -> int:
         """The port the listener of ``name``'s portal ``kind`` is bound to (0: none)."""
@@ -142,14 +143,24 @@ class UserspaceBackend(Mode[None]):
             raise SyncFailed("; ".join(problems))
 
     def _publish(self, portals) -> None:
+        """The state file, rewritten only when what it says changed (a portal, a listener, the
+        endpoints, the balancer's position or sessions): most partial syncs change none of it,
+        and a rewrite is a JSON encoding of every portal and a rename. Its times (``writtenAt``,
+        each session's idle seconds, which a reader ages from ``writtenAt``) are no change."""
         if self.state_file is None:
             return
         with self.balancing:
+            # the snapshot at time zero: every session's time is then its last use, which only traffic changes
+            content = trace_userspace.snapshot(portals, self.listeners, self.balancer, self.family, 0.0, wall=0.0)
+            if content == self._published:
+                return
             state = trace_userspace.snapshot(portals, self.listeners, self.balancer, self.family, self.clock())
         try:
             runstate.write(self.state_file, state)
         except OSError as err:  # tracing is a convenience: never a reason for a sync to fail
             log.debug("Cannot publish the portals for kubesvc trace at %s: %s", self.state_file, err)
+            return
+        self._published = content
 
     async def _probe_kernel(self) -> bool:
         try:
