@@ -28,10 +28,14 @@ no node) reaches it with its own address kept.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import signal
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -322,11 +326,52 @@ def test_a_joined_nodes_proxy_answers_its_nodeport(cluster):
     netns.wait_until(answers, scaled(60), "the NodePort on m2 answering from the LAN")
 
 
+def component_pids(joiner) -> dict[str, int]:
+    """The join's agent, proxy and lb-announcer processes (their command lines name its data dir)."""
+    found: dict[str, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = [a.decode(errors="replace") for a in (entry / "cmdline").read_bytes().split(b"\0")]
+        except OSError:
+            continue
+        if "kubesvc" in args and any(str(joiner.data_dir) in a for a in args):
+            found.update({name: int(entry.name) for name in ("agent", "proxy", "lb-announcer") if name in args})
+    return found
+
+
+def pod_pids(server, name: str) -> set[int]:
+    """The processes in that Pod's network namespace (its containers)."""
+    uid = server.get("pod", name)["metadata"]["uid"]
+    return {int(p) for p in subprocess.run(["ip", "netns", "pids", pod_netns({"metadata": {"uid": uid}})], capture_output=True,
+                                           text=True, check=True).stdout.split()}
+
+
+PRESENTED = ("import hashlib, socket, ssl, sys; c = ssl.create_default_context(); c.check_hostname = False; c.verify_mode = ssl.CERT_NONE; "
+             "s = c.wrap_socket(socket.create_connection((sys.argv[1], int(sys.argv[2])), 5)); print(hashlib.sha256(s.getpeercert(True)).hexdigest())")
+
+
+def presented_fingerprint(spare, host: str, port: int) -> str:
+    """SHA-256 of the certificate a new TLS connection to host:port is served with."""
+    return spare.run(sys.executable, "-c", PRESENTED, host, str(port)).stdout.strip()
+
+
+def file_fingerprint(path: Path) -> str:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    return hashlib.sha256(x509.load_pem_x509_certificate(path.read_bytes()).public_bytes(Encoding.DER)).hexdigest()
+
+
 def test_kubectl_logs_reach_a_joined_node_once_its_serving_certificate_is_approved(cluster):
     """The agent asks for its serving certificate (kubernetes.io/kubelet-serving, as the
     kubelet's serverTLSBootstrap); no controller approves that, an administrator does; then the
-    apiserver trusts the agent and kubectl logs work for a Pod on the joined node."""
+    apiserver trusts the agent and kubectl logs work for a Pod on the joined node. The agent
+    takes the issued certificate in place: the same agent process serves it, its Pod's
+    processes run on (a restart of the agent would restart them)."""
     server = cluster["server"]
+    two = cluster["joiners"][0]
 
     def pending_serving() -> list[str]:
         rows = [line.split() for line in server.kubectl("get", "csr", "--no-headers").stdout.splitlines()]
@@ -337,6 +382,9 @@ def test_kubectl_logs_reach_a_joined_node_once_its_serving_certificate_is_approv
     pod["spec"]["containers"][0]["command"] = ["sh", "-c", "echo hello from m2; sleep 600"]
     del pod["spec"]["containers"][0]["readinessProbe"]
     server.kubectl("apply", "-f", "-", input=json.dumps(pod))
+    netns.wait_until(lambda: (server.get("pod", "talker").get("status") or {}).get("phase") == "Running", scaled(60), "talker running")
+    agent, talker = component_pids(two)["agent"], netns.wait_until(lambda: pod_pids(server, "talker"), scaled(30), "talker's processes")
+    self_signed = presented_fingerprint(cluster.spare, cluster.ip(2), 10250)
     server.kubectl("certificate", "approve", name)
     issued = lambda: server.kubectl("get", "csr", name, "--no-headers").stdout.split()[-1] == "Approved,Issued"  # noqa: E731
     netns.wait_until(issued, scaled(30), "the serving certificate issued")
@@ -345,6 +393,59 @@ def test_kubectl_logs_reach_a_joined_node_once_its_serving_certificate_is_approv
         return "hello from m2" in server.kubectl("logs", "talker", check=False).stdout
 
     netns.wait_until(logs, scaled(90), "kubectl logs of a Pod on m2")
+    issued_pair = two.data_dir / "pki" / "kubelet-server.crt"
+    assert presented_fingerprint(cluster.spare, cluster.ip(2), 10250) == file_fingerprint(issued_pair) != self_signed
+    assert component_pids(two)["agent"] == agent  # taken in place
+    assert pod_pids(server, "talker") == talker
+
+
+ROTATE = ("import asyncio, sys; from pathlib import Path; from kubesvc.nodejoin import tlsbootstrap as t; p = t.Paths(Path(sys.argv[1])); "
+          "[asyncio.run(t.rotate_once(p, sys.argv[2], sys.argv[3], i)) for i in (t.node_identity(p, sys.argv[3]), t.kube_proxy_identity(p))]")
+
+
+def apiserver_connections(ns, pids: dict[str, int], server_port: str) -> dict[str, set[str]]:
+    """Each component's established connections to the apiserver, by local address:port."""
+    found: dict[str, set[str]] = {name: set() for name in pids}
+    for line in ns.run("ss", "-Htnp", "state", "established", "dport", f"= :{server_port}").stdout.splitlines():
+        for name, pid in pids.items():
+            if f"pid={pid}," in line:
+                found[name].add(line.split()[2])
+    return found
+
+
+def test_a_rotation_of_the_client_certificates_keeps_every_component_and_pod_running(cluster):
+    """The node's and kube-proxy's client certificates renewed as the join renews them at 70-90 %
+    of their lifetime (a CSR as the node, the files replaced: ``tlsbootstrap.rotate_once``): the
+    agent, the proxy and the LB announcer keep their processes, and so do the Pods; each drops
+    its connections to the apiserver and makes new ones with the new pair (client-go's
+    cert_rotation), on which the node keeps renewing its Lease and stays Ready."""
+    server, two = cluster["server"], cluster["joiners"][0]
+    url = cluster["command"][2]
+    server.kubectl("apply", "-f", "-", input=json.dumps(pinned_pod("steady", "m2", {"app": "steady"}, ["sleep", "3600"])))
+    netns.wait_until(lambda: (server.get("pod", "steady").get("status") or {}).get("phase") == "Running", scaled(60), "steady running")
+    pods = netns.wait_until(lambda: pod_pids(server, "steady"), scaled(30), "steady's processes")
+    components = component_pids(two)
+    assert set(components) == {"agent", "proxy", "lb-announcer"}, components
+    port = url.rsplit(":", 1)[1].rstrip("/")
+    before = apiserver_connections(two.ns, components, port)
+    assert all(before.values()), before
+    certs = {path: path.read_bytes() for path in (two.data_dir / "pki" / "kubelet-client.crt", two.data_dir / "pki" / "kube-proxy-client.crt")}
+
+    two.ns.run(sys.executable, "-c", ROTATE, str(two.data_dir), url, "m2", timeout=scaled(120))
+    assert all(path.read_bytes() != old for path, old in certs.items())
+    rotated_at = server.get("lease", "m2", "-n", "kube-node-lease")["spec"]["renewTime"]
+
+    def reconnected() -> dict:
+        now = apiserver_connections(two.ns, components, port)
+        return now if all(now[name] and not now[name] & before[name] for name in now) else {}
+
+    netns.wait_until(reconnected, scaled(60), f"every component on new connections to the apiserver (before: {before})")
+    netns.wait_until(lambda: server.get("lease", "m2", "-n", "kube-node-lease")["spec"]["renewTime"] > rotated_at, scaled(60),
+                     "m2's Lease renewed after the rotation")
+    assert ready(nodes(server)["m2"])
+    assert component_pids(two) == components
+    assert pod_pids(server, "steady") == pods
+    server.kubectl("delete", "pod", "steady", "--grace-period=0", "--force", "--wait=false", check=False)
 
 
 def test_leave_removes_what_the_node_made_and_it_turns_not_ready(cluster):
