@@ -116,6 +116,13 @@ async def test_two_managers_one_leader_and_takeover(fresh_apiserver, tmp_path):
             assert "endpoint_slice_controller_endpoints_added_per_sync_bucket" in text
             assert "endpoint_slice_controller_endpoints_removed_per_sync_bucket" in text
             assert metric(scrape(ports[follower]), "endpoint_slice_controller_num_endpoint_slices") == 0
+            # the Job controller's and PodGC's families are registered whether or not those controllers run
+            for family in ("job_controller_job_sync_duration_seconds histogram", "job_controller_job_syncs_total counter",
+                           "job_controller_jobs_finished_total counter", "job_controller_job_pods_finished_total counter",
+                           "job_controller_pod_failures_handled_by_failure_policy_total counter",
+                           "job_controller_terminated_pods_tracking_finalizer_total counter", "job_controller_job_pods_creation_total counter",
+                           "pod_gc_collector_force_delete_pods_total counter", "pod_gc_collector_force_delete_pod_errors_total counter"):
+                assert f"# TYPE {family}" in text, family
 
             managers[leader].stop(signal.SIGKILL)
             new_holder = await eventually(lambda: _holder_other_than(client, leader_identity), 30, "a new leader")

@@ -62,6 +62,7 @@ from kubesvc.controllers.endpointslice.metrics import EndpointSliceMetrics
 from kubesvc.controllers.informers import SharedInformers
 from kubesvc.controllers.mirroring.controller import EndpointSliceMirroringController
 from kubesvc.controllers.mirroring.metrics import EndpointSliceMirroringMetrics
+from kubesvc.controllers.job.metrics import JobMetrics
 from kubesvc.controllers.podgc.controller import PodGCMetrics
 from kubesvc.util.clock import Clock, RealClock
 
@@ -201,6 +202,7 @@ class ControllerManager:
         self.endpointslice_metrics = EndpointSliceMetrics(config.max_endpoints_per_slice, self.metrics_registry)
         self.mirroring_metrics = EndpointSliceMirroringMetrics(config.mirroring_max_endpoints_per_subset, self.metrics_registry)
         self.podgc_metrics = PodGCMetrics(self.metrics_registry)
+        self.job_metrics = JobMetrics(self.metrics_registry)
         self.leading = asyncio.Event()
         self.caches_synced = asyncio.Event()
         self.controllers: dict[str, object] = {}
@@ -396,6 +398,8 @@ class ControllerManager:
                                        (REPLICATION, replication_manager), (CRONJOB, CronJobController)):
             if name in self.config.controllers:
                 options = {"workers": workers[name]} if name in workers else {}
+                if name == JOB:
+                    options["metrics"] = self.job_metrics
                 controller = controller_class(self._client_for(name), informers, clock=self.clock, **options)
                 self.controllers[name] = controller
                 runs.append(controller.run)

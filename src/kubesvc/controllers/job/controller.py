@@ -30,6 +30,7 @@ from kubesvc.client.workqueue import ItemExponentialBackoff, WorkQueue
 from kubesvc.controllers import controllerref
 from kubesvc.controllers.expectations import Expectations
 from kubesvc.controllers.job import decisions as jd
+from kubesvc.controllers.job import metrics as jm
 from kubesvc.controllers.job import policies
 from kubesvc.controllers.informers import SharedInformers
 from kubesvc.controllers.podcontrol import PodControl, pod_from_template, slow_start_batch
@@ -50,10 +51,11 @@ def _key(obj: dict) -> str:
 
 class JobController:
     def __init__(self, client: RestClient, informers: SharedInformers, *, workers: int = 5, recorder: EventRecorder | None = None,
-                 clock: Clock | None = None):
+                 clock: Clock | None = None, metrics: jm.JobMetrics | None = None):
         self.client = client
         self.workers = workers
         self.clock = clock or RealClock()
+        self.metrics = metrics or jm.JobMetrics()
         self.recorder = recorder or EventRecorder(client, COMPONENT, self.clock)
         # API errors: 1 s doubling to 1 min (DefaultJobApiBackOff, MaxJobApiBackOff)
         self.queue = WorkQueue(ItemExponentialBackoff(1.0, 60.0), clock=self.clock)
@@ -107,6 +109,7 @@ class JobController:
                 self.orphan_queue.add(_key(pod))
 
     def _on_pod_add(self, pod: dict) -> None:
+        self.metrics.pod_changed(None, pod)
         job = self._job_of(pod)
         if job is None:
             self._check_orphan(pod)
@@ -118,6 +121,7 @@ class JobController:
         self.queue.add(key)
 
     def _on_pod_update(self, old: dict, new: dict) -> None:
+        self.metrics.pod_changed(old, new)
         if old["metadata"].get("resourceVersion") == new["metadata"].get("resourceVersion"):
             return
         job = self._job_of(new)
@@ -132,6 +136,7 @@ class JobController:
         self.queue.add(key)
 
     def _on_pod_delete(self, pod: dict) -> None:
+        self.metrics.pod_changed(pod, None)
         job = self._job_of(pod)
         if job is None:
             return
@@ -175,6 +180,18 @@ class JobController:
                 if jd.has_tracking_finalizer(pod) and not jd.is_active(pod):
                     await self._remove_finalizer(pod)
             return
+        # job_sync_duration_seconds / job_syncs_total: the action is what this sync did
+        # (reconciling unless manageJob ran), the result whether it raised
+        started, progress = self.clock.monotonic(), {"action": jm.RECONCILING}
+        try:
+            await self._sync_unfinished(key, job, progress)
+        except BaseException as exc:
+            if not isinstance(exc, asyncio.CancelledError):
+                self.metrics.observe_sync(job, True, progress["action"], self.clock.monotonic() - started)
+            raise
+        self.metrics.observe_sync(job, False, progress["action"], self.clock.monotonic() - started)
+
+    async def _sync_unfinished(self, key: str, job: dict, progress: dict) -> None:
         satisfied = self.expectations.satisfied(key)
         now = self.clock.now()
         pods = await self._claim(job)
@@ -250,6 +267,7 @@ class JobController:
             newly_failed = [p for p in newly_failed if p["metadata"].get("uid") not in held]
             newly_ignored = [p for p in newly_ignored if p["metadata"].get("uid") not in held]
         record = jd.next_backoff_record(self._backoff.get(key, jd.BackoffRecord()), newly_succeeded, newly_failed + newly_ignored)
+        policy_actions = self._policy_actions(job, newly_failed + newly_ignored)
         if finishing:
             jd.set_condition(conditions, jd.new_condition(*finished, now))
             if active and finished[0] == jd.FAILURE_TARGET:
@@ -268,14 +286,28 @@ class JobController:
                 terminating += active
                 active = []
         elif satisfied:
-            active = await self._manage(job, key, active, succeeded, terminating, record, now, succeeded_indexes, failed_indexes, delayed)
+            active = await self._manage(job, key, active, succeeded, terminating, record, now, succeeded_indexes, failed_indexes, delayed,
+                                        failed=failed, progress=progress)
         if not finishing and not jd.condition(job, jd.FAILURE_TARGET):
             self._suspend_conditions(job, conditions, suspended, status, now)
         status["active"] = len(active)
         status["ready"] = sum(1 for p in active if is_ready(p))
         status["terminating"] = len(terminating)
         self._backoff[key] = record
-        await self._track_and_remove_finalizers(job, key, status, pods, newly_succeeded, newly_failed, finishing, now, newly_ignored)
+        await self._track_and_remove_finalizers(job, key, status, pods, newly_succeeded, newly_failed, finishing, now, newly_ignored,
+                                                policy_actions)
+
+    @staticmethod
+    def _policy_actions(job: dict, failed_pods: list[dict]) -> dict[str, int]:
+        """Failed Pods by the pod failure policy action of the rule they matched (none matched:
+        not counted), for pod_failures_handled_by_failure_policy_total."""
+        policy = (job.get("spec") or {}).get("podFailurePolicy")
+        actions: dict[str, int] = {}
+        if policy:
+            for pod in failed_pods:
+                if (action := policies.match_pod_failure_policy(policy, pod)[2]) is not None:
+                    actions[action] = actions.get(action, 0) + 1
+        return actions
 
     def _claimed_pods(self, job: dict) -> list[dict]:
         uid = job["metadata"].get("uid")
@@ -301,18 +333,25 @@ class JobController:
 
     async def _manage(self, job: dict, key: str, active: list[dict], succeeded: int, terminating: list[dict],
                       record: jd.BackoffRecord, now, succeeded_indexes: set[int] | None = None,
-                      failed_indexes: set[int] | None = None, delayed: dict[int, dict] | None = None) -> list[dict]:
+                      failed_indexes: set[int] | None = None, delayed: dict[int, dict] | None = None, *, failed: int = 0,
+                      progress: dict | None = None) -> list[dict]:
         """``manageJob``: delete the excess or create what is missing; returns the active Pods.
         Indexed: Pods of no index, of a succeeded index or a second one of an index go first,
         and new Pods take the lowest indexes still missing (and not failed). With
-        ``backoffLimitPerIndex`` each index waits its own back-off, not the Job's."""
+        ``backoffLimitPerIndex`` each index waits its own back-off, not the Job's. Sets
+        ``progress["action"]``: pods_deleted, pods_created (also while waiting out the
+        back-off, as upstream) or tracking."""
+        progress = progress if progress is not None else {}
+        progress["action"] = jm.TRACKING
         if (job.get("spec") or {}).get("suspend"):
+            progress["action"] = jm.PODS_DELETED
             if active:
                 await self._delete_pods(job, key, active)
             return []
         if succeeded_indexes is not None:
             excess = jd.excess_indexed_pods(job, succeeded_indexes, active)
             if excess:
+                progress["action"] = jm.PODS_DELETED
                 await self._delete_pods(job, key, excess[:jd.MAX_POD_CREATE_DELETE_PER_SYNC])
                 return [p for p in active if p not in excess]
             succeeded = len(succeeded_indexes)
@@ -320,6 +359,7 @@ class JobController:
         if len(active) > want:
             # newest and least ready go first (ActivePods order, reversed: controller_utils)
             victims = sorted(active, key=lambda p: (is_ready(p), p["metadata"].get("creationTimestamp") or ""))[:len(active) - want]
+            progress["action"] = jm.PODS_DELETED
             await self._delete_pods(job, key, victims[:jd.MAX_POD_CREATE_DELETE_PER_SYNC])
             return [p for p in active if p not in victims]
         diff = want - len(active)
@@ -327,6 +367,7 @@ class JobController:
             diff -= len(terminating)
         if diff <= 0:
             return active
+        progress["action"] = jm.PODS_CREATED
         per_index = failed_indexes is not None
         wait = 0.0 if per_index else jd.remaining_backoff(record, now)
         if wait > 0:
@@ -353,15 +394,18 @@ class JobController:
         if not diff:
             return active
         self.expectations.expect_creations(key, diff)
+        failures = []
 
         async def create_one() -> None:
             try:
                 await self._pod_control.create(job, pods.pop(0))
-            except Exception:
+            except Exception as exc:
                 self.expectations.creation_observed(key)  # its event will never come
+                failures.append(exc)
                 raise
 
         created, error = await slow_start_batch(diff, create_one)
+        self.metrics.creations(jm.creation_reason(job, failed, len(terminating)), created, len(failures))
         if error is not None:
             skipped = diff - created - 1
             for _ in range(max(0, skipped)):
@@ -414,17 +458,21 @@ class JobController:
                 status["startTime"] = rfc3339(now)  # the active deadline counts from the resume
 
     async def _track_and_remove_finalizers(self, job: dict, key: str, status: dict, pods: list[dict], newly_succeeded: list[dict],
-                                           newly_failed: list[dict], finishing: bool, now, newly_ignored: list[dict] = ()) -> None:
+                                           newly_failed: list[dict], finishing: bool, now, newly_ignored: list[dict] = (),
+                                           policy_actions: dict[str, int] | None = None) -> None:
         """``trackJobStatusAndRemoveFinalizers``: finished Pods into ``uncountedTerminatedPods``
         (written), their finalizers off, then into ``succeeded``/``failed`` (written); the
         final condition once nothing is left terminating or uncounted. A failure the pod
         failure policy ignores only loses its finalizer."""
+        before = job.get("status") or {}  # replaced, never changed, by the writes below
         uncounted = status.get("uncountedTerminatedPods") or {}
         succeeded_uids = list(uncounted.get("succeeded") or []) + [p["metadata"]["uid"] for p in newly_succeeded]
         failed_uids = list(uncounted.get("failed") or []) + [p["metadata"]["uid"] for p in newly_failed]
         status["uncountedTerminatedPods"] = {"succeeded": succeeded_uids, "failed": failed_uids} if succeeded_uids or failed_uids else {}
         if newly_succeeded or newly_failed:
             await self._write_status(job, status)
+        for action, count in (policy_actions or {}).items():
+            self.metrics.failure_policy.labels(action).inc(count)
         by_uid = {p["metadata"].get("uid"): p for p in pods}
         expected = self._finalizer_expectations.setdefault(key, set())
         for uid in succeeded_uids + failed_uids + [p["metadata"]["uid"] for p in newly_ignored]:
@@ -441,16 +489,22 @@ class JobController:
         status["failed"] = int(status.get("failed") or 0) + len(failed_uids)
         status["uncountedTerminatedPods"] = {}
         conditions = status.setdefault("conditions", [])
+        finished_now: tuple[str, str] | None = None  # (Complete or Failed, reason) once written
         if finishing and status.get("terminating", 0) == 0 and status.get("active", 0) == 0:
             target = next((c for c in conditions if c.get("type") == jd.FAILURE_TARGET and c.get("status") == "True"), None)
             if target is not None:
                 if jd.set_condition(conditions, jd.new_condition(jd.FAILED, target.get("reason", ""), target.get("message", ""), now)):
                     self.recorder.event(job, "Warning", target.get("reason", ""), target.get("message", ""))
+                    finished_now = (jd.FAILED, target.get("reason", ""))
             elif jd.set_condition(conditions, jd.new_condition(jd.COMPLETE, *self._success_reason(conditions), now)):
                 status["completionTime"] = rfc3339(now)
                 self.recorder.event(job, "Normal", "Completed", "Job completed")
+                finished_now = (jd.COMPLETE, self._success_reason(conditions)[0])
         if omitempty(status) != omitempty(job.get("status") or {}):
             await self._write_status(job, status)
+            self.metrics.pods_counted(job, before, status)
+            if finished_now is not None:
+                self.metrics.job_finished(job, *finished_now)
 
     @staticmethod
     def _success_reason(conditions: list[dict]) -> tuple[str, str]:
