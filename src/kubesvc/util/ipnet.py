@@ -58,9 +58,13 @@ CANONICAL_IPV4 = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}\Z")
 
 def _parse_ipv4_sloppy(value: str) -> ipaddress.IPv4Address | None:
     parts = value.split(".")
-    if len(parts) != 4 or not all(_DECIMAL_RE.fullmatch(p) and int(p) <= 255 for p in parts):
+    if len(parts) != 4 or not all(_DECIMAL_RE.fullmatch(p) for p in parts):
         return None
-    return ipaddress.IPv4Address(".".join(str(int(p)) for p in parts))
+    a, b, c, d = octets = [int(p) for p in parts]
+    if max(octets) > 255:
+        return None
+    # from the number: ipaddress's own parse of the text costs ~10 us, several per Service write
+    return ipaddress.IPv4Address(a << 24 | b << 16 | c << 8 | d)
 
 
 def parse_ip_sloppy(value: str) -> IPAddr | None:
