@@ -67,6 +67,13 @@ def test_backoff_delay(failures, seconds_since, remaining):
     assert jd.remaining_backoff(record, NOW) == remaining
 
 
+@pytest.mark.parametrize("failures, seconds_since, remaining", [(1, 0, 3), (2, 1, 5), (4, 0, 20), (9, 0, 20), (2, 6, 0)],
+                         ids=["first 3s", "second 6s", "fourth capped", "still capped", "elapsed"])
+def test_backoff_delay_with_a_shorter_base_and_cap(failures, seconds_since, remaining):
+    record = jd.BackoffRecord(failures, NOW - timedelta(seconds=seconds_since))
+    assert jd.remaining_backoff(record, NOW, 3.0, 20.0) == remaining
+
+
 def test_backoff_record_counts_failures_after_the_last_success():
     record = jd.next_backoff_record(jd.BackoffRecord(), [], [pod("Failed", finished_ago=30), pod("Failed", finished_ago=20)])
     assert (record.failures_after_last_success, record.last_failure_time) == (2, NOW - timedelta(seconds=20))

@@ -16,6 +16,7 @@ from kubesvc.controllers.job.controller import JOBS, JobController
 from kubesvc.controllers.job.decisions import COMPLETION_INDEX_KEY, JOB_TRACKING_FINALIZER
 from kubesvc.util.golang import parse_rfc3339
 from tests.support.cluster import eventually, kubectl, running_task
+from tests.controllers.job.test_job_api import BACKOFF
 from tests.support.workloads import fake_kubelet, now, ready_status, running_controllers
 
 
@@ -89,7 +90,7 @@ async def test_pod_failure_policy_fail_job_and_ignored_disruption(apiserver, cli
             return evicted(pod)
         return terminated(pod, 0)
 
-    async with running_controllers(client, lambda c, i: JobController(c, i)):
+    async with running_controllers(client, lambda c, i: JobController(c, i, pod_failure_backoff=BACKOFF)):
         async with running_task(fake_kubelet(client, namespace, decide, interval=0.2)):
             await kubectl(apiserver, "-n", namespace, "apply", "-f", "-", input=manifest("exit42", podFailurePolicy=policy))
             await kubectl(apiserver, "-n", namespace, "apply", "-f", "-",
@@ -120,7 +121,7 @@ async def test_backoff_limit_per_index(apiserver, client, namespace):
     succeed: failedIndexes "1", completedIndexes "0,2", Failed with FailedIndexes. With
     maxFailedIndexes 0 one failed index fails the Job (MaxFailedIndexesExceeded) and its
     running Pods are deleted, counted as failed. Every Pod carries its index's failure count; with
-    backoffLimitPerIndex 1 a failed index is retried once, after its 10 s back-off, by a Pod
+    backoffLimitPerIndex 1 a failed index is retried once, after its back-off (3 s here, 10 s by default), by a Pod
     whose count says 1, and the failed Pod is counted once that replacement exists."""
     def decide(pod):
         index = index_of(pod)
@@ -137,7 +138,7 @@ async def test_backoff_limit_per_index(apiserver, client, namespace):
     seen_maxfailed: set[int] = set()
 
     fail_index = {"rules": [{"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [3]}}]}
-    async with running_controllers(client, lambda c, i: JobController(c, i)):
+    async with running_controllers(client, lambda c, i: JobController(c, i, pod_failure_backoff=BACKOFF)):
         async with running_task(fake_kubelet(client, namespace, decide, interval=0.2)):
             await kubectl(apiserver, "-n", namespace, "apply", "-f", "-",
                           input=manifest("perindex", completionMode="Indexed", completions=3, parallelism=3, backoffLimitPerIndex=1,
@@ -168,8 +169,8 @@ async def test_backoff_limit_per_index(apiserver, client, namespace):
     first, second = sorted(await job_pods(client, namespace, "retried"), key=lambda p: p["metadata"]["creationTimestamp"])
     assert [p["metadata"]["annotations"]["batch.kubernetes.io/job-index-failure-count"] for p in (first, second)] == ["0", "1"]
     first_failed = parse_rfc3339(first["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"])
-    # the retry waited out the index's back-off: 10 s (1 s of timestamp rounding allowed)
-    assert (parse_rfc3339(second["metadata"]["creationTimestamp"]) - first_failed).total_seconds() >= 9
+    # the retry waited out the index's back-off: 3 s (1 s of timestamp rounding allowed)
+    assert (parse_rfc3339(second["metadata"]["creationTimestamp"]) - first_failed).total_seconds() >= BACKOFF[0] - 1
     assert all(JOB_TRACKING_FINALIZER not in (p["metadata"].get("finalizers") or []) for p in (first, second))
 
     from kubernetes import client as k8s, config

@@ -97,6 +97,10 @@ def test_remaining_backoff_of_index(counts, ago, remaining):
     assert jp.remaining_backoff_of_index(None, NOW) == 0.0
 
 
+def test_remaining_backoff_of_index_with_a_shorter_base():
+    assert jp.remaining_backoff_of_index(failed_pod(("main", 1), index=0, counts={jp.INDEX_FAILURE_COUNT: "1"}, ago=1), NOW, 3.0, 600.0) == 5.0
+
+
 def test_failed_indexes_and_delayed_deletion():
     j = job(completions=5, backoffLimitPerIndex=1)
     j["status"]["failedIndexes"] = "4"

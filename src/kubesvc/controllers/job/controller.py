@@ -51,11 +51,15 @@ def _key(obj: dict) -> str:
 
 class JobController:
     def __init__(self, client: RestClient, informers: SharedInformers, *, workers: int = 5, recorder: EventRecorder | None = None,
-                 clock: Clock | None = None, metrics: jm.JobMetrics | None = None):
+                 clock: Clock | None = None, metrics: jm.JobMetrics | None = None,
+                 pod_failure_backoff: tuple[float, float] = (jd.DEFAULT_BACKOFF, jd.MAX_BACKOFF)):
         self.client = client
         self.workers = workers
         self.clock = clock or RealClock()
         self.metrics = metrics or jm.JobMetrics()
+        # (first delay, cap) of the Pod failure back-off: 10 s doubling to 10 min, as upstream;
+        # tests shorten it as upstream's integration tests set DefaultJobPodFailureBackOff
+        self.pod_failure_backoff = pod_failure_backoff
         self.recorder = recorder or EventRecorder(client, COMPONENT, self.clock)
         # API errors: 1 s doubling to 1 min (DefaultJobApiBackOff, MaxJobApiBackOff)
         self.queue = WorkQueue(ItemExponentialBackoff(1.0, 60.0), clock=self.clock)
@@ -369,7 +373,7 @@ class JobController:
             return active
         progress["action"] = jm.PODS_CREATED
         per_index = failed_indexes is not None
-        wait = 0.0 if per_index else jd.remaining_backoff(record, now)
+        wait = 0.0 if per_index else jd.remaining_backoff(record, now, *self.pod_failure_backoff)
         if wait > 0:
             self.queue.add_after(key, wait)
             return active
@@ -379,7 +383,8 @@ class JobController:
             if per_index:
                 # getPodCreationInfoForIndependentIndexes: those done waiting now, else look
                 # again when the first one is
-                waits = {index: policies.remaining_backoff_of_index((delayed or {}).get(index), now) for index in indexes}
+                waits = {index: policies.remaining_backoff_of_index((delayed or {}).get(index), now, *self.pod_failure_backoff)
+                         for index in indexes}
                 ready = [index for index in indexes if waits[index] == 0]
                 if not ready and waits:
                     self.queue.add_after(key, min(waits.values()))

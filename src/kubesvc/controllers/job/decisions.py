@@ -168,11 +168,13 @@ def next_backoff_record(record: BackoffRecord, newly_succeeded: list[dict], newl
     return BackoffRecord(record.failures_after_last_success + len(failures), failures[-1] if failures else record.last_failure_time)
 
 
-def remaining_backoff(record: BackoffRecord, now: datetime) -> float:
-    """Seconds until the next Pod may be created (0: now)."""
+def remaining_backoff(record: BackoffRecord, now: datetime, base: float = DEFAULT_BACKOFF, cap: float = MAX_BACKOFF) -> float:
+    """Seconds until the next Pod may be created (0: now). ``base`` and ``cap`` are upstream's
+    ``DefaultJobPodFailureBackOff``/``MaxJobPodFailureBackOff``, package variables its
+    integration tests shorten; here the controller's ``pod_failure_backoff`` arguments."""
     if record.failures_after_last_success == 0 or record.last_failure_time is None:
         return 0.0
-    delay = min(DEFAULT_BACKOFF * 2 ** (record.failures_after_last_success - 1), MAX_BACKOFF)
+    delay = min(base * 2 ** (record.failures_after_last_success - 1), cap)
     waited = (now - record.last_failure_time).total_seconds()
     return max(0.0, delay - waited)
 

@@ -230,13 +230,13 @@ def failure_count_annotations(job: dict, replaced: dict | None) -> dict[str, str
     return annotations
 
 
-def remaining_backoff_of_index(replaced: dict | None, now: datetime) -> float:
+def remaining_backoff_of_index(replaced: dict | None, now: datetime, base: float = jd.DEFAULT_BACKOFF, cap: float = jd.MAX_BACKOFF) -> float:
     """``getRemainingTimePerIndex``: the back-off of the index's failures so far (counted and
     ignored, the one being replaced included) from when that Pod finished."""
     if replaced is None:
         return 0.0
     record = jd.BackoffRecord(index_absolute_failure_count(replaced) + 1, jd.finish_time(replaced))
-    return jd.remaining_backoff(record, now)
+    return jd.remaining_backoff(record, now, base, cap)
 
 
 def per_index_failure(job: dict, failed: set[int], succeeded: set[int]) -> tuple[str, str] | None:
