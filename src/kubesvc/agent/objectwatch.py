@@ -8,6 +8,13 @@ references it; Pods referencing the same object share it (the ``kube-root-ca.crt
 of every ServiceAccount volume of a namespace is one watch). A request naming one object is
 what the Node authorizer lets a node list and watch, and only for objects its Pods reference.
 
+Reads come from these watches too (the manager's ``GetObject`` reads its reflector's store): once
+a watch has synced, the object it holds is what a Pod's volumes and environment get, without a
+request (a burst of Pods of one namespace, each with the ``kube-root-ca.crt`` volume, costs the
+apiserver one watch, not a GET per Pod). A watch that has not synced yet, or that does not hold
+the object, sends the reader to the API as before (a ConfigMap created just before the Pod
+is found live, not reported missing from a watch that has not seen it yet).
+
 Subscribers get a call on every add, update and delete of the object: a Pod worker rewrites its
 atomic-writer volumes then (a ``kubectl edit`` of a mounted ConfigMap reaches the running
 container in about the time of one watch event, where the kubelet waits for its next periodic
@@ -58,6 +65,14 @@ class ObjectWatches:
         self._next += 1
         watch.subscribers[self._next] = on_change
         return key, self._next
+
+    def cached(self, namespace: str, ref: ObjectRef) -> dict | None:
+        """The object as its watch last saw it; None when no watch of it has synced or it
+        holds no such object (ask the API then)."""
+        watch = self._watches.get((namespace, ref))
+        if watch is None or not watch.informer.has_synced():
+            return None
+        return watch.informer.indexer.get(ref.name, namespace)
 
     def unsubscribe(self, token: tuple) -> None:
         key, number = token

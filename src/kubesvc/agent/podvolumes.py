@@ -140,10 +140,15 @@ def remove_orphans(kubelet_dir: Path, alive: set[str]) -> None:
                 shutil.rmtree(entry, ignore_errors=True)
 
 
-async def fetch_object(client, namespace: str, ref: ObjectRef) -> dict | None:
-    """A ConfigMap or Secret of ``namespace`` read through the apiserver as the node (the Node
-    authorizer lets a node read only those its Pods reference); None when it does not exist.
-    Other failures raise ``ClientError``."""
+async def fetch_object(client, namespace: str, ref: ObjectRef, watches=None) -> dict | None:
+    """A ConfigMap or Secret of ``namespace``: from the node's synced watch of it
+    (``watches``: objectwatch.ObjectWatches) when that holds it, else read through the
+    apiserver as the node (the Node authorizer lets a node read only those its Pods
+    reference); None when it does not exist. Other failures raise ``ClientError``."""
+    if watches is not None:
+        cached = watches.cached(namespace, ref)
+        if cached is not None:
+            return cached
     try:
         return await client.get(f"/api/v1/namespaces/{namespace}/{_OBJECT_PATHS[ref.kind]}/{ref.name}")
     except ClientError as err:
@@ -153,8 +158,9 @@ async def fetch_object(client, namespace: str, ref: ObjectRef) -> dict | None:
 
 
 class PodVolumes:
-    def __init__(self, kubelet_dir: Path, pod: dict, *, client, tokens: TokenManager, clock: Clock):
+    def __init__(self, kubelet_dir: Path, pod: dict, *, client, tokens: TokenManager, clock: Clock, watches=None):
         self.pod = pod
+        self.watches = watches  # objectwatch.ObjectWatches: referenced objects read from their watches
         self.uid = pod["metadata"]["uid"]
         self.directory = volumes.pod_dir(Path(kubelet_dir) / PODS_DIR, self.uid)
         self.staging_root = Path(kubelet_dir) / STAGING_DIR
@@ -240,7 +246,7 @@ class PodVolumes:
 
     async def _fetch(self, ref: ObjectRef) -> dict | None:
         try:
-            return await fetch_object(self.client, self.namespace, ref)
+            return await fetch_object(self.client, self.namespace, ref, self.watches)
         except ClientError as err:
             raise VolumeError(f"failed to get {ref.kind} {self.namespace}/{ref.name}: {err}") from None
 

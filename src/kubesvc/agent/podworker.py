@@ -314,7 +314,8 @@ class PodWorker:
         """The Pod's volumes in place (retried until they are, or the Pod terminates: False)."""
         if self.ctx.kubelet_dir is None or self.ctx.tokens is None:
             return True
-        self.volumes = PodVolumes(self.ctx.kubelet_dir, self.pod, client=self.ctx.api, tokens=self.ctx.tokens, clock=self.ctx.clock)
+        self.volumes = PodVolumes(self.ctx.kubelet_dir, self.pod, client=self.ctx.api, tokens=self.ctx.tokens, clock=self.ctx.clock,
+                                  watches=self.ctx.objects)
         delay = VOLUME_RETRY_FIRST
         while True:
             self._volumes_changed.clear()
@@ -566,8 +567,8 @@ class PodWorker:
                         groups=user.groups, capabilities=podidentity.capabilities(container, CAPABILITIES))
 
     async def _env_objects(self, container: dict) -> dict:
-        """The ConfigMaps and Secrets the container's environment reads, fresh from the API
-        (the kubelet's managers; None: not found)."""
+        """The ConfigMaps and Secrets the container's environment reads, from their synced
+        watches or else the API (the kubelet's managers; None: not found)."""
         namespace = self.pod["metadata"].get("namespace") or ""
         objects = {}
         for ref in envvars.env_objects(container):
@@ -575,7 +576,7 @@ class PodWorker:
                 raise envvars.EnvError(f"couldn't get {'configMap' if ref.kind == 'configmap' else 'secret'} {namespace}/{ref.name}, "
                                        "no kubeClient defined")
             try:
-                objects[ref] = await fetch_object(self.ctx.api, namespace, ref)
+                objects[ref] = await fetch_object(self.ctx.api, namespace, ref, self.ctx.objects)
             except ClientError as err:
                 raise envvars.EnvError(str(err)) from None
         return objects
