@@ -199,7 +199,8 @@ class _Service(_ClusterIPFields):
         self.allocate_lb_node_ports = read(errs, spec, "allocateLoadBalancerNodePorts", p, bool)
         self.lb_class = read(errs, spec, "loadBalancerClass", p, str)
         self.traffic_distribution = read(errs, spec, "trafficDistribution", p, str)
-        self.annotations = Meta([], obj).annotations
+        # the annotations alone (validate_object_meta reports their errors), not all of ObjectMeta again
+        self.annotations = read_str_map([], read_map([], obj, "metadata", ""), "annotations", "metadata")
 
     @property
     def externally_accessible(self) -> bool:

@@ -76,7 +76,7 @@ def read(errs: Errs, obj: Any, name: str, path: str, kind: type, default: Any = 
     value = obj.get(name) if isinstance(obj, dict) else None
     if value is None:
         return default
-    if has_type(value, kind):
+    if value.__class__ is kind or has_type(value, kind):  # the exact type first: most reads (bool is not int)
         return value
     errs.append(type_invalid(child(path, name), value, kind))
     return default

@@ -37,6 +37,7 @@ from typing import AsyncIterator, Callable, Mapping
 import msgspec
 
 from kubesvc.api import errors
+from kubesvc.api.decode import copy_json
 from kubesvc.api.errors import StatusError
 from kubesvc.api.managedfields import track_update
 from kubesvc.api.scheme import KindInfo
@@ -412,7 +413,7 @@ class Store:
         return new
 
     async def _prepare_new(self, namespace: str | None, obj: dict, *, field_manager: str, managed: bool, dry_run: bool) -> tuple[dict, Txn]:
-        obj = copy.deepcopy(obj)
+        obj = copy_json(obj)
         obj["apiVersion"], obj["kind"] = self.info.api_version, self.info.kind
         meta = obj.setdefault("metadata", {})
         if not isinstance(meta, dict):
