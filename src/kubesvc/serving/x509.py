@@ -88,18 +88,36 @@ def _attribute_values(name: x509.Name, oid: ObjectIdentifier) -> list[str]:
 def check_usable(cert: x509.Certificate, now: datetime) -> None:
     """Upstream's per-request ``Verify`` beyond the chain: within its dates, and good for
     client authentication. Raises :class:`CertificateRejected` with Go's wording."""
-    if now < cert.not_valid_before_utc:
-        raise CertificateRejected(f"x509: certificate has expired or is not yet valid: current time {rfc3339(now)} is before "
-                                  f"{rfc3339(cert.not_valid_before_utc)}")
-    if now > cert.not_valid_after_utc:
-        raise CertificateRejected(f"x509: certificate has expired or is not yet valid: current time {rfc3339(now)} is after "
-                                  f"{rfc3339(cert.not_valid_after_utc)}")
+    _check_usability(_usability(cert), now)
+
+
+# (notBefore, notAfter, why its key usage does not allow client authentication or None): what
+# check_usable reads from a certificate, read once per certificate (cryptography builds new
+# datetimes and extension objects on every access)
+_Usability = tuple[datetime, datetime, "str | None"]
+
+
+def _usability(cert: x509.Certificate) -> _Usability:
     try:
         usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     except x509.ExtensionNotFound:
-        return
-    if ExtendedKeyUsageOID.CLIENT_AUTH not in usages and ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE not in usages:
-        raise CertificateRejected("x509: certificate specifies an incompatible key usage")
+        usage_error = None
+    else:
+        client_auth = ExtendedKeyUsageOID.CLIENT_AUTH in usages or ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE in usages
+        usage_error = None if client_auth else "x509: certificate specifies an incompatible key usage"
+    return cert.not_valid_before_utc, cert.not_valid_after_utc, usage_error
+
+
+def _check_usability(usability: _Usability, now: datetime) -> None:
+    not_before, not_after, usage_error = usability
+    if now < not_before:
+        raise CertificateRejected(f"x509: certificate has expired or is not yet valid: current time {rfc3339(now)} is before "
+                                  f"{rfc3339(not_before)}")
+    if now > not_after:
+        raise CertificateRejected(f"x509: certificate has expired or is not yet valid: current time {rfc3339(now)} is after "
+                                  f"{rfc3339(not_after)}")
+    if usage_error is not None:
+        raise CertificateRejected(usage_error)
 
 
 def certificate_subject(cert: x509.Certificate) -> x509.Name:
@@ -131,7 +149,7 @@ class X509Authenticator:
 
     def __init__(self, now: Callable[[], datetime] | None = None):
         self._now = now or (lambda: datetime.now(timezone.utc))
-        self._parsed: OrderedDict[bytes, tuple[x509.Certificate, UserInfo | None]] = OrderedDict()
+        self._parsed: OrderedDict[bytes, tuple[_Usability, UserInfo | None]] = OrderedDict()
 
     def authenticate(self, request) -> UserInfo | None:
         der = peer_certificate_der(request.transport)
@@ -142,19 +160,19 @@ class X509Authenticator:
     def authenticate_der(self, der: bytes) -> UserInfo | None:
         """The user of a handshake-verified certificate given as DER."""
         try:
-            cert, user = self._parse(der)
-            check_usable(cert, self._now())
+            usability, user = self._parse(der)
+            _check_usability(usability, self._now())
         except (CertificateRejected, ValueError):
             raise errors.unauthorized() from None
         return user
 
-    def _parse(self, der: bytes) -> tuple[x509.Certificate, UserInfo | None]:
+    def _parse(self, der: bytes) -> tuple[_Usability, UserInfo | None]:
         hit = self._parsed.get(der)
         if hit is not None:
             self._parsed.move_to_end(der)
             return hit
         cert = x509.load_der_x509_certificate(der)
-        entry = (cert, user_from_certificate(cert, der))
+        entry = (_usability(cert), user_from_certificate(cert, der))
         self._parsed[der] = entry
         if len(self._parsed) > _CACHE_SIZE:
             self._parsed.popitem(last=False)
