@@ -41,6 +41,7 @@ from kubesvc.apiserver.auth.authorizer import PrivilegedGroupAuthorizer, Union, 
 from kubesvc.apiserver.auth.context import set_current as set_request_context
 from kubesvc.apiserver.auth.impersonation import impersonate
 from kubesvc.apiserver.discovery import Discovery, wants_aggregated
+from kubesvc.apiserver.eviction import create_eviction
 from kubesvc.apiserver.oidc import JWKS_PATH, OPENID_CONFIGURATION_PATH, oidc_response
 from kubesvc.apiserver.openapi import OpenAPI
 from kubesvc.apiserver.kubeletclient import KubeletClient
@@ -49,7 +50,7 @@ from kubesvc.apiserver.registry.store import Registry
 from kubesvc.apiserver.scale import handle_scale
 from kubesvc.apiserver.streaming import connect_attach, connect_exec, connect_port_forward
 from kubesvc.apiserver.subresources import (
-    POD_ATTACH, POD_BINDING, POD_EXEC, POD_LOG, POD_PORTFORWARD, SCALE_SUBRESOURCES, SERVICE_ACCOUNT_TOKEN, action, legacy_action,
+    POD_ATTACH, POD_BINDING, POD_EVICTION, POD_EXEC, POD_LOG, POD_PORTFORWARD, SCALE_SUBRESOURCES, SERVICE_ACCOUNT_TOKEN, action, legacy_action,
 )
 from kubesvc.apiserver.watch import watch_objects
 from kubesvc.storage.base import StorageError
@@ -76,6 +77,7 @@ CONNECT_SUBRESOURCES = frozenset({"exec", "attach", "portforward"})
 # The Pod's action subresources: the HTTP method(s) each answers, and its handler
 ACTION_HANDLERS = {
     POD_BINDING: ("POST", handlers.create_binding),
+    POD_EVICTION: ("POST", create_eviction),
     POD_LOG: ("GET", handlers.read_pod_log),
     POD_EXEC: (("GET", "POST"), connect_exec),  # GET: a WebSocket; POST: a SPDY upgrade
     POD_ATTACH: (("GET", "POST"), connect_attach),

@@ -8,6 +8,8 @@ of a Pod's subresources do something else, each with REST logic of its own upstr
   older spelling, the namespaced ``bindings`` collection (``LegacyBindingREST``), takes the
   Pod's name from the Binding's ``metadata.name``; it is a resource of its own in discovery,
   with the one verb ``create``.
+* ``pods/eviction`` (``EvictionREST``): ``POST`` a policy/v1 ``Eviction`` to delete the Pod
+  marked ``DisruptionTarget`` (``registry/eviction.py``).
 * ``pods/log`` (``LogREST``): ``GET`` streams a container's log from the Pod's node agent.
 * ``pods/exec``, ``pods/attach`` and ``pods/portforward`` (``ExecREST``, ``AttachREST``, ``PortForwardREST``): ``GET`` (a
   WebSocket) or ``POST`` (a SPDY upgrade) streams a command or TCP connections through the
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from kubesvc.api.kinds.authentication import TOKEN_REQUEST_INFO
 from kubesvc.api.kinds.autoscaling import SCALE_INFO
 from kubesvc.api.kinds.core import BINDING_INFO
+from kubesvc.api.kinds.policy import EVICTION_INFO
 from kubesvc.api.scheme import KindInfo
 
 
@@ -47,6 +50,7 @@ class ActionSubresource:
 POD_BINDING = ActionSubresource("", "pods", "binding", "Binding", ("create",), body=BINDING_INFO,
                                 legacy_resource="bindings", legacy_singular="binding")
 POD_LOG = ActionSubresource("", "pods", "log", "Pod", ("get",))
+POD_EVICTION = ActionSubresource("", "pods", "eviction", "Eviction", ("create",), body=EVICTION_INFO)
 POD_ATTACH = ActionSubresource("", "pods", "attach", "PodAttachOptions", ("create", "get"))
 POD_EXEC = ActionSubresource("", "pods", "exec", "PodExecOptions", ("create", "get"))
 POD_PORTFORWARD = ActionSubresource("", "pods", "portforward", "PodPortForwardOptions", ("create", "get"))
@@ -58,7 +62,7 @@ REPLICA_SET_SCALE = ActionSubresource("apps", "replicasets", "scale", "Scale", (
 REPLICATION_CONTROLLER_SCALE = ActionSubresource("", "replicationcontrollers", "scale", "Scale", ("get", "patch", "update"),
                                                  body=SCALE_INFO)
 SCALE_SUBRESOURCES = (DEPLOYMENT_SCALE, REPLICA_SET_SCALE, REPLICATION_CONTROLLER_SCALE)
-ACTION_SUBRESOURCES = (POD_ATTACH, POD_BINDING, POD_LOG, POD_EXEC, POD_PORTFORWARD, SERVICE_ACCOUNT_TOKEN, *SCALE_SUBRESOURCES)
+ACTION_SUBRESOURCES = (POD_ATTACH, POD_BINDING, POD_EVICTION, POD_LOG, POD_EXEC, POD_PORTFORWARD, SERVICE_ACCOUNT_TOKEN, *SCALE_SUBRESOURCES)
 
 
 def actions_of(info: KindInfo) -> list[ActionSubresource]:
