@@ -343,6 +343,7 @@ def test_probe_the_kernels_own_trace_agrees(world, dest, dport):
 
     from kubesvc.cmd import main
     t, _, mode = world
+    tables = t.node.run("nft", "list", "tables").stdout
     result = CliRunner().invoke(main, ["trace", CLIENT_IP, f"{dest}:{dport}", "--netns", t.node.name, "--probe", t.client.name,
                                        "--data-dir", "/nonexistent", "-o", "json"])
     assert result.exit_code == 0, result.output
@@ -356,5 +357,6 @@ def test_probe_the_kernels_own_trace_agrees(world, dest, dport):
         if rep["verdict"] == "REDIRECT":  # to the proxy's listener the walk names
             assert rep["probe"]["endpoint"] == str(rep["listener"]["proxyPort"])
         assert "kubesvc trace probe" not in t.node.run("iptables-save", "-t", "raw").stdout  # the probe's rules are gone
+        assert t.node.run("nft", "list", "tables").stdout == tables  # and the raw table iptables-nft made for them
     else:
         assert "kubesvc-trace" not in t.node.run("nft", "list", "tables").stdout  # the probe's table is gone

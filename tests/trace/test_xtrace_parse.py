@@ -63,3 +63,15 @@ def test_userspace_the_kernel_redirects_to_the_walks_listener():
         got = compare_probe_iptables(rep, kernel)
         assert got["agrees"] and (got["verdict"], got["endpoint"]) == ("REDIRECT", "43911"), got
         assert not compare_probe_iptables({**rep, "listener": {"proxyPort": 40000}}, kernel)["agrees"]
+
+
+def test_the_raw_table_iptables_nft_made_for_the_probe_is_removed_and_nothing_else():
+    """iptables-nft creates nftables' ``raw`` table and the built-in chain on the first rule
+    inserted there; deleting the rule leaves both. The probe removes what it made and only that."""
+    from kubesvc.kernel.xtrace import raw_leftovers
+
+    assert raw_leftovers(None, {"PREROUTING": 0, "OUTPUT": 0}) == ([], True)  # no raw table before: delete it
+    assert raw_leftovers(None, None) == ([], False)
+    assert raw_leftovers(None, {"PREROUTING": 0, "OUTPUT": 1}) == ([], False)  # someone's rule arrived meanwhile: theirs
+    assert raw_leftovers({"PREROUTING": 2}, {"PREROUTING": 2, "OUTPUT": 0}) == (["OUTPUT"], False)  # only the chain it made
+    assert raw_leftovers({"PREROUTING": 0, "OUTPUT": 0}, {"PREROUTING": 0, "OUTPUT": 0}) == ([], False)  # all there before: kept

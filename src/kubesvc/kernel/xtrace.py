@@ -16,20 +16,20 @@ Where the trace then goes depends on which iptables this is (``iptables --versio
 
 ``probe`` inserts one ``TRACE`` rule per hook for exactly the probe's flow (source,
 destination, protocol, port; commented ``kubesvc trace probe``), listens with
-``xtables-monitor --trace``, makes one connection attempt from the namespace ``from_netns``,
-and deletes the rules in every case. ``parse_monitor`` keeps the lines of the first packet (its
+``xtables-monitor --trace``, makes one connection attempt from the namespace ``from_netns``
+(the skeleton it shares with the nftables probe: ``nftrace.trace_connection``), and deletes the
+rules in every case, and with them what iptables-nft made to hold them: the ``raw`` table (or
+its built-in chain) when it was not there before. ``parse_monitor`` keeps the lines of the first packet (its
 IP ``ID=``: the SYN, or the UDP datagram) outside the ``raw`` table.
 """
 
 from __future__ import annotations
 
-import asyncio
+import json
 import re
-import subprocess
-import sys
 
 from kubesvc.kernel.exec import CommandFailed, in_netns, run
-from kubesvc.kernel.nftrace import _CONNECT
+from kubesvc.kernel.nftrace import trace_connection
 
 COMMENT = "kubesvc trace probe"
 _PACKET = re.compile(r"^PACKET: \d+ \S+ .*?\bID=(?P<id>\d+)\b")
@@ -68,39 +68,76 @@ async def backend_kind(netns: str | None = None) -> str:
     return "legacy" if "(legacy)" in out else "nf_tables"
 
 
+def raw_leftovers(before: dict[str, int] | None, after: dict[str, int] | None) -> tuple[list[str], bool]:
+    """What of nftables' ``raw`` table the probe made and must remove once its rules are gone
+    (iptables-nft creates the table and a built-in chain on the first rule inserted there, and
+    deleting the rule leaves them): (the chains absent ``before`` that hold no rule ``after``,
+    whether to delete the whole table: it was absent before and holds no rule now).
+    ``before``/``after``: chain name -> its number of rules, None for no table."""
+    if after is None:
+        return [], False
+    if before is None and not any(after.values()):
+        return [], True
+    return [chain for chain, rules in after.items() if rules == 0 and before is not None and chain not in before], False
+
+
+async def raw_table(netns: str | None, family: str) -> dict[str, int] | None:
+    """nftables' ``<family> raw`` table (where iptables-nft keeps iptables' raw table) as chain
+    -> number of rules; None when there is no such table. CommandFailed when nft cannot tell."""
+    result = await run(in_netns(netns, ["nft", "-j", "list", "table", family, "raw"]), check=False)
+    if result.returncode != 0:
+        if "No such file or directory" in result.stderr:
+            return None
+        raise CommandFailed(result.argv, result.returncode, result.stdout, result.stderr)
+    chains: dict[str, int] = {}
+    for item in json.loads(result.stdout).get("nftables", []):
+        if "chain" in item:
+            chains.setdefault(item["chain"]["name"], 0)
+        elif "rule" in item:
+            chains[item["rule"]["chain"]] = chains.get(item["rule"]["chain"], 0) + 1
+    return chains
+
+
 async def probe(*, netns: str | None, from_netns: str | None, source: str, dest: str, port: int, protocol: str,
                 settle: float = 0.3) -> list[dict]:
     """Trace one real connection attempt from ``from_netns`` through the iptables of ``netns``
-    (see the module docstring); raises ``ProbeUnsupported`` for legacy iptables."""
+    (see the module docstring); raises ``ProbeUnsupported`` for legacy iptables. Leaves the
+    ``raw`` table as it found it: the probe's rules deleted, and the table or chains iptables-nft
+    made for them removed (``raw_leftovers``)."""
     v6 = ":" in dest
-    tool = "ip6tables" if v6 else "iptables"
+    tool, family = ("ip6tables", "ip6") if v6 else ("iptables", "ip")
     if await backend_kind(netns) == "legacy":
         raise ProbeUnsupported("legacy iptables logs TRACE to the kernel log (nf_log), which --probe does not read; "
                                "use iptables-nft (xtables-monitor --trace)")
     match = ["-s", source, "-d", dest, "-p", protocol, "--dport", str(port), "-m", "comment", "--comment", COMMENT, "-j", "TRACE"]
-    inserted = []
-    monitor = None
-    output = ""
+    inserted: list[str] = []
     try:
+        before: dict[str, int] | None | bool = await raw_table(netns, family)
+    except CommandFailed:
+        before = False  # no nft to ask: the rules are removed, the table left as iptables leaves it
+
+    async def install() -> None:
         for chain in ("PREROUTING", "OUTPUT"):
             await run(in_netns(netns, [tool, "-w", "5", "-t", "raw", "-I", chain, "1", *match]))
             inserted.append(chain)
-        monitor = subprocess.Popen(in_netns(netns, ["xtables-monitor", "--trace", "-6" if v6 else "-4"]), stdout=subprocess.PIPE,
-                                   stderr=subprocess.DEVNULL, text=True)
-        await asyncio.sleep(settle)  # the monitor subscribes before the packet is sent
-        await run(in_netns(from_netns, [sys.executable, "-c", _CONNECT, dest, str(port), protocol]), check=False)
-        await asyncio.sleep(settle)
-    finally:
-        if monitor is not None:
-            monitor.terminate()
-            try:
-                output = monitor.communicate(timeout=5)[0]
-            except subprocess.TimeoutExpired:
-                monitor.kill()
-                output = monitor.communicate()[0]
+
+    async def remove() -> None:
         for chain in inserted:
             try:
                 await run(in_netns(netns, [tool, "-w", "5", "-t", "raw", "-D", chain, *match]))
             except CommandFailed:
                 pass
+        if before is False:
+            return
+        try:
+            chains, whole = raw_leftovers(before, await raw_table(netns, family))
+            if whole:
+                await run(in_netns(netns, ["nft", "delete", "table", family, "raw"]))
+            for chain in chains:
+                await run(in_netns(netns, ["nft", "delete", "chain", family, "raw", chain]))
+        except CommandFailed:
+            pass  # another writer's rules arrived meanwhile: theirs now
+
+    output = await trace_connection(in_netns(netns, ["xtables-monitor", "--trace", "-6" if v6 else "-4"]), install=install,
+                                    remove=remove, from_netns=from_netns, dest=dest, port=port, protocol=protocol, settle=settle)
     return parse_monitor(output)
