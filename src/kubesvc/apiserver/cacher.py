@@ -530,6 +530,7 @@ class WatchCache:
         self._watch: storage.Watch | None = None
         self._task: asyncio.Task | None = None
         self.ready = False  # loaded and fed by a live storage watch; else storage answers
+        self._listeners: list[tuple[Callable[[list[storage.Event]], None], Callable[[int], None]]] = []
 
     # ---- feeding -----------------------------------------------------------------------------
     async def start(self) -> asyncio.Task:
@@ -572,6 +573,8 @@ class WatchCache:
         self.ready = True
         for cacher in self._cachers.values():
             cacher.counts.initializations += 1
+        for _, loaded in self._listeners:
+            loaded(start)
 
     def _cacher_for(self, key: str) -> Cacher | None:
         """The resource a key belongs to: /registry/<prefix>/..., the prefix one or two segments."""
@@ -619,6 +622,8 @@ class WatchCache:
             if cacher is not None:
                 cacher.apply(event)
             self.revision = event.kv.mod_revision
+        for follow, _ in self._listeners:
+            follow(batch)
         if self._flushing:
             flushing, self._flushing = self._flushing, []
             for watcher in flushing:
@@ -629,6 +634,17 @@ class WatchCache:
                 watcher.bookmark(self.revision)
         self._advanced.set()
         self._advanced = asyncio.Event()
+
+    def listen(self, follow: Callable[[list[storage.Event]], None], loaded: Callable[[int], None]) -> None:
+        """Hand the storage's events to an in-process follower (the allocators' index,
+        allocator/follow.py), as upstream's in-apiserver informers read the cacher instead of
+        watching etcd themselves: ``follow(batch)`` gets every batch the cache applies, in
+        order; ``loaded(revision)`` says the cache (re)loaded its state at ``revision`` and the
+        events after it follow (a follower behind it missed events: it re-reads the store).
+        Called at once with the cache's revision when it is ready."""
+        self._listeners.append((follow, loaded))
+        if self.ready:
+            loaded(self.revision)
 
     def flush_after_batch(self, watcher: CacheWatch) -> None:
         self._flushing.append(watcher)

@@ -293,16 +293,19 @@ class APIServer:
             *([asyncio.create_task(self._compactor())] if config.compaction_interval else []),
             asyncio.create_task(self.allocators.service_cidr_controller.run()),
             asyncio.create_task(repair.run(config.repair_services_interval)),
-            *self._follow_allocations(loaded_since),
+            *self._follow_allocations(loaded_since, watch_cache),
         ]
         if config.endpoint_reconciler_type == "lease":  # default/kubernetes endpoints at the live apiservers' advertise addresses
             self.endpoint_reconciler = EndpointReconciler(self.registry, self.advertise_address, self.port, self.clock)
             self._tasks.append(asyncio.create_task(self.endpoint_reconciler.run()))
 
-    def _follow_allocations(self, since: int) -> list[asyncio.Task]:
-        """Keep the allocators' index current with every apiserver's writes (allocator/follow.py)."""
+    def _follow_allocations(self, since: int, cache: WatchCache | None) -> list[asyncio.Task]:
+        """Keep the allocators' index current with every apiserver's writes (allocator/follow.py):
+        from the watch cache's events when there is one, else from storage watches."""
         feed = AllocationFeed(self.allocators, self.backend)
         feed.since(since)
+        if cache is not None:
+            return feed.follow_cache(cache)
         return feed.start()
 
     async def _compactor(self) -> None:

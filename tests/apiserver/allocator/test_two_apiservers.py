@@ -17,6 +17,7 @@ from kubesvc.apiserver.registry.store import ListOptions
 from kubesvc.apiserver.server import build_control_plane
 from kubesvc.storage.memory import MemoryBackend
 from kubesvc.util.clock import FakeClock
+from tests.support.watchcache import start_cache, stop_cache
 
 CIDR = "10.96.0.0/29"  # 6 allocatable IPs, all dynamic
 FULL = "Internal error occurred: failed to allocate a serviceIP: range is full"
@@ -36,9 +37,10 @@ class Apiserver:
         return set(self.allocators.families["IPv4"].taken)
 
 
-@pytest.fixture
-async def pair():
-    """Two apiservers on one store, the second with its index following the store."""
+@pytest.fixture(params=["storage-watches", "watch-cache"])
+async def pair(request):
+    """Two apiservers on one store, the second with its index following the store: through
+    storage watches of its own, or through its watch cache's events (the apiserver's default)."""
     backend, clock = MemoryBackend(), FakeClock()
     first = Apiserver(*await build_control_plane(backend, clock, [CIDR], "30000-30009"), None)
     since = await backend.current_revision()
@@ -46,11 +48,18 @@ async def pair():
     feed = AllocationFeed(allocators, backend)
     feed.since(since)
     second = Apiserver(registry, allocators, feed)
-    tasks = feed.start()
+    cache = None
+    if request.param == "watch-cache":
+        cache = await start_cache(backend, [store.info for store in registry.stores.values()])
+        tasks = feed.follow_cache(cache)
+    else:
+        tasks = feed.start()
     yield first, second
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+    if cache is not None:
+        await stop_cache(cache)
 
 
 async def settle() -> None:
@@ -187,3 +196,38 @@ async def test_a_servicecidr_write_is_not_failed_by_a_store_away_after_its_commi
             break
     svc = await second.create("in-extra", clusterIP="10.97.0.2")
     assert svc["spec"]["clusterIP"] == "10.97.0.2"
+
+
+async def test_a_watch_cache_loaded_past_the_index_has_the_index_reread(caplog):
+    """The cache loads a state (not events) up to its start revision; an index that follows it
+    from an older revision missed what happened in between and reads the store again."""
+    backend, clock = MemoryBackend(), FakeClock()
+    first = Apiserver(*await build_control_plane(backend, clock, [CIDR], "30000-30009"), None)
+    since = await backend.current_revision()
+    registry, allocators = await build_control_plane(backend, clock, [CIDR], "30000-30009")
+    second = Apiserver(registry, allocators, None)
+    ips = [(await first.create(f"a{i}"))["spec"]["clusterIP"] for i in range(2)]
+    assert not set(ips) & second.taken()
+    feed = AllocationFeed(allocators, backend)
+    feed.since(since)
+    # a ring of one event: the cache starts one revision before the current one, past the IPs' records
+    cache = await start_cache(backend, [store.info for store in registry.stores.values()], capacity=1)
+    assert cache.revision > since
+    tasks = feed.follow_cache(cache)
+    try:
+        for _ in range(100):
+            if set(ips) <= second.taken():
+                break
+            await asyncio.sleep(0.01)
+        assert set(ips) <= second.taken()
+        third = (await first.create("a2"))["spec"]["clusterIP"]  # and it follows on from there
+        for _ in range(100):
+            if third in second.taken():
+                break
+            await asyncio.sleep(0.01)
+        assert third in second.taken()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await stop_cache(cache)

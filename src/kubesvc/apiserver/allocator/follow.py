@@ -20,6 +20,14 @@ the ranges re-read). Applying an event is idempotent, so this apiserver's own wr
 its commit hooks apply at once, change nothing when they come back through the watch. A watch
 that ends resumes from the last batch applied; one below the compaction point reloads the
 index and watches from there.
+
+With the watch cache on (the default), the feed reads the cache's events
+(:meth:`AllocationFeed.follow_cache`) instead of three storage watches of its own, as upstream's
+informers in kube-apiserver read its cacher rather than etcd: on etcd each storage watch is a
+gRPC stream, and every Service create's IPAddress record was sent and decoded twice (the
+cache's stream and this one's). When the cache (re)loads past the index's revision (it
+skipped events), the index is read from the store again, the events arriving meanwhile kept
+and applied after it in order.
 """
 
 from __future__ import annotations
@@ -75,7 +83,8 @@ class AllocationFeed:
         events the load already saw is harmless)."""
         self.revisions = {prefix: revision for prefix in PREFIXES}
 
-    async def apply(self, prefix: str, batch: list[storage.Event]) -> None:
+    def _mark(self, batch: list[storage.Event]) -> bool:
+        """Apply a batch's IP and port changes; whether a ServiceCIDR changed."""
         resync_cidrs = False
         for event in batch:
             change = index_change(event)
@@ -88,11 +97,51 @@ class AllocationFeed:
                 (self.allocators.ports.mark if taken else self.allocators.ports.unmark)(int(value))
             else:
                 resync_cidrs = True
-        if resync_cidrs:
+        return resync_cidrs
+
+    async def apply(self, prefix: str, batch: list[storage.Event]) -> None:
+        if self._mark(batch):
             await self.allocators.sync_cidrs()
         # a whole batch at once: in etcd a transaction's events share one revision
         self.revisions[prefix] = max([self.revisions[prefix], *(e.kv.mod_revision for e in batch)])
 
+    # ---- from the watch cache ------------------------------------------------------------------
+    def follow_cache(self, cache) -> list[asyncio.Task]:
+        """Follow the store through ``cache`` (apiserver/cacher.py ``WatchCache.listen``) from the
+        revision given to :meth:`since`, instead of :meth:`start`'s storage watches; returns the
+        task that applies what the cache hands over, in order."""
+        inbox: asyncio.Queue = asyncio.Queue()
+        cache.listen(lambda batch: inbox.put_nowait((False, batch)), lambda revision: inbox.put_nowait((True, revision)))
+        return [asyncio.create_task(self._from_cache(inbox))]
+
+    async def _from_cache(self, inbox: asyncio.Queue) -> None:
+        applied = min(self.revisions.values())  # every event up to it is in the index
+        while True:
+            loaded, item = await inbox.get()
+            if loaded:  # the cache (re)loaded at ``item``: events after ``applied`` up to it are skipped
+                if item > applied:
+                    log.info("allocator index: the watch cache loaded at %d, past the index's %d: reloading", item, applied)
+                    await self._reload_until_done()  # batches arriving meanwhile wait in the inbox, in order
+                    applied = item
+                continue
+            try:
+                if self._mark(item):
+                    await self.allocators.sync_cidrs()
+            except Exception:  # noqa: BLE001 - the repair loop mends the index; the next events still apply
+                log.exception("allocator index: applying the watch cache's events failed")
+            if item:
+                applied = max(applied, item[-1].kv.mod_revision)
+
+    async def _reload_until_done(self) -> None:
+        while True:
+            try:
+                await self.allocators.load()
+                return
+            except Exception:  # noqa: BLE001 - the store is away: the events wait, try again
+                log.warning("allocator index: reload failed; retrying")
+                await asyncio.sleep(RETRY_SECONDS)
+
+    # ---- from storage watches -------------------------------------------------------------------
     def start(self) -> list[asyncio.Task]:
         """Follow the store from the loaded revision (call :meth:`load` first)."""
         self._tasks = [asyncio.create_task(self.follow(prefix)) for prefix in PREFIXES]
