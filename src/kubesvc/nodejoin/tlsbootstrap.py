@@ -146,14 +146,15 @@ def key_matches(cert: x509.Certificate, key_path: Path) -> bool:
     """The private key at ``key_path`` is the certificate's: the key and the certificate are
     replaced one after the other, and a join stopped between the two renames must ask again,
     not start every component with a pair that fails TLS until the certificate expires."""
-    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    from kubesvc.serving.dynamiccert import pair_matches
 
     try:
-        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
-    except (OSError, ValueError, TypeError):
+        key_pem = key_path.read_bytes()
+    except OSError:
         return False
-    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    return key.public_key().public_bytes(*spki) == cert.public_key().public_bytes(*spki)
+    return pair_matches(cert.public_bytes(Encoding.PEM), key_pem)
 
 
 def usable(paths: Paths, node_name: str, now: datetime) -> bool:
