@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from kubesvc.client.kubeconfig import ConfigError, load_kubeconfig
 from kubesvc.client.rest import RestClient
 from kubesvc.serving.dynamiccert import WATCH_INTERVAL, FileWatch, pair_matches
+
+log = logging.getLogger("kubesvc.client.certrotation")
 
 
 def client_certificate_watch(kubeconfig: Path, client: RestClient, *, pending: list) -> FileWatch:
@@ -51,7 +55,10 @@ async def follow_client_certificate(kubeconfig: str | Path, client: RestClient, 
         await asyncio.sleep(interval)
         watch.check()
         while pending:
-            await pending.pop(0)
+            try:
+                await pending.pop(0)
+            except (OSError, ValueError, ssl.SSLError) as err:  # the pair in use stays; the next change is tried again
+                log.warning("cannot use the renewed client certificate of %s: %s", kubeconfig, err)
 
 
 @contextlib.asynccontextmanager
