@@ -12,6 +12,7 @@ import json
 import stat
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -181,6 +182,55 @@ def test_rotation_renews_with_the_nodes_own_credential(server, tmp_path):
     assert message == {"Auto approving self kubelet client certificate after SubjectAccessReview."}
     whoami = json.loads(server.kubectl("auth", "whoami", "-o", "json", kubeconfig=paths.kubeconfig).stdout)
     assert whoami["status"]["userInfo"]["username"] == "system:node:rotator"
+
+
+def test_the_serving_certificate_is_asked_for_then_renewed_at_its_deadline_each_once_approved(server, tmp_path):
+    """The join's serving certificate manager: without a serving certificate it asks at once; at
+    the rotation deadline of the one it holds it asks again; each request waits for an
+    administrator's approval (no controller approves kubelet-serving) and the files then hold
+    the new pair, which the agent takes in place."""
+    from kubesvc.cmd.supervisor import Supervisor
+    from kubesvc.nodejoin.system import JoinOptions, JoinSystem
+
+    token = kubesvc("token", "create", "--kubeconfig", str(server.kubeconfig)).stdout.strip()
+    ca, key, cert = asyncio.run(bootstrap(server, token, "servant"))
+    system = JoinSystem(JoinOptions(server=server.url, token=token, data_dir=tmp_path / "node", node_name="servant",
+                                    node_ips=["192.0.2.7"]), supervisor=Supervisor(tmp_path / "logs", echo=lambda text: None))
+    tlsbootstrap.write_credentials(system.paths, server.url, ca, key, cert, "servant")
+
+    def approve_the_pending_request() -> str:
+        for _ in range(600):
+            rows = [line.split() for line in server.kubectl("get", "csr", "--no-headers").stdout.splitlines()]
+            pending = [r[0] for r in rows if r[2] == "kubernetes.io/kubelet-serving" and r[3] == "system:node:servant" and r[-1] == "Pending"]
+            if pending:
+                server.kubectl("certificate", "approve", pending[0])
+                return pending[0]
+            time.sleep(0.1)
+        raise AssertionError("no pending serving request of servant")
+
+    async def one_issuance(now) -> None:
+        before = system.paths.serving_cert.read_bytes() if system.paths.serving_cert.exists() else b""
+        task = asyncio.create_task(system.keep_serving_certificate(now=now))
+        try:
+            await asyncio.to_thread(approve_the_pending_request)
+            for _ in range(300):
+                if system.paths.serving_cert.exists() and system.paths.serving_cert.read_bytes() != before:
+                    return
+                await asyncio.sleep(0.1)
+            raise AssertionError("the serving certificate was not written")
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(one_issuance(lambda: datetime.now(timezone.utc)))  # none yet: asked for at once
+    first = tlsbootstrap.certificate_at(system.paths.serving_cert)
+    assert tlsbootstrap.serving_usable(system.paths, ["192.0.2.7"], datetime.now(timezone.utc))
+    past_every_deadline = first.not_valid_before_utc + (first.not_valid_after_utc - first.not_valid_before_utc) * 0.95
+    asyncio.run(one_issuance(lambda: past_every_deadline))
+    renewed = tlsbootstrap.certificate_at(system.paths.serving_cert)
+    assert renewed.serial_number != first.serial_number
+    assert tlsbootstrap.key_matches(renewed, system.paths.serving_key)
+    assert stat.S_IMODE(system.paths.serving_key.stat().st_mode) == 0o600
 
 
 def test_a_node_gets_kube_proxys_client_certificate_and_a_bootstrap_token_does_not(server, tmp_path):

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import shutil
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -179,11 +180,27 @@ class JoinSystem:
             return ["--rotate-server-certificates", "--cert-dir", self.paths.serving_cert.parent]
         return ["--tls-cert-file", self.paths.serving_cert, "--tls-private-key-file", self.paths.serving_key]
 
-    async def serving_certificate(self) -> None:
+    async def keep_serving_certificate(self, *, rand=random.random, now=None, retry: float = 60.0) -> None:
+        """The kubelet's serving certificate manager (``--rotate-server-certificates``): ask for
+        the serving certificate when there is no usable one, then again at each rotation
+        deadline (70-90 % of its lifetime, as for the client certificates); each request waits
+        for an administrator's approval while the agent keeps serving the current one, and
+        takes the new one in place. A failed request is asked again after ``retry`` seconds."""
+        now = now or (lambda: datetime.now(timezone.utc))
+        while True:
+            if tlsbootstrap.serving_usable(self.paths, self.options.node_ips, now()):
+                cert = tlsbootstrap.certificate_at(self.paths.serving_cert)
+                deadline = tlsbootstrap.next_rotation_deadline(cert.not_valid_before_utc, cert.not_valid_after_utc, rand())
+                await asyncio.sleep(max(0.0, (deadline - now()).total_seconds()))
+            if not await self.serving_certificate():
+                await asyncio.sleep(retry)
+
+    async def serving_certificate(self) -> bool:
         """The kubelet's serving certificate bootstrap (``serverTLSBootstrap``): a
         ``kubernetes.io/kubelet-serving`` CSR as the node, waited for until an administrator
         approves it (``kubectl certificate approve``; no controller does, as upstream) and
-        csrsigning signs it; the running agent serves it from its next connection on."""
+        csrsigning signs it; the running agent serves it from its next connection on. Whether
+        one was issued."""
         import logging
 
         from kubesvc.client.kubeconfig import load_kubeconfig
@@ -199,12 +216,14 @@ class JoinSystem:
                                                                        f"with it) waits for approval: kubectl certificate approve {name}"))
         except (JoinFailed, ClientError) as err:
             logging.getLogger("kubesvc.nodejoin").warning("no serving certificate for the agent: %s", err)
-            return
+            return False
         from kubesvc.serving import pki
 
+        pki.private_dir(self.paths.serving_key.parent)
         pki.write_private(self.paths.serving_key, key)  # the key first: the agent takes the pair once both match
         pki.write_private(self.paths.serving_cert, cert)
         self.supervisor.say("the agent's serving certificate was issued: the agent serves it from its next connection on")
+        return True
 
     def cluster_dns(self) -> str:
         from kubesvc.dns.addon import cluster_dns_ip
@@ -266,8 +285,7 @@ class JoinSystem:
         self._proxy_rotation = asyncio.create_task(tlsbootstrap.rotate_forever(
             self.paths, self.options.server, self.options.node_name, self.renewed("kube-proxy's"),
             identity=tlsbootstrap.kube_proxy_identity(self.paths)))
-        if "--tls-cert-file" not in self.serving_flags():
-            self._serving = asyncio.create_task(self.serving_certificate())
+        self._serving = asyncio.create_task(self.keep_serving_certificate())
 
     async def node_deleted(self) -> bool:
         """Whether the cluster no longer has this Node (an administrator's ``kubectl delete
