@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from kubesvc.apiserver.allocator.bitmap import BandedBitmap
 from kubesvc.apiserver.allocator.ranges import IPRange, prefix_contains_ip
+from kubesvc.util.ipnet import CANONICAL_IPV4
 
 
 class AllocationError(Exception):
@@ -51,6 +52,9 @@ class MismatchedNetwork(AllocationError):
 
 
 def _address(ip: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    if CANONICAL_IPV4.match(ip):  # what the allocator hands out: from its number, not parsed again (~10 us)
+        a, b, c, d = ip.split(".")
+        return ipaddress.IPv4Address(int(a) << 24 | int(b) << 16 | int(c) << 8 | int(d))
     try:
         return ipaddress.ip_address(ip)
     except ValueError:

@@ -23,6 +23,7 @@ IP strings are read as netutils.ParseIPSloppy does (:func:`ip_info`, :func:`cano
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 from dataclasses import dataclass
@@ -88,9 +89,9 @@ class IPRange:
             slots = min(size - 2, IPV4_MAX_SLOTS)
         return cls(network, max(0, slots), ip_range_offset(size, static_subrange))
 
-    @property
+    @functools.cached_property
     def cidr(self) -> str:
-        return str(self.network)
+        return str(self.network)  # a metric label of every allocation: formatted once
 
     @property
     def family(self) -> str:
