@@ -66,14 +66,14 @@ def detect_node_ip(pod_cidrs: list[str]) -> str | None:
 @click.option("--tls-cert-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="The log server's certificate (default: a self-signed one in --cert-dir, which the apiserver does not trust); "
                    "a renewed one in the file is served from the next connection on.")
+@click.option("--tls-private-key-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="The key of --tls-cert-file.")
 @click.option("--cert-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the self-signed serving pair is made and, with --rotate-server-certificates, where the issued one is "
                    "(default: <data-dir>/pki).")
 @click.option("--rotate-server-certificates", is_flag=True, default=False,
               help="Serve <cert-dir>/kubelet-server.crt and .key, issued and renewed by kubesvc join (the kubelet's "
                    "serverTLSBootstrap): a self-signed pair until they are there, each new pair in place.")
-@click.option("--tls-private-key-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="The key of --tls-cert-file.")
 @click.option("--client-ca-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="CA bundle that verifies callers' client certificates (without it every caller is refused).")
 @click.option("--pod-network", type=click.Choice(["none", "routes", "vxlan"]), default="none", show_default=True,
@@ -95,7 +95,8 @@ def detect_node_ip(pod_cidrs: list[str]) -> str | None:
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
 def agent_command(kubeconfig: str, node_name: str | None, pod_cidr: list[str], node_ip: list[str] | None, zone: str, data_dir: Path,
                   address: str, port: int, bridge: str, netns_prefix: str, tls_cert_file: Path | None, tls_private_key_file: Path | None,
-                  cert_dir: Path | None, rotate_server_certificates: bool, client_ca_file: Path | None, pod_network: str, cluster_cidr: list[str] | None, pod_network_kubeconfig: str | None,
+                  cert_dir: Path | None, rotate_server_certificates: bool, client_ca_file: Path | None, pod_network: str,
+                  cluster_cidr: list[str] | None, pod_network_kubeconfig: str | None,
                   cluster_dns: list[str] | None, cluster_domain: str, resolv_conf: str, shutdown_grace_period: float,
                   verbosity: int) -> None:
     """Run the node agent: register the Node and run its Pods as processes in network namespaces.
