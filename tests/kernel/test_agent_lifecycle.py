@@ -146,6 +146,58 @@ def test_init_containers_run_to_completion_first(up, scratch):
     assert condition(up, name, "Initialized") == "True"
 
 
+def test_sidecar_init_container_runs_beside_the_pod_and_stops_when_it_completes(up, scratch):
+    """An init container with restartPolicy Always (a sidecar, KEP-753) starts in its turn and
+    keeps running: the next init container and the main one run while it does. When the main
+    container of a restartPolicy Never Pod completes, the sidecar is stopped (SIGTERM: the
+    shell's 143) and the Pod Succeeds. A sidecar that exits is restarted whatever the Pod's
+    restartPolicy, and one whose image changes is restarted with it. On deletion the sidecar is
+    stopped after the main container."""
+    order, runs, stops = scratch / "order", scratch / "runs", scratch / "stops"
+    name, crashing, deleted = unique("sidecar"), unique("sidecarcrash"), unique("sidecarstop")
+    up.kubectl("apply", "-f", "-", input=pod_manifest(
+        name, [{"name": "main", "image": "busybox", "command": ["sh", "-c", f"echo main >> {order}; sleep 2"]}], restartPolicy="Never",
+        initContainers=[{"name": "proxy", "image": "busybox", "restartPolicy": "Always",
+                         "command": ["sh", "-c", f"echo proxy >> {order}; trap 'exit 143' TERM; while true; do sleep 0.1; done"]},
+                        {"name": "setup", "image": "busybox", "command": ["sh", "-c", f"echo setup >> {order}"]}]))
+    up.kubectl("apply", "-f", "-", input=pod_manifest(
+        crashing, [{"name": "main", "image": "busybox", "command": ["sleep", "1000"]}], restartPolicy="Never",
+        initContainers=[{"name": "flaky", "image": "busybox", "restartPolicy": "Always", "command": ["sh", "-c", f"echo run >> {runs}; exit 1"]}]))
+
+    def stopping(word):
+        return ["sh", "-c", f"trap 'echo {word} >> {stops}; exit 0' TERM; while true; do sleep 0.1; done"]
+
+    up.kubectl("apply", "-f", "-", input=pod_manifest(
+        deleted, [{"name": "main", "image": "busybox", "command": stopping("main")}],
+        initContainers=[{"name": "log", "image": "busybox", "restartPolicy": "Always", "command": stopping("sidecar")}]))
+
+    pod = wait_until(lambda: when(up.get("pod", name), lambda p: p.get("status", {}).get("phase") == "Succeeded"), timeout=40,
+                     message="the Pod Succeeded")
+    assert order.read_text().split() == ["proxy", "setup", "main"]
+    proxy, setup = pod["status"]["initContainerStatuses"]
+    assert (proxy["name"], proxy["state"]["terminated"]["exitCode"], proxy["restartCount"]) == ("proxy", 143, 0)
+    assert (setup["name"], setup["state"]["terminated"]["reason"], setup["state"]["terminated"]["exitCode"]) == ("setup", "Completed", 0)
+    main = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (main["reason"], main["exitCode"]) == ("Completed", 0)
+    # the sidecar ended after main: its finish is no earlier than main's
+    assert proxy["state"]["terminated"]["finishedAt"] >= main["finishedAt"]
+
+    flaky = wait_until(lambda: when(container_status(up, crashing, init=True), lambda s: s.get("restartCount", 0) >= 1), timeout=30,
+                       message="the exiting sidecar restarted under restartPolicy Never")
+    assert flaky["name"] == "flaky" and len(runs.read_text().split()) >= 2
+    wait_until(lambda: "running" in container_status(up, crashing).get("state", {}), message="the main container running beside it")
+    assert up.get("pod", crashing)["status"]["phase"] == "Running"
+    for pod_name in (name, crashing):
+        up.kubectl("delete", "pod", pod_name, "--wait=true", timeout=40)
+    wait_until(lambda: condition(up, deleted, "Ready") == "True", message="the third Pod Ready")
+    up.kubectl("patch", "pod", deleted, "--type=json", "-p", '[{"op": "replace", "path": "/spec/initContainers/0/image", "value": "busybox:1.37"}]')
+    restarted = wait_until(lambda: when(container_status(up, deleted, init=True), lambda s: s.get("restartCount") == 1 and "running" in s["state"]),
+                           message="the sidecar restarted with its new image")
+    assert restarted["image"] == "busybox:1.37" and ("Killing", "Init container log definition changed") in events_of(up, deleted)
+    up.kubectl("delete", "pod", deleted, "--wait=true", timeout=40)
+    assert stops.read_text().split() == ["sidecar", "main", "sidecar"]  # the restart's, then the deletion's in order
+
+
 def test_init_container_image_change_as_the_kubelet_does(up, scratch):
     """spec.initContainers[*].image may change on a running Pod. kuberuntime's
     computeInitContainerActions (1.32) looks at no regular init container once the Pod is

@@ -13,6 +13,12 @@
    while a failed step waits out its back-off; their files, netlink and forks run on worker
    threads, never on the event loop.
 2. **Init containers** run one after another, each to a zero exit; then every container starts.
+   A *sidecar* (an init container with ``restartPolicy: Always``, KEP-753, on by default since
+   1.29) is started in its turn and kept running beside everything after it, restarted
+   whatever the Pod's ``restartPolicy``; the next init container waits only until it has
+   started (its startup probe passed). Once the regular containers are done for good (a Pod
+   that completes) the sidecars are stopped; on termination they stop after the regular
+   containers, the last one first.
 3. **Each container** is supervised: its environment (the Service variables, ``env`` and
    ``envFrom`` with the ConfigMaps and Secrets they read, the downward API), its mounts (its
    own mount namespace, ``kernel/mounts.py``), its hostname and user (``podidentity.py``) are
@@ -120,10 +126,17 @@ class ContainerSlot:
     env: dict[str, str] = field(default_factory=dict)
     definition_changed: bool = False  # its spec hash changed: restarted whatever the restartPolicy
     wake: asyncio.Event = field(default_factory=asyncio.Event)  # ends a back-off early (a new definition)
+    retired: bool = False  # a sidecar stopped because the Pod's regular containers are done: not restarted
+    started_once: asyncio.Event = field(default_factory=asyncio.Event)  # has been started (startup probe passed) at least once
 
     @property
     def name(self) -> str:
         return self.spec["name"]
+
+    @property
+    def sidecar(self) -> bool:
+        """A restartable init container (``restartPolicy: Always`` on an init container)."""
+        return self.init and self.spec.get("restartPolicy") == "Always"
 
 
 class PodWorker:
@@ -200,17 +213,23 @@ class PodWorker:
 
     def _follow_init_definitions(self, pod: dict) -> None:
         """An init container's new ``image`` as kuberuntime's ``computeInitContainerActions``
-        treats it (1.32, no sidecars here): a running one is left to finish and a completed one
-        is not run again (after initialization only restartable init containers are looked
-        at), but its next run uses the new definition, and one waiting out its crash-loop
-        back-off runs at once (the back-off key holds the container's hash)."""
+        treats it (1.32): a running one is left to finish and a completed one is not run again
+        (after initialization only restartable init containers are looked at), but its next
+        run uses the new definition, and one waiting out its crash-loop back-off runs at once
+        (the back-off key holds the container's hash). A running sidecar is restarted with the
+        new definition, as a regular container is."""
         containers = {c.get("name"): c for c in (pod.get("spec") or {}).get("initContainers") or []}
         for slot in self.init_slots:
             new = containers.get(slot.name)
             if new is None or container_hash_fields(new) == container_hash_fields(slot.spec):
                 continue
             slot.spec = new
-            if not self.terminating and not self.initialized and slot.process is None:
+            if self.terminating:
+                continue
+            if slot.sidecar and slot.process is not None:
+                slot.definition_changed = True
+                self._kill_for_restart(slot, f"Init container {slot.name} definition changed")
+            elif (slot.sidecar or not self.initialized) and slot.process is None:
                 slot.wake.set()
 
     def request_termination(self, grace: float) -> None:
@@ -289,17 +308,47 @@ class PodWorker:
             place.give_back()
         self._message = ""
         self._mark_dirty()
-        for slot in self.init_slots:
-            if await self._supervise(slot) is STOPPED_FOR_GOOD:
-                await self._remove_sandbox()
-                return  # failed for good under restartPolicy Never: the Pod failed
-        self.initialized = True
-        for slot in self.slots:
-            slot.record.waiting_reason = "ContainerCreating"
-        self._mark_dirty()
-        await asyncio.gather(*(self._supervise(slot) for slot in self.slots))
+        sidecars: list[asyncio.Task] = []
+        try:
+            for slot in self.init_slots:
+                if slot.sidecar:
+                    sidecars.append(asyncio.create_task(self._supervise(slot)))
+                    if not await self._started(slot):
+                        return  # terminating
+                    continue
+                if await self._supervise(slot) is STOPPED_FOR_GOOD:
+                    await self._stop_sidecars(sidecars)
+                    await self._remove_sandbox()
+                    return  # failed for good under restartPolicy Never: the Pod failed
+            self.initialized = True
+            for slot in self.slots:
+                slot.record.waiting_reason = "ContainerCreating"
+            self._mark_dirty()
+            await asyncio.gather(*(self._supervise(slot) for slot in self.slots))
+            await self._stop_sidecars(sidecars)  # the regular containers are done for good
+        finally:
+            for task in sidecars:  # only still running when this was cancelled
+                task.cancel()
+            await asyncio.gather(*sidecars, return_exceptions=True)
         if self.network is not None and not self.terminating:
             await self._remove_sandbox()  # terminal Pod: upstream tears the sandbox down too
+
+    async def _started(self, slot: ContainerSlot) -> bool:
+        """Wait until a sidecar has started once (running, its startup probe passed: the
+        kubelet's "initialized" restartable init container, whose later exits no longer hold
+        up what follows); False when the Pod terminates first."""
+        await _wait_any([slot.started_once, self._terminate], None)
+        return slot.started_once.is_set()
+
+    async def _stop_sidecars(self, sidecars: list[asyncio.Task]) -> None:
+        """The regular containers are done (or an init container failed for good): the sidecars
+        stop, the last one first, and are not restarted."""
+        for slot in reversed([s for s in self.init_slots if s.sidecar]):
+            slot.retired = True
+            slot.wake.set()  # out of a crash-loop back-off
+            if slot.process is not None:
+                slot.stop_requested.set()
+        await asyncio.gather(*sidecars, return_exceptions=True)
 
     def _restore_restart_counts(self) -> None:
         """Each container's restart count from the attempts this node finds (kuberuntime's
@@ -403,9 +452,9 @@ class PodWorker:
     async def _supervise(self, slot: ContainerSlot):
         """Run one container until it is done for good (by restartPolicy) or the Pod terminates;
         returns STOPPED_FOR_GOOD when an init container failed for good."""
-        policy = (self.pod.get("spec") or {}).get("restartPolicy", "Always")
+        policy = "Always" if slot.sidecar else (self.pod.get("spec") or {}).get("restartPolicy", "Always")
         backoff = 0.0
-        while not self.terminating:
+        while not self.terminating and not slot.retired:
             try:
                 exit_ = await self._run_once(slot)
             except (OSError, ValueError) as err:  # e.g. the log file cannot be written: retried like a start error
@@ -413,7 +462,7 @@ class PodWorker:
                 slot.record.waiting_reason, slot.record.waiting_message = "RunContainerError", str(err)
                 self._mark_dirty()
                 exit_ = _RunResult(128, 0.0, config_error=True)
-            if self.terminating:
+            if self.terminating or slot.retired:
                 return None
             if slot.definition_changed:  # a new definition starts at once, with a back-off of its own
                 slot.definition_changed, backoff = False, 0.0
@@ -424,7 +473,7 @@ class PodWorker:
                 if await self._wait_or_wake(slot, self.ctx.backoff_base):
                     return None
                 continue
-            if slot.init and exit_.exit_code == 0:
+            if slot.init and not slot.sidecar and exit_.exit_code == 0:
                 return None
             if not should_restart(policy, exit_.exit_code, exit_.config_error):
                 return STOPPED_FOR_GOOD if slot.init else None
@@ -499,8 +548,8 @@ class PodWorker:
             self._mark_dirty()
             return _RunResult(128, 0.0)
         slot.process = process
-        if self.terminating:
-            slot.stop_requested.set()  # the Pod began terminating while this container started
+        if self.terminating or slot.retired:
+            slot.stop_requested.set()  # the Pod began terminating (or a sidecar was retired) while this container started
         record.container_id = process.container_id
         record.running_since = started_at
         record.waiting_message = ""
@@ -592,6 +641,7 @@ class PodWorker:
                 slot.trackers[kind] = ProbeTracker(kind, ProbeSpec.from_dict(probe))
         if "startup" not in slot.trackers:
             slot.record.started = True
+            slot.started_once.set()
         if "readiness" not in slot.trackers:
             slot.record.ready = slot.record.started
         for kind, tracker in slot.trackers.items():
@@ -630,6 +680,7 @@ class PodWorker:
         elif kind == "startup":
             if tracker.result == ProbeResult.SUCCESS:
                 record.started = True
+                slot.started_once.set()
                 if "readiness" not in slot.trackers:
                     record.ready = True
             elif tracker.result == ProbeResult.FAILURE:
@@ -646,8 +697,12 @@ class PodWorker:
     # -- termination
 
     async def _kill_all(self) -> None:
-        slots = [s for s in self.init_slots + self.slots if s.process is not None]
+        """Everything but the sidecars at once, then the sidecars, the last one first (the
+        kubelet's termination order for restartable init containers)."""
+        slots = [s for s in self.init_slots + self.slots if s.process is not None and not s.sidecar]
         await asyncio.gather(*(self._kill_container(slot) for slot in slots))
+        for slot in reversed([s for s in self.init_slots if s.sidecar]):
+            await self._kill_container(slot)
 
     async def _kill_container(self, slot: ContainerSlot) -> None:
         """KillContainer: preStop, SIGTERM, SIGKILL when the grace period (which a later,
