@@ -58,6 +58,11 @@ async def test_eviction_marks_and_deletes(client, namespace):
     await client.create(f"/api/v1/namespaces/{namespace}/pods/unscheduled/eviction", eviction("unscheduled"))
     assert await get_or_none(client, PODS, "unscheduled", namespace) is None  # no node: deleted at once
 
+    # a policy/v1beta1 Eviction is taken too, as upstream does
+    await make_pod(client, namespace, "old-client", node=f"{namespace}-n1")
+    await client.create(f"/api/v1/namespaces/{namespace}/pods/old-client/eviction", {**eviction("old-client"), "apiVersion": "policy/v1beta1"})
+    assert disruption(await pods.get("old-client", namespace))[:2] == ("True", "EvictionByEvictionAPI")
+
     # the Eviction's deleteOptions are the delete's
     await make_pod(client, namespace, "short", node=f"{namespace}-n1")
     await client.create(f"/api/v1/namespaces/{namespace}/pods/short/eviction", eviction("short", gracePeriodSeconds=5))

@@ -19,8 +19,6 @@
 * ``job_pods_creation_total`` {reason, status}: Pod creations, ``new`` or, when the Job already
   has failed or terminating Pods, ``recreate_terminating_or_failed`` (``recreate_failed`` with
   ``podReplacementPolicy: Failed``), ``succeeded``/``failed``.
-
-The brief named the third ``job_finished_total``; upstream (and so this) says ``jobs_finished_total``.
 """
 
 from __future__ import annotations
