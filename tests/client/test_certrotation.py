@@ -119,4 +119,7 @@ async def test_a_kubeconfig_whose_key_is_not_its_certificates_is_not_taken(tmp_p
 
 
 async def _serial_is(client: RestClient, serial: int) -> bool:
-    return await presented_serial(client) == serial
+    try:
+        return await presented_serial(client) == serial
+    except ConnectionFailed:  # a request in flight when the rotation closed the connections (client-go's CloseAll fails them too)
+        return False
