@@ -66,7 +66,9 @@ class QueuedWatch:
     def offer(self, events: list[Event]) -> bool:
         """Queue the events under this watch's prefix. Returns False if the watch is closed,
         which includes being closed now because the consumer is ``queue_size`` batches behind."""
-        batch = [event for event in events if event.kv.key.startswith(self._prefix)]
+        # a watch of everything (the watch cache's, the allocators') shares the commit's list:
+        # batches are only read, never changed
+        batch = events if not self._prefix else [event for event in events if event.kv.key.startswith(self._prefix)]
         if batch and not self._closed:
             if len(self._batches) >= self._queue_size:
                 self._closed = True
@@ -151,7 +153,9 @@ class WatchHub:
                     self._ring_after = self._ring.popleft().kv.mod_revision
                 self._ring.append(event)
             self._revision = events[-1].kv.mod_revision
-            self._watches = {watch for watch in self._watches if watch.offer(events)}
+            closed = [watch for watch in self._watches if not watch.offer(events)]
+            if closed:  # the set is rebuilt only when a watch went, not on every commit
+                self._watches.difference_update(closed)
 
     def progress(self, watch: QueuedWatch) -> None:
         with self._lock:
