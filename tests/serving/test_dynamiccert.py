@@ -96,3 +96,23 @@ async def test_the_agent_serves_a_self_signed_pair_until_the_rotated_one_is_writ
         assert after.issuer == ca.cert.subject and after.subject.rfc4514_string() == "CN=system:node:n1,O=system:nodes"
     finally:
         await runner.cleanup()
+
+
+def test_files_whose_content_was_refused_are_read_again_only_once_they_change(tmp_path: Path):
+    from kubesvc.serving.dynamiccert import FileWatch
+
+    path = tmp_path / "f"
+    path.write_text("half")
+    answers, asked = iter([False, True]), []
+
+    def reload() -> bool:
+        asked.append(path.read_text())
+        return next(answers)
+
+    watch = FileWatch([path], reload, what="f")
+    assert not watch.check() and asked == []  # unchanged since the start
+    pki.write_private(path, b"partial")
+    assert not watch.check() and not watch.check() and asked == ["partial"]  # refused: not read again while the same
+    pki.write_private(path, b"whole")
+    assert watch.check() and asked == ["partial", "whole"]
+    assert not watch.check() and asked == ["partial", "whole"]

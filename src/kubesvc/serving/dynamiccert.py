@@ -50,26 +50,30 @@ def file_signature(paths: list[Path]) -> tuple:
 class FileWatch:
     """Calls ``reload()`` when the files at ``paths`` changed since the last successful call.
     ``reload`` returns False (or raises OSError/ValueError/ssl.SSLError) for content it could
-    not use yet: the change is seen again at the next ``check``."""
+    not use yet: it is asked again once the files change again (the second rename of a rotation),
+    not at every ``check`` (nor said again in the log)."""
 
     def __init__(self, paths: list[Path], reload: Callable[[], bool], *, what: str):
         self.paths = [Path(p) for p in paths]
         self.reload = reload
         self.what = what
         self._seen = file_signature(self.paths)
+        self._refused: tuple | None = None  # files whose content reload could not use: tried again once they change
 
     def check(self) -> bool:
         """True when the files changed and ``reload`` took the new content."""
         now = file_signature(self.paths)
-        if now == self._seen:
+        if now == self._seen or now == self._refused:
             return False
         try:
             taken = self.reload()
         except (OSError, ValueError, ssl.SSLError) as err:
             log.info("%s changed but cannot be loaded yet (%s); keeping the current one", self.what, err)
-            return False
+            taken = False
         if taken:
             self._seen = now
+        else:
+            self._refused = now
         return taken
 
 
