@@ -57,6 +57,11 @@ class SharedInformers:
                 self._tasks.append(asyncio.create_task(informer.run()))
         return self._informers[resource]
 
+    def existing(self, resource: Resource) -> Informer | None:
+        """The informer of ``resource`` if some controller asked for it, else None (the garbage
+        collector's monitors share these, as upstream's ObjectOrMetadataInformerFactory)."""
+        return self._informers.get(resource)
+
     @property
     def services(self) -> Informer:
         return self.informer(SERVICES)

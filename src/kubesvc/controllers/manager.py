@@ -305,7 +305,7 @@ class ControllerManager:
         if GARBAGE_COLLECTOR in enabled and config.enable_garbage_collector:
             from kubesvc.controllers.gc.controller import GarbageCollector
 
-            controller = GarbageCollector(self._client_for(GARBAGE_COLLECTOR), workers=config.concurrent_gc_syncs)
+            controller = GarbageCollector(self._client_for(GARBAGE_COLLECTOR), workers=config.concurrent_gc_syncs, informers=informers)
             self.controllers[GARBAGE_COLLECTOR] = controller
             runs.append(controller.run)
         if SCHEDULER in enabled:

@@ -20,8 +20,9 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from kubesvc.client.rest import ENDPOINTS, ENDPOINTSLICES, SERVICES, RestClient
+from kubesvc.client.rest import ENDPOINTS, ENDPOINTSLICES, SERVICES, ResourceClient, RestClient
 from kubesvc.controllers.gc import GarbageCollector
+from kubesvc.controllers.informers import SharedInformers
 from tests.support.apiserver import running_apiserver
 from tests.support.cluster import api_client, create_service, eventually, get_or_none, kubectl, new_namespace, running_task
 
@@ -248,3 +249,49 @@ async def test_a_recreated_owner_with_the_same_name_does_not_keep_the_old_depend
         await eventually(lambda: all_gone(api, ns, [(ENDPOINTS, "web"), (ENDPOINTSLICES, "web-old")]), message="old dependents deleted")
         assert await get_or_none(api, ENDPOINTSLICES, "web-new", ns) is not None
         assert (await get_or_none(api, SERVICES, "web", ns))["metadata"]["uid"] == new["metadata"]["uid"]
+
+
+# ---- monitors share the controller-manager's informers ---------------------------------------
+
+
+class CountingWatches:
+    """The garbage collector's client, recording the paths it watches."""
+
+    def __init__(self, client: RestClient):
+        self._client, self.watched = client, []
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def resource(self, resource):
+        return ResourceClient(self, resource)
+
+    def watch(self, path, params=None):
+        self.watched.append(path)
+        return self._client.watch(path, params)
+
+
+async def test_monitors_share_the_informers_controllers_already_run(server, api, ns):
+    """Given the controller-manager's shared informers (here EndpointSlices'), the garbage
+    collector watches those through them, not with a second watch of its own (upstream's
+    ObjectOrMetadataInformerFactory), still deletes the dependents they show, and leaves no
+    handler behind when it stops."""
+    informers = SharedInformers(api)
+    slices = informers.endpoint_slices
+    informers.start()
+    counting = CountingWatches(api)
+    try:
+        assert await informers.wait_for_sync(20)
+        handlers = len(slices._handlers)
+        await service_with_dependents(api, ns)
+        gc = GarbageCollector(counting, workers=4, informers=informers)
+        async with running_task(gc.run()):
+            assert await gc.wait_for_sync(20), "garbage collector did not sync"
+            assert len(slices._handlers) == handlers + 1
+            await eventually(lambda: any(path.endswith("/services") for path in counting.watched), message="its own watch of Services")
+            assert not [path for path in counting.watched if path.endswith("/endpointslices")], counting.watched
+            await api.resource(SERVICES).delete("web", ns)
+            await eventually(lambda: all_gone(api, ns, DEPENDENTS), message="dependents deleted")
+        assert len(slices._handlers) == handlers
+    finally:
+        await informers.stop()

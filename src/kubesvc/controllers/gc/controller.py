@@ -14,6 +14,11 @@ Shape (upstream GarbageCollector + GraphBuilder)::
              delete / patch ownerReferences / finish a            ownerReference out of every
              foreground deletion)                                 dependent, drop "orphan")
 
+A monitor is the controller-manager's shared informer of its resource when a controller
+already asked for one (``informers``: Pods, ReplicaSets, Services...), as upstream's
+ObjectOrMetadataInformerFactory hands the garbage collector the typed informer where there is
+one: each Pod update is then one watch event decoded once, not a second watch of every Pod.
+
 Workers start once every monitor has listed (or ``initial_sync_timeout`` passed): acting on a
 half-built graph could, e.g., finish an orphaning before the dependents were seen. A failed
 item is retried with per-item exponential backoff, without limit (upstream's queues have none).
@@ -67,7 +72,8 @@ class _NotObservedYet(GCError):
 @dataclass
 class _Monitor:
     informer: Informer
-    task: asyncio.Task
+    task: asyncio.Task | None  # None: a shared informer, run by its owner
+    handler: object = None  # the handlers registered on a shared informer
 
 
 class GarbageCollector:
@@ -77,8 +83,9 @@ class GarbageCollector:
     graph. ``workers`` coroutines serve each of the two queues."""
 
     def __init__(self, client: RestClient, workers: int = DEFAULT_WORKERS, *, resync_period: float = 30.0,
-                 initial_sync_timeout: float = 30.0, ignored_resources: frozenset = IGNORED_RESOURCES):
+                 initial_sync_timeout: float = 30.0, ignored_resources: frozenset = IGNORED_RESOURCES, informers=None):
         self.client = client
+        self.informers = informers  # SharedInformers whose informers the monitors share, if given
         self.workers = workers
         self.resync_period = resync_period
         self.initial_sync_timeout = initial_sync_timeout
@@ -156,6 +163,10 @@ class GarbageCollector:
     async def _sync_monitors(self, resources: set[Resource]) -> None:
         await self._stop_monitors([r for r in self._monitors if r not in resources])
         for resource in resources - set(self._monitors):
+            shared = self.informers.existing(resource) if self.informers is not None else None
+            if shared is not None:  # the controllers' informer: each object decoded once, one watch to serve
+                self._monitors[resource] = _Monitor(shared, None, shared.add_event_handler(*self._handlers(resource)))
+                continue
             informer = Informer(self.client, resource)
             informer.add_event_handler(*self._handlers(resource))
             self._monitors[resource] = _Monitor(informer, asyncio.create_task(informer.run()))
@@ -163,9 +174,13 @@ class GarbageCollector:
     async def _stop_monitors(self, resources: list[Resource]) -> None:
         stopped = [self._monitors.pop(r) for r in resources]
         for monitor in stopped:
-            monitor.informer.stop()
-        if stopped:
-            await asyncio.gather(*(m.task for m in stopped), return_exceptions=True)
+            if monitor.task is None:
+                monitor.informer.remove_event_handler(monitor.handler)
+            else:
+                monitor.informer.stop()
+        tasks = [m.task for m in stopped if m.task is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     def _handlers(self, resource: Resource) -> tuple[Callable, Callable, Callable]:
         api_version, kind, put = resource.api_version, resource.kind, self._graph_changes.put_nowait
