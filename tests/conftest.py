@@ -2,7 +2,7 @@ import pytest
 
 from kubesvc.client.rest import DEFAULT_FIELD_MANAGER
 from tests.support.apiserver import running_apiserver, start_apiserver
-from tests.support import netns
+from tests.support import filetimes, netns
 from tests.support.cluster import api_client, temporary_namespace
 
 
@@ -40,6 +40,13 @@ async def namespace(client):
     """A namespace of the test's own on the shared apiserver, deleted after the test."""
     async with temporary_namespace(client) as name:
         yield name
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest files first (tests/support/filetimes.py, from tests/file_times.json): under
+    scripts/test.sh's ``--dist loadfile --no-loadscope-reorder`` a worker takes files in this
+    order, so the short ones fill the tail instead of a long kernel module starting last."""
+    items[:] = filetimes.longest_first(items, filetimes.load_times())
 
 
 # Kernel tests are the ones marked ``kernel`` (module-level ``pytestmark = pytest.mark.kernel``):
