@@ -131,3 +131,21 @@ async def test_namespace_delete_marks_terminating(registry):
     with pytest.raises(StatusError) as err:
         await registry.store("", "services").create("x", svc("web"), field_manager="t")
     assert err.value.code == 403 and "is being terminated" in err.value.message
+
+
+async def test_service_create_checks_metadata_once_and_still_refuses_bad_metadata(registry):
+    """A Service's metadata is checked before allocation and not again in validation (the
+    create's own object, unchanged in between): a bad name is still the 422 upstream words,
+    no IP is taken for it, and the next good create is validated and allocated as before."""
+    services = registry.store("", "services")
+    with pytest.raises(StatusError) as err:
+        await services.create("default", svc("Bad_Name"), field_manager="t")
+    assert err.value.code == 422
+    assert 'metadata.name: Invalid value: "Bad_Name": a DNS-1035 label must consist of lower case alphanumeric characters' in err.value.message
+    assert not (await registry.backend.list("/registry/ipaddresses/")).kvs
+    with pytest.raises(StatusError) as err:
+        await services.create("default", {"metadata": {"name": "web"}, "spec": {"ports": [{"port": 0}]}}, field_manager="t")
+    assert err.value.code == 422 and "spec.ports[0].port" in err.value.message
+    created = await services.create("default", svc("web", labels={"a": "b"}), field_manager="t")
+    assert created["spec"]["clusterIP"].startswith("10.96.")
+    assert len((await registry.backend.list("/registry/ipaddresses/")).kvs) == 1

@@ -82,7 +82,8 @@ from kubesvc.api.validation_meta import (
 )
 from kubesvc.util.ipnet import cidr_family, ip_family, is_dual_stack, parse_cidr_sloppy, parse_ip_sloppy
 
-__all__ = ["validate", "validate_update", "validate_status_update", "validate_service_cluster_ips"]
+__all__ = ["validate", "validate_update", "validate_status_update", "validate_service_cluster_ips", "validate_service",
+           "validate_service_metadata"]
 
 
 def validate(kind: str, obj: Any, *, namespaced: bool) -> list[FieldError]:
@@ -211,8 +212,20 @@ class _Service(_ClusterIPFields):
         return self.type == "LoadBalancer" and self.external_traffic_policy == "Local"
 
 
-def _validate_service(obj: Any, namespaced: bool) -> Errs:
-    errs = validate_object_meta(obj, namespaced=namespaced, name_fn=name_is_dns1035_label)
+def validate_service_metadata(obj: Any, namespaced: bool = True) -> Errs:
+    """A Service's ObjectMeta rules alone: what allocation checks before it takes anything."""
+    return validate_object_meta(obj, namespaced=namespaced, name_fn=name_is_dns1035_label)
+
+
+def validate_service(obj: Any, *, namespaced: bool = True, metadata_valid: bool = False) -> Errs:
+    """``validate("Service", ...)``; ``metadata_valid`` when the caller has just found the
+    object's metadata valid with :func:`validate_service_metadata` (and not changed it since):
+    a create checks it before allocating, and it is not checked twice."""
+    return _validate_service(obj, namespaced, metadata_valid=metadata_valid)
+
+
+def _validate_service(obj: Any, namespaced: bool, *, metadata_valid: bool = False) -> Errs:
+    errs = [] if metadata_valid else validate_service_metadata(obj, namespaced)
     svc = _Service(errs, obj)
     errs += _topology_annotations(svc.annotations)
     if not svc.ports_given and not svc.headless and svc.type != "ExternalName":

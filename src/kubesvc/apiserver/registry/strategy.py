@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 from typing import Callable, Mapping, Protocol
 
-from kubesvc.api import defaults, validation, validation_meta
+from kubesvc.api import defaults, validation
 from kubesvc.api.errors import FieldError
 from kubesvc.api.scheme import KindInfo
 from kubesvc.apiserver.registry.txn import Txn
@@ -155,6 +155,7 @@ class ServiceStrategy(Strategy):
         super().__init__(info)
         self.allocators = allocators
         self.prefer_same_traffic_distribution = prefer_same_traffic_distribution
+        self._metadata_valid: dict[int, dict] = {}  # id -> object whose metadata begin_create found valid
 
     def _gated(self, errors: list[FieldError], obj: dict) -> list[FieldError]:
         if self.prefer_same_traffic_distribution:
@@ -164,7 +165,8 @@ class ServiceStrategy(Strategy):
                 + validation.traffic_distribution_errors(value if isinstance(value, str) else None, prefer_same=False))
 
     def validate(self, obj: dict) -> list[FieldError]:
-        return self._gated(super().validate(obj), obj)
+        checked = self._metadata_valid.pop(id(obj), None) is obj  # begin_create found it valid just before
+        return self._gated(validation.validate_service(obj, namespaced=self.info.namespaced, metadata_valid=checked), obj)
 
     def validate_update(self, new: dict, old: dict) -> list[FieldError]:
         return self._gated(super().validate_update(new, old), new)
@@ -179,8 +181,14 @@ class ServiceStrategy(Strategy):
         defaults.normalize_cluster_ips(new, old)
 
     async def begin_create(self, obj: dict, dry_run: bool) -> Txn:
-        if validation_meta.validate_object_meta(obj, namespaced=True, name_fn=validation_meta.name_is_dns1035_label):
+        if validation.validate_service_metadata(obj):
             return Txn()  # nothing to allocate for: validation reports the bad metadata
+        # allocation changes only the spec: validate (next, in the store's create) need not
+        # check this metadata again; an object whose create failed in between is forgotten
+        # with the rest once there are many
+        if len(self._metadata_valid) >= 64:
+            self._metadata_valid.clear()
+        self._metadata_valid[id(obj)] = obj
         return await self.allocators.begin_create(obj, dry_run)
 
     async def begin_update(self, new: dict, old: dict, dry_run: bool, subresource: str) -> Txn:
