@@ -57,6 +57,11 @@ def test_indexed_pods_finished_counts_completed_indexes():
     metrics.pods_counted(indexed, {"completedIndexes": "0-2", "failed": 1}, {"completedIndexes": "0-4,9", "failed": 3})
     assert registry.get_sample_value("job_controller_job_pods_finished_total", {"completion_mode": "Indexed", "result": "succeeded"}) == 3
     assert registry.get_sample_value("job_controller_job_pods_finished_total", {"completion_mode": "Indexed", "result": "failed"}) == 2
+    assert registry.get_sample_value("job_controller_job_finished_indexes_total", {"status": "succeeded", "backoffLimit": "global"}) == 3
+    per_index = job(completionMode="Indexed", completions=10, backoffLimitPerIndex=1)
+    metrics.pods_counted(per_index, {"completedIndexes": "0", "failedIndexes": ""}, {"completedIndexes": "0,1", "failedIndexes": "3,5-6"})
+    assert registry.get_sample_value("job_controller_job_finished_indexes_total", {"status": "succeeded", "backoffLimit": "perIndex"}) == 1
+    assert registry.get_sample_value("job_controller_job_finished_indexes_total", {"status": "failed", "backoffLimit": "perIndex"}) == 3
 
 
 async def test_metrics_of_a_completed_and_a_failed_job(apiserver, client, namespace):

@@ -11,6 +11,8 @@
   (``succeeded``) or ``Failed`` (``failed``), with the condition's reason;
 * ``job_pods_finished_total`` {completion_mode, result}: finished Pods the status now counts
   (Indexed: succeeded is the growth of ``completedIndexes``);
+* ``job_finished_indexes_total`` {status, backoffLimit}: an Indexed Job's newly succeeded
+  (and, with ``backoffLimitPerIndex``, failed) indexes; ``backoffLimit`` ``perIndex`` or ``global``;
 * ``pod_failures_handled_by_failure_policy_total`` {action}: failed Pods a pod failure policy
   rule matched (``FailJob``, ``FailIndex``, ``Ignore``, ``Count``);
 * ``terminated_pods_tracking_finalizer_total`` {event}: a finished Pod with the
@@ -76,6 +78,10 @@ class JobMetrics:
             SUBSYSTEM + "terminated_pods_tracking_finalizer_total",
             "The number of terminated pods (phase=Failed|Succeeded) that have the finalizer batch.kubernetes.io/job-tracking. "
             'The event label can be "add" or "delete".', ["event"], registry=registry)
+        self.finished_indexes = Counter(
+            SUBSYSTEM + "job_finished_indexes_total",
+            'The number of finished indexes. Possible values for the status label are: "succeeded", "failed". Possible values '
+            'for the backoffLimit label are: "perIndex" and "global"', ["status", "backoffLimit"], registry=registry)
         self.pods_creation = Counter(
             SUBSYSTEM + "job_pods_creation_total",
             "The number of Pods created by the Job controller labelled with a reason for the Pod creation.", ["reason", "status"],
@@ -101,6 +107,13 @@ class JobMetrics:
         if jd.is_indexed(job):
             completions = jd.completions(job)
             succeeded = count_indexes(new.get("completedIndexes"), completions) - count_indexes(old.get("completedIndexes"), completions)
+            per_index = (job.get("spec") or {}).get("backoffLimitPerIndex") is not None
+            limit_label = "perIndex" if per_index else "global"
+            if succeeded > 0:
+                self.finished_indexes.labels(SUCCEEDED, limit_label).inc(succeeded)
+            failed_indexes = count_indexes(new.get("failedIndexes"), completions) - count_indexes(old.get("failedIndexes"), completions)
+            if per_index and failed_indexes > 0:
+                self.finished_indexes.labels(FAILED, limit_label).inc(failed_indexes)
         else:
             succeeded = int(new.get("succeeded") or 0) - int(old.get("succeeded") or 0)
         failed = int(new.get("failed") or 0) - int(old.get("failed") or 0)
