@@ -10,6 +10,7 @@ from collections import Counter
 from datetime import datetime, timezone
 
 from kubesvc.client.rest import EVENTS, NODES, PODS, ApiError
+from kubesvc.controllers.scheduler import controller as scheduler_controller
 from kubesvc.controllers.scheduler.controller import Scheduler
 from tests.support.cluster import api_client, eventually, new_namespace, running_controller
 
@@ -164,6 +165,45 @@ async def test_a_burst_of_pods_is_bound_concurrently_and_still_spread(fresh_apis
         assert took < 5.0, f"20 bindings of 0.3 s each took {took:.2f}s: not concurrent (one after another: 6 s)"
         assert slow.most_in_flight >= 10, slow.most_in_flight
         assert sorted(Counter(nodes).values()) == [10, 10], Counter(nodes)
+
+
+async def test_fast_bindings_keep_to_a_few_connections(fresh_apiserver, monkeypatch):
+    """While bindings come back fast, a burst of 30 Pods is bound with at most
+    BINDINGS_IN_FLIGHT requests out at once (each one in flight is a TLS connection of its own,
+    a handshake on both sides), and still spread."""
+    monkeypatch.setattr(scheduler_controller, "SLOW_BINDING", 60.0)  # every binding of this test counts as fast
+    server = fresh_apiserver()
+    async with api_client(server) as client:
+        await ready_node(client, "node-a")
+        await ready_node(client, "node-b")
+        ns = await new_namespace(client)
+        for i in range(30):
+            await pending_pod(client, ns, f"burst-{i}")
+        counting = None
+
+        def scheduler(client_, informers, **options):
+            nonlocal counting
+            counting = SlowBindings(client_, delay=0.0)
+            return Scheduler(counting, informers, **options)
+
+        async with running_controller(client, scheduler):
+            async def all_bound():
+                pods = (await client.resource(PODS).list(ns))["items"]
+                nodes = [p["spec"].get("nodeName") for p in pods]
+                return nodes if len(nodes) == 30 and all(nodes) else None
+
+            nodes = await eventually(all_bound, message="all 30 Pods bound")
+        assert 1 < counting.most_in_flight <= scheduler_controller.BINDINGS_IN_FLIGHT == 4, counting.most_in_flight
+        assert sorted(Counter(nodes).values()) == [15, 15], Counter(nodes)
+
+
+def test_the_binding_window_widens_on_a_slow_binding_and_narrows_when_none_is_out():
+    window = scheduler_controller.binding_window
+    assert window(4, 0.004, 3) == 4  # fast: stays
+    assert window(4, 0.3, 3) == 16  # slow: the maximum
+    assert window(4, None, 3) == 4  # failed before an answer
+    assert window(16, 0.004, 2) == 16  # stays wide for the rest of the burst
+    assert window(16, 0.3, 0) == 4  # none out: the burst is over
 
 
 async def test_a_refused_binding_is_reported_and_retried(fresh_apiserver):
