@@ -7,26 +7,29 @@ and live Pods stay; above the terminated-Pod threshold evicted Pods go first, th
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 import yaml
 
+from kubesvc.client.informer import Informer
 from kubesvc.client.rest import NODES, PODS
 from kubesvc.controllers.informers import SharedInformers
 from kubesvc.controllers.job.controller import JOBS, JobController
 from kubesvc.controllers.podgc.controller import PodGCController, PodGCMetrics
 from kubesvc.util.clock import FakeClock
 from prometheus_client import CollectorRegistry
-from tests.support.cluster import api_client, eventually, get_or_none, kubectl, temporary_namespace
+from kubesvc.util.aio import cancel_and_wait
+from tests.support.cluster import eventually, get_or_none, kubectl
 from tests.support.workloads import running_controllers
 
 HOLD = "example.com/hold"  # a finalizer of the test's, so a deleted Pod can still be read
 
 
 @contextlib.asynccontextmanager
-async def podgc(client, **options):
+async def podgc(client, informers=None, **options):
     """A PodGCController on synced informers of its own; the test runs its passes."""
-    informers = SharedInformers(client)
+    informers = informers or SharedInformers(client)
     registry = CollectorRegistry()
     controller = PodGCController(client, informers, metrics=PodGCMetrics(registry), **options)
     informers.start()
@@ -145,22 +148,40 @@ async def test_orphaned_out_of_service_and_unscheduled_terminating(client, names
                 await nodes.delete(name)
 
 
-async def test_terminated_pods_above_the_threshold(fresh_apiserver):
-    """Threshold 2, four finished Pods and a running one (a server of the test's own: the
-    threshold counts every Pod of the cluster): the evicted one goes first, then the oldest."""
-    server = fresh_apiserver()
-    async with api_client(server) as client, temporary_namespace(client) as namespace:
-        pods = client.resource(PODS)
-        for name in ("a-succeeded", "b-failed", "c-evicted", "d-running", "e-failed"):
-            await pods.create(pod_body(name), namespace)
-        await set_status(client, namespace, "a-succeeded", phase="Succeeded")
-        await set_status(client, namespace, "b-failed", phase="Failed")
-        await set_status(client, namespace, "c-evicted", phase="Failed", reason="Evicted", message="The node was low on resource: memory.")
-        await set_status(client, namespace, "d-running", phase="Running")
-        await set_status(client, namespace, "e-failed", phase="Failed")
-        async with podgc(client, terminated_pod_threshold=2) as (controller, registry):
-            await eventually(in_cache(controller, namespace, "d-running", lambda p: p["status"].get("phase") == "Running"), 10, "statuses")
-            await controller.gc()
-        left = sorted(p["metadata"]["name"] for p in (await pods.list(namespace))["items"])
-        assert left == ["b-failed", "d-running", "e-failed"]
-        assert registry.get_sample_value("pod_gc_collector_force_delete_pods_total", {"namespace": namespace, "reason": "terminated"}) == 2.0
+class OneNamespace:
+    """The caches PodGC reads, its Pods only the test's namespace's: the threshold counts every
+    Pod the cache holds, and the shared apiserver holds other tests' finished Pods."""
+
+    def __init__(self, client, namespace: str):
+        self.pods, self.nodes = Informer(client, PODS, namespace), Informer(client, NODES)
+        self._tasks: list[asyncio.Task] = []
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(i.run()) for i in (self.pods, self.nodes)]
+
+    async def wait_for_sync(self, timeout: float) -> bool:
+        return all(await asyncio.gather(self.pods.wait_for_sync(timeout), self.nodes.wait_for_sync(timeout)))
+
+    async def stop(self) -> None:
+        for informer in (self.pods, self.nodes):
+            informer.stop()
+        await cancel_and_wait(self._tasks)
+
+
+async def test_terminated_pods_above_the_threshold(client, namespace):
+    """Threshold 2, four finished Pods and a running one: the evicted one goes first, then the
+    oldest."""
+    pods = client.resource(PODS)
+    for name in ("a-succeeded", "b-failed", "c-evicted", "d-running", "e-failed"):
+        await pods.create(pod_body(name), namespace)
+    await set_status(client, namespace, "a-succeeded", phase="Succeeded")
+    await set_status(client, namespace, "b-failed", phase="Failed")
+    await set_status(client, namespace, "c-evicted", phase="Failed", reason="Evicted", message="The node was low on resource: memory.")
+    await set_status(client, namespace, "d-running", phase="Running")
+    await set_status(client, namespace, "e-failed", phase="Failed")
+    async with podgc(client, OneNamespace(client, namespace), terminated_pod_threshold=2) as (controller, registry):
+        await eventually(in_cache(controller, namespace, "d-running", lambda p: p["status"].get("phase") == "Running"), 10, "statuses")
+        await controller.gc()
+    left = sorted(p["metadata"]["name"] for p in (await pods.list(namespace))["items"])
+    assert left == ["b-failed", "d-running", "e-failed"]
+    assert registry.get_sample_value("pod_gc_collector_force_delete_pods_total", {"namespace": namespace, "reason": "terminated"}) == 2.0
