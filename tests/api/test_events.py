@@ -3,9 +3,10 @@ registry, the controllers' over the REST client), driven here by a dict of Event
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
-from kubesvc.api.events import ALREADY_EXISTS, NOT_FOUND, Bump, Create, record_steps, run_steps
+from kubesvc.api.events import (ALREADY_EXISTS, MAX_RECORDED, NOT_FOUND, Bump, Create, RecordedEvents, object_reference, record_steps,
+                                repeat_key, run_steps)
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 POD = {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}
@@ -72,3 +73,23 @@ def test_eight_clashes_give_up_without_recording():
     store, recorded = Store(taken=[("ns", f"p.{base + i:x}") for i in range(8)]), {}
     record(store, recorded)
     assert len(store.steps) == 8 and recorded == {}
+
+
+def test_the_recorded_events_are_the_last_4096_used():
+    """The recorder's cache is bounded as client-go's correlator LRU (maxLruCacheEntries 4096):
+    4096 + 10 distinct Events leave 4096 remembered, a repeat of a recent one still bumps its
+    Event, a repeat of one evicted long ago is created anew, and a repeat keeps its entry fresh."""
+    store, recorded = Store(), RecordedEvents()
+    for i in range(MAX_RECORDED + 10):
+        record(store, recorded, message=f"m{i}", now=NOW + timedelta(microseconds=i))
+    assert MAX_RECORDED == 4096 and len(recorded) == 4096 and len(store.events) == 4106
+    store.steps.clear()
+    record(store, recorded, message="m4105", now=NOW + timedelta(seconds=1))  # recent: a bump
+    assert [type(s) for s in store.steps] == [Bump]
+    store.steps.clear()
+    record(store, recorded, message="m0", now=NOW + timedelta(seconds=2))  # evicted: a new Event (m11 goes)
+    assert [type(s) for s in store.steps] == [Create]
+    small = RecordedEvents(size=2)
+    for step, message in enumerate("abac"):  # a used again: b is then the oldest
+        record(store, small, message=message, now=NOW + timedelta(seconds=3 + step))
+    assert [m in small for m in (repeat_key(object_reference(POD), "Normal", "Reason", x) for x in "abc")] == [True, False, True]

@@ -13,11 +13,15 @@ correlator does) and ``lastTimestamp``; a first one, or a repeat whose Event is 
 nanosecond on a name clash (:data:`ALREADY_EXISTS`), at most 8 times. The transport (the
 registry in-process, the REST client outside) carries each step out and sends back the stored
 Event or the outcome; :func:`run_steps` drives the flow synchronously, the async recorder
-drives it with awaits.
+drives it with awaits. The recorder's cache is a :class:`RecordedEvents`, bounded as the
+correlator's LRU caches are (``maxLruCacheEntries``, 4096): a scheduler that binds a million
+Pods keeps the last 4096 Events it recorded, not every one (a repeat of an Event evicted from
+it is created anew, as upstream's).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from datetime import datetime
@@ -65,6 +69,36 @@ def new_event(ref: dict, type_: str, reason: str, message: str, *, component: st
     return event
 
 
+MAX_RECORDED = 4096  # client-go tools/record maxLruCacheEntries
+
+
+class RecordedEvents:
+    """Repeat key -> the stored Event, the ``MAX_RECORDED`` most recently used (an LRU, as the
+    correlator's caches): what ``record_steps`` reads and writes."""
+
+    def __init__(self, size: int = MAX_RECORDED):
+        self.size = size
+        self._events: OrderedDict[tuple, dict] = OrderedDict()
+
+    def get(self, key: tuple) -> dict | None:
+        event = self._events.get(key)
+        if event is not None:
+            self._events.move_to_end(key)
+        return event
+
+    def __setitem__(self, key: tuple, event: dict) -> None:
+        self._events[key] = event
+        self._events.move_to_end(key)
+        if len(self._events) > self.size:
+            self._events.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def __contains__(self, key: tuple) -> bool:
+        return key in self._events
+
+
 def repeat_key(ref: dict, type_: str, reason: str, message: str) -> tuple:
     """Events equal under this key are one Event with a growing ``count``."""
     return (ref.get("uid") or ref["name"], type_, reason, message)
@@ -96,7 +130,7 @@ Step = Bump | Create
 Steps = Generator[Step, "dict | str", None]
 
 
-def record_steps(recorded: dict[tuple, dict], obj: dict, type_: str, reason: str, message: str, *,
+def record_steps(recorded: "RecordedEvents | dict[tuple, dict]", obj: dict, type_: str, reason: str, message: str, *,
                  component: str, action: str, now: datetime) -> Steps:
     """One occurrence as steps; ``recorded`` (repeat key -> stored Event) is the recorder's
     cache, updated with what the transport stored. Any other failure the transport raises."""

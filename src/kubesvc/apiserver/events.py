@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 
 from kubesvc.api.errors import StatusError
-from kubesvc.api.events import ALREADY_EXISTS, NOT_FOUND, Bump, Step, record_steps
+from kubesvc.api.events import ALREADY_EXISTS, NOT_FOUND, Bump, RecordedEvents, Step, record_steps
 from kubesvc.apiserver.registry.store import Registry
 from kubesvc.util.clock import Clock
 
@@ -30,7 +30,7 @@ class EventRecorder:
         self.clock = clock
         self.component = component
         self.action = action
-        self._recorded: dict[tuple, dict] = {}  # (uid or name, type, reason, message) -> the Event
+        self._recorded = RecordedEvents()  # (uid or name, type, reason, message) -> the Event, the last 4096
 
     async def event(self, obj: dict, type_: str, reason: str, message: str, action: str | None = None) -> None:
         """Record one occurrence; never raises (an event is best effort, as upstream's)."""

@@ -8,7 +8,9 @@ thousand connections opened at once beside the component's real work); a failed 
 logged, never raised, and beyond ``MAX_QUEUED`` waiting Events new ones are dropped (upstream's
 queue of 1000, ``DropIfChannelFull``). An exact
 repeat (same object, type, reason and message) is not a new Event: as client-go's
-``EventCorrelator``, the first one's ``count`` goes up and its ``lastTimestamp`` moves. The flow
+``EventCorrelator``, the first one's ``count`` goes up and its ``lastTimestamp`` moves (among
+the last 4096 Events recorded: the correlator's LRU bound, so a long-running scheduler does not
+keep every Event it ever sent). The flow
 is ``api.events.record_steps``, shared with the apiserver's own recorder; this module drives it
 over the REST client.
 """
@@ -19,7 +21,7 @@ import asyncio
 import logging
 from collections import deque
 
-from kubesvc.api.events import ALREADY_EXISTS, NOT_FOUND, Bump, Step, record_steps
+from kubesvc.api.events import ALREADY_EXISTS, NOT_FOUND, Bump, RecordedEvents, Step, record_steps
 from kubesvc.client.rest import EVENTS, ApiError, ClientError, RestClient
 from kubesvc.util.clock import Clock, RealClock
 
@@ -36,7 +38,7 @@ class EventRecorder:
         self._events = client.resource(EVENTS)
         self.component = component
         self.clock = clock or RealClock()
-        self._recorded: dict[tuple, dict] = {}
+        self._recorded = RecordedEvents()  # the last 4096, as client-go's correlator keeps
         self._queue: deque[tuple] = deque()
         self._sender: asyncio.Task | None = None
 
