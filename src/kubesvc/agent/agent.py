@@ -7,6 +7,9 @@ worker per Pod bound to the node (upstream kubelet's ``syncLoop`` over a Pod sou
   start a container before the Service informer has synced once).
 * A Pod gets a worker the first time it is seen alive; a ``deletionTimestamp`` starts its
   graceful termination; a Pod that disappears from the API (force deletion) is killed at once.
+  A Pod already deleted when first seen (nothing of it runs here) is reported Failed, unless it
+  is terminal already, and deleted with grace 0 (the kubelet's pod worker goes straight to
+  terminated and its status manager's ``TerminatePod`` fails it): a finalizer may keep it.
   Workers run side by side, as the kubelet's pod workers do (a goroutine per Pod); at most
   ``parallel_pod_setups`` set up volumes and sandboxes at once, in the order the Pods came,
   so the first Pods of a burst run while the last ones wait. Nothing slow runs on the event
@@ -38,6 +41,7 @@ from kubesvc.agent.kubeletserver import KubeletServer, PodLogInfo
 from kubesvc.agent.node import NodeHeartbeat, NodeIdentity
 from kubesvc.agent.objectwatch import ObjectWatches
 from kubesvc.agent.podvolumes import remove_orphans as remove_orphan_volumes
+from kubesvc.agent.podstatus import merge_patch_for, never_started_status
 from kubesvc.agent.podworker import PodWorker, WorkerContext, delete_for_good
 from kubesvc.agent.streaming import ExecTarget
 from kubesvc.agent.tokens import TokenManager
@@ -257,7 +261,23 @@ class Agent:
             await podnet.remove_pod(self.network, pod["metadata"]["uid"])
         except Exception as err:  # the Pod object goes anyway; the namespace is collected at the next start
             log.warning("pod %s/%s: cannot remove its network: %s", pod["metadata"].get("namespace"), pod["metadata"]["name"], err)
-        await delete_for_good(self.pods_api, pod)
+        await finish_unrun_pod(self.pods_api, pod, list(self.config.node_ips), self.clock)
+
+
+async def finish_unrun_pod(pods, pod: dict, host_ips: list[str], clock: Clock) -> None:
+    """A deleted Pod this agent never ran: reported Failed first when it is not terminal yet (as
+    the kubelet's ``TerminatePod`` does; a finalizer, a Job's tracking one, may keep the object,
+    and its controller waits for a terminal phase), then deleted with grace 0."""
+    if (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES:
+        meta = pod["metadata"]
+        status = never_started_status(pod, host_ips, clock.now())
+        try:
+            # the UID makes the apiserver refuse the write if the name now belongs to a new Pod
+            await pods.patch(meta["name"], {"metadata": {"uid": meta["uid"]}, "status": merge_patch_for(pod.get("status") or {}, status)},
+                             meta.get("namespace"), subresource="status")
+        except ClientError as err:  # gone, or another Pod now; the deletion below says the rest
+            log.warning("pod %s/%s: cannot report it failed: %s", meta.get("namespace"), meta["name"], err)
+    await delete_for_good(pods, pod)
 
     async def _collect_orphans(self) -> None:
         """Namespaces left by a crash for Pods that are gone; the processes in those that stay are

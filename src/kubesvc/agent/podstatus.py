@@ -202,6 +202,55 @@ def generate_pod_status(state: PodRuntimeState, old_status: dict, now: datetime)
     return status
 
 
+STATUS_UNKNOWN = {"terminated": {"exitCode": 137, "reason": "ContainerStatusUnknown",
+                                  "message": "The container could not be located when the pod was terminated"}}
+
+
+def terminate_pod_status(spec: dict, status: dict) -> dict:
+    """Upstream status manager's ``TerminatePod``: the last status of a Pod the kubelet is done
+    with. Every container not terminated is reported terminated with ``ContainerStatusUnknown``
+    (exit 137: "we do not know whether the container was successful, always report an error")
+    once the Pod has initialized (no init containers, or the last one succeeded); of the init
+    containers, those up to the last one with evidence of a start; and a Pending or Running
+    phase becomes Failed, so the Pod's controllers (a Job's tracking finalizer) see it end."""
+    out = {**status}
+    init_specs = spec.get("initContainers") or []
+    init_statuses = [dict(s) for s in status.get("initContainerStatuses") or []]
+    started = [i for i, s in enumerate(init_statuses) if (s.get("state") or {}).get("running") or (s.get("state") or {}).get("terminated")
+               or (s.get("lastState") or {}).get("terminated")]
+    for i in range(started[-1] + 1 if started else 0):
+        if not (init_statuses[i].get("state") or {}).get("terminated"):
+            init_statuses[i]["state"] = STATUS_UNKNOWN
+    if init_statuses:
+        out["initContainerStatuses"] = init_statuses
+    last_init = ((init_statuses[-1].get("state") or {}).get("terminated") or {}) if init_statuses else {}
+    initialized = not init_specs or (last_init.get("exitCode") == 0 and last_init.get("reason") != "ContainerStatusUnknown")
+    if initialized:
+        out["containerStatuses"] = [s if (s.get("state") or {}).get("terminated") else {**s, "state": STATUS_UNKNOWN}
+                                    for s in status.get("containerStatuses") or []]
+    if out.get("phase") not in ("Succeeded", "Failed"):
+        out["phase"] = "Failed"
+    return out
+
+
+def never_started_status(pod: dict, host_ips: list[str], now: datetime) -> dict:
+    """The final status of a Pod deleted before this node ran any of it (the kubelet's pod worker
+    goes straight to terminated: ``generateAPIPodStatus`` with no runtime status, every container
+    waiting, then ``TerminatePod``): Failed, its containers ``ContainerStatusUnknown``."""
+    spec = pod.get("spec") or {}
+    waiting = "PodInitializing" if spec.get("initContainers") else "ContainerCreating"
+    old = pod.get("status") or {}
+    counts = {s.get("name"): int(s.get("restartCount") or 0) for s in (old.get("initContainerStatuses") or []) + (old.get("containerStatuses") or [])}
+
+    def records(containers: list[dict]) -> list[ContainerRecord]:
+        return [ContainerRecord(c["name"], c.get("image", ""), waiting_reason=waiting, restart_count=counts.get(c["name"], 0)) for c in containers]
+
+    state = PodRuntimeState(restart_policy=spec.get("restartPolicy", "Always"), sandbox_ready=False,
+                            initialized=not spec.get("initContainers"), init_containers=records(spec.get("initContainers") or []),
+                            containers=records(spec.get("containers") or []), host_ip=host_ips[0] if host_ips else "", host_ips=list(host_ips))
+    return terminate_pod_status(spec, generate_pod_status(state, old, now))
+
+
 def merge_patch_for(old: object, new: object) -> object:
     """The RFC 7386 merge patch turning ``old`` into ``new`` (keys that went away become null;
     lists are replaced whole), so one PATCH changes exactly what changed."""
