@@ -149,3 +149,22 @@ async def test_service_create_checks_metadata_once_and_still_refuses_bad_metadat
     created = await services.create("default", svc("web", labels={"a": "b"}), field_manager="t")
     assert created["spec"]["clusterIP"].startswith("10.96.")
     assert len((await registry.backend.list("/registry/ipaddresses/")).kvs) == 1
+
+
+async def test_create_timestamps_follow_the_clock_second_by_second():
+    """creationTimestamp (and the IPAddress a Service create records) is the clock's second,
+    formatted once a second: within a second the same text, a new second (forward or back) its
+    own."""
+    from datetime import datetime, timezone
+
+    clock = FakeClock(datetime(2026, 1, 1, 0, 0, 0, 900000, tzinfo=timezone.utc))
+    reg, _ = await build_control_plane(MemoryBackend(), clock, ["10.96.0.0/16"])
+    services = reg.store("", "services")
+    stamps = []
+    for name, step in (("a", 0), ("b", 0.05), ("c", 0.05), ("d", -1.2)):
+        clock.advance(step)
+        created = await services.create("default", svc(name), field_manager="t")
+        ip = await reg.store("networking.k8s.io", "ipaddresses").get(None, created["spec"]["clusterIP"])
+        assert ip["metadata"]["creationTimestamp"] == created["metadata"]["creationTimestamp"]
+        stamps.append(created["metadata"]["creationTimestamp"])
+    assert stamps == ["2026-01-01T00:00:00Z", "2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z", "2025-12-31T23:59:59Z"]

@@ -43,7 +43,6 @@ from kubesvc.apiserver.allocator.portalloc import PortAllocator
 from kubesvc.apiserver.allocator.ranges import IPRange, PortRange, canonical_ip
 from kubesvc.apiserver.registry.txn import Txn
 from kubesvc.storage import base as storage
-from kubesvc.util.golang import rfc3339
 
 log = logging.getLogger("kubesvc.apiserver.allocator")
 
@@ -234,7 +233,7 @@ class ServiceAllocators:
         template = self._ip_address_template
         # a copy of the parts that change, sharing the rest with the template (a deepcopy of
         # it was half the cost of an allocation); the object only lives until it is encoded
-        now = rfc3339(self._ip_address_store.clock.now())
+        now = self._ip_address_store.now_text()
         meta = {**template["metadata"], "name": ip, "uid": str(uuid.uuid4()), "creationTimestamp": now,
                 "labels": {**template["metadata"]["labels"], records.LABEL_IP_FAMILY: ip_family(ip)}}
         if "managedFields" in meta:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import math
 import random
 import uuid
 from dataclasses import dataclass
@@ -293,6 +294,8 @@ class Store:
         self.clock = clock
         self.registry = registry
         self.strategy = strategy
+        self._now_second: int | None = None  # now_text's last second and its text
+        self._now_text = ""
 
     # ---- helpers -----------------------------------------------------------------------------
     def _key(self, namespace: str | None, name: str) -> str:
@@ -302,7 +305,16 @@ class Store:
         return errors.not_found(self.info.resource, name, self.info.group)
 
     def _now(self) -> str:
-        return rfc3339(self.clock.now())
+        return self.now_text()
+
+    def now_text(self) -> str:
+        """The clock's time as ``metav1.Time`` is written (UTC, whole seconds): formatted once a
+        second, not for every object a create stamps (its own and its IPAddress's)."""
+        now = self.clock.now()
+        second = math.floor(now.timestamp())
+        if second != self._now_second:
+            self._now_second, self._now_text = second, rfc3339(now)
+        return self._now_text
 
     async def _get_kv(self, namespace: str | None, name: str) -> storage.KeyValue:
         kv = await self.backend.get(self._key(namespace, name))
