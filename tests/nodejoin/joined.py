@@ -11,6 +11,7 @@ neighbour and FDB entries) to see that a node that went left nothing behind.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import re
 import signal
@@ -47,12 +48,21 @@ class Joiner:
         self.line = ""
 
     def join(self, command: list[str], *extra: str, timeout: float = 180) -> str:
-        from tests.cluster.machines import _first_line
+        self.start_join(command, *extra)
+        return self.joined(timeout)
 
+    def start_join(self, command: list[str], *extra: str) -> None:
+        """``kubesvc join`` started; ``joined`` waits for its announcement."""
         argv = nsenter_argv(self.ns.name, sys.executable, "-m", "kubesvc", *command[1:], "--data-dir", str(self.data_dir),
                             "--node-name", self.name, "--node-ip", self.ip, *extra)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, cwd=netns.REPO_ROOT)
+
+    def joined(self, timeout: float = 180) -> str:
+        """The started join's first line, ``kubesvc joined <server> as node <name>: Pods in <cidr>, ...``."""
+        from tests.cluster.machines import _first_line
+
+        assert self.process is not None
         self.line = _first_line(self.process, scaled(timeout))
         assert JOINED.match(self.line), f"join did not announce itself ({self.line!r}, exit {self.process.poll()}):\n" + \
             self.log_path.read_text()[-4000:]
@@ -77,8 +87,16 @@ class Joiner:
         return subprocess.CompletedProcess(argv, leaving.returncode, stdout, stderr)
 
     def stop(self) -> None:
+        self.interrupt()
+        self.stopped()
+
+    def interrupt(self) -> None:
+        """Ctrl-C to a running join; ``stopped`` waits for it and cleans the machine up."""
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)
+
+    def stopped(self) -> None:
+        if self.process is not None and self.process.poll() is None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=scaled(60))
             if self.process.poll() is None:
@@ -127,13 +145,21 @@ def joined_cluster(tmp: Path, mode: str, segments: int, machines: int = 3, loadb
                                               *(["--loadbalancer-pool", loadbalancer_pool] if loadbalancer_pool else [])))
         cluster.command = kubesvc(server.ns, "token", "create", "--data-dir", str(server.data_dir), "--print-join-command").stdout.split()
         cluster.joiners = [Joiner(lan.nodes[i - 1].ns, tmp, i, cluster.ip(i)) for i in range(2, machines + 1)]
+        # the machines join at once, as an operator's would (each its own bootstrap, CSR and
+        # Node); one after the other only added up their start-up times
         for joiner in cluster.joiners:
-            joiner.join(cluster.command, "--zone", f"zone-{chr(ord('a') + (joiner.index - 1) % 26)}", "--pod-network", mode)
+            joiner.start_join(cluster.command, "--zone", f"zone-{chr(ord('a') + (joiner.index - 1) % 26)}", "--pod-network", mode)
+        for joiner in cluster.joiners:
+            joiner.joined()
         yield cluster
     finally:
         if cluster is not None:
+            # all stop at once, and each one's wait and ``leave`` overlap the others'
             for joiner in cluster.joiners:
-                joiner.stop()
+                joiner.interrupt()
+            with concurrent.futures.ThreadPoolExecutor(max(1, len(cluster.joiners))) as pool:
+                for stopping in [pool.submit(joiner.stopped) for joiner in cluster.joiners]:
+                    stopping.result()
             if cluster.server.process is not None and cluster.server.process.poll() is None:
                 cluster.server.interrupt(timeout=scaled(60))
             cluster.server.teardown()
