@@ -11,8 +11,10 @@ Pod's containers (upstream ``kubelet_pods.go`` ``generateAPIPodStatus``, ``getPh
   once every container has started at least once and one still runs or will be restarted;
   Succeeded/Failed when all terminated for good (by restartPolicy).
 * **Conditions**: ``PodReadyToStartContainers`` (the sandbox: our network namespace),
-  ``Initialized`` (init containers done), ``ContainersReady`` and ``Ready`` (every container
-  ready; reason ``ContainersNotReady`` with the unready names, or ``PodCompleted``), and the
+  ``Initialized`` (every regular init container succeeded and every sidecar, an init container
+  with ``restartPolicy: Always``, has started), ``ContainersReady`` and ``Ready`` (every
+  container and every sidecar ready; reason ``ContainersNotReady`` with the unready names,
+  sidecars first, or ``PodCompleted``/``PodFailed`` once terminal), and the
   scheduler's ``PodScheduled`` kept as it is. A condition's ``lastTransitionTime`` changes only
   when its status does, so the EndpointSlice controller and ``kubectl`` see real transitions.
 """
@@ -98,10 +100,13 @@ class ContainerRecord:
         return out
 
 
-def pod_phase(restart_policy: str, init: list[ContainerRecord], containers: list[ContainerRecord], *, initialized: bool) -> str:
-    """Upstream ``getPhase``: Pending / Running / Succeeded / Failed from the container states."""
+def pod_phase(restart_policy: str, init: list[ContainerRecord], containers: list[ContainerRecord], *, initialized: bool,
+              sidecars: frozenset[str] = frozenset()) -> str:
+    """Upstream ``getPhase``: Pending / Running / Succeeded / Failed from the container states.
+    A sidecar's exit never fails the Pod's initialization (it is restarted whatever the policy)."""
     if not initialized:
-        failed_for_good = any(r.terminated is not None and r.terminated.exit_code != 0 for r in init) and restart_policy == "Never"
+        failed_for_good = restart_policy == "Never" and any(
+            r.terminated is not None and r.terminated.exit_code != 0 for r in init if r.name not in sidecars)
         return "Failed" if failed_for_good else "Pending"
     waiting = running = stopped = succeeded = 0
     for record in containers:
@@ -153,23 +158,27 @@ class PodRuntimeState:
     readiness_gates_ok: bool = True
     message: str = ""
     reason: str = ""
+    sidecars: frozenset[str] = frozenset()  # init containers with restartPolicy Always
 
 
 def generate_pod_status(state: PodRuntimeState, old_status: dict, now: datetime) -> dict:
     """The Pod's whole ``status`` (upstream ``generateAPIPodStatus``); ``old_status`` supplies
     the conditions other components own (kept as they are) and unchanged transition times."""
     previous = {c.get("type"): c for c in old_status.get("conditions") or [] if isinstance(c, dict)}
-    phase = pod_phase(state.restart_policy, state.init_containers, state.containers, initialized=state.initialized)
+    phase = pod_phase(state.restart_policy, state.init_containers, state.containers, initialized=state.initialized, sidecars=state.sidecars)
     terminal = phase in ("Succeeded", "Failed")
-    unready = [r.name for r in state.containers if not r.ready]
+    # generate.go: the sidecars' readiness counts beside the regular containers' (sidecars first)
+    unready = [r.name for r in state.init_containers if r.name in state.sidecars and not r.ready] + [r.name for r in state.containers if not r.ready]
     if terminal:
-        ready_reason, ready_message = "PodCompleted", ""
+        ready_reason, ready_message = ("PodCompleted" if phase == "Succeeded" else "PodFailed"), ""
     elif unready:
         ready_reason, ready_message = "ContainersNotReady", f"containers with unready status: [{' '.join(unready)}]"
     else:
         ready_reason, ready_message = "", ""
     containers_ready = not unready and not terminal
-    pending_init = [r.name for r in state.init_containers if not (r.terminated and r.terminated.exit_code == 0)]
+    # a regular init container is incomplete until it succeeded; a sidecar until it has started
+    pending_init = [r.name for r in state.init_containers
+                    if (not r.started if r.name in state.sidecars else not (r.terminated and r.terminated.exit_code == 0))]
     conditions = [
         _condition("PodReadyToStartContainers", state.sandbox_ready, now, previous),
         _condition("Initialized", state.initialized, now, previous,

@@ -795,6 +795,7 @@ class PodWorker:
             start_time=self.start_time,
             readiness_gates_ok=all(conditions.get(g) == "True" for g in gates),
             message=self._message,
+            sidecars=frozenset(s.name for s in self.init_slots if s.sidecar),
         )
 
     async def _write_status_forever(self) -> None:
