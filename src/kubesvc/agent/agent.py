@@ -263,22 +263,6 @@ class Agent:
             log.warning("pod %s/%s: cannot remove its network: %s", pod["metadata"].get("namespace"), pod["metadata"]["name"], err)
         await finish_unrun_pod(self.pods_api, pod, list(self.config.node_ips), self.clock)
 
-
-async def finish_unrun_pod(pods, pod: dict, host_ips: list[str], clock: Clock) -> None:
-    """A deleted Pod this agent never ran: reported Failed first when it is not terminal yet (as
-    the kubelet's ``TerminatePod`` does; a finalizer, a Job's tracking one, may keep the object,
-    and its controller waits for a terminal phase), then deleted with grace 0."""
-    if (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES:
-        meta = pod["metadata"]
-        status = never_started_status(pod, host_ips, clock.now())
-        try:
-            # the UID makes the apiserver refuse the write if the name now belongs to a new Pod
-            await pods.patch(meta["name"], {"metadata": {"uid": meta["uid"]}, "status": merge_patch_for(pod.get("status") or {}, status)},
-                             meta.get("namespace"), subresource="status")
-        except ClientError as err:  # gone, or another Pod now; the deletion below says the rest
-            log.warning("pod %s/%s: cannot report it failed: %s", meta.get("namespace"), meta["name"], err)
-    await delete_for_good(pods, pod)
-
     async def _collect_orphans(self) -> None:
         """Namespaces left by a crash for Pods that are gone; the processes in those that stay are
         stopped, since the worker starts its containers afresh."""
@@ -341,3 +325,19 @@ async def finish_unrun_pod(pods, pod: dict, host_ips: list[str], clock: Clock) -
                 return PodLogInfo(uid=worker.uid, restart_counts={c: worker.restart_count(c) for c in containers},
                                   running=worker.container_running)
         return None
+
+
+async def finish_unrun_pod(pods, pod: dict, host_ips: list[str], clock: Clock) -> None:
+    """A deleted Pod this agent never ran: reported Failed first when it is not terminal yet (as
+    the kubelet's ``TerminatePod`` does; a finalizer, a Job's tracking one, may keep the object,
+    and its controller waits for a terminal phase), then deleted with grace 0."""
+    if (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES:
+        meta = pod["metadata"]
+        status = never_started_status(pod, host_ips, clock.now())
+        try:
+            # the UID makes the apiserver refuse the write if the name now belongs to a new Pod
+            await pods.patch(meta["name"], {"metadata": {"uid": meta["uid"]}, "status": merge_patch_for(pod.get("status") or {}, status)},
+                             meta.get("namespace"), subresource="status")
+        except ClientError as err:  # gone, or another Pod now; the deletion below says the rest
+            log.warning("pod %s/%s: cannot report it failed: %s", meta.get("namespace"), meta["name"], err)
+    await delete_for_good(pods, pod)
