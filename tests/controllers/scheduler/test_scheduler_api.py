@@ -199,8 +199,8 @@ async def test_fast_bindings_keep_to_a_few_connections(fresh_apiserver, monkeypa
 
 def test_the_binding_window_widens_on_a_slow_binding_and_narrows_when_none_is_out():
     window = scheduler_controller.binding_window
-    assert window(4, 0.004, 3) == 4  # fast: stays
-    assert window(4, 0.3, 3) == 16  # slow: the maximum
+    assert window(4, 0.004, 3) == 4  # fast (4 ms): stays
+    assert window(4, 0.03, 3) == 16  # slow (30 ms: under 200/s at 4 in flight): the maximum
     assert window(4, None, 3) == 4  # failed before an answer
     assert window(16, 0.004, 2) == 16  # stays wide for the rest of the burst
     assert window(16, 0.3, 0) == 4  # none out: the burst is over

@@ -11,10 +11,10 @@ worker waits for a slot beyond the binding window:
   connection of its own, and a new one costs a TLS handshake on both sides (about 2.5 ms of
   the client's CPU and 4 ms of the apiserver's on this machine: for a 100-Pod burst, 16
   connections were about 1 ms per bind). So the window is ``BINDINGS_IN_FLIGHT`` (4) while
-  bindings come back fast, which keeps a local apiserver busy, and widens to
-  ``MAX_BINDINGS_IN_FLIGHT`` (16) once one takes ``SLOW_BINDING`` or longer (a loaded or distant
-  apiserver, where only more requests in flight keep the rate up); it narrows again when no
-  binding is in flight;
+  bindings come back fast, which keeps a quiet local apiserver busy, and widens to
+  ``MAX_BINDINGS_IN_FLIGHT`` (16) once one takes ``SLOW_BINDING`` (20 ms) or longer (four in
+  flight would then bind under 200 Pods/s: a busy, loaded or distant apiserver, where only
+  more requests in flight keep the rate up); it narrows again when no binding is in flight;
 
 * a Pod that needs scheduling (``placement.needs_scheduling``) is enqueued when it appears,
   and again when its spec changes (a toleration added, a gate removed);
@@ -62,7 +62,10 @@ UNSCHEDULABLE_RETRY = 300.0  # seconds an unschedulable Pod waits at most before
 MAX_RETRIES = 15
 BINDINGS_IN_FLIGHT = 4  # binding requests at once while they come back fast (each is a TLS connection of its own)
 MAX_BINDINGS_IN_FLIGHT = 16  # ... and once one is slow: a burst is bound in parallel, within the apiserver's in-flight limit
-SLOW_BINDING = 0.25  # seconds: a binding round trip this long widens the window (a local one takes milliseconds)
+# seconds: a binding round trip this long widens the window; four in flight that slow would bind
+# under 200 Pods/s (a quiet local apiserver answers in a few milliseconds; one shared with Pods
+# starting, or loaded, or distant, takes longer, and then only more in flight keep the rate up)
+SLOW_BINDING = BINDINGS_IN_FLIGHT / 200
 POD_INITIAL_BACKOFF = 1.0  # seconds before a Pod whose binding failed is tried again, doubling ...
 POD_MAX_BACKOFF = 10.0  # ... up to this (upstream's podInitialBackoffSeconds, podMaxBackoffSeconds)
 
