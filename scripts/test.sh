@@ -9,7 +9,12 @@
 # faster, 16.3 min against 16.3, and the extra load broke three timing-bounded tests.) With no arguments (the
 # whole suite), the IPVS tests start first in their VM in the background
 # (tests/support/ipvs_vm.py): tests/kernel/test_proxy_ipvs_vm.py collects their result.
-# The 40 slowest tests are listed at the end: the suite must stay under 15 minutes.
+# Files go to the workers longest first (tests/file_times.json, by tests/conftest.py; hence
+# --no-loadscope-reorder, which keeps that order instead of xdist's most-tests-first), so the
+# short ones fill the tail. The 40 slowest tests and the 30 slowest files with each worker's
+# finish are listed at the end (tests/support/filetimes.py; KUBESVC_FILE_TIMES=run.jsonl keeps
+# every file's figures, `python3 -m tests.support.filetimes update run.jsonl` makes them the next
+# order): the suite must stay under 15 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -eq 0 ]; then
@@ -21,4 +26,4 @@ if [ $# -eq 0 ]; then
   python3 -m tests.support.ipvs_vm start "$run_dir"
   export KUBESVC_IPVS_VM_RUN="$run_dir"
 fi
-python3 -m pytest -q -m "not slow" -p no:cacheprovider -n 2 --dist loadfile --durations=40 "$@"
+python3 -m pytest -q -m "not slow" -p no:cacheprovider -p tests.support.filetimes -n 2 --dist loadfile --no-loadscope-reorder --durations=40 "$@"

@@ -14,8 +14,9 @@ The same figures order the next runs (``tests/conftest.py``): with ``--dist load
 takes the next file when it runs out, so the files go longest first (``longest_first``, the
 classic longest-processing-time rule) and the short ones fill the tail, where before a
 15-30 s kernel module could start on one worker as the other ran out of work. The figures
-live in ``tests/file_times.json`` (seconds per file; refresh it from a whole run with
-``python3 -m tests.support.filetimes update RUN.jsonl``).
+live in ``tests/file_times.json`` (seconds per file as the run that wrote it measured them: only
+their order matters; refresh it from a whole run with ``python3 -m tests.support.filetimes
+update RUN.jsonl``).
 """
 
 from __future__ import annotations
