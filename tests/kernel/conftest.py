@@ -65,10 +65,11 @@ class KernelEnv:
     def ensure_proxies(self, nodes: list[Node] | None = None) -> None:
         """Every node's proxy running and synced (started the first time, restarted if a test
         left it dead)."""
-        for node in nodes or self.nodes:
-            proxy = self.proxy(node)
-            if not proxy.alive:
-                proxy.start()
+        starting = [proxy for proxy in map(self.proxy, nodes or self.nodes) if not proxy.alive]
+        for proxy in starting:  # all start at once; their first syncs overlap
+            proxy.start(wait=False)
+        for proxy in starting:
+            proxy.wait_ready()
 
     def diagnostics(self, rules: bool = True) -> str:
         parts = []
