@@ -57,9 +57,16 @@ all N Services from the watch cache (p50, p99) and the watch fan-out to W watche
 one column per storage, the ratio to SQLite's, and issue 18's goals (within 2x of SQLite on
 every figure; that list in at most 200 ms).
 
+``--only paired --before-src DIR`` compares this tree's server with another tree's (DIR: its
+``src``, e.g. ``git archive <commit> src | tar -x -C /tmp/before``) on a shared machine: both
+servers (SQLite) run at once, and ``--pairs`` batches of ``--batch`` creates go to one then the
+other (the order alternating), so the two batches of a pair meet the same load; it prints each
+server's median CPU per create and the median over pairs of after/before.
+
     python3 bench/apiserver.py --services 10000 --concurrency 8 --watchers 100
     python3 bench/apiserver.py --only throughput --storage etcd --peer-flags ''
     python3 bench/apiserver.py --only authz --role-bindings 1000 --authz-runs 5
+    python3 bench/apiserver.py --only paired --before-src /tmp/before/src --pairs 20 --batch 300
 """
 
 from __future__ import annotations
@@ -81,7 +88,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.support.apiserver import start_apiserver  # noqa: E402
+from tests.support.apiserver import RunningAPIServer, start_apiserver  # noqa: E402
 from tests.support.etcd import start_etcd  # noqa: E402
 
 SERVICES = "/api/v1/namespaces/default/services"
@@ -375,6 +382,9 @@ async def watch_latency(session, base, watchers: int, writes: int, round_: int, 
 
 
 async def run(args) -> None:
+    if args.only == "paired":
+        await run_paired(args)
+        return
     if args.only in ("all", "throughput"):
         storages = args.storage.split(",")
         if "etcd" in storages and "sqlite" not in storages:
@@ -650,6 +660,54 @@ async def run_authz(args) -> None:
             await server.stop()
 
 
+def _start_with_src(data: Path, src: str | None) -> RunningAPIServer:
+    """An apiserver (SQLite) running the package under ``src`` (PYTHONPATH), or this tree's."""
+    saved = os.environ.get("PYTHONPATH")
+    if src:
+        os.environ["PYTHONPATH"] = src
+    try:
+        return start_apiserver(data, "--storage-backend=sqlite")
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
+async def run_paired(args) -> None:
+    """Server CPU per create of the tree at ``--before-src`` and of this one, measured pairwise
+    at the same time (see the module docstring): on a machine others load, a figure taken a
+    minute later is not comparable, a batch taken right after another mostly is."""
+    if not args.before_src:
+        raise SystemExit("--only paired needs --before-src DIR (the other tree's src directory)")
+    with tempfile.TemporaryDirectory(prefix="kubesvc-bench-") as before_dir, tempfile.TemporaryDirectory(prefix="kubesvc-bench-") as after_dir:
+        servers = {"before": _start_with_src(Path(before_dir), args.before_src), "after": _start_with_src(Path(after_dir), None)}
+        try:
+            sessions = {name: _session(server) for name, server in servers.items()}
+            for name, server in servers.items():  # connections, caches and the IPAddress template warm
+                await create_all(sessions[name], server.url, [f"warm-{i:06d}" for i in range(300)], args.concurrency, server.tls_context())
+            cpu: dict[str, list[float]] = {"before": [], "after": []}
+            ratios = []
+            for pair in range(args.pairs):
+                for name in ("before", "after") if pair % 2 == 0 else ("after", "before"):
+                    server = servers[name]
+                    started = cpu_seconds(server.process.pid)
+                    await create_all(sessions[name], server.url, [f"p{pair}-{i:06d}" for i in range(args.batch)], args.concurrency,
+                                     server.tls_context())
+                    cpu[name].append((cpu_seconds(server.process.pid) - started) / args.batch)
+                ratios.append(cpu["after"][-1] / cpu["before"][-1])
+            for session in sessions.values():
+                await session.close()
+        finally:
+            for server in servers.values():
+                server.stop()
+    print(f"paired: {args.pairs} pairs of {args.batch} creates, {args.concurrency} raw TLS clients, SQLite, both servers running at once")
+    for name in ("before", "after"):
+        print(f"  {name:6s} ({args.before_src if name == 'before' else 'this tree'}): server CPU per create median "
+              f"{statistics.median(cpu[name]) * 1e6:6.0f} us   p10 {percentile(cpu[name], .1) * 1e6:6.0f} us   p90 {percentile(cpu[name], .9) * 1e6:6.0f} us")
+    print(f"  after/before per pair: median {statistics.median(ratios):.3f}   p10 {percentile(ratios, .1):.3f}   p90 {percentile(ratios, .9):.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--services", type=int, default=10000)
@@ -668,7 +726,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1,
                         help="throughput runs per storage, alternating the order (ABBA...); figures are medians over rounds")
     parser.add_argument("--etcd-tmpfs", action="store_true", help="etcd's data on tmpfs (no fsync cost) instead of disk")
-    parser.add_argument("--only", choices=["all", "throughput", "authz"], default="all")
+    parser.add_argument("--only", choices=["all", "throughput", "authz", "paired"], default="all")
+    parser.add_argument("--before-src", default="", help="--only paired: the src directory of the tree to compare this one with")
+    parser.add_argument("--pairs", type=int, default=20, help="--only paired: batches per server (each of --batch creates)")
     parser.add_argument("--role-bindings", type=int, default=1000)
     parser.add_argument("--authz-runs", type=int, default=5)
     parser.add_argument("--authz-requests", type=int, default=2000, help="requests per identity and run")
