@@ -109,3 +109,15 @@ def test_the_pod_worker_reports_its_sidecars():
         slot.record.running_since, slot.record.started, slot.record.ready = T0, True, slot.name == "main"
     assert generate_pod_status(worker.runtime_state(), {}, T0)["conditions"][3] == cond(
         "ContainersReady", "False", "ContainersNotReady", "containers with unready status: [proxy]")
+
+
+def test_a_running_sidecar_keeps_a_finished_pod_running_until_it_stops():
+    # upstream getPhase counts running sidecars among the running containers
+    sidecars = frozenset({"proxy"})
+    assert pod_phase("Never", [rec("proxy", running=True, started=True)], [rec("main", exit_code=0)], initialized=True, sidecars=sidecars) == "Running"
+    assert pod_phase("Never", [rec("proxy", running=True, started=True)], [rec("main", exit_code=1)], initialized=True, sidecars=sidecars) == "Running"
+    # stopped (SIGTERM: 143) after main: the regular containers decide
+    assert pod_phase("Never", [rec("proxy", exit_code=143)], [rec("main", exit_code=0)], initialized=True, sidecars=sidecars) == "Succeeded"
+    assert pod_phase("Never", [rec("proxy", exit_code=143)], [rec("main", exit_code=1)], initialized=True, sidecars=sidecars) == "Failed"
+    # a regular init container that is done is no running container
+    assert pod_phase("Never", [rec("setup", exit_code=0)], [rec("main", exit_code=0)], initialized=True) == "Succeeded"

@@ -9,7 +9,7 @@ Pod's containers (upstream ``kubelet_pods.go`` ``generateAPIPodStatus``, ``getPh
   ``started`` follows the startup probe, ``ready`` the readiness probe.
 * **Phase** (``getPhase``): Pending while a container waits without ever having run; Running
   once every container has started at least once and one still runs or will be restarted;
-  Succeeded/Failed when all terminated for good (by restartPolicy).
+  Succeeded/Failed when all terminated for good (by restartPolicy) and no sidecar still runs.
 * **Conditions**: ``PodReadyToStartContainers`` (the sandbox: our network namespace),
   ``Initialized`` (every regular init container succeeded and every sidecar, an init container
   with ``restartPolicy: Always``, has started), ``ContainersReady`` and ``Ready`` (every
@@ -108,7 +108,10 @@ def pod_phase(restart_policy: str, init: list[ContainerRecord], containers: list
         failed_for_good = restart_policy == "Never" and any(
             r.terminated is not None and r.terminated.exit_code != 0 for r in init if r.name not in sidecars)
         return "Failed" if failed_for_good else "Pending"
-    waiting = running = stopped = succeeded = 0
+    # a running sidecar keeps the Pod Running (upstream counts it among the running containers),
+    # so a Pod whose regular containers are done ends only once its sidecars have stopped
+    waiting = stopped = succeeded = 0
+    running = sum(1 for r in init if r.name in sidecars and r.running)
     for record in containers:
         if record.running:
             running += 1
