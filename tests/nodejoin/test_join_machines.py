@@ -184,10 +184,12 @@ def echoes(cluster):
     pinned to each machine; their Pods as the apiserver reports them once Running."""
     server = cluster["server"]
     names = [f"echo-{m}" for m in MACHINES] + [f"client-{m}" for m in MACHINES]
+    made = []
     for machine in MACHINES:
-        server.kubectl("apply", "-f", "-", input=json.dumps(pinned_pod(f"echo-{machine}", machine, {"app": "echo", "machine": machine},
-                                                                       ["python3", "-c", ECHO, "8080", f"echo-{machine}"])))
-        server.kubectl("apply", "-f", "-", input=json.dumps(pinned_pod(f"client-{machine}", machine, {"app": "client"}, ["sleep", "3600"])))
+        made.append(pinned_pod(f"echo-{machine}", machine, {"app": "echo", "machine": machine}, ["python3", "-c", ECHO, "8080", f"echo-{machine}"]))
+        made.append(pinned_pod(f"client-{machine}", machine, {"app": "client"}, ["sleep", "3600"]))
+    # one kubectl for the six Pods: a stream of JSON objects
+    server.kubectl("apply", "-f", "-", input="\n".join(map(json.dumps, made)))
     pods: dict[str, dict] = {}
 
     def running() -> bool:
