@@ -13,6 +13,10 @@ SLOPPY_IPS = [
     ("plain v4", "10.0.0.1", "10.0.0.1"),
     ("leading zeros are decimal", "010.000.000.001", "10.0.0.1"),
     ("octet too large", "256.0.0.1", None),
+    # Go's dtoi takes any number of leading zeros; Python's int() refuses over 4300 digits (a 500 once)
+    ("thousands of leading zeros", "10.96.0." + "0" * 5000 + "9", "10.96.0.9"),
+    ("thousands of digits", "10.96.0." + "1" * 5000, None),
+    ("leading zeros, too large", "10.96.0.0256", None),
     ("three octets", "10.0.1", None),
     ("v6", "fd00::1", "fd00::1"),
     ("v6 long form", "fd00:0:0:0:0:0:0:1", "fd00::1"),

@@ -60,7 +60,12 @@ def _parse_ipv4_sloppy(value: str) -> ipaddress.IPv4Address | None:
     parts = value.split(".")
     if len(parts) != 4 or not all(_DECIMAL_RE.fullmatch(p) for p in parts):
         return None
-    a, b, c, d = octets = [int(p) for p in parts]
+    # Go's dtoi reads any number of leading zeros ("0000…0009" is 9); int() of a long digit
+    # string would raise (Python's 4300-digit limit) where Go answers, so they go first
+    digits = [p.lstrip("0") or "0" for p in parts]
+    if max(map(len, digits)) > 3:
+        return None
+    a, b, c, d = octets = [int(p) for p in digits]
     if max(octets) > 255:
         return None
     # from the number: ipaddress's own parse of the text costs ~10 us, several per Service write
