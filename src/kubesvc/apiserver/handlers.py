@@ -23,6 +23,7 @@ from kubesvc.api.patch import PatchError, apply_patch
 from kubesvc.api.scheme import KindInfo
 from kubesvc.api.selectors import parse_field_selector, parse_label_selector
 from kubesvc.apiserver import codec
+from kubesvc.apiserver.registry.deleteoptions import validate_delete_options
 from kubesvc.apiserver.registry.pod import PodLogOptions, bind_pod, log_location
 from kubesvc.apiserver.registry.store import ListOptions, Store, parse_resource_version
 from kubesvc.apiserver.tables import to_table
@@ -289,32 +290,13 @@ async def delete_options(request: web.Request) -> dict:
     grace = codec.int64_param(query, "gracePeriodSeconds")
     if grace is not None:
         options["gracePeriodSeconds"] = grace
-    policy = options.get("propagationPolicy")
-    orphan = options.get("orphanDependents")
-    if orphan is not None and not isinstance(orphan, bool):
-        raise errors.bad_request("DeleteOptions.orphanDependents must be a boolean")
-    # upstream ValidateDeleteOptions
-    if orphan is not None and policy is not None:
-        raise errors.invalid("DeleteOptions", "", [errors.invalid_value("propagationPolicy", policy, "orphanDependents and deletionPropagation cannot be both set")], "meta.k8s.io")
-    if policy not in (None, "Orphan", "Background", "Foreground"):
-        raise errors.invalid("DeleteOptions", "", [errors.not_supported("propagationPolicy", policy, ["Foreground", "Background", "Orphan", "nil"])], "meta.k8s.io")
-    grace_value = options.get("gracePeriodSeconds")
-    if grace_value is not None and (not isinstance(grace_value, int) or isinstance(grace_value, bool)):
-        raise errors.bad_request("DeleteOptions.gracePeriodSeconds must be an integer")
-    if grace_value is not None:
-        if not -(2**63) <= grace_value < 2**63:
-            raise errors.bad_request(f"json: cannot unmarshal number {grace_value} into Go struct field DeleteOptions.gracePeriodSeconds of type int64")
-        # upstream multiplies it into a time.Duration (about 292 years at most)
-        options["gracePeriodSeconds"] = min(grace_value, codec.MAX_GO_DURATION_SECONDS)
-    if options.get("preconditions") is not None and not isinstance(options["preconditions"], dict):
-        raise errors.bad_request("DeleteOptions.preconditions must be an object")
-    return options
+    return validate_delete_options(options)
 
 
 async def delete_object(request: web.Request, target: Target) -> web.Response:
     info = target.info
     options = await delete_options(request)
-    dry_run = codec.write_options(request.query, request.headers.get("User-Agent")).dry_run or options.get("dryRun") == ["All"]
+    dry_run = codec.write_options(request.query, request.headers.get("User-Agent")).dry_run or bool(options.get("dryRun"))  # validated: only "All"s (dryrun.IsDryRun)
     obj, deleted_now = await target.store.delete(target.namespace, target.name, options, dry_run=dry_run)
     if info.kind == "Namespace" and not dry_run:
         request.app["namespace_finalizer"].kick()

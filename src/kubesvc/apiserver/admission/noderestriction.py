@@ -14,8 +14,9 @@ requests of a node user (``system:node:<name>`` in ``system:nodes``), narrows th
 * **pods**: create only mirror Pods bound to itself, owned by its Node (one controller
   ownerReference with the Node's UID, no blockOwnerDeletion) and referencing no
   ServiceAccount, Secret, ConfigMap or PVC; delete only Pods with ``spec.nodeName`` set to
-  itself; ``status`` only of Pods bound to itself, without changing their labels; no other
-  writes or subresources;
+  itself; ``status`` only of Pods bound to itself, without changing their labels; an
+  ``eviction`` only of Pods bound to itself (refused before the eviction writes anything);
+  no other writes or subresources;
 * **leases**: only ``kube-node-lease/<its name>``;
 * **serviceaccounts/token**: only tokens bound to a Pod (with its UID) running on itself.
 
@@ -149,6 +150,11 @@ def admit_pod(node: str, operation: str, subresource: str, new: dict | None, old
             raise Refused(f'node "{node}" can only update pod status for pods with spec.nodeName set to itself')
         if (_meta(old).get("labels") or {}) != (_meta(new).get("labels") or {}):
             raise Refused(f'node "{node}" cannot update labels through pod status')
+    elif subresource == "eviction":  # admitPodEviction: ``old`` is the Pod the Eviction names
+        if operation != CREATE:
+            raise Refused(f"unexpected operation {operation}")
+        if _spec(old).get("nodeName") != node:
+            raise Refused(f"node {node} can only evict pods with spec.nodeName set to itself")
     else:
         raise Refused(f"unexpected pod subresource \"{subresource}\", only 'status' and 'eviction' are allowed")
 

@@ -77,6 +77,16 @@ class AdmittedStrategy:
         await self._plugin.admit(self._inner.info, DELETE, "", None, obj)
         return await self._inner.begin_delete(obj)
 
+    async def admit_subresource_create(self, subresource: str, obj: dict, parent: dict) -> None:
+        """A create of a subresource that writes no object of its own (``pods/eviction``):
+        admitted as upstream admits that create, ``obj`` the posted body and ``parent`` the
+        object it names (as the old object), before the subresource's REST code writes
+        anything."""
+        await self._plugin.admit(self._inner.info, CREATE, subresource, obj, parent)
+        inner = getattr(self._inner, "admit_subresource_create", None)
+        if inner is not None:
+            await inner(subresource, obj, parent)
+
     async def admit_delete(self, obj: dict) -> None:
         """A dry-run DELETE: admitted as a real one is (upstream admits dry runs), nothing written."""
         await self._plugin.admit(self._inner.info, DELETE, "", None, obj)

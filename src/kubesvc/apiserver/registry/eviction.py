@@ -30,6 +30,7 @@ import copy
 from kubesvc.api import errors
 from kubesvc.api.errors import StatusError
 from kubesvc.api.pods import update_pod_condition
+from kubesvc.apiserver.registry.deleteoptions import validate_delete_options
 from kubesvc.apiserver.registry.store import Store
 
 DISRUPTION_TARGET = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting"}
@@ -66,8 +67,13 @@ def delete_options_of(eviction: dict, request_dry_run: bool) -> dict:
         if requested:
             options["dryRun"] = requested
     elif requested and given != requested:
-        raise errors.bad_request(f"Non-matching dry-run options in request and content: {requested} and {given}")
+        raise errors.bad_request(f"Non-matching dry-run options in request and content: {_go_list(requested)} and {_go_list(given)}")
     return options
+
+
+def _go_list(values: list) -> str:
+    """A []string as Go's %v prints it: ``[All]``."""
+    return "[" + " ".join(str(v) for v in values) + "]"
 
 
 def _with_resource_version(options: dict, resource_version: str) -> dict:
@@ -92,12 +98,29 @@ async def _add_condition_and_delete(pods: Store, namespace: str, name: str, opti
     await pods.delete(namespace, name, options, dry_run=dry_run)
 
 
+async def admit_eviction(pods: Store, namespace: str, name: str, eviction: dict) -> None:
+    """The Eviction's create through admission, as upstream admits it before ``EvictionREST``
+    runs (a dry run too), so a refused eviction writes nothing: NamespaceLifecycle (no
+    eviction in a namespace being deleted, 403 as any create there) and the Pod kind's plugins
+    with the Pod it names as the old object (NodeRestriction's ``admitPodEviction``: a node
+    evicts only Pods bound to itself). Admission names the URL's Pod; a missing one is 404."""
+    named = {**eviction, "metadata": {**(eviction.get("metadata") or {}), "name": name}}
+    await pods._check_namespace(namespace, named)
+    pod = await pods.get(namespace, name)
+    admit = getattr(pods.strategy, "admit_subresource_create", None)
+    if admit is not None:
+        await admit("eviction", named, pod)
+
+
 async def evict_pod(pods: Store, namespace: str, name: str, eviction: dict, *, request_dry_run: bool) -> None:
-    """``EvictionREST.Create`` with no PodDisruptionBudget to consult."""
+    """``EvictionREST.Create`` with no PodDisruptionBudget to consult, after admission."""
+    await admit_eviction(pods, namespace, name, eviction)
     if name != (eviction.get("metadata") or {}).get("name", ""):
         raise errors.bad_request("name in URL does not match name in Eviction object")
-    options = delete_options_of(eviction, request_dry_run)
-    dry_run = options.get("dryRun") == ["All"]
+    # the delete's options as the DELETE behind it validates them (rest.BeforeDelete): 422 before
+    # anything is written, and a dryRun other than ["All"] never deletes for real
+    options = validate_delete_options(delete_options_of(eviction, request_dry_run))
+    dry_run = bool(options.get("dryRun"))  # validated: only "All"s (dryrun.IsDryRun)
     retry_conflicts = resource_version_unset(options)
     for attempt in range(EVICTIONS_RETRY_STEPS):
         pod = await pods.get(namespace, name)
