@@ -610,6 +610,12 @@ class Store:
             else:
                 meta.pop(system_field, None)
         meta["resourceVersion"] = old_meta["resourceVersion"]
+        if subresource and meta.get("uid") and meta["uid"] != old_meta.get("uid"):
+            # upstream validates the common metadata of every write, a subresource's too
+            # (BeforeUpdate's validateCommonFields): another uid is "field is immutable", which is
+            # what pins a status patch carrying the uid (PatchPodStatus, PodGC) to that very object;
+            # the subresource strategies below would otherwise drop it with the rest of metadata
+            raise self._invalid(old_meta["name"], [errors.invalid_value("metadata.uid", meta["uid"], "field is immutable")])
         if subresource == "status":
             self.strategy.prepare_for_status_update(new, old)
         elif subresource == "finalize":

@@ -97,7 +97,10 @@ class PodGCController:
 
     async def _delete(self, pod: dict, reason: str, condition: tuple[str, str, str] | None) -> None:
         """``markFailedAndDeletePodWithCondition``: Failed first (with the condition), then DELETE
-        with grace period 0. A Pod already gone is not an error."""
+        with grace period 0. A Pod already gone is not an error. Both writes name the Pod's uid
+        (the patch's ``metadata.uid``, the delete's precondition): a Pod of the same name made
+        since the informer saw this one is neither marked nor deleted (a 409 for the delete:
+        the Pod decided on is gone)."""
         namespace, name = pod["metadata"].get("namespace", ""), pod["metadata"]["name"]
         self.metrics.deleting.labels(namespace, reason).inc()
         log.info("PodGC is force deleting Pod %s/%s (%s)", namespace, name, reason)
@@ -105,9 +108,9 @@ class PodGCController:
             patch = gc.failed_status_patch(pod, condition, self.clock.now())
             if patch is not None:
                 await self._pods_api.patch(name, patch, namespace, patch_type="strategic", subresource="status")
-            await self._pods_api.delete(name, namespace, grace_period_seconds=0)
+            await self._pods_api.delete(name, namespace, grace_period_seconds=0, preconditions={"uid": pod["metadata"]["uid"]})
         except ApiError as exc:
-            if not is_not_found(exc):
+            if not (is_not_found(exc) or exc.status == 409):  # gone, or its name now another Pod's
                 self.metrics.errors.labels(namespace, reason).inc()
                 log.warning("PodGC: cannot delete Pod %s/%s: %s", namespace, name, exc)
         except ClientError as exc:
