@@ -135,11 +135,11 @@ HOPS = (("agent", "probe accepted -> Ready in the API (agent status write)"),
         ("latency", "Pod Ready -> reachable via ClusterIP"))
 
 
-def components_cpu() -> dict[str, float]:
-    """CPU seconds so far of each ``kubesvc`` component in this process's network namespace
-    (the measuring half runs in ``up``'s; other ``up``s on the machine are in theirs)."""
-    tick, own = os.sysconf("SC_CLK_TCK"), os.stat("/proc/self/ns/net").st_ino
-    totals: dict[str, float] = {}
+def namespace_components() -> list[tuple[int, str, list[str]]]:
+    """(pid, component, /proc/<pid>/stat fields after the name) of every ``kubesvc`` process in
+    this process's network namespace (the measuring half runs in ``up``'s; other ``up``s on the
+    machine are in theirs)."""
+    own, found = os.stat("/proc/self/ns/net").st_ino, []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -149,7 +149,14 @@ def components_cpu() -> dict[str, float]:
             fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        name = component_of(int(entry))
+        found.append((int(entry), component_of(int(entry)), fields))
+    return found
+
+
+def components_cpu() -> dict[str, float]:
+    """CPU seconds so far of each ``kubesvc`` component in this process's network namespace."""
+    tick, totals = os.sysconf("SC_CLK_TCK"), {}
+    for _, name, fields in namespace_components():
         if name in ("apiserver", "controller-manager", "agent", "proxy"):
             totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
     return totals
@@ -157,19 +164,7 @@ def components_cpu() -> dict[str, float]:
 
 def component_pids() -> dict[str, int]:
     """The pid of each ``kubesvc`` component in this process's network namespace."""
-    own, pids = os.stat("/proc/self/ns/net").st_ino, {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            if os.stat(f"/proc/{entry}/ns/net").st_ino != own:
-                continue
-        except OSError:
-            continue
-        name = component_of(int(entry))
-        if name in ("apiserver", "controller-manager", "agent"):
-            pids[name] = int(entry)
-    return pids
+    return {name: pid for pid, name, _ in namespace_components() if name in ("apiserver", "controller-manager", "agent")}
 
 
 class Profiles:
