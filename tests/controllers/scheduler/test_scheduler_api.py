@@ -135,32 +135,35 @@ class SlowBindings:
             self.in_flight -= 1
 
 
+async def two_nodes_and_pending_pods(client, count: int) -> str:
+    """Ready nodes node-a and node-b, and ``count`` Pods waiting in a new namespace (its name)."""
+    await ready_node(client, "node-a")
+    await ready_node(client, "node-b")
+    ns = await new_namespace(client)
+    for i in range(count):
+        await pending_pod(client, ns, f"burst-{i}")
+    return ns
+
+
+async def all_bound(client, ns: str, count: int) -> list[str]:
+    """The node of each of the namespace's ``count`` Pods, once every one is bound."""
+    async def nodes():
+        names = [p["spec"].get("nodeName") for p in (await client.resource(PODS).list(ns))["items"]]
+        return names if len(names) == count and all(names) else None
+
+    return await eventually(nodes, message=f"all {count} Pods bound")
+
+
 async def test_a_burst_of_pods_is_bound_concurrently_and_still_spread(fresh_apiserver):
     """20 Pods whose bindings each take 0.3 s are all bound in well under the 6 s one at a time
     would take, and the decisions made while bindings were in flight still spread them evenly."""
     server = fresh_apiserver()
     async with api_client(server) as client:
-        await ready_node(client, "node-a")
-        await ready_node(client, "node-b")
-        ns = await new_namespace(client)
-        for i in range(20):
-            await pending_pod(client, ns, f"burst-{i}")
-        slow = None
-
-        def scheduler(client_, informers, **options):
-            nonlocal slow
-            slow = SlowBindings(client_, delay=0.3)
-            return Scheduler(slow, informers, **options)
-
-        async with running_controller(client, scheduler):
+        ns = await two_nodes_and_pending_pods(client, 20)
+        slow = SlowBindings(client, delay=0.3)
+        async with running_controller(client, lambda _client, informers, **options: Scheduler(slow, informers, **options)):
             started = time.monotonic()
-
-            async def all_bound():
-                pods = (await client.resource(PODS).list(ns))["items"]
-                nodes = [p["spec"].get("nodeName") for p in pods]
-                return nodes if len(nodes) == 20 and all(nodes) else None
-
-            nodes = await eventually(all_bound, message="all 20 Pods bound")
+            nodes = await all_bound(client, ns, 20)
             took = time.monotonic() - started
         assert took < 5.0, f"20 bindings of 0.3 s each took {took:.2f}s: not concurrent (one after another: 6 s)"
         assert slow.most_in_flight >= 10, slow.most_in_flight
@@ -174,25 +177,10 @@ async def test_fast_bindings_keep_to_a_few_connections(fresh_apiserver, monkeypa
     monkeypatch.setattr(scheduler_controller, "SLOW_BINDING", 60.0)  # every binding of this test counts as fast
     server = fresh_apiserver()
     async with api_client(server) as client:
-        await ready_node(client, "node-a")
-        await ready_node(client, "node-b")
-        ns = await new_namespace(client)
-        for i in range(30):
-            await pending_pod(client, ns, f"burst-{i}")
-        counting = None
-
-        def scheduler(client_, informers, **options):
-            nonlocal counting
-            counting = SlowBindings(client_, delay=0.0)
-            return Scheduler(counting, informers, **options)
-
-        async with running_controller(client, scheduler):
-            async def all_bound():
-                pods = (await client.resource(PODS).list(ns))["items"]
-                nodes = [p["spec"].get("nodeName") for p in pods]
-                return nodes if len(nodes) == 30 and all(nodes) else None
-
-            nodes = await eventually(all_bound, message="all 30 Pods bound")
+        ns = await two_nodes_and_pending_pods(client, 30)
+        counting = SlowBindings(client, delay=0.0)
+        async with running_controller(client, lambda _client, informers, **options: Scheduler(counting, informers, **options)):
+            nodes = await all_bound(client, ns, 30)
         assert 1 < counting.most_in_flight <= scheduler_controller.BINDINGS_IN_FLIGHT == 4, counting.most_in_flight
         assert sorted(Counter(nodes).values()) == [15, 15], Counter(nodes)
 
