@@ -71,7 +71,7 @@ class ClientConfig:
 
 
 def _load_client_certificate(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
-    from kubesvc.serving.dynamiccert import load_pair_into
+    from kubesvc.serving.pki import load_pair_into
 
     load_pair_into(context, cert_pem, key_pem)
 

@@ -253,7 +253,7 @@ class RestClient:
         resourceVersion as after any dropped connection."""
         import dataclasses
 
-        from kubesvc.serving.dynamiccert import load_pair_into
+        from kubesvc.serving.pki import load_pair_into
 
         if self._ssl is None:
             return

@@ -29,6 +29,8 @@ import ssl
 from collections.abc import Callable
 from pathlib import Path
 
+from kubesvc.serving.pki import load_pair_into
+
 log = logging.getLogger("kubesvc.serving.dynamiccert")
 
 WATCH_INTERVAL = 2.0  # seconds between stat()s of the watched files (upstream: fsnotify, and a poll each minute)
@@ -97,18 +99,6 @@ def pair_matches(cert_pem: bytes, key_pem: bytes) -> bool:
         return False
     spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     return key.public_key().public_bytes(*spki) == cert.public_key().public_bytes(*spki)
-
-
-def load_pair_into(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
-    """Make ``context`` present this pair from its next handshake on (``ssl`` loads a chain only
-    from files: a private temporary directory holds them for the call)."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="kubesvc-tls-") as tmp:
-        cert_path, key_path = Path(tmp, "tls.crt"), Path(tmp, "tls.key")
-        cert_path.write_bytes(cert_pem)
-        key_path.write_bytes(key_pem)
-        context.load_cert_chain(cert_path, key_path)
 
 
 def serving_pair_watch(context: ssl.SSLContext, cert_file: Path, key_file: Path, *, what: str = "the serving certificate") -> FileWatch:

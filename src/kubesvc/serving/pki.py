@@ -484,9 +484,15 @@ def ephemeral_serving_context(common_name: str, bind_address: str) -> ssl.SSLCon
 def server_context(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
     """A TLS server context presenting ``cert_pem`` (leaf first, then its chain)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    load_pair_into(context, cert_pem, key_pem)
+    return context
+
+
+def load_pair_into(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
+    """Make ``context`` present this pair from its next handshake on (``ssl`` loads a chain only
+    from files: a private temporary directory holds them for the call, the key 0600)."""
     with tempfile.TemporaryDirectory(prefix="kubesvc-tls-") as tmp:
         cert_path, key_path = Path(tmp) / "tls.crt", Path(tmp) / "tls.key"
         cert_path.write_bytes(cert_pem)
         write_private(key_path, key_pem)
         context.load_cert_chain(cert_path, key_path)
-    return context
