@@ -227,6 +227,29 @@ async def test_release_clears_the_holder_and_shortens_the_lease():
     assert client.leases.writes == writes
 
 
+async def test_release_after_a_renewal_whose_answer_was_lost_still_clears_the_holder():
+    """A renewal cut off by the cancellation can be written while its answer never arrives: the
+    Lease is still ours at a newer resourceVersion than the one last seen. The release reads it
+    and clears that one (CI saw the Lease left held by the cancelled candidate)."""
+    client, clock = FakeClient(), FakeClock()
+    elector = _elector(client, "a", clock)
+    assert await elector.try_acquire_or_renew()
+    client.leases.put_spec("kube-controller-manager", renewTime="2026-11-27T15:00:00.000000Z")  # our renewal, answer lost
+    assert client.leases.spec()["holderIdentity"] == "a"
+    assert await elector.release()
+    assert (client.leases.spec()["holderIdentity"], client.leases.spec()["leaseDurationSeconds"]) == ("", 1)
+
+
+async def test_release_leaves_a_lease_another_candidate_took_meanwhile():
+    client, clock = FakeClient(), FakeClock()
+    elector = _elector(client, "a", clock)
+    assert await elector.try_acquire_or_renew()
+    client.leases.put_spec("kube-controller-manager", holderIdentity="b", leaseTransitions=1)
+    writes = client.leases.writes
+    assert await elector.release()
+    assert client.leases.spec()["holderIdentity"] == "b" and client.leases.writes == writes
+
+
 @pytest.mark.parametrize("start", ["missing", "expired"], ids=["race-to-create", "race-to-take-over"])
 async def test_concurrent_candidates_never_both_win(start):
     client, clock = FakeClient(), FakeClock()

@@ -75,7 +75,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from kubesvc.client.rest import LEASES, ClientError, RestClient, is_not_found
+from kubesvc.client.rest import LEASES, ClientError, RestClient, is_conflict, is_not_found
 from kubesvc.util.clock import Clock, RealClock
 from kubesvc.util.golang import rfc3339_micro
 
@@ -306,7 +306,19 @@ class LeaderElector:
         record = LeaderElectionRecord("", 1, stamp, stamp, self._observed.leader_transitions)
         try:
             async with asyncio.timeout(self.renew_deadline):
-                await self._update(record)
+                try:
+                    await self._update(record)
+                except ClientError as err:
+                    # a renewal cut off by the cancellation may have been written without its
+                    # answer reaching us: the Lease is then still ours at a newer version; read it
+                    # and release that one (another holder's is left alone)
+                    if not is_conflict(err):
+                        raise
+                    lease = await self._leases.get(self.name, self.namespace)
+                    if LeaderElectionRecord.from_lease(lease).holder_identity != self.identity:
+                        return True
+                    self._lease = lease
+                    await self._update(record)
         except (ClientError, asyncio.TimeoutError) as err:
             log.error("Failed to release lock: %s", err if isinstance(err, ClientError) else "timed out")
             return False
