@@ -260,3 +260,26 @@ def test_resize_messages():
     # a terminal's size is two 16-bit numbers (TIOCSWINSZ): out of range is no resize
     assert streaming.resize_of(b'{"Width":-1,"Height":33}') is None
     assert streaming.resize_of(b'{"Width":101,"Height":65536}') is None
+
+
+async def test_a_command_on_a_terminal_starts_with_the_size_the_client_sends_after_connecting():
+    """kubectl exec -it sends the user's terminal size as a resize message once the session is up,
+    and may type before the command has started: the command starts on a terminal of that size
+    (``stty size`` tells) and reads what was typed. A real command on a real pseudo-terminal."""
+    sent: list[tuple[int, bytes]] = []
+
+    async def send(channel: int, data: bytes) -> None:
+        sent.append((channel, data))
+
+    async def client(child) -> None:
+        await child.write(b"typed\r")
+        await asyncio.sleep(0.3)  # the size comes late: the command must not have started without it
+        child.resize(101, 33)
+        await asyncio.sleep(60)  # the client stays until the session ends
+
+    options = streaming.ExecOptions(("sh", "-c", "stty size; read line; echo got-$line"), True, True, False, True)
+    target = streaming.ExecTarget(netns=None, env={}, working_dir="/", pid=None)
+    await asyncio.wait_for(streaming._run_exec(send, client, options, target), 20)
+    output = b"".join(data for channel, data in sent if channel == streaming.STDOUT).decode()
+    assert "33 101" in output and "got-typed" in output, output
+    assert sent[-1] == (streaming.ERROR, json.dumps(streaming.success_status()).encode())

@@ -364,7 +364,10 @@ def _on_a_terminal(argv: list[str], keys: list[tuple[bytes, bytes]], rows: int =
                 output += chunk
             elif process.poll() is not None:
                 break
-        code = process.wait(timeout=10)
+        try:
+            code = process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"kubectl still running {timeout:.0f} s after it started; its terminal showed: {output.decode(errors='replace')!r}")
     finally:
         if process.poll() is None:
             process.kill()

@@ -97,6 +97,10 @@ MAX_MESSAGE = 4 << 20
 # 256 reads of the container's output, at most 64 KiB each)
 QUEUED_MESSAGES = 16
 QUEUED_OUTPUT_CHUNKS = 256
+# kubectl sends the terminal's size as the first resize message as soon as the session is up; a
+# command on a terminal starts once it has come (or after this long), so its first ``stty size``
+# or full-screen draw sees the user's size rather than 0x0
+FIRST_SIZE_WAIT = 1.0
 
 
 @dataclass
@@ -330,9 +334,8 @@ async def _feed_session(connection: upgrade.RawConnection, session: Session) -> 
 
 async def _stdin_from_stream(stream: Stream, child) -> None:
     while data := await stream.read():
-        if child.stdin is not None:
-            with contextlib.suppress(OSError):
-                await interactive.write(child.stdin, data)
+        with contextlib.suppress(OSError):
+            await child.write(data)
     child.close_stdin()
 
 
@@ -372,6 +375,10 @@ class _AttachedInput:
     @property
     def stdin(self) -> int | None:
         return self._container.stdin_fd if self._container.stdin else None
+
+    async def write(self, data: bytes) -> None:
+        if self.stdin is not None:
+            await interactive.write(self.stdin, data)
 
     def resize(self, width: int, height: int) -> None:
         self._container.resize(width, height)
@@ -439,21 +446,51 @@ class _ExecInput:
     """What the client's input reaches in an exec'd command (the interface ``_from_client`` and
     the SPDY stdin/resize streams use, as ``_AttachedInput`` for attach): its stdin pipe or its
     terminal's master; resizes to the terminal; the end of the client's stdin closes the pipe,
-    or is ^D on a terminal (end of input for a reader in canonical mode, as a user's ^D)."""
+    or is ^D on a terminal (end of input for a reader in canonical mode, as a user's ^D).
 
-    def __init__(self, process: kprocess.Process, tty: bool):
-        self._process = process
+    The client's input is read from before the command starts (a terminal's command waits for
+    the first size): until :meth:`attach`, input is kept and the last size remembered."""
+
+    def __init__(self, tty: bool):
         self.tty = tty
+        self._process: kprocess.Process | None = None
+        self._early: list[bytes] = []
+        self._early_close = False
+        self.size: tuple[int, int] | None = None
+        self.sized = asyncio.Event()
 
     @property
     def stdin(self) -> int | None:
-        return self._process.stdin
+        return self._process.stdin if self._process is not None else None
+
+    async def attach(self, process: kprocess.Process) -> None:
+        """The command has started: the remembered size and input reach it."""
+        self._process = process
+        if self.size is not None:
+            self.resize(*self.size)
+        early, self._early = self._early, []
+        with contextlib.suppress(OSError):
+            for data in early:
+                await self.write(data)
+        if self._early_close:
+            self.close_stdin()
+
+    async def write(self, data: bytes) -> None:
+        if self._process is None:
+            self._early.append(data)
+        elif self._process.stdin is not None:
+            await interactive.write(self._process.stdin, data)
 
     def resize(self, width: int, height: int) -> None:
-        if self.tty and self._process.stdin is not None:
-            set_window_size(self._process.stdin, width, height)
+        self.size = (width, height)
+        self.sized.set()
+        if self.tty and self.stdin is not None:
+            set_window_size(self.stdin, width, height)
 
     def close_stdin(self) -> None:
+        if self._process is None:
+            self._early_close = True
+            return
         if self._process.stdin is None:
             return
         if self.tty:
@@ -463,7 +500,7 @@ class _ExecInput:
             self.close()
 
     def close(self) -> None:
-        if self._process.stdin is not None:
+        if self._process is not None and self._process.stdin is not None:
             os.close(self._process.stdin)
             self._process.stdin = None
 
@@ -481,12 +518,25 @@ async def _run_exec(send: Callable[[int, bytes], Awaitable[None]], client_input:
         await send(ERROR, json.dumps(failure_status(message)).encode())
         return
     argv, cwd, env = _exec_argv(target, command)
+    child_input = _ExecInput(options.tty)
+    client = asyncio.ensure_future(client_input(child_input))
+    if options.tty:
+        sized = asyncio.ensure_future(child_input.sized.wait())
+        await asyncio.wait([sized, client], timeout=FIRST_SIZE_WAIT, return_when=asyncio.FIRST_COMPLETED)
+        sized.cancel()
+    if client.done():  # the client left before the command started
+        return
     try:
-        child = await kprocess.spawn(argv, env=env, cwd=cwd, stdin_pipe=options.stdin, tty=options.tty)
+        child = await kprocess.spawn(argv, env=env, cwd=cwd, stdin_pipe=options.stdin, tty=options.tty, window=child_input.size)
     except OSError as exc:
+        client.cancel()
+        await asyncio.gather(client, return_exceptions=True)
         await send(ERROR, json.dumps(failure_status(f"failed to exec in container: {exc}")).encode())
         return
-    child_input = _ExecInput(child, options.tty)
+    except BaseException:
+        client.cancel()
+        raise
+    await child_input.attach(child)
 
     async def pump(reader: asyncio.StreamReader, channel: int, wanted: bool) -> None:
         with contextlib.suppress(OSError, ConnectionError):
@@ -497,7 +547,6 @@ async def _run_exec(send: Callable[[int, bytes], Awaitable[None]], client_input:
     pumps = [asyncio.create_task(pump(child.stdout, STDOUT, options.stdout or options.tty))]
     if child.stderr is not None:
         pumps.append(asyncio.create_task(pump(child.stderr, STDERR, options.stderr)))
-    client = asyncio.ensure_future(client_input(child_input))
     exited = asyncio.ensure_future(child.wait())
     stopped = asyncio.ensure_future(target.container_stopped() if target.container_stopped else asyncio.Event().wait())
     try:
@@ -530,9 +579,9 @@ async def _from_client(ws: web.WebSocketResponse, protocol: str, child) -> None:
         if message.type != WSMsgType.BINARY or not message.data:
             continue
         channel, payload = message.data[0], message.data[1:]
-        if channel == STDIN and child.stdin is not None and payload:
+        if channel == STDIN and payload:
             try:
-                await interactive.write(child.stdin, payload)
+                await child.write(payload)
             except OSError:  # the command closed its stdin: later input is dropped
                 pass
         elif channel == RESIZE:

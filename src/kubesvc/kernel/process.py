@@ -39,6 +39,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from kubesvc.kernel.exec import in_netns
+from kubesvc.kernel.interactive import set_window_size
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PIPE_LIMIT = 2**16  # each pipe's StreamReader buffer (asyncio's default)
@@ -73,18 +74,22 @@ class Process:
 
 
 async def spawn(argv: Sequence[str], *, env: Mapping[str, str], cwd: str, netns: str | None = None, merge_stderr: bool = False,
-                pass_fds: Sequence[int] = (), die_with_parent: bool = False, stdin_pipe: bool = False, tty: bool = False) -> Process:
+                pass_fds: Sequence[int] = (), die_with_parent: bool = False, stdin_pipe: bool = False, tty: bool = False,
+                window: tuple[int, int] | None = None) -> Process:
     """``argv`` started in a session of its own (inside network namespace ``netns`` if given),
     stdin /dev/null (a pipe with ``stdin_pipe``: a container with ``stdin: true``), stdout piped,
     stderr piped or (``merge_stderr``) into stdout; ``pass_fds`` stay open in the child; with
     ``die_with_parent`` it gets SIGKILL when this process dies. With ``tty`` (a container with
     ``tty: true``) stdin, stdout and stderr are a new pseudo-terminal, its controlling terminal:
-    ``stdout`` reads the master, ``stdin`` writes it, ``stderr`` is None.
+    ``stdout`` reads the master, ``stdin`` writes it, ``stderr`` is None; ``window`` (width,
+    height) is the terminal's size from the start.
     Forked on a worker thread (see the module docstring)."""
     loop = asyncio.get_running_loop()
     master = slave = None
     if tty:
         master, slave = os.openpty()
+        if window is not None:
+            set_window_size(master, *window)
         streams = {"stdin": slave, "stdout": slave, "stderr": slave}
     else:
         streams = {"stdin": subprocess.PIPE if stdin_pipe else subprocess.DEVNULL, "stdout": subprocess.PIPE,
