@@ -11,8 +11,9 @@ Pod's containers (upstream ``kubelet_pods.go`` ``generateAPIPodStatus``, ``getPh
   once every container has started at least once and one still runs or will be restarted;
   Succeeded/Failed when all terminated for good (by restartPolicy) and no sidecar still runs.
 * **Conditions**: ``PodReadyToStartContainers`` (the sandbox: our network namespace),
-  ``Initialized`` (every regular init container succeeded and every sidecar, an init container
-  with ``restartPolicy: Always``, has started), ``ContainersReady`` and ``Ready`` (every
+  ``Initialized`` (from the statuses alone: every regular init container exited 0, ``ready``,
+  and every sidecar, an init container with ``restartPolicy: Always``, has started; or a
+  regular container has run; reason ``PodCompleted`` once Succeeded), ``ContainersReady`` and ``Ready`` (every
   container and every sidecar ready; reason ``ContainersNotReady`` with the unready names,
   sidecars first, or ``PodCompleted``/``PodFailed`` once terminal), and the
   scheduler's ``PodScheduled`` kept as it is. A condition's ``lastTransitionTime`` changes only
@@ -164,6 +165,37 @@ class PodRuntimeState:
     sidecars: frozenset[str] = frozenset()  # init containers with restartPolicy Always
 
 
+def _init_succeeded(record: ContainerRecord) -> bool:
+    return record.terminated is not None and record.terminated.exit_code == 0
+
+
+def _init_container_status(record: ContainerRecord, sidecar: bool) -> dict:
+    """The prober manager's ``UpdatePodStatus``: a regular init container is ``ready`` once it
+    has exited 0 (a sidecar's readiness is its readiness probe's, as a container's)."""
+    out = record.to_dict()
+    if not sidecar:
+        out["ready"] = _init_succeeded(record)
+    return out
+
+
+def initialized_condition(state: PodRuntimeState, phase: str) -> tuple[bool, str, str]:
+    """Upstream ``GeneratePodInitializedCondition`` from the container statuses alone: True with
+    reason ``PodCompleted`` once the Pod Succeeded; True once any regular container is running
+    or has terminated (initialized before: a sidecar restarting later does not undo it); else
+    False, ``ContainersNotInitialized``, naming in spec order each regular init container that
+    has not exited 0 and each sidecar not started. A Failed Pod gets no reason of its own: an
+    init container that failed for good is named, a Pod whose containers ran is initialized."""
+    if phase == "Succeeded":
+        return True, "PodCompleted", ""
+    if any(r.running or r.terminated is not None for r in state.containers):
+        return True, "", ""
+    incomplete = [r.name for r in state.init_containers
+                  if not (r.started if r.name in state.sidecars else _init_succeeded(r))]
+    if incomplete:
+        return False, "ContainersNotInitialized", f"containers with incomplete status: [{' '.join(incomplete)}]"
+    return True, "", ""
+
+
 def generate_pod_status(state: PodRuntimeState, old_status: dict, now: datetime) -> dict:
     """The Pod's whole ``status`` (upstream ``generateAPIPodStatus``); ``old_status`` supplies
     the conditions other components own (kept as they are) and unchanged transition times."""
@@ -179,14 +211,10 @@ def generate_pod_status(state: PodRuntimeState, old_status: dict, now: datetime)
     else:
         ready_reason, ready_message = "", ""
     containers_ready = not unready and not terminal
-    # a regular init container is incomplete until it succeeded; a sidecar until it has started
-    pending_init = [r.name for r in state.init_containers
-                    if (not r.started if r.name in state.sidecars else not (r.terminated and r.terminated.exit_code == 0))]
+    initialized, init_reason, init_message = initialized_condition(state, phase)
     conditions = [
         _condition("PodReadyToStartContainers", state.sandbox_ready, now, previous),
-        _condition("Initialized", state.initialized, now, previous,
-                   *(("", "") if state.initialized or not pending_init else
-                     ("ContainersNotInitialized", f"containers with incomplete status: [{' '.join(pending_init)}]"))),
+        _condition("Initialized", initialized, now, previous, init_reason, init_message),
         _condition("Ready", containers_ready and state.readiness_gates_ok, now, previous,
                    *(("", "") if containers_ready and state.readiness_gates_ok else (ready_reason or "ReadinessGatesNotReady", ready_message))),
         _condition("ContainersReady", containers_ready, now, previous, *(("", "") if containers_ready else (ready_reason, ready_message))),
@@ -204,7 +232,7 @@ def generate_pod_status(state: PodRuntimeState, old_status: dict, now: datetime)
     if state.start_time is not None:
         status["startTime"] = rfc3339(state.start_time)
     if state.init_containers:
-        status["initContainerStatuses"] = [r.to_dict() for r in state.init_containers]
+        status["initContainerStatuses"] = [_init_container_status(r, r.name in state.sidecars) for r in state.init_containers]
     status["containerStatuses"] = [r.to_dict() for r in state.containers]
     status["qosClass"] = old_status.get("qosClass") or "BestEffort"
     if state.reason:
