@@ -310,6 +310,28 @@ def test_unknown_field_is_rejected_by_strict_validation(apiserver, ns):
     assert 'strict decoding error: unknown field "spec.bogusField"' in result.stderr
 
 
+def test_apply_of_a_kind_list_creates_each_item(apiserver, ns):
+    """kubectl validates a ``kind: List`` itself against ``/openapi/v2`` (gnostic protobuf), then
+    applies each item; the server must serve that document (a 404 failed the whole apply)."""
+    items = yaml.safe_load(WEB), {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "listed"}, "data": {"k": "v"}}
+    document = yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": list(items)})
+    result = apiserver.kubectl("apply", "-n", ns, "-f", "-", input=document)
+    assert result.stdout.splitlines() == ["service/web created", "configmap/listed created"]
+    assert get_json(apiserver, "configmap", "listed", "-n", ns)["data"] == {"k": "v"}
+
+
+def test_a_kind_list_item_with_an_unknown_field_is_refused_by_kubectl(apiserver, ns):
+    """The item is checked against the v2 definitions: kubectl's own message, nothing created."""
+    bad = yaml.safe_load(WEB)
+    bad["spec"]["bogus"] = 1
+    result = apiserver.kubectl("apply", "-n", ns, "-f", "-", check=False,
+                               input=yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [bad]}))
+    assert result.returncode == 1
+    assert ('error validating data: ValidationError(Service.spec): unknown field "bogus" in io.k8s.api.core.v1.ServiceSpec'
+            in result.stderr), result.stderr
+    assert apiserver.kubectl("get", "svc", "web", "-n", ns, check=False).returncode == 1
+
+
 def test_delete_namespace_deletes_its_objects(apiserver):
     name = f"gone-{uuid.uuid4().hex[:6]}"
     apiserver.kubectl("create", "namespace", name)

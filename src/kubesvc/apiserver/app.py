@@ -23,6 +23,7 @@ health checks); every error is a Kubernetes Status with the HTTP code equal to i
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -35,7 +36,7 @@ from kubesvc.api import errors
 from kubesvc.api.errors import StatusError
 from kubesvc.api.nesting import ensure_recursion_headroom
 from kubesvc.api.scheme import KindInfo, all_kinds, by_resource
-from kubesvc.apiserver import codec, handlers
+from kubesvc.apiserver import codec, handlers, openapi_v2
 from kubesvc.apiserver.auth.attributes import Attributes, request_info
 from kubesvc.apiserver.auth.authorizer import PrivilegedGroupAuthorizer, Union, forbidden
 from kubesvc.apiserver.auth.context import set_current as set_request_context
@@ -288,6 +289,12 @@ async def non_resource_handler(request: web.Request) -> web.StreamResponse:
     openapi: OpenAPI = app["openapi"]
     if path == "/openapi/v3":
         return handlers.json_response(openapi.index())
+    if path == "/openapi/v2":
+        protobuf = openapi_v2.wants_protobuf(request.headers.get("Accept", ""))
+        # the first call builds the document (~0.5 s of CPU): off the loop, which keeps serving
+        body, digest = await asyncio.to_thread(openapi.swagger, protobuf)
+        return web.Response(body=body, content_type=openapi_v2.PROTOBUF_TYPE if protobuf else "application/json",
+                            headers={"ETag": f'"{digest}"'})
     if path.startswith("/openapi/v3/"):
         doc = openapi.document(path[len("/openapi/v3/"):])
         if doc is not None:

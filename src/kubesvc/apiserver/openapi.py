@@ -32,6 +32,7 @@ from typing import Iterable
 from kubesvc.api.kinds.meta import DELETE_OPTIONS, STATUS, list_schema
 from kubesvc.api.scheme import KindInfo, all_kinds
 from kubesvc.api.schema import Any_, Field, ListOf, MapOf, Obj, Scalar, Type
+from kubesvc.apiserver import openapi_v2
 from kubesvc.apiserver.subresources import ActionSubresource, actions_of
 
 REF_PREFIX = "#/components/schemas/"
@@ -92,6 +93,7 @@ class OpenAPI:
             by_group_version[(info.group, info.version)].append(info)
         self._documents: dict[str, bytes] = {}
         self._hashes: dict[str, str] = {}
+        self._swagger: tuple[bytes, bytes, str] | None = None
         for (group, version), infos in by_group_version.items():
             path = f"apis/{group}/{version}" if group else f"api/{version}"
             body = json.dumps(group_version_document(group, version, infos), sort_keys=True,
@@ -111,6 +113,17 @@ class OpenAPI:
     def etag(self, path: str) -> str | None:
         """The document's content hash (unquoted), the same one its index URL carries."""
         return self._hashes.get(path.strip("/"))
+
+    def swagger(self, protobuf: bool) -> tuple[bytes, str]:
+        """``GET /openapi/v2``: the one Swagger 2.0 document derived from these (built on first
+        use: only kubectl's validation of a ``kind: List`` reads it), as gnostic protobuf or JSON,
+        and its ETag."""
+        if self._swagger is None:
+            document = openapi_v2.swagger_document(json.loads(body) for body in self._documents.values())
+            as_json = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+            self._swagger = (as_json, openapi_v2.encode_document(document), hashlib.sha512(as_json).hexdigest().upper())
+        as_json, as_protobuf, digest = self._swagger
+        return (as_protobuf if protobuf else as_json), digest
 
 
 def group_version_document(group: str, version: str, kinds: Iterable[KindInfo]) -> dict:
