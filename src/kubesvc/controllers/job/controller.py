@@ -12,6 +12,11 @@ informer), and a Pod whose finalizer removal is not yet seen is not counted agai
 
 A tracking finalizer left on a Pod whose Job is gone or finished is removed as soon as the Pod
 is finished or being deleted (upstream's orphan queue), so such Pods do not hang Terminating.
+
+A Job whose ``spec.managedBy`` names another controller is counted in
+``jobs_by_external_controller_total`` when the informer adds it and is otherwise left alone:
+no sync, no Pods, no status, its Pods' finalizers kept while it exists (upstream's
+``managedByExternalController`` in ``addJob``, ``syncJob`` and ``syncOrphanPod``).
 """
 
 from __future__ import annotations
@@ -72,7 +77,7 @@ class JobController:
         self._pod_control = PodControl(client, self.recorder)
         self._jobs = informers.informer(JOBS)
         self._pods = informers.pods
-        self._jobs.add_event_handler(self._enqueue, self._on_job_update, self._on_job_delete)
+        self._jobs.add_event_handler(self._on_job_add, self._on_job_update, self._on_job_delete)
         self._pods.add_event_handler(self._on_pod_add, self._on_pod_update, self._on_pod_delete)
 
     async def run(self) -> None:
@@ -84,6 +89,10 @@ class JobController:
 
     def _enqueue(self, job: dict) -> None:
         self.queue.add(_key(job))
+
+    def _on_job_add(self, job: dict) -> None:
+        self._enqueue(job)
+        self.metrics.job_added(job)
 
     def _on_job_update(self, old: dict, new: dict) -> None:
         self._enqueue(new)
@@ -108,6 +117,8 @@ class JobController:
         if ref is not None and ref.get("kind") != "Job":
             return
         job = self._job_of(pod)
+        if job is not None and jd.managed_by_external_controller(job) is not None:
+            return  # its own controller removes the finalizer
         if job is None or jd.is_finished(job):
             if not jd.is_active(pod):
                 self.orphan_queue.add(_key(pod))
@@ -155,8 +166,8 @@ class JobController:
         if pod is None or not jd.has_tracking_finalizer(pod):
             return
         job = self._job_of(pod)
-        if job is not None and not jd.is_finished(job):
-            return
+        if job is not None and (not jd.is_finished(job) or jd.managed_by_external_controller(job) is not None):
+            return  # adopted again, or another controller's Job: its finalizer is not ours to remove
         await self._remove_finalizer(pod)
 
     async def _remove_finalizer(self, pod: dict) -> None:
@@ -177,6 +188,8 @@ class JobController:
             self._finalizer_expectations.pop(key, None)
             self._backoff.pop(key, None)
             return
+        if jd.managed_by_external_controller(cached) is not None:
+            return  # another controller's Job (checked here too: a queued key may now name one)
         job = copy.deepcopy(cached)
         if jd.is_finished(job):
             self._backoff.pop(key, None)

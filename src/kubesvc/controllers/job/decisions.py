@@ -16,6 +16,10 @@ backoff_utils.go; NonIndexed and Indexed completion modes).
   ``CompletionsReached``. As in 1.32 the Job first gets the interim condition
   (``FailureTarget`` / ``SuccessCriteriaMet``) and its remaining Pods are deleted; ``Failed`` /
   ``Complete`` follow once no Pod is left terminating or uncounted.
+* **Another controller's Jobs.** A Job whose ``spec.managedBy`` names a controller other than
+  ``kubernetes.io/job-controller`` (the JobManagedBy feature, beta and on by default in 1.32)
+  is left alone: not synced (no Pods, no status), and its Pods' tracking finalizers are not
+  removed while it exists.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from datetime import datetime, timedelta
 from kubesvc.util.golang import parse_rfc3339, rfc3339
 
 JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
+JOB_CONTROLLER_NAME = "kubernetes.io/job-controller"  # batch.JobControllerName
 DEFAULT_BACKOFF = 10.0  # seconds (DefaultJobPodFailureBackOff)
 MAX_BACKOFF = 600.0  # MaxJobPodFailureBackOff
 MAX_POD_CREATE_DELETE_PER_SYNC = 500
@@ -77,6 +82,13 @@ def condition(job: dict, type_: str) -> dict | None:
         if c.get("type") == type_ and c.get("status") == "True":
             return c
     return None
+
+
+def managed_by_external_controller(job: dict) -> str | None:
+    """Upstream ``managedByExternalController``: the ``spec.managedBy`` naming another controller
+    (the Job controller then leaves the Job alone), else None (unset or ours)."""
+    name = (job.get("spec") or {}).get("managedBy")
+    return name if name is not None and name != JOB_CONTROLLER_NAME else None
 
 
 def is_finished(job: dict) -> bool:

@@ -18,6 +18,9 @@
 * ``terminated_pods_tracking_finalizer_total`` {event}: a finished Pod with the
   ``batch.kubernetes.io/job-tracking`` finalizer appearing (``add``) or going (``delete``), as
   the Pod informer sees them, whoever owns the Pod;
+* ``jobs_by_external_controller_total`` {controller_name}: a Job whose ``spec.managedBy`` names
+  another controller, counted when the Job informer adds it (so again after a restart), with
+  the ``managedBy`` value;
 * ``job_pods_creation_total`` {reason, status}: Pod creations, ``new`` or, when the Job already
   has failed or terminating Pods, ``recreate_terminating_or_failed`` (``recreate_failed`` with
   ``podReplacementPolicy: Failed``), ``succeeded``/``failed``.
@@ -82,6 +85,9 @@ class JobMetrics:
             SUBSYSTEM + "job_finished_indexes_total",
             'The number of finished indexes. Possible values for the status label are: "succeeded", "failed". Possible values '
             'for the backoffLimit label are: "perIndex" and "global"', ["status", "backoffLimit"], registry=registry)
+        self.by_external_controller = Counter(SUBSYSTEM + "jobs_by_external_controller_total",
+                                              "The number of Jobs managed by an external controller", ["controller_name"],
+                                              registry=registry)
         self.pods_creation = Counter(
             SUBSYSTEM + "job_pods_creation_total",
             "The number of Pods created by the Job controller labelled with a reason for the Pod creation.", ["reason", "status"],
@@ -97,6 +103,12 @@ class JobMetrics:
         was, now = is_finished_with_tracking_finalizer(old), is_finished_with_tracking_finalizer(new)
         if was != now:
             self.tracking_finalizer.labels("add" if now else "delete").inc()
+
+    def job_added(self, job: dict) -> None:
+        """The Job informer's add: ``jobs_by_external_controller_total`` for another controller's Job."""
+        controller_name = jd.managed_by_external_controller(job)
+        if controller_name is not None:
+            self.by_external_controller.labels(controller_name).inc()
 
     def job_finished(self, job: dict, condition_type: str, reason: str) -> None:
         self.jobs_finished.labels(completion_mode(job), SUCCEEDED if condition_type == jd.COMPLETE else FAILED, reason).inc()
