@@ -14,8 +14,8 @@ every kube-apiserver (identity.md §8.1).
   "namespace demo is being terminated", "field": "metadata.namespace"}`` that controllers
   (the ServiceAccount and root-CA publishers) use to give up quietly. Creating in a namespace
   that does not exist is the NotFound of the namespace itself (``namespaces "demo" not found``).
-  The registry checks the namespace as it creates (``Store._check_namespace``), with
-  :func:`terminating` for the words.
+  The registry checks the namespace as it creates (``Store.admit_namespace_lifecycle``, which
+  the Eviction subresource's create calls too), with :func:`terminating` for the words.
 
 **Where the namespace is read** (:class:`NamespaceLister`): upstream's plugin reads the
 Namespace from its informer's cache and goes to storage only when the cache cannot be trusted:

@@ -105,7 +105,7 @@ async def admit_eviction(pods: Store, namespace: str, name: str, eviction: dict)
     with the Pod it names as the old object (NodeRestriction's ``admitPodEviction``: a node
     evicts only Pods bound to itself). Admission names the URL's Pod; a missing one is 404."""
     named = {**eviction, "metadata": {**(eviction.get("metadata") or {}), "name": name}}
-    await pods._check_namespace(namespace, named)
+    await pods.admit_namespace_lifecycle(namespace, named)
     pod = await pods.get(namespace, name)
     admit = getattr(pods.strategy, "admit_subresource_create", None)
     if admit is not None:

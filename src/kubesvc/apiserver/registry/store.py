@@ -304,9 +304,6 @@ class Store:
     def _not_found(self, name: str) -> StatusError:
         return errors.not_found(self.info.resource, name, self.info.group)
 
-    def _now(self) -> str:
-        return self.now_text()
-
     def now_text(self) -> str:
         """The clock's time as ``metav1.Time`` is written (UTC, whole seconds): formatted once a
         second, not for every object a create stamps (its own and its IPAddress's)."""
@@ -407,8 +404,10 @@ class Store:
         return items, meta
 
     # ---- create ------------------------------------------------------------------------------
-    async def _check_namespace(self, namespace: str | None, obj: dict | None = None) -> None:
-        """NamespaceLifecycle admission for a create (admission/namespace_lifecycle.py)."""
+    async def admit_namespace_lifecycle(self, namespace: str | None, obj: dict | None = None) -> None:
+        """NamespaceLifecycle admission for a create (admission/namespace_lifecycle.py): 404 for a
+        missing namespace, 403 for one being deleted. Public: a subresource's create that stores
+        nothing of its own kind (the Eviction of a Pod) is admitted through it too."""
         if not self.info.namespaced:
             return
         terminating = await self.registry.namespace_lister.lookup(self.backend, self.registry.store("", "namespaces").info, namespace or "")
@@ -442,7 +441,7 @@ class Store:
             meta.pop(system_field, None)
         meta.pop("selfLink", None)
         meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = now = self._now()
+        meta["creationTimestamp"] = now = self.now_text()
         if self.strategy.bumps_generation:
             meta["generation"] = 1
         self.strategy.prepare_for_create(obj)
@@ -461,7 +460,7 @@ class Store:
         return obj, txn
 
     async def create(self, namespace: str | None, obj: dict, *, field_manager: str, dry_run: bool = False, managed: bool = True) -> dict:
-        await self._check_namespace(namespace, obj)
+        await self.admit_namespace_lifecycle(namespace, obj)
         name_collisions = 0
         # an allocator's stale choice retries with the choice marked taken, so those retries
         # end at the latest with "range is full"; only generated names have an attempt limit
@@ -635,7 +634,7 @@ class Store:
             if field_errors:
                 raise self._invalid(old_meta["name"], field_errors)
             if track:
-                track_update(old, new, manager=field_manager, schema=self.info.schema, api_version=self.info.api_version, now=self._now(), subresource=subresource)
+                track_update(old, new, manager=field_manager, schema=self.info.schema, api_version=self.info.api_version, now=self.now_text(), subresource=subresource)
         except BaseException:
             txn.revert()
             raise
@@ -647,7 +646,7 @@ class Store:
         body_rv = parse_resource_version(str(meta.get("resourceVersion"))) if meta.get("resourceVersion") not in (None, "") else None
         if await self.backend.get(self._key(namespace, name)) is None:
             if self.strategy.allow_create_on_update and not subresource:
-                await self._check_namespace(namespace, obj)
+                await self.admit_namespace_lifecycle(namespace, obj)
                 if body_rv:
                     raise self._not_found(name)
                 return await self.create(namespace, obj, field_manager=field_manager, dry_run=dry_run), True
