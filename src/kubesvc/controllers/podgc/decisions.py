@@ -34,6 +34,7 @@ from kubesvc.util.golang import rfc3339
 DEFAULT_TERMINATED_POD_THRESHOLD = 12500  # --terminated-pod-gc-threshold
 GC_CHECK_PERIOD = 20.0  # gcCheckPeriod
 QUARANTINE_TIME = 40.0  # quarantineTime
+DELETE_PARALLELISM = 10  # terminated / out-of-service Pods being deleted at once (ours: upstream's client QPS meters a goroutine each)
 TAINT_OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
 
 REASON_TERMINATED = "terminated"
