@@ -123,3 +123,46 @@ async def _serial_is(client: RestClient, serial: int) -> bool:
         return await presented_serial(client) == serial
     except ConnectionFailed:  # a request in flight when the rotation closed the connections (client-go's CloseAll fails them too)
         return False
+
+
+async def test_a_pair_named_by_path_is_followed_when_its_files_are_replaced(tmp_path: Path):
+    """A kubeconfig naming ``client-certificate``/``client-key`` files (a kubelet's usually does)
+    is unchanged by a rotation that replaces those files: the client still takes the new pair,
+    as client-go reloads a file-based pair."""
+    import yaml
+
+    ca = pki.ClusterCA(tmp_path / "ca")
+    first, second = (ca.ensure(name, pki.CertSpec.client(pki.node_identity("n1"))) for name in ("first", "second"))
+    cert_file, key_file = tmp_path / "pki" / "client.crt", tmp_path / "pki" / "client.key"
+    cert_file.parent.mkdir()
+    pki.write_private(key_file, first.key.read_bytes())
+    pki.write_private(cert_file, first.cert.read_bytes())
+    kubeconfig = tmp_path / "kubeconfig"
+    async with server_presenting_client_serials(ca) as url:
+        document = pki.kubeconfig_document(url, ca.pem, USER, first)
+        document["users"][0]["user"] = {"client-certificate": "pki/client.crt", "client-key": str(key_file)}  # relative and absolute
+        pki.write_private(kubeconfig, yaml.safe_dump(document).encode())
+        before = kubeconfig.read_bytes()
+        async with RestClient(load_kubeconfig(kubeconfig)) as client, rotating_client_certificate(kubeconfig, client, interval=0.05):
+            assert await presented_serial(client) == serial_of(first)
+            pki.write_private(key_file, second.key.read_bytes())  # a rotation: the key, then the certificate
+            await asyncio.sleep(0.3)
+            assert await presented_serial(client) == serial_of(first)  # half-replaced: the pair in use stays
+            pki.write_private(cert_file, second.cert.read_bytes())
+            await until(lambda: _serial_is(client, serial_of(second)))
+            assert kubeconfig.read_bytes() == before
+
+
+async def test_a_rotation_between_the_kubeconfigs_load_and_the_watchs_start_is_taken(tmp_path: Path):
+    """The client loaded the first pair; the kubeconfig was rewritten before it began following
+    the file: the watch's first look takes the second pair (before, it took what it saw then as
+    already loaded and waited for the next rotation)."""
+    ca = pki.ClusterCA(tmp_path / "ca")
+    first, second = (ca.ensure(name, pki.CertSpec.client(pki.node_identity("n1"))) for name in ("first", "second"))
+    kubeconfig = tmp_path / "kubeconfig"
+    async with server_presenting_client_serials(ca) as url:
+        pki.write_kubeconfig(kubeconfig, url, ca, USER, first)
+        async with RestClient(load_kubeconfig(kubeconfig)) as client:
+            pki.write_kubeconfig(kubeconfig, url, ca, USER, second)
+            async with rotating_client_certificate(kubeconfig, client, interval=0.05):
+                await until(lambda: _serial_is(client, serial_of(second)))

@@ -7,33 +7,38 @@ each watches its ``--kubeconfig`` and, when it holds a new pair, hands it to its
 (``rotate_client_certificate``: new connections present it, open ones are closed), as the
 kubelet's transport and client-go's ``cert_rotation.go`` do. A restart would cost the agent
 every Pod on the node (it runs them as its children).
+
+A kubeconfig may instead name its pair by path (``client-certificate: /var/lib/…/client.crt``,
+``client-key``, as a kubelet's usually does) and the files be replaced under it: those files
+are watched too, as client-go's file-based dynamic certificate reloads them. The loop is
+``dynamiccert.watch_forever``, the serving side's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from kubesvc.client.kubeconfig import ConfigError, load_kubeconfig
 from kubesvc.client.rest import RestClient
-from kubesvc.serving.dynamiccert import WATCH_INTERVAL, FileWatch, pair_matches
+from kubesvc.serving.dynamiccert import WATCH_INTERVAL, FileWatch, pair_matches, watch_forever
 
-log = logging.getLogger("kubesvc.client.certrotation")
-
-
-def client_certificate_watch(kubeconfig: Path, client: RestClient, *, pending: list) -> FileWatch:
-    """A watch of ``kubeconfig`` that gives ``client`` the client pair it holds once it differs
-    from the one in use (the rotation itself is a coroutine: appended to ``pending``)."""
+def client_certificate_watch(kubeconfig: Path, client: RestClient) -> FileWatch:
+    """A watch of ``kubeconfig``, and of the client pair's files when it names them by path,
+    that rotates ``client`` onto the pair they hold once it differs from the one in use (the
+    rotation is a coroutine, left in the watch's ``pending``). It starts unloaded: the first
+    check compares what is there now with the pair ``client`` loaded, so a rotation between that
+    load and the watch's start is not missed."""
+    watch: FileWatch
 
     def reload() -> bool:
         try:
             config = load_kubeconfig(kubeconfig)
         except ConfigError as err:
             raise ValueError(str(err)) from None
+        watch.paths = [Path(kubeconfig), *config.client_pair_files]
         cert, key = config.client_cert_pem, config.client_key_pem
         if not cert or not key:
             return True  # no client certificate (a token): nothing to rotate
@@ -41,24 +46,17 @@ def client_certificate_watch(kubeconfig: Path, client: RestClient, *, pending: l
             return True
         if not pair_matches(cert, key):
             return False
-        pending.append(client.rotate_client_certificate(cert, key))
+        watch.pending.append(client.rotate_client_certificate(cert, key))
         return True
 
-    return FileWatch([Path(kubeconfig)], reload, what=f"the client certificate of {kubeconfig}")
+    watch = FileWatch([Path(kubeconfig), *client.config.client_pair_files], reload,
+                      what=f"client certificate of {kubeconfig}", loaded=False)
+    return watch
 
 
 async def follow_client_certificate(kubeconfig: str | Path, client: RestClient, interval: float = WATCH_INTERVAL) -> None:
     """Until cancelled: rotate ``client`` onto each new pair ``kubeconfig`` holds."""
-    pending: list = []
-    watch = client_certificate_watch(Path(kubeconfig), client, pending=pending)
-    while True:
-        await asyncio.sleep(interval)
-        watch.check()
-        while pending:
-            try:
-                await pending.pop(0)
-            except (OSError, ValueError, ssl.SSLError) as err:  # the pair in use stays; the next change is tried again
-                log.warning("cannot use the renewed client certificate of %s: %s", kubeconfig, err)
+    await watch_forever([client_certificate_watch(Path(kubeconfig), client)], interval)
 
 
 @contextlib.asynccontextmanager

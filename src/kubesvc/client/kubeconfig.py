@@ -25,7 +25,7 @@ import base64
 import binascii
 import os
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field as dataclass_field
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,10 @@ class ClientConfig:
     insecure_skip_tls_verify: bool = False
     client_cert_pem: bytes | None = None
     client_key_pem: bytes | None = None
+    # the files the client pair was read from, when the kubeconfig names them by path
+    # (``client-certificate``/``client-key``, not ``-data``): what a rotation watches besides the
+    # kubeconfig itself (client-go reloads them: ``cert_rotation.go`` over a file-based dynamic cert)
+    client_pair_files: tuple[Path, ...] = dataclass_field(default=(), compare=False)
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """The TLS context for an ``https`` server (None for plain ``http``)."""
@@ -167,6 +171,8 @@ def _resolve(merged: _Merged, context_name: str | None, where: str) -> ClientCon
             insecure_skip_tls_verify=bool(cluster.body.get("insecure-skip-tls-verify", False)),
             client_cert_pem=_pem(user, "client-certificate"),
             client_key_pem=_pem(user, "client-key"),
+            client_pair_files=tuple(path for path in (_file_of(user, "client-certificate"), _file_of(user, "client-key"))
+                                    if path is not None),
         )
     except _FieldError as exc:
         raise fail(str(exc)) from None
@@ -197,10 +203,20 @@ def _token(user: _Entry) -> str | None:
     return None
 
 
-def _read_referenced(entry: _Entry, field: str) -> str:
+def _file_of(entry: _Entry, field: str) -> Path | None:
+    """The file ``<field>`` names when it is the one read (no ``<field>-data`` beside it)."""
+    if entry.body.get(f"{field}-data") or not entry.body.get(field):
+        return None
+    return _referenced_path(entry, field)
+
+
+def _referenced_path(entry: _Entry, field: str) -> Path:
     path = Path(os.path.expanduser(entry.body[field]))
-    if not path.is_absolute():
-        path = entry.source.parent / path
+    return path if path.is_absolute() else entry.source.parent / path
+
+
+def _read_referenced(entry: _Entry, field: str) -> str:
+    path = _referenced_path(entry, field)
     try:
         return path.read_text()
     except OSError as exc:

@@ -26,7 +26,7 @@ import asyncio
 import logging
 import os
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from kubesvc.serving.pki import load_pair_into
@@ -53,18 +53,26 @@ class FileWatch:
     """Calls ``reload()`` when the files at ``paths`` changed since the last successful call.
     ``reload`` returns False (or raises OSError/ValueError/ssl.SSLError) for content it could
     not use yet: it is asked again once the files change again (the second rename of a rotation),
-    not at every ``check`` (nor said again in the log)."""
+    not at every ``check`` (nor said again in the log).
 
-    def __init__(self, paths: list[Path], reload: Callable[[], bool], *, what: str):
+    ``loaded=False``: the content was read before the watch began (a client loaded its
+    kubeconfig, then started following it), so the first ``check`` reloads whatever is there: a
+    rotation landing in between is taken then, not missed until the next one. ``reload`` may
+    change ``paths`` (a kubeconfig that now names other files) and may leave coroutines in
+    ``pending`` (a client's rotation is one): ``watch_forever`` awaits them after the check."""
+
+    def __init__(self, paths: list[Path], reload: Callable[[], bool], *, what: str, loaded: bool = True):
         self.paths = [Path(p) for p in paths]
         self.reload = reload
         self.what = what
-        self._seen = file_signature(self.paths)
+        self.pending: list[Awaitable] = []
+        self._seen = file_signature(self.paths) if loaded else None
         self._refused: tuple | None = None  # files whose content reload could not use: tried again once they change
 
     def check(self) -> bool:
         """True when the files changed and ``reload`` took the new content."""
-        now = file_signature(self.paths)
+        paths = list(self.paths)
+        now = file_signature(paths)
         if now == self._seen or now == self._refused:
             return False
         try:
@@ -72,19 +80,32 @@ class FileWatch:
         except (OSError, ValueError, ssl.SSLError) as err:
             log.info("%s changed but cannot be loaded yet (%s); keeping the current one", self.what, err)
             taken = False
+        if self.paths != paths:  # reload now follows other files: what it read is theirs
+            now = file_signature(self.paths)
         if taken:
             self._seen = now
         else:
             self._refused = now
         return taken
 
+    async def settle(self) -> None:
+        """Await the work ``reload`` left; a failure leaves the content in use as it is (the
+        next change of the files is tried again)."""
+        while self.pending:
+            try:
+                await self.pending.pop(0)
+            except (OSError, ValueError, ssl.SSLError) as err:
+                log.warning("cannot use the new %s: %s", self.what, err)
+
 
 async def watch_forever(watches: list[FileWatch], interval: float = WATCH_INTERVAL) -> None:
-    """Check each watch every ``interval`` seconds (a task: cancel it to stop)."""
+    """Check each watch every ``interval`` seconds, and await what its reload left (a task:
+    cancel it to stop)."""
     while True:
         await asyncio.sleep(interval)
         for watch in watches:
             watch.check()
+            await watch.settle()
 
 
 def pair_matches(cert_pem: bytes, key_pem: bytes) -> bool:
