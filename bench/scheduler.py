@@ -27,7 +27,9 @@ then the Node is uncordoned and the scheduler binds the backlog: printed are bin
 last bind in the Pod watch), uncordon -> all bound, the CPU per bind of the apiserver and the
 controller-manager over that window (from /proc: what the machine's load does not inflate),
 the TLS connections the controller-manager opened meanwhile, and the requests the apiserver
-served (its /metrics). Medians over ``--rounds``.
+served (its /metrics). At the end: the median and p99 over ``--rounds`` of each figure, each
+Pod's uncordon -> bound (p50, p99 over every Pod of every round), and the peak RSS (VmHWM)
+of the apiserver and the controller-manager.
 
     python3 bench/scheduler.py --backlog 300 --rounds 5
 """
@@ -320,7 +322,7 @@ async def backlog_round(session, base: str, namespace: str, n: int, pids: dict[s
     async with session.delete(f"{base}/api/v1/namespaces/{namespace}") as r:
         await r.read()
     return {"binds_per_second": (n - 1) / (times[-1] - times[0]) if times[-1] > times[0] else None,
-            "all_bound": times[-1] - released, "cpu_ms": {name: seconds * 1000 for name, seconds in cpu.items()},
+            "all_bound": times[-1] - released, "to_bound": [t - released for t in times], "cpu_ms": {name: seconds * 1000 for name, seconds in cpu.items()},
             "cpu_events_ms": {name: seconds * 1000 for name, seconds in cpu_events.items()},
             "new_connections": new_connections, "requests": {k: v for k, v in requests.items() if v > 0}}
 
@@ -362,10 +364,12 @@ async def run_backlog(args) -> None:
                 print(f"backlog of {args.backlog} Pods, apiserver + controller-manager ({args.src}), no agent; "
                       f"load {' '.join(f'{v:.2f}' for v in os.getloadavg())}", flush=True)
                 rounds = []
+                peak_mib: dict[str, float] = {}
                 for r in range(args.rounds):
                     result = await backlog_round(session, server.url, f"bench-backlog-{r}", args.backlog, pids, port, args.timeout,
                                                  args.profile)
                     rounds.append(result)
+                    peak_mib = {name: peak_rss_mib([pid]) for name, pid in pids.items()}  # VmHWM: the peak so far
                     print(f"  round {r}: {result['binds_per_second'] or 0:.0f} binds/s, uncordon -> all bound {result['all_bound']:.2f} s; "
                           f"CPU per bind: {', '.join(f'{k} {v:.2f} ms' for k, v in result['cpu_ms'].items())} "
                           f"(with its Scheduled Event, written after: {', '.join(f'{k} {v:.2f} ms' for k, v in result['cpu_events_ms'].items())}); "
@@ -379,13 +383,27 @@ async def run_backlog(args) -> None:
                 except subprocess.TimeoutExpired:
                     manager.kill()
             server.stop()
-    def med(pick):
-        return statistics.median(pick(r) for r in rounds)
-    print(f"backlog {args.backlog}: binds/s median {med(lambda r: r['binds_per_second'] or 0):.0f}, uncordon -> all bound median "
-          f"{med(lambda r: r['all_bound']):.2f} s; CPU per bind median: apiserver {med(lambda r: r['cpu_ms']['apiserver']):.2f} ms, "
-          f"controller-manager {med(lambda r: r['cpu_ms']['controller-manager']):.2f} ms; with the Scheduled Events: apiserver "
-          f"{med(lambda r: r['cpu_events_ms']['apiserver']):.2f} ms, controller-manager {med(lambda r: r['cpu_events_ms']['controller-manager']):.2f} ms "
-          f"(over {len(rounds)} rounds)")
+    print(backlog_summary(args.backlog, rounds, peak_mib))
+
+
+def backlog_summary(n: int, rounds: list[dict], peak_mib: dict[str, float]) -> str:
+    """The --backlog figures over every round: median and p99 over the rounds of each round's
+    figure, each Pod's uncordon -> bound pooled over every round, and the processes' peak RSS."""
+    def over_rounds(label: str, pick, fmt: str, unit: str) -> str:
+        values = [pick(r) for r in rounds]
+        return f"{label} median {format(statistics.median(values), fmt)}{unit}, p99 {format(percentile(values, 0.99), fmt)}{unit}"
+
+    to_bound = [t for r in rounds for t in r["to_bound"]]
+    return "\n".join([
+        f"backlog {n} (over {len(rounds)} rounds; p99 over rounds, or over every Pod of every round where it says so):",
+        "  " + over_rounds("binds/s", lambda r: r["binds_per_second"] or 0, ".0f", "")
+        + "; " + over_rounds("uncordon -> all bound", lambda r: r["all_bound"], ".2f", " s")
+        + f"; uncordon -> a Pod bound over all {len(to_bound)} Pods: p50 {percentile(to_bound, 0.5):.2f} s, p99 {percentile(to_bound, 0.99):.2f} s",
+        *(f"  CPU per bind, {name}: " + over_rounds("binds alone", lambda r, name=name: r["cpu_ms"][name], ".2f", " ms")
+          + "; " + over_rounds("with the Scheduled Events", lambda r, name=name: r["cpu_events_ms"][name], ".2f", " ms")
+          for name in ("apiserver", "controller-manager")),
+        "  peak RSS (VmHWM): " + ", ".join(f"{name} {mib:.0f} MiB" for name, mib in peak_mib.items()),
+    ])
 
 
 def main() -> None:
