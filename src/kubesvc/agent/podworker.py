@@ -17,8 +17,8 @@
    1.29) is started in its turn and kept running beside everything after it, restarted
    whatever the Pod's ``restartPolicy``; the next init container waits only until it has
    started (its startup probe passed). Once the regular containers are done for good (a Pod
-   that completes) the sidecars are stopped; on termination they stop after the regular
-   containers, the last one first.
+   that completes) the sidecars are stopped; then, as on termination, they stop after the
+   regular containers one after the other, the last one defined first (``terminationorder``).
 3. **Each container** is supervised: its environment (the Service variables, ``env`` and
    ``envFrom`` with the ConfigMaps and Secrets they read, the downward API), its mounts (its
    own mount namespace, ``kernel/mounts.py``), its hostname and user (``podidentity.py``) are
@@ -43,6 +43,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import socket
@@ -59,6 +60,7 @@ from kubesvc.agent.volumes import MountConfigError
 from kubesvc.agent.podstatus import ContainerRecord, PodRuntimeState, Termination, generate_pod_status, merge_patch_for
 from kubesvc.agent.probes import ProbeResult, ProbeSpec, ProbeTracker, next_check_at, probe_event, run_check, run_probe, worker_result
 from kubesvc.agent.runtime import ContainerProcess, StartError, restart_count_from_log_dir
+from kubesvc.agent.terminationorder import TerminationOrder
 from kubesvc.util.golang import quote as go_quote
 from kubesvc.client.record import EventRecorder
 from kubesvc.client.rest import ApiError, ClientError, is_not_found
@@ -73,6 +75,7 @@ log = logging.getLogger("kubesvc.agent")
 
 STOPPED_FOR_GOOD = object()
 MINIMUM_GRACE_AFTER_PRE_STOP = 2.0  # upstream minimumGracePeriodInSeconds
+KILLED_EXIT_WAIT = 5.0  # how long the next container in the termination order waits for a SIGKILLed one to go
 VOLUME_RETRY_FIRST, VOLUME_RETRY_MAX = 0.5, 122.0  # nestedpendingoperations' exponential back-off
 
 
@@ -341,13 +344,19 @@ class PodWorker:
         return slot.started_once.is_set()
 
     async def _stop_sidecars(self, sidecars: list[asyncio.Task]) -> None:
-        """The regular containers are done (or an init container failed for good): the sidecars
-        stop, the last one first, and are not restarted."""
-        for slot in reversed([s for s in self.init_slots if s.sidecar]):
-            slot.retired = True
-            slot.wake.set()  # out of a crash-loop back-off
-            if slot.process is not None:
-                slot.stop_requested.set()
+        """The regular containers are done (or an init container failed for good): the kubelet
+        kills the Pod (computePodActions' KillPod, its sidecars no longer started), so the
+        sidecars stop as on deletion, one after the other, the last one defined first, with the
+        Pod's terminationGracePeriodSeconds, and are not restarted."""
+        for slot in self.init_slots:
+            if slot.sidecar:
+                slot.retired = True
+                slot.wake.set()  # out of a crash-loop back-off
+        running = [s for s in self.init_slots if s.sidecar and s.process is not None]
+        spec = self.pod.get("spec") or {}
+        order = TerminationOrder(spec, [s.name for s in running])
+        grace = float(spec.get("terminationGracePeriodSeconds", 30))
+        await asyncio.gather(*(self._kill_container(slot, order, grace) for slot in running))
         await asyncio.gather(*sidecars, return_exceptions=True)
 
     def _restore_restart_counts(self) -> None:
@@ -697,33 +706,51 @@ class PodWorker:
     # -- termination
 
     async def _kill_all(self) -> None:
-        """Everything but the sidecars at once, then the sidecars, the last one first (the
-        kubelet's termination order for restartable init containers)."""
-        slots = [s for s in self.init_slots + self.slots if s.process is not None and not s.sidecar]
-        await asyncio.gather(*(self._kill_container(slot) for slot in slots))
-        for slot in reversed([s for s in self.init_slots if s.sidecar]):
-            await self._kill_container(slot)
+        """Every running container at once, the sidecars waiting their turn (after the regular
+        containers, the last one defined first: ``terminationorder``)."""
+        running = [s for s in self.init_slots + self.slots if s.process is not None]
+        order = TerminationOrder(self.pod.get("spec") or {}, [s.name for s in running])
+        await asyncio.gather(*(self._kill_container(slot, order) for slot in running))
 
-    async def _kill_container(self, slot: ContainerSlot) -> None:
-        """KillContainer: preStop, SIGTERM, SIGKILL when the grace period (which a later,
-        shorter DELETE may cut) runs out."""
+    async def _kill_container(self, slot: ContainerSlot, order: TerminationOrder | None = None, grace: float | None = None) -> None:
+        """KillContainer: preStop, then (a sidecar) its turn in ``order``, SIGTERM, SIGKILL when
+        the grace period runs out. The grace period is the deletion's (a later, shorter DELETE
+        cuts it) unless ``grace`` is given (a Pod that finished: its terminationGracePeriodSeconds);
+        the preStop hook and the wait for the turn come out of it."""
         process = slot.process
         if process is None:
+            if order is not None:
+                order.container_terminated(slot.name)
             return
+
+        def budget() -> float:
+            if grace is None:
+                return self.grace
+            return min(grace, self.grace) if self.terminating else grace
+
         self._event("Normal", "Killing", f"Stopping container {slot.name}")
         began = self.ctx.clock.monotonic()
         floor = began
         pre_stop = ((slot.spec.get("lifecycle") or {}).get("preStop")) or {}
         if pre_stop and not self.force_kill.is_set():
             try:
-                await asyncio.wait_for(self._run_pre_stop(slot, pre_stop), timeout=max(self.grace, 0.0))
+                await asyncio.wait_for(self._run_pre_stop(slot, pre_stop), timeout=max(budget(), 0.0))
             except asyncio.TimeoutError:
                 pass
             # upstream leaves at least 2 s between SIGTERM and SIGKILL after a preStop hook
             floor = self.ctx.clock.monotonic() + MINIMUM_GRACE_AFTER_PRE_STOP
+        if order is not None and order.waits(slot.name) and not self.force_kill.is_set():
+            left = began + budget() - self.ctx.clock.monotonic()
+            turn = asyncio.create_task(order.wait_for_turn(slot.name, left))
+            forced = asyncio.create_task(self.force_kill.wait())
+            await asyncio.wait({turn, forced}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (turn, forced):
+                task.cancel()
+            # and as much again after the wait ("always give containers a minimal shutdown window")
+            floor = self.ctx.clock.monotonic() + MINIMUM_GRACE_AFTER_PRE_STOP
         process.signal(signal.SIGTERM)
         while process.returncode is None and not self.force_kill.is_set():
-            remaining = max(began + self.grace, floor) - self.ctx.clock.monotonic()  # self.grace shrinks on a shorter DELETE
+            remaining = max(began + budget(), floor) - self.ctx.clock.monotonic()  # self.grace shrinks on a shorter DELETE
             if remaining <= 0:
                 break
             self._grace_shortened.clear()
@@ -735,6 +762,11 @@ class PodWorker:
                 task.cancel()
         process.signal(signal.SIGKILL)
         slot.stop_requested.set()
+        if order is not None:
+            # the next in line waits until this one has exited (a SIGKILL is quick)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(process.wait_exit(), timeout=KILLED_EXIT_WAIT)
+            order.container_terminated(slot.name)
 
     async def _run_pre_stop(self, slot: ContainerSlot, hook: dict) -> None:
         """The ``preStop`` handler (exec, httpGet, tcpSocket or sleep), like a probe without thresholds."""
