@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from kubesvc.api.conditions import transition_time
-from kubesvc.util.golang import rfc3339
+from kubesvc.util.golang import quote as go_quote, rfc3339
 
 @dataclass
 class Termination:
@@ -160,9 +160,23 @@ class PodRuntimeState:
     host_ips: list[str] = field(default_factory=list)
     start_time: datetime | None = None
     readiness_gates_ok: bool = True
+    readiness_gates_message: str = ""  # why not (readiness_gates_message()), for Ready's message
     message: str = ""
     reason: str = ""
     sidecars: frozenset[str] = frozenset()  # init containers with restartPolicy Always
+
+
+def readiness_gates_message(gates: list[str], conditions: dict[str, str]) -> str:
+    """``GeneratePodReadyCondition``'s message for the Pod's ``readinessGates`` not True, given
+    the Pod's conditions (type -> status); "" when all are True."""
+    messages = []
+    for gate in gates:
+        status = conditions.get(gate)
+        if status is None:
+            messages.append(f"corresponding condition of pod readiness gate {go_quote(gate)} does not exist.")
+        elif status != "True":
+            messages.append(f'the status of pod readiness gate {go_quote(gate)} is not "True", but {status}')
+    return ", ".join(messages)
 
 
 def _init_succeeded(record: ContainerRecord) -> bool:
@@ -216,7 +230,8 @@ def generate_pod_status(state: PodRuntimeState, old_status: dict, now: datetime)
         _condition("PodReadyToStartContainers", state.sandbox_ready, now, previous),
         _condition("Initialized", initialized, now, previous, init_reason, init_message),
         _condition("Ready", containers_ready and state.readiness_gates_ok, now, previous,
-                   *(("", "") if containers_ready and state.readiness_gates_ok else (ready_reason or "ReadinessGatesNotReady", ready_message))),
+                   *(("", "") if containers_ready and state.readiness_gates_ok else
+                     (ready_reason, ready_message) if ready_reason else ("ReadinessGatesNotReady", state.readiness_gates_message))),
         _condition("ContainersReady", containers_ready, now, previous, *(("", "") if containers_ready else (ready_reason, ready_message))),
     ]
     ours = {c["type"] for c in conditions}

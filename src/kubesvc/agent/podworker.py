@@ -57,7 +57,8 @@ from kubesvc.agent.logs import container_log_path
 from kubesvc.agent.podvolumes import PodVolumes, VolumeSetUpFailed, fetch_object, read_only_root_filesystem, runtime_file_binds
 from kubesvc.agent.tokens import TokenManager
 from kubesvc.agent.volumes import MountConfigError
-from kubesvc.agent.podstatus import ContainerRecord, PodRuntimeState, Termination, generate_pod_status, merge_patch_for
+from kubesvc.agent.podstatus import (ContainerRecord, PodRuntimeState, Termination, generate_pod_status, merge_patch_for,
+                                     readiness_gates_message)
 from kubesvc.agent.probes import ProbeResult, ProbeSpec, ProbeTracker, next_check_at, probe_event, run_check, run_probe, worker_result
 from kubesvc.agent.runtime import ContainerProcess, StartError, restart_count_from_log_dir
 from kubesvc.agent.terminationorder import TerminationOrder
@@ -826,6 +827,7 @@ class PodWorker:
             host_ips=list(self.ctx.host_ips),
             start_time=self.start_time,
             readiness_gates_ok=all(conditions.get(g) == "True" for g in gates),
+            readiness_gates_message=readiness_gates_message(gates, conditions),
             message=self._message,
             sidecars=frozenset(s.name for s in self.init_slots if s.sidecar),
         )
