@@ -233,6 +233,58 @@ def test_the_serving_certificate_is_asked_for_then_renewed_at_its_deadline_each_
     assert stat.S_IMODE(system.paths.serving_key.stat().st_mode) == 0o600
 
 
+def test_failed_requests_are_retried_after_client_gos_backoff():
+    """certificate_manager.go: ExponentialBackoff{2s, x2, jitter 0.1, 5 steps}, then every 32 s."""
+    from itertools import islice
+
+    assert list(islice(tlsbootstrap.retry_delays(lambda: 0.0), 7)) == [2, 4, 8, 16, 32, 32, 32]
+    assert list(islice(tlsbootstrap.retry_delays(lambda: 0.99), 5)) == pytest.approx([2.198, 4.396, 8.792, 17.584, 32])
+
+
+def test_one_serving_request_is_waited_for_and_a_new_one_filed_only_once_it_is_deleted_or_denied(server, tmp_path):
+    """The serving certificate manager files one CSR and waits for it; an administrator's
+    ``kubectl delete csr`` or ``kubectl certificate deny`` ends that wait, and one new request
+    follows after the back-off's first step (before, a deleted request was polled for 24 h and
+    a denied one re-filed only after a minute)."""
+    from kubesvc.cmd.supervisor import Supervisor
+    from kubesvc.nodejoin.system import JoinOptions, JoinSystem
+
+    token = kubesvc("token", "create", "--kubeconfig", str(server.kubeconfig)).stdout.strip()
+    ca, key, cert = asyncio.run(bootstrap(server, token, "refiler"))
+    system = JoinSystem(JoinOptions(server=server.url, token=token, data_dir=tmp_path / "node", node_name="refiler",
+                                    node_ips=["192.0.2.8"]), supervisor=Supervisor(tmp_path / "logs", echo=lambda text: None))
+    tlsbootstrap.write_credentials(system.paths, server.url, ca, key, cert, "refiler")
+
+    def serving_requests() -> dict[str, str]:
+        rows = [line.split() for line in server.kubectl("get", "csr", "--no-headers").stdout.splitlines()]
+        return {r[0]: r[-1] for r in rows if r[2] == "kubernetes.io/kubelet-serving" and r[3] == "system:node:refiler"}
+
+    def a_new_pending_request(known: set[str], within: float = 30.0) -> str:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            new = {name for name, condition in serving_requests().items() if name not in known and condition == "Pending"}
+            if new:
+                assert len(new) == 1, new
+                return new.pop()
+            time.sleep(0.2)
+        raise AssertionError(f"no new serving request of refiler within {within:g}s: {serving_requests()}")
+
+    async def scenario() -> None:
+        task = asyncio.create_task(system.keep_serving_certificate())
+        try:
+            first = await asyncio.to_thread(a_new_pending_request, set())
+            await asyncio.to_thread(server.kubectl, "delete", "csr", first)
+            second = await asyncio.to_thread(a_new_pending_request, {first})
+            await asyncio.to_thread(server.kubectl, "certificate", "deny", second)
+            third = await asyncio.to_thread(a_new_pending_request, {first, second})
+            assert serving_requests() == {second: "Denied", third: "Pending"}
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
 def test_a_node_gets_kube_proxys_client_certificate_and_a_bootstrap_token_does_not(server, tmp_path):
     """After its own certificate, the node asks (as itself) for ``system:kube-proxy``'s: the
     approver's nodekubeproxyclient rule approves it after a SubjectAccessReview, with its own

@@ -180,20 +180,29 @@ class JoinSystem:
             return ["--rotate-server-certificates", "--cert-dir", self.paths.serving_cert.parent]
         return ["--tls-cert-file", self.paths.serving_cert, "--tls-private-key-file", self.paths.serving_key]
 
-    async def keep_serving_certificate(self, *, rand=random.random, now=None, retry: float = 60.0) -> None:
+    async def keep_serving_certificate(self, *, rand=random.random, now=None, retry_delays=tlsbootstrap.retry_delays) -> None:
         """The kubelet's serving certificate manager (``--rotate-server-certificates``): ask for
         the serving certificate when there is no usable one, then again at each rotation
         deadline (70-90 % of its lifetime, as for the client certificates); each request waits
         for an administrator's approval while the agent keeps serving the current one, and
-        takes the new one in place. A failed request is asked again after ``retry`` seconds."""
+        takes the new one in place.
+
+        One request is waited for, not one a minute: a new one is filed only once that one can
+        no longer be signed (denied, failed, deleted, or the server refused it), after
+        client-go's back-off (``retry_delays``: 2, 4, 8, 16 s, then every 32 s). Upstream's
+        manager also gives up on an unanswered request after 15 minutes and files another;
+        here the wait lasts until csrcleaner would delete it (``SERVING_APPROVAL_TIMEOUT``), since
+        only an administrator approves kubelet-serving requests and a new one every quarter
+        hour would only lengthen their list."""
         now = now or (lambda: datetime.now(timezone.utc))
         while True:
             if tlsbootstrap.serving_usable(self.paths, self.options.node_ips, now()):
                 cert = tlsbootstrap.certificate_at(self.paths.serving_cert)
                 deadline = tlsbootstrap.next_rotation_deadline(cert.not_valid_before_utc, cert.not_valid_after_utc, rand())
                 await asyncio.sleep(max(0.0, (deadline - now()).total_seconds()))
-            if not await self.serving_certificate():
-                await asyncio.sleep(retry)
+            delays = retry_delays(rand)
+            while not await self.serving_certificate():
+                await asyncio.sleep(next(delays))
 
     async def serving_certificate(self) -> bool:
         """The kubelet's serving certificate bootstrap (``serverTLSBootstrap``): a

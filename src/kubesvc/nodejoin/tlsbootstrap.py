@@ -28,7 +28,7 @@ import asyncio
 import base64
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -37,7 +37,7 @@ import yaml
 from cryptography import x509
 
 from kubesvc.client.kubeconfig import ClientConfig
-from kubesvc.client.rest import ApiError, ClientError, RestClient, is_already_exists
+from kubesvc.client.rest import ApiError, ClientError, RestClient, is_already_exists, is_not_found
 from kubesvc.cluster.join import JoinFailed
 from kubesvc.nodejoin.csr import (KUBE_PROXY_USER, NODE_USER_PREFIX, key_pem, kube_proxy_csr_object, new_key, node_csr_object,
                                   serving_csr_object)
@@ -225,10 +225,14 @@ async def request_certificate(client: RestClient, node_name: str, *, timeout: fl
         raise JoinFailed(f"cannot reach {server}: {err}") from None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    seen = False
     while True:
         try:
             csr = await client.get(f"{CSR_PATH}/{name}")
+            seen = True
         except ClientError as err:
+            if seen and is_not_found(err):  # an administrator (or csrcleaner) deleted it: nothing to wait for
+                raise JoinFailed(f"certificate signing request {name} was deleted") from None
             if loop.time() > deadline:
                 raise JoinFailed(f"cannot read certificate signing request {name}: {err}") from None
             csr = {}
@@ -245,11 +249,24 @@ async def request_certificate(client: RestClient, node_name: str, *, timeout: fl
         await asyncio.sleep(interval)
 
 
+def retry_delays(rand=random.random) -> Iterator[float]:
+    """Seconds between a certificate manager's failed requests (a refused or unreachable
+    server, a denied, failed or deleted CSR), as client-go's ``certificate_manager.go``:
+    ``ExponentialBackoff{Duration: 2s, Factor: 2, Jitter: 0.1, Steps: 5}`` (five attempts, so
+    waits of 2, 4, 8 and 16 s, each up to 10 % longer), then ``PollInfinite(32s)``."""
+    delay = 2.0
+    for _ in range(4):
+        yield delay * (1 + 0.1 * rand())
+        delay *= 2
+    while True:
+        yield 32.0
+
+
 async def rotate_forever(paths: Paths, server: str, node_name: str, on_rotated, *, timeout: float = 300.0,
                          rand=random.random, now=None, identity: ClientIdentity | None = None) -> None:
     """Renew the node's client certificate (or ``identity``'s) at each rotation deadline;
     ``on_rotated()`` (a coroutine function) after the new files are in place (``rotate_once``). A failed renewal
-    is retried every minute. The request is always sent with the node's own credential (the
+    is retried after ``retry_delays``. The request is always sent with the node's own credential (the
     one kube-proxy's certificate may not ask for certificates)."""
     from datetime import timezone
 
@@ -270,14 +287,19 @@ async def rotate_forever(paths: Paths, server: str, node_name: str, on_rotated, 
             return
         deadline = next_rotation_deadline(cert.not_valid_before_utc, cert.not_valid_after_utc, rand())
         await asyncio.sleep(max(0.0, (deadline - now()).total_seconds()))
-        try:
-            await rotate_once(paths, server, node_name, identity, timeout=timeout)
-            await on_rotated()
-        except (JoinFailed, ClientError, OSError) as err:
-            import logging
+        delays = retry_delays(rand)
+        while True:
+            try:
+                await rotate_once(paths, server, node_name, identity, timeout=timeout)
+            except (JoinFailed, ClientError, OSError) as err:
+                import logging
 
-            logging.getLogger("kubesvc.nodejoin").warning("certificate rotation failed, retrying in 60s: %s", err)
-            await asyncio.sleep(60)
+                delay = next(delays)
+                logging.getLogger("kubesvc.nodejoin").warning("certificate rotation failed, retrying in %.0fs: %s", delay, err)
+                await asyncio.sleep(delay)
+                continue
+            await on_rotated()
+            break
 
 
 async def rotate_once(paths: Paths, server: str, node_name: str, identity: ClientIdentity, *, timeout: float = 300.0) -> None:
