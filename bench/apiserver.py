@@ -59,7 +59,8 @@ every figure; that list in at most 200 ms).
 
 ``--only paired --before-src DIR`` compares this tree's server with another tree's (DIR: its
 ``src``, e.g. ``git archive <commit> src | tar -x -C /tmp/before``) on a shared machine: both
-servers (SQLite) run at once, and ``--pairs`` batches of ``--batch`` creates go to one then the
+servers (SQLite, or with ``--storage etcd`` each on an etcd of its own whose CPU is counted
+with the server's) run at once, and ``--pairs`` batches of ``--batch`` creates go to one then the
 other (the order alternating), so the two batches of a pair meet the same load; it prints each
 server's median CPU per create and the median over pairs of after/before.
 
@@ -67,6 +68,7 @@ server's median CPU per create and the median over pairs of after/before.
     python3 bench/apiserver.py --only throughput --storage etcd --peer-flags ''
     python3 bench/apiserver.py --only authz --role-bindings 1000 --authz-runs 5
     python3 bench/apiserver.py --only paired --before-src /tmp/before/src --pairs 20 --batch 300
+    python3 bench/apiserver.py --only paired --storage etcd --before-src /tmp/before/src --pairs 20 --batch 300
 """
 
 from __future__ import annotations
@@ -660,13 +662,13 @@ async def run_authz(args) -> None:
             await server.stop()
 
 
-def _start_with_src(data: Path, src: str | None) -> RunningAPIServer:
-    """An apiserver (SQLite) running the package under ``src`` (PYTHONPATH), or this tree's."""
+def _start_with_src(data: Path, src: str | None, storage_flags: list[str]) -> RunningAPIServer:
+    """An apiserver on ``storage_flags`` running the package under ``src`` (PYTHONPATH), or this tree's."""
     saved = os.environ.get("PYTHONPATH")
     if src:
         os.environ["PYTHONPATH"] = src
     try:
-        return start_apiserver(data, "--storage-backend=sqlite")
+        return start_apiserver(data, *storage_flags)
     finally:
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
@@ -680,9 +682,20 @@ async def run_paired(args) -> None:
     minute later is not comparable, a batch taken right after another mostly is."""
     if not args.before_src:
         raise SystemExit("--only paired needs --before-src DIR (the other tree's src directory)")
+    storage = args.storage.split(",")[-1]  # sqlite, or etcd: each server on an etcd of its own, its CPU counted too
+    if storage not in ("sqlite", "etcd"):
+        raise SystemExit("--only paired: --storage sqlite or etcd")
     with tempfile.TemporaryDirectory(prefix="kubesvc-bench-") as before_dir, tempfile.TemporaryDirectory(prefix="kubesvc-bench-") as after_dir:
-        servers = {"before": _start_with_src(Path(before_dir), args.before_src), "after": _start_with_src(Path(after_dir), None)}
+        etcds = {name: start_etcd(tmpfs=args.etcd_tmpfs, fast_election=False) for name in ("before", "after")} if storage == "etcd" else {}
+        flags = {name: etcds[name].flags() if etcds else ["--storage-backend=sqlite"] for name in ("before", "after")}
+        servers = {}
         try:
+            servers = {"before": _start_with_src(Path(before_dir), args.before_src, flags["before"]),
+                       "after": _start_with_src(Path(after_dir), None, flags["after"])}
+
+            def spent(name: str) -> float:  # the server's CPU, and its etcd's
+                return cpu_seconds(servers[name].process.pid) + (cpu_seconds(etcds[name].process.pid) if etcds else 0)
+
             sessions = {name: _session(server) for name, server in servers.items()}
             for name, server in servers.items():  # connections, caches and the IPAddress template warm
                 await create_all(sessions[name], server.url, [f"warm-{i:06d}" for i in range(300)], args.concurrency, server.tls_context())
@@ -691,19 +704,23 @@ async def run_paired(args) -> None:
             for pair in range(args.pairs):
                 for name in ("before", "after") if pair % 2 == 0 else ("after", "before"):
                     server = servers[name]
-                    started = cpu_seconds(server.process.pid)
+                    started = spent(name)
                     await create_all(sessions[name], server.url, [f"p{pair}-{i:06d}" for i in range(args.batch)], args.concurrency,
                                      server.tls_context())
-                    cpu[name].append((cpu_seconds(server.process.pid) - started) / args.batch)
+                    cpu[name].append((spent(name) - started) / args.batch)
                 ratios.append(cpu["after"][-1] / cpu["before"][-1])
             for session in sessions.values():
                 await session.close()
         finally:
             for server in servers.values():
                 server.stop()
-    print(f"paired: {args.pairs} pairs of {args.batch} creates, {args.concurrency} raw TLS clients, SQLite, both servers running at once")
+            for etcd in etcds.values():
+                etcd.stop()
+    what = "server+etcd CPU" if etcds else "server CPU"
+    print(f"paired: {args.pairs} pairs of {args.batch} creates, {args.concurrency} raw TLS clients, "
+          f"{'etcd (one each)' if etcds else 'SQLite'}, both servers running at once")
     for name in ("before", "after"):
-        print(f"  {name:6s} ({args.before_src if name == 'before' else 'this tree'}): server CPU per create median "
+        print(f"  {name:6s} ({args.before_src if name == 'before' else 'this tree'}): {what} per create median "
               f"{statistics.median(cpu[name]) * 1e6:6.0f} us   p10 {percentile(cpu[name], .1) * 1e6:6.0f} us   p90 {percentile(cpu[name], .9) * 1e6:6.0f} us")
     print(f"  after/before per pair: median {statistics.median(ratios):.3f}   p10 {percentile(ratios, .1):.3f}   p90 {percentile(ratios, .9):.3f}")
 
