@@ -168,3 +168,23 @@ async def test_create_timestamps_follow_the_clock_second_by_second():
         assert ip["metadata"]["creationTimestamp"] == created["metadata"]["creationTimestamp"]
         stamps.append(created["metadata"]["creationTimestamp"])
     assert stamps == ["2026-01-01T00:00:00Z", "2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z", "2025-12-31T23:59:59Z"]
+
+
+
+async def test_an_in_process_create_shares_nothing_with_the_callers_object_whatever_its_containers(registry):
+    """The create works on a copy of the caller's object: a dict subclass (or a tuple) in it is
+    copied too, so neither the create's writes reach the caller nor the caller's later changes
+    the object the create answered with (before, a non-dict mapping was the same object in both)."""
+    from collections import OrderedDict
+
+    configmaps = registry.store("", "configmaps")
+    data, annotations = OrderedDict(k="v"), OrderedDict(a="1")
+    created = await configmaps.create("default", {"metadata": {"name": "shared", "annotations": annotations}, "data": data},
+                                      field_manager="t")
+    data["k"], annotations["a"] = "changed", "changed"
+    assert created["data"] == {"k": "v"} and created["metadata"]["annotations"] == {"a": "1"}
+    ports = ({"port": 80},)
+    with pytest.raises(StatusError):  # a tuple is not a JSON array: refused, and left as it was
+        await registry.store("", "services").create("default", {"metadata": {"name": "tupled"}, "spec": {"ports": ports}},
+                                                    field_manager="t")
+    assert ports == ({"port": 80},)

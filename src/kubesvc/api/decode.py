@@ -262,16 +262,25 @@ _SCALAR_ZEROS = {"string": "", "byte": "", "integer": 0, "int-or-string": 0, "nu
                  "quantity": "0"}
 
 
+_IMMUTABLE_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def copy_json(value: Any) -> Any:
-    """A deep copy of a decoded JSON value (dicts, lists and immutable scalars), several times
-    cheaper than ``copy.deepcopy``, which keeps a memo of every node for shared references
-    that JSON cannot have."""
+    """A deep copy of a JSON-shaped value. Decoded JSON (dicts, lists, immutable scalars) takes
+    a fast path several times cheaper than ``copy.deepcopy``, which keeps a memo of every node
+    for shared references that JSON cannot have; anything else an in-process caller may pass (a
+    tuple, a dict subclass, a set) is handed to ``copy.deepcopy``, so nothing of the caller's is
+    ever shared with the copy."""
     kind = type(value)
     if kind is dict:
         return {key: copy_json(item) for key, item in value.items()}
     if kind is list:
         return [copy_json(item) for item in value]
-    return value
+    if kind in _IMMUTABLE_SCALARS:
+        return value
+    import copy
+
+    return copy.deepcopy(value)
 
 
 def go_type_name(node: Type) -> str:
