@@ -84,3 +84,37 @@ async def test_beyond_the_queue_new_events_are_dropped(monkeypatch):
         recorder.event(pod(f"p{i}"), "Normal", "Started", "Started container c")
     await recorder.flush()
     assert [body["involvedObject"]["name"] for _, body in events.writes] == [f"p{i}" for i in range(5)]
+
+
+async def test_events_wait_for_the_components_urgent_work_at_most_max_yield(monkeypatch):
+    """``yield_to``: each write waits until the component's work is done (the scheduler: no
+    binding in flight), or until MAX_YIELD after the Event was recorded."""
+    monkeypatch.setattr(record, "MAX_YIELD", 0.3)
+    events = FakeEvents()
+    busy = asyncio.Event()  # set: the urgent work is done
+    waited: list[float] = []
+
+    async def until_done(deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        waited.append(deadline - loop.time())
+        try:
+            await asyncio.wait_for(busy.wait(), max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            pass
+
+    recorder = EventRecorder(FakeClient(events), "default-scheduler", yield_to=until_done)
+    recorder.event(pod("a"), "Normal", "Scheduled", "Successfully assigned default/a to n")
+    await asyncio.sleep(0.1)
+    assert events.writes == []  # still busy: not written yet
+    busy.set()
+    await asyncio.sleep(0.05)
+    assert [body["involvedObject"]["name"] for _, body in events.writes] == ["a"]
+
+    busy.clear()  # busy for good: each Event goes out MAX_YIELD after it was recorded
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    recorder.event(pod("b"), "Normal", "Scheduled", "Successfully assigned default/b to n")
+    await recorder.flush()
+    assert [body["involvedObject"]["name"] for _, body in events.writes] == ["a", "b"]
+    assert 0.25 <= loop.time() - began < 1.0
+    assert all(w <= 0.3 for w in waited)

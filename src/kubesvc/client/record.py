@@ -13,6 +13,15 @@ the last 4096 Events recorded: the correlator's LRU bound, so a long-running sch
 keep every Event it ever sent). The flow
 is ``api.events.record_steps``, shared with the apiserver's own recorder; this module drives it
 over the REST client.
+
+A component whose own requests are what its users wait for may hand the recorder a ``yield_to``:
+before each write the sender awaits it, with a deadline ``MAX_YIELD`` seconds after the Event
+was recorded, so Events wait while that work is in flight but never longer than that. The
+scheduler passes "no binding in flight": its Scheduled Events, each a write costing the
+apiserver about what a binding does, are written after a burst's bindings instead of between
+them (the Events are the same, stamped when recorded; upstream's are asynchronous and best
+effort too, and its apiserver serves them on other cores beside the bindings, which one event
+loop here cannot).
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Awaitable, Callable
 
 from kubesvc.api.events import ALREADY_EXISTS, NOT_FOUND, Bump, RecordedEvents, Step, record_steps
 from kubesvc.client.rest import EVENTS, ApiError, ClientError, RestClient
@@ -28,16 +38,21 @@ from kubesvc.util.clock import Clock, RealClock
 log = logging.getLogger("kubesvc.client.record")
 
 MAX_QUEUED = 1000
+MAX_YIELD = 1.0  # seconds an Event may wait for the component's urgent work (``yield_to``) at most
 
 
 class EventRecorder:
     """Records core/v1 Events through the API, best effort (a failure is logged, never raised),
     with exact repeats aggregated into ``count`` as client-go's correlator does."""
 
-    def __init__(self, client: RestClient, component: str, clock: Clock | None = None):
+    def __init__(self, client: RestClient, component: str, clock: Clock | None = None, *,
+                 yield_to: Callable[[float], Awaitable[None]] | None = None):
         self._events = client.resource(EVENTS)
         self.component = component
         self.clock = clock or RealClock()
+        # awaited before each write with a deadline (the event loop's time): returns once the
+        # component's urgent work is done, or at the deadline
+        self._yield_to = yield_to
         self._recorded = RecordedEvents()  # the last 4096, as client-go's correlator keeps
         self._queue: deque[tuple] = deque()
         self._sender: asyncio.Task | None = None
@@ -48,9 +63,10 @@ class EventRecorder:
             log.warning("dropping event %s %r about %s: %d events already wait", reason, message, (obj.get("metadata") or {}).get("name"),
                         len(self._queue))
             return
-        self._queue.append((obj, type_, reason, message, action, self.clock.now()))
+        loop = asyncio.get_running_loop()
+        self._queue.append((loop.time() + MAX_YIELD, (obj, type_, reason, message, action, self.clock.now())))
         if self._sender is None or self._sender.done():
-            self._sender = asyncio.get_running_loop().create_task(self._send_queued())
+            self._sender = loop.create_task(self._send_queued())
 
     async def flush(self) -> None:
         """Wait for the Events queued so far (tests, shutdown)."""
@@ -59,8 +75,12 @@ class EventRecorder:
 
     async def _send_queued(self) -> None:
         while self._queue:
+            deadline, event = self._queue[0]
+            if self._yield_to is not None:
+                await self._yield_to(deadline)
+            self._queue.popleft()
             try:
-                await self._record(*self._queue.popleft())
+                await self._record(*event)
             except Exception:  # best effort: the next Events still go out
                 log.exception("cannot record an event")
 

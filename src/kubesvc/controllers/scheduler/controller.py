@@ -40,7 +40,10 @@ backlog of N Pods bound onto one Node was N*N/2 Pods looked at). Then:
   ``PodScheduled`` condition False, reason ``Unschedulable`` (a status patch only when the
   condition changes).
 
-Events are reported by ``default-scheduler``, as kube-scheduler's are.
+Events are reported by ``default-scheduler``, as kube-scheduler's are. They are written while
+no binding is in flight, or once they have waited a second (``client/record.py``'s
+``yield_to``): each is a write costing the apiserver about what a binding costs, and written
+between a burst's bindings they took the apiserver's one core from them.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ from kubesvc.client.workqueue import WorkQueue
 from kubesvc.controllers.informers import SharedInformers
 from kubesvc.controllers.runtime import run_workers
 from kubesvc.controllers.scheduler.placement import DEFAULT_SCHEDULER, is_terminal, needs_scheduling, pick_node
-from kubesvc.util.aio import cancel_and_wait
+from kubesvc.util.aio import cancel_and_wait, wait_event
 from kubesvc.util.clock import Clock, RealClock
 
 log = logging.getLogger("kubesvc.controllers.scheduler")
@@ -131,7 +134,7 @@ class Scheduler:
         self.client = client
         self.scheduler_name = scheduler_name
         self.clock = clock or RealClock()
-        self.recorder = recorder or EventRecorder(client, scheduler_name, self.clock)
+        self.recorder = recorder or EventRecorder(client, scheduler_name, self.clock, yield_to=self._until_no_binding_in_flight)
         self.queue = WorkQueue(clock=self.clock)
         self._pods = informers.pods
         self._nodes = informers.nodes
@@ -142,6 +145,8 @@ class Scheduler:
         self._window = BINDINGS_IN_FLIGHT  # bindings allowed in flight (binding_window)
         self._in_flight = 0
         self._slot_freed = asyncio.Event()
+        self._none_in_flight = asyncio.Event()
+        self._none_in_flight.set()
         self._bindings: set[asyncio.Task] = set()
         self._pods.add_event_handler(self._on_pod_add, self._on_pod_update, self._on_pod_delete)
         self._nodes.add_event_handler(self._on_node_add, self._on_node_update, None)
@@ -223,6 +228,7 @@ class Scheduler:
             self._slot_freed.clear()
             await self._slot_freed.wait()
         self._in_flight += 1
+        self._none_in_flight.clear()
         task = asyncio.create_task(self._binding_cycle(key, pod, placement.node))
         self._bindings.add(task)
         task.add_done_callback(self._bindings.discard)
@@ -251,6 +257,13 @@ class Scheduler:
             self._in_flight -= 1
             self._window = binding_window(self._window, took, self._in_flight)
             self._slot_freed.set()
+            if not self._in_flight:
+                self._none_in_flight.set()
+
+    async def _until_no_binding_in_flight(self, deadline: float) -> None:
+        """The Event recorder's ``yield_to``: return once no binding is in flight, or at
+        ``deadline`` (the event loop's time)."""
+        await wait_event(self._none_in_flight, max(0.0, deadline - asyncio.get_running_loop().time()))
 
     async def _bind(self, pod: dict, node: str) -> bool:
         """``POST pods/NAME/binding``; False when there was nothing to bind (the Pod is gone, or
