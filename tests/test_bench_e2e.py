@@ -58,3 +58,8 @@ def test_apiserver_requests_by_kind_with_their_mean_server_time():
     assert before["PUT endpointslices"] == [11.0, 1.0] and before["PATCH pods/status"] == [7.0, 0.7]
     after = e2e.api_requests(text(30, 3.0))  # 20 more PUTs taking 2 s: 100 ms each; no PATCH; watches left out
     assert e2e.api_report(before, after) == "PUT endpointslices 20 (100 ms)"
+
+
+def test_bind_gaps_are_the_pauses_between_consecutive_binds_longest_first():
+    assert e2e.bind_gaps([10.0, 10.1, 10.15, 10.65, 10.7]) == pytest.approx([0.5, 0.1, 0.05, 0.05])
+    assert e2e.bind_gaps([3.0]) == []
