@@ -73,31 +73,31 @@ from kubesvc.storage.base import (
     Compacted, Create, Delete, FutureRevision, KeyExists, KeyValue, ListResult, Op, StorageError, TxnResult, Update,
     apply_op,
 )
-from kubesvc.storage.etcd import errors
+from kubesvc.storage.etcd import errors, wire
 from kubesvc.storage.etcd.client import EtcdConfig, open_channel
 from kubesvc.storage.etcd.keys import KeySpace
 from kubesvc.storage.etcd.watch import EtcdWatch
 
 log = logging.getLogger(__name__)
 
-MOD = rpc.Compare.CompareTarget.MOD
-EQUAL, GREATER = rpc.Compare.CompareResult.EQUAL, rpc.Compare.CompareResult.GREATER
 HAS_LEADER = (("hasleader", "true"),)  # clientv3.WithRequireLeader
 HEALTH_KEY = "/registry/health"  # read, never written: kube-apiserver's etcd health probe reads it too
 
 
-def _condition(op: Op, key: bytes) -> "rpc.Compare":
+def _condition(op: Op, key: bytes) -> bytes:
+    """The op's compare (the table's If), encoded (wire.py)."""
     if isinstance(op, Create):
-        return rpc.Compare(key=key, target=MOD, result=EQUAL, mod_revision=0)
+        return wire.compare_mod_revision(key, wire.EQUAL, 0)
     if op.expected_revision:
-        return rpc.Compare(key=key, target=MOD, result=EQUAL, mod_revision=op.expected_revision)
-    return rpc.Compare(key=key, target=MOD, result=GREATER, mod_revision=0)
+        return wire.compare_mod_revision(key, wire.EQUAL, op.expected_revision)
+    return wire.compare_mod_revision(key, wire.GREATER, 0)
 
 
-def _write(op: Op, key: bytes) -> "rpc.RequestOp":
+def _write(op: Op, key: bytes) -> bytes:
+    """The op's write (the table's Then), encoded (wire.py)."""
     if isinstance(op, Delete):
-        return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key, prev_kv=True))
-    return rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=op.value, prev_kv=not isinstance(op, Create)))
+        return wire.delete(key, prev_kv=True)
+    return wire.put(key, op.value, prev_kv=not isinstance(op, Create))
 
 
 def _result(op: Op, response: "rpc.ResponseOp", revision: int) -> KeyValue:
@@ -144,6 +144,9 @@ class EtcdBackend:
         self.keys = KeySpace.of(config.prefix)
         self._channel = open_channel(config)
         self._kv = rpc.KVStub(self._channel)
+        # every write's Txn, its request already bytes (wire.py): one callable kept, no serializer
+        self._write_txn = self._channel.unary_unary("/etcdserverpb.KV/Txn", request_serializer=None,
+                                                    response_deserializer=rpc.TxnResponse.FromString)
         self._watch_stub = rpc.WatchStub(self._channel)
         self._maintenance = rpc.MaintenanceStub(self._channel)
         self._timeout = config.request_timeout
@@ -237,8 +240,8 @@ class EtcdBackend:
 
     async def create(self, key: str, value: bytes) -> KeyValue:
         etcd_key = self.keys.key(key)
-        response = await self._txn([_condition(Create(key, value), etcd_key)],
-                                   [rpc.RequestOp(request_put=rpc.PutRequest(key=etcd_key, value=value))])
+        response = await self._call(self._write_txn, wire.txn([wire.compare_mod_revision(etcd_key, wire.EQUAL, 0)],
+                                                              [wire.put(etcd_key, value)]))
         if not response.succeeded:
             raise KeyExists(key)
         revision = response.header.revision
@@ -254,10 +257,10 @@ class EtcdBackend:
         keys = [self.keys.key(op.key) for op in ops]
         if len(set(keys)) < len(keys):
             raise await self._refused(ops, keys) or ValueError("an etcd transaction writes each key at most once")
-        response = await self._txn(
+        response = await self._call(self._write_txn, wire.txn(
             [_condition(op, key) for op, key in zip(ops, keys)],
             [_write(op, key) for op, key in zip(ops, keys)],
-            [rpc.RequestOp(request_range=rpc.RangeRequest(key=key)) for key in dict.fromkeys(keys)])
+            [wire.get(key) for key in dict.fromkeys(keys)]))
         if not response.succeeded:
             current = {}
             for op, answer in zip(dict.fromkeys(op.key for op in ops), response.responses):

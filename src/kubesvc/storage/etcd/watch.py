@@ -43,12 +43,18 @@ log = logging.getLogger(__name__)
 Name = Callable[[bytes], str]
 
 
+DELETE = rpc.Event.EventType.DELETE  # looked up once: the enum wrapper's getattr costs per event
+
+
 def to_event(event, name: Name) -> Event:
     kv = event.kv
     key = name(kv.key)
-    prev = KeyValue(key, event.prev_kv.value, event.prev_kv.create_revision, event.prev_kv.mod_revision) \
-        if event.HasField("prev_kv") else None
-    if event.type == rpc.Event.EventType.DELETE:
+    if event.HasField("prev_kv"):
+        prev_kv = event.prev_kv
+        prev = KeyValue(key, prev_kv.value, prev_kv.create_revision, prev_kv.mod_revision)
+    else:
+        prev = None
+    if event.type == DELETE:
         if prev is None:
             raise ValueError(f"etcd event received with PrevKv=nil (key={key!r}, modRevision={kv.mod_revision}, type=DELETE)")
         return Event("DELETE", KeyValue(key, prev.value, prev.create_revision, kv.mod_revision), prev)
