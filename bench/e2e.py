@@ -135,6 +135,7 @@ HOPS = (("agent", "probe accepted -> Ready in the API (agent status write)"),
         ("sync", "proxy sync (start -> end)"),
         ("kernel", "proxy sync end -> first connection through the ClusterIP"),
         ("latency", "Pod Ready -> reachable via ClusterIP"))
+SLOWEST = 5  # Pods per round whose hops are printed one by one
 
 
 def namespace_components() -> list[tuple[int, str, list[str]]]:
@@ -408,8 +409,12 @@ async def one_round(client, run: int, args) -> dict:
             ready[name] = now
             start_polling(name)
 
+    slice_writes: list[float] = []  # when the watch showed each change of one of this round's slices
+
     def observe_slice(slice_: dict) -> None:
         now = time.monotonic()
+        if (slice_["metadata"].get("labels") or {}).get("kubernetes.io/service-name") in vips:
+            slice_writes.append(now)
         for endpoint in slice_.get("endpoints") or []:
             name = (endpoint.get("targetRef") or {}).get("name")
             if name in vips and name not in slice_ready and (endpoint.get("conditions") or {}).get("ready"):
@@ -469,16 +474,21 @@ async def one_round(client, run: int, args) -> dict:
         if name not in ready:
             continue
         hops["latency"].append(at - ready[name])
-        slowest.append((name, at - ready[name]))
+        own: dict[str, float] = {"latency": at - ready[name]}  # this Pod's hops, for the slowest Pods' lines
+        slowest.append((name, own))
         if name in accepted:
-            hops["agent"].append(ready[name] - accepted[name])
+            hops["agent"].append(own.setdefault("agent", ready[name] - accepted[name]))
         if name in slice_ready:
-            hops["slice"].append(slice_ready[name] - ready[name])
+            hops["slice"].append(own.setdefault("slice", slice_ready[name] - ready[name]))
+            # the EndpointSlice controller's backlog: Pods Ready before this one and not yet in a
+            # slice when it became Ready, and the slice writes it made meanwhile
+            own["ahead"] = sum(1 for p, t in ready.items() if t < ready[name] and slice_ready.get(p, float("inf")) > ready[name])
+            own["writes"] = sum(1 for t in slice_writes if ready[name] < t < slice_ready[name])
         sync = max((s for s in scraper.syncs if s[0] <= at), default=None)
         if sync is not None and name in slice_ready:
-            hops["wait"].append(sync[0] - slice_ready[name])
-            hops["sync"].append(sync[1] - sync[0])
-            hops["kernel"].append(at - sync[1])
+            hops["wait"].append(own.setdefault("wait", sync[0] - slice_ready[name]))
+            hops["sync"].append(own.setdefault("sync", sync[1] - sync[0]))
+            hops["kernel"].append(own.setdefault("kernel", at - sync[1]))
             failed_at, why = max(((t, w) for t, w in failures.get(name, []) if t < at), default=(None, "none"))
             if failed_at is not None:
                 when = "after" if failed_at >= sync[1] else "before"
@@ -511,7 +521,7 @@ async def one_round(client, run: int, args) -> dict:
             "programming": {"p50": bucket_quantile(programmed, 0.5), "p99": bucket_quantile(programmed, 0.99),
                             "count": programmed[-1][1] if programmed else 0},
             "last_failures": last_failures, "negative": sum(1 for v in hops["latency"] if v < 0),
-            "slowest": sorted(slowest, key=lambda kv: -kv[1])[:3]}
+            "slowest": sorted(slowest, key=lambda kv: -kv[1]["latency"])[:SLOWEST]}
 
 
 DEPLOYMENT = "e2e-web"
@@ -727,6 +737,19 @@ def inside(args) -> None:
     print("RESULT " + json.dumps(result), flush=True)
 
 
+def slowest_report(rounds: list[dict]) -> str:
+    """The slowest Pods of all rounds (Ready -> reachable), each hop of each in ms, and the
+    EndpointSlice controller's backlog when it became Ready: where a p99 comes from."""
+    pods = sorted((own for r in rounds for _, own in r.get("slowest") or []), key=lambda own: -own["latency"])[:SLOWEST]
+    lines = [f"the {len(pods)} slowest Pods, hop by hop (ms; backlog: Pods Ready before it and not yet in a slice / "
+             f"slice writes seen until its own):"]
+    for own in pods:
+        hops = "  ".join(f"{key} {own[key] * 1000:.0f}" if key in own else f"{key} -" for key, _ in HOPS)
+        backlog = f"  backlog {own['ahead']} / {own['writes']}" if "ahead" in own else ""
+        lines.append(f"  {hops}{backlog}")
+    return "\n".join(lines)
+
+
 def report(rounds: list[dict]) -> None:
     """Pooled figures over every round, each round's p99 beside them."""
 
@@ -767,6 +790,7 @@ def report(rounds: list[dict]) -> None:
               + (f"; the last failed attempt (why, begun before/after the sync's end): {r['last_failures']}" if r["last_failures"] else ""))
     for r in rounds:
         print(f"round: apiserver requests from the first create to the last reach (count, mean server time): {r['api']}")
+    print(slowest_report(rounds))
     latency = pooled(lambda r: r["hops"]["latency"])
     if latency:
         print(f"Pod Ready -> reachable via ClusterIP: p50 {percentile(latency, 0.5) * 1000:.0f} ms, "
