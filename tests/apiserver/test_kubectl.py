@@ -135,6 +135,29 @@ def test_server_side_apply_conflict_with_client_side_apply_manager(apiserver, ns
     assert get_json(apiserver, "-n", ns, "svc", "web")["spec"]["ports"][0]["targetPort"] == 9090
 
 
+def test_server_side_apply_treats_a_services_selector_as_one_atomic_value(apiserver, ns):
+    """ServiceSpec.selector is ``+mapType=atomic`` upstream: a second field manager applying a
+    selector with other keys conflicts on the whole map (not merged key by key), and once
+    forced its selector replaces the first manager's, which then owns no part of it."""
+    def apply(manager: str, selector: dict, *flags: str, **options):
+        manifest = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "sel"}, "spec": {"selector": selector}}
+        if manager == "first":
+            manifest["spec"]["ports"] = [{"name": "http", "port": 80}]
+        return apiserver.kubectl("apply", "--server-side", f"--field-manager={manager}", *flags, "-n", ns, "-f", "-",
+                                 input=json.dumps(manifest), **options)
+
+    apply("first", {"app": "web"})
+    conflict = apply("second", {"tier": "fe"}, check=False)
+    assert conflict.returncode == 1
+    assert 'Apply failed with 1 conflict: conflict with "first": .spec.selector' in conflict.stderr, conflict.stderr
+    apply("second", {"tier": "fe"}, "--force-conflicts")
+    svc = get_json(apiserver, "-n", ns, "svc", "sel", "--show-managed-fields")
+    assert svc["spec"]["selector"] == {"tier": "fe"}
+    fields = {m["manager"]: m["fieldsV1"] for m in svc["metadata"]["managedFields"]}
+    assert fields["second"]["f:spec"]["f:selector"] == {}
+    assert "f:selector" not in fields["first"]["f:spec"]
+
+
 def test_create_twice_is_already_exists(apiserver, ns):
     assert apiserver.kubectl("create", "-n", ns, "-f", "-", input=WEB).stdout.strip() == "service/web created"
     again = apiserver.kubectl("create", "-n", ns, "-f", "-", input=WEB, check=False)

@@ -49,7 +49,7 @@ from datetime import datetime
 from typing import Any, Iterator
 
 from kubesvc.api.errors import bad_request, status_body
-from kubesvc.api.schema import ListOf, Obj, Scalar, Type, child
+from kubesvc.api.schema import ListOf, MapOf, Obj, Scalar, Type, child
 from kubesvc.util import golang
 
 _MISSING: Any = object()  # "no such field", as opposed to a JSON null
@@ -269,7 +269,7 @@ def _container(schema: Type | None, value: Any) -> str | None:
     lists and maps, values that do not match their schema). No schema means untyped JSON:
     objects are granular maps, lists atomic."""
     if isinstance(value, dict):
-        atomic = isinstance(schema, (Scalar, ListOf)) or (isinstance(schema, Obj) and schema.map_type == "atomic")
+        atomic = isinstance(schema, (Scalar, ListOf)) or (isinstance(schema, (Obj, MapOf)) and schema.map_type == "atomic")
         return None if atomic else "map"
     if isinstance(value, list) and isinstance(schema, ListOf) and schema.list_type != "atomic":
         return "list"

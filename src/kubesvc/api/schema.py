@@ -37,9 +37,13 @@ class Any_:
 
 @dataclass(frozen=True)
 class MapOf:
-    """A JSON object with arbitrary keys (labels, selectors). SSA/SMP treat it as a granular map."""
+    """A JSON object with arbitrary keys (labels, selectors). SSA treats it as a granular map
+    (each key owned on its own) unless upstream marks it ``+mapType=atomic``
+    (``x-kubernetes-map-type``): then it is one value, owned, conflicted on and replaced whole
+    (ServiceSpec.selector). Strategic merge patch merges both kinds key by key, as upstream's."""
 
     value: "Type"
+    map_type: Literal["granular", "atomic"] = "granular"
 
 
 @dataclass(frozen=True)

@@ -196,7 +196,10 @@ class ComponentSchemas:
         if isinstance(node, ListOf):
             return self._list(node)
         if isinstance(node, MapOf):
-            return {"type": "object", "additionalProperties": self.schema(node.value, element=True)}
+            schema = {"type": "object", "additionalProperties": self.schema(node.value, element=True)}
+            if node.map_type == "atomic":
+                schema["x-kubernetes-map-type"] = "atomic"
+            return schema
         if isinstance(node, Any_):
             schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
             if node.description:

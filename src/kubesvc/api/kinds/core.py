@@ -119,9 +119,10 @@ SERVICE_SPEC = Obj(
     {
         "ports": F(ListOf(SERVICE_PORT, "map", ("port", "protocol"), "merge", "port"),
                    "The list of ports that are exposed by this service."),
-        "selector": F(STRING_MAP, "Route service traffic to pods with label keys and values matching this selector. "
-                                  "If empty or not present, the service is assumed to have an external process managing "
-                                  "its endpoints, which Kubernetes will not modify."),
+        "selector": F(MapOf(STRING, map_type="atomic"),  # +mapType=atomic
+                      "Route service traffic to pods with label keys and values matching this selector. "
+                      "If empty or not present, the service is assumed to have an external process managing "
+                      "its endpoints, which Kubernetes will not modify."),
         "clusterIP": F(STRING, "clusterIP is the IP address of the service and is usually assigned randomly."),
         "clusterIPs": F(ListOf(STRING), "ClusterIPs is a list of IP addresses assigned to this service, and are "
                                         "usually assigned randomly."),
