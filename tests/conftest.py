@@ -2,7 +2,7 @@ import pytest
 
 from kubesvc.client.rest import DEFAULT_FIELD_MANAGER
 from tests.support.apiserver import running_apiserver, start_apiserver
-from tests.support import filetimes, netns
+from tests.support import filetimes, netns, rewritecache
 from tests.support.cluster import api_client, temporary_namespace
 
 
@@ -40,6 +40,13 @@ async def namespace(client):
     """A namespace of the test's own on the shared apiserver, deleted after the test."""
     async with temporary_namespace(client) as name:
         yield name
+
+
+def pytest_configure(config):
+    """Under xdist, the controller rewrites the test files' asserts once for both workers
+    (tests/support/rewritecache.py): with PYTHONDONTWRITEBYTECODE (CI) each worker did it again."""
+    if not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no" and config.getoption("numprocesses", None):
+        rewritecache.prewrite(config, config.rootpath / "tests")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -30,3 +30,27 @@ def test_times_file_from_a_run(tmp_path):
     assert list(json.loads(out.read_text()).items()) == [("tests/b.py", 20.1), ("tests/a.py", 1.2)]
     assert filetimes.load_times(out) == {"tests/b.py": 20.1, "tests/a.py": 1.2}
     assert filetimes.load_times(tmp_path / "missing.json") == {}
+
+
+def test_asserts_rewritten_once_before_the_workers_are_what_pytest_loads(tmp_path, pytestconfig):
+    """tests/support/rewritecache.py: a stale test file's rewrite is cached where pytest's
+    import hook looks, in the form it reads (``_read_pyc`` gives the rewritten code back), an
+    up-to-date one is left alone, and an edited source makes its cache stale again."""
+    from _pytest.assertion import rewrite
+
+    from tests.support import rewritecache
+
+    (tmp_path / "pkg").mkdir()
+    test_file = tmp_path / "pkg" / "test_example.py"
+    test_file.write_text("def test_one():\n    x = 1\n    assert x == 2\n")
+    (tmp_path / "pkg" / "helper.py").write_text("VALUE = 1\n")
+    (tmp_path / "conftest.py").write_text("")
+    assert rewritecache.test_files(tmp_path) == [tmp_path / "conftest.py", test_file]
+    assert rewritecache.prewrite(pytestconfig, tmp_path) == 2
+    code = rewrite._read_pyc(test_file, rewrite.get_cache_dir(test_file) / ("test_example" + rewrite.PYC_TAIL))
+    assert code is not None
+    (test_one,) = [c for c in code.co_consts if getattr(c, "co_name", None) == "test_one"]
+    assert any(name.startswith("@py_assert") for name in test_one.co_varnames), test_one.co_varnames  # pytest's rewritten assert
+    assert rewritecache.prewrite(pytestconfig, tmp_path) == 0
+    test_file.write_text(test_file.read_text() + "\n\ndef test_two():\n    assert True\n")
+    assert rewritecache.prewrite(pytestconfig, tmp_path) == 1
