@@ -38,6 +38,7 @@ def _controllers(ctx, param, value: str) -> set[str]:
 
 # The feature gates the controllers read, with upstream 1.34's defaults.
 CONTROLLER_MANAGER_FEATURE_GATES = {"PreferSameTrafficDistribution": True, "ServiceTrafficDistribution": True, "TopologyAwareHints": True,
+                                    "JobManagedBy": True,
                                     "AllAlpha": False, "AllBeta": False}
 
 
@@ -104,7 +105,8 @@ CONTROLLER_MANAGER_FEATURE_GATES = {"PreferSameTrafficDistribution": True, "Serv
 @click.option("--node-cidr-mask-size-ipv6", type=click.IntRange(0, 128), default=0, help="Mask size of a node's IPv6 range (default 64).")
 @click.option("--feature-gates", default="", callback=flags.feature_gates(CONTROLLER_MANAGER_FEATURE_GATES),
               help="Comma-separated Name=true|false pairs (PreferSameTrafficDistribution: the EndpointSlice controller's "
-                   "PreferSameZone/PreferSameNode hints; on by default, 1.34).")
+                   "PreferSameZone/PreferSameNode hints; on by default, 1.34. JobManagedBy: the Job controller leaves Jobs whose "
+                   "spec.managedBy names another controller alone; beta, on by default, 1.32).")
 @click.option("-v", "--v", "verbosity", type=int, default=0, help="Log verbosity.")
 def controller_manager_command(kubeconfig: str, scheduler_kubeconfig: str | None, use_service_account_credentials: bool, verbosity: int,
                                **options) -> None:

@@ -400,6 +400,7 @@ class ControllerManager:
                 options = {"workers": workers[name]} if name in workers else {}
                 if name == JOB:
                     options["metrics"] = self.job_metrics
+                    options["job_managed_by"] = config.feature_gates.get("JobManagedBy", True)
                 controller = controller_class(self._client_for(name), informers, clock=self.clock, **options)
                 self.controllers[name] = controller
                 runs.append(controller.run)

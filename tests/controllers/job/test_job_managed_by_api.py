@@ -79,3 +79,23 @@ async def test_a_job_managed_by_another_controller_is_left_alone(apiserver, clie
     assert registry.get_sample_value("job_controller_jobs_by_external_controller_total", {"controller_name": EXTERNAL}) == 1
     assert registry.get_sample_value("job_controller_jobs_by_external_controller_total",
                                      {"controller_name": "kubernetes.io/job-controller"}) is None
+
+
+async def test_with_the_feature_gate_off_such_a_job_is_ours(apiserver, client, namespace):
+    """``--feature-gates=JobManagedBy=false``: upstream's managedByExternalController is then
+    nil for every Job, so the Job controller runs it and counts nothing. Built as the
+    controller-manager builds its workload controllers."""
+    from kubesvc.controllers.manager import JOB, ControllerManager, ManagerConfig
+
+    manager = ControllerManager(client, ManagerConfig(controllers={JOB}, feature_gates={"JobManagedBy": False}))
+
+    def build(c, informers):
+        manager._build_workloads(informers)
+        return manager.controllers[JOB]
+
+    async with running_controllers(client, build):
+        async with running_task(fake_kubelet(client, namespace, lambda pod: terminated(pod, 0), interval=0.2)):
+            await kubectl(apiserver, "-n", namespace, "apply", "-f", "-", input=manifest("elsewhere", managedBy=EXTERNAL))
+            status = await wait_condition(client, namespace, "elsewhere", "Complete")
+    assert status["succeeded"] == 1
+    assert manager.metrics_registry.get_sample_value("job_controller_jobs_by_external_controller_total", {"controller_name": EXTERNAL}) is None

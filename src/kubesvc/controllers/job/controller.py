@@ -57,8 +57,10 @@ def _key(obj: dict) -> str:
 class JobController:
     def __init__(self, client: RestClient, informers: SharedInformers, *, workers: int = 5, recorder: EventRecorder | None = None,
                  clock: Clock | None = None, metrics: jm.JobMetrics | None = None,
-                 pod_failure_backoff: tuple[float, float] = (jd.DEFAULT_BACKOFF, jd.MAX_BACKOFF)):
+                 pod_failure_backoff: tuple[float, float] = (jd.DEFAULT_BACKOFF, jd.MAX_BACKOFF), job_managed_by: bool = True):
         self.client = client
+        # the JobManagedBy feature gate (beta, on in 1.32): off, spec.managedBy is not looked at
+        self.job_managed_by = job_managed_by
         self.workers = workers
         self.clock = clock or RealClock()
         self.metrics = metrics or jm.JobMetrics()
@@ -90,9 +92,15 @@ class JobController:
     def _enqueue(self, job: dict) -> None:
         self.queue.add(_key(job))
 
+    def _external(self, job: dict) -> str | None:
+        """``managedByExternalController``: the other controller ``spec.managedBy`` names, if any."""
+        return jd.managed_by_external_controller(job) if self.job_managed_by else None
+
     def _on_job_add(self, job: dict) -> None:
         self._enqueue(job)
-        self.metrics.job_added(job)
+        controller_name = self._external(job)
+        if controller_name is not None:
+            self.metrics.by_external_controller.labels(controller_name).inc()
 
     def _on_job_update(self, old: dict, new: dict) -> None:
         self._enqueue(new)
@@ -117,7 +125,7 @@ class JobController:
         if ref is not None and ref.get("kind") != "Job":
             return
         job = self._job_of(pod)
-        if job is not None and jd.managed_by_external_controller(job) is not None:
+        if job is not None and self._external(job) is not None:
             return  # its own controller removes the finalizer
         if job is None or jd.is_finished(job):
             if not jd.is_active(pod):
@@ -166,7 +174,7 @@ class JobController:
         if pod is None or not jd.has_tracking_finalizer(pod):
             return
         job = self._job_of(pod)
-        if job is not None and (not jd.is_finished(job) or jd.managed_by_external_controller(job) is not None):
+        if job is not None and (not jd.is_finished(job) or self._external(job) is not None):
             return  # adopted again, or another controller's Job: its finalizer is not ours to remove
         await self._remove_finalizer(pod)
 
@@ -188,7 +196,7 @@ class JobController:
             self._finalizer_expectations.pop(key, None)
             self._backoff.pop(key, None)
             return
-        if jd.managed_by_external_controller(cached) is not None:
+        if self._external(cached) is not None:
             return  # another controller's Job (checked here too: a queued key may now name one)
         job = copy.deepcopy(cached)
         if jd.is_finished(job):

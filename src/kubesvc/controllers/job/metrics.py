@@ -104,12 +104,6 @@ class JobMetrics:
         if was != now:
             self.tracking_finalizer.labels("add" if now else "delete").inc()
 
-    def job_added(self, job: dict) -> None:
-        """The Job informer's add: ``jobs_by_external_controller_total`` for another controller's Job."""
-        controller_name = jd.managed_by_external_controller(job)
-        if controller_name is not None:
-            self.by_external_controller.labels(controller_name).inc()
-
     def job_finished(self, job: dict, condition_type: str, reason: str) -> None:
         self.jobs_finished.labels(completion_mode(job), SUCCEEDED if condition_type == jd.COMPLETE else FAILED, reason).inc()
 
