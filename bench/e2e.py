@@ -469,6 +469,7 @@ async def one_round(client, run: int, args) -> dict:
 
     hops: dict[str, list[float]] = {key: [] for key, _ in HOPS}
     slowest = []
+    during_sync: list[float] = []  # the proxy waits of Pods whose slice came while a sync ran
     last_failures: dict[str, int] = {}  # the last failed attempt before reaching: why, begun before or after the sync's end
     for name, at in reached.items():
         if name not in ready:
@@ -489,6 +490,10 @@ async def one_round(client, run: int, args) -> dict:
             hops["wait"].append(own.setdefault("wait", sync[0] - slice_ready[name]))
             hops["sync"].append(own.setdefault("sync", sync[1] - sync[0]))
             hops["kernel"].append(own.setdefault("kernel", at - sync[1]))
+            # a slice the proxy got while a sync ran waits for that sync's end + minSyncPeriod
+            # (upstream's runner: min interval from the end of one run to the next's start)
+            if any(start < slice_ready[name] < end for start, end in scraper.syncs):
+                during_sync.append(own["wait"])
             failed_at, why = max(((t, w) for t, w in failures.get(name, []) if t < at), default=(None, "none"))
             if failed_at is not None:
                 when = "after" if failed_at >= sync[1] else "before"
@@ -520,7 +525,7 @@ async def one_round(client, run: int, args) -> dict:
             "api": api,
             "programming": {"p50": bucket_quantile(programmed, 0.5), "p99": bucket_quantile(programmed, 0.99),
                             "count": programmed[-1][1] if programmed else 0},
-            "last_failures": last_failures, "negative": sum(1 for v in hops["latency"] if v < 0),
+            "last_failures": last_failures, "negative": sum(1 for v in hops["latency"] if v < 0), "during_sync": during_sync,
             "slowest": sorted(slowest, key=lambda kv: -kv[1]["latency"])[:SLOWEST]}
 
 
@@ -787,6 +792,8 @@ def report(rounds: list[dict]) -> None:
         print(f"round: {r['syncs']} proxy syncs{merged} seen in {r['scrapes']} scrapes; wall time first Pod created -> last reachable "
               f"{r['wall']:.2f} s; {r['attempts']} connection attempts; {r['reached']}/{r['pods']} reachable"
               + (f"; {r['negative']} reachable before the watch showed them Ready" if r["negative"] else "")
+              + (f"; {len(r['during_sync'])} slices came while a proxy sync ran (their proxy wait p50 "
+                 f"{percentile(r['during_sync'], 0.5) * 1000:.0f} ms)" if r.get("during_sync") else "")
               + (f"; the last failed attempt (why, begun before/after the sync's end): {r['last_failures']}" if r["last_failures"] else ""))
     for r in rounds:
         print(f"round: apiserver requests from the first create to the last reach (count, mean server time): {r['api']}")
