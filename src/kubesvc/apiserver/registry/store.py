@@ -522,7 +522,7 @@ class Store:
         while True:
             kv = await self._get_kv(namespace, name)
             old = decode(kv)
-            desired = mutate(copy.deepcopy(old))
+            desired = mutate(decode(kv))  # the private copy: a second decode, ~10x cheaper than a deepcopy
             wanted_rv = (desired.get("metadata") or {}).get("resourceVersion") if isinstance(desired.get("metadata"), dict) else None
             if precondition_rv is not None and precondition_rv != kv.mod_revision:
                 raise errors.conflict(self.info.resource, name, self.info.group)
@@ -558,7 +558,7 @@ class Store:
             kv = await self._get_kv(namespace, name)
             current = decode(kv)
             self._check_preconditions(name, current["metadata"], preconditions or {})
-            new = mutate(copy.deepcopy(current))
+            new = mutate(decode(kv))  # a second decode is the copy: ~10x cheaper than deepcopy of the first
             value = None if dry_run else _changed_value(new, kv, current)
             if value is None:
                 return new
