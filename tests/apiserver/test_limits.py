@@ -102,6 +102,20 @@ def test_trickled_headers_are_closed_after_the_header_timeout(limited):
     assert time.monotonic() - started <= HEADER_TIMEOUT + scaled(1.0)
 
 
+def test_a_later_requests_half_sent_headers_are_closed_a_header_timeout_after_its_first_byte(limited):
+    """On a kept-alive connection the deadline runs from the new request's first byte: not from
+    the connection's start nor the previous request's, and it is not lost when the connection's
+    earlier requests finished in time."""
+    sock = tls_connection(limited)
+    for _ in range(3):  # requests finishing in time, the last well into a header timeout
+        sock.sendall(http_request("GET", "/healthz"))
+        assert response_of(sock)[0] == 200
+        time.sleep(HEADER_TIMEOUT * 0.4)
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: kubesvc\r\n")
+    took = seconds_until_closed(sock, scaled(10))
+    assert HEADER_TIMEOUT - 0.2 <= took <= HEADER_TIMEOUT + scaled(1.0)
+
+
 def test_a_connection_that_never_starts_tls_is_closed(limited):
     took = seconds_until_closed(socket.create_connection(address(limited)), scaled(10))
     assert HEADER_TIMEOUT - 0.2 <= took <= HEADER_TIMEOUT + scaled(1.0)

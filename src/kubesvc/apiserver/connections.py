@@ -42,12 +42,18 @@ MAX_HEADER_FIELD = 64 << 10
 
 class HeaderTimeoutHandler(RequestHandler):
     """aiohttp's connection handler with a deadline on each request's headers: from the
-    connection (for the first request) or from a request's first byte, to its parsed header."""
+    connection (for the first request) or from a request's first byte, to its parsed header.
+
+    Each request only notes when its headers began; one timer per connection checks that note
+    when it fires and, while the connection keeps finishing its headers in time, re-arms for
+    the rest of the newest request's deadline. A busy keep-alive connection so schedules a timer
+    once per timeout, not one (and its cancellation) per request."""
 
     def __init__(self, manager, *, header_timeout: float, **kwargs):
         super().__init__(manager, **kwargs)
         self._header_timeout = header_timeout
-        self._header_deadline: asyncio.TimerHandle | None = None
+        self._headers_since: float | None = None  # when the request now waiting for its headers began
+        self._header_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
@@ -55,14 +61,17 @@ class HeaderTimeoutHandler(RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         parsed_before = self._request_count
-        if self._header_deadline is None and self._waiting_for_request():
+        if self._headers_since is None and self._waiting_for_request():
             self._arm_header_deadline()  # the first byte of a request on a kept-alive connection
         super().data_received(data)
         if self._request_count > parsed_before:
-            self._disarm_header_deadline()
+            self._headers_since = None
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        self._disarm_header_deadline()
+        self._headers_since = None
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
         super().connection_lost(exc)
 
     def _waiting_for_request(self) -> bool:
@@ -70,17 +79,24 @@ class HeaderTimeoutHandler(RequestHandler):
 
     def _arm_header_deadline(self) -> None:
         if self._header_timeout > 0:
-            self._header_deadline = self._loop.call_later(self._header_timeout, self._header_deadline_passed)
+            self._headers_since = self._loop.time()
+            if self._header_timer is None:
+                self._header_timer = self._loop.call_later(self._header_timeout, self._header_timer_fired)
 
-    def _disarm_header_deadline(self) -> None:
-        if self._header_deadline is not None:
-            self._header_deadline.cancel()
-            self._header_deadline = None
+    def _header_timer_fired(self) -> None:
+        self._header_timer = None
+        if self._headers_since is None:
+            return  # no request waiting for its headers: the next one arms a timer again
+        left = self._headers_since + self._header_timeout - self._loop.time()
+        if left > 0:
+            self._header_timer = self._loop.call_later(left, self._header_timer_fired)
+            return
+        self._header_deadline_passed()
 
     def _header_deadline_passed(self) -> None:
         """Drop the connection at once: a client that trickles headers need not read, so no
         TLS close_notify exchange is waited for."""
-        self._header_deadline = None
+        self._headers_since = None
         transport = self.transport
         self.force_close()
         if transport is not None:
