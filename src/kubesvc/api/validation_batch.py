@@ -15,6 +15,10 @@ upstream's paths and words (``pkg/apis/batch/validation/validation.go``, Kuberne
   ``succeededIndexes`` (intervals ``"0,2-4"`` inside ``completions``, increasing, at most 64 KiB)
   and/or ``succeededCount`` (no more than ``completions`` nor than the indexes the rule names).
 
+* ``managedBy`` (KEP-4368, JobManagedBy): a domain-prefixed path (``IsDomainPrefixedPath``:
+  ``acme.io/foo``, the domain an RFC 1123 subdomain, the path RFC 3986 path characters) of at
+  most 63 characters; immutable once set (``ValidateJobSpecUpdate``).
+
 Go renders a bad ``[]int32`` as ``[]int32{1, 2}`` and a struct with ``%#v``; those values are
 spelled the same way (:class:`errors.GoSyntax`). The pointer fields of a ``SuccessPolicy`` print
 as addresses upstream, which nobody can match; they are shown by value here.
@@ -22,6 +26,7 @@ as addresses upstream, which nobody can match; they are shown by value here.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from kubesvc.api.errors import FieldError, GoSyntax, duplicate, invalid_value, not_supported, required, too_long, too_many
@@ -31,16 +36,18 @@ from kubesvc.api.validation_meta import (
     elements,
     has_type,
     index,
+    is_dns1123_subdomain,
     read,
     read_int,
     read_list,
     read_str,
+    regex_error,
     validate_nonnegative,
     validate_qualified_name,
 )
 from kubesvc.util.golang import atoi
 
-__all__ = ["validate_per_index", "validate_pod_failure_policy", "validate_success_policy", "parse_index_intervals"]
+__all__ = ["validate_per_index", "validate_pod_failure_policy", "validate_success_policy", "parse_index_intervals", "validate_managed_by"]
 
 MAX_FAILED_INDEXES = 100_000
 COMPLETIONS_SOFT_LIMIT = 100_000
@@ -337,4 +344,34 @@ def validate_job_status_conditions(new: Any, old: Any) -> Errs:
         out.append(_omit(path, "cannot disable the SuccessCriteriaMet=True condition"))
     if _true(old_status, "Complete") and not _true(old_status, "SuccessCriteriaMet") and met:
         out.append(_omit(path, "cannot set SuccessCriteriaMet=True for Job already has Complete=true conditions"))
+    return out
+
+
+MAX_MANAGED_BY_LENGTH = 63  # maxManagedByLength
+_HTTP_PATH_FMT = r"[A-Za-z0-9/\-._~%!$&'()*+,;=:]+"  # httpPathFmt: RFC 3986 path characters
+_HTTP_PATH = re.compile(_HTTP_PATH_FMT)
+
+
+def validate_managed_by(errs: Errs, spec: dict) -> Errs:
+    """``validateJobSpec``'s ``managedBy``: ``IsDomainPrefixedPath``, then at most 63 characters."""
+    managed_by = read(errs, spec, "managedBy", "spec", str)  # None when unset (read_str would give "")
+    if managed_by is None:
+        return []
+    path = "spec.managedBy"
+    out = _domain_prefixed_path(path, managed_by)
+    if len(managed_by) > MAX_MANAGED_BY_LENGTH:
+        out.append(too_long(path, managed_by, MAX_MANAGED_BY_LENGTH))
+    return out
+
+
+def _domain_prefixed_path(path: str, value: str) -> Errs:
+    """apimachinery's ``IsDomainPrefixedPath``."""
+    if not value:
+        return [required(path)]
+    host, slash, rest = value.partition("/")
+    if not slash or not host or not rest:
+        return [invalid_value(path, value, 'must be a domain-prefixed path (such as "acme.io/foo")')]
+    out: Errs = [invalid_value(path, host, detail) for detail in is_dns1123_subdomain(host)]
+    if not _HTTP_PATH.fullmatch(rest):
+        out.append(invalid_value(path, rest, regex_error("Invalid path", _HTTP_PATH_FMT)))
     return out

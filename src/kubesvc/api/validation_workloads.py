@@ -529,6 +529,7 @@ def _job_spec_body(errs: Errs, spec: dict) -> Errs:
             out.append(not_supported("spec.podReplacementPolicy", replacement, allowed))
     out += validation_batch.validate_pod_failure_policy(errs, spec)
     out += validation_batch.validate_success_policy(errs, spec)
+    out += validation_batch.validate_managed_by(errs, spec)
     template = read_map(errs, spec, "template", "spec")
     out += validate_pod_template_spec(errs, template, "spec.template")
     restart_policy = read_str([], read_map([], template, "spec", ""), "restartPolicy", "")
@@ -579,7 +580,7 @@ def validate_job_update(new: Any, old: Any, namespaced: bool = True) -> Errs:
     errs += _job_spec(errs, new)
     new_spec = new.get("spec") if isinstance(new, dict) and isinstance(new.get("spec"), dict) else {}
     old_spec = old.get("spec") if isinstance(old, dict) and isinstance(old.get("spec"), dict) else {}
-    for name in ("selector", "completionMode", "podFailurePolicy", "backoffLimitPerIndex", "successPolicy"):
+    for name in ("selector", "completionMode", "podFailurePolicy", "backoffLimitPerIndex", "managedBy", "successPolicy"):
         errs += _immutable(new_spec, old_spec, name)
     if _never_started_suspended(old):
         # scheduling directives may change on a suspended Job that never started (what a queue

@@ -99,3 +99,15 @@ async def test_with_the_feature_gate_off_such_a_job_is_ours(apiserver, client, n
             status = await wait_condition(client, namespace, "elsewhere", "Complete")
     assert status["succeeded"] == 1
     assert manager.metrics_registry.get_sample_value("job_controller_jobs_by_external_controller_total", {"controller_name": EXTERNAL}) is None
+
+
+def test_kubectl_sees_managed_by_validated(apiserver, namespace):
+    """What kubectl prints for a managedBy that is no domain-prefixed path, and for a change of it."""
+    bad = apiserver.kubectl("-n", namespace, "apply", "-f", "-", input=manifest("badname", managedBy="my-controller"), check=False)
+    assert bad.returncode == 1
+    assert 'spec.managedBy: Invalid value: "my-controller": must be a domain-prefixed path (such as "acme.io/foo")' in bad.stderr
+    apiserver.kubectl("-n", namespace, "apply", "-f", "-", input=manifest("fixed", managedBy=EXTERNAL, suspend=True))
+    changed = apiserver.kubectl("-n", namespace, "patch", "job", "fixed", "--type=merge", "-p", '{"spec": {"managedBy": "example.com/other"}}',
+                                check=False)
+    assert changed.returncode == 1
+    assert 'spec.managedBy: Invalid value: "example.com/other": field is immutable' in changed.stderr
