@@ -10,9 +10,9 @@ by hand from upstream."""
 from datetime import datetime, timezone
 
 from kubesvc.agent.podstatus import ContainerRecord, PodRuntimeState, Termination, generate_pod_status
+from tests.agent.test_podstatus_sidecars import cond
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
-NOW = "2026-01-01T12:00:00Z"
 SIDECARS = frozenset({"proxy"})
 
 
@@ -31,15 +31,6 @@ def waiting(name, reason="PodInitializing"):
 def crash_looping(name):
     record = ContainerRecord(name, "img", waiting_reason="CrashLoopBackOff", last_termination=Termination(1, "Error", T0, T0), restart_count=1)
     return record
-
-
-def cond(type_, status, reason="", message=""):
-    out = {"type": type_, "status": status, "lastProbeTime": None, "lastTransitionTime": NOW}
-    if reason:
-        out["reason"] = reason
-    if message:
-        out["message"] = message
-    return out
 
 
 def status_of(policy, init, containers, *, initialized, sidecars=frozenset()):
