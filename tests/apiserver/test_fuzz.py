@@ -3,7 +3,7 @@ stored data.
 
 Hypothesis generates requests that are wrong by construction (malformed JSON/YAML, wrong kinds,
 unknown fields under Strict, invalid names, oversized bodies, bad tokens, garbage selectors and
-patches) and sends them to the real server over HTTPS. A seeded generator (``KUBESVC_FUZZ_SEED``,
+patches; ``KUBESVC_FUZZ_EXAMPLES`` per property, default 100) and sends them to the real server over HTTPS. A seeded generator (``KUBESVC_FUZZ_SEED``,
 default 15; the failing seed is in the assertion) adds thousands of bodies that attack the
 server itself (issue 15): nesting at and past the depth limit as JSON, YAML flow and block
 style and every patch type, alias bombs of random shape, libyaml's swallowed-bracket nesting,
@@ -39,7 +39,11 @@ from kubesvc.api.schema import ListOf, MapOf, Obj, Scalar
 from kubesvc.api.scheme import all_kinds
 
 VALID_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+# Examples per property and run: each is a request over HTTPS to the shared apiserver (both sides
+# CPU on the suite's two cores). 250 made these eight properties half of this file's ~57 s in CI;
+# every run draws new ones, so the runs add up. KUBESVC_FUZZ_EXAMPLES=1000 for a deeper run.
+EXAMPLES = int(os.environ.get("KUBESVC_FUZZ_EXAMPLES") or 100)
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 JSONISH = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
