@@ -255,7 +255,7 @@ class JobController:
         if met is not None:
             finished = (jd.SUCCESS_CRITERIA_MET, met.get("reason", ""), met.get("message", ""))
         else:
-            failure = jd.failure(job, failed, now, policies.fail_job_message(job, pods))
+            failure = jd.failure(job, failed, now, policies.fail_job_message(job, pods), pods)
             if failure is not None:
                 finished = (jd.FAILURE_TARGET, *failure)
             elif not suspended:

@@ -11,7 +11,8 @@ backoff_utils.go; NonIndexed and Indexed completion modes).
   right after finishing.
 * **Back-off.** After failures the next Pod waits ``10 s · 2^(n-1)`` (n failures since the
   last success), at most 10 minutes, from the last failure's finish time.
-* **The end.** ``failed > backoffLimit`` (default 6): ``BackoffLimitExceeded``; running longer
+* **The end.** ``failed > backoffLimit`` (default 6), or under ``restartPolicy: OnFailure``
+  the running Pods' container restarts reaching it: ``BackoffLimitExceeded``; running longer
   than ``activeDeadlineSeconds``: ``DeadlineExceeded``; enough successes:
   ``CompletionsReached``. As in 1.32 the Job first gets the interim condition
   (``FailureTarget`` / ``SuccessCriteriaMet``) and its remaining Pods are deleted; ``Failed`` /
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -207,16 +209,34 @@ def seconds_to_active_deadline(job: dict, now: datetime) -> float | None:
     return (parse_rfc3339(start) + timedelta(seconds=int(deadline)) - now).total_seconds()
 
 
-def failure(job: dict, failed: int, now: datetime, fail_job_message: str | None = None) -> tuple[str, str] | None:
+def past_backoff_limit_on_failure(job: dict, pods: Iterable[dict]) -> bool:
+    """``pastBackoffLimitOnFailure``: under the template's ``restartPolicy: OnFailure`` the
+    kubelet restarts a failing container in place and the Pod never fails, so the restarts
+    count instead: the ``restartCount`` of every container (init containers too) of the Job's
+    Pending and Running Pods, summed, reaching ``backoffLimit`` (any restart, with a limit of 0)."""
+    template_spec = (((job.get("spec") or {}).get("template") or {}).get("spec") or {})
+    if template_spec.get("restartPolicy") != "OnFailure":
+        return False
+    restarts = 0
+    for pod in pods:
+        if phase(pod) in ("Pending", "Running"):
+            status = pod.get("status") or {}
+            for container in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+                restarts += int(container.get("restartCount") or 0)
+    limit = backoff_limit(job)
+    return restarts > 0 if limit == 0 else restarts >= limit
+
+
+def failure(job: dict, failed: int, now: datetime, fail_job_message: str | None = None, pods: Iterable[dict] = ()) -> tuple[str, str] | None:
     """The reason and message a Job fails with now, if it does: an earlier FailureTarget, a
-    Pod matching a ``FailJob`` rule of the pod failure policy, the back-off limit, the
-    active deadline, in that order."""
+    Pod matching a ``FailJob`` rule of the pod failure policy, the back-off limit (failed Pods,
+    or under ``OnFailure`` its Pods' container restarts), the active deadline, in that order."""
     target = condition(job, FAILURE_TARGET)
     if target is not None:
         return target.get("reason", ""), target.get("message", "")
     if fail_job_message is not None:
         return "PodFailurePolicy", fail_job_message
-    if failed > backoff_limit(job):
+    if failed > backoff_limit(job) or past_backoff_limit_on_failure(job, pods):
         return BACKOFF_LIMIT_EXCEEDED
     if past_active_deadline(job, now):
         return DEADLINE_EXCEEDED
