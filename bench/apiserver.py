@@ -481,6 +481,11 @@ def print_storage_ratios(figures: dict, args) -> None:
             goal += ("; " if goal else "") + "<= 200 ms: " + ", ".join(
                 f"{s} {'met' if values[s] <= LIST_GOAL * 1e3 else 'MISSED'}" for s in storages)
         print(row + "   " + goal)
+    for s in storages:
+        share = statistics.median(f["cpu_create_etcd"] for f in figures[s]) * 1e6
+        if share:  # where an etcd create's CPU goes: the apiserver (its gRPC calls, watch) and the etcd process
+            apiserver = statistics.median(f["cpu_create"] - f["cpu_create_etcd"] for f in figures[s]) * 1e6
+            print(f"  {s}: of the CPU per create, the etcd process {share:.0f} us, the apiserver {apiserver:.0f} us (medians over rounds)")
 
 
 async def run_throughput(args, storage: str) -> dict:
@@ -514,6 +519,7 @@ async def run_throughput(args, storage: str) -> dict:
                   + f"   (the bench's own CPU {(client_batch - client_fill) / args.batch * 1e6:4.0f} us/create)")
             ours = await serve_figures(server, args, total, 0)
             ours["cpu_create"] = (cpu_batch - cpu_fill + ((etcd_batch - etcd_fill) if etcd else 0)) / args.batch
+            ours["cpu_create_etcd"] = ((etcd_batch - etcd_fill) if etcd else 0) / args.batch  # etcd's own share of it
         finally:
             server.stop()
             if etcd:
