@@ -63,3 +63,31 @@ def test_apiserver_requests_by_kind_with_their_mean_server_time():
 def test_bind_gaps_are_the_pauses_between_consecutive_binds_longest_first():
     assert e2e.bind_gaps([10.0, 10.1, 10.15, 10.65, 10.7]) == pytest.approx([0.5, 0.1, 0.05, 0.05])
     assert e2e.bind_gaps([3.0]) == []
+
+
+def test_components_cpu_splits_each_components_main_thread_out(monkeypatch):
+    """The event loop's share: the main thread's CPU from /proc/<pid>/task/<pid>/stat, beside
+    the whole process's; a thread burning 0.2 s of CPU beside it counts in the process's only."""
+    import os
+    import threading
+    import time
+
+    pid = os.getpid()
+    fields = lambda: open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()  # noqa: E731
+    monkeypatch.setattr(e2e, "namespace_components", lambda: [(pid, "apiserver", fields())])
+    before = e2e.components_cpu()
+
+    def burn() -> None:  # 0.2 s of this thread's own CPU, however long the machine's load makes it take
+        deadline = time.monotonic() + 30
+        while time.thread_time() < 0.2 and time.monotonic() < deadline:
+            pass
+
+    worker = threading.Thread(target=burn)
+    worker.start()
+    worker.join()
+    after = e2e.components_cpu()
+    assert set(after) == {"apiserver", "apiserver (event loop)"}
+    process = after["apiserver"] - before["apiserver"]
+    loop = after["apiserver (event loop)"] - before["apiserver (event loop)"]
+    assert process >= 0.18  # the thread's 0.2 s (clock ticks of 10 ms)
+    assert loop < process / 2  # the main thread only waited for it
