@@ -5,7 +5,7 @@
 * compactor.py: the compare-and-swap on ``compact_rev_key`` every ``--etcd-compaction-interval``
   (compact.go);
 * keys.py: ``--etcd-prefix``; client.py: the gRPC channel, TLS, timeouts; errors.py: etcd's
-  answers as storage errors.
+  answers as storage errors; wire.py: the writes' ``TxnRequest`` as protobuf bytes.
 """
 
 from kubesvc.storage.base import StorageError
