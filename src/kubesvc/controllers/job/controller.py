@@ -285,6 +285,9 @@ class JobController:
         if finished is None and complete:
             finished = (jd.SUCCESS_CRITERIA_MET, *jd.COMPLETIONS_REACHED)
         finishing = finished is not None
+        # a Job being deleted (foreground deletion, a finalizer) gets no new Pods: manageJob is
+        # not called for it (upstream's `job.DeletionTimestamp == nil`); its Pods are still counted
+        being_deleted = bool(job["metadata"].get("deletionTimestamp"))
         if not finishing and delayed:
             # a failed Pod of an index to retry keeps its finalizer (uncounted) until its
             # replacement carries the index's failure count on (canRemoveFinalizer)
@@ -310,10 +313,10 @@ class JobController:
                 await self._delete_pods(job, key, active)
                 terminating += active
                 active = []
-        elif satisfied:
+        elif satisfied and not being_deleted:
             active = await self._manage(job, key, active, succeeded, terminating, record, now, succeeded_indexes, failed_indexes, delayed,
                                         failed=failed, progress=progress)
-        if not finishing and not jd.condition(job, jd.FAILURE_TARGET):
+        if not finishing and not being_deleted and not jd.condition(job, jd.FAILURE_TARGET):
             self._suspend_conditions(job, conditions, suspended, status, now)
         status["active"] = len(active)
         status["ready"] = sum(1 for p in active if is_ready(p))
