@@ -63,6 +63,7 @@ from kubesvc.controllers.informers import SharedInformers
 from kubesvc.controllers.mirroring.controller import EndpointSliceMirroringController
 from kubesvc.controllers.mirroring.metrics import EndpointSliceMirroringMetrics
 from kubesvc.controllers.job.metrics import JobMetrics
+from kubesvc.controllers.job.ttlafterfinished import TTLAfterFinishedMetrics
 from kubesvc.controllers.podgc.controller import PodGCMetrics
 from kubesvc.util.clock import Clock, RealClock
 
@@ -203,6 +204,7 @@ class ControllerManager:
         self.mirroring_metrics = EndpointSliceMirroringMetrics(config.mirroring_max_endpoints_per_subset, self.metrics_registry)
         self.podgc_metrics = PodGCMetrics(self.metrics_registry)
         self.job_metrics = JobMetrics(self.metrics_registry)
+        self.ttl_after_finished_metrics = TTLAfterFinishedMetrics(self.metrics_registry)
         self.leading = asyncio.Event()
         self.caches_synced = asyncio.Event()
         self.controllers: dict[str, object] = {}
@@ -398,6 +400,8 @@ class ControllerManager:
                                        (REPLICATION, replication_manager), (CRONJOB, CronJobController)):
             if name in self.config.controllers:
                 options = {"workers": workers[name]} if name in workers else {}
+                if name == TTL_AFTER_FINISHED:
+                    options["metrics"] = self.ttl_after_finished_metrics
                 if name == JOB:
                     options["metrics"] = self.job_metrics
                     options["job_managed_by"] = config.feature_gates.get("JobManagedBy", True)

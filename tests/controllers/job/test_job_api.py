@@ -8,12 +8,13 @@ A stand-in kubelet finishes each Pod by its image: ``ok`` succeeds, ``fail`` fai
 from __future__ import annotations
 
 import yaml
+from prometheus_client import CollectorRegistry
 
 from kubesvc.client.rest import PODS
 from kubesvc.controllers.gc.controller import GarbageCollector
 from kubesvc.controllers.job.controller import JOBS, JobController
 from kubesvc.controllers.job.decisions import JOB_TRACKING_FINALIZER
-from kubesvc.controllers.job.ttlafterfinished import TTLAfterFinishedController
+from kubesvc.controllers.job.ttlafterfinished import TTLAfterFinishedController, TTLAfterFinishedMetrics
 from kubesvc.util.golang import parse_rfc3339
 from tests.support.cluster import eventually, get_or_none, kubectl, running_task
 from tests.support.workloads import fake_kubelet, finished_status, image_of, running_controllers
@@ -97,7 +98,9 @@ async def test_backoff_then_backoff_limit_exceeded(apiserver, client, namespace)
 
 
 async def test_ttl_after_finished_deletes_the_job_and_its_pods(apiserver, client, namespace):
-    factories = [lambda c, i: JobController(c, i), lambda c, i: TTLAfterFinishedController(c, i)]
+    registry = CollectorRegistry()
+    ttl_metrics = TTLAfterFinishedMetrics(registry)
+    factories = [lambda c, i: JobController(c, i), lambda c, i: TTLAfterFinishedController(c, i, metrics=ttl_metrics)]
     async with running_controllers(client, *factories):
         collector = GarbageCollector(client, workers=2)
         async with running_task(fake_kubelet(client, namespace, finish_by_image, interval=0.2)), running_task(collector.run()):
@@ -109,6 +112,10 @@ async def test_ttl_after_finished_deletes_the_job_and_its_pods(apiserver, client
                 return await get_or_none(client, JOBS, "once", namespace) is None and not pods
 
             await eventually(gone, 60, "the Job and its Pod deleted after its TTL (foreground)")
+    # one deletion observed, in upstream's buckets (0.1 s doubling: the 14th bound is 819.2 s)
+    name = "ttl_after_finished_controller_job_deletion_duration_seconds"
+    assert registry.get_sample_value(name + "_count") == 1
+    assert registry.get_sample_value(name + "_bucket", {"le": "819.2"}) == 1
 
 
 async def test_active_deadline_and_suspend(apiserver, client, namespace):
