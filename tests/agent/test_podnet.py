@@ -387,3 +387,17 @@ async def test_the_api_goes_through_the_kernel_it_is_given(tmp_path):
     await podnet.remove_pod(net, "uid-1")
     assert network.names() == [] and veth not in network.link_names()
     assert not (tmp_path / "networks" / "cbr0" / "10.244.1.2").exists()
+
+
+def test_ip_store_ignores_an_address_released_while_it_lists(tmp_path, monkeypatch):
+    """Two Pods removed at once: one release unlinks its address file between the other's listing
+    of the directory and its read. The other's removal still finds and releases its own address
+    (before, the read raised FileNotFoundError and its address stayed held)."""
+    store = IPStore(tmp_path)
+    [ours] = store.allocate("uid-a", ["10.244.1.0/24"], ["10.244.1.1"])
+    listed = [tmp_path / ours, tmp_path / "10.244.1.77"]  # .77 was listed, then released
+    monkeypatch.setattr(Path, "iterdir", lambda self: iter(listed) if self == tmp_path else iter(()))
+    assert store.allocations() == {ours: "uid-a"}
+    monkeypatch.undo()
+    store.release([ours])
+    assert store.allocations() == {}

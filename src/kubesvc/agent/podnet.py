@@ -376,7 +376,9 @@ class IPStore:
         if not self.dir.is_dir():
             return found
         for entry in self.dir.iterdir():
-            with contextlib.suppress(ValueError):
+            # FileNotFoundError: released between the listing and the read (two removals of
+            # Pods on this node at once); it is nobody's any more
+            with contextlib.suppress(ValueError, FileNotFoundError):
                 ipaddress.ip_address(entry.name)
                 found[entry.name] = entry.read_text().split("\n", 1)[0].strip()
         return found
