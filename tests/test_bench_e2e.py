@@ -91,3 +91,15 @@ def test_components_cpu_splits_each_components_main_thread_out(monkeypatch):
     loop = after["apiserver (event loop)"] - before["apiserver (event loop)"]
     assert process >= 0.18  # the thread's 0.2 s (clock ticks of 10 ms)
     assert loop < process / 2  # the main thread only waited for it
+
+
+def test_the_slowest_pods_are_printed_hop_by_hop_with_the_controllers_backlog():
+    """Pooled over rounds, slowest first, at most five; a hop the bench could not time is '-'."""
+    rounds = [{"slowest": [("a", {"latency": 2.1, "agent": 0.3, "slice": 1.5, "ahead": 7, "writes": 12, "wait": 0.4, "sync": 0.15,
+                                  "kernel": 0.01})]},
+              {"slowest": [("b", {"latency": 3.0}), ("c", {"latency": 0.5})]}]
+    assert e2e.slowest_report(rounds).splitlines() == [
+        "the 3 slowest Pods, hop by hop (ms; backlog: Pods Ready before it and not yet in a slice / slice writes seen until its own):",
+        "  agent -  slice -  wait -  sync -  kernel -  latency 3000",
+        "  agent 300  slice 1500  wait 400  sync 150  kernel 10  latency 2100  backlog 7 / 12",
+        "  agent -  slice -  wait -  sync -  kernel -  latency 500"]
