@@ -30,6 +30,23 @@ def test_refill_stops_at_burst():
     assert round(limiter.reserve(), 6) == 0.2
 
 
+def test_try_accept_takes_a_token_only_when_one_is_there():
+    """client-go's ``TryAccept``: burst at once, then a token per 1/qps; a refusal takes nothing
+    (no debt), and fractions that add up to a whole token make one (kube-proxy's sync runner:
+    1/s, burst 2, requests 1 ms and 999 ms apart)."""
+    clock = Clock()
+    limiter = TokenBucketRateLimiter(1.0, 2, clock=clock)
+    assert [limiter.try_accept(), limiter.try_accept(), limiter.try_accept()] == [True, True, False]
+    clock.now += 0.5
+    assert limiter.try_accept() is False
+    clock.now += 0.5
+    assert limiter.try_accept() is True  # one second after the bucket ran dry, not 1.5 s
+    clock.now += 0.001
+    assert limiter.try_accept() is False
+    clock.now += 0.999
+    assert limiter.try_accept() is True
+
+
 async def test_wait_sleeps_for_the_reserved_delay():
     clock, slept = Clock(), []
 

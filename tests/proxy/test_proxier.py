@@ -119,11 +119,11 @@ async def test_first_sync_is_full_then_partial_with_only_the_changed_services():
 
 
 async def test_a_change_after_a_quiet_minimum_interval_syncs_at_once_one_within_it_at_its_end():
-    """The sync scheduling upstream's BoundedFrequencyRunner gives kube-proxy, on fake time:
-    minSyncPeriod (1 s) counts from the end of one sync to the start of the next, and it is the
-    only wait. An endpoint change after a quiet second syncs at once (no timer advanced); one
-    during the second after a sync waits for exactly that second's end, and changes meanwhile
-    coalesce into that one sync."""
+    """The sync scheduling upstream's BoundedFrequencyRunner gives kube-proxy (burstSyncs 2), on
+    fake time: minSyncPeriod (1 s) is the only wait. An endpoint change after a quiet second
+    syncs at once (no timer advanced), and so does the next one, the burst's second; a third
+    within the second after that sync waits for exactly that second's end, and changes
+    meanwhile coalesce into that one sync."""
     backend = RecordingBackend()
     proxier = Proxier(backend, ProxyOptions(node_name="node-a"), ProxyMetrics(), min_sync_period=1.0, conntrack=FakeConntrack())
     timers = FakeTimers()
@@ -151,18 +151,21 @@ async def test_a_change_after_a_quiet_minimum_interval_syncs_at_once_one_within_
         timers.advance(0.25)
         proxier.on_endpoint_slice_update({}, ready_slice("web", ["10.244.0.1", "10.244.0.2"]))
         await settle()
-        assert len(backend.requests) == 2  # t=2.25: within the second after the sync at 2.0
-        timers.advance(0.5)
+        assert len(backend.requests) == 3  # t=2.25: the burst's second sync, at once
+        timers.advance(0.25)
         proxier.on_endpoint_slice_update({}, ready_slice("web", ["10.244.0.1", "10.244.0.2", "10.244.0.3"]))
         await settle()
-        assert len(backend.requests) == 2  # t=2.75
+        assert len(backend.requests) == 3  # t=2.5: the burst spent, within the second after the sync at 2.25
+        timers.advance(0.5)
+        await settle()
+        assert len(backend.requests) == 3  # t=3.0: a token again, but the deferred sync is due at 3.25
         timers.advance(0.25)
-        await settle()  # t=3.0: exactly minSyncPeriod after the last sync ended, one sync for both changes
-        assert len(backend.requests) == 3
+        await settle()  # t=3.25: exactly minSyncPeriod after the last sync ended
+        assert len(backend.requests) == 4
         assert synced_endpoints() == ["10.244.0.1:8080", "10.244.0.2:8080", "10.244.0.3:8080"]
         timers.advance(10.0)
         await settle()
-        assert len(backend.requests) == 3  # nothing changed: no sync until the hourly one
+        assert len(backend.requests) == 4  # nothing changed: no sync until the hourly one
 
 
 async def test_a_failed_sync_makes_the_next_one_full():

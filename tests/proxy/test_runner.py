@@ -1,4 +1,5 @@
-"""Upstream ``pkg/proxy/runner/bounded_frequency_runner_test.go``, ported test by test, plus
+"""Upstream ``pkg/proxy/runner/bounded_frequency_runner_test.go``, ported test by test (they hold
+for ``burst_runs=1``), the burst test of ``pkg/util/async/bounded_frequency_runner_test.go``, plus
 tests of ours marked "(ours)".
 
 Fake-time tests count in integer milliseconds (``FakeTimers`` takes any unit), so boundaries
@@ -46,10 +47,11 @@ async def looping(runner: BoundedFrequencyRunner):
 class Script:
     """Drives a runner on fake time the way upstream's tests drive ``fakeClock.Step``."""
 
-    def __init__(self, min_interval: int, retry_interval: int, max_interval: int):
+    def __init__(self, min_interval: int, retry_interval: int, max_interval: int, burst_runs: int = 1):
         self.timers = FakeTimers()
         self.fn = Receiver()
-        self.runner = BoundedFrequencyRunner("test-runner", self.fn, min_interval, retry_interval, max_interval, self.timers)
+        self.runner = BoundedFrequencyRunner("test-runner", self.fn, min_interval, retry_interval, max_interval, self.timers,
+                                             burst_runs=burst_runs)
 
     async def run(self, expected_calls: int) -> None:
         self.runner.run()
@@ -129,6 +131,56 @@ async def test_bounded_frequency_runner_retry_shorter_than_min_interval():
         await s.step(1, 2)  # rel=5s: the retry runs, respecting minInterval
         assert s.timers.armed == 2
         await s.step(10000, 3)  # maxInterval without any request
+
+
+async def test_bounded_frequency_runner_burst():
+    """``pkg/util/async``'s Test_BoundedFrequencyRunnerBurst (burst 2; its maxInterval 10 s)."""
+    s = Script(1000, 5000, 10000, burst_runs=2)
+    async with looping(s.runner):
+        await s.run(1)  # abs=0ms: at once
+        await s.step(1, 1)
+        await s.run(2)  # abs=1ms: the burst's second run, at once
+        await s.step(498, 2)
+        await s.run(2)  # abs=499ms: too soon, deferred
+        await s.step(1, 2)
+        await s.run(2)  # abs=500ms
+        await s.step(1, 2)
+        await s.run(2)  # abs=501ms
+        await s.step(499, 2)  # abs=1000ms: a token again, but not minInterval after the last run's end (1001)
+        await s.run(3)  # a request now takes the token: the third run
+        await s.step(1, 3)
+        await s.run(3)  # abs=1001ms: too soon after the third
+        await s.step(998, 3)
+        await s.run(3)  # abs=1999ms
+        await s.step(1, 4)  # abs=2000ms: the deferred run
+        await s.step(2000, 4)  # abs=4000ms: the burst saved up again
+        await s.run(5)
+        await s.run(6)
+        await s.run(6)  # too soon after the sixth
+        await s.step(1000, 7)  # abs=5000ms: minInterval after the last run
+        await s.step(10000, 8)  # abs=15000ms: maxInterval
+
+
+async def test_a_request_during_a_long_run_waits_for_the_next_start_not_for_its_end_plus_the_interval():
+    """(ours) Under a stream of changes runs start ``min_interval`` apart: a run of 300 ms at
+    0, a request during it (deferred to 1300, the run's end + min_interval), another at 1000,
+    when the bucket holds a token again: that one runs at once, and the deferred time is moot."""
+    s = Script(1000, 5000, 10000)
+
+    async def slow() -> None:
+        s.fn.calls += 1
+        s.timers.advance(300)  # the run takes 300 ms
+        if s.fn.calls == 1:
+            s.runner.run()  # a change while it runs
+
+    s.runner.fn = slow
+    async with looping(s.runner):
+        await s.run(1)  # abs=0..300ms
+        await s.step(699, 1)  # abs=999ms: still too soon
+        await s.run(1)
+        await s.step(1, 1)  # abs=1000ms: a token, but no request since the refusal at 999
+        await s.run(2)  # a request at 1000 runs at once (the rewrite would wait until 1300)
+        await s.step(1300, 2)  # abs=2600 (the second ran 1000..1300): nothing pending
 
 
 # ---- upstream's *_RealClock tests, on the event loop's clock ----------------------------------

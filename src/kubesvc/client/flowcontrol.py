@@ -36,6 +36,18 @@ class TokenBucketRateLimiter:
         self._tokens -= 1
         return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
 
+    def try_accept(self) -> bool:
+        """Take a token if there is one now (client-go's ``TryAccept``); never waits, and a
+        refusal takes nothing. (A hair of slack: token fractions summed in floating point,
+        0.001 + 0.999 s at 1/s, still make a whole token.)"""
+        now = self._clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
+        self._last = now
+        if self._tokens < 1.0 - 1e-9:
+            return False
+        self._tokens -= 1
+        return True
+
     async def wait(self) -> None:
         delay = self.reserve()
         if delay > 0:

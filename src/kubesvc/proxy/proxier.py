@@ -58,6 +58,8 @@ from kubesvc.proxy.topology import LABEL_TOPOLOGY_ZONE
 from kubesvc.proxy.types import FAMILY_NAMES, IPV4, IPV6, EndpointsMap, ServicePortMap
 from kubesvc.util import gcpause
 
+BURST_SYNCS = 2  # upstream's burstSyncs: syncs saved up while quiet (runner.py)
+
 log = logging.getLogger("kubesvc.proxy")
 
 # upstream proxyutil.FullSyncPeriod
@@ -116,7 +118,8 @@ class Proxier:
         self.last_fixed_inputs: tuple | None = None  # of the last successful sync
         self.last_result: SyncResult | None = None
         self._tasks: list[asyncio.Task] = []
-        self.runner = BoundedFrequencyRunner("sync-runner", self.sync_proxy_rules, min_sync_period, sync_period, full_sync_period)
+        self.runner = BoundedFrequencyRunner("sync-runner", self.sync_proxy_rules, min_sync_period, sync_period, full_sync_period,
+                                             burst_runs=BURST_SYNCS)
 
     # ---- handlers: record, then ask for a sync -------------------------------------------
 
