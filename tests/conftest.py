@@ -3,6 +3,7 @@ import pytest
 from kubesvc.client.rest import DEFAULT_FIELD_MANAGER
 from tests.support.apiserver import running_apiserver, start_apiserver
 from tests.support import filetimes, netns, rewritecache
+from tests.support.up import scheduling_scope
 from tests.support.cluster import api_client, temporary_namespace
 
 
@@ -47,6 +48,22 @@ def pytest_configure(config):
     (tests/support/rewritecache.py): with PYTHONDONTWRITEBYTECODE (CI) each worker did it again."""
     if not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no" and config.getoption("numprocesses", None):
         rewritecache.prewrite(config, config.rootpath / "tests")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with one change: the modules sharing one ``kubesvc up``
+    (tests/support/up.py SHARED_UP_MODULES) are one unit, so one worker runs them one after the
+    other and their machine is started and torn down once."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedUpLoadFileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scheduling_scope(nodeid)
+
+    return SharedUpLoadFileScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -54,3 +54,14 @@ def test_asserts_rewritten_once_before_the_workers_are_what_pytest_loads(tmp_pat
     assert rewritecache.prewrite(pytestconfig, tmp_path) == 0
     test_file.write_text(test_file.read_text() + "\n\ndef test_two():\n    assert True\n")
     assert rewritecache.prewrite(pytestconfig, tmp_path) == 1
+
+
+def test_the_modules_sharing_one_up_are_one_scheduling_unit():
+    """tests/support/up.py: under ``--dist loadfile`` every other file is its own unit; the
+    SHARED_UP_MODULES are one (one worker runs them in turn, on one ``kubesvc up``)."""
+    from tests.support.up import SHARED_UP_MODULES, SHARED_UP_SCOPE, scheduling_scope
+
+    assert len(SHARED_UP_MODULES) >= 2
+    assert {scheduling_scope(f"{path}::test_x[a]") for path in SHARED_UP_MODULES} == {SHARED_UP_SCOPE}
+    assert scheduling_scope("tests/kernel/test_agent_containers.py::test_x") == "tests/kernel/test_agent_containers.py"
+    assert scheduling_scope("tests/api/test_kinds.py") == "tests/api/test_kinds.py"

@@ -6,7 +6,11 @@ in the kernel (a namespace serving TCP/UDP) and in the API (bound, with an IP, R
 One environment per test module and proxy mode (``kernel_env``, parametrized over the
 module's ``MODES``, default nftables and iptables): modules choose their proxy flags
 (``PROXY_FLAGS``) and node count (``NODE_COUNT``). Everything a test makes is removed after it, pass or fail; everything the module
-made, after the module. Every module here is marked ``kernel``: missing prerequisites (root,
+made, after the module. The control plane under them (``kernel_control_plane``: the apiserver
+and the EndpointSlice controller, started the same way for every module) is one per test
+process, started when the first module needs it: each module's namespaces, nodes, proxies, API
+namespaces and objects are its own and go with it, so a module sees no other's, and the two
+processes' start and stop are paid once instead of once per module and mode. Every module here is marked ``kernel``: missing prerequisites (root,
 nft, iptables, ip) fail its tests (tests/conftest.py), kernel tests are never skipped.
 """
 
@@ -25,8 +29,9 @@ from kubesvc.client.rest import ENDPOINTSLICES, NODES, PODS, SERVICES, ApiError,
 from tests.support.apiserver import running_apiserver, start_controller_manager
 from tests.support.cluster import api_client, create_pod, new_namespace, set_pod_status
 from tests.kernel.helpers import register_node
-from tests.support.netns import Cluster, Node, Pod, ProxyProcess
+from tests.support.netns import Cluster, Netns, Node, Pod, ProxyProcess
 from tests.support.slowdown import scaled
+from tests.support.up import Machine
 
 # tests/kernel/vm/ needs a kernel with IPVS: scripts/vm-ipvs.sh boots one and sets this
 # (tests/kernel/test_proxy_ipvs_vm.py); elsewhere those tests are not even collected.
@@ -108,33 +113,44 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("kernel_env", modes, indirect=True, scope="module")
 
 
+@pytest.fixture(scope="session")
+def kernel_control_plane(tmp_path_factory):
+    """The apiserver and the EndpointSlice controller (processes on the host's loopback) every
+    kernel module's ``kernel_env`` of this test process works against; stopped at the end."""
+    log_dir = tmp_path_factory.mktemp("kernel-control-plane")
+    with running_apiserver(log_dir / "apiserver") as server:
+        manager = start_controller_manager(server, log_dir / "controller-manager.log", "--leader-elect=false", "--secure-port=0",
+                                           "--controllers=endpointslice-controller")
+        try:
+            yield server
+        finally:
+            manager.stop()
+
+
 @pytest.fixture(scope="module")
-def kernel_env(request, tmp_path_factory):
-    """apiserver + EndpointSlice controller (processes) + the module's namespaces + a proxy per
-    node (started on first use by ``kt``), for one mode."""
+def kernel_env(request, kernel_control_plane, tmp_path_factory):
+    """The module's namespaces (nodes registered as Nodes of the shared control plane) and a
+    proxy per node (started on first use by ``kt``), for one mode; the Nodes are deleted after."""
     mode = request.param
     module = request.module.__name__.rsplit(".", 1)[-1]
     log_dir = tmp_path_factory.mktemp(f"{module}-{mode}")
     nodes = getattr(request.module, "NODE_COUNT", 2)
     flags = getattr(request.module, "PROXY_FLAGS", DEFAULT_PROXY_FLAGS)
-    with running_apiserver(log_dir / "apiserver") as server:
-        manager = start_controller_manager(server, log_dir / "controller-manager.log", "--leader-elect=false", "--secure-port=0",
-                                           "--controllers=endpointslice-controller")
-        cluster = Cluster(nodes=nodes, log_dir=log_dir)
-        env = KernelEnv(mode, server, cluster, log_dir, flags)
-        try:
-            cluster.build()
-            cluster.start_relays(api_port(server))
-            asyncio.run(_register_nodes(server, cluster.nodes))
-            yield env
-        finally:
-            for proxy in env.proxies.values():
-                proxy.kill()
-            node_names = [n.name for n in cluster.nodes]
-            cluster.close()
-            with contextlib.suppress(Exception):
-                asyncio.run(_delete_nodes(server, node_names))
-            manager.stop()
+    server = kernel_control_plane
+    cluster = Cluster(nodes=nodes, log_dir=log_dir)
+    env = KernelEnv(mode, server, cluster, log_dir, flags)
+    try:
+        cluster.build()
+        cluster.start_relays(api_port(server))
+        asyncio.run(_register_nodes(server, cluster.nodes))
+        yield env
+    finally:
+        for proxy in env.proxies.values():
+            proxy.kill()
+        node_names = [n.name for n in cluster.nodes]
+        cluster.close()
+        with contextlib.suppress(Exception):
+            asyncio.run(_delete_nodes(server, node_names))
 
 
 class KernelTest:
@@ -303,3 +319,49 @@ async def kt(kernel_env):
             yield test
         finally:
             await test.cleanup()
+
+
+# ---- one ``kubesvc up`` for SHARED_UP_MODULES (tests/support/up.py) ------------------------------
+
+_shared_machine: Machine | None = None
+
+
+@pytest.fixture(scope="module")
+def shared_up(tmp_path_factory):
+    """The ``kubesvc up`` machine the modules of SHARED_UP_MODULES share (started by the first
+    of them to run); each module's Pods are deleted after it. It is torn down after the last
+    test that uses it (``pytest_runtest_teardown`` below): they run one after the other, on one
+    worker (tests/conftest.py's scheduler)."""
+    global _shared_machine
+    if _shared_machine is None:
+        machine = Machine(Netns.create("shared"), tmp_path_factory.mktemp("shared-up"))
+        try:
+            machine.up()
+        except BaseException:
+            machine.teardown()
+            raise
+        _shared_machine = machine
+    machine = _shared_machine
+    yield machine
+    if machine.process is not None and machine.process.poll() is None:
+        machine.delete_pods()
+
+
+def _stop_shared_machine() -> None:
+    global _shared_machine
+    machine, _shared_machine = _shared_machine, None
+    if machine is not None:
+        machine.teardown()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the last test using the shared machine (its module's fixtures already finalized):
+    tear the machine down rather than leave it running through the rest of the session."""
+    yield
+    if _shared_machine is not None and "shared_up" in item.fixturenames and (nextitem is None or "shared_up" not in nextitem.fixturenames):
+        _stop_shared_machine()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _stop_shared_machine()  # interrupted or failed runs leave nothing behind either

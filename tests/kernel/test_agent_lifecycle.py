@@ -17,15 +17,16 @@ import yaml
 from tests.support.agent import requests_in
 from tests.support.netns import netns_names as host_netns_names
 from tests.support.netns import wait_until as poll
-from tests.support.up import Machine, running_machine
+from tests.support.up import Machine
 
 pytestmark = pytest.mark.kernel
 
 
 @pytest.fixture(scope="module")
-def up(tmp_path_factory):
-    with running_machine("life", tmp_path_factory.mktemp("lifecycle")) as machine:
-        yield machine
+def up(shared_up):
+    """The ``kubesvc up`` this module shares with the others of SHARED_UP_MODULES
+    (tests/support/up.py, tests/kernel/conftest.py): its Pods' names are its own."""
+    return shared_up
 
 
 def wait_until(predicate, timeout: float = 20.0, message: str = "condition"):

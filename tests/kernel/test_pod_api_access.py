@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.support.netns import wait_until
-from tests.support.up import Machine, running_machine
+from tests.support.up import Machine
 
 pytestmark = pytest.mark.kernel
 
@@ -50,9 +50,10 @@ while True:
 
 
 @pytest.fixture(scope="module")
-def up(tmp_path_factory):
-    with running_machine("apiacc", tmp_path_factory.mktemp("api-access")) as machine:
-        yield machine
+def up(shared_up):
+    """The ``kubesvc up`` this module shares with the others of SHARED_UP_MODULES
+    (tests/support/up.py, tests/kernel/conftest.py): its Pods' names are its own."""
+    return shared_up
 
 
 def logs(up: Machine, pod: str, namespace: str) -> list[str]:

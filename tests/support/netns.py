@@ -825,6 +825,12 @@ class ProxyFailed(AssertionError):
     pass
 
 
+# How long a started proxy may take to answer /healthz 200 with a first sync in /metrics. A wait,
+# not a bound under test (no test asserts on it): CI has seen a proxy's first iptables-save take
+# 38 s and its start 15 s when the machine was loaded, and 30 s then failed a module's first test.
+READY_TIMEOUT = 60.0
+
+
 class ProxyProcess(LoggedProcess):
     """``kubesvc proxy`` running inside ``node``'s namespace as kube-proxy would run on a node:
 
@@ -852,7 +858,7 @@ class ProxyProcess(LoggedProcess):
                 f"--proxy-mode={self.mode}", f"--cluster-cidr={self.cluster_cidr}", f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
                 f"--healthz-bind-address=0.0.0.0:{self.healthz_port}", *self.extra]
 
-    def start(self, wait: bool = True, timeout: float = 30) -> "ProxyProcess":
+    def start(self, wait: bool = True, timeout: float = READY_TIMEOUT) -> "ProxyProcess":
         assert not self.alive, "already running"
         self.starts += 1
         with open(self.log_path, "ab") as log:
@@ -866,7 +872,7 @@ class ProxyProcess(LoggedProcess):
     def _fail(self, why: str) -> ProxyFailed:
         return ProxyFailed(f"kubesvc proxy ({self.mode}) in {self.node.name}: {why}\n--- proxy log (tail) ---\n{self.log()}")
 
-    def wait_ready(self, timeout: float = 30) -> Metrics:
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> Metrics:
         """Until /healthz answers 200 and /metrics shows a completed sync."""
         deadline = time.monotonic() + scaled(timeout)
         last = "no answer"
@@ -902,7 +908,7 @@ class ProxyProcess(LoggedProcess):
     def stop(self) -> int | None:
         return self.kill(signal.SIGTERM)
 
-    def restart(self, wait: bool = True, timeout: float = 30) -> "ProxyProcess":
+    def restart(self, wait: bool = True, timeout: float = READY_TIMEOUT) -> "ProxyProcess":
         self.kill()
         return self.start(wait=wait, timeout=timeout)
 
