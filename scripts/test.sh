@@ -5,7 +5,10 @@
 #
 # Two pytest workers (pytest-xdist), one test file at a time each: most tests wait on
 # processes, sockets and the kernel rather than compute, and a file's module-scoped
-# environment (apiserver, namespaces, proxies) stays on one worker. (Three were tried: no
+# environment (apiserver, namespaces, proxies) stays on one worker. (The modules sharing one
+# `kubesvc up`, SHARED_UP_MODULES in tests/support/up.py, go to one worker together:
+# tests/conftest.py's scheduler. Before the workers start, the controller rewrites the test
+# files' asserts once for both: tests/support/rewritecache.py.) (Three were tried: no
 # faster, 16.3 min against 16.3, and the extra load broke three timing-bounded tests.) With no arguments (the
 # whole suite), the IPVS tests start first in their VM in the background
 # (tests/support/ipvs_vm.py): tests/kernel/test_proxy_ipvs_vm.py collects their result.
