@@ -283,3 +283,27 @@ async def test_a_command_on_a_terminal_starts_with_the_size_the_client_sends_aft
     output = b"".join(data for channel, data in sent if channel == streaming.STDOUT).decode()
     assert "33 101" in output and "got-typed" in output, output
     assert sent[-1] == (streaming.ERROR, json.dumps(streaming.success_status()).encode())
+
+
+async def test_input_sent_before_and_while_the_command_starts_arrives_whole_and_in_order():
+    """``kubectl cp`` into a Pod is a tar stream on stdin that starts at once: chunks sent before
+    the command exists and after reach it in the order sent, and the end of stdin comes after
+    them, even when the command echoes as it reads (it must not hold the early input's write)."""
+    sent: list[tuple[int, bytes]] = []
+    chunks = [bytes([i]) * 65536 for i in range(1, 17)]  # 1 MiB: more than a pipe holds
+
+    async def send(channel: int, data: bytes) -> None:
+        sent.append((channel, data))
+
+    async def client(child) -> None:
+        for chunk in chunks:
+            await child.write(chunk)
+            await asyncio.sleep(0)
+        child.close_stdin()
+        await asyncio.sleep(60)
+
+    options = streaming.ExecOptions(("cat",), True, True, True, False)
+    target = streaming.ExecTarget(netns=None, env={}, working_dir="/", pid=None)
+    await asyncio.wait_for(streaming._run_exec(send, client, options, target), 20)
+    assert b"".join(data for channel, data in sent if channel == streaming.STDOUT) == b"".join(chunks)
+    assert sent[-1] == (streaming.ERROR, json.dumps(streaming.success_status()).encode())

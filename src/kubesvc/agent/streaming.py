@@ -449,13 +449,16 @@ class _ExecInput:
     or is ^D on a terminal (end of input for a reader in canonical mode, as a user's ^D).
 
     The client's input is read from before the command starts (a terminal's command waits for
-    the first size): until :meth:`attach`, input is kept and the last size remembered."""
+    the first size): until :meth:`attach`, input is kept and the last size remembered; then
+    :meth:`flush` writes what was kept, and later input waits for it, so the command reads
+    everything in the order it was sent (``kubectl cp`` is a tar stream on stdin)."""
 
     def __init__(self, tty: bool):
         self.tty = tty
         self._process: kprocess.Process | None = None
         self._early: list[bytes] = []
         self._early_close = False
+        self._flushed = asyncio.Event()
         self.size: tuple[int, int] | None = None
         self.sized = asyncio.Event()
 
@@ -463,22 +466,32 @@ class _ExecInput:
     def stdin(self) -> int | None:
         return self._process.stdin if self._process is not None else None
 
-    async def attach(self, process: kprocess.Process) -> None:
-        """The command has started: the remembered size and input reach it."""
+    def attach(self, process: kprocess.Process) -> None:
+        """The command has started: it gets the remembered size (the input: :meth:`flush`)."""
         self._process = process
         if self.size is not None:
             self.resize(*self.size)
-        early, self._early = self._early, []
-        with contextlib.suppress(OSError):
-            for data in early:
-                await self.write(data)
+
+    async def flush(self) -> None:
+        """What came before the command started, into it (once its output is being read: a
+        command that writes as it reads would otherwise hold this write, and itself, forever)."""
+        try:
+            with contextlib.suppress(OSError):
+                for data in self._early:
+                    if self.stdin is not None:
+                        await interactive.write(self.stdin, data)
+        finally:
+            self._early = []
+            self._flushed.set()
         if self._early_close:
             self.close_stdin()
 
     async def write(self, data: bytes) -> None:
         if self._process is None:
             self._early.append(data)
-        elif self._process.stdin is not None:
+            return
+        await self._flushed.wait()
+        if self._process.stdin is not None:
             await interactive.write(self._process.stdin, data)
 
     def resize(self, width: int, height: int) -> None:
@@ -488,7 +501,7 @@ class _ExecInput:
             set_window_size(self.stdin, width, height)
 
     def close_stdin(self) -> None:
-        if self._process is None:
+        if not self._flushed.is_set():  # after what came before it
             self._early_close = True
             return
         if self._process.stdin is None:
@@ -536,7 +549,7 @@ async def _run_exec(send: Callable[[int, bytes], Awaitable[None]], client_input:
     except BaseException:
         client.cancel()
         raise
-    await child_input.attach(child)
+    child_input.attach(child)
 
     async def pump(reader: asyncio.StreamReader, channel: int, wanted: bool) -> None:
         with contextlib.suppress(OSError, ConnectionError):
@@ -547,6 +560,7 @@ async def _run_exec(send: Callable[[int, bytes], Awaitable[None]], client_input:
     pumps = [asyncio.create_task(pump(child.stdout, STDOUT, options.stdout or options.tty))]
     if child.stderr is not None:
         pumps.append(asyncio.create_task(pump(child.stderr, STDERR, options.stderr)))
+    flushing = asyncio.ensure_future(child_input.flush())
     exited = asyncio.ensure_future(child.wait())
     stopped = asyncio.ensure_future(target.container_stopped() if target.container_stopped else asyncio.Event().wait())
     try:
@@ -563,9 +577,10 @@ async def _run_exec(send: Callable[[int, bytes], Awaitable[None]], client_input:
     finally:
         client.cancel()
         stopped.cancel()
+        flushing.cancel()
         for task in pumps:
             task.cancel()
-        await asyncio.gather(client, *pumps, return_exceptions=True)
+        await asyncio.gather(client, flushing, *pumps, return_exceptions=True)
         if not exited.done():
             kprocess.kill_group(child.pid, signal.SIGKILL)
             with contextlib.suppress(Exception):
