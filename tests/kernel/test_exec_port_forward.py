@@ -278,12 +278,18 @@ def _processes_with(marker: str) -> list[int]:
     return found
 
 
-def test_a_client_that_goes_away_takes_its_command_along(up, pod):
-    marker = f"sleep-{secrets.token_hex(4)}"
-    process = subprocess.Popen(kubectl_argv(up, "exec", pod, "--", "sh", "-c", f"exec -a {marker} sleep 300"),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO_ROOT, start_new_session=True)
+def test_a_client_that_goes_away_takes_its_command_along(up, pod, tmp_path):
+    # the shell computes the sleep's argument, so only the command's own command line holds the
+    # marker, not kubectl's (a host process too: it would otherwise be found instead)
+    offset = secrets.randbelow(10**8)
+    marker = f"sleep\0{10**9 + offset}"
+    errors = tmp_path / "kubectl.err"
+    with open(errors, "wb") as stderr:
+        process = subprocess.Popen(kubectl_argv(up, "exec", pod, "--", "sh", "-c", f"exec sleep $((1000000000 + {offset}))"),
+                                   stdout=subprocess.DEVNULL, stderr=stderr, cwd=REPO_ROOT, start_new_session=True)
     try:
-        wait_until(lambda: _processes_with(marker), 20, "the command running")
+        wait_until(lambda: _processes_with(marker) or (process.poll() is not None and pytest.fail(
+            f"kubectl exec exited {process.returncode}: {errors.read_text()!r}")), 20, "the command running")
     finally:
         os.killpg(process.pid, 9)
         process.wait(timeout=10)
