@@ -32,6 +32,8 @@ import json
 import struct
 from typing import Iterable
 
+from kubesvc.util.protowire import varint
+
 # kube-openapi's handler takes either name in Accept (client-go still sends the '@' one) and
 # answers with the one Go's mime parser accepts.
 PROTOBUF_TYPES = ("application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
@@ -157,20 +159,8 @@ def _operation(operation: dict) -> dict:
 # ---- gnostic protobuf ------------------------------------------------------------------------
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 def _bytes_field(number: int, data: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(data)) + data
+    return varint(number << 3 | 2) + varint(len(data)) + data
 
 
 def _string(number: int, value: str) -> bytes:
@@ -182,15 +172,15 @@ def _strings(number: int, values: Iterable[str]) -> bytes:
 
 
 def _bool(number: int, value: bool) -> bytes:
-    return _varint(number << 3) + b"\x01" if value else b""
+    return varint(number << 3) + b"\x01" if value else b""
 
 
 def _int(number: int, value: int) -> bytes:
-    return _varint(number << 3) + _varint(value & 0xFFFFFFFFFFFFFFFF) if value else b""
+    return varint(number << 3) + varint(value & 0xFFFFFFFFFFFFFFFF) if value else b""
 
 
 def _double(number: int, value: float) -> bytes:
-    return _varint(number << 3 | 1) + struct.pack("<d", value)
+    return varint(number << 3 | 1) + struct.pack("<d", value)
 
 
 def _any(value) -> bytes:
@@ -232,7 +222,7 @@ def encode_schema(schema: dict) -> bytes:
             out += b"".join(_bytes_field(20, _any(item)) for item in value)
         elif key == "additionalProperties":
             # AdditionalPropertiesItem: oneof {1: Schema, 2: bool}
-            item = _bytes_field(1, encode_schema(value)) if isinstance(value, dict) else _varint(2 << 3) + _varint(int(bool(value)))
+            item = _bytes_field(1, encode_schema(value)) if isinstance(value, dict) else varint(2 << 3) + varint(int(bool(value)))
             out += _bytes_field(21, item)
         elif key == "type":
             out += _bytes_field(22, _strings(1, [value] if isinstance(value, str) else value))

@@ -19,6 +19,8 @@ Python's generated code write it and as etcd needs it to know what is compared.
 
 from __future__ import annotations
 
+from kubesvc.util.protowire import varint
+
 # TxnRequest: compare = 1, success = 2, failure = 3 (all repeated, wire type 2)
 _COMPARE, _SUCCESS, _FAILURE = b"\x0a", b"\x12", b"\x1a"
 # RequestOp: request_range = 1, request_put = 2, request_delete_range = 3
@@ -32,18 +34,6 @@ _PUT_KEY, _PUT_VALUE, _PUT_PREV_KV = b"\x0a", b"\x12", b"\x20\x01"
 _DELETE_PREV_KV = b"\x18\x01"
 
 _SMALL = [bytes([n]) for n in range(128)]
-
-
-def varint(n: int) -> bytes:
-    """A non-negative integer as protobuf's base-128 varint."""
-    if n < 128:
-        return _SMALL[n]
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _field(tag: bytes, payload: bytes) -> bytes:
