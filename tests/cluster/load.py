@@ -17,7 +17,14 @@ previous Service.
 
 :class:`MovingWatch` watches the Services of the namespace through one apiserver, and when that
 stream fails (its apiserver died), continues through the next one from the last
-resourceVersion it received, as client-go's reflector does: nothing may be missing.
+resourceVersion it received, as client-go's reflector does: nothing may be missing, nothing
+may come twice or out of order. It starts from a revision N, as a reflector starts from its
+list's: a watch without one (``""`` or ``"0"``) begins with the current state as synthetic
+ADDED events in key order, whose revisions are in no order (the Services w0-0, w1-0, w2-0
+written at 274, 268, 270 come as 274, 268, 270). ``kubectl get -o json`` prints its own
+``List`` with ``resourceVersion: ""``, so a start taken from it is no revision: MovingWatch
+refuses one. Each stream it opened is recorded (:class:`Stream`: apiserver, start, every line,
+bookmarks too, how it ended), and :meth:`MovingWatch.describe` prints them for a failure.
 """
 
 from __future__ import annotations
@@ -158,17 +165,48 @@ class Writer:
         self.previous_service = None  # one patch per Service
 
 
+@dataclass
+class Stream:
+    """One watch request of a :class:`MovingWatch`: the apiserver, the resourceVersion it was
+    opened from, every line read (BOOKMARKs too) and how it ended."""
+
+    server: str
+    start: str
+    lines: list[tuple[str, str, str]] = field(default_factory=list)  # (type, name ("" for a BOOKMARK), resourceVersion)
+    end: str = "open"  # "ended" (the server closed it: its timeoutSeconds), or the failure that ended it
+
+    def __str__(self) -> str:
+        lines = " ".join(f"{kind[0]}:{name}@{rv}" if name else f"{kind[0]}@{rv}" for kind, name, rv in self.lines)
+        return f"{self.server} from {self.start}: [{lines}] {self.end}"
+
+
 class MovingWatch:
     """A watch of the load namespace's Services, through the first apiserver of ``clients``,
-    moved to the next one (from the last resourceVersion received) whenever its stream fails."""
+    moved to the next one (from the last resourceVersion received) whenever its stream fails,
+    and after every stream when ``hop`` is set (a watch moved between live apiservers)."""
 
-    def __init__(self, clients: list[tuple[str, k8s.ApiClient]], resource_version: str, stop: threading.Event):
+    def __init__(self, clients: list[tuple[str, k8s.ApiClient]], resource_version: str, stop: threading.Event, *,
+                 hop: bool = False, timeout_seconds: int = 3):
+        if not resource_version.isdigit() or int(resource_version) == 0:
+            raise ValueError(f"a watch from a revision needs one, not {resource_version!r}: a watch without one starts with "
+                             "the current objects in key order (take it from the API's list, not kubectl -o json's List)")
         self.clients = list(clients)
         self.resource_version = resource_version
         self.stop = stop
+        self.hop = hop
+        self.timeout_seconds = timeout_seconds
         self.events: list[tuple[str, str, str]] = []  # (type, name, resourceVersion)
-        self.served_by: list[str] = []  # the apiserver of each stream opened, in order
+        self.streams: list[Stream] = []
         self.error: BaseException | None = None
+
+    @property
+    def served_by(self) -> list[str]:
+        """The apiserver of each stream opened, in order."""
+        return [stream.server for stream in self.streams]
+
+    def describe(self) -> str:
+        """Every stream, one a line: what a failure of the watch's assertions prints."""
+        return "\n".join(str(stream) for stream in self.streams)
 
     def run(self) -> None:
         try:
@@ -176,6 +214,8 @@ class MovingWatch:
                 name, api = self.clients[0]
                 try:
                     self._one_stream(name, api)
+                    if self.hop:
+                        self.clients.append(self.clients.pop(0))
                 except Exception as exc:
                     if not server_failed(exc):
                         raise
@@ -189,10 +229,15 @@ class MovingWatch:
         recorded; a 5xx ERROR event ends it (the server's failure: re-watched from the last
         resourceVersion), any other ERROR, 410 Expired among them, fails the test (no relist
         may hide a gap)."""
-        self.served_by.append(name)
-        response = k8s.CoreV1Api(api).list_namespaced_service(
-            NAMESPACE, watch=True, resource_version=self.resource_version, allow_watch_bookmarks=True, timeout_seconds=3,
-            _preload_content=False, _request_timeout=(5, 10))
+        stream = Stream(name, self.resource_version)
+        self.streams.append(stream)
+        try:
+            response = k8s.CoreV1Api(api).list_namespaced_service(
+                NAMESPACE, watch=True, resource_version=self.resource_version, allow_watch_bookmarks=True,
+                timeout_seconds=self.timeout_seconds, _preload_content=False, _request_timeout=(5, 10))
+        except Exception as exc:
+            stream.end = f"not opened: {type(exc).__name__}"
+            raise
         try:
             for line in iter_resp_lines(response):  # whole lines, whatever the chunks
                 if not line.strip():
@@ -200,12 +245,18 @@ class MovingWatch:
                 event = json.loads(line)
                 if event["type"] == "ERROR":
                     code = event["object"].get("code") or 0
+                    stream.lines.append(("ERROR", "", str(code)))
                     if code >= 500:  # the server's trouble (its etcd member had no leader a moment): re-watch, as client-go does
                         raise ApiException(status=code, reason=event["object"].get("message"))
                     raise AssertionError(f"watch through {name} from {self.resource_version}: {event['object']}")
                 rv = event["object"]["metadata"]["resourceVersion"]
+                stream.lines.append((event["type"], event["object"]["metadata"].get("name", ""), rv))
                 if event["type"] != "BOOKMARK":
                     self.events.append((event["type"], event["object"]["metadata"]["name"], rv))
                 self.resource_version = rv
+            stream.end = "ended"
+        except Exception as exc:
+            stream.end = f"failed: {type(exc).__name__}: {exc}"[:200]
+            raise
         finally:
             response.release_conn()
