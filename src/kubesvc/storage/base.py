@@ -164,7 +164,9 @@ class Watch(Protocol):
     def close(self) -> None: ...
 
     def request_progress(self) -> None:
-        """Queue a PROGRESS event carrying the newest revision already queued to this watch."""
+        """Queue a PROGRESS event carrying the newest revision already queued to this watch; a
+        backend whose ``request_watch_progress`` is False cannot order it with the events and
+        queues none (storage/etcd/watch.py)."""
         ...
 
 

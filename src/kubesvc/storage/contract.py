@@ -429,6 +429,14 @@ async def progress_follows_the_events_it_covers_and_reports_other_prefixes_write
     web = await backend.create(key("default/web"), b"v1")
     elsewhere = await backend.create("/registry/endpoints/default/web", b"x")
     watch.request_progress()
+    if not getattr(backend, "request_watch_progress", True):
+        # a backend that cannot order the answer with the events (etcd before 3.4.31 / 3.5.13,
+        # etcd #15220) sends no request: no PROGRESS, rather than one ahead of its events
+        assert [(e.type, e.kv.mod_revision) for e in await receive(events, 1)] == [("PUT", web.mod_revision)]
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(anext(events), 0.5)
+        watch.close()
+        return
     received = await receive(events, 2)
     assert [(e.type, e.kv.mod_revision) for e in received] == [("PUT", web.mod_revision), ("PROGRESS", elsewhere.mod_revision)]
     watch.close()

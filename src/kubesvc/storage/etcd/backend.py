@@ -290,7 +290,8 @@ class EtcdBackend:
         if self._closed:
             raise errors.Unavailable("etcd backend is closed")
         call = self._watch_stub.Watch(metadata=HAS_LEADER)
-        watch = EtcdWatch(call, self.keys.name, self._watch_queue_size, self._watches.discard)
+        watch = EtcdWatch(call, self.keys.name, self._watch_queue_size, self._watches.discard,
+                          progress_requests=self.request_watch_progress)
         create = rpc.WatchCreateRequest(key=begin, range_end=end, start_revision=after_revision + 1 if after_revision else 0,
                                         prev_kv=True, progress_notify=True)
         try:

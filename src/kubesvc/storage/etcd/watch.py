@@ -12,11 +12,17 @@
   one batch.
 * A response with no events is a progress notification (``IsProgressNotify``): every event up
   to ``header.revision`` under the range has been sent. It becomes a PROGRESS event, which the
-  watch cache turns into a bookmark. ``request_progress()`` sends ``WatchProgressRequest``; etcd
-  answers it only while the watcher is synced, and since PR #9869 broadcasts the answer to every
-  watcher of the stream, which is why each watch has a stream of its own (as the cacher has).
-  etcd before 3.4.25 may send it ahead of events still queued (etcd issue #15220): the watch
-  cache must not base consistent reads on it there.
+  watch cache and the storage path's watch turn into a bookmark. ``request_progress()`` sends
+  ``WatchProgressRequest`` only where etcd orders its answer with the watch's events (the
+  backend's ``request_watch_progress``: 3.4.31+, 3.5.13+, 3.6, kube-apiserver's feature check);
+  elsewhere it does nothing. An older etcd answers at once, from the watch server's control
+  channel, with its current revision, whether or not this watcher has been sent the events up
+  to it (etcd issues #15220, #17507): on Debian's 3.4.23 a watch opened 1,400 events behind got
+  PROGRESS at the current revision before any of them (tests/storage/test_etcd.py), and a
+  client resuming from the bookmark it became would never get them. etcd's periodic
+  notifications (``progress_notify``) go to a synced watcher through its own event channel, in
+  order, on every version. The answer is broadcast to every watcher of the stream (PR #9869),
+  which is why each watch has a stream of its own (as the cacher has).
 * etcd before 3.4.24 may send an event twice (etcd #15275): events at or below the newest
   revision already delivered are dropped.
 * A watcher behind the compact revision is cancelled by etcd (``compact_revision`` set, "the
@@ -64,8 +70,13 @@ def to_event(event, name: Name) -> Event:
 class EtcdWatch:
     """The base.Watch protocol over one etcd watch stream; started by :meth:`start`."""
 
-    def __init__(self, call, name: Name, queue_size: int, on_close: Callable[["EtcdWatch"], None]):
+    def __init__(self, call, name: Name, queue_size: int, on_close: Callable[["EtcdWatch"], None], *,
+                 progress_requests: bool = False):
+        """``progress_requests``: whether etcd orders a progress request's answer with the
+        events (the backend's ``request_watch_progress``); without it :meth:`request_progress`
+        sends nothing."""
         self._call = call
+        self._progress_requests = progress_requests
         self._name = name
         self._queue_size = queue_size
         self._on_close = on_close
@@ -128,7 +139,7 @@ class EtcdWatch:
         self._ready.set()
 
     def request_progress(self) -> None:
-        if not self._closed:
+        if not self._closed and self._progress_requests:
             task = asyncio.ensure_future(self._write(rpc.WatchRequest(progress_request=rpc.WatchProgressRequest())))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
