@@ -257,6 +257,7 @@ class MovingWatch:
             stream.end = "ended"
         except Exception as exc:
             stream.end = f"failed: {type(exc).__name__}: {exc}"[:200]
+            response.close()  # read part way: its connection must not go back to the pool
             raise
         finally:
             response.release_conn()

@@ -9,7 +9,9 @@ Behaviour clients depend on (api-compat.md §3.3, G9):
   ``metadata.resourceVersion``: the store's revision, delivered in-band after every event up
   to it (etcd's progress notification), so a quiet watch still moves forward and resuming
   from a bookmark loses nothing. As upstream's cacher does, one is sent shortly before the
-  deadline and then at most once a minute.
+  deadline and then at most once a minute. A watch served from etcd itself (the cache not
+  ready) gets one only where etcd orders a progress request's answer with the events (3.4.31+,
+  3.5.13+: storage/etcd/watch.py); on an older etcd only its periodic notifications.
 * ``timeoutSeconds``: the stream ends then (kubectl get -w exits, Python stops); without it,
   upstream's 30–60 minutes.
 * A client that went away is noticed within seconds (the transport closes), so idle watches do
