@@ -402,6 +402,28 @@ def test_status_update_is_recorded_with_its_subresource():
                      "fieldsV1": {"f:status": {"f:loadBalancer": {"f:ingress": {}}}}, "subresource": "status"}
 
 
+def test_status_update_takes_status_fields_from_their_owner_and_leaves_the_rest_as_stored():
+    """A status write reads only the entries whose fields it meets: the spec owner's entry is
+    written back as stored, the status owner loses what the new writer changed."""
+    old = update({**CSA_CREATED, "status": {"loadBalancer": {}}},
+                 {**CSA_CREATED, "status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}}, "first", now=T2, subresource="status")
+    new = {**old, "status": {"loadBalancer": {"ingress": [{"ip": "5.6.7.8"}]}}}
+    out = update(old, new, "second", now=T3, subresource="status")["metadata"]["managedFields"]
+    assert out[:-1] == CSA_CREATED["metadata"]["managedFields"]
+    assert [(e["manager"], e.get("subresource")) for e in out] == [
+        *((e["manager"], e.get("subresource")) for e in CSA_CREATED["metadata"]["managedFields"]), ("second", "status")]
+
+
+def test_list_map_keys_of_equal_python_values_stay_apart():
+    """``k:`` elements are remembered by value and type: true and 1 are one key to Python, two
+    to JSON."""
+    schema = Obj("Thing", {"items": F(ListOf(Obj("Item", {"k": F(Any_), "v": F(STRING)}), "map", ("k",)))})
+    by_bool = fields_of({"items": [{"k": True, "v": "a"}]}, schema)
+    by_int = fields_of({"items": [{"k": 1, "v": "a"}]}, schema)
+    assert to_fields_v1(by_bool) == {"f:items": {'k:{"k":true}': {".": {}, "f:k": {}, "f:v": {}}}}
+    assert to_fields_v1(by_int) == {"f:items": {'k:{"k":1}': {".": {}, "f:k": {}, "f:v": {}}}}
+
+
 def test_entries_sorted_apply_first_then_oldest():
     obj = update(None, svc({"type": "ClusterIP"}), "z-creator", now=T1)
     obj = ssa(obj, svc(labels={"a": "1"}), manager="applier", now=T3)

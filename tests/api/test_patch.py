@@ -517,6 +517,13 @@ def test_apply_patch_dispatch(content_type, patch, expected):
     assert apply_patch(content_type, SERVICE, json.dumps(patch).encode(), SCHEMA) == expected
 
 
+@pytest.mark.parametrize("content_type,patch,expected", DISPATCH_CASES.values(), ids=DISPATCH_CASES.keys())
+def test_apply_patch_in_place_patches_the_given_copy(content_type, patch, expected):
+    mine = copy.deepcopy(SERVICE)
+    patched = apply_patch(content_type, mine, json.dumps(patch).encode(), SCHEMA, in_place=True)
+    assert patched == expected and patched is mine
+
+
 APPLY_ERRORS = {
     "apply-yaml-is-not-ours": ("application/apply-patch+yaml", b"{}", 415, "UnsupportedMediaType"),
     "plain-json": ("application/json", b"{}", 415, "UnsupportedMediaType"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import pytest
 
 from kubesvc.api.errors import StatusError
@@ -72,6 +73,28 @@ async def test_status_is_only_written_through_the_subresource(registry):
     assert main["status"] == {"loadBalancer": {}}
     status, _ = await services.update("default", "web", created, field_manager="t", subresource="status")
     assert status["status"]["loadBalancer"]["ingress"] == [{"ip": "192.0.2.1"}]
+
+
+async def test_pod_status_writes_are_checked_by_the_pod_status_rules(registry):
+    """podStatusStrategy.ValidateUpdate is ValidatePodStatusUpdate: a status write's IPs and QoS
+    class are checked (the Pod's update rules do not look at status)."""
+    pods = registry.store("", "pods")
+    created = await pods.create("default", {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+                                field_manager="t")
+    bad = copy.deepcopy(created)
+    bad["status"] = {**bad["status"], "podIP": "10.0.0.300", "podIPs": [{"ip": "10.0.0.300"}], "qosClass": "Guaranteed"}
+    with pytest.raises(StatusError) as err:
+        await pods.update("default", "p", bad, field_manager="kubelet", subresource="status")
+    assert err.value.code == 422
+    assert [c["message"] for c in err.value.details["causes"]] == [
+        'Invalid value: "Guaranteed": field is immutable',
+        'Invalid value: "10.0.0.300": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)',
+    ]
+    good = copy.deepcopy(created)
+    good["status"] = {**good["status"], "podIP": "10.0.0.3", "podIPs": [{"ip": "10.0.0.3"}]}
+    written, _ = await pods.update("default", "p", good, field_manager="kubelet", subresource="status")
+    assert written["status"]["podIPs"] == [{"ip": "10.0.0.3"}] and written["spec"] == created["spec"]
+    assert [e["manager"] for e in written["metadata"]["managedFields"]] == ["kubelet", "t"]  # same time: by manager
 
 
 async def test_finalizers_hold_deletion_until_removed(registry):

@@ -78,13 +78,24 @@ def _go_json(value: Any) -> str:
 
 
 def _key_pe(fields: dict) -> str:
-    return "k:" + _go_json(dict(sorted(fields.items())))
+    items = sorted(fields.items())
+    try:
+        # keyed by type too: True, 1 and 1.0 are equal keys to Python and different JSON
+        return _key_pe_of(tuple((name, type(value), value) for name, value in items))
+    except TypeError:  # a key field holding a list or map: not hashable, not remembered
+        return "k:" + _go_json(dict(items))
+
+
+@functools.lru_cache(maxsize=4096)  # list-map items repeat their keys on every write
+def _key_pe_of(items: tuple) -> str:
+    return "k:" + _go_json({name: value for name, _, value in items})
 
 
 def _value_pe(value: Any) -> str:
     return "v:" + _go_json(value)
 
 
+@functools.lru_cache(maxsize=4096)  # the same few hundred elements, read from every stored entry
 def _canonical_pe(text: str) -> str | None:
     """The canonical form of a fieldsV1 key; None for an element type we do not know (upstream
     drops those); ValueError when malformed."""
@@ -118,6 +129,7 @@ def _value_order(value: Any) -> tuple:
     return (3 if isinstance(value, list) else 4, _go_json(value))
 
 
+@functools.lru_cache(maxsize=4096)
 def _pe_order(pe: str) -> tuple:
     """PathElement.Compare: field names < keys < values < indexes, each in its own order."""
     kind, body = pe[0], pe[2:]
@@ -517,6 +529,13 @@ def _subtract_fields_v1(node: dict, paths: FieldSet) -> None:
 
 
 def _compare(old: Any, new: Any, schema: Type | None, path: Path, diff: _Diff) -> None:
+    if type(old) is type(new) and old == new:
+        # equal values add, change and remove nothing at any depth; Python's equality (C speed)
+        # decides it for the parts a write leaves alone (a status write's spec and metadata)
+        # without the walk. Below a container of one type, equal values differ only as bool,
+        # int and float may (True == 1 == 1.0): decoded against the kind's schema, a field holds
+        # one of them, never a mix
+        return
     kind = _descent(schema, old, new)
     if kind is not None:
         left = _items(schema, old) if old is not _MISSING else {}
@@ -585,9 +604,26 @@ class _Entry:
     operation: str  # "Apply" | "Update"
     api_version: str
     subresource: str
-    fields: FieldSet
+    parsed: FieldSet | None  # None: an entry of a stored object, its fieldsV1 read when first asked
     time: str | None
     wire: dict | None = None  # the entry as read, written back as long as nothing changed
+
+    @functools.cached_property
+    def fields(self) -> FieldSet:
+        if self.parsed is not None:
+            return self.parsed
+        assert self.wire is not None
+        return from_fields_v1(self.wire.get("fieldsV1", {}))
+
+    def top_level(self) -> set[str]:
+        """The first path elements of the entry's fields, read from fieldsV1 as long as the
+        set itself has not been parsed: whether it can meet a write's paths at all. Every
+        element in fieldsV1 is owned or has owned fields below it, so these are exactly the
+        first elements of the parsed set's paths (empty: the set is empty)."""
+        if self.parsed is not None or "fields" in self.__dict__:
+            return self.fields.members | self.fields.children.keys()
+        assert self.wire is not None
+        return {pe for text in self.wire.get("fieldsV1", {}) if text != "." and (pe := _canonical_pe(text)) is not None}
 
     @property
     def identity(self) -> str:
@@ -613,15 +649,23 @@ def _identity(manager: str, operation: str, api_version: str, subresource: str) 
     return _go_json({k: v for k, v in ident.items() if v})
 
 
-def _decode(entries: Any) -> Managed:
-    """Read managedFields (DecodeManagedFields); ValueError when malformed."""
+def _decode(entries: Any, *, stored: bool = False) -> Managed:
+    """Read managedFields (DecodeManagedFields); ValueError when malformed. ``stored``: entries
+    of an object read from storage, which this server wrote only after reading them here (or
+    built them): their fields sets are read when first needed, not all of them on every write
+    (a status write meets only the status owner's)."""
     if not isinstance(entries, list):
         raise ValueError("managedFields must be a list")
     managed: Managed = {}
     for i, wire in enumerate(entries):
-        entry = _decode_entry(i, wire)
+        entry = _stored_entry(wire) if stored else _decode_entry(i, wire)
         managed[entry.identity] = entry
     return managed
+
+
+def _stored_entry(wire: dict) -> _Entry:
+    return _Entry(wire.get("manager") or "", wire["operation"], wire["apiVersion"], wire.get("subresource") or "",
+                  None, wire.get("time"), wire)
 
 
 def _decode_entry(i: int, wire: Any) -> _Entry:
@@ -649,12 +693,13 @@ def _decode_entry(i: int, wire: Any) -> _Entry:
                   fields, wire.get("time"), wire)
 
 
-def _managed_of(obj: dict | None) -> Managed:
-    """obj's managedFields; none when absent or malformed (upstream resets invalid ones)."""
+def _managed_of(obj: dict | None, *, stored: bool = False) -> Managed:
+    """obj's managedFields; none when absent or malformed (upstream resets invalid ones).
+    ``stored``: obj is the live object (see _decode)."""
     entries = (obj or {}).get("metadata", {}).get("managedFields")
     try:
-        return _decode(entries) if entries is not None else {}
-    except ValueError:
+        return _decode(entries, stored=stored) if entries is not None else {}
+    except (ValueError, KeyError, TypeError, AttributeError):
         return {}
 
 
@@ -669,6 +714,7 @@ def validate_managed_fields(obj: dict) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1024)  # the entries of one object keep their times across writes
 def _seconds(time: str | None) -> int:
     return int(golang.parse_rfc3339(time).timestamp()) if time else 0
 
@@ -689,9 +735,10 @@ def _wire(entry: _Entry) -> dict:
 def _encode(managed: Managed) -> list[dict]:
     """managedFields in upstream order: Apply before Update, then oldest first, then by manager,
     apiVersion and subresource (sortEncodedManagedFields)."""
-    # an entry read from an object is copied (it may be shared with that object); one built
-    # here by _wire is new already
-    entries = [copy.deepcopy(e.wire) if e.wire is not None else _wire(e) for e in managed.values()]
+    # an entry read from an object is copied (it may be shared with that object), all but its
+    # fieldsV1 tree, which nothing changes in place (a changed set is emitted anew by _wire);
+    # one built here by _wire is new already
+    entries = [dict(e.wire) if e.wire is not None else _wire(e) for e in managed.values()]
     if len(entries) < 2:
         return entries  # a create's one entry: no times to parse for a sort
     return sorted(entries, key=lambda w: (w["operation"], _seconds(w.get("time")), w.get("manager", ""),
@@ -708,13 +755,15 @@ def _store(obj: dict, managed: Managed) -> None:
 def _disown(managed: Managed, paths: FieldSet) -> Managed:
     """Every entry without ``paths``; entries left (or sent) empty are dropped."""
     out: Managed = {}
+    first = paths.members | paths.children.keys()
     for ident, entry in managed.items():
-        if entry.fields.empty():
-            continue
-        if entry.fields.intersection(paths).empty():
+        top = entry.top_level()
+        if not top:
+            continue  # an empty set
+        if top.isdisjoint(first) or entry.fields.intersection(paths).empty():
             out[ident] = entry
         elif not (rest := entry.fields.difference(paths)).empty():
-            out[ident] = replace(entry, fields=rest, wire=None)
+            out[ident] = replace(entry, parsed=rest, wire=None)
     return out
 
 
@@ -751,7 +800,7 @@ def _record_update(managed: Managed, old: dict, new: dict, *, manager: str, sche
     entry = _Entry(manager, "Update", api_version, subresource, taken, now)
     previous = managed.get(entry.identity)
     if previous is not None:
-        entry = replace(entry, fields=taken.union(previous.fields))
+        entry = replace(entry, parsed=taken.union(previous.fields))
     return {**managed, entry.identity: entry}
 
 
@@ -760,11 +809,13 @@ def _managed_for_update(old: dict | None, new: dict, subresource: str) -> Manage
     ones (that is how clients edit managedFields), else the live object's; ``[]`` or ``[{}]``
     resets them. Subresource writes cannot change managedFields."""
     if subresource:
-        return _managed_of(old)
+        return _managed_of(old, stored=True)
     entries = new.get("metadata", {}).get("managedFields")
     if entries == [] or entries == [{}]:
         return {}
-    return _managed_of(new) or _managed_of(old)
+    if old is not None and entries == old.get("metadata", {}).get("managedFields"):
+        return _managed_of(old, stored=True)  # the live object's, as a patch leaves them
+    return _managed_of(new) or _managed_of(old, stored=True)
 
 
 def track_update(old: dict | None, new: dict, *, manager: str, schema: Type, api_version: str, now: str,
@@ -861,7 +912,7 @@ def apply(live: dict | None, config: dict, *, manager: str, force: bool, schema:
         raise bad_request("metadata.managedFields must be nil")
     live_obj = _content(live) if live is not None else {}
     config_obj = _content(config)
-    managed = _managed_of(live)
+    managed = _managed_of(live, stored=True)
     if live is not None and not managed:
         # skipNonAppliedManager: the fields of an untracked object go to "before-first-apply"
         managed = _record_update({}, _content(_zero(schema)), live_obj, manager="before-first-apply",

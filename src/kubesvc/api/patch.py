@@ -101,8 +101,10 @@ def _invalid(message: str) -> PatchError:
     return PatchError(422, "Invalid", message)
 
 
-def apply_patch(content_type: str, original: dict, body: bytes, schema: Type | None) -> dict:
-    """Apply a PATCH request body of the given Content-Type to ``original`` (left unchanged)."""
+def apply_patch(content_type: str, original: dict, body: bytes, schema: Type | None, *, in_place: bool = False) -> dict:
+    """Apply a PATCH request body of the given Content-Type to ``original`` (left unchanged,
+    unless ``in_place``: the caller's private copy, which the patch may then reuse and change
+    instead of copying it first; on an error it is left half patched)."""
     media_type = content_type.split(";", 1)[0].strip()
     if media_type not in PATCH_CONTENT_TYPES:
         raise PatchError(415, "UnsupportedMediaType",
@@ -110,12 +112,12 @@ def apply_patch(content_type: str, original: dict, body: bytes, schema: Type | N
                          + ", ".join(PATCH_CONTENT_TYPES))
     document = _decode(body)
     if media_type == JSON_PATCH:
-        return json_patch(original, document)
+        return json_patch(original, document, in_place=in_place)
     if not isinstance(document, dict):
         raise _undecodable(document, "map[string]interface {}")
     if media_type == MERGE_PATCH:
-        return json_merge_patch(original, document)
-    return strategic_merge_patch(original, document, schema)
+        return json_merge_patch(original, document, in_place=in_place)
+    return strategic_merge_patch(original, document, schema, in_place=in_place)
 
 
 def _decode(body: bytes) -> Any:
@@ -155,22 +157,27 @@ def _compact(value: Any) -> str:
 # --- JSON Merge Patch (RFC 7386) -----------------------------------------------------------------
 
 
-def json_merge_patch(original: Any, patch: Any) -> Any:
-    """RFC 7386: merge ``patch`` into a copy of ``original``. A non-object patch replaces it."""
+def json_merge_patch(original: Any, patch: Any, *, in_place: bool = False) -> Any:
+    """RFC 7386: merge ``patch`` into a copy of ``original`` (into ``original`` itself if
+    ``in_place``, which also takes the patch's values without copying them: both are the
+    caller's to give away). A non-object patch replaces it."""
+    if in_place:  # the caller's copy, and apply_patch's own patch document: both reused
+        return _merge_patch(original, patch, copy_values=False)
     return _merge_patch(copy.deepcopy(original), patch)
 
 
-def _merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 ``MergePatch(Target, Patch)``, reusing (and mutating) ``target``."""
+def _merge_patch(target: Any, patch: Any, copy_values: bool = True) -> Any:
+    """RFC 7386 ``MergePatch(Target, Patch)``, reusing (and mutating) ``target``; the patch's
+    values are copied into it unless ``copy_values`` is False (a patch used once)."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return copy.deepcopy(patch) if copy_values else patch
     if not isinstance(target, dict):
         target = {}
     for key, value in patch.items():
         if value is None:
             target.pop(key, None)
         else:
-            target[key] = _merge_patch(target.get(key), value)
+            target[key] = _merge_patch(target.get(key), value, copy_values)
     return target
 
 
@@ -179,10 +186,11 @@ def _merge_patch(target: Any, patch: Any) -> Any:
 _ARRAY_INDEX = re.compile(r"-?[0-9]+")
 
 
-def json_patch(original: dict, operations: list) -> dict:
-    """RFC 6902: apply ``operations`` in order to a copy of ``original``; all or nothing."""
+def json_patch(original: dict, operations: list, *, in_place: bool = False) -> dict:
+    """RFC 6902: apply ``operations`` in order to a copy of ``original`` (to ``original`` itself
+    if ``in_place``); all or nothing, the copy's way."""
     _check_operations(operations)
-    doc: Any = copy.deepcopy(original)
+    doc: Any = original if in_place else copy.deepcopy(original)
     for operation in operations:
         kind = operation.get("op")
         apply = _OPERATIONS.get(kind) if isinstance(kind, str) else None
@@ -363,10 +371,11 @@ _DELETE_FROM_PRIMITIVE_LIST = "$deleteFromPrimitiveList"
 _DELETED = object()  # what a map carrying "$patch: delete" merges into
 
 
-def strategic_merge_patch(original: dict, patch: dict, schema: Type | None) -> dict:
-    """Kubernetes strategic merge patch of ``patch`` into a copy of ``original``, driven by the
-    merge strategies and keys in ``schema`` (JSON-merge behaviour where it has none)."""
-    merged = _merge_map(copy.deepcopy(original), patch, schema)
+def strategic_merge_patch(original: dict, patch: dict, schema: Type | None, *, in_place: bool = False) -> dict:
+    """Kubernetes strategic merge patch of ``patch`` into a copy of ``original`` (into
+    ``original`` itself if ``in_place``), driven by the merge strategies and keys in ``schema``
+    (JSON-merge behaviour where it has none)."""
+    merged = _merge_map(original if in_place else copy.deepcopy(original), patch, schema)
     return {} if merged is _DELETED else merged
 
 

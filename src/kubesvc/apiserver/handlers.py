@@ -220,8 +220,8 @@ async def patch_object(request: web.Request, target: Target) -> web.Response:
     warnings: list[str] = []
 
     def mutate(current: dict) -> dict:
-        try:
-            patched = apply_patch(content_type, current, body, info.schema)
+        try:  # current is guaranteed_update's private copy: patched in place, not copied again
+            patched = apply_patch(content_type, current, body, info.schema, in_place=True)
         except PatchError as exc:
             raise StatusError(exc.code, exc.reason, str(exc)) from None
         if not isinstance(patched, dict):

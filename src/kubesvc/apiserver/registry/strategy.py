@@ -20,13 +20,15 @@ kind-specific parts, as upstream's ``RESTCreateStrategy`` / ``RESTUpdateStrategy
 
 from __future__ import annotations
 
-import copy
 from typing import Callable, Mapping, Protocol
 
 from kubesvc.api import defaults, validation
+from kubesvc.api.decode import copy_json
 from kubesvc.api.errors import FieldError
 from kubesvc.api.scheme import KindInfo
 from kubesvc.apiserver.registry.txn import Txn
+
+_ABSENT = object()
 
 
 class Allocations(Protocol):
@@ -86,18 +88,27 @@ class Strategy:
     def prepare_for_update(self, new: dict, old: dict) -> None:
         if self.status_subresource:
             if "status" in old:
-                new["status"] = copy.deepcopy(old["status"])
+                new["status"] = copy_json(old["status"])
             else:
                 new.pop("status", None)
 
     def prepare_for_status_update(self, new: dict, old: dict) -> None:
+        """Everything but status is the live object's (a copy of it). The parts ``new`` already
+        holds equal (a status write's metadata and spec, decoded from the live object) are kept
+        rather than copied again: equal decoded JSON, and new's own."""
         status = new.get("status")
+        kept: dict = {}
+        for key, value in old.items():
+            if key == "status":
+                if status is not None:
+                    kept[key] = status
+                continue
+            mine = new.get(key, _ABSENT)
+            kept[key] = mine if type(mine) is type(value) and mine == value else copy_json(value)
+        if status is not None:
+            kept.setdefault("status", status)
         new.clear()
-        new.update(copy.deepcopy(old))
-        if status is None:
-            new.pop("status", None)
-        else:
-            new["status"] = status
+        new.update(kept)
 
     def generation_changed(self, new: dict, old: dict) -> bool:
         """Whether an update is a new generation (only asked when ``bumps_generation``)."""
@@ -270,12 +281,20 @@ class PodStrategy(Strategy):
         except (TypeError, ValueError):
             return 30
 
+    def validate_subresource_update(self, subresource: str, new: dict, old: dict) -> list[FieldError]:
+        """podStatusStrategy.ValidateUpdate: a status write is checked by ValidatePodStatusUpdate
+        (metadata, the status' node name, nominated node, QoS class and IPs), not by the whole
+        Pod's update rules: its spec is the live one, copied by prepare_for_status_update."""
+        if subresource == "status":
+            return validation.validate_status_update(self.info.kind, new, old, namespaced=self.info.namespaced)
+        return super().validate_subresource_update(subresource, new, old)
+
 
 class NamespaceStrategy(Strategy):
     def prepare_for_update(self, new: dict, old: dict) -> None:
         # spec.finalizers change only through /finalize; status only through /status
-        new["spec"] = copy.deepcopy(old.get("spec", {}))
-        new["status"] = copy.deepcopy(old.get("status", {}))
+        new["spec"] = copy_json(old.get("spec", {}))
+        new["status"] = copy_json(old.get("status", {}))
 
     def deletion_blocked(self, obj: dict) -> bool:
         # spec.finalizers ("kubernetes") hold a namespace until its content is gone
@@ -291,7 +310,7 @@ class NamespaceStrategy(Strategy):
     def prepare_for_finalize(self, new: dict, old: dict) -> None:
         finalizers = (new.get("spec") or {}).get("finalizers")
         new.clear()
-        new.update(copy.deepcopy(old))
+        new.update(copy_json(old))
         new.setdefault("spec", {})["finalizers"] = finalizers if isinstance(finalizers, list) else []
 
 
