@@ -174,7 +174,9 @@ def kubelet_api_admin_binding(user: str) -> dict:
 
 async def ensure_kubelet_api_admin_binding(registry, user: str, field_manager: str = "kube-apiserver") -> None:
     """Bind ``user`` to ``system:kubelet-api-admin``: the binding is created if missing, and the
-    user added to its subjects if someone replaced them (other subjects are kept)."""
+    user added to its subjects if someone replaced them (other subjects are kept). Several
+    apiservers starting at once on one etcd may all find it missing: the one whose create loses
+    (AlreadyExists) goes on with the one that won."""
     bindings = registry.store(RBAC_GROUP, "clusterrolebindings")
     if bindings is None:
         return
@@ -184,8 +186,13 @@ async def ensure_kubelet_api_admin_binding(registry, user: str, field_manager: s
     except StatusError as exc:
         if exc.code != 404:
             raise
-        await bindings.create(None, kubelet_api_admin_binding(user), field_manager=field_manager)
-        return
+        try:
+            await bindings.create(None, kubelet_api_admin_binding(user), field_manager=field_manager)
+            return
+        except StatusError as lost:
+            if lost.code != 409:
+                raise
+        current = await bindings.get(None, KUBELET_API_ADMIN_BINDING)
     if subject in (current.get("subjects") or []):
         return
 
