@@ -74,6 +74,12 @@ of each component is printed with its main thread's alone ("<component> (event l
 count threads waiting for a CPU as busy, /proc does not). The backlog's
 longest pauses between two binds are printed too: a rate bounded by CPU per bind binds evenly,
 one held up by a stalled component shows a few long pauses (on a loaded machine, 0.2-1.2 s).
+Beside them, per bind, the time each component's event loop was ready to run and waited for
+a CPU (the kernel's run-queue delay, /proc/<pid>/task/<pid>/schedstat), and how busy the
+machine's CPUs were meanwhile: with other work on the machine (2 cores here, shared), a loop
+that waits 3x as long as it runs binds at a third of its own rate, and its pauses are the
+load's (seen: the apiserver's loop running 4.4-5.2 ms and waiting 12-17 ms per bind, every CPU
+busy).
 """
 
 from __future__ import annotations
@@ -173,6 +179,22 @@ def components_cpu() -> dict[str, float]:
                 main = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
                 totals[f"{name} (event loop)"] = totals.get(f"{name} (event loop)", 0.0) + (int(main[11]) + int(main[12])) / tick
     return totals
+
+
+def components_waited() -> dict[str, float]:
+    """Seconds so far that each ``kubesvc`` component's event loop (its main thread) was ready
+    to run and waited for a CPU (the scheduler's run-queue delay, ``/proc/<pid>/task/<pid>/schedstat``
+    second field), and as "machine busy" the CPU seconds every CPU of the machine spent busy
+    (``/proc/stat``): a pause in which a loop waited, on a machine whose CPUs were all busy, is
+    the machine's load, not the component's own work."""
+    waited = {}
+    for pid, name, _ in namespace_components():
+        if name in ("apiserver", "controller-manager", "agent", "proxy"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                waited[name] = waited.get(name, 0.0) + int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[1]) / 1e9
+    cpu = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    waited["machine busy"] = (sum(cpu[:8]) - cpu[3] - cpu[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait (guest is in user)
+    return waited
 
 
 def component_pids() -> dict[str, int]:
@@ -562,6 +584,7 @@ async def deployment_round(client, run: int, args) -> dict:
     seen: dict[str, float] = {}  # a Pod's first event (its creation, to the watch's resolution)
     unschedulable: set[str] = set()  # Pods the scheduler reported PodScheduled False (the backlog)
     cpu_at: dict[str, dict[str, float]] = {}  # components' CPU seconds at the uncordon and when the last of the backlog is bound
+    waited_at: dict[str, dict[str, float]] = {}  # their event loops' seconds waiting for a CPU, and the machine's busy CPU seconds, at the same moments
     ready: dict[str, float] = {}
     bound: dict[str, float] = {}
     gone: dict[str, float] = {}
@@ -579,7 +602,7 @@ async def deployment_round(client, run: int, args) -> dict:
         if (pod.get("spec") or {}).get("nodeName"):
             bound.setdefault(name, now)
             if len(bound) == n and "bound" not in cpu_at:
-                cpu_at["bound"] = components_cpu()
+                cpu_at["bound"], waited_at["bound"] = components_cpu(), components_waited()
         conditions = {c.get("type"): c.get("status") for c in (pod.get("status") or {}).get("conditions") or []}
         if conditions.get("PodScheduled") == "False":
             unschedulable.add(name)
@@ -643,7 +666,7 @@ async def deployment_round(client, run: int, args) -> dict:
         await profiles.start()
         api_before = api_requests(await client.get("/metrics"))
     finally:
-        cpu_at["released"] = components_cpu()
+        cpu_at["released"], waited_at["released"] = components_cpu(), components_waited()
         released_at = time.monotonic()
         await cordon(False)
     await wait_for(lambda: asyncio.sleep(0, len(bound) >= n), "every Pod bound")
@@ -656,9 +679,16 @@ async def deployment_round(client, run: int, args) -> dict:
     binds_per_second = (len(bind_times) - 1) / (bind_times[-1] - bind_times[0]) if len(bind_times) > 1 and bind_times[-1] > bind_times[0] else None
     # CPU per bind while the backlog was bound (the agent starting the first Pods meanwhile included)
     bind_cpu = {name: (cpu_at["bound"].get(name, 0.0) - seconds) / n * 1000 for name, seconds in cpu_at["released"].items()} if "bound" in cpu_at else {}
+    bind_waited = {name: (waited_at["bound"].get(name, 0.0) - seconds) / n * 1000 for name, seconds in waited_at["released"].items()} if "bound" in waited_at else {}
     print(f"  round {run}: {n} Pods created (node cordoned) in {pods_created:.2f} s; uncordoned -> all bound "
           f"{bind_times[-1] - released_at:.2f} s, {binds_per_second or 0:.0f} binds/s; uncordoned -> all Ready {all_ready:.2f} s; "
           f"CPU per bind meanwhile: {', '.join(f'{name} {ms:.1f} ms' for name, ms in sorted(bind_cpu.items()))}", flush=True)
+    # the share of the machine's CPUs that were busy meanwhile (every process, ours and others')
+    busy = bind_waited.pop("machine busy", 0.0) * n / 1000 / ((bind_times[-1] - released_at) * (os.cpu_count() or 1)) if bind_waited else None
+    if bind_waited:
+        print(f"  round {run}: per bind meanwhile, event loops waiting for a CPU: "
+              f"{', '.join(f'{name} {ms:.1f} ms' for name, ms in sorted(bind_waited.items()))}; the machine's {os.cpu_count()} CPUs "
+              f"{100 * busy:.0f} % busy", flush=True)
 
     update_at = time.monotonic()
     patched = await deployments.patch(DEPLOYMENT, {"spec": {"template": {"spec": {"containers": [
@@ -686,6 +716,7 @@ async def deployment_round(client, run: int, args) -> dict:
     return {"replicas": n, "pods_created": pods_created, "all_ready": all_ready, "binds_per_second": binds_per_second,
             "all_bound": bind_times[-1] - released_at if bind_times else None, "rolling_update": rolled,
             "bind_cpu_ms": bind_cpu,
+            "bind_waited_ms": bind_waited, "machine_busy": None if busy is None else 100 * busy,
             "bind_p50": percentile(to_bound, 0.5) if to_bound else None, "bind_p99": percentile(to_bound, 0.99) if to_bound else None,
             "bind_gaps": bind_gaps(bind_times),
             "delete_all_gone": deleted, "delete_syncs": len(delete_syncs) + (1 if emptied is not None else 0),
@@ -724,6 +755,11 @@ def deployment_report(rounds: list[dict]) -> None:
         values = [r["bind_cpu_ms"][name] for r in rounds if name in (r.get("bind_cpu_ms") or {})]
         print(f"{'  CPU per bind (uncordon -> all bound), ' + name + ':':<58} median {percentile(values, 0.5):8.2f} ms   "
               f"({', '.join(f'{v:.2f}' for v in values)})")
+    for name in sorted({name for r in rounds for name in r.get("bind_waited_ms") or {}}):
+        values = [r["bind_waited_ms"][name] for r in rounds if name in (r.get("bind_waited_ms") or {})]
+        print(f"{'  waiting for a CPU per bind, ' + name + ' (event loop):':<58} median {percentile(values, 0.5):8.2f} ms   "
+              f"({', '.join(f'{v:.2f}' for v in values)})")
+    line("the machine's CPUs busy meanwhile (every process)", "machine_busy", "%")
     line("rolling update (new template -> all updated, available)", "rolling_update")
     line("delete (background) -> every Pod gone", "delete_all_gone")
     line("delete -> the Service's slices hold no ready endpoint", "endpoints_emptied")

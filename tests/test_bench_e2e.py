@@ -93,6 +93,36 @@ def test_components_cpu_splits_each_components_main_thread_out(monkeypatch):
     assert loop < process / 2  # the main thread only waited for it
 
 
+def test_components_waited_is_the_event_loops_time_ready_but_without_a_cpu(monkeypatch):
+    """The run-queue delay of a component's main thread: a process at nice 10 sharing one CPU
+    with a busy one at nice 0 gets about a tenth of it, so for 30 ms of its own CPU it waits
+    several times as long; the CPU it ran is not counted as waiting."""
+    import subprocess
+    import sys
+
+    pin = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+    hog = subprocess.Popen([sys.executable, "-c", pin + "print('on', flush=True)\nwhile True: pass"], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", pin + "import sys, time; os.nice(10); print('ready', flush=True); sys.stdin.readline(); "
+                              "t = time.thread_time()\nwhile time.thread_time() - t < 0.03: pass\nprint('done', flush=True); time.sleep(60)"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert hog.stdout.readline() == "on\n" and child.stdout.readline() == "ready\n"
+        monkeypatch.setattr(e2e, "namespace_components", lambda: [(child.pid, "apiserver", [])])
+        before = e2e.components_waited()
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "done\n"
+        after = e2e.components_waited()
+    finally:
+        hog.kill()
+        child.kill()
+        hog.wait()
+        child.wait()
+    assert set(after) == {"apiserver", "machine busy"}
+    assert after["apiserver"] - before["apiserver"] >= 0.09  # three times its 30 ms of CPU, at least
+    assert after["machine busy"] - before["machine busy"] >= 0.03
+
+
 def test_the_slowest_pods_are_printed_hop_by_hop_with_the_controllers_backlog():
     """Pooled over rounds, slowest first, at most five; a hop the bench could not time is '-'."""
     rounds = [{"slowest": [("a", {"latency": 2.1, "agent": 0.3, "slice": 1.5, "ahead": 7, "writes": 12, "wait": 0.4, "sync": 0.15,
