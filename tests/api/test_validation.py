@@ -579,6 +579,18 @@ OTHER_CASES = [
         f'endpoints[1].hostname: Invalid value: "H": {DNS1123_LABEL}',
         "endpoints[2].addresses: Too many: must have at most 100 items",
     ]),
+    # an address's verdict is remembered: the same addresses again, good and bad, at other places
+    ("slice-addresses-again", "EndpointSlice", {"metadata": {"name": "web-abc", "namespace": "default"}, "addressType": "IPv4", "endpoints": [
+        {"addresses": ["10.1.0.5"]}, {"addresses": ["127.0.0.1"]}, {"addresses": ["10.1.0.5", "127.0.0.1"]}]}, [
+        'endpoints[1].addresses[0]: Invalid value: "127.0.0.1": may not be in the loopback range (127.0.0.0/8, ::1/128)',
+        'endpoints[2].addresses[1]: Invalid value: "127.0.0.1": may not be in the loopback range (127.0.0.0/8, ::1/128)',
+    ]),
+    ("endpoints-addresses-again", "Endpoints", {"metadata": {"name": "web", "namespace": "default"}, "subsets": [
+        {"addresses": [{"ip": "10.1.0.5"}, {"ip": "169.254.1.1"}], "ports": [{"port": 80}]},
+        {"notReadyAddresses": [{"ip": "169.254.1.1"}, {"ip": "10.1.0.5"}], "ports": [{"port": 80}]}]}, [
+        'subsets[0].addresses[1].ip: Invalid value: "169.254.1.1": may not be in the link-local range (169.254.0.0/16, fe80::/10)',
+        'subsets[1].notReadyAddresses[0].ip: Invalid value: "169.254.1.1": may not be in the link-local range (169.254.0.0/16, fe80::/10)',
+    ]),
     ("slice-fqdn", "EndpointSlice", {"metadata": {"name": "web-abc", "namespace": "default"}, "addressType": "FQDN",
                                      "endpoints": [{"addresses": ["db.example.com.", "localhost", "Bad_Host.example"]}]}, [
         'endpoints[0].addresses[1]: Invalid value: "localhost": should be a domain with at least two segments separated by dots',

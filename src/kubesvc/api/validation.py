@@ -30,6 +30,7 @@ data and ``errors.format_value`` decides how it prints.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 from kubesvc.api import validation_certificates, validation_config, validation_loadbalancer, validation_rbac
@@ -1332,13 +1333,20 @@ def _validate_endpoints(obj: Any, namespaced: bool) -> Errs:
 
 def _endpoint_address(errs: Errs, address: dict, path: str) -> Errs:
     ip = read_str(errs, address, "ip", path)
-    out = is_valid_ip(child(path, "ip"), ip)
+    valid_ip = _endpoint_ip_valid(ip)
+    out = [] if valid_ip else is_valid_ip(child(path, "ip"), ip)
     if hostname := read_str(errs, address, "hostname", path):
         out += validate_dns1123_label(hostname, child(path, "hostname"))
     node_name = read(errs, address, "nodeName", path, str)
     if node_name is not None:
         out += each_invalid(child(path, "nodeName"), node_name, name_is_dns_subdomain(node_name, False))
-    return out + validate_non_special_ip(ip, child(path, "ip"))
+    return out + ([] if valid_ip else validate_non_special_ip(ip, child(path, "ip")))
+
+
+@functools.lru_cache(maxsize=16384)
+def _endpoint_ip_valid(ip: str) -> bool:
+    """An Endpoints address's IP passes both of its checks (remembered: see _slice_address_valid)."""
+    return not is_valid_ip("", ip) and not validate_non_special_ip(ip, "")
 
 
 def _endpoint_port(errs: Errs, port: dict, require_name: bool, path: str) -> Errs:
@@ -1440,7 +1448,8 @@ def _slice_endpoints(errs: Errs, endpoints: list, address_type: str) -> Errs:
         elif len(addresses) > _MAX_ADDRESSES:
             out.append(too_many(address_path, len(addresses), _MAX_ADDRESSES))
         for j, address in enumerate(addresses):
-            out += _slice_address(address, address_type, index(address_path, j))
+            if not _slice_address_valid(address, address_type):
+                out += _slice_address(address, address_type, index(address_path, j))
         conditions = read_map(errs, endpoint, "conditions", path)
         for condition in ("ready", "serving", "terminating"):
             read(errs, conditions, condition, child(path, "conditions"), bool)
@@ -1455,6 +1464,14 @@ def _slice_endpoints(errs: Errs, endpoints: list, address_type: str) -> Errs:
         if hints is not None:
             out += _slice_hints(errs, hints, child(path, "hints"))
     return out
+
+
+@functools.lru_cache(maxsize=16384)
+def _slice_address_valid(address: str, address_type: str) -> bool:
+    """Whether ``_slice_address`` finds nothing wrong: a pure function of the address, asked
+    again for every endpoint of a slice on every write of it (100 endpoints: most of the
+    slice's validation), so remembered; the errors of a bad one are worked out where found."""
+    return not _slice_address(address, address_type, "")
 
 
 def _slice_address(address: str, address_type: str, path: str) -> Errs:

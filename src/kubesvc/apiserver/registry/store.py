@@ -653,7 +653,7 @@ class Store:
             raise self._not_found(name)
 
         def replace(current: dict) -> dict:
-            desired = copy.deepcopy(obj)
+            desired = copy_json(obj)
             desired_meta = desired.setdefault("metadata", {})
             if isinstance(desired_meta, dict) and body_rv is None:
                 desired_meta["resourceVersion"] = current["metadata"]["resourceVersion"]
