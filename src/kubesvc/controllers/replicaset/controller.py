@@ -26,7 +26,6 @@ Ready with ``minReadySeconds`` queues its owner again ``minReadySeconds + 1`` s 
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -188,7 +187,7 @@ class ReplicaSetController(QueueController):
         if cached is None:
             self.expectations.delete(key)
             return
-        owner = copy.deepcopy(cached)
+        owner = cached  # read only: the writes build new objects (a deep copy was 0.16 ms a sync, one per Pod event of a burst)
         needs_sync = self.expectations.satisfied(key)
         selector = self._selector(owner)
         if selector is None:
