@@ -69,6 +69,22 @@ server's median CPU per create and the median over pairs of after/before.
     python3 bench/apiserver.py --only authz --role-bindings 1000 --authz-runs 5
     python3 bench/apiserver.py --only paired --before-src /tmp/before/src --pairs 20 --batch 300
     python3 bench/apiserver.py --only paired --storage etcd --before-src /tmp/before/src --pairs 20 --batch 300
+
+``--only pod-requests`` prints the apiserver event loop's CPU per request (its main thread, from
+/proc: the one core every request and watch shares) for each request a Pod's life brings, sent
+as the components send them, ``--pods`` of a kind at a time by ``--concurrency`` clients: the
+ReplicaSet controller's create, the scheduler's binding, the agent's (node identity) token
+request bound to the Pod and its three status merge-patches (Pending, Running, Ready), an Event
+create and its strategic-merge series PATCH, an EndpointSlice PUT of ``--slice-endpoints``
+endpoints flipping one endpoint's readiness, and a GET, for reference; each a median over
+``--rounds``. With ``--before-src DIR`` the other tree's apiserver runs at the same time and the
+two take turns kind by kind (who goes first alternating by round), with the median over rounds
+of after/before; on this machine an A/A run (both the same tree) still reads 0.6-1.4 for one
+kind over 4 rounds when others load it (CPU time per request rises with the load of the other
+hardware thread), so take many rounds:
+
+    python3 bench/apiserver.py --only pod-requests --rounds 4
+    python3 bench/apiserver.py --only pod-requests --before-src /tmp/before/src --rounds 6
 """
 
 from __future__ import annotations
@@ -386,6 +402,9 @@ async def watch_latency(session, base, watchers: int, writes: int, round_: int, 
 async def run(args) -> None:
     if args.only == "paired":
         await run_paired(args)
+        return
+    if args.only == "pod-requests":
+        await run_pod_requests(args)
         return
     if args.only in ("all", "throughput"):
         storages = args.storage.split(",")
@@ -731,6 +750,177 @@ async def run_paired(args) -> None:
     print(f"  after/before per pair: median {statistics.median(ratios):.3f}   p10 {percentile(ratios, .1):.3f}   p90 {percentile(ratios, .9):.3f}")
 
 
+# ---- --only pod-requests ---------------------------------------------------------------------
+
+_POD_SPEC = {"containers": [{"name": "web", "image": "busybox", "command": ["python3", "-c", "pass"], "ports": [{"containerPort": 8080}],
+                             "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}]}
+_BENCH_NODE = "bench-node"
+_OWNER_UID = "0b6c5d8e-1111-2222-3333-444455556666"
+
+
+def loop_cpu_seconds(pid: int) -> float:
+    """CPU time so far of the process's main thread: the event loop every request runs on."""
+    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _agent_statuses(uid: str, i: int) -> list[dict]:
+    """The agent's three status merge-patches of a Pod (podworker: containers creating, started,
+    ready), each carrying the uid precondition."""
+    now = "2026-01-01T00:00:00Z"
+
+    def conditions(ready: bool, started: bool) -> list[dict]:
+        unready = {} if ready else {"reason": "ContainersNotReady", "message": "containers with unready status: [web]"}
+        return [{"type": "PodReadyToStartContainers", "status": str(started), "lastProbeTime": None, "lastTransitionTime": now},
+                {"type": "Initialized", "status": "True", "lastProbeTime": None, "lastTransitionTime": now},
+                {"type": "Ready", "status": str(ready), "lastProbeTime": None, "lastTransitionTime": now, **unready},
+                {"type": "ContainersReady", "status": str(ready), "lastProbeTime": None, "lastTransitionTime": now, **unready},
+                {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now}]
+
+    def containers(state: dict, ready: bool) -> list[dict]:
+        return [{"name": "web", "state": state, "lastState": {}, "ready": ready, "restartCount": 0, "image": "busybox", "imageID": "",
+                 "started": "running" in state, **({"containerID": "kubesvc://web"} if "running" in state else {})}]
+
+    ip = f"10.244.{i // 250}.{i % 250 + 2}"
+    running = {"running": {"startedAt": now}}
+    return [{"metadata": {"uid": uid}, "status": status} for status in (
+        {"phase": "Pending", "conditions": conditions(False, False), "hostIP": "10.0.0.1", "hostIPs": [{"ip": "10.0.0.1"}], "startTime": now,
+         "containerStatuses": containers({"waiting": {"reason": "ContainerCreating"}}, False), "qosClass": "BestEffort"},
+        {"phase": "Running", "conditions": conditions(False, True), "podIP": ip, "podIPs": [{"ip": ip}], "containerStatuses": containers(running, False)},
+        {"conditions": conditions(True, True), "containerStatuses": containers(running, True)})]
+
+
+def _endpoint_slice(name: str, endpoints: int) -> dict:
+    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": name, "labels": {"kubernetes.io/service-name": "web", "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
+            "addressType": "IPv4", "ports": [{"name": "", "port": 8080, "protocol": "TCP"}],
+            "endpoints": [{"addresses": [f"10.244.{k // 250}.{k % 250 + 2}"], "conditions": {"ready": True, "serving": True, "terminating": False},
+                           "nodeName": _BENCH_NODE, "targetRef": {"kind": "Pod", "namespace": "default", "name": f"web-{k}"}} for k in range(endpoints)]}
+
+
+class PodRequests:
+    """One apiserver and the clients of ``--only pod-requests``: the admin (controllers, scheduler)
+    and the node's agent (``system:node:bench-node``, Node authorizer and NodeRestriction)."""
+
+    def __init__(self, server: RunningAPIServer, admin, node):
+        self.server, self.admin, self.node = server, admin, node
+
+    @classmethod
+    async def start(cls, data: Path, src: str | None) -> "PodRequests":
+        from kubesvc.client.kubeconfig import load_kubeconfig
+        from kubesvc.client.rest import RestClient
+
+        server = _start_with_src(data, src, ["--storage-backend=sqlite", "--enable-admission-plugins=ServiceAccount,NodeRestriction"])
+        admin = RestClient(load_kubeconfig(server.kubeconfig))
+        node = RestClient(load_kubeconfig(server.node_kubeconfig(_BENCH_NODE)))
+        await admin.create("/api/v1/namespaces/default/serviceaccounts", {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})
+        await node.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": _BENCH_NODE}})
+        return cls(server, admin, node)
+
+    async def close(self) -> None:
+        await self.admin.close()
+        await self.node.close()
+        self.server.stop()
+
+    async def phases(self, tag: str, pods: int, concurrency: int, slice_endpoints: int):
+        """One phase of ``pods`` requests per kind, in a Pod's order: yields (kind, loop CPU
+        seconds per request) after each, so that two servers' phases can take turns."""
+        pid, ns, admin, node = self.server.process.pid, "/api/v1/namespaces/default", self.admin, self.node
+        gate = asyncio.Semaphore(concurrency)
+
+        async def phase(send, count: int = pods) -> tuple[list, float]:
+            async def one(i: int):
+                async with gate:
+                    return await send(i)
+            started = loop_cpu_seconds(pid)
+            out = await asyncio.gather(*(one(i) for i in range(count)))
+            return out, (loop_cpu_seconds(pid) - started) / count
+
+        owner = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": _OWNER_UID, "controller": True, "blockOwnerDeletion": True}]
+        created, cost = await phase(lambda i: admin.create(f"{ns}/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{tag}-{i}", "labels": {"app": "web"}, "ownerReferences": owner}, "spec": _POD_SPEC}))
+        yield "POST pods", cost
+        uids = [pod["metadata"]["uid"] for pod in created]
+        _, cost = await phase(lambda i: admin.create(f"{ns}/pods/{tag}-{i}/binding", {
+            "apiVersion": "v1", "kind": "Binding", "metadata": {"name": f"{tag}-{i}"}, "target": {"kind": "Node", "name": _BENCH_NODE}}))
+        yield "POST pods/binding", cost
+        _, cost = await phase(lambda i: node.create(f"{ns}/serviceaccounts/default/token", {
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"audiences": None, "expirationSeconds": 3607, "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": f"{tag}-{i}", "uid": uids[i]}}}))
+        yield "POST serviceaccounts/token", cost
+        for step, what in enumerate(("Pending", "Running", "Ready")):
+            _, cost = await phase(lambda i, step=step: node.patch(f"{ns}/pods/{tag}-{i}/status", _agent_statuses(uids[i], i)[step], "merge"))
+            yield f"PATCH pods/status ({what})", cost
+        _, cost = await phase(lambda i: admin.create(f"{ns}/events", {
+            "apiVersion": "v1", "kind": "Event", "metadata": {"name": f"{tag}-{i}.bench"}, "reason": "Scheduled", "type": "Normal", "count": 1,
+            "involvedObject": {"kind": "Pod", "namespace": "default", "name": f"{tag}-{i}", "uid": uids[i], "apiVersion": "v1"},
+            "message": f"Successfully assigned default/{tag}-{i} to {_BENCH_NODE}", "source": {"component": "default-scheduler"},
+            "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z", "reportingComponent": "default-scheduler"}))
+        yield "POST events", cost
+        _, cost = await phase(lambda i: admin.patch(f"{ns}/events/{tag}-{i}.bench", {"count": 2, "lastTimestamp": "2026-01-01T00:00:01Z"}, "strategic"))
+        yield "PATCH events", cost
+        slices = max(1, pods // 4)  # PUTs of one slice each (one at a time per slice: no conflicts), enough for the clock tick
+        bodies = []
+        for i in range(slices):
+            live = await admin.create("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", _endpoint_slice(f"{tag}-{i}", slice_endpoints))
+            conditions = live["endpoints"][i % slice_endpoints]["conditions"]
+            conditions["ready"] = not conditions["ready"]
+            bodies.append(live)
+        _, cost = await phase(lambda i: admin.update(f"/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/{tag}-{i}", bodies[i]), slices)
+        yield "PUT endpointslices", cost
+        _, cost = await phase(lambda i: admin.get(f"{ns}/pods/{tag}-{i}"))
+        yield "GET pods", cost
+        for i in range(pods):
+            await admin.delete(f"{ns}/pods/{tag}-{i}", {"gracePeriodSeconds": 0})
+
+
+async def run_pod_requests(args) -> None:
+    """``--only pod-requests`` (see the module docstring)."""
+    names = ("before", "after") if args.before_src else ("after",)
+    with tempfile.TemporaryDirectory(prefix="kubesvc-bench-") as before_dir, tempfile.TemporaryDirectory(prefix="kubesvc-bench-") as after_dir:
+        servers: dict[str, PodRequests] = {}
+        try:
+            if args.before_src:
+                servers["before"] = await PodRequests.start(Path(before_dir), args.before_src)
+            servers["after"] = await PodRequests.start(Path(after_dir), None)
+            for name, server in servers.items():  # connections, caches, the ServiceAccount's first token
+                async for _ in server.phases("warm", 20, args.concurrency, args.slice_endpoints):
+                    pass
+            cost: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+            for round_ in range(args.rounds):
+                # the servers take turns phase by phase (the order alternating by round), so the two
+                # figures of a kind meet the same moment of the machine's load
+                order = names if round_ % 2 == 0 else tuple(reversed(names))
+                runs = {name: servers[name].phases(f"{name[0]}{round_}", args.pods, args.concurrency, args.slice_endpoints) for name in order}
+                for name in order:
+                    cost[name].append({})
+                done = False
+                while not done:
+                    for name in order:
+                        try:
+                            kind, spent = await runs[name].__anext__()
+                        except StopAsyncIteration:
+                            done = True
+                            continue
+                        cost[name][-1][kind] = spent
+        finally:
+            for server in servers.values():
+                await server.close()
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"pod-requests: the apiserver event loop's CPU per request, median of {args.rounds} rounds of {args.pods} requests per kind, "
+          f"{args.concurrency} clients, EndpointSlices of {args.slice_endpoints} endpoints (load {load})")
+    kinds = list(cost["after"][0])
+    for kind in kinds:
+        after = [c[kind] for c in cost["after"]]
+        line = f"  {kind:34s} {statistics.median(after) * 1e3:6.2f} ms"
+        if args.before_src:
+            before = [c[kind] for c in cost["before"]]
+            ratios = [a / b for a, b in zip(after, before) if b]
+            line = (f"  {kind:34s} before {statistics.median(before) * 1e3:6.2f} ms   after {statistics.median(after) * 1e3:6.2f} ms   "
+                    f"after/before {statistics.median(ratios) if ratios else float('nan'):.3f}")
+        print(line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--services", type=int, default=10000)
@@ -749,9 +939,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1,
                         help="throughput runs per storage, alternating the order (ABBA...); figures are medians over rounds")
     parser.add_argument("--etcd-tmpfs", action="store_true", help="etcd's data on tmpfs (no fsync cost) instead of disk")
-    parser.add_argument("--only", choices=["all", "throughput", "authz", "paired"], default="all")
-    parser.add_argument("--before-src", default="", help="--only paired: the src directory of the tree to compare this one with")
+    parser.add_argument("--only", choices=["all", "throughput", "authz", "paired", "pod-requests"], default="all")
+    parser.add_argument("--before-src", default="", help="--only paired or pod-requests: the src directory of the tree to compare this one with")
     parser.add_argument("--pairs", type=int, default=20, help="--only paired: batches per server (each of --batch creates)")
+    parser.add_argument("--pods", type=int, default=100, help="--only pod-requests: requests of each kind per round")
+    parser.add_argument("--slice-endpoints", type=int, default=100, help="--only pod-requests: endpoints of each EndpointSlice PUT")
     parser.add_argument("--role-bindings", type=int, default=1000)
     parser.add_argument("--authz-runs", type=int, default=5)
     parser.add_argument("--authz-requests", type=int, default=2000, help="requests per identity and run")
