@@ -92,15 +92,32 @@ def canonical_json(value: object) -> bytes:
 
 
 def sign(claims: dict, private_key: PrivateKey) -> str:
+    signing_input = signing_input_of(claims, header_of(private_key))
+    return compact(signing_input, signature_of(signing_input, private_key))
+
+
+def header_of(private_key: PrivateKey) -> dict:
+    """The JWS header a key signs with: its algorithm and key id."""
     public_key = private_key.public_key()
-    header = {"alg": algorithm(public_key), "kid": key_id(public_key)}
-    signing_input = f"{b64url_encode(canonical_json(header))}.{b64url_encode(canonical_json(claims))}".encode("ascii")
+    return {"alg": algorithm(public_key), "kid": key_id(public_key)}
+
+
+def signing_input_of(claims: dict, header: dict) -> bytes:
+    """``base64url(header) "." base64url(claims)``: what the signature covers."""
+    return f"{b64url_encode(canonical_json(header))}.{b64url_encode(canonical_json(claims))}".encode("ascii")
+
+
+def signature_of(signing_input: bytes, private_key: PrivateKey) -> bytes:
+    """The JWS signature of ``signing_input``: one call into the cryptography package (which
+    lets go of the GIL while it signs) and, for ECDSA, the r||s encoding."""
     if isinstance(private_key, rsa.RSAPrivateKey):
-        signature = private_key.sign(signing_input, padding.PKCS1v15(), hashes.SHA256())
-    else:
-        _, hash_type, size = _CURVES[private_key.curve.name]
-        r, s = decode_dss_signature(private_key.sign(signing_input, ec.ECDSA(hash_type())))
-        signature = r.to_bytes(size, "big") + s.to_bytes(size, "big")
+        return private_key.sign(signing_input, padding.PKCS1v15(), hashes.SHA256())
+    _, hash_type, size = _CURVES[private_key.curve.name]
+    r, s = decode_dss_signature(private_key.sign(signing_input, ec.ECDSA(hash_type())))
+    return r.to_bytes(size, "big") + s.to_bytes(size, "big")
+
+
+def compact(signing_input: bytes, signature: bytes) -> str:
     return f"{signing_input.decode('ascii')}.{b64url_encode(signature)}"
 
 

@@ -25,7 +25,6 @@ defaulted spec, and ``status: {token, expirationTimestamp}`` (now + the granted 
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -132,10 +131,7 @@ class TokenRequests:
                                   pod_bound=bound.get("pod") is not None, audiences=audiences, api_audiences=self.config.api_audiences)
         spec["expirationSeconds"] = lifetime.granted_seconds
         claims = bound_claims(service_account, audiences, lifetime.token_seconds, now, warn_after_seconds=lifetime.warn_after_seconds, **bound)
-        # RSA signing is most of a token request's CPU (RS256, 2048-bit keys as upstream's); the
-        # cryptography package lets go of the GIL while it signs, so a worker thread does it on
-        # the other core instead of the event loop every request shares
-        token = await asyncio.to_thread(self.generator.generate, claims)
+        token = await self.generator.generate_beside_loop(claims)  # RS256 with RSA 2048, as upstream's
         status = {"token": token, "expirationTimestamp": rfc3339(now + timedelta(seconds=lifetime.granted_seconds))}
         return {"metadata": meta, "spec": spec, "status": status}, lifetime.warning
 
