@@ -34,7 +34,6 @@ The user is ``system:serviceaccount:<ns>:<name>`` in ``system:serviceaccounts`` 
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import uuid
 from dataclasses import dataclass
@@ -170,17 +169,13 @@ class TokenGenerator:
         self._header = jwt.header_of(private_key)  # the key's id is a hash of its DER: once
 
     def generate(self, claims: dict) -> str:
-        return jwt.sign({**claims, "iss": self.issuer}, self.private_key)
-
-    async def generate_beside_loop(self, claims: dict) -> str:
-        """``generate``, its signature made in a worker thread: RSA signing is most of a token
-        request's CPU and the cryptography package lets go of the GIL meanwhile, so it runs on
-        the other core rather than the event loop every request shares. Only the signing call
-        goes to the thread: each hop back to the GIL waits for the busy loop to yield it (up to
-        the 5 ms switch interval), so the Python around it stays on the loop."""
+        """Signed on the event loop, as a request's goroutine signs upstream. A worker thread
+        (the cryptography package lets go of the GIL while it signs) took ~1 ms off the loop,
+        but each hop back to the GIL waits for the busy loop to yield it: token requests took
+        64-190 ms of server time in bench/e2e.py --deployment at 100 % machine CPU (2-6 ms signed
+        on the loop)."""
         signing_input = jwt.signing_input_of({**claims, "iss": self.issuer}, self._header)
-        signature = await asyncio.to_thread(jwt.signature_of, signing_input, self.private_key)
-        return jwt.compact(signing_input, signature)
+        return jwt.compact(signing_input, jwt.signature_of(signing_input, self.private_key))
 
 
 # ---- checking tokens -----------------------------------------------------------------------------

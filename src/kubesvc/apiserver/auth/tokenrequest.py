@@ -131,7 +131,7 @@ class TokenRequests:
                                   pod_bound=bound.get("pod") is not None, audiences=audiences, api_audiences=self.config.api_audiences)
         spec["expirationSeconds"] = lifetime.granted_seconds
         claims = bound_claims(service_account, audiences, lifetime.token_seconds, now, warn_after_seconds=lifetime.warn_after_seconds, **bound)
-        token = await self.generator.generate_beside_loop(claims)  # RS256 with RSA 2048, as upstream's
+        token = self.generator.generate(claims)  # RS256 with RSA 2048, as upstream's
         status = {"token": token, "expirationTimestamp": rfc3339(now + timedelta(seconds=lifetime.granted_seconds))}
         return {"metadata": meta, "spec": spec, "status": status}, lifetime.warning
 
