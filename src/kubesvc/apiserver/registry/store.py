@@ -736,7 +736,9 @@ class ObjectWatch:
     """A watch of one kind's objects: (type, object) pairs, types ADDED / MODIFIED / DELETED /
     BOOKMARK. With ``send_initial`` it first lists (synthetic ADDEDs) and watches after that
     list's revision, so nothing falls between. Selector transitions become ADDED/DELETED as in
-    the watch cache. ``request_progress()`` makes a BOOKMARK follow every event already due.
+    the watch cache. ``request_progress()`` makes a BOOKMARK follow every event already due,
+    where the backend can order it with the events (etcd before 3.4.31 / 3.5.13 cannot: no
+    BOOKMARK is requested there, storage/etcd/watch.py).
     Opened by :meth:`Store.watch`."""
 
     def __init__(self, store: Store, opts: ListOptions, initial: list[storage.KeyValue], stream: storage.Watch):
