@@ -95,6 +95,13 @@ async def test_pod_status_writes_are_checked_by_the_pod_status_rules(registry):
     written, _ = await pods.update("default", "p", good, field_manager="kubelet", subresource="status")
     assert written["status"]["podIPs"] == [{"ip": "10.0.0.3"}] and written["spec"] == created["spec"]
     assert [e["manager"] for e in written["metadata"]["managedFields"]] == ["kubelet", "t"]  # same time: by manager
+    # a status written without qosClass (an older kubelet, a hand-made PUT) keeps the live one
+    # (podStatusStrategy.PrepareForUpdate backfills it) instead of being refused as changing it
+    assert created["status"]["qosClass"] == "BestEffort"
+    without = copy.deepcopy(written)
+    without["status"] = {k: v for k, v in without["status"].items() if k != "qosClass"} | {"phase": "Running"}
+    kept, _ = await pods.update("default", "p", without, field_manager="kubelet", subresource="status")
+    assert kept["status"]["qosClass"] == "BestEffort" and kept["status"]["phase"] == "Running"
 
 
 async def test_finalizers_hold_deletion_until_removed(registry):

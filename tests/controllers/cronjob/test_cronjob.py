@@ -70,8 +70,15 @@ async def test_a_cron_job_runs_its_job_and_sees_it_complete(apiserver, client, n
 
         job = await eventually(first_job, 30, "the first Job")
         assert job["metadata"]["ownerReferences"][0]["kind"] == "CronJob"
-        status = (await client.resource(CRONJOBS).get("tick", namespace))["status"]
-        assert [ref["name"] for ref in status.get("active", [])] == [job["metadata"]["name"]] and status["lastScheduleTime"]
+
+        async def active():
+            # the controller writes its status after the Job's create (upstream: Create, then
+            # Status.Active appended and updateStatus): the Job may be listed first
+            status = (await client.resource(CRONJOBS).get("tick", namespace))["status"]
+            return status if status.get("active") else None
+
+        status = await eventually(active, 30, "the CronJob's status naming its active Job")
+        assert [ref["name"] for ref in status["active"]] == [job["metadata"]["name"]] and status["lastScheduleTime"]
         async with running_task(fake_kubelet(client, namespace, lambda pod: finished_status(pod, "Succeeded"), interval=0.2)):
 
             async def succeeded():

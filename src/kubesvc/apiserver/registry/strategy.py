@@ -281,6 +281,16 @@ class PodStrategy(Strategy):
         except (TypeError, ValueError):
             return 30
 
+    def prepare_for_status_update(self, new: dict, old: dict) -> None:
+        """podStatusStrategy.PrepareForUpdate: besides the live spec and metadata, a status
+        without ``qosClass`` keeps the live one ("the Pod QoS is immutable and populated at
+        creation time ... backfill it for backward compatibility"): a client that writes the
+        status without it (an older kubelet, a hand-made PUT) is not refused as changing it."""
+        super().prepare_for_status_update(new, old)
+        status, live = new.get("status"), old.get("status")
+        if isinstance(status, dict) and isinstance(live, dict) and not status.get("qosClass") and live.get("qosClass"):
+            status["qosClass"] = live["qosClass"]
+
     def validate_subresource_update(self, subresource: str, new: dict, old: dict) -> list[FieldError]:
         """podStatusStrategy.ValidateUpdate: a status write is checked by ValidatePodStatusUpdate
         (metadata, the status' node name, nominated node, QoS class and IPs), not by the whole
