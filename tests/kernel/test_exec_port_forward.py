@@ -383,12 +383,18 @@ def _on_a_terminal(argv: list[str], keys: list[tuple[bytes, bytes]], rows: int =
 
 def test_kubectl_run_it_rm(up):
     """``kubectl run -it --rm``: a Pod with stdin and a terminal, attached to at once; the size
-    of the user's terminal reaches the container's; the Pod is deleted after the shell exits."""
+    of the user's terminal reaches the container's; the Pod is deleted after the shell exits.
+
+    kubectl attach sends the size plus one row and column first, then the size itself, to make
+    a running program redraw (pkg/cmd/attach: ``sizePlusOne``), on its own goroutine beside
+    stdin's; so a command typed at once may run between the two. The shell waits (up to 5 s)
+    for the terminal to settle at the user's size: what the user sees is that size."""
     name = f"shell-{secrets.token_hex(3)}"
     argv = kubectl_argv(up, "run", name, "-it", "--rm", "--restart=Never", "--image=busybox", "--", "sh")
-    code, text = _on_a_terminal(argv, [(b"If you don't see a command prompt", b"stty size; echo sum-$((6*7))\r"),
-                                       (b"sum-42", b"exit\r")])
-    assert "33 101" in text, text
+    settle = b'i=0; while [ "$(stty size)" != "33 101" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done; '
+    code, text = _on_a_terminal(argv, [(b"If you don't see a command prompt", settle + b"echo size-$(stty size | tr ' ' x); echo sum-$((6*7))\r"),
+                                       (b"sum-42\r", b"exit\r")])
+    assert "size-33x101" in text, text
     assert "sum-42" in text
     assert f'pod "{name}" deleted' in text
     assert code == 0, text
