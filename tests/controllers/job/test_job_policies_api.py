@@ -63,11 +63,18 @@ def conditions(status: dict) -> dict:
 
 
 async def wait_condition(client, namespace: str, name: str, type_: str, timeout: float = 60) -> dict:
-    async def done():
-        status = await job_status(client, namespace, name)
-        return status if conditions(status).get(type_, ("",))[0] == "True" else None
+    """The Job's status once its ``type_`` condition is True; on a timeout the message carries
+    the last status seen (a Job that Failed instead, or still waits on a Pod, says so)."""
+    last: dict = {}
 
-    return await eventually(done, timeout, f"{name} {type_}")
+    async def done():
+        last["status"] = await job_status(client, namespace, name)
+        return last["status"] if conditions(last["status"]).get(type_, ("",))[0] == "True" else None
+
+    try:
+        return await eventually(done, timeout, f"{name} {type_}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the Job's last status: {last.get('status')}") from None
 
 
 async def job_pods(client, namespace: str, name: str) -> list[dict]:
