@@ -14,6 +14,7 @@ import pytest
 
 from kubesvc.storage import MemoryBackend, SQLiteBackend, contract, open_backend
 from kubesvc.storage.base import Backend, Create, Delete, KeyValue, RevisionMismatch, StorageError, Update
+from kubesvc.storage.sqlite import backend as sqlite_backend
 
 
 async def run(check, argument) -> None:
@@ -138,13 +139,60 @@ def test_sqlite_has_kines_table_and_indexes(tmp_path):
     assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     db.close()
     assert columns == ["id", "name", "created", "deleted", "create_revision", "prev_revision", "value", "old_value"]
-    # kine's (name, id) and (prev_revision) indexes are left out: in SQLite (name) is already
-    # (name, rowid = id), and no query here reads prev_revision by index (backend.py's docstring)
+    # kine's (name), (name, id) and (prev_revision) indexes are left out: (name, prev_revision)
+    # serves every name lookup, and no query here reads prev_revision alone (backend.py's docstring)
     assert indexes == {
-        "kine_name_index": 0,
         "kine_id_deleted_index": 0,
         "kine_name_prev_revision_uindex": 1,
     }
+
+
+def test_sqlite_newest_row_is_read_from_the_unique_index_without_a_sort(tmp_path):
+    """A write's check of the key's newest row walks (name, prev_revision) down, no sort."""
+    SQLiteBackend(str(tmp_path / "state.db")).sync_close()
+    db = sqlite3.connect(tmp_path / "state.db")
+    plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sqlite_backend._NEWEST_ROW, ("/a", 1))]
+    db.close()
+    assert plan == ["SEARCH kine USING INDEX kine_name_prev_revision_uindex (name=?)"]
+
+
+def test_sqlite_database_of_an_older_version_loses_the_name_index(tmp_path):
+    SQLiteBackend(str(tmp_path / "state.db")).sync_close()
+    db = sqlite3.connect(tmp_path / "state.db")
+    db.execute("CREATE INDEX kine_name_index ON kine (name)")  # as versions before it was dropped made it
+    db.commit()
+    db.close()
+    backend = SQLiteBackend(str(tmp_path / "state.db"))
+    backend.sync_create("/a", b"a1")
+    backend.sync_close()
+    db = sqlite3.connect(tmp_path / "state.db")
+    indexes = {row[1] for row in db.execute("PRAGMA index_list(kine)")}
+    db.close()
+    assert "kine_name_index" not in indexes
+
+
+def test_sqlite_reads_as_of_a_revision_across_deletes_recreates_and_compaction(tmp_path):
+    """The newest row as of N is found by prev_revision order: through a key's whole history,
+    a re-create after a delete, and after compaction removed the older rows."""
+    backend = SQLiteBackend(str(tmp_path / "state.db"))
+    a1 = backend.sync_create("/a", b"a1")
+    backend.sync_create("/b", b"b1")
+    a2 = backend.sync_update("/a", b"a2")
+    gone = backend.sync_delete("/a")
+    a3 = backend.sync_create("/a", b"a3")
+    a4 = backend.sync_update("/a", b"a4", a3.mod_revision)
+    assert [backend.sync_get("/a", rev).value if backend.sync_get("/a", rev) else None
+            for rev in (a1.mod_revision, a2.mod_revision, gone.mod_revision, a3.mod_revision, a4.mod_revision)] == [
+        b"a1", b"a2", None, b"a3", b"a4"]
+    assert backend.sync_get("/a").create_revision == a3.mod_revision
+    backend.sync_compact(a3.mod_revision)
+    assert backend.sync_get("/a", a3.mod_revision).value == b"a3"
+    assert backend.sync_get("/a").value == b"a4"
+    a5 = backend.sync_update("/a", b"a5", a4.mod_revision)
+    assert backend.sync_get("/a").mod_revision == a5.mod_revision
+    with pytest.raises(RevisionMismatch):
+        backend.sync_update("/a", b"stale", a4.mod_revision)
+    backend.sync_close()
 
 
 def test_sqlite_compaction_deletes_superseded_rows_and_tombstones(tmp_path):
@@ -165,16 +213,17 @@ def test_sqlite_compaction_deletes_superseded_rows_and_tombstones(tmp_path):
 
 def test_sqlite_unique_name_prev_revision_guard_is_a_conflict(tmp_path):
     """A row appended behind this process's back after the row it read (a second writer on
-    the file) makes its conditional write collide on UNIQUE(name, prev_revision)."""
+    the file, at a revision this process has not reached, so this one's lookup as of its own
+    revision still reads the older row) makes its conditional write collide on
+    UNIQUE(name, prev_revision)."""
     path = str(tmp_path / "state.db")
     backend = SQLiteBackend(path)
     first = backend.sync_create("/k", b"v1")
     second = backend.sync_update("/k", b"v2")
-    backend.sync_compact(second.mod_revision)  # frees id 1, which the intruder reuses below
     intruder = sqlite3.connect(path)
     with intruder:
         intruder.execute("INSERT INTO kine VALUES (?, '/k', 0, 0, ?, ?, x'00', x'00')",
-                         (first.mod_revision, first.create_revision, second.mod_revision))
+                         (second.mod_revision + 10, first.create_revision, second.mod_revision))
     intruder.close()
     with pytest.raises(RevisionMismatch) as conflict:
         backend.sync_update("/k", b"v3", expected_revision=second.mod_revision)
