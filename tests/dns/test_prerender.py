@@ -214,3 +214,75 @@ def test_a_nodata_answer_carries_the_serial_of_the_last_change():
         same(got[0], ordinary(recs, wire))
         (soa,) = dns.message.from_wire(got[0]).authority
         assert soa[0].serial == int(moment) & 0xFFFFFFFF
+
+
+def test_a_name_without_its_trailing_dot_is_the_same_question():
+    recs = records()
+    wire = query("WEB.testns.svc.cluster.local", "A")  # relative in text, absolute on the wire
+    assert wire == query("WEB.testns.svc.cluster.local.", "A")
+    got = prerenderer(recs).answer(wire)
+    assert got is not None
+    same(got[0], ordinary(recs, wire))
+
+
+PRERENDERED_QUESTIONS = {(name.lower(), rdtype) for name, rdtype in ANSWERED}
+
+
+def _promised(wire: bytes) -> bool:
+    """dnspython reads ``wire`` as a question of the shape the prerenderer promises to answer:
+    a plain query for a prerendered name and type, class IN, with no record but an OPT without
+    options right after the question (the root as its owner)."""
+    try:
+        message = dns.message.from_wire(wire)
+    except Exception:  # noqa: BLE001 - not a message
+        return False
+    if message.flags & dns.flags.QR or message.opcode() != dns.opcode.QUERY or len(message.question) != 1:
+        return False
+    if message.answer or message.authority or message.additional or message.options:
+        return False
+    (question,) = message.question
+    if message.edns >= 0 and wire[12 + len(question.name.to_wire()) + 4:][:3] != b"\x00\x00\x29":
+        return False
+    return question.rdclass == dns.rdataclass.IN and (question.name.to_text().lower(), dns.rdatatype.to_text(question.rdtype)) in PRERENDERED_QUESTIONS
+
+
+def test_the_lookup_on_the_wire_agrees_with_dnspythons_parse():
+    """Thousands of queries mutated byte by byte (case of any byte, type and class bytes set to
+    letters, truncated, extended): whatever the prerenderer answers is what the ordinary path
+    answers, and every query dnspython reads as a prerendered question of the canonical shape
+    is answered by it (none falls through to the slow path)."""
+    import random
+
+    recs = records()
+    pre = prerenderer(recs)
+    rng = random.Random(21)
+    seeds = [query(name, rdtype, **SHAPES[shape]) for name, rdtype in ANSWERED for shape in SHAPES]
+    seeds += [query("web.testns.svc.cluster.local.", "HTTPS"), query("nope.testns.svc.cluster.local.", "A")]
+    answered = 0
+    for _ in range(4000):
+        wire = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(0, 3)):
+            if len(wire) < 3:
+                break
+            at = rng.randrange(2, len(wire))
+            mutation = rng.randrange(5)
+            if mutation == 0:  # a letter's case, or a byte to a letter's code (type and class bytes too)
+                wire[at] = wire[at] ^ 0x20 if chr(wire[at]).isalpha() else rng.choice(b"AZaz\x00\x01\x1c")
+            elif mutation == 1:
+                wire[at] = rng.randrange(256)
+            elif mutation == 2:
+                del wire[at:]
+            elif mutation == 3:
+                wire += bytes([rng.randrange(256)])
+            else:  # the type or class of the question: letters, which lowercasing would change
+                end = wire.find(0, 12)
+                if 0 < end < len(wire) - 4:
+                    wire[end + rng.randint(1, 4)] = rng.choice(b"AQZaqz")
+        wire = bytes(wire)
+        got = pre.answer(wire)
+        if got is not None:
+            answered += 1
+            same(got[0], ordinary(recs, wire))
+        elif _promised(wire):
+            raise AssertionError(f"a prerendered question of the canonical shape fell through: {wire!r}")
+    assert answered > 1000  # the mutations left many queries answerable

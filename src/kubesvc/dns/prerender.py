@@ -25,9 +25,18 @@ change, not when they are asked:
 - **Which queries**: exactly the shape the rendering was made for, checked on the query's
   bytes: QR clear, opcode QUERY, one question, no answer or authority records, and either no
   additional record or one OPT record (root owner) without options (an option can change the
-  answer: dnspython pads a reply to a padded query), class IN, and a name that, lowercased (DNS
-  compares names without case), is a key. Anything else takes the ordinary path. Answers over
-  512 bytes are not prerendered (each client's buffer size decides how they are truncated).
+  answer: dnspython pads a reply to a padded query), and a question (name, type, class IN)
+  that, lowercased (DNS compares names without case), is a key. Anything else takes the
+  ordinary path. Answers over 512 bytes are not prerendered (each client's buffer size decides
+  how they are truncated).
+- **The lookup** is the whole cost of a first ask, so it is a handful of operations on the
+  query's bytes: the question ends four bytes after the name's first zero byte (a label's
+  length is never 0, and a label holding a zero byte cannot make a key match: the name's bytes
+  before it would have to be a whole name already); the question's bytes lowercased are the
+  key (``bytes.lower`` changes A-Z only, and a key's type and class bytes, 0x00, 0x01 and
+  0x1C, are neither such letters nor what one becomes, so only the name's case is folded). The
+  two header variants (RD clear and set) are rendered once, shared by every answer with the
+  same flags and counts.
 - **When**: a change of a Service or of one of its slices drops that Service's answers at
   once (never a stale answer) and queues the Service; the queue is worked off on the event
   loop in slices of a few milliseconds, so an informer's initial list of 10,000 Services is
@@ -59,14 +68,16 @@ OPT_TYPE = b"\x00\x29"
 CLASS_IN = b"\x00\x01"
 RD = 0x01  # the RD bit in the header's third byte
 QR_OPCODE = 0xF8  # QR and the opcode in the header's third byte
+OPT_ROOT = b"\x00\x00\x29"  # an OPT record's owner (the root) and type
+NO_OPTIONS = b"\x00\x00"  # RDLENGTH 0
 DRAIN_SLICE = 0.005  # seconds of rendering per turn of the event loop
 
 
 @dataclass(frozen=True, slots=True)
 class Prerendered:
-    header: bytes  # the rendering's header after the id: flags (RD clear) and counts
+    heads: tuple[bytes, bytes]  # the rendering's header after the id (flags and counts), with RD clear and with RD set
     tail: bytes  # what follows the question
-    header_edns: bytes  # the same for a query carrying an OPT record
+    heads_edns: tuple[bytes, bytes]  # the same for a query carrying an OPT record
     tail_edns: bytes
     qtype: str  # the type's name, for the metrics
     serial_at: int = -1  # NODATA: where the SOA serial sits in ``tail`` (and ``tail_edns``: the OPT follows it); -1: none
@@ -76,9 +87,10 @@ class Prerendered:
 class Prerenderer:
     records: ClusterRecords
     settings: Settings
-    answers: dict[bytes, Prerendered] = field(default_factory=dict)  # lowercase name wire + type -> answer
+    answers: dict[bytes, Prerendered] = field(default_factory=dict)  # the question's wire (name lowercase, type, class IN) -> answer
     keys_of: dict[tuple[str, str], list[bytes]] = field(default_factory=dict)  # Service -> its keys in ``answers``
     pending: dict[tuple[str, str], None] = field(default_factory=dict)  # Services to render, in order
+    heads: dict[bytes, tuple[bytes, bytes]] = field(default_factory=dict)  # a header (RD clear) -> it with RD clear and set, shared
     _scheduled: bool = False
 
     def __post_init__(self) -> None:
@@ -129,7 +141,7 @@ class Prerenderer:
         for rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA):
             rendered = self._rendered(qname, name_wire, rdtype)
             if rendered is not None:
-                key = name_wire + rdtype.to_bytes(2, "big")
+                key = name_wire + rdtype.to_bytes(2, "big") + CLASS_IN
                 self.answers[key] = rendered
                 keys.append(key)
         if keys:
@@ -158,7 +170,15 @@ class Prerenderer:
             serial_at = self._serial_at(response, wire, len(question))
             if serial_at < 0:
                 return None
-        return Prerendered(header, tail, header_edns, tail_edns, dns.rdatatype.to_text(rdtype), serial_at)
+        return Prerendered(self._heads(header), tail, self._heads(header_edns), tail_edns, dns.rdatatype.to_text(rdtype), serial_at)
+
+    def _heads(self, header: bytes) -> tuple[bytes, bytes]:
+        """``header`` (RD clear) and it with the query's RD bit set, as ``answer`` picks them by
+        that bit: one pair for every answer with the same flags and counts."""
+        heads = self.heads.get(header)
+        if heads is None:
+            heads = self.heads[header] = (header, bytes((header[0] | RD,)) + header[1:])
+        return heads
 
     def _serial_at(self, response: dns.message.Message, wire: bytes, question_size: int) -> int:
         """Where the serial of a NODATA answer's SOA sits after the question (-1: not found).
@@ -183,23 +203,18 @@ class Prerenderer:
 
     def answer(self, query: bytes) -> tuple[bytes, Prerendered] | None:
         """The response to ``query`` (its wire) if it is a question prerendered, else None."""
-        if len(query) < 17 or query[2] & QR_OPCODE:
+        question_end = query.find(0, 12) + 5  # the name's root label, then type and class (no zero byte: 4, no key)
+        found = self.answers.get(query[12:question_end].lower())
+        if found is None or query[2] & QR_OPCODE:
             return None
-        end = query.find(0, 12)  # the root label ending the name (a name's other length bytes are not 0)
-        if end < 0:
-            return None
-        found = self.answers.get(query[12:end + 1].lower() + query[end + 1:end + 3])
-        question_end = end + 5
-        if found is None or query[end + 3:question_end] != CLASS_IN:
-            return None
-        counts = query[4:12]
-        if counts == ONE_QUESTION and len(query) == question_end:
-            header, tail = found.header, found.tail
-        elif (counts == ONE_QUESTION_EDNS and len(query) == question_end + 11 and query[question_end] == 0
-              and query[question_end + 1:question_end + 3] == OPT_TYPE and query[question_end + 9:question_end + 11] == b"\x00\x00"):
-            header, tail = found.header_edns, found.tail_edns  # an OPT record with no options (RDLENGTH 0)
+        size = len(query)
+        if size == question_end and query[4:12] == ONE_QUESTION:
+            heads, tail = found.heads, found.tail
+        elif (size == question_end + 11 and query[4:12] == ONE_QUESTION_EDNS and query[question_end:question_end + 3] == OPT_ROOT
+              and query[question_end + 9:] == NO_OPTIONS):
+            heads, tail = found.heads_edns, found.tail_edns  # an OPT record with no options
         else:
             return None
         if found.serial_at >= 0:  # NODATA: the SOA serial as of now
             tail = b"".join((tail[:found.serial_at], (self.records.serial & 0xFFFFFFFF).to_bytes(4, "big"), tail[found.serial_at + 4:]))
-        return b"".join((query[:2], bytes((header[0] | query[2] & RD,)), header[1:], query[12:question_end], tail)), found
+        return b"".join((query[:2], heads[query[2] & RD], query[12:question_end], tail)), found

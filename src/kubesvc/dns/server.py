@@ -296,23 +296,25 @@ class UDPServer(asyncio.DatagramProtocol):
         self.transport = transport
 
     def datagram_received(self, data: bytes, addr) -> None:
-        started = self.resolver.clock()
-        hit = self.resolver.recall(data)
+        # the two shortcuts first, in as few steps as they can be: each is the whole cost of its answer
+        resolver = self.resolver
+        started = resolver.clock()
+        hit = resolver.recall(data)
         if hit is not None:  # the same question again: the answer rendered last time, this query's id
             self.transport.sendto(data[:2] + hit.tail, addr)
-            metrics = self.resolver.metrics
+            metrics = resolver.metrics
             if metrics is not None:
                 if hit.kind:
                     metrics.cache_hit(hit.kind)
-                metrics.observe(hit.zone, "udp", family_of(addr), hit.qtype, hit.rcode, hit.plugin, self.resolver.clock() - started)
+                metrics.observe(hit.zone, "udp", family_of(addr), hit.qtype, hit.rcode, hit.plugin, resolver.clock() - started)
             return
-        prerendered = self.resolver.prerendered.answer(data) if self.resolver.prerendered is not None else None
-        if prerendered is not None:  # a Service's A or AAAA, rendered when the Service last changed
-            wire, found = prerendered
-            self.transport.sendto(wire, addr)
-            metrics = self.resolver.metrics
+        prerendered = resolver.prerendered
+        answered = prerendered.answer(data) if prerendered is not None else None
+        if answered is not None:  # a Service's A or AAAA, rendered when the Service last changed
+            self.transport.sendto(answered[0], addr)
+            metrics = resolver.metrics
             if metrics is not None:
-                metrics.observe(self.resolver.zone_text, "udp", family_of(addr), found.qtype, "NOERROR", "kubernetes", self.resolver.clock() - started)
+                metrics.observe(resolver.zone_text, "udp", family_of(addr), answered[1].qtype, "NOERROR", "kubernetes", resolver.clock() - started)
             return
         parsed = self.resolver.parse(data)
         if parsed is None:
