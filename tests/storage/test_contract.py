@@ -139,10 +139,11 @@ def test_sqlite_has_kines_table_and_indexes(tmp_path):
     assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     db.close()
     assert columns == ["id", "name", "created", "deleted", "create_revision", "prev_revision", "value", "old_value"]
-    # kine's (name), (name, id) and (prev_revision) indexes are left out: (name, prev_revision)
-    # serves every name lookup, and no query here reads prev_revision alone (backend.py's docstring)
+    # kine's (name), (name, id), (prev_revision) and (id, deleted) indexes are left out:
+    # (name, prev_revision) serves every name lookup, no query here reads prev_revision alone,
+    # and only tombstones are looked up by id (backend.py's docstring)
     assert indexes == {
-        "kine_id_deleted_index": 0,
+        "kine_tombstone_index": 0,
         "kine_name_prev_revision_uindex": 1,
     }
 
@@ -156,19 +157,27 @@ def test_sqlite_newest_row_is_read_from_the_unique_index_without_a_sort(tmp_path
     assert plan == ["SEARCH kine USING INDEX kine_name_prev_revision_uindex (name=?)"]
 
 
-def test_sqlite_database_of_an_older_version_loses_the_name_index(tmp_path):
-    SQLiteBackend(str(tmp_path / "state.db")).sync_close()
+def test_sqlite_database_of_an_older_version_gets_todays_indexes(tmp_path):
+    """An older version's (name) and (id, deleted) indexes go; the tombstone index is built
+    from the rows already there, so a count after the upgrade still drops a deleted name."""
+    backend = SQLiteBackend(str(tmp_path / "state.db"))
+    backend.sync_create("/a", b"a1")
+    backend.sync_create("/b", b"b1")
+    backend.sync_delete("/b")
+    backend.sync_close()
     db = sqlite3.connect(tmp_path / "state.db")
-    db.execute("CREATE INDEX kine_name_index ON kine (name)")  # as versions before it was dropped made it
+    db.execute("DROP INDEX kine_tombstone_index")  # as versions before it made the database
+    db.execute("CREATE INDEX kine_name_index ON kine (name)")
+    db.execute("CREATE INDEX kine_id_deleted_index ON kine (id, deleted)")
     db.commit()
     db.close()
     backend = SQLiteBackend(str(tmp_path / "state.db"))
-    backend.sync_create("/a", b"a1")
+    assert backend.sync_count("/") == 1
     backend.sync_close()
     db = sqlite3.connect(tmp_path / "state.db")
     indexes = {row[1] for row in db.execute("PRAGMA index_list(kine)")}
     db.close()
-    assert "kine_name_index" not in indexes
+    assert indexes == {"kine_tombstone_index", "kine_name_prev_revision_uindex"}
 
 
 def test_sqlite_reads_as_of_a_revision_across_deletes_recreates_and_compaction(tmp_path):
