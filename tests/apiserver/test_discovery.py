@@ -10,6 +10,7 @@ import pytest
 
 from kubesvc.api.scheme import KindInfo
 from kubesvc.api.schema import Obj
+from kubesvc.apiserver import appkeys
 from kubesvc.apiserver.discovery import (
     AGGREGATED_CONTENT_TYPE,
     AGGREGATED_CONTENT_TYPE_V2BETA1,
@@ -213,7 +214,7 @@ async def test_server_address_of_an_ipv6_bind_address_is_bracketed(tmp_path):
     server = APIServer(ServerConfig(data_dir=tmp_path, bind_address="::1", secure_port=0))
     await server.start()
     try:
-        versions = server.runner.app["discovery"].api_versions()
+        versions = server.runner.app[appkeys.DISCOVERY].api_versions()
         (entry,) = versions["serverAddressByClientCIDRs"]
         assert entry["serverAddress"] == f"[::1]:{server.port}"
     finally:

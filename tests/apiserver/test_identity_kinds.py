@@ -17,6 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from kubesvc.apiserver.handlers import CreateRequest
 from kubesvc.apiserver.server import APIServer, ServerConfig
+from kubesvc.apiserver import appkeys
 
 
 def api_client(server) -> client.ApiClient:
@@ -230,7 +231,7 @@ class InProcessServer:
         self.thread.start()
         self.server = APIServer(ServerConfig(data_dir=data_dir, secure_port=0))
         self.run(self.server.start())
-        self.handlers: dict = self.server.runner.app["create_handlers"]
+        self.handlers: dict = self.server.runner.app[appkeys.CREATE_HANDLERS]
         self.cache_dir = data_dir / "kubectl-cache"
 
     def run(self, coroutine, timeout: float = 60):

@@ -18,6 +18,7 @@ from kubesvc.serving.user import UserInfo
 from kubesvc.storage.base import StorageError
 from kubesvc.storage.memory import MemoryBackend
 from kubesvc.util.clock import FakeClock
+from kubesvc.apiserver import appkeys
 
 DOWN = "etcd (https://10.0.0.1:2379): connection refused"
 
@@ -36,13 +37,13 @@ async def test_a_watch_the_store_cannot_open_is_an_error_event_with_a_500_status
     clock = FakeClock()
     registry, _ = await build_control_plane(MemoryBackend(), clock, ["10.96.0.0/16"])
     app = build_app(registry, clock, "127.0.0.1:6443")
-    app["authenticator"] = Admin()
+    app[appkeys.AUTHENTICATOR] = Admin()
     params = {"watch": "1", "resourceVersion": "1"}
     cache = None
     if failing == "current_revision":  # the cache asks the store's revision for a watch without one
         cache = WatchCache(registry.backend, [store.info for store in registry.stores.values()])
         await cache.start()
-        app["watch_cache"] = cache
+        app[appkeys.WATCH_CACHE] = cache
         params = {"watch": "1"}
     setattr(registry.backend, failing, refuse)
     try:

@@ -10,14 +10,14 @@ Subresources are views of the object (``status``, ``finalize``) or actions with 
 their own (``pods/binding``, ``pods/log``, ``serviceaccounts/token``, and the legacy
 ``bindings`` collection; see ``subresources.py``). Create-only kinds (access reviews,
 TokenReview, SelfSubjectReview) answer ``POST`` on their collection through the handler
-registered in ``app["create_handlers"]`` (404 until one is), and 405 to every other method.
+registered in ``app[appkeys.CREATE_HANDLERS]`` (404 until one is), and 405 to every other method.
 
 Non-resource paths: /version (minor "32": the kubectl dispatcher picks its binary by it),
 /healthz /livez /readyz, discovery (/api, /apis, /api/v1, /apis/g[/v], legacy or aggregated by
-Accept), /openapi/v3[/…], /metrics, and the paths of ``app["path_handlers"]`` (``PathHandler``: the
-Service map under /ui/, ``kubesvc.ui.routes``, installed by ``kubesvc apiserver``). Every request is authenticated (``app["authenticator"]``,
+Accept), /openapi/v3[/…], /metrics, and the paths of ``app[appkeys.PATH_HANDLERS]`` (``PathHandler``: the
+Service map under /ui/, ``kubesvc.ui.routes``, installed by ``kubesvc apiserver``). Every request is authenticated (``app[appkeys.AUTHENTICATOR]``,
 installed by the server: client certificates, the bearer tokens its flags configure, else
-``system:anonymous``) and authorized (``app["authorizer"]``: anonymous gets /version and the
+``system:anonymous``) and authorized (``app[appkeys.AUTHORIZER]``: anonymous gets /version and the
 health checks); every error is a Kubernetes Status with the HTTP code equal to its ``code``.
 """
 
@@ -36,7 +36,7 @@ from kubesvc.api import errors
 from kubesvc.api.errors import StatusError
 from kubesvc.api.nesting import ensure_recursion_headroom
 from kubesvc.api.scheme import KindInfo, all_kinds, by_resource
-from kubesvc.apiserver import codec, handlers, openapi_v2
+from kubesvc.apiserver import appkeys, codec, handlers, openapi_v2
 from kubesvc.apiserver.auth.attributes import Attributes, request_info
 from kubesvc.apiserver.auth.authorizer import PrivilegedGroupAuthorizer, Union, forbidden
 from kubesvc.apiserver.auth.context import set_current as set_request_context
@@ -125,7 +125,7 @@ class Metrics:
 class PathHandler:
     """Non-resource paths at and under ``prefix`` served by a layer above the apiserver (the
     Service map at /ui, ``kubesvc.ui.routes``, which reads through the explain and trace
-    components the apiserver may not import), installed in ``app["path_handlers"]`` by the
+    components the apiserver may not import), installed in ``app[appkeys.PATH_HANDLERS]`` by the
     command that runs the server. ``check_credential(request, user)`` runs right after
     authentication and may refuse (a StatusError) before authorization; ``serve`` answers a GET
     that was authenticated and authorized like any non-resource request."""
@@ -148,7 +148,7 @@ class RenderedStatusError(StatusError):
 
 
 def _path_handler(app: web.Application, path: str) -> PathHandler | None:
-    return next((h for h in app.get("path_handlers") or () if h.matches(path)), None)
+    return next((h for h in app.get(appkeys.PATH_HANDLERS) or () if h.matches(path)), None)
 
 
 def error_response(exc: StatusError) -> web.Response:
@@ -204,7 +204,7 @@ def _resolve(request: web.Request, registry: Registry) -> handlers.Target | Unst
 
 
 async def resource_handler(request: web.Request) -> web.StreamResponse:
-    registry: Registry = request.app["registry"]
+    registry: Registry = request.app[appkeys.REGISTRY]
     target = _resolve(request, registry)
     if target is None:
         return await non_resource_handler(request)
@@ -266,8 +266,8 @@ async def non_resource_handler(request: web.Request) -> web.StreamResponse:
     if extra is not None:
         return await extra.serve(request)
     if path == "/metrics":
-        return web.Response(body=generate_latest(app["metrics"].registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
-    discovery: Discovery = app["discovery"]
+        return web.Response(body=generate_latest(app[appkeys.METRICS].registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    discovery: Discovery = app[appkeys.DISCOVERY]
     aggregated_type = wants_aggregated(request.headers.get("Accept", ""))
     if path == "/api":
         if aggregated_type:
@@ -284,9 +284,9 @@ async def non_resource_handler(request: web.Request) -> web.StreamResponse:
         body = discovery.api_group(parts[1]) if len(parts) == 2 else discovery.api_resource_list(parts[1], parts[2])
         if body is not None:
             return handlers.json_response(body)
-    if path in (OPENID_CONFIGURATION_PATH, JWKS_PATH) and app.get("oidc") is not None:
-        return oidc_response(app["oidc"], path)
-    openapi: OpenAPI = app["openapi"]
+    if path in (OPENID_CONFIGURATION_PATH, JWKS_PATH) and app.get(appkeys.OIDC) is not None:
+        return oidc_response(app[appkeys.OIDC], path)
+    openapi: OpenAPI = app[appkeys.OPENAPI]
     if path == "/openapi/v3":
         return handlers.json_response(openapi.index())
     if path == "/openapi/v2":
@@ -340,15 +340,15 @@ async def status_middleware(request: web.Request, handler) -> web.StreamResponse
 async def authorize_request(request: web.Request) -> None:
     """Authentication, then authorization (upstream WithAuthentication -> WithImpersonation ->
     WithAuthorization): ``request["user"]`` is who asks, ``request["request_info"]`` what."""
-    user = await request.app["authenticator"].authenticate(request)
+    user = await request.app[appkeys.AUTHENTICATOR].authenticate(request)
     extra = _path_handler(request.app, request.path)
     if extra is not None:
         extra.check_credential(request, user)  # /ui/: never system:anonymous, a 401
-    user = impersonate(request.headers, request.path, user, request.app["authorizer"])
+    user = impersonate(request.headers, request.path, user, request.app[appkeys.AUTHORIZER])
     info = request.get("request_info") or request_info(request.method, request.path, request.query)  # the in-flight filter's, if it ran
     request["user"], request["request_info"] = user, info
     set_request_context(user, info)
-    verdict = request.app["authorizer"].authorize(Attributes(user, info))
+    verdict = request.app[appkeys.AUTHORIZER].authorize(Attributes(user, info))
     if not verdict.allowed:
         raise forbidden(user, info, verdict.reason)
 
@@ -357,7 +357,7 @@ def _observe(request: web.Request, code: int, seconds: float) -> None:
     group, version, resource, sub = request.get("metric_labels", ("", "", "", ""))
     # a stream (exec, attach, port-forward) is counted as upstream's metrics.CleanVerb counts it: CONNECT
     verb = "WATCH" if codec.parameter_bool(request.query, "watch") else "CONNECT" if sub in CONNECT_SUBRESOURCES else request.method
-    metrics: Metrics = request.app["metrics"]
+    metrics: Metrics = request.app[appkeys.METRICS]
     metrics.observe(verb, group, version, resource, sub, code, seconds)
 
 
@@ -368,16 +368,16 @@ def build_app(registry: Registry, clock: Clock, server_address: str, metrics_reg
     ensure_recursion_headroom()  # bodies may nest nesting.MAX_DEPTH levels: room to walk them
     # the max-in-flight filter first: it refuses before any work (it looks at the user only then)
     app = web.Application(middlewares=[in_flight_middleware, status_middleware], client_max_size=codec.MAX_BODY_BYTES + 1)
-    app["registry"] = registry
-    app["create_handlers"] = {}  # (group, resource) -> handlers.CreateHandler, for create-only kinds
-    app["path_handlers"] = []  # PathHandler: non-resource paths a layer above serves (the Service map)
-    app["authorizer"] = Union([PrivilegedGroupAuthorizer()])  # the server sets its --authorization-mode chain
-    app["clock"] = clock
-    app["metrics"] = Metrics(metrics_registry)
+    app[appkeys.REGISTRY] = registry
+    app[appkeys.CREATE_HANDLERS] = {}  # (group, resource) -> handlers.CreateHandler, for create-only kinds
+    app[appkeys.PATH_HANDLERS] = []  # PathHandler: non-resource paths a layer above serves (the Service map)
+    app[appkeys.AUTHORIZER] = Union([PrivilegedGroupAuthorizer()])  # the server sets its --authorization-mode chain
+    app[appkeys.CLOCK] = clock
+    app[appkeys.METRICS] = Metrics(metrics_registry)
     kinds = all_kinds()
-    app["discovery"] = Discovery(kinds, server_address)
-    app["openapi"] = OpenAPI()
-    app["kubelet_client"] = kubelet_client or KubeletClient()
-    app.on_cleanup.append(lambda app: app["kubelet_client"].close())
+    app[appkeys.DISCOVERY] = Discovery(kinds, server_address)
+    app[appkeys.OPENAPI] = OpenAPI()
+    app[appkeys.KUBELET_CLIENT] = kubelet_client or KubeletClient()
+    app.on_cleanup.append(lambda app: app[appkeys.KUBELET_CLIENT].close())
     app.router.add_route("*", "/{tail:.*}", resource_handler)
     return app

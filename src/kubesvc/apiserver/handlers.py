@@ -28,6 +28,7 @@ from kubesvc.apiserver.registry.pod import PodLogOptions, bind_pod, log_location
 from kubesvc.apiserver.registry.store import ListOptions, Store, parse_resource_version
 from kubesvc.apiserver.tables import to_table
 from kubesvc.util.golang import rfc3339
+from kubesvc.apiserver import appkeys
 
 
 @dataclass
@@ -88,7 +89,7 @@ def list_options(query, info: KindInfo) -> ListOptions:
 def render(request: web.Request, info: KindInfo, obj: dict, status: int = 200, headers: CIMultiDict | dict | None = None) -> web.Response:
     accept = request.headers.get("Accept")
     if codec.wants_table(accept):
-        table = to_table(info, [obj], include_object=codec.include_object_mode(request.query), now=request.app["clock"].now(),
+        table = to_table(info, [obj], include_object=codec.include_object_mode(request.query), now=request.app[appkeys.CLOCK].now(),
                          list_meta={"resourceVersion": obj.get("metadata", {}).get("resourceVersion", "")})
         return json_response(table, status, headers)
     return json_response(obj, status, headers)
@@ -125,18 +126,18 @@ async def list_objects(request: web.Request, target: Target) -> web.Response:
     write encoded, concatenated), else from storage."""
     info = target.info
     opts = list_options(request.query, info)
-    cache = request.app.get("watch_cache")
+    cache = request.app.get(appkeys.WATCH_CACHE)
     page = await cache.list(info, target.namespace, opts) if cache is not None else None
     if page is not None:
         if codec.wants_table(request.headers.get("Accept")):
             table = to_table(info, [obj.decode() for obj in page.items], include_object=codec.include_object_mode(request.query),
-                             now=request.app["clock"].now(), list_meta=page.meta)
+                             now=request.app[appkeys.CLOCK].now(), list_meta=page.meta)
             return json_response(table)
         head = codec.to_json({"kind": info.list_kind, "apiVersion": info.api_version, "metadata": page.meta})
         return await stream_list(request, head, [obj.raw for obj in page.items])
     items, list_meta = await target.store.list(target.namespace, opts)
     if codec.wants_table(request.headers.get("Accept")):
-        table = to_table(info, items, include_object=codec.include_object_mode(request.query), now=request.app["clock"].now(), list_meta=list_meta)
+        table = to_table(info, items, include_object=codec.include_object_mode(request.query), now=request.app[appkeys.CLOCK].now(), list_meta=list_meta)
         return json_response(table)
     return json_response({"kind": info.list_kind, "apiVersion": info.api_version, "metadata": list_meta, "items": items})
 
@@ -191,7 +192,7 @@ async def create_object(request: web.Request, target: Target) -> web.Response:
 async def wait_for_admission(request: web.Request, target: Target, obj: dict) -> None:
     """Admission plugins that may wait for what they look up (upstream's retried lookups,
     e.g. ServiceAccount's for ``default``) before the store's create, which never waits."""
-    for wait in request.app.get("admission_waits", ()):
+    for wait in request.app.get(appkeys.ADMISSION_WAITS, ()):
         await wait(target.info, target.namespace, obj)
 
 
@@ -244,7 +245,7 @@ async def _server_side_apply(request: web.Request, target: Target, opts: codec.W
     config, warnings = decode_object(config, info.schema, kind_label=info.kind, api_version=info.api_version, validation=opts.field_validation)
     _check_name_and_namespace(target, config)
     store = target.store
-    now = rfc3339(request.app["clock"].now())
+    now = rfc3339(request.app[appkeys.CLOCK].now())
 
     def applied(live: dict | None) -> dict:
         try:
@@ -299,7 +300,7 @@ async def delete_object(request: web.Request, target: Target) -> web.Response:
     dry_run = codec.write_options(request.query, request.headers.get("User-Agent")).dry_run or bool(options.get("dryRun"))  # validated: only "All"s (dryrun.IsDryRun)
     obj, deleted_now = await target.store.delete(target.namespace, target.name, options, dry_run=dry_run)
     if info.kind == "Namespace" and not dry_run:
-        request.app["namespace_finalizer"].kick()
+        request.app[appkeys.NAMESPACE_FINALIZER].kick()
     if info.delete_returns_object or not deleted_now:
         # upstream answers 200 with the object also when deletion is only marked (finalizers, grace)
         return json_response(obj)
@@ -351,7 +352,7 @@ class CreateRequest:
     dry_run: bool
 
 
-# ``app["create_handlers"][(group, resource)]``, resource being e.g. "selfsubjectaccessreviews"
+# ``app[appkeys.CREATE_HANDLERS][(group, resource)]``, resource being e.g. "selfsubjectaccessreviews"
 # or "serviceaccounts/token": returns the answer object, sent as 201 Created.
 CreateHandler = Callable[[web.Request, CreateRequest], Awaitable[dict]]
 
@@ -361,7 +362,7 @@ async def create_unstored(request: web.Request, info: KindInfo, key: tuple[str, 
     """POST of a kind nothing stores: 404 until a handler is registered under ``key`` (upstream
     has no route then), else the body decoded and validated like any write, the handler's
     answer as 201 with the decoder's warnings."""
-    handler: CreateHandler | None = request.app.get("create_handlers", {}).get(key)
+    handler: CreateHandler | None = request.app.get(appkeys.CREATE_HANDLERS, {}).get(key)
     if handler is None:
         raise StatusError(404, "NotFound", "the server could not find the requested resource")
     opts = codec.write_options(request.query, request.headers.get("User-Agent"))
@@ -379,4 +380,4 @@ async def read_pod_log(request: web.Request, target: Target) -> web.StreamRespon
     location = await log_location(target.store, target.namespace or "", target.name or "", PodLogOptions.from_query(request.query))
     if location is None:
         return web.Response(status=204)  # not on a node yet: no log, no content (upstream StreamObject)
-    return await request.app["kubelet_client"].stream(request, location, resource="pods/log", name=target.name or "")
+    return await request.app[appkeys.KUBELET_CLIENT].stream(request, location, resource="pods/log", name=target.name or "")

@@ -36,6 +36,7 @@ from kubesvc.apiserver.auth.attributes import RequestInfo, request_info
 from kubesvc.apiserver.auth.impersonation import impersonate
 from kubesvc.serving.user import SYSTEM_PRIVILEGED_GROUP
 from kubesvc.apiserver.handlers import json_response
+from kubesvc.apiserver import appkeys
 
 DEFAULT_MAX_REQUESTS_INFLIGHT = 400
 DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT = 200
@@ -94,8 +95,8 @@ async def _privileged(request: web.Request) -> bool:
     credential problem is not: the 429 stands."""
     app = request.app
     try:
-        user = await app["authenticator"].authenticate(request)
-        user = impersonate(request.headers, request.path, user, app["authorizer"])
+        user = await app[appkeys.AUTHENTICATOR].authenticate(request)
+        user = impersonate(request.headers, request.path, user, app[appkeys.AUTHORIZER])
     except StatusError:
         return False
     return SYSTEM_PRIVILEGED_GROUP in user.groups
@@ -103,8 +104,8 @@ async def _privileged(request: web.Request) -> bool:
 
 @web.middleware
 async def in_flight_middleware(request: web.Request, handler) -> web.StreamResponse:
-    """The max-in-flight filter; ``app["in_flight"]`` holds the buckets (absent: no limits)."""
-    buckets: InFlight | None = request.app.get("in_flight")
+    """The max-in-flight filter; ``app[appkeys.IN_FLIGHT]`` holds the buckets (absent: no limits)."""
+    buckets: InFlight | None = request.app.get(appkeys.IN_FLIGHT)
     if buckets is None or not (buckets.max_requests or buckets.max_mutating):
         return await handler(request)
     info = request["request_info"] = request_info(request.method, request.path, request.query)  # authorization reuses it

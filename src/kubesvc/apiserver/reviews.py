@@ -30,6 +30,7 @@ from kubesvc.apiserver.auth.authorizer import Decision
 from kubesvc.util import golang
 from kubesvc.apiserver.auth.rules import PolicyRule, strings
 from kubesvc.serving.user import UserInfo
+from kubesvc.apiserver import appkeys
 
 GROUP = "authorization.k8s.io"
 
@@ -86,7 +87,7 @@ def subject_from_spec(spec: dict) -> UserInfo:
 
 
 def decide(request: web.Request, attrs: Attributes) -> dict:
-    verdict = request.app["authorizer"].authorize(attrs)
+    verdict = request.app[appkeys.AUTHORIZER].authorize(attrs)
     status: dict = {"allowed": verdict.decision is Decision.ALLOW}
     if verdict.decision is Decision.DENY:
         status["denied"] = True
@@ -150,7 +151,7 @@ async def self_subject_rules_review(request: web.Request, create) -> dict:
     namespace = _spec(create.body).get("namespace") or ""
     if not namespace:
         raise errors.bad_request("no namespace on request")
-    rules = request.app["authorizer"].rules_for(request["user"], str(namespace))
+    rules = request.app[appkeys.AUTHORIZER].rules_for(request["user"], str(namespace))
     status: dict = {"resourceRules": [_resource_rule(r) for r in rules.resource],
                     "nonResourceRules": [_non_resource_rule(r) for r in rules.non_resource], "incomplete": rules.incomplete}
     if rules.errors:
@@ -159,7 +160,7 @@ async def self_subject_rules_review(request: web.Request, create) -> dict:
 
 
 def register_review_handlers(app: web.Application) -> None:
-    app["create_handlers"].update({
+    app[appkeys.CREATE_HANDLERS].update({
         (GROUP, "subjectaccessreviews"): subject_access_review,
         (GROUP, "localsubjectaccessreviews"): local_subject_access_review,
         (GROUP, "selfsubjectaccessreviews"): self_subject_access_review,

@@ -62,6 +62,7 @@ from kubesvc.util.wakeable import WakeableLoop
 from kubesvc.util.clock import Clock, RealClock
 from kubesvc.util.aio import cancel_and_wait
 from kubesvc.util.ipnet import join_host_port
+from kubesvc.apiserver import appkeys
 
 if TYPE_CHECKING:  # the etcd client (gRPC) loads only for --storage-backend etcd3
     from kubesvc.storage.etcd import EtcdConfig
@@ -261,20 +262,20 @@ class APIServer:
         await ensure_kubelet_api_admin_binding(self.registry, kubelet_client_user(kubelet_client_cert))
         app = build_app(self.registry, self.clock, join_host_port(config.bind_address, self.port), metrics_registry, kubelet_client)
         cache_metrics = WatchCacheMetrics(metrics_registry)  # watch events are counted with the cache off too
-        app["watch_cache_metrics"] = cache_metrics
+        app[appkeys.WATCH_CACHE_METRICS] = cache_metrics
         watch_cache = (WatchCache(self.backend, [store.info for store in self.registry.stores.values()], metrics=cache_metrics)
                        if config.watch_cache else None)
         if watch_cache is not None:
-            app["watch_cache"] = watch_cache
+            app[appkeys.WATCH_CACHE] = watch_cache
             self.registry.namespace_lister.use_cache(watch_cache)  # a create's namespace from memory
-        app["namespace_finalizer"] = finalizer
-        app["path_handlers"].extend(config.path_handlers)
-        app["in_flight"] = InFlight(config.max_requests_inflight, config.max_mutating_requests_inflight)
-        app["admission_waits"] = [plugin.wait_ready for plugin in admission]  # run by the create handlers
-        app["authorizer"] = self.authorization.authorizer
+        app[appkeys.NAMESPACE_FINALIZER] = finalizer
+        app[appkeys.PATH_HANDLERS].extend(config.path_handlers)
+        app[appkeys.IN_FLIGHT] = InFlight(config.max_requests_inflight, config.max_mutating_requests_inflight)
+        app[appkeys.ADMISSION_WAITS] = [plugin.wait_ready for plugin in admission]  # run by the create handlers
+        app[appkeys.AUTHORIZER] = self.authorization.authorizer
         register_review_handlers(app)
         install_authentication(app, config.authentication, config.data_dir, self.url.removeprefix("https://"), x509=X509Authenticator())
-        self.authorization.admit_token_requests(app["create_handlers"])  # NodeRestriction
+        self.authorization.admit_token_requests(app[appkeys.CREATE_HANDLERS])  # NodeRestriction
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         tls.load_cert_chain(creds.serving_cert, creds.serving_key)
         request_client_certificates(tls, config.client_ca_file or creds.ca_cert)  # x509 authentication

@@ -53,6 +53,7 @@ from kubesvc.apiserver.auth.authorizer import forbidden
 from kubesvc.apiserver.kubeletclient import MAX_ERROR_BODY, dial_error, kubelet_address
 from kubesvc.apiserver.registry.pod import choose_container
 from kubesvc.serving import upgrade
+from kubesvc.apiserver import appkeys
 
 MAX_MESSAGE = 4 << 20  # a WebSocket message either way (kubectl writes at most 32 KiB of stdin at a time)
 
@@ -83,7 +84,7 @@ def authorize_websocket_create(request: web.Request) -> None:
         return
     info = dataclasses.replace(request["request_info"], verb="create")
     user = request["user"]
-    verdict = request.app["authorizer"].authorize(Attributes(user, info))
+    verdict = request.app[appkeys.AUTHORIZER].authorize(Attributes(user, info))
     if not verdict.allowed:
         raise forbidden(user, info, verdict.reason)
 
@@ -146,7 +147,7 @@ async def _agent_refusal(session: aiohttp.ClientSession, method: str, url: URL) 
 
 
 async def _relay(request: web.Request, url: URL) -> web.StreamResponse:
-    kubelet_client = request.app["kubelet_client"]
+    kubelet_client = request.app[appkeys.KUBELET_CLIENT]
     session = kubelet_client.session_for(url)
     if upgrade.is_spdy_upgrade(request):
         return await _relay_spdy(request, url, kubelet_client.tls_for(url))

@@ -40,6 +40,7 @@ from kubesvc.apiserver.cacher import CacheWatch, WireEvent
 from kubesvc.apiserver.handlers import Target, list_options
 from kubesvc.apiserver.tables import to_table
 from kubesvc.storage.base import StorageError
+from kubesvc.apiserver import appkeys
 
 BOOKMARK_INTERVAL = 60.0
 BOOKMARK_BEFORE_DEADLINE = 2.0
@@ -56,7 +57,7 @@ async def watch_objects(request: web.Request, target: Target) -> web.StreamRespo
     as_table = codec.wants_table(request.headers.get("Accept"))
     include_object = codec.include_object_mode(query) if as_table else "Object"
     send_initial = opts.resource_version in (None, 0)
-    clock = request.app["clock"]
+    clock = request.app[appkeys.CLOCK]
 
     response = web.StreamResponse(status=200, headers={"Content-Type": "application/json", "Cache-Control": "no-cache"})
     response.enable_chunked_encoding()
@@ -79,7 +80,7 @@ async def watch_objects(request: web.Request, target: Target) -> web.StreamRespo
             first_table = False
         return codec.to_json({"type": event_type, "object": obj}) + b"\n"
 
-    metrics = request.app.get("watch_cache_metrics")
+    metrics = request.app.get(appkeys.WATCH_CACHE_METRICS)
     sizes = metrics.watch_events(info.group, info.version, info.resource) if metrics is not None else None
 
     async def send(lines: list[bytes]) -> None:
@@ -88,7 +89,7 @@ async def watch_objects(request: web.Request, target: Target) -> web.StreamRespo
                 sizes.observe(len(line))
         await response.write(b"".join(lines))
 
-    cache = request.app.get("watch_cache")
+    cache = request.app.get(appkeys.WATCH_CACHE)
     try:
         objects = await cache.watch(info, target.namespace, opts, send_initial=send_initial) if cache is not None else None
         if objects is None:

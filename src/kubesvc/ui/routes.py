@@ -56,6 +56,7 @@ from kubesvc.apiserver.auth.authorizer import forbidden
 from kubesvc.apiserver.registry.store import ListOptions
 from kubesvc.client.rest import ApiError
 from kubesvc.ui.graph import service_map
+from kubesvc.apiserver import appkeys
 
 log = logging.getLogger("kubesvc.ui")
 
@@ -70,7 +71,7 @@ def is_ui_path(path: str) -> bool:
 
 
 def path_handler() -> PathHandler:
-    """What ``kubesvc apiserver`` installs (``app["path_handlers"]``) to serve /ui."""
+    """What ``kubesvc apiserver`` installs (``app[appkeys.PATH_HANDLERS]``) to serve /ui."""
     proxies, rules = RecentProxyHealth(), RecentNodeState()
     return PathHandler(PREFIX, lambda request: handle(request, proxies, rules), require_credential)
 
@@ -194,10 +195,10 @@ class AsUser:
 
     def _target(self, path: str, query: dict):
         info = request_info("GET", path, query)
-        verdict = self.app["authorizer"].authorize(Attributes(self.user, info))
+        verdict = self.app[appkeys.AUTHORIZER].authorize(Attributes(self.user, info))
         if not verdict.allowed:
             raise forbidden(self.user, info, verdict.reason)
-        store = self.app["registry"].store(info.api_group, info.resource)
+        store = self.app[appkeys.REGISTRY].store(info.api_group, info.resource)
         if store is None:
             raise errors.StatusError(404, "NotFound", "the server could not find the requested resource")
         return store, info
