@@ -10,10 +10,11 @@
 # The guest's root is the host's "/" shared read-only over 9p with a tmpfs overlay on top, so the
 # host's Python, venvs, tools (ip, iptables, ipset, nft, ...) and the project appear at the same
 # paths, and everything the guest writes is thrown away at power-off except in the shared
-# read-write directories ($VM_OUT, VM_RW, VM_OUT_DIR). The VM has no network card (-nic none):
-# every address and namespace a test creates exists only inside it. /tmp, /run and /dev/shm are
-# fresh tmpfs in the guest, so host paths under /tmp are visible only when shared (VM_RO, VM_RW,
-# VM_OUT_DIR). Kernel modules load as on a normal host (modprobe, or autoloading).
+# read-write directories ($VM_OUT, VM_RW, VM_OUT_DIR). The VM has no network card (-nic none)
+# unless VM_TAP names a tap device: every address and namespace a test creates exists only
+# inside it. /tmp, /run and /dev/shm are fresh tmpfs in the guest, so host paths under /tmp are
+# visible only when shared (VM_RO, VM_RW, VM_OUT_DIR). Kernel modules load as on a normal host
+# (modprobe, or autoloading).
 #
 # `run` exits with the guest command's exit code, 124 when VM_TIMEOUT runs out, and 255 when the
 # guest never reported one (boot failure or kernel panic; the console's tail is then printed).
@@ -30,6 +31,10 @@
 #   VM_MODULES="..." kernel modules modprobed by the guest's init before CMD (default: none; every
 #                    module the tests need autoloads, and tests may want to see an unloaded ip_vs)
 #   VM_KEEP=1        keep the run's directory (run.sh, log, console.log, qemu.err) for debugging
+#   VM_TAP=ifname    give the guest an eth0 (virtio-net) on this existing tap device of qemu's
+#                    network namespace, with address VM_GUEST_IP (a CIDR; set before CMD runs).
+#                    The caller owns that link: tests/support/ipvs_vm.py makes it in a namespace
+#                    of its own that holds nothing else, so the guest reaches only that namespace
 # Environment of `setup`:
 #   KUBESVC_VM_CACHE=/var/cache/kubesvc-vm   the cache (outside the repository; shared by `run`)
 #   KUBESVC_VM_KERNEL_PKG=name|auto          kernel package; default the pin below, `auto` resolves
@@ -396,15 +401,23 @@ run() {
     done < <(env -0)
     printf 'export PATH=%q\n' "$(guest_path)"
     printf 'export VM_OUT=%q\n' "$out"
+    if [ -n "${VM_TAP:-}" ]; then
+      printf 'modprobe virtio_net && ip link set eth0 up && ip addr add %q dev eth0 || { echo "vm-ipvs: no guest link" >&2; exit 125; }\n' "$VM_GUEST_IP"
+    fi
     printf 'cd %q || { echo "vm-ipvs: %q is not visible in the guest (share it with VM_RO or VM_RW)" >&2; exit 125; }\n' "$PWD" "$PWD"
     printf 'exec'; printf ' %q' "$@"; printf '\n'
   } >"$ctl/run.sh"
   : >"$ctl/log"
 
+  local nic=(-nic none)
+  if [ -n "${VM_TAP:-}" ]; then
+    [ -n "${VM_GUEST_IP:-}" ] || die "VM_TAP needs VM_GUEST_IP"
+    nic=(-netdev "tap,id=n0,ifname=$VM_TAP,script=no,downscript=no" -device virtio-net-pci,netdev=n0)
+  fi
   local cmdline="console=ttyS0 panic=-1 quiet"
   timeout "${VM_TIMEOUT:-600}" qemu-system-x86_64 -name kubesvc-vm -M pc -accel "$accel" -cpu "$cpu" \
     -smp "${VM_SMP:-1}" -m "${VM_MEM:-2048}" -nodefaults -no-user-config -display none \
-    -nic none -no-reboot -serial "file:$ctl/console.log" \
+    "${nic[@]}" -no-reboot -serial "file:$ctl/console.log" \
     -kernel "$kernel" -initrd "$CACHE/initramfs.cpio" -append "$cmdline" "${fs[@]}" \
     </dev/null >"$ctl/qemu.err" 2>&1 &
   QEMU_PID=$!

@@ -2,11 +2,13 @@
 
 This machine's kernel has no IPVS (``CONFIG_IP_VS`` unset). ``scripts/vm-ipvs.sh`` boots
 Debian's stock kernel, which ships the ``ip_vs`` modules, under QEMU's software emulation, with
-no network card (nothing in it can reach any network), the host's ``/`` as its read-only root
-and a tmpfs over it; ``scripts/install.sh`` has prepared it (``vm-ipvs.sh setup``). Inside, the
-same kernel-test harness as everywhere (apiserver, controller-manager, node and Pod namespaces,
-``kubesvc proxy --proxy-mode ipvs``) runs ``tests/kernel/vm/``; its JUnit report comes back
-through the run's shared out directory (tests/support/ipvs_vm.py).
+one link, to a namespace of the run's own on this host (nothing in it can reach any other
+network), the host's ``/`` as its read-only root and a tmpfs over it; ``scripts/install.sh`` has
+prepared it (``vm-ipvs.sh setup``). Inside, the same kernel-test harness as everywhere (node and
+Pod namespaces, ``kubesvc proxy --proxy-mode ipvs``) runs ``tests/kernel/vm/``; its apiserver
+and controller-manager run on this host, in a namespace of the run's own that the VM's only link
+reaches; its JUnit report comes back through the run's shared out directory
+(tests/support/ipvs_vm.py).
 
 scripts/test.sh starts that run before the suite, so its minutes overlap the other tests; run
 alone, this test boots the VM itself. Either way it checks that every test of tests/kernel/vm

@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import socket
 import sys
+from typing import Callable
 
 
 class _Udp(asyncio.DatagramProtocol):
@@ -33,7 +34,10 @@ class _Udp(asyncio.DatagramProtocol):
         self.transport.sendto(f"{self.name} {addr[0]}\n".encode(), addr)
 
 
-async def serve(name: str, tcp_ports: list[int], udp_ports: list[int], host: str, echo_ports: list[int] = ()) -> None:
+async def serve(name: str, tcp_ports: list[int], udp_ports: list[int], host: str, echo_ports: list[int] = (),
+                ready: Callable[[], None] | None = None) -> None:
+    """Serves until cancelled; once every socket listens, calls ``ready`` (default: prints
+    ``ready``, what the harness waits for from a process)."""
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         try:
@@ -64,7 +68,10 @@ async def serve(name: str, tcp_ports: list[int], udp_ports: list[int], host: str
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         await loop.create_datagram_endpoint(lambda: _Udp(name), sock=sock)
-    print("ready", flush=True)
+    if ready is None:
+        print("ready", flush=True)
+    else:
+        ready()
     await asyncio.gather(*(server.serve_forever() for server in servers)) if servers else await asyncio.Event().wait()
 
 

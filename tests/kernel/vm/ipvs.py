@@ -19,7 +19,10 @@ from tests.support.slowdown import scaled
 
 MODES = ["ipvs"]
 NODE_COUNT = 1
-SYNC_PERIOD = 10  # the periodic resync: drift repair and the re-check of draining real servers
+# The periodic resync: drift repair and the re-check of draining real servers. Each one starts
+# the save and restore tools (iptables, ip6tables, ipset: ~2 s of emulated CPU), so every 30 s
+# rather than 10; the two tests that wait for one allow for the longer period.
+SYNC_PERIOD = 30
 TCP_TIMEOUT, UDP_TIMEOUT = 600, 11  # IPVS's defaults: 900 s, 300 s
 PROXY_FLAGS = ("--ipvs-min-sync-period=1s", f"--ipvs-sync-period={SYNC_PERIOD}s", "--ipvs-scheduler=rr",
                f"--ipvs-tcp-timeout={TCP_TIMEOUT}s", f"--ipvs-udp-timeout={UDP_TIMEOUT}s", "--v=2")
@@ -27,6 +30,10 @@ ECHO = 9090
 PORTS = [{"name": "tcp", "port": 80, "targetPort": 8080, "protocol": "TCP"},
          {"name": "echo", "port": ECHO, "targetPort": ECHO, "protocol": "TCP"}]
 NAMES = {"web-a", "web-b", "web-c"}
+POLL_INTERVAL = 1.0  # seconds between two looks at the kernel's IPVS table (wait_for_kernel)
+# Per attempt, for a probe every attempt of which must be answered: the probe's 1 s default is
+# native time (at load 6 one UDP answer of 30 took longer in the VM, and the test failed).
+ANSWER_TIMEOUT = scaled(1)
 
 
 # ---- the kernel's IPVS table, as ipvsadm shows it ---------------------------------------------------
@@ -92,10 +99,11 @@ def weights(node, ip: str, port: int, protocol: str = "TCP") -> dict[str, int] |
 
 async def wait_for_kernel(kt, what: str, predicate, timeout: float = 20):
     """Until ``predicate()`` (reading the kernel) holds; its value. On timeout the IPVS table
-    and the proxy's log."""
+    and the proxy's log. Polled every second: each look is an ``ipvsadm`` process, about half a
+    second of emulated CPU."""
     (node,) = kt.nodes
     try:
-        return await asyncio.to_thread(wait_until, predicate, scaled(timeout), what)
+        return await asyncio.to_thread(wait_until, predicate, scaled(timeout), what, POLL_INTERVAL)
     except AssertionError as err:
         raise AssertionError(f"{err}\n--- ipvsadm -Ln ---\n{node.ns.run('ipvsadm', '-Ln').stdout}\n"
                              f"{kt.env.diagnostics(rules=False)}") from None

@@ -17,9 +17,9 @@ import pytest
 
 from kubesvc.client.rest import SERVICES
 from tests.kernel.helpers import all_from, assert_spread
-from tests.kernel.vm.ipvs import (ECHO, MODES, NAMES, NODE_COUNT, PORTS, PROXY_FLAGS, SYNC_PERIOD, TCP_TIMEOUT, UDP_TIMEOUT,  # noqa: F401
-                                  all_answered, ipvs_connections, ipvs_table, three_backends, virtual_server, wait_for_kernel,
-                                  weights)
+from tests.kernel.vm.ipvs import (ANSWER_TIMEOUT, ECHO, MODES, NAMES, NODE_COUNT, PORTS, PROXY_FLAGS, SYNC_PERIOD,  # noqa: F401
+                                  TCP_TIMEOUT, UDP_TIMEOUT, all_answered, ipvs_connections, ipvs_table, three_backends,
+                                  virtual_server, wait_for_kernel, weights)
 from tests.support.held_connection import HeldConnections
 from tests.support.slowdown import scaled
 
@@ -42,10 +42,10 @@ async def test_clusterip_is_a_virtual_server_with_the_endpoints_as_real_servers(
 
     # rr, one connection at a time: strict rotation, from a Pod and from the node itself
     for where in (client, node):
-        result = await kt.probe(where, "tcp", vip, 80, 30, concurrency=1)
+        result = await kt.probe(where, "tcp", vip, 80, 30, concurrency=1, timeout=ANSWER_TIMEOUT)
         assert result["names"] == {name: 10 for name in NAMES}, f"round robin from {where.name}: {result}"
     # masquerade only what needs it: a Pod's connection keeps its source IP
-    from_pod = await kt.probe(client, "tcp", vip, 80, 6, concurrency=1)
+    from_pod = await kt.probe(client, "tcp", vip, 80, 6, concurrency=1, timeout=ANSWER_TIMEOUT)
     assert set(from_pod["sources"]) == {client.ip}, from_pod
 
     # any other port of a Service IP is refused at once (KUBE-IPVS-FILTER), not left to time out
@@ -57,7 +57,7 @@ async def test_clusterip_is_a_virtual_server_with_the_endpoints_as_real_servers(
     await kt.until(client, "udp", uvip, 53, 30, all_from(NAMES), what="UDP through IPVS")
     # a fresh round once every real server is in: the batch that first reached all three may have
     # begun before the last one was added (CI-3: 17/9/4)
-    got = await kt.probe(client, "udp", uvip, 53, 30)
+    got = await kt.probe(client, "udp", uvip, 53, 30, timeout=ANSWER_TIMEOUT)
     assert_spread(got, NAMES, 5, "UDP round robin")
     assert virtual_server(node, uvip, 53, "UDP").scheduler == "rr"
     # --ipvs-udp-timeout reached the kernel: the flows just made expire within it
@@ -127,7 +127,7 @@ async def test_client_ip_affinity_is_ipvs_persistence(kt):
                                                   sessionAffinityConfig={"clientIP": {"timeoutSeconds": 60}})
     vs = virtual_server(node, vip, 80)
     assert vs.persistent == 60, vs
-    result = await kt.probe(client, "tcp", vip, 80, 20, concurrency=1)
+    result = await kt.probe(client, "tcp", vip, 80, 20, concurrency=1, timeout=ANSWER_TIMEOUT)
     assert result["answered"] == 20 and len(result["names"]) == 1, f"one client, one backend: {result}"
     held = await asyncio.to_thread(HeldConnections.open, client.ns, vip, ECHO, 3)
     try:

@@ -15,10 +15,7 @@ same ``live.read_node`` (its command path is tested on the host in the other mod
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import socket
-import threading
 
 import pytest
 
@@ -30,9 +27,10 @@ from kubesvc.proxy.metrics import ProxyMetrics
 from kubesvc.proxy.proxier import Proxier
 from kubesvc.proxy.trace import live
 from tests.kernel.test_trace_side_by_side import CIDRS, services
+from tests.kernel.vm.pods import ThreadedServer
 from tests.support.builders import options
 from tests.support.builders import request as sync_request
-from tests.support.netns import CLIENT_IP, NODE_IP, POD_CIDR, NodeTopology, socket_in
+from tests.support.netns import CLIENT_IP, NODE_IP, POD_CIDR, NodeTopology
 from tests.support.slowdown import scaled
 from tests.trace.test_ipvs import CASES, FROM_NODE
 
@@ -41,52 +39,22 @@ pytestmark = pytest.mark.kernel
 TIMEOUT = min(scaled(0.7), 3.0)  # a connection that should not land: how long to wait for it
 
 
-class Servers:
-    """Each Pod's TCP 8080 answering ``"pod<k> <client address>"`` and closing, as
-    tests.support.backend_server does, but from threads of this process on sockets made inside
-    each Pod's namespace: three Python starts less, half a minute under emulation."""
-
-    def __init__(self, pods):
-        self.socks = []
-        for k, pod in enumerate(pods, start=1):
-            sock = socket_in(pod.name)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(("0.0.0.0", 8080))
-            sock.listen(64)
-            self.socks.append(sock)
-            threading.Thread(target=self._serve, args=(sock, f"pod{k}"), daemon=True).start()
-
-    @staticmethod
-    def _serve(sock, name: str) -> None:
-        while True:
-            try:
-                conn, (peer, _) = sock.accept()
-            except OSError:  # closed: the module is over
-                return
-            with conn:
-                conn.sendall(f"{name} {peer}\n".encode())
-
-    def close(self) -> None:
-        for sock in self.socks:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-
 @pytest.fixture(scope="module")
 def world():
     assert not modules.load(wanted_modules("rr")), "the VM's kernel must load ip_vs"
     t = NodeTopology(pods=3, default_via_client=True)
-    servers = None
+    servers = []
     try:
-        servers = Servers(t.pods)
+        # each Pod's TCP 8080 answering "pod<k> <client address>" (no Python start per Pod)
+        for k, pod in enumerate(t.pods, start=1):
+            servers.append(ThreadedServer(pod.name, f"pod{k}", tcp=(8080,), udp=()))
         opts = options(POD_CIDR, node_name=TEST_NODE_NAME)
         backend = IpvsBackend(opts, netns=t.node.name)
         asyncio.run(Proxier(backend, opts, ProxyMetrics()).run_sync(sync_request(services(), service_cidrs=CIDRS)))
         yield t, asyncio.run(live.read_node(netns=t.node.name))
     finally:
-        if servers is not None:
-            servers.close()
+        for server in servers:
+            server.close()
         t.close()
 
 
