@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.apiserver import RunningAPIServer, running_apiserver, start_controller_manager
-from tests.support.netns import REPO_ROOT, Netns, remove_netns
+from tests.support.netns import REPO_ROOT, Netns, netns_pids, remove_netns
 
 VM_SCRIPT = REPO_ROOT / "scripts" / "vm-ipvs.sh"
 VM_TESTS = "tests/kernel/vm"
@@ -44,6 +44,7 @@ HOST_IP, GUEST_IP = "10.250.0.1", "10.250.0.2"  # its two ends (/30)
 # What every kernel module's control plane runs (tests/kernel/conftest.py's kernel_control_plane).
 CONTROLLER_MANAGER_FLAGS = ("--leader-elect=false", "--secure-port=0", "--controllers=endpointslice-controller")
 VM_BUDGET = 1500  # seconds the VM may take (vm-ipvs.sh's own timeout: exit 124 past it)
+STOP_GRACE = 10  # seconds a stopped run's processes get to end before they are killed
 VM_NICENESS = -5  # scheduled ahead of the host's tests (root may lower niceness)
 # Python starts 15-25 times slower in the VM; the harness's waits stretch by this much
 # (tests/support/slowdown.py), the checks stay the same.
@@ -174,7 +175,11 @@ def stop(run_dir: Path) -> None:
             os.killpg(int(pid_file.read_text()), signal.SIGTERM)
     netns_file = run_dir / "netns"
     if netns_file.exists():
-        remove_netns(netns_file.read_text().strip())
+        name = netns_file.read_text().strip()
+        deadline = time.monotonic() + STOP_GRACE  # vm-ipvs.sh's own clean-up, before the leftovers are killed
+        while netns_pids(name) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        remove_netns(name)
 
 
 def main(argv: list[str]) -> int:
