@@ -9,6 +9,8 @@ not prerendered; a change of a Service or its slices drops its answers at once.
 
 from __future__ import annotations
 
+import random
+
 import dns.edns
 import dns.flags
 import dns.message
@@ -251,8 +253,6 @@ def test_the_lookup_on_the_wire_agrees_with_dnspythons_parse():
     letters, truncated, extended): whatever the prerenderer answers is what the ordinary path
     answers, and every query dnspython reads as a prerendered question of the canonical shape
     is answered by it (none falls through to the slow path)."""
-    import random
-
     recs = records()
     pre = prerenderer(recs)
     rng = random.Random(21)

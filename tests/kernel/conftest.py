@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from kubesvc.client.rest import ENDPOINTSLICES, NODES, PODS, SERVICES, ApiError, RestClient
-from tests.support.apiserver import running_apiserver, start_controller_manager
+from tests.support.apiserver import running_kernel_control_plane
 from tests.support.cluster import api_client, create_pod, new_namespace, set_pod_status
 from tests.kernel.helpers import register_node
 from tests.support.netns import Cluster, Netns, Node, Pod, ProxyProcess
@@ -117,14 +117,8 @@ def pytest_generate_tests(metafunc):
 def kernel_control_plane(tmp_path_factory):
     """The apiserver and the EndpointSlice controller (processes on the host's loopback) every
     kernel module's ``kernel_env`` of this test process works against; stopped at the end."""
-    log_dir = tmp_path_factory.mktemp("kernel-control-plane")
-    with running_apiserver(log_dir / "apiserver") as server:
-        manager = start_controller_manager(server, log_dir / "controller-manager.log", "--leader-elect=false", "--secure-port=0",
-                                           "--controllers=endpointslice-controller")
-        try:
-            yield server
-        finally:
-            manager.stop()
+    with running_kernel_control_plane(tmp_path_factory.mktemp("kernel-control-plane")) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

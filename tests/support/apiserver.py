@@ -184,3 +184,21 @@ def start_controller_manager(server: RunningAPIServer, log_path: Path, *extra: s
     with open(log_path, "ab") as log:
         process = subprocess.Popen(cmd, stdout=log, stderr=log)
     return RunningProcess(process, log_path)
+
+
+# What the kernel tests' control plane runs beside the apiserver: the EndpointSlice controller
+# only, no leader election, no serving port.
+KERNEL_CONTROLLER_MANAGER_FLAGS = ("--leader-elect=false", "--secure-port=0", "--controllers=endpointslice-controller")
+
+
+@contextlib.contextmanager
+def running_kernel_control_plane(log_dir: Path, *apiserver_flags: str):
+    """The apiserver and the EndpointSlice controller the kernel tests work against (on this
+    host's loopback for tests/kernel, in the IPVS VM run's namespace for tests/kernel/vm);
+    stopped at the end."""
+    with running_apiserver(log_dir / "apiserver", *apiserver_flags) as server:
+        manager = start_controller_manager(server, log_dir / "controller-manager.log", *KERNEL_CONTROLLER_MANAGER_FLAGS)
+        try:
+            yield server
+        finally:
+            manager.stop()

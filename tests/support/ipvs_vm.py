@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.apiserver import RunningAPIServer, running_apiserver, start_controller_manager
+from tests.support.apiserver import RunningAPIServer, running_kernel_control_plane
 from tests.support.netns import REPO_ROOT, Netns, netns_pids, remove_netns
 
 VM_SCRIPT = REPO_ROOT / "scripts" / "vm-ipvs.sh"
@@ -41,8 +41,6 @@ RUN_ENV = "KUBESVC_IPVS_VM_RUN"
 APISERVER_ENV = "KUBESVC_VM_APISERVER"  # in the guest: the host apiserver's description (a JSON file)
 TAP = "vmtap0"  # the VM's link in the run's namespace
 HOST_IP, GUEST_IP = "10.250.0.1", "10.250.0.2"  # its two ends (/30)
-# What every kernel module's control plane runs (tests/kernel/conftest.py's kernel_control_plane).
-CONTROLLER_MANAGER_FLAGS = ("--leader-elect=false", "--secure-port=0", "--controllers=endpointslice-controller")
 VM_BUDGET = 1500  # seconds the VM may take (vm-ipvs.sh's own timeout: exit 124 past it)
 STOP_GRACE = 10  # seconds a stopped run's processes get to end before they are killed
 VM_NICENESS = -5  # scheduled ahead of the host's tests (root may lower niceness)
@@ -101,17 +99,6 @@ def start(run_dir: Path) -> None:
     (run_dir / "pid").write_text(str(process.pid))
 
 
-@contextlib.contextmanager
-def control_plane(log_dir: Path, *apiserver_flags: str):
-    """The apiserver and the EndpointSlice controller the VM's tests work against."""
-    with running_apiserver(log_dir / "apiserver", *apiserver_flags) as server:
-        manager = start_controller_manager(server, log_dir / "controller-manager.log", *CONTROLLER_MANAGER_FLAGS)
-        try:
-            yield server
-        finally:
-            manager.stop()
-
-
 def supervise(run_dir: Path) -> int:
     """In the run's namespace (``start``): the control plane, then the VM running the tests with
     its link on the namespace's tap; the VM's exit code into ``exit``, written last."""
@@ -120,7 +107,7 @@ def supervise(run_dir: Path) -> int:
         with open(run_dir / "output.txt", "wb") as output:
             try:
                 # every address of this namespace (loopback, the tap); kubeconfigs name 127.0.0.1
-                with control_plane(run_dir / "control-plane", "--bind-address=0.0.0.0", "--advertise-address=127.0.0.1") as server:
+                with running_kernel_control_plane(run_dir / "control-plane", "--bind-address=0.0.0.0", "--advertise-address=127.0.0.1") as server:
                     described = run_dir / "apiserver.json"
                     described.write_text(json.dumps({"url": server.url, "kubeconfig": str(server.kubeconfig),
                                                      "data_dir": str(server.data_dir)}))
@@ -184,7 +171,7 @@ def stop(run_dir: Path) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] not in ("start", "stop", "supervise"):
-        print("usage: python -m tests.support.ipvs_vm start|stop RUN_DIR", file=sys.stderr)
+        print("usage: python -m tests.support.ipvs_vm start|stop|supervise RUN_DIR", file=sys.stderr)
         return 2
     if argv[0] == "supervise":
         return supervise(Path(argv[1]))

@@ -22,13 +22,12 @@ from kubesvc.api.managedfields import ApplyConflict, apply as server_side_apply
 from kubesvc.api.patch import PatchError, apply_patch
 from kubesvc.api.scheme import KindInfo
 from kubesvc.api.selectors import parse_field_selector, parse_label_selector
-from kubesvc.apiserver import codec
+from kubesvc.apiserver import appkeys, codec
 from kubesvc.apiserver.registry.deleteoptions import validate_delete_options
 from kubesvc.apiserver.registry.pod import PodLogOptions, bind_pod, log_location
 from kubesvc.apiserver.registry.store import ListOptions, Store, parse_resource_version
 from kubesvc.apiserver.tables import to_table
 from kubesvc.util.golang import rfc3339
-from kubesvc.apiserver import appkeys
 
 
 @dataclass

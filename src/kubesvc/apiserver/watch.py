@@ -35,12 +35,11 @@ from aiohttp import web
 
 from kubesvc.api.errors import StatusError
 from kubesvc.api.selectors import parse_field_selector
-from kubesvc.apiserver import codec
+from kubesvc.apiserver import appkeys, codec
 from kubesvc.apiserver.cacher import CacheWatch, WireEvent
 from kubesvc.apiserver.handlers import Target, list_options
 from kubesvc.apiserver.tables import to_table
 from kubesvc.storage.base import StorageError
-from kubesvc.apiserver import appkeys
 
 BOOKMARK_INTERVAL = 60.0
 BOOKMARK_BEFORE_DEADLINE = 2.0

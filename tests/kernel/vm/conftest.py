@@ -19,6 +19,7 @@ import pytest
 
 from tests.kernel.vm.pods import pods_as_threads
 from tests.support import ipvs_vm
+from tests.support.apiserver import running_kernel_control_plane
 from tests.support.netns import Relay
 
 
@@ -42,7 +43,7 @@ class _ThisNamespace:
 def kernel_control_plane(tmp_path_factory):
     described = os.environ.get(ipvs_vm.APISERVER_ENV)
     if not described:
-        with ipvs_vm.control_plane(tmp_path_factory.mktemp("kernel-control-plane")) as server:
+        with running_kernel_control_plane(tmp_path_factory.mktemp("kernel-control-plane")) as server:
             yield server
         return
     server = ipvs_vm.guest_apiserver(Path(described))
